@@ -1,0 +1,73 @@
+/**
+ * Chained block hashing over token ids, the way vLLM identifies cached prefix blocks:
+ * hash(block i) = H(hash(block i-1), tokens of block i). Two prompts share block i's hash exactly
+ * when they share every token up to the end of block i. Only full blocks are hashed.
+ *
+ * The hash is 53 bits wide so it is a plain JS number (fast Map keys, exact in JSON and msgpack).
+ * The engine model seeds the chain per process (as vLLM does, unless PYTHONHASHSEED is set), and
+ * the gateway's prefix index uses its own seed: the two hash spaces differ on purpose, and KV
+ * events are mapped between them through the stored token ids.
+ */
+
+const M1 = 0x85ebca6b;
+const M2 = 0xc2b2ae35;
+
+function fmix(h: number): number {
+  h ^= h >>> 16;
+  h = Math.imul(h, M1);
+  h ^= h >>> 13;
+  h = Math.imul(h, M2);
+  h ^= h >>> 16;
+  return h >>> 0;
+}
+
+/** Hash one block of `blockSize` tokens starting at `start`, chained to `parent`. */
+export function hashBlock(
+  parent: number,
+  tokens: ArrayLike<number>,
+  start: number,
+  blockSize: number,
+): number {
+  // Two independent 32-bit lanes, seeded from the parent's high and low parts.
+  let a = (parent % 4294967296) >>> 0;
+  let b = Math.floor(parent / 4294967296) >>> 0;
+  a ^= 0x9e3779b9;
+  b ^= 0x7f4a7c15;
+  const end = start + blockSize;
+  for (let i = start; i < end; i++) {
+    const t = tokens[i]! >>> 0;
+    a = Math.imul(a ^ t, 0x01000193);
+    a = (a << 13) | (a >>> 19);
+    b = Math.imul(b + t, 0x5bd1e995);
+    b ^= b >>> 15;
+  }
+  a = fmix(a ^ blockSize);
+  b = fmix(b ^ Math.imul(a, 0x27d4eb2f));
+  // 21 high bits from lane b, 32 low bits from lane a: a 53-bit integer.
+  return (b & 0x1fffff) * 4294967296 + a;
+}
+
+/** The root of a hash chain for a given seed (vLLM's NONE_HASH). */
+export function chainRoot(seed: number): number {
+  return fmix(seed ^ 0x5a17) * 2048 + (fmix(seed + 0x3c6ef372) & 0x7ff);
+}
+
+/**
+ * Hashes of every full block of `tokens`. `limit` caps the number of blocks hashed (a caller
+ * that only needs the first N blocks need not hash the rest).
+ */
+export function blockHashes(
+  tokens: ArrayLike<number>,
+  blockSize: number,
+  seed: number,
+  limit = Infinity,
+): number[] {
+  const n = Math.min(Math.floor(tokens.length / blockSize), limit);
+  const out = new Array<number>(n);
+  let parent = chainRoot(seed);
+  for (let i = 0; i < n; i++) {
+    parent = hashBlock(parent, tokens, i * blockSize, blockSize);
+    out[i] = parent;
+  }
+  return out;
+}

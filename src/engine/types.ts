@@ -1,0 +1,155 @@
+/**
+ * The engine model's contract. One engine model, two drivers: the live simulated worker
+ * (src/sim/worker-server.ts) paces `step()` in real time; the fleet simulation (src/sim/fleet-sim.ts)
+ * advances virtual time by each step's duration. Neither driver knows how the engine works inside.
+ */
+
+/** Why a sequence stopped. 'abort' is reported for requests removed with `abort()`. */
+export type FinishReason = 'stop' | 'length' | 'abort';
+
+/** What the sampler sees when asked for the next token of a sequence. */
+export interface TokenContext {
+  readonly prompt: ArrayLike<number>;
+  /** Tokens generated so far (not including the one being sampled). */
+  readonly output: readonly number[];
+}
+
+/** Produces the next output token. Called exactly once per generated token, in order. */
+export type TokenSampler = (ctx: TokenContext) => number;
+
+export interface EngineRequest {
+  id: string;
+  /** Prompt token ids (the tokenizer's output; already chat-templated for chat requests). */
+  prompt: ArrayLike<number>;
+  /** Output tokens to generate at most. */
+  maxTokens: number;
+  sampler: TokenSampler;
+  /** Token that ends the sequence with reason 'stop' (unless ignoreEos). */
+  eosTokenId?: number;
+  ignoreEos?: boolean;
+  /** Lower value = more important (vLLM's priority scheduling convention). Default 0. */
+  priority?: number;
+}
+
+/** One generated token, visible to the client when the step that produced it ends. */
+export interface TokenOutput {
+  id: string;
+  token: number;
+  /** Index of this token in the request's output (0 = first token). */
+  index: number;
+}
+
+export interface FinishedOutput {
+  id: string;
+  reason: FinishReason;
+  promptTokens: number;
+  outputTokens: number;
+  /** Prompt tokens whose KV came from the prefix cache when the request was first scheduled. */
+  cachedPromptTokens: number;
+}
+
+/** A KV-cache event in the engine's own hash space, as vLLM publishes them. */
+export type KvEvent =
+  | {
+      type: 'BlockStored';
+      blockHashes: number[];
+      /** Hash of the block before the first one stored, null at the start of a sequence. */
+      parentBlockHash: number | null;
+      /** Token ids of all the stored blocks, concatenated (blockHashes.length × blockSize). */
+      tokenIds: number[];
+      blockSize: number;
+    }
+  | { type: 'BlockRemoved'; blockHashes: number[] }
+  | { type: 'AllBlocksCleared' };
+
+export interface StepResult {
+  /** Modelled GPU time of this step, in milliseconds. */
+  durationMs: number;
+  tokens: TokenOutput[];
+  finished: FinishedOutput[];
+  /** Ids of requests preempted (recompute) in this step. */
+  preempted: string[];
+  /** Requests scheduled for the first time in this step, with their prefix-cache hit. */
+  started: Array<{ id: string; cachedPromptTokens: number }>;
+  prefillTokens: number;
+  decodeTokens: number;
+  /** KV events produced by this step, when the engine was built with kvEvents: true. */
+  kvEvents: KvEvent[];
+}
+
+/** Counters and gauges with vLLM's meanings (names in comments). */
+export interface EngineStats {
+  running: number; // vllm:num_requests_running
+  waiting: number; // vllm:num_requests_waiting
+  kvUsage: number; // vllm:kv_cache_usage_perc (0..1): blocks in use by running requests / total
+  numGpuBlocks: number; // vllm:cache_config_info{num_gpu_blocks}
+  blockSize: number; // vllm:cache_config_info{block_size}
+  freeBlocks: number;
+  /** Blocks holding a cached prefix that no running request uses (evictable). */
+  cachedFreeBlocks: number;
+  prefixQueries: number; // vllm:prefix_cache_queries (tokens)
+  prefixHits: number; // vllm:prefix_cache_hits (tokens)
+  preemptions: number; // vllm:num_preemptions
+  promptTokens: number; // vllm:prompt_tokens
+  generationTokens: number; // vllm:generation_tokens
+  finished: Record<FinishReason, number>; // vllm:request_success{finished_reason}
+}
+
+/** Why the engine refuses a request outright (vLLM answers these with HTTP 400). */
+export interface AdmissionError {
+  code: 'context_length_exceeded' | 'exceeds_kv_capacity';
+  message: string;
+}
+
+export interface EngineConfig {
+  blockSize: number;
+  numGpuBlocks: number;
+  /** Longest prompt + output the model accepts (max_model_len). */
+  maxModelLen: number;
+  maxNumSeqs: number;
+  /** Per-step token budget shared by decodes and prefill chunks (max_num_batched_tokens). */
+  maxNumBatchedTokens: number;
+  enablePrefixCaching: boolean;
+  /** Seed of the block-hash chain (vLLM: random per process unless PYTHONHASHSEED is set). */
+  hashSeed: number;
+  /** Produce KvEvent records in StepResult (costs time; off in large benches). */
+  kvEvents: boolean;
+  timeModel: TimeModel;
+}
+
+/** Shape of one engine step, as the time model prices it. */
+export interface StepShape {
+  /** Prefill chunks: new tokens computed and the context length at the end of the chunk. */
+  prefill: Array<{ newTokens: number; contextLen: number }>;
+  /** Number of sequences decoding one token this step. */
+  decodeSeqs: number;
+  /** Sum over decoding sequences of their context length (KV read per step). */
+  decodeContextTokens: number;
+}
+
+export interface TimeModel {
+  stepMs(shape: StepShape): number;
+}
+
+/** The engine model. Implemented by src/engine/engine.ts. */
+export interface EngineModel {
+  readonly config: EngineConfig;
+  /** Why this request can never run here, or null if it can be queued. */
+  check(prompt: number, maxTokens: number): AdmissionError | null;
+  /** Queue a request. Throws if check() would refuse it or the id is in use. */
+  add(req: EngineRequest): void;
+  /** Remove a request wherever it is; frees its blocks. Returns false if unknown. */
+  abort(id: string): boolean;
+  /** True if any request is waiting or running. */
+  hasWork(): boolean;
+  /** Plan and execute one step. Returns null if there is nothing to do. */
+  step(): StepResult | null;
+  stats(): EngineStats;
+  /**
+   * Exact prefix-cache probe, for the `oracle` policy and for tests: how many leading prompt
+   * tokens would be served from cache if the prompt were scheduled now.
+   */
+  cachedPrefixTokens(prompt: ArrayLike<number>): number;
+  /** Drop every cached block that no running request uses (emits AllBlocksCleared if empty). */
+  resetPrefixCache(): void;
+}

@@ -1,0 +1,193 @@
+/**
+ * What the gateway knows about one worker: its identity, health, the last metrics snapshot it
+ * scraped, and its own accounting of the requests it has sent there. The live gateway fills the
+ * snapshot from HTTP scrapes of /metrics; the fleet simulation fills it from the engine model at
+ * the same interval. Policies read only this — never an engine's live state (except `oracle`).
+ */
+
+/** One scrape of a worker's /metrics, reduced to what routing uses. */
+export interface MetricsSnapshot {
+  /** Clock time (ms) the scrape completed. */
+  at: number;
+  /** vllm:kv_cache_usage_perc (or the older vllm:gpu_cache_usage_perc), 0..1. */
+  kvUsage: number;
+  running: number;
+  waiting: number;
+  /** From vllm:cache_config_info, when the worker publishes it. */
+  numGpuBlocks?: number;
+  blockSize?: number;
+  /** Cumulative counters, in tokens. */
+  prefixQueries?: number;
+  prefixHits?: number;
+  preemptions?: number;
+  specDrafts?: number;
+  specDraftTokens?: number;
+  specAcceptedTokens?: number;
+}
+
+/** A request the gateway has dispatched to this worker and not yet seen finish. */
+export interface InflightRequest {
+  id: string;
+  promptTokens: number;
+  /** Prompt tokens the policy expects the worker to compute (not served from its cache). */
+  uncachedTokens: number;
+  maxTokens: number;
+  /** KV blocks reserved for this request at pick time (uncached prompt + expected output). */
+  blocks: number;
+  dispatchedAt: number;
+  /** Set when the first token came back: the prefill is done. */
+  firstTokenAt?: number;
+}
+
+/**
+ * Exact view into a simulated engine, available only inside the fleet simulation and used only by
+ * the `oracle` policy (an upper bound, not a real router).
+ */
+export interface OracleProbe {
+  cachedPrefixTokens(prompt: ArrayLike<number>): number;
+  running(): number;
+  waiting(): number;
+  freeBlocks(): number;
+  /** Prompt tokens queued or mid-prefill that the engine still has to compute. */
+  pendingPrefillTokens(): number;
+}
+
+export interface WorkerIdentity {
+  id: string;
+  url: string;
+  pool: string;
+  model: string;
+  /** KV capacity from configuration or a profile, until the worker reports its own. */
+  numGpuBlocks?: number;
+  blockSize?: number;
+}
+
+/** Capacity assumed for a worker that has not said (llm-d's fallback, vLLM's block size). */
+export const DEFAULT_NUM_GPU_BLOCKS = 31_250;
+export const DEFAULT_BLOCK_SIZE = 16;
+
+export class WorkerState {
+  readonly id: string;
+  readonly url: string;
+  readonly pool: string;
+  readonly model: string;
+
+  /** Health probes passing. Unhealthy workers are filtered out of routing. */
+  healthy = true;
+  /** Set by the circuit breaker after repeated upstream failures. */
+  circuitOpen = false;
+
+  snapshot: MetricsSnapshot | null = null;
+  lastScrapeError: string | null = null;
+  lastScrapeAttemptAt = -Infinity;
+
+  readonly inflight = new Map<string, InflightRequest>();
+  /** Sums over `inflight`, kept incrementally so routing never iterates requests. */
+  inflightPrefillTokens = 0;
+  inflightTokens = 0;
+  inflightBlocks = 0;
+  /** Requests dispatched after the current snapshot was taken (the snapshot cannot show them). */
+  dispatchedSinceSnapshot = 0;
+  /** KV blocks reserved by in-flight requests dispatched after the current snapshot. */
+  blocksReservedSinceSnapshot = 0;
+  /** Decisions made for this worker (for /admin/workers and tests). */
+  routed = 0;
+
+  oracle?: OracleProbe;
+
+  private configuredBlocks?: number;
+  private configuredBlockSize?: number;
+
+  constructor(identity: WorkerIdentity) {
+    this.id = identity.id;
+    this.url = identity.url;
+    this.pool = identity.pool;
+    this.model = identity.model;
+    this.configuredBlocks = identity.numGpuBlocks;
+    this.configuredBlockSize = identity.blockSize;
+  }
+
+  get numGpuBlocks(): number {
+    return this.snapshot?.numGpuBlocks ?? this.configuredBlocks ?? DEFAULT_NUM_GPU_BLOCKS;
+  }
+
+  get blockSize(): number {
+    return this.snapshot?.blockSize ?? this.configuredBlockSize ?? DEFAULT_BLOCK_SIZE;
+  }
+
+  get inflightCount(): number {
+    return this.inflight.size;
+  }
+
+  /** True if the snapshot is missing or older than `staleAfterMs`. */
+  isStale(now: number, staleAfterMs: number): boolean {
+    return this.snapshot === null || now - this.snapshot.at > staleAfterMs;
+  }
+
+  applySnapshot(s: MetricsSnapshot): void {
+    this.snapshot = s;
+    this.lastScrapeError = null;
+    this.lastScrapeAttemptAt = s.at;
+    this.dispatchedSinceSnapshot = 0;
+    this.blocksReservedSinceSnapshot = 0;
+  }
+
+  /** A scrape failed or returned garbage: keep the old snapshot (it goes stale), note why. */
+  markScrapeFailed(now: number, error: string): void {
+    this.lastScrapeError = error;
+    this.lastScrapeAttemptAt = now;
+  }
+
+  /**
+   * Requests queued or running at the worker as best known: the snapshot's count plus what was
+   * dispatched since (a snapshot cannot show those), or the gateway's own in-flight count when
+   * there is no usable snapshot.
+   */
+  estimatedQueue(now: number, staleAfterMs: number): { running: number; waiting: number } {
+    if (this.isStale(now, staleAfterMs)) return { running: this.inflightCount, waiting: 0 };
+    const s = this.snapshot!;
+    return { running: s.running, waiting: s.waiting + this.dispatchedSinceSnapshot };
+  }
+
+  /** Free KV blocks as best known, net of blocks reserved by requests dispatched since the scrape. */
+  estimatedFreeBlocks(now: number, staleAfterMs: number): number {
+    const total = this.numGpuBlocks;
+    if (this.isStale(now, staleAfterMs)) return Math.max(0, total - this.inflightBlocks);
+    const used = Math.round(this.snapshot!.kvUsage * total);
+    return Math.max(0, total - used - this.blocksReservedSinceSnapshot);
+  }
+
+  /** Charge a request to this worker. Called synchronously at pick time (the reservation). */
+  begin(r: InflightRequest): void {
+    if (this.inflight.has(r.id)) return;
+    this.inflight.set(r.id, r);
+    this.inflightPrefillTokens += r.uncachedTokens;
+    this.inflightTokens += r.promptTokens + r.maxTokens;
+    this.inflightBlocks += r.blocks;
+    this.dispatchedSinceSnapshot++;
+    this.blocksReservedSinceSnapshot += r.blocks;
+    this.routed++;
+  }
+
+  /** The request's first token arrived: its prefill no longer loads this worker. */
+  firstToken(id: string, now: number): void {
+    const r = this.inflight.get(id);
+    if (!r || r.firstTokenAt !== undefined) return;
+    r.firstTokenAt = now;
+    this.inflightPrefillTokens -= r.uncachedTokens;
+  }
+
+  /** The request finished, failed or was cancelled: release everything charged for it. */
+  end(id: string): InflightRequest | undefined {
+    const r = this.inflight.get(id);
+    if (!r) return undefined;
+    this.inflight.delete(id);
+    if (r.firstTokenAt === undefined) this.inflightPrefillTokens -= r.uncachedTokens;
+    this.inflightTokens -= r.promptTokens + r.maxTokens;
+    this.inflightBlocks -= r.blocks;
+    if (this.snapshot !== null && r.dispatchedAt > this.snapshot.at) {
+      this.blocksReservedSinceSnapshot = Math.max(0, this.blocksReservedSinceSnapshot - r.blocks);
+    }
+    return r;
+  }
+}

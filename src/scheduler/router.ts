@@ -1,0 +1,92 @@
+/**
+ * The router: runs a policy over the workers of a model's pool and charges the pick to the chosen
+ * worker synchronously (pick-time reservation), so a burst that arrives between two metric scrapes
+ * sees each earlier pick. The live gateway and the fleet simulation both route through this class.
+ */
+import type { WorkerState } from '../fleet/worker-state.js';
+import type { Clock } from '../util/clock.js';
+import type { Rng } from '../util/rng.js';
+import type { Policy, RouteDecision, RouteOutcome, RouteRequest, RoutingContext } from './types.js';
+
+export interface RouterOptions {
+  policy: Policy;
+  clock: Clock;
+  rng: Rng;
+  /** Metrics older than this are treated as stale (default 5 s: five missed 1 s scrapes). */
+  staleAfterMs?: number;
+}
+
+/** Expected output length used for block reservations when max_tokens is large or absent. */
+export const RESERVE_OUTPUT_TOKENS_CAP = 1024;
+
+export class Router {
+  readonly policy: Policy;
+  private readonly clock: Clock;
+  private readonly rng: Rng;
+  readonly staleAfterMs: number;
+  /** Decisions awaiting completion, by request id. */
+  private readonly open = new Map<string, { req: RouteRequest; decision: RouteDecision }>();
+
+  constructor(opts: RouterOptions) {
+    this.policy = opts.policy;
+    this.clock = opts.clock;
+    this.rng = opts.rng;
+    this.staleAfterMs = opts.staleAfterMs ?? 5000;
+  }
+
+  context(): RoutingContext {
+    return { now: this.clock.now(), rng: this.rng, staleAfterMs: this.staleAfterMs };
+  }
+
+  /**
+   * Pick a worker among `workers` (already narrowed to the request's model) and reserve it.
+   * `exclude` lists workers a retry must avoid.
+   */
+  route(req: RouteRequest, workers: readonly WorkerState[], exclude?: ReadonlySet<string>): RouteOutcome {
+    const ctx = this.context();
+    const pool = exclude && exclude.size > 0 ? workers.filter((w) => !exclude.has(w.id)) : workers;
+    if (pool.length === 0) {
+      return { ok: false, status: 503, code: 'no_worker_available', message: `no worker serves model '${req.model}'` };
+    }
+    const out = this.policy.route(req, pool, ctx);
+    if (!out.ok) return out;
+    const d = out.decision;
+    const w = d.worker;
+    const prompt = req.promptTokens.length;
+    const uncached = Math.round(prompt * (1 - d.expectedPrefixHit));
+    const expectedOut = Math.min(req.maxTokens, RESERVE_OUTPUT_TOKENS_CAP);
+    w.begin({
+      id: req.id,
+      promptTokens: prompt,
+      uncachedTokens: uncached,
+      maxTokens: req.maxTokens,
+      blocks: Math.ceil((uncached + expectedOut) / w.blockSize),
+      dispatchedAt: ctx.now,
+    });
+    this.open.set(req.id, { req, decision: d });
+    this.policy.onDispatch?.(req, d, ctx);
+    return out;
+  }
+
+  /** The first token of `reqId` arrived. */
+  firstToken(reqId: string): void {
+    const o = this.open.get(reqId);
+    if (!o) return;
+    const ctx = this.context();
+    o.decision.worker.firstToken(reqId, ctx.now);
+    this.policy.onFirstToken?.(o.req, o.decision.worker, ctx);
+  }
+
+  /** The request ended (ok=false: failed, cancelled or abandoned for a retry). Idempotent. */
+  complete(reqId: string, ok: boolean): void {
+    const o = this.open.get(reqId);
+    if (!o) return;
+    this.open.delete(reqId);
+    o.decision.worker.end(reqId);
+    this.policy.onComplete?.(o.req, o.decision.worker, ok, this.context());
+  }
+
+  get openCount(): number {
+    return this.open.size;
+  }
+}

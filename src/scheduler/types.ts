@@ -1,0 +1,94 @@
+/**
+ * The routing contract. A policy is a pipeline — filters remove workers that cannot take the
+ * request, scorers rate the rest in [0,1], weights combine the scores, a picker chooses — in the
+ * manner of the Gateway API Inference Extension scheduler. Every named policy, kvgate's own and the
+ * peers' used as baselines, is a configuration of this one shape, and the same code routes in the
+ * live gateway and in the fleet simulation (the clock and the random source are injected).
+ */
+import type { WorkerState } from '../fleet/worker-state.js';
+import type { Rng } from '../util/rng.js';
+
+export interface RouteRequest {
+  id: string;
+  model: string;
+  /** The prompt as the worker will see it (chat requests rendered through the template). */
+  promptText: string;
+  /** Token ids from the gateway's tokenizer for this model. */
+  promptTokens: ArrayLike<number>;
+  maxTokens: number;
+  /** Session affinity hint (`user` field or `x-session-id` header). */
+  sessionKey?: string;
+  tenant?: string;
+  /** Lower is more important (vLLM's convention). */
+  priority?: number;
+  /**
+   * Per-request memo for values several plugins derive from the prompt (block hashes at a given
+   * block size, radix-tree matches): computed once, read by all.
+   */
+  memo: Map<string, unknown>;
+}
+
+export interface RoutingContext {
+  /** Clock time of this decision, ms. */
+  now: number;
+  rng: Rng;
+  /** Snapshots older than this are stale: policies fall back to their own accounting. */
+  staleAfterMs: number;
+}
+
+export interface Filter {
+  readonly name: string;
+  /** Workers that can take the request. May return the input array unchanged. */
+  filter(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): WorkerState[];
+}
+
+export interface Scorer {
+  readonly name: string;
+  /** One score in [0,1] per worker, aligned with `workers` (higher is better). */
+  score(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): number[];
+}
+
+export interface ScoredWorker {
+  worker: WorkerState;
+  /** Weighted sum of the scorers' outputs. */
+  score: number;
+  /** Each scorer's raw [0,1] output, by scorer name. */
+  parts: Record<string, number>;
+}
+
+export interface Picker {
+  readonly name: string;
+  pick(req: RouteRequest, candidates: readonly ScoredWorker[], ctx: RoutingContext): ScoredWorker | null;
+}
+
+export interface RouteDecision {
+  worker: WorkerState;
+  policy: string;
+  /** Fraction of the prompt's tokens the policy expects the worker to have cached (0..1). */
+  expectedPrefixHit: number;
+  /** Short machine-readable note on why (e.g. 'prefix', 'least-load', 'spill', 'session'). */
+  reason: string;
+  /** True when the decision ignored stale metrics and used in-flight accounting only. */
+  usedStaleMetrics?: boolean;
+}
+
+export type RouteOutcome =
+  | { ok: true; decision: RouteDecision }
+  | {
+      ok: false;
+      /** 400: the request can never be served by this pool; 503: nothing can take it now. */
+      status: 400 | 503;
+      code: string;
+      message: string;
+    };
+
+export interface Policy {
+  readonly name: string;
+  route(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): RouteOutcome;
+  /** The request was dispatched to the decided worker (its reservation is already charged). */
+  onDispatch?(req: RouteRequest, decision: RouteDecision, ctx: RoutingContext): void;
+  /** The first token came back from `worker`. */
+  onFirstToken?(req: RouteRequest, worker: WorkerState, ctx: RoutingContext): void;
+  /** The request ended at `worker` (ok=false: failed or cancelled). */
+  onComplete?(req: RouteRequest, worker: WorkerState, ok: boolean, ctx: RoutingContext): void;
+}

@@ -1,0 +1,34 @@
+/**
+ * The chat template shared by the simulated worker and the gateway's `estimate` tokenizer.
+ * A real deployment's engine applies its model's own template; for prefix routing what matters
+ * is that messages with equal leading content render to equal leading text, which any template
+ * that renders messages in order preserves.
+ */
+export interface ChatMessageLike {
+  role: string;
+  content?: unknown;
+  name?: string;
+}
+
+/** Text of a message's content: a string, or the text parts of a content-part array. */
+export function contentText(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content)) {
+    let s = '';
+    for (const part of content) {
+      if (part && typeof part === 'object' && (part as { type?: unknown }).type === 'text') {
+        const t = (part as { text?: unknown }).text;
+        if (typeof t === 'string') s += t;
+      }
+    }
+    return s;
+  }
+  return '';
+}
+
+export function renderChat(messages: readonly ChatMessageLike[], addGenerationPrompt = true): string {
+  let s = '';
+  for (const m of messages) s += `<|${m.role}|>\n${contentText(m.content)}\n`;
+  if (addGenerationPrompt) s += '<|assistant|>\n';
+  return s;
+}
