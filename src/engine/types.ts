@@ -65,7 +65,10 @@ export type KvEvent =
 export interface StepResult {
   /** Modelled GPU time of this step, in milliseconds. */
   durationMs: number;
+  /** Every token generated in this step (empty when the engine was built with emitTokens: false). */
   tokens: TokenOutput[];
+  /** Ids of requests whose first output token was generated in this step (always filled). */
+  firstTokens: string[];
   finished: FinishedOutput[];
   /** Ids of requests preempted (recompute) in this step. */
   preempted: string[];
@@ -114,6 +117,12 @@ export interface EngineConfig {
   hashSeed: number;
   /** Produce KvEvent records in StepResult (costs time; off in large benches). */
   kvEvents: boolean;
+  /**
+   * Report each generated token in StepResult.tokens. The fleet simulation turns this off and
+   * works from firstTokens, finished and step durations, which is all its metrics need.
+   * Default true.
+   */
+  emitTokens?: boolean;
   timeModel: TimeModel;
 }
 
