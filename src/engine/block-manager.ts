@@ -1,0 +1,227 @@
+/**
+ * Paged KV-cache blocks with prefix caching, following vLLM V1's block pool
+ * (vllm/v1/core/block_pool.py, kv_cache_manager.py):
+ *
+ * - `numBlocks` blocks of `blockSize` tokens, each with a reference count.
+ * - Only full blocks are cached, identified by their chained block hash.
+ * - A block whose reference count drops to 0 joins the tail of the free queue but keeps its hash:
+ *   it is still a cache hit until it is reused.
+ * - Allocation takes the head of the free queue (least recently freed); if that block still holds
+ *   a hash, the hash is evicted (BlockRemoved).
+ * - A cache hit on a free block takes it out of the free queue ("touch").
+ * - A request frees its blocks in reverse order, so a prompt's tail is evicted before its head.
+ *
+ * A hash maps to at most one block. When a second block computes a hash that is already cached
+ * (two requests prefilled the same prefix in the same step), the second block stays unhashed: it
+ * is used by its request but never becomes a cache entry, so the set of cached hashes — and the
+ * KV events describing it — has no duplicates.
+ *
+ * Everything is O(1) per block touched: typed arrays for the per-block state, an intrusive
+ * doubly linked list for the free queue, one Map from hash to block.
+ */
+
+import type { KvEvent } from './types.js';
+
+const NO_HASH = -1;
+const NIL = -1;
+
+export class BlockManager {
+  readonly numBlocks: number;
+  readonly blockSize: number;
+  /** References held by requests; 0 = in the free queue. */
+  private readonly refCount: Int32Array;
+  /** Cached hash of each block, NO_HASH when the block is not a cache entry. */
+  private readonly hashOf: Float64Array;
+  private readonly prev: Int32Array;
+  private readonly next: Int32Array;
+  private head = NIL;
+  private tail = NIL;
+  private freeCount = 0;
+  private cachedFree = 0;
+  private readonly byHash = new Map<number, number>();
+  /** KV events in the order the operations happened; null when events are off. */
+  private readonly events: KvEvent[] | null;
+
+  constructor(numBlocks: number, blockSize: number, recordEvents: boolean) {
+    if (!Number.isInteger(numBlocks) || numBlocks < 1) throw new Error(`numGpuBlocks must be a positive integer, got ${numBlocks}`);
+    if (!Number.isInteger(blockSize) || blockSize < 1) throw new Error(`blockSize must be a positive integer, got ${blockSize}`);
+    this.numBlocks = numBlocks;
+    this.blockSize = blockSize;
+    this.refCount = new Int32Array(numBlocks);
+    this.hashOf = new Float64Array(numBlocks).fill(NO_HASH);
+    this.prev = new Int32Array(numBlocks);
+    this.next = new Int32Array(numBlocks);
+    for (let b = 0; b < numBlocks; b++) this.pushTail(b);
+    this.events = recordEvents ? [] : null;
+  }
+
+  /** Blocks in the free queue (including evictable cached ones). */
+  get numFree(): number {
+    return this.freeCount;
+  }
+
+  /** Blocks referenced by at least one request. */
+  get numUsed(): number {
+    return this.numBlocks - this.freeCount;
+  }
+
+  /** Free blocks that still hold a cached prefix. */
+  get numCachedFree(): number {
+    return this.cachedFree;
+  }
+
+  /** Number of distinct cached hashes (in use or free). */
+  get numCached(): number {
+    return this.byHash.size;
+  }
+
+  /** Block holding `hash`, or -1. Read-only. */
+  lookup(hash: number): number {
+    const b = this.byHash.get(hash);
+    return b === undefined ? NIL : b;
+  }
+
+  /** True if block `b` is in the free queue (so a hit on it consumes a free block). */
+  isFree(b: number): boolean {
+    return this.refCount[b] === 0;
+  }
+
+  refs(b: number): number {
+    return this.refCount[b]!;
+  }
+
+  hashOfBlock(b: number): number | null {
+    const h = this.hashOf[b]!;
+    return h === NO_HASH ? null : h;
+  }
+
+  /** Take a reference on a cached block found by lookup(); removes it from the free queue if needed. */
+  touch(b: number): void {
+    if (this.refCount[b] === 0) {
+      this.unlink(b);
+      if (this.hashOf[b] !== NO_HASH) this.cachedFree--;
+    }
+    this.refCount[b]!++;
+  }
+
+  /**
+   * Allocate one fresh block (refcount 1), evicting its cached hash if it had one.
+   * Returns -1 when the free queue is empty; callers check numFree first.
+   */
+  allocate(): number {
+    const b = this.head;
+    if (b === NIL) return NIL;
+    this.unlink(b);
+    const h = this.hashOf[b]!;
+    if (h !== NO_HASH) {
+      this.cachedFree--;
+      this.byHash.delete(h);
+      this.hashOf[b] = NO_HASH;
+      this.emitRemoved(h);
+    }
+    this.refCount[b] = 1;
+    return b;
+  }
+
+  /**
+   * Release one reference on each of `blocks`, last block first, so that among blocks freed
+   * together the tail ones reach the head of the free queue (evicted) before the head ones.
+   */
+  freeAll(blocks: readonly number[]): void {
+    for (let i = blocks.length - 1; i >= 0; i--) this.release(blocks[i]!);
+  }
+
+  release(b: number): void {
+    const rc = --this.refCount[b]!;
+    if (rc < 0) throw new Error(`block ${b} freed twice`);
+    if (rc === 0) {
+      this.pushTail(b);
+      if (this.hashOf[b] !== NO_HASH) this.cachedFree++;
+    }
+  }
+
+  /**
+   * Register full block `b` (held by a request) under `hash`. Returns false if the hash is
+   * already cached in another block (the block stays unhashed) or the block already has a hash.
+   */
+  cache(b: number, hash: number): boolean {
+    if (this.hashOf[b] !== NO_HASH) return false;
+    if (this.byHash.has(hash)) return false;
+    this.hashOf[b] = hash;
+    this.byHash.set(hash, b);
+    return true;
+  }
+
+  /**
+   * Drop the hashes of every free cached block. Returns the number dropped. Used blocks keep
+   * theirs. Emits AllBlocksCleared when nothing at all is cached afterwards, BlockRemoved otherwise.
+   */
+  resetFreeCache(): number {
+    const dropped: number[] = [];
+    for (let b = this.head; b !== NIL; b = this.next[b]!) {
+      const h = this.hashOf[b]!;
+      if (h !== NO_HASH) {
+        this.byHash.delete(h);
+        this.hashOf[b] = NO_HASH;
+        dropped.push(h);
+      }
+    }
+    this.cachedFree = 0;
+    if (this.events) {
+      if (this.byHash.size === 0) this.events.push({ type: 'AllBlocksCleared' });
+      else if (dropped.length > 0) this.events.push({ type: 'BlockRemoved', blockHashes: dropped });
+    }
+    return dropped.length;
+  }
+
+  /** Append a BlockStored event (caller batches consecutive blocks of one request). */
+  emitStored(blockHashes: number[], parent: number | null, tokenIds: number[]): void {
+    this.events?.push({ type: 'BlockStored', blockHashes, parentBlockHash: parent, tokenIds, blockSize: this.blockSize });
+  }
+
+  get recordsEvents(): boolean {
+    return this.events !== null;
+  }
+
+  /** Events produced since the last call, in order. */
+  takeEvents(): KvEvent[] {
+    if (!this.events || this.events.length === 0) return [];
+    return this.events.splice(0, this.events.length);
+  }
+
+  /** Every cached hash, for tests and debugging (O(cached)). */
+  cachedHashes(): Set<number> {
+    return new Set(this.byHash.keys());
+  }
+
+  private emitRemoved(h: number): void {
+    const ev = this.events;
+    if (!ev) return;
+    // Merge with an immediately preceding BlockRemoved to keep event batches small while still
+    // preserving the order of operations (a hash may be removed and stored again in one step).
+    const last = ev[ev.length - 1];
+    if (last && last.type === 'BlockRemoved') last.blockHashes.push(h);
+    else ev.push({ type: 'BlockRemoved', blockHashes: [h] });
+  }
+
+  private pushTail(b: number): void {
+    this.prev[b] = this.tail;
+    this.next[b] = NIL;
+    if (this.tail === NIL) this.head = b;
+    else this.next[this.tail] = b;
+    this.tail = b;
+    this.freeCount++;
+  }
+
+  private unlink(b: number): void {
+    const p = this.prev[b]!;
+    const n = this.next[b]!;
+    if (p === NIL) this.head = n;
+    else this.next[p] = n;
+    if (n === NIL) this.tail = p;
+    else this.prev[n] = p;
+    this.prev[b] = NIL;
+    this.next[b] = NIL;
+    this.freeCount--;
+  }
+}

@@ -1,0 +1,631 @@
+/**
+ * The engine model: continuous batching over paged KV blocks with prefix caching, following the
+ * vLLM V1 scheduler (vllm/v1/core/sched/scheduler.py).
+ *
+ * Each step has a token budget (maxNumBatchedTokens). Running requests are served first, in
+ * order: a decoding request takes 1 token, a request mid-prefill takes its next chunk (chunked
+ * prefill). If a running request needs a block and none is free, the running request with the
+ * largest priority value (latest arrival on ties) is preempted — its blocks are freed and it goes
+ * back to the waiting queue, to be recomputed later (prompt + output so far, with prefix-cache
+ * hits). If nothing was preempted, waiting requests are admitted by (priority, arrival) while the
+ * budget, maxNumSeqs and free blocks allow; a waiting request that does not fit stops admission
+ * (no skipping ahead). A token is sampled for a request when every one of its known tokens has
+ * been computed.
+ *
+ * Blocks are registered in the prefix cache in the step that fills them with computed tokens —
+ * prompt blocks as prefill completes them and output blocks as decoding fills them — with hashes
+ * chained incrementally from the previous block, so each block is hashed once per request. Like
+ * vLLM (which caches at allocation time), registration happens when the step is planned, so a
+ * request admitted later in the same step already hits blocks an earlier one is computing.
+ *
+ * Cost per step is O(scheduled requests + blocks touched); no per-step copies of prompts.
+ */
+
+import { BlockManager } from './block-manager.js';
+import { chainRoot, hashBlock } from './block-hash.js';
+import type {
+  AdmissionError,
+  EngineConfig,
+  EngineModel,
+  EngineRequest,
+  EngineStats,
+  FinishReason,
+  FinishedOutput,
+  StepResult,
+  StepShape,
+  TokenContext,
+  TokenOutput,
+  TokenSampler,
+} from './types.js';
+
+const enum Status {
+  Waiting,
+  Running,
+  Done,
+}
+
+/** One request inside the engine. */
+interface Seq {
+  readonly id: string;
+  readonly prompt: ArrayLike<number>;
+  readonly promptLen: number;
+  readonly maxTokens: number;
+  readonly sampler: TokenSampler;
+  /** EOS id that stops this request, -1 for none. */
+  readonly stopToken: number;
+  readonly priority: number;
+  /** Admission order; ties on priority go to the earlier arrival. */
+  readonly arrival: number;
+  readonly output: number[];
+  /** Reused for every sampler call (the output array grows in place). */
+  readonly ctx: TokenContext;
+  status: Status;
+  /** KV blocks held, in token order. */
+  blocks: number[];
+  /** Tokens whose KV is computed (vLLM's num_computed_tokens). */
+  numComputed: number;
+  /** Content hashes of full blocks known so far (valid across preemptions: tokens never change). */
+  readonly hashes: number[];
+  /** Blocks [0, numProcessed) have been offered to the prefix cache. */
+  numProcessed: number;
+  /** Scheduled for the first time already. */
+  started: boolean;
+  cachedPromptTokens: number;
+  /** Index into this step's schedule, -1 if not scheduled in the current step. */
+  slot: number;
+}
+
+function cmpWaiting(a: Seq, b: Seq): number {
+  return a.priority - b.priority || a.arrival - b.arrival;
+}
+
+/** Binary min-heap on (priority, arrival) with lazy deletion of entries no longer waiting. */
+class WaitingQueue {
+  private readonly heap: Seq[] = [];
+
+  get rawSize(): number {
+    return this.heap.length;
+  }
+
+  push(s: Seq): void {
+    const h = this.heap;
+    h.push(s);
+    let i = h.length - 1;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (cmpWaiting(h[p]!, s) <= 0) break;
+      h[i] = h[p]!;
+      i = p;
+    }
+    h[i] = s;
+  }
+
+  /** First request still waiting, dropping stale entries on the way. */
+  peek(): Seq | undefined {
+    const h = this.heap;
+    while (h.length > 0 && h[0]!.status !== Status.Waiting) this.pop();
+    return h[0];
+  }
+
+  pop(): Seq | undefined {
+    const h = this.heap;
+    const top = h[0];
+    const last = h.pop();
+    if (h.length > 0 && last) {
+      let i = 0;
+      const n = h.length;
+      for (;;) {
+        const l = 2 * i + 1;
+        if (l >= n) break;
+        const r = l + 1;
+        const c = r < n && cmpWaiting(h[r]!, h[l]!) < 0 ? r : l;
+        if (cmpWaiting(h[c]!, last) >= 0) break;
+        h[i] = h[c]!;
+        i = c;
+      }
+      h[i] = last;
+    }
+    return top;
+  }
+
+  *[Symbol.iterator](): IterableIterator<Seq> {
+    for (const s of this.heap) if (s.status === Status.Waiting) yield s;
+  }
+}
+
+const NO_TOKENS: TokenOutput[] = [];
+
+export class Engine implements EngineModel {
+  readonly config: EngineConfig;
+  private readonly bm: BlockManager;
+  private readonly bs: number;
+  private readonly root: number;
+  private readonly caching: boolean;
+  private readonly emitTokens: boolean;
+  private readonly live = new Map<string, Seq>();
+  private running: Seq[] = [];
+  private readonly waiting = new WaitingQueue();
+  private numWaiting = 0;
+  private arrivals = 0;
+  /** Prompt (or recompute) tokens queued or mid-prefill, maintained incrementally. */
+  private pendingPrefill = 0;
+  private readonly scratch: Int32Array;
+  private readonly hitScratch: number[] = [];
+  private readonly counters = {
+    prefixQueries: 0,
+    prefixHits: 0,
+    preemptions: 0,
+    promptTokens: 0,
+    generationTokens: 0,
+    finished: { stop: 0, length: 0, abort: 0 } as Record<FinishReason, number>,
+  };
+
+  constructor(config: EngineConfig) {
+    for (const k of ['maxModelLen', 'maxNumSeqs', 'maxNumBatchedTokens'] as const) {
+      if (!Number.isInteger(config[k]) || config[k] < 1) throw new Error(`${k} must be a positive integer, got ${config[k]}`);
+    }
+    this.config = config;
+    this.bs = config.blockSize;
+    this.bm = new BlockManager(config.numGpuBlocks, config.blockSize, config.kvEvents);
+    this.root = chainRoot(config.hashSeed);
+    this.caching = config.enablePrefixCaching;
+    this.emitTokens = config.emitTokens !== false;
+    this.scratch = new Int32Array(config.blockSize);
+  }
+
+  check(prompt: number, maxTokens: number): AdmissionError | null {
+    const { maxModelLen, numGpuBlocks } = this.config;
+    const total = prompt + maxTokens;
+    if (total > maxModelLen) {
+      return {
+        code: 'context_length_exceeded',
+        message:
+          `This model's maximum context length is ${maxModelLen} tokens. However, you requested ` +
+          `${total} tokens (${prompt} in the messages, ${maxTokens} in the completion). ` +
+          `Please reduce the length of the messages or completion.`,
+      };
+    }
+    const blocks = Math.ceil(prompt / this.bs) + 1;
+    if (blocks > numGpuBlocks) {
+      return {
+        code: 'exceeds_kv_capacity',
+        message:
+          `The prompt (${prompt} tokens) needs ${blocks} KV cache blocks of ${this.bs} tokens, ` +
+          `but the engine's KV cache has only ${numGpuBlocks} blocks ` +
+          `(${numGpuBlocks * this.bs} tokens). Please reduce the length of the prompt.`,
+      };
+    }
+    return null;
+  }
+
+  add(req: EngineRequest): void {
+    if (this.live.has(req.id)) throw new Error(`request id already in use: ${req.id}`);
+    const promptLen = req.prompt.length;
+    if (promptLen < 1) throw new Error(`request ${req.id}: prompt must not be empty`);
+    if (!Number.isInteger(req.maxTokens) || req.maxTokens < 1) {
+      throw new Error(`request ${req.id}: maxTokens must be a positive integer, got ${req.maxTokens}`);
+    }
+    const err = this.check(promptLen, req.maxTokens);
+    if (err) throw new Error(err.message);
+    const output: number[] = [];
+    const s: Seq = {
+      id: req.id,
+      prompt: req.prompt,
+      promptLen,
+      maxTokens: req.maxTokens,
+      sampler: req.sampler,
+      stopToken: req.ignoreEos || req.eosTokenId === undefined ? -1 : req.eosTokenId,
+      priority: req.priority ?? 0,
+      arrival: this.arrivals++,
+      output,
+      ctx: { prompt: req.prompt, output },
+      status: Status.Waiting,
+      blocks: [],
+      numComputed: 0,
+      hashes: [],
+      numProcessed: 0,
+      started: false,
+      cachedPromptTokens: 0,
+      slot: -1,
+    };
+    this.live.set(s.id, s);
+    this.waiting.push(s);
+    this.numWaiting++;
+    this.pendingPrefill += promptLen;
+  }
+
+  abort(id: string): boolean {
+    const s = this.live.get(id);
+    if (!s) return false;
+    if (s.status === Status.Running) {
+      const i = this.running.indexOf(s);
+      if (i >= 0) this.running.splice(i, 1);
+    } else if (s.status === Status.Waiting) {
+      this.numWaiting--; // the heap entry is dropped lazily
+    }
+    this.retire(s, 'abort');
+    return true;
+  }
+
+  hasWork(): boolean {
+    return this.running.length > 0 || this.numWaiting > 0;
+  }
+
+  step(): StepResult | null {
+    if (!this.hasWork()) return null;
+    const bm = this.bm;
+    const bs = this.bs;
+    let budget = this.config.maxNumBatchedTokens;
+    const sched: Array<Seq | null> = [];
+    const schedNew: number[] = [];
+    const preempted: string[] = [];
+    const started: Array<{ id: string; cachedPromptTokens: number }> = [];
+    const finished: FinishedOutput[] = [];
+
+    // 1. Running requests, in order.
+    const running = this.running;
+    for (let i = 0; i < running.length && budget > 0; i++) {
+      const s = running[i]!;
+      if (s.status !== Status.Running) continue; // preempted earlier in this loop
+      const numTokens = s.promptLen + s.output.length;
+      const n = Math.min(numTokens - s.numComputed, budget);
+      if (n <= 0) continue;
+      const need = Math.ceil((s.numComputed + n) / bs) - s.blocks.length;
+      let ok = true;
+      while (need > bm.numFree) {
+        const victim = this.pickVictim();
+        if (victim === s) {
+          if (this.countRunning() === 1) {
+            // Alone and still out of blocks: the sequence has outgrown the whole cache. vLLM
+            // would spin forever here; end it as a length stop instead.
+            this.finishRunning(s, 'length', finished);
+          } else {
+            this.preempt(s, preempted);
+          }
+          ok = false;
+          break;
+        }
+        if (victim.slot >= 0) {
+          budget += schedNew[victim.slot]!;
+          sched[victim.slot] = null;
+          victim.slot = -1;
+        }
+        this.preempt(victim, preempted);
+      }
+      if (!ok) break;
+      for (let k = 0; k < need; k++) s.blocks.push(bm.allocate());
+      s.slot = sched.length;
+      sched.push(s);
+      schedNew.push(n);
+      budget -= n;
+    }
+
+    // Register the blocks this step fills, now rather than after the step, as vLLM does at
+    // allocation time: a waiting request admitted below can already hit them.
+    if (this.caching) {
+      for (let k = 0; k < sched.length; k++) {
+        const s = sched[k];
+        if (s) this.cacheFullBlocks(s, s.numComputed + schedNew[k]!);
+      }
+    }
+
+    // 2. Waiting requests, unless this step had to preempt (vLLM admits nothing then).
+    if (preempted.length === 0) {
+      let numRunning = this.countRunning();
+      const maxSeqs = this.config.maxNumSeqs;
+      while (budget > 0 && numRunning < maxSeqs) {
+        const s = this.waiting.peek();
+        if (!s) break;
+        const numTokens = s.promptLen + s.output.length;
+        if (Math.ceil(numTokens / bs) > bm.numBlocks) {
+          // Only reachable by a preempted sequence that has outgrown the cache.
+          this.waiting.pop();
+          this.numWaiting--;
+          this.retire(s, 'length', finished);
+          continue;
+        }
+        const hits = this.hitScratch;
+        hits.length = 0;
+        let hitFree = 0;
+        if (this.caching) {
+          const maxBlocks = Math.floor((numTokens - 1) / bs);
+          for (let b = 0; b < maxBlocks; b++) {
+            const blk = bm.lookup(this.hashAt(s, b));
+            if (blk < 0) break;
+            hits.push(blk);
+            if (bm.isFree(blk)) hitFree++;
+          }
+        }
+        const hitTokens = hits.length * bs;
+        const n = Math.min(numTokens - hitTokens, budget);
+        const need = Math.ceil((hitTokens + n) / bs) - hits.length;
+        if (need > bm.numFree - hitFree) break;
+
+        this.waiting.pop();
+        this.numWaiting--;
+        const pendingBefore = this.pendingOf(s);
+        for (let k = 0; k < hits.length; k++) {
+          bm.touch(hits[k]!);
+          s.blocks.push(hits[k]!);
+        }
+        for (let k = 0; k < need; k++) s.blocks.push(bm.allocate());
+        s.numComputed = hitTokens;
+        s.numProcessed = hits.length;
+        this.pendingPrefill += this.pendingOf(s) - pendingBefore;
+        s.status = Status.Running;
+        running.push(s);
+        numRunning++;
+        if (!s.started) {
+          s.started = true;
+          s.cachedPromptTokens = hitTokens;
+          this.counters.promptTokens += s.promptLen;
+          if (this.caching) {
+            this.counters.prefixQueries += s.promptLen;
+            this.counters.prefixHits += hitTokens;
+          }
+          started.push({ id: s.id, cachedPromptTokens: hitTokens });
+        }
+        if (this.caching) this.cacheFullBlocks(s, hitTokens + n);
+        s.slot = sched.length;
+        sched.push(s);
+        schedNew.push(n);
+        budget -= n;
+      }
+    }
+
+    // 3. Execute: advance computed tokens, sample where a sequence is fully computed.
+    const shape: StepShape = { prefill: [], decodeSeqs: 0, decodeContextTokens: 0 };
+    let prefillTokens = 0;
+    let decodeTokens = 0;
+    const tokens = this.emitTokens ? ([] as TokenOutput[]) : NO_TOKENS;
+    const firstTokens: string[] = [];
+    for (let k = 0; k < sched.length; k++) {
+      const s = sched[k];
+      if (!s) continue;
+      s.slot = -1;
+      const n = schedNew[k]!;
+      const numTokens = s.promptLen + s.output.length;
+      const pendingBefore = this.pendingOf(s);
+      const isDecode = n === 1 && s.output.length > 0 && s.numComputed === numTokens - 1;
+      s.numComputed += n;
+      if (isDecode) {
+        shape.decodeSeqs++;
+        shape.decodeContextTokens += s.numComputed;
+        decodeTokens++;
+      } else {
+        shape.prefill.push({ newTokens: n, contextLen: s.numComputed });
+        prefillTokens += n;
+      }
+      if (s.numComputed < numTokens) {
+        this.pendingPrefill += this.pendingOf(s) - pendingBefore;
+        continue; // mid-prefill: nothing to sample yet
+      }
+      const tok = s.sampler(s.ctx);
+      s.output.push(tok);
+      this.pendingPrefill += this.pendingOf(s) - pendingBefore;
+      this.counters.generationTokens++;
+      const index = s.output.length - 1;
+      if (this.emitTokens) tokens.push({ id: s.id, token: tok, index });
+      if (index === 0) firstTokens.push(s.id);
+      if (tok === s.stopToken) this.finishRunning(s, 'stop', finished);
+      else if (s.output.length >= s.maxTokens) this.finishRunning(s, 'length', finished);
+    }
+
+    // Drop finished and preempted requests from the running list, keeping order.
+    let w = 0;
+    for (let i = 0; i < running.length; i++) {
+      const s = running[i]!;
+      if (s.status === Status.Running) running[w++] = s;
+    }
+    running.length = w;
+
+    return {
+      durationMs: this.config.timeModel.stepMs(shape),
+      tokens,
+      firstTokens,
+      finished,
+      preempted,
+      started,
+      prefillTokens,
+      decodeTokens,
+      kvEvents: bm.takeEvents(),
+    };
+  }
+
+  stats(): EngineStats {
+    const bm = this.bm;
+    const c = this.counters;
+    return {
+      running: this.running.length,
+      waiting: this.numWaiting,
+      kvUsage: bm.numUsed / bm.numBlocks,
+      numGpuBlocks: bm.numBlocks,
+      blockSize: this.bs,
+      freeBlocks: bm.numFree,
+      cachedFreeBlocks: bm.numCachedFree,
+      prefixQueries: c.prefixQueries,
+      prefixHits: c.prefixHits,
+      preemptions: c.preemptions,
+      promptTokens: c.promptTokens,
+      generationTokens: c.generationTokens,
+      finished: { ...c.finished },
+    };
+  }
+
+  cachedPrefixTokens(prompt: ArrayLike<number>): number {
+    if (!this.caching) return 0;
+    const bs = this.bs;
+    const maxBlocks = Math.floor((prompt.length - 1) / bs);
+    let parent = this.root;
+    let b = 0;
+    for (; b < maxBlocks; b++) {
+      parent = hashBlock(parent, prompt, b * bs, bs);
+      if (this.bm.lookup(parent) < 0) break;
+    }
+    return b * bs;
+  }
+
+  resetPrefixCache(): void {
+    this.bm.resetFreeCache();
+  }
+
+  // ---- Extras beyond the EngineModel contract (simulation probes, tests) ----
+
+  /** Prompt tokens (or recompute tokens of preempted requests) still to be prefilled. */
+  pendingPrefillTokens(): number {
+    return this.pendingPrefill;
+  }
+
+  /** Requests currently running / waiting. */
+  numRunning(): number {
+    return this.running.length;
+  }
+
+  numWaitingRequests(): number {
+    return this.numWaiting;
+  }
+
+  /** Free blocks, including evictable cached ones. */
+  freeBlocks(): number {
+    return this.bm.numFree;
+  }
+
+  /**
+   * KV events produced outside step() (by resetPrefixCache) and not yet delivered; step() also
+   * delivers them with its own.
+   */
+  takeKvEvents() {
+    return this.bm.takeEvents();
+  }
+
+  /** Every hash currently in the prefix cache (for tests; O(cached blocks)). */
+  cachedBlockHashes(): Set<number> {
+    return this.bm.cachedHashes();
+  }
+
+  /** Blocks held by a live request (for tests), or undefined. */
+  blocksOf(id: string): readonly number[] | undefined {
+    return this.live.get(id)?.blocks;
+  }
+
+  // ---- internals ----
+
+  private countRunning(): number {
+    let n = 0;
+    for (const s of this.running) if (s.status === Status.Running) n++;
+    return n;
+  }
+
+  /** Running request with the largest priority value, latest arrival on ties. */
+  private pickVictim(): Seq {
+    let v: Seq | undefined;
+    for (const s of this.running) {
+      if (s.status !== Status.Running) continue;
+      if (!v || s.priority > v.priority || (s.priority === v.priority && s.arrival > v.arrival)) v = s;
+    }
+    return v!;
+  }
+
+  private preempt(s: Seq, preempted: string[]): void {
+    const before = this.pendingOf(s);
+    this.bm.freeAll(s.blocks);
+    s.blocks = [];
+    s.numComputed = 0;
+    s.numProcessed = 0;
+    s.status = Status.Waiting;
+    s.slot = -1;
+    this.pendingPrefill += this.pendingOf(s) - before;
+    this.waiting.push(s);
+    this.numWaiting++;
+    this.counters.preemptions++;
+    preempted.push(s.id);
+  }
+
+  /** End a running request (it stays in `running` until the step compacts the list). */
+  private finishRunning(s: Seq, reason: FinishReason, finished: FinishedOutput[]): void {
+    this.retire(s, reason, finished);
+  }
+
+  private retire(s: Seq, reason: FinishReason, finished?: FinishedOutput[]): void {
+    this.pendingPrefill -= this.pendingOf(s);
+    this.bm.freeAll(s.blocks);
+    s.blocks = [];
+    s.status = Status.Done;
+    this.live.delete(s.id);
+    this.counters.finished[reason]++;
+    finished?.push({
+      id: s.id,
+      reason,
+      promptTokens: s.promptLen,
+      outputTokens: s.output.length,
+      cachedPromptTokens: s.cachedPromptTokens,
+    });
+  }
+
+  /** Tokens this request still has to prefill (0 when it is decoding or done). */
+  private pendingOf(s: Seq): number {
+    if (s.status === Status.Done) return 0;
+    const numTokens = s.promptLen + s.output.length;
+    const left = numTokens - s.numComputed;
+    return s.output.length > 0 && left === 1 ? 0 : left;
+  }
+
+  /** Content hash of block b of the request's tokens, hashing forward from the last known one. */
+  private hashAt(s: Seq, b: number): number {
+    const hs = s.hashes;
+    while (hs.length <= b) {
+      const i = hs.length;
+      const parent = i === 0 ? this.root : hs[i - 1]!;
+      const start = i * this.bs;
+      const end = start + this.bs;
+      let h: number;
+      if (end <= s.promptLen) {
+        h = hashBlock(parent, s.prompt, start, this.bs);
+      } else {
+        const buf = this.scratch;
+        for (let t = start; t < end; t++) buf[t - start] = this.tokenAt(s, t);
+        h = hashBlock(parent, buf, 0, this.bs);
+      }
+      hs.push(h);
+    }
+    return hs[b]!;
+  }
+
+  private tokenAt(s: Seq, i: number): number {
+    return i < s.promptLen ? s.prompt[i]! : s.output[i - s.promptLen]!;
+  }
+
+  /**
+   * Offer every block that is full once the first `upTo` tokens are computed to the prefix cache,
+   * emitting BlockStored for the ones that become cache entries.
+   */
+  private cacheFullBlocks(s: Seq, upTo: number): void {
+    const full = Math.floor(upTo / this.bs);
+    if (full <= s.numProcessed) return;
+    const bm = this.bm;
+    const events = bm.recordsEvents;
+    let runHashes: number[] | null = null;
+    let runTokens: number[] | null = null;
+    let runParent: number | null = null;
+    for (let b = s.numProcessed; b < full; b++) {
+      const h = this.hashAt(s, b);
+      const stored = bm.cache(s.blocks[b]!, h);
+      if (!events) continue;
+      if (stored) {
+        if (!runHashes) {
+          runHashes = [];
+          runTokens = [];
+          runParent = b === 0 ? null : this.hashAt(s, b - 1);
+        }
+        runHashes.push(h);
+        const start = b * this.bs;
+        for (let t = start; t < start + this.bs; t++) runTokens!.push(this.tokenAt(s, t));
+      } else if (runHashes) {
+        bm.emitStored(runHashes, runParent, runTokens!);
+        runHashes = null;
+      }
+    }
+    if (runHashes) bm.emitStored(runHashes, runParent, runTokens!);
+    s.numProcessed = full;
+  }
+}
