@@ -1,0 +1,88 @@
+/**
+ * Request schemas for the OpenAI surface. Validation checks what kvgate itself reads and what a
+ * worker would reject anyway (so a bad request fails fast, with the field named, without costing
+ * a worker round trip). Objects are loose: fields kvgate does not know pass through to the worker
+ * untouched — the forwarded body is the client's original bytes.
+ */
+import { z } from 'zod';
+
+const nonNegInt = z.int().nonnegative();
+const posInt = z.int().positive();
+
+const stop = z.union([z.string(), z.array(z.string()).max(16)], {
+  error: 'expected a string or an array of strings',
+});
+
+const streamOptions = z.looseObject({ include_usage: z.boolean().optional() }).nullable().optional();
+
+/** Sampling fields shared by both endpoints. */
+const sampling = {
+  model: z.string({ error: 'model is required and must be a string' }).min(1, 'model must not be empty'),
+  stream: z.boolean().nullable().optional(),
+  stream_options: streamOptions,
+  max_tokens: posInt.nullable().optional(),
+  temperature: z.number().min(0).max(2).nullable().optional(),
+  top_p: z.number().min(0).max(1).nullable().optional(),
+  n: posInt.max(128).nullable().optional(),
+  stop: stop.nullable().optional(),
+  presence_penalty: z.number().min(-2).max(2).nullable().optional(),
+  frequency_penalty: z.number().min(-2).max(2).nullable().optional(),
+  seed: z.int().nullable().optional(),
+  user: z.string().optional(),
+  priority: z.int().optional(),
+};
+
+const messageContent = z.union([z.string(), z.array(z.looseObject({ type: z.string() })), z.null()], {
+  error: 'expected a string, an array of content parts or null',
+});
+
+export const chatMessageSchema = z.looseObject({
+  role: z.string({ error: 'role is required and must be a string' }).min(1),
+  content: messageContent.optional(),
+  name: z.string().optional(),
+});
+
+export const chatCompletionRequestSchema = z.looseObject({
+  ...sampling,
+  messages: z.array(chatMessageSchema, { error: 'messages is required and must be an array' }).min(1, 'messages must not be empty'),
+  max_completion_tokens: posInt.nullable().optional(),
+});
+
+const tokenIds = z.array(nonNegInt);
+
+export const completionRequestSchema = z.looseObject({
+  ...sampling,
+  prompt: z.union([z.string(), z.array(z.string()).min(1), tokenIds.min(1), z.array(tokenIds.min(1)).min(1)], {
+    error: 'prompt is required: a string, an array of strings, an array of token ids or an array of such arrays',
+  }),
+  echo: z.boolean().nullable().optional(),
+  logprobs: z.int().min(0).max(20).nullable().optional(),
+});
+
+export type ChatCompletionRequest = z.infer<typeof chatCompletionRequestSchema>;
+export type CompletionRequest = z.infer<typeof completionRequestSchema>;
+
+/** 'messages[0].content' from zod's path array. */
+export function formatPath(path: readonly PropertyKey[]): string {
+  let s = '';
+  for (const p of path) {
+    if (typeof p === 'number') s += `[${p}]`;
+    else s += s === '' ? String(p) : `.${String(p)}`;
+  }
+  return s;
+}
+
+export interface FieldProblem {
+  param: string;
+  message: string;
+}
+
+/** Validate; on failure name the first offending field and say what was wrong. */
+export function validate<T>(schema: z.ZodType<T>, body: unknown): { ok: true; value: T } | ({ ok: false } & FieldProblem) {
+  const r = schema.safeParse(body);
+  if (r.success) return { ok: true, value: r.data };
+  const issue = r.error.issues[0]!;
+  const param = formatPath(issue.path);
+  const message = param ? `Invalid value for '${param}': ${issue.message}` : issue.message;
+  return { ok: false, param, message };
+}

@@ -1,0 +1,210 @@
+/**
+ * Gateway configuration: a YAML or JSON file validated with zod. Every field has a default except
+ * the workers; examples/kvgate.yaml documents each one. A bad file is reported as one line per
+ * problem naming the field path (`pools[0].workers[1].url: Invalid URL`).
+ */
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { formatPath } from './api/schemas.js';
+import type { WorkerIdentity } from './fleet/worker-state.js';
+
+/** The routing policy used when the config names none. */
+export const DEFAULT_POLICY_NAME = 'least-load';
+
+const workerInPool = z.strictObject({
+  url: z.url(),
+  id: z.string().min(1).optional(),
+  numGpuBlocks: z.int().positive().optional(),
+  blockSize: z.int().positive().optional(),
+});
+
+const flatWorker = workerInPool.extend({
+  pool: z.string().min(1).default('default'),
+  model: z.string().min(1),
+});
+
+const pool = z.strictObject({
+  name: z.string().min(1),
+  model: z.string().min(1),
+  workers: z.array(workerInPool).min(1),
+});
+
+const ms = z.number().positive();
+
+export const configSchema = z
+  .strictObject({
+    listen: z
+      .strictObject({
+        host: z.string().min(1).default('127.0.0.1'),
+        port: z.int().min(0).max(65535).default(8080),
+      })
+      .prefault({}),
+    pools: z.array(pool).default([]),
+    workers: z.array(flatWorker).default([]),
+    timeouts: z
+      .strictObject({
+        /** Wait for the first streamed body byte; a worker that says nothing by then is given up on. */
+        firstByteMs: ms.default(30_000),
+        /** Slowest generation rate still considered healthy; sets the default request deadline. */
+        minTokensPerSecond: z.number().positive().default(5),
+        /** A fixed request deadline instead of the derived one. */
+        requestMs: ms.optional(),
+        /** TCP connect timeout to a worker. */
+        connectMs: ms.default(5_000),
+        /** Output length assumed for the deadline when a request sets no max_tokens. */
+        assumedMaxTokens: z.int().positive().default(8192),
+      })
+      .prefault({}),
+    scrape: z
+      .strictObject({
+        intervalMs: ms.default(1_000),
+        timeoutMs: ms.optional(),
+        staleAfterMs: ms.default(5_000),
+      })
+      .prefault({}),
+    health: z
+      .strictObject({
+        intervalMs: ms.default(2_000),
+        timeoutMs: ms.optional(),
+        failuresToMarkDown: z.int().positive().default(3),
+      })
+      .prefault({}),
+    circuitBreaker: z
+      .strictObject({
+        failuresToOpen: z.int().positive().default(5),
+        coolDownMs: ms.default(10_000),
+      })
+      .prefault({}),
+    policy: z
+      .strictObject({
+        name: z.string().min(1).default(DEFAULT_POLICY_NAME),
+        options: z.record(z.string(), z.unknown()).default({}),
+        seed: z.int().optional(),
+      })
+      .prefault({}),
+    limits: z
+      .strictObject({
+        maxBodyBytes: z.int().positive().default(4 * 1024 * 1024),
+        retryAfterSeconds: z.int().positive().default(1),
+      })
+      .prefault({}),
+    retry: z.strictObject({ attempts: z.int().min(0).max(5).default(1) }).prefault({}),
+    upstream: z
+      .strictObject({
+        /** Connections per worker; 0 = no limit (every in-flight stream holds one). */
+        connections: z.int().min(0).default(0),
+        keepAliveTimeoutMs: ms.default(4_000),
+      })
+      .prefault({}),
+    shutdown: z.strictObject({ graceMs: z.number().min(0).default(10_000) }).prefault({}),
+    log: z
+      .strictObject({
+        level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+        pretty: z.boolean().default(false),
+      })
+      .prefault({}),
+  })
+  .superRefine((c, ctx) => {
+    if (c.pools.length === 0 && c.workers.length === 0) {
+      ctx.addIssue({ code: 'custom', path: ['pools'], message: 'at least one worker is required (in pools or workers)' });
+    }
+    if (c.scrape.timeoutMs !== undefined && c.scrape.timeoutMs >= c.scrape.intervalMs) {
+      ctx.addIssue({ code: 'custom', path: ['scrape', 'timeoutMs'], message: 'must be shorter than scrape.intervalMs' });
+    }
+    if (c.health.timeoutMs !== undefined && c.health.timeoutMs >= c.health.intervalMs) {
+      ctx.addIssue({ code: 'custom', path: ['health', 'timeoutMs'], message: 'must be shorter than health.intervalMs' });
+    }
+    const seen = new Map<string, string>();
+    const check = (id: string, path: PropertyKey[]): void => {
+      const prev = seen.get(id);
+      if (prev) ctx.addIssue({ code: 'custom', path, message: `duplicate worker id '${id}' (also ${prev})` });
+      else seen.set(id, formatPath(path));
+    };
+    c.pools.forEach((p, i) =>
+      p.workers.forEach((w, j) => check(w.id ?? `${p.name}-${j}`, ['pools', i, 'workers', j, 'id'])),
+    );
+    c.workers.forEach((w, i) => check(w.id ?? `${w.pool}-w${i}`, ['workers', i, 'id']));
+  });
+
+export type RawConfig = z.input<typeof configSchema>;
+type Parsed = z.output<typeof configSchema>;
+
+export interface GatewayConfig extends Omit<Parsed, 'pools' | 'workers' | 'scrape' | 'health'> {
+  /** Every worker, pools flattened, ids resolved. */
+  workers: WorkerIdentity[];
+  scrape: Parsed['scrape'] & { timeoutMs: number };
+  health: Parsed['health'] & { timeoutMs: number };
+}
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration:\n${problems.map((p) => `  ${p}`).join('\n')}`);
+  }
+}
+
+/** Validate a config object (already parsed from YAML/JSON). Throws ConfigError. */
+export function parseConfig(input: unknown): GatewayConfig {
+  const r = configSchema.safeParse(input ?? {});
+  if (!r.success) {
+    throw new ConfigError(
+      r.error.issues.map((i) => {
+        const path = formatPath(i.path);
+        return path ? `${path}: ${i.message}` : i.message;
+      }),
+    );
+  }
+  const c = r.data;
+  const workers: WorkerIdentity[] = [];
+  for (const p of c.pools) {
+    p.workers.forEach((w, j) =>
+      workers.push({
+        id: w.id ?? `${p.name}-${j}`,
+        url: stripSlash(w.url),
+        pool: p.name,
+        model: p.model,
+        numGpuBlocks: w.numGpuBlocks,
+        blockSize: w.blockSize,
+      }),
+    );
+  }
+  c.workers.forEach((w, i) =>
+    workers.push({
+      id: w.id ?? `${w.pool}-w${i}`,
+      url: stripSlash(w.url),
+      pool: w.pool,
+      model: w.model,
+      numGpuBlocks: w.numGpuBlocks,
+      blockSize: w.blockSize,
+    }),
+  );
+  const { pools: _p, workers: _w, ...rest } = c;
+  return {
+    ...rest,
+    workers,
+    // A timeout shorter than the interval keeps one worker's checks from ever overlapping.
+    scrape: { ...c.scrape, timeoutMs: c.scrape.timeoutMs ?? Math.floor(c.scrape.intervalMs * 0.8) },
+    health: { ...c.health, timeoutMs: c.health.timeoutMs ?? Math.floor(c.health.intervalMs * 0.8) },
+  };
+}
+
+/** Read and validate a YAML or JSON config file. Throws ConfigError (also for unreadable files). */
+export function loadConfigFile(path: string): GatewayConfig {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    throw new ConfigError([`cannot read ${path}: ${(e as Error).message}`]);
+  }
+  let data: unknown;
+  try {
+    data = parseYaml(text);
+  } catch (e) {
+    throw new ConfigError([`${path} is not valid YAML/JSON: ${(e as Error).message.split('\n')[0]}`]);
+  }
+  return parseConfig(data);
+}
+
+function stripSlash(u: string): string {
+  return u.endsWith('/') ? u.slice(0, -1) : u;
+}

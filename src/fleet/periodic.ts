@@ -1,0 +1,46 @@
+/**
+ * Runs an async task per worker on an interval, never overlapping with itself: the next run is
+ * scheduled only when the previous one has finished (at `intervalMs` after it started, or at once
+ * if it overran). Timers are unref'd so a watcher never keeps a process alive on its own.
+ */
+export class PerWorkerLoop<W extends { id: string }> {
+  private readonly timers = new Map<string, NodeJS.Timeout>();
+  private running = false;
+
+  constructor(
+    private readonly workers: readonly W[],
+    private readonly intervalMs: number,
+    private readonly task: (w: W) => Promise<void>,
+  ) {}
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    for (const w of this.workers) this.schedule(w, 0);
+  }
+
+  stop(): void {
+    this.running = false;
+    for (const t of this.timers.values()) clearTimeout(t);
+    this.timers.clear();
+  }
+
+  /** Run the task for every worker now (tests, startup). Does not disturb the schedule. */
+  async runOnce(): Promise<void> {
+    await Promise.all(this.workers.map((w) => this.task(w).catch(() => undefined)));
+  }
+
+  private schedule(w: W, delay: number): void {
+    const t = setTimeout(() => {
+      const started = performance.now();
+      this.task(w)
+        .catch(() => undefined)
+        .finally(() => {
+          if (!this.running) return;
+          this.schedule(w, Math.max(0, this.intervalMs - (performance.now() - started)));
+        });
+    }, delay);
+    t.unref();
+    this.timers.set(w.id, t);
+  }
+}

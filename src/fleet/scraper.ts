@@ -1,0 +1,91 @@
+/**
+ * Polls each worker's /metrics and turns it into WorkerState snapshots. A failed, slow or garbage
+ * scrape marks the worker's data as failed (the old snapshot goes stale and policies fall back to
+ * the gateway's own accounting); it never throws into the request path.
+ */
+import type { Clock } from '../util/clock.js';
+import { PerWorkerLoop } from './periodic.js';
+import { parsePromText } from './prom-text.js';
+import type { Upstreams } from './upstreams.js';
+import { snapshotFromSamples } from './vllm-metrics.js';
+import type { WorkerState } from './worker-state.js';
+
+export interface ScraperOptions {
+  intervalMs: number;
+  timeoutMs: number;
+  clock: Clock;
+  upstreams: Upstreams;
+  /** Every scrape's outcome (error = null on success). */
+  onResult?: (w: WorkerState, error: string | null) => void;
+}
+
+/** Metrics pages larger than this are refused (a sane vLLM page is tens of KiB). */
+const MAX_METRICS_BYTES = 8 * 1024 * 1024;
+
+export class MetricsScraper {
+  private readonly loop: PerWorkerLoop<WorkerState>;
+
+  constructor(
+    workers: readonly WorkerState[],
+    private readonly opts: ScraperOptions,
+  ) {
+    this.loop = new PerWorkerLoop(workers, opts.intervalMs, (w) => this.scrape(w));
+  }
+
+  start(): void {
+    this.loop.start();
+  }
+
+  stop(): void {
+    this.loop.stop();
+  }
+
+  scrapeAll(): Promise<void> {
+    return this.loop.runOnce();
+  }
+
+  async scrape(w: WorkerState): Promise<void> {
+    let error: string | null = null;
+    try {
+      const text = await fetchText(this.opts.upstreams, w, '/metrics', this.opts.timeoutMs, MAX_METRICS_BYTES);
+      w.applySnapshot(snapshotFromSamples(parsePromText(text), this.opts.clock.now()));
+    } catch (e) {
+      error = (e as Error).message || String(e);
+      w.markScrapeFailed(this.opts.clock.now(), error);
+    }
+    this.opts.onResult?.(w, error);
+  }
+}
+
+/** GET a worker path with a timeout; throws on non-2xx, oversize or timeout. */
+export async function fetchText(
+  upstreams: Upstreams,
+  w: WorkerState,
+  path: string,
+  timeoutMs: number,
+  maxBytes: number,
+): Promise<string> {
+  const signal = AbortSignal.timeout(timeoutMs);
+  const base = new URL(w.url).pathname.replace(/\/$/, '');
+  try {
+    const r = await upstreams.for(w.id, w.url).request({ method: 'GET', path: base + path, signal });
+    if (r.statusCode < 200 || r.statusCode >= 300) {
+      await r.body.dump();
+      throw new Error(`${path} answered ${r.statusCode}`);
+    }
+    let size = 0;
+    const parts: Buffer[] = [];
+    for await (const c of r.body) {
+      size += (c as Buffer).length;
+      if (size > maxBytes) {
+        r.body.destroy();
+        throw new Error(`${path} larger than ${maxBytes} bytes`);
+      }
+      parts.push(c as Buffer);
+    }
+    return Buffer.concat(parts).toString('utf8');
+  } catch (e) {
+    if (signal.aborted) throw new Error(`${path} timed out after ${timeoutMs} ms`);
+    throw e;
+  }
+}

@@ -1,0 +1,117 @@
+/**
+ * Reduce a vLLM /metrics scrape to the MetricsSnapshot routing uses. Understands the V1 names and
+ * the older ones they replaced (vllm:gpu_cache_usage_perc, vllm:gpu_prefix_cache_*), counters with
+ * or without the `_total` suffix, and data-parallel engines (the `engine` label): loads and
+ * capacities are summed over engines, KV usage is the block-weighted mean.
+ */
+import type { MetricsSnapshot } from './worker-state.js';
+import type { Sample } from './prom-text.js';
+
+export class MetricsShapeError extends Error {}
+
+/** Prometheus clients append `_total` to counters; vLLM's docs name them without it. */
+function baseName(name: string): string {
+  return name.endsWith('_total') ? name.slice(0, -6) : name;
+}
+
+interface EngineAcc {
+  kv?: number;
+  blocks?: number;
+}
+
+export function snapshotFromSamples(samples: readonly Sample[], at: number): MetricsSnapshot {
+  const sums = new Map<string, number>();
+  const add = (k: string, v: number): void => {
+    if (Number.isFinite(v)) sums.set(k, (sums.get(k) ?? 0) + v);
+  };
+  const engines = new Map<string, EngineAcc>();
+  const engine = (s: Sample): EngineAcc => {
+    const key = s.labels['engine'] ?? '0';
+    let e = engines.get(key);
+    if (!e) engines.set(key, (e = {}));
+    return e;
+  };
+  let sawKv = false;
+  let sawNewKv = false;
+  let blockSize: number | undefined;
+
+  for (const s of samples) {
+    if (!s.name.startsWith('vllm:')) continue;
+    const n = baseName(s.name);
+    switch (n) {
+      case 'vllm:kv_cache_usage_perc':
+        // The V1 name wins when a worker exports both.
+        if (!sawNewKv) for (const e of engines.values()) e.kv = undefined;
+        sawKv = sawNewKv = true;
+        engine(s).kv = s.value;
+        break;
+      case 'vllm:gpu_cache_usage_perc':
+        if (sawNewKv) break;
+        sawKv = true;
+        engine(s).kv = s.value;
+        break;
+      case 'vllm:num_requests_running':
+      case 'vllm:num_requests_waiting':
+      case 'vllm:num_preemptions':
+      case 'vllm:spec_decode_num_drafts':
+      case 'vllm:spec_decode_num_draft_tokens':
+      case 'vllm:spec_decode_num_accepted_tokens':
+        add(n, s.value);
+        break;
+      case 'vllm:prefix_cache_queries':
+      case 'vllm:gpu_prefix_cache_queries':
+        add('queries:' + n, s.value);
+        break;
+      case 'vllm:prefix_cache_hits':
+      case 'vllm:gpu_prefix_cache_hits':
+        add('hits:' + n, s.value);
+        break;
+      case 'vllm:cache_config_info': {
+        const nb = Number(s.labels['num_gpu_blocks']);
+        if (Number.isFinite(nb) && nb > 0) engine(s).blocks = nb;
+        const bs = Number(s.labels['block_size']);
+        if (Number.isFinite(bs) && bs > 0) blockSize = bs;
+        break;
+      }
+    }
+  }
+  if (!sawKv) throw new MetricsShapeError('no vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc in scrape');
+
+  let kvWeighted = 0;
+  let weight = 0;
+  let blocks = 0;
+  let allBlocksKnown = true;
+  for (const e of engines.values()) {
+    if (e.kv === undefined) continue;
+    if (!Number.isFinite(e.kv) || e.kv < 0 || e.kv > 1.0001) {
+      throw new MetricsShapeError(`KV cache usage out of range: ${e.kv}`);
+    }
+    const w = e.blocks ?? 1;
+    if (e.blocks === undefined) allBlocksKnown = false;
+    kvWeighted += e.kv * w;
+    weight += w;
+    blocks += e.blocks ?? 0;
+  }
+  const snap: MetricsSnapshot = {
+    at,
+    kvUsage: weight > 0 ? Math.min(1, kvWeighted / weight) : 0,
+    running: sums.get('vllm:num_requests_running') ?? 0,
+    waiting: sums.get('vllm:num_requests_waiting') ?? 0,
+  };
+  if (allBlocksKnown && blocks > 0) snap.numGpuBlocks = blocks;
+  if (blockSize !== undefined) snap.blockSize = blockSize;
+  // Prefer the V1 counter names; fall back to the deprecated ones.
+  const q = sums.get('queries:vllm:prefix_cache_queries') ?? sums.get('queries:vllm:gpu_prefix_cache_queries');
+  const h = sums.get('hits:vllm:prefix_cache_hits') ?? sums.get('hits:vllm:gpu_prefix_cache_hits');
+  if (q !== undefined) snap.prefixQueries = q;
+  if (h !== undefined) snap.prefixHits = h;
+  const opt = (k: string, f: 'preemptions' | 'specDrafts' | 'specDraftTokens' | 'specAcceptedTokens'): void => {
+    const v = sums.get(k);
+    if (v !== undefined) snap[f] = v;
+  };
+  opt('vllm:num_preemptions', 'preemptions');
+  opt('vllm:spec_decode_num_drafts', 'specDrafts');
+  opt('vllm:spec_decode_num_draft_tokens', 'specDraftTokens');
+  opt('vllm:spec_decode_num_accepted_tokens', 'specAcceptedTokens');
+  return snap;
+}

@@ -1,0 +1,62 @@
+/**
+ * Everything the gateway knows about one inference request as it moves through the pipeline.
+ * Stages read and extend it; the proxy consumes it.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ChatCompletionRequest, CompletionRequest } from '../api/schemas.js';
+import type { WorkerState } from '../fleet/worker-state.js';
+import type { RouteDecision, RouteRequest } from '../scheduler/types.js';
+
+export type InferenceKind = 'chat' | 'completions';
+
+export interface RequestContext {
+  id: string;
+  kind: InferenceKind;
+  /** The URL path, e.g. '/v1/chat/completions' (also forwarded to the worker). */
+  path: string;
+  req: IncomingMessage;
+  res: ServerResponse;
+  /** Clock time the request arrived (ms). */
+  startedAt: number;
+
+  /** The client's body exactly as received: forwarded unchanged unless `bodyModified`. */
+  rawBody: Buffer;
+  /** The validated body. A stage that changes it must set `bodyModified` (the proxy re-serialises). */
+  body: ChatCompletionRequest | CompletionRequest;
+  bodyModified: boolean;
+
+  model: string;
+  stream: boolean;
+  /** max_tokens (chat: max_completion_tokens first) or the configured assumption when absent. */
+  maxTokens: number;
+  maxTokensExplicit: boolean;
+  /** Clock time by which the response must be complete. */
+  deadlineAt: number;
+
+  /** What the routing policy sees. Built once, before the stages run. */
+  routeRequest: RouteRequest;
+  /** Workers the request may be routed to (the model's workers; a stage may narrow or swap them). */
+  candidates: readonly WorkerState[];
+
+  /** Free-form per-request state for stages (admission ticket, cache key, ...). */
+  state: Map<string, unknown>;
+  /** Called with every upstream body chunk relayed to the client (e.g. to fill a response cache). */
+  taps: Array<(chunk: Buffer) => void>;
+  /** Called once when the request is over, whatever the outcome. */
+  onFinish: Array<(ctx: RequestContext) => void>;
+
+  // Outcome, filled as the request proceeds.
+  /** True once the client went away (or the gateway gave up on it at shutdown). */
+  aborted: boolean;
+  abortReason: 'client' | 'shutdown' | null;
+  attempts: number;
+  decision: RouteDecision | null;
+  workerId: string | null;
+  upstreamStatus: number | null;
+  /** Final status reported to metrics/logs (499 = client went away). */
+  status: number;
+  /** ms from arrival to the first body byte relayed. */
+  ttftMs: number | null;
+  /** Set while an upstream attempt is running: aborts it. */
+  abortUpstream: ((reason: 'client' | 'shutdown') => void) | null;
+}

@@ -1,0 +1,210 @@
+/**
+ * createGateway: assembles the worker registry, the fleet watchers (metrics scraper, health
+ * prober, circuit breakers), the router with the configured policy, the proxy, telemetry and the
+ * HTTP server. Embedded by `kvgate serve`, `kvgate demo` and the tests.
+ */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { GatewayConfig } from '../config.js';
+import type { BreakerState } from '../fleet/circuit-breaker.js';
+import { HealthProber } from '../fleet/health.js';
+import { WorkerRegistry, type WorkerDescriber } from '../fleet/registry.js';
+import { MetricsScraper } from '../fleet/scraper.js';
+import { Upstreams } from '../fleet/upstreams.js';
+import type { WorkerState } from '../fleet/worker-state.js';
+import { createPolicy } from '../scheduler/policies.js';
+import { Router } from '../scheduler/router.js';
+import { createLogger, flushLogger, type Logger } from '../telemetry/logger.js';
+import { GatewayMetrics } from '../telemetry/metrics.js';
+import { estimateTokenizer } from '../tokenizer/estimate.js';
+import type { Tokenizer } from '../tokenizer/types.js';
+import { systemClock, type Clock } from '../util/clock.js';
+import { seededRng, type Rng } from '../util/rng.js';
+import type { RequestContext } from './context.js';
+import { createHandler } from './handler.js';
+import { Proxy } from './proxy.js';
+import type { GatewayStage } from './stages.js';
+
+export interface GatewayOptions {
+  clock?: Clock;
+  logger?: Logger;
+  rng?: Rng;
+  /** Tokenizer per model (default: the shared `estimate` tokenizer for every model). */
+  tokenizerFor?: (model: string) => Tokenizer;
+  /** Start the scraper and health prober with start() (default true; tests may drive them by hand). */
+  watchFleet?: boolean;
+}
+
+export interface Gateway {
+  readonly config: GatewayConfig;
+  readonly registry: WorkerRegistry;
+  readonly router: Router;
+  readonly metrics: GatewayMetrics;
+  readonly scraper: MetricsScraper;
+  readonly health: HealthProber;
+  readonly logger: Logger;
+  readonly server: Server;
+  /** Add a pipeline stage between validation and routing (admission, cache, speculation). */
+  use(stage: GatewayStage): void;
+  /** Add fields to each worker's /admin/workers entry. */
+  addWorkerDescriber(d: WorkerDescriber): void;
+  /** Requests being handled right now. */
+  readonly inflight: number;
+  start(): Promise<{ url: string; port: number }>;
+  /**
+   * Stop accepting, let in-flight requests finish within `shutdown.graceMs`, end the rest with a
+   * clean error, stop watching the fleet, release all sockets.
+   */
+  close(): Promise<void>;
+}
+
+export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}): Gateway {
+  const clock = opts.clock ?? systemClock;
+  const logger = opts.logger ?? createLogger({ level: config.log.level, pretty: config.log.pretty });
+  const rng = opts.rng ?? seededRng(config.policy.seed ?? (Math.random() * 2 ** 32) >>> 0);
+  const now = (): number => clock.now();
+
+  let metrics: GatewayMetrics | null = null;
+  const registry = new WorkerRegistry(config.workers, {
+    staleAfterMs: config.scrape.staleAfterMs,
+    now,
+    breaker: {
+      failuresToOpen: config.circuitBreaker.failuresToOpen,
+      coolDownMs: config.circuitBreaker.coolDownMs,
+      onTransition: (w: WorkerState, to: BreakerState) => {
+        metrics?.breakerTransitions.labels(w.id, to).inc();
+        logger[to === 'open' ? 'warn' : 'info']({ worker: w.id, state: to }, 'circuit breaker');
+      },
+    },
+  });
+  metrics = new GatewayMetrics(registry, config.scrape.staleAfterMs, now);
+  const m = metrics;
+
+  const policy = createPolicy(config.policy.name, config.policy.options);
+  const router = new Router({ policy, clock, rng, staleAfterMs: config.scrape.staleAfterMs });
+  const describeWorker = (policy as { describeWorker?: WorkerDescriber }).describeWorker;
+  if (typeof describeWorker === 'function') registry.addDescriber((w) => describeWorker.call(policy, w));
+
+  const upstreams = new Upstreams({
+    connections: config.upstream.connections,
+    keepAliveTimeoutMs: config.upstream.keepAliveTimeoutMs,
+    connectTimeoutMs: config.timeouts.connectMs,
+  });
+  const scraper = new MetricsScraper(registry.workers, {
+    intervalMs: config.scrape.intervalMs,
+    timeoutMs: config.scrape.timeoutMs,
+    clock,
+    upstreams,
+    onResult: (w, error) => {
+      if (error !== null) {
+        m.scrapeFailures.labels(w.id).inc();
+        logger.debug({ worker: w.id, error }, 'metrics scrape failed');
+      }
+    },
+  });
+  const health = new HealthProber(registry.workers, {
+    intervalMs: config.health.intervalMs,
+    timeoutMs: config.health.timeoutMs,
+    failuresToMarkDown: config.health.failuresToMarkDown,
+    upstreams,
+    onChange: (w, healthy, reason) =>
+      logger[healthy ? 'info' : 'warn']({ worker: w.id, healthy, reason: reason ?? undefined }, 'worker health'),
+  });
+
+  const proxy = new Proxy({
+    router,
+    fleet: registry,
+    upstreams,
+    metrics: m,
+    clock,
+    firstByteMs: config.timeouts.firstByteMs,
+    retries: config.retry.attempts,
+    retryAfterSeconds: config.limits.retryAfterSeconds,
+  });
+
+  const stages: GatewayStage[] = [];
+  const active = new Set<RequestContext>();
+  let closing = false;
+  const handler = createHandler({
+    config,
+    fleet: registry,
+    proxy,
+    metrics: m,
+    logger,
+    clock,
+    stages,
+    tokenizerFor: opts.tokenizerFor ?? (() => estimateTokenizer),
+    active,
+    isClosing: () => closing,
+  });
+
+  const server = createServer({ keepAliveTimeout: 65_000 }, handler);
+  // Long generations are bounded by the request deadline, not by Node's default request timeout.
+  server.requestTimeout = 0;
+  server.headersTimeout = 60_000;
+
+  let started: { url: string; port: number } | null = null;
+  let closed: Promise<void> | null = null;
+
+  return {
+    config,
+    registry,
+    router,
+    metrics: m,
+    scraper,
+    health,
+    logger,
+    server,
+    use: (stage) => void stages.push(stage),
+    addWorkerDescriber: (d) => registry.addDescriber(d),
+    get inflight() {
+      return active.size;
+    },
+    async start() {
+      if (started) return started;
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(config.listen.port, config.listen.host, () => {
+          server.off('error', reject);
+          resolve();
+        });
+      });
+      if (opts.watchFleet !== false) {
+        scraper.start();
+        health.start();
+      }
+      const addr = server.address() as AddressInfo;
+      const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+      started = { url: `http://${host}:${addr.port}`, port: addr.port };
+      logger.info({ url: started.url, workers: registry.workers.length, policy: policy.name }, 'kvgate listening');
+      return started;
+    },
+    close() {
+      closed ??= (async () => {
+        closing = true;
+        const serverClosed = new Promise<void>((resolve) => server.close(() => resolve()));
+        server.closeIdleConnections();
+        const graceEnd = Date.now() + config.shutdown.graceMs;
+        while (active.size > 0 && Date.now() < graceEnd) await sleep(20);
+        for (const ctx of active) {
+          ctx.aborted = true;
+          ctx.abortReason = 'shutdown';
+          ctx.abortUpstream?.('shutdown');
+        }
+        while (active.size > 0 && Date.now() < graceEnd + 2_000) await sleep(10);
+        scraper.stop();
+        health.stop();
+        registry.close();
+        server.closeAllConnections();
+        if (started) await serverClosed;
+        await upstreams.close();
+        flushLogger(logger);
+      })();
+      return closed;
+    },
+  };
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}

@@ -1,0 +1,241 @@
+/**
+ * The HTTP surface: dispatches a request by path and method, and runs inference requests through
+ * read → parse → validate → prepare → stages → proxy, answering every failure with an OpenAI
+ * error body. Each accepted request is accounted exactly once (metrics, one log line).
+ */
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { readBody } from '../api/body.js';
+import { ApiError, errors, sendError } from '../api/errors.js';
+import { chatCompletionRequestSchema, completionRequestSchema, validate } from '../api/schemas.js';
+import type { GatewayConfig } from '../config.js';
+import type { WorkerRegistry } from '../fleet/registry.js';
+import type { Logger } from '../telemetry/logger.js';
+import type { GatewayMetrics } from '../telemetry/metrics.js';
+import type { Tokenizer } from '../tokenizer/types.js';
+import type { Clock } from '../util/clock.js';
+import type { InferenceKind, RequestContext } from './context.js';
+import { buildRouteRequest, preparePrompt, requestBudgetMs } from './prepare.js';
+import type { Proxy } from './proxy.js';
+import { runStages, type GatewayStage } from './stages.js';
+
+export interface HandlerDeps {
+  config: GatewayConfig;
+  fleet: WorkerRegistry;
+  proxy: Proxy;
+  metrics: GatewayMetrics;
+  logger: Logger;
+  clock: Clock;
+  stages: GatewayStage[];
+  tokenizerFor: (model: string) => Tokenizer;
+  /** Requests in progress (for graceful shutdown). */
+  active: Set<RequestContext>;
+  isClosing: () => boolean;
+}
+
+const REQUEST_ID_OK = /^[A-Za-z0-9._:-]{1,128}$/;
+
+const INFERENCE: Record<string, InferenceKind> = {
+  '/v1/chat/completions': 'chat',
+  '/v1/completions': 'completions',
+};
+
+const GET_ROUTES = new Set(['/v1/models', '/health', '/ready', '/metrics', '/admin/workers']);
+
+export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
+  const { config, fleet, metrics } = deps;
+  const modelsBody = (): string =>
+    JSON.stringify({
+      object: 'list',
+      data: fleet.models().map((id) => ({
+        id,
+        object: 'model',
+        created: 0,
+        owned_by: 'kvgate',
+        pools: [...new Set(fleet.forModel(id)!.map((w) => w.pool))],
+      })),
+    });
+
+  const json = (res: ServerResponse, status: number, payload: string): void => {
+    res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) });
+    res.end(payload);
+  };
+
+  return (req, res) => {
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q === -1 ? url : url.slice(0, q);
+    const kind = INFERENCE[path];
+    if (kind !== undefined) {
+      if (req.method !== 'POST') return sendError(res, errors.methodNotAllowed(req.method ?? '?', path, 'POST'));
+      void handleInference(deps, kind, path, req, res);
+      return;
+    }
+    if (GET_ROUTES.has(path)) {
+      if (req.method !== 'GET' && req.method !== 'HEAD') {
+        return sendError(res, errors.methodNotAllowed(req.method ?? '?', path, 'GET, HEAD'));
+      }
+      switch (path) {
+        case '/health':
+          return json(res, 200, '{"status":"ok"}');
+        case '/ready': {
+          const ok = !deps.isClosing() && fleet.anyRoutable();
+          return json(res, ok ? 200 : 503, JSON.stringify({ status: ok ? 'ready' : 'not_ready' }));
+        }
+        case '/v1/models':
+          return json(res, 200, modelsBody());
+        case '/admin/workers':
+          return json(res, 200, JSON.stringify(fleet.describeAll()));
+        case '/metrics':
+          metrics.registry.metrics().then(
+            (text) => {
+              res.writeHead(200, { 'content-type': metrics.registry.contentType });
+              res.end(text);
+            },
+            (e: Error) => sendError(res, errors.internal(e.message)),
+          );
+          return;
+      }
+    }
+    sendError(res, errors.routeNotFound(path));
+  };
+
+  async function handleInference(
+    d: HandlerDeps,
+    kind: InferenceKind,
+    path: string,
+    req: IncomingMessage,
+    res: ServerResponse,
+  ): Promise<void> {
+    const startedAt = d.clock.now();
+    const given = req.headers['x-request-id'];
+    const id = typeof given === 'string' && REQUEST_ID_OK.test(given) ? given : randomUUID();
+    const ctx = {
+      id,
+      kind,
+      path,
+      req,
+      res,
+      startedAt,
+      rawBody: EMPTY,
+      bodyModified: false,
+      model: '',
+      stream: false,
+      maxTokens: 0,
+      maxTokensExplicit: false,
+      deadlineAt: Infinity,
+      state: new Map(),
+      taps: [],
+      onFinish: [],
+      aborted: false,
+      abortReason: null,
+      attempts: 0,
+      decision: null,
+      workerId: null,
+      upstreamStatus: null,
+      status: 0,
+      ttftMs: null,
+      abortUpstream: null,
+    } as unknown as RequestContext;
+    d.active.add(ctx);
+    metrics.inflight.inc();
+    const onClose = (): void => {
+      if (res.writableFinished) return;
+      ctx.aborted = true;
+      ctx.abortReason ??= 'client';
+      ctx.abortUpstream?.('client');
+    };
+    res.on('close', onClose);
+    try {
+      if (d.isClosing()) throw errors.shuttingDown();
+      const read = await readBody(req, config.limits.maxBodyBytes);
+      if (!read.ok) {
+        if (read.reason === 'aborted') {
+          ctx.aborted = true;
+          ctx.status = 499;
+          return;
+        }
+        // The rest of the body is never read: close the connection after answering.
+        throw new ApiError(413, 'invalid_request_error', 'request_too_large',
+          `request body exceeds the limit of ${config.limits.maxBodyBytes} bytes`, null, { connection: 'close' });
+      }
+      ctx.rawBody = read.body;
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(read.body.toString('utf8'));
+      } catch (e) {
+        throw errors.invalidJson((e as Error).message);
+      }
+      const v =
+        kind === 'chat' ? validate(chatCompletionRequestSchema, parsed) : validate(completionRequestSchema, parsed);
+      if (!v.ok) throw errors.invalidField(v.param, v.message);
+      const body = v.value;
+      ctx.body = body;
+      ctx.model = body.model;
+      ctx.stream = body.stream === true;
+      const workers = fleet.forModel(body.model);
+      if (!workers) throw errors.modelNotFound(body.model);
+      ctx.candidates = workers;
+      const prompt = preparePrompt(kind, body, d.tokenizerFor(body.model), config.timeouts.assumedMaxTokens);
+      ctx.maxTokens = prompt.maxTokens;
+      ctx.maxTokensExplicit = prompt.maxTokensExplicit;
+      ctx.deadlineAt = startedAt + requestBudgetMs(prompt.maxTokens, config.timeouts);
+      ctx.routeRequest = buildRouteRequest(id, body.model, body, req, prompt);
+
+      if (d.stages.length > 0 && (await runStages(d.stages, ctx)) === 'handled') {
+        if (ctx.status === 0) ctx.status = ctx.aborted ? 499 : res.statusCode;
+        return;
+      }
+      if (ctx.aborted) {
+        ctx.status = 499;
+        return;
+      }
+      await d.proxy.forward(ctx);
+      if (ctx.aborted && ctx.status === 0) ctx.status = 499;
+    } catch (e) {
+      const err = e instanceof ApiError ? e : errors.internal((e as Error)?.message ?? String(e));
+      if (!(e instanceof ApiError)) d.logger.error({ err: e, id }, 'unexpected error handling request');
+      ctx.status = ctx.abortReason === 'client' ? 499 : err.status;
+      if (!res.headersSent && !res.destroyed) sendError(res, err, { 'x-request-id': id });
+      else if (!res.writableEnded) res.destroy();
+    } finally {
+      res.off('close', onClose);
+      finishRequest(d, ctx);
+    }
+  }
+}
+
+const EMPTY = Buffer.alloc(0);
+
+function finishRequest(d: HandlerDeps, ctx: RequestContext): void {
+  d.active.delete(ctx);
+  const m = d.metrics;
+  m.inflight.dec();
+  const route = ctx.kind;
+  const model = ctx.model || 'unknown';
+  const durationMs = d.clock.now() - ctx.startedAt;
+  m.requests.labels(route, model, String(ctx.status)).inc();
+  m.duration.labels(route, model).observe(durationMs / 1000);
+  if (ctx.ttftMs !== null) m.ttft.labels(route, model).observe(ctx.ttftMs / 1000);
+  for (const f of ctx.onFinish) {
+    try {
+      f(ctx);
+    } catch (e) {
+      d.logger.warn({ err: e, id: ctx.id }, 'onFinish hook failed');
+    }
+  }
+  d.logger.info(
+    {
+      id: ctx.id,
+      route,
+      model: ctx.model || undefined,
+      stream: ctx.stream,
+      worker: ctx.workerId ?? undefined,
+      attempts: ctx.attempts,
+      status: ctx.status,
+      ttftMs: ctx.ttftMs === null ? undefined : Math.round(ctx.ttftMs * 10) / 10,
+      durationMs: Math.round(durationMs * 10) / 10,
+    },
+    'request',
+  );
+}

@@ -1,0 +1,92 @@
+/**
+ * Turns a validated request body into what routing needs: the prompt as the worker will see it,
+ * its tokens, the output budget, the session key and the deadline.
+ */
+import type { IncomingMessage } from 'node:http';
+import type { ChatCompletionRequest, CompletionRequest } from '../api/schemas.js';
+import type { RouteRequest } from '../scheduler/types.js';
+import { renderChat } from '../tokenizer/chat-template.js';
+import type { Tokenizer } from '../tokenizer/types.js';
+import type { InferenceKind } from './context.js';
+
+/** vLLM's default max_tokens for /v1/completions. */
+export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
+
+export interface DeadlinePolicy {
+  firstByteMs: number;
+  minTokensPerSecond: number;
+  /** A fixed deadline instead of the derived one. */
+  requestMs?: number;
+}
+
+/**
+ * Time a request may take: the first-byte allowance plus max_tokens at the slowest acceptable
+ * rate, so a long generation at a healthy pace is never cut off (e.g. defaults 30 s + 5 tok/s:
+ * 4,096 tokens → 849 s).
+ */
+export function requestBudgetMs(maxTokens: number, p: DeadlinePolicy): number {
+  if (p.requestMs !== undefined) return p.requestMs;
+  return p.firstByteMs + (maxTokens / p.minTokensPerSecond) * 1000;
+}
+
+export interface PreparedPrompt {
+  promptText: string;
+  promptTokens: ArrayLike<number>;
+  maxTokens: number;
+  maxTokensExplicit: boolean;
+}
+
+export function preparePrompt(
+  kind: InferenceKind,
+  body: ChatCompletionRequest | CompletionRequest,
+  tokenizer: Tokenizer,
+  assumedMaxTokens: number,
+): PreparedPrompt {
+  if (kind === 'chat') {
+    const b = body as ChatCompletionRequest;
+    const promptText = renderChat(b.messages);
+    const explicit = b.max_completion_tokens ?? b.max_tokens ?? undefined;
+    return {
+      promptText,
+      promptTokens: tokenizer.encode(promptText),
+      maxTokens: explicit ?? assumedMaxTokens,
+      maxTokensExplicit: explicit !== undefined,
+    };
+  }
+  const b = body as CompletionRequest;
+  const explicit = b.max_tokens ?? undefined;
+  const maxTokens = explicit ?? COMPLETIONS_DEFAULT_MAX_TOKENS;
+  const p = b.prompt;
+  // A batch of prompts is routed on its first: they usually share a prefix and go to one worker.
+  if (typeof p === 'string') {
+    return { promptText: p, promptTokens: tokenizer.encode(p), maxTokens, maxTokensExplicit: explicit !== undefined };
+  }
+  const first = p[0]!;
+  if (typeof first === 'string') {
+    return { promptText: first, promptTokens: tokenizer.encode(first), maxTokens, maxTokensExplicit: explicit !== undefined };
+  }
+  const ids = typeof first === 'number' ? (p as number[]) : (first as number[]);
+  return { promptText: tokenizer.decode(ids), promptTokens: ids, maxTokens, maxTokensExplicit: explicit !== undefined };
+}
+
+export function buildRouteRequest(
+  id: string,
+  model: string,
+  body: ChatCompletionRequest | CompletionRequest,
+  req: IncomingMessage,
+  prompt: PreparedPrompt,
+): RouteRequest {
+  const header = req.headers['x-session-id'];
+  const sessionKey = body.user ?? (typeof header === 'string' && header !== '' ? header : undefined);
+  const rr: RouteRequest = {
+    id,
+    model,
+    promptText: prompt.promptText,
+    promptTokens: prompt.promptTokens,
+    maxTokens: prompt.maxTokens,
+    memo: new Map(),
+  };
+  if (sessionKey !== undefined) rr.sessionKey = sessionKey;
+  if (body.priority !== undefined) rr.priority = body.priority;
+  return rr;
+}

@@ -1,0 +1,270 @@
+/**
+ * The proxy: routes a prepared request, sends the client's bytes to the chosen worker over a
+ * keep-alive pool, and relays the worker's response bytes to the client as they arrive.
+ *
+ * Failure handling:
+ * - An attempt that fails before any byte reached the client (connect error, 5xx, body error, no
+ *   first streamed byte within `firstByteMs`) is retried on another worker, up to `retries` times,
+ *   within the request's deadline. The response headers are written together with the first body
+ *   chunk precisely so that this stays possible.
+ * - Worker 4xx answers are relayed as they are and not retried.
+ * - Once bytes have reached the client nothing is retried: a failing stream ends with an SSE error
+ *   event (see api/sse.ts), a failing JSON response is cut (the client sees a truncated body).
+ * - The client going away aborts the upstream request, so the worker frees the sequence.
+ * Router.firstToken and Router.complete are called exactly once per attempt on every path.
+ */
+import type { Dispatcher } from 'undici';
+import { ApiError, errors } from '../api/errors.js';
+import { atEventBoundary, sseErrorEvent, TAIL_AT_BOUNDARY, updateTail } from '../api/sse.js';
+import type { WorkerRegistry } from '../fleet/registry.js';
+import type { Upstreams } from '../fleet/upstreams.js';
+import type { WorkerState } from '../fleet/worker-state.js';
+import type { Router } from '../scheduler/router.js';
+import type { RouteDecision } from '../scheduler/types.js';
+import type { GatewayMetrics } from '../telemetry/metrics.js';
+import type { Clock } from '../util/clock.js';
+import type { RequestContext } from './context.js';
+
+export interface ProxyOptions {
+  router: Router;
+  fleet: WorkerRegistry;
+  upstreams: Upstreams;
+  metrics: GatewayMetrics;
+  clock: Clock;
+  firstByteMs: number;
+  /** Further attempts after the first (on other workers). */
+  retries: number;
+  retryAfterSeconds: number;
+}
+
+type AttemptResult = { done: true } | { done: false; error: ApiError };
+
+type FailReason = 'connect' | 'status_5xx' | 'first_byte_timeout' | 'deadline' | 'stream_error';
+
+const DONE: AttemptResult = { done: true };
+
+/** Path prefix of a worker URL ('' for a bare origin), cached per worker. */
+const basePaths = new WeakMap<WorkerState, string>();
+function basePath(w: WorkerState): string {
+  let b = basePaths.get(w);
+  if (b === undefined) {
+    b = new URL(w.url).pathname.replace(/\/$/, '');
+    basePaths.set(w, b);
+  }
+  return b;
+}
+
+export class Proxy {
+  constructor(private readonly o: ProxyOptions) {}
+
+  /** Serve the request at some worker. Resolves when the response is over; throws ApiError if no byte was sent. */
+  async forward(ctx: RequestContext): Promise<void> {
+    const { router, metrics } = this.o;
+    let exclude: Set<string> | undefined;
+    let lastError: ApiError | null = null;
+    for (let attempt = 0; attempt <= this.o.retries; attempt++) {
+      if (ctx.aborted) return;
+      if (attempt > 0 && this.o.clock.now() >= ctx.deadlineAt) break;
+      const out = router.route(ctx.routeRequest, ctx.candidates, exclude);
+      if (!out.ok) {
+        if (lastError) throw lastError;
+        if (out.status === 400) throw new ApiError(400, 'invalid_request_error', out.code, out.message);
+        throw errors.noWorker(out.message, this.o.retryAfterSeconds);
+      }
+      const d = out.decision;
+      (exclude ??= new Set()).add(d.worker.id);
+      ctx.decision = d;
+      ctx.workerId = d.worker.id;
+      ctx.attempts++;
+      metrics.routeDecisions.labels(d.policy, d.worker.id, d.reason).inc();
+      this.o.fleet.breaker(d.worker.id).onDispatch();
+      const r = await this.attempt(ctx, d);
+      if (r.done) return;
+      if (ctx.aborted) {
+        // The client left (nothing to answer) or the gateway is shutting down (answer 503).
+        if (ctx.abortReason === 'shutdown') throw r.error;
+        return;
+      }
+      lastError = r.error;
+    }
+    throw lastError ?? errors.deadline('the request deadline passed before a worker could be tried');
+  }
+
+  private attempt(ctx: RequestContext, d: RouteDecision): Promise<AttemptResult> {
+    const { router, metrics, clock } = this.o;
+    const w = d.worker;
+    const breaker = this.o.fleet.breaker(w.id);
+    const res = ctx.res;
+    const ac = new AbortController();
+    let abortedBy: FailReason | 'client' | 'shutdown' | null = null;
+    let sentBytes = false;
+    let tail = TAIL_AT_BOUNDARY;
+    let settled = false;
+
+    return new Promise<AttemptResult>((resolve) => {
+      let timer: NodeJS.Timeout | null = null;
+      const abort = (why: FailReason | 'client' | 'shutdown'): void => {
+        if (abortedBy !== null) return;
+        abortedBy = why;
+        ac.abort();
+      };
+      const remaining = (): number => Math.max(0, ctx.deadlineAt - clock.now());
+      const armDeadline = (): void => {
+        if (timer) clearTimeout(timer);
+        timer = setTimeout(() => abort('deadline'), remaining());
+      };
+      // Before the first byte of a stream the first-byte timeout applies too (whichever is sooner).
+      // A non-streaming answer comes all at once at the end, so only the deadline bounds it.
+      if (ctx.stream && this.o.firstByteMs < remaining()) {
+        timer = setTimeout(() => abort('first_byte_timeout'), this.o.firstByteMs);
+      } else {
+        armDeadline();
+      }
+      ctx.abortUpstream = abort;
+
+      const finish = (result: AttemptResult, ok: boolean, outcome: string): void => {
+        if (settled) return;
+        settled = true;
+        if (timer) clearTimeout(timer);
+        ctx.abortUpstream = null;
+        router.complete(ctx.id, ok);
+        metrics.upstreamAttempts.labels(w.id, outcome).inc();
+        resolve(result);
+      };
+
+      const fail = (reason: FailReason, message: string): void => {
+        metrics.upstreamFailures.labels(w.id, reason).inc();
+        // A slow generation hitting its deadline says nothing about the worker's health.
+        if (reason === 'deadline') breaker.onNeutral();
+        else breaker.onFailure();
+        if (!sentBytes) {
+          const err =
+            reason === 'deadline'
+              ? errors.deadline(`worker ${w.id} did not finish within the request deadline`)
+              : reason === 'first_byte_timeout'
+                ? errors.deadline(`worker ${w.id} sent nothing within ${this.o.firstByteMs} ms`)
+                : errors.upstream(message, reason === 'connect' ? 'upstream_unreachable' : 'upstream_error');
+          ctx.status = err.status;
+          // forward() tries another worker unless the deadline has passed.
+          finish({ done: false, error: err }, false, reason);
+          return;
+        }
+        // Bytes are out: end the response honestly, never as a clean success.
+        const err =
+          reason === 'deadline'
+            ? errors.deadline('the request deadline passed mid-response')
+            : errors.upstream(`worker ${w.id} failed mid-response: ${message}`, 'upstream_stream_error');
+        ctx.status = err.status;
+        if (ctx.stream && !res.destroyed) {
+          res.end((atEventBoundary(tail) ? '' : '\n\n') + sseErrorEvent(err));
+        } else {
+          res.destroy();
+        }
+        finish(DONE, false, reason);
+      };
+
+      const onClientGone = (why: 'client' | 'shutdown'): void => {
+        breaker.onNeutral();
+        if (why === 'shutdown' && !res.headersSent) {
+          finish({ done: false, error: errors.shuttingDown() }, false, 'shutdown');
+          return;
+        }
+        if (why === 'shutdown' && ctx.stream && !res.destroyed) {
+          res.end((atEventBoundary(tail) ? '' : '\n\n') + sseErrorEvent(errors.shuttingDown()));
+        } else if (!res.writableEnded) {
+          res.destroy();
+        }
+        ctx.status = why === 'client' ? 499 : 503;
+        finish(DONE, false, why === 'client' ? 'client_abort' : 'shutdown');
+      };
+
+      const onResponse = (r: Dispatcher.ResponseData): void => {
+        const status = r.statusCode;
+        ctx.upstreamStatus = status;
+        if (status >= 500) {
+          // Drain and retry elsewhere; the worker's body goes into the message.
+          r.body
+            .text()
+            .catch(() => '')
+            .then((text) => {
+              if (settled) return;
+              if (abortedBy === 'client' || abortedBy === 'shutdown') return onClientGone(abortedBy);
+              fail('status_5xx', `worker ${w.id} answered ${status}: ${text.slice(0, 200)}`);
+            });
+          return;
+        }
+        const headers: Record<string, string | number> = {
+          'content-type': String(r.headers['content-type'] ?? 'application/json'),
+          'x-request-id': ctx.id,
+          'x-kvgate-worker': w.id,
+          'x-kvgate-prefix-hit': d.expectedPrefixHit.toFixed(3),
+        };
+        const cl = r.headers['content-length'];
+        if (cl !== undefined && !ctx.stream) headers['content-length'] = String(cl);
+        if (ctx.stream) {
+          headers['cache-control'] = 'no-cache';
+          headers['x-accel-buffering'] = 'no';
+        }
+        const body = r.body;
+        let first = true;
+        body.on('data', (chunk: Buffer) => {
+          if (settled) return;
+          if (first) {
+            first = false;
+            ctx.ttftMs = clock.now() - ctx.startedAt;
+            router.firstToken(ctx.id);
+            if (ctx.stream) armDeadline();
+            res.writeHead(status, headers);
+            sentBytes = true;
+          }
+          if (ctx.stream) tail = updateTail(tail, chunk);
+          for (let i = 0; i < ctx.taps.length; i++) ctx.taps[i]!(chunk);
+          if (!res.write(chunk)) {
+            body.pause();
+            res.once('drain', () => body.resume());
+          }
+        });
+        body.on('end', () => {
+          if (settled) return;
+          if (first) {
+            ctx.ttftMs = clock.now() - ctx.startedAt;
+            router.firstToken(ctx.id);
+            res.writeHead(status, headers);
+          }
+          res.end();
+          ctx.status = status;
+          // A 4xx is the request's fault, not the worker's.
+          breaker.onSuccess();
+          finish(DONE, status < 400, status < 400 ? 'ok' : 'client_error');
+        });
+        body.on('error', (e: Error) => {
+          if (settled) return;
+          if (abortedBy === 'client' || abortedBy === 'shutdown') return onClientGone(abortedBy);
+          fail(abortedBy ?? 'stream_error', abortedBy ? abortedBy : e.message);
+        });
+      };
+
+      const body = ctx.bodyModified ? Buffer.from(JSON.stringify(ctx.body)) : ctx.rawBody;
+      this.o.upstreams
+        .for(w.id, w.url)
+        .request({
+          method: 'POST',
+          path: basePath(w) + ctx.path,
+          headers: { 'content-type': 'application/json', 'x-request-id': ctx.id },
+          body,
+          signal: ac.signal,
+        })
+        .then(onResponse, (e: Error) => {
+          if (settled) return;
+          if (abortedBy === 'client' || abortedBy === 'shutdown') return onClientGone(abortedBy);
+          if (abortedBy) return fail(abortedBy, abortedBy);
+          fail('connect', `worker ${w.id} unreachable: ${errMessage(e)}`);
+        });
+    });
+  }
+}
+
+function errMessage(e: Error): string {
+  const code = (e as { code?: string }).code;
+  return code ? `${code} ${e.message}` : e.message;
+}

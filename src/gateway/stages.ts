@@ -1,0 +1,31 @@
+/**
+ * The seam between validation and routing. Admission control, the response cache and the
+ * speculative cascade are stages: each sees the validated, tokenized request before a worker is
+ * picked, and may
+ *   - let it pass ('continue'), possibly after waiting (an admission queue) or after narrowing
+ *     `ctx.candidates` / changing `ctx.body` (set `ctx.bodyModified`);
+ *   - answer it itself ('handled': e.g. a cache hit replayed as JSON or SSE) — the stage then
+ *     owns the response and must end it;
+ *   - refuse it by throwing an ApiError (429/503 with Retry-After, ...).
+ * To observe the outcome a stage registers `ctx.taps` (relayed body chunks) and `ctx.onFinish`.
+ * Stages run in the order they were added with `gateway.use(stage)`.
+ */
+import type { RequestContext } from './context.js';
+
+export type StageResult = 'continue' | 'handled';
+
+export interface GatewayStage {
+  readonly name: string;
+  handle(ctx: RequestContext): StageResult | Promise<StageResult>;
+}
+
+/** Runs the stages in order; resolves 'handled' as soon as one answers the request. */
+export async function runStages(stages: readonly GatewayStage[], ctx: RequestContext): Promise<StageResult> {
+  for (let i = 0; i < stages.length; i++) {
+    const r = stages[i]!.handle(ctx);
+    const v = typeof r === 'string' ? r : await r;
+    if (v === 'handled') return 'handled';
+    if (ctx.aborted) return 'handled';
+  }
+  return 'continue';
+}

@@ -1,0 +1,37 @@
+/**
+ * Structured JSON logs with pino: one line per request at info, fleet events at info/warn.
+ * Output goes through an asynchronous buffered destination so logging stays off the hot path;
+ * `pretty` renders human-readable lines in-process (for `kvgate demo`).
+ */
+import pino, { type Logger } from 'pino';
+import pretty from 'pino-pretty';
+
+export type { Logger };
+
+export interface LoggerOptions {
+  level?: string;
+  pretty?: boolean;
+  /** Defaults to stdout. */
+  destination?: NodeJS.WritableStream;
+}
+
+export function createLogger(opts: LoggerOptions = {}): Logger {
+  const level = opts.level ?? 'info';
+  if (opts.pretty) {
+    return pino(
+      { level, base: undefined },
+      pretty({ colorize: true, translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname', destination: opts.destination ?? 1, sync: true }),
+    );
+  }
+  if (opts.destination) return pino({ level, base: undefined }, opts.destination);
+  return pino({ level, base: undefined }, pino.destination({ dest: 1, sync: false, minLength: 4096 }));
+}
+
+/** Flush buffered log lines (call before exit). */
+export function flushLogger(logger: Logger): void {
+  try {
+    logger.flush();
+  } catch {
+    // A destination that cannot flush synchronously has nothing buffered.
+  }
+}

@@ -1,0 +1,106 @@
+/**
+ * kvgate's own Prometheus metrics (`kvgate_*`), in a registry per gateway so several gateways can
+ * live in one process (tests, the bench). Per-worker gauges are computed at scrape time from the
+ * worker registry, so the request path never touches them.
+ */
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { WorkerRegistry } from '../fleet/registry.js';
+
+const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+
+export class GatewayMetrics {
+  readonly registry = new Registry();
+  readonly requests: Counter<'route' | 'model' | 'status'>;
+  readonly ttft: Histogram<'route' | 'model'>;
+  readonly duration: Histogram<'route' | 'model'>;
+  readonly inflight: Gauge;
+  readonly upstreamAttempts: Counter<'worker' | 'outcome'>;
+  readonly upstreamFailures: Counter<'worker' | 'reason'>;
+  readonly routeDecisions: Counter<'policy' | 'worker' | 'reason'>;
+  readonly scrapeFailures: Counter<'worker'>;
+  readonly breakerTransitions: Counter<'worker' | 'state'>;
+
+  constructor(fleet: WorkerRegistry, staleAfterMs: number, now: () => number) {
+    const r = this.registry;
+    this.requests = new Counter({
+      name: 'kvgate_requests_total',
+      help: 'Requests answered, by route, model and HTTP status',
+      labelNames: ['route', 'model', 'status'],
+      registers: [r],
+    });
+    this.ttft = new Histogram({
+      name: 'kvgate_request_ttft_seconds',
+      help: 'Time from request arrival to the first response body byte relayed to the client',
+      labelNames: ['route', 'model'],
+      buckets: LATENCY_BUCKETS,
+      registers: [r],
+    });
+    this.duration = new Histogram({
+      name: 'kvgate_request_duration_seconds',
+      help: 'Time from request arrival to the end of the response',
+      labelNames: ['route', 'model'],
+      buckets: LATENCY_BUCKETS,
+      registers: [r],
+    });
+    this.inflight = new Gauge({
+      name: 'kvgate_inflight_requests',
+      help: 'Requests being handled by the gateway',
+      registers: [r],
+    });
+    this.upstreamAttempts = new Counter({
+      name: 'kvgate_upstream_attempts_total',
+      help: 'Attempts to serve a request at a worker, by outcome',
+      labelNames: ['worker', 'outcome'],
+      registers: [r],
+    });
+    this.upstreamFailures = new Counter({
+      name: 'kvgate_upstream_failures_total',
+      help: 'Failed upstream attempts, by reason (connect, status_5xx, first_byte_timeout, deadline, stream_error)',
+      labelNames: ['worker', 'reason'],
+      registers: [r],
+    });
+    this.routeDecisions = new Counter({
+      name: 'kvgate_route_decisions_total',
+      help: 'Routing decisions, by policy, chosen worker and reason',
+      labelNames: ['policy', 'worker', 'reason'],
+      registers: [r],
+    });
+    this.scrapeFailures = new Counter({
+      name: 'kvgate_scrape_failures_total',
+      help: 'Failed or unparseable /metrics scrapes, by worker',
+      labelNames: ['worker'],
+      registers: [r],
+    });
+    this.breakerTransitions = new Counter({
+      name: 'kvgate_circuit_transitions_total',
+      help: 'Circuit breaker state changes, by worker and new state',
+      labelNames: ['worker', 'state'],
+      registers: [r],
+    });
+    const perWorker = (name: string, help: string, value: (w: WorkerRegistry['workers'][number]) => number | null): void => {
+      new Gauge({
+        name,
+        help,
+        labelNames: ['worker', 'pool', 'model'],
+        registers: [r],
+        collect() {
+          this.reset();
+          for (const w of fleet.workers) {
+            const v = value(w);
+            if (v !== null) this.set({ worker: w.id, pool: w.pool, model: w.model }, v);
+          }
+        },
+      });
+    };
+    perWorker('kvgate_worker_healthy', '1 if the worker passes health probes and its circuit is closed', (w) =>
+      w.healthy && !w.circuitOpen ? 1 : 0,
+    );
+    perWorker('kvgate_worker_kv_usage_ratio', 'KV cache usage from the last scrape (0..1)', (w) => w.snapshot?.kvUsage ?? null);
+    perWorker('kvgate_worker_stale', '1 if the worker’s metrics are missing or older than staleAfterMs', (w) =>
+      w.isStale(now(), staleAfterMs) ? 1 : 0,
+    );
+    perWorker('kvgate_worker_running_requests', 'Running requests from the last scrape', (w) => w.snapshot?.running ?? null);
+    perWorker('kvgate_worker_waiting_requests', 'Waiting requests from the last scrape', (w) => w.snapshot?.waiting ?? null);
+    perWorker('kvgate_worker_inflight_requests', 'Requests the gateway has in flight at the worker', (w) => w.inflightCount);
+  }
+}
