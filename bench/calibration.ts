@@ -1,0 +1,23 @@
+/**
+ * Prints the time model's calibration against published measurements as a markdown table.
+ * Usage: npx tsc -p . && node dist/bench/calibration.js
+ */
+
+import { calibrationTable } from '../src/engine/calibration.js';
+import { buildEngineConfig, sizeEngine } from '../src/engine/profiles.js';
+
+console.log(calibrationTable());
+console.log();
+console.log('| engine | KV blocks (16 tokens) | KV tokens |');
+console.log('|---|---:|---:|');
+for (const [gpu, model, tp] of [
+  ['h100', 'llama-3.1-8b', 1],
+  ['a100', 'llama-3.1-8b', 1],
+  ['a10g', 'llama-3.1-8b', 1],
+  ['h100', 'llama-3.1-70b', 2],
+  ['h100', 'llama-3.1-70b', 4],
+] as const) {
+  const s = sizeEngine({ gpu, model, tp });
+  buildEngineConfig({ gpu, model, tp });
+  console.log(`| ${model} ${tp}×${gpu} | ${s.numGpuBlocks} | ${s.numGpuBlocks * 16} |`);
+}

@@ -1,0 +1,47 @@
+/**
+ * Cost of the engine model itself: steps/s and generated tokens/s of a busy engine, with token
+ * reporting on (the live worker) and off (the fleet simulation).
+ * Usage: npx tsc -p . && node dist/bench/engine-step.js [running=256] [steps=20000]
+ */
+
+import { Engine } from '../src/engine/engine.js';
+import { buildEngineConfig } from '../src/engine/profiles.js';
+import { hashSampler } from '../src/engine/synthetic-lm.js';
+
+const running = Number(process.argv[2] ?? 256);
+const steps = Number(process.argv[3] ?? 20000);
+
+function run(emitTokens: boolean, kvEvents: boolean): void {
+  const config = buildEngineConfig({ gpu: 'h100', model: 'llama-3.1-8b', emitTokens, kvEvents, maxNumSeqs: running, hashSeed: 1 });
+  const engine = new Engine(config);
+  // Prompts share a 512-token system prefix and differ after it, like a chat workload.
+  const shared = Array.from({ length: 512 }, (_, i) => (i * 7) % 4000);
+  let next = 0;
+  const addOne = () => {
+    const id = `r${next++}`;
+    const prompt = shared.concat(Array.from({ length: 256 }, (_, i) => (next * 131 + i * 17) % 4000));
+    engine.add({ id, prompt, maxTokens: 200 + (next % 300), sampler: hashSampler(id), ignoreEos: true });
+  };
+  for (let i = 0; i < running; i++) addOne();
+  let tokens = 0;
+  let simMs = 0;
+  const t0 = process.hrtime.bigint();
+  for (let i = 0; i < steps; i++) {
+    const r = engine.step()!;
+    tokens += r.decodeTokens + r.firstTokens.length;
+    simMs += r.durationMs;
+    // Keep the engine full: every finished request is replaced by a new one.
+    for (let k = 0; k < r.finished.length; k++) addOne();
+  }
+  const wallS = Number(process.hrtime.bigint() - t0) / 1e9;
+  const st = engine.stats();
+  console.log(
+    `emitTokens=${emitTokens} kvEvents=${kvEvents}: ${running} running, ${steps} steps in ${wallS.toFixed(2)} s → ` +
+      `${Math.round(steps / wallS).toLocaleString('en-US')} steps/s, ${Math.round(tokens / wallS).toLocaleString('en-US')} tokens/s ` +
+      `(simulated ${(simMs / 1000).toFixed(1)} s of GPU time, ${st.finished.length + st.finished.stop} finished, hit rate ${((st.prefixHits / st.prefixQueries) * 100).toFixed(0)}%)`,
+  );
+}
+
+run(false, false);
+run(true, false);
+run(true, true);
