@@ -1,0 +1,81 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { BlockManager } from '../../src/engine/block-manager.js';
+import type { KvEvent } from '../../src/engine/types.js';
+
+test('allocation takes free blocks until none are left, never more', () => {
+  const bm = new BlockManager(4, 16, false);
+  const got = [bm.allocate(), bm.allocate(), bm.allocate(), bm.allocate()];
+  assert.deepEqual([...got].sort(), [0, 1, 2, 3]);
+  assert.equal(bm.numFree, 0);
+  assert.equal(bm.numUsed, 4);
+  assert.equal(bm.allocate(), -1);
+  bm.freeAll(got);
+  assert.equal(bm.numFree, 4);
+  assert.throws(() => bm.release(got[0]!), /freed twice/);
+});
+
+test('a freed cached block stays a hit until reused, and a hit takes it out of the free queue', () => {
+  const bm = new BlockManager(3, 16, true);
+  const b = bm.allocate();
+  assert.ok(bm.cache(b, 111));
+  bm.freeAll([b]);
+  assert.equal(bm.numCachedFree, 1);
+  assert.equal(bm.lookup(111), b);
+  bm.touch(b);
+  assert.equal(bm.numFree, 2);
+  assert.equal(bm.numCachedFree, 0);
+  assert.equal(bm.refs(b), 1);
+  // Two more allocations use the other blocks; the cached one is in use and is not evicted.
+  const x = bm.allocate();
+  const y = bm.allocate();
+  assert.notEqual(x, b);
+  assert.notEqual(y, b);
+  assert.equal(bm.lookup(111), b);
+  assert.deepEqual(bm.takeEvents(), []);
+});
+
+test('freeing in reverse order evicts the tail of a prefix first, with BlockRemoved events in that order', () => {
+  const bm = new BlockManager(4, 16, true);
+  const blocks = [bm.allocate(), bm.allocate(), bm.allocate(), bm.allocate()];
+  blocks.forEach((b, i) => assert.ok(bm.cache(b, 1000 + i)));
+  bm.freeAll(blocks);
+  const evicted: number[] = [];
+  for (let i = 0; i < 4; i++) {
+    bm.allocate();
+    const ev = bm.takeEvents() as Array<Extract<KvEvent, { type: 'BlockRemoved' }>>;
+    assert.equal(ev.length, 1);
+    evicted.push(...ev[0]!.blockHashes);
+    // The head of the prefix survives longest.
+    assert.equal(bm.lookup(1000), i < 3 ? blocks[0] : -1);
+  }
+  assert.deepEqual(evicted, [1003, 1002, 1001, 1000]);
+});
+
+test('a hash cached twice keeps one entry; the duplicate block stays unhashed', () => {
+  const bm = new BlockManager(4, 16, true);
+  const a = bm.allocate();
+  const b = bm.allocate();
+  assert.equal(bm.cache(a, 7), true);
+  assert.equal(bm.cache(b, 7), false);
+  assert.equal(bm.hashOfBlock(b), null);
+  bm.freeAll([a, b]);
+  assert.equal(bm.numCachedFree, 1);
+  assert.equal(bm.numCached, 1);
+});
+
+test('resetFreeCache drops only free cached blocks and reports what it dropped', () => {
+  const bm = new BlockManager(4, 16, true);
+  const a = bm.allocate();
+  const b = bm.allocate();
+  bm.cache(a, 1);
+  bm.cache(b, 2);
+  bm.freeAll([b]);
+  bm.resetFreeCache();
+  assert.deepEqual(bm.takeEvents(), [{ type: 'BlockRemoved', blockHashes: [2] }]);
+  assert.equal(bm.lookup(1), a);
+  bm.freeAll([a]);
+  bm.resetFreeCache();
+  assert.deepEqual(bm.takeEvents(), [{ type: 'AllBlocksCleared' }]);
+  assert.equal(bm.numCached, 0);
+});
