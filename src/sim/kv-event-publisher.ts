@@ -1,0 +1,172 @@
+/**
+ * Publishes the engine's KV-cache events on vLLM's wire format
+ * (vllm/distributed/kv_events.py, ZmqEventPublisher):
+ *
+ * - a ZeroMQ PUB socket sends one multipart message per batch:
+ *     [topic, seq (8-byte big-endian), payload]
+ *   with payload = msgpack of the array-like EventBatch `[ts, events, data_parallel_rank]` and each
+ *   event a tagged array:
+ *     ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium]
+ *     ["BlockRemoved", block_hashes, medium]
+ *     ["AllBlocksCleared"]
+ *   Hashes are msgpack integers (the engine's 53-bit hashes, encoded as uint64).
+ * - an optional ROUTER socket serves replays: a client (DEALER, or REQ) sends the first sequence
+ *   number it wants as 8 big-endian bytes and receives one `(seq, payload)` message per buffered
+ *   batch from there, then `(-1, "")`.
+ *
+ * Sequence numbers start at 0 and increase by one per batch, so a subscriber can detect gaps
+ * (PUB drops messages past its high-water mark) and ask the replay socket for what it missed.
+ */
+import { encode } from '@msgpack/msgpack';
+import * as zmq from 'zeromq';
+import type { KvEvent } from '../engine/types.js';
+
+export interface KvEventPublisherOptions {
+  /**
+   * Where the PUB socket binds: `tcp://host:port`, `tcp://*:port`, or port 0 / `*` for an
+   * ephemeral port (`tcp://127.0.0.1:0`). A bare number is a port on 127.0.0.1.
+   */
+  endpoint: string | number;
+  /** Where the replay ROUTER socket binds (same forms); no replay socket when absent. */
+  replayEndpoint?: string | number;
+  /** Topic frame of every message. vLLM's default is the empty string. */
+  topic?: string;
+  /** Batches kept for replay (vLLM's buffer_steps default is 10,000). */
+  bufferSteps?: number;
+  /** Sent as the EventBatch's data_parallel_rank. */
+  dataParallelRank?: number;
+  /** PUB high-water mark (vLLM's default 100,000). */
+  hwm?: number;
+}
+
+export interface KvEventEndpoints {
+  /** The bound PUB endpoint, with the real port (e.g. tcp://127.0.0.1:41235). */
+  endpoint: string;
+  replayEndpoint?: string;
+}
+
+const MEDIUM_GPU = 'GPU';
+const END_SEQ = seqBytes(-1);
+
+/** 8-byte big-endian signed sequence number. */
+export function seqBytes(seq: number): Buffer {
+  const b = Buffer.allocUnsafe(8);
+  b.writeBigInt64BE(BigInt(seq));
+  return b;
+}
+
+/** The tagged-array form of one event, as msgspec encodes vLLM's array_like tagged structs. */
+export function wireEvent(e: KvEvent): unknown[] {
+  switch (e.type) {
+    case 'BlockStored':
+      return ['BlockStored', e.blockHashes, e.parentBlockHash, e.tokenIds, e.blockSize, null, MEDIUM_GPU];
+    case 'BlockRemoved':
+      return ['BlockRemoved', e.blockHashes, MEDIUM_GPU];
+    case 'AllBlocksCleared':
+      return ['AllBlocksCleared'];
+  }
+}
+
+/** msgpack payload of one EventBatch. */
+export function encodeEventBatch(ts: number, events: readonly KvEvent[], dataParallelRank: number): Uint8Array {
+  return encode([ts, events.map(wireEvent), dataParallelRank]);
+}
+
+/** 'tcp://127.0.0.1:0' → 'tcp://127.0.0.1:*' (zeromq's ephemeral-port form); 5557 → 'tcp://127.0.0.1:5557'. */
+export function bindAddress(endpoint: string | number): string {
+  if (typeof endpoint === 'number') return `tcp://127.0.0.1:${endpoint === 0 ? '*' : endpoint}`;
+  if (/^\d+$/.test(endpoint)) return bindAddress(Number(endpoint));
+  return endpoint.replace(/^(tcp:\/\/.+):0$/, '$1:*');
+}
+
+export class KvEventPublisher {
+  private readonly opts: KvEventPublisherOptions;
+  private readonly topic: Buffer;
+  private readonly bufferSteps: number;
+  private readonly dpRank: number;
+  private pub: zmq.Publisher | null = null;
+  private replay: zmq.Router | null = null;
+  private nextSeq = 0;
+  /** Recent batches for replay, oldest first (a ring would save the shift; 10k entries is cheap). */
+  private readonly buffer: Array<{ seq: number; payload: Uint8Array }> = [];
+  /** zeromq.js allows one send in flight per socket: sends are chained. */
+  private pubChain: Promise<void> = Promise.resolve();
+  private replayLoop: Promise<void> | null = null;
+  private closed = false;
+  private endpoints: KvEventEndpoints | null = null;
+
+  constructor(opts: KvEventPublisherOptions) {
+    this.opts = opts;
+    this.topic = Buffer.from(opts.topic ?? '', 'utf8');
+    this.bufferSteps = opts.bufferSteps ?? 10_000;
+    this.dpRank = opts.dataParallelRank ?? 0;
+  }
+
+  /** Bind the sockets. Resolves with the endpoints actually bound (real ports). */
+  async start(): Promise<KvEventEndpoints> {
+    if (this.endpoints) return this.endpoints;
+    const pub = new zmq.Publisher({ linger: 0, sendHighWaterMark: this.opts.hwm ?? 100_000 });
+    this.pub = pub;
+    await pub.bind(bindAddress(this.opts.endpoint));
+    const endpoints: KvEventEndpoints = { endpoint: pub.lastEndpoint ?? String(this.opts.endpoint) };
+    if (this.opts.replayEndpoint !== undefined) {
+      const router = new zmq.Router({ linger: 0 });
+      this.replay = router;
+      await router.bind(bindAddress(this.opts.replayEndpoint));
+      endpoints.replayEndpoint = router.lastEndpoint ?? String(this.opts.replayEndpoint);
+      this.replayLoop = this.serveReplays(router);
+    }
+    this.endpoints = endpoints;
+    return endpoints;
+  }
+
+  /** Sequence number the next batch will carry. */
+  get sequence(): number {
+    return this.nextSeq;
+  }
+
+  /** Publish one batch (one engine step's events). Empty batches are not sent. */
+  publish(events: readonly KvEvent[], ts = Date.now() / 1000): void {
+    if (this.closed || events.length === 0) return;
+    const seq = this.nextSeq++;
+    const payload = encodeEventBatch(ts, events, this.dpRank);
+    this.buffer.push({ seq, payload });
+    if (this.buffer.length > this.bufferSteps) this.buffer.shift();
+    const pub = this.pub;
+    if (!pub) return; // not started: kept for replay only
+    const frames = [this.topic, seqBytes(seq), payload];
+    this.pubChain = this.pubChain.then(
+      () => pub.send(frames),
+      () => undefined,
+    ).catch(() => undefined); // a PUB send only fails once the socket is closing
+  }
+
+  private async serveReplays(router: zmq.Router): Promise<void> {
+    try {
+      for await (const frames of router) {
+        // [identity, "", seq] from DEALER/REQ clients that frame like REQ; [identity, seq] from bare DEALERs.
+        const identity = frames[0]!;
+        const delimited = frames.length >= 3 && frames[1]!.length === 0;
+        const seqFrame = frames[delimited ? 2 : 1];
+        if (!seqFrame || seqFrame.length !== 8) continue; // not a replay request
+        const start = Number(seqFrame.readBigInt64BE(0));
+        const head: Buffer[] = delimited ? [identity, Buffer.alloc(0)] : [identity];
+        // Snapshot: batches published while replaying are not interleaved into this reply.
+        const batches = this.buffer.filter((b) => b.seq >= start);
+        for (const b of batches) await router.send([...head, seqBytes(b.seq), b.payload]);
+        await router.send([...head, END_SEQ, Buffer.alloc(0)]);
+      }
+    } catch {
+      // The socket was closed while receiving or sending: the loop simply ends.
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.pubChain;
+    this.pub?.close();
+    this.replay?.close();
+    await this.replayLoop;
+  }
+}

@@ -1,0 +1,161 @@
+/**
+ * The request schemas and error bodies of vLLM's OpenAI-compatible server, as the simulated worker
+ * accepts and answers them (vllm/entrypoints/openai/protocol.py). Unknown fields are accepted and
+ * ignored, as vLLM does; the fields the simulation acts on are validated with vLLM's limits.
+ */
+import { z } from 'zod';
+
+/** vLLM's default --max-logprobs. */
+export const MAX_LOGPROBS = 20;
+
+const stop = z.union([z.string(), z.array(z.string())], { error: 'expected a string or an array of strings' });
+
+const streamOptions = z
+  .looseObject({
+    include_usage: z.boolean().nullable().optional(),
+    continuous_usage_stats: z.boolean().nullable().optional(),
+  })
+  .nullable()
+  .optional();
+
+/** Sampling parameters both endpoints share. */
+const sampling = {
+  model: z.string().nullable().optional(),
+  stream: z.boolean().nullable().optional(),
+  stream_options: streamOptions,
+  max_tokens: z.int().nullable().optional(),
+  temperature: z.number().min(0).nullable().optional(),
+  top_p: z.number().gt(0).max(1).nullable().optional(),
+  n: z.int().min(1).nullable().optional(),
+  seed: z.int().nullable().optional(),
+  stop: stop.nullable().optional(),
+  stop_token_ids: z.array(z.int().nonnegative()).nullable().optional(),
+  ignore_eos: z.boolean().optional(),
+  min_tokens: z.int().nonnegative().optional(),
+  include_stop_str_in_output: z.boolean().optional(),
+  skip_special_tokens: z.boolean().optional(),
+  presence_penalty: z.number().nullable().optional(),
+  frequency_penalty: z.number().nullable().optional(),
+  repetition_penalty: z.number().nullable().optional(),
+  user: z.string().nullable().optional(),
+  priority: z.int().optional(),
+  request_id: z.string().optional(),
+};
+
+const tokenIds = z.array(z.int().nonnegative());
+
+export const completionSchema = z.looseObject({
+  ...sampling,
+  prompt: z.union([z.string(), z.array(z.string()).min(1), tokenIds.min(1), z.array(tokenIds.min(1)).min(1)], {
+    error: 'prompt must be a string, an array of strings, an array of token ids or an array of such arrays',
+  }),
+  echo: z.boolean().nullable().optional(),
+  logprobs: z.int().min(0).nullable().optional(),
+  suffix: z.string().nullable().optional(),
+});
+
+export const chatMessageSchema = z.looseObject({
+  role: z.string(),
+  content: z.union([z.string(), z.array(z.looseObject({ type: z.string() })), z.null()]).optional(),
+  name: z.string().optional(),
+});
+
+export const chatSchema = z.looseObject({
+  ...sampling,
+  messages: z.array(chatMessageSchema).min(1),
+  max_completion_tokens: z.int().nullable().optional(),
+  logprobs: z.boolean().nullable().optional(),
+  top_logprobs: z.int().min(0).nullable().optional(),
+  add_generation_prompt: z.boolean().optional(),
+  echo: z.boolean().optional(),
+});
+
+export const tokenizeSchema = z.union([
+  z.looseObject({
+    model: z.string().nullable().optional(),
+    prompt: z.string(),
+    add_special_tokens: z.boolean().optional(),
+  }),
+  z.looseObject({
+    model: z.string().nullable().optional(),
+    messages: z.array(chatMessageSchema).min(1),
+    add_generation_prompt: z.boolean().optional(),
+  }),
+]);
+
+export const detokenizeSchema = z.looseObject({
+  model: z.string().nullable().optional(),
+  tokens: tokenIds,
+});
+
+export type CompletionBody = z.infer<typeof completionSchema>;
+export type ChatBody = z.infer<typeof chatSchema>;
+
+/** vLLM's error body: OpenAI's shape, with the exception class as type and the status as code. */
+export interface SimErrorBody {
+  error: { message: string; type: string; param: string | null; code: number };
+}
+
+export class SimError extends Error {
+  constructor(
+    readonly status: number,
+    readonly type: string,
+    message: string,
+    readonly param: string | null = null,
+  ) {
+    super(message);
+  }
+
+  body(): SimErrorBody {
+    return { error: { message: this.message, type: this.type, param: this.param, code: this.status } };
+  }
+}
+
+export const badRequest = (message: string, param: string | null = null) =>
+  new SimError(400, 'BadRequestError', message, param);
+export const notFound = (message: string) => new SimError(404, 'NotFoundError', message);
+export const unavailable = (message: string) => new SimError(503, 'ServiceUnavailableError', message);
+
+function formatPath(path: readonly PropertyKey[]): string {
+  let s = '';
+  for (const p of path) s += typeof p === 'number' ? `[${p}]` : s === '' ? String(p) : `.${String(p)}`;
+  return s;
+}
+
+/** Parse a body with a schema; the first problem becomes a 400 naming the field. */
+export function parseBody<T>(schema: z.ZodType<T>, body: unknown): T {
+  const r = schema.safeParse(body);
+  if (r.success) return r.data;
+  const issue = r.error.issues[0]!;
+  const param = formatPath(issue.path);
+  throw badRequest(param ? `${param}: ${issue.message}` : issue.message, param || null);
+}
+
+/** Stop strings as a list (vLLM accepts a string or a list). */
+export function stopList(stop: string | string[] | null | undefined): string[] {
+  if (stop === null || stop === undefined) return [];
+  return (typeof stop === 'string' ? [stop] : stop).filter((s) => s.length > 0);
+}
+
+export interface Usage {
+  prompt_tokens: number;
+  total_tokens: number;
+  completion_tokens: number;
+  prompt_tokens_details: { cached_tokens: number } | null;
+}
+
+export function usage(promptTokens: number, completionTokens: number, cachedTokens: number | null): Usage {
+  return {
+    prompt_tokens: promptTokens,
+    total_tokens: promptTokens + completionTokens,
+    completion_tokens: completionTokens,
+    prompt_tokens_details: cachedTokens === null ? null : { cached_tokens: cachedTokens },
+  };
+}
+
+/** SSE framing of one JSON event. */
+export function sseData(obj: unknown): string {
+  return `data: ${JSON.stringify(obj)}\n\n`;
+}
+
+export const SSE_DONE = 'data: [DONE]\n\n';
