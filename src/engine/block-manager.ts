@@ -17,13 +17,102 @@
  * KV events describing it — has no duplicates.
  *
  * Everything is O(1) per block touched: typed arrays for the per-block state, an intrusive
- * doubly linked list for the free queue, one Map from hash to block.
+ * doubly linked list for the free queue, one open-addressing table from hash to block.
  */
 
 import type { KvEvent } from './types.js';
 
 const NO_HASH = -1;
 const NIL = -1;
+
+/**
+ * Open-addressing map from block hash to block id. Block hashes are 53-bit integers, too wide
+ * for V8's fast integer Map keys; a typed-array table probed by the hash's (already well mixed)
+ * low 32 bits is several times faster than a Map on the admission path. It never holds more
+ * entries than there are blocks, so it is sized once at twice the block count (load ≤ 0.5).
+ */
+export class HashIndex {
+  private readonly keys: Float64Array;
+  private readonly vals: Int32Array;
+  private readonly mask: number;
+  size = 0;
+
+  constructor(maxEntries: number) {
+    let cap = 16;
+    while (cap < maxEntries * 2) cap *= 2;
+    this.keys = new Float64Array(cap).fill(NO_HASH);
+    this.vals = new Int32Array(cap);
+    this.mask = cap - 1;
+  }
+
+  get(key: number): number {
+    const keys = this.keys;
+    let i = (key >>> 0) & this.mask;
+    for (;;) {
+      const k = keys[i]!;
+      if (k === key) return this.vals[i]!;
+      if (k === NO_HASH) return NIL;
+      i = (i + 1) & this.mask;
+    }
+  }
+
+  has(key: number): boolean {
+    return this.get(key) !== NIL;
+  }
+
+  set(key: number, val: number): void {
+    const keys = this.keys;
+    let i = (key >>> 0) & this.mask;
+    for (;;) {
+      const k = keys[i]!;
+      if (k === key) {
+        this.vals[i] = val;
+        return;
+      }
+      if (k === NO_HASH) {
+        keys[i] = key;
+        this.vals[i] = val;
+        this.size++;
+        return;
+      }
+      i = (i + 1) & this.mask;
+    }
+  }
+
+  delete(key: number): boolean {
+    const keys = this.keys;
+    const mask = this.mask;
+    let i = (key >>> 0) & mask;
+    for (;;) {
+      const k = keys[i]!;
+      if (k === NO_HASH) return false;
+      if (k === key) break;
+      i = (i + 1) & mask;
+    }
+    // Backward-shift deletion keeps probe chains intact without tombstones.
+    let hole = i;
+    let j = i;
+    for (;;) {
+      j = (j + 1) & mask;
+      const k = keys[j]!;
+      if (k === NO_HASH) break;
+      const home = (k >>> 0) & mask;
+      // Move k into the hole unless its home lies cyclically in (hole, j].
+      if (hole <= j ? home <= hole || home > j : home <= hole && home > j) {
+        keys[hole] = k;
+        this.vals[hole] = this.vals[j]!;
+        hole = j;
+      }
+    }
+    keys[hole] = NO_HASH;
+    this.size--;
+    return true;
+  }
+
+  *keysIter(): IterableIterator<number> {
+    for (const k of this.keys) if (k !== NO_HASH) yield k;
+  }
+}
 
 export class BlockManager {
   readonly numBlocks: number;
@@ -38,7 +127,7 @@ export class BlockManager {
   private tail = NIL;
   private freeCount = 0;
   private cachedFree = 0;
-  private readonly byHash = new Map<number, number>();
+  private readonly byHash: HashIndex;
   /** KV events in the order the operations happened; null when events are off. */
   private readonly events: KvEvent[] | null;
 
@@ -51,6 +140,7 @@ export class BlockManager {
     this.hashOf = new Float64Array(numBlocks).fill(NO_HASH);
     this.prev = new Int32Array(numBlocks);
     this.next = new Int32Array(numBlocks);
+    this.byHash = new HashIndex(numBlocks);
     for (let b = 0; b < numBlocks; b++) this.pushTail(b);
     this.events = recordEvents ? [] : null;
   }
@@ -77,8 +167,7 @@ export class BlockManager {
 
   /** Block holding `hash`, or -1. Read-only. */
   lookup(hash: number): number {
-    const b = this.byHash.get(hash);
-    return b === undefined ? NIL : b;
+    return this.byHash.get(hash);
   }
 
   /** True if block `b` is in the free queue (so a hit on it consumes a free block). */
@@ -191,7 +280,7 @@ export class BlockManager {
 
   /** Every cached hash, for tests and debugging (O(cached)). */
   cachedHashes(): Set<number> {
-    return new Set(this.byHash.keys());
+    return new Set(this.byHash.keysIter());
   }
 
   private emitRemoved(h: number): void {

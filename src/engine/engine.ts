@@ -31,6 +31,7 @@ import type {
   EngineStats,
   FinishReason,
   FinishedOutput,
+  KvEvent,
   StepResult,
   StepShape,
   TokenContext,
@@ -143,8 +144,8 @@ export class Engine implements EngineModel {
   private readonly caching: boolean;
   private readonly emitTokens: boolean;
   private readonly live = new Map<string, Seq>();
-  private running: Seq[] = [];
-  private readonly waiting = new WaitingQueue();
+  private runningSeqs: Seq[] = [];
+  private readonly waitingQueue = new WaitingQueue();
   private numWaiting = 0;
   private arrivals = 0;
   /** Prompt (or recompute) tokens queued or mid-prefill, maintained incrementally. */
@@ -229,7 +230,7 @@ export class Engine implements EngineModel {
       slot: -1,
     };
     this.live.set(s.id, s);
-    this.waiting.push(s);
+    this.waitingQueue.push(s);
     this.numWaiting++;
     this.pendingPrefill += promptLen;
   }
@@ -238,8 +239,8 @@ export class Engine implements EngineModel {
     const s = this.live.get(id);
     if (!s) return false;
     if (s.status === Status.Running) {
-      const i = this.running.indexOf(s);
-      if (i >= 0) this.running.splice(i, 1);
+      const i = this.runningSeqs.indexOf(s);
+      if (i >= 0) this.runningSeqs.splice(i, 1);
     } else if (s.status === Status.Waiting) {
       this.numWaiting--; // the heap entry is dropped lazily
     }
@@ -248,7 +249,7 @@ export class Engine implements EngineModel {
   }
 
   hasWork(): boolean {
-    return this.running.length > 0 || this.numWaiting > 0;
+    return this.runningSeqs.length > 0 || this.numWaiting > 0;
   }
 
   step(): StepResult | null {
@@ -263,7 +264,7 @@ export class Engine implements EngineModel {
     const finished: FinishedOutput[] = [];
 
     // 1. Running requests, in order.
-    const running = this.running;
+    const running = this.runningSeqs;
     for (let i = 0; i < running.length && budget > 0; i++) {
       const s = running[i]!;
       if (s.status !== Status.Running) continue; // preempted earlier in this loop
@@ -305,7 +306,7 @@ export class Engine implements EngineModel {
     if (this.caching) {
       for (let k = 0; k < sched.length; k++) {
         const s = sched[k];
-        if (s) this.cacheFullBlocks(s, s.numComputed + schedNew[k]!);
+        if (s && s.numComputed + schedNew[k]! >= (s.numProcessed + 1) * bs) this.cacheFullBlocks(s, s.numComputed + schedNew[k]!);
       }
     }
 
@@ -314,12 +315,12 @@ export class Engine implements EngineModel {
       let numRunning = this.countRunning();
       const maxSeqs = this.config.maxNumSeqs;
       while (budget > 0 && numRunning < maxSeqs) {
-        const s = this.waiting.peek();
+        const s = this.waitingQueue.peek();
         if (!s) break;
         const numTokens = s.promptLen + s.output.length;
         if (Math.ceil(numTokens / bs) > bm.numBlocks) {
           // Only reachable by a preempted sequence that has outgrown the cache.
-          this.waiting.pop();
+          this.waitingQueue.pop();
           this.numWaiting--;
           this.retire(s, 'length', finished);
           continue;
@@ -341,7 +342,7 @@ export class Engine implements EngineModel {
         const need = Math.ceil((hitTokens + n) / bs) - hits.length;
         if (need > bm.numFree - hitFree) break;
 
-        this.waiting.pop();
+        this.waitingQueue.pop();
         this.numWaiting--;
         const pendingBefore = this.pendingOf(s);
         for (let k = 0; k < hits.length; k++) {
@@ -436,7 +437,7 @@ export class Engine implements EngineModel {
     const bm = this.bm;
     const c = this.counters;
     return {
-      running: this.running.length,
+      running: this.runningSeqs.length,
       waiting: this.numWaiting,
       kvUsage: bm.numUsed / bm.numBlocks,
       numGpuBlocks: bm.numBlocks,
@@ -476,12 +477,13 @@ export class Engine implements EngineModel {
     return this.pendingPrefill;
   }
 
-  /** Requests currently running / waiting. */
-  numRunning(): number {
-    return this.running.length;
+  /** Requests currently running (these four methods make an Engine an OracleProbe). */
+  running(): number {
+    return this.runningSeqs.length;
   }
 
-  numWaitingRequests(): number {
+  /** Requests waiting, including preempted ones. */
+  waiting(): number {
     return this.numWaiting;
   }
 
@@ -494,7 +496,7 @@ export class Engine implements EngineModel {
    * KV events produced outside step() (by resetPrefixCache) and not yet delivered; step() also
    * delivers them with its own.
    */
-  takeKvEvents() {
+  takeKvEvents(): KvEvent[] {
     return this.bm.takeEvents();
   }
 
@@ -512,14 +514,14 @@ export class Engine implements EngineModel {
 
   private countRunning(): number {
     let n = 0;
-    for (const s of this.running) if (s.status === Status.Running) n++;
+    for (const s of this.runningSeqs) if (s.status === Status.Running) n++;
     return n;
   }
 
   /** Running request with the largest priority value, latest arrival on ties. */
   private pickVictim(): Seq {
     let v: Seq | undefined;
-    for (const s of this.running) {
+    for (const s of this.runningSeqs) {
       if (s.status !== Status.Running) continue;
       if (!v || s.priority > v.priority || (s.priority === v.priority && s.arrival > v.arrival)) v = s;
     }
@@ -535,7 +537,7 @@ export class Engine implements EngineModel {
     s.status = Status.Waiting;
     s.slot = -1;
     this.pendingPrefill += this.pendingOf(s) - before;
-    this.waiting.push(s);
+    this.waitingQueue.push(s);
     this.numWaiting++;
     this.counters.preemptions++;
     preempted.push(s.id);

@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { BlockManager } from '../../src/engine/block-manager.js';
+import { BlockManager, HashIndex } from '../../src/engine/block-manager.js';
+import { seededRng } from '../../src/util/rng.js';
 import type { KvEvent } from '../../src/engine/types.js';
 
 test('allocation takes free blocks until none are left, never more', () => {
@@ -78,4 +79,26 @@ test('resetFreeCache drops only free cached blocks and reports what it dropped',
   bm.resetFreeCache();
   assert.deepEqual(bm.takeEvents(), [{ type: 'AllBlocksCleared' }]);
   assert.equal(bm.numCached, 0);
+});
+
+test('the hash index agrees with a Map under random inserts and deletes (collisions included)', () => {
+  const idx = new HashIndex(64); // 128 slots
+  const ref = new Map<number, number>();
+  const rng = seededRng(5);
+  // Keys sharing their low bits collide on purpose; high parts make them distinct 53-bit values.
+  const keyOf = () => Math.floor(rng() * 200) * 4294967296 + (Math.floor(rng() * 8) << 7);
+  for (let i = 0; i < 20_000; i++) {
+    const k = keyOf();
+    if (rng() < 0.5 && ref.size < 64) {
+      idx.set(k, i);
+      ref.set(k, i);
+    } else {
+      assert.equal(idx.delete(k), ref.delete(k));
+    }
+    assert.equal(idx.size, ref.size);
+    const probe = keyOf();
+    assert.equal(idx.get(probe), ref.get(probe) ?? -1);
+  }
+  for (const [k, v] of ref) assert.equal(idx.get(k), v);
+  assert.deepEqual(new Set(idx.keysIter()), new Set(ref.keys()));
 });

@@ -6,6 +6,7 @@ import { chainRoot, hashBlock } from '../../src/engine/block-hash.js';
 import { createSampler, createSyntheticLm, hashSampler } from '../../src/engine/synthetic-lm.js';
 import { seededRng } from '../../src/util/rng.js';
 import type { EngineConfig, KvEvent, StepResult, TokenSampler } from '../../src/engine/types.js';
+import type { OracleProbe } from '../../src/fleet/worker-state.js';
 
 function config(over: Partial<EngineConfig> = {}): EngineConfig {
   return {
@@ -330,4 +331,19 @@ test('emitTokens false reports no tokens but the same first tokens, finishes and
   assert.ok(a.some((s) => s.tokens.length > 0));
   assert.ok(b.every((s) => s.tokens.length === 0));
   assert.deepEqual(b.map((s) => [s.durationMs, s.firstTokens, s.finished]), a.map((s) => [s.durationMs, s.firstTokens, s.finished]));
+});
+
+test('an Engine serves as the oracle probe of the fleet simulation', () => {
+  const e = new Engine(config({ maxNumSeqs: 1, maxNumBatchedTokens: 16 }));
+  const probe: OracleProbe = e;
+  e.add({ id: 'a', prompt: tokens(40, 1), maxTokens: 2, sampler: hashSampler('a') });
+  e.add({ id: 'b', prompt: tokens(10, 2), maxTokens: 2, sampler: hashSampler('b') });
+  assert.equal(probe.pendingPrefillTokens(), 50);
+  e.step();
+  assert.equal(probe.pendingPrefillTokens(), 34);
+  assert.equal(probe.running(), 1);
+  assert.equal(probe.waiting(), 1);
+  assert.equal(probe.freeBlocks(), 64 - 4);
+  drain(e);
+  assert.equal(probe.pendingPrefillTokens(), 0);
 });
