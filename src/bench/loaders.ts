@@ -1,0 +1,249 @@
+/**
+ * Trace loaders: Mooncake JSONL, Azure LLM inference CSV and kvgate's own JSONL, each read line by
+ * line (never whole) into BenchRequests in arrival order.
+ *
+ * A malformed row stops the load with a TraceError naming the file and line, or — with skipBad —
+ * is skipped and counted (`source.skipped`).
+ */
+import { basename } from 'node:path';
+import { estimateTokenizer, renderChat, type ChatMessageLike } from '../tokenizer/index.js';
+import { readLines } from './line-reader.js';
+import { BlockTokenCache, fillStream, mix32, tokensFromBlocks } from './tokens.js';
+import type { BenchRequest, BenchSource } from './types.js';
+
+export type TraceFormat = 'mooncake' | 'azure' | 'jsonl';
+export const TRACE_FORMATS: readonly TraceFormat[] = ['mooncake', 'azure', 'jsonl'];
+
+export class TraceError extends Error {
+  constructor(
+    readonly file: string,
+    readonly line: number,
+    reason: string,
+  ) {
+    super(`${file}:${line}: ${reason}`);
+    this.name = 'TraceError';
+  }
+}
+
+export interface LoaderOptions {
+  /** Skip and count malformed rows instead of failing. */
+  skipBad?: boolean;
+  /** Seed of the synthetic token content (default 0). */
+  seed?: number;
+}
+
+export interface AzureOptions extends LoaderOptions {
+  /**
+   * Give prompts a synthetic shared prefix (Azure rows carry no prefix information): `tokens`
+   * leading tokens, or `fraction` of each prompt, taken from one of `groups` prefixes (default 16)
+   * chosen per row. Always leaves at least one token of the prompt unshared.
+   */
+  sharedPrefix?: { tokens?: number; fraction?: number; groups?: number };
+}
+
+/** Thrown inside a row parser; becomes a TraceError with the line number. */
+class BadRow extends Error {}
+
+function bad(reason: string): never {
+  throw new BadRow(reason);
+}
+
+function posInt(v: unknown, field: string, min = 1): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min) bad(`"${field}" must be an integer ≥ ${min}, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+function finiteNum(v: unknown, field: string): number {
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) bad(`"${field}" must be a non-negative number, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+function parseJsonObject(text: string): Record<string, unknown> {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    bad(`invalid JSON (${(e as Error).message})`);
+  }
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) bad('row is not a JSON object');
+  return v as Record<string, unknown>;
+}
+
+/**
+ * Drives a row parser over a file: skips blank lines, enforces non-decreasing arrivals, turns
+ * parse failures into TraceErrors or skip counts.
+ */
+class LineSource implements BenchSource {
+  skipped = 0;
+  constructor(
+    readonly name: string,
+    private readonly path: string,
+    private readonly opts: LoaderOptions,
+    /** Returns null for lines that are not rows (a CSV header). */
+    private readonly parse: (text: string, lineNo: number) => BenchRequest | null,
+    private readonly reset: () => void = () => {},
+  ) {}
+
+  *open(): Generator<BenchRequest> {
+    this.skipped = 0;
+    this.reset();
+    const file = basename(this.path);
+    let last = -Infinity;
+    for (const { no, text } of readLines(this.path)) {
+      if (text.trim() === '') continue;
+      let r: BenchRequest | null;
+      try {
+        r = this.parse(text, no);
+        if (r && r.arrivalMs < last) bad(`timestamp goes backwards (${r.arrivalMs} ms after ${last} ms)`);
+      } catch (e) {
+        if (!(e instanceof BadRow)) throw e;
+        if (this.opts.skipBad) {
+          this.skipped++;
+          continue;
+        }
+        throw new TraceError(file, no, e.message);
+      }
+      if (!r) continue;
+      last = r.arrivalMs;
+      yield r;
+    }
+  }
+}
+
+/** Mooncake: {"timestamp" ms, "input_length", "output_length", "hash_ids": one id per 512-token block}. */
+export function mooncakeSource(path: string, opts: LoaderOptions = {}): BenchSource {
+  const seed = opts.seed ?? 0;
+  let cache = new BlockTokenCache(seed);
+  return new LineSource(
+    `mooncake:${basename(path)}`,
+    path,
+    opts,
+    (text, no) => {
+      const o = parseJsonObject(text);
+      const arrivalMs = finiteNum(o.timestamp, 'timestamp');
+      const input = posInt(o.input_length, 'input_length');
+      const output = posInt(o.output_length, 'output_length');
+      const ids = o.hash_ids;
+      if (!Array.isArray(ids)) bad('"hash_ids" must be an array of integers');
+      for (const id of ids) if (typeof id !== 'number' || !Number.isInteger(id) || id < 0) bad(`"hash_ids" holds a non-integer: ${JSON.stringify(id)}`);
+      const rowSeed = mix32(seed ^ 0x2545f491, no);
+      return {
+        arrivalMs,
+        promptTokens: tokensFromBlocks(cache, ids as number[], input, rowSeed),
+        maxTokens: output,
+        outputSeed: rowSeed,
+      };
+    },
+    () => {
+      cache = new BlockTokenCache(seed);
+    },
+  );
+}
+
+/** `2023-11-16 18:17:03.9799600` → ms since the epoch (UTC; only differences matter). */
+export function parseAzureTimestamp(s: string): number {
+  const m = /^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2}(?:\.\d+)?)$/.exec(s.trim());
+  if (!m) return NaN;
+  const base = Date.UTC(+m[1]!, +m[2]! - 1, +m[3]!, +m[4]!, +m[5]!);
+  return base + parseFloat(m[6]!) * 1000;
+}
+
+/** Azure: CSV `TIMESTAMP,ContextTokens,GeneratedTokens`; arrival times become ms from the first row. */
+export function azureSource(path: string, opts: AzureOptions = {}): BenchSource {
+  const seed = opts.seed ?? 0;
+  const sp = opts.sharedPrefix;
+  const groups = Math.max(1, sp?.groups ?? 16);
+  let t0 = NaN;
+  return new LineSource(
+    `azure:${basename(path)}`,
+    path,
+    opts,
+    (text, no) => {
+      const cols = text.split(',');
+      if (no === 1 && cols[0]?.trim().toUpperCase() === 'TIMESTAMP') return null;
+      if (cols.length !== 3) bad(`expected 3 columns (TIMESTAMP,ContextTokens,GeneratedTokens), got ${cols.length}`);
+      const ts = parseAzureTimestamp(cols[0]!);
+      if (!Number.isFinite(ts)) bad(`bad TIMESTAMP ${JSON.stringify(cols[0])}`);
+      const input = posInt(Number(cols[1]!.trim() || NaN), 'ContextTokens');
+      const output = posInt(Number(cols[2]!.trim() || NaN), 'GeneratedTokens');
+      if (Number.isNaN(t0)) t0 = ts;
+      const rowSeed = mix32(seed ^ 0x68e31da4, no);
+      const tokens = new Int32Array(input);
+      let shared = 0;
+      if (sp) {
+        const want = sp.tokens ?? Math.floor((sp.fraction ?? 0) * input);
+        shared = Math.max(0, Math.min(want, input - 1));
+        const group = mix32(rowSeed, 1) % groups;
+        fillStream(tokens, 0, mix32(seed ^ 0x1b873593, group), shared);
+      }
+      fillStream(tokens, shared, rowSeed, input - shared);
+      return { arrivalMs: ts - t0, promptTokens: tokens, maxTokens: output, outputSeed: rowSeed };
+    },
+    () => {
+      t0 = NaN;
+    },
+  );
+}
+
+/**
+ * kvgate JSONL: {"timestamp_ms", one of "prompt" (text) | "prompt_tokens" (ids) | "messages"
+ * (chat, rendered with the chat template), "max_tokens", "tenant"?, "priority"?, "session"?}.
+ */
+export function jsonlSource(path: string, opts: LoaderOptions = {}): BenchSource {
+  const seed = opts.seed ?? 0;
+  return new LineSource(`jsonl:${basename(path)}`, path, opts, (text, no) => {
+    const o = parseJsonObject(text);
+    const arrivalMs = finiteNum(o.timestamp_ms, 'timestamp_ms');
+    const maxTokens = posInt(o.max_tokens, 'max_tokens');
+    let promptTokens: ArrayLike<number>;
+    let promptText: string | undefined;
+    const given = ['prompt', 'prompt_tokens', 'messages'].filter((k) => o[k] !== undefined);
+    if (given.length !== 1) bad(`exactly one of "prompt", "prompt_tokens", "messages" is required, got ${given.length}`);
+    if (o.prompt !== undefined) {
+      if (typeof o.prompt !== 'string') bad('"prompt" must be a string');
+      promptText = o.prompt;
+      promptTokens = estimateTokenizer.encode(promptText);
+    } else if (o.prompt_tokens !== undefined) {
+      const ids = o.prompt_tokens;
+      if (!Array.isArray(ids)) bad('"prompt_tokens" must be an array of token ids');
+      for (const id of ids) if (typeof id !== 'number' || !Number.isInteger(id) || id < 0) bad(`"prompt_tokens" holds a non-id: ${JSON.stringify(id)}`);
+      promptTokens = ids as number[];
+    } else {
+      const msgs = o.messages;
+      if (!Array.isArray(msgs) || msgs.length === 0) bad('"messages" must be a non-empty array');
+      for (const m of msgs) {
+        if (!m || typeof m !== 'object' || typeof (m as { role?: unknown }).role !== 'string') bad('each message needs a string "role"');
+      }
+      promptText = renderChat(msgs as ChatMessageLike[]);
+      promptTokens = estimateTokenizer.encode(promptText);
+    }
+    if (promptTokens.length === 0) bad('prompt is empty');
+    const r: BenchRequest = { arrivalMs, promptTokens, maxTokens, outputSeed: mix32(seed ^ 0x3c6ef372, no) };
+    if (promptText !== undefined) r.promptText = promptText;
+    if (o.tenant !== undefined) {
+      if (typeof o.tenant !== 'string') bad('"tenant" must be a string');
+      r.tenant = o.tenant;
+    }
+    if (o.session !== undefined) {
+      if (typeof o.session !== 'string') bad('"session" must be a string');
+      r.session = o.session;
+    }
+    if (o.priority !== undefined) {
+      if (typeof o.priority !== 'number' || !Number.isInteger(o.priority)) bad('"priority" must be an integer');
+      r.priority = o.priority;
+    }
+    return r;
+  });
+}
+
+export function loadTrace(path: string, format: TraceFormat, opts: AzureOptions = {}): BenchSource {
+  switch (format) {
+    case 'mooncake':
+      return mooncakeSource(path, opts);
+    case 'azure':
+      return azureSource(path, opts);
+    case 'jsonl':
+      return jsonlSource(path, opts);
+  }
+}
+

@@ -1,0 +1,399 @@
+/**
+ * The discrete-event fleet simulation behind `kvgate bench`: N copies of the engine model in
+ * virtual time, routed by the gateway's own Router and policy code.
+ *
+ * Events, in a binary heap on (time, insertion order):
+ * - arrival — read lazily from the request source (one request of lookahead, so a trace is never
+ *   loaded whole): optional admission hook, then Router.route, then the engine on the chosen
+ *   worker (after an optional constant gateway/network overhead).
+ * - step done — each worker's engine steps at its own pace: step() is planned when the previous
+ *   step ends (or when work arrives at an idle worker) and its results become visible at
+ *   start + durationMs; then first tokens go to Router.firstToken, finished requests to
+ *   Router.complete, and the next step starts.
+ * - scrape — every scrape interval each worker's WorkerState gets a snapshot of engine.stats(),
+ *   as the live gateway gets one from /metrics. Between scrapes policies see only the snapshot
+ *   plus the router's own in-flight accounting. Only the `oracle` policy gets a live probe.
+ * - KV sample — per-worker KV usage for the report.
+ *
+ * Metrics follow vLLM's benchmark_serving.py. The engine runs with emitTokens off, so there are no
+ * per-token events: TTFT and E2E come from the step in which the first token / last token appeared;
+ * TPOT = (E2E − TTFT)/(output − 1); ITL samples are step durations, each counted once per sequence
+ * that decoded a token in that step (a decoding sequence gets a token every step, so the gap between
+ * its tokens is the step's duration). The gap after a preemption (recompute) is not sampled as ITL;
+ * it still shows in that request's TPOT.
+ */
+import { Engine } from '../engine/engine.js';
+import type { EngineConfig, EngineStats, StepResult, TokenContext } from '../engine/types.js';
+import { WorkerState } from '../fleet/worker-state.js';
+import { Router } from '../scheduler/router.js';
+import type { Policy, RouteRequest } from '../scheduler/types.js';
+import { answerToken, synthText } from '../bench/tokens.js';
+import type { BenchRequest } from '../bench/types.js';
+import { VirtualClock } from '../util/clock.js';
+import { seededRng } from '../util/rng.js';
+import { EventQueue } from './des-queue.js';
+
+/** What an admission hook answers: proceed, or refuse with a status (400 counts as rejected). */
+export type AdmitResult = { ok: true } | { ok: false; status: 400 | 429 | 503; code: string };
+
+export interface FleetSimOptions {
+  workers: number;
+  /** Configuration of every worker's engine (emitTokens and kvEvents are forced off). */
+  engineConfig: EngineConfig;
+  /** A fresh policy instance (policies may keep state). */
+  policy: Policy;
+  seed: number;
+  /** Model name the requests ask for and the workers serve. */
+  model?: string;
+  /**
+   * Metrics scrape interval, ms. Default: the policy's own `scrapeIntervalMs` if it declares one,
+   * else 1000 (the gateway's default).
+   */
+  scrapeIntervalMs?: number;
+  /** Router staleness threshold, ms. Default max(5000, 5 scrape intervals). */
+  staleAfterMs?: number;
+  /** Constant gateway + network delay added before a request reaches its worker, ms. */
+  overheadMs?: number;
+  /** KV-usage sampling interval for the report, ms (default 1000). */
+  kvSampleMs?: number;
+  /** Admission control seam: called before routing, in virtual time. */
+  admit?: (req: RouteRequest, now: number) => AdmitResult;
+  /** Called every `progressEvery` arrivals with the number of arrivals so far. */
+  onProgress?: (arrivals: number, nowMs: number) => void;
+  progressEvery?: number;
+}
+
+export interface WorkerResult {
+  id: string;
+  /** Requests routed here. */
+  routed: number;
+  preemptions: number;
+  /** Sum of step durations: modelled GPU busy time, ms. */
+  busyMs: number;
+  steps: number;
+  /** KV usage (0..1) sampled every kvSampleMs from time 0. */
+  kvUsage: number[];
+  final: EngineStats;
+}
+
+/** Raw outcome of one run; bench/metrics.ts turns it into the summary. */
+export interface SimResult {
+  policy: string;
+  scrapeIntervalMs: number;
+  kvSampleMs: number;
+  requests: number;
+  rejected: number;
+  shed: number;
+  /** Reasons for refusals, by code. */
+  refusals: Record<string, number>;
+  /** Completed requests, one entry each, in completion order. */
+  completed: {
+    arrival: number[];
+    firstToken: number[];
+    finish: number[];
+    promptTokens: number[];
+    outputTokens: number[];
+    cachedTokens: number[];
+    worker: number[];
+  };
+  /** Step durations (ms) and the number of decode tokens each produced: weighted ITL samples. */
+  itl: { durationMs: number[]; weight: number[] };
+  firstArrivalMs: number;
+  lastFinishMs: number;
+  workers: WorkerResult[];
+  /** Wall-clock time the run took, ms (the only nondeterministic field). */
+  wallMs: number;
+  events: number;
+}
+
+const enum Kind {
+  StepDone,
+  Dispatch,
+  Scrape,
+  KvSample,
+}
+
+type SimEvent =
+  | { k: Kind.StepDone; w: number; res: StepResult }
+  | { k: Kind.Dispatch; w: number; idx: number; req: BenchRequest }
+  | { k: Kind.Scrape }
+  | { k: Kind.KvSample };
+
+/** A RouteRequest whose promptText is synthesised from the tokens only if a policy reads it. */
+class SimRouteRequest implements RouteRequest {
+  readonly memo = new Map<string, unknown>();
+  sessionKey?: string;
+  tenant?: string;
+  priority?: number;
+  private text: string | undefined;
+  constructor(
+    readonly id: string,
+    readonly model: string,
+    readonly promptTokens: ArrayLike<number>,
+    readonly maxTokens: number,
+    text: string | undefined,
+  ) {
+    this.text = text;
+  }
+  get promptText(): string {
+    return (this.text ??= synthText(this.promptTokens));
+  }
+}
+
+/** Scrape interval a policy asks for, if it declares one. */
+export function policyScrapeInterval(policy: Policy): number | undefined {
+  const v = (policy as { scrapeIntervalMs?: unknown }).scrapeIntervalMs;
+  return typeof v === 'number' && v > 0 ? v : undefined;
+}
+
+function snapshotOf(s: EngineStats, at: number) {
+  return {
+    at,
+    kvUsage: s.kvUsage,
+    running: s.running,
+    waiting: s.waiting,
+    numGpuBlocks: s.numGpuBlocks,
+    blockSize: s.blockSize,
+    prefixQueries: s.prefixQueries,
+    prefixHits: s.prefixHits,
+    preemptions: s.preemptions,
+  };
+}
+
+/** Replay `source` (time-ordered) against a fresh fleet. */
+export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetSimOptions): Promise<SimResult> {
+  const wallStart = performance.now();
+  const n = opts.workers;
+  if (!Number.isInteger(n) || n < 1) throw new Error(`workers must be a positive integer, got ${n}`);
+  const model = opts.model ?? 'model';
+  const scrapeMs = opts.scrapeIntervalMs ?? policyScrapeInterval(opts.policy) ?? 1000;
+  if (!(scrapeMs > 0)) throw new Error(`scrape interval must be positive, got ${scrapeMs}`);
+  const kvSampleMs = opts.kvSampleMs ?? 1000;
+  const overhead = opts.overheadMs ?? 0;
+  const clock = new VirtualClock(0);
+  const router = new Router({
+    policy: opts.policy,
+    clock,
+    rng: seededRng(opts.seed),
+    staleAfterMs: opts.staleAfterMs ?? Math.max(5000, 5 * scrapeMs),
+  });
+  const cfg: EngineConfig = { ...opts.engineConfig, emitTokens: false, kvEvents: false };
+  const engines: Engine[] = [];
+  const states: WorkerState[] = [];
+  const useOracle = opts.policy.name === 'oracle';
+  for (let i = 0; i < n; i++) {
+    const e = new Engine(cfg);
+    engines.push(e);
+    const w = new WorkerState({
+      id: `w${i}`,
+      url: `sim://w${i}`,
+      pool: 'default',
+      model,
+      numGpuBlocks: cfg.numGpuBlocks,
+      blockSize: cfg.blockSize,
+    });
+    if (useOracle) {
+      w.oracle = {
+        cachedPrefixTokens: (p) => e.cachedPrefixTokens(p),
+        running: () => e.running(),
+        waiting: () => e.waiting(),
+        freeBlocks: () => e.freeBlocks(),
+        pendingPrefillTokens: () => e.pendingPrefillTokens(),
+      };
+    }
+    states.push(w);
+  }
+  const workerIndex = new Map(states.map((w, i) => [w.id, i]));
+  const busy = new Array<boolean>(n).fill(false);
+  const busyMs = new Array<number>(n).fill(0);
+  const steps = new Array<number>(n).fill(0);
+  const kvUsage: number[][] = states.map(() => []);
+
+  const out: SimResult = {
+    policy: opts.policy.name,
+    scrapeIntervalMs: scrapeMs,
+    kvSampleMs,
+    requests: 0,
+    rejected: 0,
+    shed: 0,
+    refusals: {},
+    completed: { arrival: [], firstToken: [], finish: [], promptTokens: [], outputTokens: [], cachedTokens: [], worker: [] },
+    itl: { durationMs: [], weight: [] },
+    firstArrivalMs: NaN,
+    lastFinishMs: NaN,
+    workers: [],
+    wallMs: 0,
+    events: 0,
+  };
+  // Per in-flight request: arrival and first-token time, by request index.
+  const arrivalOf = new Map<number, number>();
+  const firstTokenOf = new Map<number, number>();
+
+  const q = new EventQueue<SimEvent>();
+  let busyCount = 0;
+  let pendingDispatch = 0;
+
+  const refuse = (status: number, code: string) => {
+    if (status === 400) out.rejected++;
+    else out.shed++;
+    out.refusals[code] = (out.refusals[code] ?? 0) + 1;
+  };
+
+  const startStep = (w: number, now: number) => {
+    const res = engines[w]!.step();
+    if (!res) {
+      if (busy[w]) {
+        busy[w] = false;
+        busyCount--;
+      }
+      return;
+    }
+    if (!busy[w]) {
+      busy[w] = true;
+      busyCount++;
+    }
+    busyMs[w]! += res.durationMs;
+    steps[w]!++;
+    q.push(now + res.durationMs, { k: Kind.StepDone, w, res });
+  };
+
+  const dispatch = (w: number, idx: number, req: BenchRequest, now: number) => {
+    const seed = req.outputSeed;
+    engines[w]!.add({
+      id: String(idx),
+      prompt: req.promptTokens,
+      maxTokens: req.maxTokens,
+      sampler: (ctx: TokenContext) => answerToken(seed, ctx.output.length),
+      ignoreEos: true,
+      priority: req.priority ?? 0,
+    });
+    if (!busy[w]) startStep(w, now);
+  };
+
+  const arrive = (req: BenchRequest, idx: number) => {
+    const now = clock.now();
+    out.requests++;
+    const rr = new SimRouteRequest(String(idx), model, req.promptTokens, req.maxTokens, req.promptText);
+    if (req.session !== undefined) rr.sessionKey = req.session;
+    if (req.tenant !== undefined) rr.tenant = req.tenant;
+    if (req.priority !== undefined) rr.priority = req.priority;
+    if (opts.admit) {
+      const a = opts.admit(rr, now);
+      if (!a.ok) return refuse(a.status, a.code);
+    }
+    const outcome = router.route(rr, states);
+    if (!outcome.ok) return refuse(outcome.status, outcome.code);
+    const w = workerIndex.get(outcome.decision.worker.id)!;
+    // The worker answers what it can never run with a 400, as vLLM does; the gateway relays it.
+    const err = engines[w]!.check(req.promptTokens.length, req.maxTokens);
+    if (err) {
+      router.complete(rr.id, false);
+      return refuse(400, err.code);
+    }
+    arrivalOf.set(idx, req.arrivalMs);
+    if (overhead > 0) {
+      pendingDispatch++;
+      q.push(now + overhead, { k: Kind.Dispatch, w, idx, req });
+    } else {
+      dispatch(w, idx, req, now);
+    }
+  };
+
+  const stepDone = (w: number, res: StepResult, now: number) => {
+    for (const id of res.firstTokens) {
+      firstTokenOf.set(Number(id), now);
+      router.firstToken(id);
+    }
+    if (res.decodeTokens > 0) {
+      out.itl.durationMs.push(res.durationMs);
+      out.itl.weight.push(res.decodeTokens);
+    }
+    for (const f of res.finished) {
+      const idx = Number(f.id);
+      const c = out.completed;
+      c.arrival.push(arrivalOf.get(idx)!);
+      c.firstToken.push(firstTokenOf.get(idx) ?? now);
+      c.finish.push(now);
+      c.promptTokens.push(f.promptTokens);
+      c.outputTokens.push(f.outputTokens);
+      c.cachedTokens.push(f.cachedPromptTokens);
+      c.worker.push(w);
+      arrivalOf.delete(idx);
+      firstTokenOf.delete(idx);
+      out.lastFinishMs = now;
+      router.complete(f.id, f.reason !== 'abort');
+    }
+    startStep(w, now);
+  };
+
+  const scrape = (now: number) => {
+    for (let i = 0; i < n; i++) states[i]!.applySnapshot(snapshotOf(engines[i]!.stats(), now));
+  };
+
+  const it = source[Symbol.iterator]();
+  let next = it.next();
+  let idx = 0;
+  // The first scrape lands at time 0, as a gateway has scraped its workers before it routes.
+  scrape(0);
+  q.push(scrapeMs, { k: Kind.Scrape });
+  q.push(0, { k: Kind.KvSample });
+  const progressEvery = opts.progressEvery ?? 1000;
+  let events = 0;
+
+  for (;;) {
+    const tq = q.peekTime();
+    if (!next.done && next.value.arrivalMs < tq) {
+      const req = next.value;
+      clock.set(req.arrivalMs);
+      if (idx === 0) out.firstArrivalMs = req.arrivalMs;
+      arrive(req, idx++);
+      next = it.next();
+      if (opts.onProgress && idx % progressEvery === 0) opts.onProgress(idx, clock.now());
+    } else {
+      if (next.done && busyCount === 0 && pendingDispatch === 0) break;
+      const e = q.pop();
+      if (!e) break;
+      clock.set(e.t);
+      const ev = e.ev;
+      switch (ev.k) {
+        case Kind.StepDone:
+          stepDone(ev.w, ev.res, e.t);
+          break;
+        case Kind.Dispatch:
+          pendingDispatch--;
+          dispatch(ev.w, ev.idx, ev.req, e.t);
+          break;
+        case Kind.Scrape:
+          scrape(e.t);
+          q.push(e.t + scrapeMs, { k: Kind.Scrape });
+          break;
+        case Kind.KvSample:
+          for (let i = 0; i < n; i++) {
+            const s = engines[i]!.stats();
+            kvUsage[i]!.push(s.kvUsage);
+          }
+          q.push(e.t + kvSampleMs, { k: Kind.KvSample });
+          break;
+      }
+    }
+    // Yield to the event loop now and then so a progress bar and signals stay responsive.
+    if (++events % 200_000 === 0) await new Promise<void>((r) => setImmediate(r));
+  }
+  if (opts.onProgress) opts.onProgress(idx, clock.now());
+
+  out.workers = engines.map((e, i) => {
+    const final = e.stats();
+    return {
+      id: states[i]!.id,
+      routed: states[i]!.routed,
+      preemptions: final.preemptions,
+      busyMs: busyMs[i]!,
+      steps: steps[i]!,
+      kvUsage: kvUsage[i]!,
+      final,
+    };
+  });
+  out.events = events;
+  out.wallMs = performance.now() - wallStart;
+  return out;
+}
