@@ -5,9 +5,11 @@
  * A distribution is a pure function of the model's seed (derived from its name) and the last two
  * tokens of context: a sparse list of TOP_K (token, logprob) pairs, sorted most likely first,
  * derived by hashing. Sentence structure comes from the punctuation tokens: a period or comma now
- * and then, never two punctuation marks in a row, and after a period the end of sequence with
- * probability P_EOS_AFTER_PERIOD — so a natural completion runs about six sentences (tens to a few
- * hundred tokens).
+ * and then, never two punctuation marks in a row, and after a period the end of sequence — about
+ * one sentence in eight or nine ends the text, so a natural completion runs tens to a few hundred tokens.
+ * In some contexts the period or EOS is the single most likely token, so greedy decoding ends
+ * too — most of the time: greedy decoding is a walk over last-two-token states, and like a real
+ * model's it can fall into a repetition loop, which max_tokens ends.
  *
  * A draft model (for speculative decoding) is a second LM built with `draftOf`: for a fraction
  * `fidelity` of contexts (decided by hashing the context) it predicts like its target, slightly
@@ -26,10 +28,18 @@ export const TOP_K = 16;
 const NUM_WORDS = PERIOD_ID;
 /** The most frequent words (the vocabulary lists common English words first). */
 const COMMON_WORDS = 192;
-const P_PERIOD = 0.065;
+const P_PERIOD = 0.06;
 const P_COMMA = 0.05;
-const P_EOS_AFTER_PERIOD = 0.17;
+const P_EOS_AFTER_PERIOD = 0.04;
 const P_NEWLINE_AFTER_PERIOD = 0.06;
+/**
+ * In a fraction of contexts a structural token is the single most likely one, so that greedy
+ * decoding (temperature 0) also ends sentences and sequences instead of chaining words forever.
+ */
+const FINAL_CONTEXTS = 0.15;
+const P_EOS_FINAL = 0.55;
+const SENTENCE_END_CONTEXTS = 0.07;
+const P_PERIOD_END = 0.5;
 
 export interface Distribution {
   /** Candidate tokens, most likely first. */
@@ -79,20 +89,22 @@ function baseDistribution(seed: number, prev2: number, prev1: number): Distribut
   let pNewline = 0;
   let pPeriod = 0;
   let pComma = 0;
+  const structure = fin(key ^ 0x2545f491) / U32;
   if (prev1 === PERIOD_ID) {
-    pEos = P_EOS_AFTER_PERIOD;
+    pEos = structure < FINAL_CONTEXTS ? P_EOS_FINAL : P_EOS_AFTER_PERIOD;
     pNewline = P_NEWLINE_AFTER_PERIOD;
   } else if (prev1 >= 0 && !isPunct(prev1)) {
     // Phrases end more often after a rare word than after a function word.
     const rare = prev1 >= COMMON_WORDS ? 1.3 : 0.8;
-    pPeriod = P_PERIOD * rare;
+    pPeriod = structure < SENTENCE_END_CONTEXTS ? P_PERIOD_END : P_PERIOD * rare;
     pComma = P_COMMA * rare;
   }
   const nStruct = (pEos > 0 ? 1 : 0) + (pNewline > 0 ? 1 : 0) + (pPeriod > 0 ? 1 : 0) + (pComma > 0 ? 1 : 0);
   const nWords = TOP_K - nStruct;
   const wordMass = 1 - pEos - pNewline - pPeriod - pComma;
 
-  // Word candidates: distinct ids by hashing; half from the common words, half from anywhere.
+  // Word candidates: distinct ids by hashing, each from the common words or from anywhere (a
+  // coin flip per candidate, so even the most likely word ranges over the whole vocabulary).
   // Zipf-like weights whose steepness varies by context (some contexts are near-certain).
   const tokens = new Int32Array(TOP_K);
   const probs = new Float64Array(TOP_K);
@@ -103,7 +115,7 @@ function baseDistribution(seed: number, prev2: number, prev1: number): Distribut
     let t: number;
     do {
       h = fin(h + 0x6a09e667);
-      t = (i & 1) === 0 ? h % COMMON_WORDS : h % NUM_WORDS;
+      t = (h & 0x80000000) === 0 ? h % COMMON_WORDS : h % NUM_WORDS;
     } while (tokens.subarray(0, i).includes(t));
     tokens[i] = t;
     const w = Math.exp(-steep * i * (0.85 + 0.3 * (fin(h ^ 0x3c6ef372) / U32)));

@@ -122,3 +122,22 @@ test('bench samplers are cheap, deterministic and never emit EOS', () => {
   const f = fixedSampler([4, 5]);
   assert.deepEqual([0, 1, 2].map((n) => f({ prompt: [], output: new Array(n).fill(0) })), [4, 5, 4]);
 });
+
+test('greedy decoding usually ends with EOS', () => {
+  let ended = 0;
+  const runs = 200;
+  for (let r = 0; r < runs; r++) {
+    const { sampler } = createSampler(lm, { temperature: 0, recordLogprobs: false });
+    const prompt = [(r * 37) % 4000, (r * 101) % 4000];
+    const output: number[] = [];
+    while (output.length < 2000) {
+      const t = sampler({ prompt, output });
+      output.push(t);
+      if (t === EOS_TOKEN_ID) {
+        ended++;
+        break;
+      }
+    }
+  }
+  assert.ok(ended / runs > 0.7, `only ${ended}/${runs} greedy runs ended`);
+});
