@@ -134,7 +134,8 @@ class WaitingQueue {
   }
 }
 
-const NO_TOKENS: TokenOutput[] = [];
+/** Shared by every step when emitTokens is false; frozen so a stray push fails loudly. */
+const NO_TOKENS = Object.freeze([]) as unknown as TokenOutput[];
 
 export class Engine implements EngineModel {
   readonly config: EngineConfig;
