@@ -81,7 +81,7 @@ class Pool {
   }
 }
 
-function* sharedPrefix(rng: Rng, seed: number, rate: number, burstiness: number, tenants = 256): Generator<BenchRequest> {
+function* sharedPrefix(rng: Rng, seed: number, rate: number, burstiness: number, tenants = 512): Generator<BenchRequest> {
   const sys = new Pool((t) => stream(mix32(seed ^ 0x51ed270b, t), 1500 + (mix32(seed, t) % 1001)));
   const pick = new Zipf(tenants, 0.6);
   let t = 0;
@@ -197,9 +197,9 @@ function* merge(streams: Iterator<BenchRequest>[]): Generator<BenchRequest> {
 
 const SPECS: Record<string, WorkloadSpec> = {
   'shared-prefix': {
-    description: '256 tenants with ~2k-token system prompts, 100–200 token user turns, 100–300 token answers',
+    description: '512 tenants with ~2k-token system prompts, 100–200 token user turns, 100–300 token answers',
     defaultSize: 5000,
-    defaultRate: 100,
+    defaultRate: 140,
     defaultBurstiness: 1,
     generate: (rng, seed, rate, b) => sharedPrefix(rng, seed, rate, b),
   },

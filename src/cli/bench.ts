@@ -1,5 +1,282 @@
-export const help = 'kvgate bench: not built yet\n';
-export async function run(_argv: string[]): Promise<number> {
-  process.stderr.write('kvgate bench: not built yet\n');
-  return 1;
+/**
+ * `kvgate bench`: replay a trace or a built-in workload against a simulated fleet, once per
+ * policy, and compare them.
+ */
+import { openSync, readSync, closeSync, writeFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { listGpus, listModels } from '../engine/profiles.js';
+import { policyNames } from '../scheduler/policies.js';
+import { loadTrace, TRACE_FORMATS, TraceError, type AzureOptions, type TraceFormat } from '../bench/loaders.js';
+import { createProgressBar, type ProgressBar } from '../bench/progress.js';
+import { renderReport } from '../bench/report.js';
+import { checkPolicies, GPU_HOUR_COST, runBench } from '../bench/run.js';
+import { summaryTable } from '../bench/table.js';
+import type { BenchSource } from '../bench/types.js';
+import { describeWorkloads, workloadNames, workloadSource } from '../bench/workloads.js';
+
+const DEFAULT_POLICIES = ['round-robin', 'least-load', 'kvgate'];
+
+export const help = `Usage: kvgate bench (--workload NAME | --trace FILE) [options]
+
+Replays requests against a simulated fleet of vLLM workers in virtual time, once per policy on a
+fresh fleet, routing with the gateway's own scheduler code. Prints a summary table.
+
+Source (one of):
+  --workload NAME         built-in workload: ${workloadNames().join(', ')}
+  --size N                requests to generate (default: per workload, 5000)
+  --rate R                mean arrival rate, requests/s (default: per workload, see --list)
+  --burstiness B          Gamma shape of arrival gaps, 1 = Poisson (default: per workload)
+  --trace FILE            replay a trace file, read line by line
+  --format F              trace format: ${TRACE_FORMATS.join(' | ')}
+                          (default: azure for .csv; mooncake if the first row has hash_ids; else jsonl)
+  --azure-shared-prefix X give Azure prompts a synthetic shared prefix: X tokens, or the fraction X
+                          of each prompt when X < 1 (default: none)
+  --azure-prefix-groups N distinct shared prefixes for --azure-shared-prefix (default 16)
+  --skip-bad              skip and count malformed trace rows instead of failing
+
+Fleet:
+  --workers N             simulated workers (default 8)
+  --gpu NAME              GPU profile: ${listGpus().map((g) => g.name).join(', ')} (default h100)
+  --model NAME            model profile: ${listModels().map((m) => m.name).join(', ')} (default llama-3.1-8b)
+  --tp N                  tensor-parallel GPUs per worker (default 1)
+
+Run:
+  --policy a,b,c          policies to compare (default ${DEFAULT_POLICIES.join(',')}); known: see --list
+  --rate-scale X          multiply the arrival rate by X (divides arrival times; default 1)
+  --limit N               replay at most N requests
+  --seed S                seed for workloads, synthetic tokens and tie-breaks (default 0)
+  --scrape-interval MS    metrics scrape interval for every policy (default: the policy's own, else 1000)
+  --overhead-ms MS        constant gateway + network delay per request (default 0)
+  --slo-ttft MS           TTFT SLO for goodput (default: none)
+  --slo-tpot MS           TPOT SLO for goodput (default: none)
+  --gpu-hour-cost USD     $ per GPU-hour (default ${Object.entries(GPU_HOUR_COST).map(([g, c]) => `${g} ${c.toFixed(2)}`).join(', ')})
+
+Output:
+  --json FILE             write the results as JSON
+  --report FILE.html      write a self-contained HTML report (charts as inline SVG)
+  --omit-wall-time        leave sim_wall_ms out of the JSON (same seed → byte-identical file)
+  --progress              draw a progress bar on stderr even when it is not a terminal
+  --quiet                 print nothing but errors
+  --list                  list workloads, policies, GPUs and models, then exit
+  -h, --help              this help
+
+Exit status: 0 on success, 1 if a run failed, 2 on bad arguments.
+`;
+
+const OPTIONS = {
+  workload: { type: 'string' },
+  size: { type: 'string' },
+  rate: { type: 'string' },
+  burstiness: { type: 'string' },
+  trace: { type: 'string' },
+  format: { type: 'string' },
+  'azure-shared-prefix': { type: 'string' },
+  'azure-prefix-groups': { type: 'string' },
+  'skip-bad': { type: 'boolean' },
+  workers: { type: 'string' },
+  gpu: { type: 'string' },
+  model: { type: 'string' },
+  tp: { type: 'string' },
+  policy: { type: 'string' },
+  'rate-scale': { type: 'string' },
+  limit: { type: 'string' },
+  seed: { type: 'string' },
+  'scrape-interval': { type: 'string' },
+  'overhead-ms': { type: 'string' },
+  'slo-ttft': { type: 'string' },
+  'slo-tpot': { type: 'string' },
+  'gpu-hour-cost': { type: 'string' },
+  json: { type: 'string' },
+  report: { type: 'string' },
+  'omit-wall-time': { type: 'boolean' },
+  progress: { type: 'boolean' },
+  quiet: { type: 'boolean' },
+  list: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+class UsageError extends Error {}
+
+function intFlag(v: string | undefined, name: string, min: number): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < min) throw new UsageError(`--${name} must be an integer ≥ ${min}, got '${v}'`);
+  return n;
+}
+
+function numFlag(v: string | undefined, name: string, opts: { positive?: boolean } = {}): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (v.trim() === '' || !Number.isFinite(n) || n < 0 || (opts.positive && n === 0)) {
+    throw new UsageError(`--${name} must be a ${opts.positive ? 'positive' : 'non-negative'} number, got '${v}'`);
+  }
+  return n;
+}
+
+/** Trace format from the file: .csv is Azure; a JSON first row with hash_ids is Mooncake. */
+function sniffFormat(path: string): TraceFormat {
+  if (path.toLowerCase().endsWith('.csv')) return 'azure';
+  const fd = openSync(path, 'r');
+  try {
+    const buf = Buffer.alloc(4096);
+    const n = readSync(fd, buf, 0, buf.length, 0);
+    const first = buf.subarray(0, n).toString('utf8').split('\n')[0] ?? '';
+    return first.includes('"hash_ids"') ? 'mooncake' : 'jsonl';
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function listing(): string {
+  const lines = ['Workloads (default size, rate, burstiness):'];
+  for (const w of describeWorkloads()) {
+    lines.push(`  ${w.name.padEnd(14)} ${String(w.size).padStart(6)} req  ${String(w.rate).padStart(4)} req/s  b=${w.burstiness}  ${w.description}`);
+  }
+  lines.push('Policies:', ...policyNames().map((p) => `  ${p}`));
+  lines.push('GPUs:', ...listGpus().map((g) => `  ${g.name.padEnd(8)} ${g.description}`));
+  lines.push('Models:', ...listModels().map((m) => `  ${m.name}`));
+  return lines.join('\n') + '\n';
+}
+
+export async function run(argv: string[]): Promise<number> {
+  let v: ReturnType<typeof parse>;
+  const parse = (args: string[]) => parseArgs({ args, options: OPTIONS, strict: true, allowPositionals: false }).values;
+  try {
+    v = parse(argv);
+  } catch (e) {
+    process.stderr.write(`kvgate bench: ${(e as Error).message}\nRun 'kvgate bench --help' for the options.\n`);
+    return 2;
+  }
+  if (v.help) {
+    process.stdout.write(help);
+    return 0;
+  }
+  if (v.list) {
+    process.stdout.write(listing());
+    return 0;
+  }
+  const quiet = v.quiet === true;
+  let source: BenchSource;
+  let total: number | undefined;
+  let opts: Parameters<typeof runBench>[0];
+  try {
+    const seed = intFlag(v.seed, 'seed', 0) ?? 0;
+    const limit = intFlag(v.limit, 'limit', 1);
+    if ((v.workload === undefined) === (v.trace === undefined)) throw new UsageError('give exactly one of --workload NAME or --trace FILE');
+    if (v.workload !== undefined) {
+      for (const f of ['format', 'azure-shared-prefix', 'azure-prefix-groups'] as const) {
+        if (v[f] !== undefined) throw new UsageError(`--${f} applies to --trace only`);
+      }
+      const size = intFlag(v.size, 'size', 1);
+      try {
+        source = workloadSource(v.workload, {
+          size,
+          rate: numFlag(v.rate, 'rate', { positive: true }),
+          burstiness: numFlag(v.burstiness, 'burstiness', { positive: true }),
+          seed,
+        });
+      } catch (e) {
+        throw new UsageError((e as Error).message);
+      }
+      total = size ?? describeWorkloads().find((w) => w.name === v.workload)!.size;
+    } else {
+      for (const f of ['size', 'rate', 'burstiness'] as const) {
+        if (v[f] !== undefined) throw new UsageError(`--${f} applies to --workload only (use --rate-scale and --limit with a trace)`);
+      }
+      const path = v.trace!;
+      let format: TraceFormat;
+      if (v.format !== undefined) {
+        if (!TRACE_FORMATS.includes(v.format as TraceFormat)) {
+          throw new UsageError(`--format must be one of ${TRACE_FORMATS.join(', ')}, got '${v.format}'`);
+        }
+        format = v.format as TraceFormat;
+      } else {
+        try {
+          format = sniffFormat(path);
+        } catch (e) {
+          throw new UsageError(`cannot read trace ${path}: ${(e as Error).message}`);
+        }
+      }
+      const loaderOpts: AzureOptions = { skipBad: v['skip-bad'] === true, seed };
+      const sp = numFlag(v['azure-shared-prefix'], 'azure-shared-prefix');
+      const groups = intFlag(v['azure-prefix-groups'], 'azure-prefix-groups', 1);
+      if ((sp !== undefined || groups !== undefined) && format !== 'azure') throw new UsageError('--azure-shared-prefix applies to --format azure only');
+      if (sp !== undefined) loaderOpts.sharedPrefix = sp < 1 ? { fraction: sp, groups } : { tokens: Math.floor(sp), groups };
+      else if (groups !== undefined) throw new UsageError('--azure-prefix-groups needs --azure-shared-prefix');
+      source = loadTrace(path, format, loaderOpts);
+      total = undefined;
+    }
+    if (limit !== undefined) total = total === undefined ? limit : Math.min(total, limit);
+    const policies = (v.policy ?? DEFAULT_POLICIES.filter((p) => policyNames().includes(p)).join(','))
+      .split(',')
+      .map((s) => s.trim())
+      .filter((s) => s !== '');
+    if (policies.length === 0) throw new UsageError('--policy needs at least one policy name');
+    try {
+      checkPolicies(policies);
+    } catch (e) {
+      throw new UsageError((e as Error).message);
+    }
+    const gpu = (v.gpu ?? 'h100').toLowerCase();
+    if (!listGpus().some((g) => g.name === gpu)) throw new UsageError(`unknown GPU '${v.gpu}' (known: ${listGpus().map((g) => g.name).join(', ')})`);
+    const model = v.model ?? 'llama-3.1-8b';
+    opts = {
+      source,
+      policies,
+      workers: intFlag(v.workers, 'workers', 1) ?? 8,
+      gpu,
+      model,
+      tp: intFlag(v.tp, 'tp', 1) ?? 1,
+      seed,
+      rateScale: numFlag(v['rate-scale'], 'rate-scale', { positive: true }) ?? 1,
+      limit,
+      scrapeIntervalMs: numFlag(v['scrape-interval'], 'scrape-interval', { positive: true }),
+      overheadMs: numFlag(v['overhead-ms'], 'overhead-ms'),
+      sloTtftMs: numFlag(v['slo-ttft'], 'slo-ttft', { positive: true }),
+      sloTpotMs: numFlag(v['slo-tpot'], 'slo-tpot', { positive: true }),
+      gpuHourCost: numFlag(v['gpu-hour-cost'], 'gpu-hour-cost'),
+      omitWallTime: v['omit-wall-time'] === true,
+    };
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e;
+    process.stderr.write(`kvgate bench: ${e.message}\n`);
+    return 2;
+  }
+
+  const showProgress = !quiet && (v.progress === true || process.stderr.isTTY === true);
+  let bar: ProgressBar | null = null;
+  if (showProgress) {
+    opts.onPolicyStart = (name) => {
+      bar = createProgressBar(name.padEnd(20), total);
+    };
+    opts.onProgress = (_name, n, t) => bar?.update(n, t);
+    opts.onPolicyDone = () => bar?.finish();
+  }
+  if (!quiet) {
+    process.stdout.write(
+      `kvgate bench: ${source.name}, ${opts.workers}× ${opts.gpu}${(opts.tp ?? 1) > 1 ? ` tp${opts.tp}` : ''} ${opts.model}, seed ${opts.seed}` +
+        `${opts.rateScale !== 1 ? `, rate ×${opts.rateScale}` : ''}${opts.limit ? `, limit ${opts.limit}` : ''}\n`,
+    );
+  }
+  const wallStart = performance.now();
+  let out: Awaited<ReturnType<typeof runBench>>;
+  try {
+    out = await runBench(opts);
+  } catch (e) {
+    (bar as ProgressBar | null)?.finish();
+    const msg = e instanceof TraceError ? `${e.message}${v['skip-bad'] ? '' : ' (use --skip-bad to skip malformed rows)'}` : (e as Error).message;
+    process.stderr.write(`kvgate bench: ${msg}\n`);
+    return e instanceof TraceError ? 2 : 1;
+  }
+  const wallS = (performance.now() - wallStart) / 1000;
+  if (v.json) writeFileSync(v.json, JSON.stringify(out.results, null, 2) + '\n');
+  if (v.report) writeFileSync(v.report, renderReport(out.results, out.curves));
+  if (!quiet) {
+    process.stdout.write('\n' + summaryTable(out.results.policies));
+    const skipped = out.results.skipped_rows > 0 ? `, ${out.results.skipped_rows} malformed rows skipped` : '';
+    process.stdout.write(`\n${out.results.policies.length} run(s) of ${out.results.policies[0]?.requests ?? 0} requests in ${wallS.toFixed(1)} s wall time${skipped}\n`);
+    if (v.json) process.stdout.write(`results: ${v.json}\n`);
+    if (v.report) process.stdout.write(`report: ${v.report}\n`);
+  }
+  return 0;
 }

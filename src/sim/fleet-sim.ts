@@ -142,7 +142,7 @@ class SimRouteRequest implements RouteRequest {
 
 /** Scrape interval a policy asks for, if it declares one. */
 export function policyScrapeInterval(policy: Policy): number | undefined {
-  const v = (policy as { scrapeIntervalMs?: unknown }).scrapeIntervalMs;
+  const v = policy.scrapeIntervalMs;
   return typeof v === 'number' && v > 0 ? v : undefined;
 }
 
@@ -192,15 +192,8 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       numGpuBlocks: cfg.numGpuBlocks,
       blockSize: cfg.blockSize,
     });
-    if (useOracle) {
-      w.oracle = {
-        cachedPrefixTokens: (p) => e.cachedPrefixTokens(p),
-        running: () => e.running(),
-        waiting: () => e.waiting(),
-        freeBlocks: () => e.freeBlocks(),
-        pendingPrefillTokens: () => e.pendingPrefillTokens(),
-      };
-    }
+    // The engine implements OracleProbe; only the oracle policy is given the live view.
+    if (useOracle) w.oracle = e;
     states.push(w);
   }
   const workerIndex = new Map(states.map((w, i) => [w.id, i]));

@@ -1,0 +1,189 @@
+/**
+ * Summary statistics of a simulated run, with the definitions of vLLM's
+ * benchmarks/benchmark_serving.py:
+ * - TTFT = arrival → first token; E2E = arrival → last token; TPOT = (E2E − TTFT)/(output − 1)
+ *   for requests with more than one output token; ITL = gaps between consecutive tokens.
+ * - Percentiles interpolate linearly between order statistics (numpy's default).
+ * - Throughput = completed / duration, output tokens / duration; duration = first arrival → last
+ *   completion.
+ * - Goodput = completed requests meeting every given SLO (TTFT ≤ slo_ttft, TPOT ≤ slo_tpot) per
+ *   second; a single-token answer has no TPOT and meets a TPOT SLO.
+ * - prefix_hit_rate = Σ cached prompt tokens / Σ prompt tokens over completed requests.
+ * - gpu_seconds = GPUs (workers × tp) × duration; cost per million output tokens =
+ *   gpu_seconds / 3600 × $/GPU-hour / (output tokens / 10⁶).
+ */
+import type { SimResult } from '../sim/fleet-sim.js';
+
+export interface Dist {
+  p50: number | null;
+  p90: number | null;
+  p99: number | null;
+  mean: number | null;
+}
+
+export interface PolicySummary {
+  name: string;
+  requests: number;
+  completed: number;
+  rejected: number;
+  shed: number;
+  preemptions: number;
+  ttft_ms: Dist;
+  tpot_ms: Dist;
+  itl_ms: Dist;
+  e2e_ms: Dist;
+  duration_s: number;
+  throughput_rps: number;
+  output_tokens_per_s: number;
+  total_tokens_per_s: number;
+  prefix_hit_rate: number;
+  gpu_seconds: number;
+  /** Σ modelled step time over workers: the GPU time actually spent computing. */
+  busy_gpu_seconds: number;
+  cost_per_million_output_tokens: number | null;
+  goodput_rps: number;
+  scrape_interval_ms: number;
+  refusals: Record<string, number>;
+  sim_wall_ms?: number;
+}
+
+export interface SummaryOptions {
+  /** GPUs per worker (tensor parallelism). */
+  tp: number;
+  gpuHourCost: number;
+  sloTtftMs?: number;
+  sloTpotMs?: number;
+  /** Leave out sim_wall_ms, the one nondeterministic field (for byte-identical JSON). */
+  omitWallTime?: boolean;
+}
+
+const round = (x: number, digits = 3): number => {
+  const f = 10 ** digits;
+  return Math.round(x * f) / f;
+};
+
+/** Linear-interpolated percentile of ascending-sorted values (numpy's default method). */
+export function percentile(sorted: ArrayLike<number>, p: number): number | null {
+  const n = sorted.length;
+  if (n === 0) return null;
+  const pos = (p / 100) * (n - 1);
+  const lo = Math.floor(pos);
+  const hi = Math.min(lo + 1, n - 1);
+  return sorted[lo]! + (sorted[hi]! - sorted[lo]!) * (pos - lo);
+}
+
+export function distribution(values: ArrayLike<number>): Dist {
+  const s = Float64Array.from(values as ArrayLike<number>).sort();
+  if (s.length === 0) return { p50: null, p90: null, p99: null, mean: null };
+  let sum = 0;
+  for (let i = 0; i < s.length; i++) sum += s[i]!;
+  return {
+    p50: round(percentile(s, 50)!),
+    p90: round(percentile(s, 90)!),
+    p99: round(percentile(s, 99)!),
+    mean: round(sum / s.length),
+  };
+}
+
+/**
+ * Distribution of values that each occur `weight` times (ITL: one step duration per decoding
+ * sequence), without expanding them. Percentiles interpolate on the expanded order statistics.
+ */
+export function weightedDistribution(values: ArrayLike<number>, weights: ArrayLike<number>): Dist {
+  const n = values.length;
+  const order = new Uint32Array(n);
+  for (let i = 0; i < n; i++) order[i] = i;
+  order.sort((a, b) => values[a]! - values[b]!);
+  let total = 0;
+  let sum = 0;
+  for (let i = 0; i < n; i++) {
+    total += weights[i]!;
+    sum += values[i]! * weights[i]!;
+  }
+  if (total === 0) return { p50: null, p90: null, p99: null, mean: null };
+  // Value at 0-based rank r of the expanded list.
+  const cum = new Float64Array(n);
+  let acc = 0;
+  for (let i = 0; i < n; i++) {
+    acc += weights[order[i]!]!;
+    cum[i] = acc;
+  }
+  const at = (r: number): number => {
+    let lo = 0;
+    let hi = n - 1;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (cum[mid]! > r) hi = mid;
+      else lo = mid + 1;
+    }
+    return values[order[lo]!]!;
+  };
+  const pct = (p: number): number => {
+    const pos = (p / 100) * (total - 1);
+    const lo = Math.floor(pos);
+    const a = at(lo);
+    const b = at(Math.min(lo + 1, total - 1));
+    return a + (b - a) * (pos - lo);
+  };
+  return { p50: round(pct(50)), p90: round(pct(90)), p99: round(pct(99)), mean: round(sum / total) };
+}
+
+export function summarize(r: SimResult, o: SummaryOptions): PolicySummary {
+  const c = r.completed;
+  const n = c.arrival.length;
+  const ttft = new Float64Array(n);
+  const e2e = new Float64Array(n);
+  const tpot: number[] = [];
+  let promptTokens = 0;
+  let cachedTokens = 0;
+  let outputTokens = 0;
+  let good = 0;
+  for (let i = 0; i < n; i++) {
+    const t = c.firstToken[i]! - c.arrival[i]!;
+    const e = c.finish[i]! - c.arrival[i]!;
+    ttft[i] = t;
+    e2e[i] = e;
+    const out = c.outputTokens[i]!;
+    let tp: number | undefined;
+    if (out > 1) {
+      tp = (e - t) / (out - 1);
+      tpot.push(tp);
+    }
+    promptTokens += c.promptTokens[i]!;
+    cachedTokens += c.cachedTokens[i]!;
+    outputTokens += out;
+    const okTtft = o.sloTtftMs === undefined || t <= o.sloTtftMs;
+    const okTpot = o.sloTpotMs === undefined || tp === undefined || tp <= o.sloTpotMs;
+    if (okTtft && okTpot) good++;
+  }
+  const durationS = n > 0 ? (r.lastFinishMs - r.firstArrivalMs) / 1000 : 0;
+  const per = (x: number) => (durationS > 0 ? x / durationS : 0);
+  const gpus = r.workers.length * o.tp;
+  const gpuSeconds = gpus * durationS;
+  const cost = (gpuSeconds / 3600) * o.gpuHourCost;
+  const s: PolicySummary = {
+    name: r.policy,
+    requests: r.requests,
+    completed: n,
+    rejected: r.rejected,
+    shed: r.shed,
+    preemptions: r.workers.reduce((a, w) => a + w.preemptions, 0),
+    ttft_ms: distribution(ttft),
+    tpot_ms: distribution(tpot),
+    itl_ms: weightedDistribution(r.itl.durationMs, r.itl.weight),
+    e2e_ms: distribution(e2e),
+    duration_s: round(durationS),
+    throughput_rps: round(per(n)),
+    output_tokens_per_s: round(per(outputTokens)),
+    total_tokens_per_s: round(per(outputTokens + promptTokens)),
+    prefix_hit_rate: round(promptTokens > 0 ? cachedTokens / promptTokens : 0, 4),
+    gpu_seconds: round(gpuSeconds),
+    busy_gpu_seconds: round((o.tp * r.workers.reduce((a, w) => a + w.busyMs, 0)) / 1000),
+    cost_per_million_output_tokens: outputTokens > 0 ? round(cost / (outputTokens / 1e6), 4) : null,
+    goodput_rps: round(per(good)),
+    scrape_interval_ms: r.scrapeIntervalMs,
+    refusals: Object.fromEntries(Object.entries(r.refusals).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))),
+  };
+  if (!o.omitWallTime) s.sim_wall_ms = Math.round(r.wallMs);
+  return s;
+}
