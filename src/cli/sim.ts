@@ -1,5 +1,180 @@
-export const help = 'kvgate sim: not built yet\n';
-export async function run(_argv: string[]): Promise<number> {
-  process.stderr.write('kvgate sim: not built yet\n');
-  return 1;
+/**
+ * `kvgate sim`: one simulated vLLM worker on a real port, until SIGINT/SIGTERM.
+ */
+import { parseArgs } from 'node:util';
+import { listGpus, listModels } from '../engine/profiles.js';
+import { startSimWorker, type SimWorkerOptions } from '../sim/worker-server.js';
+
+export const help = `kvgate sim — run one simulated vLLM worker (OpenAI API, /metrics, KV events)
+
+Usage: kvgate sim [options]
+
+Options:
+  --host HOST            address to listen on (default 127.0.0.1)
+  --port N               HTTP port; 0 picks a free one (default 8000)
+  --model NAME           served model name and engine profile (default llama-3.1-8b;
+                         profiles: ${listModels().map((m) => m.name).join(', ')})
+  --profile NAME         engine profile when the served name is not one of the above
+  --gpu NAME             GPU profile: ${listGpus().map((g) => g.name).join(', ')} (default h100)
+  --tp N                 tensor-parallel degree (default 1)
+  --speed X              time compression: 10 runs steps ten times faster than modelled (default 1)
+  --num-gpu-blocks N     KV-cache blocks, instead of sizing them from GPU memory
+  --block-size N         tokens per KV block (default 16)
+  --max-num-seqs N       most sequences per step (default 256)
+  --max-num-batched-tokens N
+                         token budget per step (default 8192)
+  --max-model-len N      longest prompt + output (default: the model's)
+  --gpu-memory-utilization F
+                         share of GPU memory for weights, activations and KV (default 0.9)
+  --no-prefix-caching    disable automatic prefix caching
+  --kv-events-port P     publish KV-cache events on tcp://HOST:P (ZeroMQ PUB, vLLM's format)
+  --kv-replay-port P     serve KV-event replays on tcp://HOST:P (ZeroMQ ROUTER)
+  --kv-topic TOPIC       topic of KV-event messages (default empty)
+  --hash-seed N          block-hash seed (default: random per process, like vLLM)
+  --legacy-metrics       emit pre-0.9 metric names (vllm:gpu_cache_usage_perc, ...)
+  -h, --help             show this help
+
+Prints the worker's URL, then serves until interrupted.
+`;
+
+export interface SimRunOptions {
+  /** Stops the worker when aborted (tests); SIGINT/SIGTERM do the same otherwise. */
+  signal?: AbortSignal;
+  out?: NodeJS.WritableStream;
+  err?: NodeJS.WritableStream;
+}
+
+class UsageError extends Error {}
+
+function int(name: string, v: string | undefined, min: number): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < min) throw new UsageError(`--${name} must be an integer >= ${min}, got '${v}'`);
+  return n;
+}
+
+function num(name: string, v: string | undefined, ok: (n: number) => boolean, what: string): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isFinite(n) || !ok(n)) throw new UsageError(`--${name} must be ${what}, got '${v}'`);
+  return n;
+}
+
+/** Turn command-line arguments into worker options; throws UsageError on bad input. */
+export function parseSimArgs(argv: string[]): SimWorkerOptions {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      allowPositionals: false,
+      strict: true,
+      options: {
+        host: { type: 'string' },
+        port: { type: 'string' },
+        model: { type: 'string' },
+        profile: { type: 'string' },
+        gpu: { type: 'string' },
+        tp: { type: 'string' },
+        speed: { type: 'string' },
+        'num-gpu-blocks': { type: 'string' },
+        'block-size': { type: 'string' },
+        'max-num-seqs': { type: 'string' },
+        'max-num-batched-tokens': { type: 'string' },
+        'max-model-len': { type: 'string' },
+        'gpu-memory-utilization': { type: 'string' },
+        'no-prefix-caching': { type: 'boolean' },
+        'kv-events-port': { type: 'string' },
+        'kv-replay-port': { type: 'string' },
+        'kv-topic': { type: 'string' },
+        'hash-seed': { type: 'string' },
+        'legacy-metrics': { type: 'boolean' },
+      },
+    }));
+  } catch (e) {
+    throw new UsageError(e instanceof Error ? e.message : String(e));
+  }
+  const host = values.host ?? '127.0.0.1';
+  const port = int('port', values.port, 0) ?? 8000;
+  if (port > 65535) throw new UsageError(`--port must be at most 65535, got ${port}`);
+  const opts: SimWorkerOptions = {
+    host,
+    port,
+    model: values.model ?? 'llama-3.1-8b',
+    profile: values.profile,
+    gpu: values.gpu ?? 'h100',
+    tp: int('tp', values.tp, 1),
+    speed: num('speed', values.speed, (n) => n > 0, 'a positive number'),
+    numGpuBlocks: int('num-gpu-blocks', values['num-gpu-blocks'], 1),
+    blockSize: int('block-size', values['block-size'], 1),
+    maxNumSeqs: int('max-num-seqs', values['max-num-seqs'], 1),
+    maxNumBatchedTokens: int('max-num-batched-tokens', values['max-num-batched-tokens'], 1),
+    maxModelLen: int('max-model-len', values['max-model-len'], 1),
+    gpuMemoryUtilization: num('gpu-memory-utilization', values['gpu-memory-utilization'], (n) => n > 0 && n <= 1, 'in (0, 1]'),
+    enablePrefixCaching: values['no-prefix-caching'] ? false : undefined,
+    hashSeed: int('hash-seed', values['hash-seed'], 0),
+    legacyMetricNames: values['legacy-metrics'] === true,
+  };
+  const kvPort = int('kv-events-port', values['kv-events-port'], 0);
+  const replayPort = int('kv-replay-port', values['kv-replay-port'], 0);
+  if (replayPort !== undefined && kvPort === undefined) throw new UsageError('--kv-replay-port needs --kv-events-port');
+  if (kvPort !== undefined) {
+    const zhost = host === '0.0.0.0' || host === '::' ? '*' : host;
+    const ep = (p: number) => `tcp://${zhost}:${p === 0 ? '*' : p}`;
+    opts.kvEvents = { endpoint: ep(kvPort), topic: values['kv-topic'] ?? '' };
+    if (replayPort !== undefined) opts.kvEvents.replayEndpoint = ep(replayPort);
+  }
+  return opts;
+}
+
+/** Run a worker until `signal` aborts (or SIGINT/SIGTERM when no signal is given). */
+export async function runSim(argv: string[], o: SimRunOptions = {}): Promise<number> {
+  const out = o.out ?? process.stdout;
+  const err = o.err ?? process.stderr;
+  let opts: SimWorkerOptions;
+  try {
+    opts = parseSimArgs(argv);
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e;
+    err.write(`kvgate sim: ${e.message}\n\nRun 'kvgate sim --help' for the options.\n`);
+    return 2;
+  }
+  // Listen for the stop request before anything is printed: whoever reads the URL may signal at once.
+  let stopRequested!: () => void;
+  const stopped = new Promise<void>((resolve) => (stopRequested = resolve));
+  const onSignal = () => stopRequested();
+  if (o.signal) {
+    if (o.signal.aborted) stopRequested();
+    else o.signal.addEventListener('abort', onSignal, { once: true });
+  } else {
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+  }
+  try {
+    let worker;
+    try {
+      worker = await startSimWorker(opts);
+    } catch (e) {
+      err.write(`kvgate sim: ${e instanceof Error ? e.message : String(e)}\n`);
+      return 1;
+    }
+    const c = worker.engine.config;
+    out.write(
+      `simulated vLLM worker: ${worker.url}  model=${worker.model} gpu=${opts.gpu} tp=${opts.tp ?? 1} ` +
+        `speed=${worker.speed} blocks=${c.numGpuBlocks}x${c.blockSize} max_model_len=${c.maxModelLen}\n`,
+    );
+    if (worker.kvEventsEndpoint) {
+      out.write(`kv events: ${worker.kvEventsEndpoint}${worker.kvReplayEndpoint ? `  replay: ${worker.kvReplayEndpoint}` : ''}\n`);
+    }
+    await stopped;
+    await worker.close();
+    return 0;
+  } finally {
+    o.signal?.removeEventListener('abort', onSignal);
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+}
+
+export async function run(argv: string[]): Promise<number> {
+  return runSim(argv);
 }

@@ -10,8 +10,11 @@
  * with setImmediate. It never spins waiting for time to pass: a step whose deadline is ahead
  * sleeps in a timer.
  *
- * Simulated time (`now()`) runs `speed` times faster than the wall clock from the driver's start;
- * latencies measured on it are the modelled GPU's, whatever the compression.
+ * Simulated time (`now()`, milliseconds) is the modelled GPU's: while the engine is busy it advances
+ * by each step's modelled duration (a request arriving mid-step is placed inside that step in
+ * proportion to the wall time elapsed); while idle it follows the wall clock × speed. Latencies
+ * measured on it are therefore the modelled ones, and event-loop jitter — which `speed` would
+ * otherwise magnify (1 ms late at speed 200 is 200 modelled ms) — stays out of them.
  */
 import type { EngineModel, EngineRequest, FinishedOutput, StepResult } from '../engine/types.js';
 
@@ -58,13 +61,13 @@ export class EngineDriver {
   private readonly t0 = performance.now();
   /** Wall-clock time at which the step in flight (or the last one) ends. */
   private cursor = performance.now();
-  /** A step that ran and whose end (wall clock) has not been reached yet. */
-  private pending: { step: StepResult; timing: StepTiming } | null = null;
+  /** Modelled time at which the step in flight (or the last one) ends. */
+  private simCursor = 0;
+  /** A step that ran and whose end (wall clock) has not been reached yet, with both timings. */
+  private pending: { step: StepResult; wall: StepTiming; sim: StepTiming } | null = null;
   private timer: NodeJS.Timeout | null = null;
   private immediate: NodeJS.Immediate | null = null;
   private active = false;
-  /** The loop was idle: the next step starts no earlier than now. */
-  private resumed = true;
   private stopped = false;
 
   constructor(engine: EngineModel, opts: EngineDriverOptions = {}) {
@@ -75,13 +78,16 @@ export class EngineDriver {
     this.onStep = opts.onStep;
   }
 
-  /** Simulated time in milliseconds since the driver started. */
+  /** Modelled time in milliseconds since the driver started. */
   now(): number {
-    return (performance.now() - this.t0) * this.speed;
-  }
-
-  private sim(wallMs: number): number {
-    return (wallMs - this.t0) * this.speed;
+    const p = this.pending;
+    if (p) {
+      const t = p.sim.startMs + (performance.now() - p.wall.startMs) * this.speed;
+      return Math.min(Math.max(t, p.sim.startMs), p.sim.endMs);
+    }
+    // Busy between steps: the next step starts where the last one ended.
+    if (this.active) return this.simCursor;
+    return Math.max(this.simCursor, (performance.now() - this.t0) * this.speed);
   }
 
   /** Number of requests submitted and not yet finished or cancelled. */
@@ -119,6 +125,9 @@ export class EngineDriver {
 
   private wake(): void {
     if (this.active || this.stopped) return;
+    // Leaving idle: modelled time catches up with the wall clock, and the first step starts now.
+    this.simCursor = this.now();
+    this.cursor = Math.max(this.cursor, performance.now());
     this.active = true;
     // Requests arriving in the same tick join the same first step.
     this.immediate = setImmediate(this.run);
@@ -132,14 +141,14 @@ export class EngineDriver {
     for (;;) {
       if (this.pending) {
         const now = performance.now();
-        const wait = this.pending.timing.endMs - now;
+        const wait = this.pending.wall.endMs - now;
         if (wait >= MIN_SLEEP_MS) {
           this.timer = setTimeout(this.run, wait);
           return;
         }
-        const { step, timing } = this.pending;
+        const { step, sim } = this.pending;
         this.pending = null;
-        this.deliver(step, timing);
+        this.deliver(step, sim);
         if (this.stopped) return;
         if (performance.now() > sliceEnd) {
           this.immediate = setImmediate(this.run);
@@ -149,23 +158,21 @@ export class EngineDriver {
       const step = this.engine.step();
       if (!step) {
         this.active = false;
-        this.resumed = true;
         return;
       }
+      // After a stall the wall-clock schedule is reset rather than caught up in a burst.
       const now = performance.now();
-      // After an idle gap the step starts now; after a stall the schedule is reset rather than
-      // caught up in a burst.
-      if (this.resumed || this.cursor < now - MAX_LAG_MS) this.cursor = Math.max(this.cursor, now);
-      this.resumed = false;
-      const startMs = this.cursor;
-      this.cursor = startMs + step.durationMs / this.speed;
-      this.pending = { step, timing: { startMs, endMs: this.cursor } };
+      if (this.cursor < now - MAX_LAG_MS) this.cursor = now;
+      const wall = { startMs: this.cursor, endMs: this.cursor + step.durationMs / this.speed };
+      const sim = { startMs: this.simCursor, endMs: this.simCursor + step.durationMs };
+      this.cursor = wall.endMs;
+      this.simCursor = sim.endMs;
+      this.pending = { step, wall, sim };
     }
   };
 
-  private deliver(step: StepResult, wall: StepTiming): void {
-    const startMs = this.sim(wall.startMs);
-    const endMs = this.sim(wall.endMs);
+  private deliver(step: StepResult, sim: StepTiming): void {
+    const { startMs, endMs } = sim;
     const sinks = this.sinks;
     for (const s of step.started) sinks.get(s.id)?.onStarted?.(s.cachedPromptTokens, startMs);
     // Tokens arrive grouped by request in schedule order; finishes come after all tokens.

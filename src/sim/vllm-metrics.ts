@@ -163,8 +163,11 @@ export class VllmMetrics {
       1,
     );
 
-    const histogram = (name: string, help: string, buckets: number[]) =>
-      new Histogram({ name, help, labelNames, buckets, registers });
+    const histogram = (name: string, help: string, buckets: number[]) => {
+      const h = new Histogram({ name, help, labelNames, buckets, registers });
+      h.zero(labels); // present (all zero) from the first scrape, as vLLM's are
+      return h;
+    };
     this.ttft = histogram('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', TTFT_BUCKETS);
     this.itl = histogram('vllm:inter_token_latency_seconds', 'Histogram of inter-token latency in seconds.', ITL_BUCKETS);
     this.e2e = histogram('vllm:e2e_request_latency_seconds', 'Histogram of e2e request latency in seconds.', REQUEST_LATENCY_BUCKETS);

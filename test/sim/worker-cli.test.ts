@@ -1,0 +1,85 @@
+/** `kvgate sim`: argument parsing, a real run answered over HTTP, clean shutdown. */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { PassThrough } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import { help, parseSimArgs, runSim } from '../../src/cli/sim.js';
+
+function sink(): { stream: PassThrough; text: () => string } {
+  const stream = new PassThrough();
+  let buf = '';
+  stream.on('data', (c: Buffer) => (buf += c.toString('utf8')));
+  return { stream, text: () => buf };
+}
+
+test('help names every option with its default', () => {
+  for (const flag of ['--host', '--port', '--model', '--gpu', '--tp', '--speed', '--kv-events-port', '--num-gpu-blocks', '--legacy-metrics']) {
+    assert.ok(help.includes(flag), flag);
+  }
+  assert.match(help, /default 8000/);
+  assert.match(help, /default 127\.0\.0\.1/);
+});
+
+test('arguments map onto worker options', () => {
+  const o = parseSimArgs(['--port', '0', '--model', 'llama-3-70b', '--gpu', 'a100', '--tp', '4', '--speed', '2.5', '--num-gpu-blocks', '900', '--legacy-metrics', '--kv-events-port', '0', '--kv-replay-port', '5600']);
+  assert.equal(o.port, 0);
+  assert.equal(o.model, 'llama-3-70b');
+  assert.equal(o.gpu, 'a100');
+  assert.equal(o.tp, 4);
+  assert.equal(o.speed, 2.5);
+  assert.equal(o.numGpuBlocks, 900);
+  assert.equal(o.legacyMetricNames, true);
+  assert.deepEqual(o.kvEvents, { endpoint: 'tcp://127.0.0.1:*', topic: '', replayEndpoint: 'tcp://127.0.0.1:5600' });
+  const d = parseSimArgs([]);
+  assert.equal(d.port, 8000);
+  assert.equal(d.host, '127.0.0.1');
+  assert.equal(d.kvEvents, undefined);
+});
+
+test('bad flags exit with code 2 and a message', async () => {
+  for (const argv of [['--bogus'], ['--port', 'abc'], ['--speed', '0'], ['--tp', '1.5'], ['extra'], ['--kv-replay-port', '5']]) {
+    const err = sink();
+    const code = await runSim(argv, { err: err.stream, out: new PassThrough() });
+    assert.equal(code, 2, argv.join(' '));
+    assert.match(err.text(), /^kvgate sim: /);
+  }
+});
+
+test('runs a worker, prints its URL, serves requests and stops cleanly', async () => {
+  const out = sink();
+  const ac = new AbortController();
+  const done = runSim(['--port', '0', '--speed', '100', '--num-gpu-blocks', '500'], { signal: ac.signal, out: out.stream, err: new PassThrough() });
+  let url: string | undefined;
+  for (let i = 0; i < 200 && !url; i++) {
+    url = /(http:\/\/127\.0\.0\.1:\d+)/.exec(out.text())?.[1];
+    if (!url) await new Promise((r) => setTimeout(r, 5));
+  }
+  assert.ok(url, 'the URL is printed');
+  const r = await fetch(url + '/v1/completions', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt: 'hello', max_tokens: 3 }),
+  });
+  assert.equal(r.status, 200);
+  const metrics = await (await fetch(url + '/metrics')).text();
+  assert.match(metrics, /num_gpu_blocks="500"/);
+  ac.abort();
+  assert.equal(await done, 0);
+});
+
+test('the kvgate binary handles SIGTERM with exit code 0', async () => {
+  const cli = fileURLToPath(new URL('../../src/cli.js', import.meta.url));
+  const child = spawn(process.execPath, [cli, 'sim', '--port', '0', '--speed', '100'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  try {
+    for (let i = 0; i < 400 && !out.includes('http://'); i++) await new Promise((r) => setTimeout(r, 10));
+    assert.match(out, /http:\/\/127\.0\.0\.1:\d+/);
+    child.kill('SIGTERM');
+    assert.equal(await exited, 0);
+  } finally {
+    if (child.exitCode === null) child.kill('SIGKILL');
+  }
+});
