@@ -1,5 +1,106 @@
-export const help = 'kvgate serve: not built yet\n';
-export async function run(_argv: string[]): Promise<number> {
-  process.stderr.write('kvgate serve: not built yet\n');
-  return 1;
+/**
+ * `kvgate serve --config FILE`: the gateway in front of the workers named in a config file.
+ */
+import { parseArgs } from 'node:util';
+import { ConfigError, loadConfigFile, type GatewayConfig } from '../config.js';
+import { createGateway } from '../gateway/gateway.js';
+
+export const help = `Usage: kvgate serve --config FILE [options]
+
+Runs the gateway in front of the workers named in FILE (YAML or JSON; every field and its
+default is documented in examples/kvgate.yaml).
+
+Options:
+  -c, --config FILE   configuration file (required)
+  -p, --port P        listen port (overrides listen.port; default 8080)
+      --host H        listen address (overrides listen.host; default 127.0.0.1)
+      --log-level L   fatal|error|warn|info|debug|trace|silent (overrides log.level; default info)
+      --pretty        human-readable logs instead of JSON lines
+  -h, --help          this text
+
+Exit codes: 0 after a clean shutdown (SIGINT/SIGTERM), 2 for bad flags or an invalid config,
+1 if the gateway cannot start (e.g. the port is taken).
+`;
+
+export async function run(argv: string[]): Promise<number> {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: {
+        config: { type: 'string', short: 'c' },
+        port: { type: 'string', short: 'p' },
+        host: { type: 'string' },
+        'log-level': { type: 'string' },
+        pretty: { type: 'boolean' },
+      },
+      strict: true,
+      allowPositionals: false,
+    }));
+  } catch (e) {
+    process.stderr.write(`kvgate serve: ${(e as Error).message}\n\n${help}`);
+    return 2;
+  }
+  if (typeof values.config !== 'string') {
+    process.stderr.write(`kvgate serve: --config FILE is required\n\n${help}`);
+    return 2;
+  }
+  let config: GatewayConfig;
+  try {
+    config = loadConfigFile(values.config);
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`kvgate serve: ${values.config}: ${e.message}\n`);
+      return 2;
+    }
+    throw e;
+  }
+  if (values.port !== undefined) {
+    const p = Number(values.port);
+    if (!Number.isInteger(p) || p < 0 || p > 65535) {
+      process.stderr.write(`kvgate serve: --port must be an integer 0..65535, got '${values.port}'\n`);
+      return 2;
+    }
+    config.listen.port = p;
+  }
+  if (typeof values.host === 'string') config.listen.host = values.host;
+  if (typeof values['log-level'] === 'string') {
+    const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+    const l = values['log-level'] as (typeof levels)[number];
+    if (!levels.includes(l)) {
+      process.stderr.write(`kvgate serve: --log-level must be one of ${levels.join(', ')}\n`);
+      return 2;
+    }
+    config.log.level = l;
+  }
+  if (values.pretty === true) config.log.pretty = true;
+
+  const gateway = createGateway(config);
+  try {
+    await gateway.start();
+  } catch (e) {
+    process.stderr.write(`kvgate serve: cannot listen on ${config.listen.host}:${config.listen.port}: ${(e as Error).message}\n`);
+    await gateway.close();
+    return 1;
+  }
+  await waitForSignal();
+  gateway.logger.info({ graceMs: config.shutdown.graceMs }, 'shutting down');
+  await gateway.close();
+  return 0;
+}
+
+/** Resolves on the first SIGINT or SIGTERM; a second one exits at once. */
+export function waitForSignal(): Promise<NodeJS.Signals> {
+  return new Promise((resolve) => {
+    const on = (sig: NodeJS.Signals): void => {
+      process.off('SIGINT', on);
+      process.off('SIGTERM', on);
+      const force = (): never => process.exit(130);
+      process.once('SIGINT', force);
+      process.once('SIGTERM', force);
+      resolve(sig);
+    };
+    process.on('SIGINT', on);
+    process.on('SIGTERM', on);
+  });
 }

@@ -47,6 +47,9 @@ function parseSample(line: string, lineNo: number): Sample {
   while (p < line.length && NAME_CHAR.test(line[p]!)) p++;
   const name = line.slice(0, p);
   const labels: Record<string, string> = {};
+  const afterName = p;
+  while (line[p] === ' ' || line[p] === '\t') p++;
+  if (line[p] !== '{') p = afterName;
   if (line[p] === '{') {
     p++;
     for (;;) {
@@ -98,7 +101,7 @@ function parseSample(line: string, lineNo: number): Sample {
       fail('expected , or } in labels');
     }
   }
-  if (line[p] !== ' ' && line[p] !== '\t') fail('expected whitespace before value');
+  if (line[p] !== ' ' && line[p] !== '\t' && line[p - 1] !== '}') fail('expected whitespace before value');
   const rest = line.slice(p).trim().split(/[ \t]+/);
   if (rest.length < 1 || rest.length > 2 || rest[0] === '') fail('expected value [timestamp]');
   const value = parseValue(rest[0]!);

@@ -212,7 +212,8 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext): void {
   const m = d.metrics;
   m.inflight.dec();
   const route = ctx.kind;
-  const model = ctx.model || 'unknown';
+  // Only configured models become label values: a client cannot blow up the series count.
+  const model = ctx.candidates !== undefined ? ctx.model : 'unknown';
   const durationMs = d.clock.now() - ctx.startedAt;
   m.requests.labels(route, model, String(ctx.status)).inc();
   m.duration.labels(route, model).observe(durationMs / 1000);

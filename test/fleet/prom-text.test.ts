@@ -1,0 +1,49 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { parsePromText, PromParseError } from '../../src/fleet/prom-text.js';
+
+test('parses samples with labels, escapes, exponents and special values', () => {
+  const text = [
+    '# HELP vllm:num_requests_running Number of requests in model execution batches.',
+    '# TYPE vllm:num_requests_running gauge',
+    'vllm:num_requests_running{engine="0",model_name="llama"} 3',
+    'vllm:kv_cache_usage_perc{engine="1",model_name="a \\"quoted\\" \\\\ name\\n",} 2.5e-1',
+    'vllm:x_total 1.5E+3 1700000000000',
+    'plain NaN',
+    'up{a="1"} +Inf',
+    'down -Inf\r',
+    '  ',
+    'vllm:spaced { a = "1" , b="2" } 7',
+  ].join('\n');
+  const s = parsePromText(text);
+  assert.equal(s.length, 7);
+  assert.deepEqual(s[0], { name: 'vllm:num_requests_running', labels: { engine: '0', model_name: 'llama' }, value: 3 });
+  assert.equal(s[1]!.labels['model_name'], 'a "quoted" \\ name\n');
+  assert.equal(s[1]!.value, 0.25);
+  assert.equal(s[2]!.value, 1500);
+  assert.ok(Number.isNaN(s[3]!.value));
+  assert.equal(s[4]!.value, Infinity);
+  assert.equal(s[5]!.value, -Infinity);
+  assert.deepEqual(s[6]!.labels, { a: '1', b: '2' });
+});
+
+test('rejects garbage with the line number', () => {
+  const bad = [
+    '<html><body>502 Bad Gateway</body></html>',
+    'metric{a="1"',
+    'metric{a=1} 2',
+    'metric 12abc',
+    'metric',
+    'metric{a="\\x"} 1',
+    '9metric 1',
+    'metric 1 2 3',
+  ];
+  for (const line of bad) {
+    assert.throws(() => parsePromText(`ok 1\n${line}\n`), (e: unknown) => e instanceof PromParseError && e.line === 2, line);
+  }
+});
+
+test('empty text has no samples', () => {
+  assert.deepEqual(parsePromText(''), []);
+  assert.deepEqual(parsePromText('# just a comment\n'), []);
+});

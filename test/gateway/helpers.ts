@@ -1,0 +1,112 @@
+/** Shared set-up for the gateway's end-to-end tests: real simulated workers, a real gateway, loopback only. */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { parseConfig, type RawConfig } from '../../src/config.js';
+import { createGateway, type Gateway, type GatewayOptions } from '../../src/gateway/gateway.js';
+import { startSimWorker, type SimWorker } from '../../src/sim/worker-server.js';
+import { createLogger } from '../../src/telemetry/logger.js';
+
+export const MODEL = 'llama-3.1-8b';
+
+export async function startSims(n: number, opts: { speed?: number; numGpuBlocks?: number; legacyMetricNames?: boolean } = {}): Promise<SimWorker[]> {
+  return Promise.all(
+    Array.from({ length: n }, () => startSimWorker({ port: 0, model: MODEL, speed: opts.speed ?? 100, numGpuBlocks: opts.numGpuBlocks, legacyMetricNames: opts.legacyMetricNames })),
+  );
+}
+
+/** A gateway config for these worker URLs, fast scrapes, quiet logs; `extra` overrides. */
+export function configFor(urls: string[], extra: Partial<RawConfig> = {}) {
+  return parseConfig({
+    listen: { host: '127.0.0.1', port: 0 },
+    pools: [{ name: 'main', model: MODEL, workers: urls.map((url, i) => ({ url, id: `w${i}` })) }],
+    scrape: { intervalMs: 100 },
+    health: { intervalMs: 100, failuresToMarkDown: 2 },
+    log: { level: 'silent' },
+    ...extra,
+  });
+}
+
+export async function startGateway(
+  urls: string[],
+  extra: Partial<RawConfig> = {},
+  opts: GatewayOptions = {},
+): Promise<{ gw: Gateway; url: string }> {
+  const gw = createGateway(configFor(urls, extra), { logger: createLogger({ level: 'silent' }), ...opts });
+  const { url } = await gw.start();
+  return { gw, url };
+}
+
+export async function post(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; headers: Headers; text: string; json: any }> {
+  const r = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await r.text();
+  let json: any = null;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    // SSE or empty bodies.
+  }
+  return { status: r.status, headers: r.headers, text, json };
+}
+
+/** Parse an SSE body into its `data:` payloads (JSON objects, or the string '[DONE]'). */
+export function parseSse(text: string): any[] {
+  const out: any[] = [];
+  for (const block of text.split('\n\n')) {
+    if (block.trim() === '') continue;
+    if (!block.startsWith('data: ')) throw new Error(`not an SSE data event: ${JSON.stringify(block)}`);
+    const data = block.slice(6);
+    out.push(data === '[DONE]' ? data : JSON.parse(data));
+  }
+  return out;
+}
+
+/** Text of a chat or completion stream, concatenated from its deltas. */
+export function streamText(events: any[]): string {
+  let s = '';
+  for (const e of events) {
+    if (e === '[DONE]' || !e.choices) continue;
+    for (const c of e.choices) s += c.delta?.content ?? c.text ?? '';
+  }
+  return s;
+}
+
+/** A tiny real HTTP server standing in for a broken worker. */
+export async function startStub(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ url: string; server: Server; close(): Promise<void> }> {
+  const server = createServer(handler);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    url,
+    server,
+    close: () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  };
+}
+
+export function metricValue(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
+  for (const line of text.split('\n')) {
+    if (line.startsWith('#')) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (\S+)$/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const have: Record<string, string> = {};
+    for (const kv of (m[3] ?? '').matchAll(/([a-zA-Z_]+)="([^"]*)"/g)) have[kv[1]!] = kv[2]!;
+    if (Object.entries(labels).every(([k, v]) => have[k] === v)) return Number(m[4]);
+  }
+  return undefined;
+}
+
+export async function waitFor(cond: () => boolean | Promise<boolean>, timeoutMs = 3000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    if (await cond()) return;
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}

@@ -1,0 +1,96 @@
+/** Requests through the gateway against real simulated workers give what the workers give directly. */
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import type { Gateway } from '../../src/gateway/gateway.js';
+import type { SimWorker } from '../../src/sim/worker-server.js';
+import { MODEL, parseSse, post, startGateway, startSims, streamText } from './helpers.js';
+
+let sims: SimWorker[];
+let gw: Gateway;
+let url: string;
+
+before(async () => {
+  sims = await startSims(2);
+  ({ gw, url } = await startGateway(sims.map((s) => s.url)));
+});
+
+after(async () => {
+  await gw.close();
+  await Promise.all(sims.map((s) => s.close()));
+});
+
+const chat = { model: MODEL, messages: [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'Name three rivers.' }], max_tokens: 24, temperature: 0 };
+const completion = { model: MODEL, prompt: 'Once upon a time in a quiet village', max_tokens: 20, temperature: 0 };
+
+test('non-streaming chat: same answer as the worker, routing headers set', async () => {
+  const direct = await post(sims[0]!.url + '/v1/chat/completions', chat);
+  const via = await post(url + '/v1/chat/completions', chat, { 'x-request-id': 'req-123' });
+  assert.equal(via.status, 200);
+  assert.equal(via.json.choices[0].message.content, direct.json.choices[0].message.content);
+  assert.ok(via.json.choices[0].message.content.length > 0);
+  assert.match(via.headers.get('x-kvgate-worker')!, /^w[01]$/);
+  assert.match(via.headers.get('x-kvgate-prefix-hit')!, /^[01]\.\d{3}$/);
+  assert.equal(via.headers.get('x-request-id'), 'req-123');
+  assert.equal(via.json.usage.completion_tokens, direct.json.usage.completion_tokens);
+});
+
+test('non-streaming completion: same text as the worker', async () => {
+  const direct = await post(sims[1]!.url + '/v1/completions', completion);
+  const via = await post(url + '/v1/completions', completion);
+  assert.equal(via.status, 200);
+  assert.equal(via.json.choices[0].text, direct.json.choices[0].text);
+});
+
+test('streaming chat: SSE relayed with [DONE], usage passes through with include_usage', async () => {
+  const body = { ...chat, stream: true, stream_options: { include_usage: true } };
+  const direct = await post(sims[0]!.url + '/v1/chat/completions', body);
+  const via = await post(url + '/v1/chat/completions', body);
+  assert.equal(via.status, 200);
+  assert.match(via.headers.get('content-type')!, /^text\/event-stream/);
+  const events = parseSse(via.text);
+  assert.equal(events.at(-1), '[DONE]');
+  assert.equal(streamText(events), streamText(parseSse(direct.text)));
+  const usage = events.find((e) => e !== '[DONE]' && e.usage);
+  assert.ok(usage, 'a usage chunk is relayed');
+  assert.equal(usage.usage.completion_tokens, 24);
+});
+
+test('streaming completion: same text as the worker', async () => {
+  const body = { ...completion, stream: true };
+  const direct = await post(sims[1]!.url + '/v1/completions', body);
+  const via = await post(url + '/v1/completions', body);
+  const events = parseSse(via.text);
+  assert.equal(events.at(-1), '[DONE]');
+  assert.equal(streamText(events), streamText(parseSse(direct.text)));
+  assert.ok(streamText(events).length > 0);
+});
+
+test('load spreads over both workers and every decision is released', async () => {
+  const seen = new Set<string>();
+  await Promise.all(
+    Array.from({ length: 12 }, async (_, i) => {
+      const r = await post(url + '/v1/completions', { ...completion, prompt: `prompt ${i}`, max_tokens: 8 });
+      assert.equal(r.status, 200);
+      seen.add(r.headers.get('x-kvgate-worker')!);
+    }),
+  );
+  assert.deepEqual([...seen].sort(), ['w0', 'w1']);
+  assert.equal(gw.router.openCount, 0);
+  for (const w of gw.registry.workers) assert.equal(w.inflightCount, 0);
+});
+
+test('GET /v1/models lists the fleet’s model in OpenAI list shape', async () => {
+  const r = await fetch(url + '/v1/models');
+  const body = (await r.json()) as any;
+  assert.equal(body.object, 'list');
+  assert.deepEqual(body.data.map((m: any) => m.id), [MODEL]);
+  assert.equal(body.data[0].object, 'model');
+});
+
+test('worker 4xx (prompt too long) is passed through as-is', async () => {
+  const direct = await post(sims[0]!.url + '/v1/completions', { ...completion, max_tokens: 10_000_000 });
+  assert.ok(direct.status >= 400 && direct.status < 500, `worker answered ${direct.status}`);
+  const via = await post(url + '/v1/completions', { ...completion, max_tokens: 10_000_000 });
+  assert.equal(via.status, direct.status);
+  assert.deepEqual(via.json, direct.json);
+});
