@@ -1,0 +1,179 @@
+/** Every error the gateway answers itself, in OpenAI's error shape. */
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import type { Gateway } from '../../src/gateway/gateway.js';
+import type { SimWorker } from '../../src/sim/worker-server.js';
+import { MODEL, post, startGateway, startSims, startStub } from './helpers.js';
+
+let sims: SimWorker[];
+let gw: Gateway;
+let url: string;
+
+before(async () => {
+  sims = await startSims(1);
+  ({ gw, url } = await startGateway(sims.map((s) => s.url), { limits: { maxBodyBytes: 2048 } }));
+});
+
+after(async () => {
+  await gw.close();
+  await Promise.all(sims.map((s) => s.close()));
+});
+
+function assertOpenAiError(json: any, code: string | null, type?: string): void {
+  assert.ok(json && typeof json.error === 'object', 'error body');
+  assert.equal(typeof json.error.message, 'string');
+  assert.ok(json.error.message.length > 0);
+  assert.ok('param' in json.error);
+  assert.equal(json.error.code, code);
+  if (type) assert.equal(json.error.type, type);
+}
+
+test('400 on malformed JSON', async () => {
+  const r = await post(url + '/v1/chat/completions', '{"model": "x", "messages": [');
+  assert.equal(r.status, 400);
+  assertOpenAiError(r.json, 'invalid_json', 'invalid_request_error');
+});
+
+test('400 on a schema violation names the field', async () => {
+  const r = await post(url + '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: -3 });
+  assert.equal(r.status, 400);
+  assertOpenAiError(r.json, 'invalid_value', 'invalid_request_error');
+  assert.equal(r.json.error.param, 'max_tokens');
+  assert.match(r.json.error.message, /max_tokens/);
+
+  const r2 = await post(url + '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hi' }, { content: 'x' }] });
+  assert.equal(r2.status, 400);
+  assert.equal(r2.json.error.param, 'messages[1].role');
+
+  const r3 = await post(url + '/v1/completions', { model: MODEL });
+  assert.equal(r3.status, 400);
+  assert.equal(r3.json.error.param, 'prompt');
+
+  const r4 = await post(url + '/v1/completions', [1, 2]);
+  assert.equal(r4.status, 400);
+  assertOpenAiError(r4.json, 'invalid_value');
+});
+
+test('404 model_not_found for a model no pool serves', async () => {
+  const r = await post(url + '/v1/chat/completions', { model: 'gpt-17', messages: [{ role: 'user', content: 'hi' }] });
+  assert.equal(r.status, 404);
+  assertOpenAiError(r.json, 'model_not_found');
+  assert.equal(r.json.error.param, 'model');
+});
+
+test('413 when the body is over the limit', async () => {
+  const big = { model: MODEL, prompt: 'x'.repeat(10_000) };
+  const r = await post(url + '/v1/completions', big);
+  assert.equal(r.status, 413);
+  assertOpenAiError(r.json, 'request_too_large');
+});
+
+test('413 for a chunked body (no Content-Length) that grows past the limit', async () => {
+  const chunks = ['{"model":"' + MODEL + '","prompt":"', 'y'.repeat(1500), 'y'.repeat(1500), '"}'];
+  const body = new ReadableStream({
+    start(c) {
+      for (const s of chunks) c.enqueue(new TextEncoder().encode(s));
+      c.close();
+    },
+  });
+  const r = await fetch(url + '/v1/completions', { method: 'POST', body, duplex: 'half', headers: { 'content-type': 'application/json' } } as RequestInit);
+  assert.equal(r.status, 413);
+  assertOpenAiError((await r.json()) as any, 'request_too_large');
+});
+
+test('404 unknown route, 405 wrong method', async () => {
+  const r = await fetch(url + '/v1/embeddings-nope');
+  assert.equal(r.status, 404);
+  assertOpenAiError(await r.json(), 'not_found');
+  const r2 = await fetch(url + '/v1/chat/completions');
+  assert.equal(r2.status, 405);
+  assert.equal(r2.headers.get('allow'), 'POST');
+  assertOpenAiError(await r2.json(), 'method_not_allowed');
+  const r3 = await fetch(url + '/v1/models', { method: 'DELETE' });
+  assert.equal(r3.status, 405);
+});
+
+test('503 with Retry-After when no worker is healthy; /ready follows', async () => {
+  assert.equal((await fetch(url + '/ready')).status, 200);
+  const w = gw.registry.workers[0]!;
+  w.healthy = false;
+  try {
+    const r = await post(url + '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(r.status, 503);
+    assert.equal(r.headers.get('retry-after'), '1');
+    assertOpenAiError(r.json, 'no_worker_available');
+    assert.equal((await fetch(url + '/ready')).status, 503);
+    assert.equal((await fetch(url + '/health')).status, 200);
+  } finally {
+    w.healthy = true;
+  }
+});
+
+test('502 when every worker fails with 5xx (tried twice, then given up)', async () => {
+  let hits = 0;
+  const a = await startStub((req, res) => {
+    if (req.url === '/v1/completions') hits++;
+    res.writeHead(500, { 'content-type': 'application/json' });
+    res.end('{"error":"boom"}');
+  });
+  const b = await startStub((req, res) => {
+    if (req.url === '/v1/completions') hits++;
+    res.writeHead(503);
+    res.end('overloaded');
+  });
+  const g = await startGateway([a.url, b.url], { health: { intervalMs: 60_000 }, scrape: { intervalMs: 60_000 } });
+  try {
+    const r = await post(g.url + '/v1/completions', { model: MODEL, prompt: 'hello' });
+    assert.equal(r.status, 502);
+    assertOpenAiError(r.json, 'upstream_error', 'upstream_error');
+    assert.equal(hits, 2, 'one retry on the other worker');
+    assert.equal(g.gw.router.openCount, 0);
+  } finally {
+    await g.gw.close();
+    await a.close();
+    await b.close();
+  }
+});
+
+test('502 when the only worker is unreachable', async () => {
+  const dead = await startStub(() => undefined);
+  const deadUrl = dead.url;
+  await dead.close();
+  const g = await startGateway([deadUrl], { health: { intervalMs: 60_000 }, scrape: { intervalMs: 60_000 } });
+  try {
+    const r = await post(g.url + '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(r.status, 502);
+    assertOpenAiError(r.json, 'upstream_unreachable');
+  } finally {
+    await g.gw.close();
+  }
+});
+
+test('504 when a worker never answers: first-byte timeout (stream) and request deadline (JSON)', async () => {
+  const hung = await startStub((req) => {
+    req.resume(); // read the body, never answer
+  });
+  const g = await startGateway([hung.url], {
+    health: { intervalMs: 60_000 },
+    scrape: { intervalMs: 60_000 },
+    timeouts: { firstByteMs: 150, minTokensPerSecond: 1000 },
+  });
+  try {
+    const t0 = Date.now();
+    const r = await post(g.url + '/v1/chat/completions', { model: MODEL, stream: true, messages: [{ role: 'user', content: 'hi' }], max_tokens: 10 });
+    assert.equal(r.status, 504);
+    assertOpenAiError(r.json, 'deadline_exceeded', 'timeout_error');
+    assert.ok(Date.now() - t0 < 2000);
+    // Non-streaming: deadline = 150 ms + 100 tokens / 1000 tok/s = 250 ms.
+    const t1 = Date.now();
+    const r2 = await post(g.url + '/v1/completions', { model: MODEL, prompt: 'hi', max_tokens: 100 });
+    assert.equal(r2.status, 504);
+    assertOpenAiError(r2.json, 'deadline_exceeded');
+    const took = Date.now() - t1;
+    assert.ok(took >= 240 && took < 2000, `took ${took} ms`);
+    assert.equal(g.gw.router.openCount, 0);
+  } finally {
+    await g.gw.close();
+    await hung.close();
+  }
+});
