@@ -15,9 +15,10 @@ import type { AddressInfo } from 'node:net';
 import { Engine } from '../engine/engine.js';
 import { buildEngineConfig } from '../engine/profiles.js';
 import { createSampler, createSyntheticLm, type SampledLogprob, type SyntheticLm } from '../engine/synthetic-lm.js';
-import type { EngineConfig, EngineModel, FinishReason, FinishedOutput } from '../engine/types.js';
+import type { EngineConfig, EngineModel, FinishReason, FinishedOutput, KvEvent } from '../engine/types.js';
 import { readBody } from '../api/body.js';
 import { EOS_TOKEN_ID, estimateTokenizer, renderChat } from '../tokenizer/index.js';
+import { seedFromString } from '../util/rng.js';
 import { EngineDriver } from './engine-driver.js';
 import { Generation } from './generation.js';
 import { KvEventPublisher } from './kv-event-publisher.js';
@@ -225,6 +226,8 @@ interface ServerParts {
 
 /** What one generation request asks of the engine, after validation. */
 interface SeqSpec {
+  /** Which of the request's n samples of this prompt this is (0 = the first). */
+  sample: number;
   promptIds: number[];
   /** Prompt text, for echo. */
   promptText: string;
@@ -328,6 +331,12 @@ class SimWorkerServer {
         return post((b) => this.generate(req, res, 'completion', b));
       case '/v1/chat/completions':
         return post((b) => this.generate(req, res, 'chat', b));
+      case '/reset_prefix_cache':
+        // vLLM's development endpoint: drop every cached block no running request uses.
+        if (method !== 'POST') return sendJson(res, 405, { detail: 'Method Not Allowed' }, { allow: 'POST' });
+        this.resetPrefixCache();
+        res.writeHead(200, { 'content-length': 0 });
+        return void res.end();
       case '/tokenize':
         return post((b) => this.tokenize(res, b));
       case '/detokenize':
@@ -363,6 +372,16 @@ class SimWorkerServer {
     }
     if (body === null || typeof body !== 'object' || Array.isArray(body)) throw badRequest('Input should be a valid dictionary or object to extract fields from');
     await fn(body);
+  }
+
+  private resetPrefixCache(): void {
+    this.engine.resetPrefixCache();
+    // The engine hands these to the next step; when idle there may be none for a while.
+    const extra = this.engine as Partial<{ takeKvEvents(): KvEvent[] }>;
+    if (typeof extra.takeKvEvents === 'function') {
+      const events = extra.takeKvEvents();
+      if (events.length > 0) this.kvPublisher?.publish(events);
+    }
   }
 
   private modelList(): unknown {
@@ -432,6 +451,7 @@ class SimWorkerServer {
     const headerId = req.headers['x-request-id'];
     const baseId = typeof headerId === 'string' && headerId.length > 0 && headerId.length <= 200 ? headerId : randomUUID().replaceAll('-', '');
     const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${baseId}`;
+    res.setHeader('x-request-id', baseId);
     const ex = new Exchange(this, res, id, params, seqs);
     this.exchanges.add(ex);
     ex.start();
@@ -439,7 +459,7 @@ class SimWorkerServer {
 
   private commonParams(body: CompletionBody | ChatBody, kind: 'completion' | 'chat'): Omit<GenParams, 'echo' | 'logprobs'> {
     this.checkModel(body.model);
-    if ((body.n ?? 1) > 1) throw badRequest('n > 1 is not supported by this server; send n separate requests.', 'n');
+    if ((body.n ?? 1) > MAX_N) throw badRequest(`n must be at most ${MAX_N}, got ${body.n}.`, 'n');
     if (body.min_tokens !== undefined && body.min_tokens > 0) {
       // Accepted and ignored would change outputs silently; refuse instead.
       throw badRequest('min_tokens is not supported by this server.', 'min_tokens');
@@ -472,10 +492,8 @@ class SimWorkerServer {
     const p = body.prompt;
     const prompts: Array<string | number[]> =
       typeof p === 'string' ? [p] : p.length > 0 && typeof p[0] === 'number' ? [p as number[]] : (p as Array<string | number[]>);
-    const seqs = prompts.map((x) =>
-      typeof x === 'string'
-        ? { promptIds: estimateTokenizer.encode(x), promptText: x, maxTokens }
-        : { promptIds: x, promptText: estimateTokenizer.decode(x), maxTokens },
+    const seqs = prompts.flatMap((x) =>
+      samples(body.n, typeof x === 'string' ? estimateTokenizer.encode(x) : x, typeof x === 'string' ? x : estimateTokenizer.decode(x), maxTokens),
     );
     return { params: { ...common, echo: body.echo === true, logprobs }, seqs };
   }
@@ -498,7 +516,7 @@ class SimWorkerServer {
     const maxTokens = requested ?? Math.max(1, Math.min(room, this.defaultMaxChatTokens));
     return {
       params: { ...common, echo: false, logprobs: body.logprobs === true ? (top ?? 0) : null },
-      seqs: [{ promptIds, promptText: text, maxTokens }],
+      seqs: samples(body.n, promptIds, text, maxTokens),
     };
   }
 
@@ -506,7 +524,7 @@ class SimWorkerServer {
 
   submit(ex: Exchange, seq: SeqRun, params: GenParams): void {
     const recorder = createSampler(this.lm, {
-      seed: params.seed,
+      seed: sampleSeed(params.seed, seq.spec),
       temperature: params.temperature,
       topP: params.topP,
       topLogprobs: params.logprobs ?? 0,
@@ -588,6 +606,24 @@ class SimWorkerServer {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+const MAX_N = 128;
+
+/** The n samples of one prompt: one engine request each (vLLM's parallel sampling). */
+function samples(n: number | null | undefined, promptIds: number[], promptText: string, maxTokens: number): SeqSpec[] {
+  return Array.from({ length: n ?? 1 }, (_, sample) => ({ sample, promptIds, promptText, maxTokens }));
+}
+
+/**
+ * Sampling seed of one sample. The first sample uses the request's seed as given (absent → the
+ * sampler derives one from the prompt), so n=1 output does not depend on n; the others get seeds
+ * derived from it and their position, so the n samples differ but are reproducible.
+ */
+function sampleSeed(seed: number | undefined, spec: SeqSpec): number | undefined {
+  if (spec.sample === 0) return seed;
+  const base = seed ?? seedFromString(spec.promptIds.join(','));
+  return seedFromString(`${base}/${spec.sample}`);
+}
 
 /** One prompt's run through the engine. */
 interface SeqRun {
@@ -743,9 +779,9 @@ class Exchange {
     let completion = 0;
     let cached = 0;
     for (const s of this.seqs) {
-      prompt += s.spec.promptIds.length;
+      if (s.spec.sample === 0) prompt += s.spec.promptIds.length; // n samples share one prompt
       completion += s.gen.tokens.length;
-      cached += s.cachedTokens;
+      if (s.spec.sample === 0) cached += s.cachedTokens;
     }
     return usage(prompt, completion, cached);
   }

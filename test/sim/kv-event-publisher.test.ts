@@ -114,6 +114,12 @@ test('the replay socket returns buffered batches from a sequence number, then -1
       [3, [['BlockRemoved', [3], 'GPU']]],
       [4, [['BlockRemoved', [4], 'GPU']]],
     ]);
+    // A bare DEALER without the delimiter frame gets bare replies.
+    await dealer.send(Buffer.from([0, 0, 0, 0, 0, 0, 0, 4]));
+    const [bareSeq, barePayload] = await dealer.receive();
+    assert.equal(seqOf(bareSeq!), 4);
+    assert.deepEqual((decode(barePayload!) as unknown[])[1], [['BlockRemoved', [4], 'GPU']]);
+    assert.equal(seqOf((await dealer.receive())[0]!), -1);
     // From 0: only what the bounded buffer still holds (3 batches).
     await dealer.send([Buffer.alloc(0), Buffer.alloc(8)]);
     const seqs: number[] = [];
@@ -184,6 +190,17 @@ test('a simulated worker publishes BlockStored for a prompt, with the prompt\'s 
     const [, rseq, rpayload] = await dealer.receive();
     assert.equal(seqOf(rseq!), n);
     assert.deepEqual(Buffer.from(rpayload!), Buffer.from(payload!));
+    // Resetting the prefix cache (nothing running) drops every cached block.
+    for (;;) if (seqOf((await dealer.receive())[1]!) === -1) break;
+    const reset = await fetch(w.url + '/reset_prefix_cache', { method: 'POST' });
+    assert.equal(reset.status, 200);
+    sub.receiveTimeout = 2000;
+    let sawClear = false;
+    while (!sawClear) {
+      const [, , p] = await sub.receive();
+      sawClear = (decode(p!) as [number, unknown[][]])[1].some((e) => e[0] === 'AllBlocksCleared');
+    }
+    assert.equal(w.engine.stats().cachedFreeBlocks, 0);
   } finally {
     sub.close();
     dealer.close();

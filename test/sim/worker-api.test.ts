@@ -82,6 +82,24 @@ describe('POST /v1/completions', () => {
     assert.equal(json.usage.completion_tokens, 10);
   });
 
+  test('n samples: n choices, the first as with n=1, the prompt counted once', async () => {
+    const body = { prompt: PROMPT, max_tokens: 12, seed: 31, ignore_eos: true };
+    const one = await postJson(w, '/v1/completions', body);
+    const three = await postJson(w, '/v1/completions', { ...body, n: 3 });
+    assert.equal(three.status, 200);
+    const texts = three.json.choices.map((c: any) => c.text);
+    assert.deepEqual(three.json.choices.map((c: any) => c.index), [0, 1, 2]);
+    assert.equal(texts[0], one.json.choices[0].text);
+    assert.equal(new Set(texts).size, 3);
+    assert.equal(three.json.usage.prompt_tokens, one.json.usage.prompt_tokens);
+    assert.equal(three.json.usage.completion_tokens, 36);
+    const again = await postJson(w, '/v1/completions', { ...body, n: 3 });
+    assert.deepEqual(again.json.choices.map((c: any) => c.text), texts);
+    const s = await postStream(w, '/v1/chat/completions', { messages: [{ role: 'user', content: 'hi' }], n: 2, max_tokens: 4 });
+    const roles = s.events.filter((e) => e !== '[DONE]' && e.choices[0]?.delta?.role === 'assistant');
+    assert.deepEqual(roles.map((e) => e.choices[0].index).sort(), [0, 1]);
+  });
+
   test('echo prepends the prompt', async () => {
     const plain = await postJson(w, '/v1/completions', { prompt: PROMPT, max_tokens: 8, seed: 9 });
     const echoed = await postJson(w, '/v1/completions', { prompt: PROMPT, max_tokens: 8, seed: 9, echo: true });
@@ -288,8 +306,9 @@ describe('errors in vLLM shape', () => {
     const b = await postJson(w, '/v1/chat/completions', { messages: 'hello' });
     assert.equal(b.status, 400);
     assert.equal(b.json.error.param, 'messages');
-    const c = await postJson(w, '/v1/completions', { prompt: PROMPT, n: 2 });
+    const c = await postJson(w, '/v1/completions', { prompt: PROMPT, n: 0 });
     assert.equal(c.status, 400);
+    assert.equal(c.json.error.param, 'n');
     const d = await postJson(w, '/v1/completions', { prompt: PROMPT, logprobs: 21 });
     assert.equal(d.status, 400);
     const e = await postJson(w, '/v1/completions', { prompt: '' });
@@ -303,6 +322,16 @@ describe('errors in vLLM shape', () => {
 });
 
 describe('other vLLM routes', () => {
+  test('the x-request-id header names the request', async () => {
+    const r = await fetch(w.url + '/v1/completions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-request-id': 'abc123' },
+      body: JSON.stringify({ prompt: PROMPT, max_tokens: 2 }),
+    });
+    assert.equal(r.headers.get('x-request-id'), 'abc123');
+    assert.equal(((await r.json()) as any).id, 'cmpl-abc123');
+  });
+
   test('GET /health → 200 with an empty body', async () => {
     const r = await fetch(w.url + '/health');
     assert.equal(r.status, 200);
