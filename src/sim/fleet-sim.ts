@@ -7,7 +7,8 @@
  *   loaded whole): optional admission hook, then Router.route, then the engine on the chosen
  *   worker (after an optional constant gateway/network overhead).
  * - step done — each worker's engine steps at its own pace: step() is planned when the previous
- *   step ends (or when work arrives at an idle worker) and its results become visible at
+ *   step ends (or, at an idle worker, at the instant work arrives — after every arrival of that
+ *   instant, so requests arriving together share a step) and its results become visible at
  *   start + durationMs; then first tokens go to Router.firstToken, finished requests to
  *   Router.complete, and the next step starts.
  * - scrape — every scrape interval each worker's WorkerState gets a snapshot of engine.stats(),
@@ -24,7 +25,7 @@
  */
 import { Engine } from '../engine/engine.js';
 import type { EngineConfig, EngineStats, StepResult, TokenContext } from '../engine/types.js';
-import { WorkerState } from '../fleet/worker-state.js';
+import { WorkerState, type MetricsSnapshot } from '../fleet/worker-state.js';
 import { Router } from '../scheduler/router.js';
 import type { Policy, RouteRequest } from '../scheduler/types.js';
 import { answerToken, synthText } from '../bench/tokens.js';
@@ -32,6 +33,16 @@ import type { BenchRequest } from '../bench/types.js';
 import { VirtualClock } from '../util/clock.js';
 import { seededRng } from '../util/rng.js';
 import { EventQueue } from './des-queue.js';
+
+/**
+ * Everything the router is told, in order, for tests and debugging: replaying these calls against
+ * a fresh Router and WorkerStates reproduces every decision (the policy sees nothing else).
+ */
+export type RouterTraceEvent =
+  | { type: 'snapshot'; t: number; worker: number; snapshot: MetricsSnapshot }
+  | { type: 'route'; t: number; req: RouteRequest; worker: string | null; status?: number }
+  | { type: 'firstToken'; t: number; id: string }
+  | { type: 'complete'; t: number; id: string; ok: boolean };
 
 /** What an admission hook answers: proceed, or refuse with a status (400 counts as rejected). */
 export type AdmitResult = { ok: true } | { ok: false; status: 400 | 429 | 503; code: string };
@@ -60,6 +71,8 @@ export interface FleetSimOptions {
   admit?: (req: RouteRequest, now: number) => AdmitResult;
   /** Called every `progressEvery` arrivals with the number of arrivals so far. */
   onProgress?: (arrivals: number, nowMs: number) => void;
+  /** Receives every call made to the router and every snapshot applied, in order. */
+  routerTrace?: (e: RouterTraceEvent) => void;
   progressEvery?: number;
 }
 
@@ -107,6 +120,7 @@ export interface SimResult {
 }
 
 const enum Kind {
+  StepStart,
   StepDone,
   Dispatch,
   Scrape,
@@ -114,6 +128,7 @@ const enum Kind {
 }
 
 type SimEvent =
+  | { k: Kind.StepStart; w: number }
   | { k: Kind.StepDone; w: number; res: StepResult }
   | { k: Kind.Dispatch; w: number; idx: number; req: BenchRequest }
   | { k: Kind.Scrape }
@@ -146,7 +161,7 @@ export function policyScrapeInterval(policy: Policy): number | undefined {
   return typeof v === 'number' && v > 0 ? v : undefined;
 }
 
-function snapshotOf(s: EngineStats, at: number) {
+function snapshotOf(s: EngineStats, at: number): MetricsSnapshot {
   return {
     at,
     kvUsage: s.kvUsage,
@@ -222,6 +237,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   const arrivalOf = new Map<number, number>();
   const firstTokenOf = new Map<number, number>();
 
+  const trace = opts.routerTrace;
   const q = new EventQueue<SimEvent>();
   let busyCount = 0;
   let pendingDispatch = 0;
@@ -260,7 +276,13 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       ignoreEos: true,
       priority: req.priority ?? 0,
     });
-    if (!busy[w]) startStep(w, now);
+    // An idle worker starts its next step as an event at this instant, after every other arrival
+    // of the same instant: requests that arrive together are batched together.
+    if (!busy[w]) {
+      busy[w] = true;
+      busyCount++;
+      q.push(now, { k: Kind.StepStart, w });
+    }
   };
 
   const arrive = (req: BenchRequest, idx: number) => {
@@ -275,11 +297,13 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       if (!a.ok) return refuse(a.status, a.code);
     }
     const outcome = router.route(rr, states);
+    trace?.({ type: 'route', t: now, req: rr, worker: outcome.ok ? outcome.decision.worker.id : null, status: outcome.ok ? undefined : outcome.status });
     if (!outcome.ok) return refuse(outcome.status, outcome.code);
     const w = workerIndex.get(outcome.decision.worker.id)!;
     // The worker answers what it can never run with a 400, as vLLM does; the gateway relays it.
     const err = engines[w]!.check(req.promptTokens.length, req.maxTokens);
     if (err) {
+      trace?.({ type: 'complete', t: now, id: rr.id, ok: false });
       router.complete(rr.id, false);
       return refuse(400, err.code);
     }
@@ -295,6 +319,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   const stepDone = (w: number, res: StepResult, now: number) => {
     for (const id of res.firstTokens) {
       firstTokenOf.set(Number(id), now);
+      trace?.({ type: 'firstToken', t: now, id });
       router.firstToken(id);
     }
     if (res.decodeTokens > 0) {
@@ -314,13 +339,18 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       arrivalOf.delete(idx);
       firstTokenOf.delete(idx);
       out.lastFinishMs = now;
+      trace?.({ type: 'complete', t: now, id: f.id, ok: f.reason !== 'abort' });
       router.complete(f.id, f.reason !== 'abort');
     }
     startStep(w, now);
   };
 
   const scrape = (now: number) => {
-    for (let i = 0; i < n; i++) states[i]!.applySnapshot(snapshotOf(engines[i]!.stats(), now));
+    for (let i = 0; i < n; i++) {
+      const snap = snapshotOf(engines[i]!.stats(), now);
+      trace?.({ type: 'snapshot', t: now, worker: i, snapshot: snap });
+      states[i]!.applySnapshot(snap);
+    }
   };
 
   const it = source[Symbol.iterator]();
@@ -335,7 +365,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
 
   for (;;) {
     const tq = q.peekTime();
-    if (!next.done && next.value.arrivalMs < tq) {
+    if (!next.done && next.value.arrivalMs <= tq) {
       const req = next.value;
       clock.set(req.arrivalMs);
       if (idx === 0) out.firstArrivalMs = req.arrivalMs;
@@ -349,6 +379,9 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       clock.set(e.t);
       const ev = e.ev;
       switch (ev.k) {
+        case Kind.StepStart:
+          startStep(ev.w, e.t);
+          break;
         case Kind.StepDone:
           stepDone(ev.w, ev.res, e.t);
           break;

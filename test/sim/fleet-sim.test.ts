@@ -1,0 +1,237 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { buildEngineConfig } from '../../src/engine/profiles.js';
+import { WorkerState } from '../../src/fleet/worker-state.js';
+import { createPolicy, policyNames } from '../../src/scheduler/policies.js';
+import { Router } from '../../src/scheduler/router.js';
+import type { Policy, RouteRequest } from '../../src/scheduler/types.js';
+import { simulateFleet, type RouterTraceEvent } from '../../src/sim/fleet-sim.js';
+import { summarize } from '../../src/bench/metrics.js';
+import type { BenchRequest } from '../../src/bench/types.js';
+import { workloadSource } from '../../src/bench/workloads.js';
+import { fillStream } from '../../src/bench/tokens.js';
+import { VirtualClock } from '../../src/util/clock.js';
+import { seededRng } from '../../src/util/rng.js';
+
+const cfg = buildEngineConfig({ gpu: 'h100', model: 'llama-3-8b', hashSeed: 7, emitTokens: false });
+
+function req(arrivalMs: number, promptLen: number, maxTokens: number, seed: number): BenchRequest {
+  const p = new Int32Array(promptLen);
+  fillStream(p, 0, seed, promptLen);
+  return { arrivalMs, promptTokens: p, maxTokens, outputSeed: seed };
+}
+
+/** A policy that always answers with `status`. */
+function refusing(status: 400 | 503): Policy {
+  return { name: `refuse-${status}`, route: () => ({ ok: false, status, code: `test_${status}`, message: 'no' }) };
+}
+
+describe('fleet simulation', () => {
+  it('accounts for every request: completed + rejected + shed = requests', async () => {
+    const reqs = [req(0, 500, 20, 1), req(5, 9000, 10, 2), req(10, 300, 5, 3), req(20, 100, 1, 4)];
+    const r = await simulateFleet(reqs, { workers: 2, engineConfig: cfg, policy: createPolicy('round-robin'), seed: 1 });
+    assert.equal(r.requests, 4);
+    // 9,000 prompt tokens exceed llama-3-8b's 8,192-token context: the worker's 400, counted.
+    assert.equal(r.rejected, 1);
+    assert.deepEqual(r.refusals, { context_length_exceeded: 1 });
+    assert.equal(r.completed.arrival.length, 3);
+    assert.equal(r.completed.arrival.length + r.rejected + r.shed, r.requests);
+    assert.deepEqual([...r.completed.outputTokens].sort((a, b) => a - b), [1, 5, 20]);
+  });
+
+  it('counts router 400s as rejected and 503s as shed, never dropping a request', async () => {
+    const reqs = [req(0, 100, 5, 1), req(1, 100, 5, 2)];
+    const a = await simulateFleet(reqs, { workers: 2, engineConfig: cfg, policy: refusing(503), seed: 1 });
+    assert.equal(a.shed, 2);
+    assert.equal(a.rejected, 0);
+    const b = await simulateFleet(reqs, { workers: 2, engineConfig: cfg, policy: refusing(400), seed: 1 });
+    assert.equal(b.rejected, 2);
+    assert.equal(b.shed, 0);
+  });
+
+  it('the admission hook runs before routing and its refusals are counted', async () => {
+    const reqs = [0, 1, 2, 3, 4, 5].map((i) => req(i * 10, 100, 3, i));
+    const seen: number[] = [];
+    const r = await simulateFleet(reqs, {
+      workers: 2,
+      engineConfig: cfg,
+      policy: createPolicy('round-robin'),
+      seed: 1,
+      admit: (rq, now) => {
+        seen.push(now);
+        return Number(rq.id) % 2 === 0 ? { ok: true } : { ok: false, status: 429, code: 'rate_limited' };
+      },
+    });
+    assert.deepEqual(seen, [0, 10, 20, 30, 40, 50]);
+    assert.equal(r.shed, 3);
+    assert.equal(r.completed.arrival.length, 3);
+    assert.deepEqual(r.refusals, { rate_limited: 3 });
+  });
+
+  it('times one request from its steps: TTFT = prefill step, TPOT = decode step', async () => {
+    const r = await simulateFleet([req(100, 1000, 4, 9)], { workers: 1, engineConfig: cfg, policy: createPolicy('round-robin'), seed: 1 });
+    const prefill = cfg.timeModel.stepMs({ prefill: [{ newTokens: 1000, contextLen: 1000 }], decodeSeqs: 0, decodeContextTokens: 0 });
+    const c = r.completed;
+    assert.equal(c.arrival[0], 100);
+    assert.ok(Math.abs(c.firstToken[0]! - 100 - prefill) < 1e-9);
+    const decodes = [1001, 1002, 1003].map((ctx) => cfg.timeModel.stepMs({ prefill: [], decodeSeqs: 1, decodeContextTokens: ctx }));
+    const e2e = prefill + decodes.reduce((a, b) => a + b, 0);
+    assert.ok(Math.abs(c.finish[0]! - 100 - e2e) < 1e-9);
+    const s = summarize(r, { tp: 1, gpuHourCost: 3.5 });
+    assert.ok(Math.abs(s.tpot_ms.mean! - (e2e - prefill) / 3) < 1e-3);
+    // Three decode steps, one sequence each: three ITL samples.
+    assert.deepEqual(r.itl.weight, [1, 1, 1]);
+    assert.equal(r.workers[0]!.steps, 4);
+  });
+
+  it('adds the constant overhead before the worker sees the request', async () => {
+    const one = [req(0, 800, 3, 5)];
+    const a = await simulateFleet(one, { workers: 1, engineConfig: cfg, policy: createPolicy('round-robin'), seed: 1 });
+    const b = await simulateFleet(one, { workers: 1, engineConfig: cfg, policy: createPolicy('round-robin'), seed: 1, overheadMs: 25 });
+    assert.ok(Math.abs(b.completed.firstToken[0]! - a.completed.firstToken[0]! - 25) < 1e-9);
+    assert.ok(Math.abs(b.completed.finish[0]! - a.completed.finish[0]! - 25) < 1e-9);
+  });
+
+  it('scrapes at the policy’s own interval unless overridden', async () => {
+    const base = createPolicy('round-robin');
+    const policy: Policy = { name: 'slow-scrape', scrapeIntervalMs: 250, route: (r, w, c) => base.route(r, w, c) };
+    const src = () => workloadSource('shared-prefix', { size: 60, rate: 50, seed: 3 }).open();
+    const times = async (p: Policy, override?: number) => {
+      const ts = new Set<number>();
+      const r = await simulateFleet(src(), {
+        workers: 2,
+        engineConfig: cfg,
+        policy: p,
+        seed: 1,
+        scrapeIntervalMs: override,
+        routerTrace: (e) => {
+          if (e.type === 'snapshot') ts.add(e.t);
+        },
+      });
+      return { ts: [...ts], interval: r.scrapeIntervalMs };
+    };
+    const own = await times(policy);
+    assert.equal(own.interval, 250);
+    assert.ok(own.ts.length > 3);
+    for (const t of own.ts) assert.equal(t % 250, 0);
+    const over = await times(policy, 100);
+    assert.equal(over.interval, 100);
+    assert.ok(over.ts.includes(100));
+    const dflt = await times(createPolicy('round-robin'));
+    assert.equal(dflt.interval, 1000);
+  });
+
+  it('gives the live engine probe to the oracle policy only', async () => {
+    const probes: boolean[] = [];
+    const spy = (name: string): Policy => {
+      const rr = createPolicy('round-robin');
+      return {
+        name,
+        route: (r, ws, c) => {
+          probes.push(ws.every((w) => w.oracle !== undefined));
+          if (ws[0]!.oracle) assert.equal(ws[0]!.oracle.running() + ws[0]!.oracle.waiting() >= 0, true);
+          return rr.route(r, ws, c);
+        },
+      };
+    };
+    await simulateFleet([req(0, 100, 2, 1)], { workers: 2, engineConfig: cfg, policy: spy('oracle'), seed: 1 });
+    await simulateFleet([req(0, 100, 2, 1)], { workers: 2, engineConfig: cfg, policy: spy('other'), seed: 1 });
+    assert.deepEqual(probes, [true, false]);
+  });
+
+  it('is deterministic: same seed, same summary', async () => {
+    const run = async (seed: number) => {
+      const r = await simulateFleet(workloadSource('mixed', { size: 150, rate: 40, seed: 11 }).open(), {
+        workers: 3,
+        engineConfig: cfg,
+        policy: createPolicy('random'),
+        seed,
+      });
+      return JSON.stringify(summarize(r, { tp: 1, gpuHourCost: 3.5, omitWallTime: true }));
+    };
+    const a = await run(5);
+    assert.equal(a, await run(5));
+    assert.notEqual(a, await run(6));
+  });
+
+  it('preempts when KV runs out and still completes everything', async () => {
+    const small = { ...cfg, numGpuBlocks: 300 };
+    // Four 75-block prompts arriving together fill all 300 blocks; the first decode needs a 301st.
+    const reqs = Array.from({ length: 12 }, (_, i) => req(0, 1200, 200, 100 + i));
+    const r = await simulateFleet(reqs, { workers: 1, engineConfig: small, policy: createPolicy('round-robin'), seed: 1 });
+    assert.equal(r.completed.arrival.length, 12);
+    assert.ok(r.workers[0]!.preemptions > 0, 'expected preemptions with 300 blocks');
+  });
+});
+
+describe('fleet simulation routes exactly as the Router does in a plain loop', () => {
+  /**
+   * Record every call the simulation makes to its router, then drive a fresh Router + policy over
+   * fresh WorkerStates with the same calls at the same virtual times — the way the gateway drives
+   * it — and compare the decisions. Any policy that peeked at simulation-only state would diverge.
+   */
+  async function replayMatches(policyName: string): Promise<number> {
+    const events: RouterTraceEvent[] = [];
+    const seed = 42;
+    const workers = 4;
+    const decided: string[] = [];
+    await simulateFleet(workloadSource('mixed', { size: 120, rate: 60, seed: 9 }).open(), {
+      workers,
+      engineConfig: cfg,
+      policy: createPolicy(policyName),
+      seed,
+      routerTrace: (e) => {
+        events.push(e);
+        if (e.type === 'route') decided.push(e.worker ?? `refused:${e.status}`);
+      },
+    });
+    const clock = new VirtualClock(0);
+    const policy = createPolicy(policyName);
+    const scrape = policy.scrapeIntervalMs ?? 1000;
+    const router = new Router({ policy, clock, rng: seededRng(seed), staleAfterMs: Math.max(5000, 5 * scrape) });
+    const states = Array.from(
+      { length: workers },
+      (_, i) => new WorkerState({ id: `w${i}`, url: `sim://w${i}`, pool: 'default', model: 'model', numGpuBlocks: cfg.numGpuBlocks, blockSize: cfg.blockSize }),
+    );
+    const replayed: string[] = [];
+    for (const e of events) {
+      clock.set(e.t);
+      switch (e.type) {
+        case 'snapshot':
+          states[e.worker]!.applySnapshot(e.snapshot);
+          break;
+        case 'route': {
+          const fresh: RouteRequest = {
+            id: e.req.id,
+            model: e.req.model,
+            promptText: e.req.promptText,
+            promptTokens: e.req.promptTokens,
+            maxTokens: e.req.maxTokens,
+            memo: new Map(),
+          };
+          if (e.req.sessionKey !== undefined) fresh.sessionKey = e.req.sessionKey;
+          if (e.req.tenant !== undefined) fresh.tenant = e.req.tenant;
+          const out = router.route(fresh, states);
+          replayed.push(out.ok ? out.decision.worker.id : `refused:${out.status}`);
+          break;
+        }
+        case 'firstToken':
+          router.firstToken(e.id);
+          break;
+        case 'complete':
+          router.complete(e.id, e.ok);
+          break;
+      }
+    }
+    assert.deepEqual(replayed, decided, `${policyName}: replayed decisions differ`);
+    assert.equal(router.openCount, 0);
+    return new Set(decided).size;
+  }
+
+  for (const name of policyNames().filter((p) => p !== 'oracle')) {
+    it(`${name}`, async () => {
+      const used = await replayMatches(name);
+      assert.ok(used >= 2, `${name} used only ${used} worker(s)`);
+    });
+  }
+});
