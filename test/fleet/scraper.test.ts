@@ -1,0 +1,130 @@
+/** Metrics scraping and health probing against real servers on loopback. */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { HealthProber } from '../../src/fleet/health.js';
+import { MetricsScraper } from '../../src/fleet/scraper.js';
+import { Upstreams } from '../../src/fleet/upstreams.js';
+import { WorkerState } from '../../src/fleet/worker-state.js';
+import { startSimWorker } from '../../src/sim/worker-server.js';
+import { systemClock } from '../../src/util/clock.js';
+import { startStub, waitFor } from '../gateway/helpers.js';
+
+const upstreamOpts = { connections: 0, keepAliveTimeoutMs: 1000, connectTimeoutMs: 500 };
+
+test('scrapes a simulated worker (V1 and legacy names) into a snapshot', async () => {
+  for (const legacyMetricNames of [false, true]) {
+    const sim = await startSimWorker({ port: 0, speed: 100, numGpuBlocks: 1234, legacyMetricNames });
+    const ups = new Upstreams(upstreamOpts);
+    const w = new WorkerState({ id: 'w0', url: sim.url, pool: 'p', model: sim.model });
+    const scraper = new MetricsScraper([w], { intervalMs: 1000, timeoutMs: 500, clock: systemClock, upstreams: ups });
+    try {
+      await scraper.scrape(w);
+      assert.equal(w.lastScrapeError, null);
+      assert.ok(w.snapshot);
+      assert.equal(w.snapshot.numGpuBlocks, 1234);
+      assert.equal(w.numGpuBlocks, 1234);
+      assert.equal(w.snapshot.blockSize, 16);
+      assert.equal(w.snapshot.running, 0);
+      assert.equal(w.snapshot.kvUsage, 0);
+      assert.equal(w.isStale(systemClock.now(), 1000), false);
+    } finally {
+      await ups.close();
+      await sim.close();
+    }
+  }
+});
+
+test('garbage, errors and timeouts mark the scrape failed and the data goes stale; recovery clears it', async () => {
+  let mode: 'good' | 'garbage' | 'error' | 'slow' = 'good';
+  const stub = await startStub((req, res) => {
+    if (mode === 'slow') return; // never answers
+    if (mode === 'error') {
+      res.writeHead(500);
+      return res.end('no');
+    }
+    res.writeHead(200, { 'content-type': 'text/plain' });
+    res.end(mode === 'good' ? 'vllm:kv_cache_usage_perc{engine="0"} 0.5\nvllm:num_requests_running 2\n' : '<html>oops</html>\n');
+  });
+  const ups = new Upstreams(upstreamOpts);
+  const w = new WorkerState({ id: 'w', url: stub.url, pool: 'p', model: 'm' });
+  const scraper = new MetricsScraper([w], { intervalMs: 200, timeoutMs: 100, clock: systemClock, upstreams: ups });
+  try {
+    await scraper.scrape(w);
+    assert.equal(w.snapshot?.kvUsage, 0.5);
+    const goodAt = w.snapshot!.at;
+    for (const m of ['garbage', 'error', 'slow'] as const) {
+      mode = m;
+      await scraper.scrape(w);
+      assert.ok(w.lastScrapeError, `${m}: error noted`);
+      assert.equal(w.snapshot!.at, goodAt, `${m}: old snapshot kept`);
+    }
+    assert.match(w.lastScrapeError!, /timed out/);
+    await sleep(60);
+    assert.equal(w.isStale(systemClock.now(), 50), true);
+    mode = 'good';
+    await scraper.scrape(w);
+    assert.equal(w.lastScrapeError, null);
+    assert.equal(w.isStale(systemClock.now(), 50), false);
+  } finally {
+    scraper.stop();
+    await ups.close();
+    await stub.close();
+  }
+});
+
+test('the scrape loop never overlaps scrapes of one worker', async () => {
+  let concurrent = 0;
+  let maxConcurrent = 0;
+  let count = 0;
+  const stub = await startStub((_req, res) => {
+    concurrent++;
+    count++;
+    maxConcurrent = Math.max(maxConcurrent, concurrent);
+    // Slower than the interval: a naive setInterval would pile up.
+    setTimeout(() => {
+      concurrent--;
+      res.end('vllm:kv_cache_usage_perc 0.1\n');
+    }, 40);
+  });
+  const ups = new Upstreams(upstreamOpts);
+  const w = new WorkerState({ id: 'w', url: stub.url, pool: 'p', model: 'm' });
+  const scraper = new MetricsScraper([w], { intervalMs: 10, timeoutMs: 500, clock: systemClock, upstreams: ups });
+  scraper.start();
+  await sleep(300);
+  scraper.stop();
+  await ups.close();
+  await stub.close();
+  assert.equal(maxConcurrent, 1);
+  assert.ok(count >= 3, `scraped ${count} times`);
+});
+
+test('health: N consecutive failures mark a worker down, one success brings it back', async () => {
+  let up = true;
+  const stub = await startStub((_req, res) => {
+    res.writeHead(up ? 200 : 503);
+    res.end();
+  });
+  const ups = new Upstreams(upstreamOpts);
+  const w = new WorkerState({ id: 'w', url: stub.url, pool: 'p', model: 'm' });
+  const changes: boolean[] = [];
+  const prober = new HealthProber([w], { intervalMs: 20, timeoutMs: 15, failuresToMarkDown: 3, upstreams: ups, onChange: (_w, h) => changes.push(h) });
+  try {
+    await prober.probe(w);
+    assert.equal(w.healthy, true);
+    up = false;
+    await prober.probe(w);
+    await prober.probe(w);
+    assert.equal(w.healthy, true, 'two failures are not enough');
+    await prober.probe(w);
+    assert.equal(w.healthy, false);
+    up = true;
+    prober.start();
+    await waitFor(() => w.healthy, 2000);
+    assert.deepEqual(changes, [false, true]);
+  } finally {
+    prober.stop();
+    await ups.close();
+    await stub.close();
+  }
+});

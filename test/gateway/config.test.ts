@@ -1,0 +1,78 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { ConfigError, DEFAULT_POLICY_NAME, loadConfigFile, parseConfig } from '../../src/config.js';
+
+const problems = (input: unknown): string[] => {
+  try {
+    parseConfig(input);
+  } catch (e) {
+    assert.ok(e instanceof ConfigError);
+    return e.problems;
+  }
+  assert.fail('expected a ConfigError');
+};
+
+test('defaults fill everything but the workers', () => {
+  const c = parseConfig({ pools: [{ name: 'target', model: 'm', workers: [{ url: 'http://127.0.0.1:8000/' }, { url: 'http://10.0.0.2:8000', id: 'b', numGpuBlocks: 100 }] }] });
+  assert.deepEqual(c.listen, { host: '127.0.0.1', port: 8080 });
+  assert.deepEqual(c.workers, [
+    { id: 'target-0', url: 'http://127.0.0.1:8000', pool: 'target', model: 'm', numGpuBlocks: undefined, blockSize: undefined },
+    { id: 'b', url: 'http://10.0.0.2:8000', pool: 'target', model: 'm', numGpuBlocks: 100, blockSize: undefined },
+  ]);
+  assert.equal(c.timeouts.firstByteMs, 30_000);
+  assert.equal(c.timeouts.minTokensPerSecond, 5);
+  assert.equal(c.timeouts.requestMs, undefined);
+  assert.equal(c.scrape.intervalMs, 1000);
+  assert.equal(c.scrape.timeoutMs, 800);
+  assert.equal(c.scrape.staleAfterMs, 5000);
+  assert.equal(c.health.failuresToMarkDown, 3);
+  assert.equal(c.policy.name, DEFAULT_POLICY_NAME);
+  assert.equal(c.limits.maxBodyBytes, 4 * 1024 * 1024);
+  assert.equal(c.retry.attempts, 1);
+});
+
+test('a flat workers list works too', () => {
+  const c = parseConfig({ workers: [{ url: 'http://a:1', model: 'm' }, { url: 'http://b:1', model: 'd', pool: 'draft', id: 'x' }] });
+  assert.deepEqual(
+    c.workers.map((w) => [w.id, w.pool, w.model]),
+    [['default-w0', 'default', 'm'], ['x', 'draft', 'd']],
+  );
+});
+
+test('errors name the field path', () => {
+  assert.deepEqual(problems({ pools: [{ name: 'p', model: 'm', workers: [{ url: 'http://ok:1' }, { url: 'not a url' }] }] }), [
+    'pools[0].workers[1].url: Invalid URL',
+  ]);
+  assert.match(problems({})[0]!, /^pools: at least one worker/);
+  assert.match(problems({ pools: [{ name: 'p', model: 'm', workers: [{ url: 'http://a:1' }] }], listen: { port: 70000 } })[0]!, /^listen\.port: /);
+  assert.match(problems({ pools: [{ name: 'p', model: 'm', workers: [{ url: 'http://a:1' }] }], scrape: { intervalMs: 100, timeoutMs: 200 } })[0]!, /^scrape\.timeoutMs: must be shorter/);
+  assert.match(problems({ pools: [{ name: 'p', model: 'm', workers: [{ url: 'http://a:1' }] }], timeout: {} })[0]!, /timeout/);
+  assert.match(
+    problems({ pools: [{ name: 'p', model: 'm', workers: [{ url: 'http://a:1', id: 'x' }, { url: 'http://b:1', id: 'x' }] }] })[0]!,
+    /^pools\[0\]\.workers\[1\]\.id: duplicate worker id 'x'/,
+  );
+  assert.match(problems({ pools: [{ name: 'p', model: 'm', workers: [{ url: 'http://a:1' }] }], timeouts: { minTokensPerSecond: 0 } })[0]!, /^timeouts\.minTokensPerSecond: /);
+});
+
+test('loadConfigFile reads YAML and JSON and reports unreadable files', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'kvgate-config-'));
+  try {
+    writeFileSync(join(dir, 'a.yaml'), 'pools:\n  - name: p\n    model: m\n    workers:\n      - url: http://127.0.0.1:9000\nretry:\n  attempts: 0\n');
+    assert.equal(loadConfigFile(join(dir, 'a.yaml')).retry.attempts, 0);
+    writeFileSync(join(dir, 'b.json'), JSON.stringify({ workers: [{ url: 'http://x:1', model: 'm' }] }));
+    assert.equal(loadConfigFile(join(dir, 'b.json')).workers.length, 1);
+    writeFileSync(join(dir, 'c.yaml'), 'pools: [unclosed\n');
+    assert.throws(() => loadConfigFile(join(dir, 'c.yaml')), ConfigError);
+    assert.throws(() => loadConfigFile(join(dir, 'missing.yaml')), /cannot read/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('the example config in examples/ is valid', () => {
+  const c = loadConfigFile(new URL('../../../examples/kvgate.yaml', import.meta.url).pathname);
+  assert.ok(c.workers.length > 0);
+});

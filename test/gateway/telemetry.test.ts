@@ -1,0 +1,88 @@
+/** /metrics, /admin/workers and fleet watching as seen through a running gateway. */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { startSimWorker } from '../../src/sim/worker-server.js';
+import { MODEL, metricValue, post, startGateway, startSims, startStub, waitFor } from './helpers.js';
+
+test('/metrics has the kvgate_ series after traffic; /admin/workers describes each worker', async () => {
+  const sims = await startSims(2, { numGpuBlocks: 2048 });
+  const { gw, url } = await startGateway(sims.map((s) => s.url));
+  try {
+    await waitFor(() => gw.registry.workers.every((w) => w.snapshot !== null));
+    for (let i = 0; i < 4; i++) {
+      const r = await post(url + '/v1/chat/completions', { model: MODEL, stream: i % 2 === 1, messages: [{ role: 'user', content: `q${i}` }], max_tokens: 5 });
+      assert.equal(r.status, 200);
+    }
+    await post(url + '/v1/chat/completions', '{nope');
+    const m = await (await fetch(url + '/metrics')).text();
+    assert.equal(metricValue(m, 'kvgate_requests_total', { route: 'chat', model: MODEL, status: '200' }), 4);
+    assert.equal(metricValue(m, 'kvgate_requests_total', { route: 'chat', model: 'unknown', status: '400' }), 1);
+    assert.equal(metricValue(m, 'kvgate_request_ttft_seconds_count', { route: 'chat', model: MODEL }), 4);
+    assert.equal(metricValue(m, 'kvgate_request_duration_seconds_count', { route: 'chat', model: MODEL }), 4);
+    assert.equal(metricValue(m, 'kvgate_inflight_requests'), 0);
+    const attempts = (metricValue(m, 'kvgate_upstream_attempts_total', { worker: 'w0', outcome: 'ok' }) ?? 0) +
+      (metricValue(m, 'kvgate_upstream_attempts_total', { worker: 'w1', outcome: 'ok' }) ?? 0);
+    assert.equal(attempts, 4);
+    assert.match(m, /kvgate_route_decisions_total\{policy="least-load",worker="w[01]",reason="[^"]+"\} \d/);
+    assert.equal(metricValue(m, 'kvgate_worker_healthy', { worker: 'w0' }), 1);
+    assert.equal(metricValue(m, 'kvgate_worker_stale', { worker: 'w1' }), 0);
+    assert.ok(metricValue(m, 'kvgate_worker_kv_usage_ratio', { worker: 'w0' }) !== undefined);
+    assert.match(m, /# TYPE kvgate_scrape_failures_total counter/);
+
+    const workers = (await (await fetch(url + '/admin/workers')).json()) as any[];
+    assert.equal(workers.length, 2);
+    const w0 = workers.find((w) => w.id === 'w0');
+    assert.equal(w0.url, sims[0]!.url);
+    assert.equal(w0.pool, 'main');
+    assert.equal(w0.model, MODEL);
+    assert.equal(w0.healthy, true);
+    assert.equal(w0.circuitOpen, false);
+    assert.equal(w0.stale, false);
+    assert.equal(w0.lastScrapeError, null);
+    assert.equal(w0.numGpuBlocks, 2048);
+    assert.equal(typeof w0.kvUsage, 'number');
+    assert.equal(typeof w0.running, 'number');
+    assert.equal(typeof w0.waiting, 'number');
+    assert.equal(w0.inflight, 0);
+    assert.equal(workers.reduce((s, w) => s + w.routed, 0), 4);
+
+    gw.addWorkerDescriber((w) => ({ extraField: `x-${w.id}` }));
+    const again = (await (await fetch(url + '/admin/workers')).json()) as any[];
+    assert.equal(again[1].extraField, 'x-w1');
+  } finally {
+    await gw.close();
+    await Promise.all(sims.map((s) => s.close()));
+  }
+});
+
+test('a worker whose /metrics turns to garbage goes stale; health failures take it out and back', async () => {
+  const garbage = await startStub((req, res) => {
+    res.writeHead(200);
+    res.end(req.url === '/metrics' ? 'this is { not prometheus\n' : 'ok');
+  });
+  let sim = await startSimWorker({ port: 0, model: MODEL, speed: 100 });
+  const port = sim.port;
+  const { gw, url } = await startGateway([sim.url, garbage.url], { scrape: { intervalMs: 50, staleAfterMs: 200 } });
+  try {
+    const [ws, wg] = gw.registry.workers as [any, any];
+    await waitFor(() => wg.lastScrapeError !== null && ws.snapshot !== null);
+    const m = await (await fetch(url + '/metrics')).text();
+    assert.ok((metricValue(m, 'kvgate_scrape_failures_total', { worker: 'w1' }) ?? 0) >= 1);
+    assert.equal(metricValue(m, 'kvgate_worker_stale', { worker: 'w1' }), 1);
+    const desc = ((await (await fetch(url + '/admin/workers')).json()) as any[])[1];
+    assert.equal(desc.stale, true);
+    assert.match(desc.lastScrapeError, /line 1/);
+
+    await sim.close();
+    await waitFor(() => !ws.healthy, 3000);
+    const r = await post(url + '/v1/completions', { model: MODEL, prompt: 'hi', max_tokens: 2 });
+    assert.equal(r.headers.get('x-kvgate-worker'), 'w1', 'only the other worker is routed to');
+    sim = await startSimWorker({ port, model: MODEL, speed: 100 });
+    await waitFor(() => ws.healthy, 3000);
+    assert.equal((await fetch(url + '/ready')).status, 200);
+  } finally {
+    await gw.close();
+    await sim.close();
+    await garbage.close();
+  }
+});
