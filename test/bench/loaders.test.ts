@@ -1,0 +1,191 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+import { azureSource, jsonlSource, loadTrace, mooncakeSource, parseAzureTimestamp, TraceError } from '../../src/bench/loaders.js';
+import { readLines } from '../../src/bench/line-reader.js';
+import { synthText } from '../../src/bench/tokens.js';
+import { estimateTokenizer, renderChat } from '../../src/tokenizer/index.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'kvgate-loaders-'));
+after(() => rmSync(dir, { recursive: true, force: true }));
+let n = 0;
+function file(text: string, ext = 'jsonl'): string {
+  const p = join(dir, `t${n++}.${ext}`);
+  writeFileSync(p, text);
+  return p;
+}
+
+const slice = (a: ArrayLike<number>, from: number, to: number) => Array.from(a).slice(from, to);
+
+describe('line reader', () => {
+  it('reads lines across chunk boundaries, CRLF and a last line without newline', () => {
+    const p = file('alpha\r\nbeta\n\ngamma-delta\nlast', 'txt');
+    const lines = [...readLines(p, 4)];
+    assert.deepEqual(lines, [
+      { no: 1, text: 'alpha' },
+      { no: 2, text: 'beta' },
+      { no: 3, text: '' },
+      { no: 4, text: 'gamma-delta' },
+      { no: 5, text: 'last' },
+    ]);
+  });
+});
+
+describe('mooncake loader', () => {
+  const rows = [
+    { timestamp: 0, input_length: 1100, output_length: 5, hash_ids: [1, 2, 3] },
+    { timestamp: 0, input_length: 700, output_length: 2, hash_ids: [1, 9] },
+    { timestamp: 40, input_length: 1536, output_length: 7, hash_ids: [4, 2, 3] },
+    { timestamp: 41, input_length: 1100, output_length: 3, hash_ids: [1, 2, 3] },
+  ];
+  const path = file(rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+
+  it('parses rows with lengths and arrival times', () => {
+    const reqs = [...mooncakeSource(path).open()];
+    assert.deepEqual(reqs.map((r) => r.arrivalMs), [0, 0, 40, 41]);
+    assert.deepEqual(reqs.map((r) => r.promptTokens.length), [1100, 700, 1536, 1100]);
+    assert.deepEqual(reqs.map((r) => r.maxTokens), [5, 2, 7, 3]);
+  });
+
+  it('equal hash ids at equal positions give identical 512-token blocks, different ids differ', () => {
+    const [a, b, c, d] = [...mooncakeSource(path).open()].map((r) => r.promptTokens);
+    assert.deepEqual(slice(a!, 0, 512), slice(b!, 0, 512)); // id 1 shared
+    assert.notDeepEqual(slice(a!, 512, 1024), slice(b!, 512, 700)); // 2 vs 9
+    assert.notDeepEqual(slice(a!, 0, 512), slice(c!, 0, 512)); // 1 vs 4
+    // The same rows produce the same tokens: the whole prompt of row 4 equals row 1.
+    assert.deepEqual(Array.from(a!), Array.from(d!));
+    // The last block is partial: row 1's third block is the first 76 tokens of id 3's block.
+    assert.deepEqual(slice(a!, 1024, 1100), slice(c!, 1024, 1100));
+    // Equal token prefixes give equal text prefixes for character-based policies.
+    const ta = synthText(slice(a!, 0, 512));
+    assert.ok(synthText(b!).startsWith(ta));
+  });
+
+  it('is deterministic per seed and differs across seeds', () => {
+    const one = [...mooncakeSource(path, { seed: 1 }).open()][0]!.promptTokens;
+    const again = [...mooncakeSource(path, { seed: 1 }).open()][0]!.promptTokens;
+    const other = [...mooncakeSource(path, { seed: 2 }).open()][0]!.promptTokens;
+    assert.deepEqual(Array.from(one), Array.from(again));
+    assert.notDeepEqual(Array.from(one), Array.from(other));
+  });
+
+  it('names the file and line of a bad row', () => {
+    const bad = file(
+      [
+        JSON.stringify(rows[0]),
+        '',
+        JSON.stringify({ timestamp: 5, input_length: 0, output_length: 2, hash_ids: [] }),
+      ].join('\n'),
+    );
+    assert.throws(
+      () => [...mooncakeSource(bad).open()],
+      (e: unknown) => e instanceof TraceError && e.line === 3 && /:3: "input_length" must be an integer/.test(e.message),
+    );
+  });
+
+  it('skips and counts bad rows with skipBad', () => {
+    const bad = file(
+      [
+        JSON.stringify(rows[0]),
+        '{not json',
+        JSON.stringify({ timestamp: 5, input_length: 10, output_length: 2, hash_ids: ['x'] }),
+        JSON.stringify({ timestamp: 5, input_length: 10, output_length: 2, hash_ids: [0] }),
+        JSON.stringify({ timestamp: 1, input_length: 10, output_length: 2, hash_ids: [0] }), // goes backwards
+        '[1,2]',
+      ].join('\n'),
+    );
+    const src = mooncakeSource(bad, { skipBad: true });
+    const got = [...src.open()];
+    assert.equal(got.length, 2);
+    assert.equal(src.skipped, 4);
+    assert.throws(() => [...mooncakeSource(bad).open()], /:2: invalid JSON/);
+  });
+});
+
+describe('azure loader', () => {
+  const csv = [
+    'TIMESTAMP,ContextTokens,GeneratedTokens',
+    '2023-11-16 18:15:46.6805900,374,44',
+    '2023-11-16 18:15:50.9951690,396,109',
+    '2023-11-16 18:16:46.6805900,1000,1',
+  ].join('\n');
+  const path = file(csv + '\n', 'csv');
+
+  it('parses timestamps to ms from the first row', () => {
+    const gap = parseAzureTimestamp('2023-11-16 18:15:50.9951690') - parseAzureTimestamp('2023-11-16 18:15:46.6805900');
+    assert.ok(Math.abs(gap - 4314.579) < 1e-3, String(gap));
+    assert.ok(Number.isNaN(parseAzureTimestamp('16/11/2023 18:15')));
+    const reqs = [...azureSource(path).open()];
+    assert.equal(reqs.length, 3);
+    assert.equal(reqs[0]!.arrivalMs, 0);
+    assert.ok(Math.abs(reqs[1]!.arrivalMs - 4314.579) < 1e-3);
+    assert.ok(Math.abs(reqs[2]!.arrivalMs - 60000) < 1e-3);
+    assert.deepEqual(reqs.map((r) => [r.promptTokens.length, r.maxTokens]), [[374, 44], [396, 109], [1000, 1]]);
+    // No prefix information: prompts share nothing.
+    assert.notDeepEqual(slice(reqs[0]!.promptTokens, 0, 16), slice(reqs[1]!.promptTokens, 0, 16));
+  });
+
+  it('adds synthetic shared prefixes on request', () => {
+    const reqs = [...azureSource(path, { sharedPrefix: { tokens: 300, groups: 1 } }).open()];
+    assert.deepEqual(slice(reqs[0]!.promptTokens, 0, 300), slice(reqs[1]!.promptTokens, 0, 300));
+    assert.notDeepEqual(slice(reqs[0]!.promptTokens, 300, 310), slice(reqs[1]!.promptTokens, 300, 310));
+    const frac = [...azureSource(path, { sharedPrefix: { fraction: 0.5, groups: 1 } }).open()];
+    assert.deepEqual(slice(frac[2]!.promptTokens, 0, 187), slice(frac[0]!.promptTokens, 0, 187));
+  });
+
+  it('reports bad rows by line and counts skips', () => {
+    const bad = file(csv + '\n2023-11-16 18:17:00.0,abc,5\nnot,a,timestamp\n2023-11-16 18:18:00.0,10\n', 'csv');
+    assert.throws(() => [...azureSource(bad).open()], (e: unknown) => e instanceof TraceError && e.line === 5 && /ContextTokens/.test(e.message));
+    const src = azureSource(bad, { skipBad: true });
+    assert.equal([...src.open()].length, 3);
+    assert.equal(src.skipped, 3);
+  });
+});
+
+describe('kvgate jsonl loader', () => {
+  it('reads text prompts, chat messages and token prompts with metadata', () => {
+    const messages = [
+      { role: 'system', content: 'You are helpful.' },
+      { role: 'user', content: 'Hello there' },
+    ];
+    const path = file(
+      [
+        JSON.stringify({ timestamp_ms: 0, prompt: 'the cache of the worker', max_tokens: 8, tenant: 'acme', priority: 1 }),
+        JSON.stringify({ timestamp_ms: 10, messages, max_tokens: 4, session: 's1' }),
+        JSON.stringify({ timestamp_ms: 20.5, prompt_tokens: [5, 6, 7], max_tokens: 2 }),
+      ].join('\n'),
+    );
+    const reqs = [...loadTrace(path, 'jsonl').open()];
+    assert.deepEqual(Array.from(reqs[0]!.promptTokens), estimateTokenizer.encode('the cache of the worker'));
+    assert.equal(reqs[0]!.promptText, 'the cache of the worker');
+    assert.equal(reqs[0]!.tenant, 'acme');
+    assert.equal(reqs[0]!.priority, 1);
+    assert.equal(reqs[1]!.promptText, renderChat(messages));
+    assert.deepEqual(Array.from(reqs[1]!.promptTokens), estimateTokenizer.encode(renderChat(messages)));
+    assert.equal(reqs[1]!.session, 's1');
+    assert.deepEqual(Array.from(reqs[2]!.promptTokens), [5, 6, 7]);
+    assert.equal(reqs[2]!.arrivalMs, 20.5);
+    assert.equal(reqs[2]!.promptText, undefined);
+  });
+
+  it('rejects malformed rows with their line numbers', () => {
+    const cases: Array<[string, RegExp]> = [
+      [JSON.stringify({ timestamp_ms: 0, max_tokens: 3 }), /exactly one of "prompt", "prompt_tokens", "messages"/],
+      [JSON.stringify({ timestamp_ms: 0, prompt: 'x', prompt_tokens: [1], max_tokens: 3 }), /exactly one/],
+      [JSON.stringify({ timestamp_ms: 0, prompt: 'hi', max_tokens: 0 }), /"max_tokens" must be an integer ≥ 1/],
+      [JSON.stringify({ timestamp_ms: -1, prompt: 'hi', max_tokens: 1 }), /"timestamp_ms" must be a non-negative number/],
+      [JSON.stringify({ timestamp_ms: 0, messages: [{ content: 'x' }], max_tokens: 1 }), /role/],
+      [JSON.stringify({ timestamp_ms: 0, prompt: 'hi', max_tokens: 1, priority: 'high' }), /"priority" must be an integer/],
+      [JSON.stringify({ timestamp_ms: 0, prompt: '', max_tokens: 1 }), /prompt is empty/],
+    ];
+    for (const [row, re] of cases) {
+      const path = file(JSON.stringify({ timestamp_ms: 0, prompt: 'ok', max_tokens: 1 }) + '\n' + row + '\n');
+      assert.throws(() => [...jsonlSource(path).open()], (e: unknown) => e instanceof TraceError && e.line === 2 && re.test(e.message), row);
+      const src = jsonlSource(path, { skipBad: true });
+      assert.equal([...src.open()].length, 1);
+      assert.equal(src.skipped, 1);
+    }
+  });
+});
