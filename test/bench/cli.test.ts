@@ -1,0 +1,150 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { after, describe, it } from 'node:test';
+import { help } from '../../src/cli/bench.js';
+
+const CLI = resolve(dirname(fileURLToPath(import.meta.url)), '../../src/cli.js');
+const dir = mkdtempSync(join(tmpdir(), 'kvgate-bench-cli-'));
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+function bench(...args: string[]) {
+  const r = spawnSync(process.execPath, [CLI, 'bench', ...args], { encoding: 'utf8', timeout: 60_000 });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+const SMALL = ['--workload', 'mixed', '--size', '120', '--rate', '30', '--workers', '3'];
+
+describe('kvgate bench CLI', () => {
+  it('documents every flag in --help', () => {
+    const flags = [
+      'workload', 'size', 'rate', 'burstiness', 'trace', 'format', 'azure-shared-prefix', 'azure-prefix-groups', 'skip-bad',
+      'workers', 'gpu', 'model', 'tp', 'policy', 'rate-scale', 'limit', 'seed', 'scrape-interval', 'overhead-ms', 'slo-ttft',
+      'slo-tpot', 'gpu-hour-cost', 'json', 'report', 'omit-wall-time', 'progress', 'quiet', 'list', 'help',
+    ];
+    for (const f of flags) assert.ok(help.includes(`--${f}`), `--${f} missing from help`);
+    const r = bench('--help');
+    assert.equal(r.code, 0);
+    assert.equal(r.stdout, help);
+  });
+
+  it('answers bad arguments with a clear message and exit status 2', () => {
+    const cases: Array<[string[], RegExp]> = [
+      [['--workload', 'rag', '--bogus'], /Unknown option '--bogus'/],
+      [[], /exactly one of --workload NAME or --trace FILE/],
+      [['--workload', 'nope'], /unknown workload 'nope' \(known: shared-prefix/],
+      [['--workload', 'rag', '--workers', '0'], /--workers must be an integer ≥ 1/],
+      [['--workload', 'rag', '--rate-scale', 'fast'], /--rate-scale must be a positive number/],
+      [['--workload', 'rag', '--policy', 'round-robin,magic'], /unknown policy 'magic' \(known: .*round-robin.*least-load/],
+      [['--workload', 'rag', '--gpu', 'tpu'], /unknown GPU 'tpu'/],
+      [['--workload', 'rag', '--format', 'azure'], /--format applies to --trace only/],
+      [['--trace', '/nonexistent/x.jsonl'], /cannot read trace/],
+    ];
+    for (const [args, re] of cases) {
+      const r = bench(...args);
+      assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`);
+      assert.match(r.stderr, re);
+      assert.equal(r.stdout, '');
+    }
+  });
+
+  it('prints a summary table and writes byte-identical JSON for the same seed', () => {
+    const a = join(dir, 'a.json');
+    const b = join(dir, 'b.json');
+    const c = join(dir, 'c.json');
+    const r = bench(...SMALL, '--policy', 'round-robin,least-load', '--seed', '3', '--json', a, '--omit-wall-time', '--slo-ttft', '500', '--slo-tpot', '50');
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /policy\s+done\s+rej\s+shed/);
+    assert.match(r.stdout, /^round-robin\s+\d+/m);
+    assert.match(r.stdout, /^least-load\s+\d+/m);
+    assert.match(r.stdout, /wall time/);
+    assert.equal(bench(...SMALL, '--policy', 'round-robin,least-load', '--seed', '3', '--json', b, '--omit-wall-time', '--slo-ttft', '500', '--slo-tpot', '50', '--quiet').code, 0);
+    assert.equal(bench(...SMALL, '--policy', 'round-robin,least-load', '--seed', '4', '--json', c, '--omit-wall-time', '--slo-ttft', '500', '--slo-tpot', '50', '--quiet').code, 0);
+    const ja = readFileSync(a, 'utf8');
+    assert.equal(ja, readFileSync(b, 'utf8'));
+    assert.notEqual(ja, readFileSync(c, 'utf8'));
+    const j = JSON.parse(ja);
+    assert.equal(j.workers, 3);
+    assert.equal(j.gpu, 'h100');
+    assert.equal(j.model, 'llama-3.1-8b');
+    assert.equal(j.seed, 3);
+    assert.deepEqual(j.policies.map((p: { name: string }) => p.name), ['round-robin', 'least-load']);
+    for (const p of j.policies) {
+      for (const k of ['ttft_ms', 'tpot_ms', 'itl_ms', 'e2e_ms']) assert.deepEqual(Object.keys(p[k]), ['p50', 'p90', 'p99', 'mean']);
+      for (const k of ['throughput_rps', 'output_tokens_per_s', 'prefix_hit_rate', 'gpu_seconds', 'cost_per_million_output_tokens', 'goodput_rps', 'preemptions']) {
+        assert.equal(typeof p[k], 'number', k);
+      }
+      assert.equal(p.requests, 120);
+      assert.equal(p.completed + p.rejected + p.shed, p.requests);
+      assert.ok(p.goodput_rps <= p.throughput_rps);
+      assert.equal('sim_wall_ms' in p, false);
+    }
+  });
+
+  it('writes a self-contained HTML report', () => {
+    const out = join(dir, 'r.html');
+    const r = bench(...SMALL, '--policy', 'round-robin,random', '--report', out, '--quiet');
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, '');
+    const html = readFileSync(out, 'utf8');
+    assert.match(html, /^<!DOCTYPE html>/);
+    assert.ok((html.match(/<svg /g) ?? []).length >= 8);
+    for (const t of ['TTFT CDF', 'E2E latency CDF', 'Throughput', 'Prefix-cache hit rate', 'KV-cache usage per worker']) assert.ok(html.includes(t), t);
+    assert.doesNotMatch(html, /<script|<link|src=|href=/i);
+    // The only URL is the SVG namespace.
+    assert.deepEqual([...new Set(html.match(/https?:\/\/[^"' ]+/g))], ['http://www.w3.org/2000/svg']);
+  });
+
+  it('replays a Mooncake trace, reporting bad rows by line or skipping them with --skip-bad', () => {
+    const rows = [
+      { timestamp: 0, input_length: 600, output_length: 5, hash_ids: [1, 2] },
+      { timestamp: 10, input_length: 600, output_length: 5, hash_ids: [1, 3] },
+      { timestamp: 20, input_length: -4, output_length: 5, hash_ids: [1] },
+      { timestamp: 30, input_length: 700, output_length: 3, hash_ids: [1, 2] },
+    ];
+    const trace = join(dir, 'm.jsonl');
+    writeFileSync(trace, rows.map((x) => JSON.stringify(x)).join('\n') + '\n');
+    const bad = bench('--trace', trace, '--policy', 'round-robin');
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /m\.jsonl:3: "input_length" must be an integer ≥ 1/);
+    assert.match(bad.stderr, /--skip-bad/);
+    const json = join(dir, 'm.json');
+    const ok = bench('--trace', trace, '--skip-bad', '--policy', 'round-robin', '--workers', '1', '--json', json, '--quiet');
+    assert.equal(ok.code, 0, ok.stderr);
+    const j = JSON.parse(readFileSync(json, 'utf8'));
+    assert.equal(j.trace, 'mooncake:m.jsonl');
+    assert.equal(j.skipped_rows, 1);
+    assert.equal(j.policies[0].completed, 3);
+    // One worker: the later rows reuse block 1 (512 tokens) of the first.
+    assert.ok(j.policies[0].prefix_hit_rate > 0.4);
+  });
+
+  it('--limit and --rate-scale shape the replay', () => {
+    const json = join(dir, 'l.json');
+    const r = bench(...SMALL, '--policy', 'round-robin', '--limit', '40', '--rate-scale', '2', '--json', json, '--quiet');
+    assert.equal(r.code, 0, r.stderr);
+    const j = JSON.parse(readFileSync(json, 'utf8'));
+    assert.equal(j.policies[0].requests, 40);
+    assert.equal(j.limit, 40);
+    assert.equal(j.rate_scale, 2);
+  });
+
+  const realTraces = '/work/shared/traces';
+  it('smoke-runs the real traces when present', { skip: !existsSync(realTraces) }, () => {
+    for (const [file, extra] of [
+      ['mooncake_synthetic_trace.jsonl', []],
+      ['AzureLLMInferenceTrace_conv.csv', ['--azure-shared-prefix', '0.3']],
+    ] as const) {
+      const json = join(dir, `${file}.json`);
+      const r = bench('--trace', join(realTraces, file), ...extra, '--limit', '60', '--workers', '2', '--policy', 'least-load', '--json', json, '--quiet');
+      assert.equal(r.code, 0, r.stderr);
+      const p = JSON.parse(readFileSync(json, 'utf8')).policies[0];
+      assert.equal(p.requests, 60);
+      assert.equal(p.completed + p.rejected + p.shed, 60);
+      assert.ok(p.completed > 0);
+    }
+  });
+});

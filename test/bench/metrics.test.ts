@@ -1,0 +1,102 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { distribution, percentile, summarize, weightedDistribution } from '../../src/bench/metrics.js';
+import type { SimResult } from '../../src/sim/fleet-sim.js';
+
+function result(rows: Array<{ arrival: number; first: number; finish: number; prompt: number; out: number; cached: number }>, extra: Partial<SimResult> = {}): SimResult {
+  const c = { arrival: [] as number[], firstToken: [] as number[], finish: [] as number[], promptTokens: [] as number[], outputTokens: [] as number[], cachedTokens: [] as number[], worker: [] as number[] };
+  for (const r of rows) {
+    c.arrival.push(r.arrival);
+    c.firstToken.push(r.first);
+    c.finish.push(r.finish);
+    c.promptTokens.push(r.prompt);
+    c.outputTokens.push(r.out);
+    c.cachedTokens.push(r.cached);
+    c.worker.push(0);
+  }
+  const worker = (id: string, busyMs: number, preemptions: number) => ({ id, routed: 0, preemptions, busyMs, steps: 0, kvUsage: [], final: {} as never });
+  return {
+    policy: 'p',
+    scrapeIntervalMs: 1000,
+    kvSampleMs: 1000,
+    requests: rows.length,
+    rejected: 0,
+    shed: 0,
+    refusals: {},
+    completed: c,
+    itl: { durationMs: [], weight: [] },
+    firstArrivalMs: rows[0]?.arrival ?? NaN,
+    lastFinishMs: Math.max(...rows.map((r) => r.finish)),
+    workers: [worker('w0', 3000, 2), worker('w1', 1000, 1)],
+    wallMs: 12.4,
+    events: 0,
+    ...extra,
+  };
+}
+
+describe('summary statistics', () => {
+  it('percentiles interpolate linearly like numpy', () => {
+    const s = Float64Array.from([1, 2, 3, 4]);
+    assert.equal(percentile(s, 50), 2.5);
+    assert.equal(percentile(s, 0), 1);
+    assert.equal(percentile(s, 100), 4);
+    assert.ok(Math.abs(percentile(s, 90)! - 3.7) < 1e-12);
+    assert.equal(percentile(new Float64Array(0), 50), null);
+    assert.deepEqual(distribution([10, 0, 20, 30, 40]), { p50: 20, p90: 36, p99: 39.6, mean: 20 });
+    assert.deepEqual(distribution([]), { p50: null, p90: null, p99: null, mean: null });
+  });
+
+  it('weighted distribution equals the distribution of the expanded samples', () => {
+    const values = [5, 1, 3, 9];
+    const weights = [2, 3, 0, 5];
+    const expanded = values.flatMap((v, i) => Array<number>(weights[i]!).fill(v));
+    assert.deepEqual(weightedDistribution(values, weights), distribution(expanded));
+    assert.deepEqual(weightedDistribution([], []), { p50: null, p90: null, p99: null, mean: null });
+  });
+
+  it('computes TTFT, TPOT, E2E, throughput, hit rate, goodput and cost from hand-made requests', () => {
+    const r = result([
+      // TTFT 100, E2E 1100, 11 tokens → TPOT 100
+      { arrival: 0, first: 100, finish: 1100, prompt: 1000, out: 11, cached: 500 },
+      // TTFT 500, E2E 900, 5 tokens → TPOT 100
+      { arrival: 1000, first: 1500, finish: 1900, prompt: 1000, out: 5, cached: 0 },
+      // TTFT 50, single token: no TPOT
+      { arrival: 2000, first: 2050, finish: 2050, prompt: 2000, out: 1, cached: 2000 },
+      // TTFT 200, E2E 4000, 20 tokens → TPOT 200
+      { arrival: 3000, first: 3200, finish: 7000, prompt: 0, out: 20, cached: 0 },
+    ]);
+    const s = summarize(r, { tp: 2, gpuHourCost: 3.6, sloTtftMs: 300, sloTpotMs: 150 });
+    assert.equal(s.completed, 4);
+    assert.equal(s.duration_s, 7);
+    assert.deepEqual(s.ttft_ms, distribution([100, 500, 50, 200]));
+    assert.deepEqual(s.tpot_ms, distribution([100, 100, 200]));
+    assert.deepEqual(s.e2e_ms, distribution([1100, 900, 50, 4000]));
+    assert.equal(s.throughput_rps, Math.round((4 / 7) * 1000) / 1000);
+    assert.equal(s.output_tokens_per_s, Math.round((37 / 7) * 1000) / 1000);
+    assert.equal(s.prefix_hit_rate, 0.625); // 2,500 of 4,000 prompt tokens
+    // Goodput: #1 (100 ≤ 300, 100 ≤ 150) and #3 (50, no TPOT) meet both SLOs; #2 misses TTFT, #4 TPOT.
+    assert.equal(s.goodput_rps, Math.round((2 / 7) * 1000) / 1000);
+    // 2 workers × tp 2 = 4 GPUs for 7 s = 28 GPU-seconds; $3.6/h → $0.028 for 37 output tokens.
+    assert.equal(s.gpu_seconds, 28);
+    assert.equal(s.cost_per_million_output_tokens, Math.round((0.028 / 37e-6) * 1e4) / 1e4);
+    assert.equal(s.busy_gpu_seconds, 8); // (3 s + 1 s) × tp 2
+    assert.equal(s.preemptions, 3);
+    assert.equal(s.sim_wall_ms, 12);
+    assert.equal(summarize(r, { tp: 1, gpuHourCost: 1, omitWallTime: true }).sim_wall_ms, undefined);
+  });
+
+  it('without SLOs every completed request counts as goodput; an empty run is all zeros', () => {
+    const r = result([
+      { arrival: 0, first: 10, finish: 20, prompt: 5, out: 2, cached: 0 },
+      { arrival: 0, first: 10, finish: 1000, prompt: 5, out: 2, cached: 0 },
+    ]);
+    const s = summarize(r, { tp: 1, gpuHourCost: 1 });
+    assert.equal(s.goodput_rps, s.throughput_rps);
+    const empty = summarize(result([], { lastFinishMs: NaN, requests: 3, shed: 3 }), { tp: 1, gpuHourCost: 1 });
+    assert.equal(empty.completed, 0);
+    assert.equal(empty.shed, 3);
+    assert.equal(empty.throughput_rps, 0);
+    assert.equal(empty.cost_per_million_output_tokens, null);
+    assert.equal(empty.ttft_ms.p50, null);
+  });
+});
