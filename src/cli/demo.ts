@@ -1,5 +1,113 @@
-export const help = 'kvgate demo: not built yet\n';
-export async function run(_argv: string[]): Promise<number> {
-  process.stderr.write('kvgate demo: not built yet\n');
-  return 1;
+/**
+ * `kvgate demo`: a simulated vLLM fleet on loopback with the gateway in front of it — the whole
+ * request path, no GPU. Runs until Ctrl-C, then shuts down cleanly.
+ */
+import { parseArgs } from 'node:util';
+import { parseConfig } from '../config.js';
+import { listGpus, listModels } from '../engine/profiles.js';
+import { createGateway, type Gateway } from '../gateway/gateway.js';
+import { startSimWorker, type SimWorker } from '../sim/worker-server.js';
+import { createLogger } from '../telemetry/logger.js';
+import { waitForSignal } from './serve.js';
+
+export const help = `Usage: kvgate demo [options]
+
+Starts simulated vLLM workers on ephemeral loopback ports and the kvgate gateway in front of them,
+prints the gateway's URL and ready-to-paste curl commands, and runs until Ctrl-C.
+
+Options:
+  -p, --port P        gateway port on 127.0.0.1; 0 picks a free one (default 8080)
+  -w, --workers N     simulated workers, 1..64 (default 4)
+      --speed X       time compression of the simulation; 10 = ten times faster than modelled
+                      (default 1: real-time latencies of the modelled GPU)
+      --model NAME    model the workers serve (default llama-3.1-8b; profiles: ${listModels().map((m) => m.name).join(', ')})
+      --gpu NAME      GPU profile: ${listGpus().map((g) => g.name).join(', ')} (default h100)
+      --policy NAME   routing policy (default: the gateway's default)
+      --json-logs     JSON log lines instead of readable ones
+  -h, --help          this text
+`;
+
+export interface DemoRunOptions {
+  /** Stops the demo when aborted (embedding, tests); SIGINT/SIGTERM do the same otherwise. */
+  signal?: AbortSignal;
+  out?: NodeJS.WritableStream;
+}
+
+export async function run(argv: string[], o: DemoRunOptions = {}): Promise<number> {
+  const out = o.out ?? process.stdout;
+  const usage = (msg: string): number => {
+    process.stderr.write(`kvgate demo: ${msg}\n\n${help}`);
+    return 2;
+  };
+  let v: Record<string, string | boolean | undefined>;
+  try {
+    ({ values: v } = parseArgs({
+      args: argv,
+      options: {
+        port: { type: 'string', short: 'p', default: '8080' },
+        workers: { type: 'string', short: 'w', default: '4' },
+        speed: { type: 'string', default: '1' },
+        model: { type: 'string', default: 'llama-3.1-8b' },
+        gpu: { type: 'string', default: 'h100' },
+        policy: { type: 'string' },
+        'json-logs': { type: 'boolean', default: false },
+      },
+      strict: true,
+      allowPositionals: false,
+    }));
+  } catch (e) {
+    return usage((e as Error).message);
+  }
+  const port = Number(v.port);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) return usage(`--port must be an integer 0..65535, got '${v.port}'`);
+  const n = Number(v.workers);
+  if (!Number.isInteger(n) || n < 1 || n > 64) return usage(`--workers must be an integer 1..64, got '${v.workers}'`);
+  const speed = Number(v.speed);
+  if (!Number.isFinite(speed) || speed <= 0) return usage(`--speed must be a positive number, got '${v.speed}'`);
+  const model = v.model as string;
+  if (!listModels().some((m) => m.name === model)) return usage(`unknown --model '${model}'`);
+  const gpu = v.gpu as string;
+  if (!listGpus().some((g) => g.name === gpu)) return usage(`unknown --gpu '${gpu}'`);
+
+  const logger = createLogger({ level: 'info', pretty: v['json-logs'] !== true });
+  const sims: SimWorker[] = [];
+  let gateway: Gateway | null = null;
+  const shutdown = async (): Promise<void> => {
+    await gateway?.close();
+    await Promise.all(sims.map((s) => s.close()));
+  };
+  try {
+    for (let i = 0; i < n; i++) sims.push(await startSimWorker({ host: '127.0.0.1', port: 0, model, gpu, speed }));
+    const config = parseConfig({
+      listen: { host: '127.0.0.1', port },
+      pools: [{ name: 'demo', model, workers: sims.map((s, i) => ({ url: s.url, id: `sim-${i}` })) }],
+      ...(typeof v.policy === 'string' ? { policy: { name: v.policy } } : {}),
+      shutdown: { graceMs: 3000 },
+    });
+    gateway = createGateway(config, { logger });
+    const { url } = await gateway.start();
+    const chat = JSON.stringify({ model, messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 64 });
+    const streamBody = JSON.stringify({ model, messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 64, stream: true });
+    out.write(
+      `\nkvgate demo: ${n} simulated ${model} worker(s) on ${gpu} (speed ×${speed}) behind ${url}\n\n` +
+        `  curl -s ${url}/v1/chat/completions -H 'content-type: application/json' -d '${chat}'\n\n` +
+        `  curl -sN ${url}/v1/chat/completions -H 'content-type: application/json' -d '${streamBody}'\n\n` +
+        `  workers: ${url}/admin/workers   metrics: ${url}/metrics\n\n` +
+        `Ctrl-C to stop.\n\n`,
+    );
+  } catch (e) {
+    process.stderr.write(`kvgate demo: cannot start: ${(e as Error).message}\n`);
+    await shutdown();
+    return 1;
+  }
+  await (o.signal
+    ? new Promise<void>((resolve) => {
+        if (o.signal!.aborted) resolve();
+        else o.signal!.addEventListener('abort', () => resolve(), { once: true });
+      })
+    : waitForSignal());
+  logger.info('shutting down');
+  await shutdown();
+  out.write('kvgate demo: stopped\n');
+  return 0;
 }

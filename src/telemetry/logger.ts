@@ -20,11 +20,11 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
   if (opts.pretty) {
     return pino(
       { level, base: undefined },
-      pretty({ colorize: true, translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname', destination: opts.destination ?? 1, sync: true }),
+      pretty({ colorize: true, singleLine: true, translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname', destination: opts.destination ?? 1, sync: true }),
     );
   }
   if (opts.destination) return pino({ level, base: undefined }, opts.destination);
-  return pino({ level, base: undefined }, pino.destination({ dest: 1, sync: false, minLength: 4096 }));
+  return pino({ level, base: undefined }, pino.destination({ dest: 1, sync: false }));
 }
 
 /** Flush buffered log lines (call before exit). */

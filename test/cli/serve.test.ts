@@ -1,0 +1,95 @@
+/** `kvgate serve` as a user runs it: the built CLI in a child process. */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { startSimWorker, type SimWorker } from '../../src/sim/worker-server.js';
+
+const CLI = fileURLToPath(new URL('../../src/cli.js', import.meta.url));
+let dir: string;
+
+before(() => {
+  dir = mkdtempSync(join(tmpdir(), 'kvgate-serve-'));
+});
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+function runCli(args: string[], timeoutMs = 10_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d));
+    child.stderr.on('data', (d: Buffer) => (stderr += d));
+    const t = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`kvgate ${args.join(' ')} did not exit`));
+    }, timeoutMs);
+    child.on('exit', (code) => {
+      clearTimeout(t);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+test('an invalid config exits 2 naming the field', async () => {
+  const file = join(dir, 'bad.yaml');
+  writeFileSync(file, 'pools:\n  - name: p\n    model: m\n    workers:\n      - url: http://127.0.0.1:9\n      - url: nonsense\n');
+  const r = await runCli(['serve', '--config', file]);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /pools\[0\]\.workers\[1\]\.url: Invalid URL/);
+});
+
+test('bad flags, a missing --config and an unreadable file exit 2', async () => {
+  assert.equal((await runCli(['serve', '--bogus'])).code, 2);
+  const r = await runCli(['serve']);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /--config FILE is required/);
+  const r2 = await runCli(['serve', '--config', join(dir, 'nope.yaml')]);
+  assert.equal(r2.code, 2);
+  assert.match(r2.stderr, /cannot read/);
+  const ok = join(dir, 'ok.json');
+  writeFileSync(ok, JSON.stringify({ workers: [{ url: 'http://127.0.0.1:9', model: 'm' }] }));
+  assert.equal((await runCli(['serve', '--config', ok, '--port', 'x'])).code, 2);
+});
+
+test('--help prints usage with defaults', async () => {
+  const r = await runCli(['serve', '--help']);
+  assert.equal(r.code, 0);
+  assert.match(r.stdout, /--config FILE/);
+  assert.match(r.stdout, /default 8080/);
+});
+
+test('serves a worker from a config file and exits 0 on SIGTERM', async () => {
+  let sim: SimWorker | null = await startSimWorker({ port: 0, speed: 100 });
+  try {
+    const file = join(dir, 'good.yaml');
+    writeFileSync(file, `pools:\n  - name: p\n    model: ${sim.model}\n    workers:\n      - url: ${sim.url}\nlog:\n  level: info\n`);
+    const child = spawn(process.execPath, [CLI, 'serve', '--config', file, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d));
+    const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+    const deadline = Date.now() + 10_000;
+    let url: string | undefined;
+    while (!url && Date.now() < deadline) {
+      url = /"url":"(http:\/\/[^"]+)"/.exec(stdout)?.[1];
+      if (!url) await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.ok(url, `no listening line in: ${stdout}`);
+    const r = await fetch(url + '/v1/completions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: sim.model, prompt: 'hello', max_tokens: 3 }),
+    });
+    assert.equal(r.status, 200);
+    assert.equal(((await r.json()) as any).usage.completion_tokens, 3);
+    child.kill('SIGTERM');
+    assert.equal(await exited, 0);
+    assert.match(stdout, /"msg":"request"/);
+  } finally {
+    await sim?.close();
+    sim = null;
+  }
+});
