@@ -48,6 +48,20 @@ function niceTicks(lo: number, hi: number, count = 5): number[] {
   return out;
 }
 
+/** 1-2-5 ticks per decade, thinned to 1s only when the range spans many decades. */
+function logTicks(lo: number, hi: number): number[] {
+  const decades = Math.log10(hi / lo);
+  const steps = decades > 4 ? [1] : [1, 2, 5];
+  const out: number[] = [];
+  for (let e = Math.floor(Math.log10(lo)); e <= Math.ceil(Math.log10(hi)); e++) {
+    for (const m of steps) {
+      const t = m * 10 ** e;
+      if (t >= lo * (1 - 1e-9) && t <= hi * (1 + 1e-9)) out.push(t);
+    }
+  }
+  return out;
+}
+
 export function lineChart(series: readonly Series[], o: LineChartOptions): string {
   const W = o.width ?? 520;
   const H = o.height ?? 300;
@@ -85,9 +99,7 @@ export function lineChart(series: readonly Series[], o: LineChartOptions): strin
   parts.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(o.title)}">`);
   parts.push(`<text x="${W / 2}" y="16" text-anchor="middle" class="title">${esc(o.title)}</text>`);
   // Axes and grid.
-  const xTicks = logX
-    ? Array.from({ length: Math.floor(Math.log10(xHi)) - Math.ceil(Math.log10(xLo)) + 1 }, (_, i) => 10 ** (Math.ceil(Math.log10(xLo)) + i))
-    : niceTicks(xLo, xHi);
+  const xTicks = logX ? logTicks(xLo, xHi) : niceTicks(xLo, xHi);
   for (const t of xTicks) {
     const x = X(t).toFixed(1);
     parts.push(`<line x1="${x}" y1="${m.t}" x2="${x}" y2="${m.t + ph}" class="grid"/>`);

@@ -19,9 +19,18 @@
  *   cache-and-load-blind policy keeps sending them to, which preempts.
  * - mixed: the four above interleaved, each at a quarter of the rate.
  *
- * Default rates put an 8×H100 llama-3.1-8b fleet at roughly 60–90% of what it sustains under
- * round-robin (measured with the engine's time model; see DEFAULT_RATES in the README of
- * `kvgate bench --help`).
+ * Default rates put an 8×H100 llama-3.1-8b fleet at roughly 70–85% of what it sustains under
+ * round-robin, found by replaying each workload at rising rates with the engine's time model and
+ * taking the rate where round-robin's p99 TTFT starts to climb (queueing) as capacity:
+ *
+ *   workload        capacity (RR)   default rate
+ *   shared-prefix   ~185 req/s      140 req/s
+ *   multi-turn      ~450 req/s      350 req/s   (short prompts: 300-token preamble + turns)
+ *   rag             ~60 req/s       45 req/s
+ *   bursty          ~40 req/s       35 req/s    (round-robin already preempts here; least-load barely)
+ *   mixed           ~70 req/s       55 req/s
+ *
+ * Scale with the fleet: `--rate` for a workload, `--rate-scale` for anything.
  */
 import { seededRng, type Rng } from '../util/rng.js';
 import { arrivalGapMs, exponential, uniformInt, Zipf } from './random.js';
@@ -43,8 +52,8 @@ interface WorkloadSpec {
   defaultSize: number;
   defaultRate: number;
   defaultBurstiness: number;
-  /** An endless, time-ordered request stream. */
-  generate(rng: Rng, seed: number, rate: number, burstiness: number): Iterator<BenchRequest>;
+  /** An endless, time-ordered request stream; `burstiness` undefined means the workload's default. */
+  generate(rng: Rng, seed: number, rate: number, burstiness: number | undefined): Iterator<BenchRequest>;
 }
 
 /** Concatenate token arrays into one Int32Array. */
@@ -201,41 +210,40 @@ const SPECS: Record<string, WorkloadSpec> = {
     defaultSize: 5000,
     defaultRate: 140,
     defaultBurstiness: 1,
-    generate: (rng, seed, rate, b) => sharedPrefix(rng, seed, rate, b),
+    generate: (rng, seed, rate, b) => sharedPrefix(rng, seed, rate, b ?? SPECS['shared-prefix']!.defaultBurstiness),
   },
   'multi-turn': {
     description: 'conversations of 2–8 turns whose prompts grow by the previous answer and a new message',
     defaultSize: 5000,
-    defaultRate: 60,
+    defaultRate: 350,
     defaultBurstiness: 1,
-    generate: (rng, seed, rate, b) => multiTurn(rng, seed, rate, b),
+    generate: (rng, seed, rate, b) => multiTurn(rng, seed, rate, b ?? SPECS['multi-turn']!.defaultBurstiness),
   },
   rag: {
     description: '2–4 of 500 shared documents (1–3k tokens, Zipf popularity) plus a question per prompt',
     defaultSize: 5000,
-    defaultRate: 40,
+    defaultRate: 45,
     defaultBurstiness: 1,
-    generate: (rng, seed, rate, b) => rag(rng, seed, rate, b),
+    generate: (rng, seed, rate, b) => rag(rng, seed, rate, b ?? SPECS['rag']!.defaultBurstiness),
   },
   bursty: {
     description: 'very bursty arrivals (burstiness 0.2) with 15% long-context (8k–24k token) requests',
     defaultSize: 5000,
-    defaultRate: 30,
+    defaultRate: 35,
     defaultBurstiness: 0.2,
-    generate: (rng, seed, rate, b) => bursty(rng, seed, rate, b),
+    generate: (rng, seed, rate, b) => bursty(rng, seed, rate, b ?? SPECS['bursty']!.defaultBurstiness),
   },
   mixed: {
     description: 'shared-prefix, multi-turn, rag and bursty interleaved, a quarter of the rate each',
     defaultSize: 5000,
-    defaultRate: 60,
+    defaultRate: 55,
     defaultBurstiness: 1,
     generate: (_rng, seed, rate, b) => {
       const parts = ['shared-prefix', 'multi-turn', 'rag', 'bursty'].map((name, i) => {
         const spec = SPECS[name]!;
         const sub = mix32(seed, 1000 + i);
-        // Each part keeps its own burstiness unless the caller overrode it.
-        const burst = b === 1 ? spec.defaultBurstiness : b;
-        return spec.generate(seededRng(sub), sub, rate / 4, burst);
+        // Each part keeps its own burstiness unless the caller set one.
+        return spec.generate(seededRng(sub), sub, rate / 4, b);
       });
       return merge(parts);
     },
@@ -262,10 +270,10 @@ export function workloadSource(name: string, opts: WorkloadOptions = {}): BenchS
   const size = opts.size ?? spec.defaultSize;
   const rate = opts.rate ?? spec.defaultRate;
   const seed = opts.seed ?? 0;
-  const burstiness = opts.burstiness ?? spec.defaultBurstiness;
+  const burstiness = opts.burstiness;
   if (!Number.isInteger(size) || size < 0) throw new Error(`workload size must be a non-negative integer, got ${size}`);
   if (!(rate > 0) || !Number.isFinite(rate)) throw new Error(`workload rate must be a positive number, got ${rate}`);
-  if (!(burstiness > 0) || !Number.isFinite(burstiness)) throw new Error(`burstiness must be a positive number, got ${burstiness}`);
+  if (burstiness !== undefined && (!(burstiness > 0) || !Number.isFinite(burstiness))) throw new Error(`burstiness must be a positive number, got ${burstiness}`);
   return {
     name: `workload:${name}`,
     skipped: 0,

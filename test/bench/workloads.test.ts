@@ -56,7 +56,7 @@ describe('workloads', () => {
   });
 
   it('multi-turn: each turn extends the previous prompt with the exact previous answer', () => {
-    const rs = [...workloadSource('multi-turn', { size: 300, seed: 6 }).open()];
+    const rs = [...workloadSource('multi-turn', { size: 300, rate: 20, seed: 6 }).open()];
     const bySession = new Map<string, BenchRequest[]>();
     for (const r of rs) bySession.set(r.session!, [...(bySession.get(r.session!) ?? []), r]);
     let checked = 0;
