@@ -157,7 +157,7 @@ class SimRouteRequest implements RouteRequest {
 
 /** Scrape interval a policy asks for, if it declares one. */
 export function policyScrapeInterval(policy: Policy): number | undefined {
-  const v = policy.scrapeIntervalMs;
+  const v = (policy as { scrapeIntervalMs?: unknown }).scrapeIntervalMs;
   return typeof v === 'number' && v > 0 ? v : undefined;
 }
 

@@ -5,7 +5,7 @@ import { WorkerState } from '../../src/fleet/worker-state.js';
 import { createPolicy, policyNames } from '../../src/scheduler/policies.js';
 import { Router } from '../../src/scheduler/router.js';
 import type { Policy, RouteRequest } from '../../src/scheduler/types.js';
-import { simulateFleet, type RouterTraceEvent } from '../../src/sim/fleet-sim.js';
+import { policyScrapeInterval, simulateFleet, type RouterTraceEvent } from '../../src/sim/fleet-sim.js';
 import { summarize } from '../../src/bench/metrics.js';
 import type { BenchRequest } from '../../src/bench/types.js';
 import { workloadSource } from '../../src/bench/workloads.js';
@@ -94,7 +94,7 @@ describe('fleet simulation', () => {
 
   it('scrapes at the policy’s own interval unless overridden', async () => {
     const base = createPolicy('round-robin');
-    const policy: Policy = { name: 'slow-scrape', scrapeIntervalMs: 250, route: (r, w, c) => base.route(r, w, c) };
+    const policy = { name: 'slow-scrape', scrapeIntervalMs: 250, route: (r, w, c) => base.route(r, w, c) } as Policy;
     const src = () => workloadSource('shared-prefix', { size: 60, rate: 50, seed: 3 }).open();
     const times = async (p: Policy, override?: number) => {
       const ts = new Set<number>();
@@ -187,7 +187,7 @@ describe('fleet simulation routes exactly as the Router does in a plain loop', (
     });
     const clock = new VirtualClock(0);
     const policy = createPolicy(policyName);
-    const scrape = policy.scrapeIntervalMs ?? 1000;
+    const scrape = policyScrapeInterval(policy) ?? 1000;
     const router = new Router({ policy, clock, rng: seededRng(seed), staleAfterMs: Math.max(5000, 5 * scrape) });
     const states = Array.from(
       { length: workers },
