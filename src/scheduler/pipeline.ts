@@ -2,10 +2,12 @@
  * The filter → scorer → picker pipeline every named policy is built from.
  */
 import type { WorkerState } from '../fleet/worker-state.js';
+import type { PrefixIndex } from './prefix-index.js';
 import type {
   Filter,
   Picker,
   Policy,
+  RouteDecision,
   RouteOutcome,
   RouteRequest,
   RoutingContext,
@@ -38,6 +40,8 @@ export const clamp01 = (x: number): number => (x > 1 ? 1 : x > 0 ? x : 0);
 
 export class PipelinePolicy implements Policy {
   readonly name: string;
+  scrapeIntervalMs?: number;
+  prefixIndex?: PrefixIndex;
   readonly onDispatch?: Policy['onDispatch'];
   readonly onFirstToken?: Policy['onFirstToken'];
   readonly onComplete?: Policy['onComplete'];
@@ -72,15 +76,15 @@ export class PipelinePolicy implements Policy {
     const hit = this.cfg.expectedPrefixHit
       ? this.cfg.expectedPrefixHit(req, picked)
       : (picked.parts['prefix'] ?? 0);
-    return {
-      ok: true,
-      decision: {
-        worker: picked.worker,
-        policy: this.name,
-        expectedPrefixHit: clamp01(hit),
-        reason: (req.memo.get('reason') as string | undefined) ?? this.cfg.picker.name,
-      },
+    const decision: RouteDecision = {
+      worker: picked.worker,
+      policy: this.name,
+      expectedPrefixHit: clamp01(hit),
+      reason: (req.memo.get('reason') as string | undefined) ?? this.cfg.picker.name,
     };
+    // Plugins that fell back to in-flight accounting say so through the memo.
+    if (req.memo.get('usedStaleMetrics') === true) decision.usedStaleMetrics = true;
+    return { ok: true, decision };
   }
 
   /** Explain why a filter emptied the candidate set: a request too large for every worker is a 400. */

@@ -7,6 +7,7 @@
  */
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { Rng } from '../util/rng.js';
+import type { PrefixIndex } from './prefix-index.js';
 
 export interface RouteRequest {
   id: string;
@@ -84,6 +85,13 @@ export type RouteOutcome =
 
 export interface Policy {
   readonly name: string;
+  /**
+   * Metrics refresh interval this policy was published with, when it differs from the gateway's
+   * default (e.g. llm-d polls every 50 ms). The fleet simulation gives each policy its own.
+   */
+  readonly scrapeIntervalMs?: number;
+  /** The prefix index the policy routes with, for KV-event subscribers and /admin/workers. */
+  readonly prefixIndex?: PrefixIndex;
   route(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): RouteOutcome;
   /** The request was dispatched to the decided worker (its reservation is already charged). */
   onDispatch?(req: RouteRequest, decision: RouteDecision, ctx: RoutingContext): void;

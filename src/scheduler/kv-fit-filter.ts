@@ -1,0 +1,81 @@
+/**
+ * KV fit: drop workers that cannot take the request without evicting blocks in use.
+ *
+ * A request needs its uncached prompt blocks plus its expected output blocks; a worker has the
+ * free blocks its last snapshot showed, minus what was reserved there since
+ * (WorkerState.estimatedFreeBlocks; with stale metrics, capacity minus the gateway's own in-flight
+ * reservations). Cached-but-unused blocks count as free, as in vLLM's kv usage.
+ *
+ * If nobody fits now but some worker could when idle, the request is not refused: queueing at the
+ * engine beats a 503. `whenNoneFits` keeps every worker that could hold it ('all', the scorers then
+ * weigh headroom against cache) or only the least overfull ones ('least-overfull'). A request
+ * larger than every worker's whole cache can never run: `neverFits` explains, and the pipeline
+ * answers 400 context_length_exceeded.
+ */
+import type { WorkerState } from '../fleet/worker-state.js';
+import { RESERVE_OUTPUT_TOKENS_CAP } from './router.js';
+import type { PrefixMatcher } from './prefix-match.js';
+import type { Filter, RouteRequest, RoutingContext } from './types.js';
+
+export interface KvFitOptions {
+  whenNoneFits: 'all' | 'least-overfull';
+  /** With 'least-overfull': keep workers within this many blocks of the least overfull. */
+  overfullSlackBlocks: number;
+}
+
+export interface KvFitFilter extends Filter {
+  neverFits(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): string | null;
+}
+
+/** Blocks a request needs at `w` given `cachedTokens` of its prompt already there. */
+export function blocksNeeded(req: RouteRequest, w: WorkerState, cachedTokens: number): number {
+  const bs = w.blockSize;
+  const uncached = Math.max(0, req.promptTokens.length - cachedTokens);
+  return Math.ceil(uncached / bs) + Math.ceil(Math.min(req.maxTokens, RESERVE_OUTPUT_TOKENS_CAP) / bs);
+}
+
+/** Can the prompt ever be held by `w` (the engine's own admission rule: prompt blocks + 1)? */
+export function couldEverFit(req: RouteRequest, w: WorkerState): boolean {
+  return Math.ceil(req.promptTokens.length / w.blockSize) + 1 <= w.numGpuBlocks;
+}
+
+export function kvFitFilter(matcher: PrefixMatcher | null, opts: KvFitOptions): KvFitFilter {
+  return {
+    name: 'kv-fit',
+    filter(req, workers, ctx) {
+      const matches = matcher?.matches(req, workers, ctx);
+      const fits: WorkerState[] = [];
+      const possible: WorkerState[] = [];
+      const over: number[] = [];
+      let stale = false;
+      for (const w of workers) {
+        if (!couldEverFit(req, w)) continue;
+        possible.push(w);
+        if (w.isStale(ctx.now, ctx.staleAfterMs)) stale = true;
+        const need = blocksNeeded(req, w, matches?.get(w)?.tokens ?? 0);
+        const free = w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
+        over.push(need - free);
+        if (need <= free) fits.push(w);
+      }
+      if (stale) req.memo.set('usedStaleMetrics', true);
+      if (fits.length > 0) return fits.length === workers.length ? (workers as WorkerState[]) : fits;
+      if (possible.length === 0) return [];
+      req.memo.set('kvOverfull', true);
+      if (opts.whenNoneFits === 'all') return possible;
+      let least = Infinity;
+      for (const o of over) if (o < least) least = o;
+      return possible.filter((_, i) => over[i]! <= least + opts.overfullSlackBlocks);
+    },
+    neverFits(req, workers) {
+      if (workers.length === 0 || workers.some((w) => couldEverFit(req, w))) return null;
+      let largest = workers[0]!;
+      for (const w of workers) if (w.numGpuBlocks * w.blockSize > largest.numGpuBlocks * largest.blockSize) largest = w;
+      const capacity = largest.numGpuBlocks * largest.blockSize;
+      return (
+        `The prompt (${req.promptTokens.length} tokens) does not fit in the KV cache of any worker ` +
+        `serving model '${req.model}' (largest: ${largest.numGpuBlocks} blocks of ${largest.blockSize} ` +
+        `tokens = ${capacity} tokens). Please reduce the length of the prompt.`
+      );
+    },
+  };
+}

@@ -1,0 +1,747 @@
+/**
+ * The prefix index: for each worker, which prompt blocks it probably holds.
+ *
+ * Blocks are identified by kvgate's own chained block hashes over token ids (blockHashes with
+ * KVGATE_HASH_SEED). Engines seed their chains per process, so their hashes can never be
+ * recomputed here; KV events are mapped onto this hash space through the token ids they carry
+ * (src/fleet/kv-events-mapper.ts).
+ *
+ * Three kinds of knowledge, kept as flags on one (block, worker) node:
+ * - predicted: inserted at pick time so a burst sharing a prefix co-locates before the worker has
+ *   reported anything; expires after `predictedTtlMs` unless confirmed.
+ * - routed: the worker produced a first token for a prompt routed there, so its prefill is done;
+ *   ages out with a capacity model of the worker (and optionally `approxTtlMs`).
+ * - event: the worker said so in a BlockStored event; removed by BlockRemoved / AllBlocksCleared.
+ *
+ * Every worker's nodes sit on an LRU list bounded by the worker's KV capacity (numGpuBlocks), so
+ * the index never believes in more blocks than the worker can hold. A prompt's blocks are touched
+ * tail first, so its head is the most recent and — as in vLLM — the tail ages out first.
+ *
+ * Layout, for speed and memory: one open-addressing hash table (Float64 keys, Int32 values) from
+ * block hash to an entry; each entry has a bitmask of the workers holding it (one 32-bit word per
+ * 32 workers) and a list of its nodes; nodes live in typed arrays linked into intrusive doubly
+ * linked per-worker LRU lists. Lookup of a prompt is O(prompt blocks × mask words) with no
+ * allocation besides the result. The whole structure is bounded by `maxBytes`.
+ */
+import { blockHashes } from '../engine/block-hash.js';
+
+/** Seed of kvgate's own block-hash chain (deliberately different from any engine's). */
+export const KVGATE_HASH_SEED = 0x6b766761; // 'kvga'
+
+export type BlockSource = 'predicted' | 'routed' | 'event';
+const F_PREDICTED = 1;
+const F_ROUTED = 2;
+const F_EVENT = 4;
+const FLAG: Record<BlockSource, number> = { predicted: F_PREDICTED, routed: F_ROUTED, event: F_EVENT };
+
+const NIL = -1;
+
+export interface PrefixIndexOptions {
+  /** Upper bound of the index's typed-array memory, bytes (default 256 MiB ≈ 3.8 M blocks). */
+  maxBytes?: number;
+  /** Most workers one index tracks at once (default 64). */
+  maxWorkers?: number;
+  /** Lifetime of a pick-time prediction not yet confirmed by a first token, ms (default 5,000). */
+  predictedTtlMs?: number;
+  /**
+   * Lifetime of a routed (confirmed, not event-backed) block since its last use, ms. Default
+   * Infinity: routed blocks age out only through the worker's capacity model.
+   */
+  approxTtlMs?: number;
+  /** Per-worker bound = numGpuBlocks × this (default 1). */
+  capacityFactor?: number;
+}
+
+/** Where a worker's view comes from, as shown in /admin/workers and the kv-events metric. */
+export type IndexSource = 'events' | 'approximate';
+
+export interface WorkerIndexStatus {
+  id: string;
+  source: IndexSource;
+  reason: string;
+  since: number;
+  blocks: number;
+  capacity: number;
+}
+
+export interface PrefixIndexStats {
+  entries: number;
+  nodes: number;
+  workers: number;
+  /** Bytes held by the typed arrays now. */
+  bytes: number;
+  /** Bytes per (block, worker) node when the arrays are full, hash table included. */
+  bytesPerBlock: number;
+  maxNodes: number;
+  /** Nodes dropped because the byte bound was reached (not because a worker's capacity was). */
+  evictedForMemory: number;
+  evictedForCapacity: number;
+  expired: number;
+}
+
+interface WorkerSlot {
+  id: string;
+  slot: number;
+  source: IndexSource;
+  reason: string;
+  since: number;
+}
+
+const INITIAL_NODES = 1024;
+
+/** Hash-table slots for `nodes` entries: a power of two, at most half full. */
+function tableSizeFor(nodes: number): number {
+  let size = 2;
+  while (size < nodes * 2) size *= 2;
+  return size;
+}
+
+export class PrefixIndex {
+  readonly maxBytes: number;
+  readonly maxWorkers: number;
+  readonly predictedTtlMs: number;
+  readonly approxTtlMs: number;
+  readonly capacityFactor: number;
+  private readonly words: number;
+
+  // Hash table: block hash → entry id + 1 (0 = empty slot).
+  private tKeys: Float64Array;
+  private tVals: Int32Array;
+  private tMask: number;
+
+  // Entries (one per distinct block hash).
+  private eHash: Float64Array;
+  private eMask: Uint32Array;
+  private eFirst: Int32Array; // first node of the entry, or next free entry when free
+  private eFree = NIL;
+  private eTop = 0;
+  private entryCount = 0;
+
+  // Nodes (one per block held by one worker).
+  private nEntry: Int32Array;
+  private nWorker: Uint16Array;
+  private nPrev: Int32Array;
+  private nNext: Int32Array; // LRU next, or next free node when free
+  private nSib: Int32Array;
+  private nFlags: Uint8Array;
+  private nExpires: Float64Array;
+  private nStamp: Uint32Array;
+  private nFree = NIL;
+  private nTop = 0;
+  private nodeCount = 0;
+  private nodeCap: number;
+  readonly maxNodes: number;
+
+  // Per-worker LRU lists (head = most recent).
+  private wHead: Int32Array;
+  private wTail: Int32Array;
+  private wCount: Int32Array;
+  private wCap: Float64Array;
+  private readonly slots = new Map<string, WorkerSlot>();
+  private readonly freeSlots: number[] = [];
+
+  // Predictions in expiry order (all share one TTL), as (node, stamp) pairs in a ring.
+  private pNode: Int32Array;
+  private pStamp: Uint32Array;
+  private pExp: Float64Array;
+  private pHead = 0;
+  private pLen = 0;
+
+  private evictedForMemory = 0;
+  private evictedForCapacity = 0;
+  private expiredCount = 0;
+
+  constructor(opts: PrefixIndexOptions = {}) {
+    this.maxBytes = opts.maxBytes ?? 256 * 1024 * 1024;
+    this.maxWorkers = opts.maxWorkers ?? 64;
+    if (this.maxWorkers < 1 || this.maxWorkers > 65535) throw new Error('maxWorkers must be 1..65535');
+    this.predictedTtlMs = opts.predictedTtlMs ?? 5000;
+    this.approxTtlMs = opts.approxTtlMs ?? Infinity;
+    this.capacityFactor = opts.capacityFactor ?? 1;
+    this.words = Math.ceil(this.maxWorkers / 32);
+    this.maxNodes = this.nodesWithin(this.maxBytes);
+    this.nodeCap = Math.min(INITIAL_NODES, this.maxNodes);
+    const n = this.nodeCap;
+    const size = tableSizeFor(n);
+    this.tKeys = new Float64Array(size);
+    this.tVals = new Int32Array(size);
+    this.tMask = size - 1;
+    this.eHash = new Float64Array(n);
+    this.eMask = new Uint32Array(n * this.words);
+    this.eFirst = new Int32Array(n);
+    this.nEntry = new Int32Array(n);
+    this.nWorker = new Uint16Array(n);
+    this.nPrev = new Int32Array(n);
+    this.nNext = new Int32Array(n);
+    this.nSib = new Int32Array(n);
+    this.nFlags = new Uint8Array(n);
+    this.nExpires = new Float64Array(n);
+    this.nStamp = new Uint32Array(n);
+    this.pNode = new Int32Array(n);
+    this.pStamp = new Uint32Array(n);
+    this.pExp = new Float64Array(n);
+    this.wHead = new Int32Array(this.maxWorkers).fill(NIL);
+    this.wTail = new Int32Array(this.maxWorkers).fill(NIL);
+    this.wCount = new Int32Array(this.maxWorkers);
+    this.wCap = new Float64Array(this.maxWorkers);
+    for (let s = this.maxWorkers - 1; s >= 0; s--) this.freeSlots.push(s);
+  }
+
+  /**
+   * Bytes per node at full arrays: the node (4+2+4+4+4+1+8+4), its prediction ring slot (16),
+   * an entry (8 + 4·words + 4) and two hash-table slots (2 × 12; the table is kept ≤ half full).
+   * Entries and nodes share one capacity because every entry has at least one node.
+   */
+  private bytesPerNode(): number {
+    return 31 + 16 + (12 + 4 * this.words) + 24;
+  }
+
+  /** Most nodes whose arrays, hash table included, fit in `bytes`. */
+  private nodesWithin(bytes: number): number {
+    const perNode = this.bytesPerNode() - 24;
+    let best = 16;
+    for (let table = 32; table * 12 < bytes; table *= 2) {
+      const n = Math.min(table / 2, Math.floor((bytes - 12 * table) / perNode));
+      if (n > best) best = n;
+    }
+    return best;
+  }
+
+  // ---------------------------------------------------------------- workers
+
+  /** Register a worker (idempotent) with its KV capacity in blocks. Returns its slot. */
+  addWorker(id: string, capacityBlocks: number): number {
+    let w = this.slots.get(id);
+    if (!w) {
+      const slot = this.freeSlots.pop();
+      if (slot === undefined) throw new Error(`prefix index tracks at most ${this.maxWorkers} workers`);
+      w = { id, slot, source: 'approximate', reason: 'no kv events', since: 0 };
+      this.slots.set(id, w);
+    }
+    this.setCapacity(id, capacityBlocks);
+    return w.slot;
+  }
+
+  hasWorker(id: string): boolean {
+    return this.slots.has(id);
+  }
+
+  slotOf(id: string): number {
+    return this.slots.get(id)?.slot ?? NIL;
+  }
+
+  /** Update a worker's capacity (numGpuBlocks); shrinking evicts its oldest blocks. */
+  setCapacity(id: string, capacityBlocks: number): void {
+    const w = this.slots.get(id);
+    if (!w) return;
+    const cap = Math.max(1, Math.floor(capacityBlocks * this.capacityFactor));
+    if (this.wCap[w.slot] === cap) return;
+    this.wCap[w.slot] = cap;
+    this.trimWorker(w.slot);
+  }
+
+  removeWorker(id: string): void {
+    const w = this.slots.get(id);
+    if (!w) return;
+    this.clearSlot(w.slot, 0xff);
+    this.slots.delete(id);
+    this.wCap[w.slot] = 0;
+    this.freeSlots.push(w.slot);
+  }
+
+  /** Record where a worker's view comes from (events or the approximate model) and why. */
+  setSource(id: string, source: IndexSource, reason: string, now: number): void {
+    const w = this.slots.get(id);
+    if (!w) return;
+    if (w.source !== source) w.since = now;
+    w.source = source;
+    w.reason = reason;
+  }
+
+  source(id: string): IndexSource {
+    return this.slots.get(id)?.source ?? 'approximate';
+  }
+
+  workerStatus(id: string): WorkerIndexStatus | undefined {
+    const w = this.slots.get(id);
+    if (!w) return undefined;
+    return {
+      id,
+      source: w.source,
+      reason: w.reason,
+      since: w.since,
+      blocks: this.wCount[w.slot]!,
+      capacity: this.wCap[w.slot]!,
+    };
+  }
+
+  workers(): WorkerIndexStatus[] {
+    return [...this.slots.keys()].map((id) => this.workerStatus(id)!);
+  }
+
+  /** Blocks the index believes `id` holds. */
+  blockCount(id: string): number {
+    const w = this.slots.get(id);
+    return w ? this.wCount[w.slot]! : 0;
+  }
+
+  // ---------------------------------------------------------------- lookup
+
+  /**
+   * For each slot in `slots`, how many leading blocks of `hashes` the index believes that worker
+   * holds. Writes into `out` (aligned with `slots`; a negative slot matches nothing).
+   */
+  matchSlots(hashes: readonly number[], slots: ArrayLike<number>, out: Int32Array | number[], now: number): void {
+    this.expire(now);
+    const W = this.words;
+    const alive = new Uint32Array(W);
+    let anyAlive = false;
+    for (let i = 0; i < slots.length; i++) {
+      out[i] = 0;
+      const s = slots[i]!;
+      if (s >= 0) {
+        alive[s >>> 5]! |= 1 << (s & 31);
+        anyAlive = true;
+      }
+    }
+    if (!anyAlive) return;
+    const lengths = new Int32Array(this.maxWorkers).fill(-1);
+    const n = hashes.length;
+    let b = 0;
+    for (; b < n; b++) {
+      const e = this.find(hashes[b]!);
+      let still = 0;
+      for (let w = 0; w < W; w++) {
+        const a = alive[w]!;
+        if (a === 0) continue;
+        const m = e < 0 ? 0 : a & this.eMask[e * W + w]!;
+        let dropped = (a & ~m) >>> 0;
+        while (dropped !== 0) {
+          const bit = 31 - Math.clz32(dropped);
+          lengths[w * 32 + bit] = b;
+          dropped = (dropped & ~(1 << bit)) >>> 0;
+        }
+        alive[w] = m;
+        still |= m;
+      }
+      if (still === 0) break;
+    }
+    if (b === n) {
+      for (let w = 0; w < W; w++) {
+        let a = alive[w]!;
+        while (a !== 0) {
+          const bit = 31 - Math.clz32(a);
+          lengths[w * 32 + bit] = n;
+          a = (a & ~(1 << bit)) >>> 0;
+        }
+      }
+    }
+    for (let i = 0; i < slots.length; i++) {
+      const s = slots[i]!;
+      if (s >= 0) out[i] = Math.max(0, lengths[s]!);
+    }
+  }
+
+  /** Leading blocks of `hashes` the index believes worker `id` holds. */
+  matchWorker(hashes: readonly number[], id: string, now: number): number {
+    const out = [0];
+    this.matchSlots(hashes, [this.slotOf(id)], out, now);
+    return out[0]!;
+  }
+
+  /** True if worker `id` holds block `hash` (any source). */
+  holds(id: string, hash: number): boolean {
+    const w = this.slots.get(id);
+    if (!w) return false;
+    const e = this.find(hash);
+    return e >= 0 && (this.eMask[e * this.words + (w.slot >>> 5)]! & (1 << (w.slot & 31))) !== 0;
+  }
+
+  // ---------------------------------------------------------------- updates
+
+  /**
+   * Record that worker `id` holds blocks hashes[from..to) from `source`. Touches them tail first
+   * so the prompt's head is the most recently used. Unknown workers are ignored.
+   */
+  insert(id: string, hashes: readonly number[], source: BlockSource, now: number, from = 0, to = hashes.length): void {
+    const w = this.slots.get(id);
+    if (!w) return;
+    const flag = FLAG[source];
+    for (let i = to - 1; i >= from; i--) this.upsert(w.slot, hashes[i]!, flag, now);
+    this.trimWorker(w.slot);
+  }
+
+  /**
+   * A prediction came true (the worker produced the first token): predicted blocks become routed.
+   * A worker whose view comes from events needs no routed copy — its BlockStored events carry
+   * the truth — so its predictions are simply left to expire or be backed by events.
+   */
+  confirm(id: string, hashes: readonly number[], now: number): void {
+    const w = this.slots.get(id);
+    if (!w || w.source === 'events') return;
+    this.insert(id, hashes, 'routed', now);
+  }
+
+  /** Worker `id` no longer holds `hash` (BlockRemoved). */
+  remove(id: string, hash: number): boolean {
+    const w = this.slots.get(id);
+    if (!w) return false;
+    const e = this.find(hash);
+    if (e < 0) return false;
+    const node = this.findNode(e, w.slot);
+    if (node === NIL) return false;
+    this.freeNode(node);
+    return true;
+  }
+
+  /**
+   * Forget what worker `id` holds from the given sources (all by default). With events only, the
+   * event flag is dropped and blocks also known from routing stay.
+   */
+  clearWorker(id: string, sources?: readonly BlockSource[]): void {
+    const w = this.slots.get(id);
+    if (!w) return;
+    let mask = 0xff;
+    if (sources) {
+      mask = 0;
+      for (const s of sources) mask |= FLAG[s];
+    }
+    this.clearSlot(w.slot, mask);
+  }
+
+  /** Drop predictions and time-limited routed blocks whose time has passed. */
+  expire(now: number): void {
+    while (this.pLen > 0) {
+      if (this.pExp[this.pHead]! > now) break;
+      const node = this.pNode[this.pHead]!;
+      // The record is stale if the node was freed and reused, confirmed, backed by an event or
+      // predicted again later (a newer record then covers it).
+      if (this.nStamp[node] === this.pStamp[this.pHead] && this.nFlags[node] === F_PREDICTED && this.nExpires[node]! <= now) {
+        this.freeNode(node);
+        this.expiredCount++;
+      }
+      this.pHead = (this.pHead + 1) % this.pNode.length;
+      this.pLen--;
+    }
+    if (this.approxTtlMs !== Infinity) {
+      for (const w of this.slots.values()) {
+        let node = this.wTail[w.slot]!;
+        // The LRU tail holds the least recently touched node; routed-only nodes past their
+        // window go. Event-backed nodes stop the sweep (they are exact, not timed).
+        while (node !== NIL && this.nFlags[node] === F_ROUTED && this.nExpires[node]! <= now) {
+          const prev = this.nPrev[node]!;
+          this.freeNode(node);
+          this.expiredCount++;
+          node = prev;
+        }
+      }
+    }
+  }
+
+  stats(): PrefixIndexStats {
+    const bytes =
+      this.tKeys.byteLength +
+      this.tVals.byteLength +
+      this.eHash.byteLength +
+      this.eMask.byteLength +
+      this.eFirst.byteLength +
+      this.nEntry.byteLength +
+      this.nWorker.byteLength +
+      this.nPrev.byteLength +
+      this.nNext.byteLength +
+      this.nSib.byteLength +
+      this.nFlags.byteLength +
+      this.nExpires.byteLength +
+      this.nStamp.byteLength +
+      this.pNode.byteLength +
+      this.pStamp.byteLength +
+      this.pExp.byteLength;
+    return {
+      entries: this.entryCount,
+      nodes: this.nodeCount,
+      workers: this.slots.size,
+      bytes,
+      bytesPerBlock: this.bytesPerNode(),
+      maxNodes: this.maxNodes,
+      evictedForMemory: this.evictedForMemory,
+      evictedForCapacity: this.evictedForCapacity,
+      expired: this.expiredCount,
+    };
+  }
+
+  // ---------------------------------------------------------------- internals
+
+  private upsert(slot: number, hash: number, flag: number, now: number): void {
+    let e = this.find(hash);
+    let node = NIL;
+    if (e >= 0) node = this.findNode(e, slot);
+    if (node === NIL) {
+      node = this.allocNode(slot);
+      // Allocation may have evicted nodes, even this hash's entry: look it up again.
+      e = this.find(hash);
+      if (e < 0) e = this.addEntry(hash);
+      this.nEntry[node] = e;
+      this.nWorker[node] = slot;
+      this.nFlags[node] = 0;
+      this.nSib[node] = this.eFirst[e]!;
+      this.eFirst[e] = node;
+      this.eMask[e * this.words + (slot >>> 5)]! |= 1 << (slot & 31);
+      this.linkHead(slot, node);
+      this.nodeCount++;
+    } else {
+      this.moveToHead(slot, node);
+    }
+    let flags = this.nFlags[node]!;
+    if (flag === F_ROUTED) flags &= ~F_PREDICTED;
+    flags |= flag;
+    this.nFlags[node] = flags;
+    if (flags & F_EVENT) this.nExpires[node] = Infinity;
+    else if (flags & F_ROUTED) this.nExpires[node] = now + this.approxTtlMs;
+    else {
+      this.nExpires[node] = now + this.predictedTtlMs;
+      this.pushPrediction(node);
+    }
+  }
+
+  private pushPrediction(node: number): void {
+    if (this.pLen === this.pNode.length) {
+      // Ring full (it is sized like the node arrays, so this only happens mid-growth): drop the
+      // oldest record; its node, if still only predicted, expires at the worker's LRU tail.
+      this.pHead = (this.pHead + 1) % this.pNode.length;
+      this.pLen--;
+    }
+    const i = (this.pHead + this.pLen) % this.pNode.length;
+    this.pNode[i] = node;
+    this.pStamp[i] = this.nStamp[node]!;
+    this.pExp[i] = this.nExpires[node]!;
+    this.pLen++;
+  }
+
+  private clearSlot(slot: number, mask: number): void {
+    let node = this.wHead[slot]!;
+    while (node !== NIL) {
+      const next = this.nNext[node]!;
+      const f = this.nFlags[node]! & ~mask;
+      // A prediction whose expiry record is gone (it was event-backed) cannot expire: drop it.
+      if (f === 0 || (f === F_PREDICTED && this.nExpires[node] === Infinity)) this.freeNode(node);
+      else this.nFlags[node] = f;
+      node = next;
+    }
+  }
+
+  private trimWorker(slot: number): void {
+    const cap = this.wCap[slot]!;
+    while (this.wCount[slot]! > cap) {
+      this.freeNode(this.wTail[slot]!);
+      this.evictedForCapacity++;
+    }
+  }
+
+  private findNode(e: number, slot: number): number {
+    let n = this.eFirst[e]!;
+    while (n !== NIL && this.nWorker[n] !== slot) n = this.nSib[n]!;
+    return n;
+  }
+
+  private allocNode(forSlot: number): number {
+    if (this.nFree === NIL && this.nTop === this.nodeCap) {
+      if (this.nodeCap < this.maxNodes) this.grow();
+      else this.evictForMemory(forSlot);
+    }
+    let node: number;
+    if (this.nFree !== NIL) {
+      node = this.nFree;
+      this.nFree = this.nNext[node]!;
+    } else node = this.nTop++;
+    this.nStamp[node] = (this.nStamp[node]! + 1) >>> 0;
+    return node;
+  }
+
+  /** Memory bound reached: drop the LRU tail of the worker holding the most blocks. */
+  private evictForMemory(forSlot: number): void {
+    let victim = -1;
+    let most = -1;
+    for (const w of this.slots.values()) {
+      const c = this.wCount[w.slot]!;
+      if (c > most || (c === most && w.slot !== forSlot)) {
+        most = c;
+        victim = w.slot;
+      }
+    }
+    if (victim < 0 || this.wTail[victim] === NIL) throw new Error('prefix index full with no evictable node');
+    this.freeNode(this.wTail[victim]!);
+    this.evictedForMemory++;
+  }
+
+  private freeNode(node: number): void {
+    const slot = this.nWorker[node]!;
+    const e = this.nEntry[node]!;
+    // Unlink from the entry's node list.
+    let p = this.eFirst[e]!;
+    if (p === node) this.eFirst[e] = this.nSib[node]!;
+    else {
+      while (this.nSib[p] !== node) p = this.nSib[p]!;
+      this.nSib[p] = this.nSib[node]!;
+    }
+    this.eMask[e * this.words + (slot >>> 5)]! &= ~(1 << (slot & 31));
+    if (this.eFirst[e] === NIL) this.removeEntry(e);
+    this.unlink(slot, node);
+    this.nFlags[node] = 0;
+    this.nNext[node] = this.nFree;
+    this.nFree = node;
+    this.nodeCount--;
+  }
+
+  private linkHead(slot: number, node: number): void {
+    const h = this.wHead[slot]!;
+    this.nPrev[node] = NIL;
+    this.nNext[node] = h;
+    if (h !== NIL) this.nPrev[h] = node;
+    else this.wTail[slot] = node;
+    this.wHead[slot] = node;
+    this.wCount[slot]!++;
+  }
+
+  private unlink(slot: number, node: number): void {
+    const p = this.nPrev[node]!;
+    const n = this.nNext[node]!;
+    if (p !== NIL) this.nNext[p] = n;
+    else this.wHead[slot] = n;
+    if (n !== NIL) this.nPrev[n] = p;
+    else this.wTail[slot] = p;
+    this.wCount[slot]!--;
+  }
+
+  private moveToHead(slot: number, node: number): void {
+    if (this.wHead[slot] === node) return;
+    this.unlink(slot, node);
+    this.linkHead(slot, node);
+  }
+
+  private addEntry(hash: number): number {
+    let e: number;
+    if (this.eFree !== NIL) {
+      e = this.eFree;
+      this.eFree = this.eFirst[e]!;
+    } else e = this.eTop++;
+    this.eHash[e] = hash;
+    this.eFirst[e] = NIL;
+    for (let w = 0; w < this.words; w++) this.eMask[e * this.words + w] = 0;
+    this.tableInsert(hash, e);
+    this.entryCount++;
+    return e;
+  }
+
+  private removeEntry(e: number): void {
+    this.tableDelete(this.eHash[e]!);
+    this.eFirst[e] = this.eFree;
+    this.eFree = e;
+    this.entryCount--;
+  }
+
+  /** Entry id of `hash`, or -1. Linear probing on the hash's low 32 bits (already mixed). */
+  private find(hash: number): number {
+    const keys = this.tKeys;
+    const vals = this.tVals;
+    const mask = this.tMask;
+    let i = (hash >>> 0) & mask;
+    for (;;) {
+      const v = vals[i]!;
+      if (v === 0) return -1;
+      if (keys[i] === hash) return v - 1;
+      i = (i + 1) & mask;
+    }
+  }
+
+  private tableInsert(hash: number, e: number): void {
+    let i = (hash >>> 0) & this.tMask;
+    while (this.tVals[i] !== 0) i = (i + 1) & this.tMask;
+    this.tKeys[i] = hash;
+    this.tVals[i] = e + 1;
+  }
+
+  /** Delete with backward shifting, so probe chains stay unbroken without tombstones. */
+  private tableDelete(hash: number): void {
+    const keys = this.tKeys;
+    const vals = this.tVals;
+    const mask = this.tMask;
+    let i = (hash >>> 0) & mask;
+    while (vals[i] !== 0 && keys[i] !== hash) i = (i + 1) & mask;
+    if (vals[i] === 0) return;
+    vals[i] = 0;
+    let j = i;
+    for (;;) {
+      j = (j + 1) & mask;
+      if (vals[j] === 0) return;
+      const k = (keys[j]! >>> 0) & mask;
+      const between = i <= j ? i < k && k <= j : i < k || k <= j;
+      if (between) continue;
+      keys[i] = keys[j]!;
+      vals[i] = vals[j]!;
+      vals[j] = 0;
+      i = j;
+    }
+  }
+
+  private grow(): void {
+    const n = Math.min(this.nodeCap * 2, this.maxNodes);
+    const g = <T extends Float64Array | Int32Array | Uint32Array | Uint16Array | Uint8Array>(a: T, len: number): T => {
+      const b = new (a.constructor as new (n: number) => T)(len);
+      b.set(a);
+      return b;
+    };
+    this.eHash = g(this.eHash, n);
+    this.eMask = g(this.eMask, n * this.words);
+    this.eFirst = g(this.eFirst, n);
+    this.nEntry = g(this.nEntry, n);
+    this.nWorker = g(this.nWorker, n);
+    this.nPrev = g(this.nPrev, n);
+    this.nNext = g(this.nNext, n);
+    this.nSib = g(this.nSib, n);
+    this.nFlags = g(this.nFlags, n);
+    this.nExpires = g(this.nExpires, n);
+    this.nStamp = g(this.nStamp, n);
+    // Unroll the prediction ring into the larger arrays.
+    const pn = new Int32Array(n);
+    const ps = new Uint32Array(n);
+    const pe = new Float64Array(n);
+    for (let k = 0; k < this.pLen; k++) {
+      const i = (this.pHead + k) % this.pNode.length;
+      pn[k] = this.pNode[i]!;
+      ps[k] = this.pStamp[i]!;
+      pe[k] = this.pExp[i]!;
+    }
+    this.pNode = pn;
+    this.pStamp = ps;
+    this.pExp = pe;
+    this.pHead = 0;
+    // Rehash into a table twice the node count.
+    const oldKeys = this.tKeys;
+    const oldVals = this.tVals;
+    const size = tableSizeFor(n);
+    this.tKeys = new Float64Array(size);
+    this.tVals = new Int32Array(size);
+    this.tMask = size - 1;
+    for (let i = 0; i < oldVals.length; i++) if (oldVals[i] !== 0) this.tableInsert(oldKeys[i]!, oldVals[i]! - 1);
+    this.nodeCap = n;
+  }
+}
+
+/**
+ * The prompt's kvgate block hashes at `blockSize`, computed once per request and shared by every
+ * plugin through `memo`.
+ */
+export function promptBlockHashes(
+  memo: Map<string, unknown>,
+  tokens: ArrayLike<number>,
+  blockSize: number,
+  seed = KVGATE_HASH_SEED,
+): number[] {
+  const key = `blocks:${blockSize}:${seed}`;
+  let h = memo.get(key) as number[] | undefined;
+  if (!h) {
+    h = blockHashes(tokens, blockSize, seed);
+    memo.set(key, h);
+  }
+  return h;
+}

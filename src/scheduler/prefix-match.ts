@@ -1,0 +1,110 @@
+/**
+ * Connects a PrefixIndex to the workers a request is routed over: registers workers as they
+ * appear (with their KV capacity), and answers "how many leading prompt tokens does each worker
+ * hold" once per request, memoised for every plugin of the pipeline.
+ */
+import type { WorkerState } from '../fleet/worker-state.js';
+import { KVGATE_HASH_SEED, PrefixIndex, promptBlockHashes } from './prefix-index.js';
+import type { RouteRequest, RoutingContext } from './types.js';
+
+export interface PrefixMatch {
+  /** Leading prompt blocks the worker is believed to hold. */
+  blocks: number;
+  /**
+   * Those blocks in tokens, capped as the engine caps a hit: at least the prompt's last token is
+   * always computed, so a fully cached prompt of n full blocks serves n − 1 of them.
+   */
+  tokens: number;
+  /** Full blocks in the prompt at this worker's block size. */
+  promptBlocks: number;
+  blockSize: number;
+}
+
+let nextMatcherId = 0;
+
+export class PrefixMatcher {
+  readonly index: PrefixIndex;
+  readonly seed: number;
+  private readonly memoKey: string;
+  /** Fixed block size for every worker (llm-d's 64-token blocks), else each worker's own. */
+  private readonly fixedBlockSize: number | undefined;
+  /** Capacity per worker when fixed (llm-d's LRU size), else the worker's numGpuBlocks. */
+  private readonly fixedCapacity: number | undefined;
+
+  constructor(
+    index: PrefixIndex,
+    opts: { seed?: number; blockSize?: number; capacityBlocks?: number } = {},
+  ) {
+    this.index = index;
+    this.seed = opts.seed ?? KVGATE_HASH_SEED;
+    this.fixedBlockSize = opts.blockSize;
+    this.fixedCapacity = opts.capacityBlocks;
+    this.memoKey = `prefix-match:${nextMatcherId++}`;
+  }
+
+  blockSizeOf(w: WorkerState): number {
+    return this.fixedBlockSize ?? w.blockSize;
+  }
+
+  /** Register `w` if new and keep its capacity in step with what it reports. */
+  track(w: WorkerState): void {
+    const cap = this.fixedCapacity ?? w.numGpuBlocks;
+    if (!this.index.hasWorker(w.id)) this.index.addWorker(w.id, cap);
+    else this.index.setCapacity(w.id, cap);
+  }
+
+  /** The prompt's block hashes at `w`'s block size (memoised on the request). */
+  hashesFor(req: RouteRequest, w: WorkerState): number[] {
+    return promptBlockHashes(req.memo, req.promptTokens, this.blockSizeOf(w), this.seed);
+  }
+
+  /** Each worker's match, computed for all of `workers` in one pass per block size. */
+  matches(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): Map<WorkerState, PrefixMatch> {
+    let memo = req.memo.get(this.memoKey) as Map<WorkerState, PrefixMatch> | undefined;
+    if (!memo) {
+      memo = new Map();
+      req.memo.set(this.memoKey, memo);
+    }
+    let missing: WorkerState[] | null = null;
+    for (const w of workers) if (!memo.has(w)) (missing ??= []).push(w);
+    if (!missing) return memo;
+    // Group by block size; a pool normally has one.
+    const groups = new Map<number, WorkerState[]>();
+    for (const w of missing) {
+      this.track(w);
+      const bs = this.blockSizeOf(w);
+      const g = groups.get(bs);
+      if (g) g.push(w);
+      else groups.set(bs, [w]);
+    }
+    for (const [bs, ws] of groups) {
+      const hashes = promptBlockHashes(req.memo, req.promptTokens, bs, this.seed);
+      const slots = ws.map((w) => this.index.slotOf(w.id));
+      const out = new Int32Array(ws.length);
+      this.index.matchSlots(hashes, slots, out, ctx.now);
+      const usable = Math.max(0, Math.floor((req.promptTokens.length - 1) / bs));
+      for (let i = 0; i < ws.length; i++) {
+        const blocks = out[i]!;
+        memo.set(ws[i]!, { blocks, tokens: Math.min(blocks, usable) * bs, promptBlocks: hashes.length, blockSize: bs });
+      }
+    }
+    return memo;
+  }
+
+  /** Record the request's full prompt blocks at `w` as predicted (pick time). */
+  predict(req: RouteRequest, w: WorkerState, now: number): void {
+    this.track(w);
+    this.index.insert(w.id, this.hashesFor(req, w), 'predicted', now);
+  }
+
+  /** Record the request's prompt blocks at `w` as routed (prefill done, or the policy assumes so). */
+  record(req: RouteRequest, w: WorkerState, now: number): void {
+    this.track(w);
+    this.index.insert(w.id, this.hashesFor(req, w), 'routed', now);
+  }
+
+  /** Confirm a prediction (first token came back). */
+  confirm(req: RouteRequest, w: WorkerState, now: number): void {
+    this.index.confirm(w.id, this.hashesFor(req, w), now);
+  }
+}

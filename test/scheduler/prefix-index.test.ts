@@ -1,0 +1,162 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { blockHashes } from '../../src/engine/block-hash.js';
+import { Engine } from '../../src/engine/engine.js';
+import type { EngineConfig } from '../../src/engine/types.js';
+import { KvEventMapper } from '../../src/fleet/kv-events-mapper.js';
+import { KVGATE_HASH_SEED, PrefixIndex } from '../../src/scheduler/prefix-index.js';
+import { seededRng } from '../../src/util/rng.js';
+
+const BS = 16;
+const hashes = (tokens: number[]) => blockHashes(tokens, BS, KVGATE_HASH_SEED);
+const seq = (start: number, n: number) => Array.from({ length: n }, (_, i) => start + i);
+
+test('lookup returns each worker’s matched leading blocks', () => {
+  const idx = new PrefixIndex();
+  idx.addWorker('a', 1000);
+  idx.addWorker('b', 1000);
+  const p = seq(1, 10 * BS);
+  const h = hashes(p);
+  idx.insert('a', h, 'routed', 0);
+  idx.insert('b', h, 'routed', 0, 0, 4);
+  const out = new Int32Array(3);
+  idx.matchSlots(h, [idx.slotOf('a'), idx.slotOf('b'), -1], out, 0);
+  assert.deepEqual([...out], [10, 4, 0]);
+  // A prompt diverging in block 6 matches 6 at a and 4 at b.
+  const q = [...p];
+  q[6 * BS + 3] = 99999;
+  assert.equal(idx.matchWorker(hashes(q), 'a', 0), 6);
+  assert.equal(idx.matchWorker(hashes(q), 'b', 0), 4);
+});
+
+test('per-worker capacity ages out the least recently used blocks, prompt tails first', () => {
+  const idx = new PrefixIndex();
+  idx.addWorker('a', 8);
+  const p1 = hashes(seq(1000, 6 * BS));
+  const p2 = hashes(seq(5000, 6 * BS));
+  idx.insert('a', p1, 'routed', 0);
+  idx.insert('a', p2, 'routed', 1);
+  assert.equal(idx.blockCount('a'), 8);
+  // p2 is whole; p1 lost its tail (4 of its 6 blocks), keeping its head.
+  assert.equal(idx.matchWorker(p2, 'a', 2), 6);
+  assert.equal(idx.matchWorker(p1, 'a', 2), 2);
+  assert.equal(idx.stats().evictedForCapacity, 4);
+  // Shrinking capacity evicts more.
+  idx.setCapacity('a', 3);
+  assert.equal(idx.blockCount('a'), 3);
+  assert.equal(idx.matchWorker(p2, 'a', 2), 3);
+});
+
+test('predictions expire unless confirmed; confirmed blocks stay', () => {
+  const idx = new PrefixIndex({ predictedTtlMs: 100 });
+  idx.addWorker('a', 1000);
+  const p1 = hashes(seq(1, 4 * BS));
+  const p2 = hashes(seq(900, 4 * BS));
+  idx.insert('a', p1, 'predicted', 0);
+  idx.insert('a', p2, 'predicted', 0);
+  assert.equal(idx.matchWorker(p1, 'a', 50), 4);
+  idx.confirm('a', p1, 60);
+  assert.equal(idx.matchWorker(p1, 'a', 150), 4);
+  assert.equal(idx.matchWorker(p2, 'a', 150), 0);
+  assert.equal(idx.blockCount('a'), 4);
+  assert.ok(idx.stats().expired >= 4);
+});
+
+test('the byte bound holds: the index evicts instead of growing past maxBytes', () => {
+  const idx = new PrefixIndex({ maxBytes: 64 * 1024 });
+  idx.addWorker('a', 1e9);
+  idx.addWorker('b', 1e9);
+  const max = idx.stats().maxNodes;
+  for (let i = 0; i < 40; i++) idx.insert(i % 2 ? 'a' : 'b', hashes(seq(i * 100_000, 64 * BS)), 'routed', i);
+  const s = idx.stats();
+  assert.ok(s.nodes <= max, `${s.nodes} > ${max}`);
+  assert.ok(s.bytes <= 64 * 1024, `bytes ${s.bytes}`);
+  assert.ok(s.evictedForMemory > 0);
+  // The most recent prompt is still fully known.
+  assert.equal(idx.matchWorker(hashes(seq(39 * 100_000, 64 * BS)), 'a', 40), 64);
+});
+
+test('many inserts and removals keep the hash table consistent with a reference model', () => {
+  const rng = seededRng(7);
+  const idx = new PrefixIndex({ maxWorkers: 40 });
+  const ids = Array.from({ length: 40 }, (_, i) => `w${i}`);
+  for (const id of ids) idx.addWorker(id, 1e9);
+  const truth = new Map<string, Set<number>>(ids.map((id) => [id, new Set()]));
+  const pool = Array.from({ length: 3000 }, () => Math.floor(rng() * 2 ** 53));
+  for (let step = 0; step < 20_000; step++) {
+    const id = ids[Math.floor(rng() * ids.length)]!;
+    const h = pool[Math.floor(rng() * pool.length)]!;
+    if (rng() < 0.6) {
+      idx.insert(id, [h], 'event', step);
+      truth.get(id)!.add(h);
+    } else {
+      assert.equal(idx.remove(id, h), truth.get(id)!.delete(h));
+    }
+  }
+  for (const id of ids) {
+    for (const h of pool) assert.equal(idx.holds(id, h), truth.get(id)!.has(h));
+    assert.equal(idx.blockCount(id), truth.get(id)!.size);
+  }
+});
+
+test('event-fed index equals the engine’s prefix cache, through the subscriber’s mapping', () => {
+  const cfg: EngineConfig = {
+    blockSize: BS,
+    numGpuBlocks: 96,
+    maxModelLen: 4096,
+    maxNumSeqs: 8,
+    maxNumBatchedTokens: 512,
+    enablePrefixCaching: true,
+    hashSeed: 12345, // the engine's own chain, unknown to the index
+    kvEvents: true,
+    emitTokens: false,
+    timeModel: { stepMs: () => 1 },
+  };
+  const engine = new Engine(cfg);
+  const idx = new PrefixIndex();
+  idx.addWorker('w', cfg.numGpuBlocks);
+  const mapper = new KvEventMapper(idx, 'w', { blockSize: BS });
+  const rng = seededRng(3);
+  const systems = [seq(1, 5 * BS), seq(3000, 7 * BS), seq(9000, 3 * BS)];
+  const prompts: number[][] = [];
+  for (let i = 0; i < 60; i++) {
+    const sys = systems[Math.floor(rng() * systems.length)]!;
+    const tail = Array.from({ length: 8 + Math.floor(rng() * 60) }, () => 20000 + Math.floor(rng() * 500));
+    prompts.push([...sys, ...tail]);
+  }
+  let now = 0;
+  let unmapped = 0;
+  let checks = 0;
+  for (let i = 0; i < prompts.length; i++) {
+    engine.add({ id: `r${i}`, prompt: prompts[i]!, maxTokens: 4 + (i % 7), sampler: () => 5, ignoreEos: true });
+    // Step a little between arrivals so requests overlap, evict and re-store blocks.
+    for (let s = 0; s < 3; s++) {
+      const r = engine.step();
+      if (!r) break;
+      now += r.durationMs;
+      unmapped += mapper.apply(r.kvEvents, now);
+    }
+    for (const probe of [prompts[i]!, prompts[Math.floor(rng() * (i + 1))]!, ...systems]) {
+      const usable = Math.floor((probe.length - 1) / BS);
+      const fromIndex = Math.min(idx.matchWorker(hashes(probe), 'w', now), usable) * BS;
+      assert.equal(fromIndex, engine.cachedPrefixTokens(probe), `step ${i}`);
+      checks++;
+    }
+  }
+  while (engine.hasWork()) {
+    const r = engine.step()!;
+    unmapped += mapper.apply(r.kvEvents, now);
+  }
+  for (const probe of prompts) {
+    const usable = Math.floor((probe.length - 1) / BS);
+    assert.equal(Math.min(idx.matchWorker(hashes(probe), 'w', now), usable) * BS, engine.cachedPrefixTokens(probe));
+  }
+  assert.equal(unmapped, 0);
+  assert.ok(mapper.stats().removed > 0, 'the test should exercise evictions');
+  assert.ok(checks > 100);
+  // The index never believes in more blocks than the engine caches.
+  assert.ok(idx.blockCount('w') <= cfg.numGpuBlocks);
+  engine.resetPrefixCache();
+  const r = engine.step();
+  assert.equal(r, null);
+});
