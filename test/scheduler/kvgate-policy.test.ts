@@ -1,0 +1,188 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createPolicy, policyNames } from '../../src/scheduler/policies.js';
+import type { KvgatePolicy } from '../../src/scheduler/kvgate-policy.js';
+import { request, router, seq, worker } from './helpers.js';
+
+test('every KV-aware policy is registered', () => {
+  for (const n of ['kvgate', 'sglang-cache-aware', 'llm-d', 'dynamo', 'oracle']) assert.ok(policyNames().includes(n), n);
+  assert.throws(() => createPolicy('kvgate', { spillRelative: 'lots' }), /spillRelative/);
+});
+
+test('a request larger than every worker is a 400 context_length_exceeded, not a hang or a 503', () => {
+  const { router: r } = router(createPolicy('kvgate'));
+  const ws = [worker('a', { blocks: 50 }), worker('b', { blocks: 60 })];
+  const out = r.route(request(seq(0, 60 * 16)), ws);
+  assert.equal(out.ok, false);
+  if (!out.ok) {
+    assert.equal(out.status, 400);
+    assert.equal(out.code, 'context_length_exceeded');
+    assert.match(out.message, /60 blocks/);
+  }
+  // One worker large enough: routed there, even though the small one is idle.
+  const big = worker('big', { blocks: 100 });
+  const ok = r.route(request(seq(0, 60 * 16)), [ws[0]!, big]);
+  assert.ok(ok.ok && ok.decision.worker === big);
+});
+
+test('KV fit: full workers are skipped; when nobody fits now the request still queues somewhere', () => {
+  const { router: r } = router(createPolicy('kvgate'));
+  const full = worker('full', { blocks: 100, snapshot: { kvUsage: 0.95 } });
+  const roomy = worker('roomy', { blocks: 100, snapshot: { kvUsage: 0.2, running: 20 } });
+  const out = r.route(request(seq(0, 20 * 16)), [full, roomy]);
+  assert.ok(out.ok && out.decision.worker === roomy);
+  // Both overfull: keep both (queueing at the engine beats a 503).
+  const a = worker('a', { blocks: 100, snapshot: { kvUsage: 0.99 } });
+  const b = worker('b', { blocks: 100, snapshot: { kvUsage: 0.99 } });
+  const q = r.route(request(seq(0, 20 * 16)), [a, b]);
+  assert.ok(q.ok);
+  if (q.ok) assert.match(q.decision.reason, /overfull/);
+  // least-overfull keeps only the worker with the smallest deficit.
+  const { router: r2 } = router(createPolicy('kvgate', { whenNoneFits: 'least-overfull' }));
+  for (let i = 0; i < 10; i++) {
+    const c = worker('c', { blocks: 100, snapshot: { kvUsage: 0.9 } });
+    const o = r2.route(request(seq(1000 * i, 20 * 16)), [worker('x', { blocks: 100, snapshot: { kvUsage: 0.99 } }), c]);
+    assert.ok(o.ok && o.decision.worker.id === 'c');
+  }
+});
+
+test('a shared prefix follows the worker that has it, and the pick is predicted before any report', () => {
+  const { router: r } = router(createPolicy('kvgate'));
+  const ws = ['a', 'b', 'c', 'd'].map((id) => worker(id));
+  const system = seq(100, 64 * 16);
+  const first = r.route(request([...system, ...seq(90_000, 40)]), ws);
+  assert.ok(first.ok);
+  const home = first.ok ? first.decision.worker : null;
+  // The next requests share the 1,024-token system prompt; the first has not even started.
+  for (let i = 1; i < 4; i++) {
+    const out = r.route(request([...system, ...seq(90_000 + i * 100, 40)]), ws);
+    assert.ok(out.ok);
+    if (out.ok) {
+      assert.equal(out.decision.worker, home);
+      assert.equal(out.decision.reason, 'prefix');
+      assert.ok(out.decision.expectedPrefixHit > 0.9);
+    }
+  }
+});
+
+test('load guard: a hot prefix spills to a second worker once the first is clearly busier, then both serve it', () => {
+  const policy = createPolicy('kvgate', { learnPrefillRate: false, prefillTokensPerSec: 10_000 });
+  const { router: r } = router(policy);
+  const ws = ['a', 'b', 'c'].map((id) => worker(id));
+  const system = seq(100, 128 * 16); // 2,048 shared tokens
+  const picks: string[] = [];
+  const reasons: string[] = [];
+  // Requests keep arriving and none finishes: the home worker's queued prefill grows.
+  for (let i = 0; i < 40; i++) {
+    const out = r.route(request([...system, ...seq(200_000 + i * 1000, 400)]), ws);
+    assert.ok(out.ok);
+    if (out.ok) {
+      picks.push(out.decision.worker.id);
+      reasons.push(out.decision.reason);
+    }
+  }
+  const home = picks[0]!;
+  assert.ok(picks.slice(0, 5).every((p) => p === home), `prefix kept its home at first: ${picks.join(',')}`);
+  assert.ok(reasons.includes('spill'), `expected a spill: ${reasons.join(',')}`);
+  const firstSpill = reasons.indexOf('spill');
+  const second = picks[firstSpill]!;
+  assert.notEqual(second, home);
+  // After the spill the prefix is cached (predicted) on the second worker too, so later picks
+  // there are prefix hits, not cold loads.
+  const later = picks.map((p, i) => ({ p, reason: reasons[i]! })).slice(firstSpill + 1).filter((x) => x.p === second);
+  assert.ok(later.length > 0 && later.every((x) => x.reason === 'prefix'), JSON.stringify(later));
+  // All three workers end up used; none hogs everything.
+  const counts = new Map<string, number>();
+  for (const p of picks) counts.set(p, (counts.get(p) ?? 0) + 1);
+  assert.equal(counts.size, 3);
+  assert.ok(Math.max(...counts.values()) < 30, JSON.stringify([...counts]));
+});
+
+test('without a spill the prefix stays home even when it is a little busier (hysteresis)', () => {
+  const { router: r } = router(createPolicy('kvgate', { learnPrefillRate: false }));
+  const ws = ['a', 'b'].map((id) => worker(id));
+  const system = seq(100, 64 * 16);
+  const out = r.route(request([...system, ...seq(7000, 40)]), ws);
+  assert.ok(out.ok);
+  const home = out.ok ? out.decision.worker : null;
+  // A small unrelated request lands elsewhere and the home worker's queue grows a little.
+  const next = r.route(request([...system, ...seq(8000, 40)]), ws);
+  assert.ok(next.ok && next.decision.worker === home);
+});
+
+test('a burst with stale metrics spreads over idle workers instead of herding', () => {
+  const { router: r, clock } = router(createPolicy('kvgate'), 5, 1000);
+  const ws = ['a', 'b', 'c', 'd'].map((id) => worker(id, { snapshot: { at: 0, running: 0, waiting: 0 } }));
+  clock.set(10_000); // every snapshot is 10 s old
+  const counts = new Map<string, number>();
+  for (let i = 0; i < 40; i++) {
+    // Distinct prompts: no cache reason to co-locate.
+    const out = r.route(request(seq(i * 10_000, 500)), ws);
+    assert.ok(out.ok);
+    if (out.ok) {
+      assert.equal(out.decision.usedStaleMetrics, true);
+      counts.set(out.decision.worker.id, (counts.get(out.decision.worker.id) ?? 0) + 1);
+    }
+  }
+  assert.equal(counts.size, 4);
+  for (const c of counts.values()) assert.ok(c >= 8 && c <= 12, JSON.stringify([...counts]));
+});
+
+test('stale metrics degrade, never fail closed: a stale worker still gets traffic by in-flight accounting', () => {
+  const { router: r, clock } = router(createPolicy('kvgate'), 2, 1000);
+  // The snapshot said 'full' long ago; with it stale the worker's own in-flight count rules.
+  const stale = worker('stale', { blocks: 100, snapshot: { at: 0, kvUsage: 1, waiting: 50 } });
+  clock.set(5000);
+  const out = r.route(request(seq(0, 160)), [stale]);
+  assert.ok(out.ok);
+  if (out.ok) assert.equal(out.decision.usedStaleMetrics, true);
+  // Fresh snapshot that says full: still routed (queued), never a 503.
+  stale.applySnapshot({ at: 5000, kvUsage: 1, running: 3, waiting: 50 });
+  const again = r.route(request(seq(500, 160)), [stale]);
+  assert.ok(again.ok);
+  if (again.ok) assert.notEqual(again.decision.usedStaleMetrics, true);
+});
+
+test('session key is a hint: it breaks near-ties but does not override load', () => {
+  const { router: r } = router(createPolicy('kvgate'), 9);
+  const ws = ['a', 'b', 'c'].map((id) => worker(id));
+  const req1 = request(seq(0, 100), { sessionKey: 's1' });
+  const first = r.route(req1, ws);
+  assert.ok(first.ok);
+  const home = first.ok ? first.decision.worker : null;
+  r.complete(req1.id, true);
+  // An unrelated prompt of the same session returns to the same worker when loads are equal.
+  const again = r.route(request(seq(50_000, 100), { sessionKey: 's1' }), ws);
+  assert.ok(again.ok && again.decision.worker === home);
+  if (again.ok) assert.equal(again.decision.reason, 'session');
+  // Make the session's worker far busier: load wins.
+  home!.begin({ id: 'x', promptTokens: 50_000, uncachedTokens: 50_000, maxTokens: 1, blocks: 1, dispatchedAt: 0 });
+  const busy = r.route(request(seq(90_000, 100), { sessionKey: 's1' }), ws);
+  assert.ok(busy.ok && busy.decision.worker !== home);
+});
+
+test('the first token confirms predictions and teaches the worker’s prefill rate', () => {
+  const policy = createPolicy('kvgate', { predictedTtlMs: 1000 }) as KvgatePolicy;
+  const { router: r, clock } = router(policy);
+  const ws = [worker('a'), worker('b')];
+  const req = request(seq(0, 2000));
+  const out = r.route(req, ws);
+  assert.ok(out.ok);
+  const w = out.ok ? out.decision.worker : ws[0]!;
+  clock.advance(100); // 2,000 tokens in 100 ms = 20,000 tokens/s
+  r.firstToken(req.id);
+  r.complete(req.id, true);
+  const learned = policy.prefillRates.get(w.id)!;
+  assert.ok(learned > 10_000 && learned < 20_000, String(learned));
+  clock.advance(60_000);
+  const blocks = Math.floor(2000 / 16);
+  assert.equal(policy.prefixIndex.matchWorker(policy.matcher.hashesFor(request(seq(0, 2000)), w), w.id, clock.now()), blocks);
+  // An unconfirmed prediction (the request failed before its first token) expires.
+  const req2 = request(seq(70_000, 2000));
+  const out2 = r.route(req2, ws);
+  assert.ok(out2.ok);
+  r.complete(req2.id, false);
+  clock.advance(2000);
+  const w2 = out2.ok ? out2.decision.worker : ws[0]!;
+  assert.equal(policy.prefixIndex.matchWorker(policy.matcher.hashesFor(request(seq(70_000, 2000)), w2), w2.id, clock.now()), 0);
+});
