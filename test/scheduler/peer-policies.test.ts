@@ -1,0 +1,138 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { WorkerState } from '../../src/fleet/worker-state.js';
+import { CharRadixTree } from '../../src/scheduler/char-radix-tree.js';
+import { createPolicy } from '../../src/scheduler/policies.js';
+import { request, router, seq, worker } from './helpers.js';
+
+let loadSeq = 0;
+const load = (w: WorkerState, n: number) => {
+  for (let i = 0; i < n; i++) w.begin({ id: `${w.id}-load-${loadSeq++}`, promptTokens: 10, uncachedTokens: 10, maxTokens: 1, blocks: 1, dispatchedAt: 0 });
+};
+
+test('char radix tree: longest match, splits and LRU eviction to a character budget', () => {
+  const t = new CharRadixTree();
+  t.insert('hello world', 1);
+  t.insert('hello there', 2);
+  assert.equal(t.match('hello world!'), 11);
+  assert.equal(t.match('hello thx'), 8);
+  assert.equal(t.match('bye'), 0);
+  assert.equal(t.size, 'hello world'.length + 'there'.length);
+  t.insert('goodbye', 3);
+  t.evict(14);
+  // 'world' (oldest leaf) went first; then 'there' to reach the budget.
+  assert.equal(t.match('hello world'), 6);
+  assert.ok(t.size <= 14);
+  assert.equal(t.match('goodbye'), 7);
+});
+
+test('sglang-cache-aware: best match above 0.3, least loaded below it, least loaded when imbalanced', () => {
+  const { router: r } = router(createPolicy('sglang-cache-aware'));
+  const a = worker('a');
+  const b = worker('b');
+  const sys = 'You are a helpful assistant. '.repeat(20);
+  const q1 = request([1], { promptText: sys + 'question one' });
+  const first = r.route(q1, [a, b]);
+  assert.ok(first.ok);
+  const home = first.ok ? first.decision.worker : a;
+  const other = home === a ? b : a;
+  // Home is busier, but the match rate (> 0.3) wins while the load is balanced.
+  load(home, 10);
+  const out = r.route(request([1], { promptText: sys + 'question two' }), [a, b]);
+  assert.ok(out.ok && out.decision.worker === home && out.decision.reason === 'prefix');
+  // A prompt matching less than 30% goes to the least loaded.
+  const cold = r.route(request([1], { promptText: sys.slice(0, 50) + 'x'.repeat(400) }), [a, b]);
+  assert.ok(cold.ok && cold.decision.worker === other && cold.decision.reason === 'least-load');
+  // Imbalance: max − min > 64 and max > 1.5 · min → least loaded despite the perfect match.
+  load(home, 70);
+  const imb = r.route(request([1], { promptText: sys + 'question three' }), [a, b]);
+  assert.ok(imb.ok && imb.decision.worker === other && imb.decision.reason === 'least-load');
+  // max − min > 64 but max ≤ 1.5 · min: not imbalanced → the match wins again, even on the busier.
+  load(other, 200); // other: 202 in flight
+  load(home, 220); // home: 302 = 1.495 · 202
+  assert.ok(home.inflightCount - other.inflightCount > 64 && home.inflightCount <= 1.5 * other.inflightCount);
+  const bal = r.route(request([1], { promptText: sys + 'question one' }), [a, b]);
+  assert.ok(bal.ok && bal.decision.worker === home && bal.decision.reason === 'prefix');
+});
+
+test('llm-d: weights queue 2, kv 2, prefix 3 over stale-as-is metrics; prefix learned from its own picks', () => {
+  const policy = createPolicy('llm-d');
+  assert.equal(policy.scrapeIntervalMs, 50);
+  const { router: r } = router(policy, 3);
+  const text = 'lorem ipsum dolor sit amet '.repeat(60); // 1,620 chars → 6 blocks of 256
+  const a = worker('a', { snapshot: { waiting: 0, kvUsage: 0.1 } });
+  const b = worker('b', { snapshot: { waiting: 0, kvUsage: 0.1 } });
+  const first = r.route(request([1], { promptText: text }), [a, b]);
+  assert.ok(first.ok);
+  const home = first.ok ? first.decision.worker : a;
+  const other = home === a ? b : a;
+  // Same prompt: prefix 3 > queue 2 penalty when home has the most waiting and other the least.
+  home.applySnapshot({ at: 0, waiting: 4, running: 0, kvUsage: 0.1 });
+  other.applySnapshot({ at: 0, waiting: 0, running: 0, kvUsage: 0.1 });
+  const again = r.route(request([1], { promptText: text }), [a, b]);
+  assert.ok(again.ok && again.decision.worker === home);
+  assert.ok(again.ok && again.decision.expectedPrefixHit === 1);
+  // Add a KV penalty: queue (2) + kv (2 · 0.9) outweigh prefix (3).
+  home.applySnapshot({ at: 0, waiting: 4, running: 0, kvUsage: 1 });
+  const moved = r.route(request([1], { promptText: text }), [a, b]);
+  assert.ok(moved.ok && moved.decision.worker === other);
+  // The scorer reads the scrape as is: dispatches since the scrape do not count (herding
+  // between polls is what its 50 ms interval is meant to bound).
+  const c = worker('c');
+  const d = worker('d', { snapshot: { waiting: 1 } });
+  for (let i = 0; i < 5; i++) {
+    const o = r.route(request([1], { promptText: `unrelated ${i} `.repeat(40) }), [c, d]);
+    assert.ok(o.ok && o.decision.worker === c);
+  }
+});
+
+test('dynamo: lowest prefill_load_scale·new prefill blocks + active decode blocks', () => {
+  const { router: r } = router(createPolicy('dynamo'), 4);
+  const a = worker('a');
+  const b = worker('b');
+  const sys = seq(10, 32 * 16); // 32 blocks
+  const first = request([...sys, ...seq(5000, 16)]);
+  const o1 = r.route(first, [a, b]);
+  assert.ok(o1.ok);
+  const home = o1.ok ? o1.decision.worker : a;
+  const other = home === a ? b : a;
+  r.firstToken(first.id);
+  const o2 = r.route(request([...sys, ...seq(6000, 16)]), [a, b]);
+  assert.ok(o2.ok);
+  // Exact costs: home = max(0 + 33 − 32, 0) + 33 = 34; other = 33 + 0 = 33 → other wins.
+  assert.equal(o2.ok && o2.decision.worker, other);
+  // Once other also carries the prefix and active blocks, the cache-heavy worker wins.
+  const o3 = r.route(request([...sys, ...seq(7000, 16)]), [a, b]);
+  assert.ok(o3.ok);
+  // other: prefill (33 in flight, no first token) + 33 − 32 = 34 → + 33 active = 67; home: 1 + 33 = 34.
+  assert.equal(o3.ok && o3.decision.worker, home);
+  assert.equal(o3.ok && o3.decision.reason, 'prefix');
+  // Overlap expires after the 120 s window.
+  const { router: r2, clock } = router(createPolicy('dynamo'), 4);
+  const c = worker('c');
+  const d = worker('d');
+  const q = request([...sys, ...seq(1, 16)]);
+  const p1 = r2.route(q, [c, d]);
+  assert.ok(p1.ok);
+  r2.complete(q.id, true);
+  const again = r2.route(request([...sys, ...seq(2, 16)]), [c, d]);
+  assert.ok(again.ok && again.decision.expectedPrefixHit > 0.9);
+  clock.advance(121_000);
+  const later = r2.route(request([...sys, ...seq(3, 16)]), [c, d]);
+  assert.ok(later.ok && later.decision.expectedPrefixHit === 0);
+});
+
+test('oracle: exact cache and queue through the probe, lowest estimated TTFT', () => {
+  const { router: r } = router(createPolicy('oracle'));
+  const a = worker('a');
+  const b = worker('b');
+  const prompt = seq(0, 4000);
+  a.oracle = { cachedPrefixTokens: () => 3000, running: () => 0, waiting: () => 0, freeBlocks: () => 1000, pendingPrefillTokens: () => 500 };
+  b.oracle = { cachedPrefixTokens: () => 0, running: () => 0, waiting: () => 0, freeBlocks: () => 1000, pendingPrefillTokens: () => 0 };
+  // a: 500 + 1000 = 1500 tokens to prefill; b: 4000.
+  const o = r.route(request(prompt), [a, b]);
+  assert.ok(o.ok && o.decision.worker === a && Math.abs(o.decision.expectedPrefixHit - 0.75) < 1e-9);
+  a.oracle.pendingPrefillTokens = () => 3500; // 3500 + 1000 > 4000
+  const o2 = r.route(request(prompt), [a, b]);
+  assert.ok(o2.ok && o2.decision.worker === b && o2.decision.reason === 'load');
+});
