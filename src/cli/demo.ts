@@ -3,7 +3,7 @@
  * request path, no GPU. Runs until Ctrl-C, then shuts down cleanly.
  */
 import { parseArgs } from 'node:util';
-import { parseConfig } from '../config.js';
+import { ConfigError, parseConfig } from '../config.js';
 import { listGpus, listModels } from '../engine/profiles.js';
 import { createGateway, type Gateway } from '../gateway/gateway.js';
 import { startSimWorker, type SimWorker } from '../sim/worker-server.js';
@@ -96,8 +96,9 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
         `Ctrl-C to stop.\n\n`,
     );
   } catch (e) {
-    process.stderr.write(`kvgate demo: cannot start: ${(e as Error).message}\n`);
     await shutdown();
+    if (e instanceof ConfigError) return usage(e.message);
+    process.stderr.write(`kvgate demo: cannot start: ${(e as Error).message}\n`);
     return 1;
   }
   await (o.signal

@@ -75,7 +75,16 @@ export async function run(argv: string[]): Promise<number> {
   }
   if (values.pretty === true) config.log.pretty = true;
 
-  const gateway = createGateway(config);
+  let gateway;
+  try {
+    gateway = createGateway(config);
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`kvgate serve: ${values.config}: ${e.message}\n`);
+      return 2;
+    }
+    throw e;
+  }
   try {
     await gateway.start();
   } catch (e) {

@@ -5,7 +5,7 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { GatewayConfig } from '../config.js';
+import { ConfigError, type GatewayConfig } from '../config.js';
 import type { BreakerState } from '../fleet/circuit-breaker.js';
 import { HealthProber } from '../fleet/health.js';
 import { WorkerRegistry, type WorkerDescriber } from '../fleet/registry.js';
@@ -14,6 +14,7 @@ import { Upstreams } from '../fleet/upstreams.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import { createPolicy } from '../scheduler/policies.js';
 import { Router } from '../scheduler/router.js';
+import type { Policy } from '../scheduler/types.js';
 import { createLogger, flushLogger, type Logger } from '../telemetry/logger.js';
 import { GatewayMetrics } from '../telemetry/metrics.js';
 import { estimateTokenizer } from '../tokenizer/estimate.js';
@@ -80,7 +81,13 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   metrics = new GatewayMetrics(registry, config.scrape.staleAfterMs, now);
   const m = metrics;
 
-  const policy = createPolicy(config.policy.name, config.policy.options);
+  let policy: Policy;
+  try {
+    policy = createPolicy(config.policy.name, config.policy.options);
+  } catch (e) {
+    // An unknown name or bad options is a configuration mistake, reported like one.
+    throw new ConfigError([`policy: ${(e as Error).message}`]);
+  }
   const router = new Router({ policy, clock, rng, staleAfterMs: config.scrape.staleAfterMs });
   const describeWorker = (policy as { describeWorker?: WorkerDescriber }).describeWorker;
   if (typeof describeWorker === 'function') registry.addDescriber((w) => describeWorker.call(policy, w));

@@ -37,7 +37,7 @@ test('demo prints the URL and curl lines, serves chat, and exits 0 on SIGINT', a
 });
 
 test('demo rejects bad flags with exit 2', async () => {
-  for (const args of [['--workers', '0'], ['--speed', 'fast'], ['--model', 'gpt-99'], ['--nope']]) {
+  for (const args of [['--workers', '0'], ['--speed', 'fast'], ['--model', 'gpt-99'], ['--nope'], ['--port', '0', '--policy', 'no-such-policy']]) {
     const child = spawn(process.execPath, [CLI, 'demo', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
     const code = await new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
     assert.equal(code, 2, args.join(' '));

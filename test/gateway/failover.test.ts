@@ -80,7 +80,7 @@ test('a simulated worker shut down mid-stream: the stream ends with an error eve
     const res = await fetch(url + '/v1/chat/completions', {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, stream: true, messages: [{ role: 'user', content: 'tell me a long story' }], max_tokens: 4000 }),
+      body: JSON.stringify({ model: MODEL, stream: true, messages: [{ role: 'user', content: 'tell me a long story' }], max_tokens: 4000, ignore_eos: true }),
     });
     assert.equal(res.status, 200);
     const partial = await readUntil(res.body!, (t) => t.split('\n\n').length > 3);
@@ -103,7 +103,7 @@ test('a client that disconnects mid-stream aborts the request at the worker', as
     const res = await fetch(url + '/v1/completions', {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, stream: true, prompt: 'a very long story begins', max_tokens: 4000 }),
+      body: JSON.stringify({ model: MODEL, stream: true, prompt: 'a very long story begins', max_tokens: 4000, ignore_eos: true }),
       signal: ac.signal,
     });
     await readUntil(res.body!, (t) => t.split('\n\n').length > 3);

@@ -1,0 +1,94 @@
+/** Deadlines that do not cut off healthy long generations, the circuit breaker, graceful shutdown. */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { MODEL, metricValue, parseSse, post, startGateway, startSims, startStub, waitFor } from './helpers.js';
+
+const quietFleet = { health: { intervalMs: 60_000 }, scrape: { intervalMs: 60_000 } };
+
+test('a generation longer than the first-byte timeout, at a healthy pace, is not cut off', async () => {
+  // 12 tokens, one every 40 ms: ~480 ms in all, far beyond firstByteMs (100 ms) but within
+  // firstByteMs + max_tokens / minTokensPerSecond = 100 + 12 / 20 s = 700 ms.
+  const stub = await startStub((req, res) => {
+    req.resume();
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    let i = 0;
+    const t = setInterval(() => {
+      if (i < 12) res.write(`data: {"choices":[{"index":0,"delta":{"content":"t${i++} "}}]}\n\n`);
+      else {
+        clearInterval(t);
+        res.end('data: [DONE]\n\n');
+      }
+    }, 40);
+  });
+  const { gw, url } = await startGateway([stub.url], { ...quietFleet, timeouts: { firstByteMs: 100, minTokensPerSecond: 20 } });
+  try {
+    const r = await post(url + '/v1/chat/completions', { model: MODEL, stream: true, max_tokens: 12, messages: [{ role: 'user', content: 'go' }] });
+    const events = parseSse(r.text);
+    assert.equal(events.at(-1), '[DONE]');
+    assert.equal(events.length, 13);
+    // The same pace with a smaller budget is cut at the deadline, with an error event.
+    const r2 = await post(url + '/v1/chat/completions', { model: MODEL, stream: true, max_tokens: 2, messages: [{ role: 'user', content: 'go' }] });
+    const e2 = parseSse(r2.text);
+    assert.equal(e2.at(-1).error.code, 'deadline_exceeded');
+    assert.ok(!r2.text.includes('[DONE]'));
+    await waitFor(() => gw.router.openCount === 0);
+  } finally {
+    await gw.close();
+    await stub.close();
+  }
+});
+
+test('repeated failures open a worker’s circuit; traffic goes elsewhere', async () => {
+  let bad = 0;
+  const stub = await startStub((req, res) => {
+    req.resume();
+    if (req.url?.startsWith('/v1/')) bad++;
+    res.writeHead(500);
+    res.end();
+  });
+  const sims = await startSims(1);
+  const { gw, url } = await startGateway([stub.url, sims[0]!.url], {
+    ...quietFleet,
+    policy: { name: 'round-robin' },
+    circuitBreaker: { failuresToOpen: 2, coolDownMs: 60_000 },
+  });
+  try {
+    for (let i = 0; i < 6; i++) {
+      const r = await post(url + '/v1/completions', { model: MODEL, prompt: `p${i}`, max_tokens: 2 });
+      assert.equal(r.status, 200, 'retried on the healthy worker');
+    }
+    assert.equal(bad, 2, 'the failing worker stops getting traffic once its circuit opens');
+    assert.equal(gw.registry.workers[0]!.circuitOpen, true);
+    const desc = ((await (await fetch(url + '/admin/workers')).json()) as any[])[0];
+    assert.equal(desc.circuitState, 'open');
+    const m = await (await fetch(url + '/metrics')).text();
+    assert.equal(metricValue(m, 'kvgate_worker_healthy', { worker: 'w0' }), 0);
+    assert.equal(metricValue(m, 'kvgate_upstream_failures_total', { worker: 'w0', reason: 'status_5xx' }), 2);
+  } finally {
+    await gw.close();
+    await stub.close();
+    await sims[0]!.close();
+  }
+});
+
+test('shutdown lets short requests finish and ends long streams with a clean error', async () => {
+  const sims = await startSims(1, { speed: 2 });
+  const { gw, url } = await startGateway([sims[0]!.url], { ...quietFleet, shutdown: { graceMs: 400 } });
+  // A short request (finishes within the grace period) and a long stream (does not).
+  const short = post(url + '/v1/completions', { model: MODEL, prompt: 'short', max_tokens: 20, ignore_eos: true });
+  const long = post(url + '/v1/completions', { model: MODEL, prompt: 'long', max_tokens: 3000, stream: true, ignore_eos: true });
+  await waitFor(() => gw.inflight === 2);
+  const t0 = Date.now();
+  await gw.close();
+  assert.ok(Date.now() - t0 < 3000);
+  const s = await short;
+  assert.equal(s.status, 200);
+  assert.equal(s.json.usage.completion_tokens, 20);
+  const l = await long;
+  assert.equal(l.status, 200);
+  const last = parseSse(l.text).at(-1);
+  assert.equal(last.error.code, 'shutting_down');
+  await waitFor(() => sims[0]!.stats().inFlight === 0);
+  await assert.rejects(fetch(url + '/health'));
+  await sims[0]!.close();
+});

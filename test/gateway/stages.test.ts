@@ -1,0 +1,83 @@
+/** The pipeline seam: stages between validation and routing can answer, refuse or rewrite a request. */
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { ApiError } from '../../src/api/errors.js';
+import type { Gateway } from '../../src/gateway/gateway.js';
+import type { SimWorker } from '../../src/sim/worker-server.js';
+import { MODEL, post, startGateway, startSims } from './helpers.js';
+
+let sims: SimWorker[];
+let gw: Gateway;
+let url: string;
+const finished: Array<{ id: string; status: number; bytes: number; promptTokens: number }> = [];
+
+before(async () => {
+  sims = await startSims(1);
+  ({ gw, url } = await startGateway(sims.map((s) => s.url)));
+  gw.use({
+    name: 'refuse-tenant',
+    handle(ctx) {
+      if (ctx.req.headers['x-tenant'] === 'blocked') {
+        throw new ApiError(429, 'overloaded_error', 'rate_limited', 'slow down', null, { 'retry-after': '2' });
+      }
+      return 'continue';
+    },
+  });
+  gw.use({
+    name: 'canned-answer',
+    async handle(ctx) {
+      if (ctx.routeRequest.promptText.includes('CANNED')) {
+        const body = JSON.stringify({ object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'from a stage' } }] });
+        ctx.res.writeHead(200, { 'content-type': 'application/json', 'x-from': 'stage' });
+        ctx.res.end(body);
+        return 'handled';
+      }
+      return 'continue';
+    },
+  });
+  gw.use({
+    name: 'rewrite-and-observe',
+    handle(ctx) {
+      if (ctx.kind === 'completions') {
+        (ctx.body as { max_tokens?: number }).max_tokens = 2;
+        ctx.bodyModified = true;
+      }
+      let bytes = 0;
+      ctx.taps.push((c) => (bytes += c.length));
+      ctx.onFinish.push((c) => finished.push({ id: c.id, status: c.status, bytes, promptTokens: c.routeRequest.promptTokens.length }));
+      return 'continue';
+    },
+  });
+});
+
+after(async () => {
+  await gw.close();
+  await Promise.all(sims.map((s) => s.close()));
+});
+
+test('a stage can refuse a request with its own status and headers', async () => {
+  const r = await post(url + '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hi' }] }, { 'x-tenant': 'blocked' });
+  assert.equal(r.status, 429);
+  assert.equal(r.headers.get('retry-after'), '2');
+  assert.equal(r.json.error.code, 'rate_limited');
+  assert.equal(sims[0]!.stats().requests, 0, 'the worker never saw it');
+});
+
+test('a stage can answer a request itself', async () => {
+  const r = await post(url + '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'CANNED please' }] });
+  assert.equal(r.status, 200);
+  assert.equal(r.headers.get('x-from'), 'stage');
+  assert.equal(r.json.choices[0].message.content, 'from a stage');
+  assert.equal(sims[0]!.stats().requests, 0);
+});
+
+test('a stage can rewrite the body (re-serialised) and observe the relayed bytes and the outcome', async () => {
+  const r = await post(url + '/v1/completions', { model: MODEL, prompt: 'one two three four', max_tokens: 50 }, { 'x-request-id': 'rw-1' });
+  assert.equal(r.status, 200);
+  assert.equal(r.json.usage.completion_tokens, 2);
+  const f = finished.find((x) => x.id === 'rw-1');
+  assert.ok(f);
+  assert.equal(f.status, 200);
+  assert.equal(f.bytes, Buffer.byteLength(r.text));
+  assert.ok(f.promptTokens > 0);
+});
