@@ -114,11 +114,13 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     timeoutMs: config.health.timeoutMs,
     failuresToMarkDown: config.health.failuresToMarkDown,
     upstreams,
-    onChange: (w, healthy, reason) =>
-      logger[healthy ? 'info' : 'warn']({ worker: w.id, healthy, reason: reason ?? undefined }, 'worker health'),
+    onChange: (w, healthy, reason) => {
+      logger[healthy ? 'info' : 'warn']({ worker: w.id, healthy, reason: reason ?? undefined }, 'worker health');
+      if (!healthy) proxy.workerDown(w.id);
+    },
   });
 
-  const proxy = new Proxy({
+  const proxy: Proxy = new Proxy({
     router,
     fleet: registry,
     upstreams,

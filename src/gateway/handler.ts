@@ -215,9 +215,9 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext): void {
   // Only configured models become label values: a client cannot blow up the series count.
   const model = ctx.candidates !== undefined ? ctx.model : 'unknown';
   const durationMs = d.clock.now() - ctx.startedAt;
-  m.requests.labels(route, model, String(ctx.status)).inc();
-  m.duration.labels(route, model).observe(durationMs / 1000);
-  if (ctx.ttftMs !== null) m.ttft.labels(route, model).observe(ctx.ttftMs / 1000);
+  m.requestsBy.get(route, model, String(ctx.status)).inc();
+  m.durationBy.get(route, model).observe(durationMs / 1000);
+  if (ctx.ttftMs !== null) m.ttftBy.get(route, model).observe(ctx.ttftMs / 1000);
   for (const f of ctx.onFinish) {
     try {
       f(ctx);

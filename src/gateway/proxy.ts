@@ -39,7 +39,7 @@ export interface ProxyOptions {
 
 type AttemptResult = { done: true } | { done: false; error: ApiError };
 
-type FailReason = 'connect' | 'status_5xx' | 'first_byte_timeout' | 'deadline' | 'stream_error';
+type FailReason = 'connect' | 'status_5xx' | 'first_byte_timeout' | 'deadline' | 'stream_error' | 'worker_down';
 
 const DONE: AttemptResult = { done: true };
 
@@ -55,7 +55,21 @@ function basePath(w: WorkerState): string {
 }
 
 export class Proxy {
+  /** Attempts waiting for their first byte, per worker: abandoned at once if the worker goes down. */
+  private readonly waiting = new Map<string, Set<() => void>>();
+
   constructor(private readonly o: ProxyOptions) {}
+
+  /**
+   * The worker was taken out of routing (health probes failing): attempts still waiting for its
+   * first byte are given up and retried elsewhere, rather than hanging until their deadline (a
+   * non-streaming answer only arrives at the end). Attempts already relaying bytes are left alone.
+   */
+  workerDown(workerId: string): void {
+    const set = this.waiting.get(workerId);
+    if (!set) return;
+    for (const abortAttempt of [...set]) abortAttempt();
+  }
 
   /** Serve the request at some worker. Resolves when the response is over; throws ApiError if no byte was sent. */
   async forward(ctx: RequestContext): Promise<void> {
@@ -76,7 +90,7 @@ export class Proxy {
       ctx.decision = d;
       ctx.workerId = d.worker.id;
       ctx.attempts++;
-      metrics.routeDecisions.labels(d.policy, d.worker.id, d.reason).inc();
+      metrics.decisionsBy.get(d.policy, d.worker.id, d.reason).inc();
       this.o.fleet.breaker(d.worker.id).onDispatch();
       const r = await this.attempt(ctx, d);
       if (r.done) return;
@@ -121,21 +135,28 @@ export class Proxy {
         armDeadline();
       }
       ctx.abortUpstream = abort;
+      let waitSet = this.waiting.get(w.id);
+      if (!waitSet) this.waiting.set(w.id, (waitSet = new Set()));
+      const onWorkerDown = (): void => abort('worker_down');
+      waitSet.add(onWorkerDown);
+      const stopWaiting = (): void => void waitSet.delete(onWorkerDown);
 
       const finish = (result: AttemptResult, ok: boolean, outcome: string): void => {
         if (settled) return;
         settled = true;
+        stopWaiting();
         if (timer) clearTimeout(timer);
         ctx.abortUpstream = null;
         router.complete(ctx.id, ok);
-        metrics.upstreamAttempts.labels(w.id, outcome).inc();
+        metrics.attemptsBy.get(w.id, outcome).inc();
         resolve(result);
       };
 
       const fail = (reason: FailReason, message: string): void => {
         metrics.upstreamFailures.labels(w.id, reason).inc();
-        // A slow generation hitting its deadline says nothing about the worker's health.
-        if (reason === 'deadline') breaker.onNeutral();
+        // A slow generation hitting its deadline says nothing about the worker's health, and a
+        // worker already marked down by its health probes needs no breaker.
+        if (reason === 'deadline' || reason === 'worker_down') breaker.onNeutral();
         else breaker.onFailure();
         if (!sentBytes) {
           const err =
@@ -143,7 +164,9 @@ export class Proxy {
               ? errors.deadline(`worker ${w.id} did not finish within the request deadline`)
               : reason === 'first_byte_timeout'
                 ? errors.deadline(`worker ${w.id} sent nothing within ${this.o.firstByteMs} ms`)
-                : errors.upstream(message, reason === 'connect' ? 'upstream_unreachable' : 'upstream_error');
+                : reason === 'worker_down'
+                  ? errors.upstream(`worker ${w.id} was taken out of service (failing health probes)`, 'upstream_unreachable')
+                  : errors.upstream(message, reason === 'connect' ? 'upstream_unreachable' : 'upstream_error');
           ctx.status = err.status;
           // forward() tries another worker unless the deadline has passed.
           finish({ done: false, error: err }, false, reason);
@@ -214,6 +237,7 @@ export class Proxy {
             ctx.ttftMs = clock.now() - ctx.startedAt;
             router.firstToken(ctx.id);
             if (ctx.stream) armDeadline();
+            stopWaiting();
             res.writeHead(status, headers);
             sentBytes = true;
           }

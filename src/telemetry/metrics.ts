@@ -8,6 +8,24 @@ import type { WorkerRegistry } from '../fleet/registry.js';
 
 const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
+/**
+ * prom-client hashes the label values on every `labels()` call; the request path caches the child
+ * series per label combination instead (combinations are bounded: configured models and workers).
+ */
+class ChildCache<C> {
+  private readonly m = new Map<string, C>();
+  constructor(private readonly make: (...values: string[]) => C) {}
+  get(...values: string[]): C {
+    const k = values.join('\u0000');
+    let c = this.m.get(k);
+    if (c === undefined) this.m.set(k, (c = this.make(...values)));
+    return c;
+  }
+}
+
+type CounterChild = { inc(v?: number): void };
+type HistogramChild = { observe(v: number): void };
+
 export class GatewayMetrics {
   readonly registry = new Registry();
   readonly requests: Counter<'route' | 'model' | 'status'>;
@@ -19,6 +37,13 @@ export class GatewayMetrics {
   readonly routeDecisions: Counter<'policy' | 'worker' | 'reason'>;
   readonly scrapeFailures: Counter<'worker'>;
   readonly breakerTransitions: Counter<'worker' | 'state'>;
+
+  /** Cached children for the request path. */
+  readonly requestsBy: ChildCache<CounterChild>;
+  readonly ttftBy: ChildCache<HistogramChild>;
+  readonly durationBy: ChildCache<HistogramChild>;
+  readonly attemptsBy: ChildCache<CounterChild>;
+  readonly decisionsBy: ChildCache<CounterChild>;
 
   constructor(fleet: WorkerRegistry, staleAfterMs: number, now: () => number) {
     const r = this.registry;
@@ -77,6 +102,11 @@ export class GatewayMetrics {
       labelNames: ['worker', 'state'],
       registers: [r],
     });
+    this.requestsBy = new ChildCache((route, model, status) => this.requests.labels(route!, model!, status!));
+    this.ttftBy = new ChildCache((route, model) => this.ttft.labels(route!, model!));
+    this.durationBy = new ChildCache((route, model) => this.duration.labels(route!, model!));
+    this.attemptsBy = new ChildCache((worker, outcome) => this.upstreamAttempts.labels(worker!, outcome!));
+    this.decisionsBy = new ChildCache((policy, worker, reason) => this.routeDecisions.labels(policy!, worker!, reason!));
     const perWorker = (name: string, help: string, value: (w: WorkerRegistry['workers'][number]) => number | null): void => {
       new Gauge({
         name,

@@ -123,3 +123,37 @@ test('a client that disconnects mid-stream aborts the request at the worker', as
     await sims[0]!.close();
   }
 });
+
+test('a request waiting on a worker that fails its health probes is retried elsewhere, not left to its deadline', async () => {
+  let healthy = true;
+  const hung = await startStub((req, res) => {
+    if (req.url === '/health') {
+      res.writeHead(healthy ? 200 : 503);
+      res.end();
+      return;
+    }
+    req.resume(); // accepts the request, never answers
+  });
+  const sims = await startSims(1);
+  const { gw, url } = await startGateway([hung.url, sims[0]!.url], {
+    policy: { name: 'round-robin' },
+    health: { intervalMs: 50, failuresToMarkDown: 2 },
+    scrape: { intervalMs: 60_000 },
+  });
+  try {
+    const t0 = Date.now();
+    const pending = post(url + '/v1/completions', { model: MODEL, prompt: 'hello', max_tokens: 3 });
+    await waitFor(() => gw.registry.workers[0]!.inflightCount === 1);
+    healthy = false;
+    const r = await pending;
+    assert.equal(r.status, 200);
+    assert.equal(r.headers.get('x-kvgate-worker'), 'w1');
+    assert.ok(Date.now() - t0 < 3000);
+    const m = await (await fetch(url + '/metrics')).text();
+    assert.equal(metricValue(m, 'kvgate_upstream_failures_total', { worker: 'w0', reason: 'worker_down' }), 1);
+  } finally {
+    await gw.close();
+    await hung.close();
+    await sims[0]!.close();
+  }
+});
