@@ -12,11 +12,22 @@ import type { WorkerIdentity } from './fleet/worker-state.js';
 /** The routing policy used when the config names none. */
 export const DEFAULT_POLICY_NAME = 'least-load';
 
+/** Where a worker publishes its KV-cache events (vLLM's --kv-events-config, ZeroMQ). */
+const kvEvents = z.strictObject({
+  endpoint: z.string().regex(/^(tcp|ipc|inproc):\/\/.+/, 'expected a ZeroMQ endpoint such as tcp://10.0.0.5:5557'),
+  replayEndpoint: z
+    .string()
+    .regex(/^(tcp|ipc|inproc):\/\/.+/, 'expected a ZeroMQ endpoint such as tcp://10.0.0.5:5558')
+    .optional(),
+  topic: z.string().optional(),
+});
+
 const workerInPool = z.strictObject({
   url: z.url(),
   id: z.string().min(1).optional(),
   numGpuBlocks: z.int().positive().optional(),
   blockSize: z.int().positive().optional(),
+  kvEvents: kvEvents.optional(),
 });
 
 const flatWorker = workerInPool.extend({
@@ -130,9 +141,18 @@ export const configSchema = z
 export type RawConfig = z.input<typeof configSchema>;
 type Parsed = z.output<typeof configSchema>;
 
+export interface WorkerKvEvents {
+  workerId: string;
+  endpoint: string;
+  replayEndpoint?: string;
+  topic?: string;
+}
+
 export interface GatewayConfig extends Omit<Parsed, 'pools' | 'workers' | 'scrape' | 'health'> {
   /** Every worker, pools flattened, ids resolved. */
   workers: WorkerIdentity[];
+  /** Workers that publish KV-cache events, and where. */
+  kvEvents: WorkerKvEvents[];
   scrape: Parsed['scrape'] & { timeoutMs: number };
   health: Parsed['health'] & { timeoutMs: number };
 }
@@ -156,8 +176,10 @@ export function parseConfig(input: unknown): GatewayConfig {
   }
   const c = r.data;
   const workers: WorkerIdentity[] = [];
+  const kv: WorkerKvEvents[] = [];
   for (const p of c.pools) {
-    p.workers.forEach((w, j) =>
+    p.workers.forEach((w, j) => {
+      if (w.kvEvents) kv.push({ workerId: w.id ?? `${p.name}-${j}`, ...w.kvEvents });
       workers.push({
         id: w.id ?? `${p.name}-${j}`,
         url: stripSlash(w.url),
@@ -165,10 +187,11 @@ export function parseConfig(input: unknown): GatewayConfig {
         model: p.model,
         numGpuBlocks: w.numGpuBlocks,
         blockSize: w.blockSize,
-      }),
-    );
+      });
+    });
   }
-  c.workers.forEach((w, i) =>
+  c.workers.forEach((w, i) => {
+    if (w.kvEvents) kv.push({ workerId: w.id ?? `${w.pool}-w${i}`, ...w.kvEvents });
     workers.push({
       id: w.id ?? `${w.pool}-w${i}`,
       url: stripSlash(w.url),
@@ -176,12 +199,13 @@ export function parseConfig(input: unknown): GatewayConfig {
       model: w.model,
       numGpuBlocks: w.numGpuBlocks,
       blockSize: w.blockSize,
-    }),
-  );
+    });
+  });
   const { pools: _p, workers: _w, ...rest } = c;
   return {
     ...rest,
     workers,
+    kvEvents: kv,
     // A timeout shorter than the interval keeps one worker's checks from ever overlapping.
     scrape: { ...c.scrape, timeoutMs: c.scrape.timeoutMs ?? Math.floor(c.scrape.intervalMs * 0.8) },
     health: { ...c.health, timeoutMs: c.health.timeoutMs ?? Math.floor(c.health.intervalMs * 0.8) },

@@ -36,6 +36,16 @@ export interface GatewayOptions {
   watchFleet?: boolean;
 }
 
+/**
+ * Something that runs alongside the gateway (a KV-event subscriber set, a cache connection):
+ * started after the server listens, closed after in-flight requests are done.
+ */
+export interface GatewayService {
+  readonly name: string;
+  start?(): void | Promise<void>;
+  close?(): void | Promise<void>;
+}
+
 export interface Gateway {
   readonly config: GatewayConfig;
   readonly registry: WorkerRegistry;
@@ -47,6 +57,8 @@ export interface Gateway {
   readonly server: Server;
   /** Add a pipeline stage between validation and routing (admission, cache, speculation). */
   use(stage: GatewayStage): void;
+  /** Run a service with the gateway's lifecycle (started by start(), closed by close()). */
+  addService(s: GatewayService): void;
   /** Add fields to each worker's /admin/workers entry. */
   addWorkerDescriber(d: WorkerDescriber): void;
   /** Requests being handled right now. */
@@ -132,6 +144,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   });
 
   const stages: GatewayStage[] = [];
+  const services: GatewayService[] = [];
   const active = new Set<RequestContext>();
   let closing = false;
   const handler = createHandler({
@@ -166,6 +179,10 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     server,
     use: (stage) => void stages.push(stage),
     addWorkerDescriber: (d) => registry.addDescriber(d),
+    addService: (svc) => {
+      services.push(svc);
+      if (started) void Promise.resolve(svc.start?.()).catch((e: Error) => logger.error({ err: e, service: svc.name }, 'service failed to start'));
+    },
     get inflight() {
       return active.size;
     },
@@ -182,6 +199,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
         scraper.start();
         health.start();
       }
+      for (const svc of services) await svc.start?.();
       const addr = server.address() as AddressInfo;
       const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
       started = { url: `http://${host}:${addr.port}`, port: addr.port };
@@ -203,6 +221,13 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
         while (active.size > 0 && Date.now() < graceEnd + 2_000) await sleep(10);
         scraper.stop();
         health.stop();
+        for (const svc of services) {
+          try {
+            await svc.close?.();
+          } catch (e) {
+            logger.warn({ err: e, service: svc.name }, 'service failed to close');
+          }
+        }
         registry.close();
         server.closeAllConnections();
         if (started) await serverClosed;

@@ -76,3 +76,18 @@ test('the example config in examples/ is valid', () => {
   const c = loadConfigFile(new URL('../../../examples/kvgate.yaml', import.meta.url).pathname);
   assert.ok(c.workers.length > 0);
 });
+
+test('per-worker KV-event endpoints are collected by worker id and checked', () => {
+  const c = parseConfig({
+    pools: [{ name: 'p', model: 'm', workers: [{ url: 'http://a:1', kvEvents: { endpoint: 'tcp://a:5557', replayEndpoint: 'tcp://a:5558' } }, { url: 'http://b:1' }] }],
+    workers: [{ url: 'http://c:1', model: 'm', id: 'c', kvEvents: { endpoint: 'tcp://c:5557', topic: 'kv' } }],
+  });
+  assert.deepEqual(c.kvEvents, [
+    { workerId: 'p-0', endpoint: 'tcp://a:5557', replayEndpoint: 'tcp://a:5558' },
+    { workerId: 'c', endpoint: 'tcp://c:5557', topic: 'kv' },
+  ]);
+  assert.match(
+    problems({ pools: [{ name: 'p', model: 'm', workers: [{ url: 'http://a:1', kvEvents: { endpoint: 'a:5557' } }] }] })[0]!,
+    /^pools\[0\]\.workers\[0\]\.kvEvents\.endpoint: expected a ZeroMQ endpoint/,
+  );
+});

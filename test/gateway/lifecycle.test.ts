@@ -1,7 +1,9 @@
 /** Deadlines that do not cut off healthy long generations, the circuit breaker, graceful shutdown. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { MODEL, metricValue, parseSse, post, startGateway, startSims, startStub, waitFor } from './helpers.js';
+import { createGateway } from '../../src/gateway/gateway.js';
+import { createLogger } from '../../src/telemetry/logger.js';
+import { configFor, MODEL, metricValue, parseSse, post, startGateway, startSims, startStub, waitFor } from './helpers.js';
 
 const quietFleet = { health: { intervalMs: 60_000 }, scrape: { intervalMs: 60_000 } };
 
@@ -90,5 +92,18 @@ test('shutdown lets short requests finish and ends long streams with a clean err
   assert.equal(last.error.code, 'shutting_down');
   await waitFor(() => sims[0]!.stats().inFlight === 0);
   await assert.rejects(fetch(url + '/health'));
+  await sims[0]!.close();
+});
+
+test('services share the gateway’s lifecycle', async () => {
+  const sims = await startSims(1);
+  const calls: string[] = [];
+  const gw = createGateway(configFor([sims[0]!.url]), { logger: createLogger({ level: 'silent' }) });
+  gw.addService({ name: 'a', start: () => void calls.push('start a'), close: async () => void calls.push('close a') });
+  await gw.start();
+  gw.addService({ name: 'b', start: () => void calls.push('start b'), close: () => void calls.push('close b') });
+  assert.deepEqual(calls, ['start a', 'start b']);
+  await gw.close();
+  assert.deepEqual(calls, ['start a', 'start b', 'close a', 'close b']);
   await sims[0]!.close();
 });
