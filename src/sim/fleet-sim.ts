@@ -367,6 +367,9 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     const tq = q.peekTime();
     if (!next.done && next.value.arrivalMs <= tq) {
       const req = next.value;
+      if (req.arrivalMs < clock.now()) {
+        throw new Error(`request ${idx}: arrival ${req.arrivalMs} ms is before the previous one (${clock.now()} ms); sources must be time-ordered`);
+      }
       clock.set(req.arrivalMs);
       if (idx === 0) out.firstArrivalMs = req.arrivalMs;
       arrive(req, idx++);
