@@ -154,6 +154,13 @@ describe('fleet simulation', () => {
     assert.notEqual(a, await run(6));
   });
 
+  it('refuses a source whose arrivals go backwards', async () => {
+    await assert.rejects(
+      simulateFleet([req(10, 100, 2, 1), req(5, 100, 2, 2)], { workers: 1, engineConfig: cfg, policy: createPolicy('round-robin'), seed: 1 }),
+      /request 1: arrival 5 ms is before the previous one \(10 ms\)/,
+    );
+  });
+
   it('preempts when KV runs out and still completes everything', async () => {
     const small = { ...cfg, numGpuBlocks: 300 };
     // Four 75-block prompts arriving together fill all 300 blocks; the first decode needs a 301st.
