@@ -13,6 +13,7 @@
  * - The client going away aborts the upstream request, so the worker frees the sequence.
  * Router.firstToken and Router.complete are called exactly once per attempt on every path.
  */
+import { EventEmitter } from 'node:events';
 import type { Dispatcher } from 'undici';
 import { ApiError, errors } from '../api/errors.js';
 import { atEventBoundary, sseErrorEvent, TAIL_AT_BOUNDARY, updateTail } from '../api/sse.js';
@@ -109,7 +110,7 @@ export class Proxy {
     const w = d.worker;
     const breaker = this.o.fleet.breaker(w.id);
     const res = ctx.res;
-    const ac = new AbortController();
+    const cancel = new CancelSignal();
     let abortedBy: FailReason | 'client' | 'shutdown' | null = null;
     let sentBytes = false;
     let tail = TAIL_AT_BOUNDARY;
@@ -120,7 +121,7 @@ export class Proxy {
       const abort = (why: FailReason | 'client' | 'shutdown'): void => {
         if (abortedBy !== null) return;
         abortedBy = why;
-        ac.abort();
+        cancel.abort();
       };
       const remaining = (): number => Math.max(0, ctx.deadlineAt - clock.now());
       const armDeadline = (): void => {
@@ -276,7 +277,7 @@ export class Proxy {
           path: basePath(w) + ctx.path,
           headers: { 'content-type': 'application/json', 'x-request-id': ctx.id },
           body,
-          signal: ac.signal,
+          signal: cancel,
         })
         .then(onResponse, (e: Error) => {
           if (settled) return;
@@ -285,6 +286,20 @@ export class Proxy {
           fail('connect', `worker ${w.id} unreachable: ${errMessage(e)}`);
         });
     });
+  }
+}
+
+/**
+ * The cancel signal handed to undici. undici accepts an EventEmitter with an 'abort' event in
+ * place of an AbortSignal; it is several times cheaper to create than an AbortController, and one
+ * is made per upstream attempt.
+ */
+class CancelSignal extends EventEmitter {
+  aborted = false;
+  abort(): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.emit('abort');
   }
 }
 
