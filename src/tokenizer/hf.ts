@@ -1,0 +1,79 @@
+/**
+ * Exact tokenization with a Hugging Face `tokenizer.json` (BPE, WordPiece, Unigram models), via
+ * @huggingface/tokenizers. Gives the gateway the same token ids the worker computes, so its
+ * prefix-block hashes line up with what the worker caches and reports in KV events.
+ */
+import { readFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { Tokenizer as HfTokenizerImpl } from '@huggingface/tokenizers';
+import type { Tokenizer } from './types.js';
+
+export interface HfTokenizerOptions {
+  /**
+   * Add the model's special tokens (BOS) like vLLM's completions endpoint does (default true).
+   * Chat prompts rendered through a template that already has them should pass false.
+   */
+  addSpecialTokens?: boolean;
+}
+
+export class HfTokenizer implements Tokenizer {
+  readonly name: string;
+  private readonly impl: HfTokenizerImpl;
+  private readonly addSpecialTokens: boolean;
+  /** Id used for pieces the vocabulary lacks and the model has no unknown token for. */
+  private readonly unknownId: number;
+
+  constructor(name: string, impl: HfTokenizerImpl, opts: HfTokenizerOptions = {}) {
+    this.name = name;
+    this.impl = impl;
+    this.addSpecialTokens = opts.addSpecialTokens ?? true;
+    this.unknownId = 0;
+  }
+
+  encode(text: string, addSpecialTokens = this.addSpecialTokens): number[] {
+    const ids = this.impl.encode(text, { add_special_tokens: addSpecialTokens }).ids as Array<number | undefined>;
+    for (let i = 0; i < ids.length; i++) if (ids[i] === undefined) ids[i] = this.unknownId;
+    return ids as number[];
+  }
+
+  decode(ids: ArrayLike<number>): string {
+    return this.impl.decode(Array.from(ids), { skip_special_tokens: false });
+  }
+
+  count(text: string): number {
+    return this.encode(text).length;
+  }
+}
+
+/**
+ * Load `tokenizer.json` (and `tokenizer_config.json` beside it, when present). Errors name the
+ * file and what is wrong with it.
+ */
+export async function loadHfTokenizer(path: string, opts: HfTokenizerOptions = {}): Promise<HfTokenizer> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    throw new Error(`cannot read tokenizer file '${path}': ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (err) {
+    throw new Error(`tokenizer file '${path}' is not valid JSON: ${(err as Error).message}`);
+  }
+  if (json === null || typeof json !== 'object' || !('model' in json)) {
+    throw new Error(`tokenizer file '${path}' has no "model" section; expected a Hugging Face tokenizer.json`);
+  }
+  let config: object = {};
+  try {
+    config = JSON.parse(await readFile(join(dirname(path), 'tokenizer_config.json'), 'utf8')) as object;
+  } catch {
+    // Optional: special-token settings only.
+  }
+  try {
+    return new HfTokenizer(`hf:${path}`, new HfTokenizerImpl(json, config), opts);
+  } catch (err) {
+    throw new Error(`tokenizer file '${path}' is not supported: ${(err as Error).message}`);
+  }
+}

@@ -1,0 +1,56 @@
+/**
+ * Tokenization by the worker itself: vLLM's `POST /tokenize` with `{model, prompt}` answers
+ * `{tokens: number[], count, max_model_len}`. Exact by construction, at the cost of a round trip
+ * per request; any failure (timeout, HTTP error, bad body) is reported to the caller, which falls
+ * back to the estimate tokenizer rather than failing the request.
+ */
+
+export interface RemoteTokenizeOptions {
+  /** Give up after this long, ms (default 250). */
+  timeoutMs?: number;
+  addSpecialTokens?: boolean;
+  signal?: AbortSignal;
+}
+
+export class RemoteTokenizeError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'RemoteTokenizeError';
+  }
+}
+
+export async function remoteTokenize(workerUrl: string, model: string, prompt: string, opts: RemoteTokenizeOptions = {}): Promise<number[]> {
+  const url = `${workerUrl.replace(/\/+$/, '')}/tokenize`;
+  const timeout = AbortSignal.timeout(opts.timeoutMs ?? 250);
+  const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
+  let res: Response;
+  try {
+    const body: Record<string, unknown> = { model, prompt };
+    if (opts.addSpecialTokens !== undefined) body['add_special_tokens'] = opts.addSpecialTokens;
+    res = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+      signal,
+    });
+  } catch (err) {
+    const e = err as Error;
+    const why = e.name === 'TimeoutError' ? `timed out after ${opts.timeoutMs ?? 250} ms` : e.message;
+    throw new RemoteTokenizeError(`POST ${url} failed: ${why}`);
+  }
+  if (!res.ok) {
+    const text = await res.text().catch(() => '');
+    throw new RemoteTokenizeError(`POST ${url} answered ${res.status}${text ? `: ${text.slice(0, 200)}` : ''}`);
+  }
+  let json: unknown;
+  try {
+    json = await res.json();
+  } catch {
+    throw new RemoteTokenizeError(`POST ${url} answered with a body that is not JSON`);
+  }
+  const tokens = (json as { tokens?: unknown } | null)?.tokens;
+  if (!Array.isArray(tokens) || !tokens.every((t) => Number.isInteger(t))) {
+    throw new RemoteTokenizeError(`POST ${url} answered without an integer "tokens" array`);
+  }
+  return tokens as number[];
+}
