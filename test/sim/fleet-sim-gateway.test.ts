@@ -11,7 +11,7 @@ import { simulateFleet } from '../../src/sim/fleet-sim.js';
 import type { SimWorker } from '../../src/sim/worker-server.js';
 import type { BenchRequest } from '../../src/bench/types.js';
 import { estimateTokenizer } from '../../src/tokenizer/index.js';
-import { MODEL, post, startGateway, startSims } from '../gateway/helpers.js';
+import { MODEL, post, startGateway, startSims, waitFor } from '../gateway/helpers.js';
 
 const WORKERS = 3;
 const SEED = 42;
@@ -34,15 +34,16 @@ async function liveOrder(policy: string): Promise<string[]> {
   );
   try {
     // Wait for a first scrape of every worker, as the simulation has one at time 0.
-    const deadline = Date.now() + 3000;
-    while (gw.registry.workers.some((w) => w.snapshot === null) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    await waitFor(() => gw.registry.workers.every((w) => w.snapshot !== null), 5000);
     const order: string[] = [];
     for (const prompt of prompts) {
       const r = await post(`${url}/v1/completions`, { model: MODEL, prompt, max_tokens: 4, temperature: 0 });
       assert.equal(r.status, 200, r.text);
       order.push(r.headers.get('x-kvgate-worker')!);
-      // Let a scrape see the worker idle again, as the spaced simulated arrivals do.
-      await new Promise((r) => setTimeout(r, 150));
+      // Wait for a scrape of every worker taken after this answer, so the next decision sees an
+      // idle fleet, as the widely spaced simulated arrivals do.
+      const answeredAt = performance.now();
+      await waitFor(() => gw.router.openCount === 0 && gw.registry.workers.every((w) => w.snapshot !== null && w.snapshot.at > answeredAt), 5000);
     }
     return order;
   } finally {
