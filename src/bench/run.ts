@@ -54,6 +54,8 @@ export type PolicyResult = PolicySummary & { workers: WorkerSummary[] };
 
 export interface BenchResults {
   trace: string;
+  /** The workload's knobs, when the source is a built-in workload. */
+  source_params: Record<string, number | string> | null;
   workers: number;
   gpu: string;
   model: string;
@@ -206,6 +208,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
   return {
     results: {
       trace: o.source.name,
+      source_params: o.source.params ?? null,
       workers: o.workers,
       gpu: o.gpu,
       model: o.model,

@@ -27,6 +27,8 @@ export interface BenchSource {
   readonly name: string;
   /** A fresh pass over the requests, lazily produced. */
   open(): Iterable<BenchRequest>;
+  /** The knobs that produced it (workload size, rate, burstiness, seed), for the results JSON. */
+  readonly params?: Record<string, number | string>;
   /** Rows skipped as malformed during the most recent pass (loaders with skipBad). */
   readonly skipped: number;
 }

@@ -254,13 +254,18 @@ export function workloadNames(): string[] {
   return Object.keys(SPECS);
 }
 
-export function describeWorkloads(): Array<{ name: string; description: string; size: number; rate: number; burstiness: number }> {
+/** `mixed` keeps each part's own burstiness unless one is given. */
+function burstinessLabel(name: string, spec: WorkloadSpec): number | string {
+  return name === 'mixed' ? 'per part' : spec.defaultBurstiness;
+}
+
+export function describeWorkloads(): Array<{ name: string; description: string; size: number; rate: number; burstiness: number | string }> {
   return Object.entries(SPECS).map(([name, s]) => ({
     name,
     description: s.description,
     size: s.defaultSize,
     rate: s.defaultRate,
-    burstiness: s.defaultBurstiness,
+    burstiness: burstinessLabel(name, s),
   }));
 }
 
@@ -276,6 +281,7 @@ export function workloadSource(name: string, opts: WorkloadOptions = {}): BenchS
   if (burstiness !== undefined && (!(burstiness > 0) || !Number.isFinite(burstiness))) throw new Error(`burstiness must be a positive number, got ${burstiness}`);
   return {
     name: `workload:${name}`,
+    params: { size, rate, burstiness: burstiness ?? burstinessLabel(name, spec), seed: seed >>> 0 },
     skipped: 0,
     *open() {
       const it = spec.generate(seededRng(mix32(seed, 0x77)), seed >>> 0, rate, burstiness);
