@@ -2,7 +2,8 @@
  * `kvgate serve --config FILE`: the gateway in front of the workers named in a config file.
  */
 import { parseArgs } from 'node:util';
-import { ConfigError, loadConfigFile, type GatewayConfig } from '../config.js';
+import { ConfigError, DEFAULT_POLICY_NAME, loadConfigFile, type GatewayConfig } from '../config.js';
+import { policyNames } from '../scheduler/policies.js';
 import { createGateway } from '../gateway/gateway.js';
 
 export const help = `Usage: kvgate serve --config FILE [options]
@@ -17,6 +18,8 @@ Options:
       --log-level L   fatal|error|warn|info|debug|trace|silent (overrides log.level; default info)
       --pretty        human-readable logs instead of JSON lines
   -h, --help          this text
+
+Routing policies (policy.name): ${policyNames().join(', ')}; default ${DEFAULT_POLICY_NAME}.
 
 Exit codes: 0 after a clean shutdown (SIGINT/SIGTERM), 2 for bad flags or an invalid config,
 1 if the gateway cannot start (e.g. the port is taken).

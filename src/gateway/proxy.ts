@@ -243,7 +243,7 @@ export class Proxy {
             sentBytes = true;
           }
           if (ctx.stream) tail = updateTail(tail, chunk);
-          for (let i = 0; i < ctx.taps.length; i++) ctx.taps[i]!(chunk);
+          if (ctx.taps.length > 0) runTaps(ctx, chunk);
           if (!res.write(chunk)) {
             body.pause();
             res.once('drain', () => body.resume());
@@ -286,6 +286,17 @@ export class Proxy {
           fail('connect', `worker ${w.id} unreachable: ${errMessage(e)}`);
         });
     });
+  }
+}
+
+/** A failing tap (a cache fill, say) must not break the response it observes: it is dropped. */
+function runTaps(ctx: RequestContext, chunk: Buffer): void {
+  for (let i = 0; i < ctx.taps.length; i++) {
+    try {
+      ctx.taps[i]!(chunk);
+    } catch {
+      ctx.taps.splice(i--, 1);
+    }
   }
 }
 
