@@ -13,7 +13,6 @@
  * - The client going away aborts the upstream request, so the worker frees the sequence.
  * Router.firstToken and Router.complete are called exactly once per attempt on every path.
  */
-import { EventEmitter } from 'node:events';
 import type { Dispatcher } from 'undici';
 import { ApiError, errors } from '../api/errors.js';
 import { atEventBoundary, sseErrorEvent, TAIL_AT_BOUNDARY, updateTail } from '../api/sse.js';
@@ -110,37 +109,22 @@ export class Proxy {
     const w = d.worker;
     const breaker = this.o.fleet.breaker(w.id);
     const res = ctx.res;
-    const cancel = new CancelSignal();
+    let controller: Dispatcher.DispatchController | null = null;
     let abortedBy: FailReason | 'client' | 'shutdown' | null = null;
     let sentBytes = false;
     let tail = TAIL_AT_BOUNDARY;
     let settled = false;
+    let status = 0;
+    let errorText = '';
+    let resHeaders: Record<string, string> | null = null;
 
     return new Promise<AttemptResult>((resolve) => {
       let timer: NodeJS.Timeout | null = null;
-      const abort = (why: FailReason | 'client' | 'shutdown'): void => {
-        if (abortedBy !== null) return;
-        abortedBy = why;
-        cancel.abort();
-      };
       const remaining = (): number => Math.max(0, ctx.deadlineAt - clock.now());
       const armDeadline = (): void => {
         if (timer) clearTimeout(timer);
         timer = setTimeout(() => abort('deadline'), remaining());
       };
-      // Before the first byte of a stream the first-byte timeout applies too (whichever is sooner).
-      // A non-streaming answer comes all at once at the end, so only the deadline bounds it.
-      if (ctx.stream && this.o.firstByteMs < remaining()) {
-        timer = setTimeout(() => abort('first_byte_timeout'), this.o.firstByteMs);
-      } else {
-        armDeadline();
-      }
-      ctx.abortUpstream = abort;
-      let waitSet = this.waiting.get(w.id);
-      if (!waitSet) this.waiting.set(w.id, (waitSet = new Set()));
-      const onWorkerDown = (): void => abort('worker_down');
-      waitSet.add(onWorkerDown);
-      const stopWaiting = (): void => void waitSet.delete(onWorkerDown);
 
       const finish = (result: AttemptResult, ok: boolean, outcome: string): void => {
         if (settled) return;
@@ -154,6 +138,7 @@ export class Proxy {
       };
 
       const fail = (reason: FailReason, message: string): void => {
+        if (settled) return;
         metrics.upstreamFailures.labels(w.id, reason).inc();
         // A slow generation hitting its deadline says nothing about the worker's health, and a
         // worker already marked down by its health probes needs no breaker.
@@ -188,6 +173,7 @@ export class Proxy {
       };
 
       const onClientGone = (why: 'client' | 'shutdown'): void => {
+        if (settled) return;
         breaker.onNeutral();
         if (why === 'shutdown' && !res.headersSent) {
           finish({ done: false, error: errors.shuttingDown() }, false, 'shutdown');
@@ -202,89 +188,111 @@ export class Proxy {
         finish(DONE, false, why === 'client' ? 'client_abort' : 'shutdown');
       };
 
-      const onResponse = (r: Dispatcher.ResponseData): void => {
-        const status = r.statusCode;
-        ctx.upstreamStatus = status;
-        if (status >= 500) {
-          // Drain and retry elsewhere; the worker's body goes into the message.
-          r.body
-            .text()
-            .catch(() => '')
-            .then((text) => {
-              if (settled) return;
-              if (abortedBy === 'client' || abortedBy === 'shutdown') return onClientGone(abortedBy);
-              fail('status_5xx', `worker ${w.id} answered ${status}: ${text.slice(0, 200)}`);
-            });
-          return;
-        }
-        const headers: Record<string, string | number> = {
-          'content-type': String(r.headers['content-type'] ?? 'application/json'),
-          'x-request-id': ctx.id,
-          'x-kvgate-worker': w.id,
-          'x-kvgate-prefix-hit': d.expectedPrefixHit.toFixed(3),
-        };
-        const cl = r.headers['content-length'];
-        if (cl !== undefined && !ctx.stream) headers['content-length'] = String(cl);
-        if (ctx.stream) {
-          headers['cache-control'] = 'no-cache';
-          headers['x-accel-buffering'] = 'no';
-        }
-        const body = r.body;
-        let first = true;
-        body.on('data', (chunk: Buffer) => {
+      /** Cancel the upstream request and settle the attempt now (undici's error callback is then ignored). */
+      const abort = (why: FailReason | 'client' | 'shutdown'): void => {
+        if (abortedBy !== null || settled) return;
+        abortedBy = why;
+        if (why === 'client' || why === 'shutdown') onClientGone(why);
+        else fail(why, why);
+        // undici may report the cancellation synchronously; the attempt is settled by now.
+        controller?.abort(new Error(why));
+      };
+
+      // Before the first byte of a stream the first-byte timeout applies too (whichever is sooner).
+      // A non-streaming answer comes all at once at the end, so only the deadline bounds it.
+      if (ctx.stream && this.o.firstByteMs < remaining()) {
+        timer = setTimeout(() => abort('first_byte_timeout'), this.o.firstByteMs);
+      } else {
+        armDeadline();
+      }
+      ctx.abortUpstream = abort;
+      let waitSet = this.waiting.get(w.id);
+      if (!waitSet) this.waiting.set(w.id, (waitSet = new Set()));
+      const onWorkerDown = (): void => abort('worker_down');
+      waitSet.add(onWorkerDown);
+      const stopWaiting = (): void => void waitSet.delete(onWorkerDown);
+
+      const handler: Dispatcher.DispatchHandler = {
+        onRequestStart(c) {
+          controller = c;
+          if (settled) c.abort(new Error(abortedBy ?? 'abandoned'));
+        },
+        onResponseStart(c, statusCode, headers) {
+          controller = c;
+          if (settled || statusCode < 200) return; // 1xx: the real head follows
+          status = statusCode;
+          ctx.upstreamStatus = status;
+          if (status >= 500) return; // collected below, then retried elsewhere
+          const ct = headers['content-type'];
+          resHeaders = {
+            'content-type': ct === undefined ? 'application/json' : String(ct),
+            'x-request-id': ctx.id,
+            'x-kvgate-worker': w.id,
+            'x-kvgate-prefix-hit': d.expectedPrefixHit.toFixed(3),
+          };
+          if (ctx.stream) {
+            resHeaders['cache-control'] = 'no-cache';
+            resHeaders['x-accel-buffering'] = 'no';
+          } else {
+            const cl = headers['content-length'];
+            if (cl !== undefined) resHeaders['content-length'] = String(cl);
+          }
+        },
+        onResponseData(c, chunk) {
           if (settled) return;
-          if (first) {
-            first = false;
+          if (status >= 500) {
+            if (errorText.length < 200) errorText += chunk.toString('utf8', 0, 200);
+            return;
+          }
+          if (!sentBytes) {
             ctx.ttftMs = clock.now() - ctx.startedAt;
             router.firstToken(ctx.id);
             if (ctx.stream) armDeadline();
             stopWaiting();
-            res.writeHead(status, headers);
+            res.writeHead(status, resHeaders!);
             sentBytes = true;
           }
           if (ctx.stream) tail = updateTail(tail, chunk);
           if (ctx.taps.length > 0) runTaps(ctx, chunk);
           if (!res.write(chunk)) {
-            body.pause();
-            res.once('drain', () => body.resume());
+            c.pause();
+            res.once('drain', () => c.resume());
           }
-        });
-        body.on('end', () => {
+        },
+        onResponseEnd() {
           if (settled) return;
-          if (first) {
+          if (status >= 500) {
+            fail('status_5xx', `worker ${w.id} answered ${status}: ${errorText.slice(0, 200)}`);
+            return;
+          }
+          if (!sentBytes) {
             ctx.ttftMs = clock.now() - ctx.startedAt;
             router.firstToken(ctx.id);
-            res.writeHead(status, headers);
+            res.writeHead(status, resHeaders ?? { 'x-request-id': ctx.id, 'x-kvgate-worker': w.id });
           }
           res.end();
           ctx.status = status;
           // A 4xx is the request's fault, not the worker's.
           breaker.onSuccess();
           finish(DONE, status < 400, status < 400 ? 'ok' : 'client_error');
-        });
-        body.on('error', (e: Error) => {
-          if (settled) return;
-          if (abortedBy === 'client' || abortedBy === 'shutdown') return onClientGone(abortedBy);
-          fail(abortedBy ?? 'stream_error', abortedBy ? abortedBy : e.message);
-        });
+        },
+        onResponseError(_c, e) {
+          if (settled || abortedBy !== null) return;
+          if (status === 0) fail('connect', `worker ${w.id} unreachable: ${errMessage(e)}`);
+          else fail('stream_error', errMessage(e));
+        },
       };
 
       const body = ctx.bodyModified ? Buffer.from(JSON.stringify(ctx.body)) : ctx.rawBody;
-      this.o.upstreams
-        .for(w.id, w.url)
-        .request({
+      this.o.upstreams.for(w.id, w.url).dispatch(
+        {
           method: 'POST',
           path: basePath(w) + ctx.path,
           headers: { 'content-type': 'application/json', 'x-request-id': ctx.id },
           body,
-          signal: cancel,
-        })
-        .then(onResponse, (e: Error) => {
-          if (settled) return;
-          if (abortedBy === 'client' || abortedBy === 'shutdown') return onClientGone(abortedBy);
-          if (abortedBy) return fail(abortedBy, abortedBy);
-          fail('connect', `worker ${w.id} unreachable: ${errMessage(e)}`);
-        });
+        },
+        handler,
+      );
     });
   }
 }
@@ -297,20 +305,6 @@ function runTaps(ctx: RequestContext, chunk: Buffer): void {
     } catch {
       ctx.taps.splice(i--, 1);
     }
-  }
-}
-
-/**
- * The cancel signal handed to undici. undici accepts an EventEmitter with an 'abort' event in
- * place of an AbortSignal; it is several times cheaper to create than an AbortController, and one
- * is made per upstream attempt.
- */
-class CancelSignal extends EventEmitter {
-  aborted = false;
-  abort(): void {
-    if (this.aborted) return;
-    this.aborted = true;
-    this.emit('abort');
   }
 }
 
