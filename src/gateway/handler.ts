@@ -183,14 +183,13 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       ctx.routeRequest = buildRouteRequest(id, body.model, body, req, prompt);
 
       if (d.stages.length > 0 && (await runStages(d.stages, ctx)) === 'handled') {
+        // Shutdown while a stage held the request (e.g. queued for admission): answer it.
+        if (ctx.abortReason === 'shutdown' && !res.headersSent) throw errors.shuttingDown();
         if (ctx.status === 0) ctx.status = ctx.aborted ? 499 : res.statusCode;
         return;
       }
-      if (ctx.aborted) {
-        ctx.status = 499;
-        return;
-      }
-      await d.proxy.forward(ctx);
+      if (!ctx.aborted) await d.proxy.forward(ctx);
+      if (ctx.abortReason === 'shutdown' && !res.headersSent) throw errors.shuttingDown();
       if (ctx.aborted && ctx.status === 0) ctx.status = 499;
     } catch (e) {
       const err = e instanceof ApiError ? e : errors.internal((e as Error)?.message ?? String(e));

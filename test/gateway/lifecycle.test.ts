@@ -107,3 +107,24 @@ test('services share the gateway’s lifecycle', async () => {
   assert.deepEqual(calls, ['start a', 'start b', 'close a', 'close b']);
   await sims[0]!.close();
 });
+
+test('a request held by a stage at shutdown gets a clean 503', async () => {
+  const sims = await startSims(1);
+  const { gw, url } = await startGateway([sims[0]!.url], { ...quietFleet, shutdown: { graceMs: 100 } });
+  gw.use({
+    name: 'queue-forever',
+    async handle(ctx) {
+      // An admission queue that never admits: it gives up when the request is aborted.
+      while (!ctx.aborted) await new Promise((r) => setTimeout(r, 10));
+      return 'handled' as const;
+    },
+  });
+  const pending = post(url + '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hi' }] });
+  await waitFor(() => gw.inflight === 1);
+  await gw.close();
+  const r = await pending;
+  assert.equal(r.status, 503);
+  assert.equal(r.json.error.code, 'shutting_down');
+  assert.equal(r.headers.get('retry-after'), '1');
+  await sims[0]!.close();
+});
