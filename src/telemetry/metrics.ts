@@ -3,7 +3,7 @@
  * live in one process (tests, the bench). Per-worker gauges are computed at scrape time from the
  * worker registry, so the request path never touches them.
  */
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { WorkerRegistry } from '../fleet/registry.js';
 
 const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
@@ -47,6 +47,8 @@ export class GatewayMetrics {
 
   constructor(fleet: WorkerRegistry, staleAfterMs: number, now: () => number) {
     const r = this.registry;
+    // Process CPU, memory, event-loop lag, GC: kvgate_process_*, kvgate_nodejs_*.
+    collectDefaultMetrics({ register: r, prefix: 'kvgate_' });
     this.requests = new Counter({
       name: 'kvgate_requests_total',
       help: 'Requests answered, by route, model and HTTP status',

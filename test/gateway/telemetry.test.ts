@@ -28,6 +28,7 @@ test('/metrics has the kvgate_ series after traffic; /admin/workers describes ea
     assert.equal(metricValue(m, 'kvgate_worker_stale', { worker: 'w1' }), 0);
     assert.ok(metricValue(m, 'kvgate_worker_kv_usage_ratio', { worker: 'w0' }) !== undefined);
     assert.match(m, /# TYPE kvgate_scrape_failures_total counter/);
+    assert.match(m, /kvgate_nodejs_eventloop_lag_seconds /);
 
     const workers = (await (await fetch(url + '/admin/workers')).json()) as any[];
     assert.equal(workers.length, 2);
