@@ -216,7 +216,8 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext): void {
   const durationMs = d.clock.now() - ctx.startedAt;
   m.requestsBy.get(route, model, String(ctx.status)).inc();
   m.durationBy.get(route, model).observe(durationMs / 1000);
-  if (ctx.ttftMs !== null) m.ttftBy.get(route, model).observe(ctx.ttftMs / 1000);
+  // A non-streamed answer arrives all at once: its first byte is its last, not a TTFT.
+  if (ctx.ttftMs !== null && ctx.stream) m.ttftBy.get(route, model).observe(ctx.ttftMs / 1000);
   for (const f of ctx.onFinish) {
     try {
       f(ctx);

@@ -57,7 +57,7 @@ export class GatewayMetrics {
     });
     this.ttft = new Histogram({
       name: 'kvgate_request_ttft_seconds',
-      help: 'Time from request arrival to the first response body byte relayed to the client',
+      help: 'Streamed requests: time from arrival to the first response body byte relayed to the client',
       labelNames: ['route', 'model'],
       buckets: LATENCY_BUCKETS,
       registers: [r],

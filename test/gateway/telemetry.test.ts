@@ -17,7 +17,7 @@ test('/metrics has the kvgate_ series after traffic; /admin/workers describes ea
     const m = await (await fetch(url + '/metrics')).text();
     assert.equal(metricValue(m, 'kvgate_requests_total', { route: 'chat', model: MODEL, status: '200' }), 4);
     assert.equal(metricValue(m, 'kvgate_requests_total', { route: 'chat', model: 'unknown', status: '400' }), 1);
-    assert.equal(metricValue(m, 'kvgate_request_ttft_seconds_count', { route: 'chat', model: MODEL }), 4);
+    assert.equal(metricValue(m, 'kvgate_request_ttft_seconds_count', { route: 'chat', model: MODEL }), 2, 'streamed requests only');
     assert.equal(metricValue(m, 'kvgate_request_duration_seconds_count', { route: 'chat', model: MODEL }), 4);
     assert.equal(metricValue(m, 'kvgate_inflight_requests'), 0);
     const attempts = (metricValue(m, 'kvgate_upstream_attempts_total', { worker: 'w0', outcome: 'ok' }) ?? 0) +
