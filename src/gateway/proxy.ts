@@ -11,7 +11,8 @@
  * - Once bytes have reached the client nothing is retried: a failing stream ends with an SSE error
  *   event (see api/sse.ts), a failing JSON response is cut (the client sees a truncated body).
  * - The client going away aborts the upstream request, so the worker frees the sequence.
- * Router.firstToken and Router.complete are called exactly once per attempt on every path.
+ * Router.complete is called exactly once per attempt on every path, Router.firstToken once when
+ * the attempt's first body byte arrives.
  */
 import type { Dispatcher } from 'undici';
 import { ApiError, errors } from '../api/errors.js';
@@ -42,6 +43,7 @@ type AttemptResult = { done: true } | { done: false; error: ApiError };
 type FailReason = 'connect' | 'status_5xx' | 'first_byte_timeout' | 'deadline' | 'stream_error' | 'worker_down';
 
 const DONE: AttemptResult = { done: true };
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** Path prefix of a worker URL ('' for a bare origin), cached per worker. */
 const basePaths = new WeakMap<WorkerState, string>();
@@ -120,7 +122,8 @@ export class Proxy {
 
     return new Promise<AttemptResult>((resolve) => {
       let timer: NodeJS.Timeout | null = null;
-      const remaining = (): number => Math.max(0, ctx.deadlineAt - clock.now());
+      // setTimeout treats anything above 2^31−1 ms as 1 ms: clamp absurdly distant deadlines.
+      const remaining = (): number => Math.min(MAX_TIMER_MS, Math.max(0, ctx.deadlineAt - clock.now()));
       const armDeadline = (): void => {
         if (timer) clearTimeout(timer);
         timer = setTimeout(() => abort('deadline'), remaining());
