@@ -11,7 +11,9 @@ let url: string;
 
 before(async () => {
   sims = await startSims(1);
-  ({ gw, url } = await startGateway(sims.map((s) => s.url), { limits: { maxBodyBytes: 2048 } }));
+  // Slow health probes: a test below takes the worker out by hand and must not be overruled.
+  ({ gw, url } = await startGateway(sims.map((s) => s.url), { limits: { maxBodyBytes: 2048 }, health: { intervalMs: 60_000 } }));
+  await gw.health.probeAll();
 });
 
 after(async () => {
