@@ -8,6 +8,7 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { formatPath } from './api/schemas.js';
 import type { WorkerIdentity } from './fleet/worker-state.js';
+import { parseTokenizerSpec } from './tokenizer/registry.js';
 
 /** The routing policy used when the config names none. */
 export const DEFAULT_POLICY_NAME = 'least-load';
@@ -42,6 +43,14 @@ const pool = z.strictObject({
 });
 
 const ms = z.number().positive();
+
+const tokenizerSpec = z.string().superRefine((spec, ctx) => {
+  try {
+    parseTokenizerSpec(spec);
+  } catch (e) {
+    ctx.addIssue({ code: 'custom', message: (e as Error).message });
+  }
+});
 
 export const configSchema = z
   .strictObject({
@@ -109,6 +118,15 @@ export const configSchema = z
       })
       .prefault({}),
     shutdown: z.strictObject({ graceMs: z.number().min(0).default(10_000) }).prefault({}),
+    tokenizers: z
+      .strictObject({
+        /** Spec for models not listed: 'estimate', 'hf:<path to tokenizer.json>' or 'remote'. */
+        default: tokenizerSpec.default('estimate'),
+        models: z.record(z.string(), tokenizerSpec).default({}),
+        /** Timeout of a worker's /tokenize for 'remote' (then the estimate is used). */
+        remoteTimeoutMs: ms.default(250),
+      })
+      .prefault({}),
     log: z
       .strictObject({
         level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),

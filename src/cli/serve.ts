@@ -91,6 +91,11 @@ export async function run(argv: string[]): Promise<number> {
   try {
     await gateway.start();
   } catch (e) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`kvgate serve: ${values.config}: ${e.message}\n`);
+      await gateway.close();
+      return 2;
+    }
     process.stderr.write(`kvgate serve: cannot listen on ${config.listen.host}:${config.listen.port}: ${(e as Error).message}\n`);
     await gateway.close();
     return 1;

@@ -17,7 +17,7 @@ import { Router } from '../scheduler/router.js';
 import type { Policy } from '../scheduler/types.js';
 import { createLogger, flushLogger, type Logger } from '../telemetry/logger.js';
 import { GatewayMetrics } from '../telemetry/metrics.js';
-import { estimateTokenizer } from '../tokenizer/estimate.js';
+import { TokenizerRegistry, type PromptTokenizer } from '../tokenizer/registry.js';
 import type { Tokenizer } from '../tokenizer/types.js';
 import { systemClock, type Clock } from '../util/clock.js';
 import { seededRng, type Rng } from '../util/rng.js';
@@ -30,7 +30,10 @@ export interface GatewayOptions {
   clock?: Clock;
   logger?: Logger;
   rng?: Rng;
-  /** Tokenizer per model (default: the shared `estimate` tokenizer for every model). */
+  /**
+   * Tokenizer per model, overriding `config.tokenizers` (which defaults to the shared `estimate`
+   * tokenizer for every model).
+   */
   tokenizerFor?: (model: string) => Tokenizer;
   /** Start the scraper and health prober with start() (default true; tests may drive them by hand). */
   watchFleet?: boolean;
@@ -143,6 +146,19 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     retryAfterSeconds: config.limits.retryAfterSeconds,
   });
 
+  // Built in start(): `hf:` tokenizers load their files asynchronously.
+  let tokenizers: { for(model: string): PromptTokenizer } | null = null;
+  if (opts.tokenizerFor) {
+    const byModel = new Map<string, PromptTokenizer>();
+    const fixed = opts.tokenizerFor;
+    tokenizers = {
+      for(model) {
+        let t = byModel.get(model);
+        if (!t) byModel.set(model, (t = syncPromptTokenizer(fixed(model))));
+        return t;
+      },
+    };
+  }
   const stages: GatewayStage[] = [];
   const services: GatewayService[] = [];
   const active = new Set<RequestContext>();
@@ -155,7 +171,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     logger,
     clock,
     stages,
-    tokenizerFor: opts.tokenizerFor ?? (() => estimateTokenizer),
+    tokenizerFor: (model) => tokenizers!.for(model),
     active,
     isClosing: () => closing,
   });
@@ -188,6 +204,16 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     },
     async start() {
       if (started) return started;
+      if (!tokenizers) {
+        try {
+          tokenizers = await TokenizerRegistry.create(config.tokenizers.models, {
+            default: config.tokenizers.default,
+            remoteTimeoutMs: config.tokenizers.remoteTimeoutMs,
+          });
+        } catch (e) {
+          throw new ConfigError([`tokenizers: ${(e as Error).message}`]);
+        }
+      }
       await new Promise<void>((resolve, reject) => {
         server.once('error', reject);
         server.listen(config.listen.port, config.listen.host, () => {
@@ -236,6 +262,15 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
       })();
       return closed;
     },
+  };
+}
+
+/** A fixed synchronous tokenizer in the registry's shape. */
+function syncPromptTokenizer(t: Tokenizer): PromptTokenizer {
+  return {
+    spec: t.name,
+    sync: t,
+    tokenize: async (text) => ({ tokens: t.encode(text), tokenizer: t.name, ms: 0 }),
   };
 }
 

@@ -12,7 +12,7 @@ import type { GatewayConfig } from '../config.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { Logger } from '../telemetry/logger.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
-import type { Tokenizer } from '../tokenizer/types.js';
+import type { PromptTokenizer } from '../tokenizer/registry.js';
 import type { Clock } from '../util/clock.js';
 import type { InferenceKind, RequestContext } from './context.js';
 import { buildRouteRequest, preparePrompt, requestBudgetMs } from './prepare.js';
@@ -27,7 +27,8 @@ export interface HandlerDeps {
   logger: Logger;
   clock: Clock;
   stages: GatewayStage[];
-  tokenizerFor: (model: string) => Tokenizer;
+  /** The prompt tokenizer for a model (synchronous ones are used inline). */
+  tokenizerFor: (model: string) => PromptTokenizer;
   /** Requests in progress (for graceful shutdown). */
   active: Set<RequestContext>;
   isClosing: () => boolean;
@@ -176,11 +177,19 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       const workers = fleet.forModel(body.model);
       if (!workers) throw errors.modelNotFound(body.model);
       ctx.candidates = workers;
-      const prompt = preparePrompt(kind, body, d.tokenizerFor(body.model), config.timeouts.assumedMaxTokens);
+      const tokenizer = d.tokenizerFor(body.model);
+      const prompt = preparePrompt(kind, body, tokenizer.sync, config.timeouts.assumedMaxTokens);
+      if (prompt.promptTokens === null) {
+        // An asynchronous tokenizer ('remote'): ask a worker of the model; it degrades to the
+        // estimate by itself if that fails, so this never fails the request.
+        const any = workers.find((w) => w.healthy && !w.circuitOpen) ?? workers[0];
+        const t = await tokenizer.tokenize(prompt.promptText, { model: body.model, workerUrl: any?.url });
+        prompt.promptTokens = t.tokens;
+      }
       ctx.maxTokens = prompt.maxTokens;
       ctx.maxTokensExplicit = prompt.maxTokensExplicit;
       ctx.deadlineAt = startedAt + requestBudgetMs(prompt.maxTokens, config.timeouts);
-      ctx.routeRequest = buildRouteRequest(id, body.model, body, req, prompt);
+      ctx.routeRequest = buildRouteRequest(id, body.model, body, req, prompt as typeof prompt & { promptTokens: ArrayLike<number> });
 
       if (d.stages.length > 0 && (await runStages(d.stages, ctx)) === 'handled') {
         // Shutdown while a stage held the request (e.g. queued for admission): answer it.

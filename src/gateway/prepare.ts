@@ -6,6 +6,7 @@ import type { IncomingMessage } from 'node:http';
 import type { ChatCompletionRequest, CompletionRequest } from '../api/schemas.js';
 import type { RouteRequest } from '../scheduler/types.js';
 import { renderChat } from '../tokenizer/chat-template.js';
+import { estimateTokenizer } from '../tokenizer/estimate.js';
 import type { Tokenizer } from '../tokenizer/types.js';
 import type { InferenceKind } from './context.js';
 
@@ -31,24 +32,30 @@ export function requestBudgetMs(maxTokens: number, p: DeadlinePolicy): number {
 
 export interface PreparedPrompt {
   promptText: string;
-  promptTokens: ArrayLike<number>;
+  /** Null when the prompt is text and no synchronous tokenizer was given (tokenize it next). */
+  promptTokens: ArrayLike<number> | null;
   maxTokens: number;
   maxTokensExplicit: boolean;
 }
 
+/**
+ * The prompt as the worker will see it and its output budget. Text prompts are tokenized here
+ * when `tokenizer` is synchronous; otherwise `promptTokens` is null and the caller tokenizes.
+ */
 export function preparePrompt(
   kind: InferenceKind,
   body: ChatCompletionRequest | CompletionRequest,
-  tokenizer: Tokenizer,
+  tokenizer: Tokenizer | null,
   assumedMaxTokens: number,
 ): PreparedPrompt {
+  const encode = (text: string): ArrayLike<number> | null => (tokenizer ? tokenizer.encode(text) : null);
   if (kind === 'chat') {
     const b = body as ChatCompletionRequest;
     const promptText = renderChat(b.messages);
     const explicit = b.max_completion_tokens ?? b.max_tokens ?? undefined;
     return {
       promptText,
-      promptTokens: tokenizer.encode(promptText),
+      promptTokens: encode(promptText),
       maxTokens: explicit ?? assumedMaxTokens,
       maxTokensExplicit: explicit !== undefined,
     };
@@ -59,14 +66,15 @@ export function preparePrompt(
   const p = b.prompt;
   // A batch of prompts is routed on its first: they usually share a prefix and go to one worker.
   if (typeof p === 'string') {
-    return { promptText: p, promptTokens: tokenizer.encode(p), maxTokens, maxTokensExplicit: explicit !== undefined };
+    return { promptText: p, promptTokens: encode(p), maxTokens, maxTokensExplicit: explicit !== undefined };
   }
   const first = p[0]!;
   if (typeof first === 'string') {
-    return { promptText: first, promptTokens: tokenizer.encode(first), maxTokens, maxTokensExplicit: explicit !== undefined };
+    return { promptText: first, promptTokens: encode(first), maxTokens, maxTokensExplicit: explicit !== undefined };
   }
   const ids = typeof first === 'number' ? (p as number[]) : (first as number[]);
-  return { promptText: tokenizer.decode(ids), promptTokens: ids, maxTokens, maxTokensExplicit: explicit !== undefined };
+  // Token ids need no tokenizer; their text is only for policies that match characters.
+  return { promptText: estimateTokenizer.decode(ids), promptTokens: ids, maxTokens, maxTokensExplicit: explicit !== undefined };
 }
 
 export function buildRouteRequest(
@@ -74,7 +82,7 @@ export function buildRouteRequest(
   model: string,
   body: ChatCompletionRequest | CompletionRequest,
   req: IncomingMessage,
-  prompt: PreparedPrompt,
+  prompt: PreparedPrompt & { promptTokens: ArrayLike<number> },
 ): RouteRequest {
   const header = req.headers['x-session-id'];
   const sessionKey = body.user ?? (typeof header === 'string' && header !== '' ? header : undefined);

@@ -93,3 +93,11 @@ test('serves a worker from a config file and exits 0 on SIGTERM', async () => {
     sim = null;
   }
 });
+
+test('a tokenizer file that cannot be loaded exits 2 naming the model', async () => {
+  const file = join(dir, 'tok.yaml');
+  writeFileSync(file, `workers:\n  - url: http://127.0.0.1:9\n    model: m\ntokenizers:\n  models:\n    m: hf:${join(dir, 'missing-tokenizer.json')}\nlisten:\n  port: 0\nlog:\n  level: silent\n`);
+  const r = await runCli(['serve', '--config', file]);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /tokenizers: tokenizer for model 'm'/);
+});

@@ -81,3 +81,19 @@ test('a stage can rewrite the body (re-serialised) and observe the relayed bytes
   assert.equal(f.bytes, Buffer.byteLength(r.text));
   assert.ok(f.promptTokens > 0);
 });
+
+test('with the remote tokenizer the prompt is tokenized by a worker of the model', async () => {
+  const g = await startGateway(sims.map((s) => s.url), { tokenizers: { models: { [MODEL]: 'remote' } } });
+  try {
+    let seen: number[] = [];
+    g.gw.use({ name: 'peek', handle: (ctx) => ((seen = Array.from(ctx.routeRequest.promptTokens)), 'continue') });
+    const prompt = 'The quick brown fox jumps over the lazy dog';
+    const r = await post(g.url + '/v1/completions', { model: MODEL, prompt, max_tokens: 2 });
+    assert.equal(r.status, 200);
+    const direct = await post(sims[0]!.url + '/tokenize', { model: MODEL, prompt });
+    assert.equal(direct.status, 200);
+    assert.deepEqual(seen, direct.json.tokens);
+  } finally {
+    await g.gw.close();
+  }
+});
