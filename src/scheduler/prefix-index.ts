@@ -108,6 +108,7 @@ export class PrefixIndex {
   private tKeys: Float64Array;
   private tVals: Int32Array;
   private tMask: number;
+  private tShift: number;
 
   // Entries (one per distinct block hash).
   private eHash: Float64Array;
@@ -166,6 +167,7 @@ export class PrefixIndex {
     this.tKeys = new Float64Array(size);
     this.tVals = new Int32Array(size);
     this.tMask = size - 1;
+    this.tShift = 32 - Math.log2(size);
     this.eHash = new Float64Array(n);
     this.eMask = new Uint32Array(n * this.words);
     this.eFirst = new Int32Array(n);
@@ -639,12 +641,20 @@ export class PrefixIndex {
     this.entryCount--;
   }
 
-  /** Entry id of `hash`, or -1. Linear probing on the hash's low 32 bits (already mixed). */
+  /**
+   * Home slot of `hash`: Fibonacci hashing of both halves, so keys whose low bits are poorly
+   * mixed (folded external hashes, test data) still spread over the table.
+   */
+  private slot(hash: number): number {
+    return Math.imul((hash >>> 0) ^ ((hash / 4294967296) >>> 0), 0x9e3779b1) >>> this.tShift;
+  }
+
+  /** Entry id of `hash`, or -1. Linear probing. */
   private find(hash: number): number {
     const keys = this.tKeys;
     const vals = this.tVals;
     const mask = this.tMask;
-    let i = (hash >>> 0) & mask;
+    let i = this.slot(hash);
     for (;;) {
       const v = vals[i]!;
       if (v === 0) return -1;
@@ -654,7 +664,7 @@ export class PrefixIndex {
   }
 
   private tableInsert(hash: number, e: number): void {
-    let i = (hash >>> 0) & this.tMask;
+    let i = this.slot(hash);
     while (this.tVals[i] !== 0) i = (i + 1) & this.tMask;
     this.tKeys[i] = hash;
     this.tVals[i] = e + 1;
@@ -665,7 +675,7 @@ export class PrefixIndex {
     const keys = this.tKeys;
     const vals = this.tVals;
     const mask = this.tMask;
-    let i = (hash >>> 0) & mask;
+    let i = this.slot(hash);
     while (vals[i] !== 0 && keys[i] !== hash) i = (i + 1) & mask;
     if (vals[i] === 0) return;
     vals[i] = 0;
@@ -673,7 +683,7 @@ export class PrefixIndex {
     for (;;) {
       j = (j + 1) & mask;
       if (vals[j] === 0) return;
-      const k = (keys[j]! >>> 0) & mask;
+      const k = this.slot(keys[j]!);
       const between = i <= j ? i < k && k <= j : i < k || k <= j;
       if (between) continue;
       keys[i] = keys[j]!;
@@ -722,6 +732,7 @@ export class PrefixIndex {
     this.tKeys = new Float64Array(size);
     this.tVals = new Int32Array(size);
     this.tMask = size - 1;
+    this.tShift = 32 - Math.log2(size);
     for (let i = 0; i < oldVals.length; i++) if (oldVals[i] !== 0) this.tableInsert(oldKeys[i]!, oldVals[i]! - 1);
     this.nodeCap = n;
   }
