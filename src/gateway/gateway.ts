@@ -23,6 +23,7 @@ import { systemClock, type Clock } from '../util/clock.js';
 import { seededRng, type Rng } from '../util/rng.js';
 import type { RequestContext } from './context.js';
 import { createHandler } from './handler.js';
+import { kvEventsService } from './kv-events-service.js';
 import { Proxy } from './proxy.js';
 import type { GatewayStage } from './stages.js';
 
@@ -104,6 +105,13 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     throw new ConfigError([`policy: ${(e as Error).message}`]);
   }
   const router = new Router({ policy, clock, rng, staleAfterMs: config.scrape.staleAfterMs });
+  const index = policy.prefixIndex;
+  if (index) {
+    registry.addDescriber((w) => {
+      const st = index.workerStatus(w.id);
+      return st ? { prefixIndex: { source: st.source, reason: st.reason, blocks: st.blocks, capacity: st.capacity } } : {};
+    });
+  }
   const describeWorker = (policy as { describeWorker?: WorkerDescriber }).describeWorker;
   if (typeof describeWorker === 'function') registry.addDescriber((w) => describeWorker.call(policy, w));
 
@@ -180,6 +188,14 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   // Long generations are bounded by the request deadline, not by Node's default request timeout.
   server.requestTimeout = 0;
   server.headersTimeout = 60_000;
+
+  if (config.kvEvents.length > 0) {
+    if (index) {
+      services.push(kvEventsService({ endpoints: config.kvEvents, index, fleet: registry, scraper, clock, logger }));
+    } else {
+      logger.warn({ policy: policy.name }, 'kvEvents are configured but the policy keeps no prefix index: ignored');
+    }
+  }
 
   let started: { url: string; port: number } | null = null;
   let closed: Promise<void> | null = null;

@@ -18,7 +18,7 @@ export async function startSims(n: number, opts: { speed?: number; numGpuBlocks?
 export function configFor(urls: string[], extra: Partial<RawConfig> = {}) {
   return parseConfig({
     listen: { host: '127.0.0.1', port: 0 },
-    pools: [{ name: 'main', model: MODEL, workers: urls.map((url, i) => ({ url, id: `w${i}` })) }],
+    pools: urls.length > 0 ? [{ name: 'main', model: MODEL, workers: urls.map((url, i) => ({ url, id: `w${i}` })) }] : [],
     scrape: { intervalMs: 100 },
     health: { intervalMs: 100, failuresToMarkDown: 2 },
     log: { level: 'silent' },

@@ -1,0 +1,40 @@
+/** KV-cache events from real simulated workers feed the kvgate policy's prefix index through the gateway. */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { startSimWorker } from '../../src/sim/worker-server.js';
+import { MODEL, post, startGateway, waitFor } from './helpers.js';
+
+test('subscribers start with the gateway, the index learns from events, /admin/workers shows both', async () => {
+  const sims = await Promise.all(
+    [0, 1].map(() => startSimWorker({ port: 0, model: MODEL, speed: 100, kvEvents: { endpoint: 'tcp://127.0.0.1:0', replayEndpoint: 'tcp://127.0.0.1:0' } })),
+  );
+  const { gw, url } = await startGateway([], {
+    pools: [
+      {
+        name: 'main',
+        model: MODEL,
+        workers: sims.map((s, i) => ({ url: s.url, id: `w${i}`, kvEvents: { endpoint: s.kvEventsEndpoint!, replayEndpoint: s.kvReplayEndpoint! } })),
+      },
+    ],
+    policy: { name: 'kvgate' },
+  });
+  try {
+    const system = 'You are a meticulous assistant who answers in full sentences. '.repeat(30);
+    const first = await post(url + '/v1/chat/completions', { model: MODEL, messages: [{ role: 'system', content: system }, { role: 'user', content: 'one' }], max_tokens: 4 });
+    assert.equal(first.status, 200);
+    const home = first.headers.get('x-kvgate-worker')!;
+    const describe = async () => ((await (await fetch(url + '/admin/workers')).json()) as any[]).find((w) => w.id === home);
+    await waitFor(async () => {
+      const d = await describe();
+      return d.kvEvents?.source === 'events' && d.kvEvents.batches > 0 && d.prefixIndex?.blocks > 0;
+    }, 5000);
+    const d = await describe();
+    assert.equal(d.prefixIndex.source, 'events');
+    const second = await post(url + '/v1/chat/completions', { model: MODEL, messages: [{ role: 'system', content: system }, { role: 'user', content: 'two' }], max_tokens: 4 });
+    assert.equal(second.headers.get('x-kvgate-worker'), home, 'the shared prefix draws the request to its cache');
+    assert.ok(Number(second.headers.get('x-kvgate-prefix-hit')) > 0.5);
+  } finally {
+    await gw.close();
+    await Promise.all(sims.map((s) => s.close()));
+  }
+});
