@@ -12,6 +12,7 @@ import { parseTokenizerSpec } from './tokenizer/registry.js';
 
 /** The routing policy used when the config names none. */
 export const DEFAULT_POLICY_NAME = 'least-load';
+export const DEFAULT_SCRAPE_INTERVAL_MS = 1000;
 
 /** Where a worker publishes its KV-cache events (vLLM's --kv-events-config, ZeroMQ). */
 const kvEvents = z.strictObject({
@@ -78,7 +79,8 @@ export const configSchema = z
       .prefault({}),
     scrape: z
       .strictObject({
-        intervalMs: ms.default(1_000),
+        /** Default 1000 ms, or the policy's own published interval when it has one (llm-d: 50 ms). */
+        intervalMs: ms.optional(),
         timeoutMs: ms.optional(),
         staleAfterMs: ms.default(5_000),
       })
@@ -138,7 +140,7 @@ export const configSchema = z
     if (c.pools.length === 0 && c.workers.length === 0) {
       ctx.addIssue({ code: 'custom', path: ['pools'], message: 'at least one worker is required (in pools or workers)' });
     }
-    if (c.scrape.timeoutMs !== undefined && c.scrape.timeoutMs >= c.scrape.intervalMs) {
+    if (c.scrape.timeoutMs !== undefined && c.scrape.timeoutMs >= (c.scrape.intervalMs ?? DEFAULT_SCRAPE_INTERVAL_MS)) {
       ctx.addIssue({ code: 'custom', path: ['scrape', 'timeoutMs'], message: 'must be shorter than scrape.intervalMs' });
     }
     if (c.health.timeoutMs !== undefined && c.health.timeoutMs >= c.health.intervalMs) {
@@ -171,7 +173,12 @@ export interface GatewayConfig extends Omit<Parsed, 'pools' | 'workers' | 'scrap
   workers: WorkerIdentity[];
   /** Workers that publish KV-cache events, and where. */
   kvEvents: WorkerKvEvents[];
-  scrape: Parsed['scrape'] & { timeoutMs: number };
+  scrape: Parsed['scrape'] & {
+    intervalMs: number;
+    timeoutMs: number;
+    /** False when the interval is the default (a policy may then bring its own). */
+    intervalExplicit: boolean;
+  };
   health: Parsed['health'] & { timeoutMs: number };
 }
 
@@ -225,7 +232,12 @@ export function parseConfig(input: unknown): GatewayConfig {
     workers,
     kvEvents: kv,
     // A timeout shorter than the interval keeps one worker's checks from ever overlapping.
-    scrape: { ...c.scrape, timeoutMs: c.scrape.timeoutMs ?? Math.floor(c.scrape.intervalMs * 0.8) },
+    scrape: {
+      ...c.scrape,
+      intervalMs: c.scrape.intervalMs ?? DEFAULT_SCRAPE_INTERVAL_MS,
+      timeoutMs: c.scrape.timeoutMs ?? Math.floor((c.scrape.intervalMs ?? DEFAULT_SCRAPE_INTERVAL_MS) * 0.8),
+      intervalExplicit: c.scrape.intervalMs !== undefined,
+    },
     health: { ...c.health, timeoutMs: c.health.timeoutMs ?? Math.floor(c.health.intervalMs * 0.8) },
   };
 }

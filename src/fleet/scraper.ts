@@ -24,11 +24,13 @@ const MAX_METRICS_BYTES = 8 * 1024 * 1024;
 
 export class MetricsScraper {
   private readonly loop: PerWorkerLoop<WorkerState>;
+  readonly intervalMs: number;
 
   constructor(
     workers: readonly WorkerState[],
     private readonly opts: ScraperOptions,
   ) {
+    this.intervalMs = opts.intervalMs;
     this.loop = new PerWorkerLoop(workers, opts.intervalMs, (w) => this.scrape(w));
   }
 

@@ -120,9 +120,13 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     keepAliveTimeoutMs: config.upstream.keepAliveTimeoutMs,
     connectTimeoutMs: config.timeouts.connectMs,
   });
+  // A policy published with its own metrics interval (llm-d polls every 50 ms) gets it unless the
+  // config sets one.
+  const scrapeIntervalMs =
+    !config.scrape.intervalExplicit && policy.scrapeIntervalMs !== undefined ? policy.scrapeIntervalMs : config.scrape.intervalMs;
   const scraper = new MetricsScraper(registry.workers, {
-    intervalMs: config.scrape.intervalMs,
-    timeoutMs: config.scrape.timeoutMs,
+    intervalMs: scrapeIntervalMs,
+    timeoutMs: Math.min(config.scrape.timeoutMs, Math.max(1, Math.floor(scrapeIntervalMs * 0.8))),
     clock,
     upstreams,
     onResult: (w, error) => {

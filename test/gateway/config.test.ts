@@ -4,6 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { ConfigError, DEFAULT_POLICY_NAME, loadConfigFile, parseConfig } from '../../src/config.js';
+import { createGateway } from '../../src/gateway/gateway.js';
+import { createLogger } from '../../src/telemetry/logger.js';
 
 const problems = (input: unknown): string[] => {
   try {
@@ -97,4 +99,19 @@ test('tokenizer specs are checked per model', () => {
   assert.deepEqual(c.tokenizers, { default: 'estimate', models: { m: 'remote' }, remoteTimeoutMs: 250 });
   assert.match(problems({ workers: [{ url: 'http://a:1', model: 'm' }], tokenizers: { models: { m: 'sentencepiece' } } })[0]!, /^tokenizers\.models\.m: unknown tokenizer/);
   assert.match(problems({ workers: [{ url: 'http://a:1', model: 'm' }], tokenizers: { default: 'hf:' } })[0]!, /^tokenizers\.default: /);
+});
+
+test('a policy’s own metrics interval applies unless the config sets one; unknown policies are config errors', async () => {
+  const base = { workers: [{ url: 'http://127.0.0.1:9', model: 'm' }] };
+  const logger = createLogger({ level: 'silent' });
+  const interval = async (extra: object) => {
+    const gw = createGateway(parseConfig({ ...base, ...extra }), { logger });
+    const v = gw.scraper.intervalMs;
+    await gw.close();
+    return v;
+  };
+  assert.equal(await interval({ policy: { name: 'llm-d' } }), 50);
+  assert.equal(await interval({ policy: { name: 'llm-d' }, scrape: { intervalMs: 1000 } }), 1000);
+  assert.equal(await interval({ policy: { name: 'least-load' } }), 1000);
+  assert.throws(() => createGateway(parseConfig({ ...base, policy: { name: 'nope' } }), { logger }), (e: unknown) => e instanceof ConfigError && /^policy: unknown policy 'nope'/.test(e.problems[0]!));
 });
