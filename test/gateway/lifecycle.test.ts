@@ -9,7 +9,7 @@ const quietFleet = { health: { intervalMs: 60_000 }, scrape: { intervalMs: 60_00
 
 test('a generation longer than the first-byte timeout, at a healthy pace, is not cut off', async () => {
   // 12 tokens, one every 40 ms: ~480 ms in all, far beyond firstByteMs (100 ms) but within
-  // firstByteMs + max_tokens / minTokensPerSecond = 100 + 12 / 20 s = 700 ms.
+  // firstByteMs + max_tokens / minTokensPerSecond = 100 ms + 12 / 10 s = 1,300 ms.
   const stub = await startStub((req, res) => {
     req.resume();
     res.writeHead(200, { 'content-type': 'text/event-stream' });
@@ -22,13 +22,14 @@ test('a generation longer than the first-byte timeout, at a healthy pace, is not
       }
     }, 40);
   });
-  const { gw, url } = await startGateway([stub.url], { ...quietFleet, timeouts: { firstByteMs: 100, minTokensPerSecond: 20 } });
+  const { gw, url } = await startGateway([stub.url], { ...quietFleet, timeouts: { firstByteMs: 100, minTokensPerSecond: 10 } });
   try {
     const r = await post(url + '/v1/chat/completions', { model: MODEL, stream: true, max_tokens: 12, messages: [{ role: 'user', content: 'go' }] });
     const events = parseSse(r.text);
     assert.equal(events.at(-1), '[DONE]');
     assert.equal(events.length, 13);
-    // The same pace with a smaller budget is cut at the deadline, with an error event.
+    // The same pace with a smaller budget (100 ms + 2 / 10 s = 300 ms) is cut at the deadline,
+    // with an error event.
     const r2 = await post(url + '/v1/chat/completions', { model: MODEL, stream: true, max_tokens: 2, messages: [{ role: 'user', content: 'go' }] });
     const e2 = parseSse(r2.text);
     assert.equal(e2.at(-1).error.code, 'deadline_exceeded');
