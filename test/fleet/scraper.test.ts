@@ -48,7 +48,7 @@ test('garbage, errors and timeouts mark the scrape failed and the data goes stal
   });
   const ups = new Upstreams(upstreamOpts);
   const w = new WorkerState({ id: 'w', url: stub.url, pool: 'p', model: 'm' });
-  const scraper = new MetricsScraper([w], { intervalMs: 200, timeoutMs: 100, clock: systemClock, upstreams: ups });
+  const scraper = new MetricsScraper([w], { intervalMs: 1000, timeoutMs: 300, clock: systemClock, upstreams: ups });
   try {
     await scraper.scrape(w);
     assert.equal(w.snapshot?.kvUsage, 0.5);
