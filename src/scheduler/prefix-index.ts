@@ -23,12 +23,18 @@
  * linked per-worker LRU lists. Lookup of a prompt is O(prompt blocks × mask words) with no
  * allocation besides the result. The whole structure is bounded by `maxBytes`.
  */
-import { blockHashes } from '../engine/block-hash.js';
+import { chainRoot, hashBlock } from '../engine/block-hash.js';
 
 /** Seed of kvgate's own block-hash chain (deliberately different from any engine's). */
 export const KVGATE_HASH_SEED = 0x6b766761; // 'kvga'
 
 export type BlockSource = 'predicted' | 'routed' | 'event';
+
+/** A prompt's block hashes: a plain array, or a PromptBlocks that hashes on demand. */
+export interface BlockSeq {
+  readonly length: number;
+  at(i: number): number | undefined;
+}
 const F_PREDICTED = 1;
 const F_ROUTED = 2;
 const F_EVENT = 4;
@@ -148,6 +154,9 @@ export class PrefixIndex {
   private pHead = 0;
   private pLen = 0;
 
+  private pending: Array<{ id: string; hashes: BlockSeq; source: BlockSource; now: number }> = [];
+  private flushTimer: NodeJS.Immediate | null = null;
+
   private evictedForMemory = 0;
   private evictedForCapacity = 0;
   private expiredCount = 0;
@@ -234,6 +243,7 @@ export class PrefixIndex {
 
   /** Update a worker's capacity (numGpuBlocks); shrinking evicts its oldest blocks. */
   setCapacity(id: string, capacityBlocks: number): void {
+    this.flush();
     const w = this.slots.get(id);
     if (!w) return;
     const cap = Math.max(1, Math.floor(capacityBlocks * this.capacityFactor));
@@ -243,6 +253,7 @@ export class PrefixIndex {
   }
 
   removeWorker(id: string): void {
+    this.flush();
     const w = this.slots.get(id);
     if (!w) return;
     this.clearSlot(w.slot, 0xff);
@@ -265,6 +276,7 @@ export class PrefixIndex {
   }
 
   workerStatus(id: string): WorkerIndexStatus | undefined {
+    this.flush();
     const w = this.slots.get(id);
     if (!w) return undefined;
     return {
@@ -283,6 +295,7 @@ export class PrefixIndex {
 
   /** Blocks the index believes `id` holds. */
   blockCount(id: string): number {
+    this.flush();
     const w = this.slots.get(id);
     return w ? this.wCount[w.slot]! : 0;
   }
@@ -293,7 +306,8 @@ export class PrefixIndex {
    * For each slot in `slots`, how many leading blocks of `hashes` the index believes that worker
    * holds. Writes into `out` (aligned with `slots`; a negative slot matches nothing).
    */
-  matchSlots(hashes: readonly number[], slots: ArrayLike<number>, out: Int32Array | number[], now: number): void {
+  matchSlots(hashes: BlockSeq, slots: ArrayLike<number>, out: Int32Array | number[], now: number): void {
+    this.flush();
     this.expire(now);
     const W = this.words;
     const alive = new Uint32Array(W);
@@ -311,7 +325,8 @@ export class PrefixIndex {
     const n = hashes.length;
     let b = 0;
     for (; b < n; b++) {
-      const e = this.find(hashes[b]!);
+      // Hashes are only computed as far as some worker still matches (PromptBlocks is lazy).
+      const e = this.find(hashes.at(b)!);
       let still = 0;
       for (let w = 0; w < W; w++) {
         const a = alive[w]!;
@@ -345,7 +360,7 @@ export class PrefixIndex {
   }
 
   /** Leading blocks of `hashes` the index believes worker `id` holds. */
-  matchWorker(hashes: readonly number[], id: string, now: number): number {
+  matchWorker(hashes: BlockSeq, id: string, now: number): number {
     const out = [0];
     this.matchSlots(hashes, [this.slotOf(id)], out, now);
     return out[0]!;
@@ -353,6 +368,7 @@ export class PrefixIndex {
 
   /** True if worker `id` holds block `hash` (any source). */
   holds(id: string, hash: number): boolean {
+    this.flush();
     const w = this.slots.get(id);
     if (!w) return false;
     const e = this.find(hash);
@@ -365,11 +381,40 @@ export class PrefixIndex {
    * Record that worker `id` holds blocks hashes[from..to) from `source`. Touches them tail first
    * so the prompt's head is the most recently used. Unknown workers are ignored.
    */
-  insert(id: string, hashes: readonly number[], source: BlockSource, now: number, from = 0, to = hashes.length): void {
+  insert(id: string, hashes: BlockSeq, source: BlockSource, now: number, from = 0, to = hashes.length): void {
+    this.flush();
+    this.insertNow(id, hashes, source, now, from, to);
+  }
+
+  /**
+   * Like insert, but applied when the event loop is next idle — or before the next read or
+   * write of the index, whichever comes first — so every later decision sees it exactly as if
+   * it had been inserted now, while the request that caused it does not wait for it.
+   */
+  insertLater(id: string, hashes: BlockSeq, source: BlockSource, now: number): void {
+    this.pending.push({ id, hashes, source, now });
+    if (this.flushTimer === null) {
+      this.flushTimer = setImmediate(() => {
+        this.flushTimer = null;
+        this.flush();
+      });
+      this.flushTimer.unref();
+    }
+  }
+
+  /** Apply deferred inserts now. */
+  flush(): void {
+    if (this.pending.length === 0) return;
+    const p = this.pending;
+    this.pending = [];
+    for (const x of p) this.insertNow(x.id, x.hashes, x.source, x.now, 0, x.hashes.length);
+  }
+
+  private insertNow(id: string, hashes: BlockSeq, source: BlockSource, now: number, from: number, to: number): void {
     const w = this.slots.get(id);
     if (!w) return;
     const flag = FLAG[source];
-    for (let i = to - 1; i >= from; i--) this.upsert(w.slot, hashes[i]!, flag, now);
+    for (let i = to - 1; i >= from; i--) this.upsert(w.slot, hashes.at(i)!, flag, now);
     this.trimWorker(w.slot);
   }
 
@@ -378,7 +423,7 @@ export class PrefixIndex {
    * A worker whose view comes from events needs no routed copy — its BlockStored events carry
    * the truth — so its predictions are simply left to expire or be backed by events.
    */
-  confirm(id: string, hashes: readonly number[], now: number): void {
+  confirm(id: string, hashes: BlockSeq, now: number): void {
     const w = this.slots.get(id);
     if (!w || w.source === 'events') return;
     this.insert(id, hashes, 'routed', now);
@@ -386,6 +431,7 @@ export class PrefixIndex {
 
   /** Worker `id` no longer holds `hash` (BlockRemoved). */
   remove(id: string, hash: number): boolean {
+    this.flush();
     const w = this.slots.get(id);
     if (!w) return false;
     const e = this.find(hash);
@@ -401,6 +447,7 @@ export class PrefixIndex {
    * event flag is dropped and blocks also known from routing stay.
    */
   clearWorker(id: string, sources?: readonly BlockSource[]): void {
+    this.flush();
     const w = this.slots.get(id);
     if (!w) return;
     let mask = 0xff;
@@ -441,6 +488,7 @@ export class PrefixIndex {
   }
 
   stats(): PrefixIndexStats {
+    this.flush();
     const bytes =
       this.tKeys.byteLength +
       this.tVals.byteLength +
@@ -739,20 +787,62 @@ export class PrefixIndex {
 }
 
 /**
- * The prompt's kvgate block hashes at `blockSize`, computed once per request and shared by every
- * plugin through `memo`.
+ * A prompt's kvgate block hashes, computed on demand and kept: a lookup that stops at the first
+ * block no worker holds never pays for hashing the rest of the prompt.
  */
+export class PromptBlocks implements BlockSeq {
+  readonly length: number;
+  private readonly hashes: number[] = [];
+  private parent: number;
+
+  constructor(
+    private readonly tokens: ArrayLike<number>,
+    private readonly blockSize: number,
+    seed: number,
+  ) {
+    this.length = Math.floor(tokens.length / blockSize);
+    this.parent = chainRoot(seed);
+  }
+
+  at(i: number): number | undefined {
+    if (i < 0 || i >= this.length) return undefined;
+    const h = this.hashes;
+    while (h.length <= i) {
+      this.parent = hashBlock(this.parent, this.tokens, h.length * this.blockSize, this.blockSize);
+      h.push(this.parent);
+    }
+    return h[i];
+  }
+
+  /** Every block's hash, as an array. */
+  all(): number[] {
+    if (this.length > 0) this.at(this.length - 1);
+    return this.hashes;
+  }
+}
+
+/** The prompt's blocks at `blockSize`, shared by every plugin through the request's memo. */
+export function promptBlocks(
+  memo: Map<string, unknown>,
+  tokens: ArrayLike<number>,
+  blockSize: number,
+  seed = KVGATE_HASH_SEED,
+): PromptBlocks {
+  const key = `blocks:${blockSize}:${seed}`;
+  let b = memo.get(key) as PromptBlocks | undefined;
+  if (!b) {
+    b = new PromptBlocks(tokens, blockSize, seed);
+    memo.set(key, b);
+  }
+  return b;
+}
+
+/** All of the prompt's kvgate block hashes at `blockSize` (memoised on the request). */
 export function promptBlockHashes(
   memo: Map<string, unknown>,
   tokens: ArrayLike<number>,
   blockSize: number,
   seed = KVGATE_HASH_SEED,
 ): number[] {
-  const key = `blocks:${blockSize}:${seed}`;
-  let h = memo.get(key) as number[] | undefined;
-  if (!h) {
-    h = blockHashes(tokens, blockSize, seed);
-    memo.set(key, h);
-  }
-  return h;
+  return promptBlocks(memo, tokens, blockSize, seed).all();
 }

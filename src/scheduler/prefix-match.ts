@@ -4,7 +4,7 @@
  * hold" once per request, memoised for every plugin of the pipeline.
  */
 import type { WorkerState } from '../fleet/worker-state.js';
-import { KVGATE_HASH_SEED, PrefixIndex, promptBlockHashes } from './prefix-index.js';
+import { KVGATE_HASH_SEED, PrefixIndex, PromptBlocks, promptBlocks } from './prefix-index.js';
 import type { RouteRequest, RoutingContext } from './types.js';
 
 export interface PrefixMatch {
@@ -53,9 +53,9 @@ export class PrefixMatcher {
     else this.index.setCapacity(w.id, cap);
   }
 
-  /** The prompt's block hashes at `w`'s block size (memoised on the request). */
-  hashesFor(req: RouteRequest, w: WorkerState): number[] {
-    return promptBlockHashes(req.memo, req.promptTokens, this.blockSizeOf(w), this.seed);
+  /** The prompt's block hashes at `w`'s block size (lazy, memoised on the request). */
+  hashesFor(req: RouteRequest, w: WorkerState): PromptBlocks {
+    return promptBlocks(req.memo, req.promptTokens, this.blockSizeOf(w), this.seed);
   }
 
   /** Each worker's match, computed for all of `workers` in one pass per block size. */
@@ -78,7 +78,7 @@ export class PrefixMatcher {
       else groups.set(bs, [w]);
     }
     for (const [bs, ws] of groups) {
-      const hashes = promptBlockHashes(req.memo, req.promptTokens, bs, this.seed);
+      const hashes = promptBlocks(req.memo, req.promptTokens, bs, this.seed);
       const slots = ws.map((w) => this.index.slotOf(w.id));
       const out = new Int32Array(ws.length);
       this.index.matchSlots(hashes, slots, out, ctx.now);
@@ -91,16 +91,20 @@ export class PrefixMatcher {
     return memo;
   }
 
-  /** Record the request's full prompt blocks at `w` as predicted (pick time). */
+  /**
+   * Record the request's full prompt blocks at `w` as predicted (pick time). Applied when the
+   * event loop is next idle or before the index is next used, whichever is first: the next
+   * decision sees it, this one does not wait for it.
+   */
   predict(req: RouteRequest, w: WorkerState, now: number): void {
     this.track(w);
-    this.index.insert(w.id, this.hashesFor(req, w), 'predicted', now);
+    this.index.insertLater(w.id, this.hashesFor(req, w), 'predicted', now);
   }
 
   /** Record the request's prompt blocks at `w` as routed (prefill done, or the policy assumes so). */
   record(req: RouteRequest, w: WorkerState, now: number): void {
     this.track(w);
-    this.index.insert(w.id, this.hashesFor(req, w), 'routed', now);
+    this.index.insertLater(w.id, this.hashesFor(req, w), 'routed', now);
   }
 
   /** Confirm a prediction (first token came back). */
