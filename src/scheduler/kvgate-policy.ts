@@ -207,6 +207,11 @@ export class KvgatePolicy extends PipelinePolicy {
     this.prefixIndex = index;
   }
 
+  /** What /admin/workers shows for this policy per worker. */
+  describeWorker(w: WorkerState): Record<string, unknown> {
+    return { kvgate: { prefillTokensPerSec: Math.round(this.prefillRate(w)), prefillRateLearned: this.prefillRates.has(w.id) } };
+  }
+
   prefillRate(w: WorkerState): number {
     return this.prefillRates.get(w.id) ?? this.params.prefillTokensPerSec;
   }
