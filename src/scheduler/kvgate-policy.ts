@@ -102,7 +102,7 @@ export const KVGATE_DEFAULTS: Readonly<KvgateParams> = Object.freeze({
   indexMaxBytes: 256 * 1024 * 1024,
   predictedTtlMs: 5000,
   approxTtlMs: Infinity,
-  maxWorkers: 64,
+  maxWorkers: 1024,
   sessionCapacity: 100_000,
 });
 

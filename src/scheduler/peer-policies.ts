@@ -151,7 +151,7 @@ export function createLlmdPolicy(o?: PolicyOptions): PipelinePolicy {
   const blockChars = Math.round(blockTokens * bytesPerToken);
   const index = new PrefixIndex({
     maxBytes: numberOption(o, 'indexMaxBytes', 256 * 1024 * 1024, 1024),
-    maxWorkers: numberOption(o, 'maxWorkers', 64, 1),
+    maxWorkers: numberOption(o, 'maxWorkers', 1024, 1),
     predictedTtlMs: 0,
   });
   const matchers = new Map<string, PrefixMatcher>();
@@ -224,7 +224,7 @@ export function createDynamoPolicy(o?: PolicyOptions): PipelinePolicy {
   const scale = numberOption(o, 'prefillLoadScale', 1, 0);
   const index = new PrefixIndex({
     maxBytes: numberOption(o, 'indexMaxBytes', 256 * 1024 * 1024, 1024),
-    maxWorkers: numberOption(o, 'maxWorkers', 64, 1),
+    maxWorkers: numberOption(o, 'maxWorkers', 1024, 1),
     predictedTtlMs: 0,
     approxTtlMs: numberOption(o, 'cacheWindowMs', 120_000, 0),
   });

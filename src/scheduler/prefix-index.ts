@@ -45,7 +45,10 @@ const NIL = -1;
 export interface PrefixIndexOptions {
   /** Upper bound of the index's typed-array memory, bytes (default 256 MiB ≈ 3.8 M blocks). */
   maxBytes?: number;
-  /** Most workers one index tracks at once (default 64). */
+  /**
+   * Most workers one index tracks at once (default 1,024). Each 32 workers in use add 4 bytes
+   * to every entry's worker mask.
+   */
   maxWorkers?: number;
   /** Lifetime of a pick-time prediction not yet confirmed by a first token, ms (default 5,000). */
   predictedTtlMs?: number;
@@ -108,7 +111,8 @@ export class PrefixIndex {
   readonly predictedTtlMs: number;
   readonly approxTtlMs: number;
   readonly capacityFactor: number;
-  private readonly words: number;
+  /** 32-bit mask words per entry: grows with the highest worker slot in use. */
+  private words = 1;
 
   // Hash table: block hash → entry id + 1 (0 = empty slot).
   private tKeys: Float64Array;
@@ -137,7 +141,7 @@ export class PrefixIndex {
   private nTop = 0;
   private nodeCount = 0;
   private nodeCap: number;
-  readonly maxNodes: number;
+  maxNodes: number;
 
   // Per-worker LRU lists (head = most recent).
   private wHead: Int32Array;
@@ -163,12 +167,11 @@ export class PrefixIndex {
 
   constructor(opts: PrefixIndexOptions = {}) {
     this.maxBytes = opts.maxBytes ?? 256 * 1024 * 1024;
-    this.maxWorkers = opts.maxWorkers ?? 64;
+    this.maxWorkers = opts.maxWorkers ?? 1024;
     if (this.maxWorkers < 1 || this.maxWorkers > 65535) throw new Error('maxWorkers must be 1..65535');
     this.predictedTtlMs = opts.predictedTtlMs ?? 5000;
     this.approxTtlMs = opts.approxTtlMs ?? Infinity;
     this.capacityFactor = opts.capacityFactor ?? 1;
-    this.words = Math.ceil(this.maxWorkers / 32);
     this.maxNodes = this.nodesWithin(this.maxBytes);
     this.nodeCap = Math.min(INITIAL_NODES, this.maxNodes);
     const n = this.nodeCap;
@@ -228,9 +231,27 @@ export class PrefixIndex {
       if (slot === undefined) throw new Error(`prefix index tracks at most ${this.maxWorkers} workers`);
       w = { id, slot, source: 'approximate', reason: 'no kv events', since: 0 };
       this.slots.set(id, w);
+      this.ensureWords(slot);
     }
     this.setCapacity(id, capacityBlocks);
     return w.slot;
+  }
+
+  /** Widen every entry's worker mask so `slot` has a bit. */
+  private ensureWords(slot: number): void {
+    const need = (slot >>> 5) + 1;
+    if (need <= this.words) return;
+    const old = this.eMask;
+    const w0 = this.words;
+    const mask = new Uint32Array(this.nodeCap * need);
+    for (let e = 0; e < this.eTop; e++) for (let k = 0; k < w0; k++) mask[e * need + k] = old[e * w0 + k]!;
+    this.eMask = mask;
+    this.words = need;
+    this.maxNodes = this.nodesWithin(this.maxBytes);
+  }
+
+  get workerCount(): number {
+    return this.slots.size;
   }
 
   hasWorker(id: string): boolean {
@@ -321,7 +342,7 @@ export class PrefixIndex {
       }
     }
     if (!anyAlive) return;
-    const lengths = new Int32Array(this.maxWorkers).fill(-1);
+    const lengths = new Int32Array(W * 32).fill(-1);
     const n = hashes.length;
     let b = 0;
     for (; b < n; b++) {

@@ -46,11 +46,14 @@ export class PrefixMatcher {
     return this.fixedBlockSize ?? w.blockSize;
   }
 
-  /** Register `w` if new and keep its capacity in step with what it reports. */
+  /**
+   * Register `w` if new and keep its capacity in step with what it reports. A worker the index
+   * has no room for is simply not tracked: it matches nothing, which routing tolerates.
+   */
   track(w: WorkerState): void {
     const cap = this.fixedCapacity ?? w.numGpuBlocks;
-    if (!this.index.hasWorker(w.id)) this.index.addWorker(w.id, cap);
-    else this.index.setCapacity(w.id, cap);
+    if (this.index.hasWorker(w.id)) this.index.setCapacity(w.id, cap);
+    else if (this.index.workerCount < this.index.maxWorkers) this.index.addWorker(w.id, cap);
   }
 
   /** The prompt's block hashes at `w`'s block size (lazy, memoised on the request). */

@@ -160,3 +160,23 @@ test('event-fed index equals the engine’s prefix cache, through the subscriber
   const r = engine.step();
   assert.equal(r, null);
 });
+
+test('worker masks widen as workers join; beyond maxWorkers a worker is untracked, not an error', () => {
+  const idx = new PrefixIndex({ maxWorkers: 100 });
+  const p = hashes(seq(1, 8 * BS));
+  idx.addWorker('w0', 1000);
+  idx.insert('w0', p, 'routed', 0);
+  for (let i = 1; i < 100; i++) {
+    idx.addWorker(`w${i}`, 1000);
+    idx.insert(`w${i}`, p, 'routed', 0, 0, i % 9);
+  }
+  const slots = Array.from({ length: 100 }, (_, i) => idx.slotOf(`w${i}`));
+  const out = new Int32Array(100);
+  idx.matchSlots(p, slots, out, 0);
+  assert.equal(out[0], 8);
+  for (let i = 1; i < 100; i++) assert.equal(out[i], i % 9, `w${i}`);
+  assert.throws(() => idx.addWorker('w100', 10), /at most 100 workers/);
+  idx.removeWorker('w5');
+  idx.addWorker('again', 1000);
+  assert.equal(idx.matchWorker(p, 'again', 0), 0);
+});
