@@ -191,9 +191,9 @@ export class PrefixIndex {
     this.nFlags = new Uint8Array(n);
     this.nExpires = new Float64Array(n);
     this.nStamp = new Uint32Array(n);
-    this.pNode = new Int32Array(n);
-    this.pStamp = new Uint32Array(n);
-    this.pExp = new Float64Array(n);
+    this.pNode = new Int32Array(256);
+    this.pStamp = new Uint32Array(256);
+    this.pExp = new Float64Array(256);
     this.wHead = new Int32Array(this.maxWorkers).fill(NIL);
     this.wTail = new Int32Array(this.maxWorkers).fill(NIL);
     this.wCount = new Int32Array(this.maxWorkers);
@@ -202,17 +202,19 @@ export class PrefixIndex {
   }
 
   /**
-   * Bytes per node at full arrays: the node (4+2+4+4+4+1+8+4), its prediction ring slot (16),
-   * an entry (8 + 4·words + 4) and two hash-table slots (2 × 12; the table is kept ≤ half full).
-   * Entries and nodes share one capacity because every entry has at least one node.
+   * Bytes per node at full arrays: the node (4+2+4+4+4+1+8+4), an entry (8 + 4·words + 4) and
+   * two hash-table slots (2 × 12; the table is kept ≤ half full). Entries and nodes share one
+   * capacity because every entry has at least one node. The prediction ring (16 bytes per
+   * outstanding prediction) is counted in `stats().bytes` as it grows.
    */
   private bytesPerNode(): number {
-    return 31 + 16 + (12 + 4 * this.words) + 24;
+    return 31 + (12 + 4 * this.words) + 24;
   }
 
   /** Most nodes whose arrays, hash table included, fit in `bytes`. */
   private nodesWithin(bytes: number): number {
     const perNode = this.bytesPerNode() - 24;
+    bytes -= this.ringBytes(); // the prediction ring's share
     let best = 16;
     for (let table = 32; table * 12 < bytes; table *= 2) {
       const n = Math.min(table / 2, Math.floor((bytes - 12 * table) / perNode));
@@ -576,10 +578,13 @@ export class PrefixIndex {
 
   private pushPrediction(node: number): void {
     if (this.pLen === this.pNode.length) {
-      // Ring full (it is sized like the node arrays, so this only happens mid-growth): drop the
-      // oldest record; its node, if still only predicted, expires at the worker's LRU tail.
-      this.pHead = (this.pHead + 1) % this.pNode.length;
-      this.pLen--;
+      if (this.pNode.length * 2 * 16 <= this.ringBytes()) this.growRing();
+      else {
+        // More outstanding predictions than the index could ever hold: drop the oldest record.
+        // Its node, if still only predicted, then ages out through the worker's capacity LRU.
+        this.pHead = (this.pHead + 1) % this.pNode.length;
+        this.pLen--;
+      }
     }
     const i = (this.pHead + this.pLen) % this.pNode.length;
     this.pNode[i] = node;
@@ -762,6 +767,32 @@ export class PrefixIndex {
     }
   }
 
+  /** Share of `maxBytes` the prediction ring may grow to: a sixteenth. */
+  private ringBytes(): number {
+    return Math.floor(this.maxBytes / 16);
+  }
+
+  /**
+   * The prediction ring grows on demand (outstanding predictions are usually far fewer than
+   * indexed blocks, so it is not sized like the node arrays).
+   */
+  private growRing(): void {
+    const n = this.pNode.length * 2;
+    const pn = new Int32Array(n);
+    const ps = new Uint32Array(n);
+    const pe = new Float64Array(n);
+    for (let k = 0; k < this.pLen; k++) {
+      const i = (this.pHead + k) % this.pNode.length;
+      pn[k] = this.pNode[i]!;
+      ps[k] = this.pStamp[i]!;
+      pe[k] = this.pExp[i]!;
+    }
+    this.pNode = pn;
+    this.pStamp = ps;
+    this.pExp = pe;
+    this.pHead = 0;
+  }
+
   private grow(): void {
     const n = Math.min(this.nodeCap * 2, this.maxNodes);
     const g = <T extends Float64Array | Int32Array | Uint32Array | Uint16Array | Uint8Array>(a: T, len: number): T => {
@@ -780,20 +811,6 @@ export class PrefixIndex {
     this.nFlags = g(this.nFlags, n);
     this.nExpires = g(this.nExpires, n);
     this.nStamp = g(this.nStamp, n);
-    // Unroll the prediction ring into the larger arrays.
-    const pn = new Int32Array(n);
-    const ps = new Uint32Array(n);
-    const pe = new Float64Array(n);
-    for (let k = 0; k < this.pLen; k++) {
-      const i = (this.pHead + k) % this.pNode.length;
-      pn[k] = this.pNode[i]!;
-      ps[k] = this.pStamp[i]!;
-      pe[k] = this.pExp[i]!;
-    }
-    this.pNode = pn;
-    this.pStamp = ps;
-    this.pExp = pe;
-    this.pHead = 0;
     // Rehash into a table twice the node count.
     const oldKeys = this.tKeys;
     const oldVals = this.tVals;

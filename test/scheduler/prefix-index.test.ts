@@ -180,3 +180,16 @@ test('worker masks widen as workers join; beyond maxWorkers a worker is untracke
   idx.addWorker('again', 1000);
   assert.equal(idx.matchWorker(p, 'again', 0), 0);
 });
+
+test('many outstanding predictions (the ring grows) all expire on time', () => {
+  const idx = new PrefixIndex({ predictedTtlMs: 10 });
+  idx.addWorker('a', 1e6);
+  const prompts = Array.from({ length: 50 }, (_, i) => hashes(seq(i * 10_000, 100 * BS)));
+  prompts.forEach((p, i) => idx.insert('a', p, 'predicted', i * 0.01));
+  assert.equal(idx.blockCount('a'), 5000);
+  assert.equal(idx.matchWorker(prompts[49]!, 'a', 5), 100);
+  idx.insert('a', prompts[0]!, 'routed', 5);
+  assert.equal(idx.matchWorker(prompts[49]!, 'a', 20), 0);
+  assert.equal(idx.matchWorker(prompts[0]!, 'a', 20), 100);
+  assert.equal(idx.blockCount('a'), 100);
+});
