@@ -132,9 +132,9 @@ function benchPolicy(name: string, tokenizeSamples: number[]): Row {
       const t0 = process.hrtime.bigint();
       const out = router.route(req, workers);
       const t1 = process.hrtime.bigint();
-      // Index maintenance deferred to the next idle moment (pick-time predictions), run and
+      // Index upkeep deferred to the next idle moment (pick-time predictions, expiry), run and
       // timed here explicitly: it is CPU the gateway spends per request, off the request's path.
-      policy.prefixIndex?.flush();
+      policy.prefixIndex?.maintain();
       times[start + k] = Number(t1 - t0) / 1000;
       deferred[start + k] = Number(process.hrtime.bigint() - t1) / 1000;
       if (out.ok) hit += out.decision.expectedPrefixHit;

@@ -151,6 +151,17 @@ export interface KvgateEstimate {
 }
 
 const EST_KEY = 'kvgate.estimates';
+const TABLE_KEY = 'kvgate.table';
+
+interface EstimateTable {
+  ws: readonly WorkerState[];
+  est: KvgateEstimate[];
+  minTtft: number;
+  minWait: number;
+  maxWait: number;
+  minRun: number;
+  maxRun: number;
+}
 
 export class KvgatePolicy extends PipelinePolicy {
   readonly params: KvgateParams;
@@ -171,28 +182,45 @@ export class KvgatePolicy extends PipelinePolicy {
     });
     const matcher = new PrefixMatcher(index);
     const self: { policy?: KvgatePolicy } = {};
-    const estimates = (req: RouteRequest, ws: readonly WorkerState[], ctx: RoutingContext) =>
-      self.policy!.estimate(req, ws, ctx);
-    const part = (name: string, f: (e: KvgateEstimate, all: KvgateEstimate[]) => number): Scorer => ({
+    /**
+     * The candidates' estimates and their ranges, computed once per request for all scorers
+     * (they are all handed the same candidate array).
+     */
+    const table = (req: RouteRequest, ws: readonly WorkerState[], ctx: RoutingContext): EstimateTable => {
+      const cached = req.memo.get(TABLE_KEY) as EstimateTable | undefined;
+      if (cached && cached.ws === ws) return cached;
+      const m = self.policy!.estimate(req, ws, ctx);
+      const est = ws.map((w) => m.get(w)!);
+      const t: EstimateTable = { ws, est, minTtft: Infinity, minWait: Infinity, maxWait: -Infinity, minRun: Infinity, maxRun: -Infinity };
+      for (const e of est) {
+        if (e.ttftMs < t.minTtft) t.minTtft = e.ttftMs;
+        if (e.waiting < t.minWait) t.minWait = e.waiting;
+        if (e.waiting > t.maxWait) t.maxWait = e.waiting;
+        if (e.running < t.minRun) t.minRun = e.running;
+        if (e.running > t.maxRun) t.maxRun = e.running;
+      }
+      req.memo.set(TABLE_KEY, t);
+      return t;
+    };
+    const part = (name: string, f: (e: KvgateEstimate, t: EstimateTable) => number): Scorer => ({
       name,
       score(req, ws, ctx) {
-        const m = estimates(req, ws, ctx);
-        const all = ws.map((w) => m.get(w)!);
-        return all.map((e) => f(e, all));
+        const t = table(req, ws, ctx);
+        const out = new Array<number>(t.est.length);
+        for (let i = 0; i < out.length; i++) out[i] = f(t.est[i]!, t);
+        return out;
       },
     });
-    const minOf = (all: KvgateEstimate[], f: (e: KvgateEstimate) => number) => all.reduce((m, e) => Math.min(m, f(e)), Infinity);
-    const maxOf = (all: KvgateEstimate[], f: (e: KvgateEstimate) => number) => all.reduce((m, e) => Math.max(m, f(e)), -Infinity);
     const lowIsGood = (v: number, lo: number, hi: number) => (hi > lo ? (hi - v) / (hi - lo) : 1);
     super({
       name,
       filters: [healthyFilter, kvFitFilter(matcher, { whenNoneFits: p.whenNoneFits, overfullSlackBlocks: p.overfullSlackBlocks })],
       scorers: [
         { scorer: part('prefix', (e) => e.hit), weight: p.wPrefix },
-        { scorer: part('ttft', (e, all) => { const m = minOf(all, (x) => x.ttftMs); return e.ttftMs > 0 ? m / e.ttftMs : 1; }), weight: p.wTtft },
+        { scorer: part('ttft', (e, t) => (e.ttftMs > 0 ? t.minTtft / e.ttftMs : 1)), weight: p.wTtft },
         { scorer: part('headroom', (e) => e.headroom), weight: p.wHeadroom },
-        { scorer: part('queue', (e, all) => lowIsGood(e.waiting, minOf(all, (x) => x.waiting), maxOf(all, (x) => x.waiting))), weight: p.wQueue },
-        { scorer: part('load', (e, all) => lowIsGood(e.running, minOf(all, (x) => x.running), maxOf(all, (x) => x.running))), weight: p.wLoad },
+        { scorer: part('queue', (e, t) => lowIsGood(e.waiting, t.minWait, t.maxWait)), weight: p.wQueue },
+        { scorer: part('load', (e, t) => lowIsGood(e.running, t.minRun, t.maxRun)), weight: p.wLoad },
         { scorer: part('session', (e) => (e.session ? 1 : 0)), weight: p.wSession },
       ],
       picker: kvgatePicker(p),

@@ -158,6 +158,8 @@ export class PrefixIndex {
   private pHead = 0;
   private pLen = 0;
 
+  /** Latest clock time seen in a lookup or insert (idle-time expiry never runs ahead of it). */
+  private lastNow = -Infinity;
   private pending: Array<{ id: string; hashes: BlockSeq; source: BlockSource; now: number }> = [];
   private flushTimer: NodeJS.Immediate | null = null;
 
@@ -331,6 +333,7 @@ export class PrefixIndex {
    */
   matchSlots(hashes: BlockSeq, slots: ArrayLike<number>, out: Int32Array | number[], now: number): void {
     this.flush();
+    if (now > this.lastNow) this.lastNow = now;
     this.expire(now);
     const W = this.words;
     const alive = new Uint32Array(W);
@@ -416,13 +419,23 @@ export class PrefixIndex {
    */
   insertLater(id: string, hashes: BlockSeq, source: BlockSource, now: number): void {
     this.pending.push({ id, hashes, source, now });
+    if (now > this.lastNow) this.lastNow = now;
     if (this.flushTimer === null) {
       this.flushTimer = setImmediate(() => {
         this.flushTimer = null;
-        this.flush();
+        this.maintain();
       });
       this.flushTimer.unref();
     }
+  }
+
+  /**
+   * Idle-time upkeep: apply deferred inserts and expire predictions up to the latest time the
+   * index has seen, so lookups on the request path rarely find anything left to do.
+   */
+  maintain(): void {
+    this.flush();
+    this.expire(this.lastNow);
   }
 
   /** Apply deferred inserts now. */
