@@ -49,18 +49,20 @@ function words(n: number, salt: string): string {
   return out.join(' ');
 }
 
-/** Text that tokenizes to at least `tokens` tokens with the estimate tokenizer. */
+/** Text of exactly `tokens` tokens with the estimate tokenizer (cut on a token boundary). */
 function textOf(tokens: number, salt: string): string {
-  let t = words(Math.ceil(tokens * 0.8), salt);
+  let t = words(Math.ceil(tokens * 0.5), salt);
   while (estimateTokenizer.count(t) < tokens) t += ' ' + words(200, salt);
-  return t;
+  return estimateTokenizer.decode(estimateTokenizer.encode(t).slice(0, tokens));
 }
 
 const systems = Array.from({ length: GROUPS }, (_, g) => textOf(SHARED, `sys${g}x`));
 let uniq = 0;
 function promptText(): string {
   const g = Math.floor(rng() * GROUPS);
-  return systems[g]! + ' ' + textOf(PROMPT - SHARED, `u${uniq++}q`);
+  // The unique part starts with a space-led word, so the shared part tokenizes the same in every
+  // prompt of the group.
+  return systems[g]! + ' ' + textOf(PROMPT - SHARED - 1, `u${uniq++}q`);
 }
 
 function quantile(sorted: Float64Array, q: number): number {
