@@ -115,8 +115,13 @@ export class PrefixIndex {
   private words = 1;
 
   // Hash table: block hash → entry id + 1 (0 = empty slot).
-  private tKeys: Float64Array;
-  private tVals: Int32Array;
+  /**
+   * Open-addressing table, 16 bytes a slot so one cache line answers a lookup: the key (float64
+   * at 2i), entry id + 1 (int32 at 4i+2, 0 = empty) and a copy of the entry's first worker-mask
+   * word (int32 at 4i+3).
+   */
+  private tab: Float64Array;
+  private tabI: Int32Array;
   private tMask: number;
   private tShift: number;
 
@@ -124,6 +129,7 @@ export class PrefixIndex {
   private eHash: Float64Array;
   private eMask: Uint32Array;
   private eFirst: Int32Array; // first node of the entry, or next free entry when free
+  private eSlot: Int32Array; // the entry's slot in the table
   private eFree = NIL;
   private eTop = 0;
   private entryCount = 0;
@@ -178,13 +184,14 @@ export class PrefixIndex {
     this.nodeCap = Math.min(INITIAL_NODES, this.maxNodes);
     const n = this.nodeCap;
     const size = tableSizeFor(n);
-    this.tKeys = new Float64Array(size);
-    this.tVals = new Int32Array(size);
+    this.tab = new Float64Array(size * 2);
+    this.tabI = new Int32Array(this.tab.buffer);
     this.tMask = size - 1;
     this.tShift = 32 - Math.log2(size);
     this.eHash = new Float64Array(n);
     this.eMask = new Uint32Array(n * this.words);
     this.eFirst = new Int32Array(n);
+    this.eSlot = new Int32Array(n);
     this.nEntry = new Int32Array(n);
     this.nWorker = new Uint16Array(n);
     this.nPrev = new Int32Array(n);
@@ -204,22 +211,22 @@ export class PrefixIndex {
   }
 
   /**
-   * Bytes per node at full arrays: the node (4+2+4+4+4+1+8+4), an entry (8 + 4·words + 4) and
-   * two hash-table slots (2 × 12; the table is kept ≤ half full). Entries and nodes share one
+   * Bytes per node at full arrays: the node (4+2+4+4+4+1+8+4), an entry (8 + 4·words + 4 + 4)
+   * and two hash-table slots (2 × 16; the table is kept ≤ half full). Entries and nodes share one
    * capacity because every entry has at least one node. The prediction ring (16 bytes per
    * outstanding prediction) is counted in `stats().bytes` as it grows.
    */
   private bytesPerNode(): number {
-    return 31 + (12 + 4 * this.words) + 24;
+    return 31 + (16 + 4 * this.words) + 32;
   }
 
   /** Most nodes whose arrays, hash table included, fit in `bytes`. */
   private nodesWithin(bytes: number): number {
-    const perNode = this.bytesPerNode() - 24;
+    const perNode = this.bytesPerNode() - 32;
     bytes -= this.ringBytes(); // the prediction ring's share
     let best = 16;
-    for (let table = 32; table * 12 < bytes; table *= 2) {
-      const n = Math.min(table / 2, Math.floor((bytes - 12 * table) / perNode));
+    for (let table = 32; table * 16 < bytes; table *= 2) {
+      const n = Math.min(table / 2, Math.floor((bytes - 16 * table) / perNode));
       if (n > best) best = n;
     }
     return best;
@@ -352,12 +359,13 @@ export class PrefixIndex {
     let b = 0;
     for (; b < n; b++) {
       // Hashes are only computed as far as some worker still matches (PromptBlocks is lazy).
-      const e = this.find(hashes.at(b)!);
+      const t = this.findSlot(hashes.at(b)!);
       let still = 0;
       for (let w = 0; w < W; w++) {
         const a = alive[w]!;
         if (a === 0) continue;
-        const m = e < 0 ? 0 : a & this.eMask[e * W + w]!;
+        const word = t < 0 ? 0 : w === 0 ? this.tabI[4 * t + 3]! : this.eMask[(this.tabI[4 * t + 2]! - 1) * W + w]!;
+        const m = (a & word) >>> 0;
         let dropped = (a & ~m) >>> 0;
         while (dropped !== 0) {
           const bit = 31 - Math.clz32(dropped);
@@ -526,8 +534,8 @@ export class PrefixIndex {
   stats(): PrefixIndexStats {
     this.flush();
     const bytes =
-      this.tKeys.byteLength +
-      this.tVals.byteLength +
+      this.tab.byteLength +
+      this.eSlot.byteLength +
       this.eHash.byteLength +
       this.eMask.byteLength +
       this.eFirst.byteLength +
@@ -572,6 +580,7 @@ export class PrefixIndex {
       this.nSib[node] = this.eFirst[e]!;
       this.eFirst[e] = node;
       this.eMask[e * this.words + (slot >>> 5)]! |= 1 << (slot & 31);
+      if (slot < 32) this.tabI[4 * this.eSlot[e]! + 3] = this.eMask[e * this.words]!;
       this.linkHead(slot, node);
       this.nodeCount++;
     } else {
@@ -673,6 +682,7 @@ export class PrefixIndex {
       this.nSib[p] = this.nSib[node]!;
     }
     this.eMask[e * this.words + (slot >>> 5)]! &= ~(1 << (slot & 31));
+    if (slot < 32) this.tabI[4 * this.eSlot[e]! + 3] = this.eMask[e * this.words]!;
     if (this.eFirst[e] === NIL) this.removeEntry(e);
     this.unlink(slot, node);
     this.nFlags[node] = 0;
@@ -736,46 +746,54 @@ export class PrefixIndex {
     return Math.imul((hash >>> 0) ^ ((hash / 4294967296) >>> 0), 0x9e3779b1) >>> this.tShift;
   }
 
-  /** Entry id of `hash`, or -1. Linear probing. */
-  private find(hash: number): number {
-    const keys = this.tKeys;
-    const vals = this.tVals;
+  /** Table slot holding `hash`, or -1. Linear probing. */
+  private findSlot(hash: number): number {
+    const tab = this.tab;
+    const tabI = this.tabI;
     const mask = this.tMask;
     let i = this.slot(hash);
     for (;;) {
-      const v = vals[i]!;
-      if (v === 0) return -1;
-      if (keys[i] === hash) return v - 1;
+      if (tabI[4 * i + 2] === 0) return -1;
+      if (tab[2 * i] === hash) return i;
       i = (i + 1) & mask;
     }
   }
 
+  /** Entry id of `hash`, or -1. */
+  private find(hash: number): number {
+    const t = this.findSlot(hash);
+    return t < 0 ? -1 : this.tabI[4 * t + 2]! - 1;
+  }
+
   private tableInsert(hash: number, e: number): void {
     let i = this.slot(hash);
-    while (this.tVals[i] !== 0) i = (i + 1) & this.tMask;
-    this.tKeys[i] = hash;
-    this.tVals[i] = e + 1;
+    while (this.tabI[4 * i + 2] !== 0) i = (i + 1) & this.tMask;
+    this.tab[2 * i] = hash;
+    this.tabI[4 * i + 2] = e + 1;
+    this.tabI[4 * i + 3] = this.eMask[e * this.words]!;
+    this.eSlot[e] = i;
   }
 
   /** Delete with backward shifting, so probe chains stay unbroken without tombstones. */
   private tableDelete(hash: number): void {
-    const keys = this.tKeys;
-    const vals = this.tVals;
+    const tab = this.tab;
+    const tabI = this.tabI;
     const mask = this.tMask;
-    let i = this.slot(hash);
-    while (vals[i] !== 0 && keys[i] !== hash) i = (i + 1) & mask;
-    if (vals[i] === 0) return;
-    vals[i] = 0;
+    let i = this.findSlot(hash);
+    if (i < 0) return;
+    tabI[4 * i + 2] = 0;
     let j = i;
     for (;;) {
       j = (j + 1) & mask;
-      if (vals[j] === 0) return;
-      const k = this.slot(keys[j]!);
+      if (tabI[4 * j + 2] === 0) return;
+      const k = this.slot(tab[2 * j]!);
       const between = i <= j ? i < k && k <= j : i < k || k <= j;
       if (between) continue;
-      keys[i] = keys[j]!;
-      vals[i] = vals[j]!;
-      vals[j] = 0;
+      tab[2 * i] = tab[2 * j]!;
+      tabI[4 * i + 2] = tabI[4 * j + 2]!;
+      tabI[4 * i + 3] = tabI[4 * j + 3]!;
+      this.eSlot[tabI[4 * i + 2]! - 1] = i;
+      tabI[4 * j + 2] = 0;
       i = j;
     }
   }
@@ -816,6 +834,7 @@ export class PrefixIndex {
     this.eHash = g(this.eHash, n);
     this.eMask = g(this.eMask, n * this.words);
     this.eFirst = g(this.eFirst, n);
+    this.eSlot = g(this.eSlot, n);
     this.nEntry = g(this.nEntry, n);
     this.nWorker = g(this.nWorker, n);
     this.nPrev = g(this.nPrev, n);
@@ -825,14 +844,17 @@ export class PrefixIndex {
     this.nExpires = g(this.nExpires, n);
     this.nStamp = g(this.nStamp, n);
     // Rehash into a table twice the node count.
-    const oldKeys = this.tKeys;
-    const oldVals = this.tVals;
+    const oldTab = this.tab;
+    const oldTabI = this.tabI;
     const size = tableSizeFor(n);
-    this.tKeys = new Float64Array(size);
-    this.tVals = new Int32Array(size);
+    this.tab = new Float64Array(size * 2);
+    this.tabI = new Int32Array(this.tab.buffer);
     this.tMask = size - 1;
     this.tShift = 32 - Math.log2(size);
-    for (let i = 0; i < oldVals.length; i++) if (oldVals[i] !== 0) this.tableInsert(oldKeys[i]!, oldVals[i]! - 1);
+    for (let i = 0; i < oldTab.length / 2; i++) {
+      const v = oldTabI[4 * i + 2]!;
+      if (v !== 0) this.tableInsert(oldTab[2 * i]!, v - 1);
+    }
     this.nodeCap = n;
   }
 }
