@@ -11,7 +11,7 @@ import type { WorkerIdentity } from './fleet/worker-state.js';
 import { parseTokenizerSpec } from './tokenizer/registry.js';
 
 /** The routing policy used when the config names none. */
-export const DEFAULT_POLICY_NAME = 'least-load';
+export const DEFAULT_POLICY_NAME = 'kvgate';
 export const DEFAULT_SCRAPE_INTERVAL_MS = 1000;
 
 /** Where a worker publishes its KV-cache events (vLLM's --kv-events-config, ZeroMQ). */

@@ -1,6 +1,7 @@
 /** /metrics, /admin/workers and fleet watching as seen through a running gateway. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { DEFAULT_POLICY_NAME } from '../../src/config.js';
 import { startSimWorker } from '../../src/sim/worker-server.js';
 import { MODEL, metricValue, post, startGateway, startSims, startStub, waitFor } from './helpers.js';
 
@@ -23,7 +24,8 @@ test('/metrics has the kvgate_ series after traffic; /admin/workers describes ea
     const attempts = (metricValue(m, 'kvgate_upstream_attempts_total', { worker: 'w0', outcome: 'ok' }) ?? 0) +
       (metricValue(m, 'kvgate_upstream_attempts_total', { worker: 'w1', outcome: 'ok' }) ?? 0);
     assert.equal(attempts, 4);
-    assert.match(m, /kvgate_route_decisions_total\{policy="least-load",worker="w[01]",reason="[^"]+"\} \d/);
+    assert.equal(DEFAULT_POLICY_NAME, 'kvgate', 'the gateway routes with the kvgate policy unless told otherwise');
+    assert.match(m, /kvgate_route_decisions_total\{policy="kvgate",worker="w[01]",reason="[^"]+"\} \d/);
     assert.equal(metricValue(m, 'kvgate_worker_healthy', { worker: 'w0' }), 1);
     assert.equal(metricValue(m, 'kvgate_worker_stale', { worker: 'w1' }), 0);
     assert.ok(metricValue(m, 'kvgate_worker_kv_usage_ratio', { worker: 'w0' }) !== undefined);
