@@ -41,6 +41,8 @@ export class KvEventMapper {
   private readonly maxMapped: number;
   private readonly map = new Map<number, number>();
   private readonly counters = { stored: 0, removed: 0, cleared: 0, unknownParent: 0, blockSizeMismatch: 0 };
+  /** Block size of the last BlockStored that did not match ours, or null. */
+  lastForeignBlockSize: number | null = null;
 
   constructor(
     private readonly index: PrefixIndex,
@@ -99,8 +101,10 @@ export class KvEventMapper {
     const bs = e.blockSize;
     if (bs !== this.blockSize) {
       this.counters.blockSizeMismatch++;
+      this.lastForeignBlockSize = bs;
       return false;
     }
+    this.lastForeignBlockSize = null;
     let parent: number;
     if (e.parentBlockHash === null) parent = this.root;
     else {

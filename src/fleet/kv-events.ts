@@ -211,7 +211,11 @@ export class KvEventSubscriber {
     this.lastDigest = digest(payload);
     this.lastEventAt = now;
     this.counters.batches++;
-    if (now >= this.rebuildUntil) this.setSource('events', 'in sequence');
+    const foreign = this.mapper.lastForeignBlockSize;
+    if (foreign !== null) {
+      // Events hashed at another block size can never match prompts hashed at ours.
+      this.setSource('approximate', `events use block size ${foreign}, the index hashes prompts at ${this.mapper.blockSize}`);
+    } else if (now >= this.rebuildUntil) this.setSource('events', 'in sequence');
   }
 
   /**

@@ -17,11 +17,14 @@
  * the index never believes in more blocks than the worker can hold. A prompt's blocks are touched
  * tail first, so its head is the most recent and — as in vLLM — the tail ages out first.
  *
- * Layout, for speed and memory: one open-addressing hash table (Float64 keys, Int32 values) from
- * block hash to an entry; each entry has a bitmask of the workers holding it (one 32-bit word per
- * 32 workers) and a list of its nodes; nodes live in typed arrays linked into intrusive doubly
- * linked per-worker LRU lists. Lookup of a prompt is O(prompt blocks × mask words) with no
- * allocation besides the result. The whole structure is bounded by `maxBytes`.
+ * Layout, for speed and memory: one open-addressing hash table from block hash to an entry, 16
+ * bytes a slot (key, entry id and the entry's first worker-mask word: one cache line per lookup);
+ * each entry has a bitmask of the workers holding it (one 32-bit word per 32 workers) and a list
+ * of its nodes; nodes live in typed arrays linked into intrusive doubly linked per-worker LRU
+ * lists. Lookup of a prompt is O(prompt blocks × mask words), stops at the first block no
+ * worker holds (hashing lazily up to there), and allocates nothing per block. Pick-time inserts
+ * can be deferred to idle time (insertLater) and are applied before any later use. The whole
+ * structure is bounded by `maxBytes` (about 83 bytes per block with up to 32 workers).
  */
 import { chainRoot, hashBlock } from '../engine/block-hash.js';
 

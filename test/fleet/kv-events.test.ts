@@ -277,3 +277,25 @@ test('end to end with the simulated worker’s publisher: join mid-stream via re
     await second?.close();
   }
 });
+
+test('events at another block size are reported, not silently ignored', async () => {
+  const p = new RawPublisher();
+  const ep = await p.start();
+  const index = new PrefixIndex();
+  index.addWorker('w', 1000);
+  const sub = new KvEventSubscriber({ workerId: 'w', endpoint: ep.endpoint, index, blockSize: BS });
+  try {
+    sub.start();
+    await until(() => p.accepted, 'connection');
+    await sleep(100);
+    await p.publish(0, [['BlockStored', [digest(1)], null, seq(1, 16), 16, null, 'GPU']]);
+    await until(() => sub.status().batches === 1, 'first batch');
+    assert.equal(index.source('w'), 'approximate');
+    assert.match(index.workerStatus('w')!.reason, /block size 16, the index hashes prompts at 4/);
+    assert.equal(sub.status().mapper.blockSizeMismatch, 1);
+    assert.equal(index.blockCount('w'), 0);
+  } finally {
+    await sub.close();
+    await p.close();
+  }
+});
