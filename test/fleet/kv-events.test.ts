@@ -256,14 +256,25 @@ test('end to end with the simulated worker’s publisher: join mid-stream via re
     // The worker restarts: a new publisher on the same endpoints counts from 0, with a new cache.
     await first.close();
     const port = (e: string) => Number(e.slice(e.lastIndexOf(':') + 1));
-    second = new KvEventPublisher({ endpoint: port(ep.endpoint), replayEndpoint: port(ep.replayEndpoint!) });
-    await second.start();
+    // zmq releases a closed socket's port asynchronously: retry the bind for a moment.
+    for (let attempt = 0; ; attempt++) {
+      const candidate = new KvEventPublisher({ endpoint: port(ep.endpoint), replayEndpoint: port(ep.replayEndpoint!) });
+      try {
+        await candidate.start();
+        second = candidate;
+        break;
+      } catch (err) {
+        await candidate.close();
+        if ((err as { code?: string }).code !== 'EADDRINUSE' || attempt > 50) throw err;
+        await sleep(50);
+      }
+    }
     const fresh = new Engine({ ...engineConfig(), hashSeed: 4242 });
     const other = [seq(7000, 3 * BS + 1)];
     // Keep the new worker publishing until the subscriber has reconnected and noticed.
     for (let i = 0; sub.status().restarts === 0; i++) {
       if (i > 200) throw new Error('no restart detected');
-      runEngine(fresh, second, [[...other[0]!, 9000 + i]], `c${i}`);
+      runEngine(fresh, second!, [[...other[0]!, 9000 + i]], `c${i}`);
       await sleep(20);
     }
     await until(() => sub.status().lastSeq === second!.sequence - 1, 'caught up after restart');
