@@ -70,7 +70,11 @@ export interface KvgateParams {
   /** KV fit when nobody fits now: keep all that could fit when idle, or the least overfull. */
   whenNoneFits: 'all' | 'least-overfull';
   overfullSlackBlocks: number;
-  /** Prefix index: bytes bound, prediction lifetime, routed-block window. */
+  /**
+   * Prefix index: bytes bound (default 256 MiB), lifetime of a pick-time prediction not yet
+   * confirmed by a first token (default 15 s — a safety net: failed requests withdraw theirs),
+   * window of routed blocks since last use (default Infinity: capacity ageing only).
+   */
   indexMaxBytes: number;
   predictedTtlMs: number;
   approxTtlMs: number;
@@ -100,7 +104,7 @@ export const KVGATE_DEFAULTS: Readonly<KvgateParams> = Object.freeze({
   whenNoneFits: 'all',
   overfullSlackBlocks: 0,
   indexMaxBytes: 256 * 1024 * 1024,
-  predictedTtlMs: 5000,
+  predictedTtlMs: 15_000,
   approxTtlMs: Infinity,
   maxWorkers: 1024,
   sessionCapacity: 100_000,
@@ -313,8 +317,11 @@ export class KvgatePolicy extends PipelinePolicy {
   }
 
   private completed(req: RouteRequest, w: WorkerState, ok: boolean, ctx: RoutingContext): void {
-    // A non-streamed request may complete without a first-token callback: its prefill is done too.
-    if (ok && req.memo.get('kvgate.confirmed') !== true) this.matcher.confirm(req, w, ctx.now);
+    if (req.memo.get('kvgate.confirmed') === true) return;
+    // A non-streamed request may complete without a first-token callback: its prefill is done
+    // too. One that failed before its first token never filled the cache: withdraw its prediction.
+    if (ok) this.matcher.confirm(req, w, ctx.now);
+    else this.matcher.retract(req, w);
   }
 }
 

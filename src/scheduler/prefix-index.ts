@@ -476,6 +476,23 @@ export class PrefixIndex {
     this.insert(id, hashes, 'routed', now);
   }
 
+  /**
+   * A prediction will not come true (the request failed or was cancelled before its first
+   * token): drop the blocks of `hashes` that worker `id` holds only as predictions. Blocks also
+   * predicted by another request still in flight go too; its first token restores them.
+   */
+  retract(id: string, hashes: BlockSeq): void {
+    this.flush();
+    const w = this.slots.get(id);
+    if (!w) return;
+    for (let i = 0; i < hashes.length; i++) {
+      const e = this.find(hashes.at(i)!);
+      if (e < 0) continue;
+      const node = this.findNode(e, w.slot);
+      if (node !== NIL && this.nFlags[node] === F_PREDICTED) this.freeNode(node);
+    }
+  }
+
   /** Worker `id` no longer holds `hash` (BlockRemoved). */
   remove(id: string, hash: number): boolean {
     this.flush();

@@ -110,6 +110,11 @@ export class PrefixMatcher {
     this.index.insertLater(w.id, this.hashesFor(req, w), 'routed', now);
   }
 
+  /** Withdraw a prediction (the request failed before its first token). */
+  retract(req: RouteRequest, w: WorkerState): void {
+    this.index.retract(w.id, this.hashesFor(req, w));
+  }
+
   /** Confirm a prediction (first token came back). */
   confirm(req: RouteRequest, w: WorkerState, now: number): void {
     this.index.confirm(w.id, this.hashesFor(req, w), now);

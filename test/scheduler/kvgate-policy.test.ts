@@ -177,12 +177,23 @@ test('the first token confirms predictions and teaches the worker’s prefill ra
   clock.advance(60_000);
   const blocks = Math.floor(2000 / 16);
   assert.equal(policy.prefixIndex.matchWorker(policy.matcher.hashesFor(request(seq(0, 2000)), w), w.id, clock.now()), blocks);
-  // An unconfirmed prediction (the request failed before its first token) expires.
+  // A request that fails before its first token withdraws its prediction at once…
   const req2 = request(seq(70_000, 2000));
   const out2 = r.route(req2, ws);
   assert.ok(out2.ok);
-  r.complete(req2.id, false);
-  clock.advance(2000);
   const w2 = out2.ok ? out2.decision.worker : ws[0]!;
-  assert.equal(policy.prefixIndex.matchWorker(policy.matcher.hashesFor(request(seq(70_000, 2000)), w2), w2.id, clock.now()), 0);
+  const h2 = policy.matcher.hashesFor(request(seq(70_000, 2000)), w2);
+  assert.equal(policy.prefixIndex.matchWorker(h2, w2.id, clock.now()), blocks);
+  r.complete(req2.id, false);
+  assert.equal(policy.prefixIndex.matchWorker(h2, w2.id, clock.now()), 0);
+  // …and one never heard from again expires after predictedTtlMs.
+  const req3 = request(seq(80_000, 2000));
+  const out3 = r.route(req3, ws);
+  assert.ok(out3.ok);
+  const w3 = out3.ok ? out3.decision.worker : ws[0]!;
+  const h3 = policy.matcher.hashesFor(request(seq(80_000, 2000)), w3);
+  clock.advance(999);
+  assert.equal(policy.prefixIndex.matchWorker(h3, w3.id, clock.now()), blocks);
+  clock.advance(2);
+  assert.equal(policy.prefixIndex.matchWorker(h3, w3.id, clock.now()), 0);
 });
