@@ -883,6 +883,8 @@ export class PrefixIndex {
  * A prompt's kvgate block hashes, computed on demand and kept: a lookup that stops at the first
  * block no worker holds never pays for hashing the rest of the prompt.
  */
+const HASH_RUN = 64;
+
 export class PromptBlocks implements BlockSeq {
   readonly length: number;
   private readonly hashes: number[] = [];
@@ -900,9 +902,15 @@ export class PromptBlocks implements BlockSeq {
   at(i: number): number | undefined {
     if (i < 0 || i >= this.length) return undefined;
     const h = this.hashes;
-    while (h.length <= i) {
-      this.parent = hashBlock(this.parent, this.tokens, h.length * this.blockSize, this.blockSize);
-      h.push(this.parent);
+    if (h.length <= i) {
+      // Hash a run of blocks at a time: a tight hashing loop runs much faster than one
+      // interleaved with the index's cache-missing lookups, at the price of a few blocks hashed
+      // past where a lookup stops.
+      const end = Math.min(this.length, Math.max(i + 1, h.length + HASH_RUN));
+      while (h.length < end) {
+        this.parent = hashBlock(this.parent, this.tokens, h.length * this.blockSize, this.blockSize);
+        h.push(this.parent);
+      }
     }
     return h[i];
   }
