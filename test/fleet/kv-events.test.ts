@@ -310,3 +310,31 @@ test('events at another block size are reported, not silently ignored', async ()
     await p.close();
   }
 });
+
+test('subscriber state is exported as Prometheus gauges', async () => {
+  const { Registry } = await import('prom-client');
+  const { KvEventSubscribers } = await import('../../src/fleet/kv-events.js');
+  const { registerKvEventMetrics } = await import('../../src/fleet/kv-events-metrics.js');
+  const p = new RawPublisher();
+  const ep = await p.start();
+  const index = new PrefixIndex();
+  index.addWorker('w', 1000);
+  const subs = new KvEventSubscribers();
+  const registry = new Registry();
+  registerKvEventMetrics(registry, subs);
+  try {
+    const sub = subs.add({ workerId: 'w', endpoint: ep.endpoint, index, blockSize: BS });
+    let text = await registry.metrics();
+    assert.match(text, /kvgate_kv_events_source\{worker="w",source="approximate"\} 1/);
+    await until(() => p.accepted, 'connection');
+    await sleep(100);
+    await p.publish(0, [stored([digest(1)], null, seq(1, BS))]);
+    await until(() => sub.status().batches === 1, 'first batch');
+    text = await registry.metrics();
+    assert.match(text, /kvgate_kv_events_source\{worker="w",source="events"\} 1/);
+    assert.match(text, /kvgate_kv_events_batches\{worker="w"\} 1/);
+  } finally {
+    await subs.closeAll();
+    await p.close();
+  }
+});
