@@ -21,6 +21,8 @@ export interface KvFitOptions {
   whenNoneFits: 'all' | 'least-overfull';
   /** With 'least-overfull': keep workers within this many blocks of the least overfull. */
   overfullSlackBlocks: number;
+  /** Read cache and free blocks from WorkerState.oracle where present (the `oracle` policy). */
+  exact?: boolean;
 }
 
 export interface KvFitFilter extends Filter {
@@ -51,9 +53,11 @@ export function kvFitFilter(matcher: PrefixMatcher | null, opts: KvFitOptions): 
       for (const w of workers) {
         if (!couldEverFit(req, w)) continue;
         possible.push(w);
-        if (w.isStale(ctx.now, ctx.staleAfterMs)) stale = true;
-        const need = blocksNeeded(req, w, matches?.get(w)?.tokens ?? 0);
-        const free = w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
+        const probe = opts.exact ? w.oracle : undefined;
+        if (!probe && w.isStale(ctx.now, ctx.staleAfterMs)) stale = true;
+        const cached = probe ? probe.cachedPrefixTokens(req.promptTokens) : (matches?.get(w)?.tokens ?? 0);
+        const need = blocksNeeded(req, w, cached);
+        const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
         over.push(need - free);
         if (need <= free) fits.push(w);
       }

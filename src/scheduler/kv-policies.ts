@@ -27,6 +27,11 @@ registerPolicy(
 );
 registerPolicy(
   'oracle',
-  'Upper bound (simulation only): exact engine cache and queue, lowest estimated TTFT.',
+  "Upper bound (simulation only): kvgate's decision rules on each engine's exact cache and queue.",
+  (o) => new KvgatePolicy(o, 'oracle', true),
+);
+registerPolicy(
+  'oracle-greedy',
+  'Simulation only: exact engine cache and queue, always the lowest estimated TTFT.',
   createOraclePolicy,
 );

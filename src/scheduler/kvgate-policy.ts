@@ -176,7 +176,14 @@ export class KvgatePolicy extends PipelinePolicy {
   /** Session key → worker id of its last pick (insertion-ordered, bounded). */
   private readonly sessions = new Map<string, string>();
 
-  constructor(options?: PolicyOptions, name = 'kvgate') {
+  /**
+   * Read each worker's exact cache and queue through WorkerState.oracle (simulation only) instead
+   * of the index and the metrics: the `oracle` policy, kvgate's decision rules with perfect
+   * information, an upper bound for them.
+   */
+  readonly exact: boolean;
+
+  constructor(options?: PolicyOptions, name = 'kvgate', exact = false) {
     const p = kvgateParams(options);
     const index = new PrefixIndex({
       maxBytes: p.indexMaxBytes,
@@ -218,7 +225,7 @@ export class KvgatePolicy extends PipelinePolicy {
     const lowIsGood = (v: number, lo: number, hi: number) => (hi > lo ? (hi - v) / (hi - lo) : 1);
     super({
       name,
-      filters: [healthyFilter, kvFitFilter(matcher, { whenNoneFits: p.whenNoneFits, overfullSlackBlocks: p.overfullSlackBlocks })],
+      filters: [healthyFilter, kvFitFilter(matcher, { whenNoneFits: p.whenNoneFits, overfullSlackBlocks: p.overfullSlackBlocks, exact })],
       scorers: [
         { scorer: part('prefix', (e) => e.hit), weight: p.wPrefix },
         { scorer: part('ttft', (e, t) => (e.ttftMs > 0 ? t.minTtft / e.ttftMs : 1)), weight: p.wTtft },
@@ -234,6 +241,8 @@ export class KvgatePolicy extends PipelinePolicy {
       onComplete: (req, w, ok, ctx) => self.policy!.completed(req, w, ok, ctx),
     });
     self.policy = this;
+    this.exact = exact;
+    if (exact) this.usesOracle = true;
     this.params = p;
     this.matcher = matcher;
     this.prefixIndex = index;
@@ -262,15 +271,18 @@ export class KvgatePolicy extends PipelinePolicy {
     const sessionWorker = req.sessionKey !== undefined ? this.sessions.get(req.sessionKey) : undefined;
     for (const w of ws) {
       if (m.has(w)) continue;
-      const cached = Math.min(prompt, matches.get(w)?.tokens ?? 0);
+      const probe = this.exact ? w.oracle : undefined;
+      const cached = Math.min(prompt, probe ? probe.cachedPrefixTokens(req.promptTokens) : (matches.get(w)?.tokens ?? 0));
       const uncached = prompt - cached;
-      const stale = w.isStale(ctx.now, ctx.staleAfterMs);
+      const stale = !probe && w.isStale(ctx.now, ctx.staleAfterMs);
       if (stale) req.memo.set('usedStaleMetrics', true);
-      const q = w.estimatedQueue(ctx.now, ctx.staleAfterMs);
-      const ahead = Math.max(0, w.inflightPrefillTokens);
+      const q = probe ? { running: probe.running(), waiting: probe.waiting() } : w.estimatedQueue(ctx.now, ctx.staleAfterMs);
+      // The engine's own pending prefill counts every gateway's traffic and what is mid-chunk;
+      // requests dispatched but not yet arrived are the gateway's own.
+      const ahead = probe ? probe.pendingPrefillTokens() : Math.max(0, w.inflightPrefillTokens);
       const ttftMs =
         (1000 * (ahead + uncached)) / this.prefillRate(w) + p.queueMsPerWaiting * q.waiting + p.decodeMsPerRunning * q.running;
-      const free = w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
+      const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
       const need = Math.ceil(uncached / w.blockSize);
       m.set(w, {
         hit: prompt > 0 ? cached / prompt : 0,

@@ -304,11 +304,13 @@ export function createOraclePolicy(o?: PolicyOptions): PipelinePolicy {
       return best;
     },
   };
-  return new PipelinePolicy({
-    name: 'oracle',
+  const policy = new PipelinePolicy({
+    name: 'oracle-greedy',
     filters: [healthyFilter, kvFitFilter(null, { whenNoneFits: 'all', overfullSlackBlocks: 0 })],
     scorers: [],
     picker,
     expectedPrefixHit: (req) => (req.memo.get('oracle.hit') as number | undefined) ?? 0,
   });
+  policy.usesOracle = true;
+  return policy;
 }

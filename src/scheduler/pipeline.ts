@@ -42,6 +42,7 @@ export class PipelinePolicy implements Policy {
   readonly name: string;
   scrapeIntervalMs?: number;
   prefixIndex?: PrefixIndex;
+  usesOracle?: boolean;
   readonly onDispatch?: Policy['onDispatch'];
   readonly onFirstToken?: Policy['onFirstToken'];
   readonly onComplete?: Policy['onComplete'];

@@ -92,6 +92,8 @@ export interface Policy {
   readonly scrapeIntervalMs?: number;
   /** The prefix index the policy routes with, for KV-event subscribers and /admin/workers. */
   readonly prefixIndex?: PrefixIndex;
+  /** The policy reads WorkerState.oracle: a simulation should attach its engines' probes. */
+  readonly usesOracle?: boolean;
   route(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): RouteOutcome;
   /** The request was dispatched to the decided worker (its reservation is already charged). */
   onDispatch?(req: RouteRequest, decision: RouteDecision, ctx: RoutingContext): void;

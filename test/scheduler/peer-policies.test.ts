@@ -122,8 +122,12 @@ test('dynamo: lowest prefill_load_scale·new prefill blocks + active decode bloc
   assert.ok(later.ok && later.decision.expectedPrefixHit === 0);
 });
 
-test('oracle: exact cache and queue through the probe, lowest estimated TTFT', () => {
-  const { router: r } = router(createPolicy('oracle'));
+test('oracle-greedy: exact cache and queue through the probe, lowest estimated TTFT', () => {
+  const policy = createPolicy('oracle-greedy');
+  assert.equal(policy.usesOracle, true);
+  assert.equal(createPolicy('oracle').usesOracle, true);
+  assert.notEqual(createPolicy('kvgate').usesOracle, true);
+  const { router: r } = router(policy);
   const a = worker('a');
   const b = worker('b');
   const prompt = seq(0, 4000);
@@ -135,4 +139,21 @@ test('oracle: exact cache and queue through the probe, lowest estimated TTFT', (
   a.oracle.pendingPrefillTokens = () => 3500; // 3500 + 1000 > 4000
   const o2 = r.route(request(prompt), [a, b]);
   assert.ok(o2.ok && o2.decision.worker === b && o2.decision.reason === 'load');
+});
+
+test('oracle: kvgate’s rules on the engines’ exact state, not on the index or the metrics', () => {
+  const { router: r } = router(createPolicy('oracle', { learnPrefillRate: false }));
+  // Stale metrics and an empty index would say nothing; the probes say b holds the prompt.
+  const a = worker('a', { snapshot: null });
+  const b = worker('b', { snapshot: null });
+  const prompt = seq(0, 4000);
+  a.oracle = { cachedPrefixTokens: () => 0, running: () => 0, waiting: () => 0, freeBlocks: () => 9000, pendingPrefillTokens: () => 0 };
+  b.oracle = { cachedPrefixTokens: () => 3984, running: () => 2, waiting: () => 0, freeBlocks: () => 9000, pendingPrefillTokens: () => 800 };
+  const o = r.route(request(prompt), [a, b]);
+  assert.ok(o.ok && o.decision.worker === b && o.decision.reason === 'prefix');
+  assert.ok(o.ok && o.decision.expectedPrefixHit > 0.99 && o.decision.usedStaleMetrics !== true);
+  // b's exact queue grows far beyond what its cache saves: spill to a.
+  b.oracle.pendingPrefillTokens = () => 40_000;
+  const o2 = r.route(request(prompt), [a, b]);
+  assert.ok(o2.ok && o2.decision.worker === a && o2.decision.reason === 'spill');
 });
