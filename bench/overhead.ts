@@ -37,6 +37,7 @@ Options:
   --rate R          requests per second for the latency measurements (default 300)
   --concurrency C   requests outstanding for the throughput measurement (default 32)
   --targets LIST    comma-separated subset of direct,naive,nginx,kvgate (default: all)
+  --policy NAME     kvgate's routing policy (default: the gateway's default, kvgate)
   --json FILE       also write the results as JSON
   -h, --help        this text
 `;
@@ -161,12 +162,13 @@ http {
   };
 }
 
-async function startKvgate(upstreamPort: number): Promise<Target> {
+async function startKvgate(upstreamPort: number, policy?: string): Promise<Target> {
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-bench-'));
   const port = await freePort();
   const config = {
     listen: { host: '127.0.0.1', port },
     pools: [{ name: 'default', model: 'bench-model', workers: [{ url: `http://127.0.0.1:${upstreamPort}` }] }],
+    ...(policy ? { policy: { name: policy } } : {}),
   };
   writeFileSync(join(dir, 'kvgate.json'), JSON.stringify(config));
   const child = spawn(process.execPath, [cliPath, 'serve', '--config', join(dir, 'kvgate.json')], {
@@ -218,6 +220,7 @@ async function main(): Promise<number> {
       concurrency: { type: 'string', default: '32' },
       targets: { type: 'string', default: 'direct,naive,nginx,kvgate' },
       json: { type: 'string' },
+      policy: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -250,7 +253,7 @@ async function main(): Promise<number> {
     if (bin) targets.push(await startNginx(bin, upstream.port));
     else nginxNote = 'nginx not available: install nginx (Debian: nginx-light) to include it';
   }
-  if (wanted.has('kvgate')) targets.push(await startKvgate(upstream.port));
+  if (wanted.has('kvgate')) targets.push(await startKvgate(upstream.port, values.policy));
 
   const figures = new Map<string, RoundFigures[]>(targets.map((t) => [t.name, []]));
   try {
