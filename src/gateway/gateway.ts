@@ -24,6 +24,7 @@ import { seededRng, type Rng } from '../util/rng.js';
 import type { RequestContext } from './context.js';
 import { createHandler } from './handler.js';
 import { kvEventsService } from './kv-events-service.js';
+import { registerKvEventMetrics } from '../fleet/kv-events-metrics.js';
 import { Proxy } from './proxy.js';
 import type { GatewayStage } from './stages.js';
 
@@ -195,7 +196,9 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
 
   if (config.kvEvents.length > 0) {
     if (index) {
-      services.push(kvEventsService({ endpoints: config.kvEvents, index, fleet: registry, scraper, clock, logger }));
+      const kvEvents = kvEventsService({ endpoints: config.kvEvents, index, fleet: registry, scraper, clock, logger });
+      registerKvEventMetrics(m.registry, kvEvents.subscribers);
+      services.push(kvEvents);
     } else {
       logger.warn({ policy: policy.name }, 'kvEvents are configured but the policy keeps no prefix index: ignored');
     }

@@ -93,6 +93,7 @@ export class Proxy {
       ctx.workerId = d.worker.id;
       ctx.attempts++;
       metrics.decisionsBy.get(d.policy, d.worker.id, d.reason).inc();
+      metrics.prefixHitBy.get(d.policy).observe(d.expectedPrefixHit);
       this.o.fleet.breaker(d.worker.id).onDispatch();
       const r = await this.attempt(ctx, d);
       if (r.done) return;

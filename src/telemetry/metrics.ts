@@ -35,6 +35,7 @@ export class GatewayMetrics {
   readonly upstreamAttempts: Counter<'worker' | 'outcome'>;
   readonly upstreamFailures: Counter<'worker' | 'reason'>;
   readonly routeDecisions: Counter<'policy' | 'worker' | 'reason'>;
+  readonly routePrefixHit: Histogram<'policy'>;
   readonly scrapeFailures: Counter<'worker'>;
   readonly breakerTransitions: Counter<'worker' | 'state'>;
 
@@ -44,6 +45,7 @@ export class GatewayMetrics {
   readonly durationBy: ChildCache<HistogramChild>;
   readonly attemptsBy: ChildCache<CounterChild>;
   readonly decisionsBy: ChildCache<CounterChild>;
+  readonly prefixHitBy: ChildCache<HistogramChild>;
 
   constructor(fleet: WorkerRegistry, staleAfterMs: number, now: () => number) {
     const r = this.registry;
@@ -92,6 +94,13 @@ export class GatewayMetrics {
       labelNames: ['policy', 'worker', 'reason'],
       registers: [r],
     });
+    this.routePrefixHit = new Histogram({
+      name: 'kvgate_route_prefix_hit_ratio',
+      help: 'Per routing decision: fraction of the prompt the policy expects the chosen worker to hold in its KV cache',
+      labelNames: ['policy'],
+      buckets: [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1],
+      registers: [r],
+    });
     this.scrapeFailures = new Counter({
       name: 'kvgate_scrape_failures_total',
       help: 'Failed or unparseable /metrics scrapes, by worker',
@@ -109,6 +118,7 @@ export class GatewayMetrics {
     this.durationBy = new ChildCache((route, model) => this.duration.labels(route!, model!));
     this.attemptsBy = new ChildCache((worker, outcome) => this.upstreamAttempts.labels(worker!, outcome!));
     this.decisionsBy = new ChildCache((policy, worker, reason) => this.routeDecisions.labels(policy!, worker!, reason!));
+    this.prefixHitBy = new ChildCache((policy) => this.routePrefixHit.labels(policy!));
     const perWorker = (name: string, help: string, value: (w: WorkerRegistry['workers'][number]) => number | null): void => {
       new Gauge({
         name,

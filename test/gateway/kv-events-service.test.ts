@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { startSimWorker } from '../../src/sim/worker-server.js';
-import { MODEL, post, startGateway, waitFor } from './helpers.js';
+import { MODEL, metricValue, post, startGateway, waitFor } from './helpers.js';
 
 test('subscribers start with the gateway, the index learns from events, /admin/workers shows both', async () => {
   const sims = await Promise.all(
@@ -33,6 +33,13 @@ test('subscribers start with the gateway, the index learns from events, /admin/w
     const second = await post(url + '/v1/chat/completions', { model: MODEL, messages: [{ role: 'system', content: system }, { role: 'user', content: 'two' }], max_tokens: 4 });
     assert.equal(second.headers.get('x-kvgate-worker'), home, 'the shared prefix draws the request to its cache');
     assert.ok(Number(second.headers.get('x-kvgate-prefix-hit')) > 0.5);
+    const m = await (await fetch(url + '/metrics')).text();
+    assert.equal(metricValue(m, 'kvgate_kv_events_source', { worker: home, source: 'events' }), 1);
+    assert.equal(metricValue(m, 'kvgate_kv_events_source', { worker: home, source: 'approximate' }), 0);
+    assert.ok((metricValue(m, 'kvgate_kv_events_batches', { worker: home }) ?? 0) > 0);
+    const hits = m.split('\n').filter((l) => l.startsWith('kvgate_route_prefix_hit_ratio_bucket{le="0.5",policy="kvgate"}'));
+    assert.equal(hits.length, 1);
+    assert.equal(Number(hits[0]!.split(' ')[1]), 1, 'the first request expected no hit, the second more than half');
   } finally {
     await gw.close();
     await Promise.all(sims.map((s) => s.close()));

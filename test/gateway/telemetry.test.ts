@@ -26,6 +26,7 @@ test('/metrics has the kvgate_ series after traffic; /admin/workers describes ea
     assert.equal(attempts, 4);
     assert.equal(DEFAULT_POLICY_NAME, 'kvgate', 'the gateway routes with the kvgate policy unless told otherwise');
     assert.match(m, /kvgate_route_decisions_total\{policy="kvgate",worker="w[01]",reason="[^"]+"\} \d/);
+    assert.equal(metricValue(m, 'kvgate_route_prefix_hit_ratio_count', { policy: 'kvgate' }), 4, 'one observation per decision');
     assert.equal(metricValue(m, 'kvgate_worker_healthy', { worker: 'w0' }), 1);
     assert.equal(metricValue(m, 'kvgate_worker_stale', { worker: 'w1' }), 0);
     assert.ok(metricValue(m, 'kvgate_worker_kv_usage_ratio', { worker: 'w0' }) !== undefined);
