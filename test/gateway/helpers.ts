@@ -5,6 +5,7 @@ import { parseConfig, type RawConfig } from '../../src/config.js';
 import { createGateway, type Gateway, type GatewayOptions } from '../../src/gateway/gateway.js';
 import { startSimWorker, type SimWorker } from '../../src/sim/worker-server.js';
 import { createLogger } from '../../src/telemetry/logger.js';
+export { metricValue, parseSse, waitFor } from '../support.js';
 
 export const MODEL = 'llama-3.1-8b';
 
@@ -52,18 +53,6 @@ export async function post(url: string, body: unknown, headers: Record<string, s
   return { status: r.status, headers: r.headers, text, json };
 }
 
-/** Parse an SSE body into its `data:` payloads (JSON objects, or the string '[DONE]'). */
-export function parseSse(text: string): any[] {
-  const out: any[] = [];
-  for (const block of text.split('\n\n')) {
-    if (block.trim() === '') continue;
-    if (!block.startsWith('data: ')) throw new Error(`not an SSE data event: ${JSON.stringify(block)}`);
-    const data = block.slice(6);
-    out.push(data === '[DONE]' ? data : JSON.parse(data));
-  }
-  return out;
-}
-
 /** Text of a chat or completion stream, concatenated from its deltas. */
 export function streamText(events: any[]): string {
   let s = '';
@@ -90,23 +79,3 @@ export async function startStub(handler: (req: IncomingMessage, res: ServerRespo
   };
 }
 
-export function metricValue(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
-  for (const line of text.split('\n')) {
-    if (line.startsWith('#')) continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (\S+)$/.exec(line);
-    if (!m || m[1] !== name) continue;
-    const have: Record<string, string> = {};
-    for (const kv of (m[3] ?? '').matchAll(/([a-zA-Z_]+)="([^"]*)"/g)) have[kv[1]!] = kv[2]!;
-    if (Object.entries(labels).every(([k, v]) => have[k] === v)) return Number(m[4]);
-  }
-  return undefined;
-}
-
-export async function waitFor(cond: () => boolean | Promise<boolean>, timeoutMs = 3000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    if (await cond()) return;
-    if (Date.now() > end) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
