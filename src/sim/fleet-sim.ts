@@ -13,7 +13,8 @@
  *   Router.complete, and the next step starts.
  * - scrape — every scrape interval each worker's WorkerState gets a snapshot of engine.stats(),
  *   as the live gateway gets one from /metrics. Between scrapes policies see only the snapshot
- *   plus the router's own in-flight accounting. Only the `oracle` policy gets a live probe.
+ *   plus the router's own in-flight accounting. Only a policy with usesOracle set (`oracle`,
+ *   `oracle-greedy`) gets a live probe.
  * - KV sample — per-worker KV usage for the report.
  *
  * Metrics follow vLLM's benchmark_serving.py. The engine runs with emitTokens off, so there are no
@@ -195,7 +196,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   const cfg: EngineConfig = { ...opts.engineConfig, emitTokens: false, kvEvents: false };
   const engines: Engine[] = [];
   const states: WorkerState[] = [];
-  const useOracle = opts.policy.name === 'oracle';
+  const useOracle = opts.policy.usesOracle === true;
   for (let i = 0; i < n; i++) {
     const e = new Engine(cfg);
     engines.push(e);
@@ -207,7 +208,8 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       numGpuBlocks: cfg.numGpuBlocks,
       blockSize: cfg.blockSize,
     });
-    // The engine implements OracleProbe; only the oracle policy is given the live view.
+    // The engine implements OracleProbe; only a policy that declares usesOracle (`oracle`,
+    // `oracle-greedy`) is given the live view.
     if (useOracle) w.oracle = e;
     states.push(w);
   }
