@@ -22,7 +22,9 @@
  *     back to pure least-load collapses hit rate);
  *  3. B = the worker with the largest expected prefix hit overall;
  *  4. if B holds clearly more of the prompt than A and its ttft is within spillRelative /
- *     spillAbsoluteMs of A's, take B ('prefix'); otherwise A ('spill' when B was the better cache
+ *     spillAbsoluteMs of A's plus spillSavedFraction of the prefill time its extra cached tokens
+ *     save, take B ('prefix') — so a long prefix keeps its home through more load than a short
+ *     one that is cheap to recompute anywhere; otherwise A ('spill' when B was the better cache
  *     match but too busy — the prefix then gets cached on A as well, Preble's explore step).
  * Ties break at random (ctx.rng). At pick time the prompt's blocks are inserted into the index as
  * predictions, so a burst sharing a prefix co-locates before any worker reports anything, and the
@@ -52,12 +54,27 @@ export interface KvgateParams {
   queueMsPerWaiting: number;
   /** Added to the ttft estimate per running request (decode steps share the batch), ms (default 0.5). */
   decodeMsPerRunning: number;
-  /** Near-least-loaded band: relative (default 0.25) and absolute (default 15 ms) slack. */
+  /**
+   * Near-least-loaded band: relative (default 0.25) and absolute (default 0 ms) slack. The slack
+   * is relative so it scales with the workload: an absolute allowance (15 ms was the old default)
+   * is larger than a whole short request's TTFT, and let cache affinity pile short chat prompts
+   * onto the workers that first saw their prefix while others idled.
+   */
   nearRelative: number;
   nearAbsoluteMs: number;
-  /** Stay on the best-cached worker while its ttft is within this of the alternative's. */
+  /**
+   * Stay on the best-cached worker while its ttft is within this of the alternative's: relative
+   * (default 0.5) and absolute (default 0 ms, for the same reason as nearAbsoluteMs). The ttft
+   * estimate already charges the uncached tokens, so the slack is only the exploit bias.
+   */
   spillRelative: number;
   spillAbsoluteMs: number;
+  /**
+   * Plus this fraction (default 0.25) of the time B's extra cached tokens would take to prefill on
+   * A. A long shared prefix is worth keeping home (moving it costs a long recompute and splits
+   * its cache); a short one is cheap to recompute anywhere, so load balance wins.
+   */
+  spillSavedFraction: number;
   /** B must hold at least this much more of the prompt than A to be preferred (default 0.05). */
   minHitGain: number;
   /** Scorer weights used inside the near band. */
@@ -91,9 +108,10 @@ export const KVGATE_DEFAULTS: Readonly<KvgateParams> = Object.freeze({
   queueMsPerWaiting: 2,
   decodeMsPerRunning: 0.5,
   nearRelative: 0.25,
-  nearAbsoluteMs: 15,
+  nearAbsoluteMs: 0,
   spillRelative: 0.5,
-  spillAbsoluteMs: 50,
+  spillAbsoluteMs: 0,
+  spillSavedFraction: 0.25,
   minHitGain: 0.05,
   wPrefix: 3,
   wTtft: 1,
@@ -124,6 +142,7 @@ export function kvgateParams(o?: PolicyOptions): KvgateParams {
     nearAbsoluteMs: n('nearAbsoluteMs'),
     spillRelative: n('spillRelative'),
     spillAbsoluteMs: n('spillAbsoluteMs'),
+    spillSavedFraction: n('spillSavedFraction'),
     minHitGain: n('minHitGain'),
     wPrefix: n('wPrefix'),
     wTtft: n('wTtft'),
@@ -148,6 +167,8 @@ export interface KvgateEstimate {
   uncachedTokens: number;
   aheadTokens: number;
   ttftMs: number;
+  /** Milliseconds per prefill token at this worker (1000 / its prefill rate). */
+  msPerToken: number;
   headroom: number;
   waiting: number;
   running: number;
@@ -280,8 +301,9 @@ export class KvgatePolicy extends PipelinePolicy {
       // The engine's own pending prefill counts every gateway's traffic and what is mid-chunk;
       // requests dispatched but not yet arrived are the gateway's own.
       const ahead = probe ? probe.pendingPrefillTokens() : Math.max(0, w.inflightPrefillTokens);
+      const msPerToken = 1000 / this.prefillRate(w);
       const ttftMs =
-        (1000 * (ahead + uncached)) / this.prefillRate(w) + p.queueMsPerWaiting * q.waiting + p.decodeMsPerRunning * q.running;
+        msPerToken * (ahead + uncached) + p.queueMsPerWaiting * q.waiting + p.decodeMsPerRunning * q.running;
       const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
       const need = Math.ceil(uncached / w.blockSize);
       m.set(w, {
@@ -290,6 +312,7 @@ export class KvgatePolicy extends PipelinePolicy {
         uncachedTokens: uncached,
         aheadTokens: ahead,
         ttftMs,
+        msPerToken,
         headroom: clamp01((free - need) / Math.max(1, w.numGpuBlocks)),
         waiting: q.waiting,
         running: q.running,
@@ -372,7 +395,8 @@ export function kvgatePicker(p: KvgateParams): Picker {
       let picked = a!;
       let reason: string;
       if (eb.hit > ea.hit + p.minHitGain) {
-        if (eb.ttftMs <= ea.ttftMs * (1 + p.spillRelative) + p.spillAbsoluteMs) {
+        const savedMs = p.spillSavedFraction * ea.msPerToken * (eb.cachedTokens - ea.cachedTokens);
+        if (eb.ttftMs <= ea.ttftMs * (1 + p.spillRelative) + p.spillAbsoluteMs + savedMs) {
           picked = b!;
           reason = 'prefix';
         } else reason = 'spill';
