@@ -27,7 +27,7 @@ registerPolicy(
 );
 registerPolicy(
   'oracle',
-  "Upper bound (simulation only): kvgate's decision rules on each engine's exact cache and queue.",
+  "Simulation only: kvgate's decision rules on each engine's exact cache and queue (perfect information, same heuristics; not a guaranteed bound).",
   (o) => new KvgatePolicy(o, 'oracle', true),
 );
 registerPolicy(

@@ -200,7 +200,11 @@ export class KvgatePolicy extends PipelinePolicy {
   /**
    * Read each worker's exact cache and queue through WorkerState.oracle (simulation only) instead
    * of the index and the metrics: the `oracle` policy, kvgate's decision rules with perfect
-   * information, an upper bound for them.
+   * information. It bounds how much better information alone could buy, not what any router
+   * could achieve: the rules are heuristics, and on some workloads exact state steers them no
+   * better (occasionally worse, e.g. when the exact cache shows a conversation's decoded tokens
+   * and the affinity rules consolidate on it) than kvgate's own estimate. `oracle-greedy`
+   * (always the lowest estimated TTFT on exact state) is the other reference.
    */
   readonly exact: boolean;
 
@@ -298,9 +302,10 @@ export class KvgatePolicy extends PipelinePolicy {
       const stale = !probe && w.isStale(ctx.now, ctx.staleAfterMs);
       if (stale) req.memo.set('usedStaleMetrics', true);
       const q = probe ? { running: probe.running(), waiting: probe.waiting() } : w.estimatedQueue(ctx.now, ctx.staleAfterMs);
-      // The engine's own pending prefill counts every gateway's traffic and what is mid-chunk;
-      // requests dispatched but not yet arrived are the gateway's own.
-      const ahead = probe ? probe.pendingPrefillTokens() : Math.max(0, w.inflightPrefillTokens);
+      // The engine's pending prefill counts every gateway's traffic but not the chunk of the step
+      // in flight (taken off at the step's start, its first token due only at the step's end);
+      // the gateway's own in-flight prefill still counts that step. Take the larger.
+      const ahead = Math.max(0, probe ? Math.max(probe.pendingPrefillTokens(), w.inflightPrefillTokens) : w.inflightPrefillTokens);
       const msPerToken = 1000 / this.prefillRate(w);
       const ttftMs =
         msPerToken * (ahead + uncached) + p.queueMsPerWaiting * q.waiting + p.decodeMsPerRunning * q.running;
