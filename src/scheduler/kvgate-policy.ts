@@ -64,13 +64,15 @@ export interface KvgateParams {
   nearAbsoluteMs: number;
   /**
    * Stay on the best-cached worker while its ttft is within this of the alternative's: relative
-   * (default 0.5) and absolute (default 0 ms, for the same reason as nearAbsoluteMs). The ttft
-   * estimate already charges the uncached tokens, so the slack is only the exploit bias.
+   * (default 0.25; a larger share of a busy worker's whole ttft let shared documents pile their
+   * decodes onto one worker, costing TPOT) and absolute (default 0 ms, for the same reason as
+   * nearAbsoluteMs). The ttft estimate already charges the uncached tokens, so the slack is only
+   * the exploit bias; most of it comes from spillSavedFraction, which scales with the prefix.
    */
   spillRelative: number;
   spillAbsoluteMs: number;
   /**
-   * Plus this fraction (default 0.25) of the time B's extra cached tokens would take to prefill on
+   * Plus this fraction (default 0.75) of the time B's extra cached tokens would take to prefill on
    * A. A long shared prefix is worth keeping home (moving it costs a long recompute and splits
    * its cache); a short one is cheap to recompute anywhere, so load balance wins.
    */
@@ -109,9 +111,9 @@ export const KVGATE_DEFAULTS: Readonly<KvgateParams> = Object.freeze({
   decodeMsPerRunning: 0.5,
   nearRelative: 0.25,
   nearAbsoluteMs: 0,
-  spillRelative: 0.5,
+  spillRelative: 0.25,
   spillAbsoluteMs: 0,
-  spillSavedFraction: 0.25,
+  spillSavedFraction: 0.75,
   minHitGain: 0.05,
   wPrefix: 3,
   wTtft: 1,
