@@ -132,7 +132,8 @@ describe('kvgate bench CLI', () => {
     assert.equal(j.rate_scale, 2);
   });
 
-  const realTraces = '/work/shared/traces';
+  // The public traces live in shared/ beside the checkout (dist/test/bench → checkout is three up).
+  const realTraces = process.env.KVGATE_TRACES ?? resolve(dirname(fileURLToPath(import.meta.url)), '../../../../shared/traces');
   it('smoke-runs the real traces when present', { skip: !existsSync(realTraces) }, () => {
     for (const [file, extra] of [
       ['mooncake_synthetic_trace.jsonl', []],
