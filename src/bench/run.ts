@@ -6,9 +6,9 @@ import { buildEngineConfig } from '../engine/profiles.js';
 import { createPolicy, policyNames, type PolicyOptions } from '../scheduler/policies.js';
 import { simulateFleet, type AdmitResult } from '../sim/fleet-sim.js';
 import type { RouteRequest } from '../scheduler/types.js';
-import { mix32 } from './tokens.js';
+import { mix32 } from '../workload/tokens.js';
 import { summarize, type PolicySummary } from './metrics.js';
-import type { BenchRequest, BenchSource } from './types.js';
+import type { BenchRequest, BenchSource } from '../workload/types.js';
 
 /** $/GPU-hour defaults (on-demand cloud list prices, rounded). */
 export const GPU_HOUR_COST: Record<string, number> = { h100: 3.5, a100: 1.8, a10g: 1.0 };

@@ -6,13 +6,13 @@ import { openSync, readSync, closeSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { listGpus, listModels } from '../engine/profiles.js';
 import { policyNames } from '../scheduler/policies.js';
-import { loadTrace, TRACE_FORMATS, TraceError, type AzureOptions, type TraceFormat } from '../bench/loaders.js';
+import { loadTrace, TRACE_FORMATS, TraceError, type AzureOptions, type TraceFormat } from '../workload/loaders.js';
 import { createProgressBar, type ProgressBar } from '../bench/progress.js';
 import { renderReport } from '../bench/report.js';
 import { checkPolicies, GPU_HOUR_COST, runBench } from '../bench/run.js';
 import { summaryTable } from '../bench/table.js';
-import type { BenchSource } from '../bench/types.js';
-import { describeWorkloads, workloadNames, workloadSource } from '../bench/workloads.js';
+import type { BenchSource } from '../workload/types.js';
+import { describeWorkloads, workloadNames, workloadSource } from '../workload/workloads.js';
 
 const DEFAULT_POLICIES = ['round-robin', 'least-load', 'kvgate'];
 

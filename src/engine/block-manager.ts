@@ -20,7 +20,7 @@
  * doubly linked list for the free queue, one open-addressing table from hash to block.
  */
 
-import type { KvEvent } from './types.js';
+import type { KvEvent } from '../kv/events.js';
 
 const NO_HASH = -1;
 const NIL = -1;

@@ -22,7 +22,8 @@
  */
 
 import { BlockManager } from './block-manager.js';
-import { chainRoot, hashBlock } from './block-hash.js';
+import { chainRoot, hashBlock } from '../kv/block-hash.js';
+import type { KvEvent } from '../kv/events.js';
 import type {
   AdmissionError,
   EngineConfig,
@@ -31,7 +32,6 @@ import type {
   EngineStats,
   FinishReason,
   FinishedOutput,
-  KvEvent,
   StepResult,
   StepShape,
   TokenContext,

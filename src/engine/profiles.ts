@@ -4,45 +4,13 @@
  */
 
 import { randomInt } from 'node:crypto';
-import { KV_BYTES, RooflineTimeModel, WEIGHT_BYTES } from './time-model.js';
+import { KV_BYTES, WEIGHT_BYTES, type GpuProfile, type KvCacheDtype, type ModelProfile, type WeightDtype } from './hardware.js';
+import { RooflineTimeModel } from './time-model.js';
 import type { EngineConfig } from './types.js';
 
+export type { GpuProfile, KvCacheDtype, ModelProfile, WeightDtype };
+
 const GiB = 1024 ** 3;
-
-export interface GpuProfile {
-  name: string;
-  description: string;
-  /** Device memory as the driver reports it, in bytes. */
-  memoryBytes: number;
-  /** Peak memory bandwidth, bytes/s. */
-  bandwidth: number;
-  /** Peak dense bf16 tensor throughput, FLOP/s. */
-  peakFlops: number;
-  /** Per-direction GPU-to-GPU bandwidth used by tensor-parallel all-reduces, bytes/s. */
-  linkBandwidth: number;
-}
-
-export interface ModelProfile {
-  name: string;
-  /** Longest context the model accepts (max_model_len). */
-  maxModelLen: number;
-  layers: number;
-  dModel: number;
-  qHeads: number;
-  kvHeads: number;
-  headDim: number;
-  mlpDim: number;
-  vocab: number;
-  /** Parameter count, derived from the architecture (untied input and output embeddings). */
-  params: number;
-  /** Parameters outside the embedding table (the ones every token multiplies through). */
-  layerParams: number;
-}
-
-export type WeightDtype = 'bf16' | 'fp8' | 'int4';
-export type KvCacheDtype = 'bf16' | 'fp8';
-
-export { KV_BYTES, WEIGHT_BYTES };
 
 const GPUS: Record<string, GpuProfile> = {
   h100: {

@@ -24,12 +24,9 @@
  * t0 0.5 ms, all-reduce latency 5 + 4·log2(tp) µs.
  */
 
-import type { GpuProfile, KvCacheDtype, ModelProfile, WeightDtype } from './profiles.js';
+import { KV_BYTES, WEIGHT_BYTES, type GpuProfile, type KvCacheDtype, type ModelProfile, type WeightDtype } from './hardware.js';
 import type { StepShape, TimeModel } from './types.js';
 
-/** Bytes per parameter / per KV element of each dtype. */
-export const WEIGHT_BYTES: Record<WeightDtype, number> = { bf16: 2, fp8: 1, int4: 0.5 };
-export const KV_BYTES: Record<KvCacheDtype, number> = { bf16: 2, fp8: 1 };
 
 export interface TimeModelParams {
   /** Fraction of peak memory bandwidth a decode step achieves. */

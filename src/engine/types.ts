@@ -4,6 +4,8 @@
  * advances virtual time by each step's duration. Neither driver knows how the engine works inside.
  */
 
+import type { KvEvent } from '../kv/events.js';
+
 /** Why a sequence stopped. 'abort' is reported for requests removed with `abort()`. */
 export type FinishReason = 'stop' | 'length' | 'abort';
 
@@ -47,20 +49,6 @@ export interface FinishedOutput {
   /** Prompt tokens whose KV came from the prefix cache when the request was first scheduled. */
   cachedPromptTokens: number;
 }
-
-/** A KV-cache event in the engine's own hash space, as vLLM publishes them. */
-export type KvEvent =
-  | {
-      type: 'BlockStored';
-      blockHashes: number[];
-      /** Hash of the block before the first one stored, null at the start of a sequence. */
-      parentBlockHash: number | null;
-      /** Token ids of all the stored blocks, concatenated (blockHashes.length × blockSize). */
-      tokenIds: number[];
-      blockSize: number;
-    }
-  | { type: 'BlockRemoved'; blockHashes: number[] }
-  | { type: 'AllBlocksCleared' };
 
 export interface StepResult {
   /** Modelled GPU time of this step, in milliseconds. */

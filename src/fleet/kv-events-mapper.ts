@@ -7,9 +7,10 @@
  *
  * The subscriber (kv-events.ts) and the tests that drive a real Engine use this same code.
  */
-import { chainRoot, hashBlock } from '../engine/block-hash.js';
-import type { KvEvent } from '../engine/types.js';
-import { KVGATE_HASH_SEED, type PrefixIndex } from '../scheduler/prefix-index.js';
+import { chainRoot, hashBlock } from '../kv/block-hash.js';
+import type { KvEvent } from '../kv/events.js';
+import { KVGATE_HASH_SEED } from '../kv/prompt-blocks.js';
+import type { KvBlockSink } from './kv-block-sink.js';
 
 export interface KvEventMapperStats {
   stored: number;
@@ -45,7 +46,7 @@ export class KvEventMapper {
   lastForeignBlockSize: number | null = null;
 
   constructor(
-    private readonly index: PrefixIndex,
+    private readonly index: KvBlockSink,
     workerId: string,
     opts: KvEventMapperOptions,
   ) {

@@ -11,7 +11,7 @@
  * ever used as a lookup key (collisions at 53 bits are negligible for a cache's worth of blocks).
  */
 import { Decoder } from '@msgpack/msgpack';
-import type { KvEvent } from '../engine/types.js';
+import type { KvEvent } from '../kv/events.js';
 
 export interface KvEventBatch {
   ts: number;

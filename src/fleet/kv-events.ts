@@ -23,7 +23,7 @@
 import * as zmq from 'zeromq';
 import type { Clock } from '../util/clock.js';
 import { systemClock } from '../util/clock.js';
-import type { IndexSource, PrefixIndex } from '../scheduler/prefix-index.js';
+import type { IndexSource, KvBlockSink } from './kv-block-sink.js';
 import { KvEventMapper, type KvEventMapperStats } from './kv-events-mapper.js';
 import { decodeEventBatch, decodeSeq, encodeSeq } from './kv-events-wire.js';
 
@@ -35,7 +35,7 @@ export interface KvEventSubscriberOptions {
   replayEndpoint?: string;
   /** Topic prefix to subscribe to (vLLM's default topic is ''). */
   topic?: string;
-  index: PrefixIndex;
+  index: KvBlockSink;
   /** Block size the index hashes this worker's prompts at (the worker's block size). */
   blockSize: number;
   clock?: Clock;

@@ -7,7 +7,7 @@ import type { Clock } from '../util/clock.js';
 import { PerWorkerLoop } from './periodic.js';
 import { parsePromText } from './prom-text.js';
 import type { Upstreams } from './upstreams.js';
-import { snapshotFromSamples } from './vllm-metrics.js';
+import { snapshotFromSamples } from './vllm-metrics-parser.js';
 import type { WorkerState } from './worker-state.js';
 
 export interface ScraperOptions {

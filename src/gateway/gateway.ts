@@ -27,6 +27,9 @@ import { kvEventsService } from './kv-events-service.js';
 import { registerKvEventMetrics } from '../fleet/kv-events-metrics.js';
 import { Proxy } from './proxy.js';
 import type { GatewayStage } from './stages.js';
+import type { GatewayService } from './types.js';
+
+export type { GatewayService };
 
 export interface GatewayOptions {
   clock?: Clock;
@@ -39,16 +42,6 @@ export interface GatewayOptions {
   tokenizerFor?: (model: string) => Tokenizer;
   /** Start the scraper and health prober with start() (default true; tests may drive them by hand). */
   watchFleet?: boolean;
-}
-
-/**
- * Something that runs alongside the gateway (a KV-event subscriber set, a cache connection):
- * started after the server listens, closed after in-flight requests are done.
- */
-export interface GatewayService {
-  readonly name: string;
-  start?(): void | Promise<void>;
-  close?(): void | Promise<void>;
 }
 
 export interface Gateway {

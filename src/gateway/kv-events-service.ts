@@ -8,10 +8,10 @@ import type { WorkerKvEvents } from '../config.js';
 import { KvEventSubscribers } from '../fleet/kv-events.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { MetricsScraper } from '../fleet/scraper.js';
-import type { PrefixIndex } from '../scheduler/prefix-index.js';
+import type { PrefixIndex } from '../scheduler/index/prefix-index.js';
 import type { Logger } from '../telemetry/logger.js';
 import type { Clock } from '../util/clock.js';
-import type { GatewayService } from './gateway.js';
+import type { GatewayService } from './types.js';
 
 export interface KvEventsServiceOptions {
   endpoints: readonly WorkerKvEvents[];

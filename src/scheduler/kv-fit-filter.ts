@@ -14,7 +14,7 @@
  */
 import type { WorkerState } from '../fleet/worker-state.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from './router.js';
-import type { PrefixMatcher } from './prefix-match.js';
+import type { PrefixMatcher } from './index/prefix-match.js';
 import type { Filter, RouteRequest, RoutingContext } from './types.js';
 
 export interface KvFitOptions {

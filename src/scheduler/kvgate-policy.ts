@@ -36,8 +36,8 @@ import { kvFitFilter } from './kv-fit-filter.js';
 import { boolOption, choiceOption, numberOption } from './options.js';
 import { PipelinePolicy, clamp01 } from './pipeline.js';
 import type { PolicyOptions } from './policy-registry.js';
-import { PrefixIndex } from './prefix-index.js';
-import { PrefixMatcher } from './prefix-match.js';
+import { PrefixIndex } from './index/prefix-index.js';
+import { PrefixMatcher } from './index/prefix-match.js';
 import type { Picker, RouteRequest, RoutingContext, ScoredWorker, Scorer } from './types.js';
 
 /** Every tunable of the kvgate policy, with its default. */

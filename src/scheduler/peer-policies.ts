@@ -5,15 +5,15 @@
  */
 import { seedFromString } from '../util/rng.js';
 import type { WorkerState } from '../fleet/worker-state.js';
-import { CharRadixTree } from './char-radix-tree.js';
+import { CharRadixTree } from './index/char-radix-tree.js';
 import { healthyFilter } from './filters.js';
 import { kvFitFilter } from './kv-fit-filter.js';
 import { numberOption } from './options.js';
 import { maxScorePicker } from './pickers.js';
 import { PipelinePolicy } from './pipeline.js';
 import type { PolicyOptions } from './policy-registry.js';
-import { PrefixIndex } from './prefix-index.js';
-import { PrefixMatcher } from './prefix-match.js';
+import { PrefixIndex } from './index/prefix-index.js';
+import { PrefixMatcher } from './index/prefix-match.js';
 import type { Picker, RouteRequest, ScoredWorker, Scorer } from './types.js';
 
 /** Random choice among the candidates minimising `key` (ties within 1e-9). */

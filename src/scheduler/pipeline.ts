@@ -2,7 +2,7 @@
  * The filter → scorer → picker pipeline every named policy is built from.
  */
 import type { WorkerState } from '../fleet/worker-state.js';
-import type { PrefixIndex } from './prefix-index.js';
+import type { PrefixIndex } from './index/prefix-index.js';
 import type {
   Filter,
   Picker,

@@ -7,7 +7,7 @@
  */
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { Rng } from '../util/rng.js';
-import type { PrefixIndex } from './prefix-index.js';
+import type { PrefixIndex } from './index/prefix-index.js';
 
 export interface RouteRequest {
   id: string;

@@ -29,8 +29,8 @@ import type { EngineConfig, EngineStats, StepResult, TokenContext } from '../eng
 import { WorkerState, type MetricsSnapshot } from '../fleet/worker-state.js';
 import { Router } from '../scheduler/router.js';
 import type { Policy, RouteRequest } from '../scheduler/types.js';
-import { answerToken, synthText } from '../bench/tokens.js';
-import type { BenchRequest } from '../bench/types.js';
+import { answerToken, synthText } from '../workload/tokens.js';
+import type { BenchRequest } from '../workload/types.js';
 import { VirtualClock } from '../util/clock.js';
 import { seededRng } from '../util/rng.js';
 import { EventQueue } from './des-queue.js';

@@ -15,7 +15,8 @@ import type { AddressInfo } from 'node:net';
 import { Engine } from '../engine/engine.js';
 import { buildEngineConfig } from '../engine/profiles.js';
 import { createSampler, createSyntheticLm, type SampledLogprob, type SyntheticLm } from '../engine/synthetic-lm.js';
-import type { EngineConfig, EngineModel, FinishReason, FinishedOutput, KvEvent } from '../engine/types.js';
+import type { EngineConfig, EngineModel, FinishReason, FinishedOutput } from '../engine/types.js';
+import type { KvEvent } from '../kv/events.js';
 import { readBody } from '../api/body.js';
 import { EOS_TOKEN_ID, estimateTokenizer, renderChat } from '../tokenizer/index.js';
 import { seedFromString } from '../util/rng.js';
@@ -40,7 +41,7 @@ import {
   type ChatBody,
   type CompletionBody,
 } from './openai-sim-protocol.js';
-import { VllmMetrics } from './vllm-metrics.js';
+import { VllmMetrics } from './vllm-metrics-exporter.js';
 
 /** The subset of a pino logger the worker uses. */
 export interface SimLogger {

@@ -5,7 +5,7 @@ import { createProgressBar } from '../../src/bench/progress.js';
 import { renderReport } from '../../src/bench/report.js';
 import { downsample, runBench } from '../../src/bench/run.js';
 import { summaryTable } from '../../src/bench/table.js';
-import { workloadSource } from '../../src/bench/workloads.js';
+import { workloadSource } from '../../src/workload/workloads.js';
 
 const small = () => workloadSource('rag', { size: 60, rate: 20, seed: 1 });
 

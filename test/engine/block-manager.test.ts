@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { BlockManager, HashIndex } from '../../src/engine/block-manager.js';
 import { seededRng } from '../../src/util/rng.js';
-import type { KvEvent } from '../../src/engine/types.js';
+import type { KvEvent } from '../../src/kv/events.js';
 
 test('allocation takes free blocks until none are left, never more', () => {
   const bm = new BlockManager(4, 16, false);

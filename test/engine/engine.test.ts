@@ -2,10 +2,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Engine } from '../../src/engine/engine.js';
 import { buildEngineConfig } from '../../src/engine/profiles.js';
-import { chainRoot, hashBlock } from '../../src/engine/block-hash.js';
+import { chainRoot, hashBlock } from '../../src/kv/block-hash.js';
 import { createSampler, createSyntheticLm, hashSampler } from '../../src/engine/synthetic-lm.js';
 import { seededRng } from '../../src/util/rng.js';
-import type { EngineConfig, KvEvent, StepResult, TokenSampler } from '../../src/engine/types.js';
+import type { EngineConfig, StepResult, TokenSampler } from '../../src/engine/types.js';
+import type { KvEvent } from '../../src/kv/events.js';
 import type { OracleProbe } from '../../src/fleet/worker-state.js';
 
 function config(over: Partial<EngineConfig> = {}): EngineConfig {

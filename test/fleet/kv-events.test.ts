@@ -3,12 +3,13 @@ import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { encode } from '@msgpack/msgpack';
 import * as zmq from 'zeromq';
-import { blockHashes } from '../../src/engine/block-hash.js';
+import { blockHashes } from '../../src/kv/block-hash.js';
 import { Engine } from '../../src/engine/engine.js';
 import type { EngineConfig } from '../../src/engine/types.js';
 import { KvEventSubscriber } from '../../src/fleet/kv-events.js';
 import { decodeEventBatch, encodeSeq, foldHash } from '../../src/fleet/kv-events-wire.js';
-import { KVGATE_HASH_SEED, PrefixIndex } from '../../src/scheduler/prefix-index.js';
+import { KVGATE_HASH_SEED } from '../../src/kv/prompt-blocks.js';
+import { PrefixIndex } from '../../src/scheduler/index/prefix-index.js';
 import { KvEventPublisher } from '../../src/sim/kv-event-publisher.js';
 
 const BS = 4;

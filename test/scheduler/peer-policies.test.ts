@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { WorkerState } from '../../src/fleet/worker-state.js';
-import { CharRadixTree } from '../../src/scheduler/char-radix-tree.js';
+import { CharRadixTree } from '../../src/scheduler/index/char-radix-tree.js';
 import { createPolicy } from '../../src/scheduler/policies.js';
 import { request, router, seq, worker } from './helpers.js';
 

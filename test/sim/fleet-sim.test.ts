@@ -7,9 +7,9 @@ import { Router } from '../../src/scheduler/router.js';
 import type { Policy, RouteRequest } from '../../src/scheduler/types.js';
 import { policyScrapeInterval, simulateFleet, type RouterTraceEvent } from '../../src/sim/fleet-sim.js';
 import { summarize } from '../../src/bench/metrics.js';
-import type { BenchRequest } from '../../src/bench/types.js';
-import { workloadSource } from '../../src/bench/workloads.js';
-import { fillStream } from '../../src/bench/tokens.js';
+import type { BenchRequest } from '../../src/workload/types.js';
+import { workloadSource } from '../../src/workload/workloads.js';
+import { fillStream } from '../../src/workload/tokens.js';
 import { VirtualClock } from '../../src/util/clock.js';
 import { seededRng } from '../../src/util/rng.js';
 

@@ -3,9 +3,9 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { azureSource, jsonlSource, loadTrace, mooncakeSource, parseAzureTimestamp, TraceError } from '../../src/bench/loaders.js';
-import { readLines } from '../../src/bench/line-reader.js';
-import { synthText } from '../../src/bench/tokens.js';
+import { azureSource, jsonlSource, loadTrace, mooncakeSource, parseAzureTimestamp, TraceError } from '../../src/workload/loaders.js';
+import { readLines } from '../../src/workload/line-reader.js';
+import { synthText } from '../../src/workload/tokens.js';
 import { estimateTokenizer, renderChat } from '../../src/tokenizer/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvgate-loaders-'));

@@ -1,6 +1,6 @@
 /**
  * Prints the time model's calibration against published measurements as a markdown table.
- * Usage: npx tsc -p . && node dist/bench/calibration.js
+ * Usage: npx tsc -p . && node dist/benchmarks/calibration.js
  */
 
 import { calibrationTable } from '../src/engine/calibration.js';

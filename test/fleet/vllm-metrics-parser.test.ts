@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parsePromText } from '../../src/fleet/prom-text.js';
-import { MetricsShapeError, snapshotFromSamples } from '../../src/fleet/vllm-metrics.js';
+import { MetricsShapeError, snapshotFromSamples } from '../../src/fleet/vllm-metrics-parser.js';
 
 const snap = (text: string) => snapshotFromSamples(parsePromText(text), 42);
 

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { answerToken } from '../../src/bench/tokens.js';
-import type { BenchRequest } from '../../src/bench/types.js';
-import { describeWorkloads, workloadNames, workloadSource } from '../../src/bench/workloads.js';
+import { answerToken } from '../../src/workload/tokens.js';
+import type { BenchRequest } from '../../src/workload/types.js';
+import { describeWorkloads, workloadNames, workloadSource } from '../../src/workload/workloads.js';
 
 const fingerprint = (rs: BenchRequest[]) =>
   JSON.stringify(rs.map((r) => [r.arrivalMs, r.maxTokens, r.outputSeed, r.tenant, r.session, Array.from(r.promptTokens).slice(0, 40), r.promptTokens.length]));

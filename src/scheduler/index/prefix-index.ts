@@ -26,18 +26,14 @@
  * can be deferred to idle time (insertLater) and are applied before any later use. The whole
  * structure is bounded by `maxBytes` (about 83 bytes per block with up to 32 workers).
  */
-import { chainRoot, hashBlock } from '../engine/block-hash.js';
+import type { IndexSource } from '../../fleet/kv-block-sink.js';
+import type { BlockSeq } from '../../kv/prompt-blocks.js';
 
-/** Seed of kvgate's own block-hash chain (deliberately different from any engine's). */
-export const KVGATE_HASH_SEED = 0x6b766761; // 'kvga'
+export type { IndexSource };
+
 
 export type BlockSource = 'predicted' | 'routed' | 'event';
 
-/** A prompt's block hashes: a plain array, or a PromptBlocks that hashes on demand. */
-export interface BlockSeq {
-  readonly length: number;
-  at(i: number): number | undefined;
-}
 const F_PREDICTED = 1;
 const F_ROUTED = 2;
 const F_EVENT = 4;
@@ -64,8 +60,6 @@ export interface PrefixIndexOptions {
   capacityFactor?: number;
 }
 
-/** Where a worker's view comes from, as shown in /admin/workers and the kv-events metric. */
-export type IndexSource = 'events' | 'approximate';
 
 export interface WorkerIndexStatus {
   id: string;
@@ -877,73 +871,4 @@ export class PrefixIndex {
     }
     this.nodeCap = n;
   }
-}
-
-/**
- * A prompt's kvgate block hashes, computed on demand and kept: a lookup that stops at the first
- * block no worker holds never pays for hashing the rest of the prompt.
- */
-const HASH_RUN = 64;
-
-export class PromptBlocks implements BlockSeq {
-  readonly length: number;
-  private readonly hashes: number[] = [];
-  private parent: number;
-
-  constructor(
-    private readonly tokens: ArrayLike<number>,
-    private readonly blockSize: number,
-    seed: number,
-  ) {
-    this.length = Math.floor(tokens.length / blockSize);
-    this.parent = chainRoot(seed);
-  }
-
-  at(i: number): number | undefined {
-    if (i < 0 || i >= this.length) return undefined;
-    const h = this.hashes;
-    if (h.length <= i) {
-      // Hash a run of blocks at a time: a tight hashing loop runs much faster than one
-      // interleaved with the index's cache-missing lookups, at the price of a few blocks hashed
-      // past where a lookup stops.
-      const end = Math.min(this.length, Math.max(i + 1, h.length + HASH_RUN));
-      while (h.length < end) {
-        this.parent = hashBlock(this.parent, this.tokens, h.length * this.blockSize, this.blockSize);
-        h.push(this.parent);
-      }
-    }
-    return h[i];
-  }
-
-  /** Every block's hash, as an array. */
-  all(): number[] {
-    if (this.length > 0) this.at(this.length - 1);
-    return this.hashes;
-  }
-}
-
-/** The prompt's blocks at `blockSize`, shared by every plugin through the request's memo. */
-export function promptBlocks(
-  memo: Map<string, unknown>,
-  tokens: ArrayLike<number>,
-  blockSize: number,
-  seed = KVGATE_HASH_SEED,
-): PromptBlocks {
-  const key = `blocks:${blockSize}:${seed}`;
-  let b = memo.get(key) as PromptBlocks | undefined;
-  if (!b) {
-    b = new PromptBlocks(tokens, blockSize, seed);
-    memo.set(key, b);
-  }
-  return b;
-}
-
-/** All of the prompt's kvgate block hashes at `blockSize` (memoised on the request). */
-export function promptBlockHashes(
-  memo: Map<string, unknown>,
-  tokens: ArrayLike<number>,
-  blockSize: number,
-  seed = KVGATE_HASH_SEED,
-): number[] {
-  return promptBlocks(memo, tokens, blockSize, seed).all();
 }

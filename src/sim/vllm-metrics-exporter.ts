@@ -12,6 +12,7 @@
  */
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { EngineModel, FinishReason } from '../engine/types.js';
+import { VLLM_METRICS as V } from '../kv/vllm-metric-names.js';
 
 // vLLM's buckets (seconds).
 const TTFT_BUCKETS = [
@@ -67,7 +68,7 @@ export class VllmMetrics {
     const legacy = opts.legacyNames === true;
 
     new Gauge({
-      name: 'vllm:num_requests_running',
+      name: V.running,
       help: 'Number of requests in model execution batches.',
       labelNames,
       registers,
@@ -76,7 +77,7 @@ export class VllmMetrics {
       },
     });
     new Gauge({
-      name: 'vllm:num_requests_waiting',
+      name: V.waiting,
       help: 'Number of requests waiting to be processed.',
       labelNames,
       registers,
@@ -85,7 +86,7 @@ export class VllmMetrics {
       },
     });
     new Gauge({
-      name: legacy ? 'vllm:gpu_cache_usage_perc' : 'vllm:kv_cache_usage_perc',
+      name: legacy ? V.legacyKvUsage : V.kvUsage,
       help: 'KV-cache usage. 1 means 100 percent usage.',
       labelNames,
       registers,
@@ -107,15 +108,14 @@ export class VllmMetrics {
         },
       });
     };
-    const prefix = legacy ? 'vllm:gpu_prefix_cache' : 'vllm:prefix_cache';
-    mirror(`${prefix}_queries_total`, 'Prefix cache queries, in terms of number of queried tokens.', () => engine.stats().prefixQueries);
-    mirror(`${prefix}_hits_total`, 'Prefix cache hits, in terms of number of cached tokens.', () => engine.stats().prefixHits);
-    mirror('vllm:num_preemptions_total', 'Cumulative number of preemption from the engine.', () => engine.stats().preemptions);
-    mirror('vllm:prompt_tokens_total', 'Number of prefill tokens processed.', () => engine.stats().promptTokens);
-    mirror('vllm:generation_tokens_total', 'Number of generation tokens processed.', () => engine.stats().generationTokens);
+    mirror(`${legacy ? V.legacyPrefixQueries : V.prefixQueries}_total`, 'Prefix cache queries, in terms of number of queried tokens.', () => engine.stats().prefixQueries);
+    mirror(`${legacy ? V.legacyPrefixHits : V.prefixHits}_total`, 'Prefix cache hits, in terms of number of cached tokens.', () => engine.stats().prefixHits);
+    mirror(`${V.preemptions}_total`, 'Cumulative number of preemption from the engine.', () => engine.stats().preemptions);
+    mirror(`${V.promptTokens}_total`, 'Number of prefill tokens processed.', () => engine.stats().promptTokens);
+    mirror(`${V.generationTokens}_total`, 'Number of generation tokens processed.', () => engine.stats().generationTokens);
 
     this.success = new Counter({
-      name: 'vllm:request_success_total',
+      name: `${V.requestSuccess}_total`,
       help: 'Count of successfully processed requests.',
       labelNames: ['model_name', 'engine', 'finished_reason'],
       registers,
@@ -132,7 +132,7 @@ export class VllmMetrics {
 
     const cfg = engine.config;
     const cacheInfo = new Gauge({
-      name: 'vllm:cache_config_info',
+      name: V.cacheConfigInfo,
       help: 'Information of the LLMEngine CacheConfig',
       labelNames: [
         'block_size',
@@ -168,15 +168,15 @@ export class VllmMetrics {
       h.zero(labels); // present (all zero) from the first scrape, as vLLM's are
       return h;
     };
-    this.ttft = histogram('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', TTFT_BUCKETS);
-    this.itl = histogram('vllm:inter_token_latency_seconds', 'Histogram of inter-token latency in seconds.', ITL_BUCKETS);
-    this.e2e = histogram('vllm:e2e_request_latency_seconds', 'Histogram of e2e request latency in seconds.', REQUEST_LATENCY_BUCKETS);
-    this.queue = histogram('vllm:request_queue_time_seconds', 'Histogram of time spent in WAITING phase for request.', REQUEST_LATENCY_BUCKETS);
-    this.prefill = histogram('vllm:request_prefill_time_seconds', 'Histogram of time spent in PREFILL phase for request.', REQUEST_LATENCY_BUCKETS);
-    this.decode = histogram('vllm:request_decode_time_seconds', 'Histogram of time spent in DECODE phase for request.', REQUEST_LATENCY_BUCKETS);
+    this.ttft = histogram(V.ttft, 'Histogram of time to first token in seconds.', TTFT_BUCKETS);
+    this.itl = histogram(V.itl, 'Histogram of inter-token latency in seconds.', ITL_BUCKETS);
+    this.e2e = histogram(V.e2e, 'Histogram of e2e request latency in seconds.', REQUEST_LATENCY_BUCKETS);
+    this.queue = histogram(V.queueTime, 'Histogram of time spent in WAITING phase for request.', REQUEST_LATENCY_BUCKETS);
+    this.prefill = histogram(V.prefillTime, 'Histogram of time spent in PREFILL phase for request.', REQUEST_LATENCY_BUCKETS);
+    this.decode = histogram(V.decodeTime, 'Histogram of time spent in DECODE phase for request.', REQUEST_LATENCY_BUCKETS);
     const tokenBuckets = buckets125(cfg.maxModelLen);
-    this.promptTokens = histogram('vllm:request_prompt_tokens', 'Number of prefill tokens processed.', tokenBuckets);
-    this.generationTokens = histogram('vllm:request_generation_tokens', 'Number of generation tokens processed.', tokenBuckets);
+    this.promptTokens = histogram(V.requestPromptTokens, 'Number of prefill tokens processed.', tokenBuckets);
+    this.generationTokens = histogram(V.requestGenerationTokens, 'Number of generation tokens processed.', tokenBuckets);
   }
 
   observeTimeToFirstToken(seconds: number): void {

@@ -6,6 +6,7 @@
  */
 import type { MetricsSnapshot } from './worker-state.js';
 import type { Sample } from './prom-text.js';
+import { VLLM_METRICS as V } from '../kv/vllm-metric-names.js';
 
 export class MetricsShapeError extends Error {}
 
@@ -39,34 +40,34 @@ export function snapshotFromSamples(samples: readonly Sample[], at: number): Met
     if (!s.name.startsWith('vllm:')) continue;
     const n = baseName(s.name);
     switch (n) {
-      case 'vllm:kv_cache_usage_perc':
+      case V.kvUsage:
         // The V1 name wins when a worker exports both.
         if (!sawNewKv) for (const e of engines.values()) e.kv = undefined;
         sawKv = sawNewKv = true;
         engine(s).kv = s.value;
         break;
-      case 'vllm:gpu_cache_usage_perc':
+      case V.legacyKvUsage:
         if (sawNewKv) break;
         sawKv = true;
         engine(s).kv = s.value;
         break;
-      case 'vllm:num_requests_running':
-      case 'vllm:num_requests_waiting':
-      case 'vllm:num_preemptions':
-      case 'vllm:spec_decode_num_drafts':
-      case 'vllm:spec_decode_num_draft_tokens':
-      case 'vllm:spec_decode_num_accepted_tokens':
+      case V.running:
+      case V.waiting:
+      case V.preemptions:
+      case V.specDrafts:
+      case V.specDraftTokens:
+      case V.specAcceptedTokens:
         add(n, s.value);
         break;
-      case 'vllm:prefix_cache_queries':
-      case 'vllm:gpu_prefix_cache_queries':
+      case V.prefixQueries:
+      case V.legacyPrefixQueries:
         add('queries:' + n, s.value);
         break;
-      case 'vllm:prefix_cache_hits':
-      case 'vllm:gpu_prefix_cache_hits':
+      case V.prefixHits:
+      case V.legacyPrefixHits:
         add('hits:' + n, s.value);
         break;
-      case 'vllm:cache_config_info': {
+      case V.cacheConfigInfo: {
         const nb = Number(s.labels['num_gpu_blocks']);
         if (Number.isFinite(nb) && nb > 0) engine(s).blocks = nb;
         const bs = Number(s.labels['block_size']);
@@ -95,23 +96,23 @@ export function snapshotFromSamples(samples: readonly Sample[], at: number): Met
   const snap: MetricsSnapshot = {
     at,
     kvUsage: weight > 0 ? Math.min(1, kvWeighted / weight) : 0,
-    running: sums.get('vllm:num_requests_running') ?? 0,
-    waiting: sums.get('vllm:num_requests_waiting') ?? 0,
+    running: sums.get(V.running) ?? 0,
+    waiting: sums.get(V.waiting) ?? 0,
   };
   if (allBlocksKnown && blocks > 0) snap.numGpuBlocks = blocks;
   if (blockSize !== undefined) snap.blockSize = blockSize;
   // Prefer the V1 counter names; fall back to the deprecated ones.
-  const q = sums.get('queries:vllm:prefix_cache_queries') ?? sums.get('queries:vllm:gpu_prefix_cache_queries');
-  const h = sums.get('hits:vllm:prefix_cache_hits') ?? sums.get('hits:vllm:gpu_prefix_cache_hits');
+  const q = sums.get('queries:' + V.prefixQueries) ?? sums.get('queries:' + V.legacyPrefixQueries);
+  const h = sums.get('hits:' + V.prefixHits) ?? sums.get('hits:' + V.legacyPrefixHits);
   if (q !== undefined) snap.prefixQueries = q;
   if (h !== undefined) snap.prefixHits = h;
   const opt = (k: string, f: 'preemptions' | 'specDrafts' | 'specDraftTokens' | 'specAcceptedTokens'): void => {
     const v = sums.get(k);
     if (v !== undefined) snap[f] = v;
   };
-  opt('vllm:num_preemptions', 'preemptions');
-  opt('vllm:spec_decode_num_drafts', 'specDrafts');
-  opt('vllm:spec_decode_num_draft_tokens', 'specDraftTokens');
-  opt('vllm:spec_decode_num_accepted_tokens', 'specAcceptedTokens');
+  opt(V.preemptions, 'preemptions');
+  opt(V.specDrafts, 'specDrafts');
+  opt(V.specDraftTokens, 'specDraftTokens');
+  opt(V.specAcceptedTokens, 'specAcceptedTokens');
   return snap;
 }

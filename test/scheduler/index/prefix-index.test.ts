@@ -1,11 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { blockHashes } from '../../src/engine/block-hash.js';
-import { Engine } from '../../src/engine/engine.js';
-import type { EngineConfig } from '../../src/engine/types.js';
-import { KvEventMapper } from '../../src/fleet/kv-events-mapper.js';
-import { KVGATE_HASH_SEED, PrefixIndex } from '../../src/scheduler/prefix-index.js';
-import { seededRng } from '../../src/util/rng.js';
+import { blockHashes } from '../../../src/kv/block-hash.js';
+import { Engine } from '../../../src/engine/engine.js';
+import type { EngineConfig } from '../../../src/engine/types.js';
+import { KvEventMapper } from '../../../src/fleet/kv-events-mapper.js';
+import { KVGATE_HASH_SEED } from '../../../src/kv/prompt-blocks.js';
+import { PrefixIndex } from '../../../src/scheduler/index/prefix-index.js';
+import { seededRng } from '../../../src/util/rng.js';
 
 const BS = 16;
 const hashes = (tokens: number[]) => blockHashes(tokens, BS, KVGATE_HASH_SEED);

@@ -14,7 +14,8 @@
  */
 import { WorkerState } from '../src/fleet/worker-state.js';
 import { createPolicy } from '../src/scheduler/policies.js';
-import { KVGATE_HASH_SEED, PrefixIndex, PromptBlocks, promptBlocks } from '../src/scheduler/prefix-index.js';
+import { KVGATE_HASH_SEED, PromptBlocks, promptBlocks } from '../src/kv/prompt-blocks.js';
+import { PrefixIndex } from '../src/scheduler/index/prefix-index.js';
 import { Router } from '../src/scheduler/router.js';
 import type { RouteRequest } from '../src/scheduler/types.js';
 import { estimateTokenizer } from '../src/tokenizer/estimate.js';

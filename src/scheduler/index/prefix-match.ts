@@ -3,9 +3,10 @@
  * appear (with their KV capacity), and answers "how many leading prompt tokens does each worker
  * hold" once per request, memoised for every plugin of the pipeline.
  */
-import type { WorkerState } from '../fleet/worker-state.js';
-import { KVGATE_HASH_SEED, PrefixIndex, PromptBlocks, promptBlocks } from './prefix-index.js';
-import type { RouteRequest, RoutingContext } from './types.js';
+import type { WorkerState } from '../../fleet/worker-state.js';
+import { KVGATE_HASH_SEED, PromptBlocks, promptBlocks } from '../../kv/prompt-blocks.js';
+import { PrefixIndex } from './prefix-index.js';
+import type { RouteRequest, RoutingContext } from '../types.js';
 
 export interface PrefixMatch {
   /** Leading prompt blocks the worker is believed to hold. */
