@@ -1,0 +1,159 @@
+/**
+ * The module graph's rules: no import cycles (type-only imports included, so a cycle cannot hide
+ * behind `import type`), no cycles between top-level folders, and no edge from the live request
+ * path to the simulator or the bench. Imports are read from the TypeScript sources with the
+ * compiler's own pre-processor, so every form (`import`, `export … from`, `import()`) counts.
+ */
+import assert from 'node:assert/strict';
+import { readFileSync, readdirSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const SRC = join(ROOT, 'src');
+
+/** Top-level folders (or root files, without `.ts`) that each folder may not import. */
+const FORBIDDEN: Record<string, readonly string[]> = {
+  // The live gateway path never loads the engine model, the simulator or the bench.
+  api: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway', 'scheduler', 'fleet'],
+  gateway: ['engine', 'sim', 'bench', 'workload', 'cli'],
+  scheduler: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway', 'api'],
+  fleet: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway', 'scheduler'],
+  telemetry: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway', 'scheduler'],
+  tokenizer: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway', 'scheduler', 'fleet'],
+  config: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway'],
+  // The shared vocabulary depends on nothing but utilities.
+  kv: ['api', 'bench', 'cli', 'config', 'engine', 'fleet', 'gateway', 'scheduler', 'sim', 'telemetry', 'tokenizer', 'workload'],
+  util: ['api', 'bench', 'cli', 'config', 'engine', 'fleet', 'gateway', 'kv', 'scheduler', 'sim', 'telemetry', 'tokenizer', 'workload'],
+  // The engine model is plain code: no gateway, routing or drivers.
+  engine: ['api', 'bench', 'cli', 'fleet', 'gateway', 'scheduler', 'sim', 'workload'],
+  // The simulator drives engines and the router; the bench drives the simulator, never the reverse.
+  sim: ['bench', 'cli'],
+  // Request sources are data: they know nothing of who replays them.
+  workload: ['bench', 'cli', 'engine', 'fleet', 'gateway', 'scheduler', 'sim'],
+};
+
+type Graph = Map<string, string[]>;
+
+function sourceFiles(dir: string): string[] {
+  const out: string[] = [];
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) out.push(...sourceFiles(p));
+    else if (e.name.endsWith('.ts')) out.push(p);
+  }
+  return out;
+}
+
+/** File → the files it imports (relative specifiers only: packages are not part of the graph). */
+function importGraph(files: readonly string[]): Graph {
+  const g: Graph = new Map();
+  for (const f of files) {
+    const info = ts.preProcessFile(readFileSync(f, 'utf8'), true, true);
+    const deps: string[] = [];
+    for (const ref of info.importedFiles) {
+      if (!ref.fileName.startsWith('.')) continue;
+      deps.push(resolve(dirname(f), ref.fileName).replace(/\.js$/, '.ts'));
+    }
+    g.set(f, deps);
+  }
+  return g;
+}
+
+/** Strongly connected components with more than one member, or a self-import (Tarjan). */
+export function cycles(g: Graph): string[][] {
+  let next = 0;
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const out: string[][] = [];
+  const visit = (v: string): void => {
+    index.set(v, next);
+    low.set(v, next++);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of g.get(v) ?? []) {
+      if (!g.has(w)) continue;
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v)!, index.get(w)!));
+    }
+    if (low.get(v) !== index.get(v)) return;
+    const scc: string[] = [];
+    let w: string;
+    do {
+      w = stack.pop()!;
+      onStack.delete(w);
+      scc.push(w);
+    } while (w !== v);
+    if (scc.length > 1 || (g.get(v) ?? []).includes(v)) out.push(scc.sort());
+  };
+  for (const v of g.keys()) if (!index.has(v)) visit(v);
+  return out;
+}
+
+/** `src/scheduler/index/prefix-index.ts` → `scheduler`; `src/config.ts` → `config`. */
+function folderOf(file: string): string {
+  return relative(SRC, file).split(/[\\/]/)[0]!.replace(/\.ts$/, '');
+}
+
+function folderGraph(g: Graph): Graph {
+  const out: Graph = new Map();
+  for (const [f, deps] of g) {
+    const a = folderOf(f);
+    const set = out.get(a) ?? [];
+    for (const d of deps) {
+      const b = folderOf(d);
+      if (b !== a && !set.includes(b)) set.push(b);
+    }
+    out.set(a, set);
+  }
+  return out;
+}
+
+const rel = (f: string) => relative(ROOT, f);
+
+describe('module graph', () => {
+  const files = sourceFiles(SRC);
+  const graph = importGraph(files);
+
+  it('reads every source file and resolves every relative import to a file that exists', () => {
+    assert.ok(files.length > 50, `only ${files.length} files under src/`);
+    const known = new Set(files);
+    const dangling = [...graph].flatMap(([f, deps]) => deps.filter((d) => !known.has(d)).map((d) => `${rel(f)} → ${rel(d)}`));
+    assert.deepEqual(dangling, []);
+  });
+
+  it('has no import cycle between files, type-only imports included', () => {
+    assert.deepEqual(cycles(graph).map((c) => c.map(rel)), []);
+  });
+
+  it('has no cycle between top-level folders', () => {
+    assert.deepEqual(cycles(folderGraph(graph)), []);
+  });
+
+  it('keeps the live path off the simulator and every folder off the folders it must not import', () => {
+    const bad: string[] = [];
+    for (const [f, deps] of graph) {
+      const banned = FORBIDDEN[folderOf(f)] ?? [];
+      for (const d of deps) if (banned.includes(folderOf(d))) bad.push(`${rel(f)} → ${rel(d)}`);
+    }
+    assert.deepEqual(bad, []);
+  });
+
+  it('finds a cycle when there is one (the checker itself can fail)', () => {
+    const g: Graph = new Map([
+      ['a', ['b']],
+      ['b', ['c']],
+      ['c', ['a']],
+      ['d', ['a']],
+      ['e', ['e']],
+    ]);
+    assert.deepEqual(cycles(g), [['a', 'b', 'c'], ['e']]);
+    assert.deepEqual(cycles(new Map([['a', ['b']], ['b', []]])), []);
+  });
+});
