@@ -14,6 +14,7 @@ import type { Logger } from '../telemetry/logger.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 import type { PromptTokenizer } from '../tokenizer/registry.js';
 import type { Clock } from '../util/clock.js';
+import { RequestState } from '../util/state.js';
 import type { InferenceKind, RequestContext } from './context.js';
 import { buildRouteRequest, preparePrompt, requestBudgetMs } from './prepare.js';
 import type { Proxy } from './proxy.js';
@@ -125,7 +126,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       maxTokens: 0,
       maxTokensExplicit: false,
       deadlineAt: Infinity,
-      state: new Map(),
+      state: new RequestState(),
       taps: [],
       onFinish: [],
       aborted: false,
