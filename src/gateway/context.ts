@@ -1,6 +1,6 @@
 /**
  * Everything the gateway knows about one inference request as it moves through the pipeline.
- * Stages read and extend it; the proxy consumes it.
+ * Stages read and extend it; the relay consumes it.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ChatCompletionRequest, CompletionRequest } from '../api/schemas.js';
@@ -22,7 +22,7 @@ export interface RequestContext {
 
   /** The client's body exactly as received: forwarded unchanged unless `bodyModified`. */
   rawBody: Buffer;
-  /** The validated body. A stage that changes it must set `bodyModified` (the proxy re-serialises). */
+  /** The validated body. A stage that changes it must set `bodyModified` (the relay re-serialises). */
   body: ChatCompletionRequest | CompletionRequest;
   bodyModified: boolean;
 

@@ -1,6 +1,6 @@
 /**
  * createGateway: assembles the worker registry, the fleet watchers (metrics scraper, health
- * prober, circuit breakers), the router with the configured policy, the proxy, telemetry and the
+ * prober, circuit breakers), the router with the configured policy, the relay, telemetry and the
  * HTTP server. Embedded by `kvgate serve`, `kvgate demo` and the tests.
  */
 import { createServer, type Server } from 'node:http';
@@ -25,7 +25,7 @@ import type { RequestContext } from './context.js';
 import { createHandler } from './handler.js';
 import { kvEventsService } from './kv-events-service.js';
 import { registerKvEventMetrics } from '../fleet/kv-events-metrics.js';
-import { Proxy } from './proxy.js';
+import { Relay } from './relay.js';
 import type { GatewayStage } from './stages.js';
 import type { GatewayService } from './types.js';
 
@@ -137,11 +137,11 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     upstreams,
     onChange: (w, healthy, reason) => {
       logger[healthy ? 'info' : 'warn']({ worker: w.id, healthy, reason: reason ?? undefined }, 'worker health');
-      if (!healthy) proxy.workerDown(w.id);
+      if (!healthy) relay.workerDown(w.id);
     },
   });
 
-  const proxy: Proxy = new Proxy({
+  const relay: Relay = new Relay({
     router,
     fleet: registry,
     upstreams,
@@ -172,7 +172,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   const handler = createHandler({
     config,
     fleet: registry,
-    proxy,
+    relay,
     metrics: m,
     logger,
     clock,

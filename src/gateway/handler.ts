@@ -1,6 +1,6 @@
 /**
  * The HTTP surface: dispatches a request by path and method, and runs inference requests through
- * read → parse → validate → prepare → stages → proxy, answering every failure with an OpenAI
+ * read → parse → validate → prepare → stages → relay, answering every failure with an OpenAI
  * error body. Each accepted request is accounted exactly once (metrics, one log line).
  */
 import { randomUUID } from 'node:crypto';
@@ -17,13 +17,13 @@ import type { Clock } from '../util/clock.js';
 import { RequestState } from '../util/state.js';
 import type { InferenceKind, RequestContext } from './context.js';
 import { buildRouteRequest, preparePrompt, requestBudgetMs } from './prepare.js';
-import type { Proxy } from './proxy.js';
+import type { Relay } from './relay.js';
 import { runStages, type GatewayStage } from './stages.js';
 
 export interface HandlerDeps {
   config: GatewayConfig;
   fleet: WorkerRegistry;
-  proxy: Proxy;
+  relay: Relay;
   metrics: GatewayMetrics;
   logger: Logger;
   clock: Clock;
@@ -198,7 +198,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
         if (ctx.status === 0) ctx.status = ctx.aborted ? 499 : res.statusCode;
         return;
       }
-      if (!ctx.aborted) await d.proxy.forward(ctx);
+      if (!ctx.aborted) await d.relay.forward(ctx);
       if (ctx.abortReason === 'shutdown' && !res.headersSent) throw errors.shuttingDown();
       if (ctx.aborted && ctx.status === 0) ctx.status = 499;
     } catch (e) {

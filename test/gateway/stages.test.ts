@@ -112,6 +112,33 @@ test('stages share typed per-request state, kept apart by key identity', async (
   assert.equal(s.namesake, false);
 });
 
+test('a tap that throws is dropped; the response it observed still arrives whole', async () => {
+  const g = await startGateway(sims.map((s) => s.url));
+  try {
+    let calls = 0;
+    let bytes = 0;
+    g.gw.use({
+      name: 'taps',
+      handle(ctx) {
+        ctx.taps.push(() => {
+          calls++;
+          throw new Error('cache full');
+        });
+        ctx.taps.push((c) => (bytes += c.length));
+        return 'continue';
+      },
+    });
+    const body = { model: MODEL, stream: true, prompt: 'one two three', max_tokens: 8, ignore_eos: true };
+    const r = await post(g.url + '/v1/completions', body);
+    assert.equal(r.status, 200);
+    assert.ok(r.text.endsWith('data: [DONE]\n\n'));
+    assert.equal(calls, 1, 'the throwing tap saw only the first chunk');
+    assert.equal(bytes, Buffer.byteLength(r.text), 'the other tap saw every byte');
+  } finally {
+    await g.gw.close();
+  }
+});
+
 test('with the remote tokenizer the prompt is tokenized by a worker of the model', async () => {
   const g = await startGateway(sims.map((s) => s.url), { tokenizers: { models: { [MODEL]: 'remote' } } });
   try {
