@@ -7,9 +7,9 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { ConfigError, type GatewayConfig } from '../config.js';
 import type { BreakerState } from '../fleet/circuit-breaker.js';
-import { HealthProber } from '../fleet/health.js';
+import type { HealthProber } from '../fleet/health.js';
 import { WorkerRegistry, type WorkerDescriber } from '../fleet/registry.js';
-import { MetricsScraper } from '../fleet/scraper.js';
+import type { MetricsScraper } from '../fleet/scraper.js';
 import { Upstreams } from '../fleet/upstreams.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import { createPolicy } from '../scheduler/policies.js';
@@ -22,6 +22,7 @@ import type { Tokenizer } from '../tokenizer/types.js';
 import { systemClock, type Clock } from '../util/clock.js';
 import { seededRng, type Rng } from '../util/rng.js';
 import type { RequestContext } from './context.js';
+import { createFleetWatch } from './fleet-watch.js';
 import { createHandler } from './handler.js';
 import { kvEventsService } from './kv-events-service.js';
 import { registerKvEventMetrics } from '../fleet/kv-events-metrics.js';
@@ -114,31 +115,15 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     keepAliveTimeoutMs: config.upstream.keepAliveTimeoutMs,
     connectTimeoutMs: config.timeouts.connectMs,
   });
-  // A policy published with its own metrics interval (llm-d polls every 50 ms) gets it unless the
-  // config sets one.
-  const scrapeIntervalMs =
-    !config.scrape.intervalExplicit && policy.scrapeIntervalMs !== undefined ? policy.scrapeIntervalMs : config.scrape.intervalMs;
-  const scraper = new MetricsScraper(registry.workers, {
-    intervalMs: scrapeIntervalMs,
-    timeoutMs: Math.min(config.scrape.timeoutMs, Math.max(1, Math.floor(scrapeIntervalMs * 0.8))),
+  const { scraper, health } = createFleetWatch({
+    config,
+    workers: registry.workers,
+    upstreams,
     clock,
-    upstreams,
-    onResult: (w, error) => {
-      if (error !== null) {
-        m.scrapeFailures.labels(w.id).inc();
-        logger.debug({ worker: w.id, error }, 'metrics scrape failed');
-      }
-    },
-  });
-  const health = new HealthProber(registry.workers, {
-    intervalMs: config.health.intervalMs,
-    timeoutMs: config.health.timeoutMs,
-    failuresToMarkDown: config.health.failuresToMarkDown,
-    upstreams,
-    onChange: (w, healthy, reason) => {
-      logger[healthy ? 'info' : 'warn']({ worker: w.id, healthy, reason: reason ?? undefined }, 'worker health');
-      if (!healthy) relay.workerDown(w.id);
-    },
+    logger,
+    metrics: m,
+    policyScrapeIntervalMs: policy.scrapeIntervalMs,
+    onWorkerDown: (id) => relay.workerDown(id),
   });
 
   const relay: Relay = new Relay({
