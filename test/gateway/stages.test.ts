@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { ApiError } from '../../src/api/errors.js';
 import type { Gateway } from '../../src/gateway/gateway.js';
-import type { SimWorker } from '../../src/sim/worker-server.js';
+import type { SimWorker } from '../../src/sim/worker/server.js';
 import { stateKey } from '../../src/util/state.js';
 import { MODEL, post, startGateway, startSims } from './helpers.js';
 

@@ -12,14 +12,14 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Engine } from '../engine/engine.js';
-import { buildEngineConfig } from '../engine/profiles.js';
-import { createSampler, createSyntheticLm, type SampledLogprob, type SyntheticLm } from '../engine/synthetic-lm.js';
-import type { EngineConfig, EngineModel, FinishReason, FinishedOutput } from '../engine/types.js';
-import type { KvEvent } from '../kv/events.js';
-import { readBody } from '../api/body.js';
-import { EOS_TOKEN_ID, estimateTokenizer, renderChat } from '../tokenizer/index.js';
-import { seedFromString } from '../util/rng.js';
+import { Engine } from '../../engine/engine.js';
+import { buildEngineConfig } from '../../engine/profiles.js';
+import { createSampler, createSyntheticLm, type SampledLogprob, type SyntheticLm } from '../../engine/synthetic-lm.js';
+import type { EngineConfig, EngineModel, FinishReason, FinishedOutput } from '../../engine/types.js';
+import type { KvEvent } from '../../kv/events.js';
+import { readBody } from '../../api/body.js';
+import { EOS_TOKEN_ID, estimateTokenizer, renderChat } from '../../tokenizer/index.js';
+import { seedFromString } from '../../util/rng.js';
 import { EngineDriver } from './engine-driver.js';
 import { Generation } from './generation.js';
 import { KvEventPublisher } from './kv-event-publisher.js';
@@ -40,7 +40,7 @@ import {
   usage,
   type ChatBody,
   type CompletionBody,
-} from './openai-sim-protocol.js';
+} from './openai-protocol.js';
 import { VllmMetrics } from './vllm-metrics-exporter.js';
 
 /** The subset of a pino logger the worker uses. */
