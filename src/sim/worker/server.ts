@@ -8,39 +8,43 @@
  * engine step, a client disconnect aborts the engine request (counted under
  * vllm:request_success_total{finished_reason="abort"}), prompt-too-long and unknown-model errors
  * come back with vLLM's statuses and bodies, and KV-cache events can be published on ZeroMQ.
+ *
+ * This file starts a worker and holds its HTTP routes and engine side. Beside it: request-spec.ts
+ * (a validated body → one sequence per prompt and sample, and their sampling parameters),
+ * exchange.ts (one request's response: SSE chunks or a JSON body, stops, client gone, shutdown),
+ * logprobs.ts (vLLM's logprob formats), openai-protocol.ts (schemas, errors, writing answers),
+ * generation.ts (incremental detokenization, stop strings), engine-driver.ts (real-time pacing),
+ * vllm-metrics-exporter.ts (/metrics) and kv-event-publisher.ts (ZeroMQ).
  */
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { readBody } from '../../api/body.js';
 import { Engine } from '../../engine/engine.js';
 import { buildEngineConfig } from '../../engine/profiles.js';
 import { createSampler, createSyntheticLm, type SampledLogprob, type SyntheticLm } from '../../engine/synthetic-lm.js';
-import type { EngineConfig, EngineModel, FinishReason, FinishedOutput } from '../../engine/types.js';
+import type { EngineConfig, EngineModel, FinishReason } from '../../engine/types.js';
 import type { KvEvent } from '../../kv/events.js';
-import { readBody } from '../../api/body.js';
 import { EOS_TOKEN_ID, estimateTokenizer, renderChat } from '../../tokenizer/index.js';
-import { seedFromString } from '../../util/rng.js';
 import { EngineDriver } from './engine-driver.js';
+import { Exchange, type ExchangeHost, type SeqRun } from './exchange.js';
 import { Generation } from './generation.js';
 import { KvEventPublisher } from './kv-event-publisher.js';
+import { promptLogprobs } from './logprobs.js';
 import {
-  MAX_LOGPROBS,
-  SSE_DONE,
   SimError,
   badRequest,
   chatSchema,
+  checkModel,
   completionSchema,
   detokenizeSchema,
-  notFound,
   parseBody,
-  sseData,
-  stopList,
+  sendJson,
+  sendJsonError,
   tokenizeSchema,
   unavailable,
-  usage,
-  type ChatBody,
-  type CompletionBody,
 } from './openai-protocol.js';
+import { chatSpec, completionSpec, sampleSeed, type GenParams, type ServedModel } from './request-spec.js';
 import { VllmMetrics } from './vllm-metrics-exporter.js';
 
 /** The subset of a pino logger the worker uses. */
@@ -225,42 +229,15 @@ interface ServerParts {
   defaultMaxChatTokens: number;
 }
 
-/** What one generation request asks of the engine, after validation. */
-interface SeqSpec {
-  /** Which of the request's n samples of this prompt this is (0 = the first). */
-  sample: number;
-  promptIds: number[];
-  /** Prompt text, for echo. */
-  promptText: string;
-  maxTokens: number;
-}
-
-interface GenParams {
-  kind: 'completion' | 'chat';
-  stream: boolean;
-  includeUsage: boolean;
-  continuousUsage: boolean;
-  echo: boolean;
-  /** Top alternatives per token, or null when logprobs were not requested. */
-  logprobs: number | null;
-  seed: number | undefined;
-  temperature: number;
-  topP: number;
-  stop: string[];
-  stopTokenIds: number[];
-  ignoreEos: boolean;
-  includeStopStrInOutput: boolean;
-  priority: number;
-}
-
-class SimWorkerServer {
+/** The worker's HTTP routes and its engine side: runs exchanges' sequences and observes their metrics. */
+class SimWorkerServer implements ExchangeHost {
   readonly model: string;
   readonly engine: EngineModel;
   readonly driver: EngineDriver;
   readonly metrics: VllmMetrics;
   kvPublisher: KvEventPublisher | null = null;
   private readonly lm: SyntheticLm;
-  private readonly defaultMaxChatTokens: number;
+  private readonly served: ServedModel;
   private readonly exchanges = new Set<Exchange>();
   private requests = 0;
   private clientAborts = 0;
@@ -270,7 +247,7 @@ class SimWorkerServer {
     this.model = p.model;
     this.engine = p.engine;
     this.lm = p.lm;
-    this.defaultMaxChatTokens = p.defaultMaxChatTokens;
+    this.served = { model: p.model, maxModelLen: p.engine.config.maxModelLen, defaultMaxChatTokens: p.defaultMaxChatTokens };
     this.metrics = new VllmMetrics(p.engine, {
       modelName: p.model,
       legacyNames: p.legacyMetricNames,
@@ -418,15 +395,9 @@ class SimWorkerServer {
     };
   }
 
-  private checkModel(model: string | null | undefined): void {
-    if (model !== undefined && model !== null && model !== this.model) {
-      throw notFound(`The model \`${model}\` does not exist.`);
-    }
-  }
-
   private tokenize(res: ServerResponse, raw: unknown): void {
     const body = parseBody(tokenizeSchema, raw);
-    this.checkModel(body.model);
+    checkModel(body.model, this.model);
     const text =
       'prompt' in body ? body.prompt : renderChat(body.messages, (body as { add_generation_prompt?: boolean }).add_generation_prompt ?? true);
     const tokens = estimateTokenizer.encode(text as string);
@@ -435,7 +406,7 @@ class SimWorkerServer {
 
   private detokenize(res: ServerResponse, raw: unknown): void {
     const body = parseBody(detokenizeSchema, raw);
-    this.checkModel(body.model);
+    checkModel(body.model, this.model);
     sendJson(res, 200, { prompt: estimateTokenizer.decode(body.tokens) });
   }
 
@@ -443,7 +414,7 @@ class SimWorkerServer {
 
   private generate(req: IncomingMessage, res: ServerResponse, kind: 'completion' | 'chat', raw: unknown): void {
     if (this.shuttingDown) throw unavailable('The server is shutting down.');
-    const { params, seqs } = kind === 'completion' ? this.completionSpec(parseBody(completionSchema, raw)) : this.chatSpec(parseBody(chatSchema, raw));
+    const { params, seqs } = kind === 'completion' ? completionSpec(parseBody(completionSchema, raw), this.served) : chatSpec(parseBody(chatSchema, raw), this.served);
     for (const s of seqs) {
       if (s.promptIds.length === 0) throw badRequest('The prompt cannot be empty.', 'prompt');
       const err = this.engine.check(s.promptIds.length, s.maxTokens);
@@ -458,70 +429,7 @@ class SimWorkerServer {
     ex.start();
   }
 
-  private commonParams(body: CompletionBody | ChatBody, kind: 'completion' | 'chat'): Omit<GenParams, 'echo' | 'logprobs'> {
-    this.checkModel(body.model);
-    if ((body.n ?? 1) > MAX_N) throw badRequest(`n must be at most ${MAX_N}, got ${body.n}.`, 'n');
-    if (body.min_tokens !== undefined && body.min_tokens > 0) {
-      // Accepted and ignored would change outputs silently; refuse instead.
-      throw badRequest('min_tokens is not supported by this server.', 'min_tokens');
-    }
-    return {
-      kind,
-      stream: body.stream === true,
-      includeUsage: body.stream === true && body.stream_options?.include_usage === true,
-      continuousUsage: body.stream === true && body.stream_options?.include_usage === true && body.stream_options?.continuous_usage_stats === true,
-      seed: body.seed ?? undefined,
-      temperature: body.temperature ?? 1,
-      topP: body.top_p ?? 1,
-      stop: stopList(body.stop),
-      stopTokenIds: body.stop_token_ids ?? [],
-      ignoreEos: body.ignore_eos === true,
-      includeStopStrInOutput: body.include_stop_str_in_output === true,
-      priority: body.priority ?? 0,
-    };
-  }
-
-  private completionSpec(body: CompletionBody): { params: GenParams; seqs: SeqSpec[] } {
-    const common = this.commonParams(body, 'completion');
-    if (body.stream_options && !body.stream) throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
-    const logprobs = body.logprobs ?? null;
-    if (logprobs !== null && logprobs > MAX_LOGPROBS) {
-      throw badRequest(`Requested sample logprobs of ${logprobs}, which is greater than max allowed: ${MAX_LOGPROBS}`, 'logprobs');
-    }
-    const maxTokens = body.max_tokens ?? 16;
-    if (maxTokens < 1) throw badRequest(`max_tokens must be at least 1, got ${maxTokens}.`, 'max_tokens');
-    const p = body.prompt;
-    const prompts: Array<string | number[]> =
-      typeof p === 'string' ? [p] : p.length > 0 && typeof p[0] === 'number' ? [p as number[]] : (p as Array<string | number[]>);
-    const seqs = prompts.flatMap((x) =>
-      samples(body.n, typeof x === 'string' ? estimateTokenizer.encode(x) : x, typeof x === 'string' ? x : estimateTokenizer.decode(x), maxTokens),
-    );
-    return { params: { ...common, echo: body.echo === true, logprobs }, seqs };
-  }
-
-  private chatSpec(body: ChatBody): { params: GenParams; seqs: SeqSpec[] } {
-    const common = this.commonParams(body, 'chat');
-    if (body.stream_options && !body.stream) throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
-    const top = body.top_logprobs ?? null;
-    if (top !== null && top > MAX_LOGPROBS) {
-      throw badRequest(`Requested sample logprobs of ${top}, which is greater than max allowed: ${MAX_LOGPROBS}`, 'top_logprobs');
-    }
-    if (top !== null && top > 0 && body.logprobs !== true) {
-      throw badRequest('when using `top_logprobs`, `logprobs` must be set to true.', 'top_logprobs');
-    }
-    const text = renderChat(body.messages, body.add_generation_prompt ?? true);
-    const promptIds = estimateTokenizer.encode(text);
-    const requested = body.max_completion_tokens ?? body.max_tokens ?? null;
-    if (requested !== null && requested < 1) throw badRequest(`max_tokens must be at least 1, got ${requested}.`, 'max_tokens');
-    const room = this.engine.config.maxModelLen - promptIds.length;
-    const maxTokens = requested ?? Math.max(1, Math.min(room, this.defaultMaxChatTokens));
-    return {
-      params: { ...common, echo: false, logprobs: body.logprobs === true ? (top ?? 0) : null },
-      seqs: samples(body.n, promptIds, text, maxTokens),
-    };
-  }
-
-  // ---- called by exchanges ----
+  // ---- ExchangeHost: called by exchanges ----
 
   submit(ex: Exchange, seq: SeqRun, params: GenParams): void {
     const recorder = createSampler(this.lm, {
@@ -604,377 +512,4 @@ class SimWorkerServer {
   now(): number {
     return this.driver.now();
   }
-}
-
-// ---------------------------------------------------------------------------------------------
-
-const MAX_N = 128;
-
-/** The n samples of one prompt: one engine request each (vLLM's parallel sampling). */
-function samples(n: number | null | undefined, promptIds: number[], promptText: string, maxTokens: number): SeqSpec[] {
-  return Array.from({ length: n ?? 1 }, (_, sample) => ({ sample, promptIds, promptText, maxTokens }));
-}
-
-/**
- * Sampling seed of one sample. The first sample uses the request's seed as given (absent → the
- * sampler derives one from the prompt), so n=1 output does not depend on n; the others get seeds
- * derived from it and their position, so the n samples differ but are reproducible.
- */
-function sampleSeed(seed: number | undefined, spec: SeqSpec): number | undefined {
-  if (spec.sample === 0) return seed;
-  const base = seed ?? seedFromString(spec.promptIds.join(','));
-  return seedFromString(`${base}/${spec.sample}`);
-}
-
-/** One prompt's run through the engine. */
-interface SeqRun {
-  index: number;
-  engineId: string;
-  spec: SeqSpec;
-  gen: Generation;
-  logprobs: SampledLogprob[] | null;
-  cachedTokens: number;
-  arrivalMs: number;
-  startedMs: number | null;
-  firstTokenMs: number | null;
-  lastTokenMs: number;
-  /** First streamed chunk not yet sent (chat: role chunk; completion: echo). */
-  first: boolean;
-}
-
-/** An HTTP request in flight: its sequences and how their outputs are written. */
-class Exchange {
-  private readonly srv: SimWorkerServer;
-  private readonly res: ServerResponse;
-  private readonly id: string;
-  private readonly params: GenParams;
-  private readonly seqs: SeqRun[];
-  private readonly created = Math.floor(Date.now() / 1000);
-  private readonly object: string;
-  private remaining: number;
-  private ended = false;
-
-  constructor(srv: SimWorkerServer, res: ServerResponse, id: string, params: GenParams, specs: SeqSpec[]) {
-    this.srv = srv;
-    this.res = res;
-    this.id = id;
-    this.params = params;
-    this.object = params.kind === 'chat' ? (params.stream ? 'chat.completion.chunk' : 'chat.completion') : 'text_completion';
-    this.seqs = specs.map((spec, index) => ({
-      index,
-      engineId: `${id}-${index}`,
-      spec,
-      gen: undefined as unknown as Generation, // set by submit()
-      logprobs: null,
-      cachedTokens: 0,
-      arrivalMs: 0,
-      startedMs: null,
-      firstTokenMs: null,
-      lastTokenMs: 0,
-      first: true,
-    }));
-    this.remaining = specs.length;
-  }
-
-  start(): void {
-    const res = this.res;
-    res.on('close', () => {
-      if (!this.ended) this.onClientGone();
-    });
-    if (this.params.stream) {
-      res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' });
-      res.flushHeaders();
-    }
-    for (const seq of this.seqs) this.srv.submit(this, seq, this.params);
-  }
-
-  onOutput(seq: SeqRun, tokens: readonly number[], fin: FinishedOutput | null, at: number): void {
-    if (this.ended) return;
-    const gen = seq.gen;
-    if (tokens.length > 0) {
-      if (seq.firstTokenMs === null) {
-        seq.firstTokenMs = at;
-        this.srv.recordFirstToken(seq, at);
-      } else {
-        this.srv.recordInterToken(Math.max(0, at - seq.lastTokenMs) / 1000);
-      }
-      seq.lastTokenMs = at;
-    }
-    const stopped = gen.append(tokens);
-    if (stopped && !fin) this.srv.cancelEngine(seq);
-    if (fin) {
-      gen.finish(fin.reason);
-      seq.cachedTokens = fin.cachedPromptTokens;
-    }
-    if (this.params.stream) this.writeChunk(seq);
-    if (gen.finished) {
-      this.srv.recordFinished(seq, gen.finishReason!, at);
-      if (--this.remaining === 0) this.finish();
-    }
-  }
-
-  // ---- streaming ----
-
-  private writeChunk(seq: SeqRun): void {
-    const gen = seq.gen;
-    const delta = gen.takeDelta();
-    const finished = gen.finished;
-    const p = this.params;
-    if (p.kind === 'chat') {
-      if (seq.first) {
-        seq.first = false;
-        this.write(this.chunk([{ index: seq.index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }]));
-      }
-      if (delta.text === '' && !finished && delta.numTokens === 0) return;
-      if (delta.text === '' && !finished && p.logprobs === null) return;
-      this.write(
-        this.chunk([
-          {
-            index: seq.index,
-            delta: { content: delta.text },
-            logprobs: p.logprobs === null ? null : { content: this.chatLogprobs(seq, delta.firstToken, delta.numTokens) },
-            finish_reason: finished ? gen.finishReason : null,
-            ...(finished ? { stop_reason: gen.stopReason } : {}),
-          },
-        ]),
-      );
-      return;
-    }
-    let text = delta.text;
-    let logprobs: unknown = null;
-    if (seq.first) {
-      seq.first = false;
-      if (p.echo) text = seq.spec.promptText + text;
-      if (p.logprobs !== null) logprobs = this.completionLogprobs(seq, delta.firstToken, delta.numTokens, p.echo);
-    } else if (p.logprobs !== null) {
-      logprobs = this.completionLogprobs(seq, delta.firstToken, delta.numTokens, false);
-    }
-    if (text === '' && !finished && logprobs === null) return;
-    this.write(
-      this.chunk([
-        {
-          index: seq.index,
-          text,
-          logprobs,
-          finish_reason: finished ? gen.finishReason : null,
-          stop_reason: finished ? gen.stopReason : null,
-        },
-      ]),
-    );
-  }
-
-  private chunk(choices: unknown[]): Record<string, unknown> {
-    const c: Record<string, unknown> = { id: this.id, object: this.object, created: this.created, model: this.srv.model, choices };
-    if (this.params.continuousUsage) c.usage = this.usage();
-    return c;
-  }
-
-  private write(obj: unknown): void {
-    this.res.write(sseData(obj));
-  }
-
-  // ---- completion ----
-
-  private usage() {
-    let prompt = 0;
-    let completion = 0;
-    let cached = 0;
-    for (const s of this.seqs) {
-      if (s.spec.sample === 0) prompt += s.spec.promptIds.length; // n samples share one prompt
-      completion += s.gen.tokens.length;
-      if (s.spec.sample === 0) cached += s.cachedTokens;
-    }
-    return usage(prompt, completion, cached);
-  }
-
-  private finish(): void {
-    this.ended = true;
-    this.srv.done(this);
-    const res = this.res;
-    if (this.params.stream) {
-      if (this.params.includeUsage) {
-        this.write({ id: this.id, object: this.object, created: this.created, model: this.srv.model, choices: [], usage: this.usage() });
-      }
-      res.end(SSE_DONE);
-      return;
-    }
-    sendJson(res, 200, this.params.kind === 'chat' ? this.chatBody() : this.completionBody());
-  }
-
-  private chatBody(): unknown {
-    const p = this.params;
-    return {
-      id: this.id,
-      object: 'chat.completion',
-      created: this.created,
-      model: this.srv.model,
-      choices: this.seqs.map((s) => ({
-        index: s.index,
-        message: { role: 'assistant', reasoning_content: null, content: s.gen.text, tool_calls: [] },
-        logprobs: p.logprobs === null ? null : { content: this.chatLogprobs(s, 0, s.gen.tokens.length) },
-        finish_reason: s.gen.finishReason,
-        stop_reason: s.gen.stopReason,
-      })),
-      usage: this.usage(),
-      prompt_logprobs: null,
-    };
-  }
-
-  private completionBody(): unknown {
-    const p = this.params;
-    return {
-      id: this.id,
-      object: 'text_completion',
-      created: this.created,
-      model: this.srv.model,
-      choices: this.seqs.map((s) => ({
-        index: s.index,
-        text: p.echo ? s.spec.promptText + s.gen.text : s.gen.text,
-        logprobs: p.logprobs === null ? null : this.completionLogprobs(s, 0, s.gen.tokens.length, p.echo),
-        finish_reason: s.gen.finishReason,
-        stop_reason: s.gen.stopReason,
-        prompt_logprobs: null,
-      })),
-      usage: this.usage(),
-    };
-  }
-
-  // ---- logprobs ----
-
-  private chatLogprobs(seq: SeqRun, from: number, count: number): unknown[] {
-    const out: unknown[] = [];
-    for (let i = from; i < from + count; i++) {
-      const lp = seq.gen.logprobAt(i);
-      if (!lp) continue;
-      const token = pieceOf(lp.token);
-      out.push({
-        token,
-        logprob: clampLogprob(lp.logprob),
-        bytes: [...Buffer.from(token, 'utf8')],
-        top_logprobs: lp.top.map((t) => {
-          const s = pieceOf(t.token);
-          return { token: s, logprob: clampLogprob(t.logprob), bytes: [...Buffer.from(s, 'utf8')] };
-        }),
-      });
-    }
-    return out;
-  }
-
-  /** vLLM's legacy completion logprobs: tokens, token_logprobs, top_logprobs, text_offset. */
-  private completionLogprobs(seq: SeqRun, from: number, count: number, withPrompt: boolean): unknown {
-    const tokens: string[] = [];
-    const tokenLogprobs: Array<number | null> = [];
-    const topLogprobs: Array<Record<string, number> | null> = [];
-    const textOffset: number[] = [];
-    const top = this.params.logprobs ?? 0;
-    let base = 0;
-    if (withPrompt) {
-      const ids = seq.spec.promptIds;
-      const lps = this.srv.promptLogprobs(ids, top);
-      let off = 0;
-      for (let i = 0; i < ids.length; i++) {
-        const piece = pieceOf(ids[i]!);
-        tokens.push(piece);
-        textOffset.push(off);
-        off += piece.length;
-        const lp = lps[i] ?? null;
-        tokenLogprobs.push(lp === null ? null : clampLogprob(lp.logprob));
-        topLogprobs.push(lp === null ? null : topDict(lp));
-      }
-      base = seq.spec.promptText.length;
-    } else if (this.params.echo) {
-      base = seq.spec.promptText.length;
-    }
-    for (let i = from; i < from + count; i++) {
-      const lp = seq.gen.logprobAt(i);
-      if (!lp) continue;
-      tokens.push(pieceOf(lp.token));
-      tokenLogprobs.push(clampLogprob(lp.logprob));
-      topLogprobs.push(topDict(lp));
-      textOffset.push(base + (seq.gen.offsets[i] ?? seq.gen.text.length));
-    }
-    return { text_offset: textOffset, token_logprobs: tokenLogprobs, tokens, top_logprobs: topLogprobs };
-  }
-
-  // ---- endings ----
-
-  private onClientGone(): void {
-    this.ended = true;
-    for (const s of this.seqs) {
-      if (s.gen.finished) continue;
-      this.srv.cancelEngine(s);
-      s.gen.finish('abort');
-      this.srv.recordFinished(s, 'abort', this.srv.now());
-    }
-    this.srv.clientGone(this);
-  }
-
-  abortForShutdown(): void {
-    if (this.ended) return;
-    this.ended = true;
-    for (const s of this.seqs) if (!s.gen.finished) this.srv.cancelEngine(s);
-    this.srv.done(this);
-    const err = unavailable('The server is shutting down.');
-    if (this.params.stream) this.res.end(sseData(err.body()));
-    else sendJsonError(this.res, err);
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-
-/** The synthetic LM's log-probability of each prompt token given what precedes it (null for the first). */
-function promptLogprobs(lm: SyntheticLm, ids: readonly number[], top: number): Array<SampledLogprob | null> {
-  const out: Array<SampledLogprob | null> = [null];
-  for (let i = 1; i < ids.length; i++) {
-    const d = lm.distribution(ids, i);
-    const t = ids[i]!;
-    let logprob = OUTSIDE_TOP_K_LOGPROB;
-    for (let k = 0; k < d.tokens.length; k++) {
-      if (d.tokens[k] === t) {
-        logprob = d.logprobs[k]!;
-        break;
-      }
-    }
-    const alts: Array<{ token: number; logprob: number }> = [];
-    for (let k = 0; k < Math.min(top, d.tokens.length); k++) alts.push({ token: d.tokens[k]!, logprob: d.logprobs[k]! });
-    out.push({ token: t, logprob, top: alts });
-  }
-  return out;
-}
-
-/**
- * The synthetic model's distributions are sparse (TOP_K candidates): a prompt token outside them
- * gets this floor rather than -inf.
- */
-const OUTSIDE_TOP_K_LOGPROB = -20;
-
-function pieceOf(id: number): string {
-  return estimateTokenizer.idToPiece(id);
-}
-
-/** vLLM clamps -inf to -9999.0 so the JSON stays valid. */
-function clampLogprob(x: number): number {
-  return Math.max(x, -9999);
-}
-
-/** {token: logprob} of the alternatives plus the sampled token, as vLLM's legacy format has it. */
-function topDict(lp: SampledLogprob): Record<string, number> {
-  const d: Record<string, number> = {};
-  for (const t of lp.top) d[pieceOf(t.token)] = clampLogprob(t.logprob);
-  d[pieceOf(lp.token)] = clampLogprob(lp.logprob);
-  return d;
-}
-
-function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
-  if (res.headersSent) {
-    res.end();
-    return;
-  }
-  const payload = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload), ...headers });
-  res.end(payload);
-}
-
-function sendJsonError(res: ServerResponse, err: SimError): void {
-  sendJson(res, err.status, err.body());
 }
