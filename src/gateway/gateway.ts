@@ -17,13 +17,13 @@ import { Router } from '../scheduler/router.js';
 import type { Policy } from '../scheduler/types.js';
 import { createLogger, flushLogger, type Logger } from '../telemetry/logger.js';
 import { GatewayMetrics } from '../telemetry/metrics.js';
-import { TokenizerRegistry, type PromptTokenizer } from '../tokenizer/registry.js';
 import type { Tokenizer } from '../tokenizer/types.js';
 import { systemClock, type Clock } from '../util/clock.js';
 import { seededRng, type Rng } from '../util/rng.js';
 import type { RequestContext } from './context.js';
 import { createFleetWatch } from './fleet-watch.js';
 import { createHandler } from './handler.js';
+import { PromptTokenizers } from './prompt-tokenizers.js';
 import { kvEventsService } from './kv-events-service.js';
 import { registerKvEventMetrics } from '../fleet/kv-events-metrics.js';
 import { Relay } from './relay.js';
@@ -137,19 +137,8 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     retryAfterSeconds: config.limits.retryAfterSeconds,
   });
 
-  // Built in start(): `hf:` tokenizers load their files asynchronously.
-  let tokenizers: { for(model: string): PromptTokenizer } | null = null;
-  if (opts.tokenizerFor) {
-    const byModel = new Map<string, PromptTokenizer>();
-    const fixed = opts.tokenizerFor;
-    tokenizers = {
-      for(model) {
-        let t = byModel.get(model);
-        if (!t) byModel.set(model, (t = syncPromptTokenizer(fixed(model))));
-        return t;
-      },
-    };
-  }
+  // Loaded in start(): `hf:` tokenizers read their files asynchronously.
+  const tokenizers = new PromptTokenizers(config.tokenizers, opts.tokenizerFor);
   const stages: GatewayStage[] = [];
   const services: GatewayService[] = [];
   const active = new Set<RequestContext>();
@@ -162,7 +151,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     logger,
     clock,
     stages,
-    tokenizerFor: (model) => tokenizers!.for(model),
+    tokenizerFor: (model) => tokenizers.for(model),
     active,
     isClosing: () => closing,
   });
@@ -205,16 +194,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     },
     async start() {
       if (started) return started;
-      if (!tokenizers) {
-        try {
-          tokenizers = await TokenizerRegistry.create(config.tokenizers.models, {
-            default: config.tokenizers.default,
-            remoteTimeoutMs: config.tokenizers.remoteTimeoutMs,
-          });
-        } catch (e) {
-          throw new ConfigError([`tokenizers: ${(e as Error).message}`]);
-        }
-      }
+      await tokenizers.load();
       await new Promise<void>((resolve, reject) => {
         server.once('error', reject);
         server.listen(config.listen.port, config.listen.host, () => {
@@ -263,15 +243,6 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
       })();
       return closed;
     },
-  };
-}
-
-/** A fixed synchronous tokenizer in the registry's shape. */
-function syncPromptTokenizer(t: Tokenizer): PromptTokenizer {
-  return {
-    spec: t.name,
-    sync: t,
-    tokenize: async (text) => ({ tokens: t.encode(text), tokenizer: t.name, ms: 0 }),
   };
 }
 
