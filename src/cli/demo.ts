@@ -6,7 +6,7 @@ import { parseArgs } from 'node:util';
 import { ConfigError, parseConfig } from '../config.js';
 import { listGpus, listModels } from '../engine/profiles.js';
 import { createGateway, type Gateway } from '../gateway/gateway.js';
-import { startSimWorker, type SimWorker } from '../sim/worker-server.js';
+import { startSimWorker, type SimWorker } from '../sim/worker/server.js';
 import { createLogger } from '../telemetry/logger.js';
 import { waitForSignal } from './serve.js';
 

@@ -3,7 +3,7 @@
  */
 import { parseArgs } from 'node:util';
 import { listGpus, listModels } from '../engine/profiles.js';
-import { startSimWorker, type SimWorkerOptions } from '../sim/worker-server.js';
+import { startSimWorker, type SimWorkerOptions } from '../sim/worker/server.js';
 
 export const help = `kvgate sim — run one simulated vLLM worker (OpenAI API, /metrics, KV events)
 

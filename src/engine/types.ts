@@ -1,6 +1,6 @@
 /**
  * The engine model's contract. One engine model, two drivers: the live simulated worker
- * (src/sim/worker-server.ts) paces `step()` in real time; the fleet simulation (src/sim/fleet-sim.ts)
+ * (src/sim/worker/server.ts) paces `step()` in real time; the fleet simulation (src/sim/fleet-sim.ts)
  * advances virtual time by each step's duration. Neither driver knows how the engine works inside.
  */
 

@@ -25,7 +25,7 @@ export class Upstreams {
         pipelining: 1,
         keepAliveTimeout: this.opts.keepAliveTimeoutMs,
         connect: { timeout: this.opts.connectTimeoutMs },
-        // Deadlines are enforced by the proxy (they depend on max_tokens), not by undici's fixed ones.
+        // Deadlines are enforced by the relay (they depend on max_tokens), not by undici's fixed ones.
         headersTimeout: 0,
         bodyTimeout: 0,
       });

@@ -1,11 +1,12 @@
 /**
  * Everything the gateway knows about one inference request as it moves through the pipeline.
- * Stages read and extend it; the proxy consumes it.
+ * Stages read and extend it; the relay consumes it.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ChatCompletionRequest, CompletionRequest } from '../api/schemas.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { RouteDecision, RouteRequest } from '../scheduler/types.js';
+import type { RequestState } from '../util/state.js';
 
 export type InferenceKind = 'chat' | 'completions';
 
@@ -21,7 +22,7 @@ export interface RequestContext {
 
   /** The client's body exactly as received: forwarded unchanged unless `bodyModified`. */
   rawBody: Buffer;
-  /** The validated body. A stage that changes it must set `bodyModified` (the proxy re-serialises). */
+  /** The validated body. A stage that changes it must set `bodyModified` (the relay re-serialises). */
   body: ChatCompletionRequest | CompletionRequest;
   bodyModified: boolean;
 
@@ -38,8 +39,21 @@ export interface RequestContext {
   /** Workers the request may be routed to (the model's workers; a stage may narrow or swap them). */
   candidates: readonly WorkerState[];
 
-  /** Free-form per-request state for stages (admission ticket, cache key, ...). */
-  state: Map<string, unknown>;
+  /**
+   * Per-request values that stages share (an admission ticket, a cache key, a speculation plan),
+   * typed by their keys. A stage declares its key once, at module level, next to the stage, and
+   * exports it if other stages or `onFinish` hooks read the value:
+   *
+   * ```ts
+   * export const ADMISSION_TICKET = stateKey<AdmissionTicket>('admission.ticket');
+   * ctx.state.set(ADMISSION_TICKET, ticket);     // in the admission stage
+   * ctx.state.get(ADMISSION_TICKET)?.release();  // later: AdmissionTicket | undefined
+   * ```
+   *
+   * Keys compare by identity, so two stages cannot collide even if they pick the same name (which
+   * is only shown when debugging); by convention it is `<stage>.<value>`.
+   */
+  state: RequestState;
   /** Called with every upstream body chunk relayed to the client (e.g. to fill a response cache). */
   taps: Array<(chunk: Buffer) => void>;
   /** Called once when the request is over, whatever the outcome. */

@@ -1,15 +1,15 @@
 /**
  * createGateway: assembles the worker registry, the fleet watchers (metrics scraper, health
- * prober, circuit breakers), the router with the configured policy, the proxy, telemetry and the
+ * prober, circuit breakers), the router with the configured policy, the relay, telemetry and the
  * HTTP server. Embedded by `kvgate serve`, `kvgate demo` and the tests.
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { ConfigError, type GatewayConfig } from '../config.js';
 import type { BreakerState } from '../fleet/circuit-breaker.js';
-import { HealthProber } from '../fleet/health.js';
+import type { HealthProber } from '../fleet/health.js';
 import { WorkerRegistry, type WorkerDescriber } from '../fleet/registry.js';
-import { MetricsScraper } from '../fleet/scraper.js';
+import type { MetricsScraper } from '../fleet/scraper.js';
 import { Upstreams } from '../fleet/upstreams.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import { createPolicy } from '../scheduler/policies.js';
@@ -17,15 +17,16 @@ import { Router } from '../scheduler/router.js';
 import type { Policy } from '../scheduler/types.js';
 import { createLogger, flushLogger, type Logger } from '../telemetry/logger.js';
 import { GatewayMetrics } from '../telemetry/metrics.js';
-import { TokenizerRegistry, type PromptTokenizer } from '../tokenizer/registry.js';
 import type { Tokenizer } from '../tokenizer/types.js';
 import { systemClock, type Clock } from '../util/clock.js';
 import { seededRng, type Rng } from '../util/rng.js';
 import type { RequestContext } from './context.js';
+import { createFleetWatch } from './fleet-watch.js';
 import { createHandler } from './handler.js';
+import { PromptTokenizers } from './prompt-tokenizers.js';
 import { kvEventsService } from './kv-events-service.js';
 import { registerKvEventMetrics } from '../fleet/kv-events-metrics.js';
-import { Proxy } from './proxy.js';
+import { Relay } from './relay.js';
 import type { GatewayStage } from './stages.js';
 import type { GatewayService } from './types.js';
 
@@ -114,34 +115,18 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     keepAliveTimeoutMs: config.upstream.keepAliveTimeoutMs,
     connectTimeoutMs: config.timeouts.connectMs,
   });
-  // A policy published with its own metrics interval (llm-d polls every 50 ms) gets it unless the
-  // config sets one.
-  const scrapeIntervalMs =
-    !config.scrape.intervalExplicit && policy.scrapeIntervalMs !== undefined ? policy.scrapeIntervalMs : config.scrape.intervalMs;
-  const scraper = new MetricsScraper(registry.workers, {
-    intervalMs: scrapeIntervalMs,
-    timeoutMs: Math.min(config.scrape.timeoutMs, Math.max(1, Math.floor(scrapeIntervalMs * 0.8))),
+  const { scraper, health } = createFleetWatch({
+    config,
+    workers: registry.workers,
+    upstreams,
     clock,
-    upstreams,
-    onResult: (w, error) => {
-      if (error !== null) {
-        m.scrapeFailures.labels(w.id).inc();
-        logger.debug({ worker: w.id, error }, 'metrics scrape failed');
-      }
-    },
-  });
-  const health = new HealthProber(registry.workers, {
-    intervalMs: config.health.intervalMs,
-    timeoutMs: config.health.timeoutMs,
-    failuresToMarkDown: config.health.failuresToMarkDown,
-    upstreams,
-    onChange: (w, healthy, reason) => {
-      logger[healthy ? 'info' : 'warn']({ worker: w.id, healthy, reason: reason ?? undefined }, 'worker health');
-      if (!healthy) proxy.workerDown(w.id);
-    },
+    logger,
+    metrics: m,
+    policyScrapeIntervalMs: policy.scrapeIntervalMs,
+    onWorkerDown: (id) => relay.workerDown(id),
   });
 
-  const proxy: Proxy = new Proxy({
+  const relay: Relay = new Relay({
     router,
     fleet: registry,
     upstreams,
@@ -152,19 +137,8 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     retryAfterSeconds: config.limits.retryAfterSeconds,
   });
 
-  // Built in start(): `hf:` tokenizers load their files asynchronously.
-  let tokenizers: { for(model: string): PromptTokenizer } | null = null;
-  if (opts.tokenizerFor) {
-    const byModel = new Map<string, PromptTokenizer>();
-    const fixed = opts.tokenizerFor;
-    tokenizers = {
-      for(model) {
-        let t = byModel.get(model);
-        if (!t) byModel.set(model, (t = syncPromptTokenizer(fixed(model))));
-        return t;
-      },
-    };
-  }
+  // Loaded in start(): `hf:` tokenizers read their files asynchronously.
+  const tokenizers = new PromptTokenizers(config.tokenizers, opts.tokenizerFor);
   const stages: GatewayStage[] = [];
   const services: GatewayService[] = [];
   const active = new Set<RequestContext>();
@@ -172,12 +146,12 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   const handler = createHandler({
     config,
     fleet: registry,
-    proxy,
+    relay,
     metrics: m,
     logger,
     clock,
     stages,
-    tokenizerFor: (model) => tokenizers!.for(model),
+    tokenizerFor: (model) => tokenizers.for(model),
     active,
     isClosing: () => closing,
   });
@@ -220,16 +194,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     },
     async start() {
       if (started) return started;
-      if (!tokenizers) {
-        try {
-          tokenizers = await TokenizerRegistry.create(config.tokenizers.models, {
-            default: config.tokenizers.default,
-            remoteTimeoutMs: config.tokenizers.remoteTimeoutMs,
-          });
-        } catch (e) {
-          throw new ConfigError([`tokenizers: ${(e as Error).message}`]);
-        }
-      }
+      await tokenizers.load();
       await new Promise<void>((resolve, reject) => {
         server.once('error', reject);
         server.listen(config.listen.port, config.listen.host, () => {
@@ -278,15 +243,6 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
       })();
       return closed;
     },
-  };
-}
-
-/** A fixed synchronous tokenizer in the registry's shape. */
-function syncPromptTokenizer(t: Tokenizer): PromptTokenizer {
-  return {
-    spec: t.name,
-    sync: t,
-    tokenize: async (text) => ({ tokens: t.encode(text), tokenizer: t.name, ms: 0 }),
   };
 }
 

@@ -1,7 +1,8 @@
 /**
  * The HTTP surface: dispatches a request by path and method, and runs inference requests through
- * read → parse → validate → prepare → stages → proxy, answering every failure with an OpenAI
- * error body. Each accepted request is accounted exactly once (metrics, one log line).
+ * read → parse → validate → prepare → stages → relay, answering every failure with an OpenAI
+ * error body. Each accepted request is accounted exactly once (metrics, one log line). The routes
+ * the gateway answers itself (health, readiness, models, metrics, admin) are in local-routes.ts.
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -14,15 +15,17 @@ import type { Logger } from '../telemetry/logger.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 import type { PromptTokenizer } from '../tokenizer/registry.js';
 import type { Clock } from '../util/clock.js';
+import { RequestState } from '../util/state.js';
 import type { InferenceKind, RequestContext } from './context.js';
+import { createLocalRoutes } from './local-routes.js';
 import { buildRouteRequest, preparePrompt, requestBudgetMs } from './prepare.js';
-import type { Proxy } from './proxy.js';
+import type { Relay } from './relay.js';
 import { runStages, type GatewayStage } from './stages.js';
 
 export interface HandlerDeps {
   config: GatewayConfig;
   fleet: WorkerRegistry;
-  proxy: Proxy;
+  relay: Relay;
   metrics: GatewayMetrics;
   logger: Logger;
   clock: Clock;
@@ -41,26 +44,9 @@ const INFERENCE: Record<string, InferenceKind> = {
   '/v1/completions': 'completions',
 };
 
-const GET_ROUTES = new Set(['/v1/models', '/health', '/ready', '/metrics', '/admin/workers']);
-
 export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { config, fleet, metrics } = deps;
-  const modelsBody = (): string =>
-    JSON.stringify({
-      object: 'list',
-      data: fleet.models().map((id) => ({
-        id,
-        object: 'model',
-        created: 0,
-        owned_by: 'kvgate',
-        pools: [...new Set(fleet.forModel(id)!.map((w) => w.pool))],
-      })),
-    });
-
-  const json = (res: ServerResponse, status: number, payload: string): void => {
-    res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) });
-    res.end(payload);
-  };
+  const local = createLocalRoutes(deps);
 
   return (req, res) => {
     const url = req.url ?? '/';
@@ -72,32 +58,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       void handleInference(deps, kind, path, req, res);
       return;
     }
-    if (GET_ROUTES.has(path)) {
-      if (req.method !== 'GET' && req.method !== 'HEAD') {
-        return sendError(res, errors.methodNotAllowed(req.method ?? '?', path, 'GET, HEAD'));
-      }
-      switch (path) {
-        case '/health':
-          return json(res, 200, '{"status":"ok"}');
-        case '/ready': {
-          const ok = !deps.isClosing() && fleet.anyRoutable();
-          return json(res, ok ? 200 : 503, JSON.stringify({ status: ok ? 'ready' : 'not_ready' }));
-        }
-        case '/v1/models':
-          return json(res, 200, modelsBody());
-        case '/admin/workers':
-          return json(res, 200, JSON.stringify(fleet.describeAll()));
-        case '/metrics':
-          metrics.registry.metrics().then(
-            (text) => {
-              res.writeHead(200, { 'content-type': metrics.registry.contentType });
-              res.end(text);
-            },
-            (e: Error) => sendError(res, errors.internal(e.message)),
-          );
-          return;
-      }
-    }
+    if (local(path, req, res)) return;
     sendError(res, errors.routeNotFound(path));
   };
 
@@ -125,7 +86,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       maxTokens: 0,
       maxTokensExplicit: false,
       deadlineAt: Infinity,
-      state: new Map(),
+      state: new RequestState(),
       taps: [],
       onFinish: [],
       aborted: false,
@@ -197,7 +158,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
         if (ctx.status === 0) ctx.status = ctx.aborted ? 499 : res.statusCode;
         return;
       }
-      if (!ctx.aborted) await d.proxy.forward(ctx);
+      if (!ctx.aborted) await d.relay.forward(ctx);
       if (ctx.abortReason === 'shutdown' && !res.headersSent) throw errors.shuttingDown();
       if (ctx.aborted && ctx.status === 0) ctx.status = 499;
     } catch (e) {

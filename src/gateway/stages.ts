@@ -8,6 +8,8 @@
  *     owns the response and must end it;
  *   - refuse it by throwing an ApiError (429/503 with Retry-After, ...).
  * To observe the outcome a stage registers `ctx.taps` (relayed body chunks) and `ctx.onFinish`.
+ * What a stage derives for later stages or hooks goes into `ctx.state` under a typed key that the
+ * stage declares (see `RequestContext.state`).
  * Stages run in the order they were added with `gateway.use(stage)`.
  */
 import type { RequestContext } from './context.js';

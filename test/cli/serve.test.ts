@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { startSimWorker, type SimWorker } from '../../src/sim/worker-server.js';
+import { startSimWorker, type SimWorker } from '../../src/sim/worker/server.js';
 
 const CLI = fileURLToPath(new URL('../../src/cli.js', import.meta.url));
 let dir: string;

@@ -10,7 +10,7 @@ import { KvEventSubscriber } from '../../src/fleet/kv-events.js';
 import { decodeEventBatch, encodeSeq, foldHash } from '../../src/fleet/kv-events-wire.js';
 import { KVGATE_HASH_SEED } from '../../src/kv/prompt-blocks.js';
 import { PrefixIndex } from '../../src/scheduler/index/prefix-index.js';
-import { KvEventPublisher } from '../../src/sim/kv-event-publisher.js';
+import { KvEventPublisher } from '../../src/sim/worker/kv-event-publisher.js';
 
 const BS = 4;
 const seq = (start: number, n: number) => Array.from({ length: n }, (_, i) => start + i);

@@ -6,7 +6,7 @@ import { HealthProber } from '../../src/fleet/health.js';
 import { MetricsScraper } from '../../src/fleet/scraper.js';
 import { Upstreams } from '../../src/fleet/upstreams.js';
 import { WorkerState } from '../../src/fleet/worker-state.js';
-import { startSimWorker } from '../../src/sim/worker-server.js';
+import { startSimWorker } from '../../src/sim/worker/server.js';
 import { systemClock } from '../../src/util/clock.js';
 import { startStub, waitFor } from '../gateway/helpers.js';
 

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { Gateway } from '../../src/gateway/gateway.js';
-import type { SimWorker } from '../../src/sim/worker-server.js';
+import type { SimWorker } from '../../src/sim/worker/server.js';
 import { MODEL, post, startGateway, startSims, startStub } from './helpers.js';
 
 let sims: SimWorker[];

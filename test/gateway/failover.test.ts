@@ -157,3 +157,32 @@ test('a request waiting on a worker that fails its health probes is retried else
     await sims[0]!.close();
   }
 });
+
+test('a worker that fails mid-JSON: the client’s body is cut, never passed off as complete', async () => {
+  const stub = await startStub((req, res) => {
+    req.resume();
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': '200' });
+    res.write('{"id":"cmpl-1","choices":[{"text":"Hel');
+    setTimeout(() => res.socket?.destroy(), 30);
+  });
+  const { gw, url } = await startGateway([stub.url], quietFleet);
+  try {
+    const res = await fetch(url + '/v1/completions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, prompt: 'hello', max_tokens: 4 }),
+    });
+    assert.equal(res.status, 200);
+    await assert.rejects(res.text());
+    await waitFor(async () => {
+      const m = await (await fetch(url + '/metrics')).text();
+      return metricValue(m, 'kvgate_requests_total', { route: 'completions', model: MODEL, status: '502' }) === 1;
+    });
+    const m = await (await fetch(url + '/metrics')).text();
+    assert.equal(metricValue(m, 'kvgate_upstream_failures_total', { worker: 'w0', reason: 'stream_error' }), 1);
+    assert.equal(gw.router.openCount, 0);
+  } finally {
+    await gw.close();
+    await stub.close();
+  }
+});

@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { parseConfig, type RawConfig } from '../../src/config.js';
 import { createGateway, type Gateway, type GatewayOptions } from '../../src/gateway/gateway.js';
-import { startSimWorker, type SimWorker } from '../../src/sim/worker-server.js';
+import { startSimWorker, type SimWorker } from '../../src/sim/worker/server.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 export { metricValue, parseSse, waitFor } from '../support.js';
 

@@ -1,7 +1,7 @@
 /** KV-cache events from real simulated workers feed the kvgate policy's prefix index through the gateway. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { startSimWorker } from '../../src/sim/worker-server.js';
+import { startSimWorker } from '../../src/sim/worker/server.js';
 import { MODEL, metricValue, post, startGateway, waitFor } from './helpers.js';
 
 test('subscribers start with the gateway, the index learns from events, /admin/workers shows both', async () => {

@@ -3,13 +3,18 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { ApiError } from '../../src/api/errors.js';
 import type { Gateway } from '../../src/gateway/gateway.js';
-import type { SimWorker } from '../../src/sim/worker-server.js';
+import type { SimWorker } from '../../src/sim/worker/server.js';
+import { stateKey } from '../../src/util/state.js';
 import { MODEL, post, startGateway, startSims } from './helpers.js';
 
 let sims: SimWorker[];
 let gw: Gateway;
 let url: string;
 const finished: Array<{ id: string; status: number; bytes: number; promptTokens: number }> = [];
+const PROMPT_CHARS = stateKey<number>('test.prompt-chars');
+/** Same name, different key: must never see PROMPT_CHARS's value. */
+const NAMESAKE = stateKey<number>('test.prompt-chars');
+const shared: Array<{ id: string; chars: number | undefined; namesake: boolean }> = [];
 
 before(async () => {
   sims = await startSims(1);
@@ -48,6 +53,21 @@ before(async () => {
       return 'continue';
     },
   });
+  gw.use({
+    name: 'measure-prompt',
+    handle(ctx) {
+      ctx.state.set(PROMPT_CHARS, ctx.routeRequest.promptText.length);
+      return 'continue';
+    },
+  });
+  gw.use({
+    name: 'read-measure',
+    handle(ctx) {
+      const chars = ctx.state.get(PROMPT_CHARS);
+      ctx.onFinish.push((c) => shared.push({ id: c.id, chars, namesake: c.state.has(NAMESAKE) }));
+      return 'continue';
+    },
+  });
 });
 
 after(async () => {
@@ -80,6 +100,43 @@ test('a stage can rewrite the body (re-serialised) and observe the relayed bytes
   assert.equal(f.status, 200);
   assert.equal(f.bytes, Buffer.byteLength(r.text));
   assert.ok(f.promptTokens > 0);
+});
+
+test('stages share typed per-request state, kept apart by key identity', async () => {
+  const prompt = 'alpha beta gamma';
+  const r = await post(url + '/v1/completions', { model: MODEL, prompt, max_tokens: 2 }, { 'x-request-id': 'st-1' });
+  assert.equal(r.status, 200);
+  const s = shared.find((x) => x.id === 'st-1');
+  assert.ok(s);
+  assert.equal(s.chars, prompt.length);
+  assert.equal(s.namesake, false);
+});
+
+test('a tap that throws is dropped; the response it observed still arrives whole', async () => {
+  const g = await startGateway(sims.map((s) => s.url));
+  try {
+    let calls = 0;
+    let bytes = 0;
+    g.gw.use({
+      name: 'taps',
+      handle(ctx) {
+        ctx.taps.push(() => {
+          calls++;
+          throw new Error('cache full');
+        });
+        ctx.taps.push((c) => (bytes += c.length));
+        return 'continue';
+      },
+    });
+    const body = { model: MODEL, stream: true, prompt: 'one two three', max_tokens: 8, ignore_eos: true };
+    const r = await post(g.url + '/v1/completions', body);
+    assert.equal(r.status, 200);
+    assert.ok(r.text.endsWith('data: [DONE]\n\n'));
+    assert.equal(calls, 1, 'the throwing tap saw only the first chunk');
+    assert.equal(bytes, Buffer.byteLength(r.text), 'the other tap saw every byte');
+  } finally {
+    await g.gw.close();
+  }
 });
 
 test('with the remote tokenizer the prompt is tokenized by a worker of the model', async () => {

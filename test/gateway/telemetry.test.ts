@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { DEFAULT_POLICY_NAME } from '../../src/config.js';
-import { startSimWorker } from '../../src/sim/worker-server.js';
+import { startSimWorker } from '../../src/sim/worker/server.js';
 import { MODEL, metricValue, post, startGateway, startSims, startStub, waitFor } from './helpers.js';
 
 test('/metrics has the kvgate_ series after traffic; /admin/workers describes each worker', async () => {

@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import { buildEngineConfig } from '../../src/engine/profiles.js';
 import { createPolicy } from '../../src/scheduler/policies.js';
 import { simulateFleet } from '../../src/sim/fleet-sim.js';
-import type { SimWorker } from '../../src/sim/worker-server.js';
+import type { SimWorker } from '../../src/sim/worker/server.js';
 import type { BenchRequest } from '../../src/workload/types.js';
 import { estimateTokenizer } from '../../src/tokenizer/index.js';
 import { MODEL, post, startGateway, startSims, waitFor } from '../gateway/helpers.js';

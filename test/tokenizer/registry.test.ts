@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { estimateTokenizer } from '../../src/tokenizer/estimate.js';
 import { loadHfTokenizer } from '../../src/tokenizer/hf.js';
 import { TokenizerRegistry, parseTokenizerSpec } from '../../src/tokenizer/registry.js';
-import { startSimWorker } from '../../src/sim/worker-server.js';
+import { startSimWorker } from '../../src/sim/worker/server.js';
 
 /** A small but real BPE tokenizer.json: byte-free, letters and merges up to 'hello', 'world'. */
 const BPE_JSON = {

@@ -4,9 +4,9 @@
  * string itself is cut from the text), and while stop strings are active hold back the last
  * (longest stop − 1) characters so a partial stop string is never streamed.
  */
-import { EOS_TOKEN_ID, estimateTokenizer } from '../tokenizer/index.js';
-import type { FinishReason } from '../engine/types.js';
-import type { SampledLogprob } from '../engine/synthetic-lm.js';
+import { EOS_TOKEN_ID, estimateTokenizer } from '../../tokenizer/index.js';
+import type { FinishReason } from '../../engine/types.js';
+import type { SampledLogprob } from '../../engine/synthetic-lm.js';
 
 export interface GenerationOptions {
   stop: readonly string[];

@@ -2,8 +2,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:net';
-import { startSimWorker } from '../../src/sim/worker-server.js';
-import { metricValue, postJson, scrape, waitFor } from './worker-helpers.js';
+import { startSimWorker } from '../../../src/sim/worker/server.js';
+import { metricValue, postJson, scrape, waitFor } from './helpers.js';
 
 const MODEL = 'llama-3.1-8b';
 const L = { model_name: MODEL, engine: '0' };

@@ -11,8 +11,8 @@
  * against both.
  */
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { EngineModel, FinishReason } from '../engine/types.js';
-import { VLLM_METRICS as V } from '../kv/vllm-metric-names.js';
+import type { EngineModel, FinishReason } from '../../engine/types.js';
+import { VLLM_METRICS as V } from '../../kv/vllm-metric-names.js';
 
 // vLLM's buckets (seconds).
 const TTFT_BUCKETS = [

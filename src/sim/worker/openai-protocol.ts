@@ -1,8 +1,10 @@
 /**
  * The request schemas and error bodies of vLLM's OpenAI-compatible server, as the simulated worker
- * accepts and answers them (vllm/entrypoints/openai/protocol.py). Unknown fields are accepted and
- * ignored, as vLLM does; the fields the simulation acts on are validated with vLLM's limits.
+ * accepts and answers them (vllm/entrypoints/openai/protocol.py), and how its JSON and SSE answers
+ * are written. Unknown fields are accepted and ignored, as vLLM does; the fields the simulation
+ * acts on are validated with vLLM's limits.
  */
+import type { ServerResponse } from 'node:http';
 import { z } from 'zod';
 
 /** vLLM's default --max-logprobs. */
@@ -116,6 +118,13 @@ export const badRequest = (message: string, param: string | null = null) =>
 export const notFound = (message: string) => new SimError(404, 'NotFoundError', message);
 export const unavailable = (message: string) => new SimError(503, 'ServiceUnavailableError', message);
 
+/** A request naming a model other than the served one is a 404 (no `model` at all is fine). */
+export function checkModel(model: string | null | undefined, served: string): void {
+  if (model !== undefined && model !== null && model !== served) {
+    throw notFound(`The model \`${model}\` does not exist.`);
+  }
+}
+
 function formatPath(path: readonly PropertyKey[]): string {
   let s = '';
   for (const p of path) s += typeof p === 'number' ? `[${p}]` : s === '' ? String(p) : `.${String(p)}`;
@@ -159,3 +168,18 @@ export function sseData(obj: unknown): string {
 }
 
 export const SSE_DONE = 'data: [DONE]\n\n';
+
+/** A JSON answer; once a response has started (a stream), it can only be ended. */
+export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  if (res.headersSent) {
+    res.end();
+    return;
+  }
+  const payload = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload), ...headers });
+  res.end(payload);
+}
+
+export function sendJsonError(res: ServerResponse, err: SimError): void {
+  sendJson(res, err.status, err.body());
+}

@@ -16,7 +16,7 @@
  * measured on it are therefore the modelled ones, and event-loop jitter — which `speed` would
  * otherwise magnify (1 ms late at speed 200 is 200 modelled ms) — stays out of them.
  */
-import type { EngineModel, EngineRequest, FinishedOutput, StepResult } from '../engine/types.js';
+import type { EngineModel, EngineRequest, FinishedOutput, StepResult } from '../../engine/types.js';
 
 /** Receives one request's outputs. Calls happen after the step that produced them has ended. */
 export interface RequestSink {

@@ -1,9 +1,9 @@
 /** The simulated worker's /metrics: vLLM V1 names, values that follow the traffic, legacy names, isolation. */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startSimWorker, type SimWorker } from '../../src/sim/worker-server.js';
-import { estimateTokenizer } from '../../src/tokenizer/index.js';
-import { longPrompt, metricValue, postJson, scrape } from './worker-helpers.js';
+import { startSimWorker, type SimWorker } from '../../../src/sim/worker/server.js';
+import { estimateTokenizer } from '../../../src/tokenizer/index.js';
+import { longPrompt, metricValue, postJson, scrape } from './helpers.js';
 
 const MODEL = 'llama-3.1-8b';
 const L = { model_name: MODEL, engine: '0' };

@@ -3,12 +3,12 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { decode } from '@msgpack/msgpack';
 import * as zmq from 'zeromq';
-import { KvEventPublisher, bindAddress } from '../../src/sim/kv-event-publisher.js';
-import { startSimWorker } from '../../src/sim/worker-server.js';
-import { blockHashes } from '../../src/kv/block-hash.js';
-import { estimateTokenizer } from '../../src/tokenizer/index.js';
-import type { KvEvent } from '../../src/kv/events.js';
-import { longPrompt, postJson } from './worker-helpers.js';
+import { KvEventPublisher, bindAddress } from '../../../src/sim/worker/kv-event-publisher.js';
+import { startSimWorker } from '../../../src/sim/worker/server.js';
+import { blockHashes } from '../../../src/kv/block-hash.js';
+import { estimateTokenizer } from '../../../src/tokenizer/index.js';
+import type { KvEvent } from '../../../src/kv/events.js';
+import { longPrompt, postJson } from './helpers.js';
 
 const stored: KvEvent = { type: 'BlockStored', blockHashes: [2 ** 40 + 7, 2 ** 52 + 3], parentBlockHash: null, tokenIds: [...Array(8).keys()], blockSize: 4 };
 const removed: KvEvent = { type: 'BlockRemoved', blockHashes: [2 ** 40 + 7] };

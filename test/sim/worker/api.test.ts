@@ -1,9 +1,9 @@
 /** The simulated worker's OpenAI surface over real HTTP: shapes, determinism, usage, logprobs, stops, errors. */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startSimWorker, type SimWorker } from '../../src/sim/worker-server.js';
-import { estimateTokenizer, renderChat } from '../../src/tokenizer/index.js';
-import { longPrompt, postJson, postStream } from './worker-helpers.js';
+import { startSimWorker, type SimWorker } from '../../../src/sim/worker/server.js';
+import { estimateTokenizer, renderChat } from '../../../src/tokenizer/index.js';
+import { longPrompt, postJson, postStream } from './helpers.js';
 
 const MODEL = 'llama-3.1-8b';
 const PROMPT = 'The gateway routes each request to the worker whose cache holds its prefix';

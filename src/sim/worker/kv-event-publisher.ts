@@ -19,7 +19,7 @@
  */
 import { encode } from '@msgpack/msgpack';
 import * as zmq from 'zeromq';
-import type { KvEvent } from '../kv/events.js';
+import type { KvEvent } from '../../kv/events.js';
 
 export interface KvEventPublisherOptions {
   /**

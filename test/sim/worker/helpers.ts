@@ -1,7 +1,7 @@
 /** Small HTTP helpers shared by the simulated-worker tests. */
-import type { SimWorker } from '../../src/sim/worker-server.js';
-export { metricValue, parseSse, waitFor } from '../support.js';
-import { parseSse } from '../support.js';
+import type { SimWorker } from '../../../src/sim/worker/server.js';
+export { metricValue, parseSse, waitFor } from '../../support.js';
+import { parseSse } from '../../support.js';
 
 export async function postJson(w: SimWorker, path: string, body: unknown): Promise<{ status: number; json: any }> {
   const r = await fetch(w.url + path, {

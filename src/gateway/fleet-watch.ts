@@ -1,0 +1,62 @@
+/**
+ * How the gateway watches its fleet: a metrics scraper and a health prober over the registry's
+ * workers, on the shared upstream pools, reporting into the gateway's metrics and log. A worker
+ * the probes take out of routing is passed to `onWorkerDown` (the relay gives up the attempts
+ * still waiting on it). The circuit breakers are the registry's own.
+ */
+import type { GatewayConfig } from '../config.js';
+import { HealthProber } from '../fleet/health.js';
+import { MetricsScraper } from '../fleet/scraper.js';
+import type { Upstreams } from '../fleet/upstreams.js';
+import type { WorkerState } from '../fleet/worker-state.js';
+import type { Logger } from '../telemetry/logger.js';
+import type { GatewayMetrics } from '../telemetry/metrics.js';
+import type { Clock } from '../util/clock.js';
+
+export interface FleetWatchOptions {
+  config: Pick<GatewayConfig, 'scrape' | 'health'>;
+  workers: readonly WorkerState[];
+  upstreams: Upstreams;
+  clock: Clock;
+  logger: Logger;
+  metrics: GatewayMetrics;
+  /** The routing policy's own metrics interval, if it publishes one. */
+  policyScrapeIntervalMs: number | undefined;
+  onWorkerDown: (workerId: string) => void;
+}
+
+export interface FleetWatch {
+  scraper: MetricsScraper;
+  health: HealthProber;
+}
+
+export function createFleetWatch(o: FleetWatchOptions): FleetWatch {
+  const { config, logger, metrics } = o;
+  // A policy published with its own metrics interval (llm-d polls every 50 ms) gets it unless the
+  // config sets one.
+  const scrapeIntervalMs =
+    !config.scrape.intervalExplicit && o.policyScrapeIntervalMs !== undefined ? o.policyScrapeIntervalMs : config.scrape.intervalMs;
+  const scraper = new MetricsScraper(o.workers, {
+    intervalMs: scrapeIntervalMs,
+    timeoutMs: Math.min(config.scrape.timeoutMs, Math.max(1, Math.floor(scrapeIntervalMs * 0.8))),
+    clock: o.clock,
+    upstreams: o.upstreams,
+    onResult: (w, error) => {
+      if (error !== null) {
+        metrics.scrapeFailures.labels(w.id).inc();
+        logger.debug({ worker: w.id, error }, 'metrics scrape failed');
+      }
+    },
+  });
+  const health = new HealthProber(o.workers, {
+    intervalMs: config.health.intervalMs,
+    timeoutMs: config.health.timeoutMs,
+    failuresToMarkDown: config.health.failuresToMarkDown,
+    upstreams: o.upstreams,
+    onChange: (w, healthy, reason) => {
+      logger[healthy ? 'info' : 'warn']({ worker: w.id, healthy, reason: reason ?? undefined }, 'worker health');
+      if (!healthy) o.onWorkerDown(w.id);
+    },
+  });
+  return { scraper, health };
+}

@@ -1,0 +1,340 @@
+/**
+ * One attempt at serving a request on one worker: an undici dispatch handler that sends the
+ * client's bytes to the worker and relays the response to the client as it arrives. Written the
+ * way undici's own handlers are (lib/handler/redirect-handler.js, retry-handler.js): the state is
+ * in fields, and each undici callback or outside event is one method.
+ *
+ * An attempt settles exactly once — the response ended, the upstream failed, or abort() gave it
+ * up (deadline, first-byte timeout, client gone, shutdown, worker taken out of service) — and
+ * settling is the only place that completes the route (Router.complete), counts the outcome and
+ * resolves run(). Callbacks arriving after that are ignored.
+ *
+ * Until the first body byte the client has seen nothing (the response head is written together
+ * with the first chunk), so a failure settles as "not done" and the relay may try another worker.
+ * After it, a failure ends the response honestly: an SSE error event for a stream, a cut
+ * connection for JSON.
+ */
+import type { IncomingHttpHeaders } from 'node:http';
+import type { Dispatcher } from 'undici';
+import { errors, type ApiError } from '../api/errors.js';
+import { atEventBoundary, sseErrorEvent, TAIL_AT_BOUNDARY, updateTail } from '../api/sse.js';
+import type { CircuitBreaker } from '../fleet/circuit-breaker.js';
+import type { WorkerRegistry } from '../fleet/registry.js';
+import type { Upstreams } from '../fleet/upstreams.js';
+import type { WorkerState } from '../fleet/worker-state.js';
+import type { Router } from '../scheduler/router.js';
+import type { RouteDecision } from '../scheduler/types.js';
+import type { GatewayMetrics } from '../telemetry/metrics.js';
+import type { Clock } from '../util/clock.js';
+import type { RequestContext } from './context.js';
+
+/** What an attempt uses of the gateway (the relay passes its own options). */
+export interface AttemptEnv {
+  router: Router;
+  fleet: WorkerRegistry;
+  upstreams: Upstreams;
+  metrics: GatewayMetrics;
+  clock: Clock;
+  /** Streams only: no first body byte within this many ms abandons the attempt. */
+  firstByteMs: number;
+}
+
+/** done: the response is over (whatever it was); otherwise nothing reached the client yet. */
+export type AttemptResult = { done: true } | { done: false; error: ApiError };
+
+type FailReason = 'connect' | 'status_5xx' | 'first_byte_timeout' | 'deadline' | 'stream_error' | 'worker_down';
+type AbortCause = FailReason | 'client' | 'shutdown';
+
+const DONE: AttemptResult = { done: true };
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+export class RelayAttempt implements Dispatcher.DispatchHandler {
+  private readonly worker: WorkerState;
+  private readonly breaker: CircuitBreaker;
+  private resolve: ((r: AttemptResult) => void) | null = null;
+  private settled = false;
+  /** Set by abort(): the upstream request was cancelled on purpose, its error callback is ignored. */
+  private abortedBy: AbortCause | null = null;
+  private controller: Dispatcher.DispatchController | null = null;
+  /** The first-byte timeout, then the request deadline. */
+  private timer: NodeJS.Timeout | null = null;
+  /** The worker's status code (0 until its response head arrives). */
+  private status = 0;
+  /** The head the client gets, written with the first body chunk. */
+  private resHeaders: Record<string, string> | null = null;
+  /** Start of a 5xx answer's body, for the error message. */
+  private errorText = '';
+  /** True once any byte reached the client: from then on nothing can be retried. */
+  private sentBytes = false;
+  /** Last two bytes relayed (api/sse.ts), so an error event never lands inside a partial event. */
+  private tail = TAIL_AT_BOUNDARY;
+
+  /**
+   * @param waiting the worker's attempts still waiting for their first byte (Relay.workerDown
+   *   gives them up); this attempt is in it from run() until its first byte or until it settles.
+   */
+  constructor(
+    private readonly env: AttemptEnv,
+    private readonly ctx: RequestContext,
+    private readonly decision: RouteDecision,
+    private readonly waiting: Set<RelayAttempt>,
+  ) {
+    this.worker = decision.worker;
+    this.breaker = env.fleet.breaker(decision.worker.id);
+  }
+
+  /** Arm the timers, make the attempt cancellable, dispatch; resolves when the attempt settles. */
+  run(): Promise<AttemptResult> {
+    return new Promise<AttemptResult>((resolve) => {
+      this.resolve = resolve;
+      // Before the first byte of a stream the first-byte timeout applies too (whichever is sooner).
+      // A non-streaming answer comes all at once at the end, so only the deadline bounds it.
+      if (this.ctx.stream && this.env.firstByteMs < this.remainingMs()) {
+        this.timer = setTimeout(() => this.abort('first_byte_timeout'), this.env.firstByteMs);
+      } else {
+        this.armDeadline();
+      }
+      this.ctx.abortUpstream = (why) => this.abort(why);
+      this.waiting.add(this);
+      this.dispatch();
+    });
+  }
+
+  /** The worker was taken out of routing while this attempt waited for its first byte. */
+  workerDown(): void {
+    this.abort('worker_down');
+  }
+
+  // ---- undici dispatch handler ----
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller;
+    if (this.settled) controller.abort(new Error(this.abortedBy ?? 'abandoned'));
+  }
+
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+    this.controller = controller;
+    if (this.settled || statusCode < 200) return; // 1xx: the real head follows
+    this.status = statusCode;
+    this.ctx.upstreamStatus = statusCode;
+    if (statusCode >= 500) return; // its body is collected, then the attempt fails (retried elsewhere)
+    this.resHeaders = this.clientHeaders(headers);
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.settled) return;
+    if (this.status >= 500) {
+      if (this.errorText.length < 200) this.errorText += chunk.toString('utf8', 0, 200);
+      return;
+    }
+    const ctx = this.ctx;
+    if (!this.sentBytes) this.onFirstByte();
+    if (ctx.stream) this.tail = updateTail(this.tail, chunk);
+    if (ctx.taps.length > 0) runTaps(ctx, chunk);
+    const res = ctx.res;
+    if (!res.write(chunk)) {
+      controller.pause();
+      res.once('drain', () => controller.resume());
+    }
+  }
+
+  onResponseEnd(): void {
+    if (this.settled) return;
+    const { ctx, status } = this;
+    if (status >= 500) {
+      this.fail('status_5xx', `worker ${this.worker.id} answered ${status}: ${this.errorText.slice(0, 200)}`);
+      return;
+    }
+    if (!this.sentBytes) {
+      // An empty body: the head goes out alone.
+      ctx.ttftMs = this.env.clock.now() - ctx.startedAt;
+      this.env.router.firstToken(ctx.id);
+      ctx.res.writeHead(status, this.resHeaders ?? { 'x-request-id': ctx.id, 'x-kvgate-worker': this.worker.id });
+    }
+    ctx.res.end();
+    ctx.status = status;
+    // A 4xx is the request's fault, not the worker's.
+    this.breaker.onSuccess();
+    this.settle(DONE, status < 400, status < 400 ? 'ok' : 'client_error');
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+    if (this.settled || this.abortedBy !== null) return;
+    if (this.status === 0) this.fail('connect', `worker ${this.worker.id} unreachable: ${errMessage(err)}`);
+    else this.fail('stream_error', errMessage(err));
+  }
+
+  // ---- steps ----
+
+  private dispatch(): void {
+    const { ctx, worker } = this;
+    const body = ctx.bodyModified ? Buffer.from(JSON.stringify(ctx.body)) : ctx.rawBody;
+    this.env.upstreams.for(worker.id, worker.url).dispatch(
+      {
+        method: 'POST',
+        path: basePath(worker) + ctx.path,
+        headers: { 'content-type': 'application/json', 'x-request-id': ctx.id },
+        body,
+      },
+      this,
+    );
+  }
+
+  /** The response head the client gets for a worker's 2xx-4xx head. */
+  private clientHeaders(upstream: IncomingHttpHeaders): Record<string, string> {
+    const ct = upstream['content-type'];
+    const h: Record<string, string> = {
+      'content-type': ct === undefined ? 'application/json' : String(ct),
+      'x-request-id': this.ctx.id,
+      'x-kvgate-worker': this.worker.id,
+      'x-kvgate-prefix-hit': this.decision.expectedPrefixHit.toFixed(3),
+    };
+    if (this.ctx.stream) {
+      h['cache-control'] = 'no-cache';
+      h['x-accel-buffering'] = 'no';
+    } else {
+      const cl = upstream['content-length'];
+      if (cl !== undefined) h['content-length'] = String(cl);
+    }
+    return h;
+  }
+
+  /** The first body byte: the head goes out with it, and from now on nothing is retried. */
+  private onFirstByte(): void {
+    const ctx = this.ctx;
+    ctx.ttftMs = this.env.clock.now() - ctx.startedAt;
+    this.env.router.firstToken(ctx.id);
+    if (ctx.stream) this.armDeadline();
+    this.stopWaiting();
+    ctx.res.writeHead(this.status, this.resHeaders!);
+    this.sentBytes = true;
+  }
+
+  /** Cancel the upstream request and settle the attempt now (undici's error callback is then ignored). */
+  private abort(why: AbortCause): void {
+    if (this.abortedBy !== null || this.settled) return;
+    this.abortedBy = why;
+    if (why === 'client' || why === 'shutdown') this.clientGone(why);
+    else this.fail(why, why);
+    // undici may report the cancellation synchronously; the attempt is settled by now.
+    this.controller?.abort(new Error(why));
+  }
+
+  /** The worker (or the clock) failed this attempt: account it, then end or hand back the request. */
+  private fail(reason: FailReason, message: string): void {
+    if (this.settled) return;
+    const { ctx, worker } = this;
+    this.env.metrics.upstreamFailures.labels(worker.id, reason).inc();
+    // A slow generation hitting its deadline says nothing about the worker's health, and a
+    // worker already marked down by its health probes needs no breaker.
+    if (reason === 'deadline' || reason === 'worker_down') this.breaker.onNeutral();
+    else this.breaker.onFailure();
+    if (!this.sentBytes) {
+      const err = this.errorBeforeBytes(reason, message);
+      ctx.status = err.status;
+      // The relay tries another worker unless the deadline has passed.
+      this.settle({ done: false, error: err }, false, reason);
+      return;
+    }
+    // Bytes are out: end the response honestly, never as a clean success.
+    const err =
+      reason === 'deadline'
+        ? errors.deadline('the request deadline passed mid-response')
+        : errors.upstream(`worker ${worker.id} failed mid-response: ${message}`, 'upstream_stream_error');
+    ctx.status = err.status;
+    if (ctx.stream && !ctx.res.destroyed) this.endWithErrorEvent(err);
+    else ctx.res.destroy();
+    this.settle(DONE, false, reason);
+  }
+
+  private errorBeforeBytes(reason: FailReason, message: string): ApiError {
+    const id = this.worker.id;
+    switch (reason) {
+      case 'deadline':
+        return errors.deadline(`worker ${id} did not finish within the request deadline`);
+      case 'first_byte_timeout':
+        return errors.deadline(`worker ${id} sent nothing within ${this.env.firstByteMs} ms`);
+      case 'worker_down':
+        return errors.upstream(`worker ${id} was taken out of service (failing health probes)`, 'upstream_unreachable');
+      default:
+        return errors.upstream(message, reason === 'connect' ? 'upstream_unreachable' : 'upstream_error');
+    }
+  }
+
+  /** The client went away, or the gateway is shutting down: neither is the worker's fault. */
+  private clientGone(why: 'client' | 'shutdown'): void {
+    if (this.settled) return;
+    const { ctx } = this;
+    const res = ctx.res;
+    this.breaker.onNeutral();
+    if (why === 'shutdown' && !res.headersSent) {
+      this.settle({ done: false, error: errors.shuttingDown() }, false, 'shutdown');
+      return;
+    }
+    if (why === 'shutdown' && ctx.stream && !res.destroyed) {
+      this.endWithErrorEvent(errors.shuttingDown());
+    } else if (!res.writableEnded) {
+      res.destroy();
+    }
+    ctx.status = why === 'client' ? 499 : 503;
+    this.settle(DONE, false, why === 'client' ? 'client_abort' : 'shutdown');
+  }
+
+  /** Ends a stream with an error event, first terminating a partially relayed event. */
+  private endWithErrorEvent(err: ApiError): void {
+    this.ctx.res.end((atEventBoundary(this.tail) ? '' : '\n\n') + sseErrorEvent(err));
+  }
+
+  /** The one way an attempt ends: complete the route, count the outcome, resolve run(). */
+  private settle(result: AttemptResult, ok: boolean, outcome: string): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.stopWaiting();
+    if (this.timer) clearTimeout(this.timer);
+    this.ctx.abortUpstream = null;
+    this.env.router.complete(this.ctx.id, ok);
+    this.env.metrics.attemptsBy.get(this.worker.id, outcome).inc();
+    this.resolve!(result);
+  }
+
+  private armDeadline(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.abort('deadline'), this.remainingMs());
+  }
+
+  /** Time left before the request deadline; setTimeout treats anything above 2^31−1 ms as 1 ms. */
+  private remainingMs(): number {
+    return Math.min(MAX_TIMER_MS, Math.max(0, this.ctx.deadlineAt - this.env.clock.now()));
+  }
+
+  private stopWaiting(): void {
+    this.waiting.delete(this);
+  }
+}
+
+/** Path prefix of a worker URL ('' for a bare origin), cached per worker. */
+const basePaths = new WeakMap<WorkerState, string>();
+function basePath(w: WorkerState): string {
+  let b = basePaths.get(w);
+  if (b === undefined) {
+    b = new URL(w.url).pathname.replace(/\/$/, '');
+    basePaths.set(w, b);
+  }
+  return b;
+}
+
+/** A failing tap (a cache fill, say) must not break the response it observes: it is dropped. */
+function runTaps(ctx: RequestContext, chunk: Buffer): void {
+  for (let i = 0; i < ctx.taps.length; i++) {
+    try {
+      ctx.taps[i]!(chunk);
+    } catch {
+      ctx.taps.splice(i--, 1);
+    }
+  }
+}
+
+function errMessage(e: Error): string {
+  const code = (e as { code?: string }).code;
+  return code ? `${code} ${e.message}` : e.message;
+}

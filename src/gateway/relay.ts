@@ -1,0 +1,84 @@
+/**
+ * The relay: routes a prepared request, sends the client's bytes to the chosen worker over a
+ * keep-alive pool, and relays the worker's response bytes to the client as they arrive. Each try
+ * at one worker is a RelayAttempt (relay-attempt.ts); this file holds the retry loop around them.
+ *
+ * Failure handling:
+ * - An attempt that fails before any byte reached the client (connect error, 5xx, body error, no
+ *   first streamed byte within `firstByteMs`) is retried on another worker, up to `retries` times,
+ *   within the request's deadline. The response headers are written together with the first body
+ *   chunk precisely so that this stays possible.
+ * - Worker 4xx answers are relayed as they are and not retried.
+ * - Once bytes have reached the client nothing is retried: a failing stream ends with an SSE error
+ *   event (see api/sse.ts), a failing JSON response is cut (the client sees a truncated body).
+ * - The client going away aborts the upstream request, so the worker frees the sequence.
+ * Router.complete is called exactly once per attempt on every path, Router.firstToken once when
+ * the attempt's first body byte arrives.
+ */
+import { ApiError, errors } from '../api/errors.js';
+import type { RequestContext } from './context.js';
+import { RelayAttempt, type AttemptEnv } from './relay-attempt.js';
+
+export interface RelayOptions extends AttemptEnv {
+  /** Further attempts after the first (on other workers). */
+  retries: number;
+  retryAfterSeconds: number;
+}
+
+export class Relay {
+  /** Attempts waiting for their first byte, per worker: abandoned at once if the worker goes down. */
+  private readonly waiting = new Map<string, Set<RelayAttempt>>();
+
+  constructor(private readonly o: RelayOptions) {}
+
+  /**
+   * The worker was taken out of routing (health probes failing): attempts still waiting for its
+   * first byte are given up and retried elsewhere, rather than hanging until their deadline (a
+   * non-streaming answer only arrives at the end). Attempts already relaying bytes are left alone.
+   */
+  workerDown(workerId: string): void {
+    const set = this.waiting.get(workerId);
+    if (!set) return;
+    for (const attempt of [...set]) attempt.workerDown();
+  }
+
+  /** Serve the request at some worker. Resolves when the response is over; throws ApiError if no byte was sent. */
+  async forward(ctx: RequestContext): Promise<void> {
+    const { router, metrics } = this.o;
+    let exclude: Set<string> | undefined;
+    let lastError: ApiError | null = null;
+    for (let attempt = 0; attempt <= this.o.retries; attempt++) {
+      if (ctx.aborted) return;
+      if (attempt > 0 && this.o.clock.now() >= ctx.deadlineAt) break;
+      const out = router.route(ctx.routeRequest, ctx.candidates, exclude);
+      if (!out.ok) {
+        if (lastError) throw lastError;
+        if (out.status === 400) throw new ApiError(400, 'invalid_request_error', out.code, out.message);
+        throw errors.noWorker(out.message, this.o.retryAfterSeconds);
+      }
+      const d = out.decision;
+      (exclude ??= new Set()).add(d.worker.id);
+      ctx.decision = d;
+      ctx.workerId = d.worker.id;
+      ctx.attempts++;
+      metrics.decisionsBy.get(d.policy, d.worker.id, d.reason).inc();
+      metrics.prefixHitBy.get(d.policy).observe(d.expectedPrefixHit);
+      this.o.fleet.breaker(d.worker.id).onDispatch();
+      const r = await new RelayAttempt(this.o, ctx, d, this.waitingOn(d.worker.id)).run();
+      if (r.done) return;
+      if (ctx.aborted) {
+        // The client left (nothing to answer) or the gateway is shutting down (answer 503).
+        if (ctx.abortReason === 'shutdown') throw r.error;
+        return;
+      }
+      lastError = r.error;
+    }
+    throw lastError ?? errors.deadline('the request deadline passed before a worker could be tried');
+  }
+
+  private waitingOn(workerId: string): Set<RelayAttempt> {
+    let set = this.waiting.get(workerId);
+    if (!set) this.waiting.set(workerId, (set = new Set()));
+    return set;
+  }
+}

@@ -1,0 +1,132 @@
+/**
+ * What a validated generation body asks of the engine: one SeqSpec per prompt and sample (vLLM's
+ * parallel sampling runs the n samples of each prompt of a batch as separate engine requests) and
+ * the GenParams all of the request's sequences share. What vLLM refuses is refused here, with its
+ * messages; the engine's own limits (context length) are checked by the server.
+ */
+import { estimateTokenizer, renderChat } from '../../tokenizer/index.js';
+import { seedFromString } from '../../util/rng.js';
+import { MAX_LOGPROBS, badRequest, checkModel, stopList, type ChatBody, type CompletionBody } from './openai-protocol.js';
+
+/** What one generation request asks of the engine, after validation. */
+export interface SeqSpec {
+  /** Which of the request's n samples of this prompt this is (0 = the first). */
+  sample: number;
+  promptIds: number[];
+  /** Prompt text, for echo. */
+  promptText: string;
+  maxTokens: number;
+}
+
+export interface GenParams {
+  kind: 'completion' | 'chat';
+  stream: boolean;
+  includeUsage: boolean;
+  continuousUsage: boolean;
+  echo: boolean;
+  /** Top alternatives per token, or null when logprobs were not requested. */
+  logprobs: number | null;
+  seed: number | undefined;
+  temperature: number;
+  topP: number;
+  stop: string[];
+  stopTokenIds: number[];
+  ignoreEos: boolean;
+  includeStopStrInOutput: boolean;
+  priority: number;
+}
+
+export interface RequestSpec {
+  params: GenParams;
+  seqs: SeqSpec[];
+}
+
+/** What the worker serves, as far as validating a request goes. */
+export interface ServedModel {
+  /** Served model name: a request naming another one is a 404. */
+  model: string;
+  maxModelLen: number;
+  /** Output budget of a chat request without max_tokens (at most what the context leaves). */
+  defaultMaxChatTokens: number;
+}
+
+const MAX_N = 128;
+
+export function completionSpec(body: CompletionBody, served: ServedModel): RequestSpec {
+  const common = commonParams(body, 'completion', served);
+  if (body.stream_options && !body.stream) throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
+  const logprobs = body.logprobs ?? null;
+  if (logprobs !== null && logprobs > MAX_LOGPROBS) {
+    throw badRequest(`Requested sample logprobs of ${logprobs}, which is greater than max allowed: ${MAX_LOGPROBS}`, 'logprobs');
+  }
+  const maxTokens = body.max_tokens ?? 16;
+  if (maxTokens < 1) throw badRequest(`max_tokens must be at least 1, got ${maxTokens}.`, 'max_tokens');
+  const p = body.prompt;
+  const prompts: Array<string | number[]> =
+    typeof p === 'string' ? [p] : p.length > 0 && typeof p[0] === 'number' ? [p as number[]] : (p as Array<string | number[]>);
+  const seqs = prompts.flatMap((x) =>
+    samples(body.n, typeof x === 'string' ? estimateTokenizer.encode(x) : x, typeof x === 'string' ? x : estimateTokenizer.decode(x), maxTokens),
+  );
+  return { params: { ...common, echo: body.echo === true, logprobs }, seqs };
+}
+
+export function chatSpec(body: ChatBody, served: ServedModel): RequestSpec {
+  const common = commonParams(body, 'chat', served);
+  if (body.stream_options && !body.stream) throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
+  const top = body.top_logprobs ?? null;
+  if (top !== null && top > MAX_LOGPROBS) {
+    throw badRequest(`Requested sample logprobs of ${top}, which is greater than max allowed: ${MAX_LOGPROBS}`, 'top_logprobs');
+  }
+  if (top !== null && top > 0 && body.logprobs !== true) {
+    throw badRequest('when using `top_logprobs`, `logprobs` must be set to true.', 'top_logprobs');
+  }
+  const text = renderChat(body.messages, body.add_generation_prompt ?? true);
+  const promptIds = estimateTokenizer.encode(text);
+  const requested = body.max_completion_tokens ?? body.max_tokens ?? null;
+  if (requested !== null && requested < 1) throw badRequest(`max_tokens must be at least 1, got ${requested}.`, 'max_tokens');
+  const room = served.maxModelLen - promptIds.length;
+  const maxTokens = requested ?? Math.max(1, Math.min(room, served.defaultMaxChatTokens));
+  return {
+    params: { ...common, echo: false, logprobs: body.logprobs === true ? (top ?? 0) : null },
+    seqs: samples(body.n, promptIds, text, maxTokens),
+  };
+}
+
+/**
+ * Sampling seed of one sample. The first sample uses the request's seed as given (absent → the
+ * sampler derives one from the prompt), so n=1 output does not depend on n; the others get seeds
+ * derived from it and their position, so the n samples differ but are reproducible.
+ */
+export function sampleSeed(seed: number | undefined, spec: SeqSpec): number | undefined {
+  if (spec.sample === 0) return seed;
+  const base = seed ?? seedFromString(spec.promptIds.join(','));
+  return seedFromString(`${base}/${spec.sample}`);
+}
+
+function commonParams(body: CompletionBody | ChatBody, kind: 'completion' | 'chat', served: ServedModel): Omit<GenParams, 'echo' | 'logprobs'> {
+  checkModel(body.model, served.model);
+  if ((body.n ?? 1) > MAX_N) throw badRequest(`n must be at most ${MAX_N}, got ${body.n}.`, 'n');
+  if (body.min_tokens !== undefined && body.min_tokens > 0) {
+    // Accepted and ignored would change outputs silently; refuse instead.
+    throw badRequest('min_tokens is not supported by this server.', 'min_tokens');
+  }
+  return {
+    kind,
+    stream: body.stream === true,
+    includeUsage: body.stream === true && body.stream_options?.include_usage === true,
+    continuousUsage: body.stream === true && body.stream_options?.include_usage === true && body.stream_options?.continuous_usage_stats === true,
+    seed: body.seed ?? undefined,
+    temperature: body.temperature ?? 1,
+    topP: body.top_p ?? 1,
+    stop: stopList(body.stop),
+    stopTokenIds: body.stop_token_ids ?? [],
+    ignoreEos: body.ignore_eos === true,
+    includeStopStrInOutput: body.include_stop_str_in_output === true,
+    priority: body.priority ?? 0,
+  };
+}
+
+/** The n samples of one prompt: one engine request each (vLLM's parallel sampling). */
+function samples(n: number | null | undefined, promptIds: number[], promptText: string, maxTokens: number): SeqSpec[] {
+  return Array.from({ length: n ?? 1 }, (_, sample) => ({ sample, promptIds, promptText, maxTokens }));
+}

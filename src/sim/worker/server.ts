@@ -1,0 +1,515 @@
+/**
+ * A live simulated vLLM worker: a real HTTP server that speaks vLLM's OpenAI-compatible API,
+ * /metrics, /tokenize and /health, backed by the engine model paced in real time (optionally
+ * compressed by `speed`). Output text comes from the synthetic language model through the shared
+ * tokenizer, so it is deterministic given the prompt, seed and sampling parameters.
+ *
+ * What the gateway can observe is what it would observe on vLLM: streamed tokens arrive once per
+ * engine step, a client disconnect aborts the engine request (counted under
+ * vllm:request_success_total{finished_reason="abort"}), prompt-too-long and unknown-model errors
+ * come back with vLLM's statuses and bodies, and KV-cache events can be published on ZeroMQ.
+ *
+ * This file starts a worker and holds its HTTP routes and engine side. Beside it: request-spec.ts
+ * (a validated body → one sequence per prompt and sample, and their sampling parameters),
+ * exchange.ts (one request's response: SSE chunks or a JSON body, stops, client gone, shutdown),
+ * logprobs.ts (vLLM's logprob formats), openai-protocol.ts (schemas, errors, writing answers),
+ * generation.ts (incremental detokenization, stop strings), engine-driver.ts (real-time pacing),
+ * vllm-metrics-exporter.ts (/metrics) and kv-event-publisher.ts (ZeroMQ).
+ */
+import { randomUUID } from 'node:crypto';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { readBody } from '../../api/body.js';
+import { Engine } from '../../engine/engine.js';
+import { buildEngineConfig } from '../../engine/profiles.js';
+import { createSampler, createSyntheticLm, type SampledLogprob, type SyntheticLm } from '../../engine/synthetic-lm.js';
+import type { EngineConfig, EngineModel, FinishReason } from '../../engine/types.js';
+import type { KvEvent } from '../../kv/events.js';
+import { EOS_TOKEN_ID, estimateTokenizer, renderChat } from '../../tokenizer/index.js';
+import { EngineDriver } from './engine-driver.js';
+import { Exchange, type ExchangeHost, type SeqRun } from './exchange.js';
+import { Generation } from './generation.js';
+import { KvEventPublisher } from './kv-event-publisher.js';
+import { promptLogprobs } from './logprobs.js';
+import {
+  SimError,
+  badRequest,
+  chatSchema,
+  checkModel,
+  completionSchema,
+  detokenizeSchema,
+  parseBody,
+  sendJson,
+  sendJsonError,
+  tokenizeSchema,
+  unavailable,
+} from './openai-protocol.js';
+import { chatSpec, completionSpec, sampleSeed, type GenParams, type ServedModel } from './request-spec.js';
+import { VllmMetrics } from './vllm-metrics-exporter.js';
+
+/** The subset of a pino logger the worker uses. */
+export interface SimLogger {
+  info(obj: unknown, msg?: string): void;
+  warn(obj: unknown, msg?: string): void;
+}
+
+export interface SimWorkerOptions {
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** 0 (default) = an ephemeral port. */
+  port?: number;
+  /** Served model name, checked against the request's `model`. Default 'llama-3.1-8b'. */
+  model?: string;
+  /** Engine profile (src/engine/profiles.ts) when the served name is not one. Default: `model`. */
+  profile?: string;
+  /** GPU profile: h100 (default), a100, a10g. */
+  gpu?: string;
+  tp?: number;
+  /** Time compression: 10 → steps take a tenth of their modelled time. Default 1. */
+  speed?: number;
+  /** Overrides the number of KV blocks computed from GPU memory. */
+  numGpuBlocks?: number;
+  maxNumSeqs?: number;
+  maxNumBatchedTokens?: number;
+  blockSize?: number;
+  gpuMemoryUtilization?: number;
+  maxModelLen?: number;
+  enablePrefixCaching?: boolean;
+  /** Seed of the engine's block-hash chain (random per process otherwise, like vLLM). */
+  hashSeed?: number;
+  /** Publish KV-cache events on ZeroMQ (vLLM's --kv-events-config). */
+  kvEvents?: { endpoint: string | number; replayEndpoint?: string | number; topic?: string };
+  /** Emit pre-0.9 metric names (vllm:gpu_cache_usage_perc, vllm:gpu_prefix_cache_*). */
+  legacyMetricNames?: boolean;
+  /**
+   * Chat requests without max_tokens run until EOS or the context limit, as on vLLM, but at most
+   * this many tokens (greedy sampling of the synthetic model may never emit EOS). Default 1024.
+   */
+  defaultMaxChatTokens?: number;
+  /** Make the synthetic LM a draft model of another (speculative-decoding experiments). */
+  draftOf?: string;
+  draftFidelity?: number;
+  logger?: SimLogger;
+}
+
+export interface SimWorkerStats {
+  /** Generation requests accepted (one per prompt). */
+  requests: number;
+  /** Requests aborted because their client went away. */
+  clientAborts: number;
+  /** Generation requests not yet finished. */
+  inFlight: number;
+}
+
+export interface SimWorker {
+  url: string;
+  host: string;
+  port: number;
+  /** Served model name. */
+  model: string;
+  engine: EngineModel;
+  speed: number;
+  kvEventsEndpoint?: string;
+  kvReplayEndpoint?: string;
+  stats(): SimWorkerStats;
+  /** Ends in-flight responses (streams get an error event, others a 503), frees the ports. */
+  close(): Promise<void>;
+}
+
+const BODY_LIMIT = 64 * 1024 * 1024;
+
+export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWorker> {
+  const model = opts.model ?? 'llama-3.1-8b';
+  const built = buildEngineConfig({
+    gpu: opts.gpu ?? 'h100',
+    model: opts.profile ?? model,
+    tp: opts.tp,
+    gpuMemoryUtilization: opts.gpuMemoryUtilization,
+    blockSize: opts.blockSize,
+    maxNumSeqs: opts.maxNumSeqs,
+    maxNumBatchedTokens: opts.maxNumBatchedTokens,
+    enablePrefixCaching: opts.enablePrefixCaching,
+    hashSeed: opts.hashSeed,
+    kvEvents: opts.kvEvents !== undefined,
+    emitTokens: true,
+    maxModelLen: opts.maxModelLen,
+  });
+  const config: EngineConfig = opts.numGpuBlocks !== undefined ? { ...built, numGpuBlocks: opts.numGpuBlocks } : built;
+  const engine = new Engine(config);
+  // A draft LM agrees with its target where it should; either way it is named by the served model.
+  const lm = createSyntheticLm(model, opts.draftOf !== undefined ? { draftOf: opts.draftOf, fidelity: opts.draftFidelity } : {});
+  const sim = new SimWorkerServer({
+    model,
+    engine,
+    lm,
+    speed: opts.speed ?? 1,
+    legacyMetricNames: opts.legacyMetricNames ?? false,
+    gpuMemoryUtilization: opts.gpuMemoryUtilization ?? 0.9,
+    defaultMaxChatTokens: opts.defaultMaxChatTokens ?? 1024,
+  });
+
+  let publisher: KvEventPublisher | null = null;
+  let kvEndpoints: { endpoint: string; replayEndpoint?: string } | null = null;
+  if (opts.kvEvents) {
+    publisher = new KvEventPublisher({
+      endpoint: opts.kvEvents.endpoint,
+      replayEndpoint: opts.kvEvents.replayEndpoint,
+      topic: opts.kvEvents.topic,
+    });
+    try {
+      kvEndpoints = await publisher.start();
+    } catch (err) {
+      await publisher.close();
+      sim.stop();
+      throw err;
+    }
+    sim.kvPublisher = publisher;
+  }
+
+  const server = createServer({ keepAliveTimeout: 65_000 }, (req, res) => sim.handle(req, res));
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(opts.port ?? 0, opts.host ?? '127.0.0.1', () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+  } catch (err) {
+    sim.stop();
+    await publisher?.close();
+    throw err;
+  }
+  const addr = server.address() as AddressInfo;
+  const host = opts.host ?? '127.0.0.1';
+  const urlHost = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+  const url = `http://${urlHost === '0.0.0.0' ? '127.0.0.1' : urlHost === '[::]' ? '[::1]' : urlHost}:${addr.port}`;
+  opts.logger?.info(
+    { url, model, gpu: opts.gpu ?? 'h100', numGpuBlocks: config.numGpuBlocks, blockSize: config.blockSize, speed: sim.driver.speed, kvEvents: kvEndpoints },
+    'simulated vLLM worker listening',
+  );
+
+  let closing: Promise<void> | null = null;
+  const worker: SimWorker = {
+    url,
+    host,
+    port: addr.port,
+    model,
+    engine,
+    speed: sim.driver.speed,
+    stats: () => sim.stats(),
+    close() {
+      closing ??= (async () => {
+        sim.shutdown();
+        await new Promise<void>((resolve) => {
+          server.close(() => resolve());
+          server.closeAllConnections();
+        });
+        await publisher?.close();
+      })();
+      return closing;
+    },
+  };
+  if (kvEndpoints) {
+    worker.kvEventsEndpoint = kvEndpoints.endpoint;
+    if (kvEndpoints.replayEndpoint !== undefined) worker.kvReplayEndpoint = kvEndpoints.replayEndpoint;
+  }
+  return worker;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+interface ServerParts {
+  model: string;
+  engine: EngineModel;
+  lm: SyntheticLm;
+  speed: number;
+  legacyMetricNames: boolean;
+  gpuMemoryUtilization: number;
+  defaultMaxChatTokens: number;
+}
+
+/** The worker's HTTP routes and its engine side: runs exchanges' sequences and observes their metrics. */
+class SimWorkerServer implements ExchangeHost {
+  readonly model: string;
+  readonly engine: EngineModel;
+  readonly driver: EngineDriver;
+  readonly metrics: VllmMetrics;
+  kvPublisher: KvEventPublisher | null = null;
+  private readonly lm: SyntheticLm;
+  private readonly served: ServedModel;
+  private readonly exchanges = new Set<Exchange>();
+  private requests = 0;
+  private clientAborts = 0;
+  private shuttingDown = false;
+
+  constructor(p: ServerParts) {
+    this.model = p.model;
+    this.engine = p.engine;
+    this.lm = p.lm;
+    this.served = { model: p.model, maxModelLen: p.engine.config.maxModelLen, defaultMaxChatTokens: p.defaultMaxChatTokens };
+    this.metrics = new VllmMetrics(p.engine, {
+      modelName: p.model,
+      legacyNames: p.legacyMetricNames,
+      gpuMemoryUtilization: p.gpuMemoryUtilization,
+    });
+    this.driver = new EngineDriver(p.engine, {
+      speed: p.speed,
+      onStep: (step) => {
+        if (step.kvEvents.length > 0) this.kvPublisher?.publish(step.kvEvents);
+      },
+    });
+  }
+
+  stats(): SimWorkerStats {
+    return { requests: this.requests, clientAborts: this.clientAborts, inFlight: this.driver.inFlight };
+  }
+
+  stop(): void {
+    this.driver.stop();
+  }
+
+  /** End every in-flight exchange and stop the engine loop. */
+  shutdown(): void {
+    this.shuttingDown = true;
+    for (const ex of [...this.exchanges]) ex.abortForShutdown();
+    this.driver.stop();
+  }
+
+  handle(req: IncomingMessage, res: ServerResponse): void {
+    this.route(req, res).catch((err: unknown) => {
+      if (err instanceof SimError) return sendJsonError(res, err);
+      sendJsonError(res, new SimError(500, 'InternalServerError', err instanceof Error ? err.message : String(err)));
+    });
+  }
+
+  private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = (req.url ?? '/').split('?', 1)[0]!;
+    const method = req.method ?? 'GET';
+    const post = (fn: (body: unknown) => Promise<void> | void) => this.withBody(req, res, method, fn);
+    switch (path) {
+      case '/health':
+        return this.get(method, res, () => {
+          res.writeHead(200, { 'content-length': 0 });
+          res.end();
+        });
+      case '/ping':
+        return this.get(method, res, () => sendJson(res, 200, {}));
+      case '/version':
+        return this.get(method, res, () => sendJson(res, 200, { version: '0.10.1-sim' }));
+      case '/v1/models':
+        return this.get(method, res, () => sendJson(res, 200, this.modelList()));
+      case '/metrics':
+        return this.get(method, res, async () => {
+          const text = await this.metrics.render();
+          res.writeHead(200, { 'content-type': this.metrics.contentType, 'content-length': Buffer.byteLength(text) });
+          res.end(text);
+        });
+      case '/v1/completions':
+        return post((b) => this.generate(req, res, 'completion', b));
+      case '/v1/chat/completions':
+        return post((b) => this.generate(req, res, 'chat', b));
+      case '/reset_prefix_cache':
+        // vLLM's development endpoint: drop every cached block no running request uses.
+        if (method !== 'POST') return sendJson(res, 405, { detail: 'Method Not Allowed' }, { allow: 'POST' });
+        this.resetPrefixCache();
+        res.writeHead(200, { 'content-length': 0 });
+        return void res.end();
+      case '/tokenize':
+        return post((b) => this.tokenize(res, b));
+      case '/detokenize':
+        return post((b) => this.detokenize(res, b));
+      default:
+        // FastAPI's body for an unknown route.
+        return sendJson(res, 404, { detail: 'Not Found' });
+    }
+  }
+
+  private async get(method: string, res: ServerResponse, fn: () => void | Promise<void>): Promise<void> {
+    if (method !== 'GET' && method !== 'HEAD') return sendJson(res, 405, { detail: 'Method Not Allowed' }, { allow: 'GET' });
+    await fn();
+  }
+
+  private async withBody(
+    req: IncomingMessage,
+    res: ServerResponse,
+    method: string,
+    fn: (body: unknown) => Promise<void> | void,
+  ): Promise<void> {
+    if (method !== 'POST') return sendJson(res, 405, { detail: 'Method Not Allowed' }, { allow: 'POST' });
+    const r = await readBody(req, BODY_LIMIT);
+    if (!r.ok) {
+      if (r.reason === 'too_large') throw new SimError(413, 'BadRequestError', `Request body exceeds ${BODY_LIMIT} bytes`);
+      return; // client went away while sending
+    }
+    let body: unknown;
+    try {
+      body = JSON.parse(r.body.toString('utf8'));
+    } catch (err) {
+      throw badRequest(`JSON decode error: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    if (body === null || typeof body !== 'object' || Array.isArray(body)) throw badRequest('Input should be a valid dictionary or object to extract fields from');
+    await fn(body);
+  }
+
+  private resetPrefixCache(): void {
+    this.engine.resetPrefixCache();
+    // The engine hands these to the next step; when idle there may be none for a while.
+    const extra = this.engine as Partial<{ takeKvEvents(): KvEvent[] }>;
+    if (typeof extra.takeKvEvents === 'function') {
+      const events = extra.takeKvEvents();
+      if (events.length > 0) this.kvPublisher?.publish(events);
+    }
+  }
+
+  private modelList(): unknown {
+    return {
+      object: 'list',
+      data: [
+        {
+          id: this.model,
+          object: 'model',
+          created: Math.floor(Date.now() / 1000),
+          owned_by: 'vllm',
+          root: this.model,
+          parent: null,
+          max_model_len: this.engine.config.maxModelLen,
+          permission: [
+            {
+              id: `modelperm-${randomUUID().replaceAll('-', '')}`,
+              object: 'model_permission',
+              created: Math.floor(Date.now() / 1000),
+              allow_create_engine: false,
+              allow_sampling: true,
+              allow_logprobs: true,
+              allow_search_indices: false,
+              allow_view: true,
+              allow_fine_tuning: false,
+              organization: '*',
+              group: null,
+              is_blocking: false,
+            },
+          ],
+        },
+      ],
+    };
+  }
+
+  private tokenize(res: ServerResponse, raw: unknown): void {
+    const body = parseBody(tokenizeSchema, raw);
+    checkModel(body.model, this.model);
+    const text =
+      'prompt' in body ? body.prompt : renderChat(body.messages, (body as { add_generation_prompt?: boolean }).add_generation_prompt ?? true);
+    const tokens = estimateTokenizer.encode(text as string);
+    sendJson(res, 200, { count: tokens.length, max_model_len: this.engine.config.maxModelLen, tokens, token_strs: null });
+  }
+
+  private detokenize(res: ServerResponse, raw: unknown): void {
+    const body = parseBody(detokenizeSchema, raw);
+    checkModel(body.model, this.model);
+    sendJson(res, 200, { prompt: estimateTokenizer.decode(body.tokens) });
+  }
+
+  // ---- generation ----
+
+  private generate(req: IncomingMessage, res: ServerResponse, kind: 'completion' | 'chat', raw: unknown): void {
+    if (this.shuttingDown) throw unavailable('The server is shutting down.');
+    const { params, seqs } = kind === 'completion' ? completionSpec(parseBody(completionSchema, raw), this.served) : chatSpec(parseBody(chatSchema, raw), this.served);
+    for (const s of seqs) {
+      if (s.promptIds.length === 0) throw badRequest('The prompt cannot be empty.', 'prompt');
+      const err = this.engine.check(s.promptIds.length, s.maxTokens);
+      if (err) throw badRequest(err.message);
+    }
+    const headerId = req.headers['x-request-id'];
+    const baseId = typeof headerId === 'string' && headerId.length > 0 && headerId.length <= 200 ? headerId : randomUUID().replaceAll('-', '');
+    const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${baseId}`;
+    res.setHeader('x-request-id', baseId);
+    const ex = new Exchange(this, res, id, params, seqs);
+    this.exchanges.add(ex);
+    ex.start();
+  }
+
+  // ---- ExchangeHost: called by exchanges ----
+
+  submit(ex: Exchange, seq: SeqRun, params: GenParams): void {
+    const recorder = createSampler(this.lm, {
+      seed: sampleSeed(params.seed, seq.spec),
+      temperature: params.temperature,
+      topP: params.topP,
+      topLogprobs: params.logprobs ?? 0,
+      recordLogprobs: params.logprobs !== null,
+    });
+    seq.logprobs = params.logprobs !== null ? recorder.logprobs : null;
+    seq.gen = new Generation({
+      stop: params.stop,
+      stopTokenIds: params.stopTokenIds,
+      ignoreEos: params.ignoreEos,
+      includeStopStrInOutput: params.includeStopStrInOutput,
+      logprobs: seq.logprobs,
+    });
+    seq.arrivalMs = this.driver.now();
+    this.requests++;
+    this.driver.submit(
+      {
+        id: seq.engineId,
+        prompt: seq.spec.promptIds,
+        maxTokens: seq.spec.maxTokens,
+        sampler: recorder.sampler,
+        eosTokenId: EOS_TOKEN_ID,
+        ignoreEos: params.ignoreEos,
+        priority: params.priority,
+      },
+      {
+        onStarted: (cached, at) => {
+          seq.cachedTokens = cached;
+          seq.startedMs = at;
+        },
+        onOutput: (tokens, fin, at) => ex.onOutput(seq, tokens, fin, at),
+      },
+    );
+  }
+
+  /** The sequence ended on a stop string / stop token id the engine does not know about. */
+  cancelEngine(seq: SeqRun): void {
+    this.driver.cancel(seq.engineId);
+  }
+
+  recordFirstToken(seq: SeqRun, at: number): void {
+    this.metrics.observeTimeToFirstToken(Math.max(0, at - seq.arrivalMs) / 1000);
+  }
+
+  recordInterToken(seconds: number): void {
+    this.metrics.observeInterTokenLatency(seconds);
+  }
+
+  recordFinished(seq: SeqRun, reason: FinishReason, at: number): void {
+    const started = seq.startedMs;
+    const first = seq.firstTokenMs;
+    this.metrics.observeFinished(reason, {
+      e2e: Math.max(0, at - seq.arrivalMs) / 1000,
+      queue: started === null ? null : Math.max(0, started - seq.arrivalMs) / 1000,
+      prefill: started === null || first === null ? null : Math.max(0, first - started) / 1000,
+      decode: first === null ? null : Math.max(0, at - first) / 1000,
+      promptTokens: seq.spec.promptIds.length,
+      outputTokens: seq.gen.tokens.length,
+    });
+  }
+
+  clientGone(ex: Exchange): void {
+    this.clientAborts++;
+    this.metrics.countClientDisconnect();
+    this.exchanges.delete(ex);
+  }
+
+  done(ex: Exchange): void {
+    this.exchanges.delete(ex);
+  }
+
+  promptLogprobs(promptIds: readonly number[], top: number): Array<SampledLogprob | null> {
+    return promptLogprobs(this.lm, promptIds, top);
+  }
+
+  now(): number {
+    return this.driver.now();
+  }
+}
