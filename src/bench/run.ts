@@ -6,6 +6,7 @@ import { buildEngineConfig } from '../engine/profiles.js';
 import { createPolicy, policyNames, type PolicyOptions } from '../scheduler/policies.js';
 import { simulateFleet, type AdmitResult } from '../sim/fleet-sim.js';
 import type { RouteRequest } from '../scheduler/types.js';
+import { scaleArrivals, takeRequests } from '../workload/sessions.js';
 import { mix32 } from '../workload/tokens.js';
 import { summarize, type PolicySummary } from './metrics.js';
 import type { BenchRequest, BenchSource } from '../workload/types.js';
@@ -95,13 +96,10 @@ export function checkPolicies(names: readonly string[]): void {
   }
 }
 
-function* limited(src: Iterable<BenchRequest>, limit: number | undefined, rateScale: number): Generator<BenchRequest> {
-  let n = 0;
-  for (const r of src) {
-    if (limit !== undefined && n >= limit) return;
-    n++;
-    yield rateScale === 1 ? r : { ...r, arrivalMs: r.arrivalMs / rateScale };
-  }
+/** The requests of one run: the first `limit` of the source (sessions counted whole), at rate × scale. */
+export function benchRequests(source: BenchSource, limit: number | undefined, rateScale: number): Iterable<BenchRequest> {
+  const src = source.open();
+  return scaleArrivals(limit === undefined ? src : takeRequests(src, limit), rateScale);
 }
 
 function quantiles(values: Float64Array, points = 201): number[] {
@@ -150,7 +148,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
   for (const name of o.policies) {
     o.onPolicyStart?.(name);
     const policy = createPolicy(name, o.policyOptions);
-    const sim = await simulateFleet(limited(o.source.open(), o.limit, rateScale), {
+    const sim = await simulateFleet(benchRequests(o.source, o.limit, rateScale), {
       workers: o.workers,
       engineConfig,
       policy,

@@ -26,6 +26,7 @@ function result(rows: Array<{ arrival: number; first: number; finish: number; pr
     completed: c,
     itl: { durationMs: [], weight: [] },
     firstArrivalMs: rows[0]?.arrival ?? NaN,
+    lastArrivalMs: rows.at(-1)?.arrival ?? NaN,
     lastFinishMs: Math.max(...rows.map((r) => r.finish)),
     workers: [worker('w0', 3000, 2), worker('w1', 1000, 1)],
     wallMs: 12.4,
