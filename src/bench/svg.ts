@@ -14,6 +14,10 @@ export interface Series {
   color: string;
   /** [x, y] pairs. */
   points: Array<[number, number]>;
+  /** Draw a dot at every point (measured points, e.g. capacity probes). */
+  markers?: boolean;
+  /** SVG stroke-dasharray, e.g. '4 3' for a reference line. */
+  dash?: string;
 }
 
 export interface LineChartOptions {
@@ -117,7 +121,13 @@ export function lineChart(series: readonly Series[], o: LineChartOptions): strin
     const pts = s.points.filter(([x]) => !logX || x > 0);
     if (pts.length === 0) continue;
     const d = pts.map(([x, y], i) => `${i === 0 ? 'M' : 'L'}${X(x).toFixed(1)},${Y(y).toFixed(1)}`).join('');
-    parts.push(`<path d="${d}" fill="none" stroke="${s.color}" stroke-width="1.6"><title>${esc(s.name)}</title></path>`);
+    const dash = s.dash ? ` stroke-dasharray="${esc(s.dash)}"` : '';
+    parts.push(`<path d="${d}" fill="none" stroke="${s.color}" stroke-width="1.6"${dash}><title>${esc(s.name)}</title></path>`);
+    if (s.markers) {
+      for (const [x, y] of pts) {
+        parts.push(`<circle cx="${X(x).toFixed(1)}" cy="${Y(y).toFixed(1)}" r="3" fill="${s.color}"><title>${esc(`${s.name}: ${fmt(x)}, ${fmt(y)}`)}</title></circle>`);
+      }
+    }
   }
   if (o.legend !== false) {
     series.forEach((s, i) => {

@@ -105,6 +105,9 @@ describe('fleet simulation: closed-loop sessions', () => {
     // The first hand-off of each session happened at the instant its first turn was refused.
     const firstHandoffs = log.filter((h) => h.turn === 0).map((h) => h.doneMs);
     assert.deepEqual(firstHandoffs.sort((a, b) => a - b), shedAt.filter((_, i) => roots[i]!.turns! > 1).sort((a, b) => a - b));
+    // Refused requests miss the SLO: attainment = met / all requests.
+    const s = summarize(r, { tp: 1, gpuHourCost: 1, sloTtftMs: 1e9 });
+    assert.equal(s.attainment, Math.round(((total - roots.length) / total) * 10000) / 10000);
   });
 
   it('is deterministic with closed loops: same seed, same summary; requests the same for every policy', async () => {
@@ -115,7 +118,7 @@ describe('fleet simulation: closed-loop sessions', () => {
         policy: createPolicy(policy),
         seed,
       });
-      return { json: JSON.stringify(summarize(r, { tp: 1, gpuHourCost: 3.5, omitWallTime: true })), r };
+      return { json: JSON.stringify(summarize(r, { tp: 1, gpuHourCost: 3.5, omitWallTime: true, sloTtftMs: 500 })), r };
     };
     const a = await run('random', 5);
     assert.equal(a.json, (await run('random', 5)).json);
