@@ -17,7 +17,7 @@ table{border-collapse:collapse;font-size:12px}th,td{padding:4px 8px;border-botto
 th:first-child,td:first-child{text-align:left}th{background:#f6f6f6}
 svg .title{font-size:13px;font-weight:600}svg .tick,svg .legend{font-size:10px;fill:#333}svg .label{font-size:11px;fill:#555}
 svg .grid{stroke:#eee}svg .frame{fill:none;stroke:#999}
-.small svg .title{font-size:11px}
+.small svg .title{font-size:11px}.scroll{overflow-x:auto}
 `;
 
 const ms = (v: number | null, digits = 0): string => (v === null ? '–' : v.toFixed(digits));
@@ -77,7 +77,7 @@ export function renderReport(r: BenchResults, curves: readonly RunCurves[]): str
       `${r.skipped_rows > 0 ? `, ${r.skipped_rows} malformed rows skipped` : ''}, $${r.gpu_hour_cost.toFixed(2)}/GPU-hour` +
       `${slo ? `, goodput SLO: ${esc(slo)}` : ''}. Simulated in virtual time; latencies are modelled, not measured.</div>`,
   );
-  parts.push('<h2>Summary</h2>', summaryTableHtml(r));
+  parts.push('<h2>Summary</h2>', `<div class="scroll">${summaryTableHtml(r)}</div>`);
   parts.push(
     `<div class="meta">Ideal hit rate ${(r.ideal_hit_rate * 100).toFixed(1)}%: one worker with unlimited KV cache on the same requests (the workload's inherent prefix reuse).</div>`,
   );
@@ -100,7 +100,7 @@ export function renderReport(r: BenchResults, curves: readonly RunCurves[]): str
     if (xs.length > 0) {
       series.push({ name: `target ${(target * 100).toFixed(0)}%`, color: '#7f7f7f', dash: '4 3', points: [[Math.min(...xs), target], [Math.max(...xs), target]] });
     }
-    parts.push(lineChart(series, { title: 'SLO attainment vs offered rate', xLabel: 'offered rate, requests/s', yLabel: 'fraction of requests meeting the SLO', yMin: 0, yMax: 1, width: 620, height: 340 }));
+    parts.push(lineChart(series, { title: 'SLO attainment vs offered rate', xLabel: 'offered rate, requests/s', yLabel: 'fraction of requests meeting the SLO', yMin: 0, yMax: 1, width: 620, height: 340, legendCorner: 'bottom-left' }));
     parts.push(
       barChart(
         r.policies.map((p) => ({ label: p.name, value: p.capacity?.requests_per_s ?? 0, color: color(p.name) })),

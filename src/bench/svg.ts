@@ -30,6 +30,8 @@ export interface LineChartOptions {
   yMin?: number;
   yMax?: number;
   legend?: boolean;
+  /** Corner of the plot the legend goes in (default top-left). */
+  legendCorner?: 'top-left' | 'bottom-left';
 }
 
 const fmt = (v: number): string => {
@@ -130,8 +132,9 @@ export function lineChart(series: readonly Series[], o: LineChartOptions): strin
     }
   }
   if (o.legend !== false) {
+    const top = o.legendCorner === 'bottom-left' ? m.t + ph - 14 * series.length : m.t + 10;
     series.forEach((s, i) => {
-      const y = m.t + 10 + i * 14;
+      const y = top + i * 14;
       parts.push(`<rect x="${m.l + 8}" y="${y - 8}" width="10" height="10" fill="${s.color}"/>`);
       parts.push(`<text x="${m.l + 22}" y="${y + 1}" class="legend">${esc(s.name)}</text>`);
     });

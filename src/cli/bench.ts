@@ -24,7 +24,8 @@ fresh fleet, routing with the gateway's own scheduler code. Prints a summary tab
 
 Source (one of):
   --workload NAME         built-in workload: ${workloadNames().join(', ')}
-  --size N                requests to generate (default: per workload, 5000)
+  --size N                requests to generate, every turn of a session counted (default: per
+                          workload, see --list)
   --rate R                mean arrival rate, requests/s (default: per workload, see --list)
   --burstiness B          Gamma shape of arrival gaps, 1 = Poisson (default: per workload)
   --trace FILE            replay a trace file, read line by line
@@ -43,7 +44,8 @@ Fleet:
 
 Run:
   --policy a,b,c          policies to compare (default ${DEFAULT_POLICIES.join(',')}); known: see --list
-  --rate-scale X          multiply the arrival rate by X (divides arrival times; default 1)
+  --rate-scale X          multiply the arrival rate by X (divides arrival times and sessions' think
+                          times, not answer times; default 1)
   --limit N               replay at most N requests
   --seed S                seed for workloads, synthetic tokens and tie-breaks (default 0)
   --scrape-interval MS    metrics scrape interval for every policy (default: the policy's own, else 1000)
@@ -326,6 +328,13 @@ export async function run(argv: string[]): Promise<number> {
         `\ncapacity: highest rate scale with ≥ ${(c.target_attainment * 100).toFixed(0)}% of requests within the SLO (${describeSlo({ ttftMs: opts.sloTtftMs, ttftPer1kMs: opts.sloTtftPer1kMs, tpotMs: opts.sloTpotMs })})` +
           `; best peer: ${c.best_peer ?? 'none'}${out.results.policies.some((p) => p.capacity && !p.capacity.converged) ? "; '?' = probe budget ran out before 2% precision" : ''}\n`,
       );
+      const unbounded = out.results.policies.filter((p) => p.capacity && p.capacity.bracket[1] === null).map((p) => p.name);
+      if (unbounded.length > 0) {
+        process.stdout.write(
+          `note: no probe of ${unbounded.join(', ')} missed the target, so its capacity is a lower bound. With closed-loop sessions ` +
+            'the load cannot exceed what the workload\'s sessions send with one request each in flight: raise --size for more sessions.\n',
+        );
+      }
     }
     const skipped = out.results.skipped_rows > 0 ? `, ${out.results.skipped_rows} malformed rows skipped` : '';
     process.stdout.write(`\n${out.results.policies.length} run(s) of ${out.results.policies[0]?.requests ?? 0} requests in ${wallS.toFixed(1)} s wall time${skipped}\n`);
