@@ -46,7 +46,7 @@ Run:
   --policy a,b,c          policies to compare (default ${DEFAULT_POLICIES.join(',')}); known: see --list
   --rate-scale X          multiply the arrival rate by X (divides arrival times and sessions' think
                           times, not answer times; default 1)
-  --limit N               replay at most N requests
+  --limit N               replay at most N requests (sessions' later turns counted)
   --seed S                seed for workloads, synthetic tokens and tie-breaks (default 0)
   --scrape-interval MS    metrics scrape interval for every policy (default: the policy's own, else 1000)
   --overhead-ms MS        constant gateway + network delay per request (default 0)
@@ -57,6 +57,7 @@ Run:
                           A request meets the SLO when TTFT ≤ slo-ttft + slo-ttft-per-1k × prompt/1000
                           and TPOT ≤ slo-tpot; rejected and shed requests miss it. With an SLO the
                           table and JSON give each policy's attainment (fraction meeting it).
+  --gpu-hour-cost USD     $ per GPU-hour (default ${Object.entries(GPU_HOUR_COST).map(([g, c]) => `${g} ${c.toFixed(2)}`).join(', ')})
 
 Capacity at SLO:
   --capacity              find each policy's capacity: the highest --rate-scale at which at least
@@ -68,7 +69,6 @@ Capacity at SLO:
   --attainment X          target fraction of requests meeting the SLO, 0 < X ≤ 1 (default 0.9)
   --max-probes N          at most N probes per policy (default 14; the run at --rate-scale is the
                           first); a search that runs out says so (capacity marked '?', converged false)
-  --gpu-hour-cost USD     $ per GPU-hour (default ${Object.entries(GPU_HOUR_COST).map(([g, c]) => `${g} ${c.toFixed(2)}`).join(', ')})
 
 Output:
   --json FILE             write the results as JSON
