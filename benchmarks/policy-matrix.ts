@@ -10,6 +10,12 @@
  *   round-robin preempts.
  *
  * 16-worker scenarios double the arrival rate so the per-worker load matches the 8-worker ones.
+ *
+ * With --capacity it runs `kvgate bench --capacity` instead and prints each policy's capacity at
+ * SLO (the highest rate at which ≥ 90% of requests meet TTFT ≤ 1 s + 100 ms per 1k prompt tokens
+ * and TPOT ≤ 50 ms) and kvgate's capacity over round-robin's and over the best peer's. Closed-loop
+ * workloads get more requests there (multi-turn 40,000, agentic 12,000 at 8 workers): fewer
+ * sessions cannot send enough load to find the fleet's limit. --quick uses smaller sizes.
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -31,12 +37,24 @@ Runs kvgate bench on every built-in workload and on the Mooncake and Azure trace
 policies ${POLICIES.join(', ')}, and prints kvgate's ratios against its targets.
 
 Options:
+  --capacity         capacity-first: each policy's capacity at SLO (kvgate bench --capacity, up to
+                     14 probes per policy, 8-9 in practice) and kvgate's capacity ÷ round-robin's
+                     and ÷ the best peer's (peers: ${PEERS.join(', ')} and round-robin).
+                     Wall time, measured at 8 workers on a shared 2-core machine: shared-prefix
+                     75 s and agentic 8.6 min at full size; rag and fewshot-bursts 1.6 min each
+                     with --quick. 16 workers replay twice the requests; the whole matrix at full
+                     size takes hours, so bound it with --only, --workers 8 and --quick
+  --quick            smaller sizes (shared-prefix, rag, bursty, mixed 2,000; multi-turn 20,000;
+                     agentic 12,000; fewshot-bursts 3,000; Mooncake 1,500; Azure 3,000 at 8
+                     workers). Capacities depend on the number of requests (a finite run's
+                     overload lasts longer or shorter), so compare policies within one size only
   --workers LIST     fleet sizes (default 8,16)
   --only LIST        scenario names to run (default: all; see the table's first column)
   --traces DIR       folder with mooncake_synthetic_trace.jsonl and AzureLLMInferenceTrace_conv.csv
                      (default ../shared/traces beside the checkout, or $KVGATE_TRACES)
   --slo-ttft MS      TTFT SLO for goodput (default 1000)
   --slo-tpot MS      TPOT SLO for goodput (default 50)
+  --slo-ttft-per-1k MS  extra TTFT per 1,000 prompt tokens, capacity mode only (default 100)
   --json FILE        write every scenario's results as JSON
   -h, --help         this text
 `;
@@ -46,23 +64,44 @@ interface Scenario {
   args: string[];
 }
 
-function scenarios(workers: number, traces: string): Scenario[] {
+/** Requests per scenario at 8 workers: [ordinary, capacity, capacity --quick]. */
+const SIZES: Record<string, [number, number, number]> = {
+  'shared-prefix': [5000, 5000, 2000],
+  'multi-turn': [5000, 40000, 20000],
+  rag: [5000, 5000, 2000],
+  bursty: [5000, 5000, 2000],
+  mixed: [5000, 5000, 2000],
+  agentic: [12000, 12000, 12000],
+  'fewshot-bursts': [8000, 8000, 3000],
+  mooncake: [3993, 3993, 1500],
+  azure: [8000, 8000, 3000],
+};
+
+function scenarios(workers: number, traces: string, mode: 0 | 1 | 2): Scenario[] {
   const scale = workers / 8;
-  const out: Scenario[] = ['shared-prefix', 'multi-turn', 'rag', 'bursty', 'mixed'].map((w) => ({
+  const size = (name: string) => String(Math.round(SIZES[name]![mode] * scale));
+  const out: Scenario[] = ['shared-prefix', 'multi-turn', 'rag', 'bursty', 'mixed', 'agentic', 'fewshot-bursts'].map((w) => ({
     name: w,
-    args: ['--workload', w, '--size', String(5000 * scale), '--rate-scale', String(scale)],
+    args: ['--workload', w, '--size', size(w), '--rate-scale', String(scale)],
   }));
   const mooncake = join(traces, 'mooncake_synthetic_trace.jsonl');
   const azure = join(traces, 'AzureLLMInferenceTrace_conv.csv');
   // Rates chosen so the trace keeps the fleet 60–90% busy under round-robin (see README).
-  if (existsSync(mooncake)) out.push({ name: 'mooncake', args: ['--trace', mooncake, '--rate-scale', String(1.5 * scale)] });
+  if (existsSync(mooncake)) {
+    out.push({ name: 'mooncake', args: ['--trace', mooncake, '--rate-scale', String(1.5 * scale), ...(mode === 2 ? ['--limit', size('mooncake')] : [])] });
+  }
   if (existsSync(azure)) {
     out.push({
       name: 'azure',
-      args: ['--trace', azure, '--azure-shared-prefix', '0.5', '--rate-scale', String(10 * scale), '--limit', String(8000 * scale)],
+      args: ['--trace', azure, '--azure-shared-prefix', '0.5', '--rate-scale', String(10 * scale), '--limit', size('azure')],
     });
   }
   return out;
+}
+
+interface CapacityJson {
+  capacity: { best_peer: string | null; vs_round_robin: Record<string, number | null>; vs_best_peer: Record<string, number | null> };
+  policies: Array<{ name: string; capacity: { rate_scale: number | null; requests_per_s: number | null; attainment: number | null; converged: boolean; bracket: [number | null, number | null]; probes: unknown[] } }>;
 }
 
 interface PolicyRow {
@@ -85,6 +124,9 @@ function main(): number {
       traces: { type: 'string', default: TRACES },
       'slo-ttft': { type: 'string', default: '1000' },
       'slo-tpot': { type: 'string', default: '50' },
+      'slo-ttft-per-1k': { type: 'string', default: '100' },
+      capacity: { type: 'boolean', default: false },
+      quick: { type: 'boolean', default: false },
       json: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -94,6 +136,7 @@ function main(): number {
     return 0;
   }
   const only = values.only ? new Set(values.only.split(',')) : null;
+  if (values.capacity) return capacityMatrix(values, only);
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-matrix-'));
   const all: Array<{ scenario: string; workers: number; policies: PolicyRow[] }> = [];
   const detail: string[] = [];
@@ -103,7 +146,7 @@ function main(): number {
   ];
   try {
     for (const workers of values.workers!.split(',').map(Number)) {
-      for (const s of scenarios(workers, values.traces!)) {
+      for (const s of scenarios(workers, values.traces!, values.quick ? 2 : 0)) {
         if (only && !only.has(s.name)) continue;
         const out = join(dir, `${s.name}-${workers}.json`);
         process.stderr.write(`${s.name}, ${workers} workers...\n`);
@@ -140,6 +183,66 @@ function main(): number {
     rmSync(dir, { recursive: true, force: true });
   }
   process.stdout.write(`\nkvgate against its targets (SLO: TTFT ≤ ${values['slo-ttft']} ms, TPOT ≤ ${values['slo-tpot']} ms)\n\n${verdict.join('\n')}\n`);
+  process.stdout.write(`\nPer scenario\n${detail.join('\n')}\n`);
+  if (values.json) writeFileSync(values.json, JSON.stringify(all, null, 2));
+  return 0;
+}
+
+/** --capacity: each policy's capacity at SLO per scenario and fleet size. */
+function capacityMatrix(
+  values: { workers?: string; traces?: string; quick?: boolean; 'slo-ttft'?: string; 'slo-tpot'?: string; 'slo-ttft-per-1k'?: string; json?: string },
+  only: Set<string> | null,
+): number {
+  const dir = mkdtempSync(join(tmpdir(), 'kvgate-matrix-'));
+  const all: Array<{ scenario: string; workers: number; args: string[]; wall_s: number; results: CapacityJson }> = [];
+  const verdict: string[] = [
+    '| scenario | workers | round-robin req/s | best peer req/s | kvgate req/s | oracle req/s | kvgate ÷ RR | kvgate ÷ best peer | wall s |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+  ];
+  const detail: string[] = [];
+  const mark = (c: CapacityJson['policies'][number]['capacity']) => (c.rate_scale === null ? '—' : `${f(c.requests_per_s ?? NaN, 1)}${c.converged ? '' : c.bracket[1] === null ? ' (≥)' : ' (?)'}`);
+  try {
+    for (const workers of values.workers!.split(',').map(Number)) {
+      for (const s of scenarios(workers, values.traces!, values.quick ? 2 : 1)) {
+        if (only && !only.has(s.name)) continue;
+        const out = join(dir, `${s.name}-${workers}.json`);
+        process.stderr.write(`${s.name}, ${workers} workers (capacity)...\n`);
+        const t0 = performance.now();
+        const args = [
+          ...s.args, '--workers', String(workers), '--policy', POLICIES.join(','), '--capacity',
+          '--slo-ttft', values['slo-ttft']!, '--slo-ttft-per-1k', values['slo-ttft-per-1k']!, '--slo-tpot', values['slo-tpot']!,
+          '--json', out, '--quiet',
+        ];
+        const r = spawnSync(process.execPath, [cli, 'bench', ...args], { stdio: ['ignore', 'ignore', 'inherit'] });
+        if (r.status !== 0) throw new Error(`kvgate bench failed for ${s.name} (exit ${r.status})`);
+        const wall = (performance.now() - t0) / 1000;
+        const res = JSON.parse(readFileSync(out, 'utf8')) as CapacityJson;
+        all.push({ scenario: s.name, workers, args: s.args, wall_s: Math.round(wall), results: res });
+        const by = new Map(res.policies.map((p) => [p.name, p.capacity]));
+        const peer = res.capacity.best_peer;
+        verdict.push(
+          `| ${s.name} | ${workers} | ${mark(by.get('round-robin')!)} | ${peer ? `${mark(by.get(peer)!)} (${peer})` : '—'} | ${mark(by.get('kvgate')!)} | ${mark(by.get('oracle')!)} | ` +
+            `${f(res.capacity.vs_round_robin.kvgate ?? NaN, 2)} | ${f(res.capacity.vs_best_peer.kvgate ?? NaN, 2)} | ${f(wall)} |`,
+        );
+        detail.push(`\n${s.name}, ${workers} workers (\`kvgate bench ${s.args.join(' ')} --workers ${workers} --capacity\`)\n`);
+        detail.push('| policy | capacity × rate | capacity req/s | attainment there | probes | ÷ round-robin | ÷ best peer |');
+        detail.push('|---|---:|---:|---:|---:|---:|---:|');
+        for (const p of res.policies) {
+          const c = p.capacity;
+          detail.push(
+            `| ${p.name} | ${c.rate_scale === null ? '—' : f(c.rate_scale, 3)}${c.converged ? '' : ' (not converged)'} | ${f(c.requests_per_s ?? NaN, 1)} | ` +
+              `${c.attainment === null ? '—' : `${f(c.attainment * 100, 1)}%`} | ${c.probes.length} | ${f(res.capacity.vs_round_robin[p.name] ?? NaN, 2)} | ${f(res.capacity.vs_best_peer[p.name] ?? NaN, 2)} |`,
+          );
+        }
+      }
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  process.stdout.write(
+    `\nCapacity at SLO: highest offered rate with ≥ 90% of requests within TTFT ≤ ${values['slo-ttft']} ms + ${values['slo-ttft-per-1k']} ms/1k prompt tokens, TPOT ≤ ${values['slo-tpot']} ms` +
+      ` (≥: no probe missed the target; ?: probe budget ran out)\n\n${verdict.join('\n')}\n`,
+  );
   process.stdout.write(`\nPer scenario\n${detail.join('\n')}\n`);
   if (values.json) writeFileSync(values.json, JSON.stringify(all, null, 2));
   return 0;

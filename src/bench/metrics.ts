@@ -6,13 +6,17 @@
  * - Percentiles interpolate linearly between order statistics (numpy's default).
  * - Throughput = completed / duration, output tokens / duration; duration = first arrival → last
  *   completion.
- * - Goodput = completed requests meeting every given SLO (TTFT ≤ slo_ttft, TPOT ≤ slo_tpot) per
- *   second; a single-token answer has no TPOT and meets a TPOT SLO.
+ * - Goodput = completed requests meeting every given SLO per second, with the rule of slo.ts:
+ *   TTFT ≤ slo_ttft (+ slo_ttft_per_1k per 1,000 prompt tokens, when set) and TPOT ≤ slo_tpot; a
+ *   single-token answer has no TPOT and meets a TPOT SLO.
+ * - Attainment = requests meeting the SLO / all requests (rejected and shed ones miss it); null
+ *   when no SLO is given.
  * - prefix_hit_rate = Σ cached prompt tokens / Σ prompt tokens over completed requests.
  * - gpu_seconds = GPUs (workers × tp) × duration; cost per million output tokens =
  *   gpu_seconds / 3600 × $/GPU-hour / (output tokens / 10⁶).
  */
 import type { SimResult } from '../sim/fleet-sim.js';
+import { hasSlo, meetsSlo, type Slo } from './slo.js';
 
 export interface Dist {
   p50: number | null;
@@ -42,6 +46,8 @@ export interface PolicySummary {
   busy_gpu_seconds: number;
   cost_per_million_output_tokens: number | null;
   goodput_rps: number;
+  /** Fraction of all requests (refused ones included) that met the SLO; null without an SLO. */
+  attainment: number | null;
   scrape_interval_ms: number;
   refusals: Record<string, number>;
   sim_wall_ms?: number;
@@ -52,6 +58,8 @@ export interface SummaryOptions {
   tp: number;
   gpuHourCost: number;
   sloTtftMs?: number;
+  /** Extra TTFT allowed per 1,000 prompt tokens, ms (see slo.ts). */
+  sloTtftPer1kMs?: number;
   sloTpotMs?: number;
   /** Leave out sim_wall_ms, the one nondeterministic field (for byte-identical JSON). */
   omitWallTime?: boolean;
@@ -128,7 +136,36 @@ export function weightedDistribution(values: ArrayLike<number>, weights: ArrayLi
   return { p50: round(pct(50)), p90: round(pct(90)), p99: round(pct(99)), mean: round(sum / total) };
 }
 
+export function sloOf(o: SummaryOptions): Slo {
+  const s: Slo = {};
+  if (o.sloTtftMs !== undefined) s.ttftMs = o.sloTtftMs;
+  if (o.sloTtftPer1kMs !== undefined) s.ttftPer1kMs = o.sloTtftPer1kMs;
+  if (o.sloTpotMs !== undefined) s.tpotMs = o.sloTpotMs;
+  return s;
+}
+
+/** Requests of a run that met the SLO (completed ones only: refusals never meet it). */
+export function countMeetingSlo(r: SimResult, slo: Slo): number {
+  const c = r.completed;
+  let good = 0;
+  for (let i = 0; i < c.arrival.length; i++) {
+    // The same arithmetic as summarize, so goodput and attainment agree to the last bit.
+    const t = c.firstToken[i]! - c.arrival[i]!;
+    const e = c.finish[i]! - c.arrival[i]!;
+    const out = c.outputTokens[i]!;
+    const tp = out > 1 ? (e - t) / (out - 1) : undefined;
+    if (meetsSlo(slo, t, tp, c.promptTokens[i]!)) good++;
+  }
+  return good;
+}
+
+/** Fraction of all requests (rejected and shed included) that met the SLO; 0 for an empty run. */
+export function attainmentOf(r: SimResult, slo: Slo): number {
+  return r.requests > 0 ? countMeetingSlo(r, slo) / r.requests : 0;
+}
+
 export function summarize(r: SimResult, o: SummaryOptions): PolicySummary {
+  const slo = sloOf(o);
   const c = r.completed;
   const n = c.arrival.length;
   const ttft = new Float64Array(n);
@@ -152,9 +189,7 @@ export function summarize(r: SimResult, o: SummaryOptions): PolicySummary {
     promptTokens += c.promptTokens[i]!;
     cachedTokens += c.cachedTokens[i]!;
     outputTokens += out;
-    const okTtft = o.sloTtftMs === undefined || t <= o.sloTtftMs;
-    const okTpot = o.sloTpotMs === undefined || tp === undefined || tp <= o.sloTpotMs;
-    if (okTtft && okTpot) good++;
+    if (meetsSlo(slo, t, tp, c.promptTokens[i]!)) good++;
   }
   const durationS = n > 0 ? (r.lastFinishMs - r.firstArrivalMs) / 1000 : 0;
   const per = (x: number) => (durationS > 0 ? x / durationS : 0);
@@ -181,6 +216,7 @@ export function summarize(r: SimResult, o: SummaryOptions): PolicySummary {
     busy_gpu_seconds: round((o.tp * r.workers.reduce((a, w) => a + w.busyMs, 0)) / 1000),
     cost_per_million_output_tokens: outputTokens > 0 ? round(cost / (outputTokens / 1e6), 4) : null,
     goodput_rps: round(per(good)),
+    attainment: hasSlo(slo) ? round(r.requests > 0 ? good / r.requests : 0, 4) : null,
     scrape_interval_ms: r.scrapeIntervalMs,
     refusals: Object.fromEntries(Object.entries(r.refusals).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))),
   };

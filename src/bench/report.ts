@@ -1,10 +1,12 @@
 /**
  * The bench's HTML report: one self-contained page (inline CSS and SVG, no scripts, no network)
  * with latency CDFs, throughput / hit-rate / goodput bars, KV usage over time per worker for each
- * policy, and the summary table.
+ * policy, and the summary table; with --capacity, attainment against the offered rate for every
+ * probe of every policy, and the capacities.
  */
 import type { Dist } from './metrics.js';
 import type { BenchResults, RunCurves } from './run.js';
+import { describeSlo } from './slo.js';
 import { barChart, esc, lineChart, PALETTE, type Series } from './svg.js';
 
 const CSS = `
@@ -15,7 +17,7 @@ table{border-collapse:collapse;font-size:12px}th,td{padding:4px 8px;border-botto
 th:first-child,td:first-child{text-align:left}th{background:#f6f6f6}
 svg .title{font-size:13px;font-weight:600}svg .tick,svg .legend{font-size:10px;fill:#333}svg .label{font-size:11px;fill:#555}
 svg .grid{stroke:#eee}svg .frame{fill:none;stroke:#999}
-.small svg .title{font-size:11px}
+.small svg .title{font-size:11px}.scroll{overflow-x:auto}
 `;
 
 const ms = (v: number | null, digits = 0): string => (v === null ? '–' : v.toFixed(digits));
@@ -35,13 +37,26 @@ function cdfSeries(curves: readonly RunCurves[], pick: (c: RunCurves) => number[
 function summaryTableHtml(r: BenchResults): string {
   const head = [
     'policy', 'completed', 'rejected', 'shed', 'preempt', 'TTFT ms p50/p90/p99', 'TPOT ms p50/p90/p99',
-    'ITL ms p50/p90/p99', 'E2E ms p50/p90/p99', 'req/s', 'out tok/s', 'goodput req/s', 'prefix hit', 'GPU·s', '$/M out tok', 'sim wall s',
+    'ITL ms p50/p90/p99', 'E2E ms p50/p90/p99', 'req/s', 'out tok/s', 'goodput req/s', 'attainment', 'prefix hit', 'ideal hit',
+    ...(r.capacity ? ['capacity (rate ×)', 'capacity req/s', '÷ round-robin', '÷ best peer'] : []),
+    'GPU·s', '$/M out tok', 'sim wall s',
   ];
+  const pct = (x: number | null) => (x === null ? '–' : `${(x * 100).toFixed(1)}%`);
+  const ratio = (x: number | null | undefined) => (x === null || x === undefined ? '–' : x.toFixed(2));
   const rows = r.policies.map((p) =>
     [
       esc(p.name), p.completed, p.rejected, p.shed, p.preemptions, dist(p.ttft_ms), dist(p.tpot_ms, 1), dist(p.itl_ms, 1),
       dist(p.e2e_ms), p.throughput_rps.toFixed(2), p.output_tokens_per_s.toFixed(0), p.goodput_rps.toFixed(2),
-      `${(p.prefix_hit_rate * 100).toFixed(1)}%`, p.gpu_seconds.toFixed(0),
+      pct(p.attainment), pct(p.prefix_hit_rate), pct(r.ideal_hit_rate),
+      ...(r.capacity
+        ? [
+            p.capacity?.rate_scale == null ? '–' : `${p.capacity.rate_scale.toFixed(3)}${p.capacity.converged ? '' : ' (not converged)'}`,
+            p.capacity?.requests_per_s == null ? '–' : p.capacity.requests_per_s.toFixed(1),
+            ratio(r.capacity.vs_round_robin[p.name]),
+            ratio(r.capacity.vs_best_peer[p.name]),
+          ]
+        : []),
+      p.gpu_seconds.toFixed(0),
       p.cost_per_million_output_tokens === null ? '–' : p.cost_per_million_output_tokens.toFixed(3),
       p.sim_wall_ms === undefined ? '–' : (p.sim_wall_ms / 1000).toFixed(1),
     ].map((c) => `<td>${c}</td>`).join(''),
@@ -52,9 +67,7 @@ function summaryTableHtml(r: BenchResults): string {
 export function renderReport(r: BenchResults, curves: readonly RunCurves[]): string {
   const colors = new Map(curves.map((c, i) => [c.name, PALETTE[i % PALETTE.length]!]));
   const color = (name: string) => colors.get(name) ?? PALETTE[0]!;
-  const slo = [r.slo_ttft_ms !== null ? `TTFT ≤ ${r.slo_ttft_ms} ms` : '', r.slo_tpot_ms !== null ? `TPOT ≤ ${r.slo_tpot_ms} ms` : '']
-    .filter(Boolean)
-    .join(', ');
+  const slo = describeSlo({ ttftMs: r.slo_ttft_ms ?? undefined, ttftPer1kMs: r.slo_ttft_per_1k_ms ?? undefined, tpotMs: r.slo_tpot_ms ?? undefined });
   const parts: string[] = [];
   parts.push(`<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>kvgate bench — ${esc(r.trace)}</title><style>${CSS}</style></head><body>`);
   parts.push(`<h1>kvgate bench — ${esc(r.trace)}</h1>`);
@@ -64,7 +77,38 @@ export function renderReport(r: BenchResults, curves: readonly RunCurves[]): str
       `${r.skipped_rows > 0 ? `, ${r.skipped_rows} malformed rows skipped` : ''}, $${r.gpu_hour_cost.toFixed(2)}/GPU-hour` +
       `${slo ? `, goodput SLO: ${esc(slo)}` : ''}. Simulated in virtual time; latencies are modelled, not measured.</div>`,
   );
-  parts.push('<h2>Summary</h2>', summaryTableHtml(r));
+  parts.push('<h2>Summary</h2>', `<div class="scroll">${summaryTableHtml(r)}</div>`);
+  parts.push(
+    `<div class="meta">Ideal hit rate ${(r.ideal_hit_rate * 100).toFixed(1)}%: one worker with unlimited KV cache on the same requests (the workload's inherent prefix reuse).</div>`,
+  );
+
+  const cap = r.capacity;
+  if (cap) {
+    const target = cap.target_attainment;
+    parts.push(
+      `<h2>Capacity at SLO</h2><div class="meta">Capacity: the highest arrival rate at which ≥ ${(target * 100).toFixed(0)}% of requests meet ${esc(slo)} ` +
+        `(rejected and shed requests miss it). Every probe is a fresh fleet on the same requests; each dot is one probe. ` +
+        `Best peer: ${esc(cap.best_peer ?? 'none')}.</div><div class="row">`,
+    );
+    const series: Series[] = r.policies.map((p) => ({
+      name: p.name,
+      color: color(p.name),
+      markers: true,
+      points: [...(p.capacity?.probes ?? [])].sort((a, b) => a.requests_per_s - b.requests_per_s).map((q) => [q.requests_per_s, q.attainment] as [number, number]),
+    }));
+    const xs = series.flatMap((s) => s.points.map(([x]) => x));
+    if (xs.length > 0) {
+      series.push({ name: `target ${(target * 100).toFixed(0)}%`, color: '#7f7f7f', dash: '4 3', points: [[Math.min(...xs), target], [Math.max(...xs), target]] });
+    }
+    parts.push(lineChart(series, { title: 'SLO attainment vs offered rate', xLabel: 'offered rate, requests/s', yLabel: 'fraction of requests meeting the SLO', yMin: 0, yMax: 1, width: 620, height: 340, legendCorner: 'bottom-left' }));
+    parts.push(
+      barChart(
+        r.policies.map((p) => ({ label: p.name, value: p.capacity?.requests_per_s ?? 0, color: color(p.name) })),
+        { title: 'Capacity at SLO', unit: 'req/s' },
+      ),
+    );
+    parts.push('</div>');
+  }
 
   parts.push('<h2>Latency</h2><div class="row">');
   parts.push(lineChart(cdfSeries(curves, (c) => c.ttftQuantiles), { title: 'TTFT CDF', xLabel: 'time to first token, ms (log)', yLabel: 'fraction of requests', logX: true, yMin: 0, yMax: 1 }));

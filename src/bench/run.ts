@@ -1,13 +1,20 @@
 /**
  * One bench: the same request source replayed once per policy, each on a fresh simulated fleet,
- * summarised into the results JSON and the data the HTML report draws.
+ * summarised into the results JSON and the data the HTML report draws. With `capacity`, each
+ * policy's capacity at SLO is searched too (capacity.ts): more fresh fleets on the same requests
+ * at other rate scales; the run at the given rate scale is the first probe.
  */
 import { buildEngineConfig } from '../engine/profiles.js';
+import type { EngineConfig } from '../engine/types.js';
 import { createPolicy, policyNames, type PolicyOptions } from '../scheduler/policies.js';
-import { simulateFleet, type AdmitResult } from '../sim/fleet-sim.js';
+import { simulateFleet, type AdmitResult, type SimResult } from '../sim/fleet-sim.js';
 import type { RouteRequest } from '../scheduler/types.js';
+import { expandSessions, scaleArrivals, takeRequests } from '../workload/sessions.js';
 import { mix32 } from '../workload/tokens.js';
-import { summarize, type PolicySummary } from './metrics.js';
+import { CAPACITY_DEFAULTS, capacityRatios, searchCapacity, type CapacityProbe, type CapacityRatios, type CapacityResult } from './capacity.js';
+import { idealHitRate } from './ideal-hit.js';
+import { attainmentOf, sloOf, summarize, type PolicySummary } from './metrics.js';
+import { hasSlo } from './slo.js';
 import type { BenchRequest, BenchSource } from '../workload/types.js';
 
 /** $/GPU-hour defaults (on-demand cloud list prices, rounded). */
@@ -28,7 +35,11 @@ export interface BenchOptions {
   /** Scrape interval for every policy, ms (default: each policy's own, else 1000). */
   scrapeIntervalMs?: number;
   sloTtftMs?: number;
+  /** Extra TTFT allowed per 1,000 prompt tokens, ms (goodput, attainment and capacity). */
+  sloTtftPer1kMs?: number;
   sloTpotMs?: number;
+  /** Search each policy's capacity at SLO (needs an SLO). */
+  capacity?: { target?: number; precision?: number; maxProbes?: number };
   gpuHourCost?: number;
   overheadMs?: number;
   kvSampleMs?: number;
@@ -36,9 +47,13 @@ export interface BenchOptions {
   policyOptions?: PolicyOptions;
   /** Admission control seam, created fresh per policy run. */
   admission?: () => (req: RouteRequest, now: number) => AdmitResult;
-  onPolicyStart?: (name: string) => void;
+  /** Called before each fleet run: a policy's run, or one of its capacity probes (rateScale differs). */
+  onPolicyStart?: (name: string, rateScale: number) => void;
   onProgress?: (name: string, arrivals: number, virtualMs: number) => void;
+  /** Called after each fleet run with its summary. */
   onPolicyDone?: (summary: PolicySummary) => void;
+  /** Called after each capacity probe. */
+  onProbe?: (name: string, probe: CapacityProbe) => void;
 }
 
 export interface WorkerSummary {
@@ -50,7 +65,18 @@ export interface WorkerSummary {
   kv_usage_max: number;
 }
 
-export type PolicyResult = PolicySummary & { workers: WorkerSummary[] };
+export type PolicyResult = PolicySummary & {
+  workers: WorkerSummary[];
+  /** Capacity at SLO (with --capacity), else null. */
+  capacity: CapacityResult | null;
+};
+
+/** Run-level capacity settings and ratios (with --capacity). */
+export interface CapacitySummary extends CapacityRatios {
+  target_attainment: number;
+  precision: number;
+  max_probes: number;
+}
 
 export interface BenchResults {
   trace: string;
@@ -65,8 +91,12 @@ export interface BenchResults {
   limit: number | null;
   skipped_rows: number;
   slo_ttft_ms: number | null;
+  slo_ttft_per_1k_ms: number | null;
   slo_tpot_ms: number | null;
   gpu_hour_cost: number;
+  /** Hit rate of one worker with unlimited KV on the same requests (ideal-hit.ts). */
+  ideal_hit_rate: number;
+  capacity: CapacitySummary | null;
   policies: PolicyResult[];
 }
 
@@ -95,13 +125,16 @@ export function checkPolicies(names: readonly string[]): void {
   }
 }
 
-function* limited(src: Iterable<BenchRequest>, limit: number | undefined, rateScale: number): Generator<BenchRequest> {
-  let n = 0;
-  for (const r of src) {
-    if (limit !== undefined && n >= limit) return;
-    n++;
-    yield rateScale === 1 ? r : { ...r, arrivalMs: r.arrivalMs / rateScale };
-  }
+/** The requests of one run: the first `limit` of the source (sessions counted whole), at rate × scale. */
+export function benchRequests(source: BenchSource, limit: number | undefined, rateScale: number): Iterable<BenchRequest> {
+  const src = source.open();
+  return scaleArrivals(limit === undefined ? src : takeRequests(src, limit), rateScale);
+}
+
+/** Arrivals per second between a run's first and last arrival (0 with fewer than two). */
+export function offeredRate(sim: SimResult): number {
+  const span = sim.lastArrivalMs - sim.firstArrivalMs;
+  return sim.requests > 1 && span > 0 ? ((sim.requests - 1) * 1000) / span : 0;
 }
 
 function quantiles(values: Float64Array, points = 201): number[] {
@@ -131,12 +164,51 @@ export function downsample(series: readonly number[], max: number): { factor: nu
   return { factor, points };
 }
 
+interface RunContext {
+  o: BenchOptions;
+  engineConfig: EngineConfig;
+}
+
+async function runFleet(ctx: RunContext, name: string, rateScale: number): Promise<SimResult> {
+  const o = ctx.o;
+  o.onPolicyStart?.(name, rateScale);
+  return simulateFleet(benchRequests(o.source, o.limit, rateScale), {
+    workers: o.workers,
+    engineConfig: ctx.engineConfig,
+    policy: createPolicy(name, o.policyOptions),
+    seed: o.seed,
+    model: o.model,
+    scrapeIntervalMs: o.scrapeIntervalMs,
+    overheadMs: o.overheadMs,
+    kvSampleMs: o.kvSampleMs,
+    admit: o.admission?.(),
+    onProgress: o.onProgress ? (n, t) => o.onProgress!(name, n, t) : undefined,
+  });
+}
+
 export async function runBench(o: BenchOptions): Promise<BenchOutput> {
   checkPolicies(o.policies);
   const rateScale = o.rateScale ?? 1;
   if (!(rateScale > 0) || !Number.isFinite(rateScale)) throw new Error(`rate scale must be a positive number, got ${rateScale}`);
   const tp = o.tp ?? 1;
   const gpuHourCost = o.gpuHourCost ?? GPU_HOUR_COST[o.gpu.toLowerCase()] ?? 0;
+  const summaryOpts = {
+    tp,
+    gpuHourCost,
+    sloTtftMs: o.sloTtftMs,
+    sloTtftPer1kMs: o.sloTtftPer1kMs,
+    sloTpotMs: o.sloTpotMs,
+    omitWallTime: o.omitWallTime,
+  };
+  const slo = sloOf(summaryOpts);
+  const cap = o.capacity
+    ? {
+        target: o.capacity.target ?? CAPACITY_DEFAULTS.target,
+        precision: o.capacity.precision ?? CAPACITY_DEFAULTS.precision,
+        maxProbes: o.capacity.maxProbes ?? CAPACITY_DEFAULTS.maxProbes,
+      }
+    : null;
+  if (cap && !hasSlo(slo)) throw new Error('the capacity search needs an SLO (TTFT and/or TPOT)');
   const engineConfig = buildEngineConfig({
     gpu: o.gpu,
     model: o.model,
@@ -145,30 +217,27 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
     emitTokens: false,
     kvEvents: false,
   });
+  const ctx: RunContext = { o, engineConfig };
   const policies: PolicyResult[] = [];
   const curves: RunCurves[] = [];
   for (const name of o.policies) {
-    o.onPolicyStart?.(name);
-    const policy = createPolicy(name, o.policyOptions);
-    const sim = await simulateFleet(limited(o.source.open(), o.limit, rateScale), {
-      workers: o.workers,
-      engineConfig,
-      policy,
-      seed: o.seed,
-      model: o.model,
-      scrapeIntervalMs: o.scrapeIntervalMs,
-      overheadMs: o.overheadMs,
-      kvSampleMs: o.kvSampleMs,
-      admit: o.admission?.(),
-      onProgress: o.onProgress ? (n, t) => o.onProgress!(name, n, t) : undefined,
-    });
-    const summary = summarize(sim, {
-      tp,
-      gpuHourCost,
-      sloTtftMs: o.sloTtftMs,
-      sloTpotMs: o.sloTpotMs,
-      omitWallTime: o.omitWallTime,
-    });
+    const sim = await runFleet(ctx, name, rateScale);
+    const summary = summarize(sim, summaryOpts);
+    o.onPolicyDone?.(summary);
+    let capacity: CapacityResult | null = null;
+    if (cap) {
+      capacity = await searchCapacity(
+        async (scale) => {
+          // The first probe is the run above.
+          const r = scale === rateScale ? sim : await runFleet(ctx, name, scale);
+          if (r !== sim) o.onPolicyDone?.(summarize(r, summaryOpts));
+          const p = { attainment: Math.round(attainmentOf(r, slo) * 10000) / 10000, requests_per_s: offeredRate(r) };
+          o.onProbe?.(name, { rate_scale: scale, requests_per_s: p.requests_per_s, attainment: p.attainment });
+          return p;
+        },
+        { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes },
+      );
+    }
     const c = sim.completed;
     const n = c.arrival.length;
     const ttft = new Float64Array(n);
@@ -201,10 +270,9 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       kvIntervalMs: sim.kvSampleMs * (kv[0]?.factor ?? 1),
       kvUsage: kv.map((k) => k.points),
     });
-    const result: PolicyResult = { ...summary, workers };
-    policies.push(result);
-    o.onPolicyDone?.(summary);
+    policies.push({ ...summary, workers, capacity });
   }
+  const ideal = idealHitRate(expandSessions(benchRequests(o.source, o.limit, rateScale)), engineConfig.blockSize);
   return {
     results: {
       trace: o.source.name,
@@ -218,8 +286,18 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       limit: o.limit ?? null,
       skipped_rows: o.source.skipped,
       slo_ttft_ms: o.sloTtftMs ?? null,
+      slo_ttft_per_1k_ms: o.sloTtftPer1kMs ?? null,
       slo_tpot_ms: o.sloTpotMs ?? null,
       gpu_hour_cost: gpuHourCost,
+      ideal_hit_rate: Math.round(ideal.rate * 10000) / 10000,
+      capacity: cap
+        ? {
+            target_attainment: cap.target,
+            precision: cap.precision,
+            max_probes: cap.maxProbes,
+            ...capacityRatios(policies.map((p) => ({ name: p.name, rate_scale: p.capacity?.rate_scale ?? null }))),
+          }
+        : null,
       policies,
     },
     curves,

@@ -14,6 +14,10 @@ export interface Series {
   color: string;
   /** [x, y] pairs. */
   points: Array<[number, number]>;
+  /** Draw a dot at every point (measured points, e.g. capacity probes). */
+  markers?: boolean;
+  /** SVG stroke-dasharray, e.g. '4 3' for a reference line. */
+  dash?: string;
 }
 
 export interface LineChartOptions {
@@ -26,6 +30,8 @@ export interface LineChartOptions {
   yMin?: number;
   yMax?: number;
   legend?: boolean;
+  /** Corner of the plot the legend goes in (default top-left). */
+  legendCorner?: 'top-left' | 'bottom-left';
 }
 
 const fmt = (v: number): string => {
@@ -117,11 +123,18 @@ export function lineChart(series: readonly Series[], o: LineChartOptions): strin
     const pts = s.points.filter(([x]) => !logX || x > 0);
     if (pts.length === 0) continue;
     const d = pts.map(([x, y], i) => `${i === 0 ? 'M' : 'L'}${X(x).toFixed(1)},${Y(y).toFixed(1)}`).join('');
-    parts.push(`<path d="${d}" fill="none" stroke="${s.color}" stroke-width="1.6"><title>${esc(s.name)}</title></path>`);
+    const dash = s.dash ? ` stroke-dasharray="${esc(s.dash)}"` : '';
+    parts.push(`<path d="${d}" fill="none" stroke="${s.color}" stroke-width="1.6"${dash}><title>${esc(s.name)}</title></path>`);
+    if (s.markers) {
+      for (const [x, y] of pts) {
+        parts.push(`<circle cx="${X(x).toFixed(1)}" cy="${Y(y).toFixed(1)}" r="3" fill="${s.color}"><title>${esc(`${s.name}: ${fmt(x)}, ${fmt(y)}`)}</title></circle>`);
+      }
+    }
   }
   if (o.legend !== false) {
+    const top = o.legendCorner === 'bottom-left' ? m.t + ph - 14 * series.length : m.t + 10;
     series.forEach((s, i) => {
-      const y = m.t + 10 + i * 14;
+      const y = top + i * 14;
       parts.push(`<rect x="${m.l + 8}" y="${y - 8}" width="10" height="10" fill="${s.color}"/>`);
       parts.push(`<text x="${m.l + 22}" y="${y + 1}" class="legend">${esc(s.name)}</text>`);
     });

@@ -1,11 +1,30 @@
 /**
  * The bench summary as a plain-text table, one row per policy.
+ *
+ * Columns beyond the fixed ones appear when they mean something: `attain` (fraction of requests
+ * meeting the SLO) when an SLO is set, `ideal hit` (the run's ideal_hit_rate, the same on every
+ * row, beside each policy's own hit rate) when given, and the capacity columns with --capacity:
+ * `cap ×` (rate scale), `cap req/s`, `÷RR` and `÷peer` (capacity over round-robin's and over the
+ * best peer's).
  */
+import type { CapacityRatios, CapacityResult } from './capacity.js';
 import type { PolicySummary } from './metrics.js';
 
 const num = (x: number | null, digits = 0): string => (x === null ? '-' : x.toFixed(digits));
 
-export function summaryTable(rows: readonly PolicySummary[]): string {
+export interface TableOptions {
+  /** The run's ideal_hit_rate. */
+  idealHitRate?: number;
+  /** Capacity ratios of the run (with --capacity). */
+  capacity?: CapacityRatios | null;
+}
+
+type Row = PolicySummary & { capacity?: CapacityResult | null };
+
+export function summaryTable(rows: readonly Row[], o: TableOptions = {}): string {
+  const withAttainment = rows.some((r) => r.attainment !== null && r.attainment !== undefined);
+  const withIdeal = o.idealHitRate !== undefined;
+  const cap = o.capacity ?? null;
   const header = [
     'policy',
     'done',
@@ -22,10 +41,14 @@ export function summaryTable(rows: readonly PolicySummary[]): string {
     'req/s',
     'out tok/s',
     'goodput',
+    ...(withAttainment ? ['attain'] : []),
     'hit rate',
+    ...(withIdeal ? ['ideal hit'] : []),
+    ...(cap ? ['cap ×', 'cap req/s', '÷RR', '÷peer'] : []),
     '$/M out',
     'wall s',
   ];
+  const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
   const body = rows.map((r) => [
     r.name,
     String(r.completed),
@@ -42,7 +65,17 @@ export function summaryTable(rows: readonly PolicySummary[]): string {
     r.throughput_rps.toFixed(2),
     r.output_tokens_per_s.toFixed(0),
     r.goodput_rps.toFixed(2),
-    `${(r.prefix_hit_rate * 100).toFixed(1)}%`,
+    ...(withAttainment ? [r.attainment === null || r.attainment === undefined ? '-' : pct(r.attainment)] : []),
+    pct(r.prefix_hit_rate),
+    ...(withIdeal ? [pct(o.idealHitRate!)] : []),
+    ...(cap
+      ? [
+          r.capacity?.rate_scale == null ? '-' : `${r.capacity.rate_scale.toFixed(3)}${r.capacity.converged ? '' : '?'}`,
+          num(r.capacity?.requests_per_s ?? null, 1),
+          num(cap.vs_round_robin[r.name] ?? null, 2),
+          num(cap.vs_best_peer[r.name] ?? null, 2),
+        ]
+      : []),
     num(r.cost_per_million_output_tokens, 3),
     r.sim_wall_ms === undefined ? '-' : (r.sim_wall_ms / 1000).toFixed(1),
   ]);

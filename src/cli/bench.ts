@@ -10,6 +10,7 @@ import { loadTrace, TRACE_FORMATS, TraceError, type AzureOptions, type TraceForm
 import { createProgressBar, type ProgressBar } from '../bench/progress.js';
 import { renderReport } from '../bench/report.js';
 import { checkPolicies, GPU_HOUR_COST, runBench } from '../bench/run.js';
+import { describeSlo } from '../bench/slo.js';
 import { summaryTable } from '../bench/table.js';
 import type { BenchSource } from '../workload/types.js';
 import { describeWorkloads, workloadNames, workloadSource } from '../workload/workloads.js';
@@ -23,7 +24,8 @@ fresh fleet, routing with the gateway's own scheduler code. Prints a summary tab
 
 Source (one of):
   --workload NAME         built-in workload: ${workloadNames().join(', ')}
-  --size N                requests to generate (default: per workload, 5000)
+  --size N                requests to generate, every turn of a session counted (default: per
+                          workload, see --list)
   --rate R                mean arrival rate, requests/s (default: per workload, see --list)
   --burstiness B          Gamma shape of arrival gaps, 1 = Poisson (default: per workload)
   --trace FILE            replay a trace file, read line by line
@@ -42,14 +44,31 @@ Fleet:
 
 Run:
   --policy a,b,c          policies to compare (default ${DEFAULT_POLICIES.join(',')}); known: see --list
-  --rate-scale X          multiply the arrival rate by X (divides arrival times; default 1)
-  --limit N               replay at most N requests
+  --rate-scale X          multiply the arrival rate by X (divides arrival times and sessions' think
+                          times, not answer times; default 1)
+  --limit N               replay at most N requests (sessions' later turns counted)
   --seed S                seed for workloads, synthetic tokens and tie-breaks (default 0)
   --scrape-interval MS    metrics scrape interval for every policy (default: the policy's own, else 1000)
   --overhead-ms MS        constant gateway + network delay per request (default 0)
-  --slo-ttft MS           TTFT SLO for goodput (default: none)
-  --slo-tpot MS           TPOT SLO for goodput (default: none)
+  --slo-ttft MS           TTFT SLO for goodput and attainment (default: none; 1000 with --capacity)
+  --slo-ttft-per-1k MS    extra TTFT allowed per 1,000 prompt tokens (default: none; 100 with
+                          --capacity; needs --slo-ttft otherwise)
+  --slo-tpot MS           TPOT SLO for goodput and attainment (default: none; 50 with --capacity)
+                          A request meets the SLO when TTFT ≤ slo-ttft + slo-ttft-per-1k × prompt/1000
+                          and TPOT ≤ slo-tpot; rejected and shed requests miss it. With an SLO the
+                          table and JSON give each policy's attainment (fraction meeting it).
   --gpu-hour-cost USD     $ per GPU-hour (default ${Object.entries(GPU_HOUR_COST).map(([g, c]) => `${g} ${c.toFixed(2)}`).join(', ')})
+
+Capacity at SLO:
+  --capacity              find each policy's capacity: the highest --rate-scale at which at least
+                          --attainment of the requests meet the SLO. Brackets by doubling or halving
+                          from --rate-scale, then bisects to 2% (relative); every probe is a fresh
+                          fleet on the same requests; reports the highest probed scale that met the
+                          target, and each policy's capacity over round-robin's and the best peer's
+                          (peers: every policy run but kvgate, oracle, oracle-greedy)
+  --attainment X          target fraction of requests meeting the SLO, 0 < X ≤ 1 (default 0.9)
+  --max-probes N          at most N probes per policy (default 14; the run at --rate-scale is the
+                          first); a search that runs out says so (capacity marked '?', converged false)
 
 Output:
   --json FILE             write the results as JSON
@@ -84,7 +103,11 @@ const OPTIONS = {
   'scrape-interval': { type: 'string' },
   'overhead-ms': { type: 'string' },
   'slo-ttft': { type: 'string' },
+  'slo-ttft-per-1k': { type: 'string' },
   'slo-tpot': { type: 'string' },
+  capacity: { type: 'boolean' },
+  attainment: { type: 'string' },
+  'max-probes': { type: 'string' },
   'gpu-hour-cost': { type: 'string' },
   json: { type: 'string' },
   report: { type: 'string' },
@@ -220,6 +243,23 @@ export async function run(argv: string[]): Promise<number> {
     const gpu = (v.gpu ?? 'h100').toLowerCase();
     if (!listGpus().some((g) => g.name === gpu)) throw new UsageError(`unknown GPU '${v.gpu}' (known: ${listGpus().map((g) => g.name).join(', ')})`);
     const model = v.model ?? 'llama-3.1-8b';
+    const capacity = v.capacity === true;
+    for (const f of ['attainment', 'max-probes'] as const) {
+      if (!capacity && v[f] !== undefined) throw new UsageError(`--${f} applies to --capacity only`);
+    }
+    const attainment = numFlag(v.attainment, 'attainment', { positive: true });
+    if (attainment !== undefined && attainment > 1) throw new UsageError(`--attainment must be a fraction in (0, 1], got '${v.attainment}'`);
+    const maxProbes = intFlag(v['max-probes'], 'max-probes', 1);
+    let sloTtftMs = numFlag(v['slo-ttft'], 'slo-ttft', { positive: true });
+    let sloTtftPer1kMs = numFlag(v['slo-ttft-per-1k'], 'slo-ttft-per-1k');
+    let sloTpotMs = numFlag(v['slo-tpot'], 'slo-tpot', { positive: true });
+    if (capacity) {
+      sloTtftMs ??= 1000;
+      sloTtftPer1kMs ??= 100;
+      sloTpotMs ??= 50;
+    } else if (sloTtftPer1kMs !== undefined && sloTtftMs === undefined) {
+      throw new UsageError('--slo-ttft-per-1k needs --slo-ttft (or --capacity)');
+    }
     opts = {
       source,
       policies,
@@ -232,8 +272,10 @@ export async function run(argv: string[]): Promise<number> {
       limit,
       scrapeIntervalMs: numFlag(v['scrape-interval'], 'scrape-interval', { positive: true }),
       overheadMs: numFlag(v['overhead-ms'], 'overhead-ms'),
-      sloTtftMs: numFlag(v['slo-ttft'], 'slo-ttft', { positive: true }),
-      sloTpotMs: numFlag(v['slo-tpot'], 'slo-tpot', { positive: true }),
+      sloTtftMs,
+      sloTtftPer1kMs,
+      sloTpotMs,
+      capacity: capacity ? { target: attainment, maxProbes } : undefined,
       gpuHourCost: numFlag(v['gpu-hour-cost'], 'gpu-hour-cost'),
       omitWallTime: v['omit-wall-time'] === true,
     };
@@ -246,11 +288,18 @@ export async function run(argv: string[]): Promise<number> {
   const showProgress = !quiet && (v.progress === true || process.stderr.isTTY === true);
   let bar: ProgressBar | null = null;
   if (showProgress) {
-    opts.onPolicyStart = (name) => {
-      bar = createProgressBar(name.padEnd(20), total);
+    opts.onPolicyStart = (name, scale) => {
+      const label = opts.capacity ? `${name} ×${+scale.toFixed(4)}` : name;
+      bar = createProgressBar(label.padEnd(20), total);
     };
     opts.onProgress = (_name, n, t) => bar?.update(n, t);
     opts.onPolicyDone = () => bar?.finish();
+  }
+  if (opts.capacity && !quiet) {
+    opts.onProbe = (name, p) => {
+      (bar as ProgressBar | null)?.finish();
+      process.stderr.write(`${name}: rate ×${+p.rate_scale.toFixed(4)} (${p.requests_per_s.toFixed(1)} req/s offered): attainment ${(p.attainment * 100).toFixed(1)}%\n`);
+    };
   }
   if (!quiet) {
     process.stdout.write(
@@ -272,7 +321,21 @@ export async function run(argv: string[]): Promise<number> {
   if (v.json) writeFileSync(v.json, JSON.stringify(out.results, null, 2) + '\n');
   if (v.report) writeFileSync(v.report, renderReport(out.results, out.curves));
   if (!quiet) {
-    process.stdout.write('\n' + summaryTable(out.results.policies));
+    process.stdout.write('\n' + summaryTable(out.results.policies, { idealHitRate: out.results.ideal_hit_rate, capacity: out.results.capacity }));
+    const c = out.results.capacity;
+    if (c) {
+      process.stdout.write(
+        `\ncapacity: highest rate scale with ≥ ${(c.target_attainment * 100).toFixed(0)}% of requests within the SLO (${describeSlo({ ttftMs: opts.sloTtftMs, ttftPer1kMs: opts.sloTtftPer1kMs, tpotMs: opts.sloTpotMs })})` +
+          `; best peer: ${c.best_peer ?? 'none'}${out.results.policies.some((p) => p.capacity && !p.capacity.converged) ? "; '?' = probe budget ran out before 2% precision" : ''}\n`,
+      );
+      const unbounded = out.results.policies.filter((p) => p.capacity && p.capacity.bracket[1] === null).map((p) => p.name);
+      if (unbounded.length > 0) {
+        process.stdout.write(
+          `note: no probe of ${unbounded.join(', ')} missed the target, so its capacity is a lower bound. With closed-loop sessions ` +
+            'the load cannot exceed what the workload\'s sessions send with one request each in flight: raise --size for more sessions.\n',
+        );
+      }
+    }
     const skipped = out.results.skipped_rows > 0 ? `, ${out.results.skipped_rows} malformed rows skipped` : '';
     process.stdout.write(`\n${out.results.policies.length} run(s) of ${out.results.policies[0]?.requests ?? 0} requests in ${wallS.toFixed(1)} s wall time${skipped}\n`);
     if (v.json) process.stdout.write(`results: ${v.json}\n`);

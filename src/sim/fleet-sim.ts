@@ -6,6 +6,10 @@
  * - arrival — read lazily from the request source (one request of lookahead, so a trace is never
  *   loaded whole): optional admission hook, then Router.route, then the engine on the chosen
  *   worker (after an optional constant gateway/network overhead).
+ * - session turn — closed loop: when a request that carries `next` (a session's turn) finishes, or
+ *   is rejected or shed, `next(now)` gives the session's following turn, which becomes an arrival
+ *   event at its own time (now + think time). Turns arriving at the same instant as a request of
+ *   the source come after it.
  * - step done — each worker's engine steps at its own pace: step() is planned when the previous
  *   step ends (or, at an idle worker, at the instant work arrives — after every arrival of that
  *   instant, so requests arriving together share a step) and its results become visible at
@@ -113,6 +117,8 @@ export interface SimResult {
   /** Step durations (ms) and the number of decode tokens each produced: weighted ITL samples. */
   itl: { durationMs: number[]; weight: number[] };
   firstArrivalMs: number;
+  /** Arrival time of the last request (of the source or a later session turn). */
+  lastArrivalMs: number;
   lastFinishMs: number;
   workers: WorkerResult[];
   /** Wall-clock time the run took, ms (the only nondeterministic field). */
@@ -121,6 +127,7 @@ export interface SimResult {
 }
 
 const enum Kind {
+  Arrival,
   StepStart,
   StepDone,
   Dispatch,
@@ -129,6 +136,7 @@ const enum Kind {
 }
 
 type SimEvent =
+  | { k: Kind.Arrival; req: BenchRequest }
   | { k: Kind.StepStart; w: number }
   | { k: Kind.StepDone; w: number; res: StepResult }
   | { k: Kind.Dispatch; w: number; idx: number; req: BenchRequest }
@@ -230,6 +238,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     completed: { arrival: [], firstToken: [], finish: [], promptTokens: [], outputTokens: [], cachedTokens: [], worker: [] },
     itl: { durationMs: [], weight: [] },
     firstArrivalMs: NaN,
+    lastArrivalMs: NaN,
     lastFinishMs: NaN,
     workers: [],
     wallMs: 0,
@@ -238,16 +247,31 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   // Per in-flight request: arrival and first-token time, by request index.
   const arrivalOf = new Map<number, number>();
   const firstTokenOf = new Map<number, number>();
+  // Closed-loop sessions: the continuation of each in-flight turn that has one, by request index.
+  const nextOf = new Map<number, NonNullable<BenchRequest['next']>>();
+  let pendingTurns = 0;
 
   const trace = opts.routerTrace;
   const q = new EventQueue<SimEvent>();
   let busyCount = 0;
   let pendingDispatch = 0;
 
-  const refuse = (status: number, code: string) => {
+  /** Request `idx` is done (finished or refused) at `now`: schedule its session's next turn. */
+  const followUp = (idx: number, now: number) => {
+    const next = nextOf.get(idx);
+    if (next === undefined) return;
+    nextOf.delete(idx);
+    const r = next(now);
+    if (r === undefined) return;
+    pendingTurns++;
+    q.push(Math.max(now, r.arrivalMs), { k: Kind.Arrival, req: r });
+  };
+
+  const refuse = (idx: number, status: number, code: string) => {
     if (status === 400) out.rejected++;
     else out.shed++;
     out.refusals[code] = (out.refusals[code] ?? 0) + 1;
+    followUp(idx, clock.now());
   };
 
   const startStep = (w: number, now: number) => {
@@ -290,26 +314,29 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   const arrive = (req: BenchRequest, idx: number) => {
     const now = clock.now();
     out.requests++;
+    if (idx === 0) out.firstArrivalMs = now;
+    out.lastArrivalMs = now;
+    if (req.next !== undefined) nextOf.set(idx, req.next);
     const rr = new SimRouteRequest(String(idx), model, req.promptTokens, req.maxTokens, req.promptText);
     if (req.session !== undefined) rr.sessionKey = req.session;
     if (req.tenant !== undefined) rr.tenant = req.tenant;
     if (req.priority !== undefined) rr.priority = req.priority;
     if (opts.admit) {
       const a = opts.admit(rr, now);
-      if (!a.ok) return refuse(a.status, a.code);
+      if (!a.ok) return refuse(idx, a.status, a.code);
     }
     const outcome = router.route(rr, states);
     trace?.({ type: 'route', t: now, req: rr, worker: outcome.ok ? outcome.decision.worker.id : null, status: outcome.ok ? undefined : outcome.status });
-    if (!outcome.ok) return refuse(outcome.status, outcome.code);
+    if (!outcome.ok) return refuse(idx, outcome.status, outcome.code);
     const w = workerIndex.get(outcome.decision.worker.id)!;
     // The worker answers what it can never run with a 400, as vLLM does; the gateway relays it.
     const err = engines[w]!.check(req.promptTokens.length, req.maxTokens);
     if (err) {
       trace?.({ type: 'complete', t: now, id: rr.id, ok: false });
       router.complete(rr.id, false);
-      return refuse(400, err.code);
+      return refuse(idx, 400, err.code);
     }
-    arrivalOf.set(idx, req.arrivalMs);
+    arrivalOf.set(idx, now);
     if (overhead > 0) {
       pendingDispatch++;
       q.push(now + overhead, { k: Kind.Dispatch, w, idx, req });
@@ -343,6 +370,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       out.lastFinishMs = now;
       trace?.({ type: 'complete', t: now, id: f.id, ok: f.reason !== 'abort' });
       router.complete(f.id, f.reason !== 'abort');
+      followUp(idx, now);
     }
     startStep(w, now);
   };
@@ -373,17 +401,21 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
         throw new Error(`request ${idx}: arrival ${req.arrivalMs} ms is before the previous one (${clock.now()} ms); sources must be time-ordered`);
       }
       clock.set(req.arrivalMs);
-      if (idx === 0) out.firstArrivalMs = req.arrivalMs;
       arrive(req, idx++);
       next = it.next();
       if (opts.onProgress && idx % progressEvery === 0) opts.onProgress(idx, clock.now());
     } else {
-      if (next.done && busyCount === 0 && pendingDispatch === 0) break;
+      if (next.done && busyCount === 0 && pendingDispatch === 0 && pendingTurns === 0) break;
       const e = q.pop();
       if (!e) break;
       clock.set(e.t);
       const ev = e.ev;
       switch (ev.k) {
+        case Kind.Arrival:
+          pendingTurns--;
+          arrive(ev.req, idx++);
+          if (opts.onProgress && idx % progressEvery === 0) opts.onProgress(idx, clock.now());
+          break;
         case Kind.StepStart:
           startStep(ev.w, e.t);
           break;

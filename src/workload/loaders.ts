@@ -7,8 +7,8 @@
  */
 import { basename } from 'node:path';
 import { estimateTokenizer, renderChat, type ChatMessageLike } from '../tokenizer/index.js';
-import { readLines } from './line-reader.js';
-import { BlockTokenCache, fillStream, mix32, tokensFromBlocks } from './tokens.js';
+import { readLineAt, readLines } from './line-reader.js';
+import { answerTokens, BlockTokenCache, concatTokens, fillStream, mix32, tokensFromBlocks } from './tokens.js';
 import type { BenchRequest, BenchSource } from './types.js';
 
 export type TraceFormat = 'mooncake' | 'azure' | 'jsonl';
@@ -185,55 +185,175 @@ export function azureSource(path: string, opts: AzureOptions = {}): BenchSource 
   );
 }
 
+/** One parsed kvgate JSONL row: the request as written, and its session fields. */
+interface JsonlRow {
+  req: BenchRequest;
+  /** Recorded send time, ms. */
+  timestampMs: number;
+  thinkMs?: number;
+  append: boolean;
+}
+
+function parseJsonlRow(text: string, no: number, seed: number): JsonlRow {
+  const o = parseJsonObject(text);
+  const arrivalMs = finiteNum(o.timestamp_ms, 'timestamp_ms');
+  const maxTokens = posInt(o.max_tokens, 'max_tokens');
+  let promptTokens: ArrayLike<number>;
+  let promptText: string | undefined;
+  const given = ['prompt', 'prompt_tokens', 'messages'].filter((k) => o[k] !== undefined);
+  if (given.length !== 1) bad(`exactly one of "prompt", "prompt_tokens", "messages" is required, got ${given.length}`);
+  if (o.prompt !== undefined) {
+    if (typeof o.prompt !== 'string') bad('"prompt" must be a string');
+    promptText = o.prompt;
+    promptTokens = estimateTokenizer.encode(promptText);
+  } else if (o.prompt_tokens !== undefined) {
+    const ids = o.prompt_tokens;
+    if (!Array.isArray(ids)) bad('"prompt_tokens" must be an array of token ids');
+    for (const id of ids) if (typeof id !== 'number' || !Number.isInteger(id) || id < 0) bad(`"prompt_tokens" holds a non-id: ${JSON.stringify(id)}`);
+    promptTokens = ids as number[];
+  } else {
+    const msgs = o.messages;
+    if (!Array.isArray(msgs) || msgs.length === 0) bad('"messages" must be a non-empty array');
+    for (const m of msgs) {
+      if (!m || typeof m !== 'object' || typeof (m as { role?: unknown }).role !== 'string') bad('each message needs a string "role"');
+    }
+    promptText = renderChat(msgs as ChatMessageLike[]);
+    promptTokens = estimateTokenizer.encode(promptText);
+  }
+  if (promptTokens.length === 0) bad('prompt is empty');
+  const r: BenchRequest = { arrivalMs, promptTokens, maxTokens, outputSeed: mix32(seed ^ 0x3c6ef372, no) };
+  if (promptText !== undefined) r.promptText = promptText;
+  if (o.tenant !== undefined) {
+    if (typeof o.tenant !== 'string') bad('"tenant" must be a string');
+    r.tenant = o.tenant;
+  }
+  if (o.session !== undefined) {
+    if (typeof o.session !== 'string') bad('"session" must be a string');
+    r.session = o.session;
+  }
+  if (o.priority !== undefined) {
+    if (typeof o.priority !== 'number' || !Number.isInteger(o.priority)) bad('"priority" must be an integer');
+    r.priority = o.priority;
+  }
+  const row: JsonlRow = { req: r, timestampMs: arrivalMs, append: false };
+  if (o.think_ms !== undefined) {
+    if (o.session === undefined) bad('"think_ms" needs a "session"');
+    row.thinkMs = finiteNum(o.think_ms, 'think_ms');
+  }
+  if (o.append !== undefined) {
+    if (typeof o.append !== 'boolean') bad('"append" must be true or false');
+    if (o.append && o.session === undefined) bad('"append" needs a "session"');
+    row.append = o.append;
+  }
+  return row;
+}
+
+/** Where a session's rows are in the file, for reading later turns when they are due. */
+interface RowRef {
+  no: number;
+  offset: number;
+  bytes: number;
+}
+
+/** The session id of a row, read cheaply (null when the row has none or does not parse). */
+function sessionOf(text: string): string | null {
+  if (!text.includes('"session"')) return null;
+  try {
+    const o = JSON.parse(text) as { session?: unknown };
+    return typeof o?.session === 'string' ? o.session : null;
+  } catch {
+    return null;
+  }
+}
+
 /**
  * kvgate JSONL: {"timestamp_ms", one of "prompt" (text) | "prompt_tokens" (ids) | "messages"
- * (chat, rendered with the chat template), "max_tokens", "tenant"?, "priority"?, "session"?}.
+ * (chat, rendered with the chat template), "max_tokens", "tenant"?, "priority"?, "session"?,
+ * "think_ms"?, "append"?}.
+ *
+ * Rows sharing a "session" are the turns of one conversation, in file order, replayed closed loop:
+ * the first turn arrives at its timestamp_ms; each later turn is sent when the previous turn has
+ * finished (or was refused) in the simulation, plus a think time: its "think_ms", or else the gap
+ * between the two rows' timestamps (the recorded gap, which also holds the recorded answer time:
+ * an upper bound on the think time). A later turn's prompt is either given whole, or with
+ * `"append": true` given as the new message only: the prompt is then the previous turn's prompt,
+ * the answer the simulated engine generated for it, and these tokens — the growing conversation
+ * that prefix caching sees. Later turns are read from the file when they are due (a first pass
+ * indexes each session's rows by byte offset; the trace is still never held whole).
  */
 export function jsonlSource(path: string, opts: LoaderOptions = {}): BenchSource {
   const seed = opts.seed ?? 0;
-  return new LineSource(`jsonl:${basename(path)}`, path, opts, (text, no) => {
-    const o = parseJsonObject(text);
-    const arrivalMs = finiteNum(o.timestamp_ms, 'timestamp_ms');
-    const maxTokens = posInt(o.max_tokens, 'max_tokens');
-    let promptTokens: ArrayLike<number>;
-    let promptText: string | undefined;
-    const given = ['prompt', 'prompt_tokens', 'messages'].filter((k) => o[k] !== undefined);
-    if (given.length !== 1) bad(`exactly one of "prompt", "prompt_tokens", "messages" is required, got ${given.length}`);
-    if (o.prompt !== undefined) {
-      if (typeof o.prompt !== 'string') bad('"prompt" must be a string');
-      promptText = o.prompt;
-      promptTokens = estimateTokenizer.encode(promptText);
-    } else if (o.prompt_tokens !== undefined) {
-      const ids = o.prompt_tokens;
-      if (!Array.isArray(ids)) bad('"prompt_tokens" must be an array of token ids');
-      for (const id of ids) if (typeof id !== 'number' || !Number.isInteger(id) || id < 0) bad(`"prompt_tokens" holds a non-id: ${JSON.stringify(id)}`);
-      promptTokens = ids as number[];
-    } else {
-      const msgs = o.messages;
-      if (!Array.isArray(msgs) || msgs.length === 0) bad('"messages" must be a non-empty array');
-      for (const m of msgs) {
-        if (!m || typeof m !== 'object' || typeof (m as { role?: unknown }).role !== 'string') bad('each message needs a string "role"');
+  const file = basename(path);
+  // Rows of sessions with more than one row, by session, found by a first pass on each open().
+  let sessions = new Map<string, RowRef[]>();
+  let later = new Set<number>();
+  const src = new LineSource(
+    `jsonl:${file}`,
+    path,
+    opts,
+    (text, no) => {
+      if (later.has(no)) return null; // sent when the previous turn of its session is done
+      const row = parseJsonlRow(text, no, seed);
+      if (row.append) bad('"append" on the first turn of a session (there is no previous turn)');
+      const rows = row.req.session !== undefined ? sessions.get(row.req.session) : undefined;
+      if (rows === undefined) return row.req;
+      return withTurns(row, rows, 0);
+    },
+    () => {
+      sessions = new Map();
+      later = new Set();
+      const all = new Map<string, RowRef[]>();
+      for (const { no, text, offset, bytes } of readLines(path)) {
+        const id = sessionOf(text);
+        if (id === null) continue;
+        let rows = all.get(id);
+        if (!rows) all.set(id, (rows = []));
+        rows.push({ no, offset, bytes });
       }
-      promptText = renderChat(msgs as ChatMessageLike[]);
-      promptTokens = estimateTokenizer.encode(promptText);
-    }
-    if (promptTokens.length === 0) bad('prompt is empty');
-    const r: BenchRequest = { arrivalMs, promptTokens, maxTokens, outputSeed: mix32(seed ^ 0x3c6ef372, no) };
-    if (promptText !== undefined) r.promptText = promptText;
-    if (o.tenant !== undefined) {
-      if (typeof o.tenant !== 'string') bad('"tenant" must be a string');
-      r.tenant = o.tenant;
-    }
-    if (o.session !== undefined) {
-      if (typeof o.session !== 'string') bad('"session" must be a string');
-      r.session = o.session;
-    }
-    if (o.priority !== undefined) {
-      if (typeof o.priority !== 'number' || !Number.isInteger(o.priority)) bad('"priority" must be an integer');
-      r.priority = o.priority;
-    }
+      for (const [id, rows] of all) {
+        if (rows.length < 2) continue;
+        sessions.set(id, rows);
+        for (let k = 1; k < rows.length; k++) later.add(rows[k]!.no);
+      }
+    },
+  );
+  /** Turn `k` of a session whose rows are `rows`: attach the count of turns left and the next turn. */
+  const withTurns = (row: JsonlRow, rows: RowRef[], k: number): BenchRequest => {
+    const r = row.req;
+    r.turns = rows.length - k;
+    if (k + 1 < rows.length) r.next = (doneMs) => nextTurn(row, rows, k + 1, doneMs);
     return r;
-  });
+  };
+  const nextTurn = (prev: JsonlRow, rows: RowRef[], k: number, doneMs: number): BenchRequest | undefined => {
+    for (; k < rows.length; k++) {
+      const ref = rows[k]!;
+      let row: JsonlRow;
+      try {
+        row = parseJsonlRow(readLineAt(path, ref.offset, ref.bytes).replace(/\r$/, ''), ref.no, seed);
+        if (row.thinkMs === undefined && row.timestampMs < prev.timestampMs) {
+          bad(`timestamp goes backwards within session ${JSON.stringify(prev.req.session)} (${row.timestampMs} ms after ${prev.timestampMs} ms)`);
+        }
+      } catch (e) {
+        if (!(e instanceof BadRow)) throw e;
+        if (opts.skipBad) {
+          src.skipped++;
+          continue;
+        }
+        throw new TraceError(file, ref.no, e.message);
+      }
+      const think = row.thinkMs ?? row.timestampMs - prev.timestampMs;
+      const r = row.req;
+      if (row.append) {
+        const p = prev.req;
+        r.promptTokens = concatTokens([p.promptTokens, answerTokens(p.outputSeed, p.maxTokens), r.promptTokens]);
+        delete r.promptText;
+      }
+      r.arrivalMs = doneMs + think;
+      return withTurns(row, rows, k);
+    }
+    return undefined;
+  };
+  return src;
 }
 
 export function loadTrace(path: string, format: TraceFormat, opts: AzureOptions = {}): BenchSource {

@@ -39,6 +39,27 @@ export function answerToken(seed: number, i: number): number {
   return streamToken(seed ^ 0x5bd1e995, i);
 }
 
+/** The first `n` output tokens of the request whose outputSeed is `seed`. */
+export function answerTokens(seed: number, n: number): Int32Array {
+  const out = new Int32Array(n);
+  for (let i = 0; i < n; i++) out[i] = answerToken(seed, i);
+  return out;
+}
+
+/** Concatenate token arrays into one Int32Array. */
+export function concatTokens(parts: ArrayLike<number>[]): Int32Array {
+  let n = 0;
+  for (const p of parts) n += p.length;
+  const out = new Int32Array(n);
+  let at = 0;
+  for (const p of parts) {
+    if (p instanceof Int32Array) out.set(p, at);
+    else for (let i = 0; i < p.length; i++) out[at + i] = p[i]!;
+    at += p.length;
+  }
+  return out;
+}
+
 /** Copy `n` tokens of stream `seed`, starting at its index `from`, into `out` at `at`. */
 export function fillStream(out: Int32Array | number[], at: number, seed: number, n: number, from = 0): void {
   for (let i = 0; i < n; i++) out[at + i] = streamToken(seed, from + i);

@@ -1,6 +1,12 @@
 /**
  * What a trace loader or a workload generator hands to the fleet simulation: one request, in
  * arrival order. Sources are re-openable so the same trace can be replayed once per policy.
+ *
+ * Sessions are closed loops: a source yields the first turn of each session (in arrival order,
+ * among the open-loop requests) and that request carries `next`, which the simulation calls when
+ * the turn has finished (or was refused) to get the following turn, due a think time later. The
+ * content of every turn is fixed by the source (never by the simulation), so every policy sees
+ * the same requests; only when they arrive depends on how fast the fleet answers.
  */
 
 export interface BenchRequest {
@@ -20,6 +26,18 @@ export interface BenchRequest {
   tenant?: string;
   priority?: number;
   session?: string;
+  /**
+   * Requests of this request's session from this one on, itself included (absent: 1). Lets
+   * `--size` / `--limit` count a session's later turns when its first turn is taken, so the set
+   * of requests does not depend on the order the simulation produces them in.
+   */
+  turns?: number;
+  /**
+   * Closed loop: the session's next turn, given the virtual time at which this request finished
+   * (or was rejected or shed); its arrivalMs is that time plus the think time. Undefined (or a
+   * call returning undefined) ends the session.
+   */
+  next?: (doneMs: number) => BenchRequest | undefined;
 }
 
 export interface BenchSource {

@@ -9,32 +9,48 @@
  *   cache (~452k tokens for llama-3.1-8b), so a cache-blind policy keeps evicting them while a
  *   prefix-aware one can partition them.
  * - multi-turn: conversations of 2–8 turns; each turn's prompt is the previous prompt, the previous
- *   answer (the exact tokens the engine generated: see answerToken) and a new user message. The
- *   next turn arrives after the answer's expected duration (25 ms/token + 0.5 s) plus an
- *   exponential think time (mean 8 s), in open loop (it does not wait for the real answer).
+ *   answer (the exact tokens the engine generated: see answerToken) and a new user message. Closed
+ *   loop (sessions.ts): the next turn is sent an exponential think time (mean 8 s) after the
+ *   previous answer actually finished in the simulation.
  * - rag: a pool of 500 documents (1,000–3,000 tokens) under one shared instruction; each prompt
  *   combines 2–4 documents picked by popularity (Zipf 1.0) and a short question.
  * - bursty: very bursty arrivals (burstiness 0.2) of chat requests with 15% long-context requests
  *   (8k–24k prompt tokens) mixed in; bursts of long prompts exhaust KV on a worker that a
  *   cache-and-load-blind policy keeps sending them to, which preempts.
  * - mixed: the four above interleaved, each at a quarter of the rate.
+ * - agentic: agent sessions of 4–16 turns over 6 shared tool specifications (2–4k tokens), closed
+ *   loop with ~3 s of think (tool) time; see agentic() below.
+ * - fewshot-bursts: on/off bursts of short classification-style queries over 3 long few-shot
+ *   prefixes (5–7k tokens), alongside 20% long unique documents; see fewshotBursts() below.
  *
- * Default rates put an 8×H100 llama-3.1-8b fleet at roughly 70–85% of what it sustains under
- * round-robin, found by replaying each workload at rising rates with the engine's time model and
- * taking the rate where round-robin's p99 TTFT starts to climb (queueing) as capacity:
+ * For a closed-loop workload `rate` is the request rate once sessions overlap in steady state
+ * (session starts × mean turns); a finite run ramps up and down around it, so the measured mean
+ * arrival rate is lower. `size` counts every turn.
+ *
+ * Default rates of the first five put an 8×H100 llama-3.1-8b fleet at roughly 70–85% of what it
+ * sustains under round-robin, found by replaying each workload at rising rates with the engine's
+ * time model and taking the rate where round-robin's p99 TTFT starts to climb (queueing) as
+ * capacity:
  *
  *   workload        capacity (RR)   default rate
  *   shared-prefix   ~185 req/s      140 req/s
- *   multi-turn      ~450 req/s      350 req/s   (short prompts: 300-token preamble + turns)
+ *   multi-turn      ~450 req/s      350 req/s   (short prompts: 300-token preamble + turns; figures from the
+ *                                                open-loop version, see src/bench/README.md)
  *   rag             ~60 req/s       45 req/s
  *   bursty          ~40 req/s       35 req/s    (round-robin already preempts here; least-load barely)
  *   mixed           ~70 req/s       55 req/s
+ *
+ * agentic and fewshot-bursts default to ~75% of round-robin's capacity at SLO (`kvgate bench
+ * --capacity`: ≥ 90% of requests within TTFT ≤ 1 s + 100 ms per 1k prompt tokens and TPOT ≤ 50 ms)
+ * at their default sizes, seed 0: agentic 2.89 × 30 ≈ 87 req/s → 65; fewshot-bursts 2.09 × 30
+ * ≈ 63 req/s → 48.
  *
  * Scale with the fleet: `--rate` for a workload, `--rate-scale` for anything.
  */
 import { seededRng, type Rng } from '../util/rng.js';
 import { arrivalGapMs, exponential, uniformInt, Zipf } from './random.js';
-import { answerToken, fillStream, mix32 } from './tokens.js';
+import { sessionStart, takeRequests, type TurnSpec } from './sessions.js';
+import { concatTokens, fillStream, mix32 } from './tokens.js';
 import type { BenchRequest, BenchSource } from './types.js';
 
 export interface WorkloadOptions {
@@ -56,19 +72,7 @@ interface WorkloadSpec {
   generate(rng: Rng, seed: number, rate: number, burstiness: number | undefined): Iterator<BenchRequest>;
 }
 
-/** Concatenate token arrays into one Int32Array. */
-function concat(parts: ArrayLike<number>[]): Int32Array {
-  let n = 0;
-  for (const p of parts) n += p.length;
-  const out = new Int32Array(n);
-  let at = 0;
-  for (const p of parts) {
-    if (p instanceof Int32Array) out.set(p, at);
-    else for (let i = 0; i < p.length; i++) out[at + i] = p[i]!;
-    at += p.length;
-  }
-  return out;
-}
+const concat = concatTokens;
 
 function stream(seed: number, n: number): Int32Array {
   const out = new Int32Array(n);
@@ -109,52 +113,102 @@ function* sharedPrefix(rng: Rng, seed: number, rate: number, burstiness: number,
   }
 }
 
-interface Conversation {
-  id: number;
-  nextAt: number;
-  turnsLeft: number;
-  prompt: Int32Array;
-  lastOutputSeed: number;
-  lastMaxTokens: number;
-}
-
 function* multiTurn(rng: Rng, seed: number, rate: number, burstiness: number): Generator<BenchRequest> {
   const meanTurns = 5; // turns are uniform on 2..8
-  const startRate = rate / meanTurns;
   const system = stream(mix32(seed ^ 0x2f1b5c3d, 0), 300);
-  // Conversations waiting for their next turn, earliest first (small: a linear scan is fine).
-  const active: Conversation[] = [];
-  let nextStart = arrivalGapMs(rng, startRate, burstiness);
-  let convs = 0;
-  for (let n = 0; ; n++) {
-    let idx = -1;
-    for (let i = 0; i < active.length; i++) if (idx < 0 || active[i]!.nextAt < active[idx]!.nextAt) idx = i;
-    let c: Conversation;
-    let prompt: Int32Array;
-    const outputSeed = mix32(seed ^ 0x6b43a9b5, n);
-    const user = stream(outputSeed ^ 0x2, uniformInt(rng, 50, 200));
-    if (idx >= 0 && active[idx]!.nextAt <= nextStart) {
-      c = active[idx]!;
-      const answer = new Int32Array(c.lastMaxTokens);
-      for (let i = 0; i < answer.length; i++) answer[i] = answerToken(c.lastOutputSeed, i);
-      prompt = concat([c.prompt, answer, user]);
-    } else {
-      c = { id: convs++, nextAt: nextStart, turnsLeft: uniformInt(rng, 2, 8), prompt: system, lastOutputSeed: 0, lastMaxTokens: 0 };
-      active.push(c);
-      idx = active.length - 1;
-      prompt = concat([system, stream(outputSeed ^ 0x3, uniformInt(rng, 100, 400))]);
-      nextStart += arrivalGapMs(rng, startRate, burstiness);
+  let t = 0;
+  for (let c = 0; ; c++) {
+    t += arrivalGapMs(rng, rate / meanTurns, burstiness);
+    const n = uniformInt(rng, 2, 8);
+    const turns: TurnSpec[] = [];
+    for (let k = 0; k < n; k++) {
+      const outputSeed = mix32(mix32(seed ^ 0x6b43a9b5, c), k);
+      const userLen = k === 0 ? uniformInt(rng, 100, 400) : uniformInt(rng, 50, 200);
+      turns.push({
+        user: () => stream(outputSeed ^ 0x2, userLen),
+        maxTokens: uniformInt(rng, 100, 300),
+        outputSeed,
+        thinkMs: k === 0 ? 0 : exponential(rng, 8000),
+      });
     }
-    const maxTokens = uniformInt(rng, 100, 300);
-    const at = c.nextAt;
-    c.prompt = prompt;
-    c.lastOutputSeed = outputSeed;
-    c.lastMaxTokens = maxTokens;
-    c.turnsLeft--;
-    c.nextAt = at + 500 + 25 * maxTokens + exponential(rng, 8000);
-    if (c.turnsLeft <= 0) active.splice(idx, 1);
-    yield { arrivalMs: at, promptTokens: prompt, maxTokens, outputSeed, session: `conv-${c.id}` };
+    yield sessionStart({ id: `conv-${c}`, startMs: t, prefix: system, turns });
   }
+}
+
+/**
+ * agentic: agent sessions over a few long tool specifications. Each session picks one of `tools`
+ * specifications (2–4k tokens), states a task (200–600 tokens) and runs 4–16 turns: the model
+ * answers with a tool call or reasoning (50–300 tokens), the tool's result or the user's reply
+ * (100–600 tokens) is appended, and the next turn is sent after the tool ran (0.5 s + exponential,
+ * mean 2.5 s) — closed loop, so a slow answer delays the rest of the session.
+ */
+function* agentic(rng: Rng, seed: number, rate: number, burstiness: number, tools = 6): Generator<BenchRequest> {
+  const specs = new Pool((i) => stream(mix32(seed ^ 0x3a9e1c55, i), 2000 + (mix32(seed ^ 0x7d2b, i) % 2001)));
+  const meanTurns = 10; // uniform on 4..16
+  let t = 0;
+  for (let c = 0; ; c++) {
+    t += arrivalGapMs(rng, rate / meanTurns, burstiness);
+    const tool = uniformInt(rng, 0, tools - 1);
+    const n = uniformInt(rng, 4, 16);
+    const turns: TurnSpec[] = [];
+    for (let k = 0; k < n; k++) {
+      const outputSeed = mix32(mix32(seed ^ 0x51f0a3c7, c), k);
+      const userLen = k === 0 ? uniformInt(rng, 200, 600) : uniformInt(rng, 100, 600);
+      turns.push({
+        user: () => stream(outputSeed ^ 0x6, userLen),
+        maxTokens: uniformInt(rng, 50, 300),
+        outputSeed,
+        thinkMs: k === 0 ? 0 : 500 + exponential(rng, 2500),
+      });
+    }
+    yield sessionStart({ id: `agent-${c}`, startMs: t, prefix: specs.get(tool), turns, tenant: `tools-${tool}` });
+  }
+}
+
+/**
+ * fewshot-bursts: `prefixes` very long few-shot prompts (5–7k tokens of worked examples), each
+ * queried by its own on/off process — bursts lasting an exponential 3 s on average, 15 s apart on
+ * average — with short questions (20–100 tokens) and tiny answers (1–8 tokens), as batch
+ * classification jobs do; alongside, 20% of the requests are long unique documents (8–16k tokens)
+ * with ordinary answers (100–400 tokens), Poisson (Gamma with `burstiness`).
+ */
+function* fewshotBursts(seed: number, rate: number, burstiness: number, prefixes = 3): Generator<BenchRequest> {
+  const docShare = 0.2;
+  const onMs = 3000;
+  const offMs = 15000;
+  const shots = new Pool((i) => stream(mix32(seed ^ 0x0f5e7a21, i), 5000 + (mix32(seed ^ 0x2d, i) % 2001)));
+  // Mean rate of one prefix's queries while its burst is on.
+  const onRate = (((1 - docShare) * rate) / prefixes) * ((onMs + offMs) / onMs);
+  function* queries(i: number): Generator<BenchRequest> {
+    const rng = seededRng(mix32(seed ^ 0x44e1b0d9, i));
+    let t = exponential(rng, offMs);
+    for (let n = 0; ; ) {
+      const end = t + exponential(rng, onMs);
+      for (;;) {
+        t += arrivalGapMs(rng, onRate, burstiness);
+        if (t >= end) break;
+        const outputSeed = mix32(mix32(seed ^ 0x19c3f7e5, i), n++);
+        yield {
+          arrivalMs: t,
+          promptTokens: concat([shots.get(i), stream(outputSeed ^ 0x7, uniformInt(rng, 20, 100))]),
+          maxTokens: uniformInt(rng, 1, 8),
+          outputSeed,
+          tenant: `fewshot-${i}`,
+        };
+      }
+      t = end + exponential(rng, offMs);
+    }
+  }
+  function* documents(): Generator<BenchRequest> {
+    const rng = seededRng(mix32(seed ^ 0x6d2f8b13, 0));
+    let t = 0;
+    for (let n = 0; ; n++) {
+      t += arrivalGapMs(rng, docShare * rate, burstiness);
+      const outputSeed = mix32(seed ^ 0x2c7d9e41, n);
+      yield { arrivalMs: t, promptTokens: stream(outputSeed ^ 0x8, uniformInt(rng, 8000, 16000)), maxTokens: uniformInt(rng, 100, 400), outputSeed };
+    }
+  }
+  yield* merge([...Array.from({ length: prefixes }, (_, i) => queries(i)), documents()]);
 }
 
 function* rag(rng: Rng, seed: number, rate: number, burstiness: number, docs = 500): Generator<BenchRequest> {
@@ -213,7 +267,7 @@ const SPECS: Record<string, WorkloadSpec> = {
     generate: (rng, seed, rate, b) => sharedPrefix(rng, seed, rate, b ?? SPECS['shared-prefix']!.defaultBurstiness),
   },
   'multi-turn': {
-    description: 'conversations of 2–8 turns whose prompts grow by the previous answer and a new message',
+    description: 'conversations of 2–8 turns whose prompts grow by the previous answer and a new message; closed loop, 8 s mean think time',
     defaultSize: 5000,
     defaultRate: 350,
     defaultBurstiness: 1,
@@ -247,6 +301,20 @@ const SPECS: Record<string, WorkloadSpec> = {
       });
       return merge(parts);
     },
+  },
+  agentic: {
+    description: 'agent sessions of 4–16 turns over 6 shared 2–4k-token tool specs; prompts grow by each answer and tool result; closed loop, ~3 s think time',
+    defaultSize: 12000,
+    defaultRate: 65,
+    defaultBurstiness: 1,
+    generate: (rng, seed, rate, b) => agentic(rng, seed, rate, b ?? SPECS['agentic']!.defaultBurstiness),
+  },
+  'fewshot-bursts': {
+    description: 'on/off bursts of short questions with 1–8 token answers on 3 shared 5–7k-token few-shot prefixes, plus 20% long unique documents',
+    defaultSize: 8000,
+    defaultRate: 48,
+    defaultBurstiness: 1,
+    generate: (_rng, seed, rate, b) => fewshotBursts(seed, rate, b ?? SPECS['fewshot-bursts']!.defaultBurstiness),
   },
 };
 
@@ -283,13 +351,10 @@ export function workloadSource(name: string, opts: WorkloadOptions = {}): BenchS
     name: `workload:${name}`,
     params: { size, rate, burstiness: burstiness ?? burstinessLabel(name, spec), seed: seed >>> 0 },
     skipped: 0,
-    *open() {
+    open() {
+      // `size` counts every turn of a session when its first turn is taken (see sessions.ts).
       const it = spec.generate(seededRng(mix32(seed, 0x77)), seed >>> 0, rate, burstiness);
-      for (let i = 0; i < size; i++) {
-        const r = it.next();
-        if (r.done) return;
-        yield r.value;
-      }
+      return takeRequests({ [Symbol.iterator]: () => it }, size);
     },
   };
 }

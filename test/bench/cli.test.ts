@@ -24,6 +24,7 @@ describe('kvgate bench CLI', () => {
       'workload', 'size', 'rate', 'burstiness', 'trace', 'format', 'azure-shared-prefix', 'azure-prefix-groups', 'skip-bad',
       'workers', 'gpu', 'model', 'tp', 'policy', 'rate-scale', 'limit', 'seed', 'scrape-interval', 'overhead-ms', 'slo-ttft',
       'slo-tpot', 'gpu-hour-cost', 'json', 'report', 'omit-wall-time', 'progress', 'quiet', 'list', 'help',
+      'slo-ttft-per-1k', 'capacity', 'attainment', 'max-probes',
     ];
     for (const f of flags) assert.ok(help.includes(`--${f}`), `--${f} missing from help`);
     const r = bench('--help');
@@ -42,6 +43,11 @@ describe('kvgate bench CLI', () => {
       [['--workload', 'rag', '--gpu', 'tpu'], /unknown GPU 'tpu'/],
       [['--workload', 'rag', '--format', 'azure'], /--format applies to --trace only/],
       [['--trace', '/nonexistent/x.jsonl'], /cannot read trace/],
+      [['--workload', 'rag', '--attainment', '0.8'], /--attainment applies to --capacity only/],
+      [['--workload', 'rag', '--max-probes', '5'], /--max-probes applies to --capacity only/],
+      [['--workload', 'rag', '--capacity', '--attainment', '1.5'], /--attainment must be a fraction in \(0, 1\]/],
+      [['--workload', 'rag', '--capacity', '--max-probes', '0'], /--max-probes must be an integer ≥ 1/],
+      [['--workload', 'rag', '--slo-ttft-per-1k', '100'], /--slo-ttft-per-1k needs --slo-ttft/],
     ];
     for (const [args, re] of cases) {
       const r = bench(...args);
@@ -72,7 +78,12 @@ describe('kvgate bench CLI', () => {
     assert.equal(j.model, 'llama-3.1-8b');
     assert.equal(j.seed, 3);
     assert.deepEqual(j.policies.map((p: { name: string }) => p.name), ['round-robin', 'least-load']);
+    assert.equal(typeof j.ideal_hit_rate, 'number');
+    assert.equal(j.capacity, null);
+    assert.equal(j.slo_ttft_per_1k_ms, null);
     for (const p of j.policies) {
+      assert.equal(typeof p.attainment, 'number');
+      assert.equal(p.capacity, null);
       for (const k of ['ttft_ms', 'tpot_ms', 'itl_ms', 'e2e_ms']) assert.deepEqual(Object.keys(p[k]), ['p50', 'p90', 'p99', 'mean']);
       for (const k of ['throughput_rps', 'output_tokens_per_s', 'prefix_hit_rate', 'gpu_seconds', 'cost_per_million_output_tokens', 'goodput_rps', 'preemptions']) {
         assert.equal(typeof p[k], 'number', k);
@@ -120,6 +131,50 @@ describe('kvgate bench CLI', () => {
     assert.equal(j.policies[0].completed, 3);
     // One worker: the later rows reuse block 1 (512 tokens) of the first.
     assert.ok(j.policies[0].prefix_hit_rate > 0.4);
+  });
+
+  it('--capacity finds each policy’s capacity at SLO: JSON, table and report', () => {
+    const json = join(dir, 'cap.json');
+    const html = join(dir, 'cap.html');
+    const args = ['--workload', 'shared-prefix', '--size', '200', '--rate', '10', '--workers', '1', '--policy', 'round-robin,least-load', '--capacity', '--max-probes', '6', '--omit-wall-time'];
+    const r = bench(...args, '--json', json, '--report', html);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /cap ×\s+cap req\/s\s+÷RR\s+÷peer/);
+    assert.match(r.stdout, /ideal hit/);
+    assert.match(r.stdout, /capacity: highest rate scale with ≥ 90% of requests within the SLO \(TTFT ≤ 1000 ms \+ 100 ms\/1k prompt tokens, TPOT ≤ 50 ms\)/);
+    assert.match(r.stderr, /^round-robin: rate ×1 \([\d.]+ req\/s offered\): attainment [\d.]+%$/m);
+    const j = JSON.parse(readFileSync(json, 'utf8'));
+    assert.equal(j.slo_ttft_ms, 1000);
+    assert.equal(j.slo_ttft_per_1k_ms, 100);
+    assert.equal(j.slo_tpot_ms, 50);
+    assert.deepEqual(Object.keys(j.capacity).sort(), ['best_peer', 'max_probes', 'precision', 'target_attainment', 'vs_best_peer', 'vs_round_robin']);
+    assert.equal(j.capacity.max_probes, 6);
+    assert.equal(j.capacity.vs_round_robin['round-robin'], 1);
+    for (const p of j.policies) {
+      for (const k of ['rate_scale', 'requests_per_s', 'attainment']) assert.ok(k in p.capacity, k);
+      assert.ok(p.capacity.probes.length >= 1 && p.capacity.probes.length <= 6);
+      assert.equal(typeof p.attainment, 'number');
+    }
+    const page = readFileSync(html, 'utf8');
+    assert.ok(page.includes('SLO attainment vs offered rate'));
+    assert.ok(page.includes('Capacity at SLO'));
+    const dots = (page.match(/<circle /g) ?? []).length;
+    assert.equal(dots, j.policies.reduce((a: number, p: { capacity: { probes: unknown[] } }) => a + p.capacity.probes.length, 0));
+    assert.doesNotMatch(page, /NaN|undefined|Infinity/);
+    // Same seed, same capacity JSON, byte for byte.
+    const again = join(dir, 'cap2.json');
+    assert.equal(bench(...args, '--json', again, '--quiet').code, 0);
+    assert.equal(readFileSync(again, 'utf8'), readFileSync(json, 'utf8'));
+  });
+
+  it('closed-loop workloads give byte-identical JSON for the same seed', () => {
+    const a = join(dir, 'ag-a.json');
+    const b = join(dir, 'ag-b.json');
+    const args = ['--workload', 'agentic', '--size', '150', '--rate', '20', '--workers', '2', '--policy', 'round-robin,kvgate', '--omit-wall-time', '--slo-ttft', '1000', '--quiet'];
+    assert.equal(bench(...args, '--json', a).code, 0);
+    assert.equal(bench(...args, '--json', b).code, 0);
+    assert.equal(readFileSync(a, 'utf8'), readFileSync(b, 'utf8'));
+    assert.equal(JSON.parse(readFileSync(a, 'utf8')).policies[0].requests, 150);
   });
 
   it('--limit and --rate-scale shape the replay', () => {

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { distribution, percentile, summarize, weightedDistribution } from '../../src/bench/metrics.js';
+import { attainmentOf, distribution, percentile, sloOf, summarize, weightedDistribution } from '../../src/bench/metrics.js';
+import { describeSlo, hasSlo, meetsSlo, ttftBoundMs } from '../../src/bench/slo.js';
 import type { SimResult } from '../../src/sim/fleet-sim.js';
 
 function result(rows: Array<{ arrival: number; first: number; finish: number; prompt: number; out: number; cached: number }>, extra: Partial<SimResult> = {}): SimResult {
@@ -26,6 +27,7 @@ function result(rows: Array<{ arrival: number; first: number; finish: number; pr
     completed: c,
     itl: { durationMs: [], weight: [] },
     firstArrivalMs: rows[0]?.arrival ?? NaN,
+    lastArrivalMs: rows.at(-1)?.arrival ?? NaN,
     lastFinishMs: Math.max(...rows.map((r) => r.finish)),
     workers: [worker('w0', 3000, 2), worker('w1', 1000, 1)],
     wallMs: 12.4,
@@ -98,5 +100,44 @@ describe('summary statistics', () => {
     assert.equal(empty.throughput_rps, 0);
     assert.equal(empty.cost_per_million_output_tokens, null);
     assert.equal(empty.ttft_ms.p50, null);
+  });
+});
+
+describe('SLO rule (goodput and attainment)', () => {
+  it('allows extra TTFT per 1,000 prompt tokens; TPOT has its own bound; one-token answers have no TPOT', () => {
+    const slo = { ttftMs: 1000, ttftPer1kMs: 100, tpotMs: 50 };
+    assert.equal(ttftBoundMs(slo, 2000), 1200);
+    assert.equal(meetsSlo(slo, 1150, 40, 2000), true); // 1150 ≤ 1000 + 200
+    assert.equal(meetsSlo(slo, 1150, 40, 1000), false); // 1150 > 1000 + 100
+    assert.equal(meetsSlo(slo, 1100, 40, 1000), true); // on the bound
+    assert.equal(meetsSlo(slo, 100, 51, 10), false);
+    assert.equal(meetsSlo(slo, 100, undefined, 10), true);
+    assert.equal(meetsSlo({ ttftMs: 1000 }, 1150, 400, 9000), false); // no allowance unless set
+    assert.equal(meetsSlo({ ttftPer1kMs: 100 }, 850, 1, 9000), true); // allowance alone: base 0
+    assert.equal(meetsSlo({}, 1e9, 1e9, 1), true);
+    assert.equal(hasSlo({}), false);
+    assert.equal(describeSlo(slo), 'TTFT ≤ 1000 ms + 100 ms/1k prompt tokens, TPOT ≤ 50 ms');
+  });
+
+  it('goodput uses the per-1k allowance; attainment counts refused requests as misses', () => {
+    const r = result(
+      [
+        // TTFT 1150 on a 2,000-token prompt: meets 1000 + 100/1k, misses 1000 alone.
+        { arrival: 0, first: 1150, finish: 1250, prompt: 2000, out: 3, cached: 0 },
+        // TTFT 1150 on a 1,000-token prompt: misses either way.
+        { arrival: 0, first: 1150, finish: 1250, prompt: 1000, out: 3, cached: 0 },
+        // Meets everything.
+        { arrival: 500, first: 600, finish: 2000, prompt: 100, out: 2, cached: 0 },
+      ],
+      { requests: 5, rejected: 1, shed: 1 },
+    );
+    const plain = summarize(r, { tp: 1, gpuHourCost: 1, sloTtftMs: 1000, sloTpotMs: 5000 });
+    const per1k = summarize(r, { tp: 1, gpuHourCost: 1, sloTtftMs: 1000, sloTtftPer1kMs: 100, sloTpotMs: 5000 });
+    assert.equal(plain.goodput_rps, Math.round((1 / 2) * 1000) / 1000); // 1 request over 2 s
+    assert.equal(per1k.goodput_rps, 1);
+    assert.equal(plain.attainment, 0.2); // 1 of 5 requests (2 refused)
+    assert.equal(per1k.attainment, 0.4);
+    assert.equal(attainmentOf(r, sloOf({ tp: 1, gpuHourCost: 1, sloTtftMs: 1000, sloTtftPer1kMs: 100 })), 0.4);
+    assert.equal(summarize(r, { tp: 1, gpuHourCost: 1 }).attainment, null);
   });
 });

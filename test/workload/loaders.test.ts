@@ -4,8 +4,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { azureSource, jsonlSource, loadTrace, mooncakeSource, parseAzureTimestamp, TraceError } from '../../src/workload/loaders.js';
-import { readLines } from '../../src/workload/line-reader.js';
-import { synthText } from '../../src/workload/tokens.js';
+import { readLineAt, readLines } from '../../src/workload/line-reader.js';
+import { expandSessions } from '../../src/workload/sessions.js';
+import { answerTokens, synthText } from '../../src/workload/tokens.js';
 import { estimateTokenizer, renderChat } from '../../src/tokenizer/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvgate-loaders-'));
@@ -22,7 +23,7 @@ const slice = (a: ArrayLike<number>, from: number, to: number) => Array.from(a).
 describe('line reader', () => {
   it('reads lines across chunk boundaries, CRLF and a last line without newline', () => {
     const p = file('alpha\r\nbeta\n\ngamma-delta\nlast', 'txt');
-    const lines = [...readLines(p, 4)];
+    const lines = [...readLines(p, 4)].map(({ no, text }) => ({ no, text }));
     assert.deepEqual(lines, [
       { no: 1, text: 'alpha' },
       { no: 2, text: 'beta' },
@@ -30,6 +31,13 @@ describe('line reader', () => {
       { no: 4, text: 'gamma-delta' },
       { no: 5, text: 'last' },
     ]);
+  });
+
+  it('gives each line’s byte offset and length, so readLineAt reads it back (multibyte text, CRLF)', () => {
+    const p = file('héllo\r\nwörld ✓\n\nlast', 'txt');
+    const lines = [...readLines(p, 3)];
+    assert.deepEqual(lines.map((l) => [l.offset, l.bytes]), [[0, 6], [8, 10], [19, 0], [20, 4]]);
+    for (const l of lines) assert.equal(readLineAt(p, l.offset, l.bytes), l.text);
   });
 });
 
@@ -187,5 +195,52 @@ describe('kvgate jsonl loader', () => {
       assert.equal([...src.open()].length, 1);
       assert.equal(src.skipped, 1);
     }
+  });
+});
+
+describe('kvgate jsonl loader: sessions', () => {
+  const rows = [
+    { timestamp_ms: 0, prompt_tokens: [1, 2, 3, 4], max_tokens: 3, session: 'a' },
+    { timestamp_ms: 5, prompt_tokens: [9, 9], max_tokens: 2 },
+    { timestamp_ms: 100, prompt_tokens: [5, 6], max_tokens: 2, session: 'a', append: true, think_ms: 40 },
+    { timestamp_ms: 150, prompt_tokens: [7, 7, 7], max_tokens: 1, session: 'b' },
+    { timestamp_ms: 400, prompt_tokens: [1, 2, 3, 4, 8], max_tokens: 1, session: 'a' },
+  ];
+
+  it('yields first turns only; later turns come from next(), a think time after the previous one finished', () => {
+    const src = jsonlSource(file(rows.map((r) => JSON.stringify(r)).join('\n') + '\n'));
+    const roots = [...src.open()];
+    assert.deepEqual(roots.map((r) => [r.arrivalMs, r.session ?? '-', r.turns ?? 1]), [[0, 'a', 3], [5, '-', 1], [150, 'b', 1]]);
+    const a0 = roots[0]!;
+    assert.equal(roots[2]!.next, undefined);
+    // Turn 2 appends to turn 1's prompt and the answer the engine generates for it; think_ms given.
+    const a1 = a0.next!(1000)!;
+    assert.equal(a1.arrivalMs, 1040);
+    assert.deepEqual(Array.from(a1.promptTokens), [1, 2, 3, 4, ...answerTokens(a0.outputSeed, 3), 5, 6]);
+    assert.equal(a1.turns, 2);
+    // Turn 3 is given whole, with no think_ms: the recorded gap (400 − 100) is the think time.
+    const a2 = a1.next!(2000)!;
+    assert.equal(a2.arrivalMs, 2300);
+    assert.deepEqual(Array.from(a2.promptTokens), [1, 2, 3, 4, 8]);
+    assert.equal(a2.next, undefined);
+    // Every request, later turns included, once each.
+    assert.equal([...expandSessions(src.open())].length, 5);
+  });
+
+  it('reports a malformed later turn by its line when it is due, or skips it with skipBad', () => {
+    const bad = [...rows];
+    bad[2] = { ...rows[2]!, max_tokens: 0 };
+    const path = file(bad.map((r) => JSON.stringify(r)).join('\n') + '\n');
+    const [a0] = [...jsonlSource(path).open()];
+    assert.throws(() => a0!.next!(10), (e: unknown) => e instanceof TraceError && e.line === 3 && /max_tokens/.test(e.message));
+    const src = jsonlSource(path, { skipBad: true });
+    const [b0] = [...src.open()];
+    const b1 = b0!.next!(10)!;
+    assert.deepEqual(Array.from(b1.promptTokens), [1, 2, 3, 4, 8]);
+    assert.equal(b1.arrivalMs, 10 + 400);
+    assert.equal(src.skipped, 1);
+    // "append" needs a previous turn.
+    const first = file(JSON.stringify({ timestamp_ms: 0, prompt: 'x', max_tokens: 1, session: 's', append: true }) + '\n');
+    assert.throws(() => [...jsonlSource(first).open()], /"append" on the first turn/);
   });
 });

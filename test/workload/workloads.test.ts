@@ -1,8 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { answerToken } from '../../src/workload/tokens.js';
+import { expandSessions } from '../../src/workload/sessions.js';
+import { answerToken, answerTokens } from '../../src/workload/tokens.js';
 import type { BenchRequest } from '../../src/workload/types.js';
 import { describeWorkloads, workloadNames, workloadSource } from '../../src/workload/workloads.js';
+
+/** Every request of a workload, later session turns included (each answered at once). */
+const all = (name: string, o: Parameters<typeof workloadSource>[1]) => [...expandSessions(workloadSource(name, o).open())];
 
 const fingerprint = (rs: BenchRequest[]) =>
   JSON.stringify(rs.map((r) => [r.arrivalMs, r.maxTokens, r.outputSeed, r.tenant, r.session, Array.from(r.promptTokens).slice(0, 40), r.promptTokens.length]));
@@ -10,9 +14,9 @@ const fingerprint = (rs: BenchRequest[]) =>
 describe('workloads', () => {
   for (const name of workloadNames()) {
     it(`${name}: deterministic from the seed, time-ordered, sized`, () => {
-      const a = [...workloadSource(name, { size: 200, seed: 3 }).open()];
-      const b = [...workloadSource(name, { size: 200, seed: 3 }).open()];
-      const c = [...workloadSource(name, { size: 200, seed: 4 }).open()];
+      const a = all(name, { size: 200, seed: 3 });
+      const b = all(name, { size: 200, seed: 3 });
+      const c = all(name, { size: 200, seed: 4 });
       assert.equal(a.length, 200);
       assert.equal(fingerprint(a), fingerprint(b));
       assert.notEqual(fingerprint(a), fingerprint(c));
@@ -56,7 +60,7 @@ describe('workloads', () => {
   });
 
   it('multi-turn: each turn extends the previous prompt with the exact previous answer', () => {
-    const rs = [...workloadSource('multi-turn', { size: 300, rate: 20, seed: 6 }).open()];
+    const rs = all('multi-turn', { size: 300, rate: 20, seed: 6 });
     const bySession = new Map<string, BenchRequest[]>();
     for (const r of rs) bySession.set(r.session!, [...(bySession.get(r.session!) ?? []), r]);
     let checked = 0;
@@ -91,9 +95,81 @@ describe('workloads', () => {
   });
 
   it('rejects unknown names and bad knobs with clear errors', () => {
-    assert.throws(() => workloadSource('nope'), /unknown workload 'nope' \(known: shared-prefix, multi-turn, rag, bursty, mixed\)/);
+    assert.throws(() => workloadSource('nope'), /unknown workload 'nope' \(known: shared-prefix, multi-turn, rag, bursty, mixed, agentic, fewshot-bursts\)/);
     assert.throws(() => workloadSource('rag', { rate: 0 }), /rate must be a positive number/);
     assert.throws(() => workloadSource('rag', { size: 1.5 }), /size must be a non-negative integer/);
     assert.equal(describeWorkloads().length, workloadNames().length);
+  });
+});
+
+describe('agentic and fewshot-bursts workloads', () => {
+  it('agentic: sessions of 4–16 turns over 6 shared 2–4k-token tool specs, growing by each answer and a tool result, seconds apart', () => {
+    const roots = [...workloadSource('agentic', { size: 3000, seed: 9 }).open()];
+    const sessions = new Map<string, BenchRequest[]>();
+    for (const r of expandSessions(roots, 1000)) sessions.set(r.session!, [...(sessions.get(r.session!) ?? []), r]);
+    // Every session but the last (cut short by the size) has 4–16 turns.
+    const lengths = roots.slice(0, -1).map((r) => r.turns!);
+    assert.ok(lengths.every((n) => n >= 4 && n <= 16), `turns ${Math.min(...lengths)}–${Math.max(...lengths)}`);
+    assert.ok(Math.abs(lengths.reduce((a, b) => a + b, 0) / lengths.length - 10) < 1);
+    const specs = new Set<string>();
+    for (const turns of sessions.values()) {
+      const first = turns[0]!;
+      // The shared head: a tool spec of 2–4k tokens, the same for every session of that tenant.
+      specs.add(`${first.tenant}:${Array.from(first.promptTokens).slice(0, 32).join(',')}`);
+      for (let k = 1; k < turns.length; k++) {
+        const prev = turns[k - 1]!;
+        const cur = turns[k]!;
+        const p = prev.promptTokens.length;
+        assert.deepEqual(Array.from(cur.promptTokens).slice(0, p), Array.from(prev.promptTokens));
+        assert.deepEqual(Array.from(cur.promptTokens).slice(p, p + prev.maxTokens), Array.from(answerTokens(prev.outputSeed, prev.maxTokens)));
+        const added = cur.promptTokens.length - p - prev.maxTokens;
+        assert.ok(added >= 100 && added <= 600, `tool result of ${added} tokens`);
+        // Think time: 0.5 s + exponential, after the (here: 1 s) answer.
+        assert.ok(cur.arrivalMs - prev.arrivalMs >= 1000 + 500);
+        assert.ok(prev.maxTokens >= 50 && prev.maxTokens <= 300);
+      }
+    }
+    assert.equal(specs.size, 6);
+    const heads = [...sessions.values()].map((t) => t[0]!);
+    const byTenant = new Map<string, BenchRequest[]>();
+    for (const h of heads) byTenant.set(h.tenant!, [...(byTenant.get(h.tenant!) ?? []), h]);
+    for (const group of byTenant.values()) {
+      if (group.length < 2) continue;
+      const [x, y] = group;
+      let common = 0;
+      while (x!.promptTokens[common] === y!.promptTokens[common]) common++;
+      assert.ok(common >= 2000 && common <= 4000, `shared tool spec of ${common} tokens`);
+    }
+  });
+
+  it('fewshot-bursts: 3 long few-shot prefixes queried in on/off bursts with tiny answers, plus ~20% long unique documents', () => {
+    const rs = [...workloadSource('fewshot-bursts', { size: 6000, seed: 4 }).open()];
+    const docs = rs.filter((r) => r.tenant === undefined);
+    const shots = rs.filter((r) => r.tenant !== undefined);
+    assert.ok(Math.abs(docs.length / rs.length - 0.2) < 0.04, `${docs.length} documents`);
+    for (const d of docs) assert.ok(d.promptTokens.length >= 8000 && d.promptTokens.length <= 16000 && d.maxTokens >= 100 && d.maxTokens <= 400);
+    const docHeads = new Set(docs.map((d) => Array.from(d.promptTokens).slice(0, 16).join(',')));
+    assert.equal(docHeads.size, docs.length, 'documents are unique');
+    const tenants = new Map<string, BenchRequest[]>();
+    for (const r of shots) tenants.set(r.tenant!, [...(tenants.get(r.tenant!) ?? []), r]);
+    assert.equal(tenants.size, 3);
+    for (const [name, group] of tenants) {
+      for (const r of group) assert.ok(r.maxTokens >= 1 && r.maxTokens <= 8);
+      const [x, y] = group;
+      let common = 0;
+      while (x!.promptTokens[common] === y!.promptTokens[common]) common++;
+      assert.ok(common >= 5000 && common <= 7000, `${name}: prefix of ${common} tokens`);
+      const question = x!.promptTokens.length - common;
+      assert.ok(question >= 19 && question <= 100);
+      // On/off: most gaps are short (within a burst), a few are long (between bursts).
+      const gaps = group.slice(1).map((r, i) => r.arrivalMs - group[i]!.arrivalMs);
+      const mean = gaps.reduce((a, b) => a + b, 0) / gaps.length;
+      const cv = Math.sqrt(gaps.reduce((a, g) => a + (g - mean) ** 2, 0) / gaps.length) / mean;
+      assert.ok(cv > 2, `${name}: coefficient of variation of gaps ${cv.toFixed(2)} (Poisson: 1)`);
+    }
+    // The mean rate is the knob's.
+    const measured = (rs.length - 1) / ((rs.at(-1)!.arrivalMs - rs[0]!.arrivalMs) / 1000);
+    const nominal = describeWorkloads().find((w) => w.name === 'fewshot-bursts')!.rate;
+    assert.ok(Math.abs(measured / nominal - 1) < 0.2, `measured ${measured.toFixed(1)} req/s, nominal ${nominal}`);
   });
 });

@@ -1,0 +1,139 @@
+/**
+ * Capacity at SLO: the highest arrival-rate multiplier (`--rate-scale`) at which at least a target
+ * fraction of requests (default 0.9) meets the SLO (slo.ts), for one policy.
+ *
+ * Search, each probe a fresh fleet replaying the same requests at rate × scale:
+ * 1. Bracket from the starting scale: if it meets the target, double until a probe misses;
+ *    otherwise halve until one meets it.
+ * 2. Bisect the bracket geometrically (the midpoint of log scale) until high / low ≤ 1 + precision
+ *    (2% by default).
+ * 3. Report the highest probed scale that met the target. Attainment is not perfectly monotone in
+ *    the rate (a different rate changes batching, eviction and routing), so the search never
+ *    claims more than it measured.
+ *
+ * The number of probes is capped (default 14): a bracket that takes many doublings or halvings
+ * leaves fewer for bisection, and the result then says it did not converge (`converged: false`,
+ * with the bracket it reached). If no probe meets the target the capacity is null.
+ */
+
+export interface CapacityProbe {
+  rate_scale: number;
+  /** Offered arrival rate of this probe, requests/s. */
+  requests_per_s: number;
+  attainment: number;
+}
+
+export interface CapacityResult {
+  /** Highest probed rate scale that met the target; null if none did. */
+  rate_scale: number | null;
+  /** Offered rate at that scale, requests/s. */
+  requests_per_s: number | null;
+  /** Attainment measured at that scale. */
+  attainment: number | null;
+  /** Final bracket: highest scale that met the target, lowest above it that missed (null: none found). */
+  bracket: [number | null, number | null];
+  /** Whether the bracket closed to the requested precision within the probe budget. */
+  converged: boolean;
+  /** Every probe, in the order run. */
+  probes: CapacityProbe[];
+}
+
+export interface CapacitySearchOptions {
+  /** Scale of the first probe (the run's --rate-scale). Default 1. */
+  start?: number;
+  /** Attainment to meet, 0–1. Default 0.9. */
+  target?: number;
+  /** Relative precision of the bracket. Default 0.02. */
+  precision?: number;
+  /** Probe budget. Default 14. */
+  maxProbes?: number;
+}
+
+export const CAPACITY_DEFAULTS = { target: 0.9, precision: 0.02, maxProbes: 14 } as const;
+
+/** Runs one probe at `rateScale`: a fresh fleet, the same requests. */
+export type ProbeFn = (rateScale: number) => Promise<{ attainment: number; requests_per_s: number }>;
+
+const r6 = (x: number): number => Math.round(x * 1e6) / 1e6;
+
+export async function searchCapacity(probe: ProbeFn, o: CapacitySearchOptions = {}): Promise<CapacityResult> {
+  const start = o.start ?? 1;
+  const target = o.target ?? CAPACITY_DEFAULTS.target;
+  const precision = o.precision ?? CAPACITY_DEFAULTS.precision;
+  const maxProbes = o.maxProbes ?? CAPACITY_DEFAULTS.maxProbes;
+  if (!(start > 0) || !Number.isFinite(start)) throw new Error(`capacity search: start scale must be positive, got ${start}`);
+  if (!(target > 0 && target <= 1)) throw new Error(`capacity search: target attainment must be in (0, 1], got ${target}`);
+  if (!(precision > 0)) throw new Error(`capacity search: precision must be positive, got ${precision}`);
+  if (!Number.isInteger(maxProbes) || maxProbes < 1) throw new Error(`capacity search: probe budget must be a positive integer, got ${maxProbes}`);
+
+  const probes: CapacityProbe[] = [];
+  const run = async (scale: number): Promise<boolean> => {
+    const p = await probe(scale);
+    probes.push({ rate_scale: r6(scale), requests_per_s: Math.round(p.requests_per_s * 1000) / 1000, attainment: p.attainment });
+    return p.attainment >= target;
+  };
+  let lo: number | null = null; // met the target
+  let hi: number | null = null; // missed it
+  if (await run(start)) lo = start;
+  else hi = start;
+  // 1. Bracket.
+  while (probes.length < maxProbes && (lo === null || hi === null)) {
+    if (hi === null) {
+      const s = lo! * 2;
+      if (await run(s)) lo = s;
+      else hi = s;
+    } else {
+      const s = hi / 2;
+      if (await run(s)) lo = s;
+      else hi = s;
+    }
+  }
+  // 2. Bisect on a log scale.
+  while (probes.length < maxProbes && lo !== null && hi !== null && hi / lo > 1 + precision) {
+    const mid = Math.sqrt(lo * hi);
+    if (await run(mid)) lo = mid;
+    else hi = mid;
+  }
+  // 3. The highest probed scale that met the target.
+  let best: CapacityProbe | null = null;
+  for (const p of probes) if (p.attainment >= target && (best === null || p.rate_scale > best.rate_scale)) best = p;
+  return {
+    rate_scale: best?.rate_scale ?? null,
+    requests_per_s: best?.requests_per_s ?? null,
+    attainment: best?.attainment ?? null,
+    bracket: [lo === null ? null : r6(lo), hi === null ? null : r6(hi)],
+    converged: lo !== null && hi !== null && hi / lo <= 1 + precision,
+    probes,
+  };
+}
+
+/** Policies that are not peers: kvgate itself and the oracles. */
+export const NOT_PEERS: readonly string[] = ['kvgate', 'oracle', 'oracle-greedy'];
+
+export interface CapacityRatios {
+  /** The peer with the highest capacity among the policies run (null if no peer ran or none met the target). */
+  best_peer: string | null;
+  /** Each policy's capacity ÷ round-robin's (null when either is missing). */
+  vs_round_robin: Record<string, number | null>;
+  /** Each policy's capacity ÷ the best peer's. */
+  vs_best_peer: Record<string, number | null>;
+}
+
+/** Ratios of capacities (rate scales, same requests) to round-robin's and to the best peer's. */
+export function capacityRatios(caps: ReadonlyArray<{ name: string; rate_scale: number | null }>): CapacityRatios {
+  const by = new Map(caps.map((c) => [c.name, c.rate_scale]));
+  let bestPeer: string | null = null;
+  for (const c of caps) {
+    if (NOT_PEERS.includes(c.name) || c.rate_scale === null) continue;
+    if (bestPeer === null || c.rate_scale > by.get(bestPeer)!) bestPeer = c.name;
+  }
+  const ratio = (a: number | null, b: number | null | undefined): number | null =>
+    a === null || b === null || b === undefined || b <= 0 ? null : Math.round((a / b) * 1000) / 1000;
+  const rr = by.get('round-robin');
+  const peer = bestPeer === null ? null : by.get(bestPeer)!;
+  return {
+    best_peer: bestPeer,
+    vs_round_robin: Object.fromEntries(caps.map((c) => [c.name, ratio(c.rate_scale, rr)])),
+    vs_best_peer: Object.fromEntries(caps.map((c) => [c.name, ratio(c.rate_scale, peer)])),
+  };
+}

@@ -1,0 +1,59 @@
+/**
+ * ideal_hit_rate: the prefix-cache hit rate one engine with unlimited KV capacity would reach on
+ * the same requests — the workload's inherent prefix reuse, a ceiling for any routing policy.
+ *
+ * For each request in arrival order: its prompt's full blocks are hashed as a chain (blockHashes:
+ * block i's hash covers every token up to the end of block i), the hit is the longest run of
+ * leading blocks already seen, capped at ⌊(prompt − 1) / block⌋ blocks so the last prompt token is
+ * always computed (vLLM's rule, and the engine model's). Then the request's own blocks are added:
+ * every full block of its prompt and of the tokens it generates, except the last output token,
+ * whose KV is never computed — the blocks a vLLM engine caches as it prefills and decodes. A
+ * session's next turn, whose prompt is this prompt + this answer + a new message, so hits this
+ * request's output blocks too, exactly as on the engine.
+ *
+ * Token-weighted like prefix_hit_rate: Σ hit tokens / Σ prompt tokens. Cost: one pass of hashing
+ * over the prompt tokens and a Set of the distinct block hashes.
+ */
+import { blockHashes, chainRoot, hashBlock } from '../kv/block-hash.js';
+import { answerToken } from '../workload/tokens.js';
+import type { BenchRequest } from '../workload/types.js';
+
+export interface IdealHit {
+  promptTokens: number;
+  hitTokens: number;
+  /** hitTokens / promptTokens (0 for no tokens). */
+  rate: number;
+}
+
+export function idealHitRate(requests: Iterable<BenchRequest>, blockSize = 16, seed = 0): IdealHit {
+  const bs = blockSize;
+  const seen = new Set<number>();
+  let promptTokens = 0;
+  let hitTokens = 0;
+  const tail: number[] = [];
+  for (const r of requests) {
+    const p = r.promptTokens;
+    const n = p.length;
+    promptTokens += n;
+    const hashes = blockHashes(p, bs, seed);
+    const maxHit = Math.floor((n - 1) / bs);
+    let hit = 0;
+    while (hit < maxHit && seen.has(hashes[hit]!)) hit++;
+    hitTokens += hit * bs;
+    for (const h of hashes) seen.add(h);
+    // Output blocks: the prompt's partial last block continues with the generated tokens.
+    const computed = n + Math.max(0, r.maxTokens - 1);
+    const full = Math.floor(computed / bs);
+    if (full > hashes.length) {
+      tail.length = 0;
+      for (let i = hashes.length * bs; i < n; i++) tail.push(p[i]!);
+      for (let i = 0; tail.length < (full - hashes.length) * bs; i++) tail.push(answerToken(r.outputSeed, i));
+      let parent = hashes.length > 0 ? hashes[hashes.length - 1]! : chainRoot(seed);
+      for (let b = 0; b < full - hashes.length; b++) {
+        parent = hashBlock(parent, tail, b * bs, bs);
+        seen.add(parent);
+      }
+    }
+  }
+  return { promptTokens, hitTokens, rate: promptTokens > 0 ? hitTokens / promptTokens : 0 };
+}

@@ -1,0 +1,143 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { capacityRatios, searchCapacity, type ProbeFn } from '../../src/bench/capacity.js';
+import { runBench } from '../../src/bench/run.js';
+import { workloadSource } from '../../src/workload/workloads.js';
+
+/** A fake fleet whose attainment is a function of the rate scale; records the scales probed. */
+function fake(attainment: (s: number) => number, calls: number[] = []): ProbeFn {
+  return async (s) => {
+    calls.push(s);
+    return { attainment: attainment(s), requests_per_s: 10 * s };
+  };
+}
+
+describe('capacity search (fake fleet)', () => {
+  it('a monotone step: brackets by doubling, bisects to 2%, reports the highest scale that met the target', async () => {
+    const calls: number[] = [];
+    const r = await searchCapacity(fake((s) => (s <= 3.7 ? 0.95 : 0.5), calls), { start: 1 });
+    // 1 and 2 meet the target, 4 misses: the bracket is [2, 4], then bisection.
+    assert.deepEqual(calls.slice(0, 3), [1, 2, 4]);
+    assert.ok(r.converged);
+    const [lo, hi] = r.bracket as [number, number];
+    assert.ok(hi / lo <= 1.02 + 1e-9, `bracket ${lo}–${hi}`);
+    assert.ok(lo <= 3.7 && hi > 3.7);
+    assert.equal(r.rate_scale, lo);
+    assert.ok(r.rate_scale! >= 3.7 / 1.02 && r.rate_scale! <= 3.7);
+    assert.equal(r.requests_per_s, Math.round(10 * r.rate_scale! * 1000) / 1000);
+    assert.equal(r.attainment, 0.95);
+    assert.equal(r.probes.length, calls.length);
+    assert.ok(r.probes.length <= 14);
+  });
+
+  it('a smooth curve gives the known answer within the precision, from above (halving)', async () => {
+    // attainment(s) = 1 / (1 + (s/5)^8) crosses 0.9 at s* = 5 · (1/9)^(1/8).
+    const star = 5 * (1 / 9) ** (1 / 8);
+    const calls: number[] = [];
+    const r = await searchCapacity(fake((s) => 1 / (1 + (s / 5) ** 8), calls), { start: 20, target: 0.9 });
+    assert.deepEqual(calls.slice(0, 4), [20, 10, 5, 2.5]);
+    assert.ok(r.converged);
+    assert.ok(r.rate_scale! <= star && r.rate_scale! >= star / 1.02, `${r.rate_scale} vs ${star}`);
+    assert.ok(r.attainment! >= 0.9);
+    // A looser precision takes fewer probes.
+    const coarse = await searchCapacity(fake((s) => 1 / (1 + (s / 5) ** 8)), { start: 20, precision: 0.2 });
+    assert.ok(coarse.probes.length < r.probes.length);
+    assert.ok(coarse.rate_scale! <= star && coarse.rate_scale! >= star / 1.2);
+  });
+
+  it('is not fooled by a non-monotone curve into claiming a scale it did not see meet the target', async () => {
+    // Meets the target up to 2, misses on (2, 2.5), meets again on [2.5, 3], misses above.
+    const att = (s: number) => (s <= 2 || (s >= 2.5 && s <= 3) ? 0.92 : 0.6);
+    const r = await searchCapacity(fake(att), { start: 1 });
+    assert.ok(r.rate_scale !== null);
+    assert.ok(att(r.rate_scale!) >= 0.9, 'the reported scale met the target');
+    const met = r.probes.filter((p) => p.attainment >= 0.9).map((p) => p.rate_scale);
+    assert.equal(r.rate_scale, Math.max(...met));
+  });
+
+  it('caps the probes and says when it ran out; no probe meeting the target gives null', async () => {
+    const always = await searchCapacity(fake(() => 1), { start: 1, maxProbes: 5 });
+    assert.equal(always.probes.length, 5);
+    assert.equal(always.converged, false);
+    assert.equal(always.rate_scale, 16);
+    assert.deepEqual(always.bracket, [16, null]);
+    const never = await searchCapacity(fake(() => 0.1), { start: 1, maxProbes: 4 });
+    assert.equal(never.rate_scale, null);
+    assert.equal(never.requests_per_s, null);
+    assert.equal(never.converged, false);
+    assert.deepEqual(never.bracket, [null, 0.125]);
+    // Exactly on the target meets it.
+    const edge = await searchCapacity(fake((s) => (s <= 1 ? 0.9 : 0.89)), { start: 1 });
+    assert.equal(edge.rate_scale, 1);
+    await assert.rejects(searchCapacity(fake(() => 1), { target: 1.5 }), /target attainment/);
+    await assert.rejects(searchCapacity(fake(() => 1), { maxProbes: 0 }), /probe budget/);
+  });
+
+  it('ratios: to round-robin and to the best peer (every policy but kvgate and the oracles)', () => {
+    const r = capacityRatios([
+      { name: 'round-robin', rate_scale: 1 },
+      { name: 'llm-d', rate_scale: 1.5 },
+      { name: 'dynamo', rate_scale: 1.2 },
+      { name: 'kvgate', rate_scale: 1.8 },
+      { name: 'oracle', rate_scale: 2.4 },
+      { name: 'oracle-greedy', rate_scale: null },
+    ]);
+    assert.equal(r.best_peer, 'llm-d');
+    assert.equal(r.vs_round_robin.kvgate, 1.8);
+    assert.equal(r.vs_best_peer.kvgate, 1.2);
+    assert.equal(r.vs_best_peer['llm-d'], 1);
+    assert.equal(r.vs_best_peer.oracle, 1.6);
+    assert.equal(r.vs_round_robin['oracle-greedy'], null);
+    const noRr = capacityRatios([{ name: 'kvgate', rate_scale: 2 }]);
+    assert.equal(noRr.best_peer, null);
+    assert.equal(noRr.vs_round_robin.kvgate, null);
+    assert.equal(noRr.vs_best_peer.kvgate, null);
+  });
+});
+
+describe('capacity search (real fleet)', () => {
+  it('finds a bracket on one small worker and reports probes, capacity and ratios in the results', async () => {
+    const source = workloadSource('shared-prefix', { size: 250, rate: 8, seed: 2 });
+    const probes: Array<[string, number]> = [];
+    const { results } = await runBench({
+      source,
+      policies: ['round-robin', 'least-load'],
+      workers: 1,
+      gpu: 'h100',
+      model: 'llama-3.1-8b',
+      seed: 1,
+      sloTtftMs: 1000,
+      sloTtftPer1kMs: 100,
+      sloTpotMs: 50,
+      capacity: { maxProbes: 10 },
+      omitWallTime: true,
+      onProbe: (name, p) => probes.push([name, p.rate_scale]),
+    });
+    assert.ok(results.capacity);
+    assert.equal(results.capacity.target_attainment, 0.9);
+    assert.equal(results.capacity.max_probes, 10);
+    for (const p of results.policies) {
+      const c = p.capacity!;
+      assert.ok(c.probes.length >= 2 && c.probes.length <= 10, `${p.name}: ${c.probes.length} probes`);
+      // The first probe is the run at the given rate scale, whose attainment the summary reports.
+      assert.equal(c.probes[0]!.rate_scale, 1);
+      assert.equal(c.probes[0]!.attainment, p.attainment);
+      assert.ok(c.rate_scale !== null && c.bracket[1] !== null, `${p.name}: no bracket`);
+      assert.ok(c.attainment! >= 0.9);
+      for (const q of c.probes) if (q.rate_scale > c.rate_scale!) assert.ok(q.attainment < 0.9 || !c.converged);
+      if (c.converged) assert.ok(c.bracket[1]! / c.bracket[0]! <= 1.02 + 1e-9);
+      assert.ok(c.requests_per_s! > 0);
+      assert.equal(probes.filter(([n]) => n === p.name).length, c.probes.length);
+    }
+    assert.equal(results.capacity.vs_round_robin['round-robin'], 1);
+    assert.equal(typeof results.capacity.vs_round_robin['least-load'], 'number');
+    assert.ok(results.capacity.best_peer === 'round-robin' || results.capacity.best_peer === 'least-load');
+  });
+
+  it('needs an SLO', async () => {
+    await assert.rejects(
+      runBench({ source: workloadSource('rag', { size: 10 }), policies: ['round-robin'], workers: 1, gpu: 'h100', model: 'llama-3.1-8b', seed: 1, capacity: {} }),
+      /needs an SLO/,
+    );
+  });
+});
