@@ -106,8 +106,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
       return st ? { prefixIndex: { source: st.source, reason: st.reason, blocks: st.blocks, capacity: st.capacity } } : {};
     });
   }
-  const describeWorker = (policy as { describeWorker?: WorkerDescriber }).describeWorker;
-  if (typeof describeWorker === 'function') registry.addDescriber((w) => describeWorker.call(policy, w));
+  if (policy.describeWorker) registry.addDescriber((w) => policy.describeWorker?.(w) ?? {});
 
   const upstreams = new Upstreams({
     connections: config.upstream.connections,

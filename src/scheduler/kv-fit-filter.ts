@@ -15,6 +15,7 @@
 import type { WorkerState } from '../fleet/worker-state.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from './router.js';
 import type { PrefixMatcher } from './index/prefix-match.js';
+import { KV_OVERFULL, USED_STALE_METRICS } from './state-keys.js';
 import type { Filter, RouteRequest, RoutingContext } from './types.js';
 
 export interface KvFitOptions {
@@ -61,10 +62,10 @@ export function kvFitFilter(matcher: PrefixMatcher | null, opts: KvFitOptions): 
         over.push(need - free);
         if (need <= free) fits.push(w);
       }
-      if (stale) req.memo.set('usedStaleMetrics', true);
+      if (stale) req.state.set(USED_STALE_METRICS, true);
       if (fits.length > 0) return fits.length === workers.length ? (workers as WorkerState[]) : fits;
       if (possible.length === 0) return [];
-      req.memo.set('kvOverfull', true);
+      req.state.set(KV_OVERFULL, true);
       if (opts.whenNoneFits === 'all') return possible;
       let least = Infinity;
       for (const o of over) if (o < least) least = o;

@@ -31,14 +31,25 @@
  * Router's synchronous reservation makes each pick visible to the next.
  */
 import type { WorkerState } from '../fleet/worker-state.js';
+import { stateKey } from '../util/state.js';
 import { healthyFilter } from './filters.js';
 import { kvFitFilter } from './kv-fit-filter.js';
 import { boolOption, choiceOption, numberOption } from './options.js';
-import { PipelinePolicy, clamp01 } from './pipeline.js';
+import { kvgatePicker } from './pickers/kvgate.js';
+import { PipelinePolicy } from './pipeline.js';
 import type { PolicyOptions } from './policy-registry.js';
 import { PrefixIndex } from './index/prefix-index.js';
 import { PrefixMatcher } from './index/prefix-match.js';
-import type { Picker, RouteRequest, RoutingContext, ScoredWorker, Scorer } from './types.js';
+import { kvgateEstimate, kvgateEstimateProducer } from './producers/kvgate-estimate.js';
+import {
+  kvgateHeadroomScorer,
+  kvgateLoadScorer,
+  kvgatePrefixScorer,
+  kvgateQueueScorer,
+  kvgateSessionScorer,
+  kvgateTtftScorer,
+} from './scorers/kvgate.js';
+import type { Policy, RouteDecision, RouteOutcome, RouteRequest, RoutingContext } from './types.js';
 
 /** Every tunable of the kvgate policy, with its default. */
 export interface KvgateParams {
@@ -162,43 +173,18 @@ export function kvgateParams(o?: PolicyOptions): KvgateParams {
   };
 }
 
-/** What the policy estimated for one worker, kept on the request for the picker and the hooks. */
-export interface KvgateEstimate {
-  hit: number;
-  cachedTokens: number;
-  uncachedTokens: number;
-  aheadTokens: number;
-  ttftMs: number;
-  /** Milliseconds per prefill token at this worker (1000 / its prefill rate). */
-  msPerToken: number;
-  headroom: number;
-  waiting: number;
-  running: number;
-  session: boolean;
-}
+/** Clock time the request was dispatched (written at dispatch, read at its first token). */
+const DISPATCHED_AT = stateKey<number>('kvgate.dispatched-at');
+/** The request's first token came back: its prediction is confirmed. */
+const CONFIRMED = stateKey<true>('kvgate.confirmed');
 
-const EST_KEY = 'kvgate.estimates';
-const TABLE_KEY = 'kvgate.table';
-
-interface EstimateTable {
-  ws: readonly WorkerState[];
-  est: KvgateEstimate[];
-  minTtft: number;
-  minWait: number;
-  maxWait: number;
-  minRun: number;
-  maxRun: number;
-}
-
-export class KvgatePolicy extends PipelinePolicy {
+export class KvgatePolicy implements Policy {
+  readonly name: string;
   readonly params: KvgateParams;
   readonly matcher: PrefixMatcher;
-  override readonly prefixIndex: PrefixIndex;
+  readonly prefixIndex: PrefixIndex;
   /** Learned prefill throughput per worker id, tokens/s. */
   readonly prefillRates = new Map<string, number>();
-  /** Session key → worker id of its last pick (insertion-ordered, bounded). */
-  private readonly sessions = new Map<string, string>();
-
   /**
    * Read each worker's exact cache and queue through WorkerState.oracle (simulation only) instead
    * of the index and the metrics: the `oracle` policy, kvgate's decision rules with perfect
@@ -209,70 +195,54 @@ export class KvgatePolicy extends PipelinePolicy {
    * (always the lowest estimated TTFT on exact state) is the other reference.
    */
   readonly exact: boolean;
+  readonly usesOracle?: boolean;
+  /** Session key → worker id of its last pick (insertion-ordered, bounded). */
+  private readonly sessions = new Map<string, string>();
+  private readonly pipeline: PipelinePolicy;
 
   constructor(options?: PolicyOptions, name = 'kvgate', exact = false) {
     const p = kvgateParams(options);
-    const index = new PrefixIndex({
+    this.name = name;
+    this.params = p;
+    this.exact = exact;
+    if (exact) this.usesOracle = true;
+    this.prefixIndex = new PrefixIndex({
       maxBytes: p.indexMaxBytes,
       maxWorkers: p.maxWorkers,
       predictedTtlMs: p.predictedTtlMs,
       approxTtlMs: p.approxTtlMs,
     });
-    const matcher = new PrefixMatcher(index);
-    const self: { policy?: KvgatePolicy } = {};
-    /**
-     * The candidates' estimates and their ranges, computed once per request for all scorers
-     * (they are all handed the same candidate array).
-     */
-    const table = (req: RouteRequest, ws: readonly WorkerState[], ctx: RoutingContext): EstimateTable => {
-      const cached = req.memo.get(TABLE_KEY) as EstimateTable | undefined;
-      if (cached && cached.ws === ws) return cached;
-      const m = self.policy!.estimate(req, ws, ctx);
-      const est = ws.map((w) => m.get(w)!);
-      const t: EstimateTable = { ws, est, minTtft: Infinity, minWait: Infinity, maxWait: -Infinity, minRun: Infinity, maxRun: -Infinity };
-      for (const e of est) {
-        if (e.ttftMs < t.minTtft) t.minTtft = e.ttftMs;
-        if (e.waiting < t.minWait) t.minWait = e.waiting;
-        if (e.waiting > t.maxWait) t.maxWait = e.waiting;
-        if (e.running < t.minRun) t.minRun = e.running;
-        if (e.running > t.maxRun) t.maxRun = e.running;
-      }
-      req.memo.set(TABLE_KEY, t);
-      return t;
-    };
-    const part = (name: string, f: (e: KvgateEstimate, t: EstimateTable) => number): Scorer => ({
+    this.matcher = new PrefixMatcher(this.prefixIndex);
+    this.pipeline = new PipelinePolicy({
       name,
-      score(req, ws, ctx) {
-        const t = table(req, ws, ctx);
-        const out = new Array<number>(t.est.length);
-        for (let i = 0; i < out.length; i++) out[i] = f(t.est[i]!, t);
-        return out;
-      },
-    });
-    const lowIsGood = (v: number, lo: number, hi: number) => (hi > lo ? (hi - v) / (hi - lo) : 1);
-    super({
-      name,
-      filters: [healthyFilter, kvFitFilter(matcher, { whenNoneFits: p.whenNoneFits, overfullSlackBlocks: p.overfullSlackBlocks, exact })],
+      filters: [
+        healthyFilter,
+        kvFitFilter(this.matcher, { whenNoneFits: p.whenNoneFits, overfullSlackBlocks: p.overfullSlackBlocks, exact }),
+      ],
+      producers: [
+        kvgateEstimateProducer({
+          matcher: this.matcher,
+          exact,
+          queueMsPerWaiting: p.queueMsPerWaiting,
+          decodeMsPerRunning: p.decodeMsPerRunning,
+          prefillRate: (w) => this.prefillRate(w),
+          sessionWorker: (key) => this.sessions.get(key),
+        }),
+      ],
       scorers: [
-        { scorer: part('prefix', (e) => e.hit), weight: p.wPrefix },
-        { scorer: part('ttft', (e, t) => (e.ttftMs > 0 ? t.minTtft / e.ttftMs : 1)), weight: p.wTtft },
-        { scorer: part('headroom', (e) => e.headroom), weight: p.wHeadroom },
-        { scorer: part('queue', (e, t) => lowIsGood(e.waiting, t.minWait, t.maxWait)), weight: p.wQueue },
-        { scorer: part('load', (e, t) => lowIsGood(e.running, t.minRun, t.maxRun)), weight: p.wLoad },
-        { scorer: part('session', (e) => (e.session ? 1 : 0)), weight: p.wSession },
+        { scorer: kvgatePrefixScorer, weight: p.wPrefix },
+        { scorer: kvgateTtftScorer, weight: p.wTtft },
+        { scorer: kvgateHeadroomScorer, weight: p.wHeadroom },
+        { scorer: kvgateQueueScorer, weight: p.wQueue },
+        { scorer: kvgateLoadScorer, weight: p.wLoad },
+        { scorer: kvgateSessionScorer, weight: p.wSession },
       ],
       picker: kvgatePicker(p),
-      expectedPrefixHit: (req, picked) => (req.memo.get(EST_KEY) as Map<WorkerState, KvgateEstimate>).get(picked.worker)?.hit ?? 0,
-      onDispatch: (req, d, ctx) => self.policy!.dispatched(req, d.worker, ctx),
-      onFirstToken: (req, w, ctx) => self.policy!.firstTokenAt(req, w, ctx),
-      onComplete: (req, w, ok, ctx) => self.policy!.completed(req, w, ok, ctx),
     });
-    self.policy = this;
-    this.exact = exact;
-    if (exact) this.usesOracle = true;
-    this.params = p;
-    this.matcher = matcher;
-    this.prefixIndex = index;
+  }
+
+  route(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): RouteOutcome {
+    return this.pipeline.route(req, workers, ctx);
   }
 
   /** What /admin/workers shows for this policy per worker. */
@@ -284,52 +254,9 @@ export class KvgatePolicy extends PipelinePolicy {
     return this.prefillRates.get(w.id) ?? this.params.prefillTokensPerSec;
   }
 
-  /** Per-worker estimates for this request (memoised; extended when new workers are asked for). */
-  estimate(req: RouteRequest, ws: readonly WorkerState[], ctx: RoutingContext): Map<WorkerState, KvgateEstimate> {
-    let m = req.memo.get(EST_KEY) as Map<WorkerState, KvgateEstimate> | undefined;
-    if (!m) {
-      m = new Map();
-      req.memo.set(EST_KEY, m);
-    }
-    if (ws.every((w) => m!.has(w))) return m;
-    const p = this.params;
-    const matches = this.matcher.matches(req, ws, ctx);
-    const prompt = req.promptTokens.length;
-    const sessionWorker = req.sessionKey !== undefined ? this.sessions.get(req.sessionKey) : undefined;
-    for (const w of ws) {
-      if (m.has(w)) continue;
-      const probe = this.exact ? w.oracle : undefined;
-      const cached = Math.min(prompt, probe ? probe.cachedPrefixTokens(req.promptTokens) : (matches.get(w)?.tokens ?? 0));
-      const uncached = prompt - cached;
-      const stale = !probe && w.isStale(ctx.now, ctx.staleAfterMs);
-      if (stale) req.memo.set('usedStaleMetrics', true);
-      const q = probe ? { running: probe.running(), waiting: probe.waiting() } : w.estimatedQueue(ctx.now, ctx.staleAfterMs);
-      // The engine's pending prefill counts every gateway's traffic but not the chunk of the step
-      // in flight (taken off at the step's start, its first token due only at the step's end);
-      // the gateway's own in-flight prefill still counts that step. Take the larger.
-      const ahead = Math.max(0, probe ? Math.max(probe.pendingPrefillTokens(), w.inflightPrefillTokens) : w.inflightPrefillTokens);
-      const msPerToken = 1000 / this.prefillRate(w);
-      const ttftMs =
-        msPerToken * (ahead + uncached) + p.queueMsPerWaiting * q.waiting + p.decodeMsPerRunning * q.running;
-      const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
-      const need = Math.ceil(uncached / w.blockSize);
-      m.set(w, {
-        hit: prompt > 0 ? cached / prompt : 0,
-        cachedTokens: cached,
-        uncachedTokens: uncached,
-        aheadTokens: ahead,
-        ttftMs,
-        msPerToken,
-        headroom: clamp01((free - need) / Math.max(1, w.numGpuBlocks)),
-        waiting: q.waiting,
-        running: q.running,
-        session: sessionWorker === w.id,
-      });
-    }
-    return m;
-  }
-
-  private dispatched(req: RouteRequest, w: WorkerState, ctx: RoutingContext): void {
+  /** Predict the prompt's blocks at the worker and remember the session's worker. */
+  onDispatch(req: RouteRequest, d: RouteDecision, ctx: RoutingContext): void {
+    const w = d.worker;
     this.matcher.predict(req, w, ctx.now);
     if (req.sessionKey !== undefined) {
       this.sessions.delete(req.sessionKey);
@@ -338,15 +265,16 @@ export class KvgatePolicy extends PipelinePolicy {
         this.sessions.delete(this.sessions.keys().next().value!);
       }
     }
-    req.memo.set('kvgate.dispatchedAt', ctx.now);
+    req.state.set(DISPATCHED_AT, ctx.now);
   }
 
-  private firstTokenAt(req: RouteRequest, w: WorkerState, ctx: RoutingContext): void {
+  /** Confirm the prediction and learn the worker's prefill rate from the time to first token. */
+  onFirstToken(req: RouteRequest, w: WorkerState, ctx: RoutingContext): void {
     this.matcher.confirm(req, w, ctx.now);
-    req.memo.set('kvgate.confirmed', true);
+    req.state.set(CONFIRMED, true);
     if (!this.params.learnPrefillRate) return;
-    const est = (req.memo.get(EST_KEY) as Map<WorkerState, KvgateEstimate> | undefined)?.get(w);
-    const at = req.memo.get('kvgate.dispatchedAt') as number | undefined;
+    const est = kvgateEstimate(req, w);
+    const at = req.state.get(DISPATCHED_AT);
     if (!est || at === undefined) return;
     const tokens = est.aheadTokens + est.uncachedTokens;
     const elapsedMs = ctx.now - at;
@@ -358,61 +286,11 @@ export class KvgatePolicy extends PipelinePolicy {
     this.prefillRates.set(w.id, prev + this.params.learnAlpha * (clamped - prev));
   }
 
-  private completed(req: RouteRequest, w: WorkerState, ok: boolean, ctx: RoutingContext): void {
-    if (req.memo.get('kvgate.confirmed') === true) return;
+  onComplete(req: RouteRequest, w: WorkerState, ok: boolean, ctx: RoutingContext): void {
+    if (req.state.get(CONFIRMED) === true) return;
     // A non-streamed request may complete without a first-token callback: its prefill is done
     // too. One that failed before its first token never filled the cache: withdraw its prediction.
     if (ok) this.matcher.confirm(req, w, ctx.now);
     else this.matcher.retract(req, w);
   }
-}
-
-export function kvgatePicker(p: KvgateParams): Picker {
-  return {
-    name: 'kvgate',
-    pick(req, candidates, ctx) {
-      if (candidates.length === 0) return null;
-      const est = req.memo.get(EST_KEY) as Map<WorkerState, KvgateEstimate>;
-      const e = (c: ScoredWorker) => est.get(c.worker)!;
-      let tmin = Infinity;
-      for (const c of candidates) tmin = Math.min(tmin, e(c).ttftMs);
-      const band = tmin * (1 + p.nearRelative) + p.nearAbsoluteMs;
-      // A: best weighted score among the near-least-loaded (reservoir-sampled ties).
-      let a: ScoredWorker | null = null;
-      let ties = 0;
-      for (const c of candidates) {
-        if (e(c).ttftMs > band) continue;
-        if (a === null || c.score > a.score + 1e-9) {
-          a = c;
-          ties = 1;
-        } else if (Math.abs(c.score - a.score) <= 1e-9 && ctx.rng() * ++ties < 1) a = c;
-      }
-      // B: best cache match overall; among equals the lower ttft, then random.
-      let b: ScoredWorker | null = null;
-      ties = 0;
-      for (const c of candidates) {
-        const ec = e(c);
-        if (b === null || ec.hit > e(b).hit + 1e-9 || (Math.abs(ec.hit - e(b).hit) <= 1e-9 && ec.ttftMs < e(b).ttftMs - 1e-9)) {
-          b = c;
-          ties = 1;
-        } else if (Math.abs(ec.hit - e(b).hit) <= 1e-9 && Math.abs(ec.ttftMs - e(b).ttftMs) <= 1e-9 && ctx.rng() * ++ties < 1) b = c;
-      }
-      const ea = e(a!);
-      const eb = e(b!);
-      let picked = a!;
-      let reason: string;
-      if (eb.hit > ea.hit + p.minHitGain) {
-        const savedMs = p.spillSavedFraction * ea.msPerToken * (eb.cachedTokens - ea.cachedTokens);
-        if (eb.ttftMs <= ea.ttftMs * (1 + p.spillRelative) + p.spillAbsoluteMs + savedMs) {
-          picked = b!;
-          reason = 'prefix';
-        } else reason = 'spill';
-      } else if (ea.hit > 0) reason = 'prefix';
-      else if (ea.session && p.wSession > 0) reason = 'session';
-      else reason = 'load';
-      if (req.memo.get('kvOverfull') === true) reason += '+overfull';
-      req.memo.set('reason', reason);
-      return picked;
-    },
-  };
 }

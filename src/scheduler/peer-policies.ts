@@ -4,6 +4,7 @@
  * side-by-side benchmark compares policies, not plumbing.
  */
 import { seedFromString } from '../util/rng.js';
+import { stateKey } from '../util/state.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import { CharRadixTree } from './index/char-radix-tree.js';
 import { healthyFilter } from './filters.js';
@@ -14,7 +15,7 @@ import { PipelinePolicy } from './pipeline.js';
 import type { PolicyOptions } from './policy-registry.js';
 import { PrefixIndex } from './index/prefix-index.js';
 import { PrefixMatcher } from './index/prefix-match.js';
-import type { Picker, RouteRequest, ScoredWorker, Scorer } from './types.js';
+import type { Pick, Picker, RouteRequest, ScoredWorker, Scorer } from './types.js';
 
 /** Random choice among the candidates minimising `key` (ties within 1e-9). */
 function argminRandom<T>(items: readonly T[], key: (t: T) => number, rng: () => number): T | null {
@@ -31,6 +32,8 @@ function argminRandom<T>(items: readonly T[], key: (t: T) => number, rng: () => 
   }
   return best;
 }
+
+const pickOf = (c: ScoredWorker | null, reason: string): Pick | null => c && { worker: c, reason };
 
 // ------------------------------------------------------------------ SGLang cache_aware
 
@@ -84,21 +87,15 @@ export function createSglangPolicy(o?: PolicyOptions): PipelinePolicy {
         max = Math.max(max, load(c));
       }
       if (max - min > p.balanceAbsThreshold && max > p.balanceRelThreshold * min) {
-        req.memo.set('reason', 'least-load');
-        return argminRandom(candidates, load, ctx.rng);
+        return pickOf(argminRandom(candidates, load, ctx.rng), 'least-load');
       }
       const text = req.promptText;
       const matched = new Map<ScoredWorker, number>();
       for (const c of candidates) matched.set(c, tree(c.worker).match(text));
       const best = argminRandom(candidates, (c) => -matched.get(c)!, ctx.rng)!;
       const rate = text.length > 0 ? matched.get(best)! / text.length : 0;
-      req.memo.set('sglang.matchRate', rate);
-      if (rate > p.cacheThreshold) {
-        req.memo.set('reason', 'prefix');
-        return best;
-      }
-      req.memo.set('reason', 'least-load');
-      return argminRandom(candidates, load, ctx.rng);
+      if (rate > p.cacheThreshold) return { worker: best, reason: 'prefix' };
+      return pickOf(argminRandom(candidates, load, ctx.rng), 'least-load');
     },
   };
   return new PipelinePolicy({
@@ -123,14 +120,19 @@ export function createSglangPolicy(o?: PolicyOptions): PipelinePolicy {
 
 // ------------------------------------------------------------------ llm-d
 
+/** The prompt text's UTF-16 code units, llm-d's stand-in for tokens. */
+const LLMD_CHARS = stateKey<Uint16Array>('llm-d.chars');
+/** The request seen through its character codes as tokens. */
+const LLMD_CHAR_REQUEST = stateKey<RouteRequest>('llm-d.char-request');
+
 /** Text → "tokens" the way llm-d's approximate prefix scorer does without a tokenizer. */
 function charCodes(req: RouteRequest): Uint16Array {
-  let c = req.memo.get('llm-d.chars') as Uint16Array | undefined;
+  let c = req.state.get(LLMD_CHARS);
   if (!c) {
     const s = req.promptText;
     c = new Uint16Array(s.length);
     for (let i = 0; i < s.length; i++) c[i] = s.charCodeAt(i);
-    req.memo.set('llm-d.chars', c);
+    req.state.set(LLMD_CHARS, c);
   }
   return c;
 }
@@ -161,11 +163,11 @@ export function createLlmdPolicy(o?: PolicyOptions): PipelinePolicy {
     return m;
   };
   const asChars = (req: RouteRequest): RouteRequest => {
-    let r = req.memo.get('llm-d.req') as RouteRequest | undefined;
+    let r = req.state.get(LLMD_CHAR_REQUEST);
     if (!r) {
-      // The same request seen through character codes; shares the memo so hashes are computed once.
+      // The same request seen through character codes; shares the state so hashes are computed once.
       r = { ...req, promptTokens: charCodes(req) };
-      req.memo.set('llm-d.req', r);
+      req.state.set(LLMD_CHAR_REQUEST, r);
     }
     return r;
   };
@@ -192,7 +194,7 @@ export function createLlmdPolicy(o?: PolicyOptions): PipelinePolicy {
       });
     },
   };
-  const policy = new PipelinePolicy({
+  return new PipelinePolicy({
     name: 'llm-d',
     filters: [healthyFilter],
     scorers: [
@@ -201,13 +203,12 @@ export function createLlmdPolicy(o?: PolicyOptions): PipelinePolicy {
       { scorer: prefixScorer, weight: numberOption(o, 'prefixWeight', 3, 0) },
     ],
     picker: maxScorePicker,
+    scrapeIntervalMs: numberOption(o, 'scrapeIntervalMs', 50, 1),
+    prefixIndex: index,
     onDispatch(req, d, ctx) {
       matcherFor(req.model).record(asChars(req), d.worker, ctx.now);
     },
   });
-  policy.scrapeIntervalMs = numberOption(o, 'scrapeIntervalMs', 50, 1);
-  policy.prefixIndex = index;
-  return policy;
 }
 
 // ------------------------------------------------------------------ NVIDIA Dynamo
@@ -220,6 +221,9 @@ export function createLlmdPolicy(o?: PolicyOptions): PipelinePolicy {
  * active decode blocks the prompt blocks of its active sequences, both counted router-side.
  * Overlap comes from its own index of what it routed, each entry living 120 s since last use.
  */
+/** Prompt blocks the request added to its worker's active blocks at dispatch. */
+const DYNAMO_ACTIVE_BLOCKS = stateKey<number>('dynamo.active-blocks');
+
 export function createDynamoPolicy(o?: PolicyOptions): PipelinePolicy {
   const scale = numberOption(o, 'prefillLoadScale', 1, 0);
   const index = new PrefixIndex({
@@ -242,33 +246,32 @@ export function createDynamoPolicy(o?: PolicyOptions): PipelinePolicy {
     pick(req, candidates, ctx) {
       const m = matcher.matches(req, candidates.map((c) => c.worker), ctx);
       const best = argminRandom(candidates, (c) => cost(req, c.worker, m.get(c.worker)!.blocks), ctx.rng);
-      if (best) {
-        const x = m.get(best.worker)!;
-        req.memo.set('reason', x.blocks > 0 ? 'prefix' : 'load');
-        req.memo.set('dynamo.hit', req.promptTokens.length > 0 ? x.tokens / req.promptTokens.length : 0);
-      }
-      return best;
+      if (!best) return null;
+      const x = m.get(best.worker)!;
+      return {
+        worker: best,
+        reason: x.blocks > 0 ? 'prefix' : 'load',
+        expectedPrefixHit: req.promptTokens.length > 0 ? x.tokens / req.promptTokens.length : 0,
+      };
     },
   };
-  const policy = new PipelinePolicy({
+  return new PipelinePolicy({
     name: 'dynamo',
     filters: [healthyFilter],
     scorers: [],
     picker,
-    expectedPrefixHit: (req) => (req.memo.get('dynamo.hit') as number | undefined) ?? 0,
+    prefixIndex: index,
     onDispatch(req, d, ctx) {
       matcher.record(req, d.worker, ctx.now);
       const b = Math.ceil(req.promptTokens.length / d.worker.blockSize);
       activeBlocks.set(d.worker.id, (activeBlocks.get(d.worker.id) ?? 0) + b);
-      req.memo.set('dynamo.blocks', b);
+      req.state.set(DYNAMO_ACTIVE_BLOCKS, b);
     },
     onComplete(req, w) {
-      const b = (req.memo.get('dynamo.blocks') as number | undefined) ?? 0;
+      const b = req.state.get(DYNAMO_ACTIVE_BLOCKS) ?? 0;
       activeBlocks.set(w.id, Math.max(0, (activeBlocks.get(w.id) ?? 0) - b));
     },
   });
-  policy.prefixIndex = index;
-  return policy;
 }
 
 // ------------------------------------------------------------------ oracle
@@ -296,21 +299,20 @@ export function createOraclePolicy(o?: PolicyOptions): PipelinePolicy {
     pick(req, candidates, ctx) {
       const e = new Map(candidates.map((c) => [c, est(req, c.worker)]));
       const best = argminRandom(candidates, (c) => e.get(c)!.ttft, ctx.rng);
-      if (best) {
-        const x = e.get(best)!;
-        req.memo.set('oracle.hit', req.promptTokens.length > 0 ? x.cached / req.promptTokens.length : 0);
-        req.memo.set('reason', x.cached > 0 ? 'prefix' : 'load');
-      }
-      return best;
+      if (!best) return null;
+      const x = e.get(best)!;
+      return {
+        worker: best,
+        reason: x.cached > 0 ? 'prefix' : 'load',
+        expectedPrefixHit: req.promptTokens.length > 0 ? x.cached / req.promptTokens.length : 0,
+      };
     },
   };
-  const policy = new PipelinePolicy({
+  return new PipelinePolicy({
     name: 'oracle-greedy',
     filters: [healthyFilter, kvFitFilter(null, { whenNoneFits: 'all', overfullSlackBlocks: 0 })],
     scorers: [],
     picker,
-    expectedPrefixHit: (req) => (req.memo.get('oracle.hit') as number | undefined) ?? 0,
+    usesOracle: true,
   });
-  policy.usesOracle = true;
-  return policy;
 }

@@ -16,7 +16,7 @@ export const maxScorePicker: Picker = {
         if (ctx.rng() * ties < 1) best = c;
       }
     }
-    return best;
+    return best && { worker: best, reason: 'max-score' };
   },
 };
 
@@ -25,7 +25,7 @@ export const randomPicker: Picker = {
   name: 'random',
   pick(_req, candidates, ctx) {
     if (candidates.length === 0) return null;
-    return candidates[Math.floor(ctx.rng() * candidates.length)]!;
+    return { worker: candidates[Math.floor(ctx.rng() * candidates.length)]!, reason: 'random' };
   },
 };
 
@@ -38,7 +38,7 @@ export function roundRobinPicker(): Picker {
       if (candidates.length === 0) return null;
       const c = candidates[next % candidates.length]!;
       next = (next + 1) % 1_000_000_007;
-      return c;
+      return { worker: c, reason: 'round-robin' };
     },
   };
 }
