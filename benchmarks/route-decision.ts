@@ -13,7 +13,7 @@
  * --blocks N (30000), --warmup N (6000), --json.
  */
 import { WorkerState } from '../src/fleet/worker-state.js';
-import { createPolicy } from '../src/scheduler/policies.js';
+import { createPolicy } from '../src/scheduler/registry.js';
 import { KVGATE_HASH_SEED, PromptBlocks, promptBlocks } from '../src/kv/prompt-blocks.js';
 import { PrefixIndex } from '../src/scheduler/index/prefix-index.js';
 import { Router } from '../src/scheduler/router.js';

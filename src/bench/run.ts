@@ -3,7 +3,7 @@
  * summarised into the results JSON and the data the HTML report draws.
  */
 import { buildEngineConfig } from '../engine/profiles.js';
-import { createPolicy, policyNames, type PolicyOptions } from '../scheduler/policies.js';
+import { createPolicy, policyNames, type PolicyOptions } from '../scheduler/registry.js';
 import { simulateFleet, type AdmitResult } from '../sim/fleet-sim.js';
 import type { RouteRequest } from '../scheduler/types.js';
 import { mix32 } from '../workload/tokens.js';

@@ -5,7 +5,7 @@
 import { openSync, readSync, closeSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { listGpus, listModels } from '../engine/profiles.js';
-import { policyNames } from '../scheduler/policies.js';
+import { policyNames } from '../scheduler/registry.js';
 import { loadTrace, TRACE_FORMATS, TraceError, type AzureOptions, type TraceFormat } from '../workload/loaders.js';
 import { createProgressBar, type ProgressBar } from '../bench/progress.js';
 import { renderReport } from '../bench/report.js';

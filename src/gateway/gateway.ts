@@ -12,7 +12,7 @@ import { WorkerRegistry, type WorkerDescriber } from '../fleet/registry.js';
 import { MetricsScraper } from '../fleet/scraper.js';
 import { Upstreams } from '../fleet/upstreams.js';
 import type { WorkerState } from '../fleet/worker-state.js';
-import { createPolicy } from '../scheduler/policies.js';
+import { createPolicy } from '../scheduler/registry.js';
 import { Router } from '../scheduler/router.js';
 import type { Policy } from '../scheduler/types.js';
 import { createLogger, flushLogger, type Logger } from '../telemetry/logger.js';

@@ -136,3 +136,14 @@ export interface Policy {
   /** Extra per-worker fields for /admin/workers (e.g. a learned prefill rate). */
   describeWorker?(worker: WorkerState): Record<string, unknown>;
 }
+
+/** Options a policy is created with, as written in the config (`policy.options`). */
+export type PolicyOptions = Record<string, unknown>;
+
+/** A named policy: what `policy.name` in the config and `kvgate bench --policy` refer to. */
+export interface PolicyDefinition {
+  readonly name: string;
+  /** One line for listings (`kvgate bench --list`, `kvgate serve --help`). */
+  readonly description: string;
+  create(options?: PolicyOptions): Policy;
+}

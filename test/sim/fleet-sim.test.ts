@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { buildEngineConfig } from '../../src/engine/profiles.js';
 import { WorkerState } from '../../src/fleet/worker-state.js';
-import { createPolicy, policyNames } from '../../src/scheduler/policies.js';
+import { createPolicy, policyNames } from '../../src/scheduler/registry.js';
 import { Router } from '../../src/scheduler/router.js';
 import type { Policy, RouteRequest } from '../../src/scheduler/types.js';
 import { policyScrapeInterval, simulateFleet, type RouterTraceEvent } from '../../src/sim/fleet-sim.js';

@@ -1,9 +1,11 @@
 /**
- * `kvgate`: kvgate's own policy. Filters (healthy, KV fit) → scorers (expected prefix hit, KV
- * headroom, queue depth, running load, estimated TTFT, session) → a picker that trades cache
- * affinity against waiting time with hysteresis (the load guard).
+ * Policy `kvgate`: kvgate's own, and `oracle`, the same rules on exact engine state.
  *
- * The estimate at its centre, per worker:
+ *   healthy → kv-fit → kvgate-estimate (producer) →
+ *   prefix · wPrefix + ttft · wTtft + headroom · wHeadroom + queue · wQueue + load · wLoad
+ *     + session · wSession → kvgate picker (the load guard)
+ *
+ * The estimate at its centre (producers/kvgate-estimate.ts), per worker:
  *
  *   ttftMs = 1000 · (prefill tokens queued ahead + this request's uncached tokens) / prefill rate
  *            + queueMsPerWaiting · waiting + decodeMsPerRunning · running
@@ -13,34 +15,23 @@
  * and never stale; waiting/running come from the snapshot plus dispatches since, or from the
  * gateway's in-flight count once the snapshot is stale (say so, never fail closed). The prefill
  * rate is configured per deployment and, by default, learned per worker from observed first
- * tokens.
+ * tokens (onFirstToken).
  *
- * The picker (load guard):
- *  1. near = workers whose ttft ≤ min ttft · (1 + nearRelative) + nearAbsoluteMs;
- *  2. A = the near worker with the best weighted score (prefix weighs most): among near-least-
- *     loaded workers the best cache match still wins, affinity is never discarded (SGLang's fall
- *     back to pure least-load collapses hit rate);
- *  3. B = the worker with the largest expected prefix hit overall;
- *  4. if B holds clearly more of the prompt than A and its ttft is within spillRelative /
- *     spillAbsoluteMs of A's plus spillSavedFraction of the prefill time its extra cached tokens
- *     save, take B ('prefix') — so a long prefix keeps its home through more load than a short
- *     one that is cheap to recompute anywhere; otherwise A ('spill' when B was the better cache
- *     match but too busy — the prefix then gets cached on A as well, Preble's explore step).
- * Ties break at random (ctx.rng). At pick time the prompt's blocks are inserted into the index as
- * predictions, so a burst sharing a prefix co-locates before any worker reports anything, and the
- * Router's synchronous reservation makes each pick visible to the next.
+ * The picker (pickers/kvgate.ts) takes the best weighted score among the workers near the lowest
+ * ttft, unless the best-cached worker is worth its extra wait ('prefix'); otherwise the prefix
+ * spills ('spill'). At dispatch the prompt's blocks are inserted into the index as predictions,
+ * so a burst sharing a prefix co-locates before any worker reports anything, and the Router's
+ * synchronous reservation makes each pick visible to the next.
  */
-import type { WorkerState } from '../fleet/worker-state.js';
-import { stateKey } from '../util/state.js';
-import { healthyFilter } from './filters.js';
-import { kvFitFilter } from './kv-fit-filter.js';
-import { boolOption, choiceOption, numberOption } from './options.js';
-import { kvgatePicker } from './pickers/kvgate.js';
-import { PipelinePolicy } from './pipeline.js';
-import type { PolicyOptions } from './policy-registry.js';
-import { PrefixIndex } from './index/prefix-index.js';
-import { PrefixMatcher } from './index/prefix-match.js';
-import { kvgateEstimate, kvgateEstimateProducer } from './producers/kvgate-estimate.js';
+import type { WorkerState } from '../../fleet/worker-state.js';
+import { stateKey } from '../../util/state.js';
+import { healthyFilter } from '../filters/healthy.js';
+import { kvFitFilter } from '../filters/kv-fit.js';
+import { PrefixIndex } from '../index/prefix-index.js';
+import { PrefixMatcher } from '../index/prefix-match.js';
+import { kvgatePicker } from '../pickers/kvgate.js';
+import { PipelinePolicy } from '../pipeline.js';
+import { kvgateEstimate, kvgateEstimateProducer } from '../producers/kvgate-estimate.js';
 import {
   kvgateHeadroomScorer,
   kvgateLoadScorer,
@@ -48,8 +39,17 @@ import {
   kvgateQueueScorer,
   kvgateSessionScorer,
   kvgateTtftScorer,
-} from './scorers/kvgate.js';
-import type { Policy, RouteDecision, RouteOutcome, RouteRequest, RoutingContext } from './types.js';
+} from '../scorers/kvgate.js';
+import type {
+  Policy,
+  PolicyDefinition,
+  PolicyOptions,
+  RouteDecision,
+  RouteOutcome,
+  RouteRequest,
+  RoutingContext,
+} from '../types.js';
+import { boolOption, choiceOption, numberOption } from './options.js';
 
 /** Every tunable of the kvgate policy, with its default. */
 export interface KvgateParams {
@@ -294,3 +294,17 @@ export class KvgatePolicy implements Policy {
     else this.matcher.retract(req, w);
   }
 }
+
+export const kvgatePolicy: PolicyDefinition = {
+  name: 'kvgate',
+  description:
+    'kvgate: expected prefix hit from a KV-event-fed index, KV fit, estimated TTFT with a load guard that spills hot prefixes, pick-time predictions.',
+  create: (o) => new KvgatePolicy(o),
+};
+
+export const oraclePolicy: PolicyDefinition = {
+  name: 'oracle',
+  description:
+    "Simulation only: kvgate's decision rules on each engine's exact cache and queue (perfect information, same heuristics; not a guaranteed bound).",
+  create: (o) => new KvgatePolicy(o, 'oracle', true),
+};

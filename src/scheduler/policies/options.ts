@@ -2,7 +2,7 @@
  * Reading policy options: every tunable has a documented default; a value of the wrong type is
  * an error that names the option, never silently ignored.
  */
-import type { PolicyOptions } from './policy-registry.js';
+import type { PolicyOptions } from '../types.js';
 
 export function numberOption(o: PolicyOptions | undefined, key: string, dflt: number, min = -Infinity): number {
   const v = o?.[key];
