@@ -6,6 +6,7 @@
  * peers' used as baselines, is a configuration of this one shape, and the same code routes in the
  * live gateway and in the fleet simulation (the clock and the random source are injected).
  */
+import type { z } from 'zod';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { Rng } from '../util/rng.js';
 import type { RequestState } from '../util/state.js';
@@ -137,13 +138,19 @@ export interface Policy {
   describeWorker?(worker: WorkerState): Record<string, unknown>;
 }
 
-/** Options a policy is created with, as written in the config (`policy.options`). */
+/** Options a policy is created from, as written in the config (`policy.options`). */
 export type PolicyOptions = Record<string, unknown>;
 
 /** A named policy: what `policy.name` in the config and `kvgate bench --policy` refer to. */
-export interface PolicyDefinition {
+export interface PolicyDefinition<O extends z.ZodObject = z.ZodObject> {
   readonly name: string;
   /** One line for listings (`kvgate bench --list`, `kvgate serve --help`). */
   readonly description: string;
-  create(options?: PolicyOptions): Policy;
+  /**
+   * The policy's options with their defaults (policies/knobs.ts): the one place they are
+   * declared, checked at config load and by createPolicy.
+   */
+  readonly options: O;
+  /** A fresh policy from parsed options. */
+  create(options: z.output<O>): Policy;
 }

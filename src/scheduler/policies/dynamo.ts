@@ -1,8 +1,20 @@
 /**
- * Policy `dynamo`: a baseline modelled on NVIDIA Dynamo's KV router in approximate mode, built
- * from the same pipeline as kvgate's policies so a side-by-side benchmark compares policies, not
- * plumbing.
+ * Policy `dynamo`: a baseline modelled on NVIDIA Dynamo's KV router (ai-dynamo/dynamo
+ * `docs/components/router/`) in approximate mode, built from the same pipeline as kvgate's
+ * policies so a side-by-side benchmark compares policies, not plumbing.
+ *
+ *   healthy → dynamo picker
+ *
+ *   cost(w) = prefillLoadScale · max(active prefill blocks + prompt blocks − overlap blocks, 0)
+ *             + active decode blocks
+ *
+ * The lowest cost wins (temperature 0, ties at random); reason 'prefix' if the winner overlaps
+ * the prompt, else 'load'. Active prefill blocks are the router's own not-yet-first-token prompt
+ * tokens at the worker, active decode blocks the prompt blocks of its active sequences, both
+ * counted router-side. Overlap comes from its own index of what it routed, each entry living
+ * cacheWindowMs since last use.
  */
+import { z } from 'zod';
 import type { WorkerState } from '../../fleet/worker-state.js';
 import { stateKey } from '../../util/state.js';
 import { healthyFilter } from '../filters/healthy.js';
@@ -10,27 +22,31 @@ import { PrefixIndex } from '../index/prefix-index.js';
 import { PrefixMatcher } from '../index/prefix-match.js';
 import { argminRandom } from '../pickers/argmin-random.js';
 import { PipelinePolicy } from '../pipeline.js';
-import type { Picker, PolicyDefinition, PolicyOptions, RouteRequest } from '../types.js';
-import { numberOption } from './options.js';
+import type { Picker, PolicyDefinition, RouteRequest } from '../types.js';
+import { indexKnobs, numberKnob } from './knobs.js';
 
-/**
- * Modelled on NVIDIA Dynamo's KV router (ai-dynamo/dynamo `docs/components/router/`) in
- * approximate mode: cost = prefill_load_scale · max(active prefill blocks + prompt blocks −
- * overlap blocks, 0) + active decode blocks; the lowest cost wins (temperature 0, ties at random).
- * Active prefill blocks are the router's own not-yet-first-token prompt tokens at the worker,
- * active decode blocks the prompt blocks of its active sequences, both counted router-side.
- * Overlap comes from its own index of what it routed, each entry living 120 s since last use.
- */
+/** Dynamo's names in parentheses. */
+export const dynamoOptions = z.strictObject({
+  prefillLoadScale: numberKnob(1, 'weight of the new prefill blocks against the active decode blocks (prefill_load_scale)'),
+  cacheWindowMs: numberKnob(120_000, 'lifetime of a routed block in the overlap index since its last use, ms', {
+    infinite: true,
+  }),
+  indexMaxBytes: indexKnobs.indexMaxBytes,
+  maxWorkers: indexKnobs.maxWorkers,
+});
+
+export type DynamoOptions = z.output<typeof dynamoOptions>;
+
 /** Prompt blocks the request added to its worker's active blocks at dispatch. */
 const DYNAMO_ACTIVE_BLOCKS = stateKey<number>('dynamo.active-blocks');
 
-export function createDynamoPolicy(o?: PolicyOptions): PipelinePolicy {
-  const scale = numberOption(o, 'prefillLoadScale', 1, 0);
+export function createDynamoPolicy(o: DynamoOptions): PipelinePolicy {
+  const scale = o.prefillLoadScale;
   const index = new PrefixIndex({
-    maxBytes: numberOption(o, 'indexMaxBytes', 256 * 1024 * 1024, 1024),
-    maxWorkers: numberOption(o, 'maxWorkers', 1024, 1),
+    maxBytes: o.indexMaxBytes,
+    maxWorkers: o.maxWorkers,
     predictedTtlMs: 0,
-    approxTtlMs: numberOption(o, 'cacheWindowMs', 120_000, 0),
+    approxTtlMs: o.cacheWindowMs,
   });
   const matcher = new PrefixMatcher(index);
   /** Prompt blocks of the sequences active at each worker (router-side accounting). */
@@ -74,8 +90,9 @@ export function createDynamoPolicy(o?: PolicyOptions): PipelinePolicy {
   });
 }
 
-export const dynamoPolicy: PolicyDefinition = {
+export const dynamoPolicy: PolicyDefinition<typeof dynamoOptions> = {
   name: 'dynamo',
   description: 'NVIDIA Dynamo KV router (approximate): lowest prefill_load_scale·new prefill blocks + active decode blocks, 120 s overlap window.',
+  options: dynamoOptions,
   create: createDynamoPolicy,
 };

@@ -23,11 +23,12 @@
  * so a burst sharing a prefix co-locates before any worker reports anything, and the Router's
  * synchronous reservation makes each pick visible to the next.
  */
+import { z } from 'zod';
 import type { WorkerState } from '../../fleet/worker-state.js';
 import { stateKey } from '../../util/state.js';
 import { healthyFilter } from '../filters/healthy.js';
 import { kvFitFilter } from '../filters/kv-fit.js';
-import { PrefixIndex } from '../index/prefix-index.js';
+import { PREFIX_INDEX_DEFAULTS, PrefixIndex } from '../index/prefix-index.js';
 import { PrefixMatcher } from '../index/prefix-match.js';
 import { kvgatePicker } from '../pickers/kvgate.js';
 import { PipelinePolicy } from '../pipeline.js';
@@ -43,135 +44,76 @@ import {
 import type {
   Policy,
   PolicyDefinition,
-  PolicyOptions,
   RouteDecision,
   RouteOutcome,
   RouteRequest,
   RoutingContext,
 } from '../types.js';
-import { boolOption, choiceOption, numberOption } from './options.js';
+import { booleanKnob, choiceKnob, indexKnobs, numberKnob } from './knobs.js';
 
-/** Every tunable of the kvgate policy, with its default. */
-export interface KvgateParams {
-  /** Assumed prefill throughput per worker, tokens/s, before anything is learned (default 10,000). */
-  prefillTokensPerSec: number;
-  /** Learn each worker's effective prefill rate from observed first tokens (default true). */
-  learnPrefillRate: boolean;
-  /** Weight of a new observation in the learned rate (default 0.2). */
-  learnAlpha: number;
-  /** Ignore first tokens of requests that had fewer tokens to prefill than this (default 256). */
-  learnMinTokens: number;
-  /** Added to the ttft estimate per waiting request at the worker, ms (default 2). */
-  queueMsPerWaiting: number;
-  /** Added to the ttft estimate per running request (decode steps share the batch), ms (default 0.5). */
-  decodeMsPerRunning: number;
-  /**
-   * Near-least-loaded band: relative (default 0.25) and absolute (default 0 ms) slack. The slack
-   * is relative so it scales with the workload: an absolute allowance (15 ms was the old default)
-   * is larger than a whole short request's TTFT, and let cache affinity pile short chat prompts
-   * onto the workers that first saw their prefix while others idled.
-   */
-  nearRelative: number;
-  nearAbsoluteMs: number;
-  /**
-   * Stay on the best-cached worker while its ttft is within this of the alternative's: relative
-   * (default 0.25; a larger share of a busy worker's whole ttft let shared documents pile their
-   * decodes onto one worker, costing TPOT) and absolute (default 0 ms, for the same reason as
-   * nearAbsoluteMs). The ttft estimate already charges the uncached tokens, so the slack is only
-   * the exploit bias; most of it comes from spillSavedFraction, which scales with the prefix.
-   */
-  spillRelative: number;
-  spillAbsoluteMs: number;
-  /**
-   * Plus this fraction (default 0.75) of the time B's extra cached tokens would take to prefill on
-   * A. A long shared prefix is worth keeping home (moving it costs a long recompute and splits
-   * its cache); a short one is cheap to recompute anywhere, so load balance wins.
-   */
-  spillSavedFraction: number;
-  /** B must hold at least this much more of the prompt than A to be preferred (default 0.05). */
-  minHitGain: number;
-  /** Scorer weights used inside the near band. */
-  wPrefix: number;
-  wTtft: number;
-  wHeadroom: number;
-  wQueue: number;
-  wLoad: number;
-  wSession: number;
-  /** KV fit when nobody fits now: keep all that could fit when idle, or the least overfull. */
-  whenNoneFits: 'all' | 'least-overfull';
-  overfullSlackBlocks: number;
-  /**
-   * Prefix index: bytes bound (default 256 MiB), lifetime of a pick-time prediction not yet
-   * confirmed by a first token (default 15 s — a safety net: failed requests withdraw theirs),
-   * window of routed blocks since last use (default Infinity: capacity ageing only).
-   */
-  indexMaxBytes: number;
-  predictedTtlMs: number;
-  approxTtlMs: number;
-  maxWorkers: number;
-  /** Session keys remembered for affinity (default 100,000). */
-  sessionCapacity: number;
-}
-
-export const KVGATE_DEFAULTS: Readonly<KvgateParams> = Object.freeze({
-  prefillTokensPerSec: 10_000,
-  learnPrefillRate: true,
-  learnAlpha: 0.2,
-  learnMinTokens: 256,
-  queueMsPerWaiting: 2,
-  decodeMsPerRunning: 0.5,
-  nearRelative: 0.25,
-  nearAbsoluteMs: 0,
-  spillRelative: 0.25,
-  spillAbsoluteMs: 0,
-  spillSavedFraction: 0.75,
-  minHitGain: 0.05,
-  wPrefix: 3,
-  wTtft: 1,
-  wHeadroom: 0.5,
-  wQueue: 0.25,
-  wLoad: 0.25,
-  wSession: 0.5,
-  whenNoneFits: 'all',
-  overfullSlackBlocks: 0,
-  indexMaxBytes: 256 * 1024 * 1024,
-  predictedTtlMs: 15_000,
-  approxTtlMs: Infinity,
-  maxWorkers: 1024,
-  sessionCapacity: 100_000,
+/**
+ * The kvgate policy's options, with their defaults.
+ *
+ * The near band and the spill test are relative so they scale with the workload: an absolute
+ * allowance larger than a short request's whole TTFT lets cache affinity pile short prompts onto
+ * the workers that first saw their prefix while others idle, and a large share of a busy worker's
+ * TTFT piles the decodes of shared documents onto one worker, costing TPOT. The spill test's slack
+ * is only the exploit bias (the TTFT estimate already charges the uncached tokens); most of it
+ * comes from spillSavedFraction, which scales with the prefix: a long shared prefix is worth
+ * keeping home (moving it costs a long recompute and splits its cache), a short one is cheap to
+ * recompute anywhere.
+ */
+export const kvgateOptions = z.strictObject({
+  prefillTokensPerSec: numberKnob(
+    10_000,
+    "prefill throughput assumed per worker, tokens/s (kvgate: until it learns the worker's own)",
+    { min: 1 },
+  ),
+  learnPrefillRate: booleanKnob(true, "learn each worker's prefill rate from its observed first tokens"),
+  learnAlpha: numberKnob(0.2, 'weight of a new observation in the learned rate'),
+  learnMinTokens: numberKnob(256, 'learn only from requests with at least this many tokens to prefill'),
+  queueMsPerWaiting: numberKnob(2, 'added to the TTFT estimate per request waiting at the worker, ms'),
+  decodeMsPerRunning: numberKnob(0.5, 'added to the TTFT estimate per running request (decodes share the batch), ms'),
+  nearRelative: numberKnob(0.25, 'near band: workers with TTFT ≤ min TTFT · (1 + nearRelative) + nearAbsoluteMs'),
+  nearAbsoluteMs: numberKnob(0, 'absolute slack of the near band, ms'),
+  spillRelative: numberKnob(
+    0.25,
+    "keep the best-cached worker while its TTFT ≤ the near pick's · (1 + spillRelative) + spillAbsoluteMs + saved prefill",
+  ),
+  spillAbsoluteMs: numberKnob(0, 'absolute slack of the spill test, ms'),
+  spillSavedFraction: numberKnob(
+    0.75,
+    "share of the prefill time the best-cached worker's extra cached tokens save that it may be slower by",
+  ),
+  minHitGain: numberKnob(0.05, 'the best-cached worker must hold this much more of the prompt to be preferred'),
+  wPrefix: numberKnob(3, 'weight of the prefix scorer (expected prefix hit) in the near band'),
+  wTtft: numberKnob(1, 'weight of the ttft scorer (min TTFT / TTFT)'),
+  wHeadroom: numberKnob(0.5, 'weight of the headroom scorer (free KV blocks left after the request)'),
+  wQueue: numberKnob(0.25, 'weight of the queue scorer (fewest waiting)'),
+  wLoad: numberKnob(0.25, 'weight of the load scorer (fewest running)'),
+  wSession: numberKnob(0.5, "weight of the session scorer (the session's last worker)"),
+  whenNoneFits: choiceKnob(
+    ['all', 'least-overfull'],
+    'all',
+    'when no worker has KV room now: keep every worker that could hold the request when idle, or the least overfull',
+  ),
+  overfullSlackBlocks: numberKnob(0, 'least-overfull keeps workers within this many blocks of the least overfull'),
+  indexMaxBytes: indexKnobs.indexMaxBytes,
+  predictedTtlMs: numberKnob(
+    PREFIX_INDEX_DEFAULTS.predictedTtlMs,
+    'lifetime of a pick-time prediction no first token has confirmed, ms (failed requests withdraw theirs at once)',
+    { infinite: true },
+  ),
+  approxTtlMs: numberKnob(
+    PREFIX_INDEX_DEFAULTS.approxTtlMs,
+    'lifetime of a routed block since its last use, ms (.inf: only the capacity model ages it)',
+    { infinite: true },
+  ),
+  maxWorkers: indexKnobs.maxWorkers,
+  sessionCapacity: numberKnob(100_000, 'session keys remembered for affinity', { min: 1 }),
 });
 
-export function kvgateParams(o?: PolicyOptions): KvgateParams {
-  const d = KVGATE_DEFAULTS;
-  const n = (k: keyof KvgateParams, min = 0) => numberOption(o, k, d[k] as number, min);
-  return {
-    prefillTokensPerSec: n('prefillTokensPerSec', 1),
-    learnPrefillRate: boolOption(o, 'learnPrefillRate', d.learnPrefillRate),
-    learnAlpha: n('learnAlpha'),
-    learnMinTokens: n('learnMinTokens'),
-    queueMsPerWaiting: n('queueMsPerWaiting'),
-    decodeMsPerRunning: n('decodeMsPerRunning'),
-    nearRelative: n('nearRelative'),
-    nearAbsoluteMs: n('nearAbsoluteMs'),
-    spillRelative: n('spillRelative'),
-    spillAbsoluteMs: n('spillAbsoluteMs'),
-    spillSavedFraction: n('spillSavedFraction'),
-    minHitGain: n('minHitGain'),
-    wPrefix: n('wPrefix'),
-    wTtft: n('wTtft'),
-    wHeadroom: n('wHeadroom'),
-    wQueue: n('wQueue'),
-    wLoad: n('wLoad'),
-    wSession: n('wSession'),
-    whenNoneFits: choiceOption(o, 'whenNoneFits', ['all', 'least-overfull'] as const, d.whenNoneFits),
-    overfullSlackBlocks: n('overfullSlackBlocks'),
-    indexMaxBytes: n('indexMaxBytes', 1024),
-    predictedTtlMs: n('predictedTtlMs'),
-    approxTtlMs: n('approxTtlMs'),
-    maxWorkers: n('maxWorkers', 1),
-    sessionCapacity: n('sessionCapacity', 1),
-  };
-}
+export type KvgateOptions = z.output<typeof kvgateOptions>;
 
 /** Clock time the request was dispatched (written at dispatch, read at its first token). */
 const DISPATCHED_AT = stateKey<number>('kvgate.dispatched-at');
@@ -180,7 +122,7 @@ const CONFIRMED = stateKey<true>('kvgate.confirmed');
 
 export class KvgatePolicy implements Policy {
   readonly name: string;
-  readonly params: KvgateParams;
+  readonly params: KvgateOptions;
   readonly matcher: PrefixMatcher;
   readonly prefixIndex: PrefixIndex;
   /** Learned prefill throughput per worker id, tokens/s. */
@@ -200,8 +142,9 @@ export class KvgatePolicy implements Policy {
   private readonly sessions = new Map<string, string>();
   private readonly pipeline: PipelinePolicy;
 
-  constructor(options?: PolicyOptions, name = 'kvgate', exact = false) {
-    const p = kvgateParams(options);
+  /** `options` as parsed by kvgateOptions; createPolicy('kvgate', raw) parses and checks them. */
+  constructor(options: KvgateOptions, name = 'kvgate', exact = false) {
+    const p = options;
     this.name = name;
     this.params = p;
     this.exact = exact;
@@ -295,16 +238,18 @@ export class KvgatePolicy implements Policy {
   }
 }
 
-export const kvgatePolicy: PolicyDefinition = {
+export const kvgatePolicy: PolicyDefinition<typeof kvgateOptions> = {
   name: 'kvgate',
   description:
     'kvgate: expected prefix hit from a KV-event-fed index, KV fit, estimated TTFT with a load guard that spills hot prefixes, pick-time predictions.',
+  options: kvgateOptions,
   create: (o) => new KvgatePolicy(o),
 };
 
-export const oraclePolicy: PolicyDefinition = {
+export const oraclePolicy: PolicyDefinition<typeof kvgateOptions> = {
   name: 'oracle',
   description:
     "Simulation only: kvgate's decision rules on each engine's exact cache and queue (perfect information, same heuristics; not a guaranteed bound).",
+  options: kvgateOptions,
   create: (o) => new KvgatePolicy(o, 'oracle', true),
 };

@@ -3,6 +3,7 @@
  * plus the gateway's own in-flight count). healthy → load scorer (weight 1) → max-score picker
  * (random among equals). No options.
  */
+import { z } from 'zod';
 import { healthyFilter } from '../filters/healthy.js';
 import { maxScorePicker } from '../pickers/max-score.js';
 import { PipelinePolicy } from '../pipeline.js';
@@ -12,6 +13,7 @@ import type { PolicyDefinition } from '../types.js';
 export const leastLoadPolicy: PolicyDefinition = {
   name: 'least-load',
   description: 'Fewest running + waiting requests (last scrape plus the gateway’s own in-flight count).',
+  options: z.strictObject({}),
   create: () =>
     new PipelinePolicy({
       name: 'least-load',

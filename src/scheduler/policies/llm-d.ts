@@ -1,8 +1,24 @@
 /**
- * Policy `llm-d`: a baseline modelled on the llm-d router's default scheduling profile, built from
- * the same pipeline as kvgate's policies so a side-by-side benchmark compares policies, not
- * plumbing.
+ * Policy `llm-d`: a baseline modelled on the llm-d router (llm-d/llm-d-router, formerly
+ * llm-d-inference-scheduler; earlier the Gateway API Inference Extension EPP) with its default
+ * scheduling profile, built from the same pipeline as kvgate's policies so a side-by-side
+ * benchmark compares policies, not plumbing. Scorers as in its
+ * `pkg/epp/framework/plugins/scheduling/scorer/{queuedepth,kvcacheutilization,prefix}/`:
+ *
+ *   healthy → queue-scorer · queueWeight + kv-cache-utilization-scorer · kvCacheWeight
+ *             + prefix-cache-scorer · prefixWeight → max-score picker (random tie-break)
+ *
+ *   queue  = (max waiting − waiting) / (max − min) over the candidates; 1 if all equal
+ *   kv     = 1 − KV usage
+ *   prefix = matched blocks / prompt blocks
+ *
+ * The prefix scorer's index is approximate and learned only from its own picks: a per-pod LRU of
+ * chained block hashes (seeded by model name) over blocks of blockSizeTokens tokens, estimated at
+ * bytesPerToken characters each — so 256 characters of prompt text per block by default —
+ * holding num_gpu_blocks entries per pod. The metrics it reads are the last scrape as is (no
+ * dispatches since), polled every scrapeIntervalMs.
  */
+import { z } from 'zod';
 import { seedFromString } from '../../util/rng.js';
 import { stateKey } from '../../util/state.js';
 import { healthyFilter } from '../filters/healthy.js';
@@ -10,8 +26,8 @@ import { PrefixIndex } from '../index/prefix-index.js';
 import { PrefixMatcher } from '../index/prefix-match.js';
 import { maxScorePicker } from '../pickers/max-score.js';
 import { PipelinePolicy } from '../pipeline.js';
-import type { PolicyDefinition, PolicyOptions, RouteRequest, Scorer } from '../types.js';
-import { numberOption } from './options.js';
+import type { PolicyDefinition, RouteRequest, Scorer } from '../types.js';
+import { indexKnobs, numberKnob } from './knobs.js';
 
 /** The prompt text's UTF-16 code units, llm-d's stand-in for tokens. */
 const LLMD_CHARS = stateKey<Uint16Array>('llm-d.chars');
@@ -30,23 +46,24 @@ function charCodes(req: RouteRequest): Uint16Array {
   return c;
 }
 
-/**
- * Modelled on the llm-d router (llm-d/llm-d-router; earlier the Gateway API Inference Extension
- * EPP) with its default scorer weights: queue-scorer 2 (waiting requests, min-max normalised,
- * all equal → 1), kv-cache-utilization-scorer 2 (1 − kv usage), prefix-cache-scorer 3 (matched
- * blocks / prompt blocks), max-score picker with random tie-break. The prefix scorer's index is
- * approximate and learned only from its own picks: a per-pod LRU of chained block hashes (seeded
- * by model name) over blocks of 64 tokens, tokens estimated at ~4 bytes each — so 256 characters
- * of prompt text per block — holding num_gpu_blocks entries per pod (fallback 31,250). The
- * metrics it reads are the last scrape as is, polled every 50 ms.
- */
-export function createLlmdPolicy(o?: PolicyOptions): PipelinePolicy {
-  const blockTokens = Math.max(64, numberOption(o, 'blockSizeTokens', 64, 1));
-  const bytesPerToken = numberOption(o, 'bytesPerToken', 4, 1);
-  const blockChars = Math.round(blockTokens * bytesPerToken);
+export const llmdOptions = z.strictObject({
+  blockSizeTokens: numberKnob(64, 'prefix block size, tokens (values below 64 count as 64)', { min: 1 }),
+  bytesPerToken: numberKnob(4, 'characters of prompt text assumed per token', { min: 1 }),
+  indexMaxBytes: indexKnobs.indexMaxBytes,
+  maxWorkers: indexKnobs.maxWorkers,
+  queueWeight: numberKnob(2, 'weight of queue-scorer (fewest waiting)'),
+  kvCacheWeight: numberKnob(2, 'weight of kv-cache-utilization-scorer (1 − KV usage)'),
+  prefixWeight: numberKnob(3, 'weight of prefix-cache-scorer (matched / prompt blocks)'),
+  scrapeIntervalMs: numberKnob(50, 'metrics refresh interval the policy asks for, ms', { min: 1 }),
+});
+
+export type LlmdOptions = z.output<typeof llmdOptions>;
+
+export function createLlmdPolicy(o: LlmdOptions): PipelinePolicy {
+  const blockChars = Math.round(Math.max(64, o.blockSizeTokens) * o.bytesPerToken);
   const index = new PrefixIndex({
-    maxBytes: numberOption(o, 'indexMaxBytes', 256 * 1024 * 1024, 1024),
-    maxWorkers: numberOption(o, 'maxWorkers', 1024, 1),
+    maxBytes: o.indexMaxBytes,
+    maxWorkers: o.maxWorkers,
     predictedTtlMs: 0,
   });
   const matchers = new Map<string, PrefixMatcher>();
@@ -91,12 +108,12 @@ export function createLlmdPolicy(o?: PolicyOptions): PipelinePolicy {
     name: 'llm-d',
     filters: [healthyFilter],
     scorers: [
-      { scorer: queueScorer, weight: numberOption(o, 'queueWeight', 2, 0) },
-      { scorer: kvScorer, weight: numberOption(o, 'kvCacheWeight', 2, 0) },
-      { scorer: prefixScorer, weight: numberOption(o, 'prefixWeight', 3, 0) },
+      { scorer: queueScorer, weight: o.queueWeight },
+      { scorer: kvScorer, weight: o.kvCacheWeight },
+      { scorer: prefixScorer, weight: o.prefixWeight },
     ],
     picker: maxScorePicker,
-    scrapeIntervalMs: numberOption(o, 'scrapeIntervalMs', 50, 1),
+    scrapeIntervalMs: o.scrapeIntervalMs,
     prefixIndex: index,
     onDispatch(req, d, ctx) {
       matcherFor(req.model).record(asChars(req), d.worker, ctx.now);
@@ -104,8 +121,9 @@ export function createLlmdPolicy(o?: PolicyOptions): PipelinePolicy {
   });
 }
 
-export const llmdPolicy: PolicyDefinition = {
+export const llmdPolicy: PolicyDefinition<typeof llmdOptions> = {
   name: 'llm-d',
   description: 'llm-d router defaults: queue 2, kv-cache-utilization 2, approximate prefix-cache 3 (64-token blocks from text), max-score picker, 50 ms metrics.',
+  options: llmdOptions,
   create: createLlmdPolicy,
 };

@@ -1,24 +1,35 @@
 /**
- * Policy `oracle-greedy`: a simulation-only reference that reads the engines' exact state.
+ * Policy `oracle-greedy`: not a real router. Reads each simulated engine's exact cache and queue
+ * (WorkerState.oracle, available only in the fleet simulation) and picks the worker with the
+ * lowest estimated TTFT:
+ *
+ *   healthy → kv-fit (exact: probe's free blocks, whenNoneFits 'all') → oracle-greedy picker
+ *
+ *   ttft(w) = 1000 · (pending prefill tokens + this prompt's uncached tokens) / prefillTokensPerSec
+ *             + decodeMsPerRunning · running
+ *
+ * Ties at random; reason 'prefix' if the winner holds part of the prompt, else 'load'. A
+ * reference for cache-aware routing on perfect information; `oracle` (kvgate's rules on the same
+ * information) is the other. Workers without a probe count as holding nothing, with the gateway's
+ * own in-flight prefill and count as their queue.
  */
+import { z } from 'zod';
 import type { WorkerState } from '../../fleet/worker-state.js';
 import { healthyFilter } from '../filters/healthy.js';
 import { kvFitFilter } from '../filters/kv-fit.js';
 import { argminRandom } from '../pickers/argmin-random.js';
 import { PipelinePolicy } from '../pipeline.js';
-import type { Picker, PolicyDefinition, PolicyOptions, RouteRequest } from '../types.js';
-import { numberOption } from './options.js';
+import type { Picker, PolicyDefinition, RouteRequest } from '../types.js';
+import { kvgateOptions } from './kvgate.js';
 
-/**
- * Not a real router: reads each simulated engine's exact cache and queue (WorkerState.oracle,
- * available only in the fleet simulation) and picks the worker with the lowest estimated TTFT =
- * (pending prefill tokens + this prompt's uncached tokens) / prefill rate + a decode-interference
- * term. An upper bound for what cache-aware routing could achieve. Workers without a probe count
- * as holding nothing, with the gateway's own in-flight prefill as their queue.
- */
-export function createOraclePolicy(o?: PolicyOptions): PipelinePolicy {
-  const rate = numberOption(o, 'prefillTokensPerSec', 10_000, 1);
-  const decodeMs = numberOption(o, 'decodeMsPerRunning', 0.5, 0);
+/** The same TTFT constants as kvgate's estimate, with the same defaults. */
+export const oracleGreedyOptions = kvgateOptions.pick({ prefillTokensPerSec: true, decodeMsPerRunning: true });
+
+export type OracleGreedyOptions = z.output<typeof oracleGreedyOptions>;
+
+export function createOraclePolicy(o: OracleGreedyOptions): PipelinePolicy {
+  const rate = o.prefillTokensPerSec;
+  const decodeMs = o.decodeMsPerRunning;
   const est = (req: RouteRequest, w: WorkerState) => {
     const prompt = req.promptTokens.length;
     const probe = w.oracle;
@@ -50,8 +61,9 @@ export function createOraclePolicy(o?: PolicyOptions): PipelinePolicy {
   });
 }
 
-export const oracleGreedyPolicy: PolicyDefinition = {
+export const oracleGreedyPolicy: PolicyDefinition<typeof oracleGreedyOptions> = {
   name: 'oracle-greedy',
   description: 'Simulation only: exact engine cache and queue, always the lowest estimated TTFT.',
+  options: oracleGreedyOptions,
   create: createOraclePolicy,
 };

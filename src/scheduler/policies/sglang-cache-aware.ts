@@ -1,49 +1,46 @@
 /**
- * Policy `sglang-cache-aware`: a baseline modelled on SGLang's router `cache_aware` policy, with
- * the defaults it publishes, built from the same pipeline as kvgate's policies so a side-by-side
- * benchmark compares policies, not plumbing.
+ * Policy `sglang-cache-aware`: a baseline modelled on SGLang's router `cache_aware` policy
+ * (sgl-project/sglang `sgl-model-gateway/src/policies/cache_aware.rs`, now also
+ * lightseekorg/smg `model_gateway/src/policies/cache_aware.rs`) with the defaults it publishes,
+ * built from the same pipeline as kvgate's policies so a side-by-side benchmark compares
+ * policies, not plumbing.
+ *
+ *   healthy → sglang-cache-aware picker
+ *
+ * Load is the router's own in-flight count per worker. If the load is imbalanced (max − min >
+ * balanceAbsThreshold and max > balanceRelThreshold · min) the least loaded worker wins outright
+ * ('least-load'). Otherwise the prompt's characters are matched against one approximate radix
+ * tree per worker (index/char-radix-tree.ts): a match rate above cacheThreshold sends it to the
+ * best match ('prefix'), else to the least loaded. The prompt is inserted into the chosen
+ * worker's tree at dispatch; every evictionIntervalMs each tree is trimmed LRU-first to
+ * maxTreeSize characters. Ties break at random. The expected hit is the picked worker's matched
+ * share of the prompt's characters.
  */
+import { z } from 'zod';
 import type { WorkerState } from '../../fleet/worker-state.js';
 import { healthyFilter } from '../filters/healthy.js';
 import { CharRadixTree } from '../index/char-radix-tree.js';
 import { argminRandom } from '../pickers/argmin-random.js';
 import { PipelinePolicy } from '../pipeline.js';
-import type { Pick, Picker, PolicyDefinition, PolicyOptions, ScoredWorker } from '../types.js';
-import { numberOption } from './options.js';
+import type { Pick, Picker, PolicyDefinition, ScoredWorker } from '../types.js';
+import { numberKnob } from './knobs.js';
+
+/** SGLang's names in parentheses. */
+export const sglangOptions = z.strictObject({
+  balanceAbsThreshold: numberKnob(64, 'imbalanced when max − min in-flight exceeds this (balance_abs_threshold)…', {
+    infinite: true,
+  }),
+  balanceRelThreshold: numberKnob(1.5, '…and max in-flight exceeds this × min (balance_rel_threshold)', { infinite: true }),
+  cacheThreshold: numberKnob(0.3, 'matched / prompt characters above this send the request to the best match (cache_threshold)'),
+  evictionIntervalMs: numberKnob(120_000, 'trim every tree this often, ms (eviction_interval)', { infinite: true }),
+  maxTreeSize: numberKnob(2 ** 26, 'characters each tree keeps when trimmed (max_tree_size)', { infinite: true }),
+});
+
+export type SglangOptions = z.output<typeof sglangOptions>;
 
 const pickOf = (c: ScoredWorker | null, reason: string): Pick | null => c && { worker: c, reason };
 
-export interface SglangParams {
-  /** Imbalance needs max − min in-flight above this (default 64)… */
-  balanceAbsThreshold: number;
-  /** …and max above this × min (default 1.5). */
-  balanceRelThreshold: number;
-  /** Matched characters / prompt characters above this → best match (default 0.3). */
-  cacheThreshold: number;
-  /** Every this many ms, trim each worker's tree (default 120 s)… */
-  evictionIntervalMs: number;
-  /** …to at most this many characters (default 2^26). */
-  maxTreeSize: number;
-}
-
-/**
- * Modelled on SGLang's router `cache_aware` policy (sgl-project/sglang router, now
- * lightseekorg/smg `model_gateway/src/policies/cache_aware.rs`). Load is the router's own
- * in-flight count per worker. If the load is imbalanced (max − min > balance_abs_threshold and
- * max > balance_rel_threshold · min) the least loaded worker wins outright. Otherwise the prompt's
- * characters are matched against one approximate radix tree per worker: a match rate above
- * cache_threshold sends it to the best match, else to the least loaded. The prompt is inserted
- * into the chosen worker's tree; every eviction_interval each tree is trimmed LRU-first to
- * max_tree_size characters. Ties break at random.
- */
-export function createSglangPolicy(o?: PolicyOptions): PipelinePolicy {
-  const p: SglangParams = {
-    balanceAbsThreshold: numberOption(o, 'balanceAbsThreshold', 64, 0),
-    balanceRelThreshold: numberOption(o, 'balanceRelThreshold', 1.5, 0),
-    cacheThreshold: numberOption(o, 'cacheThreshold', 0.3, 0),
-    evictionIntervalMs: numberOption(o, 'evictionIntervalMs', 120_000, 0),
-    maxTreeSize: numberOption(o, 'maxTreeSize', 2 ** 26, 0),
-  };
+export function createSglangPolicy(p: SglangOptions): PipelinePolicy {
   const trees = new Map<string, CharRadixTree>();
   const tree = (w: WorkerState) => {
     let t = trees.get(w.id);
@@ -94,8 +91,9 @@ export function createSglangPolicy(o?: PolicyOptions): PipelinePolicy {
   });
 }
 
-export const sglangCacheAwarePolicy: PolicyDefinition = {
+export const sglangCacheAwarePolicy: PolicyDefinition<typeof sglangOptions> = {
   name: 'sglang-cache-aware',
   description: 'SGLang router cache_aware: character radix tree per worker, least in-flight when imbalanced (64 / 1.5), best match above 0.3.',
+  options: sglangOptions,
   create: createSglangPolicy,
 };
