@@ -2,16 +2,16 @@
  * The named policies. The built-in ones are listed here explicitly, in listing order; the gateway
  * (`policy.name` in the config) and `kvgate bench --policy` find them by the same name.
  */
+import { formatPath } from '../api/schemas.js';
 import { dynamoPolicy } from './policies/dynamo.js';
 import { kvgatePolicy, oraclePolicy } from './policies/kvgate.js';
 import { leastLoadPolicy } from './policies/least-load.js';
-import { llmdPolicy } from './policies/llm-d.js';
 import { knobsOf, type KnobInfo } from './policies/knobs.js';
+import { llmdPolicy } from './policies/llm-d.js';
 import { oracleGreedyPolicy } from './policies/oracle-greedy.js';
 import { randomPolicy } from './policies/random.js';
 import { roundRobinPolicy } from './policies/round-robin.js';
 import { sglangCacheAwarePolicy } from './policies/sglang-cache-aware.js';
-import { formatPath } from '../api/schemas.js';
 import type { Policy, PolicyDefinition, PolicyOptions } from './types.js';
 
 export type { PolicyDefinition, PolicyOptions };

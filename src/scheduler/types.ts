@@ -2,9 +2,9 @@
  * The routing contract. A policy is a pipeline — filters remove workers that cannot take the
  * request, producers derive per-request data from the survivors, scorers rate them in [0,1],
  * weights combine the scores, a picker chooses — in the manner of the Gateway API Inference
- * Extension scheduler. Every named policy, kvgate's own and the
- * peers' used as baselines, is a configuration of this one shape, and the same code routes in the
- * live gateway and in the fleet simulation (the clock and the random source are injected).
+ * Extension scheduler. Every named policy, kvgate's own and the peers' used as baselines, is a
+ * configuration of this one shape, and the same code routes in the live gateway and in the fleet
+ * simulation (the clock and the random source are injected).
  */
 import type { z } from 'zod';
 import type { WorkerState } from '../fleet/worker-state.js';
@@ -144,7 +144,7 @@ export type PolicyOptions = Record<string, unknown>;
 /** A named policy: what `policy.name` in the config and `kvgate bench --policy` refer to. */
 export interface PolicyDefinition<O extends z.ZodObject = z.ZodObject> {
   readonly name: string;
-  /** One line for listings (`kvgate bench --list`, `kvgate serve --help`). */
+  /** One line for listings (`kvgate bench --list`). */
   readonly description: string;
   /**
    * The policy's options with their defaults (policies/knobs.ts): the one place they are

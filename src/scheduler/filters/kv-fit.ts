@@ -1,7 +1,8 @@
 /**
  * Filter `kv-fit`: drops workers that cannot take the request without evicting blocks in use.
  *
- *   need(w) = ⌈uncached prompt tokens / blockSize⌉ + ⌈min(maxTokens, 1024) / blockSize⌉
+ *   need(w) = ⌈uncached prompt tokens / blockSize⌉
+ *             + ⌈min(maxTokens, RESERVE_OUTPUT_TOKENS_CAP) / blockSize⌉
  *   free(w) = free blocks of the last snapshot minus what was reserved there since
  *             (WorkerState.estimatedFreeBlocks; with stale metrics, capacity minus the gateway's
  *             own in-flight reservations, flagged USED_STALE_METRICS); exact: the engine's probe

@@ -92,7 +92,7 @@ export function createDynamoPolicy(o: DynamoOptions): PipelinePolicy {
 
 export const dynamoPolicy: PolicyDefinition<typeof dynamoOptions> = {
   name: 'dynamo',
-  description: 'NVIDIA Dynamo KV router (approximate): lowest prefill_load_scale·new prefill blocks + active decode blocks, 120 s overlap window.',
+  description: 'NVIDIA Dynamo KV router (approximate): lowest prefill_load_scale·new prefill blocks + active decode blocks, overlap from its own routing.',
   options: dynamoOptions,
   create: createDynamoPolicy,
 };

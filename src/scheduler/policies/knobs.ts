@@ -55,7 +55,7 @@ export function booleanKnob(dflt: boolean, description: string) {
 export function choiceKnob<const T extends readonly [string, ...string[]]>(choices: T, dflt: T[number], description: string) {
   return z
     .enum(choices, { error: (iss) => `expected one of ${choices.join(', ')}, got ${show(iss.input)}` })
-    .default(dflt as never)
+    .default(dflt)
     .describe(description);
 }
 

@@ -13,10 +13,10 @@
  *   prefix = matched blocks / prompt blocks
  *
  * The prefix scorer's index is approximate and learned only from its own picks: a per-pod LRU of
- * chained block hashes (seeded by model name) over blocks of blockSizeTokens tokens, estimated at
- * bytesPerToken characters each — so 256 characters of prompt text per block by default —
- * holding num_gpu_blocks entries per pod. The metrics it reads are the last scrape as is (no
- * dispatches since), polled every scrapeIntervalMs.
+ * chained block hashes (seeded by model name) holding num_gpu_blocks entries per pod, over blocks
+ * of blockSizeTokens tokens estimated at bytesPerToken characters each (so a block is
+ * blockSizeTokens · bytesPerToken characters of prompt text). The metrics it reads are the last
+ * scrape as is (no dispatches since), polled every scrapeIntervalMs.
  */
 import { z } from 'zod';
 import { seedFromString } from '../../util/rng.js';
@@ -123,7 +123,7 @@ export function createLlmdPolicy(o: LlmdOptions): PipelinePolicy {
 
 export const llmdPolicy: PolicyDefinition<typeof llmdOptions> = {
   name: 'llm-d',
-  description: 'llm-d router defaults: queue 2, kv-cache-utilization 2, approximate prefix-cache 3 (64-token blocks from text), max-score picker, 50 ms metrics.',
+  description: 'llm-d router default profile: queue, kv-cache-utilization and approximate prefix-cache scorers (token blocks estimated from text), max-score picker, fast metrics polling.',
   options: llmdOptions,
   create: createLlmdPolicy,
 };

@@ -93,7 +93,7 @@ export function createSglangPolicy(p: SglangOptions): PipelinePolicy {
 
 export const sglangCacheAwarePolicy: PolicyDefinition<typeof sglangOptions> = {
   name: 'sglang-cache-aware',
-  description: 'SGLang router cache_aware: character radix tree per worker, least in-flight when imbalanced (64 / 1.5), best match above 0.3.',
+  description: 'SGLang router cache_aware: character radix tree per worker, least in-flight when imbalanced, else the best match above a threshold.',
   options: sglangOptions,
   create: createSglangPolicy,
 };

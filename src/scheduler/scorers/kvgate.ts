@@ -32,32 +32,17 @@ function rate(
 
 const lowIsGood = (v: number, lo: number, hi: number): number => (hi > lo ? (hi - v) / (hi - lo) : 1);
 
-export const kvgatePrefixScorer: Scorer = {
-  name: 'prefix',
-  score: (req, ws) => rate(req, ws, (e) => e.hit),
-};
+// The ratings, hoisted so scoring allocates nothing beyond its output.
+const hit = (e: KvgateEstimate): number => e.hit;
+const ttft = (e: KvgateEstimate, t: KvgateEstimateTable): number => (e.ttftMs > 0 ? t.minTtft / e.ttftMs : 1);
+const headroom = (e: KvgateEstimate): number => e.headroom;
+const fewestWaiting = (e: KvgateEstimate, t: KvgateEstimateTable): number => lowIsGood(e.waiting, t.minWait, t.maxWait);
+const fewestRunning = (e: KvgateEstimate, t: KvgateEstimateTable): number => lowIsGood(e.running, t.minRun, t.maxRun);
+const session = (e: KvgateEstimate): number => (e.session ? 1 : 0);
 
-export const kvgateTtftScorer: Scorer = {
-  name: 'ttft',
-  score: (req, ws) => rate(req, ws, (e, t) => (e.ttftMs > 0 ? t.minTtft / e.ttftMs : 1)),
-};
-
-export const kvgateHeadroomScorer: Scorer = {
-  name: 'headroom',
-  score: (req, ws) => rate(req, ws, (e) => e.headroom),
-};
-
-export const kvgateQueueScorer: Scorer = {
-  name: 'queue',
-  score: (req, ws) => rate(req, ws, (e, t) => lowIsGood(e.waiting, t.minWait, t.maxWait)),
-};
-
-export const kvgateLoadScorer: Scorer = {
-  name: 'load',
-  score: (req, ws) => rate(req, ws, (e, t) => lowIsGood(e.running, t.minRun, t.maxRun)),
-};
-
-export const kvgateSessionScorer: Scorer = {
-  name: 'session',
-  score: (req, ws) => rate(req, ws, (e) => (e.session ? 1 : 0)),
-};
+export const kvgatePrefixScorer: Scorer = { name: 'prefix', score: (req, ws) => rate(req, ws, hit) };
+export const kvgateTtftScorer: Scorer = { name: 'ttft', score: (req, ws) => rate(req, ws, ttft) };
+export const kvgateHeadroomScorer: Scorer = { name: 'headroom', score: (req, ws) => rate(req, ws, headroom) };
+export const kvgateQueueScorer: Scorer = { name: 'queue', score: (req, ws) => rate(req, ws, fewestWaiting) };
+export const kvgateLoadScorer: Scorer = { name: 'load', score: (req, ws) => rate(req, ws, fewestRunning) };
+export const kvgateSessionScorer: Scorer = { name: 'session', score: (req, ws) => rate(req, ws, session) };
