@@ -86,7 +86,8 @@ export class PipelinePolicy implements Policy {
       candidates = f.filter(req, candidates, ctx);
       if (candidates.length === 0) return this.noWorker(req, before, f, ctx);
     }
-    for (const p of this.producers) p.produce(req, candidates, ctx);
+    const producers = this.producers;
+    for (let i = 0; i < producers.length; i++) producers[i]!.produce(req, candidates, ctx);
     const scored: ScoredWorker[] = candidates.map((worker) => ({ worker, score: 0, parts: {} }));
     for (const { scorer, weight } of this.cfg.scorers) {
       const s = scorer.score(req, candidates, ctx);
