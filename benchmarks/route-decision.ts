@@ -13,7 +13,7 @@
  * --blocks N (30000), --warmup N (6000), --json.
  */
 import { WorkerState } from '../src/fleet/worker-state.js';
-import { createPolicy } from '../src/scheduler/policies.js';
+import { createPolicy } from '../src/scheduler/registry.js';
 import { KVGATE_HASH_SEED, PromptBlocks, promptBlocks } from '../src/kv/prompt-blocks.js';
 import { PrefixIndex } from '../src/scheduler/index/prefix-index.js';
 import { Router } from '../src/scheduler/router.js';
@@ -21,6 +21,7 @@ import type { RouteRequest } from '../src/scheduler/types.js';
 import { estimateTokenizer } from '../src/tokenizer/estimate.js';
 import { VirtualClock } from '../src/util/clock.js';
 import { seededRng } from '../src/util/rng.js';
+import { RequestState } from '../src/util/state.js';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 
@@ -102,7 +103,7 @@ function makeReq(text: string, id: string): { req: RouteRequest; tokenizeUs: num
   const h0 = process.hrtime.bigint();
   new PromptBlocks(tokens, 16, KVGATE_HASH_SEED).all();
   hashSamples.push(Number(process.hrtime.bigint() - h0) / 1000);
-  return { req: { id, model: 'm', promptText: text, promptTokens: tokens, maxTokens: 256, memo: new Map() }, tokenizeUs };
+  return { req: { id, model: 'm', promptText: text, promptTokens: tokens, maxTokens: 256, state: new RequestState() }, tokenizeUs };
 }
 
 /**
@@ -132,7 +133,7 @@ function benchPolicy(name: string, tokenizeSamples: number[], prehash = false): 
     const reqs: RouteRequest[] = [];
     for (let i = start; i < Math.min(ITER, start + BATCH); i++) {
       const r = makeReq(promptText(), `m-${i}`);
-      if (prehash) promptBlocks(r.req.memo, r.req.promptTokens, 16, KVGATE_HASH_SEED).all();
+      if (prehash) promptBlocks(r.req.state, r.req.promptTokens, 16, KVGATE_HASH_SEED).all();
       else tokenizeSamples.push(r.tokenizeUs);
       reqs.push(r.req);
     }

@@ -6,8 +6,9 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { formatPath } from './api/schemas.js';
+import { formatPath } from './util/field-path.js';
 import type { WorkerIdentity } from './fleet/worker-state.js';
+import { BUILTIN_POLICIES, unknownPolicyMessage, type PolicyDefinition } from './scheduler/registry.js';
 import { parseTokenizerSpec } from './tokenizer/registry.js';
 
 /** The routing policy used when the config names none. */
@@ -44,6 +45,28 @@ const pool = z.strictObject({
 });
 
 const ms = z.number().positive();
+
+/**
+ * `policy`: one alternative per registered policy, told apart by `name`, whose `options` are
+ * checked against that policy's own schema (defaults filled in), so a bad or unknown option fails
+ * here like any other field.
+ */
+function policyAlternative(d: PolicyDefinition) {
+  return z.strictObject({
+    name: d.name === DEFAULT_POLICY_NAME ? z.literal(d.name).default(d.name) : z.literal(d.name),
+    options: d.options.prefault({}),
+    seed: z.int().optional(),
+  });
+}
+type PolicyAlternative = ReturnType<typeof policyAlternative>;
+
+const policySchema = z.discriminatedUnion(
+  'name',
+  BUILTIN_POLICIES.map(policyAlternative) as [PolicyAlternative, ...PolicyAlternative[]],
+  {
+    error: (iss) => (iss.code === 'invalid_union' ? unknownPolicyMessage((iss.input as { name?: unknown } | null | undefined)?.name) : undefined),
+  },
+);
 
 const tokenizerSpec = z.string().superRefine((spec, ctx) => {
   try {
@@ -98,13 +121,7 @@ export const configSchema = z
         coolDownMs: ms.default(10_000),
       })
       .prefault({}),
-    policy: z
-      .strictObject({
-        name: z.string().min(1).default(DEFAULT_POLICY_NAME),
-        options: z.record(z.string(), z.unknown()).default({}),
-        seed: z.int().optional(),
-      })
-      .prefault({}),
+    policy: policySchema.prefault({ name: DEFAULT_POLICY_NAME }),
     limits: z
       .strictObject({
         maxBodyBytes: z.int().positive().default(4 * 1024 * 1024),

@@ -4,6 +4,7 @@
  * a worker round trip). Objects are loose: fields kvgate does not know pass through to the worker
  * untouched — the forwarded body is the client's original bytes.
  */
+import { formatPath } from '../util/field-path.js';
 import { z } from 'zod';
 
 const nonNegInt = z.int().nonnegative();
@@ -61,16 +62,6 @@ export const completionRequestSchema = z.looseObject({
 
 export type ChatCompletionRequest = z.infer<typeof chatCompletionRequestSchema>;
 export type CompletionRequest = z.infer<typeof completionRequestSchema>;
-
-/** 'messages[0].content' from zod's path array. */
-export function formatPath(path: readonly PropertyKey[]): string {
-  let s = '';
-  for (const p of path) {
-    if (typeof p === 'number') s += `[${p}]`;
-    else s += s === '' ? String(p) : `.${String(p)}`;
-  }
-  return s;
-}
 
 export interface FieldProblem {
   param: string;

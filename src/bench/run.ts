@@ -6,7 +6,7 @@
  */
 import { buildEngineConfig } from '../engine/profiles.js';
 import type { EngineConfig } from '../engine/types.js';
-import { createPolicy, policyNames, type PolicyOptions } from '../scheduler/policies.js';
+import { createPolicy, policyNames, type PolicyOptions } from '../scheduler/registry.js';
 import { simulateFleet, type AdmitResult, type SimResult } from '../sim/fleet-sim.js';
 import type { RouteRequest } from '../scheduler/types.js';
 import { expandSessions, scaleArrivals, takeRequests } from '../workload/sessions.js';

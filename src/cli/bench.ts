@@ -5,7 +5,8 @@
 import { openSync, readSync, closeSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { listGpus, listModels } from '../engine/profiles.js';
-import { policyNames } from '../scheduler/policies.js';
+import { formatKnobValue } from '../scheduler/policies/knobs.js';
+import { describePolicies, policyNames } from '../scheduler/registry.js';
 import { loadTrace, TRACE_FORMATS, TraceError, type AzureOptions, type TraceFormat } from '../workload/loaders.js';
 import { createProgressBar, type ProgressBar } from '../bench/progress.js';
 import { renderReport } from '../bench/report.js';
@@ -155,7 +156,12 @@ function listing(): string {
   for (const w of describeWorkloads()) {
     lines.push(`  ${w.name.padEnd(14)} ${String(w.size).padStart(6)} req  ${String(w.rate).padStart(4)} req/s  b=${w.burstiness}  ${w.description}`);
   }
-  lines.push('Policies:', ...policyNames().map((p) => `  ${p}`));
+  lines.push('Policies (options with their defaults, set as policy.options in the gateway config):');
+  for (const p of describePolicies()) {
+    lines.push(`  ${p.name.padEnd(20)} ${p.description}`);
+    if (p.sameOptionsAs !== undefined) lines.push(`      (the options of ${p.sameOptionsAs})`);
+    else for (const k of p.options) lines.push(`      ${`${k.name}: ${formatKnobValue(k.default)}`.padEnd(34)} ${k.description}`);
+  }
   lines.push('GPUs:', ...listGpus().map((g) => `  ${g.name.padEnd(8)} ${g.description}`));
   lines.push('Models:', ...listModels().map((m) => `  ${m.name}`));
   return lines.join('\n') + '\n';

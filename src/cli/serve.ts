@@ -3,7 +3,7 @@
  */
 import { parseArgs } from 'node:util';
 import { ConfigError, DEFAULT_POLICY_NAME, loadConfigFile, type GatewayConfig } from '../config.js';
-import { policyNames } from '../scheduler/policies.js';
+import { policyNames } from '../scheduler/registry.js';
 import { createGateway } from '../gateway/gateway.js';
 
 export const help = `Usage: kvgate serve --config FILE [options]

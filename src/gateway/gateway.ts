@@ -12,7 +12,7 @@ import { WorkerRegistry, type WorkerDescriber } from '../fleet/registry.js';
 import type { MetricsScraper } from '../fleet/scraper.js';
 import { Upstreams } from '../fleet/upstreams.js';
 import type { WorkerState } from '../fleet/worker-state.js';
-import { createPolicy } from '../scheduler/policies.js';
+import { createPolicy } from '../scheduler/registry.js';
 import { Router } from '../scheduler/router.js';
 import type { Policy } from '../scheduler/types.js';
 import { createLogger, flushLogger, type Logger } from '../telemetry/logger.js';
@@ -107,8 +107,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
       return st ? { prefixIndex: { source: st.source, reason: st.reason, blocks: st.blocks, capacity: st.capacity } } : {};
     });
   }
-  const describeWorker = (policy as { describeWorker?: WorkerDescriber }).describeWorker;
-  if (typeof describeWorker === 'function') registry.addDescriber((w) => describeWorker.call(policy, w));
+  if (policy.describeWorker) registry.addDescriber((w) => policy.describeWorker?.(w) ?? {});
 
   const upstreams = new Upstreams({
     connections: config.upstream.connections,

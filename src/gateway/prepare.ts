@@ -8,6 +8,7 @@ import type { RouteRequest } from '../scheduler/types.js';
 import { renderChat } from '../tokenizer/chat-template.js';
 import { estimateTokenizer } from '../tokenizer/estimate.js';
 import type { Tokenizer } from '../tokenizer/types.js';
+import { RequestState } from '../util/state.js';
 import type { InferenceKind } from './context.js';
 
 /** vLLM's default max_tokens for /v1/completions. */
@@ -92,7 +93,7 @@ export function buildRouteRequest(
     promptText: prompt.promptText,
     promptTokens: prompt.promptTokens,
     maxTokens: prompt.maxTokens,
-    memo: new Map(),
+    state: new RequestState(),
   };
   if (sessionKey !== undefined) rr.sessionKey = sessionKey;
   if (body.priority !== undefined) rr.priority = body.priority;

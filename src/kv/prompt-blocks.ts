@@ -5,6 +5,7 @@
  * (src/fleet/kv-events-mapper.ts). Shared by the prefix index, the KV-event mapper and anything
  * that hashes a prompt on the request path.
  */
+import { stateKey, type RequestState, type StateKey } from '../util/state.js';
 import { chainRoot, hashBlock } from './block-hash.js';
 
 /** Seed of kvgate's own block-hash chain (deliberately different from any engine's). */
@@ -59,28 +60,42 @@ export class PromptBlocks implements BlockSeq {
   }
 }
 
-/** The prompt's blocks at `blockSize`, shared by every plugin through the request's memo. */
+/**
+ * State keys of the prompt's blocks, one per hash seed and block size: a handful per process
+ * (kvgate's seed at the workers' block size, llm-d's per-model seed at its own block size).
+ */
+const blockKeys = new Map<number, Map<number, StateKey<PromptBlocks>>>();
+
+function blocksKey(blockSize: number, seed: number): StateKey<PromptBlocks> {
+  let bySize = blockKeys.get(seed);
+  if (!bySize) blockKeys.set(seed, (bySize = new Map()));
+  let key = bySize.get(blockSize);
+  if (!key) bySize.set(blockSize, (key = stateKey<PromptBlocks>(`prompt-blocks:${blockSize}:${seed}`)));
+  return key;
+}
+
+/** The prompt's blocks at `blockSize`, shared by every plugin through the request's state. */
 export function promptBlocks(
-  memo: Map<string, unknown>,
+  state: RequestState,
   tokens: ArrayLike<number>,
   blockSize: number,
   seed = KVGATE_HASH_SEED,
 ): PromptBlocks {
-  const key = `blocks:${blockSize}:${seed}`;
-  let b = memo.get(key) as PromptBlocks | undefined;
+  const key = blocksKey(blockSize, seed);
+  let b = state.get(key);
   if (!b) {
     b = new PromptBlocks(tokens, blockSize, seed);
-    memo.set(key, b);
+    state.set(key, b);
   }
   return b;
 }
 
-/** All of the prompt's kvgate block hashes at `blockSize` (memoised on the request). */
+/** All of the prompt's kvgate block hashes at `blockSize` (kept in the request's state). */
 export function promptBlockHashes(
-  memo: Map<string, unknown>,
+  state: RequestState,
   tokens: ArrayLike<number>,
   blockSize: number,
   seed = KVGATE_HASH_SEED,
 ): number[] {
-  return promptBlocks(memo, tokens, blockSize, seed).all();
+  return promptBlocks(state, tokens, blockSize, seed).all();
 }

@@ -1,12 +1,21 @@
 /**
- * The filter → scorer → picker pipeline every named policy is built from.
+ * The filter → producer → scorer → picker pipeline every named policy is built from.
+ *
+ * 1. Filters narrow the candidates in order; one that removes every worker ends the decision
+ *    (400 if its `neverFits` says the request can never be served here, else 503).
+ * 2. Producers write what the scorers and the picker read into the request's state.
+ * 3. Each scorer rates every candidate in [0,1]; a candidate's score is Σ weight · rating, and
+ *    each rating is kept in `parts` under the scorer's name.
+ * 4. The picker chooses and says why.
  */
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { PrefixIndex } from './index/prefix-index.js';
+import { USED_STALE_METRICS } from './state-keys.js';
 import type {
   Filter,
   Picker,
   Policy,
+  Producer,
   RouteDecision,
   RouteOutcome,
   RouteRequest,
@@ -23,35 +32,51 @@ export interface WeightedScorer {
 export interface PipelineConfig {
   name: string;
   filters: Filter[];
+  /** Run after the filters, before the scorers (default none). */
+  producers?: Producer[];
   scorers: WeightedScorer[];
   picker: Picker;
   /**
    * Expected prefix-hit fraction reported with the decision (for the x-kvgate-prefix-hit header
-   * and reservations); by default the 'prefix' scorer's output, else 0.
+   * and reservations) when the picker states none; by default the 'prefix' scorer's output, else 0.
    */
   expectedPrefixHit?: (req: RouteRequest, picked: ScoredWorker) => number;
+  /** See Policy. */
+  scrapeIntervalMs?: number;
+  prefixIndex?: PrefixIndex;
+  usesOracle?: boolean;
   /** Hooks for stateful plugins (indexes learned from decisions, reservations). */
   onDispatch?: Policy['onDispatch'];
   onFirstToken?: Policy['onFirstToken'];
   onComplete?: Policy['onComplete'];
+  describeWorker?: Policy['describeWorker'];
 }
 
 export const clamp01 = (x: number): number => (x > 1 ? 1 : x > 0 ? x : 0);
 
+const NO_PRODUCERS: readonly Producer[] = [];
+
 export class PipelinePolicy implements Policy {
   readonly name: string;
-  scrapeIntervalMs?: number;
-  prefixIndex?: PrefixIndex;
-  usesOracle?: boolean;
+  readonly scrapeIntervalMs?: number;
+  readonly prefixIndex?: PrefixIndex;
+  readonly usesOracle?: boolean;
   readonly onDispatch?: Policy['onDispatch'];
   readonly onFirstToken?: Policy['onFirstToken'];
   readonly onComplete?: Policy['onComplete'];
+  readonly describeWorker?: Policy['describeWorker'];
+  private readonly producers: readonly Producer[];
 
   constructor(private readonly cfg: PipelineConfig) {
     this.name = cfg.name;
+    this.producers = cfg.producers ?? NO_PRODUCERS;
+    if (cfg.scrapeIntervalMs !== undefined) this.scrapeIntervalMs = cfg.scrapeIntervalMs;
+    if (cfg.prefixIndex !== undefined) this.prefixIndex = cfg.prefixIndex;
+    if (cfg.usesOracle !== undefined) this.usesOracle = cfg.usesOracle;
     this.onDispatch = cfg.onDispatch;
     this.onFirstToken = cfg.onFirstToken;
     this.onComplete = cfg.onComplete;
+    this.describeWorker = cfg.describeWorker;
   }
 
   route(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): RouteOutcome {
@@ -61,6 +86,8 @@ export class PipelinePolicy implements Policy {
       candidates = f.filter(req, candidates, ctx);
       if (candidates.length === 0) return this.noWorker(req, before, f, ctx);
     }
+    const producers = this.producers;
+    for (let i = 0; i < producers.length; i++) producers[i]!.produce(req, candidates, ctx);
     const scored: ScoredWorker[] = candidates.map((worker) => ({ worker, score: 0, parts: {} }));
     for (const { scorer, weight } of this.cfg.scorers) {
       const s = scorer.score(req, candidates, ctx);
@@ -70,21 +97,21 @@ export class PipelinePolicy implements Policy {
         scored[i]!.score += weight * v;
       }
     }
-    const picked = this.cfg.picker.pick(req, scored, ctx);
-    if (!picked) {
+    const pick = this.cfg.picker.pick(req, scored, ctx);
+    if (!pick) {
       return { ok: false, status: 503, code: 'no_worker_available', message: 'no worker could be picked' };
     }
-    const hit = this.cfg.expectedPrefixHit
-      ? this.cfg.expectedPrefixHit(req, picked)
-      : (picked.parts['prefix'] ?? 0);
+    const picked = pick.worker;
+    const hit =
+      pick.expectedPrefixHit ??
+      (this.cfg.expectedPrefixHit ? this.cfg.expectedPrefixHit(req, picked) : (picked.parts['prefix'] ?? 0));
     const decision: RouteDecision = {
       worker: picked.worker,
       policy: this.name,
       expectedPrefixHit: clamp01(hit),
-      reason: (req.memo.get('reason') as string | undefined) ?? this.cfg.picker.name,
+      reason: pick.reason,
     };
-    // Plugins that fell back to in-flight accounting say so through the memo.
-    if (req.memo.get('usedStaleMetrics') === true) decision.usedStaleMetrics = true;
+    if (req.state.get(USED_STALE_METRICS) === true) decision.usedStaleMetrics = true;
     return { ok: true, decision };
   }
 
@@ -95,8 +122,7 @@ export class PipelinePolicy implements Policy {
     f: Filter,
     ctx: RoutingContext,
   ): RouteOutcome {
-    const fit = f as Filter & { neverFits?: (r: RouteRequest, w: readonly WorkerState[], c: RoutingContext) => string | null };
-    const never = fit.neverFits?.(req, before, ctx);
+    const never = f.neverFits?.(req, before, ctx);
     if (never) return { ok: false, status: 400, code: 'context_length_exceeded', message: never };
     return {
       ok: false,

@@ -1,12 +1,15 @@
 /**
  * The routing contract. A policy is a pipeline — filters remove workers that cannot take the
- * request, scorers rate the rest in [0,1], weights combine the scores, a picker chooses — in the
- * manner of the Gateway API Inference Extension scheduler. Every named policy, kvgate's own and the
- * peers' used as baselines, is a configuration of this one shape, and the same code routes in the
- * live gateway and in the fleet simulation (the clock and the random source are injected).
+ * request, producers derive per-request data from the survivors, scorers rate them in [0,1],
+ * weights combine the scores, a picker chooses — in the manner of the Gateway API Inference
+ * Extension scheduler. Every named policy, kvgate's own and the peers' used as baselines, is a
+ * configuration of this one shape, and the same code routes in the live gateway and in the fleet
+ * simulation (the clock and the random source are injected).
  */
+import type { z } from 'zod';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { Rng } from '../util/rng.js';
+import type { RequestState } from '../util/state.js';
 import type { PrefixIndex } from './index/prefix-index.js';
 
 export interface RouteRequest {
@@ -23,10 +26,11 @@ export interface RouteRequest {
   /** Lower is more important (vLLM's convention). */
   priority?: number;
   /**
-   * Per-request memo for values several plugins derive from the prompt (block hashes at a given
-   * block size, radix-tree matches): computed once, read by all.
+   * Values the plugins derive for this request (block hashes at a block size, prefix matches,
+   * estimates) and the hooks read back later, under typed keys: computed once, read by all. Lives
+   * as long as the request, across retries.
    */
-  memo: Map<string, unknown>;
+  state: RequestState;
 }
 
 export interface RoutingContext {
@@ -41,6 +45,22 @@ export interface Filter {
   readonly name: string;
   /** Workers that can take the request. May return the input array unchanged. */
   filter(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): WorkerState[];
+  /**
+   * Asked when this filter removed every worker: a message if the request can never be served by
+   * `workers` (the filter's input), which the pipeline answers with 400 context_length_exceeded;
+   * null if some worker could take it later (503).
+   */
+  neverFits?(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): string | null;
+}
+
+/**
+ * Derives data from the request and the filtered candidates and writes it to `req.state` under
+ * its own typed keys, for the scorers and the picker to read (llm-d's data producers). Runs after
+ * the filters, before the scorers, once per routing decision.
+ */
+export interface Producer {
+  readonly name: string;
+  produce(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): void;
 }
 
 export interface Scorer {
@@ -57,9 +77,22 @@ export interface ScoredWorker {
   parts: Record<string, number>;
 }
 
+/** A picker's choice and why it made it. */
+export interface Pick {
+  worker: ScoredWorker;
+  /** Short machine-readable note, reported as RouteDecision.reason. */
+  reason: string;
+  /**
+   * Fraction of the prompt the picker expects the worker to have cached, when it computed one;
+   * else the pipeline's expectedPrefixHit hook or the 'prefix' scorer's output decides.
+   */
+  expectedPrefixHit?: number;
+}
+
 export interface Picker {
   readonly name: string;
-  pick(req: RouteRequest, candidates: readonly ScoredWorker[], ctx: RoutingContext): ScoredWorker | null;
+  /** The chosen candidate, or null when there is none. */
+  pick(req: RouteRequest, candidates: readonly ScoredWorker[], ctx: RoutingContext): Pick | null;
 }
 
 export interface RouteDecision {
@@ -101,4 +134,23 @@ export interface Policy {
   onFirstToken?(req: RouteRequest, worker: WorkerState, ctx: RoutingContext): void;
   /** The request ended at `worker` (ok=false: failed or cancelled). */
   onComplete?(req: RouteRequest, worker: WorkerState, ok: boolean, ctx: RoutingContext): void;
+  /** Extra per-worker fields for /admin/workers (e.g. a learned prefill rate). */
+  describeWorker?(worker: WorkerState): Record<string, unknown>;
+}
+
+/** Options a policy is created from, as written in the config (`policy.options`). */
+export type PolicyOptions = Record<string, unknown>;
+
+/** A named policy: what `policy.name` in the config and `kvgate bench --policy` refer to. */
+export interface PolicyDefinition<O extends z.ZodObject = z.ZodObject> {
+  readonly name: string;
+  /** One line for listings (`kvgate bench --list`). */
+  readonly description: string;
+  /**
+   * The policy's options with their defaults (policies/knobs.ts): the one place they are
+   * declared, checked at config load and by createPolicy.
+   */
+  readonly options: O;
+  /** A fresh policy from parsed options. */
+  create(options: z.output<O>): Policy;
 }

@@ -37,6 +37,7 @@ import { answerToken, synthText } from '../workload/tokens.js';
 import type { BenchRequest } from '../workload/types.js';
 import { VirtualClock } from '../util/clock.js';
 import { seededRng } from '../util/rng.js';
+import { RequestState } from '../util/state.js';
 import { EventQueue } from './des-queue.js';
 
 /**
@@ -145,7 +146,7 @@ type SimEvent =
 
 /** A RouteRequest whose promptText is synthesised from the tokens only if a policy reads it. */
 class SimRouteRequest implements RouteRequest {
-  readonly memo = new Map<string, unknown>();
+  readonly state = new RequestState();
   sessionKey?: string;
   tenant?: string;
   priority?: number;

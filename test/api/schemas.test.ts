@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { chatCompletionRequestSchema, completionRequestSchema, formatPath, validate } from '../../src/api/schemas.js';
+import { chatCompletionRequestSchema, completionRequestSchema, validate } from '../../src/api/schemas.js';
+import { formatPath } from '../../src/util/field-path.js';
 
 test('valid requests pass with unknown fields kept', () => {
   const chat = validate(chatCompletionRequestSchema, {

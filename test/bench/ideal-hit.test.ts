@@ -4,7 +4,7 @@ import { idealHitRate } from '../../src/bench/ideal-hit.js';
 import { summarize } from '../../src/bench/metrics.js';
 import { runBench } from '../../src/bench/run.js';
 import { buildEngineConfig } from '../../src/engine/profiles.js';
-import { createPolicy } from '../../src/scheduler/policies.js';
+import { createPolicy } from '../../src/scheduler/registry.js';
 import { simulateFleet } from '../../src/sim/fleet-sim.js';
 import { expandSessions } from '../../src/workload/sessions.js';
 import { answerTokens } from '../../src/workload/tokens.js';

@@ -113,5 +113,24 @@ test('a policy’s own metrics interval applies unless the config sets one; unkn
   assert.equal(await interval({ policy: { name: 'llm-d' } }), 50);
   assert.equal(await interval({ policy: { name: 'llm-d' }, scrape: { intervalMs: 1000 } }), 1000);
   assert.equal(await interval({ policy: { name: 'least-load' } }), 1000);
-  assert.throws(() => createGateway(parseConfig({ ...base, policy: { name: 'nope' } }), { logger }), (e: unknown) => e instanceof ConfigError && /^policy: unknown policy 'nope'/.test(e.problems[0]!));
+  assert.throws(() => createGateway(parseConfig({ ...base, policy: { name: 'nope' } }), { logger }), (e: unknown) => e instanceof ConfigError && /^policy\.name: unknown policy 'nope'/.test(e.problems[0]!));
+});
+
+test('policy options are checked at load against the named policy’s own options, defaults filled in', () => {
+  const base = { workers: [{ url: 'http://127.0.0.1:9', model: 'm' }] };
+  const c = parseConfig({ ...base, policy: { name: 'dynamo', options: { prefillLoadScale: 2 } } });
+  assert.deepEqual(c.policy.options, { prefillLoadScale: 2, cacheWindowMs: 120_000, indexMaxBytes: 256 * 1024 * 1024, maxWorkers: 1024 });
+  // No name: the default policy, whose options these are.
+  assert.equal(parseConfig({ ...base, policy: { options: { wPrefix: 2 } } }).policy.options.wPrefix, 2);
+  assert.deepEqual(problems({ ...base, policy: { name: 'kvgate', options: { spillRelative: 'lots' } } }), [
+    'policy.options.spillRelative: expected a number ≥ 0, got "lots"',
+  ]);
+  assert.deepEqual(problems({ ...base, policy: { name: 'kvgate', options: { whenNoneFits: 'some' } } }), [
+    'policy.options.whenNoneFits: expected one of all, least-overfull, got "some"',
+  ]);
+  // An option of another policy is unknown to this one.
+  assert.deepEqual(problems({ ...base, policy: { name: 'llm-d', options: { wPrefix: 2 } } }), ['policy.options: Unrecognized key: "wPrefix"']);
+  assert.deepEqual(problems({ ...base, policy: { name: 'round-robin', options: { queueWeight: 1 } } }), [
+    'policy.options: Unrecognized key: "queueWeight"',
+  ]);
 });

@@ -3,6 +3,7 @@ import { Router } from '../../src/scheduler/router.js';
 import type { Policy, RouteRequest } from '../../src/scheduler/types.js';
 import { VirtualClock } from '../../src/util/clock.js';
 import { seededRng } from '../../src/util/rng.js';
+import { RequestState } from '../../src/util/state.js';
 
 export function worker(id: string, opts: { blocks?: number; snapshot?: Partial<MetricsSnapshot> | null } = {}): WorkerState {
   const w = new WorkerState({ id, url: `http://127.0.0.1:1/${id}`, pool: 'target', model: 'm', numGpuBlocks: opts.blocks ?? 10_000, blockSize: 16 });
@@ -18,7 +19,7 @@ export function request(tokens: number[], extra: Partial<RouteRequest> = {}): Ro
     promptText: extra.promptText ?? tokens.map((t) => `t${t}`).join(' '),
     promptTokens: tokens,
     maxTokens: 16,
-    memo: new Map(),
+    state: new RequestState(),
     ...extra,
   };
 }

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { buildEngineConfig } from '../../src/engine/profiles.js';
-import { createPolicy } from '../../src/scheduler/policies.js';
+import { createPolicy } from '../../src/scheduler/registry.js';
 import { simulateFleet } from '../../src/sim/fleet-sim.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
 import type { BenchRequest } from '../../src/workload/types.js';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { summarize } from '../../src/bench/metrics.js';
 import { buildEngineConfig } from '../../src/engine/profiles.js';
-import { createPolicy } from '../../src/scheduler/policies.js';
+import { createPolicy } from '../../src/scheduler/registry.js';
 import { simulateFleet, type RouterTraceEvent } from '../../src/sim/fleet-sim.js';
 import { expandSessions } from '../../src/workload/sessions.js';
 import type { BenchRequest } from '../../src/workload/types.js';

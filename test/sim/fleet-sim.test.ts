@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { buildEngineConfig } from '../../src/engine/profiles.js';
 import { WorkerState } from '../../src/fleet/worker-state.js';
-import { createPolicy, policyNames } from '../../src/scheduler/policies.js';
+import { createPolicy, policyNames } from '../../src/scheduler/registry.js';
 import { Router } from '../../src/scheduler/router.js';
 import type { Policy, RouteRequest } from '../../src/scheduler/types.js';
 import { policyScrapeInterval, simulateFleet, type RouterTraceEvent } from '../../src/sim/fleet-sim.js';
@@ -12,6 +12,7 @@ import { workloadSource } from '../../src/workload/workloads.js';
 import { fillStream } from '../../src/workload/tokens.js';
 import { VirtualClock } from '../../src/util/clock.js';
 import { seededRng } from '../../src/util/rng.js';
+import { RequestState } from '../../src/util/state.js';
 
 const cfg = buildEngineConfig({ gpu: 'h100', model: 'llama-3-8b', hashSeed: 7, emitTokens: false });
 
@@ -219,7 +220,7 @@ describe('fleet simulation routes exactly as the Router does in a plain loop', (
             promptText: e.req.promptText,
             promptTokens: e.req.promptTokens,
             maxTokens: e.req.maxTokens,
-            memo: new Map(),
+            state: new RequestState(),
           };
           if (e.req.sessionKey !== undefined) fresh.sessionKey = e.req.sessionKey;
           if (e.req.tenant !== undefined) fresh.tenant = e.req.tenant;

@@ -42,24 +42,38 @@ const FLAG: Record<BlockSource, number> = { predicted: F_PREDICTED, routed: F_RO
 const NIL = -1;
 
 export interface PrefixIndexOptions {
-  /** Upper bound of the index's typed-array memory, bytes (default 256 MiB ≈ 3.8 M blocks). */
+  /** Upper bound of the index's typed-array memory, bytes. */
   maxBytes?: number;
   /**
-   * Most workers one index tracks at once (default 1,024). Each 32 workers in use add 4 bytes
-   * to every entry's worker mask.
+   * Most workers one index tracks at once (1..65,535). Each 32 workers in use add 4 bytes to
+   * every entry's worker mask.
    */
   maxWorkers?: number;
-  /** Lifetime of a pick-time prediction not yet confirmed by a first token, ms (default 5,000). */
+  /**
+   * Lifetime of a pick-time prediction not yet confirmed by a first token, ms. A safety net:
+   * requests that fail before their first token withdraw their prediction at once.
+   */
   predictedTtlMs?: number;
   /**
-   * Lifetime of a routed (confirmed, not event-backed) block since its last use, ms. Default
-   * Infinity: routed blocks age out only through the worker's capacity model.
+   * Lifetime of a routed (confirmed, not event-backed) block since its last use, ms. Infinity:
+   * routed blocks age out only through the worker's capacity model.
    */
   approxTtlMs?: number;
-  /** Per-worker bound = numGpuBlocks × this (default 1). */
+  /** Per-worker bound = numGpuBlocks × this. */
   capacityFactor?: number;
 }
 
+/**
+ * Defaults of PrefixIndexOptions; the policy options that configure an index (indexMaxBytes,
+ * maxWorkers, predictedTtlMs, approxTtlMs) take theirs from here.
+ */
+export const PREFIX_INDEX_DEFAULTS: Readonly<Required<PrefixIndexOptions>> = Object.freeze({
+  maxBytes: 256 * 1024 * 1024, // ≈ 3.8 M blocks
+  maxWorkers: 1024,
+  predictedTtlMs: 15_000,
+  approxTtlMs: Infinity,
+  capacityFactor: 1,
+});
 
 export interface WorkerIndexStatus {
   id: string;
@@ -171,12 +185,13 @@ export class PrefixIndex {
   private expiredCount = 0;
 
   constructor(opts: PrefixIndexOptions = {}) {
-    this.maxBytes = opts.maxBytes ?? 256 * 1024 * 1024;
-    this.maxWorkers = opts.maxWorkers ?? 1024;
+    const d = PREFIX_INDEX_DEFAULTS;
+    this.maxBytes = opts.maxBytes ?? d.maxBytes;
+    this.maxWorkers = opts.maxWorkers ?? d.maxWorkers;
     if (this.maxWorkers < 1 || this.maxWorkers > 65535) throw new Error('maxWorkers must be 1..65535');
-    this.predictedTtlMs = opts.predictedTtlMs ?? 5000;
-    this.approxTtlMs = opts.approxTtlMs ?? Infinity;
-    this.capacityFactor = opts.capacityFactor ?? 1;
+    this.predictedTtlMs = opts.predictedTtlMs ?? d.predictedTtlMs;
+    this.approxTtlMs = opts.approxTtlMs ?? d.approxTtlMs;
+    this.capacityFactor = opts.capacityFactor ?? d.capacityFactor;
     this.maxNodes = this.nodesWithin(this.maxBytes);
     this.nodeCap = Math.min(INITIAL_NODES, this.maxNodes);
     const n = this.nodeCap;

@@ -1,10 +1,11 @@
 /**
  * Connects a PrefixIndex to the workers a request is routed over: registers workers as they
  * appear (with their KV capacity), and answers "how many leading prompt tokens does each worker
- * hold" once per request, memoised for every plugin of the pipeline.
+ * hold" once per request, kept in the request's state for every plugin of the pipeline.
  */
 import type { WorkerState } from '../../fleet/worker-state.js';
 import { KVGATE_HASH_SEED, PromptBlocks, promptBlocks } from '../../kv/prompt-blocks.js';
+import { stateKey, type StateKey } from '../../util/state.js';
 import { PrefixIndex } from './prefix-index.js';
 import type { RouteRequest, RoutingContext } from '../types.js';
 
@@ -26,7 +27,8 @@ let nextMatcherId = 0;
 export class PrefixMatcher {
   readonly index: PrefixIndex;
   readonly seed: number;
-  private readonly memoKey: string;
+  /** This matcher's per-request answers (matchers differ in index, seed and block size). */
+  private readonly matchesKey: StateKey<Map<WorkerState, PrefixMatch>>;
   /** Fixed block size for every worker (llm-d's 64-token blocks), else each worker's own. */
   private readonly fixedBlockSize: number | undefined;
   /** Capacity per worker when fixed (llm-d's LRU size), else the worker's numGpuBlocks. */
@@ -40,7 +42,7 @@ export class PrefixMatcher {
     this.seed = opts.seed ?? KVGATE_HASH_SEED;
     this.fixedBlockSize = opts.blockSize;
     this.fixedCapacity = opts.capacityBlocks;
-    this.memoKey = `prefix-match:${nextMatcherId++}`;
+    this.matchesKey = stateKey(`prefix-match:${nextMatcherId++}`);
   }
 
   blockSizeOf(w: WorkerState): number {
@@ -57,21 +59,21 @@ export class PrefixMatcher {
     else if (this.index.workerCount < this.index.maxWorkers) this.index.addWorker(w.id, cap);
   }
 
-  /** The prompt's block hashes at `w`'s block size (lazy, memoised on the request). */
+  /** The prompt's block hashes at `w`'s block size (lazy, kept in the request's state). */
   hashesFor(req: RouteRequest, w: WorkerState): PromptBlocks {
-    return promptBlocks(req.memo, req.promptTokens, this.blockSizeOf(w), this.seed);
+    return promptBlocks(req.state, req.promptTokens, this.blockSizeOf(w), this.seed);
   }
 
   /** Each worker's match, computed for all of `workers` in one pass per block size. */
   matches(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): Map<WorkerState, PrefixMatch> {
-    let memo = req.memo.get(this.memoKey) as Map<WorkerState, PrefixMatch> | undefined;
-    if (!memo) {
-      memo = new Map();
-      req.memo.set(this.memoKey, memo);
+    let known = req.state.get(this.matchesKey);
+    if (!known) {
+      known = new Map();
+      req.state.set(this.matchesKey, known);
     }
     let missing: WorkerState[] | null = null;
-    for (const w of workers) if (!memo.has(w)) (missing ??= []).push(w);
-    if (!missing) return memo;
+    for (const w of workers) if (!known.has(w)) (missing ??= []).push(w);
+    if (!missing) return known;
     // Group by block size; a pool normally has one.
     const groups = new Map<number, WorkerState[]>();
     for (const w of missing) {
@@ -82,17 +84,17 @@ export class PrefixMatcher {
       else groups.set(bs, [w]);
     }
     for (const [bs, ws] of groups) {
-      const hashes = promptBlocks(req.memo, req.promptTokens, bs, this.seed);
+      const hashes = promptBlocks(req.state, req.promptTokens, bs, this.seed);
       const slots = ws.map((w) => this.index.slotOf(w.id));
       const out = new Int32Array(ws.length);
       this.index.matchSlots(hashes, slots, out, ctx.now);
       const usable = Math.max(0, Math.floor((req.promptTokens.length - 1) / bs));
       for (let i = 0; i < ws.length; i++) {
         const blocks = out[i]!;
-        memo.set(ws[i]!, { blocks, tokens: Math.min(blocks, usable) * bs, promptBlocks: hashes.length, blockSize: bs });
+        known.set(ws[i]!, { blocks, tokens: Math.min(blocks, usable) * bs, promptBlocks: hashes.length, blockSize: bs });
       }
     }
-    return memo;
+    return known;
   }
 
   /**

@@ -4,6 +4,7 @@
  * are written. Unknown fields are accepted and ignored, as vLLM does; the fields the simulation
  * acts on are validated with vLLM's limits.
  */
+import { formatPath } from '../../util/field-path.js';
 import type { ServerResponse } from 'node:http';
 import { z } from 'zod';
 
@@ -123,12 +124,6 @@ export function checkModel(model: string | null | undefined, served: string): vo
   if (model !== undefined && model !== null && model !== served) {
     throw notFound(`The model \`${model}\` does not exist.`);
   }
-}
-
-function formatPath(path: readonly PropertyKey[]): string {
-  let s = '';
-  for (const p of path) s += typeof p === 'number' ? `[${p}]` : s === '' ? String(p) : `.${String(p)}`;
-  return s;
 }
 
 /** Parse a body with a schema; the first problem becomes a 400 naming the field. */

@@ -1,21 +1,31 @@
 /**
- * KV fit: drop workers that cannot take the request without evicting blocks in use.
+ * Filter `kv-fit`: drops workers that cannot take the request without evicting blocks in use.
  *
- * A request needs its uncached prompt blocks plus its expected output blocks; a worker has the
- * free blocks its last snapshot showed, minus what was reserved there since
- * (WorkerState.estimatedFreeBlocks; with stale metrics, capacity minus the gateway's own in-flight
- * reservations). Cached-but-unused blocks count as free, as in vLLM's kv usage.
+ *   need(w) = ⌈uncached prompt tokens / blockSize⌉
+ *             + ⌈min(maxTokens, RESERVE_OUTPUT_TOKENS_CAP) / blockSize⌉
+ *   free(w) = free blocks of the last snapshot minus what was reserved there since
+ *             (WorkerState.estimatedFreeBlocks; with stale metrics, capacity minus the gateway's
+ *             own in-flight reservations, flagged USED_STALE_METRICS); exact: the engine's probe
+ *   keep w if need(w) ≤ free(w)
+ *
+ * Cached-but-unused blocks count as free, as in vLLM's kv usage; the cached prompt tokens come
+ * from the prefix matcher (exact: the probe), none without one.
  *
  * If nobody fits now but some worker could when idle, the request is not refused: queueing at the
- * engine beats a 503. `whenNoneFits` keeps every worker that could hold it ('all', the scorers then
- * weigh headroom against cache) or only the least overfull ones ('least-overfull'). A request
- * larger than every worker's whole cache can never run: `neverFits` explains, and the pipeline
- * answers 400 context_length_exceeded.
+ * engine beats a 503. The filter flags KV_OVERFULL and, by `whenNoneFits`, keeps every worker that
+ * could hold it ('all', the scorers then weigh headroom against cache) or only those within
+ * `overfullSlackBlocks` of the least overfull ('least-overfull'). A worker could hold the prompt
+ * when ⌈prompt tokens / blockSize⌉ + 1 ≤ numGpuBlocks (the engine's own admission rule); a request
+ * no worker could ever hold is what `neverFits` explains, and the pipeline answers 400
+ * context_length_exceeded.
+ *
+ * Options: whenNoneFits, overfullSlackBlocks, exact (set by the policy that uses it).
  */
-import type { WorkerState } from '../fleet/worker-state.js';
-import { RESERVE_OUTPUT_TOKENS_CAP } from './router.js';
-import type { PrefixMatcher } from './index/prefix-match.js';
-import type { Filter, RouteRequest, RoutingContext } from './types.js';
+import type { WorkerState } from '../../fleet/worker-state.js';
+import type { PrefixMatcher } from '../index/prefix-match.js';
+import { RESERVE_OUTPUT_TOKENS_CAP } from '../router.js';
+import { KV_OVERFULL, USED_STALE_METRICS } from '../state-keys.js';
+import type { Filter, RouteRequest, RoutingContext } from '../types.js';
 
 export interface KvFitOptions {
   whenNoneFits: 'all' | 'least-overfull';
@@ -61,10 +71,10 @@ export function kvFitFilter(matcher: PrefixMatcher | null, opts: KvFitOptions): 
         over.push(need - free);
         if (need <= free) fits.push(w);
       }
-      if (stale) req.memo.set('usedStaleMetrics', true);
+      if (stale) req.state.set(USED_STALE_METRICS, true);
       if (fits.length > 0) return fits.length === workers.length ? (workers as WorkerState[]) : fits;
       if (possible.length === 0) return [];
-      req.memo.set('kvOverfull', true);
+      req.state.set(KV_OVERFULL, true);
       if (opts.whenNoneFits === 'all') return possible;
       let least = Infinity;
       for (const o of over) if (o < least) least = o;

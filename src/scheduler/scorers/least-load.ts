@@ -1,8 +1,14 @@
 /**
- * Scorers shared by several policies. Each returns one value in [0,1] per worker, higher better.
+ * Scorer `load` (least-load): fewest requests at the worker.
+ *
+ *   load(w)   = in-flight count if the snapshot is stale, else
+ *               max(snapshot running + waiting + dispatched since, in-flight count)
+ *   rating(w) = (max load − load(w)) / (max load − min load) over the candidates; 1 if all equal
+ *
+ * Inputs: WorkerState snapshot and the gateway's in-flight accounting. No options.
  */
-import type { WorkerState } from '../fleet/worker-state.js';
-import type { RoutingContext, Scorer } from './types.js';
+import type { WorkerState } from '../../fleet/worker-state.js';
+import type { RoutingContext, Scorer } from '../types.js';
 
 /** Requests at the worker as best known: snapshot running + waiting (+ dispatched since), or in-flight. */
 export function queueLoad(w: WorkerState, ctx: RoutingContext): number {

@@ -1,9 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { WorkerState } from '../../src/fleet/worker-state.js';
-import { CharRadixTree } from '../../src/scheduler/index/char-radix-tree.js';
-import { createPolicy } from '../../src/scheduler/policies.js';
-import { request, router, seq, worker } from './helpers.js';
+import type { WorkerState } from '../../../src/fleet/worker-state.js';
+import { CharRadixTree } from '../../../src/scheduler/index/char-radix-tree.js';
+import { createPolicy } from '../../../src/scheduler/registry.js';
+import { request, router, seq, worker } from '../helpers.js';
 
 let loadSeq = 0;
 const load = (w: WorkerState, n: number) => {

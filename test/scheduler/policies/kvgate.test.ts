@@ -1,8 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createPolicy, policyNames } from '../../src/scheduler/policies.js';
-import type { KvgatePolicy } from '../../src/scheduler/kvgate-policy.js';
-import { request, router, seq, worker } from './helpers.js';
+import { createPolicy, policyNames } from '../../../src/scheduler/registry.js';
+import type { KvgatePolicy } from '../../../src/scheduler/policies/kvgate.js';
+import { request, router, seq, worker } from '../helpers.js';
 
 test('every KV-aware policy is registered', () => {
   for (const n of ['kvgate', 'sglang-cache-aware', 'llm-d', 'dynamo', 'oracle']) assert.ok(policyNames().includes(n), n);

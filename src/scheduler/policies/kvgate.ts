@@ -1,0 +1,255 @@
+/**
+ * Policy `kvgate`: kvgate's own, and `oracle`, the same rules on exact engine state.
+ *
+ *   healthy → kv-fit → kvgate-estimate (producer) →
+ *   prefix · wPrefix + ttft · wTtft + headroom · wHeadroom + queue · wQueue + load · wLoad
+ *     + session · wSession → kvgate picker (the load guard)
+ *
+ * The estimate at its centre (producers/kvgate-estimate.ts), per worker:
+ *
+ *   ttftMs = 1000 · (prefill tokens queued ahead + this request's uncached tokens) / prefill rate
+ *            + queueMsPerWaiting · waiting + decodeMsPerRunning · running
+ *
+ * "Queued ahead" is the gateway's own count of prompt tokens dispatched there and not yet past
+ * their first token (WorkerState.inflightPrefillTokens), so it is exact for this gateway's traffic
+ * and never stale; waiting/running come from the snapshot plus dispatches since, or from the
+ * gateway's in-flight count once the snapshot is stale (say so, never fail closed). The prefill
+ * rate is configured per deployment and, by default, learned per worker from observed first
+ * tokens (onFirstToken).
+ *
+ * The picker (pickers/kvgate.ts) takes the best weighted score among the workers near the lowest
+ * ttft, unless the best-cached worker is worth its extra wait ('prefix'); otherwise the prefix
+ * spills ('spill'). At dispatch the prompt's blocks are inserted into the index as predictions,
+ * so a burst sharing a prefix co-locates before any worker reports anything, and the Router's
+ * synchronous reservation makes each pick visible to the next.
+ */
+import { z } from 'zod';
+import type { WorkerState } from '../../fleet/worker-state.js';
+import { stateKey } from '../../util/state.js';
+import { healthyFilter } from '../filters/healthy.js';
+import { kvFitFilter } from '../filters/kv-fit.js';
+import { PREFIX_INDEX_DEFAULTS, PrefixIndex } from '../index/prefix-index.js';
+import { PrefixMatcher } from '../index/prefix-match.js';
+import { kvgatePicker } from '../pickers/kvgate.js';
+import { PipelinePolicy } from '../pipeline.js';
+import { kvgateEstimate, kvgateEstimateProducer } from '../producers/kvgate-estimate.js';
+import {
+  kvgateHeadroomScorer,
+  kvgateLoadScorer,
+  kvgatePrefixScorer,
+  kvgateQueueScorer,
+  kvgateSessionScorer,
+  kvgateTtftScorer,
+} from '../scorers/kvgate.js';
+import type {
+  Policy,
+  PolicyDefinition,
+  RouteDecision,
+  RouteOutcome,
+  RouteRequest,
+  RoutingContext,
+} from '../types.js';
+import { booleanKnob, choiceKnob, indexKnobs, numberKnob } from './knobs.js';
+
+/**
+ * The kvgate policy's options, with their defaults.
+ *
+ * The near band and the spill test are relative so they scale with the workload: an absolute
+ * allowance larger than a short request's whole TTFT lets cache affinity pile short prompts onto
+ * the workers that first saw their prefix while others idle, and a large share of a busy worker's
+ * TTFT piles the decodes of shared documents onto one worker, costing TPOT. The spill test's slack
+ * is only the exploit bias (the TTFT estimate already charges the uncached tokens); most of it
+ * comes from spillSavedFraction, which scales with the prefix: a long shared prefix is worth
+ * keeping home (moving it costs a long recompute and splits its cache), a short one is cheap to
+ * recompute anywhere.
+ */
+export const kvgateOptions = z.strictObject({
+  prefillTokensPerSec: numberKnob(
+    10_000,
+    "prefill throughput assumed per worker, tokens/s (kvgate: until it learns the worker's own)",
+    { min: 1 },
+  ),
+  learnPrefillRate: booleanKnob(true, "learn each worker's prefill rate from its observed first tokens"),
+  learnAlpha: numberKnob(0.2, 'weight of a new observation in the learned rate'),
+  learnMinTokens: numberKnob(256, 'learn only from requests with at least this many tokens to prefill'),
+  queueMsPerWaiting: numberKnob(2, 'added to the TTFT estimate per request waiting at the worker, ms'),
+  decodeMsPerRunning: numberKnob(0.5, 'added to the TTFT estimate per running request (decodes share the batch), ms'),
+  nearRelative: numberKnob(0.25, 'near band: workers with TTFT ≤ min TTFT · (1 + nearRelative) + nearAbsoluteMs'),
+  nearAbsoluteMs: numberKnob(0, 'absolute slack of the near band, ms'),
+  spillRelative: numberKnob(
+    0.25,
+    "keep the best-cached worker while its TTFT ≤ the near pick's · (1 + spillRelative) + spillAbsoluteMs + saved prefill",
+  ),
+  spillAbsoluteMs: numberKnob(0, 'absolute slack of the spill test, ms'),
+  spillSavedFraction: numberKnob(
+    0.75,
+    "share of the prefill time the best-cached worker's extra cached tokens save that it may be slower by",
+  ),
+  minHitGain: numberKnob(0.05, 'the best-cached worker must hold this much more of the prompt to be preferred'),
+  wPrefix: numberKnob(3, 'weight of the prefix scorer (expected prefix hit) in the near band'),
+  wTtft: numberKnob(1, 'weight of the ttft scorer (min TTFT / TTFT)'),
+  wHeadroom: numberKnob(0.5, 'weight of the headroom scorer (free KV blocks left after the request)'),
+  wQueue: numberKnob(0.25, 'weight of the queue scorer (fewest waiting)'),
+  wLoad: numberKnob(0.25, 'weight of the load scorer (fewest running)'),
+  wSession: numberKnob(0.5, "weight of the session scorer (the session's last worker)"),
+  whenNoneFits: choiceKnob(
+    ['all', 'least-overfull'],
+    'all',
+    'when no worker has KV room now: keep every worker that could hold the request when idle, or the least overfull',
+  ),
+  overfullSlackBlocks: numberKnob(0, 'least-overfull keeps workers within this many blocks of the least overfull'),
+  indexMaxBytes: indexKnobs.indexMaxBytes,
+  predictedTtlMs: numberKnob(
+    PREFIX_INDEX_DEFAULTS.predictedTtlMs,
+    'lifetime of a pick-time prediction no first token has confirmed, ms (failed requests withdraw theirs at once)',
+    { infinite: true },
+  ),
+  approxTtlMs: numberKnob(
+    PREFIX_INDEX_DEFAULTS.approxTtlMs,
+    'lifetime of a routed block since its last use, ms (.inf: only the capacity model ages it)',
+    { infinite: true },
+  ),
+  maxWorkers: indexKnobs.maxWorkers,
+  sessionCapacity: numberKnob(100_000, 'session keys remembered for affinity', { min: 1 }),
+});
+
+export type KvgateOptions = z.output<typeof kvgateOptions>;
+
+/** Clock time the request was dispatched (written at dispatch, read at its first token). */
+const DISPATCHED_AT = stateKey<number>('kvgate.dispatched-at');
+/** The request's first token came back: its prediction is confirmed. */
+const CONFIRMED = stateKey<true>('kvgate.confirmed');
+
+export class KvgatePolicy implements Policy {
+  readonly name: string;
+  readonly params: KvgateOptions;
+  readonly matcher: PrefixMatcher;
+  readonly prefixIndex: PrefixIndex;
+  /** Learned prefill throughput per worker id, tokens/s. */
+  readonly prefillRates = new Map<string, number>();
+  /**
+   * Read each worker's exact cache and queue through WorkerState.oracle (simulation only) instead
+   * of the index and the metrics: the `oracle` policy, kvgate's decision rules with perfect
+   * information. It bounds how much better information alone could buy, not what any router
+   * could achieve: the rules are heuristics, and on some workloads exact state steers them no
+   * better (occasionally worse, e.g. when the exact cache shows a conversation's decoded tokens
+   * and the affinity rules consolidate on it) than kvgate's own estimate. `oracle-greedy`
+   * (always the lowest estimated TTFT on exact state) is the other reference.
+   */
+  readonly exact: boolean;
+  readonly usesOracle?: boolean;
+  /** Session key → worker id of its last pick (insertion-ordered, bounded). */
+  private readonly sessions = new Map<string, string>();
+  private readonly pipeline: PipelinePolicy;
+
+  /** `options` as parsed by kvgateOptions; createPolicy('kvgate', raw) parses and checks them. */
+  constructor(options: KvgateOptions, name = 'kvgate', exact = false) {
+    const p = options;
+    this.name = name;
+    this.params = p;
+    this.exact = exact;
+    if (exact) this.usesOracle = true;
+    this.prefixIndex = new PrefixIndex({
+      maxBytes: p.indexMaxBytes,
+      maxWorkers: p.maxWorkers,
+      predictedTtlMs: p.predictedTtlMs,
+      approxTtlMs: p.approxTtlMs,
+    });
+    this.matcher = new PrefixMatcher(this.prefixIndex);
+    this.pipeline = new PipelinePolicy({
+      name,
+      filters: [
+        healthyFilter,
+        kvFitFilter(this.matcher, { whenNoneFits: p.whenNoneFits, overfullSlackBlocks: p.overfullSlackBlocks, exact }),
+      ],
+      producers: [
+        kvgateEstimateProducer({
+          matcher: this.matcher,
+          exact,
+          queueMsPerWaiting: p.queueMsPerWaiting,
+          decodeMsPerRunning: p.decodeMsPerRunning,
+          prefillRate: (w) => this.prefillRate(w),
+          sessionWorker: (key) => this.sessions.get(key),
+        }),
+      ],
+      scorers: [
+        { scorer: kvgatePrefixScorer, weight: p.wPrefix },
+        { scorer: kvgateTtftScorer, weight: p.wTtft },
+        { scorer: kvgateHeadroomScorer, weight: p.wHeadroom },
+        { scorer: kvgateQueueScorer, weight: p.wQueue },
+        { scorer: kvgateLoadScorer, weight: p.wLoad },
+        { scorer: kvgateSessionScorer, weight: p.wSession },
+      ],
+      picker: kvgatePicker(p),
+    });
+  }
+
+  route(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): RouteOutcome {
+    return this.pipeline.route(req, workers, ctx);
+  }
+
+  /** What /admin/workers shows for this policy per worker. */
+  describeWorker(w: WorkerState): Record<string, unknown> {
+    return { kvgate: { prefillTokensPerSec: Math.round(this.prefillRate(w)), prefillRateLearned: this.prefillRates.has(w.id) } };
+  }
+
+  prefillRate(w: WorkerState): number {
+    return this.prefillRates.get(w.id) ?? this.params.prefillTokensPerSec;
+  }
+
+  /** Predict the prompt's blocks at the worker and remember the session's worker. */
+  onDispatch(req: RouteRequest, d: RouteDecision, ctx: RoutingContext): void {
+    const w = d.worker;
+    this.matcher.predict(req, w, ctx.now);
+    if (req.sessionKey !== undefined) {
+      this.sessions.delete(req.sessionKey);
+      this.sessions.set(req.sessionKey, w.id);
+      if (this.sessions.size > this.params.sessionCapacity) {
+        this.sessions.delete(this.sessions.keys().next().value!);
+      }
+    }
+    req.state.set(DISPATCHED_AT, ctx.now);
+  }
+
+  /** Confirm the prediction and learn the worker's prefill rate from the time to first token. */
+  onFirstToken(req: RouteRequest, w: WorkerState, ctx: RoutingContext): void {
+    this.matcher.confirm(req, w, ctx.now);
+    req.state.set(CONFIRMED, true);
+    if (!this.params.learnPrefillRate) return;
+    const est = kvgateEstimate(req, w);
+    const at = req.state.get(DISPATCHED_AT);
+    if (!est || at === undefined) return;
+    const tokens = est.aheadTokens + est.uncachedTokens;
+    const elapsedMs = ctx.now - at;
+    if (tokens < this.params.learnMinTokens || elapsedMs <= 0) return;
+    const observed = (1000 * tokens) / elapsedMs;
+    const base = this.params.prefillTokensPerSec;
+    const clamped = Math.min(base * 10, Math.max(base / 10, observed));
+    const prev = this.prefillRate(w);
+    this.prefillRates.set(w.id, prev + this.params.learnAlpha * (clamped - prev));
+  }
+
+  onComplete(req: RouteRequest, w: WorkerState, ok: boolean, ctx: RoutingContext): void {
+    if (req.state.get(CONFIRMED) === true) return;
+    // A non-streamed request may complete without a first-token callback: its prefill is done
+    // too. One that failed before its first token never filled the cache: withdraw its prediction.
+    if (ok) this.matcher.confirm(req, w, ctx.now);
+    else this.matcher.retract(req, w);
+  }
+}
+
+export const kvgatePolicy: PolicyDefinition<typeof kvgateOptions> = {
+  name: 'kvgate',
+  description:
+    'kvgate: expected prefix hit from a KV-event-fed index, KV fit, estimated TTFT with a load guard that spills hot prefixes, pick-time predictions.',
+  options: kvgateOptions,
+  create: (o) => new KvgatePolicy(o),
+};
+
+export const oraclePolicy: PolicyDefinition<typeof kvgateOptions> = {
+  name: 'oracle',
+  description:
+    "Simulation only: kvgate's decision rules on each engine's exact cache and queue (perfect information, same heuristics; not a guaranteed bound).",
+  options: kvgateOptions,
+  create: (o) => new KvgatePolicy(o, 'oracle', true),
+};

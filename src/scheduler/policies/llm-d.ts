@@ -1,0 +1,129 @@
+/**
+ * Policy `llm-d`: a baseline modelled on the llm-d router (llm-d/llm-d-router, formerly
+ * llm-d-inference-scheduler; earlier the Gateway API Inference Extension EPP) with its default
+ * scheduling profile, built from the same pipeline as kvgate's policies so a side-by-side
+ * benchmark compares policies, not plumbing. Scorers as in its
+ * `pkg/epp/framework/plugins/scheduling/scorer/{queuedepth,kvcacheutilization,prefix}/`:
+ *
+ *   healthy → queue-scorer · queueWeight + kv-cache-utilization-scorer · kvCacheWeight
+ *             + prefix-cache-scorer · prefixWeight → max-score picker (random tie-break)
+ *
+ *   queue  = (max waiting − waiting) / (max − min) over the candidates; 1 if all equal
+ *   kv     = 1 − KV usage
+ *   prefix = matched blocks / prompt blocks
+ *
+ * The prefix scorer's index is approximate and learned only from its own picks: a per-pod LRU of
+ * chained block hashes (seeded by model name) holding num_gpu_blocks entries per pod, over blocks
+ * of blockSizeTokens tokens estimated at bytesPerToken characters each (so a block is
+ * blockSizeTokens · bytesPerToken characters of prompt text). The metrics it reads are the last
+ * scrape as is (no dispatches since), polled every scrapeIntervalMs.
+ */
+import { z } from 'zod';
+import { seedFromString } from '../../util/rng.js';
+import { stateKey } from '../../util/state.js';
+import { healthyFilter } from '../filters/healthy.js';
+import { PrefixIndex } from '../index/prefix-index.js';
+import { PrefixMatcher } from '../index/prefix-match.js';
+import { maxScorePicker } from '../pickers/max-score.js';
+import { PipelinePolicy } from '../pipeline.js';
+import type { PolicyDefinition, RouteRequest, Scorer } from '../types.js';
+import { indexKnobs, numberKnob } from './knobs.js';
+
+/** The prompt text's UTF-16 code units, llm-d's stand-in for tokens. */
+const LLMD_CHARS = stateKey<Uint16Array>('llm-d.chars');
+/** The request seen through its character codes as tokens. */
+const LLMD_CHAR_REQUEST = stateKey<RouteRequest>('llm-d.char-request');
+
+/** Text → "tokens" the way llm-d's approximate prefix scorer does without a tokenizer. */
+function charCodes(req: RouteRequest): Uint16Array {
+  let c = req.state.get(LLMD_CHARS);
+  if (!c) {
+    const s = req.promptText;
+    c = new Uint16Array(s.length);
+    for (let i = 0; i < s.length; i++) c[i] = s.charCodeAt(i);
+    req.state.set(LLMD_CHARS, c);
+  }
+  return c;
+}
+
+export const llmdOptions = z.strictObject({
+  blockSizeTokens: numberKnob(64, 'prefix block size, tokens (values below 64 count as 64)', { min: 1 }),
+  bytesPerToken: numberKnob(4, 'characters of prompt text assumed per token', { min: 1 }),
+  indexMaxBytes: indexKnobs.indexMaxBytes,
+  maxWorkers: indexKnobs.maxWorkers,
+  queueWeight: numberKnob(2, 'weight of queue-scorer (fewest waiting)'),
+  kvCacheWeight: numberKnob(2, 'weight of kv-cache-utilization-scorer (1 − KV usage)'),
+  prefixWeight: numberKnob(3, 'weight of prefix-cache-scorer (matched / prompt blocks)'),
+  scrapeIntervalMs: numberKnob(50, 'metrics refresh interval the policy asks for, ms', { min: 1 }),
+});
+
+export type LlmdOptions = z.output<typeof llmdOptions>;
+
+export function createLlmdPolicy(o: LlmdOptions): PipelinePolicy {
+  const blockChars = Math.round(Math.max(64, o.blockSizeTokens) * o.bytesPerToken);
+  const index = new PrefixIndex({
+    maxBytes: o.indexMaxBytes,
+    maxWorkers: o.maxWorkers,
+    predictedTtlMs: 0,
+  });
+  const matchers = new Map<string, PrefixMatcher>();
+  const matcherFor = (model: string) => {
+    let m = matchers.get(model);
+    if (!m) matchers.set(model, (m = new PrefixMatcher(index, { seed: seedFromString(model), blockSize: blockChars })));
+    return m;
+  };
+  const asChars = (req: RouteRequest): RouteRequest => {
+    let r = req.state.get(LLMD_CHAR_REQUEST);
+    if (!r) {
+      // The same request seen through character codes; shares the state so hashes are computed once.
+      r = { ...req, promptTokens: charCodes(req) };
+      req.state.set(LLMD_CHAR_REQUEST, r);
+    }
+    return r;
+  };
+  const queueScorer: Scorer = {
+    name: 'queue',
+    score(_req, ws) {
+      const q = ws.map((w) => w.snapshot?.waiting ?? 0);
+      const min = Math.min(...q);
+      const max = Math.max(...q);
+      return q.map((v) => (max > min ? (max - v) / (max - min) : 1));
+    },
+  };
+  const kvScorer: Scorer = {
+    name: 'kv-cache-utilization',
+    score: (_req, ws) => ws.map((w) => 1 - (w.snapshot?.kvUsage ?? 0)),
+  };
+  const prefixScorer: Scorer = {
+    name: 'prefix',
+    score(req, ws, ctx) {
+      const m = matcherFor(req.model).matches(asChars(req), ws, ctx);
+      return ws.map((w) => {
+        const x = m.get(w)!;
+        return x.promptBlocks > 0 ? x.blocks / x.promptBlocks : 0;
+      });
+    },
+  };
+  return new PipelinePolicy({
+    name: 'llm-d',
+    filters: [healthyFilter],
+    scorers: [
+      { scorer: queueScorer, weight: o.queueWeight },
+      { scorer: kvScorer, weight: o.kvCacheWeight },
+      { scorer: prefixScorer, weight: o.prefixWeight },
+    ],
+    picker: maxScorePicker,
+    scrapeIntervalMs: o.scrapeIntervalMs,
+    prefixIndex: index,
+    onDispatch(req, d, ctx) {
+      matcherFor(req.model).record(asChars(req), d.worker, ctx.now);
+    },
+  });
+}
+
+export const llmdPolicy: PolicyDefinition<typeof llmdOptions> = {
+  name: 'llm-d',
+  description: 'llm-d router default profile: queue, kv-cache-utilization and approximate prefix-cache scorers (token blocks estimated from text), max-score picker, fast metrics polling.',
+  options: llmdOptions,
+  create: createLlmdPolicy,
+};

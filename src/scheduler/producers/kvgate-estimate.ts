@@ -1,0 +1,160 @@
+/**
+ * Producer `kvgate-estimate`: what the kvgate policy expects of each candidate for this request,
+ * written to the request's state for the kvgate scorers (scorers/kvgate.ts), its picker
+ * (pickers/kvgate.ts) and its first-token hook.
+ *
+ * Per candidate w:
+ *
+ *   cached   = leading prompt tokens w holds (prefix index match; exact: the engine's probe)
+ *   uncached = prompt tokens − cached
+ *   ahead    = prefill tokens queued at w before this request: the gateway's own dispatched and
+ *              not-yet-first-token prompt tokens (exact: the larger of that and the engine's
+ *              pending prefill)
+ *   ttftMs   = 1000 / prefillRate(w) · (ahead + uncached)
+ *              + queueMsPerWaiting · waiting + decodeMsPerRunning · running
+ *   headroom = clamp01((free blocks − blocks for the uncached tokens) / numGpuBlocks)
+ *   session  = the request's session key was last routed to w
+ *
+ * waiting/running and free blocks come from the last snapshot plus dispatches since, or from the
+ * gateway's in-flight accounting once the snapshot is stale (flagged USED_STALE_METRICS); in exact
+ * mode from the probe. The table adds the candidates' ranges (min ttft, min/max waiting and
+ * running) that the relative scorers normalise with.
+ *
+ * Inputs: the prefix matcher, the policy's learned prefill rate per worker and session table.
+ * Options: queueMsPerWaiting, decodeMsPerRunning (the kvgate policy's).
+ *
+ * Estimates are kept for the request's lifetime: a retry over other workers estimates only the
+ * workers not seen before.
+ */
+import type { WorkerState } from '../../fleet/worker-state.js';
+import { stateKey } from '../../util/state.js';
+import type { PrefixMatcher } from '../index/prefix-match.js';
+import { clamp01 } from '../pipeline.js';
+import { USED_STALE_METRICS } from '../state-keys.js';
+import type { Producer, RouteRequest } from '../types.js';
+
+/** What kvgate estimated for one worker. */
+export interface KvgateEstimate {
+  /** Expected prefix hit: cachedTokens / prompt tokens. */
+  hit: number;
+  cachedTokens: number;
+  uncachedTokens: number;
+  aheadTokens: number;
+  ttftMs: number;
+  /** Milliseconds per prefill token at this worker (1000 / its prefill rate). */
+  msPerToken: number;
+  headroom: number;
+  waiting: number;
+  running: number;
+  session: boolean;
+}
+
+/** The candidates of one decision, their estimates in the same order, and the ranges. */
+export interface KvgateEstimateTable {
+  ws: readonly WorkerState[];
+  est: KvgateEstimate[];
+  minTtft: number;
+  minWait: number;
+  maxWait: number;
+  minRun: number;
+  maxRun: number;
+}
+
+/** Every worker estimated for the request so far, by worker. */
+export const KVGATE_ESTIMATES = stateKey<Map<WorkerState, KvgateEstimate>>('kvgate.estimates');
+/** The current decision's candidates and their estimates. */
+export const KVGATE_ESTIMATE_TABLE = stateKey<KvgateEstimateTable>('kvgate.estimate-table');
+
+export interface KvgateEstimateOptions {
+  matcher: PrefixMatcher;
+  /** Read cache, queue and free blocks from WorkerState.oracle where present. */
+  exact: boolean;
+  queueMsPerWaiting: number;
+  decodeMsPerRunning: number;
+  /** Prefill throughput assumed for `w`, tokens/s. */
+  prefillRate(w: WorkerState): number;
+  /** Worker id the session key was last routed to. */
+  sessionWorker(sessionKey: string): string | undefined;
+}
+
+export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
+  return {
+    name: 'kvgate-estimate',
+    produce(req, ws, ctx) {
+      const m = estimatesOf(req);
+      let complete = true;
+      for (const w of ws) {
+        if (!m.has(w)) {
+          complete = false;
+          break;
+        }
+      }
+      if (!complete) {
+        const matches = o.matcher.matches(req, ws, ctx);
+        const prompt = req.promptTokens.length;
+        const sessionWorker = req.sessionKey !== undefined ? o.sessionWorker(req.sessionKey) : undefined;
+        for (const w of ws) {
+          if (m.has(w)) continue;
+          const probe = o.exact ? w.oracle : undefined;
+          const cached = Math.min(prompt, probe ? probe.cachedPrefixTokens(req.promptTokens) : (matches.get(w)?.tokens ?? 0));
+          const uncached = prompt - cached;
+          const stale = !probe && w.isStale(ctx.now, ctx.staleAfterMs);
+          if (stale) req.state.set(USED_STALE_METRICS, true);
+          const q = probe ? { running: probe.running(), waiting: probe.waiting() } : w.estimatedQueue(ctx.now, ctx.staleAfterMs);
+          // The engine's pending prefill counts every gateway's traffic but not the chunk of the
+          // step in flight (taken off at the step's start, its first token due only at the step's
+          // end); the gateway's own in-flight prefill still counts that step. Take the larger.
+          const ahead = Math.max(0, probe ? Math.max(probe.pendingPrefillTokens(), w.inflightPrefillTokens) : w.inflightPrefillTokens);
+          const msPerToken = 1000 / o.prefillRate(w);
+          const ttftMs =
+            msPerToken * (ahead + uncached) + o.queueMsPerWaiting * q.waiting + o.decodeMsPerRunning * q.running;
+          const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
+          const need = Math.ceil(uncached / w.blockSize);
+          m.set(w, {
+            hit: prompt > 0 ? cached / prompt : 0,
+            cachedTokens: cached,
+            uncachedTokens: uncached,
+            aheadTokens: ahead,
+            ttftMs,
+            msPerToken,
+            headroom: clamp01((free - need) / Math.max(1, w.numGpuBlocks)),
+            waiting: q.waiting,
+            running: q.running,
+            session: sessionWorker === w.id,
+          });
+        }
+      }
+      const est = ws.map((w) => m.get(w)!);
+      const t: KvgateEstimateTable = { ws, est, minTtft: Infinity, minWait: Infinity, maxWait: -Infinity, minRun: Infinity, maxRun: -Infinity };
+      for (const e of est) {
+        if (e.ttftMs < t.minTtft) t.minTtft = e.ttftMs;
+        if (e.waiting < t.minWait) t.minWait = e.waiting;
+        if (e.waiting > t.maxWait) t.maxWait = e.waiting;
+        if (e.running < t.minRun) t.minRun = e.running;
+        if (e.running > t.maxRun) t.maxRun = e.running;
+      }
+      req.state.set(KVGATE_ESTIMATE_TABLE, t);
+    },
+  };
+}
+
+function estimatesOf(req: RouteRequest): Map<WorkerState, KvgateEstimate> {
+  let m = req.state.get(KVGATE_ESTIMATES);
+  if (!m) {
+    m = new Map();
+    req.state.set(KVGATE_ESTIMATES, m);
+  }
+  return m;
+}
+
+/** The estimate table the producer wrote for exactly these candidates. */
+export function kvgateEstimateTable(req: RouteRequest, ws: readonly WorkerState[]): KvgateEstimateTable {
+  const t = req.state.get(KVGATE_ESTIMATE_TABLE);
+  if (!t || t.ws !== ws) throw new Error('the kvgate scorers need the kvgate-estimate producer to run first, over the same candidates');
+  return t;
+}
+
+/** The estimate for `w` the producer wrote for this request. */
+export function kvgateEstimate(req: RouteRequest, w: WorkerState): KvgateEstimate | undefined {
+  return req.state.get(KVGATE_ESTIMATES)?.get(w);
+}

@@ -1,0 +1,109 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { WorkerState } from '../../../src/fleet/worker-state.js';
+import { PrefixIndex } from '../../../src/scheduler/index/prefix-index.js';
+import { PrefixMatcher } from '../../../src/scheduler/index/prefix-match.js';
+import type { RoutingContext } from '../../../src/scheduler/types.js';
+import { seededRng } from '../../../src/util/rng.js';
+import { request, seq, worker } from '../helpers.js';
+
+const ctx = (now = 0): RoutingContext => ({ now, rng: seededRng(1), staleAfterMs: 5000 });
+
+/** Put the first `blocks` blocks of `tokens` at `w` as routed. */
+function hold(matcher: PrefixMatcher, w: WorkerState, tokens: number[], blocks: number): void {
+  matcher.track(w);
+  matcher.index.insert(w.id, matcher.hashesFor(request(tokens), w), 'routed', 0, 0, blocks);
+}
+
+test('each worker matches the leading blocks it holds; a fully cached prompt still computes its last token', () => {
+  const matcher = new PrefixMatcher(new PrefixIndex());
+  const a = worker('a');
+  const b = worker('b');
+  const c = worker('c');
+  const cases: Array<{ tokens: number; held: number; blocks: number; cachedTokens: number }> = [
+    { tokens: 100, held: 3, blocks: 3, cachedTokens: 48 },
+    { tokens: 64, held: 4, blocks: 4, cachedTokens: 48 }, // 4 full blocks, all held: 3 of them serve
+    { tokens: 65, held: 4, blocks: 4, cachedTokens: 64 },
+    { tokens: 100, held: 0, blocks: 0, cachedTokens: 0 },
+  ];
+  for (const [i, k] of cases.entries()) {
+    const tokens = seq(10_000 * (i + 1), k.tokens);
+    hold(matcher, a, tokens, k.held);
+    hold(matcher, b, tokens, 1);
+    const m = matcher.matches(request(tokens), [a, b, c], ctx());
+    assert.deepEqual(m.get(a), { blocks: k.blocks, tokens: k.cachedTokens, promptBlocks: Math.floor(k.tokens / 16), blockSize: 16 }, JSON.stringify(k));
+    assert.equal(m.get(b)!.blocks, 1);
+    assert.equal(m.get(c)!.blocks, 0, 'a worker seen for the first time holds nothing');
+  }
+  assert.ok(matcher.index.hasWorker('c'));
+});
+
+test('a match stops at the first block the worker lacks', () => {
+  const matcher = new PrefixMatcher(new PrefixIndex());
+  const a = worker('a');
+  const tokens = seq(0, 10 * 16);
+  matcher.track(a);
+  const h = matcher.hashesFor(request(tokens), a);
+  matcher.index.insert('a', h, 'routed', 0, 0, 2);
+  matcher.index.insert('a', h, 'routed', 0, 3, 6); // blocks 3..5 without block 2
+  assert.equal(matcher.matches(request(tokens), [a], ctx()).get(a)!.blocks, 2);
+});
+
+test('the answer is computed once per request and kept in its state; later changes show in the next request', () => {
+  const matcher = new PrefixMatcher(new PrefixIndex());
+  const a = worker('a');
+  const b = worker('b');
+  const tokens = seq(0, 200);
+  const req = request(tokens);
+  const first = matcher.matches(req, [a], ctx());
+  hold(matcher, a, tokens, 5);
+  const again = matcher.matches(req, [a, b], ctx());
+  assert.equal(again, first, 'the same map, extended with the new worker');
+  assert.equal(again.get(a)!.blocks, 0);
+  assert.equal(again.get(b)!.blocks, 0);
+  assert.equal(matcher.matches(request(tokens), [a], ctx()).get(a)!.blocks, 5);
+  // Two matchers on one request keep separate answers.
+  const other = new PrefixMatcher(new PrefixIndex());
+  assert.equal(other.matches(req, [a], ctx()).get(a)!.blocks, 0);
+  assert.equal(matcher.matches(req, [a], ctx()).get(a)!.blocks, 0);
+});
+
+test('workers are matched at their own block size', () => {
+  const matcher = new PrefixMatcher(new PrefixIndex());
+  const small = worker('small');
+  const large = new WorkerState({ id: 'large', url: 'http://x/', pool: 'p', model: 'm', numGpuBlocks: 1000, blockSize: 32 });
+  const tokens = seq(0, 320);
+  hold(matcher, small, tokens, 20);
+  hold(matcher, large, tokens, 10);
+  const m = matcher.matches(request(tokens), [small, large], ctx());
+  assert.deepEqual(m.get(small), { blocks: 20, tokens: 304, promptBlocks: 20, blockSize: 16 });
+  assert.deepEqual(m.get(large), { blocks: 10, tokens: 288, promptBlocks: 10, blockSize: 32 });
+});
+
+test('a fixed block size and seed (llm-d’s 256-character blocks) ignore the workers’ own and kvgate’s hash space', () => {
+  const index = new PrefixIndex();
+  const chars = new PrefixMatcher(index, { seed: 7, blockSize: 256 });
+  const kvgate = new PrefixMatcher(index);
+  const a = worker('a');
+  const tokens = seq(0, 1024);
+  hold(chars, a, tokens, 4);
+  assert.deepEqual(chars.matches(request(tokens), [a], ctx()).get(a), { blocks: 4, tokens: 768, promptBlocks: 4, blockSize: 256 });
+  assert.equal(kvgate.matches(request(tokens), [a], ctx()).get(a)!.blocks, 0);
+});
+
+test('a prediction is seen by the next request, withdrawn by retract, kept past its lifetime by confirm', () => {
+  const matcher = new PrefixMatcher(new PrefixIndex({ predictedTtlMs: 1000 }));
+  const a = worker('a');
+  const tokens = seq(0, 160);
+  const blocksAt = (now: number) => matcher.matches(request(tokens), [a], ctx(now)).get(a)!.blocks;
+  matcher.predict(request(tokens), a, 0);
+  assert.equal(blocksAt(0), 10);
+  matcher.retract(request(tokens), a);
+  assert.equal(blocksAt(0), 0);
+  matcher.predict(request(tokens), a, 0);
+  assert.equal(blocksAt(999), 10);
+  assert.equal(blocksAt(1001), 0, 'an unconfirmed prediction expires');
+  matcher.predict(request(tokens), a, 2000);
+  matcher.confirm(request(tokens), a, 2500);
+  assert.equal(blocksAt(60_000), 10);
+});

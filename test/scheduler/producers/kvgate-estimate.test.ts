@@ -1,0 +1,116 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { WorkerState } from '../../../src/fleet/worker-state.js';
+import { PrefixIndex } from '../../../src/scheduler/index/prefix-index.js';
+import { PrefixMatcher } from '../../../src/scheduler/index/prefix-match.js';
+import {
+  KVGATE_ESTIMATE_TABLE,
+  kvgateEstimate,
+  kvgateEstimateProducer,
+  type KvgateEstimateOptions,
+} from '../../../src/scheduler/producers/kvgate-estimate.js';
+import {
+  kvgateHeadroomScorer,
+  kvgateLoadScorer,
+  kvgatePrefixScorer,
+  kvgateQueueScorer,
+  kvgateSessionScorer,
+  kvgateTtftScorer,
+} from '../../../src/scheduler/scorers/kvgate.js';
+import { USED_STALE_METRICS } from '../../../src/scheduler/state-keys.js';
+import type { RoutingContext } from '../../../src/scheduler/types.js';
+import { seededRng } from '../../../src/util/rng.js';
+import { request, seq, worker } from '../helpers.js';
+
+const ctx = (now = 0): RoutingContext => ({ now, rng: seededRng(1), staleAfterMs: 5000 });
+
+function producer(rates: Record<string, number> = {}, sessions: Record<string, string> = {}) {
+  const matcher = new PrefixMatcher(new PrefixIndex());
+  const opts: KvgateEstimateOptions = {
+    matcher,
+    exact: false,
+    queueMsPerWaiting: 2,
+    decodeMsPerRunning: 0.5,
+    prefillRate: (w) => rates[w.id] ?? 10_000,
+    sessionWorker: (k) => sessions[k],
+  };
+  return { matcher, p: kvgateEstimateProducer(opts) };
+}
+
+/** Put the first `blocks` blocks of `tokens` at `w`. */
+function hold(matcher: PrefixMatcher, w: WorkerState, tokens: number[], blocks: number): void {
+  matcher.track(w);
+  matcher.index.insert(w.id, matcher.hashesFor(request(tokens), w), 'routed', 0, 0, blocks);
+}
+
+test('per worker: cached share, TTFT from the prefill ahead and uncached at its rate plus the queue, headroom, session', () => {
+  const { matcher, p } = producer({ b: 20_000 }, { s1: 'b' });
+  const tokens = seq(0, 1600);
+  const a = worker('a', { blocks: 1000, snapshot: { waiting: 3, running: 4, kvUsage: 0.5 } });
+  const b = worker('b', { blocks: 1000, snapshot: { waiting: 0, running: 0, kvUsage: 0.9 } });
+  hold(matcher, a, tokens, 50); // 800 of the 1,600 tokens
+  a.begin({ id: 'x', promptTokens: 400, uncachedTokens: 400, maxTokens: 1, blocks: 10, dispatchedAt: 1 });
+  const req = request(tokens, { sessionKey: 's1' });
+  p.produce(req, [a, b], ctx(2));
+  const ea = kvgateEstimate(req, a)!;
+  const eb = kvgateEstimate(req, b)!;
+  // a: (400 ahead + 800 uncached) · 0.1 ms + 2 ms · (3 + 1 dispatched since) + 0.5 ms · 4
+  assert.deepEqual(ea, {
+    hit: 0.5,
+    cachedTokens: 800,
+    uncachedTokens: 800,
+    aheadTokens: 400,
+    ttftMs: 120 + 8 + 2,
+    msPerToken: 0.1,
+    headroom: (1000 - 500 - 10 - 50) / 1000,
+    waiting: 4,
+    running: 4,
+    session: false,
+  });
+  // b: 1,600 uncached at 20,000 tokens/s, the session's worker, 100 blocks free of 1,000, needs 100.
+  assert.deepEqual(
+    { ttftMs: eb.ttftMs, msPerToken: eb.msPerToken, headroom: eb.headroom, session: eb.session, hit: eb.hit },
+    { ttftMs: 80, msPerToken: 0.05, headroom: 0, session: true, hit: 0 },
+  );
+  const t = req.state.get(KVGATE_ESTIMATE_TABLE)!;
+  assert.deepEqual([t.minTtft, t.minWait, t.maxWait, t.minRun, t.maxRun], [80, 0, 4, 0, 4]);
+  assert.equal(req.state.has(USED_STALE_METRICS), false);
+});
+
+test('the six scorers rate the candidates from the table', () => {
+  const { p } = producer({}, { s: 'b' });
+  const a = worker('a', { snapshot: { waiting: 4, running: 2 } });
+  const b = worker('b', { snapshot: { waiting: 0, running: 6 } });
+  const c = worker('c', { snapshot: { waiting: 2, running: 4 } });
+  const ws = [a, b, c];
+  const req = request(seq(0, 160), { sessionKey: 's' });
+  p.produce(req, ws, ctx());
+  const ttft = ws.map((w) => kvgateEstimate(req, w)!.ttftMs);
+  const min = Math.min(...ttft);
+  assert.deepEqual(kvgateTtftScorer.score(req, ws, ctx()), ttft.map((x) => min / x));
+  assert.deepEqual(kvgateQueueScorer.score(req, ws, ctx()), [0, 1, 0.5]);
+  assert.deepEqual(kvgateLoadScorer.score(req, ws, ctx()), [1, 0, 0.5]);
+  assert.deepEqual(kvgateSessionScorer.score(req, ws, ctx()), [0, 1, 0]);
+  assert.deepEqual(kvgatePrefixScorer.score(req, ws, ctx()), [0, 0, 0]);
+  assert.deepEqual(kvgateHeadroomScorer.score(req, ws, ctx()), ws.map((w) => kvgateEstimate(req, w)!.headroom));
+  // Asked about other candidates than the producer saw, they refuse rather than misalign.
+  assert.throws(() => kvgatePrefixScorer.score(req, [a, b], ctx()), /kvgate-estimate producer/);
+  assert.throws(() => kvgatePrefixScorer.score(request([1]), ws, ctx()), /kvgate-estimate producer/);
+});
+
+test('a stale snapshot: in-flight accounting, flagged; a retry estimates only the workers not seen before', () => {
+  const { p } = producer();
+  const a = worker('a', { snapshot: { at: 0, waiting: 50 } });
+  const b = worker('b', { snapshot: { at: 9000, waiting: 1 } });
+  const req = request(seq(0, 160));
+  p.produce(req, [a], ctx(10_000));
+  const first = kvgateEstimate(req, a)!;
+  assert.equal(first.waiting, 0);
+  assert.equal(req.state.get(USED_STALE_METRICS), true);
+  // The retry: a's load changed, but its estimate for this request is kept.
+  a.begin({ id: 'x', promptTokens: 1000, uncachedTokens: 1000, maxTokens: 1, blocks: 1, dispatchedAt: 10_000 });
+  p.produce(req, [b, a], ctx(10_001));
+  assert.equal(kvgateEstimate(req, a), first);
+  assert.equal(kvgateEstimate(req, b)!.waiting, 1);
+  assert.deepEqual(req.state.get(KVGATE_ESTIMATE_TABLE)!.ws.map((w) => w.id), ['b', 'a']);
+});

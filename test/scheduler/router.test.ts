@@ -1,0 +1,97 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { WorkerState } from '../../src/fleet/worker-state.js';
+import { createPolicy } from '../../src/scheduler/registry.js';
+import type { Policy, RouteOutcome } from '../../src/scheduler/types.js';
+import { request, router, seq, worker } from './helpers.js';
+
+/** Always picks `target` with the given expected hit, and logs the hooks it is told about. */
+function scripted(hit: number, log: string[], target = 0): Policy {
+  return {
+    name: 'scripted',
+    route: (_req, ws) => ({ ok: true, decision: { worker: ws[target]!, policy: 'scripted', expectedPrefixHit: hit, reason: 'test' } }),
+    onDispatch: (req, d) => log.push(`dispatch ${req.id} ${d.worker.id}`),
+    onFirstToken: (req, w) => log.push(`first ${req.id} ${w.id}`),
+    onComplete: (req, w, ok) => log.push(`complete ${req.id} ${w.id} ${ok}`),
+  };
+}
+
+const charged = (w: WorkerState) => ({
+  inflight: w.inflightCount,
+  prefill: w.inflightPrefillTokens,
+  blocks: w.inflightBlocks,
+  sinceSnapshot: w.dispatchedSinceSnapshot,
+});
+
+test('the pick is charged to the worker at once: uncached prompt tokens and the blocks they and the output need', () => {
+  const cases: Array<{ prompt: number; maxTokens: number; hit: number; prefill: number; blocks: number }> = [
+    { prompt: 1000, maxTokens: 100, hit: 0, prefill: 1000, blocks: Math.ceil(1100 / 16) },
+    { prompt: 1000, maxTokens: 100, hit: 0.75, prefill: 250, blocks: Math.ceil(350 / 16) },
+    // The output reserved is capped at 1,024 tokens.
+    { prompt: 1000, maxTokens: 8000, hit: 0.5, prefill: 500, blocks: Math.ceil(1524 / 16) },
+  ];
+  for (const c of cases) {
+    const log: string[] = [];
+    const { router: r } = router(scripted(c.hit, log));
+    const w = worker('a');
+    const req = request(seq(0, c.prompt), { maxTokens: c.maxTokens });
+    const out = r.route(req, [w]);
+    assert.ok(out.ok);
+    assert.deepEqual(charged(w), { inflight: 1, prefill: c.prefill, blocks: c.blocks, sinceSnapshot: 1 }, JSON.stringify(c));
+    assert.equal(r.openCount, 1);
+    assert.deepEqual(log, [`dispatch ${req.id} a`]);
+  }
+});
+
+test('the next decision sees the previous pick before any metrics arrive', () => {
+  const { router: r } = router(createPolicy('least-load'));
+  const ws = ['a', 'b', 'c'].map((id) => worker(id));
+  const picks = Array.from({ length: 6 }, (_, i) => {
+    const out = r.route(request(seq(i * 100, 50)), ws);
+    return out.ok ? out.decision.worker.id : 'refused';
+  });
+  assert.deepEqual([...picks].sort(), ['a', 'a', 'b', 'b', 'c', 'c']);
+});
+
+test('the first token takes the prefill off the worker; completion releases the rest, once', () => {
+  const log: string[] = [];
+  const { router: r } = router(scripted(0, log));
+  const w = worker('a');
+  const req = request(seq(0, 320), { maxTokens: 16 });
+  r.route(req, [w]);
+  r.firstToken(req.id);
+  assert.deepEqual(charged(w), { inflight: 1, prefill: 0, blocks: 21, sinceSnapshot: 1 });
+  r.complete(req.id, true);
+  r.complete(req.id, false);
+  r.firstToken(req.id);
+  assert.deepEqual(charged(w), { inflight: 0, prefill: 0, blocks: 0, sinceSnapshot: 1 });
+  assert.equal(r.openCount, 0);
+  assert.deepEqual(log, [`dispatch ${req.id} a`, `first ${req.id} a`, `complete ${req.id} a true`]);
+  // A request that ends before its first token releases its prefill too.
+  const req2 = request(seq(0, 320));
+  r.route(req2, [w]);
+  r.complete(req2.id, false);
+  assert.deepEqual(charged(w), { inflight: 0, prefill: 0, blocks: 0, sinceSnapshot: 2 });
+});
+
+test('a refusal charges nothing; excluded workers are never offered to the policy', () => {
+  const offered: string[][] = [];
+  const refusing: Policy = {
+    name: 'refusing',
+    route: (_req, ws): RouteOutcome => {
+      offered.push(ws.map((w) => w.id));
+      return { ok: false, status: 503, code: 'no_worker_available', message: 'no' };
+    },
+  };
+  const { router: r } = router(refusing);
+  const ws = ['a', 'b', 'c'].map((id) => worker(id));
+  const out = r.route(request([1, 2, 3]), ws, new Set(['b']));
+  assert.ok(!out.ok);
+  assert.deepEqual(offered, [['a', 'c']]);
+  assert.ok(ws.every((w) => w.inflightCount === 0));
+  assert.equal(r.openCount, 0);
+  // Nothing left after the exclusions: 503 without asking the policy.
+  const none = r.route(request([1]), ws, new Set(['a', 'b', 'c']));
+  assert.ok(!none.ok && none.status === 503 && none.message === "no worker serves model 'm'");
+  assert.equal(offered.length, 1);
+});
