@@ -5,7 +5,7 @@
  *   direct  — the upstream itself;
  *   nginx   — nginx as a plain reverse proxy, one worker process, upstream keep-alive
  *             (installed from Debian's packages if missing and running as root);
- *   naive   — node:http + fetch pass-through of a dozen lines (bench/overhead/naive-proxy.ts);
+ *   naive   — node:http + fetch pass-through of a dozen lines (benchmarks/overhead/naive-proxy.ts);
  *   kvgate  — `kvgate serve` with its full request pipeline (validation, tokenization, routing
  *             policy, metrics, logs).
  * Each round runs every target in turn (rotating the order) through three measurements: latency at

@@ -1,6 +1,6 @@
 /**
  * Published measurements the time model is calibrated against, and the model's figure for each.
- * bench/calibration.ts prints them as a table; test/engine/time-model.test.ts holds the model to
+ * benchmarks/calibration.ts prints them as a table; test/engine/time-model.test.ts holds the model to
  * them (within 20%) and to the roofline lower bounds.
  */
 

@@ -20,7 +20,7 @@
  *   log2(tp) plus the ring all-reduce volume 2·(tp−1)/tp of the step's activations over the link.
  * - t0: fixed per-step overhead (scheduling, sampling, kernel launches).
  *
- * Calibration (bench/calibration.ts): memoryEfficiency 0.7, computeEfficiency 0.85, β 0.5,
+ * Calibration (benchmarks/calibration.ts): memoryEfficiency 0.7, computeEfficiency 0.85, β 0.5,
  * t0 0.5 ms, all-reduce latency 5 + 4·log2(tp) µs.
  */
 

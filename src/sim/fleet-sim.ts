@@ -95,7 +95,7 @@ export interface WorkerResult {
   final: EngineStats;
 }
 
-/** Raw outcome of one run; bench/metrics.ts turns it into the summary. */
+/** Raw outcome of one run; src/bench/metrics.ts turns it into the summary. */
 export interface SimResult {
   policy: string;
   scrapeIntervalMs: number;
