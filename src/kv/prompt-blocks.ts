@@ -89,13 +89,3 @@ export function promptBlocks(
   }
   return b;
 }
-
-/** All of the prompt's kvgate block hashes at `blockSize` (kept in the request's state). */
-export function promptBlockHashes(
-  state: RequestState,
-  tokens: ArrayLike<number>,
-  blockSize: number,
-  seed = KVGATE_HASH_SEED,
-): number[] {
-  return promptBlocks(state, tokens, blockSize, seed).all();
-}
