@@ -44,7 +44,8 @@ export interface BenchOptions {
   overheadMs?: number;
   kvSampleMs?: number;
   omitWallTime?: boolean;
-  policyOptions?: PolicyOptions;
+  /** Options per policy name (as in the config's `policy.options`); policies not named take their defaults. */
+  policyOptions?: Readonly<Record<string, PolicyOptions>>;
   /** Admission control seam, created fresh per policy run. */
   admission?: () => (req: RouteRequest, now: number) => AdmitResult;
   /** Called before each fleet run: a policy's run, or one of its capacity probes (rateScale differs). */
@@ -117,12 +118,14 @@ export interface BenchOutput {
 }
 
 /** Throws with the known names if any policy is unknown. */
-export function checkPolicies(names: readonly string[]): void {
+/** Throws on an unknown policy name, or on options a policy's schema rejects (naming the knob). */
+export function checkPolicies(names: readonly string[], options: Readonly<Record<string, PolicyOptions>> = {}): void {
   const known = policyNames();
   const unknown = names.filter((n) => !known.includes(n));
   if (unknown.length > 0) {
     throw new Error(`unknown policy ${unknown.map((n) => `'${n}'`).join(', ')} (known: ${known.join(', ')})`);
   }
+  for (const n of names) createPolicy(n, options[n]);
 }
 
 /** The requests of one run: the first `limit` of the source (sessions counted whole), at rate × scale. */
@@ -175,7 +178,7 @@ async function runFleet(ctx: RunContext, name: string, rateScale: number): Promi
   return simulateFleet(benchRequests(o.source, o.limit, rateScale), {
     workers: o.workers,
     engineConfig: ctx.engineConfig,
-    policy: createPolicy(name, o.policyOptions),
+    policy: createPolicy(name, o.policyOptions?.[name]),
     seed: o.seed,
     model: o.model,
     scrapeIntervalMs: o.scrapeIntervalMs,
