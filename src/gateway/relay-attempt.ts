@@ -68,6 +68,12 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
   private sentBytes = false;
   /** Last two bytes relayed (api/sse.ts), so an error event never lands inside a partial event. */
   private tail = TAIL_AT_BOUNDARY;
+  /**
+   * `ctx.abortUpstream` while the attempt runs (client gone, shutdown). Created with the instance
+   * on purpose: the same arrow created in run() made V8 promote most finished requests' objects to
+   * the old generation (15× the promoted bytes, ~40% more gateway CPU per request under load).
+   */
+  private readonly abortFromOutside = (why: 'client' | 'shutdown'): void => this.abort(why);
 
   /**
    * @param waiting the worker's attempts still waiting for their first byte (Relay.workerDown
@@ -94,7 +100,7 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
       } else {
         this.armDeadline();
       }
-      this.ctx.abortUpstream = (why) => this.abort(why);
+      this.ctx.abortUpstream = this.abortFromOutside;
       this.waiting.add(this);
       this.dispatch();
     });
