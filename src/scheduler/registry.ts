@@ -3,6 +3,7 @@
  * (`policy.name` in the config) and `kvgate bench --policy` find them by the same name.
  */
 import { formatPath } from '../util/field-path.js';
+import { dynamoApproxPolicy } from './policies/dynamo-approx.js';
 import { dynamoPolicy } from './policies/dynamo.js';
 import { kvgatePolicy, oraclePolicy } from './policies/kvgate.js';
 import { leastLoadPolicy } from './policies/least-load.js';
@@ -21,6 +22,7 @@ export const BUILTIN_POLICIES: readonly PolicyDefinition[] = [
   sglangCacheAwarePolicy,
   llmdPolicy,
   dynamoPolicy,
+  dynamoApproxPolicy,
   oraclePolicy,
   oracleGreedyPolicy,
   roundRobinPolicy,

@@ -117,42 +117,6 @@ test('llm-d: weights queue 2, kv 2, prefix 3 over stale-as-is metrics; prefix le
   }
 });
 
-test('dynamo: lowest prefill_load_scale·new prefill blocks + active decode blocks', () => {
-  const { router: r } = router(createPolicy('dynamo'), 4);
-  const a = worker('a');
-  const b = worker('b');
-  const sys = seq(10, 32 * 16); // 32 blocks
-  const first = request([...sys, ...seq(5000, 16)]);
-  const o1 = r.route(first, [a, b]);
-  assert.ok(o1.ok);
-  const home = o1.ok ? o1.decision.worker : a;
-  const other = home === a ? b : a;
-  r.firstToken(first.id);
-  const o2 = r.route(request([...sys, ...seq(6000, 16)]), [a, b]);
-  assert.ok(o2.ok);
-  // Exact costs: home = max(0 + 33 − 32, 0) + 33 = 34; other = 33 + 0 = 33 → other wins.
-  assert.equal(o2.ok && o2.decision.worker, other);
-  // Once other also carries the prefix and active blocks, the cache-heavy worker wins.
-  const o3 = r.route(request([...sys, ...seq(7000, 16)]), [a, b]);
-  assert.ok(o3.ok);
-  // other: prefill (33 in flight, no first token) + 33 − 32 = 34 → + 33 active = 67; home: 1 + 33 = 34.
-  assert.equal(o3.ok && o3.decision.worker, home);
-  assert.equal(o3.ok && o3.decision.reason, 'prefix');
-  // Overlap expires after the 120 s window.
-  const { router: r2, clock } = router(createPolicy('dynamo'), 4);
-  const c = worker('c');
-  const d = worker('d');
-  const q = request([...sys, ...seq(1, 16)]);
-  const p1 = r2.route(q, [c, d]);
-  assert.ok(p1.ok);
-  r2.complete(q.id, true);
-  const again = r2.route(request([...sys, ...seq(2, 16)]), [c, d]);
-  assert.ok(again.ok && again.decision.expectedPrefixHit > 0.9);
-  clock.advance(121_000);
-  const later = r2.route(request([...sys, ...seq(3, 16)]), [c, d]);
-  assert.ok(later.ok && later.decision.expectedPrefixHit === 0);
-});
-
 test('oracle-greedy: exact cache and queue through the probe, lowest estimated TTFT', () => {
   const policy = createPolicy('oracle-greedy');
   assert.equal(policy.usesOracle, true);
