@@ -8,6 +8,7 @@ import { dynamoPolicy } from './policies/dynamo.js';
 import { kvgatePolicy, oraclePolicy } from './policies/kvgate.js';
 import { leastLoadPolicy } from './policies/least-load.js';
 import { knobsOf, type KnobInfo } from './policies/knobs.js';
+import { llmdPrecisePolicy } from './policies/llm-d-precise.js';
 import { llmdPolicy } from './policies/llm-d.js';
 import { oracleGreedyPolicy } from './policies/oracle-greedy.js';
 import { randomPolicy } from './policies/random.js';
@@ -21,6 +22,7 @@ export const BUILTIN_POLICIES: readonly PolicyDefinition[] = [
   kvgatePolicy,
   sglangCacheAwarePolicy,
   llmdPolicy,
+  llmdPrecisePolicy,
   dynamoPolicy,
   dynamoApproxPolicy,
   oraclePolicy,

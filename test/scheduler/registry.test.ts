@@ -9,7 +9,7 @@ test('the built-in policies are listed once each, by name, and each creates a po
   const names = BUILTIN_POLICIES.map((d) => d.name);
   assert.deepEqual(policyNames(), names);
   assert.equal(new Set(names).size, names.length);
-  for (const n of ['round-robin', 'random', 'least-load', 'kvgate', 'oracle', 'sglang-cache-aware', 'llm-d', 'dynamo', 'dynamo-approx', 'oracle-greedy']) {
+  for (const n of ['round-robin', 'random', 'least-load', 'kvgate', 'oracle', 'sglang-cache-aware', 'llm-d', 'llm-d-precise', 'dynamo', 'dynamo-approx', 'oracle-greedy']) {
     assert.ok(names.includes(n), n);
     assert.equal(createPolicy(n).name, n);
   }
