@@ -5,7 +5,8 @@
  * run (all policies on the identical request sequence); this script prints each policy's figures
  * and kvgate's ratios against the targets:
  *
- *   TTFT p99 ≤ 0.5 × round-robin's and ≤ 0.85 × the best peer's (sglang-cache-aware, llm-d, dynamo);
+ *   TTFT p99 ≤ 0.5 × round-robin's and ≤ 0.85 × the best peer's (sglang-cache-aware, llm-d,
+ *   llm-d-precise, dynamo);
  *   goodput ≥ the best peer's; prefix hit rate ≥ 0.9 × oracle's; no preemptions on `bursty` where
  *   round-robin preempts.
  *
@@ -28,7 +29,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const cli = join(here, '..', 'src', 'cli.js');
 const TRACES = process.env.KVGATE_TRACES ?? join(here, '..', '..', '..', 'shared', 'traces');
 
-const PEERS = ['sglang-cache-aware', 'llm-d', 'dynamo'];
+const PEERS = ['sglang-cache-aware', 'llm-d', 'llm-d-precise', 'dynamo'];
 const POLICIES = ['round-robin', ...PEERS, 'kvgate', 'oracle'];
 
 const HELP = `npm run bench:policies -- [options]

@@ -5,11 +5,14 @@
  * and reported on its own — and the prefix index's memory per million blocks.
  *
  * Warm means steady state: enough requests routed first (--warmup, default 6,000) that every
- * worker's index is at its capacity (--blocks, default 30,000) and evicts as it inserts.
+ * worker's index is at its capacity (--blocks, default 30,000) and evicts as it inserts. A policy
+ * fed by KV events (usesKvEvents: dynamo, llm-d-precise) learns nothing from its own routing, so
+ * after each of its decisions the chosen worker's index gets the prompt's blocks as that worker's
+ * BlockStored events would report them (untimed: the subscriber's work, not the decision's).
  * Each prompt is a 6,000-token prefix shared by its group (64 groups) plus 2,000 unique tokens.
  *
  * Options: --iterations N (default 5000), --workers N (16), --prompt-tokens N (8000),
- * --policies a,b (kvgate,llm-d,dynamo,sglang-cache-aware,least-load), --batch N (1),
+ * --policies a,b (kvgate,llm-d,llm-d-precise,dynamo,sglang-cache-aware,least-load), --batch N (1),
  * --blocks N (30000), --warmup N (6000), --json.
  */
 import { WorkerState } from '../src/fleet/worker-state.js';
@@ -17,7 +20,7 @@ import { createPolicy } from '../src/scheduler/registry.js';
 import { KVGATE_HASH_SEED, PromptBlocks, promptBlocks } from '../src/kv/prompt-blocks.js';
 import { PrefixIndex } from '../src/scheduler/index/prefix-index.js';
 import { Router } from '../src/scheduler/router.js';
-import type { RouteRequest } from '../src/scheduler/types.js';
+import type { RouteOutcome, RouteRequest } from '../src/scheduler/types.js';
 import { estimateTokenizer } from '../src/tokenizer/estimate.js';
 import { VirtualClock } from '../src/util/clock.js';
 import { seededRng } from '../src/util/rng.js';
@@ -36,7 +39,7 @@ function arg(name: string, dflt: string): string {
 const ITER = Number(arg('iterations', '5000'));
 const WORKERS = Number(arg('workers', '16'));
 const PROMPT = Number(arg('prompt-tokens', '8000'));
-const POLICIES = arg('policies', 'kvgate,llm-d,dynamo,sglang-cache-aware,least-load').split(',');
+const POLICIES = arg('policies', 'kvgate,llm-d,llm-d-precise,dynamo,sglang-cache-aware,least-load').split(',');
 const GROUPS = 64;
 /** KV blocks per worker: Llama-3.1-8B on one H100 holds roughly 30,000 blocks of 16 tokens. */
 const BLOCKS = Number(arg('blocks', '30000'));
@@ -113,12 +116,18 @@ function makeReq(text: string, id: string): { req: RouteRequest; tokenizeUs: num
 function benchPolicy(name: string, tokenizeSamples: number[], prehash = false): Row {
   const clock = new VirtualClock(0);
   const policy = createPolicy(name);
+  /** What the chosen worker's KV events would report once it has prefilled the prompt. */
+  const events = policy.usesKvEvents ? policy.prefixIndex : undefined;
+  const stored = (req: RouteRequest, out: RouteOutcome) => {
+    if (events && out.ok) events.insert(out.decision.worker.id, promptBlocks(req.state, req.promptTokens, 16, KVGATE_HASH_SEED), 'event', clock.now());
+  };
   const router = new Router({ policy, clock, rng: seededRng(7), staleAfterMs: 1e12 });
   const workers = makeWorkers();
   // Warm up: fill the indexes through ordinary routing (and the JIT along the way).
   for (let i = 0; i < WARMUP; i++) {
     const { req } = makeReq(promptText(), `warm-${i}`);
     const out = router.route(req, workers);
+    stored(req, out);
     clock.advance(1);
     router.firstToken(req.id);
     router.complete(req.id, out.ok);
@@ -148,6 +157,7 @@ function benchPolicy(name: string, tokenizeSamples: number[], prehash = false): 
       times[start + k] = Number(t1 - t0) / 1000;
       deferred[start + k] = Number(process.hrtime.bigint() - t1) / 1000;
       if (out.ok) hit += out.decision.expectedPrefixHit;
+      stored(req, out);
       clock.advance(1);
       router.firstToken(req.id);
       router.complete(req.id, out.ok);

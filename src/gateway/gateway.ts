@@ -168,6 +168,8 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     } else {
       logger.warn({ policy: policy.name }, 'kvEvents are configured but the policy keeps no prefix index: ignored');
     }
+  } else if (policy.usesKvEvents) {
+    logger.warn({ policy: policy.name }, 'the policy routes on KV events but no worker has kvEvents configured: it will see no cached prefixes');
   }
 
   let started: { url: string; port: number } | null = null;

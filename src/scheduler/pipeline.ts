@@ -45,6 +45,7 @@ export interface PipelineConfig {
   scrapeIntervalMs?: number;
   prefixIndex?: PrefixIndex;
   usesOracle?: boolean;
+  usesKvEvents?: boolean;
   /** Hooks for stateful plugins (indexes learned from decisions, reservations). */
   onDispatch?: Policy['onDispatch'];
   onFirstToken?: Policy['onFirstToken'];
@@ -61,6 +62,7 @@ export class PipelinePolicy implements Policy {
   readonly scrapeIntervalMs?: number;
   readonly prefixIndex?: PrefixIndex;
   readonly usesOracle?: boolean;
+  readonly usesKvEvents?: boolean;
   readonly onDispatch?: Policy['onDispatch'];
   readonly onFirstToken?: Policy['onFirstToken'];
   readonly onComplete?: Policy['onComplete'];
@@ -73,6 +75,7 @@ export class PipelinePolicy implements Policy {
     if (cfg.scrapeIntervalMs !== undefined) this.scrapeIntervalMs = cfg.scrapeIntervalMs;
     if (cfg.prefixIndex !== undefined) this.prefixIndex = cfg.prefixIndex;
     if (cfg.usesOracle !== undefined) this.usesOracle = cfg.usesOracle;
+    if (cfg.usesKvEvents !== undefined) this.usesKvEvents = cfg.usesKvEvents;
     this.onDispatch = cfg.onDispatch;
     this.onFirstToken = cfg.onFirstToken;
     this.onComplete = cfg.onComplete;

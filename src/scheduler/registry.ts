@@ -3,10 +3,12 @@
  * (`policy.name` in the config) and `kvgate bench --policy` find them by the same name.
  */
 import { formatPath } from '../util/field-path.js';
+import { dynamoApproxPolicy } from './policies/dynamo-approx.js';
 import { dynamoPolicy } from './policies/dynamo.js';
 import { kvgatePolicy, oraclePolicy } from './policies/kvgate.js';
 import { leastLoadPolicy } from './policies/least-load.js';
 import { knobsOf, type KnobInfo } from './policies/knobs.js';
+import { llmdPrecisePolicy } from './policies/llm-d-precise.js';
 import { llmdPolicy } from './policies/llm-d.js';
 import { oracleGreedyPolicy } from './policies/oracle-greedy.js';
 import { randomPolicy } from './policies/random.js';
@@ -20,7 +22,9 @@ export const BUILTIN_POLICIES: readonly PolicyDefinition[] = [
   kvgatePolicy,
   sglangCacheAwarePolicy,
   llmdPolicy,
+  llmdPrecisePolicy,
   dynamoPolicy,
+  dynamoApproxPolicy,
   oraclePolicy,
   oracleGreedyPolicy,
   roundRobinPolicy,

@@ -127,6 +127,14 @@ export interface Policy {
   readonly prefixIndex?: PrefixIndex;
   /** The policy reads WorkerState.oracle: a simulation should attach its engines' probes. */
   readonly usesOracle?: boolean;
+  /**
+   * The policy's prefix index is meant to be fed by the workers' KV-cache events (as Dynamo's
+   * default `use_kv_events` and llm-d's precise prefix-cache scorer are): the fleet simulation
+   * feeds it its engines' events through the gateway's mapper (fleet/kv-events-mapper.ts); the
+   * gateway feeds it from the workers configured with `kvEvents`. Without events its index stays
+   * empty, as the peer's would.
+   */
+  readonly usesKvEvents?: boolean;
   route(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): RouteOutcome;
   /** The request was dispatched to the decided worker (its reservation is already charged). */
   onDispatch?(req: RouteRequest, decision: RouteDecision, ctx: RoutingContext): void;

@@ -19,6 +19,11 @@
  *   as the live gateway gets one from /metrics. Between scrapes policies see only the snapshot
  *   plus the router's own in-flight accounting. Only a policy with usesOracle set (`oracle`,
  *   `oracle-greedy`) gets a live probe.
+ * - KV events — for a policy with usesKvEvents set (`dynamo`, `llm-d-precise`) the engines publish
+ *   their KV-cache events, and each step's events are applied to the policy's prefix index when
+ *   the step's results become visible, through the same mapper (fleet/kv-events-mapper.ts) the
+ *   gateway's subscribers use. The simulated stream loses nothing, so every worker's view is
+ *   event-fed from the start; other policies get no events and the engines record none.
  * - KV sample — per-worker KV usage for the report.
  *
  * Metrics follow vLLM's benchmark_serving.py. The engine runs with emitTokens off, so there are no
@@ -30,7 +35,9 @@
  */
 import { Engine } from '../engine/engine.js';
 import type { EngineConfig, EngineStats, StepResult, TokenContext } from '../engine/types.js';
+import { KvEventMapper } from '../fleet/kv-events-mapper.js';
 import { WorkerState, type MetricsSnapshot } from '../fleet/worker-state.js';
+import type { KvEvent } from '../kv/events.js';
 import { Router } from '../scheduler/router.js';
 import type { Policy, RouteRequest } from '../scheduler/types.js';
 import { answerToken, synthText } from '../workload/tokens.js';
@@ -48,6 +55,8 @@ export type RouterTraceEvent =
   | { type: 'snapshot'; t: number; worker: number; snapshot: MetricsSnapshot }
   | { type: 'route'; t: number; req: RouteRequest; worker: string | null; status?: number }
   | { type: 'firstToken'; t: number; id: string }
+  /** KV events of `worker` applied to the policy's prefix index (usesKvEvents policies only). */
+  | { type: 'kvEvents'; t: number; worker: number; events: readonly KvEvent[] }
   | { type: 'complete'; t: number; id: string; ok: boolean };
 
 /** What an admission hook answers: proceed, or refuse with a status (400 counts as rejected). */
@@ -55,7 +64,10 @@ export type AdmitResult = { ok: true } | { ok: false; status: 400 | 429 | 503; c
 
 export interface FleetSimOptions {
   workers: number;
-  /** Configuration of every worker's engine (emitTokens and kvEvents are forced off). */
+  /**
+   * Configuration of every worker's engine. emitTokens is forced off; kvEvents is on exactly when
+   * the policy declares usesKvEvents (and keeps a prefix index).
+   */
   engineConfig: EngineConfig;
   /** A fresh policy instance (policies may keep state). */
   policy: Policy;
@@ -202,9 +214,12 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     rng: seededRng(opts.seed),
     staleAfterMs: opts.staleAfterMs ?? Math.max(5000, 5 * scrapeMs),
   });
-  const cfg: EngineConfig = { ...opts.engineConfig, emitTokens: false, kvEvents: false };
+  const eventIndex = opts.policy.usesKvEvents === true ? opts.policy.prefixIndex : undefined;
+  const cfg: EngineConfig = { ...opts.engineConfig, emitTokens: false, kvEvents: eventIndex !== undefined };
   const engines: Engine[] = [];
   const states: WorkerState[] = [];
+  /** Per worker, the mapper feeding its KV events to the policy's index (or null). */
+  const mappers: (KvEventMapper | null)[] = [];
   const useOracle = opts.policy.usesOracle === true;
   for (let i = 0; i < n; i++) {
     const e = new Engine(cfg);
@@ -221,6 +236,15 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     // `oracle-greedy`) is given the live view.
     if (useOracle) w.oracle = e;
     states.push(w);
+    let mapper: KvEventMapper | null = null;
+    if (eventIndex && (eventIndex.hasWorker(w.id) || eventIndex.workerCount < eventIndex.maxWorkers)) {
+      // As the gateway's kv-events service does: register the worker with its capacity, then map
+      // its events into the index's hash space at its block size.
+      if (!eventIndex.hasWorker(w.id)) eventIndex.addWorker(w.id, cfg.numGpuBlocks);
+      eventIndex.setSource(w.id, 'events', 'simulated engine (lossless)', 0);
+      mapper = new KvEventMapper(eventIndex, w.id, { blockSize: cfg.blockSize });
+    }
+    mappers.push(mapper);
   }
   const workerIndex = new Map(states.map((w, i) => [w.id, i]));
   const busy = new Array<boolean>(n).fill(false);
@@ -347,6 +371,11 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   };
 
   const stepDone = (w: number, res: StepResult, now: number) => {
+    const mapper = mappers[w];
+    if (mapper && res.kvEvents.length > 0) {
+      trace?.({ type: 'kvEvents', t: now, worker: w, events: res.kvEvents });
+      mapper.apply(res.kvEvents, now);
+    }
     for (const id of res.firstTokens) {
       firstTokenOf.set(Number(id), now);
       trace?.({ type: 'firstToken', t: now, id });

@@ -119,7 +119,13 @@ test('a policy’s own metrics interval applies unless the config sets one; unkn
 test('policy options are checked at load against the named policy’s own options, defaults filled in', () => {
   const base = { workers: [{ url: 'http://127.0.0.1:9', model: 'm' }] };
   const c = parseConfig({ ...base, policy: { name: 'dynamo', options: { prefillLoadScale: 2 } } });
-  assert.deepEqual(c.policy.options, { prefillLoadScale: 2, cacheWindowMs: 120_000, indexMaxBytes: 256 * 1024 * 1024, maxWorkers: 1024 });
+  assert.deepEqual(c.policy.options, {
+    prefillLoadScale: 2,
+    overlapScoreCredit: 1,
+    assumeKvReuse: true,
+    indexMaxBytes: 256 * 1024 * 1024,
+    maxWorkers: 1024,
+  });
   // No name: the default policy, whose options these are.
   assert.equal(parseConfig({ ...base, policy: { options: { wPrefix: 2 } } }).policy.options.wPrefix, 2);
   assert.deepEqual(problems({ ...base, policy: { name: 'kvgate', options: { spillRelative: 'lots' } } }), [

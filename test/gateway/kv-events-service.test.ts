@@ -45,3 +45,30 @@ test('subscribers start with the gateway, the index learns from events, /admin/w
     await Promise.all(sims.map((s) => s.close()));
   }
 });
+
+for (const policy of ['dynamo', 'llm-d-precise']) {
+  test(`${policy} routes on the KV events the gateway subscribes to`, async () => {
+    const sims = await Promise.all([0, 1].map(() => startSimWorker({ port: 0, model: MODEL, speed: 100, kvEvents: { endpoint: 'tcp://127.0.0.1:0' } })));
+    const { gw, url } = await startGateway([], {
+      pools: [{ name: 'main', model: MODEL, workers: sims.map((s, i) => ({ url: s.url, id: `w${i}`, kvEvents: { endpoint: s.kvEventsEndpoint! } })) }],
+      policy: { name: policy },
+    });
+    try {
+      const system = 'Answer as a careful librarian would, citing the shelf of every book. '.repeat(30);
+      const ask = (q: string) => post(url + '/v1/chat/completions', { model: MODEL, messages: [{ role: 'system', content: system }, { role: 'user', content: q }], max_tokens: 4 });
+      const first = await ask('one');
+      assert.equal(first.status, 200);
+      assert.equal(Number(first.headers.get('x-kvgate-prefix-hit')), 0);
+      const home = first.headers.get('x-kvgate-worker')!;
+      // Nothing is learned from the routing itself: the prefix shows up once the worker's events arrive.
+      const index = gw.router.policy.prefixIndex!;
+      await waitFor(() => index.workerStatus(home)?.source === 'events' && index.blockCount(home) > 0, 5000);
+      const second = await ask('two');
+      assert.equal(second.headers.get('x-kvgate-worker'), home, 'the shared prefix draws the request to its cache');
+      assert.ok(Number(second.headers.get('x-kvgate-prefix-hit')) > 0.5);
+    } finally {
+      await gw.close();
+      await Promise.all(sims.map((s) => s.close()));
+    }
+  });
+}

@@ -9,7 +9,7 @@ test('the built-in policies are listed once each, by name, and each creates a po
   const names = BUILTIN_POLICIES.map((d) => d.name);
   assert.deepEqual(policyNames(), names);
   assert.equal(new Set(names).size, names.length);
-  for (const n of ['round-robin', 'random', 'least-load', 'kvgate', 'oracle', 'sglang-cache-aware', 'llm-d', 'dynamo', 'oracle-greedy']) {
+  for (const n of ['round-robin', 'random', 'least-load', 'kvgate', 'oracle', 'sglang-cache-aware', 'llm-d', 'llm-d-precise', 'dynamo', 'dynamo-approx', 'oracle-greedy']) {
     assert.ok(names.includes(n), n);
     assert.equal(createPolicy(n).name, n);
   }
@@ -43,7 +43,10 @@ test('an unknown or bad option is an error naming the policy and the option', ()
     { name: 'kvgate', options: { wprefix: 2 }, error: /policy 'kvgate' options: Unrecognized key: "wprefix"$/ },
     { name: 'oracle', options: { queueWeight: 2 }, error: /policy 'oracle' options: Unrecognized key: "queueWeight"$/ },
     { name: 'round-robin', options: { seed: 1 }, error: /policy 'round-robin' options: Unrecognized key: "seed"$/ },
-    { name: 'dynamo', options: { cacheWindowMs: null }, error: /cacheWindowMs: expected a number ≥ 0 \(or Infinity\), got null/ },
+    { name: 'dynamo-approx', options: { cacheWindowMs: null }, error: /cacheWindowMs: expected a number ≥ 0 \(or Infinity\), got null/ },
+    { name: 'dynamo', options: { cacheWindowMs: 1000 }, error: /policy 'dynamo' options: Unrecognized key: "cacheWindowMs"$/ },
+    { name: 'dynamo', options: { overlapScoreCredit: 1.5 }, error: /overlapScoreCredit: expected a number ≥ 0 and ≤ 1, got 1.5/ },
+    { name: 'dynamo', options: { assumeKvReuse: 'yes' }, error: /assumeKvReuse: expected true or false, got "yes"/ },
   ];
   for (const c of cases) assert.throws(() => createPolicy(c.name, c.options), c.error, JSON.stringify(c));
 });

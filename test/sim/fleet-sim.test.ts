@@ -1,7 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { buildEngineConfig } from '../../src/engine/profiles.js';
+import { KvEventMapper } from '../../src/fleet/kv-events-mapper.js';
 import { WorkerState } from '../../src/fleet/worker-state.js';
+import { PrefixIndex } from '../../src/scheduler/index/prefix-index.js';
+import { PrefixMatcher } from '../../src/scheduler/index/prefix-match.js';
 import { createPolicy, policyNames } from '../../src/scheduler/registry.js';
 import { Router } from '../../src/scheduler/router.js';
 import type { Policy, RouteRequest } from '../../src/scheduler/types.js';
@@ -145,6 +148,53 @@ describe('fleet simulation', () => {
     assert.deepEqual(probes, [true, false, false]);
   });
 
+  it('feeds the engines’ KV events to the prefix index of a policy that declares usesKvEvents', async () => {
+    // One worker; three requests sharing a 1,000-token prefix, far enough apart that each has
+    // finished before the next arrives. Each decision records how much of the prompt the index
+    // says the worker holds.
+    const shared = new Int32Array(1000);
+    fillStream(shared, 0, 99, 1000);
+    const withPrefix = (arrivalMs: number, seed: number): BenchRequest => {
+      const p = new Int32Array(1200);
+      p.set(shared);
+      fillStream(p, 1000, seed, 200);
+      return { arrivalMs, promptTokens: p, maxTokens: 3, outputSeed: seed };
+    };
+    const spy = (usesKvEvents: boolean) => {
+      const index = new PrefixIndex({ predictedTtlMs: 0 });
+      const matcher = new PrefixMatcher(index);
+      const rr = createPolicy('round-robin');
+      const seen: number[] = [];
+      const policy: Policy = {
+        name: 'events-spy',
+        prefixIndex: index,
+        usesKvEvents,
+        route: (r, ws, c) => {
+          seen.push(matcher.matches(r, ws, c).get(ws[0]!)!.blocks);
+          return rr.route(r, ws, c);
+        },
+      };
+      return { policy, index, seen };
+    };
+    const reqs = [withPrefix(0, 1), withPrefix(5_000, 2), withPrefix(10_000, 3)];
+    const fed = spy(true);
+    const kinds = new Set<string>();
+    await simulateFleet(reqs, { workers: 1, engineConfig: cfg, policy: fed.policy, seed: 1, routerTrace: (e) => kinds.add(e.type) });
+    // The first request found nothing; the later ones find the whole shared prefix (62 full
+    // blocks of 16) and more of the earlier prompt's tail, which ends in a different tail.
+    assert.equal(fed.seen[0], 0);
+    assert.ok(fed.seen[1]! >= 62 && fed.seen[1]! < 75, `${fed.seen[1]}`);
+    assert.ok(fed.seen[2]! >= 62 && fed.seen[2]! < 75, `${fed.seen[2]}`);
+    assert.equal(fed.index.source('w0'), 'events');
+    assert.ok(kinds.has('kvEvents'));
+    // Without the flag the engines record no events and the index learns nothing.
+    const unfed = spy(false);
+    const kinds2 = new Set<string>();
+    await simulateFleet(reqs, { workers: 1, engineConfig: cfg, policy: unfed.policy, seed: 1, routerTrace: (e) => kinds2.add(e.type) });
+    assert.deepEqual(unfed.seen, [0, 0, 0]);
+    assert.ok(!kinds2.has('kvEvents'));
+  });
+
   it('is deterministic: same seed, same summary', async () => {
     const run = async (seed: number) => {
       const r = await simulateFleet(workloadSource('mixed', { size: 150, rate: 40, seed: 11 }).open(), {
@@ -206,12 +256,24 @@ describe('fleet simulation routes exactly as the Router does in a plain loop', (
       { length: workers },
       (_, i) => new WorkerState({ id: `w${i}`, url: `sim://w${i}`, pool: 'default', model: 'model', numGpuBlocks: cfg.numGpuBlocks, blockSize: cfg.blockSize }),
     );
+    // A policy fed by KV events gets them as the gateway's subscribers deliver them: through the
+    // mapper, into its index.
+    const index = policy.usesKvEvents ? policy.prefixIndex : undefined;
+    const mappers = states.map((w) => {
+      if (!index) return null;
+      index.addWorker(w.id, cfg.numGpuBlocks);
+      index.setSource(w.id, 'events', 'replayed', 0);
+      return new KvEventMapper(index, w.id, { blockSize: cfg.blockSize });
+    });
     const replayed: string[] = [];
     for (const e of events) {
       clock.set(e.t);
       switch (e.type) {
         case 'snapshot':
           states[e.worker]!.applySnapshot(e.snapshot);
+          break;
+        case 'kvEvents':
+          mappers[e.worker]!.apply(e.events, e.t);
           break;
         case 'route': {
           const fresh: RouteRequest = {

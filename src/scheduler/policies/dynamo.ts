@@ -1,18 +1,49 @@
 /**
- * Policy `dynamo`: a baseline modelled on NVIDIA Dynamo's KV router (ai-dynamo/dynamo
- * `docs/components/router/`) in approximate mode, built from the same pipeline as kvgate's
- * policies so a side-by-side benchmark compares policies, not plumbing.
+ * Policy `dynamo`: a baseline modelled on NVIDIA Dynamo's KV router with its defaults, built from
+ * the same pipeline as kvgate's policies so a side-by-side benchmark compares policies, not
+ * plumbing. `dynamo-approx` (dynamo-approx.ts) is the same cost with Dynamo's approximate index
+ * (`use_kv_events=false`) instead of KV events.
  *
  *   healthy → dynamo picker
  *
- *   cost(w) = prefillLoadScale · max(active prefill blocks + prompt blocks − overlap blocks, 0)
- *             + active decode blocks
+ *   cost(w) = prefillLoadScale · max((active prefill tokens + prompt tokens) / block size
+ *                                    − overlapScoreCredit · overlap blocks, 0)
+ *             + active decode blocks + this prompt's blocks not already active at w
  *
- * The lowest cost wins (temperature 0, ties at random); reason 'prefix' if the winner overlaps
- * the prompt, else 'load'. Active prefill blocks are the router's own not-yet-first-token prompt
- * tokens at the worker, active decode blocks the prompt blocks of its active sequences, both
- * counted router-side. Overlap comes from its own index of what it routed, each entry living
- * cacheWindowMs since last use.
+ * The lowest cost wins (temperature 0), ties at random; reason 'prefix' if the winner holds part of
+ * the prompt, else 'load'. Everything is counted router-side, per worker:
+ * - active prefill tokens: each request dispatched there and not yet past its first token counts
+ *   its prompt tokens minus the tokens its overlap covered (Dynamo's `new_tokens`), released at
+ *   the first token or the end;
+ * - active decode blocks: the distinct full prompt blocks of the requests active there, each
+ *   counted once however many requests share it (reference-counted, `router_assume_kv_reuse`),
+ *   plus the incoming request's full blocks beyond the longest prefix already active
+ *   (`potential_decode_blocks`). With assumeKvReuse false every request's blocks count apart, as
+ *   Dynamo's random per-request hashes make them;
+ * - overlap blocks: the leading full prompt blocks the worker holds, from an index fed by the
+ *   workers' KV events (`use_kv_events=true`, usesKvEvents). Nothing is predicted at pick time
+ *   (`router_predicted_ttl_secs` is unset by default).
+ *
+ * Defaults and rules as published in ai-dynamo/dynamo:
+ * - `lib/kv-router/src/scheduling/config.rs` (KvRouterConfig::default): overlap_score_credit 1.0,
+ *   prefill_load_scale 1.0, router_temperature 0.0, use_kv_events true, router_track_active_blocks
+ *   true, router_track_output_blocks false, router_assume_kv_reuse true,
+ *   router_track_prefill_tokens true, router_predicted_ttl_secs None, router_ttl_secs 120 (approximate
+ *   mode only); overlap_score_credit_decay 0 and decode_active_request_weight 0 (newer versions).
+ * - `lib/kv-router/src/scheduling/selector/default.rs` (worker_logit, minimum_cost_index): the cost
+ *   above; host/disk/shared-tier credits are zero without offload tiers; random choice among equal
+ *   lowest costs.
+ * - `lib/kv-router/src/scheduling/selector/mod.rs` (worker load input): raw prefill blocks =
+ *   (active prefill tokens + uncached + cached prompt tokens) / block size; decode cost =
+ *   potential decode blocks.
+ * - `lib/kv-router/src/sequences/single.rs` (ActiveSequences): each worker's active prompt blocks
+ *   reference-counted by hash, a request's prefill tokens tracked until `mark_prefill_completed`
+ *   (first token) or `free` (end); output blocks are not tracked by default.
+ * - `lib/kv-router/src/sequences/multi_worker.rs` (`potential_blocks_and_tokens`): potential
+ *   blocks = active blocks + query blocks − the depth of the longest active prefix; added prefill
+ *   tokens = ISL − overlap · block size.
+ * Not modelled: the router queue (`router_queue_threshold`, requests held while every worker's
+ * prefill backlog exceeds 16× its batch budget), softmax sampling at temperature > 0, offload tiers.
  */
 import { z } from 'zod';
 import type { WorkerState } from '../../fleet/worker-state.js';
@@ -23,39 +54,90 @@ import { PrefixMatcher } from '../index/prefix-match.js';
 import { argminRandom } from '../pickers/argmin-random.js';
 import { PipelinePolicy } from '../pipeline.js';
 import type { Picker, PolicyDefinition, RouteRequest } from '../types.js';
-import { indexKnobs, numberKnob } from './knobs.js';
+import { booleanKnob, indexKnobs, numberKnob } from './knobs.js';
 
-/** Dynamo's names in parentheses. */
+/** The cost's knobs, shared with dynamo-approx; Dynamo's names in parentheses. */
+export const dynamoCostKnobs = {
+  prefillLoadScale: numberKnob(1, 'weight of the prompt-side prefill blocks against the decode blocks (prefill_load_scale)'),
+  overlapScoreCredit: numberKnob(
+    1,
+    'share of each cached prompt block credited against the prefill blocks (overlap_score_credit)',
+    { max: 1 },
+  ),
+  assumeKvReuse: booleanKnob(
+    true,
+    'count a prompt block shared by several active requests of a worker once (router_assume_kv_reuse)',
+  ),
+};
+
 export const dynamoOptions = z.strictObject({
-  prefillLoadScale: numberKnob(1, 'weight of the new prefill blocks against the active decode blocks (prefill_load_scale)'),
-  cacheWindowMs: numberKnob(120_000, 'lifetime of a routed block in the overlap index since its last use, ms', {
-    infinite: true,
-  }),
+  ...dynamoCostKnobs,
   indexMaxBytes: indexKnobs.indexMaxBytes,
   maxWorkers: indexKnobs.maxWorkers,
 });
 
 export type DynamoOptions = z.output<typeof dynamoOptions>;
+export type DynamoCostOptions = Pick<DynamoOptions, keyof typeof dynamoCostKnobs>;
 
-/** Prompt blocks the request added to its worker's active blocks at dispatch. */
-const DYNAMO_ACTIVE_BLOCKS = stateKey<number>('dynamo.active-blocks');
+/** One worker's active sequences as Dynamo's router counts them. */
+interface ActiveLoad {
+  /** Reference count of each active full prompt block (kvgate hash), when blocks are shared. */
+  readonly blocks: Map<number, number>;
+  /** Active blocks counted per request (assumeKvReuse false). */
+  unshared: number;
+  /** Prompt tokens still to prefill of the requests not yet past their first token. */
+  prefillTokens: number;
+}
 
-export function createDynamoPolicy(o: DynamoOptions): PipelinePolicy {
-  const scale = o.prefillLoadScale;
-  const index = new PrefixIndex({
-    maxBytes: o.indexMaxBytes,
-    maxWorkers: o.maxWorkers,
-    predictedTtlMs: 0,
-    approxTtlMs: o.cacheWindowMs,
-  });
-  const matcher = new PrefixMatcher(index);
-  /** Prompt blocks of the sequences active at each worker (router-side accounting). */
-  const activeBlocks = new Map<string, number>();
-  const cost = (req: RouteRequest, w: WorkerState, overlap: number) => {
-    const bs = w.blockSize;
-    const promptBlocks = Math.ceil(req.promptTokens.length / bs);
-    const prefill = Math.ceil(w.inflightPrefillTokens / bs);
-    return scale * Math.max(prefill + promptBlocks - overlap, 0) + (activeBlocks.get(w.id) ?? 0);
+/** What a dispatched request added to its worker's load, to be taken back. */
+interface Charged {
+  worker: string;
+  /** Its full prompt blocks, when counted as shared; else null and `blockCount` apart. */
+  hashes: number[] | null;
+  blockCount: number;
+  prefillTokens: number;
+  prefillDone: boolean;
+}
+
+const DYNAMO_CHARGED = stateKey<Charged>('dynamo.charged');
+
+/**
+ * Dynamo's cost over a matcher whose index says what each worker holds: the picker and the
+ * router-side active-sequence accounting. `name` is the policy's name.
+ */
+export function dynamoPipeline(
+  name: string,
+  o: DynamoCostOptions,
+  matcher: PrefixMatcher,
+  extra: { usesKvEvents?: boolean; recordRouted?: boolean },
+): PipelinePolicy {
+  const loads = new Map<string, ActiveLoad>();
+  const loadOf = (id: string): ActiveLoad => {
+    let l = loads.get(id);
+    if (!l) loads.set(id, (l = { blocks: new Map(), unshared: 0, prefillTokens: 0 }));
+    return l;
+  };
+  const cost = (req: RouteRequest, w: WorkerState, overlap: number): number => {
+    const bs = matcher.blockSizeOf(w);
+    const load = loads.get(w.id);
+    const hashes = matcher.hashesFor(req, w);
+    const n = hashes.length;
+    let active = 0;
+    let newBlocks = n;
+    let prefillTokens = 0;
+    if (load) {
+      active = load.blocks.size + load.unshared;
+      prefillTokens = load.prefillTokens;
+      if (o.assumeKvReuse) {
+        // Active blocks are whole prompt prefixes (chained hashes): the new ones start where the
+        // longest active prefix ends.
+        let d = 0;
+        while (d < n && load.blocks.has(hashes.at(d)!)) d++;
+        newBlocks = n - d;
+      }
+    }
+    const rawPrefill = (prefillTokens + req.promptTokens.length) / bs;
+    return o.prefillLoadScale * Math.max(rawPrefill - o.overlapScoreCredit * overlap, 0) + active + newBlocks;
   };
   const picker: Picker = {
     name: 'dynamo',
@@ -71,28 +153,71 @@ export function createDynamoPolicy(o: DynamoOptions): PipelinePolicy {
       };
     },
   };
+  const release = (c: Charged, prefillOnly: boolean) => {
+    const load = loadOf(c.worker);
+    if (!c.prefillDone) {
+      load.prefillTokens -= c.prefillTokens;
+      c.prefillDone = true;
+    }
+    if (prefillOnly) return;
+    if (c.hashes) {
+      for (const h of c.hashes) {
+        const r = load.blocks.get(h)! - 1;
+        if (r > 0) load.blocks.set(h, r);
+        else load.blocks.delete(h);
+      }
+    } else load.unshared -= c.blockCount;
+  };
   return new PipelinePolicy({
-    name: 'dynamo',
+    name,
     filters: [healthyFilter],
     scorers: [],
     picker,
-    prefixIndex: index,
+    prefixIndex: matcher.index,
+    ...(extra.usesKvEvents ? { usesKvEvents: true } : {}),
     onDispatch(req, d, ctx) {
-      matcher.record(req, d.worker, ctx.now);
-      const b = Math.ceil(req.promptTokens.length / d.worker.blockSize);
-      activeBlocks.set(d.worker.id, (activeBlocks.get(d.worker.id) ?? 0) + b);
-      req.state.set(DYNAMO_ACTIVE_BLOCKS, b);
+      const w = d.worker;
+      const overlap = matcher.matches(req, [w], ctx).get(w)!.blocks;
+      const bs = matcher.blockSizeOf(w);
+      const hashes = matcher.hashesFor(req, w);
+      const load = loadOf(w.id);
+      const c: Charged = {
+        worker: w.id,
+        hashes: null,
+        blockCount: hashes.length,
+        prefillTokens: Math.max(0, req.promptTokens.length - overlap * bs),
+        prefillDone: false,
+      };
+      if (o.assumeKvReuse) {
+        c.hashes = hashes.all().slice();
+        for (const h of c.hashes) load.blocks.set(h, (load.blocks.get(h) ?? 0) + 1);
+      } else load.unshared += c.blockCount;
+      load.prefillTokens += c.prefillTokens;
+      req.state.set(DYNAMO_CHARGED, c);
+      if (extra.recordRouted) matcher.record(req, w, ctx.now);
     },
-    onComplete(req, w) {
-      const b = req.state.get(DYNAMO_ACTIVE_BLOCKS) ?? 0;
-      activeBlocks.set(w.id, Math.max(0, (activeBlocks.get(w.id) ?? 0) - b));
+    onFirstToken(req) {
+      const c = req.state.get(DYNAMO_CHARGED);
+      if (c) release(c, true);
+    },
+    onComplete(req) {
+      const c = req.state.get(DYNAMO_CHARGED);
+      if (!c) return;
+      req.state.delete(DYNAMO_CHARGED);
+      release(c, false);
     },
   });
 }
 
+export function createDynamoPolicy(o: DynamoOptions): PipelinePolicy {
+  const index = new PrefixIndex({ maxBytes: o.indexMaxBytes, maxWorkers: o.maxWorkers, predictedTtlMs: 0 });
+  return dynamoPipeline('dynamo', o, new PrefixMatcher(index), { usesKvEvents: true });
+}
+
 export const dynamoPolicy: PolicyDefinition<typeof dynamoOptions> = {
   name: 'dynamo',
-  description: 'NVIDIA Dynamo KV router (approximate): lowest prefill_load_scale·new prefill blocks + active decode blocks, overlap from its own routing.',
+  description:
+    "NVIDIA Dynamo KV router, defaults: lowest prefill_load_scale·(prefill blocks − KV-event overlap) + active decode blocks (shared blocks once) + the prompt's new blocks.",
   options: dynamoOptions,
   create: createDynamoPolicy,
 };

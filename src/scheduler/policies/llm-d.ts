@@ -17,6 +17,13 @@
  * of blockSizeTokens tokens estimated at bytesPerToken characters each (so a block is
  * blockSizeTokens · bytesPerToken characters of prompt text). The metrics it reads are the last
  * scrape as is (no dispatches since), polled every scrapeIntervalMs.
+ *
+ * Defaults as published in llm-d/llm-d-inference-scheduler (now llm-d-router):
+ * `pkg/epp/config/loader/defaults.go` (the default profile: queue-scorer 2,
+ * kv-cache-utilization-scorer 2, prefix-cache-scorer 3), `pkg/epp/server/options.go`
+ * (RefreshMetricsInterval 50 ms), `pkg/epp/framework/plugins/scheduling/picker/maxscore/picker.go`
+ * (shuffled before the max: random tie-break). `llm-d-precise` (llm-d-precise.ts) is the
+ * KV-event-fed profile.
  */
 import { z } from 'zod';
 import { seedFromString } from '../../util/rng.js';
@@ -45,6 +52,26 @@ function charCodes(req: RouteRequest): Uint16Array {
   }
   return c;
 }
+
+/**
+ * llm-d's `queue-scorer`: (max waiting − waiting) / (max − min) over the candidates, 1 when all are
+ * equal; the last scrape as is.
+ */
+export const llmdQueueScorer: Scorer = {
+  name: 'queue',
+  score(_req, ws) {
+    const q = ws.map((w) => w.snapshot?.waiting ?? 0);
+    const min = Math.min(...q);
+    const max = Math.max(...q);
+    return q.map((v) => (max > min ? (max - v) / (max - min) : 1));
+  },
+};
+
+/** llm-d's `kv-cache-utilization-scorer`: 1 − KV usage, from the last scrape as is. */
+export const llmdKvCacheScorer: Scorer = {
+  name: 'kv-cache-utilization',
+  score: (_req, ws) => ws.map((w) => 1 - (w.snapshot?.kvUsage ?? 0)),
+};
 
 export const llmdOptions = z.strictObject({
   blockSizeTokens: numberKnob(64, 'prefix block size, tokens (values below 64 count as 64)', { min: 1 }),
@@ -81,19 +108,6 @@ export function createLlmdPolicy(o: LlmdOptions): PipelinePolicy {
     }
     return r;
   };
-  const queueScorer: Scorer = {
-    name: 'queue',
-    score(_req, ws) {
-      const q = ws.map((w) => w.snapshot?.waiting ?? 0);
-      const min = Math.min(...q);
-      const max = Math.max(...q);
-      return q.map((v) => (max > min ? (max - v) / (max - min) : 1));
-    },
-  };
-  const kvScorer: Scorer = {
-    name: 'kv-cache-utilization',
-    score: (_req, ws) => ws.map((w) => 1 - (w.snapshot?.kvUsage ?? 0)),
-  };
   const prefixScorer: Scorer = {
     name: 'prefix',
     score(req, ws, ctx) {
@@ -108,8 +122,8 @@ export function createLlmdPolicy(o: LlmdOptions): PipelinePolicy {
     name: 'llm-d',
     filters: [healthyFilter],
     scorers: [
-      { scorer: queueScorer, weight: o.queueWeight },
-      { scorer: kvScorer, weight: o.kvCacheWeight },
+      { scorer: llmdQueueScorer, weight: o.queueWeight },
+      { scorer: llmdKvCacheScorer, weight: o.kvCacheWeight },
       { scorer: prefixScorer, weight: o.prefixWeight },
     ],
     picker: maxScorePicker,
