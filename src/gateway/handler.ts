@@ -6,6 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { TenantDirectory } from '../admission/tenants.js';
 import { readBody } from '../api/body.js';
 import { ApiError, errors, sendError } from '../api/errors.js';
 import { chatCompletionRequestSchema, completionRequestSchema, validate } from '../api/schemas.js';
@@ -17,7 +18,7 @@ import type { PromptTokenizer } from '../tokenizer/registry.js';
 import type { Clock } from '../util/clock.js';
 import { RequestState } from '../util/state.js';
 import type { InferenceKind, RequestContext } from './context.js';
-import { createLocalRoutes } from './local-routes.js';
+import { createLocalRoutes, type LocalRoute } from './local-routes.js';
 import { buildRouteRequest, preparePrompt, requestBudgetMs } from './prepare.js';
 import type { Relay } from './relay.js';
 import { runStages, type GatewayStage } from './stages.js';
@@ -30,6 +31,10 @@ export interface HandlerDeps {
   logger: Logger;
   clock: Clock;
   stages: GatewayStage[];
+  /** API keys → tenants; consulted before the body is read. */
+  tenants: TenantDirectory;
+  /** Routes added by parts of the gateway (/admin/cache). */
+  extraRoutes: ReadonlyMap<string, LocalRoute>;
   /** The prompt tokenizer for a model (synchronous ones are used inline). */
   tokenizerFor: (model: string) => PromptTokenizer;
   /** Requests in progress (for graceful shutdown). */
@@ -79,6 +84,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       req,
       res,
       startedAt,
+      tenant: undefined,
       rawBody: EMPTY,
       bodyModified: false,
       model: '',
@@ -89,6 +95,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       state: new RequestState(),
       taps: [],
       onFinish: [],
+      logFields: null,
       aborted: false,
       abortReason: null,
       attempts: 0,
@@ -110,6 +117,8 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
     res.on('close', onClose);
     try {
       if (d.isClosing()) throw errors.shuttingDown();
+      // Who is asking comes first: an unauthenticated body is never read.
+      ctx.tenant = d.tenants.authenticate(req.headers.authorization);
       const read = await readBody(req, config.limits.maxBodyBytes);
       if (!read.ok) {
         if (read.reason === 'aborted') {
@@ -151,6 +160,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       ctx.maxTokensExplicit = prompt.maxTokensExplicit;
       ctx.deadlineAt = startedAt + requestBudgetMs(prompt.maxTokens, config.timeouts);
       ctx.routeRequest = buildRouteRequest(id, body.model, body, req, prompt as typeof prompt & { promptTokens: ArrayLike<number> });
+      ctx.routeRequest.tenant = ctx.tenant.id;
 
       if (d.stages.length > 0 && (await runStages(d.stages, ctx)) === 'handled') {
         // Shutdown while a stage held the request (e.g. queued for admission): answer it.
@@ -199,13 +209,15 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext): void {
     {
       id: ctx.id,
       route,
+      tenant: ctx.tenant?.id,
       model: ctx.model || undefined,
       stream: ctx.stream,
       worker: ctx.workerId ?? undefined,
       attempts: ctx.attempts,
       status: ctx.status,
       ttftMs: ctx.ttftMs === null ? undefined : Math.round(ctx.ttftMs * 10) / 10,
-      durationMs: Math.round(durationMs * 10) / 10,
+      durationMs: Math.round(durationMs * 100) / 100,
+      ...ctx.logFields,
     },
     'request',
   );
