@@ -15,6 +15,9 @@ export interface RedisServer {
   stop(): Promise<void>;
   /** Start again on the same port (after stop). */
   start(): Promise<void>;
+  /** Freeze the process (SIGSTOP): connections stay open, nothing is answered — a slow Redis. */
+  pause(): void;
+  resume(): void;
 }
 
 let checked: string | false | undefined;
@@ -88,5 +91,12 @@ export async function startRedis(): Promise<RedisServer> {
     });
   };
   await start();
-  return { url: `redis://127.0.0.1:${port}`, port, stop, start };
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    stop,
+    start,
+    pause: () => void child?.kill('SIGSTOP'),
+    resume: () => void child?.kill('SIGCONT'),
+  };
 }
