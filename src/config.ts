@@ -374,8 +374,11 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
   };
 }
 
-/** Read and validate a YAML or JSON config file. Throws ConfigError (also for unreadable files). */
-export function loadConfigFile(path: string): GatewayConfig {
+/**
+ * Read and validate a YAML or JSON config file. Throws ConfigError (also for unreadable files).
+ * `adjust` may change the parsed document before it is validated (command-line overrides).
+ */
+export function loadConfigFile(path: string, adjust?: (raw: unknown) => unknown): GatewayConfig {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
@@ -388,7 +391,7 @@ export function loadConfigFile(path: string): GatewayConfig {
   } catch (e) {
     throw new ConfigError([`${path} is not valid YAML/JSON: ${(e as Error).message.split('\n')[0]}`]);
   }
-  return parseConfig(data);
+  return parseConfig(adjust ? adjust(data) : data);
 }
 
 function stripSlash(u: string): string {
