@@ -22,6 +22,7 @@ import { hasUsage, type CacheEntry } from './entry.js';
 import { Flight } from './flight.js';
 import { keyHash, samplingOf, storeKey, type CacheRoute, type RequestCacheControl } from './key.js';
 import type { CacheMetrics, StoreOutcome } from './metrics.js';
+import { MemoryStore, entrySize } from './memory-store.js';
 import { StoreBreaker, type CacheStore } from './store.js';
 
 /** A tenant's effective cache settings. */
@@ -167,10 +168,18 @@ export class ResponseCache {
     return outcome;
   }
 
-  private async tryFill(plan: Extract<CachePlan, { key: string }>, entry: CacheEntry): Promise<StoreOutcome> {
-    if (this.generation(plan.tenant) !== plan.generation) return 'stale';
+  /** The entry's JSON if it may be stored, else why not. */
+  private admit(plan: Extract<CachePlan, { key: string }>, entry: CacheEntry): { json: string } | { outcome: StoreOutcome } {
+    if (this.generation(plan.tenant) !== plan.generation) return { outcome: 'stale' };
     const json = JSON.stringify(entry);
-    if (json.length > plan.settings.maxEntryBytes || Buffer.byteLength(json, 'utf8') > plan.settings.maxEntryBytes) return 'too_large';
+    if (json.length > plan.settings.maxEntryBytes || Buffer.byteLength(json, 'utf8') > plan.settings.maxEntryBytes) return { outcome: 'too_large' };
+    return { json };
+  }
+
+  private async tryFill(plan: Extract<CachePlan, { key: string }>, entry: CacheEntry): Promise<StoreOutcome> {
+    const a = this.admit(plan, entry);
+    if ('outcome' in a) return a.outcome;
+    const json = a.json;
     if (!this.breaker.allow()) return 'error';
     const t0 = this.o.now();
     try {
@@ -183,6 +192,27 @@ export class ResponseCache {
       this.o.metrics?.storeError('set');
       return 'error';
     }
+  }
+
+  /**
+   * Synchronous lookup and fill, for an in-memory store in virtual time (the fleet simulation):
+   * the same keys, checks and store as the gateway's, without promises.
+   */
+  lookupNow(key: string): LookupResult {
+    const entry = this.memory().lru.get(key);
+    return entry === null ? { kind: 'miss' } : { kind: 'hit', entry };
+  }
+
+  fillNow(plan: Extract<CachePlan, { key: string }>, entry: CacheEntry): StoreOutcome {
+    const a = this.admit(plan, entry);
+    const outcome = 'outcome' in a ? a.outcome : this.memory().lru.set(plan.key, plan.tenant, entry, entrySize(plan.key, a.json), plan.settings.ttlMs, plan.settings.maxBytes) ? 'stored' : 'too_large';
+    this.o.metrics?.stored(outcome);
+    return outcome;
+  }
+
+  private memory(): MemoryStore {
+    if (!(this.store instanceof MemoryStore)) throw new Error('lookupNow and fillNow need the in-memory store');
+    return this.store;
   }
 
   /** Drop every entry or one tenant's (and keep answers in progress from being stored). Throws if the store fails. */
