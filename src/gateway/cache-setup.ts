@@ -38,6 +38,8 @@ export interface CacheSetupDeps {
   logger: Logger;
   clock: Clock;
   forward: (ctx: RequestContext) => Promise<void>;
+  /** Tokenize and build ctx.routeRequest (the cache stage runs before that). */
+  prepare: (ctx: RequestContext) => Promise<void>;
   /** A store to use instead of the configured one (tests). */
   store?: CacheStore;
 }
@@ -86,7 +88,7 @@ export function setupCache(d: CacheSetupDeps): CacheSetup {
     breaker: store.kind === 'redis' ? { failuresToOpen: c.redis.failuresToOpen, coolDownMs: c.redis.coolDownMs } : undefined,
   });
   const rc = cache;
-  const stage = cacheStage({ cache: rc, forward: d.forward, clock: d.clock, logger: d.logger });
+  const stage = cacheStage({ cache: rc, forward: d.forward, prepare: d.prepare, clock: d.clock, logger: d.logger });
   const service: GatewayService = {
     name: 'response-cache',
     start: async () => {

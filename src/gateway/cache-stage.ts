@@ -47,12 +47,14 @@ export interface CacheStageDeps {
   cache: ResponseCache;
   /** Serve a request at a worker (the relay): a follower's own request after its leader failed mid-stream. */
   forward: (ctx: RequestContext) => Promise<void>;
+  /** Tokenize and build ctx.routeRequest: the stage runs early, before that. */
+  prepare: (ctx: RequestContext) => Promise<void>;
   clock: Clock;
   logger: Logger;
 }
 
 export function cacheStage(deps: CacheStageDeps): GatewayStage {
-  return { name: 'response-cache', handle: (ctx) => handle(deps, ctx) };
+  return { name: 'response-cache', early: true, handle: (ctx) => handle(deps, ctx) };
 }
 
 const includeUsage = (ctx: RequestContext): boolean =>
@@ -256,6 +258,7 @@ function follow(d: CacheStageDeps, ctx: RequestContext, plan: KeyedPlan, flight:
  */
 async function complete(d: CacheStageDeps, ctx: RequestContext, plan: KeyedPlan, sentSoFar: CompletionBody, wantUsage: boolean): Promise<void> {
   const res = ctx.res;
+  await d.prepare(ctx);
   const capture = new CaptureResponse();
   const asm = new StreamAssembler(ctx.kind);
   const sub: RequestContext = {

@@ -37,7 +37,10 @@ export interface RequestContext {
   /** Clock time by which the response must be complete. */
   deadlineAt: number;
 
-  /** What the routing policy sees. Built once, before the stages run. */
+  /**
+   * What the routing policy sees. Built once, before the stages run — except early stages (the
+   * response cache), which run before the prompt is tokenized and must not read it.
+   */
   routeRequest: RouteRequest;
   /** Workers the request may be routed to (the model's workers; a stage may narrow or swap them). */
   candidates: readonly WorkerState[];

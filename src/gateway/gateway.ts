@@ -26,6 +26,7 @@ import { seededRng, type Rng } from '../util/rng.js';
 import type { RequestContext } from './context.js';
 import { createFleetWatch } from './fleet-watch.js';
 import { createHandler } from './handler.js';
+import { prepareRouting } from './prepare.js';
 import { PromptTokenizers } from './prompt-tokenizers.js';
 import { kvEventsService } from './kv-events-service.js';
 import { registerKvEventMetrics } from '../fleet/kv-events-metrics.js';
@@ -150,16 +151,27 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   // Loaded in start(): `hf:` tokenizers read their files asynchronously.
   const tokenizers = new PromptTokenizers(config.tokenizers, opts.tokenizerFor);
   const stages: GatewayStage[] = [];
+  const earlyStages: GatewayStage[] = [];
+  const prepare = (ctx: RequestContext): Promise<void> => prepareRouting(ctx, tokenizers.for(ctx.model), config.timeouts.assumedMaxTokens);
   const services: GatewayService[] = [];
   const active = new Set<RequestContext>();
   const tenants = new TenantDirectory(config.tenants, config.admin.digests);
   const extraRoutes = new Map<string, LocalRoute>();
   let cache: ResponseCache | null = null;
   if (config.cache.enabled) {
-    // The cache stage comes first: stages added with use() run after it.
-    const c = setupCache({ config: config.cache, tenants, metrics: m, logger, clock, forward: (ctx) => relay.forward(ctx), store: opts.cacheStore });
+    // An early stage: it runs before tokenization and before the stages added with use().
+    const c = setupCache({
+      config: config.cache,
+      tenants,
+      metrics: m,
+      logger,
+      clock,
+      prepare,
+      forward: (ctx) => relay.forward(ctx),
+      store: opts.cacheStore,
+    });
     cache = c.cache;
-    stages.push(c.stage);
+    earlyStages.push(c.stage);
     services.push(c.service);
     extraRoutes.set('/admin/cache', c.route);
   }
@@ -172,9 +184,10 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     logger,
     clock,
     stages,
+    earlyStages,
+    prepareRouting: prepare,
     tenants,
     extraRoutes,
-    tokenizerFor: (model) => tokenizers.for(model),
     active,
     isClosing: () => closing,
   });
@@ -208,7 +221,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     server,
     tenants,
     cache,
-    use: (stage) => void stages.push(stage),
+    use: (stage) => void (stage.early ? earlyStages : stages).push(stage),
     addWorkerDescriber: (d) => registry.addDescriber(d),
     addService: (svc) => {
       services.push(svc);
