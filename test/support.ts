@@ -25,8 +25,8 @@ export function metricValue(text: string, name: string, labels: Record<string, s
   return undefined;
 }
 
-/** Poll `cond` every 10 ms until it holds or `timeoutMs` passes. */
-export async function waitFor(cond: () => boolean | Promise<boolean>, timeoutMs = 3000): Promise<void> {
+/** Poll `cond` every 10 ms until it holds or `timeoutMs` passes (a bound, not a wait: generous). */
+export async function waitFor(cond: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
   const end = Date.now() + timeoutMs;
   for (;;) {
     if (await cond()) return;

@@ -47,7 +47,8 @@ export interface BenchOptions {
   overheadMs?: number;
   kvSampleMs?: number;
   omitWallTime?: boolean;
-  policyOptions?: PolicyOptions;
+  /** Options per policy name (as in the config's `policy.options`); policies not named take their defaults. */
+  policyOptions?: Readonly<Record<string, PolicyOptions>>;
   /**
    * Run with the gateway's response cache (in memory, virtual time), and each policy once more
    * without it for the GPU time it saves.
@@ -155,12 +156,14 @@ export interface BenchOutput {
 }
 
 /** Throws with the known names if any policy is unknown. */
-export function checkPolicies(names: readonly string[]): void {
+/** Throws on an unknown policy name, or on options a policy's schema rejects (naming the knob). */
+export function checkPolicies(names: readonly string[], options: Readonly<Record<string, PolicyOptions>> = {}): void {
   const known = policyNames();
   const unknown = names.filter((n) => !known.includes(n));
   if (unknown.length > 0) {
     throw new Error(`unknown policy ${unknown.map((n) => `'${n}'`).join(', ')} (known: ${known.join(', ')})`);
   }
+  for (const n of names) createPolicy(n, options[n]);
 }
 
 /** The requests of one run: the first `limit` of the source (sessions counted whole), at rate × scale. */
@@ -233,7 +236,7 @@ async function runFleet(ctx: RunContext, name: string, rateScale: number, withCa
     cache: withCache ? simCache(o.cache!) : undefined,
     workers: o.workers,
     engineConfig: ctx.engineConfig,
-    policy: createPolicy(name, o.policyOptions),
+    policy: createPolicy(name, o.policyOptions?.[name]),
     seed: o.seed,
     model: o.model,
     scrapeIntervalMs: o.scrapeIntervalMs,

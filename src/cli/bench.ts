@@ -47,6 +47,8 @@ Fleet:
 
 Run:
   --policy a,b,c          policies to compare (default ${DEFAULT_POLICIES.join(',')}); known: see --list
+  --set POLICY.KNOB=V     set one of a policy's options (repeatable; knobs and defaults: see --list),
+                          e.g. --set kvgate.spillRelative=0.5
   --rate-scale X          multiply the arrival rate by X (divides arrival times and sessions' think
                           times, not answer times; default 1)
   --limit N               replay at most N requests (sessions' later turns counted)
@@ -115,6 +117,7 @@ const OPTIONS = {
   model: { type: 'string' },
   tp: { type: 'string' },
   policy: { type: 'string' },
+  set: { type: 'string', multiple: true },
   'rate-scale': { type: 'string' },
   limit: { type: 'string' },
   seed: { type: 'string' },
@@ -137,6 +140,22 @@ const OPTIONS = {
 } as const;
 
 class UsageError extends Error {}
+
+/**
+ * `--set kvgate.spillRelative=0.5` → { kvgate: { spillRelative: '0.5' } }. Values stay strings:
+ * the policy's option schema coerces and checks them exactly as it does a config file's.
+ */
+function parsePolicySets(sets: readonly string[], policies: readonly string[]): Record<string, Record<string, string>> {
+  const out: Record<string, Record<string, string>> = {};
+  for (const s of sets) {
+    const m = /^([^.=]+)\.([^=]+)=(.*)$/.exec(s);
+    if (!m) throw new UsageError(`--set takes POLICY.KNOB=VALUE, got '${s}'`);
+    const [, policy, knob, value] = m as unknown as [string, string, string, string];
+    if (!policies.includes(policy)) throw new UsageError(`--set ${s}: policy '${policy}' is not among --policy ${policies.join(',')}`);
+    (out[policy] ??= {})[knob] = value;
+  }
+  return out;
+}
 
 function intFlag(v: string | undefined, name: string, min: number): number | undefined {
   if (v === undefined) return undefined;
@@ -261,8 +280,9 @@ export async function run(argv: string[]): Promise<number> {
       .map((s) => s.trim())
       .filter((s) => s !== '');
     if (policies.length === 0) throw new UsageError('--policy needs at least one policy name');
+    const policyOptions = parsePolicySets(v.set ?? [], policies);
     try {
-      checkPolicies(policies);
+      checkPolicies(policies, policyOptions);
     } catch (e) {
       throw new UsageError((e as Error).message);
     }
@@ -312,6 +332,7 @@ export async function run(argv: string[]): Promise<number> {
       capacity: capacity ? { target: attainment, maxProbes } : undefined,
       gpuHourCost: numFlag(v['gpu-hour-cost'], 'gpu-hour-cost'),
       omitWallTime: v['omit-wall-time'] === true,
+      policyOptions,
     };
   } catch (e) {
     if (!(e instanceof UsageError)) throw e;

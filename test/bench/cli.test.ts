@@ -24,7 +24,7 @@ describe('kvgate bench CLI', () => {
       'workload', 'size', 'rate', 'burstiness', 'trace', 'format', 'azure-shared-prefix', 'azure-prefix-groups', 'skip-bad',
       'workers', 'gpu', 'model', 'tp', 'policy', 'rate-scale', 'limit', 'seed', 'scrape-interval', 'overhead-ms', 'slo-ttft',
       'slo-tpot', 'gpu-hour-cost', 'json', 'report', 'omit-wall-time', 'progress', 'quiet', 'list', 'help',
-      'slo-ttft-per-1k', 'capacity', 'attainment', 'max-probes', 'repeat-fraction', 'cache', 'cache-ttl-ms', 'cache-max-bytes',
+      'slo-ttft-per-1k', 'capacity', 'attainment', 'max-probes', 'set', 'repeat-fraction', 'cache', 'cache-ttl-ms', 'cache-max-bytes',
     ];
     for (const f of flags) assert.ok(help.includes(`--${f}`), `--${f} missing from help`);
     const r = bench('--help');
@@ -52,6 +52,10 @@ describe('kvgate bench CLI', () => {
       [['--workload', 'rag', '--cache-ttl-ms', '5'], /--cache-ttl-ms applies to --cache on only/],
       [['--workload', 'rag', '--repeat-fraction', '1'], /--repeat-fraction must be in \[0, 1\)/],
       [['--workload', 'rag', '--repeat-fraction=-0.1'], /--repeat-fraction must be a non-negative number/],
+      [['--workload', 'rag', '--policy', 'kvgate', '--set', 'kvgate'], /--set takes POLICY.KNOB=VALUE/],
+      [['--workload', 'rag', '--policy', 'kvgate', '--set', 'dynamo.prefillLoadScale=2'], /policy 'dynamo' is not among --policy kvgate/],
+      [['--workload', 'rag', '--policy', 'kvgate', '--set', 'kvgate.spillRelative=lots'], /policy 'kvgate' options: spillRelative: expected a number/],
+      [['--workload', 'rag', '--policy', 'kvgate', '--set', 'kvgate.noSuchKnob=1'], /policy 'kvgate' options: .*noSuchKnob/],
     ];
     for (const [args, re] of cases) {
       const r = bench(...args);
@@ -206,6 +210,21 @@ describe('kvgate bench CLI', () => {
     assert.equal(bench(...args, '--json', b).code, 0);
     assert.equal(readFileSync(a, 'utf8'), readFileSync(b, 'utf8'));
     assert.equal(JSON.parse(readFileSync(a, 'utf8')).policies[0].requests, 150);
+  });
+
+  it('--set changes one policy’s knob and leaves the others at their defaults', () => {
+    const run = (...extra: string[]) => {
+      const json = join(dir, `set-${extra.length}.json`);
+      const r = bench(...SMALL, '--policy', 'llm-d,dynamo', '--omit-wall-time', '--quiet', '--json', json, ...extra);
+      assert.equal(r.code, 0, r.stderr);
+      const policies = JSON.parse(readFileSync(json, 'utf8')).policies as Array<{ workers: Array<{ routed: number }> }>;
+      return policies.map((p) => p.workers.map((w) => w.routed));
+    };
+    const base = run();
+    // All prefix weight, no load terms: llm-d piles the shared prefixes onto fewer workers.
+    const set = run('--set', 'llm-d.queueWeight=0', '--set', 'llm-d.kvCacheWeight=0');
+    assert.notDeepEqual(set[0], base[0]);
+    assert.deepEqual(set[1], base[1]);
   });
 
   it('--limit and --rate-scale shape the replay', () => {

@@ -137,7 +137,7 @@ test('a request waiting on a worker that fails its health probes is retried else
   const sims = await startSims(1);
   const { gw, url } = await startGateway([hung.url, sims[0]!.url], {
     policy: { name: 'round-robin' },
-    health: { intervalMs: 50, failuresToMarkDown: 2 },
+    health: { intervalMs: 150, failuresToMarkDown: 2 },
     scrape: { intervalMs: 60_000 },
   });
   try {

@@ -15,13 +15,18 @@ export async function startSims(n: number, opts: { speed?: number; numGpuBlocks?
   );
 }
 
-/** A gateway config for these worker URLs, fast scrapes, quiet logs; `extra` overrides. */
+/**
+ * A gateway config for these worker URLs, fast scrapes, quiet logs; `extra` overrides. Scrapes
+ * allow 160 ms, health probes 200 ms and three misses before a worker is taken out: the simulated workers share
+ * the test's process and two cores, and a tighter probe marks healthy workers down whenever the
+ * machine is busy.
+ */
 export function configFor(urls: string[], extra: Partial<RawConfig> = {}) {
   return parseConfig({
     listen: { host: '127.0.0.1', port: 0 },
     pools: urls.length > 0 ? [{ name: 'main', model: MODEL, workers: urls.map((url, i) => ({ url, id: `w${i}` })) }] : [],
-    scrape: { intervalMs: 100 },
-    health: { intervalMs: 100, failuresToMarkDown: 2 },
+    scrape: { intervalMs: 200 },
+    health: { intervalMs: 250, failuresToMarkDown: 3 },
     log: { level: 'silent' },
     ...extra,
   });

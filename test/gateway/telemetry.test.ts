@@ -66,10 +66,10 @@ test('a worker whose /metrics turns to garbage goes stale; health failures take 
   });
   let sim = await startSimWorker({ port: 0, model: MODEL, speed: 100 });
   const port = sim.port;
-  const { gw, url } = await startGateway([sim.url, garbage.url], { scrape: { intervalMs: 50, staleAfterMs: 200 } });
+  const { gw, url } = await startGateway([sim.url, garbage.url], { scrape: { intervalMs: 200, staleAfterMs: 600 } });
   try {
     const [ws, wg] = gw.registry.workers as [any, any];
-    await waitFor(() => wg.lastScrapeError !== null && ws.snapshot !== null);
+    await waitFor(() => /line 1/.test(wg.lastScrapeError ?? '') && ws.snapshot !== null);
     const m = await (await fetch(url + '/metrics')).text();
     assert.ok((metricValue(m, 'kvgate_scrape_failures_total', { worker: 'w1' }) ?? 0) >= 1);
     assert.equal(metricValue(m, 'kvgate_worker_stale', { worker: 'w1' }), 1);
@@ -78,11 +78,11 @@ test('a worker whose /metrics turns to garbage goes stale; health failures take 
     assert.match(desc.lastScrapeError, /line 1/);
 
     await sim.close();
-    await waitFor(() => !ws.healthy, 3000);
+    await waitFor(() => !ws.healthy);
     const r = await post(url + '/v1/completions', { model: MODEL, prompt: 'hi', max_tokens: 2 });
     assert.equal(r.headers.get('x-kvgate-worker'), 'w1', 'only the other worker is routed to');
     sim = await startSimWorker({ port, model: MODEL, speed: 100 });
-    await waitFor(() => ws.healthy, 3000);
+    await waitFor(() => ws.healthy);
     assert.equal((await fetch(url + '/ready')).status, 200);
   } finally {
     await gw.close();
