@@ -258,10 +258,23 @@ function follow(d: CacheStageDeps, ctx: RequestContext, plan: KeyedPlan, flight:
  */
 async function complete(d: CacheStageDeps, ctx: RequestContext, plan: KeyedPlan, sentSoFar: CompletionBody, wantUsage: boolean): Promise<void> {
   const res = ctx.res;
-  await d.prepare(ctx);
+  // From here on the client going away (or a shutdown) cancels this request's own attempt.
+  let sub: RequestContext | null = null;
+  ctx.abortUpstream = (why) => {
+    if (!sub) return;
+    sub.aborted = true;
+    sub.abortReason = why;
+    sub.abortUpstream?.(why);
+  };
+  let failure: ApiError | null = null;
   const capture = new CaptureResponse();
   const asm = new StreamAssembler(ctx.kind);
-  const sub: RequestContext = {
+  try {
+    await d.prepare(ctx);
+  } catch (e) {
+    failure = errors.internal((e as Error).message);
+  }
+  sub = {
     ...ctx,
     res: capture.asServerResponse(),
     taps: [(c) => asm.push(c)],
@@ -277,16 +290,16 @@ async function complete(d: CacheStageDeps, ctx: RequestContext, plan: KeyedPlan,
     ttftMs: null,
     abortUpstream: null,
   };
-  ctx.abortUpstream = (why) => {
+  if (ctx.aborted) {
     sub.aborted = true;
-    sub.abortReason = why;
-    sub.abortUpstream?.(why);
-  };
-  let failure: ApiError | null = null;
-  try {
-    await d.forward(sub);
-  } catch (e) {
-    failure = e instanceof ApiError ? e : errors.internal((e as Error).message);
+    sub.abortReason = ctx.abortReason;
+  }
+  if (failure === null) {
+    try {
+      await d.forward(sub);
+    } catch (e) {
+      failure = e instanceof ApiError ? e : errors.internal((e as Error).message);
+    }
   }
   ctx.abortUpstream = null;
   ctx.attempts += sub.attempts;
