@@ -10,6 +10,7 @@ import { formatPath } from './util/field-path.js';
 import type { WorkerIdentity } from './fleet/worker-state.js';
 import { BUILTIN_POLICIES, unknownPolicyMessage, type PolicyDefinition } from './scheduler/registry.js';
 import { parseTokenizerSpec } from './tokenizer/registry.js';
+import { keyDigests, TENANT_ID_PATTERN, type TenantCacheOverrides } from './admission/tenants.js';
 
 /** The routing policy used when the config names none. */
 export const DEFAULT_POLICY_NAME = 'kvgate';
@@ -75,6 +76,66 @@ const tokenizerSpec = z.string().superRefine((spec, ctx) => {
     ctx.addIssue({ code: 'custom', message: (e as Error).message });
   }
 });
+
+/** One API key: exactly one of its forms (admission/tenants.ts reads them at load). */
+const keySource = z
+  .strictObject({
+    sha256: z.string().regex(/^[0-9a-fA-F]{64}$/, 'expected 64 hex digits: the SHA-256 digest of the key').optional(),
+    env: z.string().min(1).optional(),
+    file: z.string().min(1).optional(),
+    value: z.string().min(8, 'a key shorter than 8 characters is too easy to guess').optional(),
+  })
+  .refine((k) => [k.sha256, k.env, k.file, k.value].filter((x) => x !== undefined).length === 1, {
+    message: 'give exactly one of sha256, env, file or value',
+  });
+
+const bytes = z.int().positive();
+
+/** Response-cache settings a tenant may override. */
+const tenantCache = z.strictObject({
+  enabled: z.boolean().optional(),
+  ttlMs: ms.optional(),
+  maxEntryBytes: bytes.optional(),
+  maxBytes: bytes.optional(),
+  sampled: z.boolean().optional(),
+});
+
+const tenant = z.strictObject({
+  id: z.string().regex(TENANT_ID_PATTERN, 'letters, digits, ".", "_" and "-" (at most 64), starting with a letter or digit'),
+  keys: z.array(keySource).min(1, 'a tenant needs at least one key'),
+  cache: tenantCache.optional(),
+});
+
+const cacheSchema = z
+  .strictObject({
+    /** Answer repeated deterministic requests from the cache. */
+    enabled: z.boolean().default(false),
+    store: z.enum(['memory', 'redis']).default('memory'),
+    /** Lifetime of an entry. */
+    ttlMs: ms.default(300_000),
+    /** Larger answers are served but not stored. */
+    maxEntryBytes: bytes.default(1024 * 1024),
+    /** Also cache sampled requests (temperature > 0 and no seed): the same answer every time. */
+    sampled: z.boolean().default(false),
+    /** Concurrent identical misses share one upstream request. */
+    singleFlight: z.boolean().default(true),
+    memory: z.strictObject({ maxBytes: bytes.default(256 * 1024 * 1024) }).prefault({}),
+    redis: z
+      .strictObject({
+        url: z.string().regex(/^(rediss?):\/\/\S*$/, 'expected redis://[user:password@]host[:port][/db] or rediss://...').optional(),
+        keyPrefix: z.string().regex(/^[^*?\[\]\s]*$/, 'must not contain spaces or glob characters (* ? [ ])').default('kvgate:cache:'),
+        /** Per-operation timeout: a slower Redis is treated as down for that request. */
+        timeoutMs: ms.default(50),
+        connectTimeoutMs: ms.default(2_000),
+        /** Values at least this large are stored brotli-compressed. */
+        compressAboveBytes: z.int().min(0).default(2048),
+        /** Consecutive failures after which Redis is skipped for coolDownMs (then one probe). */
+        failuresToOpen: z.int().positive().default(3),
+        coolDownMs: ms.default(1_000),
+      })
+      .prefault({}),
+  })
+  .prefault({});
 
 export const configSchema = z
   .strictObject({
@@ -152,6 +213,11 @@ export const configSchema = z
         pretty: z.boolean().default(false),
       })
       .prefault({}),
+    /** API keys mapped to tenants; none: the gateway is open and every request is tenant `default`. */
+    tenants: z.array(tenant).default([]),
+    /** Keys for /admin/* (required there once any key is configured). */
+    admin: z.strictObject({ keys: z.array(keySource).default([]) }).prefault({}),
+    cache: cacheSchema,
   })
   .superRefine((c, ctx) => {
     if (c.pools.length === 0 && c.workers.length === 0) {
@@ -173,6 +239,12 @@ export const configSchema = z
       p.workers.forEach((w, j) => check(w.id ?? `${p.name}-${j}`, ['pools', i, 'workers', j, 'id'])),
     );
     c.workers.forEach((w, i) => check(w.id ?? `${w.pool}-w${i}`, ['workers', i, 'id']));
+    const tenantIds = new Map<string, number>();
+    c.tenants.forEach((t, i) => {
+      const prev = tenantIds.get(t.id);
+      if (prev !== undefined) ctx.addIssue({ code: 'custom', path: ['tenants', i, 'id'], message: `duplicate tenant id '${t.id}' (also tenants[${prev}])` });
+      else tenantIds.set(t.id, i);
+    });
   });
 
 export type RawConfig = z.input<typeof configSchema>;
@@ -185,7 +257,21 @@ export interface WorkerKvEvents {
   topic?: string;
 }
 
-export interface GatewayConfig extends Omit<Parsed, 'pools' | 'workers' | 'scrape' | 'health'> {
+/** A tenant with its keys read and hashed. */
+export interface TenantConfig {
+  id: string;
+  /** SHA-256 digests of its keys. */
+  digests: Buffer[];
+  cache: TenantCacheOverrides;
+}
+
+export type CacheConfig = Parsed['cache'] & { redis: Parsed['cache']['redis'] & { url?: string } };
+
+export interface GatewayConfig extends Omit<Parsed, 'pools' | 'workers' | 'scrape' | 'health' | 'tenants' | 'admin' | 'cache'> {
+  tenants: TenantConfig[];
+  admin: { digests: Buffer[] };
+  /** `cache.redis.url` falls back to REDIS_URL. */
+  cache: CacheConfig;
   /** Every worker, pools flattened, ids resolved. */
   workers: WorkerIdentity[];
   /** Workers that publish KV-cache events, and where. */
@@ -206,7 +292,7 @@ export class ConfigError extends Error {
 }
 
 /** Validate a config object (already parsed from YAML/JSON). Throws ConfigError. */
-export function parseConfig(input: unknown): GatewayConfig {
+export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env): GatewayConfig {
   const r = configSchema.safeParse(input ?? {});
   if (!r.success) {
     throw new ConfigError(
@@ -243,9 +329,38 @@ export function parseConfig(input: unknown): GatewayConfig {
       blockSize: w.blockSize,
     });
   });
-  const { pools: _p, workers: _w, ...rest } = c;
+  // Keys from environment variables and files are read now: a missing one fails the start.
+  const problems: string[] = [];
+  const digestsOf = (keys: Parsed['admin']['keys'], path: Array<string | number>): Buffer[] =>
+    keys.flatMap((k, i) => {
+      const r = keyDigests(k, env);
+      if (r.ok) return r.digests;
+      problems.push(`${formatPath([...path, i, r.field])}: ${r.message}`);
+      return [];
+    });
+  const tenants: TenantConfig[] = c.tenants.map((t, i) => ({ id: t.id, digests: digestsOf(t.keys, ['tenants', i, 'keys']), cache: t.cache ?? {} }));
+  const admin = { digests: digestsOf(c.admin.keys, ['admin', 'keys']) };
+  const owners = new Map<string, string>();
+  const claim = (d: Buffer, who: string) => {
+    const hex = d.toString('hex');
+    const prev = owners.get(hex);
+    if (prev !== undefined && prev !== who) problems.push(`${who}: a key of ${who} is also a key of ${prev}`);
+    owners.set(hex, who);
+  };
+  tenants.forEach((t, i) => t.digests.forEach((d) => claim(d, `tenants[${i}]`)));
+  admin.digests.forEach((d) => claim(d, 'admin.keys'));
+  const redisUrl = c.cache.redis.url ?? (env.REDIS_URL !== undefined && env.REDIS_URL !== '' ? env.REDIS_URL : undefined);
+  if (c.cache.enabled && c.cache.store === 'redis') {
+    if (redisUrl === undefined) problems.push('cache.redis.url: required when cache.store is redis (or set REDIS_URL)');
+    else if (!/^rediss?:\/\/\S*$/.test(redisUrl)) problems.push('cache.redis.url: REDIS_URL is not a redis:// or rediss:// URL');
+  }
+  if (problems.length > 0) throw new ConfigError(problems);
+  const { pools: _p, workers: _w, tenants: _t, admin: _a, ...rest } = c;
   return {
     ...rest,
+    tenants,
+    admin,
+    cache: { ...c.cache, redis: { ...c.cache.redis, url: redisUrl } },
     workers,
     kvEvents: kv,
     // A timeout shorter than the interval keeps one worker's checks from ever overlapping.
@@ -259,8 +374,11 @@ export function parseConfig(input: unknown): GatewayConfig {
   };
 }
 
-/** Read and validate a YAML or JSON config file. Throws ConfigError (also for unreadable files). */
-export function loadConfigFile(path: string): GatewayConfig {
+/**
+ * Read and validate a YAML or JSON config file. Throws ConfigError (also for unreadable files).
+ * `adjust` may change the parsed document before it is validated (command-line overrides).
+ */
+export function loadConfigFile(path: string, adjust?: (raw: unknown) => unknown): GatewayConfig {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
@@ -273,7 +391,7 @@ export function loadConfigFile(path: string): GatewayConfig {
   } catch (e) {
     throw new ConfigError([`${path} is not valid YAML/JSON: ${(e as Error).message.split('\n')[0]}`]);
   }
-  return parseConfig(data);
+  return parseConfig(adjust ? adjust(data) : data);
 }
 
 function stripSlash(u: string): string {

@@ -31,6 +31,9 @@ const FORBIDDEN: Record<string, readonly string[]> = {
   engine: ['api', 'bench', 'cli', 'fleet', 'gateway', 'scheduler', 'sim', 'workload'],
   // The simulator drives engines and the router; the bench drives the simulator, never the reverse.
   sim: ['bench', 'cli'],
+  // Tenants and the response cache are plain code the gateway and the simulation both use.
+  admission: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway', 'scheduler', 'fleet', 'cache', 'config'],
+  cache: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway', 'scheduler', 'fleet', 'config', 'telemetry'],
   // Request sources are data: they know nothing of who replays them.
   workload: ['bench', 'cli', 'engine', 'fleet', 'gateway', 'scheduler', 'sim'],
 };

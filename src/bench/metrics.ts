@@ -11,7 +11,11 @@
  *   single-token answer has no TPOT and meets a TPOT SLO.
  * - Attainment = requests meeting the SLO / all requests (rejected and shed ones miss it); null
  *   when no SLO is given.
- * - prefix_hit_rate = Σ cached prompt tokens / Σ prompt tokens over completed requests.
+ * - prefix_hit_rate = Σ cached prompt tokens / Σ prompt tokens over completed requests that a
+ *   worker generated (not those the response cache answered).
+ * - With the response cache: TTFT and E2E cover every completed request (a hit's are the
+ *   gateway's delay); TPOT leaves hits out (they arrive whole; a request that followed an
+ *   identical one in flight keeps its pace); cache_hit_rate = (hits + coalesced) / requests.
  * - gpu_seconds = GPUs (workers × tp) × duration; cost per million output tokens =
  *   gpu_seconds / 3600 × $/GPU-hour / (output tokens / 10⁶).
  */
@@ -41,6 +45,8 @@ export interface PolicySummary {
   output_tokens_per_s: number;
   total_tokens_per_s: number;
   prefix_hit_rate: number;
+  /** Requests the response cache answered (hits and single-flight followers) / requests; 0 without it. */
+  cache_hit_rate: number;
   gpu_seconds: number;
   /** Σ modelled step time over workers: the GPU time actually spent computing. */
   busy_gpu_seconds: number;
@@ -153,7 +159,7 @@ export function countMeetingSlo(r: SimResult, slo: Slo): number {
     const t = c.firstToken[i]! - c.arrival[i]!;
     const e = c.finish[i]! - c.arrival[i]!;
     const out = c.outputTokens[i]!;
-    const tp = out > 1 ? (e - t) / (out - 1) : undefined;
+    const tp = out > 1 && c.fromCache?.[i] !== 1 ? (e - t) / (out - 1) : undefined;
     if (meetsSlo(slo, t, tp, c.promptTokens[i]!)) good++;
   }
   return good;
@@ -174,20 +180,26 @@ export function summarize(r: SimResult, o: SummaryOptions): PolicySummary {
   let promptTokens = 0;
   let cachedTokens = 0;
   let outputTokens = 0;
+  let workerPromptTokens = 0;
   let good = 0;
+  const from = c.fromCache;
   for (let i = 0; i < n; i++) {
     const t = c.firstToken[i]! - c.arrival[i]!;
     const e = c.finish[i]! - c.arrival[i]!;
     ttft[i] = t;
     e2e[i] = e;
     const out = c.outputTokens[i]!;
+    const cached = from === undefined ? 0 : from[i]!;
     let tp: number | undefined;
-    if (out > 1) {
+    if (out > 1 && cached !== 1) {
       tp = (e - t) / (out - 1);
       tpot.push(tp);
     }
     promptTokens += c.promptTokens[i]!;
-    cachedTokens += c.cachedTokens[i]!;
+    if (cached === 0) {
+      workerPromptTokens += c.promptTokens[i]!;
+      cachedTokens += c.cachedTokens[i]!;
+    }
     outputTokens += out;
     if (meetsSlo(slo, t, tp, c.promptTokens[i]!)) good++;
   }
@@ -211,7 +223,8 @@ export function summarize(r: SimResult, o: SummaryOptions): PolicySummary {
     throughput_rps: round(per(n)),
     output_tokens_per_s: round(per(outputTokens)),
     total_tokens_per_s: round(per(outputTokens + promptTokens)),
-    prefix_hit_rate: round(promptTokens > 0 ? cachedTokens / promptTokens : 0, 4),
+    prefix_hit_rate: round(workerPromptTokens > 0 ? cachedTokens / workerPromptTokens : 0, 4),
+    cache_hit_rate: r.cache && r.requests > 0 ? round((r.cache.hits + r.cache.coalesced) / r.requests, 4) : 0,
     gpu_seconds: round(gpuSeconds),
     busy_gpu_seconds: round((o.tp * r.workers.reduce((a, w) => a + w.busyMs, 0)) / 1000),
     cost_per_million_output_tokens: outputTokens > 0 ? round(cost / (outputTokens / 1e6), 4) : null,

@@ -4,6 +4,8 @@
  * policy's capacity at SLO is searched too (capacity.ts): more fresh fleets on the same requests
  * at other rate scales; the run at the given rate scale is the first probe.
  */
+import { MemoryStore } from '../cache/memory-store.js';
+import { ResponseCache } from '../cache/response-cache.js';
 import { buildEngineConfig } from '../engine/profiles.js';
 import type { EngineConfig } from '../engine/types.js';
 import { createPolicy, policyNames, type PolicyOptions } from '../scheduler/registry.js';
@@ -13,7 +15,8 @@ import { expandSessions, scaleArrivals, takeRequests } from '../workload/session
 import { mix32 } from '../workload/tokens.js';
 import { CAPACITY_DEFAULTS, capacityRatios, searchCapacity, type CapacityProbe, type CapacityRatios, type CapacityResult } from './capacity.js';
 import { idealHitRate } from './ideal-hit.js';
-import { attainmentOf, sloOf, summarize, type PolicySummary } from './metrics.js';
+import { attainmentOf, distribution, sloOf, summarize, type Dist, type PolicySummary } from './metrics.js';
+import { VirtualClock } from '../util/clock.js';
 import { hasSlo } from './slo.js';
 import type { BenchRequest, BenchSource } from '../workload/types.js';
 
@@ -46,6 +49,11 @@ export interface BenchOptions {
   omitWallTime?: boolean;
   /** Options per policy name (as in the config's `policy.options`); policies not named take their defaults. */
   policyOptions?: Readonly<Record<string, PolicyOptions>>;
+  /**
+   * Run with the gateway's response cache (in memory, virtual time), and each policy once more
+   * without it for the GPU time it saves.
+   */
+  cache?: { ttlMs?: number; maxBytes?: number };
   /** Admission control seam, created fresh per policy run. */
   admission?: () => (req: RouteRequest, now: number) => AdmitResult;
   /** Called before each fleet run: a policy's run, or one of its capacity probes (rateScale differs). */
@@ -66,10 +74,38 @@ export interface WorkerSummary {
   kv_usage_max: number;
 }
 
+/** What the response cache did in a policy's run, against the same policy without it. */
+export interface CacheRunSummary {
+  hits: number;
+  /** Requests that followed an identical request in flight (single-flight). */
+  coalesced: number;
+  misses: number;
+  stored: number;
+  evictions: number;
+  /**
+   * GPU time the answered requests would have cost: the run without the cache's busy GPU time,
+   * times their share of the tokens it processed (prompt tokens not served from the prefix
+   * cache, plus output tokens), s. An average-cost estimate: in a batch, one more sequence costs
+   * less than the average.
+   */
+  gpu_seconds_saved: number;
+  /** Output tokens no worker had to generate. */
+  output_tokens_saved: number;
+  busy_gpu_seconds_without_cache: number;
+  /** Busy GPU time with the cache minus without it, s (measured; near 0 while workers never idle). */
+  busy_gpu_seconds_delta: number;
+  ttft_ms_without_cache: Dist;
+  e2e_ms_without_cache: Dist;
+  /** TTFT of the requests a worker generated in the cache run. */
+  ttft_ms_workers: Dist;
+}
+
 export type PolicyResult = PolicySummary & {
   workers: WorkerSummary[];
   /** Capacity at SLO (with --capacity), else null. */
   capacity: CapacityResult | null;
+  /** The response cache's effect (with --cache on), else null. */
+  cache: CacheRunSummary | null;
 };
 
 /** Run-level capacity settings and ratios (with --capacity). */
@@ -95,6 +131,8 @@ export interface BenchResults {
   slo_ttft_per_1k_ms: number | null;
   slo_tpot_ms: number | null;
   gpu_hour_cost: number;
+  /** The response cache's settings (with --cache on), else null. */
+  cache: { ttl_ms: number; max_bytes: number } | null;
   /** Hit rate of one worker with unlimited KV on the same requests (ideal-hit.ts). */
   ideal_hit_rate: number;
   capacity: CapacitySummary | null;
@@ -172,10 +210,30 @@ interface RunContext {
   engineConfig: EngineConfig;
 }
 
-async function runFleet(ctx: RunContext, name: string, rateScale: number): Promise<SimResult> {
+export const BENCH_CACHE_DEFAULTS = { ttlMs: 300_000, maxBytes: 256 * 1024 * 1024 };
+
+/** A fresh response cache on a MemoryStore in its own virtual time. */
+function simCache(c: NonNullable<BenchOptions['cache']>): { cache: ResponseCache; clock: VirtualClock } {
+  const clock = new VirtualClock(0);
+  const now = () => clock.now();
+  const store = new MemoryStore({ maxBytes: c.maxBytes ?? BENCH_CACHE_DEFAULTS.maxBytes, now });
+  const cache = new ResponseCache({
+    defaults: { enabled: true, ttlMs: c.ttlMs ?? BENCH_CACHE_DEFAULTS.ttlMs, maxEntryBytes: 1024 * 1024, sampled: false },
+    singleFlight: true,
+    keyPrefix: '',
+    store,
+    metrics: null,
+    now,
+    wallNow: now,
+  });
+  return { cache, clock };
+}
+
+async function runFleet(ctx: RunContext, name: string, rateScale: number, withCache = ctx.o.cache !== undefined): Promise<SimResult> {
   const o = ctx.o;
-  o.onPolicyStart?.(name, rateScale);
+  o.onPolicyStart?.(withCache || o.cache === undefined ? name : `${name} (no cache)`, rateScale);
   return simulateFleet(benchRequests(o.source, o.limit, rateScale), {
+    cache: withCache ? simCache(o.cache!) : undefined,
     workers: o.workers,
     engineConfig: ctx.engineConfig,
     policy: createPolicy(name, o.policyOptions?.[name]),
@@ -273,7 +331,38 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       kvIntervalMs: sim.kvSampleMs * (kv[0]?.factor ?? 1),
       kvUsage: kv.map((k) => k.points),
     });
-    policies.push({ ...summary, workers, capacity });
+    let cacheRun: CacheRunSummary | null = null;
+    if (o.cache && sim.cache) {
+      const baseSim = await runFleet(ctx, name, rateScale, false);
+      const base = summarize(baseSim, summaryOpts);
+      o.onPolicyDone?.(base);
+      const workerTtft: number[] = [];
+      let answeredTokens = 0;
+      let answeredOutput = 0;
+      const miss = 1 - base.prefix_hit_rate;
+      for (let i = 0; i < n; i++) {
+        if ((c.fromCache?.[i] ?? 0) === 0) workerTtft.push(ttft[i]!);
+        else {
+          answeredOutput += c.outputTokens[i]!;
+          answeredTokens += c.promptTokens[i]! * miss + c.outputTokens[i]!;
+        }
+      }
+      const bc = baseSim.completed;
+      let baseTokens = 0;
+      for (let i = 0; i < bc.arrival.length; i++) baseTokens += bc.promptTokens[i]! - bc.cachedTokens[i]! + bc.outputTokens[i]!;
+      const r3 = (x: number) => Math.round(x * 1000) / 1000;
+      cacheRun = {
+        ...sim.cache,
+        gpu_seconds_saved: baseTokens > 0 ? r3((base.busy_gpu_seconds * answeredTokens) / baseTokens) : 0,
+        output_tokens_saved: answeredOutput,
+        busy_gpu_seconds_without_cache: base.busy_gpu_seconds,
+        busy_gpu_seconds_delta: r3(summary.busy_gpu_seconds - base.busy_gpu_seconds),
+        ttft_ms_without_cache: base.ttft_ms,
+        e2e_ms_without_cache: base.e2e_ms,
+        ttft_ms_workers: distribution(workerTtft),
+      };
+    }
+    policies.push({ ...summary, workers, capacity, cache: cacheRun });
   }
   const ideal = idealHitRate(expandSessions(benchRequests(o.source, o.limit, rateScale)), engineConfig.blockSize);
   return {
@@ -292,6 +381,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       slo_ttft_per_1k_ms: o.sloTtftPer1kMs ?? null,
       slo_tpot_ms: o.sloTpotMs ?? null,
       gpu_hour_cost: gpuHourCost,
+      cache: o.cache ? { ttl_ms: o.cache.ttlMs ?? BENCH_CACHE_DEFAULTS.ttlMs, max_bytes: o.cache.maxBytes ?? BENCH_CACHE_DEFAULTS.maxBytes } : null,
       ideal_hit_rate: Math.round(ideal.rate * 10000) / 10000,
       capacity: cap
         ? {

@@ -5,10 +5,13 @@
  * meeting the SLO) when an SLO is set, `ideal hit` (the run's ideal_hit_rate, the same on every
  * row, beside each policy's own hit rate) when given, and the capacity columns with --capacity:
  * `cap ×` (rate scale), `cap req/s`, `÷RR` and `÷peer` (capacity over round-robin's and over the
- * best peer's).
+ * best peer's), and `cache hit` (requests the response cache answered) with --cache on.
+ *
+ * cacheLines: one line per policy on what the response cache did (with --cache on).
  */
 import type { CapacityRatios, CapacityResult } from './capacity.js';
-import type { PolicySummary } from './metrics.js';
+import type { Dist, PolicySummary } from './metrics.js';
+import type { CacheRunSummary } from './run.js';
 
 const num = (x: number | null, digits = 0): string => (x === null ? '-' : x.toFixed(digits));
 
@@ -19,11 +22,12 @@ export interface TableOptions {
   capacity?: CapacityRatios | null;
 }
 
-type Row = PolicySummary & { capacity?: CapacityResult | null };
+type Row = PolicySummary & { capacity?: CapacityResult | null; cache?: CacheRunSummary | null };
 
 export function summaryTable(rows: readonly Row[], o: TableOptions = {}): string {
   const withAttainment = rows.some((r) => r.attainment !== null && r.attainment !== undefined);
   const withIdeal = o.idealHitRate !== undefined;
+  const withCache = rows.some((r) => r.cache);
   const cap = o.capacity ?? null;
   const header = [
     'policy',
@@ -44,6 +48,7 @@ export function summaryTable(rows: readonly Row[], o: TableOptions = {}): string
     ...(withAttainment ? ['attain'] : []),
     'hit rate',
     ...(withIdeal ? ['ideal hit'] : []),
+    ...(withCache ? ['cache hit'] : []),
     ...(cap ? ['cap ×', 'cap req/s', '÷RR', '÷peer'] : []),
     '$/M out',
     'wall s',
@@ -68,6 +73,7 @@ export function summaryTable(rows: readonly Row[], o: TableOptions = {}): string
     ...(withAttainment ? [r.attainment === null || r.attainment === undefined ? '-' : pct(r.attainment)] : []),
     pct(r.prefix_hit_rate),
     ...(withIdeal ? [pct(o.idealHitRate!)] : []),
+    ...(withCache ? [pct(r.cache_hit_rate)] : []),
     ...(cap
       ? [
           r.capacity?.rate_scale == null ? '-' : `${r.capacity.rate_scale.toFixed(3)}${r.capacity.converged ? '' : '?'}`,
@@ -82,4 +88,24 @@ export function summaryTable(rows: readonly Row[], o: TableOptions = {}): string
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((row) => row[i]!.length)));
   const fmt = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
   return [fmt(header), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(fmt)].join('\n') + '\n';
+}
+
+const ms = (d: Dist, k: 'p50' | 'p90' | 'p99'): string => (d[k] === null ? '-' : d[k]!.toFixed(0));
+
+/** What the response cache did, per policy: hit rate, GPU time saved, TTFT with and without it. */
+export function cacheLines(rows: readonly Row[]): string {
+  const out: string[] = [];
+  for (const r of rows) {
+    const c = r.cache;
+    if (!c) continue;
+    const saved = c.busy_gpu_seconds_without_cache > 0 ? (c.gpu_seconds_saved / c.busy_gpu_seconds_without_cache) * 100 : 0;
+    out.push(
+      `${r.name}: the response cache answered ${(r.cache_hit_rate * 100).toFixed(1)}% of requests (${c.hits} hits, ${c.coalesced} joined an identical request in flight); ` +
+        `GPU work saved ≈ ${c.gpu_seconds_saved.toFixed(1)} GPU-s (${saved.toFixed(1)}% of ${c.busy_gpu_seconds_without_cache.toFixed(1)} busy GPU-s without it, by tokens; ` +
+        `${c.output_tokens_saved} output tokens not generated; measured busy GPU-s ${c.busy_gpu_seconds_delta >= 0 ? '+' : ''}${c.busy_gpu_seconds_delta.toFixed(1)}); ` +
+        `TTFT p50/p90/p99 ms without ${ms(c.ttft_ms_without_cache, 'p50')}/${ms(c.ttft_ms_without_cache, 'p90')}/${ms(c.ttft_ms_without_cache, 'p99')}, ` +
+        `with ${ms(r.ttft_ms, 'p50')}/${ms(r.ttft_ms, 'p90')}/${ms(r.ttft_ms, 'p99')} (workers' answers alone ${ms(c.ttft_ms_workers, 'p50')}/${ms(c.ttft_ms_workers, 'p90')}/${ms(c.ttft_ms_workers, 'p99')})`,
+    );
+  }
+  return out.length > 0 ? out.join('\n') + '\n' : '';
 }

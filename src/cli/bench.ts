@@ -12,7 +12,7 @@ import { createProgressBar, type ProgressBar } from '../bench/progress.js';
 import { renderReport } from '../bench/report.js';
 import { checkPolicies, GPU_HOUR_COST, runBench } from '../bench/run.js';
 import { describeSlo } from '../bench/slo.js';
-import { summaryTable } from '../bench/table.js';
+import { cacheLines, summaryTable } from '../bench/table.js';
 import type { BenchSource } from '../workload/types.js';
 import { describeWorkloads, workloadNames, workloadSource } from '../workload/workloads.js';
 
@@ -29,6 +29,8 @@ Source (one of):
                           workload, see --list)
   --rate R                mean arrival rate, requests/s (default: per workload, see --list)
   --burstiness B          Gamma shape of arrival gaps, 1 = Poisson (default: per workload)
+  --repeat-fraction F     fraction of requests, 0 ≤ F < 1, that exactly repeat an earlier request
+                          of the same tenant (drawn from the last 2,000; default 0)
   --trace FILE            replay a trace file, read line by line
   --format F              trace format: ${TRACE_FORMATS.join(' | ')}
                           (default: azure for .csv; mooncake if the first row has hash_ids; else jsonl)
@@ -62,6 +64,17 @@ Run:
                           table and JSON give each policy's attainment (fraction meeting it).
   --gpu-hour-cost USD     $ per GPU-hour (default ${Object.entries(GPU_HOUR_COST).map(([g, c]) => `${g} ${c.toFixed(2)}`).join(', ')})
 
+Response cache:
+  --cache on|off          run with the gateway's response cache (default off): each request is a
+                          temperature-0 request of its prompt, looked up in the cache's in-memory
+                          store in virtual time after admission and before routing; a hit is
+                          answered after --overhead-ms without a worker, an identical request in
+                          flight is joined (single-flight). Each policy is run once more without the
+                          cache, for the GPU time saved; the table adds 'cache hit' and a line per
+                          policy gives hit rate, GPU-seconds saved and TTFT with and without it
+  --cache-ttl-ms MS       lifetime of an entry, virtual ms (default 300000)
+  --cache-max-bytes N     the in-memory store's bound (default 268435456)
+
 Capacity at SLO:
   --capacity              find each policy's capacity: the highest --rate-scale at which at least
                           --attainment of the requests meet the SLO. Brackets by doubling or halving
@@ -90,6 +103,10 @@ const OPTIONS = {
   size: { type: 'string' },
   rate: { type: 'string' },
   burstiness: { type: 'string' },
+  'repeat-fraction': { type: 'string' },
+  cache: { type: 'string' },
+  'cache-ttl-ms': { type: 'string' },
+  'cache-max-bytes': { type: 'string' },
   trace: { type: 'string' },
   format: { type: 'string' },
   'azure-shared-prefix': { type: 'string' },
@@ -216,11 +233,14 @@ export async function run(argv: string[]): Promise<number> {
         if (v[f] !== undefined) throw new UsageError(`--${f} applies to --trace only`);
       }
       const size = intFlag(v.size, 'size', 1);
+      const repeatFraction = numFlag(v['repeat-fraction'], 'repeat-fraction');
+      if (repeatFraction !== undefined && repeatFraction >= 1) throw new UsageError(`--repeat-fraction must be in [0, 1), got '${v['repeat-fraction']}'`);
       try {
         source = workloadSource(v.workload, {
           size,
           rate: numFlag(v.rate, 'rate', { positive: true }),
           burstiness: numFlag(v.burstiness, 'burstiness', { positive: true }),
+          repeatFraction,
           seed,
         });
       } catch (e) {
@@ -228,7 +248,7 @@ export async function run(argv: string[]): Promise<number> {
       }
       total = size ?? describeWorkloads().find((w) => w.name === v.workload)!.size;
     } else {
-      for (const f of ['size', 'rate', 'burstiness'] as const) {
+      for (const f of ['size', 'rate', 'burstiness', 'repeat-fraction'] as const) {
         if (v[f] !== undefined) throw new UsageError(`--${f} applies to --workload only (use --rate-scale and --limit with a trace)`);
       }
       const path = v.trace!;
@@ -286,9 +306,17 @@ export async function run(argv: string[]): Promise<number> {
     } else if (sloTtftPer1kMs !== undefined && sloTtftMs === undefined) {
       throw new UsageError('--slo-ttft-per-1k needs --slo-ttft (or --capacity)');
     }
+    if (v.cache !== undefined && v.cache !== 'on' && v.cache !== 'off') throw new UsageError(`--cache must be on or off, got '${v.cache}'`);
+    const cacheOn = v.cache === 'on';
+    for (const f of ['cache-ttl-ms', 'cache-max-bytes'] as const) {
+      if (!cacheOn && v[f] !== undefined) throw new UsageError(`--${f} applies to --cache on only`);
+    }
+    const cacheTtlMs = numFlag(v['cache-ttl-ms'], 'cache-ttl-ms', { positive: true });
+    const cacheMaxBytes = intFlag(v['cache-max-bytes'], 'cache-max-bytes', 1);
     opts = {
       source,
       policies,
+      cache: cacheOn ? { ttlMs: cacheTtlMs, maxBytes: cacheMaxBytes } : undefined,
       workers: intFlag(v.workers, 'workers', 1) ?? 8,
       gpu,
       model,
@@ -349,6 +377,8 @@ export async function run(argv: string[]): Promise<number> {
   if (v.report) writeFileSync(v.report, renderReport(out.results, out.curves));
   if (!quiet) {
     process.stdout.write('\n' + summaryTable(out.results.policies, { idealHitRate: out.results.ideal_hit_rate, capacity: out.results.capacity }));
+    const cl = cacheLines(out.results.policies);
+    if (cl) process.stdout.write('\n' + cl);
     const c = out.results.capacity;
     if (c) {
       process.stdout.write(

@@ -6,6 +6,7 @@ import { parseArgs } from 'node:util';
 import { ConfigError, parseConfig } from '../config.js';
 import { listGpus, listModels } from '../engine/profiles.js';
 import { createGateway, type Gateway } from '../gateway/gateway.js';
+import { redactRedisUrl } from '../cache/redis-store.js';
 import { startSimWorker, type SimWorker } from '../sim/worker/server.js';
 import { createLogger } from '../telemetry/logger.js';
 import { waitForSignal } from './serve.js';
@@ -23,6 +24,9 @@ Options:
       --model NAME    model the workers serve (default llama-3.1-8b; profiles: ${listModels().map((m) => m.name).join(', ')})
       --gpu NAME      GPU profile: ${listGpus().map((g) => g.name).join(', ')} (default h100)
       --policy NAME   routing policy (default: the gateway's default)
+      --redis URL     keep the response cache in Redis at URL (redis://host:port) instead of memory
+      --no-cache      turn the response cache off (default: on, in memory: a repeated
+                      temperature-0 request is answered from it, x-kvgate-cache: hit)
       --json-logs     JSON log lines instead of readable ones
   -h, --help          this text
 `;
@@ -50,6 +54,8 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
         model: { type: 'string', default: 'llama-3.1-8b' },
         gpu: { type: 'string', default: 'h100' },
         policy: { type: 'string' },
+        redis: { type: 'string' },
+        'no-cache': { type: 'boolean', default: false },
         'json-logs': { type: 'boolean', default: false },
       },
       strict: true,
@@ -68,6 +74,10 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
   if (!listModels().some((m) => m.name === model)) return usage(`unknown --model '${model}'`);
   const gpu = v.gpu as string;
   if (!listGpus().some((g) => g.name === gpu)) return usage(`unknown --gpu '${gpu}'`);
+  const redis = v.redis as string | undefined;
+  if (redis !== undefined && !/^rediss?:\/\/\S+$/.test(redis)) return usage(`--redis must be a redis:// or rediss:// URL, got '${redis}'`);
+  if (redis !== undefined && v['no-cache'] === true) return usage('--redis and --no-cache contradict each other');
+  const cacheOn = v['no-cache'] !== true;
 
   const logger = createLogger({ level: 'info', pretty: v['json-logs'] !== true });
   const sims: SimWorker[] = [];
@@ -83,15 +93,21 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
       pools: [{ name: 'demo', model, workers: sims.map((s, i) => ({ url: s.url, id: `sim-${i}` })) }],
       ...(typeof v.policy === 'string' ? { policy: { name: v.policy } } : {}),
       shutdown: { graceMs: 3000 },
+      cache: { enabled: cacheOn, store: redis === undefined ? 'memory' : 'redis', ...(redis === undefined ? {} : { redis: { url: redis } }) },
     });
     gateway = createGateway(config, { logger });
     const { url } = await gateway.start();
-    const chat = JSON.stringify({ model, messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 64 });
-    const streamBody = JSON.stringify({ model, messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 64, stream: true });
+    const chat = JSON.stringify({ model, messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 64, temperature: 0 });
+    const streamBody = JSON.stringify({ model, messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 64, temperature: 0, stream: true });
+    const cacheLine = cacheOn
+      ? `  response cache: ${redis === undefined ? 'in memory' : `Redis at ${redactRedisUrl(redis)}`}. Send the first request twice with -i: the second answer\n` +
+        `  comes from the cache (x-kvgate-cache: hit), as JSON or as a stream. Stats: ${url}/admin/cache\n\n`
+      : '  response cache: off\n\n';
     out.write(
       `\nkvgate demo: ${n} simulated ${model} worker(s) on ${gpu} (speed ×${speed}) behind ${url}\n\n` +
         `  curl -s ${url}/v1/chat/completions -H 'content-type: application/json' -d '${chat}'\n\n` +
         `  curl -sN ${url}/v1/chat/completions -H 'content-type: application/json' -d '${streamBody}'\n\n` +
+        cacheLine +
         `  workers: ${url}/admin/workers   metrics: ${url}/metrics\n\n` +
         `Ctrl-C to stop.\n\n`,
     );

@@ -15,6 +15,10 @@ Options:
   -c, --config FILE   configuration file (required)
   -p, --port P        listen port (overrides listen.port; default 8080)
       --host H        listen address (overrides listen.host; default 127.0.0.1)
+      --cache MODE    off | memory | redis: the response cache (overrides cache.enabled and
+                      cache.store; default: as configured, off unless the file turns it on)
+      --redis URL     Redis for the response cache (overrides cache.redis.url and REDIS_URL;
+                      implies --cache redis)
       --log-level L   fatal|error|warn|info|debug|trace|silent (overrides log.level; default info)
       --pretty        human-readable logs instead of JSON lines
   -h, --help          this text
@@ -36,6 +40,8 @@ export async function run(argv: string[]): Promise<number> {
         host: { type: 'string' },
         'log-level': { type: 'string' },
         pretty: { type: 'boolean' },
+        cache: { type: 'string' },
+        redis: { type: 'string' },
       },
       strict: true,
       allowPositionals: false,
@@ -48,9 +54,31 @@ export async function run(argv: string[]): Promise<number> {
     process.stderr.write(`kvgate serve: --config FILE is required\n\n${help}`);
     return 2;
   }
+  const cacheMode = values.cache as string | undefined;
+  if (cacheMode !== undefined && !['off', 'memory', 'redis'].includes(cacheMode)) {
+    process.stderr.write(`kvgate serve: --cache must be off, memory or redis, got '${cacheMode}'\n`);
+    return 2;
+  }
+  const redisUrl = values.redis as string | undefined;
+  if (redisUrl !== undefined && cacheMode !== undefined && cacheMode !== 'redis') {
+    process.stderr.write(`kvgate serve: --redis needs --cache redis (or no --cache), got --cache ${cacheMode}\n`);
+    return 2;
+  }
   let config: GatewayConfig;
   try {
-    config = loadConfigFile(values.config);
+    config = loadConfigFile(values.config, (raw) => {
+      // Flags override the file before validation, so a bad URL is reported like a bad field.
+      if (cacheMode === undefined && redisUrl === undefined) return raw;
+      const r = (raw ?? {}) as Record<string, any>;
+      const cache = { ...(r.cache ?? {}) };
+      if (cacheMode === 'off') cache.enabled = false;
+      else if (cacheMode !== undefined || redisUrl !== undefined) {
+        cache.enabled = true;
+        cache.store = redisUrl !== undefined ? 'redis' : cacheMode;
+      }
+      if (redisUrl !== undefined) cache.redis = { ...(cache.redis ?? {}), url: redisUrl };
+      return { ...r, cache };
+    });
   } catch (e) {
     if (e instanceof ConfigError) {
       process.stderr.write(`kvgate serve: ${values.config}: ${e.message}\n`);

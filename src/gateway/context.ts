@@ -3,6 +3,7 @@
  * Stages read and extend it; the relay consumes it.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Tenant } from '../admission/tenants.js';
 import type { ChatCompletionRequest, CompletionRequest } from '../api/schemas.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { RouteDecision, RouteRequest } from '../scheduler/types.js';
@@ -19,6 +20,8 @@ export interface RequestContext {
   res: ServerResponse;
   /** Clock time the request arrived (ms). */
   startedAt: number;
+  /** Who sent it: resolved from the API key before anything else (`default` when the gateway is open). */
+  tenant: Tenant;
 
   /** The client's body exactly as received: forwarded unchanged unless `bodyModified`. */
   rawBody: Buffer;
@@ -34,7 +37,10 @@ export interface RequestContext {
   /** Clock time by which the response must be complete. */
   deadlineAt: number;
 
-  /** What the routing policy sees. Built once, before the stages run. */
+  /**
+   * What the routing policy sees. Built once, before the stages run — except early stages (the
+   * response cache), which run before the prompt is tokenized and must not read it.
+   */
   routeRequest: RouteRequest;
   /** Workers the request may be routed to (the model's workers; a stage may narrow or swap them). */
   candidates: readonly WorkerState[];
@@ -58,6 +64,8 @@ export interface RequestContext {
   taps: Array<(chunk: Buffer) => void>;
   /** Called once when the request is over, whatever the outcome. */
   onFinish: Array<(ctx: RequestContext) => void>;
+  /** Extra fields for the request's log line, set by stages (e.g. `cache: 'hit'`). */
+  logFields: Record<string, string | number | boolean> | null;
 
   // Outcome, filled as the request proceeds.
   /** True once the client went away (or the gateway gave up on it at shutdown). */

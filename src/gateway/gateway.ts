@@ -5,6 +5,9 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { TenantDirectory } from '../admission/tenants.js';
+import type { ResponseCache } from '../cache/response-cache.js';
+import type { CacheStore } from '../cache/store.js';
 import { ConfigError, type GatewayConfig } from '../config.js';
 import type { BreakerState } from '../fleet/circuit-breaker.js';
 import type { HealthProber } from '../fleet/health.js';
@@ -23,9 +26,12 @@ import { seededRng, type Rng } from '../util/rng.js';
 import type { RequestContext } from './context.js';
 import { createFleetWatch } from './fleet-watch.js';
 import { createHandler } from './handler.js';
+import { prepareRouting } from './prepare.js';
 import { PromptTokenizers } from './prompt-tokenizers.js';
 import { kvEventsService } from './kv-events-service.js';
 import { registerKvEventMetrics } from '../fleet/kv-events-metrics.js';
+import { setupCache } from './cache-setup.js';
+import type { LocalRoute } from './local-routes.js';
 import { Relay } from './relay.js';
 import type { GatewayStage } from './stages.js';
 import type { GatewayService } from './types.js';
@@ -43,6 +49,8 @@ export interface GatewayOptions {
   tokenizerFor?: (model: string) => Tokenizer;
   /** Start the scraper and health prober with start() (default true; tests may drive them by hand). */
   watchFleet?: boolean;
+  /** A response-cache store to use instead of the configured one (when `cache.enabled`). */
+  cacheStore?: CacheStore;
 }
 
 export interface Gateway {
@@ -54,6 +62,10 @@ export interface Gateway {
   readonly health: HealthProber;
   readonly logger: Logger;
   readonly server: Server;
+  /** API keys → tenants. */
+  readonly tenants: TenantDirectory;
+  /** The response cache, when `cache.enabled`. */
+  readonly cache: ResponseCache | null;
   /** Add a pipeline stage between validation and routing (admission, cache, speculation). */
   use(stage: GatewayStage): void;
   /** Run a service with the gateway's lifecycle (started by start(), closed by close()). */
@@ -139,8 +151,30 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   // Loaded in start(): `hf:` tokenizers read their files asynchronously.
   const tokenizers = new PromptTokenizers(config.tokenizers, opts.tokenizerFor);
   const stages: GatewayStage[] = [];
+  const earlyStages: GatewayStage[] = [];
+  const prepare = (ctx: RequestContext): Promise<void> => prepareRouting(ctx, tokenizers.for(ctx.model), config.timeouts.assumedMaxTokens);
   const services: GatewayService[] = [];
   const active = new Set<RequestContext>();
+  const tenants = new TenantDirectory(config.tenants, config.admin.digests);
+  const extraRoutes = new Map<string, LocalRoute>();
+  let cache: ResponseCache | null = null;
+  if (config.cache.enabled) {
+    // An early stage: it runs before tokenization and before the stages added with use().
+    const c = setupCache({
+      config: config.cache,
+      tenants,
+      metrics: m,
+      logger,
+      clock,
+      prepare,
+      forward: (ctx) => relay.forward(ctx),
+      store: opts.cacheStore,
+    });
+    cache = c.cache;
+    earlyStages.push(c.stage);
+    services.push(c.service);
+    extraRoutes.set('/admin/cache', c.route);
+  }
   let closing = false;
   const handler = createHandler({
     config,
@@ -150,7 +184,10 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     logger,
     clock,
     stages,
-    tokenizerFor: (model) => tokenizers.for(model),
+    earlyStages,
+    prepareRouting: prepare,
+    tenants,
+    extraRoutes,
     active,
     isClosing: () => closing,
   });
@@ -184,7 +221,9 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     health,
     logger,
     server,
-    use: (stage) => void stages.push(stage),
+    tenants,
+    cache,
+    use: (stage) => void (stage.early ? earlyStages : stages).push(stage),
     addWorkerDescriber: (d) => registry.addDescriber(d),
     addService: (svc) => {
       services.push(svc);

@@ -6,6 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { TenantDirectory } from '../admission/tenants.js';
 import { readBody } from '../api/body.js';
 import { ApiError, errors, sendError } from '../api/errors.js';
 import { chatCompletionRequestSchema, completionRequestSchema, validate } from '../api/schemas.js';
@@ -13,12 +14,11 @@ import type { GatewayConfig } from '../config.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { Logger } from '../telemetry/logger.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
-import type { PromptTokenizer } from '../tokenizer/registry.js';
 import type { Clock } from '../util/clock.js';
 import { RequestState } from '../util/state.js';
 import type { InferenceKind, RequestContext } from './context.js';
-import { createLocalRoutes } from './local-routes.js';
-import { buildRouteRequest, preparePrompt, requestBudgetMs } from './prepare.js';
+import { createLocalRoutes, type LocalRoute } from './local-routes.js';
+import { outputBudget, requestBudgetMs } from './prepare.js';
 import type { Relay } from './relay.js';
 import { runStages, type GatewayStage } from './stages.js';
 
@@ -30,8 +30,14 @@ export interface HandlerDeps {
   logger: Logger;
   clock: Clock;
   stages: GatewayStage[];
-  /** The prompt tokenizer for a model (synchronous ones are used inline). */
-  tokenizerFor: (model: string) => PromptTokenizer;
+  /** Stages that run before the prompt is tokenized (GatewayStage.early). */
+  earlyStages: GatewayStage[];
+  /** Tokenize the prompt and build ctx.routeRequest (once; later calls do nothing). */
+  prepareRouting: (ctx: RequestContext) => Promise<void>;
+  /** API keys → tenants; consulted before the body is read. */
+  tenants: TenantDirectory;
+  /** Routes added by parts of the gateway (/admin/cache). */
+  extraRoutes: ReadonlyMap<string, LocalRoute>;
   /** Requests in progress (for graceful shutdown). */
   active: Set<RequestContext>;
   isClosing: () => boolean;
@@ -79,6 +85,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       req,
       res,
       startedAt,
+      tenant: undefined,
       rawBody: EMPTY,
       bodyModified: false,
       model: '',
@@ -89,6 +96,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       state: new RequestState(),
       taps: [],
       onFinish: [],
+      logFields: null,
       aborted: false,
       abortReason: null,
       attempts: 0,
@@ -110,6 +118,8 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
     res.on('close', onClose);
     try {
       if (d.isClosing()) throw errors.shuttingDown();
+      // Who is asking comes first: an unauthenticated body is never read.
+      ctx.tenant = d.tenants.authenticate(req.headers.authorization);
       const read = await readBody(req, config.limits.maxBodyBytes);
       if (!read.ok) {
         if (read.reason === 'aborted') {
@@ -138,21 +148,19 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       const workers = fleet.forModel(body.model);
       if (!workers) throw errors.modelNotFound(body.model);
       ctx.candidates = workers;
-      const tokenizer = d.tokenizerFor(body.model);
-      const prompt = preparePrompt(kind, body, tokenizer.sync, config.timeouts.assumedMaxTokens);
-      if (prompt.promptTokens === null) {
-        // An asynchronous tokenizer ('remote'): ask a worker of the model; it degrades to the
-        // estimate by itself if that fails, so this never fails the request.
-        const any = workers.find((w) => w.healthy && !w.circuitOpen) ?? workers[0];
-        const t = await tokenizer.tokenize(prompt.promptText, { model: body.model, workerUrl: any?.url });
-        prompt.promptTokens = t.tokens;
-      }
-      ctx.maxTokens = prompt.maxTokens;
-      ctx.maxTokensExplicit = prompt.maxTokensExplicit;
-      ctx.deadlineAt = startedAt + requestBudgetMs(prompt.maxTokens, config.timeouts);
-      ctx.routeRequest = buildRouteRequest(id, body.model, body, req, prompt as typeof prompt & { promptTokens: ArrayLike<number> });
+      const budget = outputBudget(kind, body, config.timeouts.assumedMaxTokens);
+      ctx.maxTokens = budget.maxTokens;
+      ctx.maxTokensExplicit = budget.explicit;
+      ctx.deadlineAt = startedAt + requestBudgetMs(budget.maxTokens, config.timeouts);
 
-      if (d.stages.length > 0 && (await runStages(d.stages, ctx)) === 'handled') {
+      // Early stages (the response cache) answer without the prompt's tokens: a hit never waits
+      // for tokenization.
+      let handled = d.earlyStages.length > 0 && (await runStages(d.earlyStages, ctx)) === 'handled';
+      if (!handled) {
+        await d.prepareRouting(ctx);
+        handled = d.stages.length > 0 && (await runStages(d.stages, ctx)) === 'handled';
+      }
+      if (handled) {
         // Shutdown while a stage held the request (e.g. queued for admission): answer it.
         if (ctx.abortReason === 'shutdown' && !res.headersSent) throw errors.shuttingDown();
         if (ctx.status === 0) ctx.status = ctx.aborted ? 499 : res.statusCode;
@@ -199,13 +207,15 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext): void {
     {
       id: ctx.id,
       route,
+      tenant: ctx.tenant?.id,
       model: ctx.model || undefined,
       stream: ctx.stream,
       worker: ctx.workerId ?? undefined,
       attempts: ctx.attempts,
       status: ctx.status,
       ttftMs: ctx.ttftMs === null ? undefined : Math.round(ctx.ttftMs * 10) / 10,
-      durationMs: Math.round(durationMs * 10) / 10,
+      durationMs: Math.round(durationMs * 100) / 100,
+      ...ctx.logFields,
     },
     'request',
   );

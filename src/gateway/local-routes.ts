@@ -1,18 +1,32 @@
 /**
  * The routes the gateway answers itself, never from a worker: liveness (/health), readiness
  * (/ready), the model list (/v1/models, from the configured pools), Prometheus metrics (/metrics)
- * and the per-worker admin view (/admin/workers). GET or HEAD only; they are not accounted as
- * requests (no kvgate_requests_total sample, no log line).
+ * and the per-worker admin view (/admin/workers), GET or HEAD; plus routes that parts of the
+ * gateway add (`extra`: /admin/cache). They are not accounted as requests (no
+ * kvgate_requests_total sample, no log line).
+ *
+ * Once any API key is configured, /admin/* needs an admin key (`admin.keys`), sent as
+ * `Authorization: Bearer <key>`; the other routes stay open (probes, Prometheus).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { TenantDirectory } from '../admission/tenants.js';
 import { errors, sendError } from '../api/errors.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
+
+/** A route added by a part of the gateway: its methods and handler. */
+export interface LocalRoute {
+  methods: readonly string[];
+  handle(req: IncomingMessage, res: ServerResponse, url: URL): void;
+}
 
 export interface LocalRoutesDeps {
   fleet: WorkerRegistry;
   metrics: GatewayMetrics;
   isClosing: () => boolean;
+  tenants: TenantDirectory;
+  /** More routes by path (read at request time, so they may be added after start). */
+  extraRoutes?: ReadonlyMap<string, LocalRoute>;
 }
 
 const LOCAL_ROUTES = new Set(['/v1/models', '/health', '/ready', '/metrics', '/admin/workers']);
@@ -20,6 +34,12 @@ const LOCAL_ROUTES = new Set(['/v1/models', '/health', '/ready', '/metrics', '/a
 /** Answers `path` if it is a local route and returns true; returns false for any other path. */
 export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: IncomingMessage, res: ServerResponse) => boolean {
   const { fleet, metrics } = deps;
+  const guard = (path: string, req: IncomingMessage, res: ServerResponse): boolean => {
+    if (!path.startsWith('/admin/')) return true;
+    const err = deps.tenants.checkAdmin(req.headers.authorization);
+    if (err) sendError(res, err);
+    return err === null;
+  };
   const modelsBody = (): string =>
     JSON.stringify({
       object: 'list',
@@ -33,11 +53,21 @@ export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: In
     });
 
   return (path, req, res) => {
+    const extra = deps.extraRoutes?.get(path);
+    if (extra) {
+      if (!extra.methods.includes(req.method ?? '')) {
+        sendError(res, errors.methodNotAllowed(req.method ?? '?', path, extra.methods.join(', ')));
+        return true;
+      }
+      if (guard(path, req, res)) extra.handle(req, res, new URL(req.url ?? path, 'http://kvgate'));
+      return true;
+    }
     if (!LOCAL_ROUTES.has(path)) return false;
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       sendError(res, errors.methodNotAllowed(req.method ?? '?', path, 'GET, HEAD'));
       return true;
     }
+    if (!guard(path, req, res)) return true;
     switch (path) {
       case '/health':
         json(res, 200, '{"status":"ok"}');
@@ -67,7 +97,7 @@ export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: In
   };
 }
 
-function json(res: ServerResponse, status: number, payload: string): void {
+export function json(res: ServerResponse, status: number, payload: string): void {
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) });
   res.end(payload);
 }

@@ -9,7 +9,8 @@ import { renderChat } from '../tokenizer/chat-template.js';
 import { estimateTokenizer } from '../tokenizer/estimate.js';
 import type { Tokenizer } from '../tokenizer/types.js';
 import { RequestState } from '../util/state.js';
-import type { InferenceKind } from './context.js';
+import type { PromptTokenizer } from '../tokenizer/registry.js';
+import type { InferenceKind, RequestContext } from './context.js';
 
 /** vLLM's default max_tokens for /v1/completions. */
 export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
@@ -76,6 +77,36 @@ export function preparePrompt(
   const ids = typeof first === 'number' ? (p as number[]) : (first as number[]);
   // Token ids need no tokenizer; their text is only for policies that match characters.
   return { promptText: estimateTokenizer.decode(ids), promptTokens: ids, maxTokens, maxTokensExplicit: explicit !== undefined };
+}
+
+/** The output budget alone (max_tokens or the assumption): no prompt rendering, no tokenization. */
+export function outputBudget(kind: InferenceKind, body: ChatCompletionRequest | CompletionRequest, assumedMaxTokens: number): { maxTokens: number; explicit: boolean } {
+  if (kind === 'chat') {
+    const b = body as ChatCompletionRequest;
+    const explicit = b.max_completion_tokens ?? b.max_tokens ?? undefined;
+    return { maxTokens: explicit ?? assumedMaxTokens, explicit: explicit !== undefined };
+  }
+  const explicit = (body as CompletionRequest).max_tokens ?? undefined;
+  return { maxTokens: explicit ?? COMPLETIONS_DEFAULT_MAX_TOKENS, explicit: explicit !== undefined };
+}
+
+/**
+ * Tokenize a validated request's prompt and build `ctx.routeRequest`, once. With an asynchronous
+ * tokenizer ('remote') a worker of the model is asked; it degrades to the estimate by itself if
+ * that fails, so this never fails the request.
+ */
+export async function prepareRouting(ctx: RequestContext, tokenizer: PromptTokenizer, assumedMaxTokens: number): Promise<void> {
+  if (ctx.routeRequest !== undefined) return;
+  const prompt = preparePrompt(ctx.kind, ctx.body, tokenizer.sync, assumedMaxTokens);
+  if (prompt.promptTokens === null) {
+    const any = ctx.candidates.find((w) => w.healthy && !w.circuitOpen) ?? ctx.candidates[0];
+    const t = await tokenizer.tokenize(prompt.promptText, { model: ctx.model, workerUrl: any?.url });
+    prompt.promptTokens = t.tokens;
+  }
+  if (ctx.routeRequest !== undefined) return;
+  const rr = buildRouteRequest(ctx.id, ctx.model, ctx.body, ctx.req, prompt as PreparedPrompt & { promptTokens: ArrayLike<number> });
+  rr.tenant = ctx.tenant.id;
+  ctx.routeRequest = rr;
 }
 
 export function buildRouteRequest(

@@ -10,7 +10,10 @@
  * To observe the outcome a stage registers `ctx.taps` (relayed body chunks) and `ctx.onFinish`.
  * What a stage derives for later stages or hooks goes into `ctx.state` under a typed key that the
  * stage declares (see `RequestContext.state`).
- * Stages run in the order they were added with `gateway.use(stage)`.
+ * Stages run in the order they were added with `gateway.use(stage)`. An `early` stage runs
+ * before the prompt is tokenized — `ctx.routeRequest` is not built yet and it must not read it —
+ * so that a stage that answers without routing (the response cache) does not wait for
+ * tokenization; early stages run before all others.
  */
 import type { RequestContext } from './context.js';
 
@@ -18,6 +21,8 @@ export type StageResult = 'continue' | 'handled';
 
 export interface GatewayStage {
   readonly name: string;
+  /** Run before tokenization (ctx.routeRequest not built yet). */
+  readonly early?: boolean;
   handle(ctx: RequestContext): StageResult | Promise<StageResult>;
 }
 

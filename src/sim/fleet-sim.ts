@@ -26,6 +26,15 @@
  *   event-fed from the start; other policies get no events and the engines record none.
  * - KV sample — per-worker KV usage for the report.
  *
+ * - response cache (optional, `cache`) — in the arrival path, after admission and before routing,
+ *   the gateway's own ResponseCache decides, with its in-memory store in virtual time: every
+ *   request is taken as a temperature-0 completion of its prompt tokens, keyed by tenant, model,
+ *   prompt and max_tokens like a live request. A hit is answered at arrival + overheadMs without
+ *   touching a worker; a request identical to one in flight follows it (single-flight: its first
+ *   token and finish are the leader's, or its own arrival if later) and is refused with the
+ *   leader's status if the leader is refused; a miss is routed, and its answer is stored when it
+ *   finishes.
+ *
  * Metrics follow vLLM's benchmark_serving.py. The engine runs with emitTokens off, so there are no
  * per-token events: TTFT and E2E come from the step in which the first token / last token appeared;
  * TPOT = (E2E − TTFT)/(output − 1); ITL samples are step durations, each counted once per sequence
@@ -37,10 +46,13 @@ import { Engine } from '../engine/engine.js';
 import type { EngineConfig, EngineStats, StepResult, TokenContext } from '../engine/types.js';
 import { KvEventMapper } from '../fleet/kv-events-mapper.js';
 import { WorkerState, type MetricsSnapshot } from '../fleet/worker-state.js';
+import type { Tenant } from '../admission/tenants.js';
+import type { CacheEntry } from '../cache/entry.js';
+import type { ResponseCache } from '../cache/response-cache.js';
 import type { KvEvent } from '../kv/events.js';
 import { Router } from '../scheduler/router.js';
 import type { Policy, RouteRequest } from '../scheduler/types.js';
-import { answerToken, synthText } from '../workload/tokens.js';
+import { answerToken, answerTokens, synthText } from '../workload/tokens.js';
 import type { BenchRequest } from '../workload/types.js';
 import { VirtualClock } from '../util/clock.js';
 import { seededRng } from '../util/rng.js';
@@ -87,6 +99,11 @@ export interface FleetSimOptions {
   kvSampleMs?: number;
   /** Admission control seam: called before routing, in virtual time. */
   admit?: (req: RouteRequest, now: number) => AdmitResult;
+  /**
+   * The response cache, built on a MemoryStore whose clock is this run's virtual clock
+   * (`VirtualClock` passed in `clock`): fresh per run.
+   */
+  cache?: { cache: ResponseCache; clock: VirtualClock };
   /** Called every `progressEvery` arrivals with the number of arrivals so far. */
   onProgress?: (arrivals: number, nowMs: number) => void;
   /** Receives every call made to the router and every snapshot applied, in order. */
@@ -107,6 +124,15 @@ export interface WorkerResult {
   final: EngineStats;
 }
 
+export interface SimCacheCounts {
+  hits: number;
+  coalesced: number;
+  misses: number;
+  stored: number;
+  /** Entries the store evicted to stay within its bytes. */
+  evictions: number;
+}
+
 /** Raw outcome of one run; src/bench/metrics.ts turns it into the summary. */
 export interface SimResult {
   policy: string;
@@ -125,8 +151,13 @@ export interface SimResult {
     promptTokens: number[];
     outputTokens: number[];
     cachedTokens: number[];
+    /** Worker index, or -1 when the response cache answered it. */
     worker: number[];
+    /** 0: a worker generated it; 1: a cache hit; 2: it followed an identical request in flight (absent: all 0). */
+    fromCache?: number[];
   };
+  /** Response-cache counts (null or absent without a cache). */
+  cache?: SimCacheCounts | null;
   /** Step durations (ms) and the number of decode tokens each produced: weighted ITL samples. */
   itl: { durationMs: number[]; weight: number[] };
   firstArrivalMs: number;
@@ -155,6 +186,9 @@ type SimEvent =
   | { k: Kind.Dispatch; w: number; idx: number; req: BenchRequest }
   | { k: Kind.Scrape }
   | { k: Kind.KvSample };
+
+/** Every simulated request asks for the cache's default behaviour (no Cache-Control). */
+const NO_CACHE_CONTROL = { noStore: false, noCache: false, maxAgeS: null };
 
 /** A RouteRequest whose promptText is synthesised from the tokens only if a policy reads it. */
 class SimRouteRequest implements RouteRequest {
@@ -207,7 +241,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   if (!(scrapeMs > 0)) throw new Error(`scrape interval must be positive, got ${scrapeMs}`);
   const kvSampleMs = opts.kvSampleMs ?? 1000;
   const overhead = opts.overheadMs ?? 0;
-  const clock = new VirtualClock(0);
+  const clock = opts.cache?.clock ?? new VirtualClock(0);
   const router = new Router({
     policy: opts.policy,
     clock,
@@ -260,7 +294,8 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     rejected: 0,
     shed: 0,
     refusals: {},
-    completed: { arrival: [], firstToken: [], finish: [], promptTokens: [], outputTokens: [], cachedTokens: [], worker: [] },
+    completed: { arrival: [], firstToken: [], finish: [], promptTokens: [], outputTokens: [], cachedTokens: [], worker: [], fromCache: [] },
+    cache: opts.cache ? { hits: 0, coalesced: 0, misses: 0, stored: 0, evictions: 0 } : null,
     itl: { durationMs: [], weight: [] },
     firstArrivalMs: NaN,
     lastArrivalMs: NaN,
@@ -271,6 +306,8 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   };
   // Per in-flight request: arrival and first-token time, by request index.
   const arrivalOf = new Map<number, number>();
+  // With the cache: each in-flight request, to build the entry its answer fills.
+  const requestOf = new Map<number, BenchRequest>();
   const firstTokenOf = new Map<number, number>();
   // Closed-loop sessions: the continuation of each in-flight turn that has one, by request index.
   const nextOf = new Map<number, NonNullable<BenchRequest['next']>>();
@@ -297,6 +334,81 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     else out.shed++;
     out.refusals[code] = (out.refusals[code] ?? 0) + 1;
     followUp(idx, clock.now());
+    // Requests following this one (single-flight) would have been refused the same way.
+    const f = flightOf(idx);
+    if (f) for (const x of f.followers) refuse(x.idx, status, code);
+  };
+
+  // ---- response cache ----
+  const cache = opts.cache?.cache;
+  const tenants = new Map<string, Tenant>();
+  const tenantOf = (id: string | undefined): Tenant => {
+    const k = id ?? 'default';
+    let t = tenants.get(k);
+    if (!t) tenants.set(k, (t = { id: k, cache: {} }));
+    return t;
+  };
+  interface SimFlight {
+    plan: Extract<ReturnType<ResponseCache['plan']>, { key: string }>;
+    leader: number;
+    firstToken: number | null;
+    followers: Array<{ idx: number; arrival: number; req: BenchRequest }>;
+  }
+  const flights = new Map<string, SimFlight>();
+  const leading = new Map<number, SimFlight>();
+  const flightOf = (idx: number): SimFlight | undefined => {
+    const f = leading.get(idx);
+    if (f) {
+      leading.delete(idx);
+      flights.delete(f.plan.key);
+    }
+    return f;
+  };
+  const record = (arrival: number, first: number, finish: number, req: BenchRequest, outputTokens: number, cachedTokens: number, worker: number, fromCache: number) => {
+    const c = out.completed;
+    c.arrival.push(arrival);
+    c.firstToken.push(first);
+    c.finish.push(finish);
+    c.promptTokens.push(req.promptTokens.length);
+    c.outputTokens.push(outputTokens);
+    c.cachedTokens.push(cachedTokens);
+    c.worker.push(worker);
+    c.fromCache!.push(fromCache);
+    if (!(finish <= out.lastFinishMs)) out.lastFinishMs = finish;
+  };
+  /** The answer a worker generated, as the gateway would store it. */
+  const answerEntry = (f: SimFlight, req: BenchRequest, idx: number, outputTokens: number): CacheEntry =>
+    cache!.entry(f.plan, {
+      id: `cmpl-${idx}`,
+      object: 'text_completion',
+      created: 0,
+      model,
+      choices: [{ index: 0, text: synthText(answerTokens(req.outputSeed, outputTokens)), logprobs: null, finish_reason: 'length' }],
+      usage: { prompt_tokens: req.promptTokens.length, completion_tokens: outputTokens, total_tokens: req.promptTokens.length + outputTokens },
+    });
+  /** Answer from the cache or join a flight (true: handled); otherwise the request leads its key. */
+  const fromCache = (req: BenchRequest, idx: number, now: number): boolean => {
+    const plan = cache!.plan(tenantOf(req.tenant), 'completions', { model, prompt: Array.from(req.promptTokens), max_tokens: req.maxTokens, temperature: 0 }, NO_CACHE_CONTROL);
+    if (plan.action === 'bypass') return false;
+    const r = cache!.lookupNow(plan.key);
+    if (r.kind === 'hit' && cache!.usable(r.entry, plan, true)) {
+      out.cache!.hits++;
+      const usage = r.entry.body.usage as { completion_tokens?: number } | null | undefined;
+      record(now, now + overhead, now + overhead, req, usage?.completion_tokens ?? req.maxTokens, 0, -1, 1);
+      followUp(idx, now + overhead);
+      return true;
+    }
+    const f = flights.get(plan.key);
+    if (f) {
+      out.cache!.coalesced++;
+      f.followers.push({ idx, arrival: now, req });
+      return true;
+    }
+    out.cache!.misses++;
+    const nf: SimFlight = { plan, leader: idx, firstToken: null, followers: [] };
+    flights.set(plan.key, nf);
+    leading.set(idx, nf);
+    return false;
   };
 
   const startStep = (w: number, now: number) => {
@@ -350,6 +462,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       const a = opts.admit(rr, now);
       if (!a.ok) return refuse(idx, a.status, a.code);
     }
+    if (cache && fromCache(req, idx, now)) return;
     const outcome = router.route(rr, states);
     trace?.({ type: 'route', t: now, req: rr, worker: outcome.ok ? outcome.decision.worker.id : null, status: outcome.ok ? undefined : outcome.status });
     if (!outcome.ok) return refuse(idx, outcome.status, outcome.code);
@@ -362,6 +475,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       return refuse(idx, 400, err.code);
     }
     arrivalOf.set(idx, now);
+    if (cache) requestOf.set(idx, req);
     if (overhead > 0) {
       pendingDispatch++;
       q.push(now + overhead, { k: Kind.Dispatch, w, idx, req });
@@ -378,6 +492,8 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     }
     for (const id of res.firstTokens) {
       firstTokenOf.set(Number(id), now);
+      const lf = leading.get(Number(id));
+      if (lf) lf.firstToken = now;
       trace?.({ type: 'firstToken', t: now, id });
       router.firstToken(id);
     }
@@ -395,12 +511,27 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       c.outputTokens.push(f.outputTokens);
       c.cachedTokens.push(f.cachedPromptTokens);
       c.worker.push(w);
+      c.fromCache!.push(0);
+      const first = firstTokenOf.get(idx) ?? now;
       arrivalOf.delete(idx);
       firstTokenOf.delete(idx);
-      out.lastFinishMs = now;
+      // A cache hit may have been answered (overheadMs) later than this.
+      if (!(now <= out.lastFinishMs)) out.lastFinishMs = now;
       trace?.({ type: 'complete', t: now, id: f.id, ok: f.reason !== 'abort' });
       router.complete(f.id, f.reason !== 'abort');
       followUp(idx, now);
+      if (cache) {
+        const req = requestOf.get(idx);
+        requestOf.delete(idx);
+        const fl = flightOf(idx);
+        if (fl && req) {
+          if (f.reason !== 'abort' && cache.fillNow(fl.plan, answerEntry(fl, req, idx, f.outputTokens)) === 'stored') out.cache!.stored++;
+          for (const x of fl.followers) {
+            record(x.arrival, Math.max(x.arrival, first), now, x.req, f.outputTokens, 0, -1, 2);
+            followUp(x.idx, now);
+          }
+        }
+      }
     }
     startStep(w, now);
   };
@@ -487,6 +618,10 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     };
   });
   out.events = events;
+  if (cache && out.cache) {
+    const store = cache.store as { lru?: { evictions: number } };
+    out.cache.evictions = store.lru?.evictions ?? 0;
+  }
   out.wallMs = performance.now() - wallStart;
   return out;
 }

@@ -46,6 +46,14 @@
  * ≈ 63 req/s → 48.
  *
  * Scale with the fleet: `--rate` for a workload, `--rate-scale` for anything.
+ *
+ * `repeatFraction` (`--repeat-fraction`, results JSON `repeat_fraction`): that fraction of the
+ * source's requests exactly repeat an earlier request — same tenant, prompt, max_tokens and
+ * output, a new arrival time — as the deterministic (temperature 0) traffic a response cache
+ * answers. The repeated request is drawn uniformly from the last REPEAT_WINDOW requests of the
+ * stream (so from the same tenant as that request); it replaces the request the workload would
+ * have produced at that arrival (a session's first turn is replaced whole: a repeat is a single
+ * request). The requests that are not replaced are those of the same workload without repeats.
  */
 import { seededRng, type Rng } from '../util/rng.js';
 import { arrivalGapMs, exponential, uniformInt, Zipf } from './random.js';
@@ -56,6 +64,8 @@ import type { BenchRequest, BenchSource } from './types.js';
 export interface WorkloadOptions {
   /** Requests to generate. */
   size?: number;
+  /** Fraction of requests, 0 ≤ f < 1, that exactly repeat an earlier request (default 0). */
+  repeatFraction?: number;
   /** Mean arrival rate, requests per second. */
   rate?: number;
   seed?: number;
@@ -318,6 +328,33 @@ const SPECS: Record<string, WorkloadSpec> = {
   },
 };
 
+/** Requests a repeat is drawn from: the most recent this many. */
+export const REPEAT_WINDOW = 2000;
+
+/** Replace `fraction` of a stream's requests by exact repeats of recent earlier ones (see above). */
+export function* withRepeats(src: Iterator<BenchRequest>, fraction: number, seed: number, window = REPEAT_WINDOW): Generator<BenchRequest> {
+  const rng = seededRng(mix32(seed, 0x7e9ea7));
+  const recent: BenchRequest[] = [];
+  let next = 0;
+  for (;;) {
+    const x = src.next();
+    if (x.done) return;
+    const r = x.value;
+    if (recent.length > 0 && rng() < fraction) {
+      const e = recent[Math.floor(rng() * recent.length)]!;
+      const rep: BenchRequest = { arrivalMs: r.arrivalMs, promptTokens: e.promptTokens, maxTokens: e.maxTokens, outputSeed: e.outputSeed };
+      if (e.promptText !== undefined) rep.promptText = e.promptText;
+      if (e.tenant !== undefined) rep.tenant = e.tenant;
+      if (e.priority !== undefined) rep.priority = e.priority;
+      yield rep;
+      continue;
+    }
+    if (recent.length < window) recent.push(r);
+    else recent[next++ % window] = r;
+    yield r;
+  }
+}
+
 export function workloadNames(): string[] {
   return Object.keys(SPECS);
 }
@@ -347,13 +384,18 @@ export function workloadSource(name: string, opts: WorkloadOptions = {}): BenchS
   if (!Number.isInteger(size) || size < 0) throw new Error(`workload size must be a non-negative integer, got ${size}`);
   if (!(rate > 0) || !Number.isFinite(rate)) throw new Error(`workload rate must be a positive number, got ${rate}`);
   if (burstiness !== undefined && (!(burstiness > 0) || !Number.isFinite(burstiness))) throw new Error(`burstiness must be a positive number, got ${burstiness}`);
+  const repeat = opts.repeatFraction ?? 0;
+  if (!(repeat >= 0 && repeat < 1)) throw new Error(`repeat fraction must be in [0, 1), got ${repeat}`);
+  const params: Record<string, number | string> = { size, rate, burstiness: burstiness ?? burstinessLabel(name, spec), seed: seed >>> 0 };
+  if (repeat > 0) params.repeat_fraction = repeat;
   return {
     name: `workload:${name}`,
-    params: { size, rate, burstiness: burstiness ?? burstinessLabel(name, spec), seed: seed >>> 0 },
+    params,
     skipped: 0,
     open() {
       // `size` counts every turn of a session when its first turn is taken (see sessions.ts).
-      const it = spec.generate(seededRng(mix32(seed, 0x77)), seed >>> 0, rate, burstiness);
+      const gen = spec.generate(seededRng(mix32(seed, 0x77)), seed >>> 0, rate, burstiness);
+      const it = repeat > 0 ? withRepeats(gen, repeat, seed >>> 0) : gen;
       return takeRequests({ [Symbol.iterator]: () => it }, size);
     },
   };

@@ -24,7 +24,7 @@ describe('kvgate bench CLI', () => {
       'workload', 'size', 'rate', 'burstiness', 'trace', 'format', 'azure-shared-prefix', 'azure-prefix-groups', 'skip-bad',
       'workers', 'gpu', 'model', 'tp', 'policy', 'rate-scale', 'limit', 'seed', 'scrape-interval', 'overhead-ms', 'slo-ttft',
       'slo-tpot', 'gpu-hour-cost', 'json', 'report', 'omit-wall-time', 'progress', 'quiet', 'list', 'help',
-      'slo-ttft-per-1k', 'capacity', 'attainment', 'max-probes', 'set',
+      'slo-ttft-per-1k', 'capacity', 'attainment', 'max-probes', 'set', 'repeat-fraction', 'cache', 'cache-ttl-ms', 'cache-max-bytes',
     ];
     for (const f of flags) assert.ok(help.includes(`--${f}`), `--${f} missing from help`);
     const r = bench('--help');
@@ -48,6 +48,10 @@ describe('kvgate bench CLI', () => {
       [['--workload', 'rag', '--capacity', '--attainment', '1.5'], /--attainment must be a fraction in \(0, 1\]/],
       [['--workload', 'rag', '--capacity', '--max-probes', '0'], /--max-probes must be an integer ≥ 1/],
       [['--workload', 'rag', '--slo-ttft-per-1k', '100'], /--slo-ttft-per-1k needs --slo-ttft/],
+      [['--workload', 'rag', '--cache', 'yes'], /--cache must be on or off/],
+      [['--workload', 'rag', '--cache-ttl-ms', '5'], /--cache-ttl-ms applies to --cache on only/],
+      [['--workload', 'rag', '--repeat-fraction', '1'], /--repeat-fraction must be in \[0, 1\)/],
+      [['--workload', 'rag', '--repeat-fraction=-0.1'], /--repeat-fraction must be a non-negative number/],
       [['--workload', 'rag', '--policy', 'kvgate', '--set', 'kvgate'], /--set takes POLICY.KNOB=VALUE/],
       [['--workload', 'rag', '--policy', 'kvgate', '--set', 'dynamo.prefillLoadScale=2'], /policy 'dynamo' is not among --policy kvgate/],
       [['--workload', 'rag', '--policy', 'kvgate', '--set', 'kvgate.spillRelative=lots'], /policy 'kvgate' options: spillRelative: expected a number/],
@@ -97,6 +101,33 @@ describe('kvgate bench CLI', () => {
       assert.ok(p.goodput_rps <= p.throughput_rps);
       assert.equal('sim_wall_ms' in p, false);
     }
+  });
+
+  it('--cache on answers repeats from the response cache: cache_hit_rate in the JSON, a line per policy, same seed same bytes', () => {
+    const a = join(dir, 'cache-a.json');
+    const b = join(dir, 'cache-b.json');
+    const args = ['--workload', 'shared-prefix', '--size', '300', '--rate', '20', '--workers', '2', '--policy', 'round-robin', '--repeat-fraction', '0.4', '--omit-wall-time'];
+    const r = bench(...args, '--cache', 'on', '--json', a);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /cache hit/);
+    assert.match(r.stdout, /round-robin: the response cache answered \d+\.\d% of requests .*GPU work saved ≈ [\d.]+ GPU-s .*TTFT p50\/p90\/p99 ms without \d+\/\d+\/\d+, with \d+\/\d+\/\d+/);
+    assert.equal(bench(...args, '--cache', 'on', '--json', b, '--quiet').code, 0);
+    assert.equal(readFileSync(a, 'utf8'), readFileSync(b, 'utf8'));
+    const j = JSON.parse(readFileSync(a, 'utf8'));
+    assert.equal(j.source_params.repeat_fraction, 0.4);
+    assert.deepEqual(j.cache, { ttl_ms: 300000, max_bytes: 268435456 });
+    const p = j.policies[0];
+    assert.ok(p.cache_hit_rate > 0.3 && p.cache_hit_rate <= 0.4, String(p.cache_hit_rate));
+    assert.equal(p.cache.hits + p.cache.coalesced + p.cache.misses, p.requests);
+    assert.equal(p.completed + p.rejected + p.shed, p.requests);
+    assert.ok(p.cache.gpu_seconds_saved > 0);
+    assert.ok(p.ttft_ms.p50 <= p.cache.ttft_ms_without_cache.p50);
+    const off = join(dir, 'cache-off.json');
+    assert.equal(bench(...args, '--json', off, '--quiet').code, 0);
+    const o = JSON.parse(readFileSync(off, 'utf8'));
+    assert.equal(o.cache, null);
+    assert.equal(o.policies[0].cache_hit_rate, 0);
+    assert.equal(o.policies[0].cache, null);
   });
 
   it('writes a self-contained HTML report', () => {

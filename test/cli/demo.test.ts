@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { redisSkip, startRedis } from '../redis-server.js';
 
 const CLI = fileURLToPath(new URL('../../src/cli.js', import.meta.url));
 
@@ -20,12 +21,20 @@ test('demo prints the URL and curl lines, serves chat, and exits 0 on SIGINT', a
     assert.ok(url, `no URL in: ${stdout}`);
     assert.match(stdout, /curl -s .*\/v1\/chat\/completions/);
     assert.match(stdout, /"stream":true/);
-    const r = await fetch(url + '/v1/chat/completions', {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'llama-3.1-8b', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }),
-    });
+    const ask = () =>
+      fetch(url + '/v1/chat/completions', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'llama-3.1-8b', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, temperature: 0 }),
+      });
+    const r = await ask();
     assert.equal(r.status, 200);
+    assert.equal(r.headers.get('x-kvgate-cache'), 'miss');
+    const again = await ask();
+    assert.equal(again.headers.get('x-kvgate-cache'), 'hit', 'the demo runs with the in-memory response cache');
+    assert.deepEqual(await again.json(), await r.json());
+    assert.match(stdout, /response cache: in memory/);
+    assert.match(stdout, /"temperature":0/);
     const workers = (await (await fetch(url + '/admin/workers')).json()) as any[];
     assert.equal(workers.length, 2);
     child.kill('SIGINT');
@@ -37,9 +46,46 @@ test('demo prints the URL and curl lines, serves chat, and exits 0 on SIGINT', a
 });
 
 test('demo rejects bad flags with exit 2', async () => {
-  for (const args of [['--workers', '0'], ['--speed', 'fast'], ['--model', 'gpt-99'], ['--nope'], ['--port', '0', '--policy', 'no-such-policy']]) {
+  for (const args of [['--workers', '0'], ['--speed', 'fast'], ['--model', 'gpt-99'], ['--nope'], ['--port', '0', '--policy', 'no-such-policy'], ['--redis', 'localhost:6379'], ['--redis', 'redis://h', '--no-cache']]) {
     const child = spawn(process.execPath, [CLI, 'demo', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
     const code = await new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
     assert.equal(code, 2, args.join(' '));
+  }
+});
+
+test('demo --redis keeps the response cache in Redis', { skip: redisSkip() }, async () => {
+  const redis = await startRedis();
+  const child = spawn(process.execPath, [CLI, 'demo', '--port', '0', '--workers', '1', '--speed', '50', '--json-logs', '--redis', redis.url], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  child.stdout.on('data', (d: Buffer) => (stdout += d));
+  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+  try {
+    const deadline = Date.now() + 15_000;
+    while (!stdout.includes('Ctrl-C') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    const url = /behind (http:\/\/127\.0\.0\.1:\d+)/.exec(stdout)?.[1];
+    assert.ok(url, `no URL in: ${stdout}`);
+    assert.match(stdout, /response cache: Redis at redis:\/\/127\.0\.0\.1/);
+    const ask = () =>
+      fetch(url + '/v1/chat/completions', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'llama-3.1-8b', messages: [{ role: 'user', content: 'from redis' }], max_tokens: 4, temperature: 0 }),
+      });
+    assert.equal((await ask()).headers.get('x-kvgate-cache'), 'miss');
+    let hit = false;
+    for (let i = 0; i < 50 && !hit; i++) {
+      hit = (await ask()).headers.get('x-kvgate-cache') === 'hit';
+      if (!hit) await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.ok(hit);
+    const stats = (await (await fetch(url + '/admin/cache')).json()) as { store: string };
+    assert.equal(stats.store, 'redis');
+    child.kill('SIGINT');
+    assert.equal(await exited, 0);
+  } finally {
+    child.kill('SIGKILL');
+    await redis.stop();
   }
 });

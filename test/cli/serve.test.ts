@@ -55,11 +55,28 @@ test('bad flags, a missing --config and an unreadable file exit 2', async () => 
   assert.equal((await runCli(['serve', '--config', ok, '--port', 'x'])).code, 2);
 });
 
+test('--cache and --redis override the file and are checked like its fields', async () => {
+  const ok = join(dir, 'cache.json');
+  writeFileSync(ok, JSON.stringify({ workers: [{ url: 'http://127.0.0.1:9', model: 'm' }] }));
+  const bad = await runCli(['serve', '--config', ok, '--cache', 'disk']);
+  assert.equal(bad.code, 2);
+  assert.match(bad.stderr, /--cache must be off, memory or redis/);
+  const url = await runCli(['serve', '--config', ok, '--redis', 'http://x']);
+  assert.equal(url.code, 2);
+  assert.match(url.stderr, /cache\.redis\.url: expected redis:\/\//);
+  const noUrl = await runCli(['serve', '--config', ok, '--cache', 'redis']);
+  assert.equal(noUrl.code, 2);
+  assert.match(noUrl.stderr, /cache\.redis\.url: required when cache\.store is redis \(or set REDIS_URL\)/);
+  assert.equal((await runCli(['serve', '--config', ok, '--cache', 'off', '--redis', 'redis://h'])).code, 2);
+});
+
 test('--help prints usage with defaults', async () => {
   const r = await runCli(['serve', '--help']);
   assert.equal(r.code, 0);
   assert.match(r.stdout, /--config FILE/);
   assert.match(r.stdout, /default 8080/);
+  assert.match(r.stdout, /--cache MODE/);
+  assert.match(r.stdout, /--redis URL/);
 });
 
 test('serves a worker from a config file and exits 0 on SIGTERM', async () => {

@@ -140,3 +140,27 @@ test('policy options are checked at load against the named policy’s own option
     'policy.options: Unrecognized key: "queueWeight"',
   ]);
 });
+
+test('the response cache: defaults, tenant overrides, and Redis settings checked at load', () => {
+  const base = { workers: [{ url: 'http://a:1', model: 'm' }] };
+  const c = parseConfig(base, {});
+  assert.equal(c.cache.enabled, false);
+  assert.equal(c.cache.store, 'memory');
+  assert.equal(c.cache.ttlMs, 300_000);
+  assert.equal(c.cache.memory.maxBytes, 256 * 1024 * 1024);
+  assert.equal(c.cache.redis.url, undefined);
+  assert.deepEqual(c.tenants, []);
+  const fromEnv = parseConfig({ ...base, cache: { enabled: true, store: 'redis' } }, { REDIS_URL: 'redis://cache:6379/1' });
+  assert.equal(fromEnv.cache.redis.url, 'redis://cache:6379/1');
+  const explicit = parseConfig({ ...base, cache: { enabled: true, store: 'redis', redis: { url: 'rediss://h:6380' } } }, { REDIS_URL: 'redis://other' });
+  assert.equal(explicit.cache.redis.url, 'rediss://h:6380');
+  const t = parseConfig({ ...base, tenants: [{ id: 'a', keys: [{ value: 'sk-abcdefgh' }], cache: { ttlMs: 1000, sampled: true } }] }, {});
+  assert.deepEqual(t.tenants[0]!.cache, { ttlMs: 1000, sampled: true });
+  assert.equal(t.tenants[0]!.digests.length, 1);
+  assert.throws(() => parseConfig({ ...base, cache: { enabled: true, store: 'redis' } }, {}), (e: ConfigError) => /^cache\.redis\.url: required when cache\.store is redis \(or set REDIS_URL\)/.test(e.problems[0]!));
+  assert.match(problems({ ...base, cache: { store: 'disk' } })[0]!, /^cache\.store: /);
+  assert.match(problems({ ...base, cache: { redis: { url: 'http://x' } } })[0]!, /^cache\.redis\.url: expected redis:\/\//);
+  assert.match(problems({ ...base, cache: { redis: { keyPrefix: 'a*' } } })[0]!, /^cache\.redis\.keyPrefix: must not contain/);
+  assert.match(problems({ ...base, cache: { ttlMs: 0 } })[0]!, /^cache\.ttlMs: /);
+  assert.match(problems({ ...base, tenants: [{ id: 'a', keys: [{ value: 'sk-abcdefgh' }], cache: { ttl: 5 } }] })[0]!, /^tenants\[0\]\.cache: Unrecognized key/);
+});

@@ -154,3 +154,37 @@ test('with the remote tokenizer the prompt is tokenized by a worker of the model
     await g.gw.close();
   }
 });
+
+test('an early stage runs before tokenization and may answer without it', async () => {
+  const g = await startGateway(sims.map((s) => s.url));
+  try {
+    const order: string[] = [];
+    g.gw.use({
+      name: 'late',
+      handle(ctx) {
+        order.push(`late:${ctx.routeRequest.promptTokens.length > 0}`);
+        return 'continue';
+      },
+    });
+    g.gw.use({
+      name: 'early',
+      early: true,
+      handle(ctx) {
+        order.push(`early:${ctx.routeRequest === undefined}`);
+        if ((ctx.body as { user?: string }).user === 'answer-early') {
+          ctx.res.writeHead(200, { 'content-type': 'application/json' });
+          ctx.res.end('{"early":true}');
+          return 'handled';
+        }
+        return 'continue';
+      },
+    });
+    const r = await post(g.url + '/v1/completions', { model: MODEL, prompt: 'one two', max_tokens: 2 });
+    assert.equal(r.status, 200);
+    assert.deepEqual(order, ['early:true', 'late:true'], 'early stages run first, before routeRequest exists');
+    const e = await post(g.url + '/v1/completions', { model: MODEL, prompt: 'one two', max_tokens: 2, user: 'answer-early' });
+    assert.deepEqual(e.json, { early: true });
+  } finally {
+    await g.gw.close();
+  }
+});

@@ -102,6 +102,45 @@ describe('workloads', () => {
   });
 });
 
+describe('repeat_fraction', () => {
+  const key = (r: { promptTokens: ArrayLike<number>; maxTokens: number; tenant?: string }) => `${r.tenant}|${r.maxTokens}|${Array.from(r.promptTokens).join(',')}`;
+
+  it('replaces that fraction of requests by exact repeats of earlier ones, same tenant; the rest are unchanged', () => {
+    const plain = [...workloadSource('shared-prefix', { size: 2000, seed: 3 }).open()];
+    const rep = [...workloadSource('shared-prefix', { size: 2000, seed: 3, repeatFraction: 0.3 }).open()];
+    assert.equal(rep.length, 2000);
+    const seen = new Map<string, number>();
+    let repeats = 0;
+    for (let i = 0; i < rep.length; i++) {
+      const r = rep[i]!;
+      assert.equal(r.arrivalMs, plain[i]!.arrivalMs, 'arrivals are the workload’s');
+      const k = key(r);
+      if (seen.has(k)) {
+        repeats++;
+        assert.equal(r.outputSeed, rep[seen.get(k)!]!.outputSeed, 'a repeat gets the same answer');
+      } else {
+        assert.equal(k, key(plain[i]!), 'a request that is not a repeat is the workload’s own');
+        seen.set(k, i);
+      }
+    }
+    assert.ok(repeats > 540 && repeats < 660, `${repeats} repeats of 2000`);
+    assert.equal(workloadSource('shared-prefix', { size: 10, repeatFraction: 0.3 }).params!.repeat_fraction, 0.3);
+    assert.equal('repeat_fraction' in workloadSource('shared-prefix', { size: 10 }).params!, false);
+  });
+
+  it('replaces a session’s first turn by a single request', () => {
+    const rep = [...workloadSource('multi-turn', { size: 500, seed: 1, repeatFraction: 0.5 }).open()];
+    const singles = rep.filter((r) => r.next === undefined && r.session === undefined);
+    assert.ok(singles.length > 0);
+    assert.ok(singles.every((r) => (r.turns ?? 1) === 1));
+  });
+
+  it('rejects fractions outside [0, 1)', () => {
+    assert.throws(() => workloadSource('rag', { repeatFraction: 1 }), /repeat fraction must be in \[0, 1\)/);
+    assert.throws(() => workloadSource('rag', { repeatFraction: -0.1 }), /repeat fraction/);
+  });
+});
+
 describe('agentic and fewshot-bursts workloads', () => {
   it('agentic: sessions of 4–16 turns over 6 shared 2–4k-token tool specs, growing by each answer and a tool result, seconds apart', () => {
     const roots = [...workloadSource('agentic', { size: 3000, seed: 9 }).open()];

@@ -1,0 +1,273 @@
+/**
+ * `npm run bench:cache`: the response cache's hit path against its miss path, per store.
+ *
+ * One zero-delay stand-in upstream (benchmarks/overhead/upstream.ts), and in front of it one
+ * `kvgate serve` per store with the response cache on: in memory, and in a real redis-server this
+ * benchmark starts on a free loopback port (skipped, saying so, if redis-server is missing). A
+ * load generator in its own process (benchmarks/cache/client.ts) sends temperature-0 chat
+ * requests at a fixed rate: the same request every time (hits), or a new one every time (misses:
+ * lookup, relay to the upstream, store). Each round measures every store in both modes; figures
+ * are medians over rounds of each measurement's p50 and p99:
+ *   - client: latency as the load generator sees it (loopback HTTP included);
+ *   - gateway: the gateway's own time per request, arrival to response written (its request log).
+ * Targets, on the gateway's p99 of hits: in memory under 1 ms, Redis under 3 ms.
+ *
+ * Prints one line per store.
+ */
+import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import type { CacheResult, CacheSpec } from './cache/client.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const cliPath = join(here, '..', 'src', 'cli.js');
+
+const HELP = `npm run bench:cache -- [options]
+
+Latency of the response cache's hit path against its miss path, in memory and in Redis, through
+kvgate serve in front of a zero-delay stand-in upstream, with a load generator in its own process.
+
+Options:
+  --rounds N      rounds; each measures every store, hits and misses (default 3)
+  --seconds S     length of each measurement in seconds (default 3)
+  --rate R        requests per second (default 300)
+  --stores LIST   memory,redis (default both)
+  --json FILE     also write the results as JSON
+  -h, --help      this text
+`;
+
+const TARGET_P99_MS: Record<string, number> = { memory: 1, redis: 3 };
+
+function quantile(xs: number[], q: number): number {
+  if (xs.length === 0) return NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
+}
+const median = (xs: number[]) => quantile(xs, 0.5);
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const a = srv.address();
+      srv.close(() => resolve(typeof a === 'object' && a ? a.port : 0));
+    });
+  });
+}
+
+async function waitReady(url: string, timeoutMs: number): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end) {
+    try {
+      const r = await fetch(url);
+      await r.arrayBuffer();
+      if (r.status === 200) return;
+    } catch {
+      // not yet
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${url} not ready after ${timeoutMs} ms`);
+}
+
+function stopChild(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resolve();
+    child.once('exit', () => resolve());
+    child.kill('SIGTERM');
+    setTimeout(() => child.kill('SIGKILL'), 3000).unref();
+  });
+}
+
+async function startRedis(): Promise<{ url: string; stop(): Promise<void> } | null> {
+  if (spawnSync('redis-server', ['--version']).status !== 0) return null;
+  const port = await freePort();
+  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--loglevel', 'warning'], { stdio: 'ignore' });
+  const end = Date.now() + 10_000;
+  for (;;) {
+    const ok = spawnSync('redis-cli', ['-p', String(port), 'ping'], { encoding: 'utf8' }).stdout?.trim() === 'PONG';
+    if (ok) break;
+    if (Date.now() > end) throw new Error('redis-server did not start');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { url: `redis://127.0.0.1:${port}`, stop: () => stopChild(child) };
+}
+
+interface Gateway {
+  store: string;
+  url: string;
+  /** Gateway-side durations (ms) of requests by cache result, from its request log. */
+  take(): Record<string, number[]>;
+  stop(): Promise<void>;
+}
+
+async function startKvgate(store: string, upstreamPort: number, redisUrl?: string): Promise<Gateway> {
+  const dir = mkdtempSync(join(tmpdir(), 'kvgate-cache-bench-'));
+  const port = await freePort();
+  const config = {
+    listen: { host: '127.0.0.1', port },
+    pools: [{ name: 'default', model: 'bench-model', workers: [{ url: `http://127.0.0.1:${upstreamPort}` }] }],
+    cache: { enabled: true, store, ...(redisUrl ? { redis: { url: redisUrl } } : {}) },
+  };
+  writeFileSync(join(dir, 'kvgate.json'), JSON.stringify(config));
+  const child = spawn(process.execPath, [cliPath, 'serve', '--config', join(dir, 'kvgate.json')], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let buf = '';
+  let seen: Record<string, number[]> = {};
+  child.stdout!.setEncoding('utf8');
+  child.stdout!.on('data', (d: string) => {
+    buf += d;
+    let i: number;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      if (!line.includes('"msg":"request"')) continue;
+      try {
+        const o = JSON.parse(line) as { durationMs?: number; cache?: string };
+        if (typeof o.durationMs === 'number') (seen[o.cache ?? 'none'] ??= []).push(o.durationMs);
+      } catch {
+        // not a log line
+      }
+    }
+  });
+  const url = `http://127.0.0.1:${port}`;
+  await waitReady(url + '/ready', 15_000);
+  return {
+    store,
+    url,
+    take: () => {
+      const s = seen;
+      seen = {};
+      return s;
+    },
+    stop: async () => {
+      await stopChild(child);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+function measure(spec: CacheSpec): Promise<CacheResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [join(here, 'cache', 'client.js'), JSON.stringify(spec)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out) as CacheResult) : reject(new Error(`load client exited with ${code}`))));
+  });
+}
+
+interface Figures {
+  p50: number;
+  p99: number;
+}
+
+async function main(): Promise<number> {
+  const { values } = parseArgs({
+    options: {
+      rounds: { type: 'string', default: '3' },
+      seconds: { type: 'string', default: '3' },
+      rate: { type: 'string', default: '300' },
+      stores: { type: 'string', default: 'memory,redis' },
+      json: { type: 'string' },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(HELP);
+    return 0;
+  }
+  const rounds = Number(values.rounds);
+  const durationMs = Number(values.seconds) * 1000;
+  const rate = Number(values.rate);
+  if (![rounds, durationMs, rate].every((x) => Number.isFinite(x) && x > 0)) {
+    process.stderr.write('bench:cache: --rounds, --seconds and --rate take positive numbers\n');
+    return 2;
+  }
+  const wanted = values.stores!.split(',').map((s) => s.trim());
+  for (const s of wanted) {
+    if (s !== 'memory' && s !== 'redis') {
+      process.stderr.write(`bench:cache: unknown store '${s}' (memory, redis)\n`);
+      return 2;
+    }
+  }
+
+  const upstream = fork(join(here, 'overhead', 'upstream.js'), [], { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+  const upstreamPort = await new Promise<number>((resolve, reject) => {
+    upstream.once('message', (m: { port: number }) => resolve(m.port));
+    upstream.once('exit', (code) => reject(new Error(`upstream exited with ${code}`)));
+  });
+  const gateways: Gateway[] = [];
+  let redis: Awaited<ReturnType<typeof startRedis>> = null;
+  const notes: string[] = [];
+  try {
+    if (wanted.includes('memory')) gateways.push(await startKvgate('memory', upstreamPort));
+    if (wanted.includes('redis')) {
+      redis = await startRedis();
+      if (redis) gateways.push(await startKvgate('redis', upstreamPort, redis.url));
+      else notes.push('redis: skipped (redis-server is not installed; Debian: apt-get install redis-server)');
+    }
+    const client: Record<string, Record<'hit' | 'miss', Figures[]>> = {};
+    const gateway: Record<string, Record<'hit' | 'miss', Figures[]>> = {};
+    const checks: Record<string, Record<string, number>> = {};
+    for (let round = 0; round < rounds; round++) {
+      for (const g of round % 2 === 0 ? gateways : [...gateways].reverse()) {
+        for (const mode of ['hit', 'miss'] as const) {
+          g.take();
+          const r = await measure({ url: g.url, mode, rate, durationMs });
+          await new Promise((res) => setTimeout(res, 300)); // the gateway's log lines are written in batches
+          const logged = g.take();
+          const key = `${g.store}:${mode}`;
+          checks[key] ??= {};
+          for (const [h, n] of Object.entries(r.headers)) checks[key]![h] = (checks[key]![h] ?? 0) + n;
+          checks[key]!.errors = (checks[key]!.errors ?? 0) + r.errors;
+          ((client[g.store] ??= { hit: [], miss: [] })[mode]).push({ p50: quantile(r.latencies, 0.5), p99: quantile(r.latencies, 0.99) });
+          // Gateway side: the measured requests only (the client's warm-up and first 10% left out).
+          const own = logged[mode] ?? [];
+          const kept = own.slice(Math.floor(own.length / 10));
+          ((gateway[g.store] ??= { hit: [], miss: [] })[mode]).push({ p50: quantile(kept, 0.5), p99: quantile(kept, 0.99) });
+        }
+      }
+    }
+    const f = (x: number) => x.toFixed(2);
+    const results: Record<string, unknown> = {};
+    process.stdout.write(`\nbench:cache: ${rate} req/s, ${rounds} round(s) × ${values.seconds} s per measurement, medians over rounds (ms)\n`);
+    for (const g of gateways) {
+      const s = g.store;
+      const med = (xs: Figures[], k: keyof Figures) => median(xs.map((x) => x[k]));
+      const gh = { p50: med(gateway[s]!.hit, 'p50'), p99: med(gateway[s]!.hit, 'p99') };
+      const gm = { p50: med(gateway[s]!.miss, 'p50'), p99: med(gateway[s]!.miss, 'p99') };
+      const ch = { p50: med(client[s]!.hit, 'p50'), p99: med(client[s]!.hit, 'p99') };
+      const cm = { p50: med(client[s]!.miss, 'p50'), p99: med(client[s]!.miss, 'p99') };
+      const target = TARGET_P99_MS[s]!;
+      const met = gh.p99 < target;
+      const hitCheck = checks[`${s}:hit`]!;
+      const missCheck = checks[`${s}:miss`]!;
+      process.stdout.write(
+        `${s.padEnd(6)}  hit: gateway p50 ${f(gh.p50)} p99 ${f(gh.p99)}, client p50 ${f(ch.p50)} p99 ${f(ch.p99)}` +
+          `  |  miss: gateway p50 ${f(gm.p50)} p99 ${f(gm.p99)}, client p50 ${f(cm.p50)} p99 ${f(cm.p99)}` +
+          `  |  hit p99 target < ${target} ms at the gateway: ${met ? 'met' : 'MISSED'}` +
+          `  (answers: hit ${hitCheck.hit ?? 0}/${Object.values(hitCheck).reduce((a, b) => a + b, 0) - (hitCheck.errors ?? 0)}, miss ${missCheck.miss ?? 0}, errors ${(hitCheck.errors ?? 0) + (missCheck.errors ?? 0)})\n`,
+      );
+      results[s] = { hit: { gateway: gh, client: ch }, miss: { gateway: gm, client: cm }, target_hit_p99_ms: target, met, answers: { hit: hitCheck, miss: missCheck } };
+    }
+    for (const n of notes) process.stdout.write(`${n}\n`);
+    if (values.json) writeFileSync(values.json, JSON.stringify({ rate, rounds, seconds: Number(values.seconds), results }, null, 2) + '\n');
+    return 0;
+  } finally {
+    for (const g of gateways) await g.stop();
+    await redis?.stop();
+    await stopChild(upstream);
+  }
+}
+
+main().then(
+  (code) => (process.exitCode = code),
+  (e: Error) => {
+    process.stderr.write(`bench:cache: ${e.stack ?? e.message}\n`);
+    process.exitCode = 1;
+  },
+);
