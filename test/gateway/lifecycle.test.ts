@@ -8,8 +8,9 @@ import { configFor, MODEL, metricValue, parseSse, post, startGateway, startSims,
 const quietFleet = { health: { intervalMs: 60_000 }, scrape: { intervalMs: 60_000 } };
 
 test('a generation longer than the first-byte timeout, at a healthy pace, is not cut off', async () => {
-  // 12 tokens, one every 40 ms: ~480 ms in all, far beyond firstByteMs (100 ms) but within
-  // firstByteMs + max_tokens / minTokensPerSecond = 100 ms + 12 / 10 s = 1,300 ms.
+  // 12 tokens, one every 60 ms: ~720 ms in all, far beyond firstByteMs (300 ms) but within
+  // firstByteMs + max_tokens / minTokensPerSecond = 300 ms + 12 / 10 s = 1,500 ms. (The margins
+  // leave room for timers that fire late on a busy machine.)
   const stub = await startStub((req, res) => {
     req.resume();
     res.writeHead(200, { 'content-type': 'text/event-stream' });
@@ -20,17 +21,17 @@ test('a generation longer than the first-byte timeout, at a healthy pace, is not
         clearInterval(t);
         res.end('data: [DONE]\n\n');
       }
-    }, 40);
+    }, 60);
   });
-  const { gw, url } = await startGateway([stub.url], { ...quietFleet, timeouts: { firstByteMs: 100, minTokensPerSecond: 10 } });
+  const { gw, url } = await startGateway([stub.url], { ...quietFleet, timeouts: { firstByteMs: 300, minTokensPerSecond: 10 } });
   try {
     const r = await post(url + '/v1/chat/completions', { model: MODEL, stream: true, max_tokens: 12, messages: [{ role: 'user', content: 'go' }] });
     const events = parseSse(r.text);
     assert.equal(events.at(-1), '[DONE]');
     assert.equal(events.length, 13);
-    // The same pace with a smaller budget (100 ms + 2 / 10 s = 300 ms) is cut at the deadline,
+    // The same pace with a smaller budget (300 ms + 1 / 10 s = 400 ms) is cut at the deadline,
     // with an error event.
-    const r2 = await post(url + '/v1/chat/completions', { model: MODEL, stream: true, max_tokens: 2, messages: [{ role: 'user', content: 'go' }] });
+    const r2 = await post(url + '/v1/chat/completions', { model: MODEL, stream: true, max_tokens: 1, messages: [{ role: 'user', content: 'go' }] });
     const e2 = parseSse(r2.text);
     assert.equal(e2.at(-1).error.code, 'deadline_exceeded');
     assert.ok(!r2.text.includes('[DONE]'));
