@@ -17,7 +17,7 @@
 import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -39,6 +39,10 @@ Options:
   --json FILE     also write the results as JSON
   -h, --help      this text
 `;
+
+function availableCores(): number {
+  return availableParallelism();
+}
 
 const TARGET_P99_MS: Record<string, number> = { memory: 1, redis: 3 };
 
@@ -210,6 +214,7 @@ async function main(): Promise<number> {
       if (redis) gateways.push(await startKvgate('redis', upstreamPort, redis.url));
       else notes.push('redis: skipped (redis-server is not installed; Debian: apt-get install redis-server)');
     }
+    const loadBefore = loadavg()[0]!;
     const client: Record<string, Record<'hit' | 'miss', Figures[]>> = {};
     const gateway: Record<string, Record<'hit' | 'miss', Figures[]>> = {};
     const checks: Record<string, Record<string, number>> = {};
@@ -234,7 +239,12 @@ async function main(): Promise<number> {
     }
     const f = (x: number) => x.toFixed(2);
     const results: Record<string, unknown> = {};
-    process.stdout.write(`\nbench:cache: ${rate} req/s, ${rounds} round(s) × ${values.seconds} s per measurement, medians over rounds (ms)\n`);
+    const loadAfter = loadavg()[0]!;
+    // Other processes on the machine show up in every tail figure: say how busy it was.
+    process.stdout.write(
+      `\nbench:cache: ${rate} req/s, ${rounds} round(s) × ${values.seconds} s per measurement, medians over rounds (ms); ` +
+        `machine load average ${loadBefore.toFixed(1)} → ${loadAfter.toFixed(1)} on ${availableCores()} cores\n`,
+    );
     for (const g of gateways) {
       const s = g.store;
       const med = (xs: Figures[], k: keyof Figures) => median(xs.map((x) => x[k]));
@@ -255,7 +265,10 @@ async function main(): Promise<number> {
       results[s] = { hit: { gateway: gh, client: ch }, miss: { gateway: gm, client: cm }, target_hit_p99_ms: target, met, answers: { hit: hitCheck, miss: missCheck } };
     }
     for (const n of notes) process.stdout.write(`${n}\n`);
-    if (values.json) writeFileSync(values.json, JSON.stringify({ rate, rounds, seconds: Number(values.seconds), results }, null, 2) + '\n');
+    if (values.json) {
+      const out = { rate, rounds, seconds: Number(values.seconds), load_average: [loadBefore, loadAfter], results };
+      writeFileSync(values.json, JSON.stringify(out, null, 2) + '\n');
+    }
     return 0;
   } finally {
     for (const g of gateways) await g.stop();

@@ -95,6 +95,7 @@ export interface CacheRunSummary {
   /** Busy GPU time with the cache minus without it, s (measured; near 0 while workers never idle). */
   busy_gpu_seconds_delta: number;
   ttft_ms_without_cache: Dist;
+  tpot_ms_without_cache: Dist;
   e2e_ms_without_cache: Dist;
   /** TTFT of the requests a worker generated in the cache run. */
   ttft_ms_workers: Dist;
@@ -358,6 +359,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
         busy_gpu_seconds_without_cache: base.busy_gpu_seconds,
         busy_gpu_seconds_delta: r3(summary.busy_gpu_seconds - base.busy_gpu_seconds),
         ttft_ms_without_cache: base.ttft_ms,
+        tpot_ms_without_cache: base.tpot_ms,
         e2e_ms_without_cache: base.e2e_ms,
         ttft_ms_workers: distribution(workerTtft),
       };

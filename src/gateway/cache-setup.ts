@@ -79,7 +79,7 @@ export function setupCache(d: CacheSetupDeps): CacheSetup {
   let cache: ResponseCache | null = null;
   const metrics = new CacheMetrics(d.metrics.registry, store.kind, () => store.stats(), () => cache?.storeUp ?? true);
   cache = new ResponseCache({
-    defaults: { enabled: true, ttlMs: c.ttlMs, maxEntryBytes: c.maxEntryBytes, sampled: c.sampled },
+    defaults: { enabled: c.enabled, ttlMs: c.ttlMs, maxEntryBytes: c.maxEntryBytes, sampled: c.sampled },
     singleFlight: c.singleFlight,
     keyPrefix: store.kind === 'redis' ? c.redis.keyPrefix : '',
     store,

@@ -103,22 +103,34 @@ async function handle(d: CacheStageDeps, ctx: RequestContext): Promise<StageResu
   return 'continue';
 }
 
+/**
+ * Rendered forms of entries, kept as long as the entry object lives: the in-memory store hands out
+ * the same object on every hit, so a hot entry is rendered once per form.
+ */
+const rendered = new WeakMap<CacheEntry, { json?: Buffer; sse?: Buffer; sseUsage?: Buffer }>();
+
+function renderedBody(e: CacheEntry, form: 'json' | 'sse' | 'sseUsage'): Buffer {
+  let r = rendered.get(e);
+  if (!r) rendered.set(e, (r = {}));
+  return (r[form] ??= Buffer.from(form === 'json' ? renderJson(e) : renderSse(e, form === 'sseUsage')));
+}
+
 /** Answer from an entry, as JSON or SSE. */
 function replay(d: CacheStageDeps, ctx: RequestContext, e: CacheEntry, stored: boolean): void {
   const res = ctx.res;
   ctx.status = 200;
   ctx.ttftMs = d.clock.now() - ctx.startedAt;
   if (res.destroyed || res.headersSent) return;
-  const headers: Record<string, string> = { 'x-request-id': ctx.id, [CACHE_HEADER]: 'hit' };
-  if (stored) headers.age = String(Math.max(0, Math.floor((Date.now() - e.storedAt) / 1000)));
-  if (ctx.stream) {
-    res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no', ...headers });
-    res.end(renderSse(e, includeUsage(ctx)));
-  } else {
-    const body = renderJson(e);
-    res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)), ...headers });
-    res.end(body);
-  }
+  const age = stored ? String(Math.max(0, Math.floor((Date.now() - e.storedAt) / 1000))) : null;
+  const body = renderedBody(e, ctx.stream ? (includeUsage(ctx) ? 'sseUsage' : 'sse') : 'json');
+  const headers: Record<string, string> = ctx.stream
+    ? { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' }
+    : { 'content-type': 'application/json', 'content-length': String(body.length) };
+  headers['x-request-id'] = ctx.id;
+  headers[CACHE_HEADER] = 'hit';
+  if (age !== null) headers.age = age;
+  res.writeHead(200, headers);
+  res.end(body);
 }
 
 /**

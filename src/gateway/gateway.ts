@@ -158,7 +158,8 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   const tenants = new TenantDirectory(config.tenants, config.admin.digests);
   const extraRoutes = new Map<string, LocalRoute>();
   let cache: ResponseCache | null = null;
-  if (config.cache.enabled) {
+  // On for every tenant (cache.enabled), or only for the tenants that turn it on for themselves.
+  if (config.cache.enabled || config.tenants.some((t) => t.cache.enabled === true)) {
     // An early stage: it runs before tokenization and before the stages added with use().
     const c = setupCache({
       config: config.cache,

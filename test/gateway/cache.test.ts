@@ -427,3 +427,26 @@ describe('single-flight', () => {
     }
   });
 });
+
+describe('response cache switched on per tenant', () => {
+  it('serves from the cache only for the tenants that turn it on when cache.enabled is false', async () => {
+    const w = await startSims(1);
+    const g = await startGateway(w.map((s) => s.url), {
+      ...CALM,
+      tenants: [
+        { id: 'on', keys: [{ value: 'sk-on-000001' }], cache: { enabled: true } },
+        { id: 'plain', keys: [{ value: 'sk-plain-001' }] },
+      ],
+    });
+    try {
+      const on = { authorization: 'Bearer sk-on-000001' };
+      const plain = { authorization: 'Bearer sk-plain-001' };
+      assert.equal((await post(g.url + CHAT, chat('per tenant'), on)).headers.get('x-kvgate-cache'), 'miss');
+      assert.equal((await post(g.url + CHAT, chat('per tenant'), on)).headers.get('x-kvgate-cache'), 'hit');
+      assert.equal((await post(g.url + CHAT, chat('per tenant'), plain)).headers.get('x-kvgate-cache'), 'bypass');
+    } finally {
+      await g.gw.close();
+      await Promise.all(w.map((s) => s.close()));
+    }
+  });
+});
