@@ -9,13 +9,15 @@
  * lookup, relay to the upstream, store). Each round measures every store in both modes; figures
  * are medians over rounds of each measurement's p50 and p99:
  *   - client: latency as the load generator sees it (loopback HTTP included);
- *   - gateway: the gateway's own time per request, arrival to response written (its request log).
+ *   - gateway: the gateway's own time per request, arrival to response written (its request log);
+ *   - CPU: the gateway process's CPU time (user + system, /proc) per request of the measurement —
+ *     less sensitive than tail latency to other processes competing for the machine's cores.
  * Targets, on the gateway's p99 of hits: in memory under 1 ms, Redis under 3 ms.
  *
  * Prints one line per store.
  */
 import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -105,6 +107,8 @@ async function startRedis(): Promise<{ url: string; stop(): Promise<void> } | nu
 interface Gateway {
   store: string;
   url: string;
+  /** CPU time the gateway process has used so far, ms (null where /proc is not available). */
+  cpuMs(): number | null;
   /** Gateway-side durations (ms) of requests by cache result, from its request log. */
   take(): Record<string, number[]>;
   stop(): Promise<void>;
@@ -143,6 +147,7 @@ async function startKvgate(store: string, upstreamPort: number, redisUrl?: strin
   return {
     store,
     url,
+    cpuMs: () => processCpuMs(child.pid),
     take: () => {
       const s = seen;
       seen = {};
@@ -153,6 +158,18 @@ async function startKvgate(store: string, upstreamPort: number, redisUrl?: strin
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout?.trim()) || 100;
+
+function processCpuMs(pid: number | undefined): number | null {
+  if (pid === undefined) return null;
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return ((Number(f[11]) + Number(f[12])) * 1000) / CLK_TCK;
+  } catch {
+    return null;
+  }
 }
 
 function measure(spec: CacheSpec): Promise<CacheResult> {
@@ -167,6 +184,8 @@ function measure(spec: CacheSpec): Promise<CacheResult> {
 interface Figures {
   p50: number;
   p99: number;
+  /** Gateway CPU ms per request (NaN when unknown). */
+  cpu: number;
 }
 
 async function main(): Promise<number> {
@@ -222,18 +241,22 @@ async function main(): Promise<number> {
       for (const g of round % 2 === 0 ? gateways : [...gateways].reverse()) {
         for (const mode of ['hit', 'miss'] as const) {
           g.take();
+          const cpu0 = g.cpuMs();
           const r = await measure({ url: g.url, mode, rate, durationMs });
+          const cpu1 = g.cpuMs();
+          // The client's warm-up requests (20) count too.
+          const cpuPer = cpu0 !== null && cpu1 !== null ? (cpu1 - cpu0) / (r.sent + 20) : NaN;
           await new Promise((res) => setTimeout(res, 300)); // the gateway's log lines are written in batches
           const logged = g.take();
           const key = `${g.store}:${mode}`;
           checks[key] ??= {};
           for (const [h, n] of Object.entries(r.headers)) checks[key]![h] = (checks[key]![h] ?? 0) + n;
           checks[key]!.errors = (checks[key]!.errors ?? 0) + r.errors;
-          ((client[g.store] ??= { hit: [], miss: [] })[mode]).push({ p50: quantile(r.latencies, 0.5), p99: quantile(r.latencies, 0.99) });
+          ((client[g.store] ??= { hit: [], miss: [] })[mode]).push({ p50: quantile(r.latencies, 0.5), p99: quantile(r.latencies, 0.99), cpu: cpuPer });
           // Gateway side: the measured requests only (the client's warm-up and first 10% left out).
           const own = logged[mode] ?? [];
           const kept = own.slice(Math.floor(own.length / 10));
-          ((gateway[g.store] ??= { hit: [], miss: [] })[mode]).push({ p50: quantile(kept, 0.5), p99: quantile(kept, 0.99) });
+          ((gateway[g.store] ??= { hit: [], miss: [] })[mode]).push({ p50: quantile(kept, 0.5), p99: quantile(kept, 0.99), cpu: cpuPer });
         }
       }
     }
@@ -248,8 +271,8 @@ async function main(): Promise<number> {
     for (const g of gateways) {
       const s = g.store;
       const med = (xs: Figures[], k: keyof Figures) => median(xs.map((x) => x[k]));
-      const gh = { p50: med(gateway[s]!.hit, 'p50'), p99: med(gateway[s]!.hit, 'p99') };
-      const gm = { p50: med(gateway[s]!.miss, 'p50'), p99: med(gateway[s]!.miss, 'p99') };
+      const gh = { p50: med(gateway[s]!.hit, 'p50'), p99: med(gateway[s]!.hit, 'p99'), cpu: med(gateway[s]!.hit, 'cpu') };
+      const gm = { p50: med(gateway[s]!.miss, 'p50'), p99: med(gateway[s]!.miss, 'p99'), cpu: med(gateway[s]!.miss, 'cpu') };
       const ch = { p50: med(client[s]!.hit, 'p50'), p99: med(client[s]!.hit, 'p99') };
       const cm = { p50: med(client[s]!.miss, 'p50'), p99: med(client[s]!.miss, 'p99') };
       const target = TARGET_P99_MS[s]!;
@@ -257,8 +280,8 @@ async function main(): Promise<number> {
       const hitCheck = checks[`${s}:hit`]!;
       const missCheck = checks[`${s}:miss`]!;
       process.stdout.write(
-        `${s.padEnd(6)}  hit: gateway p50 ${f(gh.p50)} p99 ${f(gh.p99)}, client p50 ${f(ch.p50)} p99 ${f(ch.p99)}` +
-          `  |  miss: gateway p50 ${f(gm.p50)} p99 ${f(gm.p99)}, client p50 ${f(cm.p50)} p99 ${f(cm.p99)}` +
+        `${s.padEnd(6)}  hit: gateway p50 ${f(gh.p50)} p99 ${f(gh.p99)}, client p50 ${f(ch.p50)} p99 ${f(ch.p99)}, CPU ${f(gh.cpu)}/req` +
+          `  |  miss: gateway p50 ${f(gm.p50)} p99 ${f(gm.p99)}, client p50 ${f(cm.p50)} p99 ${f(cm.p99)}, CPU ${f(gm.cpu)}/req` +
           `  |  hit p99 target < ${target} ms at the gateway: ${met ? 'met' : 'MISSED'}` +
           `  (answers: hit ${hitCheck.hit ?? 0}/${Object.values(hitCheck).reduce((a, b) => a + b, 0) - (hitCheck.errors ?? 0)}, miss ${missCheck.miss ?? 0}, errors ${(hitCheck.errors ?? 0) + (missCheck.errors ?? 0)})\n`,
       );

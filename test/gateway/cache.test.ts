@@ -330,7 +330,7 @@ async function openStream(u: string, body: unknown, headers: Record<string, stri
 
 describe('single-flight', () => {
   it('concurrent identical misses send one request upstream; streaming followers get the same chunks as they arrive', async () => {
-    const w = deterministicWorker({ tokens: 12, gapMs: 15 });
+    const w = deterministicWorker({ tokens: 12, gapMs: 40 });
     const stub = await startStub(w.handler);
     const g = await startGateway([stub.url], { ...CALM, cache: { enabled: true } });
     try {
