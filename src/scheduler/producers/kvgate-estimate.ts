@@ -15,13 +15,37 @@
  *   headroom = clamp01((free blocks − blocks for the uncached tokens) / numGpuBlocks)
  *   session  = the request's session key was last routed to w
  *
+ * and what the placement does to decoding, from the engine's step mechanics (vLLM V1, chunked
+ * prefill): every step has one token budget; running decodes take one token each and prefill
+ * chunks the rest, and a step's time grows by about 1 / prefill rate per prefill token in it
+ * (compute) and by k = decodeMsPer1kContext / 1000 per context token of the decodes in it (each
+ * reads its whole KV). So with N = the requests in w's batch (running + waiting: the larger of the
+ * last report and this gateway's own in-flight count), C = their context tokens (the gateway's
+ * in-flight prompts plus half their expected outputs, scaled up to N), P = this prompt, out = its
+ * expected output (max_tokens, capped as for reservations):
+ *
+ *   decodeMs = out · k · C                        this request's decode steps read the batch's KV
+ *   stallMs  = N · (msPerToken · uncached         its prefill chunks ride in every batched
+ *                   + out · k · (P + out/2))       request's steps, and its own KV is read in
+ *                                                  theirs while it decodes (their remaining
+ *                                                  decodes taken to be at least as long)
+ *   costMs   = ttftMs + decodeMs + stallWeight · stallMs
+ *
+ * costMs is the request-milliseconds the fleet spends on this placement beyond a fixed decode
+ * step (the same everywhere): the TTFT a cached prefix saves is weighed against the decode time it
+ * costs to join a crowded batch and the stall a long uncached prefill inflicts on the worker's
+ * running requests, all in one unit. The prefill rate is the one learned from first tokens; k is
+ * configured (KV bytes per token / memory bandwidth of the deployment).
+ *
  * waiting/running and free blocks come from the last snapshot plus dispatches since, or from the
  * gateway's in-flight accounting once the snapshot is stale (flagged USED_STALE_METRICS); in exact
- * mode from the probe. The table adds the candidates' ranges (min ttft, min/max waiting and
- * running) that the relative scorers normalise with.
+ * mode from the probe. The table adds the candidates' ranges (min ttft, min cost, min/max waiting
+ * and running) that the relative scorers normalise with.
  *
- * Inputs: the prefix matcher, the policy's learned prefill rate per worker and session table.
- * Options: queueMsPerWaiting, decodeMsPerRunning (the kvgate policy's).
+ * Inputs: the prefix matcher, the policy's learned prefill rate per worker, in-flight context per
+ * worker and session table.
+ * Options: queueMsPerWaiting, decodeMsPerRunning, decodeMsPer1kContext, stallWeight (the kvgate
+ * policy's).
  *
  * Estimates are kept for the request's lifetime: a retry over other workers estimates only the
  * workers not seen before.
@@ -30,6 +54,7 @@ import type { WorkerState } from '../../fleet/worker-state.js';
 import { stateKey } from '../../util/state.js';
 import type { PrefixMatcher } from '../index/prefix-match.js';
 import { clamp01 } from '../pipeline.js';
+import { RESERVE_OUTPUT_TOKENS_CAP } from '../router.js';
 import { USED_STALE_METRICS } from '../state-keys.js';
 import type { Producer, RouteRequest } from '../types.js';
 
@@ -47,6 +72,16 @@ export interface KvgateEstimate {
   waiting: number;
   running: number;
   session: boolean;
+  /** Output tokens expected (max_tokens, capped as for reservations). */
+  outputTokens: number;
+  /** Context tokens of the requests in w's batch (this request's decode steps read their KV). */
+  batchContextTokens: number;
+  /** This request's decode time at w beyond what it would be alone: out · k · batch context. */
+  decodeMs: number;
+  /** What this request costs w's other requests: its prefill stall plus its decode's KV reads. */
+  stallMs: number;
+  /** ttftMs + decodeMs + stallWeight · stallMs: request-milliseconds this placement costs. */
+  costMs: number;
 }
 
 /** The candidates of one decision, their estimates in the same order, and the ranges. */
@@ -54,6 +89,7 @@ export interface KvgateEstimateTable {
   ws: readonly WorkerState[];
   est: KvgateEstimate[];
   minTtft: number;
+  minCost: number;
   minWait: number;
   maxWait: number;
   minRun: number;
@@ -71,8 +107,20 @@ export interface KvgateEstimateOptions {
   exact: boolean;
   queueMsPerWaiting: number;
   decodeMsPerRunning: number;
+  /**
+   * How much a decode step lengthens per 1,000 context tokens in the batch, ms (the KV each step
+   * reads); 0 drops the decode terms (cost = TTFT).
+   */
+  decodeMsPer1kContext: number;
+  /** What a millisecond of the other requests' time counts for against one of this request's. */
+  stallWeight: number;
   /** Prefill throughput assumed for `w`, tokens/s. */
   prefillRate(w: WorkerState): number;
+  /**
+   * Context tokens (prompt plus half the expected output) of this gateway's requests in flight at
+   * `w`; their number is w.inflightCount.
+   */
+  inflightContextTokens(w: WorkerState): number;
   /** Worker id the session key was last routed to. */
   sessionWorker(sessionKey: string): string | undefined;
 }
@@ -93,6 +141,8 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
         const matches = o.matcher.matches(req, ws, ctx);
         const prompt = req.promptTokens.length;
         const sessionWorker = req.sessionKey !== undefined ? o.sessionWorker(req.sessionKey) : undefined;
+        const out = Math.min(req.maxTokens, RESERVE_OUTPUT_TOKENS_CAP);
+        const kPerToken = o.decodeMsPer1kContext / 1000;
         for (const w of ws) {
           if (m.has(w)) continue;
           const probe = o.exact ? w.oracle : undefined;
@@ -108,6 +158,19 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           const msPerToken = 1000 / o.prefillRate(w);
           const ttftMs =
             msPerToken * (ahead + uncached) + o.queueMsPerWaiting * q.waiting + o.decodeMsPerRunning * q.running;
+          // The batch this request joins: what runs and waits there now, all of which decodes
+          // beside it. This gateway's own in-flight count is exact for its traffic; the last report
+          // may show more (other gateways' requests). Its context is the gateway's own in-flight
+          // context, scaled up to the batch, or this request's own context per request when nothing
+          // of ours is there.
+          const mine = w.inflightCount;
+          const batch = probe
+            ? probe.running() + probe.waiting()
+            : Math.max(mine, stale || !w.snapshot ? 0 : w.snapshot.running + w.snapshot.waiting);
+          const batchCtx =
+            mine > 0 ? o.inflightContextTokens(w) * Math.max(1, batch / mine) : batch * (prompt + out / 2);
+          const decodeMs = out * kPerToken * batchCtx;
+          const stallMs = batch * (msPerToken * uncached + out * kPerToken * (prompt + out / 2));
           const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
           const need = Math.ceil(uncached / w.blockSize);
           m.set(w, {
@@ -121,13 +184,19 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
             waiting: q.waiting,
             running: q.running,
             session: sessionWorker === w.id,
+            outputTokens: out,
+            batchContextTokens: batchCtx,
+            decodeMs,
+            stallMs,
+            costMs: ttftMs + decodeMs + o.stallWeight * stallMs,
           });
         }
       }
       const est = ws.map((w) => m.get(w)!);
-      const t: KvgateEstimateTable = { ws, est, minTtft: Infinity, minWait: Infinity, maxWait: -Infinity, minRun: Infinity, maxRun: -Infinity };
+      const t: KvgateEstimateTable = { ws, est, minTtft: Infinity, minCost: Infinity, minWait: Infinity, maxWait: -Infinity, minRun: Infinity, maxRun: -Infinity };
       for (const e of est) {
         if (e.ttftMs < t.minTtft) t.minTtft = e.ttftMs;
+        if (e.costMs < t.minCost) t.minCost = e.costMs;
         if (e.waiting < t.minWait) t.minWait = e.waiting;
         if (e.waiting > t.maxWait) t.maxWait = e.waiting;
         if (e.running < t.minRun) t.minRun = e.running;

@@ -24,14 +24,21 @@ import { request, seq, worker } from '../helpers.js';
 
 const ctx = (now = 0): RoutingContext => ({ now, rng: seededRng(1), staleAfterMs: 5000 });
 
-function producer(rates: Record<string, number> = {}, sessions: Record<string, string> = {}) {
+function producer(
+  rates: Record<string, number> = {},
+  sessions: Record<string, string> = {},
+  decode: { msPer1k: number; context: Record<string, number> } = { msPer1k: 0, context: {} },
+) {
   const matcher = new PrefixMatcher(new PrefixIndex());
   const opts: KvgateEstimateOptions = {
     matcher,
     exact: false,
     queueMsPerWaiting: 2,
     decodeMsPerRunning: 0.5,
+    decodeMsPer1kContext: decode.msPer1k,
+    stallWeight: 1,
     prefillRate: (w) => rates[w.id] ?? 10_000,
+    inflightContextTokens: (w) => decode.context[w.id] ?? 0,
     sessionWorker: (k) => sessions[k],
   };
   return { matcher, p: kvgateEstimateProducer(opts) };
@@ -66,6 +73,12 @@ test('per worker: cached share, TTFT from the prefill ahead and uncached at its 
     waiting: 4,
     running: 4,
     session: false,
+    outputTokens: 16,
+    batchContextTokens: 0,
+    decodeMs: 0,
+    // Its prefill stalls the 7 requests a reports (more than the 1 this gateway sent) 80 ms each.
+    stallMs: 560,
+    costMs: 130 + 560,
   });
   // b: 1,600 uncached at 20,000 tokens/s, the session's worker, 100 blocks free of 1,000, needs 100.
   assert.deepEqual(
