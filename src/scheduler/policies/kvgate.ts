@@ -9,7 +9,7 @@
  *
  *   ttftMs = 1000 · (prefill tokens queued ahead + this request's uncached tokens) / prefill rate
  *            + queueMsPerWaiting · waiting + decodeMsPerRunning · running
- *   costMs = ttftMs + out · k · C + stallWeight · N · (uncached / prefill rate + out · k · context)
+ *   costMs = ttftMs + tpotWorthMs · (k · C + stallWeight · (uncached / prefill rate · S + N · k · context))
  *
  * "Queued ahead" is the gateway's own count of prompt tokens dispatched there and not yet past
  * their first token (WorkerState.inflightPrefillTokens), so it is exact for this gateway's traffic
@@ -18,12 +18,15 @@
  * rate is configured per deployment and, by default, learned per worker from observed first
  * tokens (onFirstToken); a worker not learned yet is assumed to do what its pool has learned.
  *
- * The cost is decode-aware: N requests batched at the worker with C context tokens between them
- * (the gateway's in-flight accounting) each get this request's uncached prefill chunks in their
- * steps, and every decode step reads the KV of the whole batch at k = decodeMsPer1kContext per
- * 1,000 tokens. So a long uncached prompt is not sent to a worker whose many running decodes it
- * would stall, and a session or shared prefix does not pile onto a worker whose batch already
- * makes every token slow, unless the cache saves more than that costs.
+ * The cost is decode-aware: the N requests batched at the worker, with C context tokens between
+ * them and S = Σ 1 / (tokens each has to generate − 1) (the gateway's in-flight accounting), get
+ * this request's uncached prefill chunks in their steps, which adds T / (out_i − 1) to the TPOT of
+ * each for a stall of T ms; and every decode step reads the KV of the whole batch at
+ * k = decodeMsPer1kContext per 1,000 tokens. So a long uncached prompt is not sent to a worker
+ * whose running decodes it would stall (least of all short answers about to finish), and a
+ * session or shared prefix does not pile onto a worker whose batch already makes every token
+ * slow, unless the cache saves more TTFT than that costs in TPOT (tpotWorthMs: the ratio of the
+ * two latency targets).
  *
  * The picker (pickers/kvgate.ts) takes the best weighted score among the workers near the lowest
  * ttft, unless the best-cached worker is worth its extra wait ('prefix'); otherwise the prefix
@@ -63,8 +66,8 @@ import { booleanKnob, choiceKnob, indexKnobs, numberKnob } from './knobs.js';
 /**
  * The kvgate policy's options, with their defaults.
  *
- * The near band and the spill test compare costs (TTFT plus the decode time the placement costs
- * this request and the worker's batch) and are relative so they scale with the workload: an
+ * The near band and the spill test compare costs (TTFT plus the TPOT the placement costs this
+ * request and the worker's batch, in ms of TTFT) and are relative so they scale with the workload: an
  * absolute allowance larger than a short request's whole cost lets cache affinity pile short
  * prompts onto the workers that first saw their prefix while others idle. The spill test's slack
  * is only the exploit bias (the cost already charges the uncached tokens); most of it comes from
@@ -90,10 +93,13 @@ export const kvgateOptions = z.strictObject({
     0.06,
     "how much a decode step lengthens per 1,000 context tokens in the worker's batch, ms (KV bytes per token / memory bandwidth; 0 ignores decode crowding)",
   ),
-  // 1: every request's milliseconds count the same (the total latency the placement causes).
+  // A request is as late 1 ms over a 50 ms TPOT target as 20 ms over a 1 s TTFT target: the ratio
+  // of the two latency targets the fleet is run to.
+  tpotWorthMs: numberKnob(20, 'what a millisecond of TPOT is worth in milliseconds of TTFT (the ratio of the TTFT and TPOT targets)'),
+  // 1: every request's TPOT counts the same as this one's.
   stallWeight: numberKnob(
     1,
-    "what a millisecond the request costs the worker's other requests counts for against one of its own (1: total latency; 0: TTFT and own decode only)",
+    "what the TPOT the request adds to the worker's other requests counts for against its own (1: all alike; 0: own TTFT and TPOT only)",
   ),
   nearRelative: numberKnob(0.25, 'near band: workers with TTFT ≤ min TTFT · (1 + nearRelative) + nearAbsoluteMs'),
   nearAbsoluteMs: numberKnob(0, 'absolute slack of the near band, ms'),
@@ -136,12 +142,14 @@ export const kvgateOptions = z.strictObject({
 
 export type KvgateOptions = z.output<typeof kvgateOptions>;
 
+const NO_BATCH = { contextTokens: 0, tpotShare: 0 };
+
 /** Clock time the request was dispatched (written at dispatch, read at its first token). */
 const DISPATCHED_AT = stateKey<number>('kvgate.dispatched-at');
 /** The request's first token came back: its prediction is confirmed. */
 const CONFIRMED = stateKey<true>('kvgate.confirmed');
 /** The context tokens this request added to its worker's in-flight context (released at completion). */
-const CONTEXT_CHARGED = stateKey<{ worker: string; tokens: number }>('kvgate.context-charged');
+const BATCH_CHARGED = stateKey<{ worker: string; contextTokens: number; tpotShare: number }>('kvgate.batch-charged');
 
 export class KvgatePolicy implements Policy {
   readonly name: string;
@@ -152,8 +160,8 @@ export class KvgatePolicy implements Policy {
   readonly prefillRates = new Map<string, number>();
   /** Sum and count of the learned rates per pool: what a worker not yet learned is assumed to do. */
   private readonly poolRates = new Map<string, { sum: number; n: number }>();
-  /** Context tokens (prompt + half the expected output) of requests in flight, per worker id. */
-  private readonly inflightContext = new Map<string, number>();
+  /** Context tokens and TPOT share of this gateway's requests in flight, per worker id. */
+  private readonly inflightBatch = new Map<string, { contextTokens: number; tpotShare: number; n: number }>();
   /**
    * Read each worker's exact cache and queue through WorkerState.oracle (simulation only) instead
    * of the index and the metrics: the `oracle` policy, kvgate's decision rules with perfect
@@ -196,9 +204,10 @@ export class KvgatePolicy implements Policy {
           queueMsPerWaiting: p.queueMsPerWaiting,
           decodeMsPerRunning: p.decodeMsPerRunning,
           decodeMsPer1kContext: p.decodeMsPer1kContext,
+          tpotWorthMs: p.tpotWorthMs,
           stallWeight: p.stallWeight,
           prefillRate: (w) => this.prefillRate(w),
-          inflightContextTokens: (w) => this.inflightContext.get(w.id) ?? 0,
+          inflightBatch: (w) => this.inflightBatch.get(w.id) ?? NO_BATCH,
           sessionWorker: (key) => this.sessions.get(key),
         }),
       ],
@@ -260,9 +269,17 @@ export class KvgatePolicy implements Policy {
       }
     }
     req.state.set(DISPATCHED_AT, ctx.now);
-    const context = req.promptTokens.length + Math.min(req.maxTokens, RESERVE_OUTPUT_TOKENS_CAP) / 2;
-    req.state.set(CONTEXT_CHARGED, { worker: w.id, tokens: context });
-    this.inflightContext.set(w.id, (this.inflightContext.get(w.id) ?? 0) + context);
+    const out = Math.min(req.maxTokens, RESERVE_OUTPUT_TOKENS_CAP);
+    const charge = { worker: w.id, contextTokens: req.promptTokens.length + out / 2, tpotShare: 1 / Math.max(1, out - 1) };
+    req.state.set(BATCH_CHARGED, charge);
+    let b = this.inflightBatch.get(w.id);
+    if (!b) {
+      b = { contextTokens: 0, tpotShare: 0, n: 0 };
+      this.inflightBatch.set(w.id, b);
+    }
+    b.contextTokens += charge.contextTokens;
+    b.tpotShare += charge.tpotShare;
+    b.n++;
   }
 
   /** Confirm the prediction and learn the worker's prefill rate from the time to first token. */
@@ -284,12 +301,14 @@ export class KvgatePolicy implements Policy {
   }
 
   onComplete(req: RouteRequest, w: WorkerState, ok: boolean, ctx: RoutingContext): void {
-    const charged = req.state.get(CONTEXT_CHARGED);
+    const charged = req.state.get(BATCH_CHARGED);
     if (charged !== undefined) {
-      req.state.delete(CONTEXT_CHARGED);
-      const left = (this.inflightContext.get(charged.worker) ?? 0) - charged.tokens;
-      if (left > 0.5) this.inflightContext.set(charged.worker, left);
-      else this.inflightContext.delete(charged.worker);
+      req.state.delete(BATCH_CHARGED);
+      const b = this.inflightBatch.get(charged.worker);
+      if (b && --b.n > 0) {
+        b.contextTokens -= charged.contextTokens;
+        b.tpotShare -= charged.tpotShare;
+      } else this.inflightBatch.delete(charged.worker);
     }
     if (req.state.get(CONFIRMED) === true) return;
     // A non-streamed request may complete without a first-token callback: its prefill is done

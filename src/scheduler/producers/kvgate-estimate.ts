@@ -21,31 +21,33 @@
  * (compute) and by k = decodeMsPer1kContext / 1000 per context token of the decodes in it (each
  * reads its whole KV). So with N = the requests in w's batch (running + waiting: the larger of the
  * last report and this gateway's own in-flight count), C = their context tokens (the gateway's
- * in-flight prompts plus half their expected outputs, scaled up to N), P = this prompt, out = its
- * expected output (max_tokens, capped as for reservations):
+ * in-flight prompts plus half their expected outputs), S = Σ 1 / (their expected output − 1)
+ * (both scaled up from this gateway's requests to N), P = this prompt, out = its expected output
+ * (max_tokens, capped as for reservations):
  *
- *   decodeMs = out · k · C                        this request's decode steps read the batch's KV
- *   stallMs  = N · (msPerToken · uncached         its prefill chunks ride in every batched
- *                   + out · k · (P + out/2))       request's steps, and its own KV is read in
- *                                                  theirs while it decodes (their remaining
- *                                                  decodes taken to be at least as long)
- *   costMs   = ttftMs + decodeMs + stallWeight · stallMs
+ *   tpotMs       = k · C                       each of this request's decode steps reads the
+ *                                              batch's KV
+ *   othersTpotMs = msPerToken · uncached · S   its prefill chunks ride in the batch's steps:
+ *                                              a stall of T ms adds T / (out_i − 1) to request
+ *                                              i's TPOT, most to those with few tokens left
+ *                  + N · k · (P + out/2)       and its KV is read in each of their steps
+ *   costMs       = ttftMs + tpotWorthMs · (tpotMs + stallWeight · othersTpotMs)
  *
- * costMs is the request-milliseconds the fleet spends on this placement beyond a fixed decode
- * step (the same everywhere): the TTFT a cached prefix saves is weighed against the decode time it
- * costs to join a crowded batch and the stall a long uncached prefill inflicts on the worker's
- * running requests, all in one unit. The prefill rate is the one learned from first tokens; k is
- * configured (KV bytes per token / memory bandwidth of the deployment).
+ * costMs puts the TTFT a cached prefix saves against the TPOT that joining a crowded batch costs
+ * this request and the TPOT that its prefill and its KV cost the worker's running requests, in
+ * milliseconds of TTFT (tpotWorthMs: the ratio of the TTFT and TPOT targets). The fixed part of a
+ * decode step (reading the weights) is the same everywhere and left out. The prefill rate is the
+ * one learned from first tokens; k is configured (KV bytes per token / memory bandwidth).
  *
  * waiting/running and free blocks come from the last snapshot plus dispatches since, or from the
  * gateway's in-flight accounting once the snapshot is stale (flagged USED_STALE_METRICS); in exact
  * mode from the probe. The table adds the candidates' ranges (min ttft, min cost, min/max waiting
  * and running) that the relative scorers normalise with.
  *
- * Inputs: the prefix matcher, the policy's learned prefill rate per worker, in-flight context per
- * worker and session table.
- * Options: queueMsPerWaiting, decodeMsPerRunning, decodeMsPer1kContext, stallWeight (the kvgate
- * policy's).
+ * Inputs: the prefix matcher, the policy's learned prefill rate per worker, its in-flight batch
+ * accounting per worker (context tokens, Σ 1 / (output − 1)) and session table.
+ * Options: queueMsPerWaiting, decodeMsPerRunning, decodeMsPer1kContext, tpotWorthMs, stallWeight
+ * (the kvgate policy's).
  *
  * Estimates are kept for the request's lifetime: a retry over other workers estimates only the
  * workers not seen before.
@@ -76,11 +78,11 @@ export interface KvgateEstimate {
   outputTokens: number;
   /** Context tokens of the requests in w's batch (this request's decode steps read their KV). */
   batchContextTokens: number;
-  /** This request's decode time at w beyond what it would be alone: out · k · batch context. */
-  decodeMs: number;
-  /** What this request costs w's other requests: its prefill stall plus its decode's KV reads. */
-  stallMs: number;
-  /** ttftMs + decodeMs + stallWeight · stallMs: request-milliseconds this placement costs. */
+  /** This request's TPOT at w beyond a lone decode's: k · batch context, ms per token. */
+  tpotMs: number;
+  /** What this request adds to the TPOTs of w's batch, summed over its requests, ms. */
+  othersTpotMs: number;
+  /** ttftMs + tpotWorthMs · (tpotMs + stallWeight · othersTpotMs): what this placement costs, ms of TTFT. */
   costMs: number;
 }
 
@@ -109,18 +111,21 @@ export interface KvgateEstimateOptions {
   decodeMsPerRunning: number;
   /**
    * How much a decode step lengthens per 1,000 context tokens in the batch, ms (the KV each step
-   * reads); 0 drops the decode terms (cost = TTFT).
+   * reads); 0 drops the KV-read terms.
    */
   decodeMsPer1kContext: number;
-  /** What a millisecond of the other requests' time counts for against one of this request's. */
+  /** What a millisecond of TPOT is worth in milliseconds of TTFT. */
+  tpotWorthMs: number;
+  /** What the other requests' TPOT counts for against this request's own. */
   stallWeight: number;
   /** Prefill throughput assumed for `w`, tokens/s. */
   prefillRate(w: WorkerState): number;
   /**
-   * Context tokens (prompt plus half the expected output) of this gateway's requests in flight at
-   * `w`; their number is w.inflightCount.
+   * This gateway's requests in flight at `w` (their number is w.inflightCount): their context
+   * tokens (prompt plus half the expected output) and Σ 1 / (expected output − 1), the TPOT a
+   * millisecond of stall adds to them, summed.
    */
-  inflightContextTokens(w: WorkerState): number;
+  inflightBatch(w: WorkerState): { contextTokens: number; tpotShare: number };
   /** Worker id the session key was last routed to. */
   sessionWorker(sessionKey: string): string | undefined;
 }
@@ -167,10 +172,12 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           const batch = probe
             ? probe.running() + probe.waiting()
             : Math.max(mine, stale || !w.snapshot ? 0 : w.snapshot.running + w.snapshot.waiting);
-          const batchCtx =
-            mine > 0 ? o.inflightContextTokens(w) * Math.max(1, batch / mine) : batch * (prompt + out / 2);
-          const decodeMs = out * kPerToken * batchCtx;
-          const stallMs = batch * (msPerToken * uncached + out * kPerToken * (prompt + out / 2));
+          const ours = o.inflightBatch(w);
+          const scale = mine > 0 ? Math.max(1, batch / mine) : 0;
+          const batchCtx = mine > 0 ? ours.contextTokens * scale : batch * (prompt + out / 2);
+          const batchTpotShare = mine > 0 ? ours.tpotShare * scale : batch / Math.max(1, out - 1);
+          const tpotMs = kPerToken * batchCtx;
+          const othersTpotMs = msPerToken * uncached * batchTpotShare + batch * kPerToken * (prompt + out / 2);
           const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
           const need = Math.ceil(uncached / w.blockSize);
           m.set(w, {
@@ -186,9 +193,9 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
             session: sessionWorker === w.id,
             outputTokens: out,
             batchContextTokens: batchCtx,
-            decodeMs,
-            stallMs,
-            costMs: ttftMs + decodeMs + o.stallWeight * stallMs,
+            tpotMs,
+            othersTpotMs,
+            costMs: ttftMs + o.tpotWorthMs * (tpotMs + o.stallWeight * othersTpotMs),
           });
         }
       }

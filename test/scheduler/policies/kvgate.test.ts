@@ -218,12 +218,12 @@ function decodeScene(running: number, context: number, options: Record<string, u
   r.firstToken(home.id);
   r.complete(home.id, true);
   for (let i = 0; i < running; i++) {
-    const x = request(seq(1_000_000 + i * context, context), { maxTokens: 2 });
+    const x = request(seq(1_000_000 + i * context, context), { maxTokens: 200 });
     assert.ok(r.route(x, [hot]).ok);
     r.firstToken(x.id);
   }
   for (let i = 0; i < coldRunning; i++) {
-    const x = request(seq(5_000_000 + i * 200, 200), { maxTokens: 2 });
+    const x = request(seq(5_000_000 + i * 200, 200), { maxTokens: 200 });
     assert.ok(r.route(x, [cold]).ok);
     r.firstToken(x.id);
   }
@@ -238,13 +238,14 @@ function decodeScene(running: number, context: number, options: Record<string, u
 }
 
 test('decode-aware: a long uncached prompt on a hot prefix goes elsewhere when the hot worker has many decodes running', () => {
-  // 4,000 cached + 6,000 new tokens. hot: 600 ms of prefill, stalling each of its 40 decodes by
-  // as much (24 s of their time); cold: 1 s of prefill, nobody stalled.
+  // 4,000 cached + 6,000 new tokens. hot: 600 ms of prefill, stalling each of its 40 decodes (200
+  // tokens to generate) by as much: +3 ms on each one's TPOT, 120 ms in all, worth 2.4 s of TTFT;
+  // cold: 1 s of prefill, nobody stalled.
   const d = decodeScene(40, 1000).route(6000, 64);
   assert.equal(d.worker.id, 'cold');
   assert.equal(d.reason, 'spill');
-  // Without the stall and crowding terms (TTFT alone) the hot worker's 600 ms wins.
-  const ttftOnly = decodeScene(40, 1000, { decodeMsPer1kContext: 0, stallWeight: 0 }).route(6000, 64);
+  // Without the decode terms (TTFT alone) the hot worker's 600 ms wins.
+  const ttftOnly = decodeScene(40, 1000, { tpotWorthMs: 0 }).route(6000, 64);
   assert.equal(ttftOnly.worker.id, 'hot');
 });
 
@@ -256,15 +257,38 @@ test('decode-aware: a short new prompt on a hot prefix stays home when the hot w
 });
 
 test('decode-aware: a long answer avoids a batch of long-context decodes that would stretch its TPOT', () => {
-  // 200 new tokens and 1,000 to generate. hot runs 50 decodes over 8,000-token contexts: each of
-  // this request's steps reads their 400k tokens of KV (+24 ms per token, 24 s in all), and each
-  // of theirs its ~4,700 (+0.28 ms). cold runs 10 short requests: recomputing 4,200 tokens there
-  // takes 420 ms and stalls them 4.2 s, against 20 ms · 50 = 1 s at hot.
-  const d = decodeScene(50, 8000, {}, 10).route(200, 1000);
+  // 200 new tokens, 1,000 to generate. hot runs 80 decodes over 8,000-token contexts: each of this
+  // request's steps reads their ~650k tokens of KV (+39 ms TPOT), and it adds ~0.28 ms to each of
+  // theirs. cold runs 10 short requests: recomputing 4,200 tokens there takes 420 ms and adds
+  // 2.1 ms to each one's TPOT, against 0.1 ms at hot.
+  const d = decodeScene(80, 8000, {}, 10).route(200, 1000);
   assert.equal(d.worker.id, 'cold');
   // The KV-read term decides: without it (prefill stall only) the prefix stays home.
-  const noKv = decodeScene(50, 8000, { decodeMsPer1kContext: 0 }, 10).route(200, 1000);
+  const noKv = decodeScene(80, 8000, { decodeMsPer1kContext: 0 }, 10).route(200, 1000);
   assert.equal(noKv.worker.id, 'hot');
+});
+
+test('decode-aware: a long prefill avoids a worker whose batch has short answers to finish', () => {
+  // Two idle-looking workers with 10 requests each: at shortAnswers they have 4 tokens left to
+  // generate, at longAnswers 400. A 6,000-token uncached prompt stalls either batch 600 ms, which
+  // is 200 ms on each short answer's TPOT but 1.5 ms on each long one's.
+  const policy = createPolicy('kvgate', { learnPrefillRate: false, prefillTokensPerSec: 10_000 });
+  const { router: r } = router(policy);
+  const short = worker('shortAnswers');
+  const long = worker('longAnswers');
+  for (const [w, out] of [[short, 4], [long, 400]] as const) {
+    for (let i = 0; i < 10; i++) {
+      const x = request(seq(3_000_000 + out * 10_000 + i * 100, 100), { maxTokens: out });
+      assert.ok(r.route(x, [w]).ok);
+      r.firstToken(x.id);
+    }
+    w.applySnapshot({ at: 0, kvUsage: 0.01, running: 10, waiting: 0 });
+  }
+  // Even as the long answers' worker queues these prompts one behind another.
+  for (let i = 0; i < 3; i++) {
+    const out = r.route(request(seq(4_000_000 + i * 10_000, 6000), { maxTokens: 100 }), [short, long]);
+    assert.ok(out.ok && out.decision.worker === long);
+  }
 });
 
 test('a worker not yet learned is assumed as fast as its pool, not the configured default', () => {

@@ -27,7 +27,7 @@ const ctx = (now = 0): RoutingContext => ({ now, rng: seededRng(1), staleAfterMs
 function producer(
   rates: Record<string, number> = {},
   sessions: Record<string, string> = {},
-  decode: { msPer1k: number; context: Record<string, number> } = { msPer1k: 0, context: {} },
+  decode: { msPer1k: number; batch: Record<string, { contextTokens: number; tpotShare: number }> } = { msPer1k: 0, batch: {} },
 ) {
   const matcher = new PrefixMatcher(new PrefixIndex());
   const opts: KvgateEstimateOptions = {
@@ -36,9 +36,10 @@ function producer(
     queueMsPerWaiting: 2,
     decodeMsPerRunning: 0.5,
     decodeMsPer1kContext: decode.msPer1k,
+    tpotWorthMs: 20,
     stallWeight: 1,
     prefillRate: (w) => rates[w.id] ?? 10_000,
-    inflightContextTokens: (w) => decode.context[w.id] ?? 0,
+    inflightBatch: (w) => decode.batch[w.id] ?? { contextTokens: 0, tpotShare: 0 },
     sessionWorker: (k) => sessions[k],
   };
   return { matcher, p: kvgateEstimateProducer(opts) };
@@ -51,7 +52,8 @@ function hold(matcher: PrefixMatcher, w: WorkerState, tokens: number[], blocks: 
 }
 
 test('per worker: cached share, TTFT from the prefill ahead and uncached at its rate plus the queue, headroom, session', () => {
-  const { matcher, p } = producer({ b: 20_000 }, { s1: 'b' });
+  // The one request this gateway has at a: 1,000 tokens of context, 3 tokens to generate.
+  const { matcher, p } = producer({ b: 20_000 }, { s1: 'b' }, { msPer1k: 0, batch: { a: { contextTokens: 1000, tpotShare: 0.5 } } });
   const tokens = seq(0, 1600);
   const a = worker('a', { blocks: 1000, snapshot: { waiting: 3, running: 4, kvUsage: 0.5 } });
   const b = worker('b', { blocks: 1000, snapshot: { waiting: 0, running: 0, kvUsage: 0.9 } });
@@ -74,11 +76,13 @@ test('per worker: cached share, TTFT from the prefill ahead and uncached at its 
     running: 4,
     session: false,
     outputTokens: 16,
-    batchContextTokens: 0,
-    decodeMs: 0,
-    // Its prefill stalls the 7 requests a reports (more than the 1 this gateway sent) 80 ms each.
-    stallMs: 560,
-    costMs: 130 + 560,
+    // a reports 7 requests where this gateway has 1: its batch is taken to be 7 like that one.
+    batchContextTokens: 7000,
+    tpotMs: 0,
+    // 80 ms of prefill stall, over the 2 remaining tokens of each of the 7: 280 ms of TPOT in all,
+    // worth 20 ms of TTFT each.
+    othersTpotMs: 280,
+    costMs: 130 + 20 * 280,
   });
   // b: 1,600 uncached at 20,000 tokens/s, the session's worker, 100 blocks free of 1,000, needs 100.
   assert.deepEqual(
