@@ -1,8 +1,9 @@
 /**
  * Picker `kvgate` (the load guard): trades cache affinity against waiting and decode time, with
  * hysteresis. Reads the candidates' weighted scores and the estimates of the `kvgate-estimate`
- * producer, whose cost (TTFT + tpotWorthMs · (this request's TPOT increase at the worker +
- * stallWeight · the TPOT increase it inflicts on the worker's batch)) is what the bands compare.
+ * producer, whose cost (TTFT + this request's decode slowdown at the worker + stallWeight · the
+ * delay it causes the worker's batch, in ms of TTFT, delays of short answers counted as TPOT) is
+ * what the bands compare.
  *
  *  1. near = candidates whose cost ≤ min cost · (1 + nearRelative) + nearAbsoluteMs;
  *  2. A = the near candidate with the best weighted score (prefix weighs most): among the near-

@@ -9,7 +9,8 @@
  *
  *   ttftMs = 1000 · (prefill tokens queued ahead + this request's uncached tokens) / prefill rate
  *            + queueMsPerWaiting · waiting + decodeMsPerRunning · running
- *   costMs = ttftMs + tpotWorthMs · (k · C + stallWeight · (uncached / prefill rate · S + N · k · context))
+ *   costMs = ttftMs + max(out, W · out / (out − 1)) · k · C
+ *            + stallWeight · (S · uncached / prefill rate + N · out · k · context)
  *
  * "Queued ahead" is the gateway's own count of prompt tokens dispatched there and not yet past
  * their first token (WorkerState.inflightPrefillTokens), so it is exact for this gateway's traffic
@@ -19,14 +20,14 @@
  * tokens (onFirstToken); a worker not learned yet is assumed to do what its pool has learned.
  *
  * The cost is decode-aware: the N requests batched at the worker, with C context tokens between
- * them and S = Σ 1 / (tokens each has to generate − 1) (the gateway's in-flight accounting), get
- * this request's uncached prefill chunks in their steps, which adds T / (out_i − 1) to the TPOT of
- * each for a stall of T ms; and every decode step reads the KV of the whole batch at
- * k = decodeMsPer1kContext per 1,000 tokens. So a long uncached prompt is not sent to a worker
- * whose running decodes it would stall (least of all short answers about to finish), and a
- * session or shared prefix does not pile onto a worker whose batch already makes every token
- * slow, unless the cache saves more TTFT than that costs in TPOT (tpotWorthMs: the ratio of the
- * two latency targets).
+ * them (the gateway's in-flight accounting), get this request's uncached prefill chunks in their
+ * steps, a gap that adds T / (n − 1) to the TPOT of one with n tokens to generate (S sums
+ * W / (n − 1) over the batch, W = tpotWorthMs, the ratio of the TTFT and TPOT targets); and every
+ * decode step reads the KV of the whole batch at k = decodeMsPer1kContext per 1,000 tokens, which
+ * lengthens this request's decode and its neighbours'. So a long uncached prompt is not sent to a
+ * worker whose running decodes it would stall (least of all short answers about to finish), and a
+ * session or shared prefix does not pile onto a worker whose batch already makes every token slow,
+ * unless the cache saves more than that costs.
  *
  * The picker (pickers/kvgate.ts) takes the best weighted score among the workers near the lowest
  * ttft, unless the best-cached worker is worth its extra wait ('prefix'); otherwise the prefix
@@ -44,7 +45,7 @@ import { PrefixMatcher } from '../index/prefix-match.js';
 import { kvgatePicker } from '../pickers/kvgate.js';
 import { PipelinePolicy } from '../pipeline.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../router.js';
-import { kvgateEstimate, kvgateEstimateProducer } from '../producers/kvgate-estimate.js';
+import { kvgateEstimate, kvgateEstimateProducer, stallShare } from '../producers/kvgate-estimate.js';
 import {
   kvgateHeadroomScorer,
   kvgateLoadScorer,
@@ -66,9 +67,9 @@ import { booleanKnob, choiceKnob, indexKnobs, numberKnob } from './knobs.js';
 /**
  * The kvgate policy's options, with their defaults.
  *
- * The near band and the spill test compare costs (TTFT plus the TPOT the placement costs this
- * request and the worker's batch, in ms of TTFT) and are relative so they scale with the workload: an
- * absolute allowance larger than a short request's whole cost lets cache affinity pile short
+ * The near band and the spill test compare costs (TTFT plus the decode delay the placement costs
+ * this request and the worker's batch, in ms of TTFT) and are relative so they scale with the
+ * workload: an absolute allowance larger than a short request's whole cost lets cache affinity pile short
  * prompts onto the workers that first saw their prefix while others idle. The spill test's slack
  * is only the exploit bias (the cost already charges the uncached tokens); most of it comes from
  * spillSavedFraction, which scales with the prefix: a long shared prefix is worth keeping home
@@ -94,12 +95,13 @@ export const kvgateOptions = z.strictObject({
     "how much a decode step lengthens per 1,000 context tokens in the worker's batch, ms (KV bytes per token / memory bandwidth; 0 ignores decode crowding)",
   ),
   // A request is as late 1 ms over a 50 ms TPOT target as 20 ms over a 1 s TTFT target: the ratio
-  // of the two latency targets the fleet is run to.
+  // of the two latency targets the fleet is run to: a stall of T ms costs a running request with n
+  // tokens to generate T · tpotWorthMs / (n − 1).
   tpotWorthMs: numberKnob(20, 'what a millisecond of TPOT is worth in milliseconds of TTFT (the ratio of the TTFT and TPOT targets)'),
-  // 1: every request's TPOT counts the same as this one's.
+  // 1: every request's delay counts the same as this one's.
   stallWeight: numberKnob(
     1,
-    "what the TPOT the request adds to the worker's other requests counts for against its own (1: all alike; 0: own TTFT and TPOT only)",
+    "what the delay the request causes the worker's other requests counts for against its own (1: all alike; 0: own TTFT and decode only)",
   ),
   nearRelative: numberKnob(0.25, 'near band: workers with TTFT ≤ min TTFT · (1 + nearRelative) + nearAbsoluteMs'),
   nearAbsoluteMs: numberKnob(0, 'absolute slack of the near band, ms'),
@@ -142,14 +144,14 @@ export const kvgateOptions = z.strictObject({
 
 export type KvgateOptions = z.output<typeof kvgateOptions>;
 
-const NO_BATCH = { contextTokens: 0, tpotShare: 0 };
+const NO_BATCH = { contextTokens: 0, stallShare: 0 };
 
 /** Clock time the request was dispatched (written at dispatch, read at its first token). */
 const DISPATCHED_AT = stateKey<number>('kvgate.dispatched-at');
 /** The request's first token came back: its prediction is confirmed. */
 const CONFIRMED = stateKey<true>('kvgate.confirmed');
 /** The context tokens this request added to its worker's in-flight context (released at completion). */
-const BATCH_CHARGED = stateKey<{ worker: string; contextTokens: number; tpotShare: number }>('kvgate.batch-charged');
+const BATCH_CHARGED = stateKey<{ worker: string; contextTokens: number; stallShare: number }>('kvgate.batch-charged');
 
 export class KvgatePolicy implements Policy {
   readonly name: string;
@@ -161,7 +163,7 @@ export class KvgatePolicy implements Policy {
   /** Sum and count of the learned rates per pool: what a worker not yet learned is assumed to do. */
   private readonly poolRates = new Map<string, { sum: number; n: number }>();
   /** Context tokens and TPOT share of this gateway's requests in flight, per worker id. */
-  private readonly inflightBatch = new Map<string, { contextTokens: number; tpotShare: number; n: number }>();
+  private readonly inflightBatch = new Map<string, { contextTokens: number; stallShare: number; n: number }>();
   /**
    * Read each worker's exact cache and queue through WorkerState.oracle (simulation only) instead
    * of the index and the metrics: the `oracle` policy, kvgate's decision rules with perfect
@@ -270,15 +272,19 @@ export class KvgatePolicy implements Policy {
     }
     req.state.set(DISPATCHED_AT, ctx.now);
     const out = Math.min(req.maxTokens, RESERVE_OUTPUT_TOKENS_CAP);
-    const charge = { worker: w.id, contextTokens: req.promptTokens.length + out / 2, tpotShare: 1 / Math.max(1, out - 1) };
+    const charge = {
+      worker: w.id,
+      contextTokens: req.promptTokens.length + out / 2,
+      stallShare: stallShare(out, this.params.tpotWorthMs),
+    };
     req.state.set(BATCH_CHARGED, charge);
     let b = this.inflightBatch.get(w.id);
     if (!b) {
-      b = { contextTokens: 0, tpotShare: 0, n: 0 };
+      b = { contextTokens: 0, stallShare: 0, n: 0 };
       this.inflightBatch.set(w.id, b);
     }
     b.contextTokens += charge.contextTokens;
-    b.tpotShare += charge.tpotShare;
+    b.stallShare += charge.stallShare;
     b.n++;
   }
 
@@ -307,7 +313,7 @@ export class KvgatePolicy implements Policy {
       const b = this.inflightBatch.get(charged.worker);
       if (b && --b.n > 0) {
         b.contextTokens -= charged.contextTokens;
-        b.tpotShare -= charged.tpotShare;
+        b.stallShare -= charged.stallShare;
       } else this.inflightBatch.delete(charged.worker);
     }
     if (req.state.get(CONFIRMED) === true) return;

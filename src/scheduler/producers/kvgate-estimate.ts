@@ -21,23 +21,29 @@
  * (compute) and by k = decodeMsPer1kContext / 1000 per context token of the decodes in it (each
  * reads its whole KV). So with N = the requests in w's batch (running + waiting: the larger of the
  * last report and this gateway's own in-flight count), C = their context tokens (the gateway's
- * in-flight prompts plus half their expected outputs), S = Σ 1 / (their expected output − 1)
+ * in-flight prompts plus half their expected outputs), S = Σ stallShare(their expected outputs)
  * (both scaled up from this gateway's requests to N), P = this prompt, out = its expected output
- * (max_tokens, capped as for reservations):
+ * (max_tokens, capped as for reservations), W = tpotWorthMs:
  *
- *   tpotMs       = k · C                       each of this request's decode steps reads the
- *                                              batch's KV
- *   othersTpotMs = msPerToken · uncached · S   its prefill chunks ride in the batch's steps:
- *                                              a stall of T ms adds T / (out_i − 1) to request
- *                                              i's TPOT, most to those with few tokens left
- *                  + N · k · (P + out/2)       and its KV is read in each of their steps
- *   costMs       = ttftMs + tpotWorthMs · (tpotMs + stallWeight · othersTpotMs)
+ *   decodeMs = max(out, W · out / (out − 1)) · k · C    each of this request's decode steps reads
+ *                                                        the batch's KV: its decode (E2E) grows
+ *                                                        by out · k · C, its TPOT by k · C, and
+ *                                                        the larger counts
+ *   stallMs  = S · msPerToken · uncached                 its prefill chunks ride in the batch's
+ *                                                        steps: a one-off gap that adds T / (n − 1)
+ *                                                        to the TPOT of a request with n tokens to
+ *                                                        generate (stallShare = W / (n − 1); most
+ *                                                        to short answers about to finish)
+ *              + N · out · k · (P + out/2)               and its KV is read in each of their steps
+ *                                                        while it decodes (their decodes taken to
+ *                                                        last at least as long)
+ *   costMs   = ttftMs + decodeMs + stallWeight · stallMs
  *
- * costMs puts the TTFT a cached prefix saves against the TPOT that joining a crowded batch costs
- * this request and the TPOT that its prefill and its KV cost the worker's running requests, in
- * milliseconds of TTFT (tpotWorthMs: the ratio of the TTFT and TPOT targets). The fixed part of a
- * decode step (reading the weights) is the same everywhere and left out. The prefill rate is the
- * one learned from first tokens; k is configured (KV bytes per token / memory bandwidth).
+ * costMs puts the TTFT a cached prefix saves against the decode time that joining a crowded batch
+ * costs this request and what its prefill and its KV cost the worker's running requests, all in
+ * milliseconds of TTFT (W converts TPOT: the ratio of the TTFT and TPOT targets). The fixed part of a decode step (reading the weights) is the same
+ * everywhere and left out. The prefill rate is the one learned from first tokens; k is
+ * configured (KV bytes per token / memory bandwidth).
  *
  * waiting/running and free blocks come from the last snapshot plus dispatches since, or from the
  * gateway's in-flight accounting once the snapshot is stale (flagged USED_STALE_METRICS); in exact
@@ -45,7 +51,7 @@
  * and running) that the relative scorers normalise with.
  *
  * Inputs: the prefix matcher, the policy's learned prefill rate per worker, its in-flight batch
- * accounting per worker (context tokens, Σ 1 / (output − 1)) and session table.
+ * accounting per worker (context tokens, Σ stallShare(expected output)) and session table.
  * Options: queueMsPerWaiting, decodeMsPerRunning, decodeMsPer1kContext, tpotWorthMs, stallWeight
  * (the kvgate policy's).
  *
@@ -78,11 +84,11 @@ export interface KvgateEstimate {
   outputTokens: number;
   /** Context tokens of the requests in w's batch (this request's decode steps read their KV). */
   batchContextTokens: number;
-  /** This request's TPOT at w beyond a lone decode's: k · batch context, ms per token. */
-  tpotMs: number;
-  /** What this request adds to the TPOTs of w's batch, summed over its requests, ms. */
-  othersTpotMs: number;
-  /** ttftMs + tpotWorthMs · (tpotMs + stallWeight · othersTpotMs): what this placement costs, ms of TTFT. */
+  /** This request's decode at w: out · k · batch context longer, weighted by delayWeight. */
+  decodeMs: number;
+  /** What this request costs w's batch: its prefill stall weighted by stallShare, its KV read. */
+  stallMs: number;
+  /** ttftMs + decodeMs + stallWeight · stallMs: what this placement costs, in ms of TTFT. */
   costMs: number;
 }
 
@@ -96,6 +102,25 @@ export interface KvgateEstimateTable {
   maxWait: number;
   minRun: number;
   maxRun: number;
+}
+
+/**
+ * What slowing a request's decode steps by 1 ms each costs, in milliseconds of TTFT per token: its
+ * decode, and so its E2E, grows by 1 ms a token, and its TPOT by 1 ms, worth tpotWorthMs; the larger
+ * counts: δ(n) · n = max(n, tpotWorthMs · n / (n − 1)) for n > 1 output tokens.
+ */
+export function delayWeight(out: number, tpotWorthMs: number): number {
+  return out > 1 ? Math.max(1, tpotWorthMs / (out - 1)) : 1;
+}
+
+/**
+ * What a one-off stall of 1 ms costs a request in the middle of its decode, in milliseconds of
+ * TTFT: its TTFT is behind it, and its TPOT grows by 1 / (n − 1) ms, worth tpotWorthMs each, so
+ * tpotWorthMs / (n − 1) for n > 1 output tokens. A one-token answer is still waiting for that
+ * token (1: the stall is TTFT to it).
+ */
+export function stallShare(out: number, tpotWorthMs: number): number {
+  return out > 1 ? tpotWorthMs / (out - 1) : 1;
 }
 
 /** Every worker estimated for the request so far, by worker. */
@@ -114,18 +139,17 @@ export interface KvgateEstimateOptions {
    * reads); 0 drops the KV-read terms.
    */
   decodeMsPer1kContext: number;
-  /** What a millisecond of TPOT is worth in milliseconds of TTFT. */
+  /** What a millisecond of TPOT is worth in milliseconds of TTFT (see delayWeight). */
   tpotWorthMs: number;
-  /** What the other requests' TPOT counts for against this request's own. */
+  /** What the delay of the other requests counts for against this request's own. */
   stallWeight: number;
   /** Prefill throughput assumed for `w`, tokens/s. */
   prefillRate(w: WorkerState): number;
   /**
    * This gateway's requests in flight at `w` (their number is w.inflightCount): their context
-   * tokens (prompt plus half the expected output) and Σ 1 / (expected output − 1), the TPOT a
-   * millisecond of stall adds to them, summed.
+   * tokens (prompt plus half the expected output) and Σ stallShare(expected output).
    */
-  inflightBatch(w: WorkerState): { contextTokens: number; tpotShare: number };
+  inflightBatch(w: WorkerState): { contextTokens: number; stallShare: number };
   /** Worker id the session key was last routed to. */
   sessionWorker(sessionKey: string): string | undefined;
 }
@@ -148,6 +172,7 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
         const sessionWorker = req.sessionKey !== undefined ? o.sessionWorker(req.sessionKey) : undefined;
         const out = Math.min(req.maxTokens, RESERVE_OUTPUT_TOKENS_CAP);
         const kPerToken = o.decodeMsPer1kContext / 1000;
+        const selfWeight = delayWeight(out, o.tpotWorthMs);
         for (const w of ws) {
           if (m.has(w)) continue;
           const probe = o.exact ? w.oracle : undefined;
@@ -175,9 +200,9 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           const ours = o.inflightBatch(w);
           const scale = mine > 0 ? Math.max(1, batch / mine) : 0;
           const batchCtx = mine > 0 ? ours.contextTokens * scale : batch * (prompt + out / 2);
-          const batchTpotShare = mine > 0 ? ours.tpotShare * scale : batch / Math.max(1, out - 1);
-          const tpotMs = kPerToken * batchCtx;
-          const othersTpotMs = msPerToken * uncached * batchTpotShare + batch * kPerToken * (prompt + out / 2);
+          const batchStall = mine > 0 ? ours.stallShare * scale : batch * stallShare(out, o.tpotWorthMs);
+          const decodeMs = selfWeight * out * kPerToken * batchCtx;
+          const stallMs = batchStall * msPerToken * uncached + batch * out * kPerToken * (prompt + out / 2);
           const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
           const need = Math.ceil(uncached / w.blockSize);
           m.set(w, {
@@ -193,9 +218,9 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
             session: sessionWorker === w.id,
             outputTokens: out,
             batchContextTokens: batchCtx,
-            tpotMs,
-            othersTpotMs,
-            costMs: ttftMs + o.tpotWorthMs * (tpotMs + o.stallWeight * othersTpotMs),
+            decodeMs,
+            stallMs,
+            costMs: ttftMs + decodeMs + o.stallWeight * stallMs,
           });
         }
       }

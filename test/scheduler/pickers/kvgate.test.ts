@@ -51,8 +51,8 @@ function setup(cs: Candidate[]): { req: RouteRequest; candidates: ScoredWorker[]
       session: c.session ?? false,
       outputTokens: 16,
       batchContextTokens: 0,
-      tpotMs: 0,
-      othersTpotMs: 0,
+      decodeMs: 0,
+      stallMs: 0,
       costMs: c.ttftMs,
     });
     return { worker: w, score: c.score, parts: {} };

@@ -238,14 +238,14 @@ function decodeScene(running: number, context: number, options: Record<string, u
 }
 
 test('decode-aware: a long uncached prompt on a hot prefix goes elsewhere when the hot worker has many decodes running', () => {
-  // 4,000 cached + 6,000 new tokens. hot: 600 ms of prefill, stalling each of its 40 decodes (200
-  // tokens to generate) by as much: +3 ms on each one's TPOT, 120 ms in all, worth 2.4 s of TTFT;
-  // cold: 1 s of prefill, nobody stalled.
+  // 4,000 cached + 6,000 new tokens. hot: 600 ms of prefill, a gap that adds 3 ms to the TPOT of
+  // each of its 40 decodes (200 tokens to generate), worth 60 ms of TTFT each, 2.4 s in all, and
+  // this request's KV read in their steps; cold: 1 s of prefill, nobody stalled.
   const d = decodeScene(40, 1000).route(6000, 64);
   assert.equal(d.worker.id, 'cold');
   assert.equal(d.reason, 'spill');
   // Without the decode terms (TTFT alone) the hot worker's 600 ms wins.
-  const ttftOnly = decodeScene(40, 1000, { tpotWorthMs: 0 }).route(6000, 64);
+  const ttftOnly = decodeScene(40, 1000, { decodeMsPer1kContext: 0, stallWeight: 0 }).route(6000, 64);
   assert.equal(ttftOnly.worker.id, 'hot');
 });
 
@@ -258,9 +258,9 @@ test('decode-aware: a short new prompt on a hot prefix stays home when the hot w
 
 test('decode-aware: a long answer avoids a batch of long-context decodes that would stretch its TPOT', () => {
   // 200 new tokens, 1,000 to generate. hot runs 80 decodes over 8,000-token contexts: each of this
-  // request's steps reads their ~650k tokens of KV (+39 ms TPOT), and it adds ~0.28 ms to each of
-  // theirs. cold runs 10 short requests: recomputing 4,200 tokens there takes 420 ms and adds
-  // 2.1 ms to each one's TPOT, against 0.1 ms at hot.
+  // request's steps reads their ~650k tokens of KV (+39 ms a token, 39 s in all), and it adds
+  // ~0.28 ms to each of their steps. cold runs 10 short requests: recomputing 4,200 tokens there
+  // takes 420 ms and stalls all 10 of them, against 20 ms of 80 at hot.
   const d = decodeScene(80, 8000, {}, 10).route(200, 1000);
   assert.equal(d.worker.id, 'cold');
   // The KV-read term decides: without it (prefill stall only) the prefix stays home.
@@ -269,9 +269,10 @@ test('decode-aware: a long answer avoids a batch of long-context decodes that wo
 });
 
 test('decode-aware: a long prefill avoids a worker whose batch has short answers to finish', () => {
-  // Two idle-looking workers with 10 requests each: at shortAnswers they have 4 tokens left to
-  // generate, at longAnswers 400. A 6,000-token uncached prompt stalls either batch 600 ms, which
-  // is 200 ms on each short answer's TPOT but 1.5 ms on each long one's.
+  // Two workers with 10 requests each: at shortAnswers they have 4 tokens to generate, at
+  // longAnswers 400. A 6,000-token uncached prompt stalls either batch 600 ms: 200 ms on each short
+  // answer's TPOT (worth 4 s of TTFT at the default 20 ms per ms of TPOT), 1.5 ms on each long
+  // one's (worth 30 ms).
   const policy = createPolicy('kvgate', { learnPrefillRate: false, prefillTokensPerSec: 10_000 });
   const { router: r } = router(policy);
   const short = worker('shortAnswers');
