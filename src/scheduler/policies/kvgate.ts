@@ -9,7 +9,7 @@
  *
  *   ttftMs = 1000 · (prefill tokens queued ahead + this request's uncached tokens) / prefill rate
  *            + queueMsPerWaiting · waiting + decodeMsPerRunning · running
- *   costMs = ttftMs + max(out, W · out / (out − 1)) · k · C
+ *   costMs = ttftMs + W · k · C / max(0.05, 1 − (decodeStepMs + k · C) / tpotTargetMs)
  *            + stallWeight · (S · uncached / prefill rate + N · out · k · context)
  *
  * "Queued ahead" is the gateway's own count of prompt tokens dispatched there and not yet past
@@ -24,7 +24,8 @@
  * steps, a gap that adds T / (n − 1) to the TPOT of one with n tokens to generate (S sums
  * W / (n − 1) over the batch, W = tpotWorthMs, the ratio of the TTFT and TPOT targets); and every
  * decode step reads the KV of the whole batch at k = decodeMsPer1kContext per 1,000 tokens, which
- * lengthens this request's decode and its neighbours'. So a long uncached prompt is not sent to a
+ * slows this request's tokens (weighed by how close that brings its TPOT to tpotTargetMs) and
+ * its neighbours'. So a long uncached prompt is not sent to a
  * worker whose running decodes it would stall (least of all short answers about to finish), and a
  * session or shared prefix does not pile onto a worker whose batch already makes every token slow,
  * unless the cache saves more than that costs.
@@ -98,6 +99,14 @@ export const kvgateOptions = z.strictObject({
   // of the two latency targets the fleet is run to: a stall of T ms costs a running request with n
   // tokens to generate T · tpotWorthMs / (n − 1).
   tpotWorthMs: numberKnob(20, 'what a millisecond of TPOT is worth in milliseconds of TTFT (the ratio of the TTFT and TPOT targets)'),
+  // A decode step reads the weights once whatever the batch: weight bytes / memory bandwidth plus
+  // the step's fixed overhead. Llama-3.1-8B in bf16 is 16 GB; at ~70% of an H100's 3.35 TB/s that
+  // is 6.9 ms, + ~0.5 ms. Set it for the deployment.
+  decodeStepMs: numberKnob(7.5, 'a decode step with an empty batch (reading the weights), ms', { min: 0 }),
+  // The TPOT target the fleet is run to (with tpotWorthMs, the TTFT target is their product).
+  tpotTargetMs: numberKnob(50, 'TPOT target, ms: a worker whose batch would put this request near it costs it more', {
+    min: 1,
+  }),
   // 1: every request's delay counts the same as this one's.
   stallWeight: numberKnob(
     1,
@@ -207,6 +216,8 @@ export class KvgatePolicy implements Policy {
           decodeMsPerRunning: p.decodeMsPerRunning,
           decodeMsPer1kContext: p.decodeMsPer1kContext,
           tpotWorthMs: p.tpotWorthMs,
+          decodeStepMs: p.decodeStepMs,
+          tpotTargetMs: p.tpotTargetMs,
           stallWeight: p.stallWeight,
           prefillRate: (w) => this.prefillRate(w),
           inflightBatch: (w) => this.inflightBatch.get(w.id) ?? NO_BATCH,

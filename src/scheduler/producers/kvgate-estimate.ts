@@ -25,25 +25,26 @@
  * (both scaled up from this gateway's requests to N), P = this prompt, out = its expected output
  * (max_tokens, capped as for reservations), W = tpotWorthMs:
  *
- *   decodeMs = max(out, W · out / (out − 1)) · k · C    each of this request's decode steps reads
- *                                                        the batch's KV: its decode (E2E) grows
- *                                                        by out · k · C, its TPOT by k · C, and
- *                                                        the larger counts
- *   stallMs  = S · msPerToken · uncached                 its prefill chunks ride in the batch's
- *                                                        steps: a one-off gap that adds T / (n − 1)
- *                                                        to the TPOT of a request with n tokens to
- *                                                        generate (stallShare = W / (n − 1); most
- *                                                        to short answers about to finish)
- *              + N · out · k · (P + out/2)               and its KV is read in each of their steps
- *                                                        while it decodes (their decodes taken to
- *                                                        last at least as long)
+ *   decodeMs = W · k · C / headroom       each of this request's decode steps reads the batch's
+ *                                         KV: its TPOT grows by k · C, worth more the nearer
+ *                                         that brings it to the target (0 for a one-token answer)
+ *   headroom = max(0.05, 1 − (decodeStepMs + k · C) / tpotTargetMs)
+ *   stallMs  = S · msPerToken · uncached  its prefill chunks ride in the batch's steps: a one-off
+ *                                         gap that adds T / (n − 1) to the TPOT of a request with
+ *                                         n tokens to generate (stallShare = W / (n − 1): most to
+ *                                         short answers about to finish)
+ *              + N · out · k · (P + out/2)   and its KV is read in each of their steps while it
+ *                                         decodes (their decodes taken to last at least as long)
  *   costMs   = ttftMs + decodeMs + stallWeight · stallMs
  *
- * costMs puts the TTFT a cached prefix saves against the decode time that joining a crowded batch
- * costs this request and what its prefill and its KV cost the worker's running requests, all in
- * milliseconds of TTFT (W converts TPOT: the ratio of the TTFT and TPOT targets). The fixed part of a decode step (reading the weights) is the same
- * everywhere and left out. The prefill rate is the one learned from first tokens; k is
- * configured (KV bytes per token / memory bandwidth).
+ * costMs puts the TTFT a cached prefix saves against the TPOT that joining a crowded batch costs
+ * this request and what its prefill and its KV cost the worker's running requests, all in
+ * milliseconds of TTFT (W converts TPOT: the ratio of the TTFT and TPOT targets). The SLO is a
+ * threshold: a step 1 ms slower costs little at 10 ms of a 50 ms target and everything at 45, so
+ * this request's own TPOT is divided by the headroom left to it; decodeStepMs (a step's fixed part,
+ * reading the weights) only places it against the target. The prefill rate is the one learned
+ * from first tokens; k and decodeStepMs are configured (KV bytes per token and weight bytes over
+ * memory bandwidth).
  *
  * waiting/running and free blocks come from the last snapshot plus dispatches since, or from the
  * gateway's in-flight accounting once the snapshot is stale (flagged USED_STALE_METRICS); in exact
@@ -52,8 +53,8 @@
  *
  * Inputs: the prefix matcher, the policy's learned prefill rate per worker, its in-flight batch
  * accounting per worker (context tokens, Σ stallShare(expected output)) and session table.
- * Options: queueMsPerWaiting, decodeMsPerRunning, decodeMsPer1kContext, tpotWorthMs, stallWeight
- * (the kvgate policy's).
+ * Options: queueMsPerWaiting, decodeMsPerRunning, decodeMsPer1kContext, tpotWorthMs, decodeStepMs,
+ * tpotTargetMs, stallWeight (the kvgate policy's).
  *
  * Estimates are kept for the request's lifetime: a retry over other workers estimates only the
  * workers not seen before.
@@ -84,7 +85,7 @@ export interface KvgateEstimate {
   outputTokens: number;
   /** Context tokens of the requests in w's batch (this request's decode steps read their KV). */
   batchContextTokens: number;
-  /** This request's decode at w: out · k · batch context longer, weighted by delayWeight. */
+  /** What the batch's KV reads cost this request's TPOT at w, in ms of TTFT. */
   decodeMs: number;
   /** What this request costs w's batch: its prefill stall weighted by stallShare, its KV read. */
   stallMs: number;
@@ -105,13 +106,10 @@ export interface KvgateEstimateTable {
 }
 
 /**
- * What slowing a request's decode steps by 1 ms each costs, in milliseconds of TTFT per token: its
- * decode, and so its E2E, grows by 1 ms a token, and its TPOT by 1 ms, worth tpotWorthMs; the larger
- * counts: δ(n) · n = max(n, tpotWorthMs · n / (n − 1)) for n > 1 output tokens.
+ * The least TPOT headroom (1 − expected TPOT / target) the decode term divides by: past the target
+ * the request misses it anyway, and 1/20 keeps a worker far past it costlier than one just past.
  */
-export function delayWeight(out: number, tpotWorthMs: number): number {
-  return out > 1 ? Math.max(1, tpotWorthMs / (out - 1)) : 1;
-}
+const MIN_TPOT_HEADROOM = 0.05;
 
 /**
  * What a one-off stall of 1 ms costs a request in the middle of its decode, in milliseconds of
@@ -139,8 +137,12 @@ export interface KvgateEstimateOptions {
    * reads); 0 drops the KV-read terms.
    */
   decodeMsPer1kContext: number;
-  /** What a millisecond of TPOT is worth in milliseconds of TTFT (see delayWeight). */
+  /** What a millisecond of TPOT is worth in milliseconds of TTFT (see stallShare). */
   tpotWorthMs: number;
+  /** A decode step with nothing in the batch (reading the weights), ms. */
+  decodeStepMs: number;
+  /** The TPOT the fleet is run to, ms: this request's TPOT is weighed by the headroom left to it. */
+  tpotTargetMs: number;
   /** What the delay of the other requests counts for against this request's own. */
   stallWeight: number;
   /** Prefill throughput assumed for `w`, tokens/s. */
@@ -172,7 +174,6 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
         const sessionWorker = req.sessionKey !== undefined ? o.sessionWorker(req.sessionKey) : undefined;
         const out = Math.min(req.maxTokens, RESERVE_OUTPUT_TOKENS_CAP);
         const kPerToken = o.decodeMsPer1kContext / 1000;
-        const selfWeight = delayWeight(out, o.tpotWorthMs);
         for (const w of ws) {
           if (m.has(w)) continue;
           const probe = o.exact ? w.oracle : undefined;
@@ -201,7 +202,12 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           const scale = mine > 0 ? Math.max(1, batch / mine) : 0;
           const batchCtx = mine > 0 ? ours.contextTokens * scale : batch * (prompt + out / 2);
           const batchStall = mine > 0 ? ours.stallShare * scale : batch * stallShare(out, o.tpotWorthMs);
-          const decodeMs = selfWeight * out * kPerToken * batchCtx;
+          // This request's TPOT here: a bare step plus the batch's KV. Its worth grows as it nears
+          // the target (the SLO is a threshold: far below it a slower step costs little, near it
+          // everything), 1 / the headroom left, floored so costs stay ordered beyond the target.
+          const kvMs = kPerToken * batchCtx;
+          const headroom = Math.max(MIN_TPOT_HEADROOM, 1 - (o.decodeStepMs + kvMs) / o.tpotTargetMs);
+          const decodeMs = out > 1 ? (o.tpotWorthMs * kvMs) / headroom : 0;
           const stallMs = batchStall * msPerToken * uncached + batch * out * kPerToken * (prompt + out / 2);
           const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
           const need = Math.ceil(uncached / w.blockSize);

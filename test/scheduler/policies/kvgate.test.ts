@@ -292,6 +292,33 @@ test('decode-aware: a long prefill avoids a worker whose batch has short answers
   }
 });
 
+test('decode-aware: far below the TPOT target a long context next door costs little; near it, everything', () => {
+  // No cache anywhere. `doc` decodes one 16,000-token request (~1 ms more per step: 8.5 ms of a
+  // 50 ms target); `shorts` decodes four 1,000-token ones. A short prompt with a long answer joins
+  // `doc`: its TPOT barely moves there, while at `shorts` its prefill and KV touch four requests.
+  const scene = (docContext: number) => {
+    const { router: r } = router(createPolicy('kvgate', { learnPrefillRate: false, prefillTokensPerSec: 10_000 }));
+    const doc = worker('doc', { blocks: 100_000 });
+    const shorts = worker('shorts', { blocks: 100_000 });
+    const fill = (w: typeof doc, n: number, context: number, base: number) => {
+      for (let i = 0; i < n; i++) {
+        const x = request(seq(base + i * context, context), { maxTokens: 400 });
+        assert.ok(r.route(x, [w]).ok);
+        r.firstToken(x.id);
+      }
+      w.applySnapshot({ at: 0, kvUsage: 0.1, running: n, waiting: 0 });
+    };
+    fill(doc, 1, docContext, 6_000_000);
+    fill(shorts, 4, 1000, 7_000_000);
+    const out = r.route(request(seq(8_000_000, 800), { maxTokens: 250 }), [doc, shorts]);
+    assert.ok(out.ok);
+    return out.ok ? out.decision.worker.id : '';
+  };
+  assert.equal(scene(16_000), 'doc');
+  // 600,000 tokens of context would put this request's TPOT at ~44 ms, near the target: it avoids it.
+  assert.equal(scene(600_000), 'shorts');
+});
+
 test('a worker not yet learned is assumed as fast as its pool, not the configured default', () => {
   const policy = createPolicy('kvgate', { prefillTokensPerSec: 10_000 }) as KvgatePolicy;
   const { router: r, clock } = router(policy);

@@ -37,6 +37,8 @@ function producer(
     decodeMsPerRunning: 0.5,
     decodeMsPer1kContext: decode.msPer1k,
     tpotWorthMs: 20,
+    decodeStepMs: 7.5,
+    tpotTargetMs: 50,
     stallWeight: 1,
     prefillRate: (w) => rates[w.id] ?? 10_000,
     inflightBatch: (w) => decode.batch[w.id] ?? { contextTokens: 0, stallShare: 0 },
