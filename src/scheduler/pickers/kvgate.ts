@@ -1,20 +1,27 @@
 /**
- * Picker `kvgate` (the load guard): trades cache affinity against waiting time, with hysteresis.
- * Reads the candidates' weighted scores and the estimates of the `kvgate-estimate` producer.
+ * Picker `kvgate` (the load guard): trades cache affinity against waiting and decode time, with
+ * hysteresis. Reads the candidates' weighted scores and the estimates of the `kvgate-estimate`
+ * producer, whose cost (TTFT + this request's decode slowdown at the worker + stallWeight · the
+ * delay it causes the worker's batch, in ms of TTFT, delays of short answers counted as TPOT) is
+ * what the bands compare.
  *
- *  1. near = candidates whose ttft ≤ min ttft · (1 + nearRelative) + nearAbsoluteMs;
+ *  1. near = candidates whose cost ≤ min cost · (1 + nearRelative) + nearAbsoluteMs;
  *  2. A = the near candidate with the best weighted score (prefix weighs most): among the near-
- *     least-loaded the best cache match still wins, affinity is never discarded (falling back to
+ *     cheapest the best cache match still wins, affinity is never discarded (falling back to
  *     pure least-load, as SGLang's router does, collapses the hit rate);
- *  3. B = the candidate with the largest expected prefix hit overall (among equals the lower ttft);
- *  4. if B holds more than minHitGain more of the prompt than A, and its ttft is within
- *       ttft(A) · (1 + spillRelative) + spillAbsoluteMs
+ *  3. B = the candidate with the largest expected prefix hit overall (among equals the lower cost);
+ *  4. if B holds more than minHitGain more of the prompt than A, and its cost is within
+ *       cost(A) · (1 + spillRelative) + spillAbsoluteMs
  *       + spillSavedFraction · (prefill time of the tokens B has cached beyond A, at A's rate),
  *     take B ('prefix'): a long prefix keeps its home through more load than a short one that is
  *     cheap to recompute anywhere. Otherwise take A: 'spill' when B was the better cache match but
- *     too busy (the prefix then gets cached on A as well, Preble's explore step), else 'prefix' if
- *     A holds part of the prompt, 'session' if A is the session's worker (and wSession > 0),
+ *     too costly (the prefix then gets cached on A as well, Preble's explore step), else 'prefix'
+ *     if A holds part of the prompt, 'session' if A is the session's worker (and wSession > 0),
  *     'load' otherwise. '+overfull' is appended when the KV-fit filter found no worker with room.
+ *
+ * Because the cost charges a busy worker for the decodes an uncached prefill would stall and for
+ * the KV its batch makes every decode step read, a hot prefix spills to a quieter worker as soon
+ * as that costs less than it saves, whether or not the hot worker is "full".
  *
  * Ties break at random through ctx.rng (reservoir sampling, A's ties first, then B's).
  * Options: nearRelative, nearAbsoluteMs, spillRelative, spillAbsoluteMs, spillSavedFraction,
@@ -43,13 +50,13 @@ export function kvgatePicker(p: KvgatePickerOptions): Picker {
       if (!est) throw new Error('the kvgate picker needs the kvgate-estimate producer to run first');
       const e = (c: ScoredWorker): KvgateEstimate => est.get(c.worker)!;
       let tmin = Infinity;
-      for (const c of candidates) tmin = Math.min(tmin, e(c).ttftMs);
+      for (const c of candidates) tmin = Math.min(tmin, e(c).costMs);
       const band = tmin * (1 + p.nearRelative) + p.nearAbsoluteMs;
       // A: best weighted score among the near-least-loaded (reservoir-sampled ties).
       let a: ScoredWorker | null = null;
       let ties = 0;
       for (const c of candidates) {
-        if (e(c).ttftMs > band) continue;
+        if (e(c).costMs > band) continue;
         if (a === null || c.score > a.score + 1e-9) {
           a = c;
           ties = 1;
@@ -60,10 +67,10 @@ export function kvgatePicker(p: KvgatePickerOptions): Picker {
       ties = 0;
       for (const c of candidates) {
         const ec = e(c);
-        if (b === null || ec.hit > e(b).hit + 1e-9 || (Math.abs(ec.hit - e(b).hit) <= 1e-9 && ec.ttftMs < e(b).ttftMs - 1e-9)) {
+        if (b === null || ec.hit > e(b).hit + 1e-9 || (Math.abs(ec.hit - e(b).hit) <= 1e-9 && ec.costMs < e(b).costMs - 1e-9)) {
           b = c;
           ties = 1;
-        } else if (Math.abs(ec.hit - e(b).hit) <= 1e-9 && Math.abs(ec.ttftMs - e(b).ttftMs) <= 1e-9 && ctx.rng() * ++ties < 1) b = c;
+        } else if (Math.abs(ec.hit - e(b).hit) <= 1e-9 && Math.abs(ec.costMs - e(b).costMs) <= 1e-9 && ctx.rng() * ++ties < 1) b = c;
       }
       const ea = e(a!);
       const eb = e(b!);
@@ -72,7 +79,7 @@ export function kvgatePicker(p: KvgatePickerOptions): Picker {
       let reason: string;
       if (eb.hit > ea.hit + p.minHitGain) {
         const savedMs = p.spillSavedFraction * ea.msPerToken * (eb.cachedTokens - ea.cachedTokens);
-        if (eb.ttftMs <= ea.ttftMs * (1 + p.spillRelative) + p.spillAbsoluteMs + savedMs) {
+        if (eb.costMs <= ea.costMs * (1 + p.spillRelative) + p.spillAbsoluteMs + savedMs) {
           picked = b!;
           hit = eb.hit;
           reason = 'prefix';

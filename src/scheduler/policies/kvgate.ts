@@ -9,13 +9,26 @@
  *
  *   ttftMs = 1000 · (prefill tokens queued ahead + this request's uncached tokens) / prefill rate
  *            + queueMsPerWaiting · waiting + decodeMsPerRunning · running
+ *   costMs = ttftMs + W · k · C / max(0.05, 1 − (decodeStepMs + k · C) / tpotTargetMs)
+ *            + stallWeight · (S · uncached / prefill rate + N · out · k · context)
  *
  * "Queued ahead" is the gateway's own count of prompt tokens dispatched there and not yet past
  * their first token (WorkerState.inflightPrefillTokens), so it is exact for this gateway's traffic
  * and never stale; waiting/running come from the snapshot plus dispatches since, or from the
  * gateway's in-flight count once the snapshot is stale (say so, never fail closed). The prefill
  * rate is configured per deployment and, by default, learned per worker from observed first
- * tokens (onFirstToken).
+ * tokens (onFirstToken); a worker not learned yet is assumed to do what its pool has learned.
+ *
+ * The cost is decode-aware: the N requests batched at the worker, with C context tokens between
+ * them (the gateway's in-flight accounting), get this request's uncached prefill chunks in their
+ * steps, a gap that adds T / (n − 1) to the TPOT of one with n tokens to generate (S sums
+ * W / (n − 1) over the batch, W = tpotWorthMs, the ratio of the TTFT and TPOT targets); and every
+ * decode step reads the KV of the whole batch at k = decodeMsPer1kContext per 1,000 tokens, which
+ * slows this request's tokens (weighed by how close that brings its TPOT to tpotTargetMs) and
+ * its neighbours'. So a long uncached prompt is not sent to a
+ * worker whose running decodes it would stall (least of all short answers about to finish), and a
+ * session or shared prefix does not pile onto a worker whose batch already makes every token slow,
+ * unless the cache saves more than that costs.
  *
  * The picker (pickers/kvgate.ts) takes the best weighted score among the workers near the lowest
  * ttft, unless the best-cached worker is worth its extra wait ('prefix'); otherwise the prefix
@@ -32,7 +45,8 @@ import { PREFIX_INDEX_DEFAULTS, PrefixIndex } from '../index/prefix-index.js';
 import { PrefixMatcher } from '../index/prefix-match.js';
 import { kvgatePicker } from '../pickers/kvgate.js';
 import { PipelinePolicy } from '../pipeline.js';
-import { kvgateEstimate, kvgateEstimateProducer } from '../producers/kvgate-estimate.js';
+import { RESERVE_OUTPUT_TOKENS_CAP } from '../router.js';
+import { kvgateEstimate, kvgateEstimateProducer, stallShare } from '../producers/kvgate-estimate.js';
 import {
   kvgateHeadroomScorer,
   kvgateLoadScorer,
@@ -54,14 +68,14 @@ import { booleanKnob, choiceKnob, indexKnobs, numberKnob } from './knobs.js';
 /**
  * The kvgate policy's options, with their defaults.
  *
- * The near band and the spill test are relative so they scale with the workload: an absolute
- * allowance larger than a short request's whole TTFT lets cache affinity pile short prompts onto
- * the workers that first saw their prefix while others idle, and a large share of a busy worker's
- * TTFT piles the decodes of shared documents onto one worker, costing TPOT. The spill test's slack
- * is only the exploit bias (the TTFT estimate already charges the uncached tokens); most of it
- * comes from spillSavedFraction, which scales with the prefix: a long shared prefix is worth
- * keeping home (moving it costs a long recompute and splits its cache), a short one is cheap to
- * recompute anywhere.
+ * The near band and the spill test compare costs (TTFT plus the decode delay the placement costs
+ * this request and the worker's batch, in ms of TTFT) and are relative so they scale with the
+ * workload: an absolute allowance larger than a short request's whole cost lets cache affinity pile short
+ * prompts onto the workers that first saw their prefix while others idle. The spill test's slack
+ * is only the exploit bias (the cost already charges the uncached tokens); most of it comes from
+ * spillSavedFraction, which scales with the prefix: a long shared prefix is worth keeping home
+ * (moving it costs a long recompute and splits its cache), a short one is cheap to recompute
+ * anywhere.
  */
 export const kvgateOptions = z.strictObject({
   prefillTokensPerSec: numberKnob(
@@ -74,6 +88,30 @@ export const kvgateOptions = z.strictObject({
   learnMinTokens: numberKnob(256, 'learn only from requests with at least this many tokens to prefill'),
   queueMsPerWaiting: numberKnob(2, 'added to the TTFT estimate per request waiting at the worker, ms'),
   decodeMsPerRunning: numberKnob(0.5, 'added to the TTFT estimate per running request (decodes share the batch), ms'),
+  // Each decode step reads the KV of every request in the batch: bytes per token / bandwidth.
+  // Llama-3.1-8B in bf16 holds 2 · 32 layers · 8 KV heads · 128 · 2 bytes = 128 KiB per token; an
+  // H100 streams ~70% of 3.35 TB/s, so 1,000 tokens add ~0.056 ms. Set it for the deployment.
+  decodeMsPer1kContext: numberKnob(
+    0.06,
+    "how much a decode step lengthens per 1,000 context tokens in the worker's batch, ms (KV bytes per token / memory bandwidth; 0 ignores decode crowding)",
+  ),
+  // A request is as late 1 ms over a 50 ms TPOT target as 20 ms over a 1 s TTFT target: the ratio
+  // of the two latency targets the fleet is run to: a stall of T ms costs a running request with n
+  // tokens to generate T · tpotWorthMs / (n − 1).
+  tpotWorthMs: numberKnob(20, 'what a millisecond of TPOT is worth in milliseconds of TTFT (the ratio of the TTFT and TPOT targets)'),
+  // A decode step reads the weights once whatever the batch: weight bytes / memory bandwidth plus
+  // the step's fixed overhead. Llama-3.1-8B in bf16 is 16 GB; at ~70% of an H100's 3.35 TB/s that
+  // is 6.9 ms, + ~0.5 ms. Set it for the deployment.
+  decodeStepMs: numberKnob(7.5, 'a decode step with an empty batch (reading the weights), ms', { min: 0 }),
+  // The TPOT target the fleet is run to (with tpotWorthMs, the TTFT target is their product).
+  tpotTargetMs: numberKnob(50, 'TPOT target, ms: a worker whose batch would put this request near it costs it more', {
+    min: 1,
+  }),
+  // 1: every request's delay counts the same as this one's.
+  stallWeight: numberKnob(
+    1,
+    "what the delay the request causes the worker's other requests counts for against its own (1: all alike; 0: own TTFT and decode only)",
+  ),
   nearRelative: numberKnob(0.25, 'near band: workers with TTFT ≤ min TTFT · (1 + nearRelative) + nearAbsoluteMs'),
   nearAbsoluteMs: numberKnob(0, 'absolute slack of the near band, ms'),
   spillRelative: numberKnob(
@@ -115,10 +153,14 @@ export const kvgateOptions = z.strictObject({
 
 export type KvgateOptions = z.output<typeof kvgateOptions>;
 
+const NO_BATCH = { contextTokens: 0, stallShare: 0 };
+
 /** Clock time the request was dispatched (written at dispatch, read at its first token). */
 const DISPATCHED_AT = stateKey<number>('kvgate.dispatched-at');
 /** The request's first token came back: its prediction is confirmed. */
 const CONFIRMED = stateKey<true>('kvgate.confirmed');
+/** The context tokens this request added to its worker's in-flight context (released at completion). */
+const BATCH_CHARGED = stateKey<{ worker: string; contextTokens: number; stallShare: number }>('kvgate.batch-charged');
 
 export class KvgatePolicy implements Policy {
   readonly name: string;
@@ -127,6 +169,10 @@ export class KvgatePolicy implements Policy {
   readonly prefixIndex: PrefixIndex;
   /** Learned prefill throughput per worker id, tokens/s. */
   readonly prefillRates = new Map<string, number>();
+  /** Sum and count of the learned rates per pool: what a worker not yet learned is assumed to do. */
+  private readonly poolRates = new Map<string, { sum: number; n: number }>();
+  /** Context tokens and TPOT share of this gateway's requests in flight, per worker id. */
+  private readonly inflightBatch = new Map<string, { contextTokens: number; stallShare: number; n: number }>();
   /**
    * Read each worker's exact cache and queue through WorkerState.oracle (simulation only) instead
    * of the index and the metrics: the `oracle` policy, kvgate's decision rules with perfect
@@ -168,7 +214,13 @@ export class KvgatePolicy implements Policy {
           exact,
           queueMsPerWaiting: p.queueMsPerWaiting,
           decodeMsPerRunning: p.decodeMsPerRunning,
+          decodeMsPer1kContext: p.decodeMsPer1kContext,
+          tpotWorthMs: p.tpotWorthMs,
+          decodeStepMs: p.decodeStepMs,
+          tpotTargetMs: p.tpotTargetMs,
+          stallWeight: p.stallWeight,
           prefillRate: (w) => this.prefillRate(w),
+          inflightBatch: (w) => this.inflightBatch.get(w.id) ?? NO_BATCH,
           sessionWorker: (key) => this.sessions.get(key),
         }),
       ],
@@ -193,8 +245,29 @@ export class KvgatePolicy implements Policy {
     return { kvgate: { prefillTokensPerSec: Math.round(this.prefillRate(w)), prefillRateLearned: this.prefillRates.has(w.id) } };
   }
 
+  /**
+   * The worker's learned prefill rate; until it has one, the mean of its pool's learned rates
+   * (same model, same kind of hardware), else the configured rate. Falling back to the configured
+   * rate while the pool has learned otherwise would make a worker that was never picked look
+   * slower or faster than its peers for as long as nobody picks it.
+   */
   prefillRate(w: WorkerState): number {
-    return this.prefillRates.get(w.id) ?? this.params.prefillTokensPerSec;
+    const own = this.prefillRates.get(w.id);
+    if (own !== undefined) return own;
+    const pool = this.poolRates.get(w.pool);
+    return pool !== undefined && pool.n > 0 ? pool.sum / pool.n : this.params.prefillTokensPerSec;
+  }
+
+  private setPrefillRate(w: WorkerState, rate: number): void {
+    const prev = this.prefillRates.get(w.id);
+    let pool = this.poolRates.get(w.pool);
+    if (!pool) {
+      pool = { sum: 0, n: 0 };
+      this.poolRates.set(w.pool, pool);
+    }
+    pool.sum += rate - (prev ?? 0);
+    if (prev === undefined) pool.n++;
+    this.prefillRates.set(w.id, rate);
   }
 
   /** Predict the prompt's blocks at the worker and remember the session's worker. */
@@ -209,6 +282,21 @@ export class KvgatePolicy implements Policy {
       }
     }
     req.state.set(DISPATCHED_AT, ctx.now);
+    const out = Math.min(req.maxTokens, RESERVE_OUTPUT_TOKENS_CAP);
+    const charge = {
+      worker: w.id,
+      contextTokens: req.promptTokens.length + out / 2,
+      stallShare: stallShare(out, this.params.tpotWorthMs),
+    };
+    req.state.set(BATCH_CHARGED, charge);
+    let b = this.inflightBatch.get(w.id);
+    if (!b) {
+      b = { contextTokens: 0, stallShare: 0, n: 0 };
+      this.inflightBatch.set(w.id, b);
+    }
+    b.contextTokens += charge.contextTokens;
+    b.stallShare += charge.stallShare;
+    b.n++;
   }
 
   /** Confirm the prediction and learn the worker's prefill rate from the time to first token. */
@@ -226,10 +314,19 @@ export class KvgatePolicy implements Policy {
     const base = this.params.prefillTokensPerSec;
     const clamped = Math.min(base * 10, Math.max(base / 10, observed));
     const prev = this.prefillRate(w);
-    this.prefillRates.set(w.id, prev + this.params.learnAlpha * (clamped - prev));
+    this.setPrefillRate(w, prev + this.params.learnAlpha * (clamped - prev));
   }
 
   onComplete(req: RouteRequest, w: WorkerState, ok: boolean, ctx: RoutingContext): void {
+    const charged = req.state.get(BATCH_CHARGED);
+    if (charged !== undefined) {
+      req.state.delete(BATCH_CHARGED);
+      const b = this.inflightBatch.get(charged.worker);
+      if (b && --b.n > 0) {
+        b.contextTokens -= charged.contextTokens;
+        b.stallShare -= charged.stallShare;
+      } else this.inflightBatch.delete(charged.worker);
+    }
     if (req.state.get(CONFIRMED) === true) return;
     // A non-streamed request may complete without a first-token callback: its prefill is done
     // too. One that failed before its first token never filled the cache: withdraw its prediction.

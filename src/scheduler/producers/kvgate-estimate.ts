@@ -15,13 +15,46 @@
  *   headroom = clamp01((free blocks − blocks for the uncached tokens) / numGpuBlocks)
  *   session  = the request's session key was last routed to w
  *
+ * and what the placement does to decoding, from the engine's step mechanics (vLLM V1, chunked
+ * prefill): every step has one token budget; running decodes take one token each and prefill
+ * chunks the rest, and a step's time grows by about 1 / prefill rate per prefill token in it
+ * (compute) and by k = decodeMsPer1kContext / 1000 per context token of the decodes in it (each
+ * reads its whole KV). So with N = the requests in w's batch (running + waiting: the larger of the
+ * last report and this gateway's own in-flight count), C = their context tokens (the gateway's
+ * in-flight prompts plus half their expected outputs), S = Σ stallShare(their expected outputs)
+ * (both scaled up from this gateway's requests to N), P = this prompt, out = its expected output
+ * (max_tokens, capped as for reservations), W = tpotWorthMs:
+ *
+ *   decodeMs = W · k · C / headroom       each of this request's decode steps reads the batch's
+ *                                         KV: its TPOT grows by k · C, worth more the nearer
+ *                                         that brings it to the target (0 for a one-token answer)
+ *   headroom = max(0.05, 1 − (decodeStepMs + k · C) / tpotTargetMs)
+ *   stallMs  = S · msPerToken · uncached  its prefill chunks ride in the batch's steps: a one-off
+ *                                         gap that adds T / (n − 1) to the TPOT of a request with
+ *                                         n tokens to generate (stallShare = W / (n − 1): most to
+ *                                         short answers about to finish)
+ *              + N · out · k · (P + out/2)   and its KV is read in each of their steps while it
+ *                                         decodes (their decodes taken to last at least as long)
+ *   costMs   = ttftMs + decodeMs + stallWeight · stallMs
+ *
+ * costMs puts the TTFT a cached prefix saves against the TPOT that joining a crowded batch costs
+ * this request and what its prefill and its KV cost the worker's running requests, all in
+ * milliseconds of TTFT (W converts TPOT: the ratio of the TTFT and TPOT targets). The SLO is a
+ * threshold: a step 1 ms slower costs little at 10 ms of a 50 ms target and everything at 45, so
+ * this request's own TPOT is divided by the headroom left to it; decodeStepMs (a step's fixed part,
+ * reading the weights) only places it against the target. The prefill rate is the one learned
+ * from first tokens; k and decodeStepMs are configured (KV bytes per token and weight bytes over
+ * memory bandwidth).
+ *
  * waiting/running and free blocks come from the last snapshot plus dispatches since, or from the
  * gateway's in-flight accounting once the snapshot is stale (flagged USED_STALE_METRICS); in exact
- * mode from the probe. The table adds the candidates' ranges (min ttft, min/max waiting and
- * running) that the relative scorers normalise with.
+ * mode from the probe. The table adds the candidates' ranges (min ttft, min cost, min/max waiting
+ * and running) that the relative scorers normalise with.
  *
- * Inputs: the prefix matcher, the policy's learned prefill rate per worker and session table.
- * Options: queueMsPerWaiting, decodeMsPerRunning (the kvgate policy's).
+ * Inputs: the prefix matcher, the policy's learned prefill rate per worker, its in-flight batch
+ * accounting per worker (context tokens, Σ stallShare(expected output)) and session table.
+ * Options: queueMsPerWaiting, decodeMsPerRunning, decodeMsPer1kContext, tpotWorthMs, decodeStepMs,
+ * tpotTargetMs, stallWeight (the kvgate policy's).
  *
  * Estimates are kept for the request's lifetime: a retry over other workers estimates only the
  * workers not seen before.
@@ -30,6 +63,7 @@ import type { WorkerState } from '../../fleet/worker-state.js';
 import { stateKey } from '../../util/state.js';
 import type { PrefixMatcher } from '../index/prefix-match.js';
 import { clamp01 } from '../pipeline.js';
+import { RESERVE_OUTPUT_TOKENS_CAP } from '../router.js';
 import { USED_STALE_METRICS } from '../state-keys.js';
 import type { Producer, RouteRequest } from '../types.js';
 
@@ -47,6 +81,16 @@ export interface KvgateEstimate {
   waiting: number;
   running: number;
   session: boolean;
+  /** Output tokens expected (max_tokens, capped as for reservations). */
+  outputTokens: number;
+  /** Context tokens of the requests in w's batch (this request's decode steps read their KV). */
+  batchContextTokens: number;
+  /** What the batch's KV reads cost this request's TPOT at w, in ms of TTFT. */
+  decodeMs: number;
+  /** What this request costs w's batch: its prefill stall weighted by stallShare, its KV read. */
+  stallMs: number;
+  /** ttftMs + decodeMs + stallWeight · stallMs: what this placement costs, in ms of TTFT. */
+  costMs: number;
 }
 
 /** The candidates of one decision, their estimates in the same order, and the ranges. */
@@ -54,10 +98,27 @@ export interface KvgateEstimateTable {
   ws: readonly WorkerState[];
   est: KvgateEstimate[];
   minTtft: number;
+  minCost: number;
   minWait: number;
   maxWait: number;
   minRun: number;
   maxRun: number;
+}
+
+/**
+ * The least TPOT headroom (1 − expected TPOT / target) the decode term divides by: past the target
+ * the request misses it anyway, and 1/20 keeps a worker far past it costlier than one just past.
+ */
+const MIN_TPOT_HEADROOM = 0.05;
+
+/**
+ * What a one-off stall of 1 ms costs a request in the middle of its decode, in milliseconds of
+ * TTFT: its TTFT is behind it, and its TPOT grows by 1 / (n − 1) ms, worth tpotWorthMs each, so
+ * tpotWorthMs / (n − 1) for n > 1 output tokens. A one-token answer is still waiting for that
+ * token (1: the stall is TTFT to it).
+ */
+export function stallShare(out: number, tpotWorthMs: number): number {
+  return out > 1 ? tpotWorthMs / (out - 1) : 1;
 }
 
 /** Every worker estimated for the request so far, by worker. */
@@ -71,8 +132,26 @@ export interface KvgateEstimateOptions {
   exact: boolean;
   queueMsPerWaiting: number;
   decodeMsPerRunning: number;
+  /**
+   * How much a decode step lengthens per 1,000 context tokens in the batch, ms (the KV each step
+   * reads); 0 drops the KV-read terms.
+   */
+  decodeMsPer1kContext: number;
+  /** What a millisecond of TPOT is worth in milliseconds of TTFT (see stallShare). */
+  tpotWorthMs: number;
+  /** A decode step with nothing in the batch (reading the weights), ms. */
+  decodeStepMs: number;
+  /** The TPOT the fleet is run to, ms: this request's TPOT is weighed by the headroom left to it. */
+  tpotTargetMs: number;
+  /** What the delay of the other requests counts for against this request's own. */
+  stallWeight: number;
   /** Prefill throughput assumed for `w`, tokens/s. */
   prefillRate(w: WorkerState): number;
+  /**
+   * This gateway's requests in flight at `w` (their number is w.inflightCount): their context
+   * tokens (prompt plus half the expected output) and Σ stallShare(expected output).
+   */
+  inflightBatch(w: WorkerState): { contextTokens: number; stallShare: number };
   /** Worker id the session key was last routed to. */
   sessionWorker(sessionKey: string): string | undefined;
 }
@@ -93,6 +172,8 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
         const matches = o.matcher.matches(req, ws, ctx);
         const prompt = req.promptTokens.length;
         const sessionWorker = req.sessionKey !== undefined ? o.sessionWorker(req.sessionKey) : undefined;
+        const out = Math.min(req.maxTokens, RESERVE_OUTPUT_TOKENS_CAP);
+        const kPerToken = o.decodeMsPer1kContext / 1000;
         for (const w of ws) {
           if (m.has(w)) continue;
           const probe = o.exact ? w.oracle : undefined;
@@ -108,6 +189,26 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           const msPerToken = 1000 / o.prefillRate(w);
           const ttftMs =
             msPerToken * (ahead + uncached) + o.queueMsPerWaiting * q.waiting + o.decodeMsPerRunning * q.running;
+          // The batch this request joins: what runs and waits there now, all of which decodes
+          // beside it. This gateway's own in-flight count is exact for its traffic; the last report
+          // may show more (other gateways' requests). Its context is the gateway's own in-flight
+          // context, scaled up to the batch, or this request's own context per request when nothing
+          // of ours is there.
+          const mine = w.inflightCount;
+          const batch = probe
+            ? probe.running() + probe.waiting()
+            : Math.max(mine, stale || !w.snapshot ? 0 : w.snapshot.running + w.snapshot.waiting);
+          const ours = o.inflightBatch(w);
+          const scale = mine > 0 ? Math.max(1, batch / mine) : 0;
+          const batchCtx = mine > 0 ? ours.contextTokens * scale : batch * (prompt + out / 2);
+          const batchStall = mine > 0 ? ours.stallShare * scale : batch * stallShare(out, o.tpotWorthMs);
+          // This request's TPOT here: a bare step plus the batch's KV. Its worth grows as it nears
+          // the target (the SLO is a threshold: far below it a slower step costs little, near it
+          // everything), 1 / the headroom left, floored so costs stay ordered beyond the target.
+          const kvMs = kPerToken * batchCtx;
+          const headroom = Math.max(MIN_TPOT_HEADROOM, 1 - (o.decodeStepMs + kvMs) / o.tpotTargetMs);
+          const decodeMs = out > 1 ? (o.tpotWorthMs * kvMs) / headroom : 0;
+          const stallMs = batchStall * msPerToken * uncached + batch * out * kPerToken * (prompt + out / 2);
           const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
           const need = Math.ceil(uncached / w.blockSize);
           m.set(w, {
@@ -121,13 +222,19 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
             waiting: q.waiting,
             running: q.running,
             session: sessionWorker === w.id,
+            outputTokens: out,
+            batchContextTokens: batchCtx,
+            decodeMs,
+            stallMs,
+            costMs: ttftMs + decodeMs + o.stallWeight * stallMs,
           });
         }
       }
       const est = ws.map((w) => m.get(w)!);
-      const t: KvgateEstimateTable = { ws, est, minTtft: Infinity, minWait: Infinity, maxWait: -Infinity, minRun: Infinity, maxRun: -Infinity };
+      const t: KvgateEstimateTable = { ws, est, minTtft: Infinity, minCost: Infinity, minWait: Infinity, maxWait: -Infinity, minRun: Infinity, maxRun: -Infinity };
       for (const e of est) {
         if (e.ttftMs < t.minTtft) t.minTtft = e.ttftMs;
+        if (e.costMs < t.minCost) t.minCost = e.costMs;
         if (e.waiting < t.minWait) t.minWait = e.waiting;
         if (e.waiting > t.maxWait) t.maxWait = e.waiting;
         if (e.running < t.minRun) t.minRun = e.running;

@@ -49,6 +49,11 @@ function setup(cs: Candidate[]): { req: RouteRequest; candidates: ScoredWorker[]
       waiting: 0,
       running: 0,
       session: c.session ?? false,
+      outputTokens: 16,
+      batchContextTokens: 0,
+      decodeMs: 0,
+      stallMs: 0,
+      costMs: c.ttftMs,
     });
     return { worker: w, score: c.score, parts: {} };
   });

@@ -24,14 +24,24 @@ import { request, seq, worker } from '../helpers.js';
 
 const ctx = (now = 0): RoutingContext => ({ now, rng: seededRng(1), staleAfterMs: 5000 });
 
-function producer(rates: Record<string, number> = {}, sessions: Record<string, string> = {}) {
+function producer(
+  rates: Record<string, number> = {},
+  sessions: Record<string, string> = {},
+  decode: { msPer1k: number; batch: Record<string, { contextTokens: number; stallShare: number }> } = { msPer1k: 0, batch: {} },
+) {
   const matcher = new PrefixMatcher(new PrefixIndex());
   const opts: KvgateEstimateOptions = {
     matcher,
     exact: false,
     queueMsPerWaiting: 2,
     decodeMsPerRunning: 0.5,
+    decodeMsPer1kContext: decode.msPer1k,
+    tpotWorthMs: 20,
+    decodeStepMs: 7.5,
+    tpotTargetMs: 50,
+    stallWeight: 1,
     prefillRate: (w) => rates[w.id] ?? 10_000,
+    inflightBatch: (w) => decode.batch[w.id] ?? { contextTokens: 0, stallShare: 0 },
     sessionWorker: (k) => sessions[k],
   };
   return { matcher, p: kvgateEstimateProducer(opts) };
@@ -44,7 +54,9 @@ function hold(matcher: PrefixMatcher, w: WorkerState, tokens: number[], blocks: 
 }
 
 test('per worker: cached share, TTFT from the prefill ahead and uncached at its rate plus the queue, headroom, session', () => {
-  const { matcher, p } = producer({ b: 20_000 }, { s1: 'b' });
+  // The one request this gateway has at a: 1,000 tokens of context, 3 tokens to generate, so a
+  // millisecond's stall adds 0.5 ms to its TPOT, worth 10 ms of TTFT.
+  const { matcher, p } = producer({ b: 20_000 }, { s1: 'b' }, { msPer1k: 0, batch: { a: { contextTokens: 1000, stallShare: 10 } } });
   const tokens = seq(0, 1600);
   const a = worker('a', { blocks: 1000, snapshot: { waiting: 3, running: 4, kvUsage: 0.5 } });
   const b = worker('b', { blocks: 1000, snapshot: { waiting: 0, running: 0, kvUsage: 0.9 } });
@@ -66,6 +78,13 @@ test('per worker: cached share, TTFT from the prefill ahead and uncached at its 
     waiting: 4,
     running: 4,
     session: false,
+    outputTokens: 16,
+    // a reports 7 requests where this gateway has 1: its batch is taken to be 7 like that one.
+    batchContextTokens: 7000,
+    decodeMs: 0,
+    // 80 ms of prefill stall for 7 requests like that one: 7 · 10 · 80 ms.
+    stallMs: 5600,
+    costMs: 130 + 5600,
   });
   // b: 1,600 uncached at 20,000 tokens/s, the session's worker, 100 blocks free of 1,000, needs 100.
   assert.deepEqual(
