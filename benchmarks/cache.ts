@@ -16,14 +16,14 @@
  *
  * Prints one line per store.
  */
-import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { availableParallelism, loadavg, tmpdir } from 'node:os';
+import { fork, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { CacheResult, CacheSpec } from './cache/client.js';
+import { CorePlan, freePort, median, processCpuMs, quantile, stopChild, waitReady } from './harness.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const cliPath = join(here, '..', 'src', 'cli.js');
@@ -39,61 +39,21 @@ Options:
   --rate R        requests per second (default 300)
   --stores LIST   memory,redis (default both)
   --json FILE     also write the results as JSON
+  --no-pin        do not pin the gateway to a core of its own (see benchmarks/harness.ts)
   -h, --help      this text
 `;
 
-function availableCores(): number {
-  return availableParallelism();
-}
 
 const TARGET_P99_MS: Record<string, number> = { memory: 1, redis: 3 };
 
-function quantile(xs: number[], q: number): number {
-  if (xs.length === 0) return NaN;
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
-}
-const median = (xs: number[]) => quantile(xs, 0.5);
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const a = srv.address();
-      srv.close(() => resolve(typeof a === 'object' && a ? a.port : 0));
-    });
-  });
-}
 
-async function waitReady(url: string, timeoutMs: number): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (Date.now() < end) {
-    try {
-      const r = await fetch(url);
-      await r.arrayBuffer();
-      if (r.status === 200) return;
-    } catch {
-      // not yet
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`${url} not ready after ${timeoutMs} ms`);
-}
 
-function stopChild(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve();
-    child.once('exit', () => resolve());
-    child.kill('SIGTERM');
-    setTimeout(() => child.kill('SIGKILL'), 3000).unref();
-  });
-}
 
-async function startRedis(): Promise<{ url: string; stop(): Promise<void> } | null> {
+async function startRedis(cores: CorePlan): Promise<{ url: string; stop(): Promise<void> } | null> {
   if (spawnSync('redis-server', ['--version']).status !== 0) return null;
   const port = await freePort();
-  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--loglevel', 'warning'], { stdio: 'ignore' });
+  const child = cores.spawn('load', 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--loglevel', 'warning'], { stdio: 'ignore' });
   const end = Date.now() + 10_000;
   for (;;) {
     const ok = spawnSync('redis-cli', ['-p', String(port), 'ping'], { encoding: 'utf8' }).stdout?.trim() === 'PONG';
@@ -114,7 +74,7 @@ interface Gateway {
   stop(): Promise<void>;
 }
 
-async function startKvgate(store: string, upstreamPort: number, redisUrl?: string): Promise<Gateway> {
+async function startKvgate(cores: CorePlan, store: string, upstreamPort: number, redisUrl?: string): Promise<Gateway> {
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-cache-bench-'));
   const port = await freePort();
   const config = {
@@ -123,7 +83,7 @@ async function startKvgate(store: string, upstreamPort: number, redisUrl?: strin
     cache: { enabled: true, store, ...(redisUrl ? { redis: { url: redisUrl } } : {}) },
   };
   writeFileSync(join(dir, 'kvgate.json'), JSON.stringify(config));
-  const child = spawn(process.execPath, [cliPath, 'serve', '--config', join(dir, 'kvgate.json')], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = cores.spawn('under-test', process.execPath, [cliPath, 'serve', '--config', join(dir, 'kvgate.json')], { stdio: ['ignore', 'pipe', 'inherit'] });
   let buf = '';
   let seen: Record<string, number[]> = {};
   child.stdout!.setEncoding('utf8');
@@ -160,21 +120,10 @@ async function startKvgate(store: string, upstreamPort: number, redisUrl?: strin
   };
 }
 
-const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout?.trim()) || 100;
 
-function processCpuMs(pid: number | undefined): number | null {
-  if (pid === undefined) return null;
-  try {
-    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    return ((Number(f[11]) + Number(f[12])) * 1000) / CLK_TCK;
-  } catch {
-    return null;
-  }
-}
-
-function measure(spec: CacheSpec): Promise<CacheResult> {
+function measure(cores: CorePlan, spec: CacheSpec): Promise<CacheResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [join(here, 'cache', 'client.js'), JSON.stringify(spec)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = cores.spawn('load', process.execPath, [join(here, 'cache', 'client.js'), JSON.stringify(spec)], { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
     child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out) as CacheResult) : reject(new Error(`load client exited with ${code}`))));
@@ -196,6 +145,7 @@ async function main(): Promise<number> {
       rate: { type: 'string', default: '300' },
       stores: { type: 'string', default: 'memory,redis' },
       json: { type: 'string' },
+      'no-pin': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -218,7 +168,10 @@ async function main(): Promise<number> {
     }
   }
 
+  const cores = new CorePlan(!values['no-pin']);
   const upstream = fork(join(here, 'overhead', 'upstream.js'), [], { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+  cores.pin('load', upstream.pid);
+  cores.pin('load', process.pid);
   const upstreamPort = await new Promise<number>((resolve, reject) => {
     upstream.once('message', (m: { port: number }) => resolve(m.port));
     upstream.once('exit', (code) => reject(new Error(`upstream exited with ${code}`)));
@@ -227,10 +180,10 @@ async function main(): Promise<number> {
   let redis: Awaited<ReturnType<typeof startRedis>> = null;
   const notes: string[] = [];
   try {
-    if (wanted.includes('memory')) gateways.push(await startKvgate('memory', upstreamPort));
+    if (wanted.includes('memory')) gateways.push(await startKvgate(cores, 'memory', upstreamPort));
     if (wanted.includes('redis')) {
-      redis = await startRedis();
-      if (redis) gateways.push(await startKvgate('redis', upstreamPort, redis.url));
+      redis = await startRedis(cores);
+      if (redis) gateways.push(await startKvgate(cores, 'redis', upstreamPort, redis.url));
       else notes.push('redis: skipped (redis-server is not installed; Debian: apt-get install redis-server)');
     }
     const loadBefore = loadavg()[0]!;
@@ -242,7 +195,7 @@ async function main(): Promise<number> {
         for (const mode of ['hit', 'miss'] as const) {
           g.take();
           const cpu0 = g.cpuMs();
-          const r = await measure({ url: g.url, mode, rate, durationMs });
+          const r = await measure(cores, { url: g.url, mode, rate, durationMs });
           const cpu1 = g.cpuMs();
           // The client's warm-up requests (20) count too.
           const cpuPer = cpu0 !== null && cpu1 !== null ? (cpu1 - cpu0) / (r.sent + 20) : NaN;
@@ -266,7 +219,7 @@ async function main(): Promise<number> {
     // Other processes on the machine show up in every tail figure: say how busy it was.
     process.stdout.write(
       `\nbench:cache: ${rate} req/s, ${rounds} round(s) × ${values.seconds} s per measurement, medians over rounds (ms); ` +
-        `machine load average ${loadBefore.toFixed(1)} → ${loadAfter.toFixed(1)} on ${availableCores()} cores\n`,
+        `machine load average ${loadBefore.toFixed(1)} → ${loadAfter.toFixed(1)} on ${cores.cores} cores; ${cores.describe()}\n`,
     );
     for (const g of gateways) {
       const s = g.store;
