@@ -32,17 +32,30 @@ export function requestBudgetMs(maxTokens: number, p: DeadlinePolicy): number {
   return p.firstByteMs + (maxTokens / p.minTokensPerSecond) * 1000;
 }
 
+/** A prompt's token ids, or how to compute them (and only their number) when first read. */
+export type PromptTokens = ArrayLike<number> | LazyTokens;
+
+interface LazyTokens {
+  (): ArrayLike<number>;
+  count(): number;
+}
+
 export interface PreparedPrompt {
   promptText: string;
-  /** Null when the prompt is text and no synchronous tokenizer was given (tokenize it next). */
-  promptTokens: ArrayLike<number> | null;
+  /**
+   * The token ids; a function when the prompt is text and a synchronous tokenizer was given
+   * (tokenized when something first reads them: round-robin and least-load never do); null when
+   * only an asynchronous tokenizer was given (the caller tokenizes).
+   */
+  promptTokens: PromptTokens | null;
   maxTokens: number;
   maxTokensExplicit: boolean;
 }
 
 /**
- * The prompt as the worker will see it and its output budget. Text prompts are tokenized here
- * when `tokenizer` is synchronous; otherwise `promptTokens` is null and the caller tokenizes.
+ * The prompt as the worker will see it and its output budget. With a synchronous `tokenizer`,
+ * text prompts are tokenized on first use; otherwise `promptTokens` is null and the caller
+ * tokenizes.
  */
 export function preparePrompt(
   kind: InferenceKind,
@@ -50,7 +63,10 @@ export function preparePrompt(
   tokenizer: Tokenizer | null,
   assumedMaxTokens: number,
 ): PreparedPrompt {
-  const encode = (text: string): ArrayLike<number> | null => (tokenizer ? tokenizer.encode(text) : null);
+  const encode = (text: string): PromptTokens | null => {
+    if (!tokenizer) return null;
+    return Object.assign(() => tokenizer.encode(text), { count: () => tokenizer.count(text) });
+  };
   if (kind === 'chat') {
     const b = body as ChatCompletionRequest;
     const promptText = renderChat(b.messages);
@@ -104,28 +120,38 @@ export async function prepareRouting(ctx: RequestContext, tokenizer: PromptToken
     prompt.promptTokens = t.tokens;
   }
   if (ctx.routeRequest !== undefined) return;
-  const rr = buildRouteRequest(ctx.id, ctx.model, ctx.body, ctx.req, prompt as PreparedPrompt & { promptTokens: ArrayLike<number> });
+  const rr = buildRouteRequest(ctx.id, ctx.model, ctx.body, ctx.req, prompt as PreparedPrompt & { promptTokens: PromptTokens });
   rr.tenant = ctx.tenant.id;
   ctx.routeRequest = rr;
 }
+
+const EMPTY_TOKENS: ArrayLike<number> = [];
 
 export function buildRouteRequest(
   id: string,
   model: string,
   body: ChatCompletionRequest | CompletionRequest,
   req: IncomingMessage,
-  prompt: PreparedPrompt & { promptTokens: ArrayLike<number> },
+  prompt: PreparedPrompt & { promptTokens: PromptTokens },
 ): RouteRequest {
   const header = req.headers['x-session-id'];
   const sessionKey = body.user ?? (typeof header === 'string' && header !== '' ? header : undefined);
+  const tokens = prompt.promptTokens;
   const rr: RouteRequest = {
     id,
     model,
     promptText: prompt.promptText,
-    promptTokens: prompt.promptTokens,
+    promptTokens: typeof tokens === 'function' ? EMPTY_TOKENS : tokens,
     maxTokens: prompt.maxTokens,
     state: new RequestState(),
   };
+  if (typeof tokens === 'function') {
+    // Tokenized when first read, once; the length alone from the tokenizer's cheaper count().
+    let ids: ArrayLike<number> | undefined;
+    let count: number | undefined;
+    Object.defineProperty(rr, 'promptTokens', { get: () => (ids ??= tokens()), enumerable: true });
+    Object.defineProperty(rr, 'promptTokenCount', { get: () => ids?.length ?? (count ??= tokens.count()), enumerable: true });
+  }
   if (sessionKey !== undefined) rr.sessionKey = sessionKey;
   if (body.priority !== undefined) rr.priority = body.priority;
   return rr;

@@ -6,7 +6,7 @@
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { Clock } from '../util/clock.js';
 import type { Rng } from '../util/rng.js';
-import type { Policy, RouteDecision, RouteOutcome, RouteRequest, RoutingContext } from './types.js';
+import { promptLength, type Policy, type RouteDecision, type RouteOutcome, type RouteRequest, type RoutingContext } from './types.js';
 
 export interface RouterOptions {
   policy: Policy;
@@ -52,7 +52,7 @@ export class Router {
     if (!out.ok) return out;
     const d = out.decision;
     const w = d.worker;
-    const prompt = req.promptTokens.length;
+    const prompt = promptLength(req);
     const uncached = Math.round(prompt * (1 - d.expectedPrefixHit));
     const expectedOut = Math.min(req.maxTokens, RESERVE_OUTPUT_TOKENS_CAP);
     w.begin({

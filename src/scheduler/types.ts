@@ -17,8 +17,16 @@ export interface RouteRequest {
   model: string;
   /** The prompt as the worker will see it (chat requests rendered through the template). */
   promptText: string;
-  /** Token ids from the gateway's tokenizer for this model. */
+  /**
+   * Token ids from the gateway's tokenizer for this model. The live gateway computes them when
+   * first read, so a policy that never reads them (round-robin, least-load) costs no tokenization.
+   */
   promptTokens: ArrayLike<number>;
+  /**
+   * The prompt's length in tokens where it is known without the ids (the tokenizer's count());
+   * readers that need only the length use it (`promptLength`) rather than promptTokens.
+   */
+  readonly promptTokenCount?: number;
   maxTokens: number;
   /** Session affinity hint (`user` field or `x-session-id` header). */
   sessionKey?: string;
@@ -161,4 +169,9 @@ export interface PolicyDefinition<O extends z.ZodObject = z.ZodObject> {
   readonly options: O;
   /** A fresh policy from parsed options. */
   create(options: z.output<O>): Policy;
+}
+
+/** The prompt's length in tokens, without tokenizing it where the count is cheaper. */
+export function promptLength(req: RouteRequest): number {
+  return req.promptTokenCount ?? req.promptTokens.length;
 }

@@ -1,0 +1,57 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { SimWorker } from '../../src/sim/worker/server.js';
+import { estimateTokenizer } from '../../src/tokenizer/estimate.js';
+import type { Tokenizer } from '../../src/tokenizer/types.js';
+import { MODEL, post, startGateway, startSims } from './helpers.js';
+
+/** The estimate tokenizer, counting its encode() calls. */
+function countingTokenizer(): Tokenizer & { calls: number } {
+  const t = {
+    name: 'counting',
+    calls: 0,
+    encode(text: string): number[] {
+      t.calls++;
+      return estimateTokenizer.encode(text);
+    },
+    decode: (ids: ArrayLike<number>) => estimateTokenizer.decode(ids),
+    count: (text: string) => estimateTokenizer.count(text),
+  };
+  return t;
+}
+
+const chat = { model: MODEL, messages: [{ role: 'user', content: 'Name three prime numbers.' }], max_tokens: 8 };
+
+describe('prompt tokenization on the request path', () => {
+  let sims: SimWorker[];
+  before(async () => {
+    sims = await startSims(2);
+  });
+  after(async () => {
+    await Promise.all(sims.map((s) => s.close()));
+  });
+
+  for (const policy of ['round-robin', 'least-load']) {
+    it(`${policy} routes without tokenizing the prompt`, async () => {
+      const tok = countingTokenizer();
+      const { gw, url } = await startGateway(sims.map((s) => s.url), { policy: { name: policy } } as never, { tokenizerFor: () => tok });
+      try {
+        for (let i = 0; i < 3; i++) assert.equal((await post(url + '/v1/chat/completions', chat)).status, 200);
+        assert.equal(tok.calls, 0);
+      } finally {
+        await gw.close();
+      }
+    });
+  }
+
+  it('a policy that reads tokens tokenizes each prompt exactly once', async () => {
+    const tok = countingTokenizer();
+    const { gw, url } = await startGateway(sims.map((s) => s.url), { policy: { name: 'kvgate' } } as never, { tokenizerFor: () => tok });
+    try {
+      for (let i = 0; i < 3; i++) assert.equal((await post(url + '/v1/chat/completions', chat)).status, 200);
+      assert.equal(tok.calls, 3);
+    } finally {
+      await gw.close();
+    }
+  });
+});
