@@ -20,18 +20,12 @@
  * A 2 s warm-up per target per round is discarded (the JIT). Figures are medians over rounds;
  * "added" is the target's figure minus direct's in the same round.
  */
-import { fork, spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { freePort, median, quantile, stopChild, treeCpuMs, waitReady } from './harness.js';
-import type { MaxResult, RateResult, Spec } from './overhead/client.js';
-import { ECHO_MODULE, proxyConf, upstreamConf } from './overhead/nginx.js';
-
-const here = dirname(fileURLToPath(import.meta.url));
-const cliPath = join(here, '..', 'src', 'cli.js');
+import { median, quantile, treeCpuMs } from './harness.js';
+import type { MaxResult, RateResult } from './overhead/client.js';
+import { proxyConf } from './overhead/nginx.js';
+import { forkServer, nodeClient, setUpTools, startKvgate, startNginx, startStandIn, wrk, type Target } from './overhead/targets.js';
 
 const HELP = `npm run bench:overhead -- [options]
 
@@ -50,125 +44,11 @@ Options:
   -h, --help        this text
 `;
 
-const BODY = JSON.stringify({ model: 'bench-model', messages: [{ role: 'user', content: 'Say hello.' }], max_tokens: 16 });
 const LAT_CONNECTIONS = 4;
 const LAT_DELAY_MS = 20;
 const TP_CONNECTIONS = 64;
 const SSE_RATE = 200;
 const WARMUP_S = 2;
-
-interface Target {
-  name: string;
-  url: string;
-  /** Processes whose CPU time is the target's. */
-  pids: number[];
-  stop(): Promise<void>;
-}
-
-function have(cmd: string): boolean {
-  return spawnSync('sh', ['-c', `command -v ${cmd} || test -x /usr/sbin/${cmd}`], { stdio: 'ignore' }).status === 0;
-}
-
-function nginxBin(): string {
-  return existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx';
-}
-
-/** Installs Debian packages when running as root; true if they are there afterwards. */
-function aptInstall(pkgs: string[], check: () => boolean, allowed: boolean): boolean {
-  if (check()) return true;
-  if (!allowed || process.getuid?.() !== 0 || !existsSync('/usr/bin/apt-get')) return false;
-  process.stderr.write(`installing ${pkgs.join(' ')} from Debian packages...\n`);
-  const list = pkgs.join(' ');
-  spawnSync('sh', ['-c', `DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${list} >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${list} >/dev/null 2>&1)`]);
-  return check();
-}
-
-async function startNginx(name: string, conf: (dir: string, port: number) => string, ready: string): Promise<Target> {
-  const dir = mkdtempSync(join(tmpdir(), `kvgate-${name}-`));
-  for (const d of ['body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) mkdirSync(join(dir, d));
-  const port = await freePort();
-  writeFileSync(join(dir, 'nginx.conf'), conf(dir, port));
-  const child = spawn(nginxBin(), ['-c', join(dir, 'nginx.conf'), '-p', dir, '-e', join(dir, 'error.log')], { stdio: 'ignore' });
-  const url = `http://127.0.0.1:${port}`;
-  await waitReady(url + ready, 10_000);
-  return {
-    name,
-    url,
-    pids: [child.pid!],
-    stop: async () => {
-      await stopChild(child);
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
-}
-
-async function forkServer(name: string, script: string, env: Record<string, string>): Promise<Target> {
-  const child = fork(join(here, 'overhead', script), [], { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
-  const port = await new Promise<number>((resolve, reject) => {
-    child.once('message', (m: { port: number }) => resolve(m.port));
-    child.once('exit', (code) => reject(new Error(`${script} exited with ${code}`)));
-  });
-  return { name, url: `http://127.0.0.1:${port}`, pids: [child.pid!], stop: () => stopChild(child) };
-}
-
-async function startKvgate(upstreamUrl: string, policy?: string): Promise<Target> {
-  const dir = mkdtempSync(join(tmpdir(), 'kvgate-bench-'));
-  const port = await freePort();
-  const config = {
-    listen: { host: '127.0.0.1', port },
-    pools: [{ name: 'default', model: 'bench-model', workers: [{ url: upstreamUrl }] }],
-    ...(policy ? { policy: { name: policy } } : {}),
-  };
-  writeFileSync(join(dir, 'kvgate.json'), JSON.stringify(config));
-  // Request logs on (the default), written to a pipe the benchmark drains, as a log shipper would.
-  const child = spawn(process.execPath, [cliPath, 'serve', '--config', join(dir, 'kvgate.json')], { stdio: ['ignore', 'pipe', 'inherit'] });
-  child.stdout!.resume();
-  const url = `http://127.0.0.1:${port}`;
-  await waitReady(url + '/ready', 15_000);
-  return {
-    name: 'kvgate',
-    url,
-    pids: [child.pid!],
-    stop: async () => {
-      await stopChild(child);
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
-}
-
-function nodeClient<T>(spec: Spec): Promise<T> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [join(here, 'overhead', 'client.js'), JSON.stringify(spec)], { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-    child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out) as T) : reject(new Error(`load client exited with ${code}`))));
-  });
-}
-
-interface WrkResult {
-  requests: number;
-  duration_us: number;
-  errors: number;
-  p50_us: number;
-  p90_us: number;
-  p99_us: number;
-}
-
-function wrk(url: string, connections: number, seconds: number, delayMs: number): Promise<WrkResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn('wrk', ['-t1', `-c${connections}`, `-d${seconds}s`, '-s', join(here, '..', '..', 'benchmarks', 'overhead', 'wrk.lua'), url + '/v1/chat/completions'], {
-      env: { ...process.env, BODY, DELAY_MS: String(delayMs) },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    let out = '';
-    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-    child.on('exit', (code) => {
-      const line = out.split('\n').find((l) => l.startsWith('WRKJSON '));
-      if (code !== 0 || !line) return reject(new Error(`wrk exited with ${code}: ${out.slice(-300)}`));
-      resolve(JSON.parse(line.slice(8)) as WrkResult);
-    });
-  });
-}
 
 const cpuOf = (t: Target): number => t.pids.reduce((s, p) => s + (treeCpuMs(p) ?? NaN), 0);
 
@@ -243,15 +123,10 @@ async function main(): Promise<number> {
   wanted.add('direct'); // every "added" figure is relative to it
   const install = !values['no-install'];
   const notes: string[] = [];
-  const useWrk = aptInstall(['wrk'], () => have('wrk'), install);
-  if (!useWrk) notes.push('wrk not installed: the Node load generator was used, which caps near 25k req/s and flatters every ratio above that');
-  const cUpstream = aptInstall(['nginx', 'libnginx-mod-http-echo'], () => have('nginx') && existsSync(ECHO_MODULE), install);
-  if (!cUpstream) notes.push('nginx with the echo module not installed: the stand-in worker is the Node one, slower than the proxies it serves');
-  const nginxOk = cUpstream || aptInstall(['nginx'], () => have('nginx'), install);
-
-  const direct = cUpstream
-    ? await startNginx('direct', upstreamConf, '/metrics')
-    : { ...(await forkServer('direct', 'upstream.js', {})), name: 'direct' };
+  const tools = setUpTools(install);
+  const { useWrk, cUpstream, nginxOk } = tools;
+  notes.push(...tools.notes);
+  const direct = await startStandIn(cUpstream);
   const targets: Target[] = [direct];
   try {
     if (wanted.has('nginx')) {
@@ -259,7 +134,7 @@ async function main(): Promise<number> {
       else notes.push('nginx not installed: no nginx row');
     }
     if (wanted.has('nodehop')) targets.push(await forkServer('nodehop', 'nodehop.js', { UPSTREAM_URL: direct.url }));
-    if (wanted.has('kvgate')) targets.push(await startKvgate(direct.url, values.policy));
+    if (wanted.has('kvgate')) targets.push(await startKvgate(direct.url, { policy: values.policy }));
 
     const figures = new Map<string, Round[]>(targets.map((t) => [t.name, []]));
     for (let r = 0; r < rounds; r++) {
