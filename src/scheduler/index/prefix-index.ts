@@ -116,6 +116,11 @@ function tableSizeFor(nodes: number): number {
   return size;
 }
 
+/** Longest an idle-time upkeep slice runs before yielding the event loop, ms. */
+const IDLE_SLICE_MS = 0.2;
+/** Blocks upserted between two looks at the clock in a sliced upkeep. */
+const UPSERT_RUN = 32;
+
 export class PrefixIndex {
   readonly maxBytes: number;
   readonly maxWorkers: number;
@@ -179,6 +184,8 @@ export class PrefixIndex {
   private lastNow = -Infinity;
   private pending: Array<{ id: string; hashes: BlockSeq; source: BlockSource; now: number }> = [];
   private flushTimer: NodeJS.Immediate | null = null;
+  /** Where the tail-first walk of a part-applied pending insert (pending[0]) stopped; -1: none. */
+  private pendingTo = -1;
 
   private evictedForMemory = 0;
   private evictedForCapacity = 0;
@@ -440,30 +447,71 @@ export class PrefixIndex {
   insertLater(id: string, hashes: BlockSeq, source: BlockSource, now: number): void {
     this.pending.push({ id, hashes, source, now });
     if (now > this.lastNow) this.lastNow = now;
-    if (this.flushTimer === null) {
-      this.flushTimer = setImmediate(() => {
-        this.flushTimer = null;
-        this.maintain();
-      });
-      this.flushTimer.unref();
-    }
+    this.scheduleUpkeep();
+  }
+
+  private scheduleUpkeep(): void {
+    if (this.flushTimer !== null) return;
+    this.flushTimer = setImmediate(() => {
+      this.flushTimer = null;
+      // A long prompt's insert (an 8,000-token prompt is 500 blocks, about a millisecond) is
+      // applied in slices, so the upkeep never holds the event loop for long; what is left when
+      // a slice ends waits for the next idle moment, or for the next read of the index.
+      if (!this.maintain(IDLE_SLICE_MS)) this.scheduleUpkeep();
+    });
+    this.flushTimer.unref();
   }
 
   /**
    * Idle-time upkeep: apply deferred inserts and expire predictions up to the latest time the
-   * index has seen, so lookups on the request path rarely find anything left to do.
+   * index has seen, so lookups on the request path rarely find anything left to do. With a
+   * budget, stops once it has run for `budgetMs` (checked every few dozen blocks) and returns
+   * false if work is left.
    */
-  maintain(): void {
-    this.flush();
+  maintain(budgetMs = Infinity): boolean {
+    if (!this.applyPending(budgetMs === Infinity ? Infinity : performance.now() + budgetMs)) return false;
     this.expire(this.lastNow);
+    return true;
+  }
+
+  /** Deferred inserts not yet (fully) applied. */
+  get deferredInserts(): number {
+    return this.pending.length;
   }
 
   /** Apply deferred inserts now. */
   flush(): void {
-    if (this.pending.length === 0) return;
-    const p = this.pending;
-    this.pending = [];
-    for (const x of p) this.insertNow(x.id, x.hashes, x.source, x.now, 0, x.hashes.length);
+    if (this.pending.length > 0) this.applyPending(Infinity);
+  }
+
+  /**
+   * Apply deferred inserts in order until done (true) or `until` (performance.now()) has passed.
+   * The first pending insert may be part-applied: `pendingTo` is where its tail-first walk
+   * stopped. Its worker's capacity is enforced when the whole insert is in, as insertNow does,
+   * so the result is the same whether or not the insert was sliced.
+   */
+  private applyPending(until: number): boolean {
+    while (this.pending.length > 0) {
+      const x = this.pending[0]!;
+      const w = this.slots.get(x.id);
+      if (w) {
+        const flag = FLAG[x.source];
+        let to = this.pendingTo >= 0 ? this.pendingTo : x.hashes.length;
+        while (to > 0) {
+          const from = Math.max(0, to - UPSERT_RUN);
+          for (let i = to - 1; i >= from; i--) this.upsert(w.slot, x.hashes.at(i)!, flag, x.now);
+          to = from;
+          if (to > 0 && until !== Infinity && performance.now() >= until) {
+            this.pendingTo = to;
+            return false;
+          }
+        }
+        this.trimWorker(w.slot);
+      }
+      this.pendingTo = -1;
+      this.pending.shift();
+    }
+    return true;
   }
 
   private insertNow(id: string, hashes: BlockSeq, source: BlockSource, now: number, from: number, to: number): void {

@@ -194,3 +194,46 @@ test('many outstanding predictions (the ring grows) all expire on time', () => {
   assert.equal(idx.matchWorker(prompts[0]!, 'a', 20), 100);
   assert.equal(idx.blockCount('a'), 100);
 });
+
+test('idle-time upkeep applies a long deferred insert in slices, with the same result as an insert now', async () => {
+  const rng = seededRng(3);
+  const prompts = Array.from({ length: 6 }, (_, k) => hashes(Array.from({ length: 500 * BS }, (_, i) => (k < 3 && i < 300 * BS ? i : Math.floor(rng() * 1e6)))));
+  const now = new PrefixIndex();
+  const later = new PrefixIndex();
+  for (const idx of [now, later]) {
+    idx.addWorker('a', 1200); // smaller than the six prompts together: capacity evicts too
+    idx.addWorker('b', 5000);
+  }
+  prompts.forEach((h, k) => now.insert(k % 2 ? 'b' : 'a', h, 'routed', k));
+  prompts.forEach((h, k) => later.insertLater(k % 2 ? 'b' : 'a', h, 'routed', k));
+  // A budget of nothing: each call applies one run of blocks, then reports work left.
+  let calls = 0;
+  while (!later.maintain(0)) calls++;
+  assert.ok(calls >= 6 * Math.floor(500 / 32), `sliced into ${calls} runs`);
+  for (const id of ['a', 'b']) {
+    assert.equal(later.blockCount(id), now.blockCount(id));
+    for (const h of prompts) assert.equal(later.matchWorker(h, id, 9), now.matchWorker(h, id, 9));
+  }
+  assert.equal(later.stats().evictedForCapacity, now.stats().evictedForCapacity);
+});
+
+test('a read of the index while a deferred insert is part-applied sees all of it', () => {
+  const idx = new PrefixIndex();
+  idx.addWorker('a', 5000);
+  const h = hashes(seq(7, 400 * BS));
+  idx.insertLater('a', h, 'routed', 0);
+  assert.equal(idx.maintain(0), false, 'work left after one slice');
+  assert.equal(idx.matchWorker(h, 'a', 1), 400);
+  assert.equal(idx.maintain(0), true);
+});
+
+test('the idle-time upkeep runs by itself on the event loop', async () => {
+  const idx = new PrefixIndex();
+  idx.addWorker('a', 5000);
+  const h = hashes(seq(11, 300 * BS));
+  idx.insertLater('a', h, 'routed', 0);
+  assert.equal(idx.deferredInserts, 1);
+  for (let i = 0; i < 500 && idx.deferredInserts > 0; i++) await new Promise((r) => setImmediate(r));
+  assert.equal(idx.deferredInserts, 0);
+  assert.equal(idx.blockCount('a'), 300);
+});
