@@ -8,7 +8,10 @@
  *   first streamed byte within `firstByteMs`) is retried on another worker, up to `retries` times,
  *   within the request's deadline. The response headers are written together with the first body
  *   chunk precisely so that this stays possible.
- * - Worker 4xx answers are relayed as they are and not retried.
+ * - Worker 4xx answers are relayed as they are and not retried, except 429: like a 503 it means
+ *   the worker is overloaded, so the worker is backed off (its circuit breaker, not counted as a
+ *   failure) and the request tried elsewhere; when no attempt is left the client gets 503
+ *   `upstream_overloaded` with Retry-After.
  * - Once bytes have reached the client nothing is retried: a failing stream ends with an SSE error
  *   event (see api/sse.ts), a failing JSON response is cut (the client sees a truncated body).
  * - The client going away aborts the upstream request, so the worker frees the sequence.
