@@ -8,6 +8,11 @@
  *   standard   it fits and fleet usage ≤ thresholds.standard (0.92)         queued
  *   sheddable  it fits and fleet usage ≤ thresholds.sheddable (0.85)        refused: 503 + Retry-After
  *
+ * "Fits" is per worker, with the conservative per-worker estimate of kv-pressure.ts (which counts
+ * the output that requests in flight will still write): an admitted request's ticket lists the
+ * workers it fits on, and the gateway narrows the request's candidates to them, so the router
+ * never puts it where the blocks already promised would run out (the engine would preempt).
+ *
  * A request never overtakes a waiting one of its own or a more important class (a sheddable
  * request arriving while such requests wait is refused at once). The queue is bounded
  * (`queue.maxSize`; full: 429) and each entry carries the latest time it may still start (from the
@@ -25,7 +30,7 @@
  */
 import type { Clock } from '../util/clock.js';
 import type { PriorityClass } from './classes.js';
-import { fleetKv, requestBlocks, type FleetKv, type KvWorkerView } from './kv-pressure.js';
+import { fleetKv, requestBlocks, workerUsedBlocks, type FleetKv, type KvWorkerView } from './kv-pressure.js';
 import { ClassQueue, type QueueEntry } from './queue.js';
 
 export interface AdmissionSettings {
@@ -72,8 +77,8 @@ export interface Refusal {
   retryAfterSeconds: number;
 }
 
-export interface AdmissionListener {
-  onAdmit(ticket: AdmissionTicket): void;
+export interface AdmissionListener<W extends KvWorkerView = KvWorkerView> {
+  onAdmit(ticket: AdmissionTicket<W>): void;
   onRefuse(r: Refusal): void;
 }
 
@@ -83,13 +88,13 @@ export interface AdmissionObserver {
   waited(model: string, cls: PriorityClass, ms: number): void;
 }
 
-export type SubmitResult =
-  | { kind: 'admitted'; ticket: AdmissionTicket }
-  | { kind: 'queued'; entry: QueueEntry<Waiting> }
+export type SubmitResult<W extends KvWorkerView = KvWorkerView> =
+  | { kind: 'admitted'; ticket: AdmissionTicket<W> }
+  | { kind: 'queued'; entry: QueueEntry<Waiting<W>> }
   | { kind: 'refused'; refusal: Refusal };
 
 /** An admitted request. release() when it is over (any outcome); idempotent. */
-export class AdmissionTicket {
+export class AdmissionTicket<W extends KvWorkerView = KvWorkerView> {
   released = false;
   constructor(
     readonly id: string,
@@ -99,55 +104,64 @@ export class AdmissionTicket {
     readonly blocks: number,
     /** Time spent queued, ms (0 if admitted at once). */
     readonly queuedMs: number,
+    /**
+     * The workers it fits on (route among these), or null: any worker (no routable worker, or a
+     * request no worker can ever hold — the router answers those).
+     */
+    readonly workers: readonly W[] | null,
   ) {}
   release(): void {
     this.released = true;
   }
 }
 
-interface Waiting {
+interface Waiting<W extends KvWorkerView> {
   req: AdmissionRequest;
   blocks: number;
-  listener: AdmissionListener;
+  listener: AdmissionListener<W>;
 }
 
-interface ModelState {
-  queue: ClassQueue<Waiting>;
+interface ModelState<W extends KvWorkerView> {
+  queue: ClassQueue<Waiting<W>>;
   /** Admitted tickets no worker has been charged for yet (pruned lazily). */
-  pending: AdmissionTicket[];
+  pending: AdmissionTicket<W>[];
 }
 
-export interface AdmissionControllerOptions {
+export interface AdmissionControllerOptions<W extends KvWorkerView = KvWorkerView> {
   settings: AdmissionSettings;
   clock: Clock;
   /** Snapshots older than this count as missing (the router's staleAfterMs). */
   staleAfterMs: number;
   /** The workers serving a model (undefined: unknown model). */
-  workersFor: (model: string) => readonly KvWorkerView[] | undefined;
+  workersFor: (model: string) => readonly W[] | undefined;
   observer?: AdmissionObserver;
 }
 
-type Verdict = 'admit' | 'wait' | 'shed';
+/** 'admit' with the workers the request fits on (null: any). */
+type Verdict<W> = { v: 'admit'; workers: readonly W[] | null } | { v: 'wait' } | { v: 'shed' };
 
-export class AdmissionController {
-  private readonly models = new Map<string, ModelState>();
+const WAIT = { v: 'wait' } as const;
+const SHED = { v: 'shed' } as const;
+
+export class AdmissionController<W extends KvWorkerView = KvWorkerView> {
+  private readonly models = new Map<string, ModelState<W>>();
   private readonly s: AdmissionSettings;
 
-  constructor(private readonly o: AdmissionControllerOptions) {
+  constructor(private readonly o: AdmissionControllerOptions<W>) {
     this.s = o.settings;
   }
 
   /** Decide on a new request. A queued request's listener is called later, from pump(). */
-  submit(req: AdmissionRequest, listener: AdmissionListener): SubmitResult {
+  submit(req: AdmissionRequest, listener: AdmissionListener<W>): SubmitResult<W> {
     const now = this.o.clock.now();
     const m = this.state(req.model);
     const workers = this.o.workersFor(req.model) ?? [];
     const kv = this.fleet(m, workers, now);
     const blocks = requestBlocks(req.promptTokens, req.cachedTokens ?? 0, Math.min(req.maxTokens, this.s.reserveOutputCap), kv.blockSize);
     // Nobody of its class or above waits: it may start now if the fleet has room.
-    const v = m.queue.depthAtOrAbove(req.cls) > 0 ? (req.cls === 'sheddable' ? 'shed' : 'wait') : this.verdict(req.cls, blocks, kv, m, workers);
-    if (v === 'admit') return { kind: 'admitted', ticket: this.admit(m, req, blocks, 0, 'admitted') };
-    if (v === 'shed') {
+    const v = m.queue.depthAtOrAbove(req.cls) > 0 ? (req.cls === 'sheddable' ? SHED : WAIT) : this.verdict(req.cls, blocks, kv, m, workers, now);
+    if (v.v === 'admit') return { kind: 'admitted', ticket: this.admit(m, req, blocks, 0, 'admitted', v.workers) };
+    if (v.v === 'shed') {
       this.o.observer?.decision(req.model, req.cls, 'shed');
       return { kind: 'refused', refusal: this.overloaded(req, kv) };
     }
@@ -194,15 +208,16 @@ export class AdmissionController {
     const workers = this.o.workersFor(model) ?? [];
     for (let e = m.queue.peek(); e !== null; e = m.queue.peek()) {
       const kv = this.fleet(m, workers, now);
-      if (this.verdict(e.cls, e.value.blocks, kv, m, workers) !== 'admit') break;
+      const v = this.verdict(e.cls, e.value.blocks, kv, m, workers, now);
+      if (v.v !== 'admit') break;
       m.queue.remove(e);
-      const ticket = this.admit(m, e.value.req, e.value.blocks, now - e.enqueuedAt, 'dequeued');
+      const ticket = this.admit(m, e.value.req, e.value.blocks, now - e.enqueuedAt, 'dequeued', v.workers);
       e.value.listener.onAdmit(ticket);
     }
   }
 
   /** The client went away while queued: the entry leaves the queue now. */
-  cancel(entry: QueueEntry<Waiting>): void {
+  cancel(entry: QueueEntry<Waiting<W>>): void {
     const m = this.models.get(entry.value.req.model);
     if (!m || !m.queue.remove(entry)) return;
     const r = entry.value.req;
@@ -241,29 +256,36 @@ export class AdmissionController {
     return t;
   }
 
-  private verdict(cls: PriorityClass, blocks: number, kv: FleetKv, m: ModelState, workers: readonly KvWorkerView[]): Verdict {
-    if (kv.workers === 0) return 'admit';
+  private verdict(cls: PriorityClass, blocks: number, kv: FleetKv, m: ModelState<W>, workers: readonly W[], now: number): Verdict<W> {
+    const ANY = { v: 'admit', workers: null } as const;
+    if (kv.workers === 0) return ANY;
     let largest = 0;
     for (const w of workers) if (w.healthy && !w.circuitOpen && w.numGpuBlocks > largest) largest = w.numGpuBlocks;
-    if (blocks > largest) return 'admit';
+    if (blocks > largest) return ANY;
     const pending = pendingBlocks(m);
-    const fits = kv.maxFreeBlocks - pending >= blocks;
-    if (cls === 'critical') return fits ? 'admit' : 'wait';
-    const after = (kv.usedBlocks + pending + blocks) / kv.totalBlocks;
-    const limit = cls === 'standard' ? this.s.thresholds.standard : this.s.thresholds.sheddable;
-    if (fits && after <= limit) return 'admit';
-    return cls === 'standard' ? 'wait' : 'shed';
+    const miss = cls === 'sheddable' ? SHED : WAIT;
+    if (cls !== 'critical') {
+      const after = (kv.usedBlocks + pending + blocks) / kv.totalBlocks;
+      if (after > (cls === 'standard' ? this.s.thresholds.standard : this.s.thresholds.sheddable)) return miss;
+    }
+    // Blocks admitted but not yet charged to a worker may land on any of them.
+    const fit: W[] = [];
+    for (const w of workers) {
+      if (!w.healthy || w.circuitOpen) continue;
+      if (w.numGpuBlocks - workerUsedBlocks(w, now, this.o.staleAfterMs) - pending >= blocks) fit.push(w);
+    }
+    return fit.length > 0 ? { v: 'admit', workers: fit } : miss;
   }
 
-  private admit(m: ModelState, req: AdmissionRequest, blocks: number, queuedMs: number, d: AdmissionDecision): AdmissionTicket {
-    const t = new AdmissionTicket(req.id, req.model, req.cls, blocks, queuedMs);
+  private admit(m: ModelState<W>, req: AdmissionRequest, blocks: number, queuedMs: number, d: AdmissionDecision, workers: readonly W[] | null): AdmissionTicket<W> {
+    const t = new AdmissionTicket<W>(req.id, req.model, req.cls, blocks, queuedMs, workers);
     m.pending.push(t);
     this.o.observer?.decision(req.model, req.cls, d);
     if (d === 'dequeued') this.o.observer?.waited(req.model, req.cls, queuedMs);
     return t;
   }
 
-  private fleet(m: ModelState, workers: readonly KvWorkerView[], now: number): FleetKv {
+  private fleet(m: ModelState<W>, workers: readonly W[], now: number): FleetKv {
     // Tickets whose request a worker has been charged for (or that ended) are no longer pending.
     if (m.pending.length > 0) {
       m.pending = m.pending.filter((t) => !t.released && !workers.some((w) => w.inflight.has(t.id)));
@@ -271,7 +293,7 @@ export class AdmissionController {
     return fleetKv(workers, now, this.o.staleAfterMs);
   }
 
-  private state(model: string): ModelState {
+  private state(model: string): ModelState<W> {
     let m = this.models.get(model);
     if (!m) this.models.set(model, (m = { queue: new ClassQueue(this.s.queue.maxSize), pending: [] }));
     return m;
@@ -297,7 +319,7 @@ export class AdmissionController {
   }
 }
 
-function pendingBlocks(m: ModelState): number {
+function pendingBlocks(m: ModelState<KvWorkerView>): number {
   let n = 0;
   for (const t of m.pending) n += t.blocks;
   return n;

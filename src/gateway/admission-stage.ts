@@ -9,7 +9,8 @@
  * 2. Rate limits of the tenant (RPM, TPM = prompt tokens + max_tokens, concurrent): 429
  *    `rate_limit_exceeded` with OpenAI's x-ratelimit-* headers (sent on every answer to a limited
  *    tenant) and Retry-After.
- * 3. KV-pressure admission (`admission.enabled`): admit, queue (the promise below waits; a client
+ * 3. KV-pressure admission (`admission.enabled`): admit (narrowing `ctx.candidates` to the workers
+ *    the request fits on), queue (the promise below waits; a client
  *    that disconnects leaves the queue at once), or refuse with 503 + Retry-After (shed, or its
  *    deadline passed while queued) / 429 (queue full).
  *
@@ -24,6 +25,7 @@ import { RateLimiter, type TenantLimits } from '../admission/rate-limit.js';
 import { ApiError } from '../api/errors.js';
 import type { GatewayConfig } from '../config.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
+import type { WorkerState } from '../fleet/worker-state.js';
 import type { Registry } from 'prom-client';
 import type { Clock } from '../util/clock.js';
 import { stateKey } from '../util/state.js';
@@ -38,12 +40,12 @@ const PUMP_MS = 20;
 /** The request's priority class, for later stages and hooks. */
 export const ADMISSION_CLASS = stateKey<PriorityClass>('admission.class');
 /** The request's admission ticket (absent when admission is off or refused it). */
-export const ADMISSION_TICKET = stateKey<AdmissionTicket>('admission.ticket');
+export const ADMISSION_TICKET = stateKey<AdmissionTicket<WorkerState>>('admission.ticket');
 
 export interface AdmissionSetup {
   stage: GatewayStage;
   /** Null when `admission.enabled` is false (classes and rate limits still apply). */
-  controller: AdmissionController | null;
+  controller: AdmissionController<WorkerState> | null;
   service: GatewayService;
 }
 
@@ -61,10 +63,10 @@ export function setupAdmission(deps: {
   const passPools = new Set(a.vllmPriority.pools);
   const limits = new Map<string, TenantLimits>(config.tenants.map((t) => [t.id, t.limits]));
   const limiter = new RateLimiter(limits, clock.now());
-  let controller: AdmissionController | null = null;
+  let controller: AdmissionController<WorkerState> | null = null;
   const metrics = new AdmissionMetrics(deps.registry, () => fleet.models(), () => controller);
   if (a.enabled) {
-    controller = new AdmissionController({
+    controller = new AdmissionController<WorkerState>({
       settings: {
         thresholds: a.thresholds,
         queue: a.queue,
@@ -140,8 +142,10 @@ export function setupAdmission(deps: {
       const latestStart = Math.min(ctx.deadlineAt, ctx.startedAt + config.timeouts.firstByteMs);
       let settle: ((r: StageResult) => void) | null = null;
       let fail: ((e: ApiError) => void) | null = null;
-      const started = (t: AdmissionTicket): void => {
+      const started = (t: AdmissionTicket<WorkerState>): void => {
         ctx.state.set(ADMISSION_TICKET, t);
+        // Route only where its blocks fit (the estimate counts output still to be written).
+        if (t.workers) ctx.candidates = t.workers;
         ctx.onFinish.push(() => {
           t.release();
           // Capacity may be free now (the router released its reservation).

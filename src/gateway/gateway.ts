@@ -69,7 +69,7 @@ export interface Gateway {
   /** The response cache, when `cache.enabled`. */
   readonly cache: ResponseCache | null;
   /** KV-pressure admission, when `admission.enabled`. */
-  readonly admission: AdmissionController | null;
+  readonly admission: AdmissionController<WorkerState> | null;
   /** Add a pipeline stage between validation and routing (admission, cache, speculation). */
   use(stage: GatewayStage): void;
   /** Run a service with the gateway's lifecycle (started by start(), closed by close()). */
