@@ -4,7 +4,9 @@
  */
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
-import type { Gateway } from '../../src/gateway/gateway.js';
+import { Writable } from 'node:stream';
+import type { Gateway, GatewayOptions } from '../../src/gateway/gateway.js';
+import { createLogger } from '../../src/telemetry/logger.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
 import { metricValue, MODEL, post, startGateway, startSims, startStub, waitFor } from './helpers.js';
 
@@ -16,8 +18,8 @@ after(async () => {
   for (const c of closers.reverse()) await c();
 });
 
-async function gateway(urls: string[], extra: object): Promise<{ gw: Gateway; url: string }> {
-  const g = await startGateway(urls, extra as never);
+async function gateway(urls: string[], extra: object, opts: GatewayOptions = {}): Promise<{ gw: Gateway; url: string }> {
+  const g = await startGateway(urls, extra as never, opts);
   closers.push(() => g.gw.close());
   return g;
 }
@@ -99,6 +101,14 @@ describe('KV-pressure admission', () => {
   it('sheds sheddable requests fast with 503 + Retry-After in a burst, and serves critical ones', async () => {
     // Two workers of 64 KV blocks (1,024 tokens): a handful of requests fill them.
     const s = await sims(2, { speed: 2, numGpuBlocks: 64 });
+    // The gateway's own request log: how long it took to answer each request, from its arrival.
+    const lines: any[] = [];
+    const sink = new Writable({
+      write(chunk, _enc, cb) {
+        for (const l of String(chunk).split('\n')) if (l.trim() !== '') lines.push(JSON.parse(l));
+        cb();
+      },
+    });
     const { url } = await gateway(
       s.map((w) => w.url),
       {
@@ -107,6 +117,7 @@ describe('KV-pressure admission', () => {
           { id: 'batch', keys: [{ value: 'sk-batch-0001' }], priority: 'sheddable' },
         ],
       },
+      { logger: createLogger({ level: 'info', destination: sink }) },
     );
     const u = `${url}/v1/chat/completions`;
     const send = async (key: string, i: number) => {
@@ -126,9 +137,13 @@ describe('KV-pressure admission', () => {
       assert.equal(r.json.error.code, 'overloaded');
       assert.equal(r.json.error.type, 'overloaded_error');
       assert.equal(r.headers.get('retry-after'), '1');
-      // Answered by the gateway without a worker; bounded generously for a busy 2-core machine.
-      assert.ok(r.ms < 1000, `shed after ${r.ms.toFixed(1)} ms`);
     }
+    // Answered by the gateway without a worker, at once. (The client's own timing also holds its
+    // connection set-up in a process shared with the gateway and workers, so the gateway's log
+    // is the measure; bounded generously for a busy 2-core machine.)
+    const shedLines = lines.filter((l) => l.msg === 'request' && l.status === 503);
+    assert.equal(shedLines.length, shed.length);
+    for (const l of shedLines) assert.ok(l.durationMs < 250, `shed ${l.durationMs} ms after arrival`);
     for (const r of burst.slice(24)) assert.equal(r.status, 200, JSON.stringify(r.json));
     const text = await metrics(url);
     assert.equal(metricValue(text, 'kvgate_admission_total', { priority: 'sheddable', decision: 'shed' }), shed.length);
