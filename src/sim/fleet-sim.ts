@@ -445,14 +445,14 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     if (r.kind === 'hit' && cache!.usable(r.entry, plan, true)) {
       out.cache!.hits++;
       const usage = r.entry.body.usage as { completion_tokens?: number } | null | undefined;
-      record(idx, now, now + overhead, now + overhead, req, usage?.completion_tokens ?? req.maxTokens, 0, -1, 1);
+      record(idx, arrivedAt.get(idx) ?? now, now + overhead, now + overhead, req, usage?.completion_tokens ?? req.maxTokens, 0, -1, 1);
       followUp(idx, now + overhead);
       return true;
     }
     const f = flights.get(plan.key);
     if (f) {
       out.cache!.coalesced++;
-      f.followers.push({ idx, arrival: now, req });
+      f.followers.push({ idx, arrival: arrivedAt.get(idx) ?? now, req });
       return true;
     }
     out.cache!.misses++;
@@ -557,7 +557,8 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       router.complete(rr.id, false);
       return refuse(idx, 400, err.code);
     }
-    arrivalOf.set(idx, now);
+    // Its arrival, not now: a request that waited in the admission queue counts the wait.
+    arrivalOf.set(idx, arrivedAt.get(idx) ?? now);
     if (cache) requestOf.set(idx, req);
     if (overhead > 0) {
       pendingDispatch++;
