@@ -149,7 +149,8 @@ describe('KV-pressure admission', () => {
   });
 
   it('queues standard requests under pressure, serves them when capacity frees, and drops a queued request whose client left at once', async () => {
-    const s = await sims(1, { speed: 4, numGpuBlocks: 64 });
+    // Real-time speed: the big request holds its blocks for ~3 s, long enough on a busy machine.
+    const s = await sims(1, { speed: 1, numGpuBlocks: 64 });
     const { gw, url } = await gateway(s.map((w) => w.url), { tenants: [{ id: 'front', keys: [{ value: 'sk-front-0001' }], priority: 'critical' }, { id: 'app', keys: [{ value: 'sk-app-000001' }] }] });
     const u = `${url}/v1/chat/completions`;
     // A critical request that holds most of the worker's 64 blocks for a while.
