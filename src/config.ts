@@ -11,6 +11,9 @@ import type { WorkerIdentity } from './fleet/worker-state.js';
 import { BUILTIN_POLICIES, unknownPolicyMessage, type PolicyDefinition } from './scheduler/registry.js';
 import { parseTokenizerSpec } from './tokenizer/registry.js';
 import { keyDigests, TENANT_ID_PATTERN, type TenantCacheOverrides } from './admission/tenants.js';
+import { PRIORITY_CLASSES, type PriorityClass } from './admission/classes.js';
+import type { TenantLimits } from './admission/rate-limit.js';
+import { ADMISSION_DEFAULTS } from './admission/controller.js';
 
 /** The routing policy used when the config names none. */
 export const DEFAULT_POLICY_NAME = 'kvgate';
@@ -100,11 +103,57 @@ const tenantCache = z.strictObject({
   sampled: z.boolean().optional(),
 });
 
+const priorityClass = z.enum(PRIORITY_CLASSES);
+
+const tenantLimits = z.strictObject({
+  requestsPerMinute: z.int().positive().optional(),
+  /** Prompt tokens + max_tokens of the requests started in a minute. */
+  tokensPerMinute: z.int().positive().optional(),
+  concurrentRequests: z.int().positive().optional(),
+});
+
 const tenant = z.strictObject({
   id: z.string().regex(TENANT_ID_PATTERN, 'letters, digits, ".", "_" and "-" (at most 64), starting with a letter or digit'),
   keys: z.array(keySource).min(1, 'a tenant needs at least one key'),
   cache: tenantCache.optional(),
+  /** Default priority class of the tenant's requests (a request may lower it, never raise it). */
+  priority: priorityClass.default('standard'),
+  limits: tenantLimits.optional(),
 });
+
+const unitInterval = z.number().gt(0).max(1);
+
+const admissionSchema = z
+  .strictObject({
+    /** KV-pressure admission (thresholds, queue); rate limits and classes apply either way. */
+    enabled: z.boolean().default(true),
+    thresholds: z
+      .strictObject({
+        sheddable: unitInterval.default(ADMISSION_DEFAULTS.thresholds.sheddable),
+        standard: unitInterval.default(ADMISSION_DEFAULTS.thresholds.standard),
+      })
+      .prefault({}),
+    queue: z
+      .strictObject({
+        maxSize: z.int().min(0).default(ADMISSION_DEFAULTS.queue.maxSize),
+        maxWaitMs: ms.default(ADMISSION_DEFAULTS.queue.maxWaitMs),
+      })
+      .prefault({}),
+    vllmPriority: z
+      .strictObject({
+        /** Pools whose workers run vLLM with --scheduling-policy priority ('*': every pool). */
+        pools: z.array(z.string().min(1)).default([]),
+        values: z
+          .strictObject({
+            critical: z.int().default(0),
+            standard: z.int().default(1),
+            sheddable: z.int().default(2),
+          })
+          .prefault({}),
+      })
+      .prefault({}),
+  })
+  .prefault({});
 
 const cacheSchema = z
   .strictObject({
@@ -180,6 +229,17 @@ export const configSchema = z
       .strictObject({
         failuresToOpen: z.int().positive().default(5),
         coolDownMs: ms.default(10_000),
+        /** Also open when this share of the window's outcomes failed (with at least minRequests). */
+        failureRate: z
+          .strictObject({
+            threshold: unitInterval.default(0.5),
+            windowMs: ms.default(30_000),
+            minRequests: z.int().positive().default(20),
+          })
+          .prefault({}),
+        /** A worker answering 503/429 leaves routing this long (or its Retry-After), doubling while it repeats. */
+        overloadBackoffMs: ms.default(1_000),
+        maxBackoffMs: ms.default(30_000),
       })
       .prefault({}),
     policy: policySchema.prefault({ name: DEFAULT_POLICY_NAME }),
@@ -216,8 +276,15 @@ export const configSchema = z
     /** API keys mapped to tenants; none: the gateway is open and every request is tenant `default`. */
     tenants: z.array(tenant).default([]),
     /** Keys for /admin/* (required there once any key is configured). */
-    admin: z.strictObject({ keys: z.array(keySource).default([]) }).prefault({}),
+    admin: z
+      .strictObject({
+        keys: z.array(keySource).default([]),
+        /** Also require an admin key for /metrics (once any key is configured). */
+        protectMetrics: z.boolean().default(false),
+      })
+      .prefault({}),
     cache: cacheSchema,
+    admission: admissionSchema,
   })
   .superRefine((c, ctx) => {
     if (c.pools.length === 0 && c.workers.length === 0) {
@@ -239,6 +306,14 @@ export const configSchema = z
       p.workers.forEach((w, j) => check(w.id ?? `${p.name}-${j}`, ['pools', i, 'workers', j, 'id'])),
     );
     c.workers.forEach((w, i) => check(w.id ?? `${w.pool}-w${i}`, ['workers', i, 'id']));
+    const t = c.admission.thresholds;
+    if (t.sheddable > t.standard) {
+      ctx.addIssue({ code: 'custom', path: ['admission', 'thresholds', 'sheddable'], message: 'must not be above admission.thresholds.standard' });
+    }
+    const v = c.admission.vllmPriority.values;
+    if (!(v.critical < v.standard && v.standard < v.sheddable)) {
+      ctx.addIssue({ code: 'custom', path: ['admission', 'vllmPriority', 'values'], message: 'expected critical < standard < sheddable (vLLM serves lower values first)' });
+    }
     const tenantIds = new Map<string, number>();
     c.tenants.forEach((t, i) => {
       const prev = tenantIds.get(t.id);
@@ -263,13 +338,15 @@ export interface TenantConfig {
   /** SHA-256 digests of its keys. */
   digests: Buffer[];
   cache: TenantCacheOverrides;
+  priority: PriorityClass;
+  limits: TenantLimits;
 }
 
 export type CacheConfig = Parsed['cache'] & { redis: Parsed['cache']['redis'] & { url?: string } };
 
 export interface GatewayConfig extends Omit<Parsed, 'pools' | 'workers' | 'scrape' | 'health' | 'tenants' | 'admin' | 'cache'> {
   tenants: TenantConfig[];
-  admin: { digests: Buffer[] };
+  admin: { digests: Buffer[]; protectMetrics: boolean };
   /** `cache.redis.url` falls back to REDIS_URL. */
   cache: CacheConfig;
   /** Every worker, pools flattened, ids resolved. */
@@ -338,8 +415,14 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
       problems.push(`${formatPath([...path, i, r.field])}: ${r.message}`);
       return [];
     });
-  const tenants: TenantConfig[] = c.tenants.map((t, i) => ({ id: t.id, digests: digestsOf(t.keys, ['tenants', i, 'keys']), cache: t.cache ?? {} }));
-  const admin = { digests: digestsOf(c.admin.keys, ['admin', 'keys']) };
+  const tenants: TenantConfig[] = c.tenants.map((t, i) => ({
+    id: t.id,
+    digests: digestsOf(t.keys, ['tenants', i, 'keys']),
+    cache: t.cache ?? {},
+    priority: t.priority,
+    limits: t.limits ?? {},
+  }));
+  const admin = { digests: digestsOf(c.admin.keys, ['admin', 'keys']), protectMetrics: c.admin.protectMetrics };
   const owners = new Map<string, string>();
   const claim = (d: Buffer, who: string) => {
     const hex = d.toString('hex');

@@ -12,12 +12,15 @@
  *   `invalid_api_key`. Clients send `Authorization: Bearer <key>`, as the OpenAI SDKs do.
  * - Admin keys (`admin.keys`) guard `/admin/*` once the gateway has any keys at all.
  *
- * A tenant carries what later stages need to know about it: today its response-cache settings;
- * the admission work adds a default priority class and limits here.
+ * A tenant carries what later stages need to know about it: its response-cache settings, its
+ * default priority class (classes.ts; `standard` unless configured) and its rate limits
+ * (rate-limit.ts; none unless configured).
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { ApiError } from '../api/errors.js';
+import type { PriorityClass } from './classes.js';
+import type { TenantLimits } from './rate-limit.js';
 
 /** The tenant of every request when no keys are configured. */
 export const DEFAULT_TENANT_ID = 'default';
@@ -52,11 +55,17 @@ export interface TenantSpec {
   id: string;
   keys: KeySource[];
   cache?: TenantCacheOverrides;
+  priority?: PriorityClass;
+  limits?: TenantLimits;
 }
 
 export interface Tenant {
   readonly id: string;
   readonly cache: Readonly<TenantCacheOverrides>;
+  /** Default priority class of its requests (a request may lower it). */
+  readonly priority: PriorityClass;
+  /** Rate limits (absent fields: unlimited). */
+  readonly limits: Readonly<TenantLimits>;
 }
 
 /** A key source that could not be read: `path` names the field, `message` never holds the key. */
@@ -137,8 +146,18 @@ export class TenantDirectory {
    * @param tenants id, key digests and cache overrides of each tenant
    * @param adminDigests digests of the admin keys
    */
-  constructor(tenants: ReadonlyArray<{ id: string; digests: Buffer[]; cache?: TenantCacheOverrides }>, adminDigests: Buffer[] = []) {
-    this.tenants = tenants.map((t) => Object.freeze({ id: t.id, cache: Object.freeze({ ...(t.cache ?? {}) }) }));
+  constructor(
+    tenants: ReadonlyArray<{ id: string; digests: Buffer[]; cache?: TenantCacheOverrides; priority?: PriorityClass; limits?: TenantLimits }>,
+    adminDigests: Buffer[] = [],
+  ) {
+    this.tenants = tenants.map((t) =>
+      Object.freeze({
+        id: t.id,
+        cache: Object.freeze({ ...(t.cache ?? {}) }),
+        priority: t.priority ?? 'standard',
+        limits: Object.freeze({ ...(t.limits ?? {}) }),
+      }),
+    );
     this.byIdMap = new Map(this.tenants.map((t) => [t.id, t]));
     this.keys = [];
     tenants.forEach((t, i) => t.digests.forEach((d) => this.keys.push({ digest: d, owner: i })));
@@ -146,7 +165,9 @@ export class TenantDirectory {
     for (const d of adminDigests) this.keys.push({ digest: d, owner: -1 });
     this.open = tenantKeys === 0;
     this.adminGuarded = this.keys.length > 0;
-    this.defaultTenant = this.byIdMap.get(DEFAULT_TENANT_ID) ?? Object.freeze({ id: DEFAULT_TENANT_ID, cache: Object.freeze({}) });
+    this.defaultTenant =
+      this.byIdMap.get(DEFAULT_TENANT_ID) ??
+      Object.freeze({ id: DEFAULT_TENANT_ID, cache: Object.freeze({}), priority: 'standard' as const, limits: Object.freeze({}) });
   }
 
   /** Every tenant a request can belong to (`default` alone when open). */

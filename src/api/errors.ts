@@ -11,7 +11,10 @@ export type ErrorType =
   | 'server_error'
   | 'upstream_error'
   | 'timeout_error'
-  | 'overloaded_error';
+  | 'overloaded_error'
+  // OpenAI's 429 rate_limit_exceeded errors carry which limit was hit as their type.
+  | 'requests'
+  | 'tokens';
 
 export interface ErrorBody {
   error: { message: string; type: ErrorType; param: string | null; code: string | null };

@@ -16,10 +16,15 @@
  * - With the response cache: TTFT and E2E cover every completed request (a hit's are the
  *   gateway's delay); TPOT leaves hits out (they arrive whole; a request that followed an
  *   identical one in flight keeps its pace); cache_hit_rate = (hits + coalesced) / requests.
+ * - by_priority (runs with admission or a priority mix): per class, requests offered, completed,
+ *   shed (refused with 429/503: admission, queue, or no worker), queued (waited in the admission
+ *   queue), TTFT of its completed requests, the latency of its refusals (arrival → refusal) and
+ *   goodput_fraction = requests meeting the SLO (completed ones, without an SLO) / offered.
  * - gpu_seconds = GPUs (workers × tp) × duration; cost per million output tokens =
  *   gpu_seconds / 3600 × $/GPU-hour / (output tokens / 10⁶).
  */
 import type { SimResult } from '../sim/fleet-sim.js';
+import { PRIORITY_CLASSES, type PriorityClass } from '../admission/classes.js';
 import { hasSlo, meetsSlo, type Slo } from './slo.js';
 
 export interface Dist {
@@ -56,7 +61,19 @@ export interface PolicySummary {
   attainment: number | null;
   scrape_interval_ms: number;
   refusals: Record<string, number>;
+  /** Per priority class (with admission or a priority mix). */
+  by_priority?: Record<PriorityClass, ClassSummary>;
   sim_wall_ms?: number;
+}
+
+export interface ClassSummary {
+  requests: number;
+  completed: number;
+  shed: number;
+  queued: number;
+  ttft_ms: { p50: number | null; p90: number | null; p99: number | null };
+  shed_latency_ms: { p50: number | null; p99: number | null };
+  goodput_fraction: number;
 }
 
 export interface SummaryOptions {
@@ -69,6 +86,8 @@ export interface SummaryOptions {
   sloTpotMs?: number;
   /** Leave out sim_wall_ms, the one nondeterministic field (for byte-identical JSON). */
   omitWallTime?: boolean;
+  /** Add by_priority. */
+  byPriority?: boolean;
 }
 
 const round = (x: number, digits = 3): number => {
@@ -233,6 +252,43 @@ export function summarize(r: SimResult, o: SummaryOptions): PolicySummary {
     scrape_interval_ms: r.scrapeIntervalMs,
     refusals: Object.fromEntries(Object.entries(r.refusals).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))),
   };
+  if (o.byPriority && r.byClass) s.by_priority = byPriority(r, slo);
   if (!o.omitWallTime) s.sim_wall_ms = Math.round(r.wallMs);
   return s;
+}
+
+function byPriority(r: SimResult, slo: Slo): Record<PriorityClass, ClassSummary> {
+  const bc = r.byClass!;
+  const c = r.completed;
+  const ttft: number[][] = [[], [], []];
+  const good = [0, 0, 0];
+  for (let i = 0; i < c.arrival.length; i++) {
+    const k = c.cls?.[i] ?? 1;
+    const t = c.firstToken[i]! - c.arrival[i]!;
+    const e = c.finish[i]! - c.arrival[i]!;
+    const out = c.outputTokens[i]!;
+    const tp = out > 1 && c.fromCache?.[i] !== 1 ? (e - t) / (out - 1) : undefined;
+    ttft[k]!.push(t);
+    if (meetsSlo(slo, t, tp, c.promptTokens[i]!)) good[k]!++;
+  }
+  const shedLatency: number[][] = [[], [], []];
+  for (let i = 0; i < bc.refused.cls.length; i++) {
+    if (bc.refused.status[i] !== 400) shedLatency[bc.refused.cls[i]!]!.push(bc.refused.latencyMs[i]!);
+  }
+  const out = {} as Record<PriorityClass, ClassSummary>;
+  PRIORITY_CLASSES.forEach((cls, k) => {
+    const t = distribution(ttft[k]!);
+    const sl = distribution(shedLatency[k]!);
+    const requests = bc.requests[k]!;
+    out[cls] = {
+      requests,
+      completed: ttft[k]!.length,
+      shed: shedLatency[k]!.length,
+      queued: bc.queued[k]!,
+      ttft_ms: { p50: t.p50, p90: t.p90, p99: t.p99 },
+      shed_latency_ms: { p50: sl.p50, p99: sl.p99 },
+      goodput_fraction: requests > 0 ? round(good[k]! / requests, 4) : 0,
+    };
+  });
+  return out;
 }

@@ -19,6 +19,8 @@ import { attainmentOf, distribution, sloOf, summarize, type Dist, type PolicySum
 import { VirtualClock } from '../util/clock.js';
 import { hasSlo } from './slo.js';
 import type { BenchRequest, BenchSource } from '../workload/types.js';
+import { classOfDraw, DEFAULT_VLLM_PRIORITY, type PriorityClass } from '../admission/classes.js';
+import type { AdmissionSettings } from '../admission/controller.js';
 
 /** $/GPU-hour defaults (on-demand cloud list prices, rounded). */
 export const GPU_HOUR_COST: Record<string, number> = { h100: 3.5, a100: 1.8, a10g: 1.0 };
@@ -56,6 +58,18 @@ export interface BenchOptions {
   cache?: { ttlMs?: number; maxBytes?: number };
   /** Admission control seam, created fresh per policy run. */
   admission?: () => (req: RouteRequest, now: number) => AdmitResult;
+  /**
+   * KV-pressure admission (`--admission on`): the gateway's AdmissionController in every run,
+   * on the run's virtual clock. Absent: every request is routed (`--admission off`).
+   */
+  kvAdmission?: AdmissionSettings;
+  /**
+   * Give each request a priority class drawn from this mix (`--priority-mix`), replacing the
+   * source's own priorities; a session's turns share the class of its first turn.
+   */
+  priorityMix?: Record<PriorityClass, number>;
+  /** Report by_priority per policy (set by --admission, --priority-mix). */
+  byPriority?: boolean;
   /** Called before each fleet run: a policy's run, or one of its capacity probes (rateScale differs). */
   onPolicyStart?: (name: string, rateScale: number) => void;
   onProgress?: (name: string, arrivals: number, virtualMs: number) => void;
@@ -134,6 +148,10 @@ export interface BenchResults {
   gpu_hour_cost: number;
   /** The response cache's settings (with --cache on), else null. */
   cache: { ttl_ms: number; max_bytes: number } | null;
+  /** KV-pressure admission settings (with --admission on), else null. */
+  admission: AdmissionSettings | null;
+  /** The --priority-mix, normalised, else null. */
+  priority_mix: Record<PriorityClass, number> | null;
   /** Hit rate of one worker with unlimited KV on the same requests (ideal-hit.ts). */
   ideal_hit_rate: number;
   capacity: CapacitySummary | null;
@@ -168,9 +186,37 @@ export function checkPolicies(names: readonly string[], options: Readonly<Record
 }
 
 /** The requests of one run: the first `limit` of the source (sessions counted whole), at rate × scale. */
-export function benchRequests(source: BenchSource, limit: number | undefined, rateScale: number): Iterable<BenchRequest> {
+export function benchRequests(
+  source: BenchSource,
+  limit: number | undefined,
+  rateScale: number,
+  mix?: { mix: Record<PriorityClass, number>; seed: number },
+): Iterable<BenchRequest> {
   const src = source.open();
-  return scaleArrivals(limit === undefined ? src : takeRequests(src, limit), rateScale);
+  const scaled = scaleArrivals(limit === undefined ? src : takeRequests(src, limit), rateScale);
+  return mix ? withPriorityMix(scaled, mix.mix, mix.seed) : scaled;
+}
+
+/**
+ * Requests with a class drawn from `mix` (as vLLM's integer, DEFAULT_VLLM_PRIORITY): the n-th
+ * request of the source draws from a hash of (seed, n), so every policy and every rate scale
+ * sees the same classes; a session's later turns keep its first turn's class.
+ */
+export function* withPriorityMix(src: Iterable<BenchRequest>, mix: Record<PriorityClass, number>, seed: number): Generator<BenchRequest> {
+  let n = 0;
+  const tag = (r: BenchRequest, priority: number): BenchRequest => {
+    const next = r.next;
+    const out: BenchRequest = { ...r, priority };
+    if (next) out.next = (done) => {
+      const t = next(done);
+      return t === undefined ? undefined : tag(t, priority);
+    };
+    return out;
+  };
+  for (const r of src) {
+    const u = mix32(seed ^ 0x70726931, n++) / 2 ** 32;
+    yield tag(r, DEFAULT_VLLM_PRIORITY[classOfDraw(mix, u)]);
+  }
 }
 
 /** Arrivals per second between a run's first and last arrival (0 with fewer than two). */
@@ -233,7 +279,8 @@ function simCache(c: NonNullable<BenchOptions['cache']>): { cache: ResponseCache
 async function runFleet(ctx: RunContext, name: string, rateScale: number, withCache = ctx.o.cache !== undefined): Promise<SimResult> {
   const o = ctx.o;
   o.onPolicyStart?.(withCache || o.cache === undefined ? name : `${name} (no cache)`, rateScale);
-  return simulateFleet(benchRequests(o.source, o.limit, rateScale), {
+  return simulateFleet(benchRequests(o.source, o.limit, rateScale, o.priorityMix ? { mix: o.priorityMix, seed: o.seed } : undefined), {
+    admission: o.kvAdmission ? { settings: o.kvAdmission } : undefined,
     cache: withCache ? simCache(o.cache!) : undefined,
     workers: o.workers,
     engineConfig: ctx.engineConfig,
@@ -261,6 +308,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
     sloTtftPer1kMs: o.sloTtftPer1kMs,
     sloTpotMs: o.sloTpotMs,
     omitWallTime: o.omitWallTime,
+    byPriority: o.byPriority === true || o.kvAdmission !== undefined || o.priorityMix !== undefined,
   };
   const slo = sloOf(summaryOpts);
   const cap = o.capacity
@@ -384,6 +432,8 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       slo_tpot_ms: o.sloTpotMs ?? null,
       gpu_hour_cost: gpuHourCost,
       cache: o.cache ? { ttl_ms: o.cache.ttlMs ?? BENCH_CACHE_DEFAULTS.ttlMs, max_bytes: o.cache.maxBytes ?? BENCH_CACHE_DEFAULTS.maxBytes } : null,
+      admission: o.kvAdmission ?? null,
+      priority_mix: o.priorityMix ?? null,
       ideal_hit_rate: Math.round(ideal.rate * 10000) / 10000,
       capacity: cap
         ? {

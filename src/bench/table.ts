@@ -109,3 +109,22 @@ export function cacheLines(rows: readonly Row[]): string {
   }
   return out.length > 0 ? out.join('\n') + '\n' : '';
 }
+
+/** Per policy and priority class (runs with --admission or --priority-mix): offered, completed, shed, TTFT. */
+export function priorityLines(rows: readonly Row[]): string {
+  const out: string[] = [];
+  for (const r of rows) {
+    const bp = r.by_priority;
+    if (!bp) continue;
+    for (const [cls, c] of Object.entries(bp)) {
+      if (c.requests === 0) continue;
+      const t = c.ttft_ms;
+      const f = (x: number | null) => (x === null ? '-' : x.toFixed(0));
+      out.push(
+        `${r.name} ${cls}: ${c.requests} offered, ${c.completed} completed, ${c.shed} shed (p99 ${c.shed_latency_ms.p99 === null ? '-' : c.shed_latency_ms.p99.toFixed(1)} ms after arrival), ` +
+          `${c.queued} queued; TTFT p50/p90/p99 ms ${f(t.p50)}/${f(t.p90)}/${f(t.p99)}; goodput ${(c.goodput_fraction * 100).toFixed(1)}% of offered`,
+      );
+    }
+  }
+  return out.length > 0 ? out.join('\n') + '\n' : '';
+}

@@ -12,7 +12,10 @@ import { createProgressBar, type ProgressBar } from '../bench/progress.js';
 import { renderReport } from '../bench/report.js';
 import { checkPolicies, GPU_HOUR_COST, runBench } from '../bench/run.js';
 import { describeSlo } from '../bench/slo.js';
-import { cacheLines, summaryTable } from '../bench/table.js';
+import { cacheLines, priorityLines, summaryTable } from '../bench/table.js';
+import { parsePriorityMix } from '../admission/classes.js';
+import { ADMISSION_DEFAULTS } from '../admission/controller.js';
+import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
 import type { BenchSource } from '../workload/types.js';
 import { describeWorkloads, workloadNames, workloadSource } from '../workload/workloads.js';
 
@@ -75,6 +78,22 @@ Response cache:
   --cache-ttl-ms MS       lifetime of an entry, virtual ms (default 300000)
   --cache-max-bytes N     the in-memory store's bound (default 268435456)
 
+Admission control:
+  --admission on|off      run the gateway's KV-pressure admission (src/admission/) in the
+                          simulation, on its virtual clock: per request admit, queue or shed from
+                          the fleet's estimated KV usage and the request's class (default off:
+                          every request is routed). Either value adds by_priority to the JSON and a
+                          line per policy and class to the table
+  --priority-mix MIX      give each request a class drawn from MIX, e.g.
+                          critical=0.2,standard=0.3,sheddable=0.5 (weights normalised; replaces the
+                          trace's own priorities; default: the trace's "priority", else standard).
+                          Classes reach the engine as vLLM integers critical 0, standard 1,
+                          sheddable 2 (its priority scheduling), with admission on or off
+  --shed-above X          fleet KV usage above which sheddable requests are shed (default 0.85)
+  --queue-above X         fleet KV usage above which standard requests wait (default 0.92)
+  --queue-max N           admission queue bound per model (default 256)
+  --queue-max-wait MS     longest wait in the queue, virtual ms (default 10000)
+
 Capacity at SLO:
   --capacity              find each policy's capacity: the highest --rate-scale at which at least
                           --attainment of the requests meet the SLO. Brackets by doubling or halving
@@ -105,6 +124,12 @@ const OPTIONS = {
   burstiness: { type: 'string' },
   'repeat-fraction': { type: 'string' },
   cache: { type: 'string' },
+  admission: { type: 'string' },
+  'priority-mix': { type: 'string' },
+  'shed-above': { type: 'string' },
+  'queue-above': { type: 'string' },
+  'queue-max': { type: 'string' },
+  'queue-max-wait': { type: 'string' },
   'cache-ttl-ms': { type: 'string' },
   'cache-max-bytes': { type: 'string' },
   trace: { type: 'string' },
@@ -312,6 +337,35 @@ export async function run(argv: string[]): Promise<number> {
       if (!cacheOn && v[f] !== undefined) throw new UsageError(`--${f} applies to --cache on only`);
     }
     const cacheTtlMs = numFlag(v['cache-ttl-ms'], 'cache-ttl-ms', { positive: true });
+    if (v.admission !== undefined && v.admission !== 'on' && v.admission !== 'off') throw new UsageError(`--admission must be on or off, got '${v.admission}'`);
+    const admissionOn = v.admission === 'on';
+    for (const f of ['shed-above', 'queue-above', 'queue-max', 'queue-max-wait'] as const) {
+      if (!admissionOn && v[f] !== undefined) throw new UsageError(`--${f} applies to --admission on only`);
+    }
+    const fraction = (f: 'shed-above' | 'queue-above', d: number): number => {
+      const x = numFlag(v[f], f, { positive: true }) ?? d;
+      if (x > 1) throw new UsageError(`--${f} must be a fraction in (0, 1], got '${v[f]}'`);
+      return x;
+    };
+    const kvAdmission = admissionOn
+      ? {
+          thresholds: { sheddable: fraction('shed-above', ADMISSION_DEFAULTS.thresholds.sheddable), standard: fraction('queue-above', ADMISSION_DEFAULTS.thresholds.standard) },
+          queue: {
+            maxSize: intFlag(v['queue-max'], 'queue-max', 0) ?? ADMISSION_DEFAULTS.queue.maxSize,
+            maxWaitMs: numFlag(v['queue-max-wait'], 'queue-max-wait', { positive: true }) ?? ADMISSION_DEFAULTS.queue.maxWaitMs,
+          },
+          retryAfterSeconds: ADMISSION_DEFAULTS.retryAfterSeconds,
+          reserveOutputCap: RESERVE_OUTPUT_TOKENS_CAP,
+        }
+      : undefined;
+    let priorityMix: ReturnType<typeof parsePriorityMix> | undefined;
+    if (v['priority-mix'] !== undefined) {
+      try {
+        priorityMix = parsePriorityMix(v['priority-mix']);
+      } catch (e) {
+        throw new UsageError(`--priority-mix: ${(e as Error).message}`);
+      }
+    }
     const cacheMaxBytes = intFlag(v['cache-max-bytes'], 'cache-max-bytes', 1);
     opts = {
       source,
@@ -333,6 +387,9 @@ export async function run(argv: string[]): Promise<number> {
       gpuHourCost: numFlag(v['gpu-hour-cost'], 'gpu-hour-cost'),
       omitWallTime: v['omit-wall-time'] === true,
       policyOptions,
+      kvAdmission,
+      priorityMix,
+      byPriority: v.admission !== undefined || priorityMix !== undefined,
     };
   } catch (e) {
     if (!(e instanceof UsageError)) throw e;
@@ -379,6 +436,8 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write('\n' + summaryTable(out.results.policies, { idealHitRate: out.results.ideal_hit_rate, capacity: out.results.capacity }));
     const cl = cacheLines(out.results.policies);
     if (cl) process.stdout.write('\n' + cl);
+    const pl = priorityLines(out.results.policies);
+    if (pl) process.stdout.write('\n' + pl);
     const c = out.results.capacity;
     if (c) {
       process.stdout.write(

@@ -1,8 +1,18 @@
 /**
- * Per-worker circuit breaker. `failuresToOpen` consecutive upstream failures open the circuit
- * (the worker leaves routing via WorkerState.circuitOpen) for `coolDownMs`; then it is half-open:
- * the worker is routable again for exactly one probe request. The probe's success closes the
- * circuit, its failure opens it for another cool-down.
+ * Per-worker circuit breaker. Two triggers open the circuit (the worker leaves routing via
+ * WorkerState.circuitOpen) for `coolDownMs`:
+ *   - `failuresToOpen` consecutive upstream failures;
+ *   - a failure rate: at least `failureRate.threshold` of the outcomes in the last
+ *     `failureRate.windowMs` were failures, counting only once the window holds
+ *     `failureRate.minRequests` outcomes (a worker failing every other request never has five
+ *     failures in a row, yet is broken).
+ * After the cool-down it is half-open: the worker is routable again for exactly one probe
+ * request. The probe's success closes the circuit, its failure opens it for another cool-down.
+ *
+ * Overload is not breakage: a worker that answers 503 or 429 itself (vLLM under pressure, a
+ * worker-side limiter) is backed off — out of routing for its Retry-After, else
+ * `overloadBackoffMs`, doubling while it keeps answering so, up to `maxBackoffMs` — and its
+ * breaker counts neither a failure nor a success. State stays 'closed' during a back-off.
  */
 import type { WorkerState } from './worker-state.js';
 
@@ -11,20 +21,39 @@ export type BreakerState = 'closed' | 'open' | 'half-open';
 export interface CircuitBreakerOptions {
   failuresToOpen: number;
   coolDownMs: number;
+  /** Failure-rate trigger (absent: consecutive failures only). */
+  failureRate?: { threshold: number; windowMs: number; minRequests: number };
+  /** Back-off after a 503/429 without Retry-After, ms (default 1000). */
+  overloadBackoffMs?: number;
+  /** Longest back-off, ms (default 30000). */
+  maxBackoffMs?: number;
+  /** Clock for the failure-rate window, ms (default performance.now). */
+  now?: () => number;
   /** Called on every transition (logs, metrics). */
   onTransition?: (worker: WorkerState, to: BreakerState) => void;
+  /** Called when the worker is backed off for overload, with the back-off in ms. */
+  onBackoff?: (worker: WorkerState, ms: number) => void;
 }
 
 export class CircuitBreaker {
   state: BreakerState = 'closed';
   consecutiveFailures = 0;
+  /** Outcomes in the failure-rate window: times and whether each failed (oldest first). */
+  private readonly outcomes: Array<{ t: number; failed: boolean }> = [];
+  private windowFailures = 0;
   private timer: NodeJS.Timeout | null = null;
   private probeInFlight = false;
+  private backoffTimer: NodeJS.Timeout | null = null;
+  /** Current back-off, ms (0 when the worker is not backed off). */
+  backoffMs = 0;
+  private readonly now: () => number;
 
   constructor(
     readonly worker: WorkerState,
     private readonly opts: CircuitBreakerOptions,
-  ) {}
+  ) {
+    this.now = opts.now ?? (() => performance.now());
+  }
 
   /** A request was dispatched to the worker. In half-open, it is the one probe. */
   onDispatch(): void {
@@ -37,12 +66,15 @@ export class CircuitBreaker {
 
   onSuccess(): void {
     this.consecutiveFailures = 0;
+    this.record(false);
+    this.endBackoff();
     if (this.state !== 'closed') this.transition('closed');
   }
 
   onFailure(): void {
     this.consecutiveFailures++;
-    if (this.state === 'half-open' || (this.state === 'closed' && this.consecutiveFailures >= this.opts.failuresToOpen)) {
+    this.record(true);
+    if (this.state === 'half-open' || (this.state === 'closed' && (this.consecutiveFailures >= this.opts.failuresToOpen || this.rateTripped()))) {
       this.transition('open');
     }
   }
@@ -55,12 +87,85 @@ export class CircuitBreaker {
     }
   }
 
+  /**
+   * The worker answered 503 or 429: back it off for `retryAfterMs` (its Retry-After) or the
+   * current back-off, doubled each time it repeats. Not a failure; a half-open probe that meets
+   * it leaves the circuit half-open.
+   */
+  onOverloaded(retryAfterMs?: number): void {
+    const base = this.opts.overloadBackoffMs ?? 1000;
+    const max = this.opts.maxBackoffMs ?? 30_000;
+    const ms = Math.min(max, retryAfterMs !== undefined && retryAfterMs > 0 ? retryAfterMs : this.backoffMs > 0 ? this.backoffMs * 2 : base);
+    if (this.state === 'half-open') this.probeInFlight = false;
+    if (this.state !== 'closed') return; // open: already out of routing; half-open: the next probe decides
+    this.backoffMs = ms;
+    this.worker.circuitOpen = true;
+    if (this.backoffTimer) clearTimeout(this.backoffTimer);
+    this.backoffTimer = setTimeout(() => {
+      this.backoffTimer = null;
+      // Back in routing; backoffMs stays, so a repeat doubles it until a success resets it.
+      if (this.state === 'closed') this.worker.circuitOpen = false;
+    }, ms);
+    this.backoffTimer.unref();
+    this.opts.onBackoff?.(this.worker, ms);
+  }
+
+  /** Failures / outcomes in the current window (0 with no outcome). */
+  failureRate(): number {
+    this.prune();
+    return this.outcomes.length === 0 ? 0 : this.windowFailures / this.outcomes.length;
+  }
+
+  private endBackoff(): void {
+    this.backoffMs = 0;
+    if (this.backoffTimer) {
+      clearTimeout(this.backoffTimer);
+      this.backoffTimer = null;
+      if (this.state === 'closed') this.worker.circuitOpen = false;
+    }
+  }
+
+  private record(failed: boolean): void {
+    const fr = this.opts.failureRate;
+    if (!fr) return;
+    this.outcomes.push({ t: this.now(), failed });
+    if (failed) this.windowFailures++;
+    this.prune();
+  }
+
+  private prune(): void {
+    const fr = this.opts.failureRate;
+    if (!fr) return;
+    const from = this.now() - fr.windowMs;
+    let i = 0;
+    while (i < this.outcomes.length && this.outcomes[i]!.t < from) {
+      if (this.outcomes[i]!.failed) this.windowFailures--;
+      i++;
+    }
+    if (i > 0) this.outcomes.splice(0, i);
+  }
+
+  private rateTripped(): boolean {
+    const fr = this.opts.failureRate;
+    if (!fr) return false;
+    this.prune();
+    return this.outcomes.length >= fr.minRequests && this.windowFailures / this.outcomes.length >= fr.threshold;
+  }
+
   private transition(to: BreakerState): void {
     this.state = to;
     this.probeInFlight = false;
     if (this.timer) {
       clearTimeout(this.timer);
       this.timer = null;
+    }
+    if (to === 'open') {
+      // A fresh start after the cool-down: the window's old failures must not reopen it at once.
+      this.outcomes.length = 0;
+      this.windowFailures = 0;
+      if (this.backoffTimer) clearTimeout(this.backoffTimer);
+      this.backoffTimer = null;
+      this.backoffMs = 0;
     }
     this.worker.circuitOpen = to === 'open';
     if (to === 'open') {
@@ -75,6 +180,8 @@ export class CircuitBreaker {
 
   close(): void {
     if (this.timer) clearTimeout(this.timer);
+    if (this.backoffTimer) clearTimeout(this.backoffTimer);
     this.timer = null;
+    this.backoffTimer = null;
   }
 }

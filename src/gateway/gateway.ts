@@ -35,6 +35,8 @@ import type { LocalRoute } from './local-routes.js';
 import { Relay } from './relay.js';
 import type { GatewayStage } from './stages.js';
 import type { GatewayService } from './types.js';
+import { setupAdmission } from './admission-stage.js';
+import type { AdmissionController } from '../admission/controller.js';
 
 export type { GatewayService };
 
@@ -66,6 +68,8 @@ export interface Gateway {
   readonly tenants: TenantDirectory;
   /** The response cache, when `cache.enabled`. */
   readonly cache: ResponseCache | null;
+  /** KV-pressure admission, when `admission.enabled`. */
+  readonly admission: AdmissionController<WorkerState> | null;
   /** Add a pipeline stage between validation and routing (admission, cache, speculation). */
   use(stage: GatewayStage): void;
   /** Run a service with the gateway's lifecycle (started by start(), closed by close()). */
@@ -95,6 +99,11 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     breaker: {
       failuresToOpen: config.circuitBreaker.failuresToOpen,
       coolDownMs: config.circuitBreaker.coolDownMs,
+      failureRate: config.circuitBreaker.failureRate,
+      overloadBackoffMs: config.circuitBreaker.overloadBackoffMs,
+      maxBackoffMs: config.circuitBreaker.maxBackoffMs,
+      now,
+      onBackoff: (w: WorkerState, ms: number) => logger.info({ worker: w.id, backoffMs: ms }, 'worker overloaded (503/429): backed off'),
       onTransition: (w: WorkerState, to: BreakerState) => {
         metrics?.breakerTransitions.labels(w.id, to).inc();
         logger[to === 'open' ? 'warn' : 'info']({ worker: w.id, state: to }, 'circuit breaker');
@@ -176,6 +185,10 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     services.push(c.service);
     extraRoutes.set('/admin/cache', c.route);
   }
+  // Admission runs first among the stages added with use() (after the response cache).
+  const admission = setupAdmission({ config, fleet: registry, clock, registry: m.registry, staleAfterMs: router.staleAfterMs });
+  stages.push(admission.stage);
+  services.push(admission.service);
   let closing = false;
   const handler = createHandler({
     config,
@@ -224,6 +237,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     server,
     tenants,
     cache,
+    admission: admission.controller,
     use: (stage) => void (stage.early ? earlyStages : stages).push(stage),
     addWorkerDescriber: (d) => registry.addDescriber(d),
     addService: (svc) => {

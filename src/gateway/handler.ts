@@ -52,7 +52,7 @@ const INFERENCE: Record<string, InferenceKind> = {
 
 export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { config, fleet, metrics } = deps;
-  const local = createLocalRoutes(deps);
+  const local = createLocalRoutes({ ...deps, protectMetrics: config.admin.protectMetrics });
 
   return (req, res) => {
     const url = req.url ?? '/';

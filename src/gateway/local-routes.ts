@@ -6,7 +6,8 @@
  * kvgate_requests_total sample, no log line).
  *
  * Once any API key is configured, /admin/* needs an admin key (`admin.keys`), sent as
- * `Authorization: Bearer <key>`; the other routes stay open (probes, Prometheus).
+ * `Authorization: Bearer <key>`, and so does /metrics with `admin.protectMetrics`; the other
+ * routes stay open (probes).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { TenantDirectory } from '../admission/tenants.js';
@@ -25,6 +26,8 @@ export interface LocalRoutesDeps {
   metrics: GatewayMetrics;
   isClosing: () => boolean;
   tenants: TenantDirectory;
+  /** /metrics needs an admin key too (`admin.protectMetrics`). */
+  protectMetrics?: boolean;
   /** More routes by path (read at request time, so they may be added after start). */
   extraRoutes?: ReadonlyMap<string, LocalRoute>;
 }
@@ -35,7 +38,7 @@ const LOCAL_ROUTES = new Set(['/v1/models', '/health', '/ready', '/metrics', '/a
 export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: IncomingMessage, res: ServerResponse) => boolean {
   const { fleet, metrics } = deps;
   const guard = (path: string, req: IncomingMessage, res: ServerResponse): boolean => {
-    if (!path.startsWith('/admin/')) return true;
+    if (!path.startsWith('/admin/') && !(path === '/metrics' && deps.protectMetrics === true)) return true;
     const err = deps.tenants.checkAdmin(req.headers.authorization);
     if (err) sendError(res, err);
     return err === null;

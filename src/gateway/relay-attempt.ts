@@ -16,7 +16,7 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
-import { errors, type ApiError } from '../api/errors.js';
+import { ApiError, errors } from '../api/errors.js';
 import { atEventBoundary, sseErrorEvent, TAIL_AT_BOUNDARY, updateTail } from '../api/sse.js';
 import type { CircuitBreaker } from '../fleet/circuit-breaker.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
@@ -42,7 +42,7 @@ export interface AttemptEnv {
 /** done: the response is over (whatever it was); otherwise nothing reached the client yet. */
 export type AttemptResult = { done: true } | { done: false; error: ApiError };
 
-type FailReason = 'connect' | 'status_5xx' | 'first_byte_timeout' | 'deadline' | 'stream_error' | 'worker_down';
+type FailReason = 'connect' | 'status_5xx' | 'overloaded' | 'first_byte_timeout' | 'deadline' | 'stream_error' | 'worker_down';
 type AbortCause = FailReason | 'client' | 'shutdown';
 
 const DONE: AttemptResult = { done: true };
@@ -64,6 +64,8 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
   private resHeaders: Record<string, string> | null = null;
   /** Start of a 5xx answer's body, for the error message. */
   private errorText = '';
+  /** The worker's Retry-After on a 503/429, ms. */
+  private retryAfterMs: number | undefined;
   /** True once any byte reached the client: from then on nothing can be retried. */
   private sentBytes = false;
   /** Last two bytes relayed (api/sse.ts), so an error event never lands inside a partial event. */
@@ -123,13 +125,18 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     if (this.settled || statusCode < 200) return; // 1xx: the real head follows
     this.status = statusCode;
     this.ctx.upstreamStatus = statusCode;
-    if (statusCode >= 500) return; // its body is collected, then the attempt fails (retried elsewhere)
+    // A 5xx (or a 429: the worker itself is overloaded) fails the attempt once its body is
+    // collected, and is retried elsewhere.
+    if (failsAttempt(statusCode)) {
+      this.retryAfterMs = retryAfterMs(headers['retry-after']);
+      return;
+    }
     this.resHeaders = this.clientHeaders(headers);
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     if (this.settled) return;
-    if (this.status >= 500) {
+    if (failsAttempt(this.status)) {
       if (this.errorText.length < 200) this.errorText += chunk.toString('utf8', 0, 200);
       return;
     }
@@ -147,8 +154,8 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
   onResponseEnd(): void {
     if (this.settled) return;
     const { ctx, status } = this;
-    if (status >= 500) {
-      this.fail('status_5xx', `worker ${this.worker.id} answered ${status}: ${this.errorText.slice(0, 200)}`);
+    if (failsAttempt(status)) {
+      this.fail(status === 503 || status === 429 ? 'overloaded' : 'status_5xx', `worker ${this.worker.id} answered ${status}: ${this.errorText.slice(0, 200)}`);
       return;
     }
     if (!this.sentBytes) {
@@ -233,7 +240,9 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     this.env.metrics.upstreamFailures.labels(worker.id, reason).inc();
     // A slow generation hitting its deadline says nothing about the worker's health, and a
     // worker already marked down by its health probes needs no breaker.
+    // A worker answering 503/429 is overloaded, not broken: it is backed off instead.
     if (reason === 'deadline' || reason === 'worker_down') this.breaker.onNeutral();
+    else if (reason === 'overloaded') this.breaker.onOverloaded(this.retryAfterMs);
     else this.breaker.onFailure();
     if (!this.sentBytes) {
       const err = this.errorBeforeBytes(reason, message);
@@ -260,6 +269,10 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
         return errors.deadline(`worker ${id} did not finish within the request deadline`);
       case 'first_byte_timeout':
         return errors.deadline(`worker ${id} sent nothing within ${this.env.firstByteMs} ms`);
+      case 'overloaded':
+        return new ApiError(503, 'overloaded_error', 'upstream_overloaded', message, null, {
+          'retry-after': String(Math.max(1, Math.ceil((this.retryAfterMs ?? 1000) / 1000))),
+        });
       case 'worker_down':
         return errors.upstream(`worker ${id} was taken out of service (failing health probes)`, 'upstream_unreachable');
       default:
@@ -343,4 +356,16 @@ function runTaps(ctx: RequestContext, chunk: Buffer): void {
 function errMessage(e: Error): string {
   const code = (e as { code?: string }).code;
   return code ? `${code} ${e.message}` : e.message;
+}
+
+/** Worker statuses that fail the attempt (retried elsewhere) instead of being relayed. */
+function failsAttempt(status: number): boolean {
+  return status >= 500 || status === 429;
+}
+
+/** A Retry-After header in seconds (HTTP dates are not followed), as ms. */
+function retryAfterMs(v: string | string[] | undefined): number | undefined {
+  const s = Array.isArray(v) ? v[0] : v;
+  if (s === undefined || !/^\s*\d+\s*$/.test(s)) return undefined;
+  return Number(s) * 1000;
 }

@@ -8,7 +8,10 @@
  *   first streamed byte within `firstByteMs`) is retried on another worker, up to `retries` times,
  *   within the request's deadline. The response headers are written together with the first body
  *   chunk precisely so that this stays possible.
- * - Worker 4xx answers are relayed as they are and not retried.
+ * - Worker 4xx answers are relayed as they are and not retried, except 429: like a 503 it means
+ *   the worker is overloaded, so the worker is backed off (its circuit breaker, not counted as a
+ *   failure) and the request tried elsewhere; when every attempt met an overloaded worker the client gets 503
+ *   `upstream_overloaded` with Retry-After (a real failure among them: its error).
  * - Once bytes have reached the client nothing is retried: a failing stream ends with an SSE error
  *   event (see api/sse.ts), a failing JSON response is cut (the client sees a truncated body).
  * - The client going away aborts the upstream request, so the worker frees the sequence.
@@ -71,7 +74,8 @@ export class Relay {
         if (ctx.abortReason === 'shutdown') throw r.error;
         return;
       }
-      lastError = r.error;
+      // A real failure says more than a worker being busy: answer with it if there was one.
+      if (!(lastError && r.error.code === 'upstream_overloaded')) lastError = r.error;
     }
     throw lastError ?? errors.deadline('the request deadline passed before a worker could be tried');
   }

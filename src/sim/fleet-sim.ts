@@ -25,6 +25,12 @@
  *   gateway's subscribers use. The simulated stream loses nothing, so every worker's view is
  *   event-fed from the start; other policies get no events and the engines record none.
  * - KV sample — per-worker KV usage for the report.
+ * - admission (optional, `admission`) — the gateway's own AdmissionController (src/admission/),
+ *   on this run's virtual clock and WorkerStates: at arrival a request is admitted (routed now),
+ *   queued, or refused (shed); the queue is pumped after every step's results and every scrape
+ *   (capacity freed), and at queue deadlines (timer events), exactly as the live admission stage
+ *   pumps it on request ends and on a timer. A request's class comes from its integer priority
+ *   (absent: standard) through `vllmPriority`.
  *
  * - response cache (optional, `cache`) — in the arrival path, after admission and before routing,
  *   the gateway's own ResponseCache decides, with its in-memory store in virtual time: every
@@ -58,6 +64,8 @@ import { VirtualClock } from '../util/clock.js';
 import { seededRng } from '../util/rng.js';
 import { RequestState } from '../util/state.js';
 import { EventQueue } from './des-queue.js';
+import { classOfVllmPriority, CLASS_RANK, DEFAULT_VLLM_PRIORITY, type VllmPriorityMap } from '../admission/classes.js';
+import { AdmissionController, type AdmissionSettings, type AdmissionTicket } from '../admission/controller.js';
 
 /**
  * Everything the router is told, in order, for tests and debugging: replaying these calls against
@@ -99,6 +107,8 @@ export interface FleetSimOptions {
   kvSampleMs?: number;
   /** Admission control seam: called before routing, in virtual time. */
   admit?: (req: RouteRequest, now: number) => AdmitResult;
+  /** KV-pressure admission with the gateway's AdmissionController (after `admit`, before the cache). */
+  admission?: { settings: AdmissionSettings; vllmPriority?: VllmPriorityMap };
   /**
    * The response cache, built on a MemoryStore whose clock is this run's virtual clock
    * (`VirtualClock` passed in `clock`): fresh per run.
@@ -155,6 +165,16 @@ export interface SimResult {
     worker: number[];
     /** 0: a worker generated it; 1: a cache hit; 2: it followed an identical request in flight (absent: all 0). */
     fromCache?: number[];
+    /** Priority class rank (0 critical, 1 standard, 2 sheddable) of each completed request. */
+    cls?: number[];
+  };
+  /** Per class rank (0 critical, 1 standard, 2 sheddable): what happened to its requests. */
+  byClass?: {
+    requests: number[];
+    /** Requests that waited in the admission queue (whatever came of them). */
+    queued: number[];
+    /** Refusals (shed, queue full, queue timeout, router 503 / 400), each with its latency from arrival, ms. */
+    refused: { cls: number[]; latencyMs: number[]; status: number[] };
   };
   /** Response-cache counts (null or absent without a cache). */
   cache?: SimCacheCounts | null;
@@ -177,6 +197,7 @@ const enum Kind {
   Dispatch,
   Scrape,
   KvSample,
+  AdmissionTimer,
 }
 
 type SimEvent =
@@ -185,7 +206,8 @@ type SimEvent =
   | { k: Kind.StepDone; w: number; res: StepResult }
   | { k: Kind.Dispatch; w: number; idx: number; req: BenchRequest }
   | { k: Kind.Scrape }
-  | { k: Kind.KvSample };
+  | { k: Kind.KvSample }
+  | { k: Kind.AdmissionTimer };
 
 /** Every simulated request asks for the cache's default behaviour (no Cache-Control). */
 const NO_CACHE_CONTROL = { noStore: false, noCache: false, maxAgeS: null };
@@ -294,7 +316,8 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     rejected: 0,
     shed: 0,
     refusals: {},
-    completed: { arrival: [], firstToken: [], finish: [], promptTokens: [], outputTokens: [], cachedTokens: [], worker: [], fromCache: [] },
+    completed: { arrival: [], firstToken: [], finish: [], promptTokens: [], outputTokens: [], cachedTokens: [], worker: [], fromCache: [], cls: [] },
+    byClass: { requests: [0, 0, 0], queued: [0, 0, 0], refused: { cls: [], latencyMs: [], status: [] } },
     cache: opts.cache ? { hits: 0, coalesced: 0, misses: 0, stored: 0, evictions: 0 } : null,
     itl: { durationMs: [], weight: [] },
     firstArrivalMs: NaN,
@@ -306,6 +329,27 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   };
   // Per in-flight request: arrival and first-token time, by request index.
   const arrivalOf = new Map<number, number>();
+  // Class rank of each request not yet over, and its arrival (for refusal latencies).
+  const clsOf = new Map<number, number>();
+  const arrivedAt = new Map<number, number>();
+  const prioMap = opts.admission?.vllmPriority ?? DEFAULT_VLLM_PRIORITY;
+  const admission = opts.admission
+    ? new AdmissionController<WorkerState>({ settings: opts.admission.settings, clock, staleAfterMs: router.staleAfterMs, workersFor: () => states })
+    : null;
+  const tickets = new Map<number, AdmissionTicket<WorkerState>>();
+  const releaseTicket = (idx: number) => {
+    const t = tickets.get(idx);
+    if (t) {
+      t.release();
+      tickets.delete(idx);
+    }
+  };
+  /** The request is over (finished or refused): forget its per-request bookkeeping. */
+  const forget = (idx: number) => {
+    clsOf.delete(idx);
+    arrivedAt.delete(idx);
+    releaseTicket(idx);
+  };
   // With the cache: each in-flight request, to build the entry its answer fills.
   const requestOf = new Map<number, BenchRequest>();
   const firstTokenOf = new Map<number, number>();
@@ -333,6 +377,11 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     if (status === 400) out.rejected++;
     else out.shed++;
     out.refusals[code] = (out.refusals[code] ?? 0) + 1;
+    const bc = out.byClass!;
+    bc.refused.cls.push(clsOf.get(idx) ?? 1);
+    bc.refused.latencyMs.push(clock.now() - (arrivedAt.get(idx) ?? clock.now()));
+    bc.refused.status.push(status);
+    forget(idx);
     followUp(idx, clock.now());
     // Requests following this one (single-flight) would have been refused the same way.
     const f = flightOf(idx);
@@ -345,7 +394,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   const tenantOf = (id: string | undefined): Tenant => {
     const k = id ?? 'default';
     let t = tenants.get(k);
-    if (!t) tenants.set(k, (t = { id: k, cache: {} }));
+    if (!t) tenants.set(k, (t = { id: k, cache: {}, priority: 'standard', limits: {} }));
     return t;
   };
   interface SimFlight {
@@ -364,7 +413,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     }
     return f;
   };
-  const record = (arrival: number, first: number, finish: number, req: BenchRequest, outputTokens: number, cachedTokens: number, worker: number, fromCache: number) => {
+  const record = (idx: number, arrival: number, first: number, finish: number, req: BenchRequest, outputTokens: number, cachedTokens: number, worker: number, fromCache: number) => {
     const c = out.completed;
     c.arrival.push(arrival);
     c.firstToken.push(first);
@@ -374,6 +423,8 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     c.cachedTokens.push(cachedTokens);
     c.worker.push(worker);
     c.fromCache!.push(fromCache);
+    c.cls!.push(clsOf.get(idx) ?? 1);
+    forget(idx);
     if (!(finish <= out.lastFinishMs)) out.lastFinishMs = finish;
   };
   /** The answer a worker generated, as the gateway would store it. */
@@ -394,14 +445,14 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     if (r.kind === 'hit' && cache!.usable(r.entry, plan, true)) {
       out.cache!.hits++;
       const usage = r.entry.body.usage as { completion_tokens?: number } | null | undefined;
-      record(now, now + overhead, now + overhead, req, usage?.completion_tokens ?? req.maxTokens, 0, -1, 1);
+      record(idx, arrivedAt.get(idx) ?? now, now + overhead, now + overhead, req, usage?.completion_tokens ?? req.maxTokens, 0, -1, 1);
       followUp(idx, now + overhead);
       return true;
     }
     const f = flights.get(plan.key);
     if (f) {
       out.cache!.coalesced++;
-      f.followers.push({ idx, arrival: now, req });
+      f.followers.push({ idx, arrival: arrivedAt.get(idx) ?? now, req });
       return true;
     }
     out.cache!.misses++;
@@ -458,14 +509,46 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     if (req.session !== undefined) rr.sessionKey = req.session;
     if (req.tenant !== undefined) rr.tenant = req.tenant;
     if (req.priority !== undefined) rr.priority = req.priority;
+    const cls = classOfVllmPriority(req.priority ?? prioMap.standard, prioMap);
+    const rank = CLASS_RANK[cls];
+    clsOf.set(idx, rank);
+    arrivedAt.set(idx, now);
+    out.byClass!.requests[rank]!++;
     if (opts.admit) {
       const a = opts.admit(rr, now);
       if (!a.ok) return refuse(idx, a.status, a.code);
     }
+    if (admission) {
+      const r = admission.submit(
+        { id: rr.id, model, cls, promptTokens: req.promptTokens.length, maxTokens: req.maxTokens, latestStart: Infinity },
+        {
+          onAdmit: (t) => {
+            tickets.set(idx, t);
+            proceed(req, idx, rr, clock.now());
+          },
+          onRefuse: (f) => refuse(idx, f.status, f.code),
+        },
+      );
+      if (r.kind === 'refused') return refuse(idx, r.refusal.status, r.refusal.code);
+      if (r.kind === 'queued') {
+        out.byClass!.queued[rank]!++;
+        q.push(r.entry.deadline, { k: Kind.AdmissionTimer });
+        return;
+      }
+      tickets.set(idx, r.ticket);
+    }
+    proceed(req, idx, rr, now);
+  };
+
+  /** An admitted request: the response cache, then the router and a worker. */
+  const proceed = (req: BenchRequest, idx: number, rr: SimRouteRequest, now: number) => {
     if (cache && fromCache(req, idx, now)) return;
-    const outcome = router.route(rr, states);
+    // Admission narrows the candidates to the workers the request fits on.
+    const outcome = router.route(rr, tickets.get(idx)?.workers ?? states);
     trace?.({ type: 'route', t: now, req: rr, worker: outcome.ok ? outcome.decision.worker.id : null, status: outcome.ok ? undefined : outcome.status });
     if (!outcome.ok) return refuse(idx, outcome.status, outcome.code);
+    // The worker has been charged for it: the admission ticket is no longer pending.
+    releaseTicket(idx);
     const w = workerIndex.get(outcome.decision.worker.id)!;
     // The worker answers what it can never run with a 400, as vLLM does; the gateway relays it.
     const err = engines[w]!.check(req.promptTokens.length, req.maxTokens);
@@ -474,7 +557,8 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       router.complete(rr.id, false);
       return refuse(idx, 400, err.code);
     }
-    arrivalOf.set(idx, now);
+    // Its arrival, not now: a request that waited in the admission queue counts the wait.
+    arrivalOf.set(idx, arrivedAt.get(idx) ?? now);
     if (cache) requestOf.set(idx, req);
     if (overhead > 0) {
       pendingDispatch++;
@@ -512,6 +596,8 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       c.cachedTokens.push(f.cachedPromptTokens);
       c.worker.push(w);
       c.fromCache!.push(0);
+      c.cls!.push(clsOf.get(idx) ?? 1);
+      forget(idx);
       const first = firstTokenOf.get(idx) ?? now;
       arrivalOf.delete(idx);
       firstTokenOf.delete(idx);
@@ -527,13 +613,15 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
         if (fl && req) {
           if (f.reason !== 'abort' && cache.fillNow(fl.plan, answerEntry(fl, req, idx, f.outputTokens)) === 'stored') out.cache!.stored++;
           for (const x of fl.followers) {
-            record(x.arrival, Math.max(x.arrival, first), now, x.req, f.outputTokens, 0, -1, 2);
+            record(x.idx, x.arrival, Math.max(x.arrival, first), now, x.req, f.outputTokens, 0, -1, 2);
             followUp(x.idx, now);
           }
         }
       }
     }
     startStep(w, now);
+    // Requests ended: queued ones may start now.
+    if (admission && res.finished.length > 0) admission.pump();
   };
 
   const scrape = (now: number) => {
@@ -542,6 +630,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       trace?.({ type: 'snapshot', t: now, worker: i, snapshot: snap });
       states[i]!.applySnapshot(snap);
     }
+    admission?.pump();
   };
 
   const it = source[Symbol.iterator]();
@@ -566,7 +655,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       next = it.next();
       if (opts.onProgress && idx % progressEvery === 0) opts.onProgress(idx, clock.now());
     } else {
-      if (next.done && busyCount === 0 && pendingDispatch === 0 && pendingTurns === 0) break;
+      if (next.done && busyCount === 0 && pendingDispatch === 0 && pendingTurns === 0 && (admission?.queueDepth() ?? 0) === 0) break;
       const e = q.pop();
       if (!e) break;
       clock.set(e.t);
@@ -590,6 +679,10 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
         case Kind.Scrape:
           scrape(e.t);
           q.push(e.t + scrapeMs, { k: Kind.Scrape });
+          break;
+        case Kind.AdmissionTimer:
+          // A queue deadline: expire what is due (and admit what now fits).
+          admission?.pump();
           break;
         case Kind.KvSample:
           for (let i = 0; i < n; i++) {

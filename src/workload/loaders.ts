@@ -5,6 +5,7 @@
  * A malformed row stops the load with a TraceError naming the file and line, or — with skipBad —
  * is skipped and counted (`source.skipped`).
  */
+import { DEFAULT_VLLM_PRIORITY, isPriorityClass } from '../admission/classes.js';
 import { basename } from 'node:path';
 import { estimateTokenizer, renderChat, type ChatMessageLike } from '../tokenizer/index.js';
 import { readLineAt, readLines } from './line-reader.js';
@@ -232,8 +233,10 @@ function parseJsonlRow(text: string, no: number, seed: number): JsonlRow {
     r.session = o.session;
   }
   if (o.priority !== undefined) {
-    if (typeof o.priority !== 'number' || !Number.isInteger(o.priority)) bad('"priority" must be an integer');
-    r.priority = o.priority;
+    // vLLM's integer (lower is served first), or a class name read as its default integer.
+    if (typeof o.priority === 'string' && isPriorityClass(o.priority)) r.priority = DEFAULT_VLLM_PRIORITY[o.priority];
+    else if (typeof o.priority === 'number' && Number.isInteger(o.priority)) r.priority = o.priority;
+    else bad('"priority" must be an integer or one of critical, standard, sheddable');
   }
   const row: JsonlRow = { req: r, timestampMs: arrivalMs, append: false };
   if (o.think_ms !== undefined) {
@@ -268,7 +271,7 @@ function sessionOf(text: string): string | null {
 
 /**
  * kvgate JSONL: {"timestamp_ms", one of "prompt" (text) | "prompt_tokens" (ids) | "messages"
- * (chat, rendered with the chat template), "max_tokens", "tenant"?, "priority"?, "session"?,
+ * (chat, rendered with the chat template), "max_tokens", "tenant"?, "priority"? (vLLM's integer, or critical | standard | sheddable read as 0 | 1 | 2), "session"?,
  * "think_ms"?, "append"?}.
  *
  * Rows sharing a "session" are the turns of one conversation, in file order, replayed closed loop:

@@ -25,6 +25,7 @@ describe('kvgate bench CLI', () => {
       'workers', 'gpu', 'model', 'tp', 'policy', 'rate-scale', 'limit', 'seed', 'scrape-interval', 'overhead-ms', 'slo-ttft',
       'slo-tpot', 'gpu-hour-cost', 'json', 'report', 'omit-wall-time', 'progress', 'quiet', 'list', 'help',
       'slo-ttft-per-1k', 'capacity', 'attainment', 'max-probes', 'set', 'repeat-fraction', 'cache', 'cache-ttl-ms', 'cache-max-bytes',
+      'admission', 'priority-mix', 'shed-above', 'queue-above', 'queue-max', 'queue-max-wait',
     ];
     for (const f of flags) assert.ok(help.includes(`--${f}`), `--${f} missing from help`);
     const r = bench('--help');
@@ -38,6 +39,10 @@ describe('kvgate bench CLI', () => {
       [[], /exactly one of --workload NAME or --trace FILE/],
       [['--workload', 'nope'], /unknown workload 'nope' \(known: shared-prefix/],
       [['--workload', 'rag', '--workers', '0'], /--workers must be an integer ≥ 1/],
+      [['--workload', 'rag', '--admission', 'maybe'], /--admission must be on or off/],
+      [['--workload', 'rag', '--priority-mix', 'vip=1'], /--priority-mix: unknown priority class 'vip'/],
+      [['--workload', 'rag', '--shed-above', '0.5'], /--shed-above applies to --admission on only/],
+      [['--workload', 'rag', '--admission', 'on', '--queue-above', '1.5'], /--queue-above must be a fraction/],
       [['--workload', 'rag', '--rate-scale', 'fast'], /--rate-scale must be a positive number/],
       [['--workload', 'rag', '--policy', 'round-robin,magic'], /unknown policy 'magic' \(known: .*round-robin.*least-load/],
       [['--workload', 'rag', '--gpu', 'tpu'], /unknown GPU 'tpu'/],

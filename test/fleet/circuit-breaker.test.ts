@@ -46,3 +46,64 @@ test('a failed probe re-opens; an abandoned probe lets the next one through', as
   assert.equal(w.circuitOpen, true);
   b.close();
 });
+
+test('the failure-rate trigger opens a worker that fails every other request, once the window holds minRequests', () => {
+  const w = worker();
+  let t = 0;
+  const b = new CircuitBreaker(w, { failuresToOpen: 5, coolDownMs: 10_000, failureRate: { threshold: 0.5, windowMs: 1000, minRequests: 10 }, now: () => t });
+  for (let i = 0; i < 4; i++) {
+    b.onFailure();
+    b.onSuccess();
+    t += 10;
+  }
+  // 8 outcomes, half failed: below minRequests, and never 5 failures in a row.
+  assert.equal(b.state, 'closed');
+  b.onSuccess();
+  b.onFailure(); // 10 outcomes, 5 failed: 0.5 ≥ threshold
+  assert.equal(b.state, 'open');
+  assert.equal(w.circuitOpen, true);
+  b.close();
+});
+
+test('failures older than the window do not count toward the rate', () => {
+  const w = worker();
+  let t = 0;
+  const b = new CircuitBreaker(w, { failuresToOpen: 100, coolDownMs: 10_000, failureRate: { threshold: 0.5, windowMs: 1000, minRequests: 4 }, now: () => t });
+  b.onFailure();
+  b.onFailure();
+  b.onFailure();
+  b.onSuccess();
+  b.onSuccess();
+  b.onSuccess();
+  assert.equal(b.state, 'closed'); // 3 of 6 is 0.5 — but it was checked at each failure: 3 of 3 with only 3 outcomes
+  t = 2000; // the window has moved past all of them
+  b.onSuccess();
+  b.onSuccess();
+  b.onSuccess();
+  b.onFailure(); // 1 of 4
+  assert.equal(b.state, 'closed');
+  assert.equal(b.failureRate(), 0.25);
+  b.close();
+});
+
+test('a 503/429 backs the worker off (Retry-After, else doubling) without counting a failure; a success ends it', async () => {
+  const w = worker();
+  const backoffs: number[] = [];
+  const b = new CircuitBreaker(w, { failuresToOpen: 1, coolDownMs: 10_000, overloadBackoffMs: 20, maxBackoffMs: 50, onBackoff: (_w, ms) => backoffs.push(ms) });
+  b.onOverloaded();
+  assert.equal(b.state, 'closed');
+  assert.equal(b.consecutiveFailures, 0);
+  assert.equal(w.circuitOpen, true);
+  await sleep(40);
+  assert.equal(w.circuitOpen, false, 'back in routing after the back-off');
+  b.onOverloaded(); // repeats: doubled
+  b.onOverloaded(); // doubled again, capped at maxBackoffMs
+  b.onOverloaded(5); // a Retry-After wins
+  assert.deepEqual(backoffs, [20, 40, 50, 5]);
+  b.onSuccess();
+  assert.equal(w.circuitOpen, false);
+  assert.equal(b.backoffMs, 0);
+  b.onOverloaded();
+  assert.deepEqual(backoffs.at(-1), 20, 'a success resets the doubling');
+  b.close();
+});

@@ -178,6 +178,12 @@ describe('kvgate jsonl loader', () => {
     assert.equal(reqs[2]!.promptText, undefined);
   });
 
+  it('reads "priority" as a vLLM integer or a class name', () => {
+    const rows = ['critical', 'standard', 'sheddable', 7].map((priority, i) => JSON.stringify({ timestamp_ms: i, prompt: 'p', max_tokens: 1, priority }));
+    const reqs = [...loadTrace(file(rows.join('\n')), 'jsonl').open()];
+    assert.deepEqual(reqs.map((r) => r.priority), [0, 1, 2, 7]);
+  });
+
   it('rejects malformed rows with their line numbers', () => {
     const cases: Array<[string, RegExp]> = [
       [JSON.stringify({ timestamp_ms: 0, max_tokens: 3 }), /exactly one of "prompt", "prompt_tokens", "messages"/],

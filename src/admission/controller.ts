@@ -1,0 +1,326 @@
+/**
+ * KV-pressure admission: per model, decide for each request whether it starts now, waits in the
+ * model's admission queue, or is refused — before a worker is picked, from the fleet's estimated
+ * KV usage (kv-pressure.ts) and the request's class:
+ *
+ *   class      admitted now when (usage counts this request's blocks)       otherwise
+ *   critical   some routable worker can fit it                              queued
+ *   standard   it fits and fleet usage ≤ thresholds.standard (0.92)         queued
+ *   sheddable  it fits and fleet usage ≤ thresholds.sheddable (0.85)        refused: 503 + Retry-After
+ *
+ * "Fits" is per worker, with the conservative per-worker estimate of kv-pressure.ts (which counts
+ * the output that requests in flight will still write): an admitted request's ticket lists the
+ * workers it fits on, and the gateway narrows the request's candidates to them, so the router
+ * never puts it where the blocks already promised would run out (the engine would preempt).
+ *
+ * A request never overtakes a waiting one of its own or a more important class (a sheddable
+ * request arriving while such requests wait is refused at once). The queue is bounded
+ * (`queue.maxSize`; full: 429) and each entry carries the latest time it may still start (from the
+ * request's budget, at most `queue.maxWaitMs` after arrival); past it the request is refused with
+ * 503 + Retry-After. `pump()` admits waiting requests, head first, while the head fits (strict
+ * priority: a waiting critical request is not passed by standard ones); callers pump when capacity
+ * may have been freed (a request ended, a scrape arrived) and now and then for deadlines.
+ *
+ * A request that can never fit any worker (more blocks than the largest one has) and a model with
+ * no routable worker are admitted: the router answers them (400 / 503) as it does without
+ * admission control.
+ *
+ * Plain code with an injected clock: the live gateway's admission stage and `kvgate bench` (the
+ * fleet simulation, virtual time) run this same class.
+ */
+import type { Clock } from '../util/clock.js';
+import type { PriorityClass } from './classes.js';
+import { fleetKv, requestBlocks, workerUsedBlocks, type FleetKv, type KvWorkerView } from './kv-pressure.js';
+import { ClassQueue, type QueueEntry } from './queue.js';
+
+export interface AdmissionSettings {
+  /** Fleet KV usage (0..1) above which each class stops being admitted at once. */
+  thresholds: { sheddable: number; standard: number };
+  queue: {
+    /** Waiting requests per model; a request arriving at a full queue gets 429. */
+    maxSize: number;
+    /** The longest a request may wait, ms (its own budget may allow less). */
+    maxWaitMs: number;
+  };
+  /** Retry-After on 503 refusals, s. */
+  retryAfterSeconds: number;
+  /** Output tokens reserved per request at most (as the router reserves). */
+  reserveOutputCap: number;
+}
+
+export const ADMISSION_DEFAULTS: AdmissionSettings = {
+  thresholds: { sheddable: 0.85, standard: 0.92 },
+  queue: { maxSize: 256, maxWaitMs: 10_000 },
+  retryAfterSeconds: 1,
+  reserveOutputCap: 1024,
+};
+
+export interface AdmissionRequest {
+  id: string;
+  model: string;
+  cls: PriorityClass;
+  promptTokens: number;
+  /** Prompt tokens expected to be served from some worker's prefix cache (default 0). */
+  cachedTokens?: number;
+  maxTokens: number;
+  /** Latest clock time at which the request may still start (Infinity: only queue.maxWaitMs). */
+  latestStart: number;
+}
+
+/** What admission counts (metric `decision` label values). */
+export type AdmissionDecision = 'admitted' | 'queued' | 'dequeued' | 'shed' | 'queue_full' | 'queue_timeout' | 'cancelled';
+
+export interface Refusal {
+  status: 429 | 503;
+  code: 'overloaded' | 'queue_full' | 'queue_timeout';
+  message: string;
+  retryAfterSeconds: number;
+}
+
+export interface AdmissionListener<W extends KvWorkerView = KvWorkerView> {
+  onAdmit(ticket: AdmissionTicket<W>): void;
+  onRefuse(r: Refusal): void;
+}
+
+export interface AdmissionObserver {
+  decision(model: string, cls: PriorityClass, d: AdmissionDecision): void;
+  /** Time a request spent queued (dequeued, expired or cancelled), ms. */
+  waited(model: string, cls: PriorityClass, ms: number): void;
+}
+
+export type SubmitResult<W extends KvWorkerView = KvWorkerView> =
+  | { kind: 'admitted'; ticket: AdmissionTicket<W> }
+  | { kind: 'queued'; entry: QueueEntry<Waiting<W>> }
+  | { kind: 'refused'; refusal: Refusal };
+
+/** An admitted request. release() when it is over (any outcome); idempotent. */
+export class AdmissionTicket<W extends KvWorkerView = KvWorkerView> {
+  released = false;
+  constructor(
+    readonly id: string,
+    readonly model: string,
+    readonly cls: PriorityClass,
+    /** Blocks counted as pending until a worker is charged for the request. */
+    readonly blocks: number,
+    /** Time spent queued, ms (0 if admitted at once). */
+    readonly queuedMs: number,
+    /**
+     * The workers it fits on (route among these), or null: any worker (no routable worker, or a
+     * request no worker can ever hold — the router answers those).
+     */
+    readonly workers: readonly W[] | null,
+  ) {}
+  release(): void {
+    this.released = true;
+  }
+}
+
+interface Waiting<W extends KvWorkerView> {
+  req: AdmissionRequest;
+  blocks: number;
+  listener: AdmissionListener<W>;
+}
+
+interface ModelState<W extends KvWorkerView> {
+  queue: ClassQueue<Waiting<W>>;
+  /** Admitted tickets no worker has been charged for yet (pruned lazily). */
+  pending: AdmissionTicket<W>[];
+}
+
+export interface AdmissionControllerOptions<W extends KvWorkerView = KvWorkerView> {
+  settings: AdmissionSettings;
+  clock: Clock;
+  /** Snapshots older than this count as missing (the router's staleAfterMs). */
+  staleAfterMs: number;
+  /** The workers serving a model (undefined: unknown model). */
+  workersFor: (model: string) => readonly W[] | undefined;
+  observer?: AdmissionObserver;
+}
+
+/** 'admit' with the workers the request fits on (null: any). */
+type Verdict<W> = { v: 'admit'; workers: readonly W[] | null } | { v: 'wait' } | { v: 'shed' };
+
+const WAIT = { v: 'wait' } as const;
+const SHED = { v: 'shed' } as const;
+
+export class AdmissionController<W extends KvWorkerView = KvWorkerView> {
+  private readonly models = new Map<string, ModelState<W>>();
+  private readonly s: AdmissionSettings;
+
+  constructor(private readonly o: AdmissionControllerOptions<W>) {
+    this.s = o.settings;
+  }
+
+  /** Decide on a new request. A queued request's listener is called later, from pump(). */
+  submit(req: AdmissionRequest, listener: AdmissionListener<W>): SubmitResult<W> {
+    const now = this.o.clock.now();
+    const m = this.state(req.model);
+    const workers = this.o.workersFor(req.model) ?? [];
+    const kv = this.fleet(m, workers, now);
+    const blocks = requestBlocks(req.promptTokens, req.cachedTokens ?? 0, Math.min(req.maxTokens, this.s.reserveOutputCap), kv.blockSize);
+    // Nobody of its class or above waits: it may start now if the fleet has room.
+    const v = m.queue.depthAtOrAbove(req.cls) > 0 ? (req.cls === 'sheddable' ? SHED : WAIT) : this.verdict(req.cls, blocks, kv, m, workers, now);
+    if (v.v === 'admit') return { kind: 'admitted', ticket: this.admit(m, req, blocks, 0, 'admitted', v.workers) };
+    if (v.v === 'shed') {
+      this.o.observer?.decision(req.model, req.cls, 'shed');
+      return { kind: 'refused', refusal: this.overloaded(req, kv) };
+    }
+    const deadline = Math.min(req.latestStart, now + this.s.queue.maxWaitMs);
+    if (deadline <= now) {
+      this.o.observer?.decision(req.model, req.cls, 'queue_timeout');
+      return { kind: 'refused', refusal: this.timeout(req) };
+    }
+    const entry = m.queue.push({ req, blocks, listener }, req.cls, now, deadline);
+    if (!entry) {
+      this.o.observer?.decision(req.model, req.cls, 'queue_full');
+      return {
+        kind: 'refused',
+        refusal: {
+          status: 429,
+          code: 'queue_full',
+          message: `the admission queue of model '${req.model}' is full (${this.s.queue.maxSize} requests waiting); retry later`,
+          retryAfterSeconds: this.s.retryAfterSeconds,
+        },
+      };
+    }
+    this.o.observer?.decision(req.model, req.cls, 'queued');
+    return { kind: 'queued', entry };
+  }
+
+  /**
+   * Refuse queued requests whose deadline has passed, then admit from the head while the head may
+   * start. For one model, or every model.
+   */
+  pump(model?: string): void {
+    if (model === undefined) {
+      for (const k of [...this.models.keys()]) this.pump(k);
+      return;
+    }
+    const m = this.models.get(model);
+    if (!m || m.queue.size === 0) return;
+    const now = this.o.clock.now();
+    for (const e of m.queue.expire(now)) {
+      const r = e.value.req;
+      this.o.observer?.decision(model, r.cls, 'queue_timeout');
+      this.o.observer?.waited(model, r.cls, now - e.enqueuedAt);
+      e.value.listener.onRefuse(this.timeout(r));
+    }
+    const workers = this.o.workersFor(model) ?? [];
+    for (let e = m.queue.peek(); e !== null; e = m.queue.peek()) {
+      const kv = this.fleet(m, workers, now);
+      const v = this.verdict(e.cls, e.value.blocks, kv, m, workers, now);
+      if (v.v !== 'admit') break;
+      m.queue.remove(e);
+      const ticket = this.admit(m, e.value.req, e.value.blocks, now - e.enqueuedAt, 'dequeued', v.workers);
+      e.value.listener.onAdmit(ticket);
+    }
+  }
+
+  /** The client went away while queued: the entry leaves the queue now. */
+  cancel(entry: QueueEntry<Waiting<W>>): void {
+    const m = this.models.get(entry.value.req.model);
+    if (!m || !m.queue.remove(entry)) return;
+    const r = entry.value.req;
+    this.o.observer?.decision(r.model, r.cls, 'cancelled');
+    this.o.observer?.waited(r.model, r.cls, this.o.clock.now() - entry.enqueuedAt);
+  }
+
+  /** Requests waiting, for a model and class, or in all. */
+  queueDepth(model?: string, cls?: PriorityClass): number {
+    if (model === undefined) {
+      let n = 0;
+      for (const m of this.models.values()) n += m.queue.size;
+      return n;
+    }
+    const q = this.models.get(model)?.queue;
+    if (!q) return 0;
+    return cls === undefined ? q.size : q.depth(cls);
+  }
+
+  /** The model's estimated fleet KV usage now (0..1; 0 with no routable worker). */
+  usage(model: string): number {
+    const m = this.state(model);
+    const kv = this.fleet(m, this.o.workersFor(model) ?? [], this.o.clock.now());
+    return kv.totalBlocks > 0 ? Math.min(1, (kv.usedBlocks + pendingBlocks(m)) / kv.totalBlocks) : 0;
+  }
+
+  /** Models seen so far. */
+  modelNames(): string[] {
+    return [...this.models.keys()];
+  }
+
+  /** Earliest queue deadline over all models (Infinity when nothing waits). */
+  nextDeadline(): number {
+    let t = Infinity;
+    for (const m of this.models.values()) if (m.queue.size > 0) t = Math.min(t, m.queue.nextDeadline());
+    return t;
+  }
+
+  private verdict(cls: PriorityClass, blocks: number, kv: FleetKv, m: ModelState<W>, workers: readonly W[], now: number): Verdict<W> {
+    const ANY = { v: 'admit', workers: null } as const;
+    if (kv.workers === 0) return ANY;
+    let largest = 0;
+    for (const w of workers) if (w.healthy && !w.circuitOpen && w.numGpuBlocks > largest) largest = w.numGpuBlocks;
+    if (blocks > largest) return ANY;
+    const pending = pendingBlocks(m);
+    const miss = cls === 'sheddable' ? SHED : WAIT;
+    if (cls !== 'critical') {
+      const after = (kv.usedBlocks + pending + blocks) / kv.totalBlocks;
+      if (after > (cls === 'standard' ? this.s.thresholds.standard : this.s.thresholds.sheddable)) return miss;
+    }
+    // Blocks admitted but not yet charged to a worker may land on any of them.
+    const fit: W[] = [];
+    for (const w of workers) {
+      if (!w.healthy || w.circuitOpen) continue;
+      if (w.numGpuBlocks - workerUsedBlocks(w, now, this.o.staleAfterMs) - pending >= blocks) fit.push(w);
+    }
+    return fit.length > 0 ? { v: 'admit', workers: fit } : miss;
+  }
+
+  private admit(m: ModelState<W>, req: AdmissionRequest, blocks: number, queuedMs: number, d: AdmissionDecision, workers: readonly W[] | null): AdmissionTicket<W> {
+    const t = new AdmissionTicket<W>(req.id, req.model, req.cls, blocks, queuedMs, workers);
+    m.pending.push(t);
+    this.o.observer?.decision(req.model, req.cls, d);
+    if (d === 'dequeued') this.o.observer?.waited(req.model, req.cls, queuedMs);
+    return t;
+  }
+
+  private fleet(m: ModelState<W>, workers: readonly W[], now: number): FleetKv {
+    // Tickets whose request a worker has been charged for (or that ended) are no longer pending.
+    if (m.pending.length > 0) {
+      m.pending = m.pending.filter((t) => !t.released && !workers.some((w) => w.inflight.has(t.id)));
+    }
+    return fleetKv(workers, now, this.o.staleAfterMs);
+  }
+
+  private state(model: string): ModelState<W> {
+    let m = this.models.get(model);
+    if (!m) this.models.set(model, (m = { queue: new ClassQueue(this.s.queue.maxSize), pending: [] }));
+    return m;
+  }
+
+  private overloaded(req: AdmissionRequest, kv: FleetKv): Refusal {
+    const usage = kv.totalBlocks > 0 ? Math.round((kv.usedBlocks / kv.totalBlocks) * 100) : 100;
+    return {
+      status: 503,
+      code: 'overloaded',
+      message: `model '${req.model}' is overloaded (KV cache ${usage}% used): ${req.cls} requests are shed; retry later`,
+      retryAfterSeconds: this.s.retryAfterSeconds,
+    };
+  }
+
+  private timeout(req: AdmissionRequest): Refusal {
+    return {
+      status: 503,
+      code: 'queue_timeout',
+      message: `model '${req.model}' is overloaded: the request could not start within its deadline; retry later`,
+      retryAfterSeconds: this.s.retryAfterSeconds,
+    };
+  }
+}
+
+function pendingBlocks(m: ModelState<KvWorkerView>): number {
+  let n = 0;
+  for (const t of m.pending) n += t.blocks;
+  return n;
+}

@@ -1,0 +1,74 @@
+/**
+ * KV pressure: how full a model's fleet is, as best the gateway knows at this instant.
+ *
+ * Per worker, blocks in use = the larger of
+ *   - the last scrape's `kv_cache_usage_perc` × capacity, plus the blocks reserved by requests
+ *     the gateway dispatched since that scrape (prompt blocks not expected to be cached + output
+ *     blocks, reserved by the router at pick time: a burst inside one scrape interval is seen);
+ *   - the blocks reserved by every request the gateway has in flight there (its own accounting,
+ *     which includes the output those requests will still write, which a scrape cannot show).
+ * A stale or missing scrape leaves only the second. The fleet's usage is Σ used / Σ capacity over
+ * the workers that can take requests (healthy, circuit closed), plus blocks of requests admitted
+ * but not yet routed (`pendingBlocks`), which no worker has been charged for yet.
+ *
+ * Plain code over a structural view of the workers (fleet/worker-state.ts's WorkerState meets
+ * it), with the time passed in: the gateway and the fleet simulation share it.
+ */
+
+/** What admission reads of a worker (WorkerState has these). */
+export interface KvWorkerView {
+  readonly healthy: boolean;
+  readonly circuitOpen: boolean;
+  readonly numGpuBlocks: number;
+  readonly blockSize: number;
+  /** Blocks reserved by every request in flight at the worker. */
+  readonly inflightBlocks: number;
+  /** Capacity minus (scraped usage + reservations since the scrape); in-flight reservations alone when stale. */
+  estimatedFreeBlocks(now: number, staleAfterMs: number): number;
+  /** Requests the gateway has in flight there, by id. */
+  readonly inflight: { has(id: string): boolean };
+}
+
+export interface FleetKv {
+  /** Σ capacity of the routable workers, blocks. */
+  totalBlocks: number;
+  /** Σ estimated used blocks of the routable workers. */
+  usedBlocks: number;
+  /** The largest estimated free space on one routable worker, blocks. */
+  maxFreeBlocks: number;
+  /** Routable workers. */
+  workers: number;
+  /** Block size of the first routable worker (blocks are counted in it). */
+  blockSize: number;
+}
+
+export function workerUsedBlocks(w: KvWorkerView, now: number, staleAfterMs: number): number {
+  const total = w.numGpuBlocks;
+  const fromScrape = total - w.estimatedFreeBlocks(now, staleAfterMs);
+  return Math.min(total, Math.max(fromScrape, w.inflightBlocks));
+}
+
+export function fleetKv(workers: readonly KvWorkerView[], now: number, staleAfterMs: number): FleetKv {
+  let total = 0;
+  let used = 0;
+  let maxFree = 0;
+  let n = 0;
+  let blockSize = 16;
+  for (const w of workers) {
+    if (!w.healthy || w.circuitOpen) continue;
+    if (n === 0) blockSize = w.blockSize;
+    n++;
+    const cap = w.numGpuBlocks;
+    const u = workerUsedBlocks(w, now, staleAfterMs);
+    total += cap;
+    used += u;
+    if (cap - u > maxFree) maxFree = cap - u;
+  }
+  return { totalBlocks: total, usedBlocks: used, maxFreeBlocks: maxFree, workers: n, blockSize };
+}
+
+/** Blocks a request will hold: its prompt (less what is expected cached) plus its reserved output. */
+export function requestBlocks(promptTokens: number, cachedTokens: number, outputTokens: number, blockSize: number): number {
+  const uncached = Math.max(0, promptTokens - cachedTokens);
+  return Math.ceil(uncached / blockSize) + Math.ceil(outputTokens / blockSize);
+}

@@ -1,0 +1,75 @@
+/**
+ * Admission's Prometheus metrics — the autoscaling signals (deploy/keda/ scales on the first two):
+ *   kvgate_queue_depth{model,priority}            requests waiting in the admission queue
+ *   kvgate_fleet_kv_usage{model}                  estimated fleet KV usage, 0..1 (kv-pressure.ts)
+ *   kvgate_admission_total{model,priority,decision}
+ *       admitted | queued | dequeued | shed | queue_full | queue_timeout | cancelled | rate_limited
+ *   kvgate_admission_queue_seconds{model,priority}  time spent queued (dequeued, expired or cancelled)
+ * The gauges are computed when Prometheus scrapes, from the controller's state.
+ */
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { PRIORITY_CLASSES, type PriorityClass } from './classes.js';
+import type { AdmissionController, AdmissionDecision, AdmissionObserver } from './controller.js';
+
+const QUEUE_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+
+export type AdmissionMetricDecision = AdmissionDecision | 'rate_limited';
+
+export class AdmissionMetrics implements AdmissionObserver {
+  private readonly total: Counter<'model' | 'priority' | 'decision'>;
+  private readonly queued: Histogram<'model' | 'priority'>;
+  private readonly counters = new Map<string, { inc(): void }>();
+
+  constructor(
+    registry: Registry,
+    /** Models to report (the configured ones). */
+    models: () => readonly string[],
+    controller: () => AdmissionController | null,
+  ) {
+    this.total = new Counter({
+      name: 'kvgate_admission_total',
+      help: 'Admission decisions, by model, priority class and decision (admitted, queued, dequeued, shed, queue_full, queue_timeout, cancelled, rate_limited)',
+      labelNames: ['model', 'priority', 'decision'],
+      registers: [registry],
+    });
+    this.queued = new Histogram({
+      name: 'kvgate_admission_queue_seconds',
+      help: 'Time requests spent in the admission queue, by model and priority class',
+      labelNames: ['model', 'priority'],
+      buckets: QUEUE_BUCKETS,
+      registers: [registry],
+    });
+    new Gauge({
+      name: 'kvgate_queue_depth',
+      help: 'Requests waiting in the admission queue, by model and priority class',
+      labelNames: ['model', 'priority'],
+      registers: [registry],
+      collect() {
+        const c = controller();
+        for (const model of models()) for (const p of PRIORITY_CLASSES) this.set({ model, priority: p }, c?.queueDepth(model, p) ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'kvgate_fleet_kv_usage',
+      help: 'Estimated KV-cache usage of the model’s routable workers (0..1): last scrape plus blocks reserved since',
+      labelNames: ['model'],
+      registers: [registry],
+      collect() {
+        const c = controller();
+        if (!c) return;
+        for (const model of models()) this.set({ model }, c.usage(model));
+      },
+    });
+  }
+
+  decision(model: string, cls: PriorityClass, d: AdmissionMetricDecision): void {
+    const k = `${model}\u0000${cls}\u0000${d}`;
+    let c = this.counters.get(k);
+    if (!c) this.counters.set(k, (c = this.total.labels(model, cls, d)));
+    c.inc();
+  }
+
+  waited(model: string, cls: PriorityClass, ms: number): void {
+    this.queued.labels(model, cls).observe(ms / 1000);
+  }
+}

@@ -1,0 +1,159 @@
+/**
+ * Per-tenant rate limits: requests per minute, tokens per minute (prompt tokens + max_tokens, as
+ * OpenAI counts a request before it runs) and concurrent requests.
+ *
+ * RPM and TPM are token buckets holding at most a minute's allowance and refilled continuously
+ * (limit / 60 s), so a tenant may burst its whole minute and then proceeds at the steady rate. A
+ * request is charged to both buckets only if both can take it. Headers follow OpenAI's:
+ * `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests`, `x-ratelimit-reset-requests`
+ * (time until the bucket is full again, as "1s", "6m0s", "20ms") and the same for `-tokens`; they
+ * go on every answer to a limited tenant. A refusal is 429, code `rate_limit_exceeded`, type
+ * `requests` or `tokens` (as OpenAI sends), with Retry-After in seconds. The concurrency limit
+ * refuses the same way (type `requests`).
+ *
+ * Plain code with the time passed in.
+ */
+
+export interface TenantLimits {
+  requestsPerMinute?: number;
+  tokensPerMinute?: number;
+  concurrentRequests?: number;
+}
+
+class Bucket {
+  private level: number;
+  private at: number;
+  constructor(
+    readonly limit: number,
+    now: number,
+  ) {
+    this.level = limit;
+    this.at = now;
+  }
+  private refill(now: number): void {
+    if (now > this.at) {
+      this.level = Math.min(this.limit, this.level + ((now - this.at) * this.limit) / 60_000);
+      this.at = now;
+    }
+  }
+  /** Level after refilling to `now`. */
+  available(now: number): number {
+    this.refill(now);
+    return this.level;
+  }
+  take(n: number): void {
+    this.level -= n;
+  }
+  /** ms until `n` are available (0 if they are). */
+  waitFor(n: number, now: number): number {
+    this.refill(now);
+    return n <= this.level ? 0 : Math.ceil(((n - this.level) * 60_000) / this.limit);
+  }
+  /** ms until the bucket is full again. */
+  resetMs(now: number): number {
+    this.refill(now);
+    return Math.ceil(((this.limit - this.level) * 60_000) / this.limit);
+  }
+}
+
+interface TenantState {
+  limits: TenantLimits;
+  requests: Bucket | null;
+  tokens: Bucket | null;
+  active: number;
+}
+
+export type RateCheck =
+  | { ok: true; headers: Record<string, string>; release: () => void }
+  | { ok: false; headers: Record<string, string>; kind: 'requests' | 'tokens'; message: string; retryAfterSeconds: number };
+
+/** OpenAI's duration format for the reset headers: "20ms", "1s", "1.5s", "6m0s". */
+export function formatReset(ms: number): string {
+  if (ms <= 0) return '0s';
+  if (ms < 1000) return `${Math.ceil(ms)}ms`;
+  const s = ms / 1000;
+  if (s < 60) return `${Math.round(s * 1000) / 1000}s`;
+  const m = Math.floor(s / 60);
+  return `${m}m${Math.round(s - m * 60)}s`;
+}
+
+export class RateLimiter {
+  private readonly tenants = new Map<string, TenantState>();
+
+  constructor(limits: ReadonlyMap<string, TenantLimits>, now: number) {
+    for (const [id, l] of limits) {
+      if (l.requestsPerMinute === undefined && l.tokensPerMinute === undefined && l.concurrentRequests === undefined) continue;
+      this.tenants.set(id, {
+        limits: l,
+        requests: l.requestsPerMinute !== undefined ? new Bucket(l.requestsPerMinute, now) : null,
+        tokens: l.tokensPerMinute !== undefined ? new Bucket(l.tokensPerMinute, now) : null,
+        active: 0,
+      });
+    }
+  }
+
+  /** True if `tenant` has any limit. */
+  limits(tenant: string): boolean {
+    return this.tenants.has(tenant);
+  }
+
+  /** Charge one request of `tokens` tokens to `tenant`, or refuse it. On ok, call release() when it ends. */
+  take(tenant: string, tokens: number, now: number): RateCheck {
+    const t = this.tenants.get(tenant);
+    if (!t) return { ok: true, headers: {}, release: noop };
+    const r = t.requests;
+    const k = t.tokens;
+    let refusal: { kind: 'requests' | 'tokens'; message: string; waitMs: number } | null = null;
+    if (t.limits.concurrentRequests !== undefined && t.active >= t.limits.concurrentRequests) {
+      refusal = { kind: 'requests', message: `Rate limit reached: at most ${t.limits.concurrentRequests} concurrent requests. Please try again when one has finished.`, waitMs: 1000 };
+    } else if (r && r.available(now) < 1) {
+      const w = r.waitFor(1, now);
+      refusal = { kind: 'requests', message: `Rate limit reached for requests per min (RPM): Limit ${r.limit}. Please try again in ${formatReset(w)}.`, waitMs: w };
+    } else if (k && k.available(now) < tokens) {
+      if (tokens > k.limit) {
+        refusal = { kind: 'tokens', message: `Request too large: it needs ${tokens} tokens, the limit is ${k.limit} tokens per min (TPM).`, waitMs: 60_000 };
+      } else {
+        const w = k.waitFor(tokens, now);
+        refusal = { kind: 'tokens', message: `Rate limit reached for tokens per min (TPM): Limit ${k.limit}, Requested ${tokens}. Please try again in ${formatReset(w)}.`, waitMs: w };
+      }
+    }
+    if (refusal) {
+      return { ok: false, headers: this.headers(t, now), kind: refusal.kind, message: refusal.message, retryAfterSeconds: Math.max(1, Math.ceil(refusal.waitMs / 1000)) };
+    }
+    r?.take(1);
+    k?.take(tokens);
+    t.active++;
+    let released = false;
+    return {
+      ok: true,
+      headers: this.headers(t, now),
+      release: () => {
+        if (released) return;
+        released = true;
+        t.active--;
+      },
+    };
+  }
+
+  /** Concurrent requests of `tenant` being served. */
+  active(tenant: string): number {
+    return this.tenants.get(tenant)?.active ?? 0;
+  }
+
+  private headers(t: TenantState, now: number): Record<string, string> {
+    const h: Record<string, string> = {};
+    if (t.requests) {
+      h['x-ratelimit-limit-requests'] = String(t.requests.limit);
+      h['x-ratelimit-remaining-requests'] = String(Math.max(0, Math.floor(t.requests.available(now))));
+      h['x-ratelimit-reset-requests'] = formatReset(t.requests.resetMs(now));
+    }
+    if (t.tokens) {
+      h['x-ratelimit-limit-tokens'] = String(t.tokens.limit);
+      h['x-ratelimit-remaining-tokens'] = String(Math.max(0, Math.floor(t.tokens.available(now))));
+      h['x-ratelimit-reset-tokens'] = formatReset(t.tokens.resetMs(now));
+    }
+    return h;
+  }
+}
+
+function noop(): void {}

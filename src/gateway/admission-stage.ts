@@ -1,0 +1,208 @@
+/**
+ * The admission stage (src/admission/ holds the decisions; this file ties them to a request):
+ *
+ * 1. Class: the tenant's default priority class, lowered (never raised) by the request's
+ *    `x-kvgate-priority` header (a class name or a vLLM integer) or its body's integer `priority`.
+ *    A header that is neither is a 400. The class goes to routing as vLLM's integer
+ *    (`admission.vllmPriority.values`) and, when every worker the request may go to is in a pool
+ *    listed in `admission.vllmPriority.pools`, into the forwarded body as `priority`.
+ * 2. Rate limits of the tenant (RPM, TPM = prompt tokens + max_tokens, concurrent): 429
+ *    `rate_limit_exceeded` with OpenAI's x-ratelimit-* headers (sent on every answer to a limited
+ *    tenant) and Retry-After.
+ * 3. KV-pressure admission (`admission.enabled`): admit (narrowing `ctx.candidates` to the workers
+ *    the request fits on), queue (the promise below waits; a client
+ *    that disconnects leaves the queue at once), or refuse with 503 + Retry-After (shed, or its
+ *    deadline passed while queued) / 429 (queue full).
+ *
+ * It runs after the response cache (a hit costs no KV and is answered before admission) and
+ * before any other stage added with gateway.use(). The queue is pumped when an admitted request
+ * ends and every `PUMP_MS` while anything waits (scrapes free capacity; deadlines pass).
+ */
+import { classOfVllmPriority, lowerOnly, parsePriority, type PriorityClass } from '../admission/classes.js';
+import { AdmissionController, type AdmissionTicket, type Refusal } from '../admission/controller.js';
+import { AdmissionMetrics } from '../admission/metrics.js';
+import { RateLimiter, type TenantLimits } from '../admission/rate-limit.js';
+import { ApiError } from '../api/errors.js';
+import type { GatewayConfig } from '../config.js';
+import type { WorkerRegistry } from '../fleet/registry.js';
+import type { WorkerState } from '../fleet/worker-state.js';
+import type { Registry } from 'prom-client';
+import type { Clock } from '../util/clock.js';
+import { stateKey } from '../util/state.js';
+import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
+import type { RequestContext } from './context.js';
+import type { GatewayStage, StageResult } from './stages.js';
+import type { GatewayService } from './types.js';
+
+/** How often the queue is pumped while requests wait, ms. */
+const PUMP_MS = 20;
+
+/** The request's priority class, for later stages and hooks. */
+export const ADMISSION_CLASS = stateKey<PriorityClass>('admission.class');
+/** The request's admission ticket (absent when admission is off or refused it). */
+export const ADMISSION_TICKET = stateKey<AdmissionTicket<WorkerState>>('admission.ticket');
+
+export interface AdmissionSetup {
+  stage: GatewayStage;
+  /** Null when `admission.enabled` is false (classes and rate limits still apply). */
+  controller: AdmissionController<WorkerState> | null;
+  service: GatewayService;
+}
+
+export function setupAdmission(deps: {
+  config: GatewayConfig;
+  fleet: WorkerRegistry;
+  clock: Clock;
+  registry: Registry;
+  staleAfterMs: number;
+}): AdmissionSetup {
+  const { config, fleet, clock } = deps;
+  const a = config.admission;
+  const values = a.vllmPriority.values;
+  const passAll = a.vllmPriority.pools.includes('*');
+  const passPools = new Set(a.vllmPriority.pools);
+  const limits = new Map<string, TenantLimits>(config.tenants.map((t) => [t.id, t.limits]));
+  const limiter = new RateLimiter(limits, clock.now());
+  let controller: AdmissionController<WorkerState> | null = null;
+  const metrics = new AdmissionMetrics(deps.registry, () => fleet.models(), () => controller);
+  if (a.enabled) {
+    controller = new AdmissionController<WorkerState>({
+      settings: {
+        thresholds: a.thresholds,
+        queue: a.queue,
+        retryAfterSeconds: config.limits.retryAfterSeconds,
+        reserveOutputCap: RESERVE_OUTPUT_TOKENS_CAP,
+      },
+      clock,
+      staleAfterMs: deps.staleAfterMs,
+      workersFor: (m) => fleet.forModel(m),
+      observer: metrics,
+    });
+  }
+  let pumpTimer: NodeJS.Timeout | null = null;
+  const pump = (): void => {
+    if (!controller) return;
+    controller.pump();
+    if (controller.queueDepth() === 0 && pumpTimer) {
+      clearInterval(pumpTimer);
+      pumpTimer = null;
+    }
+  };
+  const keepPumping = (): void => {
+    if (pumpTimer) return;
+    pumpTimer = setInterval(pump, PUMP_MS);
+    pumpTimer.unref();
+  };
+
+  const refusal = (r: Refusal): ApiError =>
+    new ApiError(r.status, 'overloaded_error', r.code, r.message, null, { 'retry-after': String(r.retryAfterSeconds) });
+
+  const stage: GatewayStage = {
+    name: 'admission',
+    handle(ctx: RequestContext): StageResult | Promise<StageResult> {
+      // 1. The class.
+      const header = ctx.req.headers['x-kvgate-priority'];
+      let asked: PriorityClass | null = null;
+      if (typeof header === 'string' && header.trim() !== '') {
+        asked = parsePriority(header, values);
+        if (asked === null) {
+          throw new ApiError(400, 'invalid_request_error', 'invalid_value',
+            `x-kvgate-priority must be critical, standard, sheddable or an integer, got '${header.slice(0, 40)}'`, 'x-kvgate-priority');
+        }
+      }
+      const bodyPriority = ctx.body.priority;
+      let cls = lowerOnly(ctx.tenant.priority, asked);
+      if (typeof bodyPriority === 'number') cls = lowerOnly(cls, classOfVllmPriority(bodyPriority, values));
+      ctx.state.set(ADMISSION_CLASS, cls);
+      ctx.routeRequest.priority = values[cls];
+      if (passAll || (passPools.size > 0 && ctx.candidates.every((w) => passPools.has(w.pool)))) {
+        if (ctx.body.priority !== values[cls]) {
+          ctx.body.priority = values[cls];
+          ctx.bodyModified = true;
+        }
+      }
+      ctx.logFields = { ...ctx.logFields, priority: cls };
+      ctx.res.setHeader('x-kvgate-priority', cls);
+
+      // 2. Rate limits.
+      if (limiter.limits(ctx.tenant.id)) {
+        const tokens = ctx.routeRequest.promptTokens.length + ctx.maxTokens;
+        const r = limiter.take(ctx.tenant.id, tokens, clock.now());
+        for (const [k, v] of Object.entries(r.headers)) ctx.res.setHeader(k, v);
+        if (!r.ok) {
+          metrics.decision(ctx.model, cls, 'rate_limited');
+          throw new ApiError(429, r.kind, 'rate_limit_exceeded', r.message, null, { 'retry-after': String(r.retryAfterSeconds) });
+        }
+        ctx.onFinish.push(r.release);
+      }
+
+      // 3. KV pressure.
+      const c = controller;
+      if (!c) return 'continue';
+      const latestStart = Math.min(ctx.deadlineAt, ctx.startedAt + config.timeouts.firstByteMs);
+      let settle: ((r: StageResult) => void) | null = null;
+      let fail: ((e: ApiError) => void) | null = null;
+      const started = (t: AdmissionTicket<WorkerState>): void => {
+        ctx.state.set(ADMISSION_TICKET, t);
+        // Route only where its blocks fit (the estimate counts output still to be written).
+        if (t.workers) ctx.candidates = t.workers;
+        ctx.onFinish.push(() => {
+          t.release();
+          // Capacity may be free now (the router released its reservation).
+          if (c.queueDepth(t.model) > 0) c.pump(t.model);
+        });
+      };
+      const out = c.submit(
+        {
+          id: ctx.id,
+          model: ctx.model,
+          cls,
+          promptTokens: ctx.routeRequest.promptTokens.length,
+          maxTokens: ctx.maxTokens,
+          latestStart,
+        },
+        {
+          onAdmit: (t) => {
+            started(t);
+            ctx.abortUpstream = null;
+            ctx.logFields = { ...ctx.logFields, queuedMs: Math.round(t.queuedMs) };
+            settle?.('continue');
+          },
+          onRefuse: (r) => {
+            ctx.abortUpstream = null;
+            fail?.(refusal(r));
+          },
+        },
+      );
+      if (out.kind === 'admitted') {
+        started(out.ticket);
+        return 'continue';
+      }
+      if (out.kind === 'refused') throw refusal(out.refusal);
+      const entry = out.entry;
+      keepPumping();
+      return new Promise<StageResult>((resolve, reject) => {
+        settle = resolve;
+        fail = reject;
+        // The client going away (or shutdown) takes the request out of the queue at once.
+        ctx.abortUpstream = () => {
+          ctx.abortUpstream = null;
+          c.cancel(entry);
+          resolve('handled');
+        };
+      });
+    },
+  };
+
+  return {
+    stage,
+    controller,
+    service: {
+      name: 'admission',
+      close() {
+        if (pumpTimer) clearInterval(pumpTimer);
+        pumpTimer = null;
+      },
+    },
+  };
+}

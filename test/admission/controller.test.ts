@@ -1,0 +1,153 @@
+/** KV-pressure admission decisions, in virtual time over real WorkerStates. */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { AdmissionController, ADMISSION_DEFAULTS, type AdmissionDecision, type AdmissionRequest, type AdmissionTicket, type Refusal } from '../../src/admission/controller.js';
+import type { PriorityClass } from '../../src/admission/classes.js';
+import { WorkerState } from '../../src/fleet/worker-state.js';
+import { VirtualClock } from '../../src/util/clock.js';
+
+const BS = 16;
+
+function fleet(usages: number[], blocks = 1000) {
+  const clock = new VirtualClock(0);
+  const workers = usages.map((u, i) => {
+    const w = new WorkerState({ id: `w${i}`, url: `sim://w${i}`, pool: 'p', model: 'm', numGpuBlocks: blocks, blockSize: BS });
+    w.applySnapshot({ at: 0, kvUsage: u, running: 0, waiting: 0, numGpuBlocks: blocks, blockSize: BS });
+    return w;
+  });
+  const decisions: string[] = [];
+  const c = new AdmissionController<WorkerState>({
+    settings: { ...ADMISSION_DEFAULTS, queue: { maxSize: 3, maxWaitMs: 1000 } },
+    clock,
+    staleAfterMs: 5000,
+    workersFor: (m) => (m === 'm' ? workers : undefined),
+    observer: { decision: (_m, cls, d: AdmissionDecision) => decisions.push(`${cls}:${d}`), waited: () => {} },
+  });
+  return { clock, workers, c, decisions };
+}
+
+let n = 0;
+/** A request of `blocks` blocks: prompt (blocks − 1) × 16 tokens, 16 output tokens. */
+const req = (cls: PriorityClass, blocks: number, latestStart = Infinity): AdmissionRequest => ({
+  id: `r${n++}`,
+  model: 'm',
+  cls,
+  promptTokens: (blocks - 1) * BS,
+  maxTokens: BS,
+  latestStart,
+});
+
+function recorder() {
+  const out: { admitted: AdmissionTicket<WorkerState>[]; refused: Refusal[] } = { admitted: [], refused: [] };
+  return { out, l: { onAdmit: (t: AdmissionTicket<WorkerState>) => out.admitted.push(t), onRefuse: (r: Refusal) => out.refused.push(r) } };
+}
+
+test('per-class thresholds: sheddable shed above 0.85, standard queued above 0.92, critical admitted while a worker fits it', () => {
+  const { c } = fleet([0.8, 0.8]); // 1600 of 2000 blocks used
+  const { l } = recorder();
+  // 40 blocks → 1640/2000 = 0.82: everyone is admitted.
+  assert.equal(c.submit(req('sheddable', 40), l).kind, 'admitted');
+  // The first request has not reached a worker: its blocks count as pending. 1640 + 80 = 0.86.
+  const shed = c.submit(req('sheddable', 80), l);
+  assert.equal(shed.kind, 'refused');
+  assert.equal(shed.kind === 'refused' && shed.refusal.status, 503);
+  assert.equal(shed.kind === 'refused' && shed.refusal.code, 'overloaded');
+  assert.equal(c.submit(req('standard', 80), l).kind, 'admitted', '0.86 ≤ 0.92');
+  // 1720 + 150 = 0.935 > 0.92: standard waits.
+  assert.equal(c.submit(req('standard', 150), l).kind, 'queued');
+  // Critical only needs a worker with room: 200 free each, less the 120 pending (which may land
+  // anywhere) = 80.
+  assert.equal(c.submit(req('critical', 70), l).kind, 'admitted');
+  assert.equal(c.submit(req('critical', 100), l).kind, 'queued');
+});
+
+test('a burst inside one scrape interval is seen: reservations since the scrape count, and so does output still to come', () => {
+  const { c, workers } = fleet([0.5, 0.5]);
+  const { l } = recorder();
+  let admitted = 0;
+  for (let i = 0; i < 20; i++) {
+    const r = req('sheddable', 50);
+    const s = c.submit(r, l);
+    if (s.kind !== 'admitted') break;
+    admitted++;
+    // The router charges the pick to a worker (as Router.route does): no longer pending.
+    const w = s.ticket.workers![i % 2]!;
+    w.begin({ id: r.id, promptTokens: r.promptTokens, uncachedTokens: r.promptTokens, maxTokens: r.maxTokens, blocks: 50, dispatchedAt: 0 });
+  }
+  // 1000 used + 50 per request ≤ 0.85 × 2000 = 1700: 14 requests, not one more.
+  assert.equal(admitted, 14);
+  assert.ok(Math.abs(c.usage('m') - 1700 / 2000) < 1e-9);
+  // A new scrape that shows less than the gateway's own in-flight reservations does not hide them.
+  for (const w of workers) w.applySnapshot({ at: 1, kvUsage: 0, running: 0, waiting: 0, numGpuBlocks: 1000, blockSize: BS });
+  assert.ok(Math.abs(c.usage('m') - 700 / 2000) < 1e-9, `usage ${c.usage('m')}`);
+});
+
+test('an admitted request’s ticket lists only the workers its blocks fit on', () => {
+  const { c } = fleet([0.95, 0.2]);
+  const { l } = recorder();
+  const s = c.submit(req('critical', 100), l);
+  assert.equal(s.kind, 'admitted');
+  assert.deepEqual(s.kind === 'admitted' && s.ticket.workers!.map((w) => w.id), ['w1']);
+});
+
+test('the queue admits by class then arrival as capacity frees; strict priority at the head', () => {
+  const { c, workers, clock, decisions } = fleet([0.95, 0.95], 1000);
+  const { out, l } = recorder();
+  assert.equal(c.submit(req('standard', 60), l).kind, 'queued');
+  assert.equal(c.submit(req('critical', 60), l).kind, 'queued');
+  assert.equal(c.submit(req('standard', 10), l).kind, 'queued');
+  // A sheddable request never waits, and never overtakes waiting ones.
+  assert.equal(c.submit(req('sheddable', 1), l).kind, 'refused');
+  const full = c.submit(req('critical', 1), l);
+  assert.equal(full.kind === 'refused' && full.refusal.status, 429, 'queue bound 3');
+  assert.equal(full.kind === 'refused' && full.refusal.code, 'queue_full');
+  assert.equal(c.queueDepth('m'), 3);
+  c.pump();
+  assert.equal(out.admitted.length, 0, 'still no room');
+  clock.set(10);
+  // A scrape frees room on w0 for the critical request only (60 blocks): the small standard one
+  // behind the big standard one must not pass it.
+  workers[0]!.applySnapshot({ at: 10, kvUsage: 0.9, running: 0, waiting: 0, numGpuBlocks: 1000, blockSize: BS });
+  c.pump();
+  assert.deepEqual(out.admitted.map((t) => t.cls), ['critical']);
+  assert.equal(out.admitted[0]!.queuedMs, 10);
+  workers[1]!.applySnapshot({ at: 10, kvUsage: 0.3, running: 0, waiting: 0, numGpuBlocks: 1000, blockSize: BS });
+  c.pump();
+  assert.deepEqual(out.admitted.map((t) => t.cls), ['critical', 'standard', 'standard']);
+  assert.equal(c.queueDepth(), 0);
+  assert.deepEqual(decisions.filter((d) => d.endsWith('dequeued')), ['critical:dequeued', 'standard:dequeued', 'standard:dequeued']);
+});
+
+test('a queued request that cannot start before its deadline is refused with 503 and Retry-After; a cancelled one leaves at once', () => {
+  const { c, clock, decisions } = fleet([0.99, 0.99]);
+  const { out, l } = recorder();
+  const early = c.submit(req('standard', 50, 200), l); // its budget: start by t=200
+  const late = c.submit(req('standard', 50), l); // queue.maxWaitMs: by t=1000
+  const gone = c.submit(req('critical', 50), l);
+  assert.ok(early.kind === 'queued' && late.kind === 'queued' && gone.kind === 'queued');
+  assert.equal(c.nextDeadline(), 200);
+  c.cancel(gone.entry);
+  assert.equal(c.queueDepth('m', 'critical'), 0);
+  assert.ok(decisions.includes('critical:cancelled'));
+  clock.set(200);
+  c.pump();
+  assert.equal(out.refused.length, 1);
+  assert.deepEqual({ status: out.refused[0]!.status, code: out.refused[0]!.code, ra: out.refused[0]!.retryAfterSeconds }, { status: 503, code: 'queue_timeout', ra: 1 });
+  clock.set(1000);
+  c.pump();
+  assert.equal(out.refused.length, 2);
+  assert.equal(c.queueDepth(), 0);
+  // Already past its budget on arrival: refused at once.
+  const past = c.submit(req('standard', 50, 999), l);
+  assert.equal(past.kind === 'refused' && past.refusal.code, 'queue_timeout');
+});
+
+test('no routable worker, or a request no worker could ever hold: admitted for the router to answer', () => {
+  const { c, workers } = fleet([0.99]);
+  const { l } = recorder();
+  const huge = c.submit(req('sheddable', 5000), l);
+  assert.equal(huge.kind, 'admitted');
+  assert.equal(huge.kind === 'admitted' && huge.ticket.workers, null);
+  workers[0]!.healthy = false;
+  assert.equal(c.submit(req('sheddable', 10), l).kind, 'admitted');
+});

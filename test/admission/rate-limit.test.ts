@@ -1,0 +1,57 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { formatReset, RateLimiter } from '../../src/admission/rate-limit.js';
+
+test('requests per minute: a minute’s allowance at once, then the steady rate; OpenAI headers on every answer', () => {
+  const rl = new RateLimiter(new Map([['acme', { requestsPerMinute: 3 }]]), 0);
+  const a = rl.take('acme', 10, 0);
+  assert.ok(a.ok);
+  assert.deepEqual(a.headers, { 'x-ratelimit-limit-requests': '3', 'x-ratelimit-remaining-requests': '2', 'x-ratelimit-reset-requests': '20s' });
+  assert.ok(rl.take('acme', 10, 0).ok);
+  assert.ok(rl.take('acme', 10, 0).ok);
+  const r = rl.take('acme', 10, 1000);
+  assert.equal(r.ok, false);
+  if (r.ok) return;
+  assert.equal(r.kind, 'requests');
+  assert.equal(r.headers['x-ratelimit-remaining-requests'], '0');
+  assert.equal(r.retryAfterSeconds, 19); // one request back after 20 s
+  assert.match(r.message, /Rate limit reached for requests per min \(RPM\): Limit 3/);
+  assert.ok(rl.take('acme', 10, 20_000).ok, 'refilled at limit / 60 s');
+  // Other tenants are not limited.
+  const other = rl.take('globex', 1e9, 0);
+  assert.ok(other.ok);
+  assert.deepEqual(other.headers, {});
+});
+
+test('tokens per minute count prompt + max_tokens; a request larger than the minute is refused outright', () => {
+  const rl = new RateLimiter(new Map([['acme', { tokensPerMinute: 1000 }]]), 0);
+  assert.ok(rl.take('acme', 600, 0).ok);
+  const r = rl.take('acme', 600, 0);
+  assert.ok(!r.ok && r.kind === 'tokens');
+  assert.equal(!r.ok && r.headers['x-ratelimit-remaining-tokens'], '400');
+  assert.equal(!r.ok && r.headers['x-ratelimit-reset-tokens'], '36s');
+  const big = rl.take('acme', 5000, 0);
+  assert.ok(!big.ok && /Request too large/.test(big.message));
+});
+
+test('concurrent requests: refused while the limit is in use, free again on release (once)', () => {
+  const rl = new RateLimiter(new Map([['acme', { concurrentRequests: 2 }]]), 0);
+  const a = rl.take('acme', 1, 0);
+  const b = rl.take('acme', 1, 0);
+  assert.ok(a.ok && b.ok);
+  assert.equal(rl.take('acme', 1, 0).ok, false);
+  if (a.ok) {
+    a.release();
+    a.release();
+  }
+  assert.equal(rl.active('acme'), 1);
+  assert.ok(rl.take('acme', 1, 0).ok);
+});
+
+test('reset durations are formatted as OpenAI sends them', () => {
+  assert.equal(formatReset(0), '0s');
+  assert.equal(formatReset(17), '17ms');
+  assert.equal(formatReset(1500), '1.5s');
+  assert.equal(formatReset(360_000), '6m0s');
+  assert.equal(formatReset(61_000), '1m1s');
+});

@@ -1,0 +1,238 @@
+/**
+ * Admission control end to end: a real gateway in front of simulated vLLM workers (and stub
+ * workers where a worker must misbehave), on loopback.
+ */
+import assert from 'node:assert/strict';
+import { after, describe, it } from 'node:test';
+import { Writable } from 'node:stream';
+import type { Gateway, GatewayOptions } from '../../src/gateway/gateway.js';
+import { createLogger } from '../../src/telemetry/logger.js';
+import type { SimWorker } from '../../src/sim/worker/server.js';
+import { metricValue, MODEL, post, startGateway, startSims, startStub, waitFor } from './helpers.js';
+
+const chat = (content: string, max_tokens: number, extra: object = {}) => ({ model: MODEL, messages: [{ role: 'user', content }], max_tokens, ...extra });
+const words = (n: number, salt: string) => Array.from({ length: n }, (_, i) => `${salt}${i}`).join(' ');
+
+const closers: Array<() => Promise<unknown>> = [];
+after(async () => {
+  for (const c of closers.reverse()) await c();
+});
+
+async function gateway(urls: string[], extra: object, opts: GatewayOptions = {}): Promise<{ gw: Gateway; url: string }> {
+  const g = await startGateway(urls, extra as never, opts);
+  closers.push(() => g.gw.close());
+  return g;
+}
+
+async function sims(n: number, opts: { speed?: number; numGpuBlocks?: number }): Promise<SimWorker[]> {
+  const s = await startSims(n, opts);
+  closers.push(() => Promise.all(s.map((w) => w.close())));
+  return s;
+}
+
+async function metrics(url: string, headers: Record<string, string> = {}): Promise<string> {
+  return (await fetch(`${url}/metrics`, { headers })).text();
+}
+
+describe('tenants, priorities and rate limits', () => {
+  it('maps keys to tenants and classes: 401 without a key, a request can lower its class but not raise it, a bad header is a 400', async () => {
+    const [w] = await sims(1, {});
+    const { url } = await gateway([w!.url], {
+      tenants: [
+        { id: 'front', keys: [{ value: 'sk-front-0001' }], priority: 'critical' },
+        { id: 'batch', keys: [{ value: 'sk-batch-0001' }], priority: 'sheddable' },
+      ],
+    });
+    const u = `${url}/v1/chat/completions`;
+    const none = await post(u, chat('hi', 2));
+    assert.equal(none.status, 401);
+    assert.equal(none.json.error.code, 'invalid_api_key');
+    const front = await post(u, chat('hi', 2), { authorization: 'Bearer sk-front-0001' });
+    assert.equal(front.status, 200);
+    assert.equal(front.headers.get('x-kvgate-priority'), 'critical');
+    const lowered = await post(u, chat('hi', 2), { authorization: 'Bearer sk-front-0001', 'x-kvgate-priority': 'sheddable' });
+    assert.equal(lowered.headers.get('x-kvgate-priority'), 'sheddable');
+    const raised = await post(u, chat('hi', 2), { authorization: 'Bearer sk-batch-0001', 'x-kvgate-priority': 'critical' });
+    assert.equal(raised.status, 200);
+    assert.equal(raised.headers.get('x-kvgate-priority'), 'sheddable', 'never raised');
+    const viaBody = await post(u, chat('hi', 2, { priority: 1 }), { authorization: 'Bearer sk-front-0001' });
+    assert.equal(viaBody.headers.get('x-kvgate-priority'), 'standard', 'the body’s vLLM integer lowers it too');
+    const bad = await post(u, chat('hi', 2), { authorization: 'Bearer sk-front-0001', 'x-kvgate-priority': 'urgent' });
+    assert.equal(bad.status, 400);
+    assert.deepEqual(Object.keys(bad.json.error).sort(), ['code', 'message', 'param', 'type']);
+    assert.equal(bad.json.error.param, 'x-kvgate-priority');
+  });
+
+  it('answers 429 rate_limit_exceeded with OpenAI’s x-ratelimit headers and Retry-After past a tenant’s requests per minute', async () => {
+    const [w] = await sims(1, {});
+    const { url } = await gateway([w!.url], {
+      tenants: [{ id: 'acme', keys: [{ value: 'sk-acme-00001' }], limits: { requestsPerMinute: 2, tokensPerMinute: 100_000 } }],
+    });
+    const h = { authorization: 'Bearer sk-acme-00001' };
+    const u = `${url}/v1/chat/completions`;
+    const a = await post(u, chat('hello', 2), h);
+    assert.equal(a.status, 200);
+    assert.equal(a.headers.get('x-ratelimit-limit-requests'), '2');
+    assert.equal(a.headers.get('x-ratelimit-remaining-requests'), '1');
+    assert.match(a.headers.get('x-ratelimit-reset-requests')!, /^\d+(\.\d+)?s$|^\d+ms$/);
+    assert.equal(a.headers.get('x-ratelimit-limit-tokens'), '100000');
+    assert.ok(Number(a.headers.get('x-ratelimit-remaining-tokens')) < 100_000);
+    assert.equal((await post(u, chat('hello', 2), h)).status, 200);
+    const r = await post(u, chat('hello', 2), h);
+    assert.equal(r.status, 429);
+    assert.equal(r.json.error.code, 'rate_limit_exceeded');
+    assert.equal(r.json.error.type, 'requests');
+    assert.equal(r.headers.get('x-ratelimit-remaining-requests'), '0');
+    assert.ok(Number(r.headers.get('retry-after')) >= 1);
+    assert.equal(metricValue(await metrics(url), 'kvgate_admission_total', { priority: 'standard', decision: 'rate_limited' }), 1);
+  });
+
+  it('protects /metrics with the admin key when asked to', async () => {
+    const [w] = await sims(1, {});
+    const { url } = await gateway([w!.url], { admin: { keys: [{ value: 'sk-admin-0001' }], protectMetrics: true } });
+    assert.equal((await fetch(`${url}/metrics`)).status, 401);
+    const ok = await fetch(`${url}/metrics`, { headers: { authorization: 'Bearer sk-admin-0001' } });
+    assert.equal(ok.status, 200);
+    assert.match(await ok.text(), /kvgate_fleet_kv_usage\{model="llama-3.1-8b"\}/);
+  });
+});
+
+describe('KV-pressure admission', () => {
+  it('sheds sheddable requests with 503 + Retry-After at once while critical ones hold the KV, and serves those', async () => {
+    // Two workers of 64 KV blocks (1,024 tokens); real-time speed, so a long answer holds its blocks
+    // for seconds.
+    const s = await sims(2, { speed: 1, numGpuBlocks: 64 });
+    // The gateway's own request log: how long it took to answer each request, from its arrival.
+    const lines: any[] = [];
+    const sink = new Writable({
+      write(chunk, _enc, cb) {
+        for (const l of String(chunk).split('\n')) if (l.trim() !== '') lines.push(JSON.parse(l));
+        cb();
+      },
+    });
+    const { gw, url } = await gateway(
+      s.map((w) => w.url),
+      {
+        tenants: [
+          { id: 'front', keys: [{ value: 'sk-front-0001' }], priority: 'critical' },
+          { id: 'batch', keys: [{ value: 'sk-batch-0001' }], priority: 'sheddable' },
+        ],
+      },
+      { logger: createLogger({ level: 'info', destination: sink }) },
+    );
+    const u = `${url}/v1/chat/completions`;
+    // One long critical request per worker, each holding 63 of its 64 blocks (600 prompt tokens,
+    // 400 output): the second cannot fit beside the first.
+    const big = [0, 1].map(() => post(u, chat(words(300, 'big'), 400), { authorization: 'Bearer sk-front-0001' }));
+    await waitFor(() => gw.registry.workers.every((w) => w.inflightCount === 1));
+    assert.ok(gw.admission!.usage(MODEL) > 0.85, `fleet KV usage ${gw.admission!.usage(MODEL)}`);
+    const burst = await Promise.all(Array.from({ length: 12 }, (_, i) => post(u, chat(words(120, `b${i}x`), 48), { authorization: 'Bearer sk-batch-0001' })));
+    for (const r of burst) {
+      assert.equal(r.status, 503, r.text);
+      assert.deepEqual(Object.keys(r.json.error).sort(), ['code', 'message', 'param', 'type']);
+      assert.equal(r.json.error.code, 'overloaded');
+      assert.equal(r.json.error.type, 'overloaded_error');
+      assert.equal(r.headers.get('retry-after'), '1');
+    }
+    // Answered by the gateway without a worker, at once. (The client's own timing also holds its
+    // connection set-up in a process shared with the gateway and workers, so the gateway's log
+    // is the measure; bounded generously for a busy 2-core machine.)
+    const shedLines = lines.filter((l) => l.msg === 'request' && l.status === 503);
+    assert.equal(shedLines.length, 12);
+    for (const l of shedLines) assert.ok(l.durationMs < 250, `shed ${l.durationMs} ms after arrival`);
+    for (const r of await Promise.all(big)) assert.equal(r.status, 200, r.text);
+    const text = await metrics(url);
+    assert.equal(metricValue(text, 'kvgate_admission_total', { priority: 'sheddable', decision: 'shed' }), 12);
+    assert.equal(metricValue(text, 'kvgate_admission_total', { priority: 'critical', decision: 'admitted' }), 2);
+    assert.ok(metricValue(text, 'kvgate_fleet_kv_usage', { model: MODEL }) !== undefined);
+    assert.equal(metricValue(text, 'kvgate_queue_depth', { model: MODEL, priority: 'critical' }), 0);
+  });
+
+  it('queues standard requests under pressure, serves them when capacity frees, and drops a queued request whose client left at once', async () => {
+    // Real-time speed: the big request holds its blocks for ~3 s, long enough on a busy machine.
+    const s = await sims(1, { speed: 1, numGpuBlocks: 64 });
+    const { gw, url } = await gateway(s.map((w) => w.url), { tenants: [{ id: 'front', keys: [{ value: 'sk-front-0001' }], priority: 'critical' }, { id: 'app', keys: [{ value: 'sk-app-000001' }] }] });
+    const u = `${url}/v1/chat/completions`;
+    // A critical request that holds most of the worker's 64 blocks for a while.
+    const big = post(u, chat(words(300, 'big'), 400), { authorization: 'Bearer sk-front-0001' });
+    await waitFor(() => gw.registry.workers[0]!.inflightCount === 1);
+    // A standard request no longer fits under 0.92: it waits.
+    const ac = new AbortController();
+    const leaving = fetch(u, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer sk-app-000001' }, body: JSON.stringify(chat(words(60, 'q'), 32)), signal: ac.signal }).catch((e: Error) => e);
+    await waitFor(() => gw.admission!.queueDepth(MODEL, 'standard') === 1);
+    ac.abort();
+    await leaving;
+    await waitFor(() => gw.admission!.queueDepth(MODEL) === 0, 1000);
+    const waiting = post(u, chat(words(60, 'w'), 32), { authorization: 'Bearer sk-app-000001' });
+    await waitFor(() => gw.admission!.queueDepth(MODEL, 'standard') === 1);
+    assert.equal((await big).status, 200);
+    const r = await waiting;
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    const text = await metrics(url);
+    assert.equal(metricValue(text, 'kvgate_admission_total', { priority: 'standard', decision: 'cancelled' }), 1);
+    assert.equal(metricValue(text, 'kvgate_admission_total', { priority: 'standard', decision: 'dequeued' }), 1);
+    assert.equal(metricValue(text, 'kvgate_admission_queue_seconds_count', { model: MODEL, priority: 'standard' }), 2);
+    await waitFor(() => gw.inflight === 0);
+  });
+
+  it('answers 503 queue_timeout when a queued request cannot start within queue.maxWaitMs', async () => {
+    const s = await sims(1, { speed: 1, numGpuBlocks: 64 });
+    const { gw, url } = await gateway(s.map((w) => w.url), { admission: { queue: { maxWaitMs: 150 } } });
+    const u = `${url}/v1/chat/completions`;
+    const big = post(u, chat(words(300, 'big'), 400), { 'x-kvgate-priority': 'standard' });
+    await waitFor(() => gw.registry.workers[0]!.inflightCount === 1);
+    const t0 = performance.now();
+    const r = await post(u, chat(words(60, 'late'), 32));
+    const ms = performance.now() - t0;
+    assert.equal(r.status, 503);
+    assert.equal(r.json.error.code, 'queue_timeout');
+    assert.equal(r.headers.get('retry-after'), '1');
+    assert.ok(ms >= 140 && ms < 2000, `refused after ${ms.toFixed(0)} ms`);
+    assert.equal((await big).status, 200);
+  });
+});
+
+describe('workers that say they are overloaded', () => {
+  it('backs off a worker answering 429 (not counted as broken) and retries the request elsewhere', async () => {
+    let hits = 0;
+    const stub = await startStub((req, res) => {
+      // Health probes and scrapes (GET) succeed: only its answers to requests say it is busy.
+      if (req.method !== 'POST') return void res.end();
+      hits++;
+      res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '2' });
+      res.end('{"error":{"message":"busy","type":"overloaded","param":null,"code":null}}');
+    });
+    closers.push(() => stub.close());
+    const [w] = await sims(1, {});
+    const { gw, url } = await gateway([stub.url, w!.url], { policy: { name: 'round-robin' }, circuitBreaker: { failuresToOpen: 1 } });
+    for (let i = 0; i < 4; i++) {
+      const r = await post(`${url}/v1/chat/completions`, chat(`hello ${i}`, 2));
+      assert.equal(r.status, 200);
+    }
+    assert.equal(hits, 1, 'backed off after its first 429: no further request reached it');
+    const b = gw.registry.breaker('w0');
+    assert.equal(b.state, 'closed', 'overloaded, not broken');
+    assert.equal(b.backoffMs, 2000, 'its Retry-After');
+    assert.equal(gw.registry.workers[0]!.circuitOpen, true);
+  });
+
+  it('passes the class on as vLLM’s integer priority to pools that run priority scheduling', async () => {
+    const seen: unknown[] = [];
+    const stub = await startStub((req, res) => {
+      let body = '';
+      req.on('data', (c) => (body += c));
+      req.on('end', () => {
+        // Scrapes and health probes are GETs.
+        if (req.method === 'POST') seen.push(JSON.parse(body).priority);
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ id: 'x', object: 'chat.completion', created: 0, model: MODEL, choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }] }));
+      });
+    });
+    closers.push(() => stub.close());
+    const { url } = await gateway([stub.url], { admission: { vllmPriority: { pools: ['main'], values: { critical: -10, standard: 0, sheddable: 10 } } } });
+    await post(`${url}/v1/chat/completions`, chat('a', 2));
+    await post(`${url}/v1/chat/completions`, chat('b', 2), { 'x-kvgate-priority': 'sheddable' });
+    await post(`${url}/v1/chat/completions`, chat('c', 2), { 'x-kvgate-priority': '-10' });
+    assert.deepEqual(seen, [0, 10, 0], 'standard by default, lowered to sheddable; never raised to critical');
+  });
+});
