@@ -30,6 +30,7 @@ import type { Registry } from 'prom-client';
 import type { Clock } from '../util/clock.js';
 import { stateKey } from '../util/state.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
+import { promptLength } from '../scheduler/types.js';
 import type { RequestContext } from './context.js';
 import type { GatewayStage, StageResult } from './stages.js';
 import type { GatewayService } from './types.js';
@@ -126,7 +127,7 @@ export function setupAdmission(deps: {
 
       // 2. Rate limits.
       if (limiter.limits(ctx.tenant.id)) {
-        const tokens = ctx.routeRequest.promptTokens.length + ctx.maxTokens;
+        const tokens = promptLength(ctx.routeRequest) + ctx.maxTokens;
         const r = limiter.take(ctx.tenant.id, tokens, clock.now());
         for (const [k, v] of Object.entries(r.headers)) ctx.res.setHeader(k, v);
         if (!r.ok) {
@@ -157,7 +158,7 @@ export function setupAdmission(deps: {
           id: ctx.id,
           model: ctx.model,
           cls,
-          promptTokens: ctx.routeRequest.promptTokens.length,
+          promptTokens: promptLength(ctx.routeRequest),
           maxTokens: ctx.maxTokens,
           latestStart,
         },
