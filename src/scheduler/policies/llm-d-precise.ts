@@ -36,7 +36,8 @@ import { PrefixIndex } from '../index/prefix-index.js';
 import { PrefixMatcher } from '../index/prefix-match.js';
 import { maxScorePicker } from '../pickers/max-score.js';
 import { PipelinePolicy } from '../pipeline.js';
-import type { PolicyDefinition, Scorer } from '../types.js';
+import { prefixFractionScorer } from '../scorers/prefix-fraction.js';
+import type { PolicyDefinition } from '../types.js';
 import { booleanKnob, indexKnobs, numberKnob } from './knobs.js';
 import { llmdKvCacheScorer, llmdQueueScorer } from './llm-d.js';
 
@@ -60,16 +61,7 @@ export function createLlmdPrecisePolicy(o: LlmdPreciseOptions): PipelinePolicy {
     predictedTtlMs: o.speculativeTtlMs,
   });
   const matcher = new PrefixMatcher(index);
-  const prefixScorer: Scorer = {
-    name: 'prefix',
-    score(req, ws, ctx) {
-      const m = matcher.matches(req, ws, ctx);
-      return ws.map((w) => {
-        const x = m.get(w)!;
-        return x.promptBlocks > 0 ? x.blocks / x.promptBlocks : 0;
-      });
-    },
-  };
+  const prefixScorer = prefixFractionScorer((req, ws, ctx) => matcher.matches(req, ws, ctx));
   return new PipelinePolicy({
     name: 'llm-d-precise',
     filters: [healthyFilter],

@@ -33,6 +33,7 @@ import { PrefixIndex } from '../index/prefix-index.js';
 import { PrefixMatcher } from '../index/prefix-match.js';
 import { maxScorePicker } from '../pickers/max-score.js';
 import { PipelinePolicy } from '../pipeline.js';
+import { prefixFractionScorer } from '../scorers/prefix-fraction.js';
 import type { PolicyDefinition, RouteRequest, Scorer } from '../types.js';
 import { indexKnobs, numberKnob } from './knobs.js';
 
@@ -108,16 +109,7 @@ export function createLlmdPolicy(o: LlmdOptions): PipelinePolicy {
     }
     return r;
   };
-  const prefixScorer: Scorer = {
-    name: 'prefix',
-    score(req, ws, ctx) {
-      const m = matcherFor(req.model).matches(asChars(req), ws, ctx);
-      return ws.map((w) => {
-        const x = m.get(w)!;
-        return x.promptBlocks > 0 ? x.blocks / x.promptBlocks : 0;
-      });
-    },
-  };
+  const prefixScorer = prefixFractionScorer((req, ws, ctx) => matcherFor(req.model).matches(asChars(req), ws, ctx));
   return new PipelinePolicy({
     name: 'llm-d',
     filters: [healthyFilter],
