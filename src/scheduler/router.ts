@@ -25,7 +25,7 @@ export class Router {
   private readonly rng: Rng;
   readonly staleAfterMs: number;
   /** Decisions awaiting completion, by request id. */
-  private readonly open = new Map<string, { req: RouteRequest; decision: RouteDecision }>();
+  private readonly open = new Map<string, { req: RouteRequest; decision: RouteDecision; firstToken: boolean }>();
 
   constructor(opts: RouterOptions) {
     this.policy = opts.policy;
@@ -63,15 +63,16 @@ export class Router {
       blocks: Math.ceil((uncached + expectedOut) / w.blockSize),
       dispatchedAt: ctx.now,
     });
-    this.open.set(req.id, { req, decision: d });
+    this.open.set(req.id, { req, decision: d, firstToken: false });
     this.policy.onDispatch?.(req, d, ctx);
     return out;
   }
 
-  /** The first token of `reqId` arrived. */
+  /** The first token of `reqId` arrived. Idempotent: later calls for the same decision do nothing. */
   firstToken(reqId: string): void {
     const o = this.open.get(reqId);
-    if (!o) return;
+    if (!o || o.firstToken) return;
+    o.firstToken = true;
     const ctx = this.context();
     o.decision.worker.firstToken(reqId, ctx.now);
     this.policy.onFirstToken?.(o.req, o.decision.worker, ctx);

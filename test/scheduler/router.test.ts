@@ -60,6 +60,7 @@ test('the first token takes the prefill off the worker; completion releases the 
   const req = request(seq(0, 320), { maxTokens: 16 });
   r.route(req, [w]);
   r.firstToken(req.id);
+  r.firstToken(req.id); // a second report of the same first token changes nothing
   assert.deepEqual(charged(w), { inflight: 1, prefill: 0, blocks: 21, sinceSnapshot: 1 });
   r.complete(req.id, true);
   r.complete(req.id, false);
