@@ -14,6 +14,7 @@
  * `overloadBackoffMs`, doubling while it keeps answering so, up to `maxBackoffMs` — and its
  * breaker counts neither a failure nor a success. State stays 'closed' during a back-off.
  */
+import { OutcomeWindow } from './outcome-window.js';
 import type { WorkerState } from './worker-state.js';
 
 export type BreakerState = 'closed' | 'open' | 'half-open';
@@ -38,9 +39,8 @@ export interface CircuitBreakerOptions {
 export class CircuitBreaker {
   state: BreakerState = 'closed';
   consecutiveFailures = 0;
-  /** Outcomes in the failure-rate window: times and whether each failed (oldest first). */
-  private readonly outcomes: Array<{ t: number; failed: boolean }> = [];
-  private windowFailures = 0;
+  /** Outcomes in the failure-rate window (null without the failure-rate trigger). */
+  private readonly outcomes: OutcomeWindow | null;
   private timer: NodeJS.Timeout | null = null;
   private probeInFlight = false;
   private backoffTimer: NodeJS.Timeout | null = null;
@@ -53,6 +53,7 @@ export class CircuitBreaker {
     private readonly opts: CircuitBreakerOptions,
   ) {
     this.now = opts.now ?? (() => performance.now());
+    this.outcomes = opts.failureRate ? new OutcomeWindow(opts.failureRate.windowMs) : null;
   }
 
   /** A request was dispatched to the worker. In half-open, it is the one probe. */
@@ -112,8 +113,9 @@ export class CircuitBreaker {
 
   /** Failures / outcomes in the current window (0 with no outcome). */
   failureRate(): number {
-    this.prune();
-    return this.outcomes.length === 0 ? 0 : this.windowFailures / this.outcomes.length;
+    if (!this.outcomes) return 0;
+    const c = this.outcomes.counts(this.now());
+    return c.total === 0 ? 0 : c.failed / c.total;
   }
 
   private endBackoff(): void {
@@ -126,30 +128,14 @@ export class CircuitBreaker {
   }
 
   private record(failed: boolean): void {
-    const fr = this.opts.failureRate;
-    if (!fr) return;
-    this.outcomes.push({ t: this.now(), failed });
-    if (failed) this.windowFailures++;
-    this.prune();
-  }
-
-  private prune(): void {
-    const fr = this.opts.failureRate;
-    if (!fr) return;
-    const from = this.now() - fr.windowMs;
-    let i = 0;
-    while (i < this.outcomes.length && this.outcomes[i]!.t < from) {
-      if (this.outcomes[i]!.failed) this.windowFailures--;
-      i++;
-    }
-    if (i > 0) this.outcomes.splice(0, i);
+    this.outcomes?.record(this.now(), failed);
   }
 
   private rateTripped(): boolean {
     const fr = this.opts.failureRate;
-    if (!fr) return false;
-    this.prune();
-    return this.outcomes.length >= fr.minRequests && this.windowFailures / this.outcomes.length >= fr.threshold;
+    if (!fr || !this.outcomes) return false;
+    const c = this.outcomes.counts(this.now());
+    return c.total >= fr.minRequests && c.failed / c.total >= fr.threshold;
   }
 
   private transition(to: BreakerState): void {
@@ -161,8 +147,7 @@ export class CircuitBreaker {
     }
     if (to === 'open') {
       // A fresh start after the cool-down: the window's old failures must not reopen it at once.
-      this.outcomes.length = 0;
-      this.windowFailures = 0;
+      this.outcomes?.clear();
       if (this.backoffTimer) clearTimeout(this.backoffTimer);
       this.backoffTimer = null;
       this.backoffMs = 0;
