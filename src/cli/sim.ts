@@ -32,6 +32,12 @@ Options:
   --kv-topic TOPIC       topic of KV-event messages (default empty)
   --hash-seed N          block-hash seed (default: random per process, like vLLM)
   --legacy-metrics       emit pre-0.9 metric names (vllm:gpu_cache_usage_perc, ...)
+  --draft-of NAME        serve a draft model of the target model NAME (for kvgate's speculative
+                         cascade): it predicts like NAME in part of its contexts
+  --draft-acceptance A   with --draft-of: make speculative sampling at temperature 1 accept a share
+                         A of the draft's tokens (0.12 to 0.93)
+  --draft-fidelity F     with --draft-of: share of contexts in which the draft agrees with its
+                         target (about the greedy acceptance rate); default 0.75
   -h, --help             show this help
 
 Prints the worker's URL, then serves until interrupted.
@@ -88,6 +94,9 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
         'kv-topic': { type: 'string' },
         'hash-seed': { type: 'string' },
         'legacy-metrics': { type: 'boolean' },
+        'draft-of': { type: 'string' },
+        'draft-acceptance': { type: 'string' },
+        'draft-fidelity': { type: 'string' },
       },
     }));
   } catch (e) {
@@ -113,7 +122,14 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
     enablePrefixCaching: values['no-prefix-caching'] ? false : undefined,
     hashSeed: int('hash-seed', values['hash-seed'], 0),
     legacyMetricNames: values['legacy-metrics'] === true,
+    draftOf: values['draft-of'],
+    draftAcceptance: num('draft-acceptance', values['draft-acceptance'], (n) => n > 0 && n < 1, 'in (0, 1)'),
+    draftFidelity: num('draft-fidelity', values['draft-fidelity'], (n) => n >= 0 && n <= 1, 'in [0, 1]'),
   };
+  if (opts.draftAcceptance !== undefined && opts.draftFidelity !== undefined) throw new UsageError('give --draft-acceptance or --draft-fidelity, not both');
+  if ((opts.draftAcceptance !== undefined || opts.draftFidelity !== undefined) && opts.draftOf === undefined) {
+    throw new UsageError('--draft-acceptance and --draft-fidelity need --draft-of');
+  }
   const kvPort = int('kv-events-port', values['kv-events-port'], 0);
   const replayPort = int('kv-replay-port', values['kv-replay-port'], 0);
   if (replayPort !== undefined && kvPort === undefined) throw new UsageError('--kv-replay-port needs --kv-events-port');

@@ -55,6 +55,8 @@ interface Seq {
   /** EOS id that stops this request, -1 for none. */
   readonly stopToken: number;
   readonly priority: number;
+  /** Never look the prompt up in the prefix cache (its blocks are still cached for others). */
+  readonly skipPrefixCache: boolean;
   /** Admission order; ties on priority go to the earlier arrival. */
   readonly arrival: number;
   readonly output: number[];
@@ -218,6 +220,7 @@ export class Engine implements EngineModel {
       sampler: req.sampler,
       stopToken: req.ignoreEos || req.eosTokenId === undefined ? -1 : req.eosTokenId,
       priority: req.priority ?? 0,
+      skipPrefixCache: req.skipPrefixCache === true,
       arrival: this.arrivals++,
       output,
       ctx: { prompt: req.prompt, output },
@@ -329,7 +332,7 @@ export class Engine implements EngineModel {
         const hits = this.hitScratch;
         hits.length = 0;
         let hitFree = 0;
-        if (this.caching) {
+        if (this.caching && !s.skipPrefixCache) {
           const maxBlocks = Math.floor((numTokens - 1) / bs);
           for (let b = 0; b < maxBlocks; b++) {
             const blk = bm.lookup(this.hashAt(s, b));
@@ -361,7 +364,7 @@ export class Engine implements EngineModel {
           s.started = true;
           s.cachedPromptTokens = hitTokens;
           this.counters.promptTokens += s.promptLen;
-          if (this.caching) {
+          if (this.caching && !s.skipPrefixCache) {
             this.counters.prefixQueries += s.promptLen;
             this.counters.prefixHits += hitTokens;
           }

@@ -31,6 +31,12 @@ export interface EngineRequest {
   ignoreEos?: boolean;
   /** Lower value = more important (vLLM's priority scheduling convention). Default 0. */
   priority?: number;
+  /**
+   * Compute the whole prompt even if a prefix of it is cached. vLLM V1 does this for requests that
+   * ask for prompt logprobs (vllm/v1/core/kv_cache_manager.py, get_computed_blocks): the logprob of
+   * a cached position was never computed. The prompt's blocks are still cached for later requests.
+   */
+  skipPrefixCache?: boolean;
 }
 
 /** One generated token, visible to the client when the step that produced it ends. */

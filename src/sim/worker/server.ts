@@ -22,7 +22,7 @@ import type { AddressInfo } from 'node:net';
 import { readBody } from '../../api/body.js';
 import { Engine } from '../../engine/engine.js';
 import { buildEngineConfig } from '../../engine/profiles.js';
-import { createSampler, createSyntheticLm, type SampledLogprob, type SyntheticLm } from '../../engine/synthetic-lm.js';
+import { createSampler, createSyntheticLm, fidelityForAcceptance, type SampledLogprob, type SyntheticLm } from '../../engine/synthetic-lm.js';
 import type { EngineConfig, EngineModel, FinishReason } from '../../engine/types.js';
 import type { KvEvent } from '../../kv/events.js';
 import { EOS_TOKEN_ID, estimateTokenizer, renderChat } from '../../tokenizer/index.js';
@@ -30,7 +30,7 @@ import { EngineDriver } from './engine-driver.js';
 import { Exchange, type ExchangeHost, type SeqRun } from './exchange.js';
 import { Generation } from './generation.js';
 import { KvEventPublisher } from './kv-event-publisher.js';
-import { promptLogprobs } from './logprobs.js';
+import { promptLogprobs, vllmPromptLogprobs, type PromptLogprobEntry } from './logprobs.js';
 import {
   SimError,
   badRequest,
@@ -86,9 +86,15 @@ export interface SimWorkerOptions {
    * this many tokens (greedy sampling of the synthetic model may never emit EOS). Default 1024.
    */
   defaultMaxChatTokens?: number;
-  /** Make the synthetic LM a draft model of another (speculative-decoding experiments). */
+  /**
+   * Make the synthetic LM a draft model of another (the served name of the target): it predicts
+   * like the target in a fraction `draftFidelity` of contexts, or — given `draftAcceptance` instead
+   * — in whatever fraction makes speculative sampling at temperature 1 accept that share of its
+   * tokens (src/engine/synthetic-lm.ts, fidelityForAcceptance).
+   */
   draftOf?: string;
   draftFidelity?: number;
+  draftAcceptance?: number;
   logger?: SimLogger;
 }
 
@@ -137,7 +143,15 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
   const config: EngineConfig = opts.numGpuBlocks !== undefined ? { ...built, numGpuBlocks: opts.numGpuBlocks } : built;
   const engine = new Engine(config);
   // A draft LM agrees with its target where it should; either way it is named by the served model.
-  const lm = createSyntheticLm(model, opts.draftOf !== undefined ? { draftOf: opts.draftOf, fidelity: opts.draftFidelity } : {});
+  if (opts.draftFidelity !== undefined && opts.draftAcceptance !== undefined) throw new Error('give draftFidelity or draftAcceptance, not both');
+  if ((opts.draftFidelity !== undefined || opts.draftAcceptance !== undefined) && opts.draftOf === undefined) {
+    throw new Error('draftFidelity and draftAcceptance need draftOf (the target model)');
+  }
+  const fidelity =
+    opts.draftAcceptance !== undefined && opts.draftOf !== undefined
+      ? fidelityForAcceptance(opts.draftOf, model, opts.draftAcceptance)
+      : opts.draftFidelity;
+  const lm = createSyntheticLm(model, opts.draftOf !== undefined ? { draftOf: opts.draftOf, fidelity } : {});
   const sim = new SimWorkerServer({
     model,
     engine,
@@ -458,6 +472,8 @@ class SimWorkerServer implements ExchangeHost {
         eosTokenId: EOS_TOKEN_ID,
         ignoreEos: params.ignoreEos,
         priority: params.priority,
+        // vLLM V1 computes the whole prompt of a request that wants prompt logprobs.
+        skipPrefixCache: params.promptLogprobs !== null,
       },
       {
         onStarted: (cached, at) => {
@@ -507,6 +523,10 @@ class SimWorkerServer implements ExchangeHost {
 
   promptLogprobs(promptIds: readonly number[], top: number): Array<SampledLogprob | null> {
     return promptLogprobs(this.lm, promptIds, top);
+  }
+
+  vllmPromptLogprobs(promptIds: readonly number[], top: number): Array<PromptLogprobEntry | null> {
+    return vllmPromptLogprobs(this.lm, promptIds, top);
   }
 
   now(): number {
