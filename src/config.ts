@@ -137,6 +137,32 @@ const cacheSchema = z
   })
   .prefault({});
 
+/**
+ * One model served by a speculative cascade (src/speculative/): a draft pool proposes tokens, the
+ * target pool verifies them. Clients ask for `model`, which the target pool serves.
+ */
+const cascade = z.strictObject({
+  model: z.string().min(1),
+  targetPool: z.string().min(1),
+  draftPool: z.string().min(1),
+  /** Draft tokens proposed per round. */
+  k: z.int().min(1).max(16).default(4),
+  /** Alternatives asked per position (logprobs / prompt_logprobs); vLLM allows 20 by default. */
+  topLogprobs: z.int().min(1).max(20).default(20),
+  /** Token ids that end a sequence (vLLM's API does not report them); default: the tokenizer's. */
+  eosTokenIds: z.array(z.int().nonnegative()).min(1).optional(),
+});
+
+const speculativeSchema = z
+  .strictObject({
+    cascades: z.array(cascade).default([]),
+    /** Timeout of one draft or verification call; a draft that misses it is dropped for the request. */
+    callTimeoutMs: ms.default(10_000),
+    /** Timeout of each start-up capability probe. */
+    probeTimeoutMs: ms.default(5_000),
+  })
+  .prefault({});
+
 export const configSchema = z
   .strictObject({
     listen: z
@@ -218,6 +244,7 @@ export const configSchema = z
     /** Keys for /admin/* (required there once any key is configured). */
     admin: z.strictObject({ keys: z.array(keySource).default([]) }).prefault({}),
     cache: cacheSchema,
+    speculative: speculativeSchema,
   })
   .superRefine((c, ctx) => {
     if (c.pools.length === 0 && c.workers.length === 0) {
@@ -239,6 +266,25 @@ export const configSchema = z
       p.workers.forEach((w, j) => check(w.id ?? `${p.name}-${j}`, ['pools', i, 'workers', j, 'id'])),
     );
     c.workers.forEach((w, i) => check(w.id ?? `${w.pool}-w${i}`, ['workers', i, 'id']));
+    // A cascade's pools exist, serve different models, and its target pool serves its model.
+    const poolModels = new Map<string, Set<string>>();
+    for (const p of c.pools) (poolModels.get(p.name) ?? poolModels.set(p.name, new Set()).get(p.name)!).add(p.model);
+    for (const w of c.workers) (poolModels.get(w.pool) ?? poolModels.set(w.pool, new Set()).get(w.pool)!).add(w.model);
+    const cascadeModels = new Set<string>();
+    c.speculative.cascades.forEach((sc, i) => {
+      const at = (f: string) => ['speculative', 'cascades', i, f];
+      const target = poolModels.get(sc.targetPool);
+      const draft = poolModels.get(sc.draftPool);
+      if (!target) ctx.addIssue({ code: 'custom', path: at('targetPool'), message: `no pool named '${sc.targetPool}'` });
+      else if (!target.has(sc.model) || target.size > 1) {
+        ctx.addIssue({ code: 'custom', path: at('targetPool'), message: `pool '${sc.targetPool}' must serve model '${sc.model}' only (it serves ${[...target].join(', ')})` });
+      }
+      if (!draft) ctx.addIssue({ code: 'custom', path: at('draftPool'), message: `no pool named '${sc.draftPool}'` });
+      else if (draft.size > 1) ctx.addIssue({ code: 'custom', path: at('draftPool'), message: `pool '${sc.draftPool}' must serve one model (it serves ${[...draft].join(', ')})` });
+      if (sc.draftPool === sc.targetPool) ctx.addIssue({ code: 'custom', path: at('draftPool'), message: 'must differ from targetPool' });
+      if (cascadeModels.has(sc.model)) ctx.addIssue({ code: 'custom', path: at('model'), message: `model '${sc.model}' has two cascades` });
+      cascadeModels.add(sc.model);
+    });
     const tenantIds = new Map<string, number>();
     c.tenants.forEach((t, i) => {
       const prev = tenantIds.get(t.id);

@@ -1,0 +1,92 @@
+/**
+ * Wires the configured cascades (`speculative.cascades`) into a gateway: resolves each cascade's
+ * pools, checks at start-up that the workers can do what verification needs (probe.ts) and
+ * refuses the configuration otherwise, then adds the cascade stage and its metrics.
+ *
+ * Called by `kvgate serve` and `kvgate demo` before the gateway starts; a gateway without cascades
+ * is left untouched.
+ */
+import { ConfigError } from '../config.js';
+import type { Gateway } from '../gateway/gateway.js';
+import { EOS_TOKEN_ID } from '../tokenizer/vocabulary.js';
+import { systemClock, type Clock } from '../util/clock.js';
+import { AcceptanceTracker } from './acceptance.js';
+import { cascadeStage, type CascadeModel, type KChooser } from './cascade.js';
+import { FixedK } from './controller.js';
+import { SpecMetrics } from './metrics.js';
+import { probeCascade } from './probe.js';
+import { WorkerPools } from './worker-calls.js';
+
+export interface SpeculativeOptions {
+  clock?: Clock;
+  /** Check the workers' capabilities before installing (default true). */
+  probe?: boolean;
+  /** Chooses k per round; default: each cascade's configured k. */
+  controller?: KChooser;
+}
+
+export interface SpeculativeInstall {
+  models: ReadonlyMap<string, CascadeModel>;
+  tracker: AcceptanceTracker;
+  metrics: SpecMetrics;
+}
+
+/** Install the configured cascades; throws ConfigError naming what a pool's workers cannot do. */
+export async function installSpeculative(gw: Gateway, opts: SpeculativeOptions = {}): Promise<SpeculativeInstall | null> {
+  const sc = gw.config.speculative;
+  if (sc.cascades.length === 0) return null;
+  const problems: string[] = [];
+  const models = new Map<string, CascadeModel>();
+  const pools = new WorkerPools(gw.config.timeouts.connectMs);
+  const ks = new Map<string, number>();
+  for (const [i, c] of sc.cascades.entries()) {
+    const at = `speculative.cascades[${i}]`;
+    const drafts = gw.registry.workers.filter((w) => w.pool === c.draftPool);
+    const targets = gw.registry.workers.filter((w) => w.pool === c.targetPool);
+    const tokenizer = gw.config.tokenizers.models[c.model] ?? gw.config.tokenizers.default;
+    let eos = c.eosTokenIds;
+    if (eos === undefined) {
+      if (tokenizer === 'estimate') eos = [EOS_TOKEN_ID];
+      else {
+        problems.push(`${at}.eosTokenIds: required when the model's tokenizer is not 'estimate' (vLLM's API does not report end-of-sequence ids: take eos_token_id from the model's generation_config.json)`);
+        continue;
+      }
+    }
+    const cm: CascadeModel = {
+      model: c.model,
+      draftModel: drafts[0]!.model,
+      targetPool: c.targetPool,
+      draftPool: c.draftPool,
+      topLogprobs: c.topLogprobs,
+      eosTokenIds: new Set(eos),
+    };
+    if (opts.probe !== false) {
+      const found = await probeCascade({ at, cascade: cm, drafts, targets, pools, timeoutMs: sc.probeTimeoutMs });
+      problems.push(...found);
+    }
+    models.set(c.model, cm);
+    ks.set(c.model, c.k);
+  }
+  if (problems.length > 0) {
+    await pools.close();
+    throw new ConfigError(problems);
+  }
+  const tracker = new AcceptanceTracker();
+  const metrics = new SpecMetrics(gw.metrics.registry, tracker);
+  gw.use(
+    cascadeStage({
+      models,
+      router: gw.router,
+      registry: gw.registry,
+      pools,
+      clock: opts.clock ?? systemClock,
+      logger: gw.logger,
+      metrics,
+      tracker,
+      controller: opts.controller ?? new FixedK(ks),
+      callTimeoutMs: sc.callTimeoutMs,
+    }),
+  );
+  gw.addService({ name: 'speculative', close: () => pools.close() });
+  return { models, tracker, metrics };
+}

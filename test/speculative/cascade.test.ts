@@ -1,0 +1,121 @@
+/**
+ * The cascade end to end: simulated draft and target workers, a real gateway, loopback HTTP.
+ * At temperature 0 the output is the target's own, token for token; unsupported requests take the
+ * plain path; the metrics count rounds and acceptance.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { Gateway } from '../../src/gateway/gateway.js';
+import type { SimWorker } from '../../src/sim/worker/server.js';
+import { metricValue, parseSse } from '../support.js';
+import { DRAFT, TARGET, startCascade, startDraft, startTarget } from './helpers.js';
+
+async function post(url: string, body: unknown): Promise<{ status: number; headers: Headers; text: string; json: any }> {
+  const r = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const text = await r.text();
+  let json: any = null;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    // SSE
+  }
+  return { status: r.status, headers: r.headers, text, json };
+}
+
+/** Text, finish reason and completion tokens of a JSON or SSE answer. */
+function outcome(kind: 'chat' | 'completions', r: { text: string; json: any }, stream: boolean) {
+  if (!stream) {
+    const c = r.json.choices[0];
+    return { text: kind === 'chat' ? c.message.content : c.text, finish: c.finish_reason, tokens: r.json.usage.completion_tokens };
+  }
+  const ev = parseSse(r.text);
+  assert.equal(ev[ev.length - 1], '[DONE]');
+  let text = '';
+  let finish = null;
+  let tokens = null;
+  for (const e of ev) {
+    if (e === '[DONE]') continue;
+    if (e.usage) tokens = e.usage.completion_tokens;
+    for (const c of e.choices) {
+      text += kind === 'chat' ? (c.delta?.content ?? '') : c.text;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  return { text, finish, tokens };
+}
+
+const PROMPTS = [
+  'Write a short story about a lighthouse keeper who finds a message in a bottle.',
+  'Explain how a hash table works to a new programmer.',
+  'List three reasons the sky looks blue.',
+  'Summarise the plot of a heist film in two sentences.',
+  'What should I pack for a week of hiking in the mountains?',
+  'Describe the smell of rain on hot stone.',
+];
+
+describe('cascade at temperature 0 is the target, token for token', () => {
+  let target: SimWorker;
+  const drafts: SimWorker[] = [];
+  const gws: Array<{ gw: Gateway; url: string }> = [];
+  const fidelities = [0.2, 0.6, 0.95];
+
+  before(async () => {
+    target = await startTarget();
+    for (const f of fidelities) drafts.push(await startDraft({ fidelity: f }));
+    for (const d of drafts) gws.push(await startCascade([target.url], [d.url]));
+  });
+  after(async () => {
+    for (const g of gws) await g.gw.close();
+    for (const d of drafts) await d.close();
+    await target.close();
+  });
+
+  it('matches the target for every prompt, acceptance rate, endpoint, stream mode, stop and length', async () => {
+    let cases = 0;
+    for (const [gi, g] of gws.entries()) {
+      for (const [pi, prompt] of PROMPTS.entries()) {
+        for (const kind of ['chat', 'completions'] as const) {
+          const stream = (pi + gi) % 2 === 0;
+          const maxTokens = 20 + ((pi * 7 + gi * 5) % 40);
+          const stop = pi % 3 === 0 ? [' the', '.'] : undefined;
+          const base =
+            kind === 'chat'
+              ? { model: TARGET, messages: [{ role: 'user', content: prompt }] }
+              : { model: TARGET, prompt };
+          const body = { ...base, temperature: 0, max_tokens: maxTokens, stream, ...(stop ? { stop } : {}), ...(stream ? { stream_options: { include_usage: true } } : {}) };
+          const path = kind === 'chat' ? '/v1/chat/completions' : '/v1/completions';
+          const viaCascade = await post(`${g.url}${path}`, body);
+          assert.equal(viaCascade.status, 200, viaCascade.text);
+          assert.equal(viaCascade.headers.get('x-kvgate-speculative'), 'cascade');
+          const direct = await post(`${target.url}${path}`, body);
+          assert.equal(direct.status, 200, direct.text);
+          assert.deepEqual(outcome(kind, viaCascade, stream), outcome(kind, direct, stream), `${kind} prompt ${pi} fidelity ${fidelities[gi]}`);
+          cases++;
+        }
+      }
+    }
+    assert.equal(cases, PROMPTS.length * 2 * fidelities.length);
+    // The draft did serve tokens, more with the faithful draft than with the poor one.
+    const served = async (g: { url: string }) => {
+      const t = await (await fetch(`${g.url}/metrics`)).text();
+      return { draft: metricValue(t, 'kvgate_spec_tokens_total', { model: TARGET, source: 'draft' }) ?? 0, target: metricValue(t, 'kvgate_spec_tokens_total', { model: TARGET, source: 'target' }) ?? 0 };
+    };
+    const low = await served(gws[0]!);
+    const high = await served(gws[2]!);
+    assert.ok(high.draft / (high.draft + high.target) > low.draft / (low.draft + low.target), JSON.stringify({ low, high }));
+    assert.ok(high.draft > 0);
+  });
+
+  it('sends what it cannot reproduce exactly down the plain path', async () => {
+    const g = gws[1]!;
+    const r = await post(`${g.url}/v1/completions`, { model: TARGET, prompt: 'Hello there', max_tokens: 5, n: 2 });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.choices.length, 2);
+    assert.equal(r.headers.get('x-kvgate-speculative'), null);
+    const t = await (await fetch(`${g.url}/metrics`)).text();
+    assert.equal(metricValue(t, 'kvgate_spec_requests_total', { model: TARGET, path: 'plain', reason: 'n' }), 1);
+    assert.ok((metricValue(t, 'kvgate_spec_acceptance_rate', { model: TARGET, class: 'default' }) ?? -1) >= 0);
+    assert.ok((metricValue(t, 'kvgate_spec_rounds_total', { model: TARGET }) ?? 0) > 0);
+    void DRAFT;
+  });
+});
