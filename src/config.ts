@@ -153,9 +153,29 @@ const cascade = z.strictObject({
   eosTokenIds: z.array(z.int().nonnegative()).min(1).optional(),
 });
 
+/** How each round's k is chosen (src/speculative/controller.ts). */
+const specController = z
+  .strictObject({
+    mode: z.enum(['fixed', 'adaptive']).default('fixed'),
+    /** Prompt classes acceptance is tracked by: the tenant, or code vs prose by a cheap feature. */
+    classBy: z.enum(['tenant', 'content']).default('tenant'),
+    kMax: z.int().min(1).max(16).default(8),
+    priorAcceptance: z.number().gt(0).lt(1).default(0.6),
+    minGain: z.number().positive().default(1.1),
+    probeRate: z.number().min(0).max(1).default(0.05),
+    probeK: z.int().min(1).max(16).default(2),
+    busyRunning: z.int().positive().default(64),
+    draftPrice: z.number().positive().default(1),
+    targetPrice: z.number().positive().default(1),
+    targetTokenMs: ms.optional(),
+    tpotBudgetMs: ms.optional(),
+  })
+  .prefault({});
+
 const speculativeSchema = z
   .strictObject({
     cascades: z.array(cascade).default([]),
+    controller: specController,
     /** Timeout of one draft or verification call; a draft that misses it is dropped for the request. */
     callTimeoutMs: ms.default(10_000),
     /** Timeout of each start-up capability probe. */

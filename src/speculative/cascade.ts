@@ -38,6 +38,7 @@ import type { Clock } from '../util/clock.js';
 import { seededRng, type Rng } from '../util/rng.js';
 import { RequestState } from '../util/state.js';
 import type { AcceptanceTracker } from './acceptance.js';
+import type { KChooser, RoundContext } from './controller.js';
 import type { SpecMetrics } from './metrics.js';
 import { OutputText, ResponseWriter } from './output.js';
 import { processDist, verifyRound, type DraftPosition, type SamplingParams } from './sampling.js';
@@ -55,11 +56,6 @@ export interface CascadeModel {
   eosTokenIds: Set<number>;
 }
 
-/** Chooses how many draft tokens a round asks for; 0 sends the request down the plain path. */
-export interface KChooser {
-  chooseK(model: string, cls: string): number;
-}
-
 export interface CascadeDeps {
   models: ReadonlyMap<string, CascadeModel>;
   router: Router;
@@ -71,6 +67,26 @@ export interface CascadeDeps {
   tracker: AcceptanceTracker;
   controller: KChooser;
   callTimeoutMs: number;
+  /** Time-per-output-token budget the controller keeps cascade requests within (null: none). */
+  tpotBudgetMs: number | null;
+  /** Prompt classes: by tenant, or code vs prose by the prompt's content. */
+  classBy: 'tenant' | 'content';
+}
+
+/**
+ * A cheap content class: 'code' when the prompt carries a code fence or is dense in code
+ * punctuation, else 'prose'. (Drafts tend to be accepted more on code: it is more predictable.)
+ */
+export function contentClass(text: string): 'code' | 'prose' {
+  if (text.includes('```')) return 'code';
+  const sample = text.length > 4000 ? text.slice(-4000) : text;
+  let punct = 0;
+  for (let i = 0; i < sample.length; i++) {
+    const c = sample.charCodeAt(i);
+    // { } ( ) ; = < > [ ]
+    if (c === 123 || c === 125 || c === 40 || c === 41 || c === 59 || c === 61 || c === 60 || c === 62 || c === 91 || c === 93) punct++;
+  }
+  return sample.length > 0 && punct / sample.length > 0.04 ? 'code' : 'prose';
 }
 
 /** Fields of a request the cascade reproduces exactly; any other non-null field sends it down the plain path. */
@@ -141,21 +157,41 @@ async function serve(deps: CascadeDeps, cm: CascadeModel, ctx: RequestContext): 
   };
   const planned = planRequest(ctx.kind, ctx.body);
   if (!planned.ok) return plain(planned.reason);
-  const cls = ctx.tenant?.id ?? 'default';
-  const k = deps.controller.chooseK(cm.model, cls);
-  if (k <= 0) return plain('controller');
+  const cls = deps.classBy === 'content' ? contentClass(ctx.routeRequest.promptText) : (ctx.tenant?.id ?? 'default');
 
   const draftWorkers = deps.registry.workers.filter((w) => w.pool === cm.draftPool);
   const draftRoute = deps.router.route({ ...ctx.routeRequest, id: `${ctx.id}/draft`, model: cm.draftModel, state: new RequestState() }, draftWorkers);
   if (!draftRoute.ok) return plain('no_draft_worker');
   const targets = ctx.candidates.filter((w) => w.pool === cm.targetPool);
+  // The first round's decision is taken against the least loaded target (the pick comes after).
+  const first = deps.controller.chooseK(roundContext(deps, cm.model, cls, leastLoaded(targets), true, false));
+  if (first.k <= 0) {
+    deps.router.complete(`${ctx.id}/draft`, false);
+    return plain(`controller_${first.reason}`);
+  }
   const targetRoute = deps.router.route({ ...ctx.routeRequest, id: `${ctx.id}/target`, state: new RequestState() }, targets);
   if (!targetRoute.ok) {
     deps.router.complete(`${ctx.id}/draft`, false);
     return plain('no_target_worker');
   }
-  const run = new CascadeRun(deps, cm, ctx, planned.plan, cls, k, draftRoute.decision, targetRoute.decision);
+  const run = new CascadeRun(deps, cm, ctx, planned.plan, cls, first.k, first.reason === 'probe', draftRoute.decision, targetRoute.decision);
   return run.run();
+}
+
+function roundContext(deps: CascadeDeps, model: string, cls: string, target: WorkerState | null, firstRound: boolean, probing: boolean): RoundContext {
+  const s = target?.snapshot ?? null;
+  // Between scrapes, the gateway's own in-flight count is the better lower bound on running.
+  const targetLoad = target ? { running: Math.max(s?.running ?? 0, target.inflightCount), waiting: s?.waiting ?? 0 } : null;
+  return { model, cls, targetLoad, tpotBudgetMs: deps.tpotBudgetMs, firstRound, probing };
+}
+
+function leastLoaded(ws: readonly WorkerState[]): WorkerState | null {
+  let best: WorkerState | null = null;
+  for (const w of ws) {
+    if (!w.healthy || w.circuitOpen) continue;
+    if (!best || w.inflightCount < best.inflightCount) best = w;
+  }
+  return best;
 }
 
 /** One request's cascade. */
@@ -179,7 +215,8 @@ class CascadeRun {
     private readonly ctx: RequestContext,
     private readonly plan: Plan,
     private readonly cls: string,
-    private readonly k: number,
+    private k: number,
+    private readonly probing: boolean,
     draftDecision: RouteDecision,
     private readonly targetDecision: RouteDecision,
   ) {
@@ -285,14 +322,26 @@ class CascadeRun {
     while (!out.finished) {
       if (ctx.aborted) return this.aborted();
       if (deps.clock.now() >= ctx.deadlineAt) return this.fail(errors.deadline('the request deadline passed during speculative generation'));
+      if (this.rounds > 0) {
+        // Each later round asks the controller again; 0 hands the rest to the target alone.
+        const d = deps.controller.chooseK(roundContext(deps, cm.model, this.cls, this.target, false, this.probing));
+        this.k = d.k;
+        if (d.k <= 0) {
+          deps.metrics.k.labels(cm.model).observe(0);
+          this.releaseDraft();
+        }
+      }
       if (!this.draft) return this.targetOnly(context);
       const k = Math.min(this.k, out.remaining - 1);
       deps.metrics.k.labels(cm.model).observe(Math.max(0, k));
       // 1. Draft.
       let proposal = { tokens: [] as number[], candidates: [] as Array<Map<number, number>>, finishReason: null as string | null };
+      let draftMs: number | null = null;
       if (k > 0) {
         try {
+          const t0 = performance.now();
           const json = await postJson(this.call(this.draft, 'draft'), '/v1/completions', this.draftBody(context, k), this.signal());
+          draftMs = performance.now() - t0;
           proposal = parseDraft(json);
           if (proposal.tokens.length > k) throw new WorkerCallError(`draft returned ${proposal.tokens.length} tokens for max_tokens ${k}`, null);
         } catch (e) {
@@ -305,7 +354,9 @@ class CascadeRun {
       // 2. Verify.
       let ver;
       try {
+        const t0 = performance.now();
         const json = await postJson(this.call(this.target, 'target'), '/v1/completions', this.verifyBody(context, proposal.tokens), this.signal());
+        deps.controller.observe?.({ model: cm.model, k: proposal.tokens.length > 0 ? k : 0, draftMs, verifyMs: performance.now() - t0 });
         ver = parseVerification(json, context.length, proposal.tokens.length);
       } catch (e) {
         if (ctx.aborted) return this.aborted();
@@ -376,6 +427,13 @@ class CascadeRun {
       return_tokens_as_token_ids: true,
       ...(plan.priority !== undefined ? { priority: plan.priority } : {}),
     };
+  }
+
+  /** The controller stopped speculating for this request: release the draft worker. */
+  private releaseDraft(): void {
+    if (!this.draft) return;
+    this.deps.router.complete(`${this.ctx.id}/draft`, true);
+    this.draft = null;
   }
 
   /** The draft is gone for this request: the rest comes from the target alone. */

@@ -11,8 +11,9 @@ import type { Gateway } from '../gateway/gateway.js';
 import { EOS_TOKEN_ID } from '../tokenizer/vocabulary.js';
 import { systemClock, type Clock } from '../util/clock.js';
 import { AcceptanceTracker } from './acceptance.js';
-import { cascadeStage, type CascadeModel, type KChooser } from './cascade.js';
-import { FixedK } from './controller.js';
+import { cascadeStage, type CascadeModel } from './cascade.js';
+import { AdaptiveK, FixedK, type KChooser } from './controller.js';
+import { seededRng } from '../util/rng.js';
 import { SpecMetrics } from './metrics.js';
 import { probeCascade } from './probe.js';
 import { WorkerPools } from './worker-calls.js';
@@ -73,6 +74,13 @@ export async function installSpeculative(gw: Gateway, opts: SpeculativeOptions =
   }
   const tracker = new AcceptanceTracker();
   const metrics = new SpecMetrics(gw.metrics.registry, tracker);
+  const cc = sc.controller;
+  const { mode: _m, classBy: _c, tpotBudgetMs: _t, targetTokenMs, ...adaptive } = cc;
+  const controller =
+    opts.controller ??
+    (cc.mode === 'adaptive'
+      ? new AdaptiveK(tracker, seededRng((Math.random() * 2 ** 32) >>> 0), { ...adaptive, targetTokenMs: targetTokenMs ?? null })
+      : new FixedK(ks));
   gw.use(
     cascadeStage({
       models,
@@ -83,8 +91,10 @@ export async function installSpeculative(gw: Gateway, opts: SpeculativeOptions =
       logger: gw.logger,
       metrics,
       tracker,
-      controller: opts.controller ?? new FixedK(ks),
+      controller,
       callTimeoutMs: sc.callTimeoutMs,
+      tpotBudgetMs: cc.tpotBudgetMs ?? null,
+      classBy: cc.classBy,
     }),
   );
   gw.addService({ name: 'speculative', close: () => pools.close() });
