@@ -13,7 +13,7 @@ import { systemClock, type Clock } from '../util/clock.js';
 import { AcceptanceTracker } from './acceptance.js';
 import { cascadeStage, type CascadeModel } from './cascade.js';
 import { AdaptiveK, FixedK, type KChooser } from './controller.js';
-import { seededRng } from '../util/rng.js';
+import { seededRng, type Rng } from '../util/rng.js';
 import { SpecMetrics } from './metrics.js';
 import { probeCascade } from './probe.js';
 import { WorkerPools } from './worker-calls.js';
@@ -22,8 +22,10 @@ export interface SpeculativeOptions {
   clock?: Clock;
   /** Check the workers' capabilities before installing (default true). */
   probe?: boolean;
-  /** Chooses k per round; default: each cascade's configured k. */
+  /** Chooses k per round; default: as `speculative.controller` configures. */
   controller?: KChooser;
+  /** Random source of the adaptive controller's probes (default: seeded from policy.seed, else random). */
+  rng?: Rng;
 }
 
 export interface SpeculativeInstall {
@@ -79,7 +81,7 @@ export async function installSpeculative(gw: Gateway, opts: SpeculativeOptions =
   const controller =
     opts.controller ??
     (cc.mode === 'adaptive'
-      ? new AdaptiveK(tracker, seededRng((Math.random() * 2 ** 32) >>> 0), { ...adaptive, targetTokenMs: targetTokenMs ?? null })
+      ? new AdaptiveK(tracker, opts.rng ?? seededRng(gw.config.policy.seed ?? (Math.random() * 2 ** 32) >>> 0), { ...adaptive, targetTokenMs: targetTokenMs ?? null })
       : new FixedK(ks));
   gw.use(
     cascadeStage({

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Gateway } from '../../src/gateway/gateway.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
+import { seededRng } from '../../src/util/rng.js';
 import { metricValue, parseSse } from '../support.js';
 import { DRAFT, TARGET, startCascade, startDraft, startTarget } from './helpers.js';
 
@@ -117,5 +118,43 @@ describe('cascade at temperature 0 is the target, token for token', () => {
     assert.ok((metricValue(t, 'kvgate_spec_acceptance_rate', { model: TARGET, class: 'default' }) ?? -1) >= 0);
     assert.ok((metricValue(t, 'kvgate_spec_rounds_total', { model: TARGET }) ?? 0) > 0);
     void DRAFT;
+  });
+});
+
+describe('the adaptive controller in the gateway', () => {
+  it('keeps speculating with a faithful draft and switches a hopeless one off, probing it now and then', async () => {
+    const target = await startTarget(200);
+    const good = await startDraft({ fidelity: 0.95 });
+    const poor = await startDraft({ fidelity: 0.02 });
+    const extra = { speculative: { cascades: [{ model: TARGET, targetPool: 'target', draftPool: 'draft', k: 4 }], controller: { mode: 'adaptive' as const, probeRate: 0.2, minEvidence: 20 } } };
+    const g1 = await startCascade([target.url], [good.url], { extra, spec: { rng: seededRng(11) } });
+    const g2 = await startCascade([target.url], [poor.url], { extra, spec: { rng: seededRng(11) } });
+    try {
+      const paths: Record<string, string[]> = { good: [], poor: [] };
+      for (let i = 0; i < 40; i++) {
+        for (const [name, g] of [['good', g1], ['poor', g2]] as const) {
+          const r = await post(`${g.url}/v1/completions`, { model: TARGET, prompt: `${PROMPTS[i % PROMPTS.length]} (${i})`, max_tokens: 24, temperature: 0 });
+          assert.equal(r.status, 200, r.text);
+          const direct = await post(`${target.url}/v1/completions`, { model: TARGET, prompt: `${PROMPTS[i % PROMPTS.length]} (${i})`, max_tokens: 24, temperature: 0 });
+          assert.equal(r.json.choices[0].text, direct.json.choices[0].text, 'either path gives the target’s output');
+          paths[name]!.push(r.headers.get('x-kvgate-speculative') ?? 'plain');
+        }
+      }
+      const late = (xs: string[]) => xs.slice(20);
+      assert.ok(late(paths.good!).every((p) => p === 'cascade'), paths.good!.join(','));
+      const poorLate = late(paths.poor!);
+      assert.ok(poorLate.filter((p) => p === 'plain').length >= 10, paths.poor!.join(','));
+      const m = await (await fetch(`${g2.url}/metrics`)).text();
+      assert.ok((metricValue(m, 'kvgate_spec_requests_total', { model: TARGET, path: 'plain', reason: 'controller_no_gain' }) ?? 0) >= 10);
+      // Probes keep measuring the class while it is off.
+      assert.ok(poorLate.some((p) => p === 'cascade'), 'a switched-off class is still probed');
+      assert.ok((metricValue(m, 'kvgate_spec_acceptance_rate', { model: TARGET, class: 'default' }) ?? 1) < 0.3);
+    } finally {
+      await g1.gw.close();
+      await g2.gw.close();
+      await good.close();
+      await poor.close();
+      await target.close();
+    }
   });
 });
