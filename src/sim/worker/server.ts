@@ -21,7 +21,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { readBody } from '../../api/body.js';
 import { Engine } from '../../engine/engine.js';
-import { buildEngineConfig } from '../../engine/profiles.js';
+import { buildEngineConfig, type WeightDtype } from '../../engine/profiles.js';
 import { createSampler, createSyntheticLm, fidelityForAcceptance, type SampledLogprob, type SyntheticLm } from '../../engine/synthetic-lm.js';
 import type { EngineConfig, EngineModel, FinishReason } from '../../engine/types.js';
 import type { KvEvent } from '../../kv/events.js';
@@ -65,6 +65,8 @@ export interface SimWorkerOptions {
   /** GPU profile: h100 (default), a100, a10g. */
   gpu?: string;
   tp?: number;
+  /** Weight dtype of the engine profile: bf16 (default), fp8, int4. */
+  weightDtype?: WeightDtype;
   /** Time compression: 10 → steps take a tenth of their modelled time. Default 1. */
   speed?: number;
   /** Overrides the number of KV blocks computed from GPU memory. */
@@ -130,6 +132,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
     gpu: opts.gpu ?? 'h100',
     model: opts.profile ?? model,
     tp: opts.tp,
+    weightDtype: opts.weightDtype,
     gpuMemoryUtilization: opts.gpuMemoryUtilization,
     blockSize: opts.blockSize,
     maxNumSeqs: opts.maxNumSeqs,
