@@ -523,8 +523,15 @@ class CascadeRun {
 
   private aborted(): 'failed' {
     this.ac.abort();
-    this.ctx.status = this.ctx.abortReason === 'shutdown' && !this.ctx.res.headersSent ? 503 : 499;
-    if (this.ctx.abortReason === 'shutdown' && !this.ctx.res.headersSent) throw errors.shuttingDown();
+    const { ctx } = this;
+    if (ctx.abortReason === 'shutdown') {
+      // The gateway is closing: a 503 before any byte, else the stream's error event.
+      if (!ctx.res.headersSent) throw errors.shuttingDown();
+      ctx.status = 200;
+      if (!ctx.res.writableEnded) this.writer.fail(sseErrorEvent(errors.shuttingDown()));
+      return 'failed';
+    }
+    ctx.status = 499;
     return 'failed';
   }
 

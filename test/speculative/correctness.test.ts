@@ -301,6 +301,39 @@ describe('failures and cancellation', () => {
   });
 });
 
+describe('shutdown', () => {
+  it('a gateway closing mid-stream ends the cascade with an error event, not a fake clean end', async () => {
+    const target = await startTarget(2);
+    const draft = await startDraft({ fidelity: 0.8, speed: 2 });
+    const c = await startCascade([target.url], [draft.url], { extra: { shutdown: { graceMs: 100 } } });
+    try {
+      const r = await fetch(`${c.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: TARGET, prompt: PROMPT, max_tokens: 400, temperature: 0, stream: true }),
+      });
+      const reader = r.body!.getReader();
+      const first = await reader.read();
+      assert.ok(!first.done);
+      const closing = c.gw.close();
+      let text = Buffer.from(first.value!).toString('utf8');
+      for (;;) {
+        const x = await reader.read();
+        if (x.done) break;
+        text += Buffer.from(x.value).toString('utf8');
+      }
+      await closing;
+      const events = parseSse(text);
+      assert.notEqual(events[events.length - 1], '[DONE]');
+      assert.equal(events[events.length - 1].error.code, 'shutting_down');
+    } finally {
+      await c.gw.close();
+      await draft.close();
+      await target.close();
+    }
+  });
+});
+
 describe('start-up refusal', () => {
   it('refuses target workers that cannot return prompt_logprobs, naming the capability', async () => {
     const target = await startTarget(200);
