@@ -26,6 +26,7 @@ import { createSampler, createSyntheticLm, fidelityForAcceptance, type SampledLo
 import type { EngineConfig, EngineModel, FinishReason } from '../../engine/types.js';
 import type { KvEvent } from '../../kv/events.js';
 import { EOS_TOKEN_ID, estimateTokenizer, renderChat } from '../../tokenizer/index.js';
+import { seededRng } from '../../util/rng.js';
 import { EngineDriver } from './engine-driver.js';
 import { Exchange, type ExchangeHost, type SeqRun } from './exchange.js';
 import { Generation } from './generation.js';
@@ -97,6 +98,13 @@ export interface SimWorkerOptions {
   draftOf?: string;
   draftFidelity?: number;
   draftAcceptance?: number;
+  /**
+   * Speculative decoding inside the engine (vLLM's --speculative-config with a draft model): k
+   * draft tokens per step from the `draftModel` profile on the same GPUs, each accepted with
+   * probability `acceptance` — a number, or a function of the simulated time in ms (a shifting
+   * acceptance). Exports vLLM's spec-decode counters.
+   */
+  speculative?: { k: number; draftModel: string; acceptance: number | ((nowMs: number) => number); seed?: number };
   logger?: SimLogger;
 }
 
@@ -143,7 +151,19 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
     emitTokens: true,
     maxModelLen: opts.maxModelLen,
   });
-  const config: EngineConfig = opts.numGpuBlocks !== undefined ? { ...built, numGpuBlocks: opts.numGpuBlocks } : built;
+  let config: EngineConfig = opts.numGpuBlocks !== undefined ? { ...built, numGpuBlocks: opts.numGpuBlocks } : built;
+  // The engine's clock for a shifting acceptance: set once the driver exists.
+  let simNow: () => number = () => 0;
+  if (opts.speculative) {
+    const sp = opts.speculative;
+    const draftTimeModel = buildEngineConfig({ gpu: opts.gpu ?? 'h100', model: sp.draftModel, tp: opts.tp, maxModelLen: undefined }).timeModel;
+    const acc = sp.acceptance;
+    if (typeof acc === 'number' && !(acc >= 0 && acc <= 1)) throw new Error(`speculative acceptance must be in [0, 1], got ${acc}`);
+    config = {
+      ...config,
+      speculative: { k: sp.k, draftTimeModel, acceptance: typeof acc === 'number' ? () => acc : () => acc(simNow()), rng: seededRng(sp.seed ?? 1) },
+    };
+  }
   const engine = new Engine(config);
   // A draft LM agrees with its target where it should; either way it is named by the served model.
   if (opts.draftFidelity !== undefined && opts.draftAcceptance !== undefined) throw new Error('give draftFidelity or draftAcceptance, not both');
@@ -165,6 +185,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
     defaultMaxChatTokens: opts.defaultMaxChatTokens ?? 1024,
   });
 
+  simNow = () => sim.driver.now();
   let publisher: KvEventPublisher | null = null;
   let kvEndpoints: { endpoint: string; replayEndpoint?: string } | null = null;
   if (opts.kvEvents) {
