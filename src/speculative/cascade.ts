@@ -450,7 +450,7 @@ class CascadeRun {
 
   /** Generate the rest on the target with one streamed request, verifying nothing (nothing to verify). */
   private async targetOnly(context: number[]): Promise<'done' | 'plain' | 'failed'> {
-    const { out, plan, ctx, cm } = this;
+    const { out, plan, ctx } = this;
     const sub = new AbortController();
     const signal = AbortSignal.any([this.ac.signal, sub.signal]);
     const body = {
@@ -486,7 +486,6 @@ class CascadeRun {
       return this.targetFailure(e);
     }
     if (!out.finished) return this.targetFailure(new WorkerCallError(`${this.target.id}: stream ended before the output was complete`, null));
-    void cm;
     return this.finish();
   }
 
