@@ -111,14 +111,25 @@ export const DEFAULT_ADAPTIVE: AdaptiveOptions = {
   initialVerifyMs: 20,
 };
 
-/** Exponentially weighted least squares of y = a + b·x (x = k, y = draft call ms). */
+/**
+ * Exponentially weighted least squares of y = a + b·x (x = k, y = draft call ms). Most rounds ask
+ * for the same k, so x barely varies and a plain fit's slope is noise; the slope is therefore
+ * shrunk toward the share of the mean call time that the initial costs attribute to tokens, with
+ * the weight of `priorWeight` observations spread over 1..kMax.
+ */
 class LinearFit {
   private sw = 0;
   private sx = 0;
   private sy = 0;
   private sxx = 0;
   private sxy = 0;
-  constructor(private readonly keep: number) {}
+  constructor(
+    private readonly keep: number,
+    private readonly kMax: number,
+    /** Share of a call's time that is per-token, before evidence: b·x / (a + b·x) at x = 1. */
+    private readonly priorTokenShare: number,
+    private readonly priorWeight = 4,
+  ) {}
 
   add(x: number, y: number): void {
     const f = this.keep;
@@ -129,13 +140,34 @@ class LinearFit {
     this.sxy = this.sxy * f + x * y;
   }
 
-  /** [a, b], or null until x has varied (then only the mean is known). */
-  fit(): { a: number; b: number } | { mean: number; x: number } | null {
+  /** { a, b } in ms, or null before any observation. */
+  fit(): { a: number; b: number } | null {
     if (this.sw === 0) return null;
-    const det = this.sw * this.sxx - this.sx * this.sx;
-    if (det <= 1e-9 * this.sw * this.sw) return { mean: this.sy / this.sw, x: this.sx / this.sw };
-    const b = (this.sw * this.sxy - this.sx * this.sy) / det;
-    const a = (this.sy - b * this.sx) / this.sw;
+    const meanX = this.sx / this.sw;
+    const meanY = this.sy / this.sw;
+    // The prior line through the observed mean, with the prior's split of fixed and per-token time.
+    const s = this.priorTokenShare;
+    const b0 = (meanY * s) / (1 - s + s * meanX);
+    const a0 = meanY - b0 * meanX;
+    // Pseudo-observations on that line at x = 1 and x = kMax.
+    const w = this.priorWeight / 2;
+    const xs = [1, this.kMax];
+    let sw = this.sw;
+    let sx = this.sx;
+    let sy = this.sy;
+    let sxx = this.sxx;
+    let sxy = this.sxy;
+    for (const x of xs) {
+      const y = a0 + b0 * x;
+      sw += w;
+      sx += w * x;
+      sy += w * y;
+      sxx += w * x * x;
+      sxy += w * x * y;
+    }
+    const det = sw * sxx - sx * sx;
+    const b = det > 1e-12 ? (sw * sxy - sx * sy) / det : b0;
+    const a = (sy - b * sx) / sw;
     return { a: Math.max(0, a), b: Math.max(0, b) };
   }
 }
@@ -181,14 +213,9 @@ export class AdaptiveK implements KChooser {
     let draftFixedMs = this.o.initialDraftFixedMs;
     let draftTokenMs = this.o.initialDraftTokenMs;
     const f = c?.draft.fit() ?? null;
-    if (f && 'a' in f) {
+    if (f) {
       draftFixedMs = f.a;
       draftTokenMs = f.b;
-    } else if (f) {
-      // Only one k seen so far: split the mean call time in the initial proportions.
-      const share = this.o.initialDraftFixedMs / (this.o.initialDraftFixedMs + f.x * this.o.initialDraftTokenMs);
-      draftFixedMs = f.mean * share;
-      draftTokenMs = (f.mean * (1 - share)) / Math.max(1, f.x);
     }
     const verifyMs = c?.verify.value ?? this.o.initialVerifyMs;
     return { draftFixedMs, draftTokenMs, verifyMs, targetTokenMs: this.o.targetTokenMs ?? verifyMs };
@@ -234,7 +261,10 @@ export class AdaptiveK implements KChooser {
 
   observe(t: RoundTiming): void {
     let c = this.costs.get(t.model);
-    if (!c) this.costs.set(t.model, (c = { draft: new LinearFit(0.98), verify: new Ewma(0.05) }));
+    if (!c) {
+      const share = this.o.initialDraftTokenMs / (this.o.initialDraftFixedMs + this.o.initialDraftTokenMs);
+      this.costs.set(t.model, (c = { draft: new LinearFit(0.98, this.o.kMax, share), verify: new Ewma(0.05) }));
+    }
     if (t.k > 0 && t.draftMs !== null) c.draft.add(t.k, t.draftMs);
     c.verify.add(t.verifyMs);
   }

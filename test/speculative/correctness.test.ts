@@ -104,8 +104,8 @@ describe('at temperature > 0 the cascade samples from the target’s distributio
 
   for (const temperature of [1, 0.6]) {
     it(`first and second tokens pass chi-squared against the target at temperature ${temperature} (and fail against the draft)`, async () => {
-      const N = 1200;
-      const outs = await pool(N, 8, async (i) => {
+      const N = 1000;
+      const outs = await pool(N, 4, async (i) => {
         const r = await complete(url, { prompt: PROMPT, max_tokens: 3, temperature, seed: 1000 + i });
         return r;
       });
