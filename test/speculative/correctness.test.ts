@@ -284,7 +284,8 @@ describe('failures and cancellation', () => {
       assert.equal(r.status, 200);
       const reader = r.body!.getReader();
       await reader.read(); // the first chunk: the cascade is running
-      await new Promise((res) => setTimeout(res, 50));
+      // Leave while a call is in flight at one of the workers (nearly all of a round's time).
+      await waitFor(() => slowTarget.stats().inFlight + slowDraft.stats().inFlight > 0, 5_000);
       ac.abort();
       await waitFor(() => slowTarget.stats().inFlight === 0 && slowDraft.stats().inFlight === 0, 5_000);
       const before = slowTarget.stats().requests + slowDraft.stats().requests;
