@@ -177,6 +177,16 @@ const speculativeSchema = z
   .strictObject({
     cascades: z.array(cascade).default([]),
     controller: specController,
+    /** Between workers that speculate inside the engine and plain ones of the same model. */
+    routing: z
+      .strictObject({
+        enabled: z.boolean().default(false),
+        /** Mean running sequences per worker at which every request goes to the plain workers. */
+        busyRunning: z.number().positive().default(32),
+        /** Speculating workers get requests while their mean acceptance length is at least this. */
+        minAcceptanceLength: z.number().min(1).default(1.8),
+      })
+      .prefault({}),
     /** Timeout of one draft or verification call; a draft that misses it is dropped for the request. */
     callTimeoutMs: ms.default(10_000),
     /** Timeout of each start-up capability probe. */

@@ -3,8 +3,10 @@
  * pools, checks at start-up that the workers can do what verification needs (probe.ts) and
  * refuses the configuration otherwise, then adds the cascade stage and its metrics.
  *
- * Called by `kvgate serve` and `kvgate demo` before the gateway starts; a gateway without cascades
- * is left untouched.
+ * With `speculative.routing.enabled`, also adds the stage that routes between workers that
+ * speculate inside the engine and plain ones (spec-routing.ts).
+ *
+ * Called by `kvgate serve` before the gateway starts; a gateway without either is left untouched.
  */
 import { ConfigError } from '../config.js';
 import type { Gateway } from '../gateway/gateway.js';
@@ -16,6 +18,7 @@ import { AdaptiveK, FixedK, type KChooser } from './controller.js';
 import { seededRng, type Rng } from '../util/rng.js';
 import { SpecMetrics } from './metrics.js';
 import { probeCascade } from './probe.js';
+import { specRoutingStage } from './spec-routing.js';
 import { WorkerPools } from './worker-calls.js';
 
 export interface SpeculativeOptions {
@@ -37,6 +40,7 @@ export interface SpeculativeInstall {
 /** Install the configured cascades; throws ConfigError naming what a pool's workers cannot do. */
 export async function installSpeculative(gw: Gateway, opts: SpeculativeOptions = {}): Promise<SpeculativeInstall | null> {
   const sc = gw.config.speculative;
+  if (sc.routing.enabled) gw.use(specRoutingStage(sc.routing, gw.metrics.registry));
   if (sc.cascades.length === 0) return null;
   const problems: string[] = [];
   const models = new Map<string, CascadeModel>();
