@@ -162,6 +162,8 @@ const specController = z
     kMax: z.int().min(1).max(16).default(8),
     priorAcceptance: z.number().gt(0).lt(1).default(0.6),
     minEvidence: z.number().positive().default(50),
+    /** Tested draft tokens after which an old acceptance observation counts half. */
+    halfLifeTokens: z.number().positive().default(500),
     minGain: z.number().positive().default(1.1),
     probeRate: z.number().min(0).max(1).default(0.05),
     probeK: z.int().min(1).max(16).default(2),

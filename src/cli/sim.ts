@@ -35,7 +35,8 @@ Options:
   --draft-of NAME        serve a draft model of the target model NAME (for kvgate's speculative
                          cascade): it predicts like NAME in part of its contexts
   --draft-acceptance A   with --draft-of: make speculative sampling at temperature 1 accept a share
-                         A of the draft's tokens (0.12 to 0.93)
+                         A of the draft's tokens (0.12 to 0.93); A1:A2@S switches from A1 to A2
+                         after S simulated seconds
   --draft-fidelity F     with --draft-of: share of contexts in which the draft agrees with its
                          target (about the greedy acceptance rate); default 0.75
   --spec-k K             speculate inside the engine (vLLM's --speculative-config): K draft
@@ -83,6 +84,21 @@ function parseAcceptance(v: string): number | ((nowMs: number) => number) {
   }
   const a = Number(v);
   if (!ok(a)) throw new UsageError(`--spec-acceptance must be A or A1:A2@SECONDS with A in [0, 1], got '${v}'`);
+  return a;
+}
+
+/** 'A' or 'A1:A2@SECONDS' for a draft model's acceptance. */
+function parseDraftAcceptance(v: string): number | { before: number; after: number; atMs: number } {
+  const ok = (x: number) => Number.isFinite(x) && x > 0 && x < 1;
+  const m = /^([0-9.]+):([0-9.]+)@([0-9.]+)$/.exec(v);
+  const bad = () => new UsageError(`--draft-acceptance must be A or A1:A2@SECONDS with A in (0, 1), got '${v}'`);
+  if (m) {
+    const [before, after, s] = [Number(m[1]), Number(m[2]), Number(m[3])];
+    if (!ok(before) || !ok(after) || !(s >= 0)) throw bad();
+    return { before, after, atMs: s * 1000 };
+  }
+  const a = Number(v);
+  if (!ok(a)) throw bad();
   return a;
 }
 
@@ -146,7 +162,7 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
     hashSeed: int('hash-seed', values['hash-seed'], 0),
     legacyMetricNames: values['legacy-metrics'] === true,
     draftOf: values['draft-of'],
-    draftAcceptance: num('draft-acceptance', values['draft-acceptance'], (n) => n > 0 && n < 1, 'in (0, 1)'),
+    draftAcceptance: values['draft-acceptance'] === undefined ? undefined : parseDraftAcceptance(values['draft-acceptance']),
     draftFidelity: num('draft-fidelity', values['draft-fidelity'], (n) => n >= 0 && n <= 1, 'in [0, 1]'),
   };
   const specK = int('spec-k', values['spec-k'], 1);

@@ -6,8 +6,8 @@
  * round that proposes m tokens and accepts a of them tested a + 1 tokens if it rejected one and a
  * if it accepted all: α̂ = Σ accepted / Σ tested. (vLLM's "draft acceptance rate",
  * accepted/proposed, counts the tokens after a rejection as failures too and so reads lower than
- * α; REFERENCE §1.) Each class's counts decay with a half-life in rounds, so the estimate follows
- * a prompt domain whose acceptance shifts.
+ * α; REFERENCE §1.) Each class's counts decay with a half-life in tested tokens
+ * (`controller.halfLifeTokens`), so the estimate follows a prompt domain whose acceptance shifts.
  */
 
 export interface AcceptanceEntry {
@@ -28,7 +28,7 @@ export class AcceptanceTracker {
   private readonly decay: number;
 
   /** `halfLifeTokens`: tested tokens after which an old observation counts half. */
-  constructor(halfLifeTokens = 2000) {
+  constructor(halfLifeTokens = 500) {
     this.decay = Math.pow(0.5, 1 / halfLifeTokens);
   }
 

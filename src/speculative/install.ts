@@ -78,10 +78,10 @@ export async function installSpeculative(gw: Gateway, opts: SpeculativeOptions =
     await pools.close();
     throw new ConfigError(problems);
   }
-  const tracker = new AcceptanceTracker();
-  const metrics = new SpecMetrics(gw.metrics.registry, tracker);
   const cc = sc.controller;
-  const { mode: _m, classBy: _c, tpotBudgetMs: _t, targetTokenMs, ...adaptive } = cc;
+  const tracker = new AcceptanceTracker(cc.halfLifeTokens);
+  const metrics = new SpecMetrics(gw.metrics.registry, tracker);
+  const { mode: _m, classBy: _c, tpotBudgetMs: _t, halfLifeTokens: _h, targetTokenMs, ...adaptive } = cc;
   const controller =
     opts.controller ??
     (cc.mode === 'adaptive'

@@ -88,6 +88,7 @@ test('speculation flags: a draft model tuned to an acceptance rate, and in-engin
   const d = parseSimArgs(['--model', 'llama-3.1-8b', '--draft-of', 'llama-3.1-70b', '--draft-acceptance', '0.7']);
   assert.equal(d.draftOf, 'llama-3.1-70b');
   assert.equal(d.draftAcceptance, 0.7);
+  assert.deepEqual(parseSimArgs(['--draft-of', 'llama-3.1-70b', '--draft-acceptance', '0.8:0.3@30']).draftAcceptance, { before: 0.8, after: 0.3, atMs: 30_000 });
   const s = parseSimArgs(['--model', 'llama-3.1-70b', '--tp', '4', '--spec-k', '4', '--spec-acceptance', '0.8:0.3@60']);
   assert.equal(s.speculative?.k, 4);
   assert.equal(s.speculative?.draftModel, 'llama-3.1-8b');

@@ -9,6 +9,7 @@ import type { Gateway } from '../../src/gateway/gateway.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
 import { seededRng } from '../../src/util/rng.js';
 import { metricValue, parseSse } from '../support.js';
+import { startSimWorker } from '../../src/sim/worker/server.js';
 import { TARGET, startCascade, startDraft, startTarget } from './helpers.js';
 
 async function post(url: string, body: unknown): Promise<{ status: number; headers: Headers; text: string; json: any }> {
@@ -153,6 +154,41 @@ describe('the adaptive controller in the gateway', () => {
       await g2.gw.close();
       await good.close();
       await poor.close();
+      await target.close();
+    }
+  });
+});
+
+describe('a shift in acceptance', () => {
+  it('the adaptive controller switches the class off after the draft’s acceptance drops', async () => {
+    const target = await startTarget(100);
+    // Acceptance 0.9 for the first 150 simulated seconds (1.5 s of wall time at speed 100), then 0.13.
+    const draft = await startSimWorker({ model: 'llama-3.1-8b', gpu: 'a10g', speed: 100, draftOf: TARGET, draftAcceptance: { before: 0.9, after: 0.13, atMs: 150_000 } });
+    const extra = { speculative: { cascades: [{ model: TARGET, targetPool: 'target', draftPool: 'draft', k: 4 }], controller: { mode: 'adaptive' as const, probeRate: 0.1, minEvidence: 20, halfLifeTokens: 100, draftPrice: 1, targetPrice: 14 } } };
+    // Cost-weighted (an A10G draft against four H100s): at 0.9 speculation pays, at 0.13 it does not.
+    const g = await startCascade([target.url], [draft.url], { extra, spec: { rng: seededRng(5) } });
+    try {
+      const ask = async (i: number) => {
+        const r = await post(`${g.url}/v1/completions`, { model: TARGET, prompt: `${PROMPTS[i % PROMPTS.length]} [${i}]`, max_tokens: 24, temperature: 1, seed: i });
+        assert.equal(r.status, 200, r.text);
+        return r.headers.get('x-kvgate-speculative') ?? 'plain';
+      };
+      const before: string[] = [];
+      for (let i = 0; i < 10; i++) before.push(await ask(i));
+      assert.ok(before.slice(3).every((p) => p === 'cascade'), before.join(','));
+      const alphaBefore = metricValue(await (await fetch(`${g.url}/metrics`)).text(), 'kvgate_spec_acceptance_rate', { model: TARGET, class: 'default' })!;
+      assert.ok(alphaBefore > 0.75, String(alphaBefore));
+      // Wait for the shift (simulated time runs at 100× wall time while idle).
+      await new Promise((r) => setTimeout(r, 1600));
+      const after: string[] = [];
+      for (let i = 10; i < 70; i++) after.push(await ask(i));
+      const last = after.slice(-20);
+      assert.ok(last.filter((p) => p === 'plain').length >= 14, after.join(','));
+      const alphaAfter = metricValue(await (await fetch(`${g.url}/metrics`)).text(), 'kvgate_spec_acceptance_rate', { model: TARGET, class: 'default' })!;
+      assert.ok(alphaAfter < 0.4, String(alphaAfter));
+    } finally {
+      await g.gw.close();
+      await draft.close();
       await target.close();
     }
   });

@@ -97,7 +97,8 @@ export interface SimWorkerOptions {
    */
   draftOf?: string;
   draftFidelity?: number;
-  draftAcceptance?: number;
+  /** A number, or a shift: `{ before, after, atMs }` switches acceptance at simulated time atMs. */
+  draftAcceptance?: number | { before: number; after: number; atMs: number };
   /**
    * Speculative decoding inside the engine (vLLM's --speculative-config with a draft model): k
    * draft tokens per step from the `draftModel` profile on the same GPUs, each accepted with
@@ -170,11 +171,16 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
   if ((opts.draftFidelity !== undefined || opts.draftAcceptance !== undefined) && opts.draftOf === undefined) {
     throw new Error('draftFidelity and draftAcceptance need draftOf (the target model)');
   }
+  const da = opts.draftAcceptance;
   const fidelity =
-    opts.draftAcceptance !== undefined && opts.draftOf !== undefined
-      ? fidelityForAcceptance(opts.draftOf, model, opts.draftAcceptance)
-      : opts.draftFidelity;
-  const lm = createSyntheticLm(model, opts.draftOf !== undefined ? { draftOf: opts.draftOf, fidelity } : {});
+    typeof da === 'number' && opts.draftOf !== undefined ? fidelityForAcceptance(opts.draftOf, model, da) : opts.draftFidelity;
+  let lm: SyntheticLm | ((nowMs: number) => SyntheticLm) = createSyntheticLm(model, opts.draftOf !== undefined ? { draftOf: opts.draftOf, fidelity } : {});
+  if (typeof da === 'object' && opts.draftOf !== undefined) {
+    // A draft whose acceptance shifts: one synthetic draft before the moment, another after it.
+    const before = createSyntheticLm(model, { draftOf: opts.draftOf, fidelity: fidelityForAcceptance(opts.draftOf, model, da.before) });
+    const after = createSyntheticLm(model, { draftOf: opts.draftOf, fidelity: fidelityForAcceptance(opts.draftOf, model, da.after) });
+    lm = (nowMs) => (nowMs < da.atMs ? before : after);
+  }
   const sim = new SimWorkerServer({
     model,
     engine,
@@ -260,7 +266,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
 interface ServerParts {
   model: string;
   engine: EngineModel;
-  lm: SyntheticLm;
+  lm: SyntheticLm | ((nowMs: number) => SyntheticLm);
   speed: number;
   legacyMetricNames: boolean;
   gpuMemoryUtilization: number;
@@ -274,7 +280,8 @@ class SimWorkerServer implements ExchangeHost {
   readonly driver: EngineDriver;
   readonly metrics: VllmMetrics;
   kvPublisher: KvEventPublisher | null = null;
-  private readonly lm: SyntheticLm;
+  /** The synthetic LM in force at a simulated time (a shifting draft changes it). */
+  private readonly lmAt: (nowMs: number) => SyntheticLm;
   private readonly served: ServedModel;
   private readonly exchanges = new Set<Exchange>();
   private requests = 0;
@@ -284,7 +291,7 @@ class SimWorkerServer implements ExchangeHost {
   constructor(p: ServerParts) {
     this.model = p.model;
     this.engine = p.engine;
-    this.lm = p.lm;
+    this.lmAt = typeof p.lm === 'function' ? p.lm : () => p.lm as SyntheticLm;
     this.served = { model: p.model, maxModelLen: p.engine.config.maxModelLen, defaultMaxChatTokens: p.defaultMaxChatTokens };
     this.metrics = new VllmMetrics(p.engine, {
       modelName: p.model,
@@ -470,7 +477,7 @@ class SimWorkerServer implements ExchangeHost {
   // ---- ExchangeHost: called by exchanges ----
 
   submit(ex: Exchange, seq: SeqRun, params: GenParams): void {
-    const recorder = createSampler(this.lm, {
+    const recorder = createSampler(this.lmAt(this.driver.now()), {
       seed: sampleSeed(params.seed, seq.spec),
       temperature: params.temperature,
       topP: params.topP,
@@ -546,11 +553,11 @@ class SimWorkerServer implements ExchangeHost {
   }
 
   promptLogprobs(promptIds: readonly number[], top: number): Array<SampledLogprob | null> {
-    return promptLogprobs(this.lm, promptIds, top);
+    return promptLogprobs(this.lmAt(this.driver.now()), promptIds, top);
   }
 
   vllmPromptLogprobs(promptIds: readonly number[], top: number): Array<PromptLogprobEntry | null> {
-    return vllmPromptLogprobs(this.lm, promptIds, top);
+    return vllmPromptLogprobs(this.lmAt(this.driver.now()), promptIds, top);
   }
 
   now(): number {
