@@ -54,6 +54,8 @@ export interface CascadeModel {
   topLogprobs: number;
   /** Grows when a worker ends a sequence on a token not listed (learned, with a warning). */
   eosTokenIds: Set<number>;
+  /** The target's max_model_len (its /v1/models), or null if it did not say. */
+  maxModelLen: number | null;
 }
 
 export interface CascadeDeps {
@@ -157,6 +159,8 @@ async function serve(deps: CascadeDeps, cm: CascadeModel, ctx: RequestContext): 
   };
   const planned = planRequest(ctx.kind, ctx.body);
   if (!planned.ok) return plain(planned.reason);
+  // Without max_tokens a chat answer may fill the context: the cascade must know how large it is.
+  if (ctx.kind === 'chat' && !ctx.maxTokensExplicit && cm.maxModelLen === null) return plain('no_max_tokens');
   const cls = deps.classBy === 'content' ? contentClass(ctx.routeRequest.promptText) : (ctx.tenant?.id ?? 'default');
 
   const draftWorkers = deps.registry.workers.filter((w) => w.pool === cm.draftPool);
@@ -198,7 +202,7 @@ function leastLoaded(ws: readonly WorkerState[]): WorkerState | null {
 class CascadeRun {
   private readonly ac = new AbortController();
   private readonly rng: Rng;
-  private readonly out: OutputText;
+  private out!: OutputText;
   private writer!: ResponseWriter;
   private draft: WorkerState | null;
   private readonly target: WorkerState;
@@ -224,12 +228,6 @@ class CascadeRun {
     this.rng = seededRng(plan.seed ?? randomInt(2 ** 31));
     this.draft = draftDecision.worker;
     this.target = targetDecision.worker;
-    this.out = new OutputText({
-      maxTokens: ctx.maxTokens,
-      stop: plan.stop,
-      stopTokenIds: new Set(plan.stopTokenIds),
-      eosTokenIds: cm.eosTokenIds,
-    });
   }
 
   private call(w: WorkerState, role: 'draft' | 'target'): CallTarget {
@@ -266,6 +264,10 @@ class CascadeRun {
       } catch (e) {
         return this.beforeOutputFailure(e);
       }
+      // A chat request without max_tokens runs, on vLLM, until the context is full.
+      const maxTokens = ctx.maxTokensExplicit || ctx.kind === 'completions' ? ctx.maxTokens : cm.maxModelLen! - ids.length;
+      if (maxTokens < 1) return this.beforeOutputFailure(new WorkerCallError('the prompt fills the context', null));
+      this.out = new OutputText({ maxTokens, stop: this.plan.stop, stopTokenIds: new Set(this.plan.stopTokenIds), eosTokenIds: cm.eosTokenIds });
       this.writer = new ResponseWriter(ctx.res, {
         kind: ctx.kind,
         stream: ctx.stream,

@@ -66,10 +66,12 @@ export async function installSpeculative(gw: Gateway, opts: SpeculativeOptions =
       draftPool: c.draftPool,
       topLogprobs: c.topLogprobs,
       eosTokenIds: new Set(eos),
+      maxModelLen: null,
     };
     if (opts.probe !== false) {
       const found = await probeCascade({ at, cascade: cm, drafts, targets, pools, timeoutMs: sc.probeTimeoutMs });
-      problems.push(...found);
+      problems.push(...found.problems);
+      cm.maxModelLen = found.maxModelLen;
     }
     models.set(c.model, cm);
     ks.set(c.model, c.k);

@@ -24,8 +24,10 @@ export interface ProbeInput {
   timeoutMs: number;
 }
 
-export async function probeCascade(p: ProbeInput): Promise<string[]> {
+export async function probeCascade(p: ProbeInput): Promise<{ problems: string[]; maxModelLen: number | null }> {
   const problems: string[] = [];
+  let maxModelLen: number | null = null;
+  const done = () => ({ problems, maxModelLen });
   const c = p.cascade;
   const ask = (w: WorkerState, path: string, body: unknown) =>
     postJson({ pool: p.pools.for(w.id, w.url), workerId: w.id, requestId: `kvgate-probe-${w.id}` }, path, body, AbortSignal.timeout(p.timeoutMs));
@@ -34,13 +36,13 @@ export async function probeCascade(p: ProbeInput): Promise<string[]> {
   const target = await firstAnswering(p.targets, (w) => ask(w, '/tokenize', { model: c.model, prompt: PROBE_TEXT }));
   if (!target.ok) {
     problems.push(`${p.at}.targetPool: no worker of pool '${c.targetPool}' answered the capability probe (${target.error})`);
-    return problems;
+    return done();
   }
   const tw = target.worker;
   const ids = target.value?.tokens;
   if (!Array.isArray(ids) || ids.length < 2 || !ids.every((x: unknown) => Number.isInteger(x))) {
     problems.push(`${p.at}.targetPool: worker ${tw.id} of pool '${c.targetPool}' does not return token ids from POST /tokenize, which the cascade uses to tokenize prompts`);
-    return problems;
+    return done();
   }
   try {
     const json = await ask(tw, '/v1/completions', {
@@ -63,17 +65,27 @@ export async function probeCascade(p: ProbeInput): Promise<string[]> {
     );
   }
 
+  // vLLM lists max_model_len with the model: a chat answer without max_tokens may run to it.
+  try {
+    const r = await p.pools.for(tw.id, tw.url).request({ method: 'GET', path: '/v1/models', signal: AbortSignal.timeout(p.timeoutMs) });
+    const j = r.statusCode === 200 ? ((await r.body.json()) as any) : (await r.body.text(), null);
+    const m = Array.isArray(j?.data) ? j.data.find((x: any) => x?.id === c.model) : undefined;
+    if (Number.isInteger(m?.max_model_len) && m.max_model_len > 0) maxModelLen = m.max_model_len;
+  } catch {
+    // Unknown: chat requests without max_tokens take the plain path.
+  }
+
   // The draft: same tokenizer, per-token logprobs as token ids.
   const draft = await firstAnswering(p.drafts, (w) => ask(w, '/tokenize', { model: c.draftModel, prompt: PROBE_TEXT }));
   if (!draft.ok) {
     problems.push(`${p.at}.draftPool: no worker of pool '${c.draftPool}' answered the capability probe (${draft.error})`);
-    return problems;
+    return done();
   }
   const dw = draft.worker;
   const dids = draft.value?.tokens;
   if (!Array.isArray(dids) || dids.length !== ids.length || dids.some((x: unknown, i: number) => x !== ids[i])) {
     problems.push(`${p.at}: pools '${c.draftPool}' and '${c.targetPool}' do not share a tokenizer (${dw.id} and ${tw.id} tokenize the same text differently); a cascade needs one`);
-    return problems;
+    return done();
   }
   try {
     const json = await ask(dw, '/v1/completions', {
@@ -93,7 +105,7 @@ export async function probeCascade(p: ProbeInput): Promise<string[]> {
         `logprobs: ${c.topLogprobs} and return_tokens_as_token_ids must return each generated token and its top candidates' logprobs as 'token_id:<id>' (${(e as Error).message})`,
     );
   }
-  return problems;
+  return done();
 }
 
 /** Ask workers in turn until one answers at all (a worker's 4xx is an answer; a refused connection is not). */

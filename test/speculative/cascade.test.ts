@@ -108,6 +108,15 @@ describe('cascade at temperature 0 is the target, token for token', () => {
     assert.ok(high.draft > 0);
   });
 
+  it('serves a chat request without max_tokens until the end of the sequence, like vLLM', async () => {
+    const g = gws[2]!;
+    const r = await post(`${g.url}/v1/chat/completions`, { model: TARGET, messages: [{ role: 'user', content: 'Say something.' }], temperature: 1, seed: 3 });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.headers.get('x-kvgate-speculative'), 'cascade');
+    assert.equal(r.json.choices[0].finish_reason, 'stop');
+    assert.ok(r.json.usage.completion_tokens > 1);
+  });
+
   it('sends what it cannot reproduce exactly down the plain path', async () => {
     const g = gws[1]!;
     const r = await post(`${g.url}/v1/completions`, { model: TARGET, prompt: 'Hello there', max_tokens: 5, n: 2 });
