@@ -4,7 +4,7 @@
  * weights by default, on an A10G) whose acceptance at temperature 1 is set to each α in turn — through a real gateway.
  *
  * Requests are sent one at a time (batch 1: the regime where speculation helps most), each a
- * ~200-token prompt asking for up to 128 tokens at temperature 1 with a seed. The same requests
+ * ~150-token prompt asking for up to 128 tokens at temperature 1 with a seed. The same requests
  * go to the target directly (target-only). Each engine's modelled step time is summed, so the
  * figures are modelled GPU time, not the wall clock of a compressed simulation:
  *   - target GPU-ms / token: the target's busy time per output token (TP 4: ×4 GPU-ms);
