@@ -1,7 +1,7 @@
 /** Rejection sampling over reported distributions, as plain functions. */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { contentClass } from '../../src/speculative/cascade.js';
+import { contentClass } from '../../src/speculative/plan.js';
 import { OutputText } from '../../src/speculative/output.js';
 import { processDist, residual, sample, verifyRound, type Dist } from '../../src/speculative/sampling.js';
 import { seededRng } from '../../src/util/rng.js';
