@@ -168,6 +168,7 @@ const specController = z
     probeRate: z.number().min(0).max(1).default(0.05),
     probeK: z.int().min(1).max(16).default(2),
     busyRunning: z.int().positive().default(64),
+    busyWaiting: z.int().positive().default(2),
     draftPrice: z.number().positive().default(1),
     targetPrice: z.number().positive().default(1),
     targetTokenMs: ms.optional(),

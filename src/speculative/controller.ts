@@ -14,8 +14,8 @@
  * relative prices of a draft and a target GPU-second (both 1: the controller minimises latency).
  * The cascade runs only when its best value beats target-only by `minGain`; otherwise the class
  * is switched off and its requests go straight to the target pool. It is also off when
- *   - the target worker is busy (at least `busyRunning` running sequences, or any waiting): the
- *     GPU is already filled by batching and verification passes only add work to it;
+ *   - the target worker is busy (at least `busyRunning` running sequences, or `busyWaiting`
+ *     waiting): the GPU is already filled by batching and verification passes only add work;
  *   - the request has a TPOT budget that the cascade's expected time per token would break.
  * A switched-off class still runs a share `probeRate` of its requests through the cascade with a
  * short k, so that α keeps being measured and a recovered class is switched back on.
@@ -82,8 +82,10 @@ export interface AdaptiveOptions {
   probeRate: number;
   /** k of such a probe. */
   probeK: number;
-  /** A target worker with this many running sequences (or any waiting) is busy: no speculation. */
+  /** A target worker with this many running sequences is busy: no speculation. */
   busyRunning: number;
+  /** Nor with this many waiting (a queue, not one request caught arriving by a scrape). */
+  busyWaiting: number;
   /** Relative price of a draft GPU-second and a target GPU-second. */
   draftPrice: number;
   targetPrice: number;
@@ -103,6 +105,7 @@ export const DEFAULT_ADAPTIVE: AdaptiveOptions = {
   probeRate: 0.05,
   probeK: 2,
   busyRunning: 64,
+  busyWaiting: 2,
   draftPrice: 1,
   targetPrice: 1,
   targetTokenMs: null,
@@ -248,7 +251,7 @@ export class AdaptiveK implements KChooser {
 
   private decide(r: RoundContext, alpha: number): Decision {
     const o = this.o;
-    if (r.targetLoad && (r.targetLoad.waiting > 0 || r.targetLoad.running >= o.busyRunning)) return { k: 0, reason: 'busy' };
+    if (r.targetLoad && (r.targetLoad.waiting >= o.busyWaiting || r.targetLoad.running >= o.busyRunning)) return { k: 0, reason: 'busy' };
     const b = this.best(r.model, alpha);
     if (r.tpotBudgetMs !== null && b.msPerToken > r.tpotBudgetMs) return { k: 0, reason: 'tpot' };
     if (b.gain >= o.minGain) return { k: b.k, reason: 'speculate' };

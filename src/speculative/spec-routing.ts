@@ -3,12 +3,12 @@
  * served both by workers launched with vLLM's speculative decoding (they export
  * `vllm:spec_decode_*` counters) and by plain ones, this stage narrows a request's candidates:
  *
- *   - at high load (mean running sequences per candidate ≥ `busyRunning`, or any waiting) to the
- *     plain workers: a batch already fills the GPU, and speculation's extra draft steps and
- *     verification tokens only lengthen every step;
+ *   - at high load (mean running sequences per candidate ≥ `busyRunning`, or a queue: two or
+ *     more waiting) to the plain workers: a batch already fills the GPU, and speculation's extra
+ *     draft steps and verification tokens only lengthen every step;
  *   - otherwise, to the speculating workers if their measured mean acceptance length
- *     (1 + accepted / drafts, pooled over the speculating workers' counters) is at least
- *     `minAcceptanceLength`, else to the plain ones.
+ *     (1 + accepted / drafts, pooled over the speculating workers' counters, once there are 50
+ *     drafts to judge by) is at least `minAcceptanceLength`, else to the plain ones.
  *
  * The routing policy then picks among the remaining workers as usual. Acceptance is per worker,
  * not per prompt class: vLLM reports its counters per engine, not per request.
@@ -21,6 +21,9 @@ export interface SpecRoutingOptions {
   busyRunning: number;
   minAcceptanceLength: number;
 }
+
+/** Drafts behind an acceptance judgement. */
+const MIN_DRAFTS = 50;
 
 export type SpecRoutingChoice = { group: 'speculating' | 'plain' | 'all'; reason: string };
 
@@ -36,14 +39,15 @@ export function chooseGroup(workers: readonly WorkerState[], o: SpecRoutingOptio
     running += Math.max(w.snapshot?.running ?? 0, w.inflightCount);
     waiting += w.snapshot?.waiting ?? 0;
   }
-  if (waiting > 0 || running / usable.length >= o.busyRunning) return { group: 'plain', reason: 'busy' };
+  if (waiting >= 2 || running / usable.length >= o.busyRunning) return { group: 'plain', reason: 'busy' };
   let drafts = 0;
   let accepted = 0;
   for (const w of spec) {
     drafts += w.snapshot!.specDrafts ?? 0;
     accepted += w.snapshot!.specAcceptedTokens ?? 0;
   }
-  if (drafts === 0) return { group: 'speculating', reason: 'unmeasured' };
+  // Too few drafts to judge (a fresh worker): give speculation the benefit of the doubt.
+  if (drafts < MIN_DRAFTS) return { group: 'speculating', reason: 'unmeasured' };
   return 1 + accepted / drafts >= o.minAcceptanceLength ? { group: 'speculating', reason: 'acceptance' } : { group: 'plain', reason: 'low_acceptance' };
 }
 

@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import type { Gateway } from '../../src/gateway/gateway.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
 import { seededRng } from '../../src/util/rng.js';
-import { metricValue, parseSse } from '../support.js';
+import { metricValue, parseSse, waitFor } from '../support.js';
 import { startSimWorker } from '../../src/sim/worker/server.js';
 import { TARGET, startCascade, startDraft, startTarget } from './helpers.js';
 
@@ -173,8 +173,8 @@ describe('a shift in acceptance', () => {
     const target = await startTarget(100);
     // Acceptance 0.9 for the first 150 simulated seconds (1.5 s of wall time at speed 100), then 0.13.
     const draft = await startSimWorker({ model: 'llama-3.1-8b', gpu: 'a10g', speed: 100, draftOf: TARGET, draftAcceptance: { before: 0.9, after: 0.13, atMs: 150_000 } });
-    const extra = { speculative: { cascades: [{ model: TARGET, targetPool: 'target', draftPool: 'draft', k: 4 }], controller: { mode: 'adaptive' as const, probeRate: 0.1, minEvidence: 20, halfLifeTokens: 100, draftPrice: 1, targetPrice: 14 } } };
-    // Cost-weighted (an A10G draft against four H100s): at 0.9 speculation pays, at 0.13 it does not.
+    const extra = { speculative: { cascades: [{ model: TARGET, targetPool: 'target', draftPool: 'draft', k: 4 }], controller: { mode: 'adaptive' as const, probeRate: 0.1, minEvidence: 20, halfLifeTokens: 100, draftPrice: 1, targetPrice: 4 } } };
+    // Target time weighted 4× draft time: break-even near α 0.4, so 0.9 pays and 0.13 clearly does not.
     const g = await startCascade([target.url], [draft.url], { extra, spec: { rng: seededRng(5) } });
     try {
       const ask = async (i: number) => {
@@ -187,8 +187,8 @@ describe('a shift in acceptance', () => {
       assert.ok(before.slice(3).every((p) => p === 'cascade'), before.join(','));
       const alphaBefore = metricValue(await (await fetch(`${g.url}/metrics`)).text(), 'kvgate_spec_acceptance_rate', { model: TARGET, class: 'default' })!;
       assert.ok(alphaBefore > 0.75, String(alphaBefore));
-      // Wait for the shift (simulated time runs at 100× wall time while idle).
-      await new Promise((r) => setTimeout(r, 1600));
+      // Wait for the shift in the draft's simulated time (100× wall time while all is well).
+      await waitFor(() => draft.now() > 150_000, 20_000);
       const after: string[] = [];
       for (let i = 10; i < 70; i++) after.push(await ask(i));
       const last = after.slice(-20);

@@ -100,6 +100,8 @@ describe('the adaptive controller', () => {
     const c = controller(t, { busyRunning: 32 });
     assert.deepEqual(c.chooseK(round({ targetLoad: { running: 40, waiting: 0 } })), { k: 0, reason: 'busy' });
     assert.deepEqual(c.chooseK(round({ targetLoad: { running: 4, waiting: 2 } })), { k: 0, reason: 'busy' });
+    // One request caught waiting by a scrape is not a queue.
+    assert.ok(c.chooseK(round({ targetLoad: { running: 4, waiting: 1 } })).k > 0);
     assert.ok(c.chooseK(round({ targetLoad: { running: 4, waiting: 0 } })).k > 0);
     // Expected ms per token here is about (1 + 2k + 20) / E(0.9, k) ≈ 5 ms.
     assert.deepEqual(c.chooseK(round({ tpotBudgetMs: 2 })), { k: 0, reason: 'tpot' });

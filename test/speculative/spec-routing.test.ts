@@ -29,12 +29,15 @@ describe('choosing speculating or plain workers', () => {
     assert.deepEqual(chooseGroup(ws, O), { group: 'speculating', reason: 'acceptance' });
     const poor = [worker('s', { specDrafts: 100, specAcceptedTokens: 50, running: 1 }), worker('p', { running: 1 })];
     assert.deepEqual(chooseGroup(poor, O), { group: 'plain', reason: 'low_acceptance' });
+    // A handful of drafts is no evidence either way.
+    const fresh = [worker('s', { specDrafts: 3, specAcceptedTokens: 0, running: 0 }), worker('p', {})];
+    assert.deepEqual(chooseGroup(fresh, O), { group: 'speculating', reason: 'unmeasured' });
   });
 
   it('sends everything to the plain workers under load', () => {
     const busy = [worker('s', { specDrafts: 100, specAcceptedTokens: 300, running: 9 }), worker('p', { running: 9 })];
     assert.deepEqual(chooseGroup(busy, O), { group: 'plain', reason: 'busy' });
-    const queued = [worker('s', { specDrafts: 100, specAcceptedTokens: 300, running: 1, waiting: 1 }), worker('p', { running: 1 })];
+    const queued = [worker('s', { specDrafts: 100, specAcceptedTokens: 300, running: 1, waiting: 2 }), worker('p', { running: 1 })];
     assert.equal(chooseGroup(queued, O).group, 'plain');
   });
 });

@@ -129,6 +129,8 @@ export interface SimWorker {
   kvEventsEndpoint?: string;
   kvReplayEndpoint?: string;
   stats(): SimWorkerStats;
+  /** The worker's simulated time (ms since it started). */
+  now(): number;
   /** Ends in-flight responses (streams get an error event, others a 503), frees the ports. */
   close(): Promise<void>;
 }
@@ -242,6 +244,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
     engine,
     speed: sim.driver.speed,
     stats: () => sim.stats(),
+    now: () => sim.driver.now(),
     close() {
       closing ??= (async () => {
         sim.shutdown();
