@@ -186,6 +186,66 @@ const cacheSchema = z
   })
   .prefault({});
 
+/**
+ * One model served by a speculative cascade (src/speculative/): a draft pool proposes tokens, the
+ * target pool verifies them. Clients ask for `model`, which the target pool serves.
+ */
+const cascade = z.strictObject({
+  model: z.string().min(1),
+  targetPool: z.string().min(1),
+  draftPool: z.string().min(1),
+  /** Draft tokens proposed per round. */
+  k: z.int().min(1).max(16).default(4),
+  /** Alternatives asked per position (logprobs / prompt_logprobs); vLLM allows 20 by default. */
+  topLogprobs: z.int().min(1).max(20).default(20),
+  /** Token ids that end a sequence (vLLM's API does not report them); default: the tokenizer's. */
+  eosTokenIds: z.array(z.int().nonnegative()).min(1).optional(),
+});
+
+/** How each round's k is chosen (src/speculative/controller.ts). */
+const specController = z
+  .strictObject({
+    mode: z.enum(['fixed', 'adaptive']).default('fixed'),
+    /** Prompt classes acceptance is tracked by: the tenant, or code vs prose by a cheap feature. */
+    classBy: z.enum(['tenant', 'content']).default('tenant'),
+    kMax: z.int().min(1).max(16).default(8),
+    priorAcceptance: z.number().gt(0).lt(1).default(0.6),
+    minEvidence: z.number().positive().default(50),
+    /** Tested draft tokens after which an old acceptance observation counts half. */
+    halfLifeTokens: z.number().positive().default(500),
+    minGain: z.number().positive().default(1.1),
+    probeRate: z.number().min(0).max(1).default(0.05),
+    probeK: z.int().min(1).max(16).default(2),
+    busyRunning: z.int().positive().default(64),
+    busyWaiting: z.int().positive().default(2),
+    draftPrice: z.number().positive().default(1),
+    targetPrice: z.number().positive().default(1),
+    targetTokenMs: ms.optional(),
+    tpotBudgetMs: ms.optional(),
+  })
+  .prefault({});
+
+const speculativeSchema = z
+  .strictObject({
+    cascades: z.array(cascade).default([]),
+    controller: specController,
+    /** Between workers that speculate inside the engine and plain ones of the same model. */
+    routing: z
+      .strictObject({
+        enabled: z.boolean().default(false),
+        /** Mean running sequences per worker at which every request goes to the plain workers. */
+        busyRunning: z.number().positive().default(32),
+        /** Speculating workers get requests while their mean acceptance length is at least this. */
+        minAcceptanceLength: z.number().min(1).default(1.8),
+      })
+      .prefault({}),
+    /** Timeout of one draft or verification call; a draft that misses it is dropped for the request. */
+    callTimeoutMs: ms.default(10_000),
+    /** Timeout of each start-up capability probe. */
+    probeTimeoutMs: ms.default(5_000),
+  })
+  .prefault({});
+
 export const configSchema = z
   .strictObject({
     listen: z
@@ -285,6 +345,7 @@ export const configSchema = z
       .prefault({}),
     cache: cacheSchema,
     admission: admissionSchema,
+    speculative: speculativeSchema,
   })
   .superRefine((c, ctx) => {
     if (c.pools.length === 0 && c.workers.length === 0) {
@@ -314,6 +375,25 @@ export const configSchema = z
     if (!(v.critical < v.standard && v.standard < v.sheddable)) {
       ctx.addIssue({ code: 'custom', path: ['admission', 'vllmPriority', 'values'], message: 'expected critical < standard < sheddable (vLLM serves lower values first)' });
     }
+    // A cascade's pools exist, serve different models, and its target pool serves its model.
+    const poolModels = new Map<string, Set<string>>();
+    for (const p of c.pools) (poolModels.get(p.name) ?? poolModels.set(p.name, new Set()).get(p.name)!).add(p.model);
+    for (const w of c.workers) (poolModels.get(w.pool) ?? poolModels.set(w.pool, new Set()).get(w.pool)!).add(w.model);
+    const cascadeModels = new Set<string>();
+    c.speculative.cascades.forEach((sc, i) => {
+      const at = (f: string) => ['speculative', 'cascades', i, f];
+      const target = poolModels.get(sc.targetPool);
+      const draft = poolModels.get(sc.draftPool);
+      if (!target) ctx.addIssue({ code: 'custom', path: at('targetPool'), message: `no pool named '${sc.targetPool}'` });
+      else if (!target.has(sc.model) || target.size > 1) {
+        ctx.addIssue({ code: 'custom', path: at('targetPool'), message: `pool '${sc.targetPool}' must serve model '${sc.model}' only (it serves ${[...target].join(', ')})` });
+      }
+      if (!draft) ctx.addIssue({ code: 'custom', path: at('draftPool'), message: `no pool named '${sc.draftPool}'` });
+      else if (draft.size > 1) ctx.addIssue({ code: 'custom', path: at('draftPool'), message: `pool '${sc.draftPool}' must serve one model (it serves ${[...draft].join(', ')})` });
+      if (sc.draftPool === sc.targetPool) ctx.addIssue({ code: 'custom', path: at('draftPool'), message: 'must differ from targetPool' });
+      if (cascadeModels.has(sc.model)) ctx.addIssue({ code: 'custom', path: at('model'), message: `model '${sc.model}' has two cascades` });
+      cascadeModels.add(sc.model);
+    });
     const tenantIds = new Map<string, number>();
     c.tenants.forEach((t, i) => {
       const prev = tenantIds.get(t.id);

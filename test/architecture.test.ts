@@ -34,6 +34,8 @@ const FORBIDDEN: Record<string, readonly string[]> = {
   // Tenants and the response cache are plain code the gateway and the simulation both use.
   admission: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway', 'scheduler', 'fleet', 'cache', 'config'],
   cache: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway', 'scheduler', 'fleet', 'config', 'telemetry'],
+  // The cascade runs on the live path: no engine, simulator or bench.
+  speculative: ['engine', 'sim', 'bench', 'workload', 'cli'],
   // Request sources are data: they know nothing of who replays them.
   workload: ['bench', 'cli', 'engine', 'fleet', 'gateway', 'scheduler', 'sim'],
 };

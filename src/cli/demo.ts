@@ -9,6 +9,7 @@ import { createGateway, type Gateway } from '../gateway/gateway.js';
 import { redactRedisUrl } from '../cache/redis-store.js';
 import { startSimWorker, type SimWorker } from '../sim/worker/server.js';
 import { createLogger } from '../telemetry/logger.js';
+import { installSpeculative } from '../speculative/install.js';
 import { waitForSignal } from './serve.js';
 
 export const help = `Usage: kvgate demo [options]
@@ -27,6 +28,10 @@ Options:
       --redis URL     keep the response cache in Redis at URL (redis://host:port) instead of memory
       --no-cache      turn the response cache off (default: on, in memory: a repeated
                       temperature-0 request is answered from it, x-kvgate-cache: hit)
+      --draft-acceptance A
+                      also start a simulated draft worker (llama-3.1-8b int4 on an A10G) whose
+                      tokens speculative sampling accepts at rate A (0.12..0.93, at temperature 1),
+                      and serve --model through a speculative cascade (docs/speculative.md)
       --json-logs     JSON log lines instead of readable ones
   -h, --help          this text
 `;
@@ -57,6 +62,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
         redis: { type: 'string' },
         'no-cache': { type: 'boolean', default: false },
         'json-logs': { type: 'boolean', default: false },
+        'draft-acceptance': { type: 'string' },
       },
       strict: true,
       allowPositionals: false,
@@ -78,6 +84,8 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
   if (redis !== undefined && !/^rediss?:\/\/\S+$/.test(redis)) return usage(`--redis must be a redis:// or rediss:// URL, got '${redis}'`);
   if (redis !== undefined && v['no-cache'] === true) return usage('--redis and --no-cache contradict each other');
   const cacheOn = v['no-cache'] !== true;
+  const draftAcceptance = v['draft-acceptance'] === undefined ? undefined : Number(v['draft-acceptance']);
+  if (draftAcceptance !== undefined && !(draftAcceptance > 0 && draftAcceptance < 1)) return usage(`--draft-acceptance must be in (0, 1), got '${v['draft-acceptance']}'`);
 
   const logger = createLogger({ level: 'info', pretty: v['json-logs'] !== true });
   const sims: SimWorker[] = [];
@@ -88,14 +96,25 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
   };
   try {
     for (let i = 0; i < n; i++) sims.push(await startSimWorker({ host: '127.0.0.1', port: 0, model, gpu, speed }));
+    const draftModel = `${model}-draft`;
+    let draft: SimWorker | null = null;
+    if (draftAcceptance !== undefined) {
+      draft = await startSimWorker({ host: '127.0.0.1', port: 0, model: draftModel, profile: 'llama-3.1-8b', gpu: 'a10g', weightDtype: 'int4', speed, draftOf: model, draftAcceptance });
+      sims.push(draft);
+    }
     const config = parseConfig({
       listen: { host: '127.0.0.1', port },
-      pools: [{ name: 'demo', model, workers: sims.map((s, i) => ({ url: s.url, id: `sim-${i}` })) }],
+      pools: [
+        { name: 'demo', model, workers: sims.slice(0, n).map((s, i) => ({ url: s.url, id: `sim-${i}` })) },
+        ...(draft ? [{ name: 'draft', model: draftModel, workers: [{ url: draft.url, id: 'draft-0' }] }] : []),
+      ],
+      ...(draft ? { speculative: { cascades: [{ model, targetPool: 'demo', draftPool: 'draft' }] } } : {}),
       ...(typeof v.policy === 'string' ? { policy: { name: v.policy } } : {}),
       shutdown: { graceMs: 3000 },
       cache: { enabled: cacheOn, store: redis === undefined ? 'memory' : 'redis', ...(redis === undefined ? {} : { redis: { url: redis } }) },
     });
     gateway = createGateway(config, { logger });
+    await installSpeculative(gateway);
     const { url } = await gateway.start();
     const chat = JSON.stringify({ model, messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 64, temperature: 0 });
     const streamBody = JSON.stringify({ model, messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 64, temperature: 0, stream: true });
@@ -108,6 +127,11 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
         `  curl -s ${url}/v1/chat/completions -H 'content-type: application/json' -d '${chat}'\n\n` +
         `  curl -sN ${url}/v1/chat/completions -H 'content-type: application/json' -d '${streamBody}'\n\n` +
         cacheLine +
+        (draft
+          ? `  speculative cascade: ${draftModel} drafts (acceptance ${draftAcceptance}), ${model} verifies; answers carry\n` +
+            `  x-kvgate-speculative: cascade (a repeated temperature-0 request may come from the cache first);\n` +
+            `  rounds, acceptance and tokens by source: kvgate_spec_* in the metrics\n\n`
+          : '') +
         `  workers: ${url}/admin/workers   metrics: ${url}/metrics\n\n` +
         `Ctrl-C to stop.\n\n`,
     );

@@ -5,6 +5,7 @@ import { parseArgs } from 'node:util';
 import { ConfigError, DEFAULT_POLICY_NAME, loadConfigFile, type GatewayConfig } from '../config.js';
 import { policyNames } from '../scheduler/registry.js';
 import { createGateway } from '../gateway/gateway.js';
+import { installSpeculative } from '../speculative/install.js';
 
 export const help = `Usage: kvgate serve --config FILE [options]
 
@@ -24,6 +25,11 @@ Options:
   -h, --help          this text
 
 Routing policies (policy.name): ${policyNames().join(', ')}; default ${DEFAULT_POLICY_NAME}.
+
+Speculative cascades (speculative.cascades: a draft pool verified by a target pool) are checked
+against their workers before the gateway listens: a pool whose workers cannot return what
+verification needs (prompt_logprobs, token-id logprobs, a shared tokenizer) stops the start with
+a message naming the missing capability (exit code 2).
 
 Exit codes: 0 after a clean shutdown (SIGINT/SIGTERM), 2 for bad flags or an invalid config,
 1 if the gateway cannot start (e.g. the port is taken).
@@ -110,6 +116,17 @@ export async function run(argv: string[]): Promise<number> {
   try {
     gateway = createGateway(config);
   } catch (e) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`kvgate serve: ${values.config}: ${e.message}\n`);
+      return 2;
+    }
+    throw e;
+  }
+  try {
+    // Speculative cascades (speculative.cascades) are checked against their workers first.
+    await installSpeculative(gateway);
+  } catch (e) {
+    await gateway.close();
     if (e instanceof ConfigError) {
       process.stderr.write(`kvgate serve: ${values.config}: ${e.message}\n`);
       return 2;

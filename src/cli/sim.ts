@@ -32,6 +32,19 @@ Options:
   --kv-topic TOPIC       topic of KV-event messages (default empty)
   --hash-seed N          block-hash seed (default: random per process, like vLLM)
   --legacy-metrics       emit pre-0.9 metric names (vllm:gpu_cache_usage_perc, ...)
+  --draft-of NAME        serve a draft model of the target model NAME (for kvgate's speculative
+                         cascade): it predicts like NAME in part of its contexts
+  --draft-acceptance A   with --draft-of: make speculative sampling at temperature 1 accept a share
+                         A of the draft's tokens (0.12 to 0.93); A1:A2@S switches from A1 to A2
+                         after S simulated seconds
+  --draft-fidelity F     with --draft-of: share of contexts in which the draft agrees with its
+                         target (about the greedy acceptance rate); default 0.75
+  --spec-k K             speculate inside the engine (vLLM's --speculative-config): K draft
+                         tokens per step; exports vllm:spec_decode_* counters
+  --spec-draft-model NAME
+                         with --spec-k: the draft model's profile (default llama-3.1-8b)
+  --spec-acceptance A    with --spec-k: each draft token accepted with probability A (default
+                         0.7); A1:A2@S switches from A1 to A2 after S simulated seconds
   -h, --help             show this help
 
 Prints the worker's URL, then serves until interrupted.
@@ -58,6 +71,35 @@ function num(name: string, v: string | undefined, ok: (n: number) => boolean, wh
   const n = Number(v);
   if (!Number.isFinite(n) || !ok(n)) throw new UsageError(`--${name} must be ${what}, got '${v}'`);
   return n;
+}
+
+/** 'A' or 'A1:A2@SECONDS' (a shift after SECONDS of simulated time). */
+function parseAcceptance(v: string): number | ((nowMs: number) => number) {
+  const ok = (x: number) => Number.isFinite(x) && x >= 0 && x <= 1;
+  const m = /^([0-9.]+):([0-9.]+)@([0-9.]+)$/.exec(v);
+  if (m) {
+    const [a1, a2, s] = [Number(m[1]), Number(m[2]), Number(m[3])];
+    if (!ok(a1) || !ok(a2) || !(s >= 0)) throw new UsageError(`--spec-acceptance must be A or A1:A2@SECONDS with A in [0, 1], got '${v}'`);
+    return (nowMs) => (nowMs < s * 1000 ? a1 : a2);
+  }
+  const a = Number(v);
+  if (!ok(a)) throw new UsageError(`--spec-acceptance must be A or A1:A2@SECONDS with A in [0, 1], got '${v}'`);
+  return a;
+}
+
+/** 'A' or 'A1:A2@SECONDS' for a draft model's acceptance. */
+function parseDraftAcceptance(v: string): number | { before: number; after: number; atMs: number } {
+  const ok = (x: number) => Number.isFinite(x) && x > 0 && x < 1;
+  const m = /^([0-9.]+):([0-9.]+)@([0-9.]+)$/.exec(v);
+  const bad = () => new UsageError(`--draft-acceptance must be A or A1:A2@SECONDS with A in (0, 1), got '${v}'`);
+  if (m) {
+    const [before, after, s] = [Number(m[1]), Number(m[2]), Number(m[3])];
+    if (!ok(before) || !ok(after) || !(s >= 0)) throw bad();
+    return { before, after, atMs: s * 1000 };
+  }
+  const a = Number(v);
+  if (!ok(a)) throw bad();
+  return a;
 }
 
 /** Turn command-line arguments into worker options; throws UsageError on bad input. */
@@ -88,6 +130,12 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
         'kv-topic': { type: 'string' },
         'hash-seed': { type: 'string' },
         'legacy-metrics': { type: 'boolean' },
+        'draft-of': { type: 'string' },
+        'draft-acceptance': { type: 'string' },
+        'draft-fidelity': { type: 'string' },
+        'spec-k': { type: 'string' },
+        'spec-draft-model': { type: 'string' },
+        'spec-acceptance': { type: 'string' },
       },
     }));
   } catch (e) {
@@ -113,7 +161,21 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
     enablePrefixCaching: values['no-prefix-caching'] ? false : undefined,
     hashSeed: int('hash-seed', values['hash-seed'], 0),
     legacyMetricNames: values['legacy-metrics'] === true,
+    draftOf: values['draft-of'],
+    draftAcceptance: values['draft-acceptance'] === undefined ? undefined : parseDraftAcceptance(values['draft-acceptance']),
+    draftFidelity: num('draft-fidelity', values['draft-fidelity'], (n) => n >= 0 && n <= 1, 'in [0, 1]'),
   };
+  const specK = int('spec-k', values['spec-k'], 1);
+  if (specK === undefined && (values['spec-draft-model'] !== undefined || values['spec-acceptance'] !== undefined)) {
+    throw new UsageError('--spec-draft-model and --spec-acceptance need --spec-k');
+  }
+  if (specK !== undefined) {
+    opts.speculative = { k: specK, draftModel: values['spec-draft-model'] ?? 'llama-3.1-8b', acceptance: parseAcceptance(values['spec-acceptance'] ?? '0.7') };
+  }
+  if (opts.draftAcceptance !== undefined && opts.draftFidelity !== undefined) throw new UsageError('give --draft-acceptance or --draft-fidelity, not both');
+  if ((opts.draftAcceptance !== undefined || opts.draftFidelity !== undefined) && opts.draftOf === undefined) {
+    throw new UsageError('--draft-acceptance and --draft-fidelity need --draft-of');
+  }
   const kvPort = int('kv-events-port', values['kv-events-port'], 0);
   const replayPort = int('kv-replay-port', values['kv-replay-port'], 0);
   if (replayPort !== undefined && kvPort === undefined) throw new UsageError('--kv-replay-port needs --kv-events-port');

@@ -29,9 +29,11 @@ import type {
   EngineConfig,
   EngineModel,
   EngineRequest,
+  EngineSpeculation,
   EngineStats,
   FinishReason,
   FinishedOutput,
+  SpecDecodeStats,
   StepResult,
   StepShape,
   TokenContext,
@@ -55,6 +57,8 @@ interface Seq {
   /** EOS id that stops this request, -1 for none. */
   readonly stopToken: number;
   readonly priority: number;
+  /** Never look the prompt up in the prefix cache (its blocks are still cached for others). */
+  readonly skipPrefixCache: boolean;
   /** Admission order; ties on priority go to the earlier arrival. */
   readonly arrival: number;
   readonly output: number[];
@@ -161,6 +165,8 @@ export class Engine implements EngineModel {
     generationTokens: 0,
     finished: { stop: 0, length: 0, abort: 0 } as Record<FinishReason, number>,
   };
+  private readonly spec: EngineSpeculation | null;
+  private readonly specStats: SpecDecodeStats | null;
 
   constructor(config: EngineConfig) {
     for (const k of ['maxModelLen', 'maxNumSeqs', 'maxNumBatchedTokens'] as const) {
@@ -173,6 +179,9 @@ export class Engine implements EngineModel {
     this.caching = config.enablePrefixCaching;
     this.emitTokens = config.emitTokens !== false;
     this.scratch = new Int32Array(config.blockSize);
+    this.spec = config.speculative ?? null;
+    if (this.spec && (!Number.isInteger(this.spec.k) || this.spec.k < 1)) throw new Error(`speculative k must be a positive integer, got ${this.spec.k}`);
+    this.specStats = this.spec ? { numDrafts: 0, numDraftTokens: 0, numAcceptedTokens: 0, acceptedPerPos: new Array<number>(this.spec.k).fill(0) } : null;
   }
 
   check(prompt: number, maxTokens: number): AdmissionError | null {
@@ -218,6 +227,7 @@ export class Engine implements EngineModel {
       sampler: req.sampler,
       stopToken: req.ignoreEos || req.eosTokenId === undefined ? -1 : req.eosTokenId,
       priority: req.priority ?? 0,
+      skipPrefixCache: req.skipPrefixCache === true,
       arrival: this.arrivals++,
       output,
       ctx: { prompt: req.prompt, output },
@@ -272,7 +282,9 @@ export class Engine implements EngineModel {
       const numTokens = s.promptLen + s.output.length;
       const n = Math.min(numTokens - s.numComputed, budget);
       if (n <= 0) continue;
-      const need = Math.ceil((s.numComputed + n) / bs) - s.blocks.length;
+      // A speculating decode also holds slots for its k draft tokens (vLLM's lookahead slots).
+      const lookahead = this.spec && n === 1 && s.output.length > 0 && s.numComputed === numTokens - 1 ? Math.min(this.spec.k, s.maxTokens - s.output.length) : 0;
+      const need = Math.ceil((s.numComputed + n + lookahead) / bs) - s.blocks.length;
       let ok = true;
       while (need > bm.numFree) {
         const victim = this.pickVictim();
@@ -329,7 +341,7 @@ export class Engine implements EngineModel {
         const hits = this.hitScratch;
         hits.length = 0;
         let hitFree = 0;
-        if (this.caching) {
+        if (this.caching && !s.skipPrefixCache) {
           const maxBlocks = Math.floor((numTokens - 1) / bs);
           for (let b = 0; b < maxBlocks; b++) {
             const blk = bm.lookup(this.hashAt(s, b));
@@ -361,7 +373,7 @@ export class Engine implements EngineModel {
           s.started = true;
           s.cachedPromptTokens = hitTokens;
           this.counters.promptTokens += s.promptLen;
-          if (this.caching) {
+          if (this.caching && !s.skipPrefixCache) {
             this.counters.prefixQueries += s.promptLen;
             this.counters.prefixHits += hitTokens;
           }
@@ -377,6 +389,8 @@ export class Engine implements EngineModel {
 
     // 3. Execute: advance computed tokens, sample where a sequence is fully computed.
     const shape: StepShape = { prefill: [], decodeSeqs: 0, decodeContextTokens: 0 };
+    const spec = this.spec;
+    const draftShape: StepShape | null = spec ? { prefill: [], decodeSeqs: 0, decodeContextTokens: 0 } : null;
     let prefillTokens = 0;
     let decodeTokens = 0;
     const tokens = this.emitTokens ? ([] as TokenOutput[]) : NO_TOKENS;
@@ -390,7 +404,15 @@ export class Engine implements EngineModel {
       const pendingBefore = this.pendingOf(s);
       const isDecode = n === 1 && s.output.length > 0 && s.numComputed === numTokens - 1;
       s.numComputed += n;
-      if (isDecode) {
+      // Draft tokens this sequence proposes in this step (0 without speculation).
+      const kHere = isDecode && spec ? Math.min(spec.k, s.maxTokens - s.output.length - 1) : 0;
+      if (kHere > 0) {
+        // k draft decode steps, then one target pass over the last token and the k drafts.
+        draftShape!.decodeSeqs++;
+        draftShape!.decodeContextTokens += s.numComputed + kHere;
+        shape.prefill.push({ newTokens: kHere + 1, contextLen: s.numComputed + kHere });
+        decodeTokens++;
+      } else if (isDecode) {
         shape.decodeSeqs++;
         shape.decodeContextTokens += s.numComputed;
         decodeTokens++;
@@ -411,6 +433,8 @@ export class Engine implements EngineModel {
       if (index === 0) firstTokens.push(s.id);
       if (tok === s.stopToken) this.finishRunning(s, 'stop', finished);
       else if (s.output.length >= s.maxTokens) this.finishRunning(s, 'length', finished);
+      else if (kHere > 0) this.speculate(s, kHere, tokens, finished);
+      if (kHere > 0) this.countDraft(kHere);
     }
 
     // Drop finished and preempted requests from the running list, keeping order.
@@ -421,8 +445,10 @@ export class Engine implements EngineModel {
     }
     running.length = w;
 
+    let durationMs = this.config.timeModel.stepMs(shape);
+    if (draftShape && draftShape.decodeSeqs > 0) durationMs += spec!.k * spec!.draftTimeModel.stepMs(draftShape);
     return {
-      durationMs: this.config.timeModel.stepMs(shape),
+      durationMs,
       tokens,
       firstTokens,
       finished,
@@ -434,10 +460,39 @@ export class Engine implements EngineModel {
     };
   }
 
+  /**
+   * The accepted draft tokens of a speculating sequence whose regular token was just sampled:
+   * while each position passes (probability α), one more token from the sampler, its KV computed
+   * in the same pass.
+   */
+  private speculate(s: Seq, k: number, tokens: TokenOutput[], finished: FinishedOutput[]): void {
+    const spec = this.spec!;
+    const alpha = spec.acceptance(s.id);
+    for (let j = 0; j < k; j++) {
+      if (!(spec.rng() < alpha)) return;
+      this.specStats!.numAcceptedTokens++;
+      this.specStats!.acceptedPerPos[j]!++;
+      const tok = s.sampler(s.ctx);
+      s.output.push(tok);
+      s.numComputed++;
+      this.counters.generationTokens++;
+      if (this.emitTokens) tokens.push({ id: s.id, token: tok, index: s.output.length - 1 });
+      if (tok === s.stopToken) return this.finishRunning(s, 'stop', finished);
+      if (s.output.length >= s.maxTokens) return this.finishRunning(s, 'length', finished);
+    }
+  }
+
+  private countDraft(k: number): void {
+    this.specStats!.numDrafts++;
+    this.specStats!.numDraftTokens += k;
+  }
+
   stats(): EngineStats {
     const bm = this.bm;
     const c = this.counters;
+    const sp = this.specStats;
     return {
+      ...(sp ? { specDecode: { ...sp, acceptedPerPos: [...sp.acceptedPerPos] } } : {}),
       running: this.runningSeqs.length,
       waiting: this.numWaiting,
       kvUsage: bm.numUsed / bm.numBlocks,

@@ -194,6 +194,75 @@ export function createSyntheticLm(name: string, opts: SyntheticLmOptions = {}): 
   };
 }
 
+/**
+ * Per-token acceptance of speculative sampling for one context at `temperature`: the probability
+ * that a token drawn from the draft's q survives Leviathan et al.'s test, Σ_x min(p(x), q(x)) over
+ * the temperature-scaled distributions (at temperature 0: 1 if both argmaxes agree, else 0).
+ */
+export function tokenAcceptance(p: Distribution, q: Distribution, temperature: number): number {
+  if (temperature === 0) return p.tokens[0] === q.tokens[0] ? 1 : 0;
+  const pp = scaled(p, temperature);
+  const qq = scaled(q, temperature);
+  let sum = 0;
+  for (const [t, pv] of pp) {
+    const qv = qq.get(t);
+    if (qv !== undefined) sum += Math.min(pv, qv);
+  }
+  return sum;
+}
+
+/** token → probability after temperature scaling. */
+function scaled(d: Distribution, temperature: number): Map<number, number> {
+  const m = new Map<number, number>();
+  let z = 0;
+  for (let i = 0; i < d.tokens.length; i++) z += Math.exp(d.logprobs[i]! / temperature);
+  for (let i = 0; i < d.tokens.length; i++) m.set(d.tokens[i]!, Math.exp(d.logprobs[i]! / temperature) / z);
+  return m;
+}
+
+/**
+ * Mean acceptance of `draft` against `target` along a sampled walk of the target (the contexts a
+ * generation actually visits), `steps` tokens long, at `temperature`.
+ */
+export function measureAcceptance(target: SyntheticLm, draft: SyntheticLm, temperature: number, steps = 4000, seed = 1): number {
+  const rng = seededRng(seed);
+  let a = -1;
+  let b = -1;
+  let sum = 0;
+  for (let i = 0; i < steps; i++) {
+    const p = target.distributionAfter(a, b);
+    sum += tokenAcceptance(p, draft.distributionAfter(a, b), temperature);
+    // Walk on with a sample of the target at temperature 1 (restart after EOS).
+    let r = rng();
+    let next = p.tokens[p.tokens.length - 1]!;
+    for (let k = 0; k < p.tokens.length; k++) {
+      r -= Math.exp(p.logprobs[k]!);
+      if (r < 0) {
+        next = p.tokens[k]!;
+        break;
+      }
+    }
+    if (next === EOS_TOKEN_ID) [a, b] = [-1, -1];
+    else [a, b] = [b, next];
+  }
+  return sum / steps;
+}
+
+/**
+ * The `fidelity` that makes a draft of `target` named `draftName` reach mean acceptance `alpha`
+ * at `temperature` (default 1): acceptance is linear in fidelity (agreeing contexts accept at a1,
+ * the others at a0), so two measurements pin it. Throws if alpha is out of the reachable range.
+ */
+export function fidelityForAcceptance(target: string, draftName: string, alpha: number, temperature = 1): number {
+  const t = createSyntheticLm(target);
+  const a1 = measureAcceptance(t, createSyntheticLm(draftName, { draftOf: target, fidelity: 1 }), temperature);
+  const a0 = measureAcceptance(t, createSyntheticLm(draftName, { draftOf: target, fidelity: 0 }), temperature);
+  if (!(alpha >= a0 - 1e-9 && alpha <= a1 + 1e-9)) {
+    throw new Error(`acceptance ${alpha} is out of reach for a synthetic draft at temperature ${temperature}: it ranges from ${a0.toFixed(3)} to ${a1.toFixed(3)}`);
+  }
+  return Math.min(1, Math.max(0, (alpha - a0) / (a1 - a0)));
+}
+
 export interface SampledLogprob {
   token: number;
   logprob: number;

@@ -31,6 +31,12 @@ export interface EngineRequest {
   ignoreEos?: boolean;
   /** Lower value = more important (vLLM's priority scheduling convention). Default 0. */
   priority?: number;
+  /**
+   * Compute the whole prompt even if a prefix of it is cached. vLLM V1 does this for requests that
+   * ask for prompt logprobs (vllm/v1/core/kv_cache_manager.py, get_computed_blocks): the logprob of
+   * a cached position was never computed. The prompt's blocks are still cached for later requests.
+   */
+  skipPrefixCache?: boolean;
 }
 
 /** One generated token, visible to the client when the step that produced it ends. */
@@ -84,6 +90,8 @@ export interface EngineStats {
   promptTokens: number; // vllm:prompt_tokens
   generationTokens: number; // vllm:generation_tokens
   finished: Record<FinishReason, number>; // vllm:request_success{finished_reason}
+  /** Present when the engine speculates. */
+  specDecode?: SpecDecodeStats;
 }
 
 /** Why the engine refuses a request outright (vLLM answers these with HTTP 400). */
@@ -112,6 +120,36 @@ export interface EngineConfig {
    */
   emitTokens?: boolean;
   timeModel: TimeModel;
+  /** In-engine speculative decoding (vLLM's --speculative-config with a draft model); off when absent. */
+  speculative?: EngineSpeculation;
+}
+
+/**
+ * In-engine speculative decoding. Each decoding sequence's step becomes k draft-model decode
+ * steps plus one target forward pass over k + 1 tokens (priced like a prefill chunk of k + 1
+ * tokens by the target's time model), and yields 1 + A tokens, A the accepted draft tokens: each
+ * position accepted with probability α while the ones before were. Output tokens still come from
+ * the request's sampler, one call per token, so what is generated is what plain decoding would
+ * generate — speculation is lossless; only the step count, step time and counters change.
+ */
+export interface EngineSpeculation {
+  /** Draft tokens per step (vLLM's num_speculative_tokens). */
+  k: number;
+  /** α for a sequence at this moment (fixed, per request, or shifting over time). */
+  acceptance: (requestId: string) => number;
+  /** Prices the draft model's decode steps on the same GPUs. */
+  draftTimeModel: TimeModel;
+  /** Uniform draws in [0, 1) for the acceptance of draft tokens. */
+  rng: () => number;
+}
+
+/** vLLM's spec-decode counters (vllm/v1/spec_decode/metrics.py). */
+export interface SpecDecodeStats {
+  numDrafts: number; // vllm:spec_decode_num_drafts
+  numDraftTokens: number; // vllm:spec_decode_num_draft_tokens
+  numAcceptedTokens: number; // vllm:spec_decode_num_accepted_tokens
+  /** Accepted tokens by position (vllm:spec_decode_num_accepted_tokens_per_pos{position}). */
+  acceptedPerPos: number[];
 }
 
 /** Shape of one engine step, as the time model prices it. */

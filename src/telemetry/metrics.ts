@@ -144,5 +144,16 @@ export class GatewayMetrics {
     perWorker('kvgate_worker_running_requests', 'Running requests from the last scrape', (w) => w.snapshot?.running ?? null);
     perWorker('kvgate_worker_waiting_requests', 'Waiting requests from the last scrape', (w) => w.snapshot?.waiting ?? null);
     perWorker('kvgate_worker_inflight_requests', 'Requests the gateway has in flight at the worker', (w) => w.inflightCount);
+    // Workers that speculate inside the engine (vLLM --speculative-config) export spec-decode
+    // counters; vLLM's definitions: acceptance = accepted/draft tokens, mean acceptance length =
+    // 1 + accepted/drafts (the bonus token included). Cumulative since the worker started.
+    perWorker('kvgate_worker_spec_acceptance_rate', 'Draft tokens accepted / proposed by the worker’s in-engine speculative decoding', (w) => {
+      const s = w.snapshot;
+      return s?.specDraftTokens ? (s.specAcceptedTokens ?? 0) / s.specDraftTokens : null;
+    });
+    perWorker('kvgate_worker_spec_mean_acceptance_length', 'Tokens per speculative step of the worker: 1 + accepted / drafts', (w) => {
+      const s = w.snapshot;
+      return s?.specDrafts ? 1 + (s.specAcceptedTokens ?? 0) / s.specDrafts : null;
+    });
   }
 }

@@ -83,3 +83,20 @@ test('the kvgate binary handles SIGTERM with exit code 0', async () => {
     if (child.exitCode === null) child.kill('SIGKILL');
   }
 });
+
+test('speculation flags: a draft model tuned to an acceptance rate, and in-engine speculation with a shifting acceptance', () => {
+  const d = parseSimArgs(['--model', 'llama-3.1-8b', '--draft-of', 'llama-3.1-70b', '--draft-acceptance', '0.7']);
+  assert.equal(d.draftOf, 'llama-3.1-70b');
+  assert.equal(d.draftAcceptance, 0.7);
+  assert.deepEqual(parseSimArgs(['--draft-of', 'llama-3.1-70b', '--draft-acceptance', '0.8:0.3@30']).draftAcceptance, { before: 0.8, after: 0.3, atMs: 30_000 });
+  const s = parseSimArgs(['--model', 'llama-3.1-70b', '--tp', '4', '--spec-k', '4', '--spec-acceptance', '0.8:0.3@60']);
+  assert.equal(s.speculative?.k, 4);
+  assert.equal(s.speculative?.draftModel, 'llama-3.1-8b');
+  const acc = s.speculative!.acceptance as (ms: number) => number;
+  assert.equal(acc(59_000), 0.8);
+  assert.equal(acc(61_000), 0.3);
+  assert.equal(parseSimArgs(['--spec-k', '2']).speculative?.acceptance, 0.7);
+  for (const bad of [['--spec-acceptance', '0.5'], ['--spec-k', '2', '--spec-acceptance', '1.5'], ['--draft-acceptance', '0.5'], ['--draft-of', 'x', '--draft-acceptance', '0.5', '--draft-fidelity', '0.5']]) {
+    assert.throws(() => parseSimArgs(bad), /--/, bad.join(' '));
+  }
+});

@@ -10,7 +10,7 @@ import type { ServerResponse } from 'node:http';
 import type { SampledLogprob } from '../../engine/synthetic-lm.js';
 import type { FinishReason, FinishedOutput } from '../../engine/types.js';
 import type { Generation } from './generation.js';
-import { chatLogprobs, completionLogprobs } from './logprobs.js';
+import { chatLogprobs, completionLogprobs, type PromptLogprobEntry } from './logprobs.js';
 import { SSE_DONE, sendJson, sendJsonError, sseData, unavailable, usage } from './openai-protocol.js';
 import type { GenParams, SeqSpec } from './request-spec.js';
 
@@ -31,6 +31,8 @@ export interface ExchangeHost {
   clientGone(ex: Exchange): void;
   /** The synthetic LM's logprobs of the prompt tokens (for echo with logprobs). */
   promptLogprobs(promptIds: readonly number[], top: number): Array<SampledLogprob | null>;
+  /** The same in the shape of vLLM's `prompt_logprobs` field. */
+  vllmPromptLogprobs(promptIds: readonly number[], top: number): Array<PromptLogprobEntry | null>;
   /** Simulated time (ms). */
   now(): number;
 }
@@ -49,6 +51,8 @@ export interface SeqRun {
   lastTokenMs: number;
   /** First streamed chunk not yet sent (chat: role chunk; completion: echo). */
   first: boolean;
+  /** prompt_token_ids already streamed (return_token_ids). */
+  sentPromptIds?: boolean;
 }
 
 /** An HTTP request in flight: its sequences and how their outputs are written. */
@@ -158,18 +162,23 @@ export class Exchange {
     } else if (p.logprobs !== null) {
       logprobs = this.completionLogprobs(seq, delta.firstToken, delta.numTokens, false);
     }
-    if (text === '' && !finished && logprobs === null) return;
-    this.write(
-      this.chunk([
-        {
-          index: seq.index,
-          text,
-          logprobs,
-          finish_reason: finished ? gen.finishReason : null,
-          stop_reason: finished ? gen.stopReason : null,
-        },
-      ]),
-    );
+    if (text === '' && !finished && logprobs === null && !(p.returnTokenIds && delta.numTokens > 0)) return;
+    const choice: Record<string, unknown> = {
+      index: seq.index,
+      text,
+      logprobs,
+      finish_reason: finished ? gen.finishReason : null,
+      stop_reason: finished ? gen.stopReason : null,
+    };
+    if (p.returnTokenIds) {
+      // vLLM: prompt_token_ids in a sequence's first chunk only, token_ids = this chunk's tokens.
+      if (!seq.sentPromptIds) {
+        seq.sentPromptIds = true;
+        choice.prompt_token_ids = seq.spec.promptIds;
+      }
+      choice.token_ids = gen.tokens.slice(delta.firstToken, delta.firstToken + delta.numTokens);
+    }
+    this.write(this.chunk([choice]));
   }
 
   private chunk(choices: unknown[]): Record<string, unknown> {
@@ -242,7 +251,8 @@ export class Exchange {
         logprobs: p.logprobs === null ? null : this.completionLogprobs(s, 0, s.gen.tokens.length, p.echo),
         finish_reason: s.gen.finishReason,
         stop_reason: s.gen.stopReason,
-        prompt_logprobs: null,
+        prompt_logprobs: p.promptLogprobs === null ? null : this.host.vllmPromptLogprobs(s.spec.promptIds, p.promptLogprobs),
+        ...(p.returnTokenIds ? { prompt_token_ids: s.spec.promptIds, token_ids: s.gen.tokens } : {}),
       })),
       usage: this.usage(),
     };
@@ -256,7 +266,7 @@ export class Exchange {
     const prompt = withPrompt ? { ids, logprobs: this.host.promptLogprobs(ids, this.params.logprobs ?? 0) } : null;
     // Offsets count from the start of the returned text, which begins with the prompt when echoed.
     const textBase = withPrompt || this.params.echo ? seq.spec.promptText.length : 0;
-    return completionLogprobs(seq.gen, from, count, prompt, textBase);
+    return completionLogprobs(seq.gen, from, count, prompt, textBase, this.params.tokensAsIds);
   }
 
   // ---- endings ----

@@ -14,13 +14,13 @@ export function chatLogprobs(gen: Generation, from: number, count: number): unkn
   for (let i = from; i < from + count; i++) {
     const lp = gen.logprobAt(i);
     if (!lp) continue;
-    const token = pieceOf(lp.token);
+    const token = textPiece(lp.token);
     out.push({
       token,
       logprob: clampLogprob(lp.logprob),
       bytes: [...Buffer.from(token, 'utf8')],
       top_logprobs: lp.top.map((t) => {
-        const s = pieceOf(t.token);
+        const s = textPiece(t.token);
         return { token: s, logprob: clampLogprob(t.logprob), bytes: [...Buffer.from(s, 'utf8')] };
       }),
     });
@@ -40,7 +40,16 @@ export interface PromptLogprobs {
  * prompt's tokens when `prompt` is given. `textBase` is where the output starts in the returned
  * text (the prompt's length when it is echoed, else 0): `text_offset` counts from there.
  */
-export function completionLogprobs(gen: Generation, from: number, count: number, prompt: PromptLogprobs | null, textBase: number): unknown {
+export function completionLogprobs(
+  gen: Generation,
+  from: number,
+  count: number,
+  prompt: PromptLogprobs | null,
+  textBase: number,
+  tokensAsIds = false,
+): unknown {
+  const pieceOf = tokensAsIds ? idName : textPiece;
+  const topDict = (lp: SampledLogprob) => topDictOf(lp, pieceOf);
   const tokens: string[] = [];
   const tokenLogprobs: Array<number | null> = [];
   const topLogprobs: Array<Record<string, number> | null> = [];
@@ -70,6 +79,33 @@ export function completionLogprobs(gen: Generation, from: number, count: number,
   return { text_offset: textOffset, token_logprobs: tokenLogprobs, tokens, top_logprobs: topLogprobs };
 }
 
+/** One position of vLLM's `prompt_logprobs`: token id → its logprob, rank (1 = most likely) and text. */
+export type PromptLogprobEntry = Record<string, { logprob: number; rank: number; decoded_token: string }>;
+
+/**
+ * vLLM's `prompt_logprobs` of a completion choice: null for the first prompt token, then for each
+ * position a dict holding the prompt token itself and the `top` most likely tokens there, keyed
+ * by token id. A prompt token outside the synthetic model's candidates is ranked just after them.
+ */
+export function vllmPromptLogprobs(lm: SyntheticLm, ids: readonly number[], top: number): Array<PromptLogprobEntry | null> {
+  const out: Array<PromptLogprobEntry | null> = [null];
+  for (let i = 1; i < ids.length; i++) {
+    const d = lm.distribution(ids, i);
+    const t = ids[i]!;
+    const entry: PromptLogprobEntry = {};
+    let found = false;
+    for (let k = 0; k < d.tokens.length; k++) {
+      const id = d.tokens[k]!;
+      if (id !== t && k >= top) continue;
+      entry[id] = { logprob: clampLogprob(d.logprobs[k]!), rank: k + 1, decoded_token: textPiece(id) };
+      if (id === t) found = true;
+    }
+    if (!found) entry[t] = { logprob: OUTSIDE_TOP_K_LOGPROB, rank: d.tokens.length + 1, decoded_token: textPiece(t) };
+    out.push(entry);
+  }
+  return out;
+}
+
 /** The synthetic LM's log-probability of each prompt token given what precedes it (null for the first). */
 export function promptLogprobs(lm: SyntheticLm, ids: readonly number[], top: number): Array<SampledLogprob | null> {
   const out: Array<SampledLogprob | null> = [null];
@@ -96,9 +132,15 @@ export function promptLogprobs(lm: SyntheticLm, ids: readonly number[], top: num
  */
 const OUTSIDE_TOP_K_LOGPROB = -20;
 
-function pieceOf(id: number): string {
+function textPiece(id: number): string {
   return estimateTokenizer.idToPiece(id);
 }
+
+/** vLLM's `return_tokens_as_token_ids` spelling of a token. */
+function idName(id: number): string {
+  return `token_id:${id}`;
+}
+
 
 /** vLLM clamps -inf to -9999.0 so the JSON stays valid. */
 function clampLogprob(x: number): number {
@@ -106,9 +148,9 @@ function clampLogprob(x: number): number {
 }
 
 /** {token: logprob} of the alternatives plus the sampled token, as vLLM's legacy format has it. */
-function topDict(lp: SampledLogprob): Record<string, number> {
+function topDictOf(lp: SampledLogprob, name: (id: number) => string): Record<string, number> {
   const d: Record<string, number> = {};
-  for (const t of lp.top) d[pieceOf(t.token)] = clampLogprob(t.logprob);
-  d[pieceOf(lp.token)] = clampLogprob(lp.logprob);
+  for (const t of lp.top) d[name(t.token)] = clampLogprob(t.logprob);
+  d[name(lp.token)] = clampLogprob(lp.logprob);
   return d;
 }

@@ -55,6 +55,12 @@ export const completionSchema = z.looseObject({
   echo: z.boolean().nullable().optional(),
   logprobs: z.int().min(0).nullable().optional(),
   suffix: z.string().nullable().optional(),
+  /** Log-probabilities of each prompt token and its top alternatives; -1 = all (vLLM extra parameter). */
+  prompt_logprobs: z.int().min(-1).nullable().optional(),
+  /** Logprob tokens written as 'token_id:{id}' instead of their text (vLLM extra parameter). */
+  return_tokens_as_token_ids: z.boolean().nullable().optional(),
+  /** Add `token_ids` (and `prompt_token_ids`) to each choice (vLLM extra parameter). */
+  return_token_ids: z.boolean().nullable().optional(),
 });
 
 export const chatMessageSchema = z.looseObject({

@@ -26,6 +26,12 @@ export interface GenParams {
   echo: boolean;
   /** Top alternatives per token, or null when logprobs were not requested. */
   logprobs: number | null;
+  /** Top alternatives per prompt token (completions' prompt_logprobs), or null. */
+  promptLogprobs: number | null;
+  /** Name logprob tokens 'token_id:{id}' (return_tokens_as_token_ids). */
+  tokensAsIds: boolean;
+  /** Add token_ids / prompt_token_ids to choices (return_token_ids). */
+  returnTokenIds: boolean;
   seed: number | undefined;
   temperature: number;
   topP: number;
@@ -61,13 +67,32 @@ export function completionSpec(body: CompletionBody, served: ServedModel): Reque
   }
   const maxTokens = body.max_tokens ?? 16;
   if (maxTokens < 1) throw badRequest(`max_tokens must be at least 1, got ${maxTokens}.`, 'max_tokens');
+  // vLLM's CompletionRequest.check_logprobs and the engine's max_logprobs check.
+  let promptLogprobs = body.prompt_logprobs ?? null;
+  if (promptLogprobs !== null) {
+    if (body.stream === true) throw badRequest('`prompt_logprobs` are not available when `stream=True`.', 'prompt_logprobs');
+    if (promptLogprobs === -1) promptLogprobs = MAX_LOGPROBS;
+    else if (promptLogprobs > MAX_LOGPROBS) {
+      throw badRequest(`Requested prompt logprobs of ${promptLogprobs}, which is greater than max allowed: ${MAX_LOGPROBS}`, 'prompt_logprobs');
+    }
+  }
   const p = body.prompt;
   const prompts: Array<string | number[]> =
     typeof p === 'string' ? [p] : p.length > 0 && typeof p[0] === 'number' ? [p as number[]] : (p as Array<string | number[]>);
   const seqs = prompts.flatMap((x) =>
     samples(body.n, typeof x === 'string' ? estimateTokenizer.encode(x) : x, typeof x === 'string' ? x : estimateTokenizer.decode(x), maxTokens),
   );
-  return { params: { ...common, echo: body.echo === true, logprobs }, seqs };
+  return {
+    params: {
+      ...common,
+      echo: body.echo === true,
+      logprobs,
+      promptLogprobs,
+      tokensAsIds: body.return_tokens_as_token_ids === true,
+      returnTokenIds: body.return_token_ids === true,
+    },
+    seqs,
+  };
 }
 
 export function chatSpec(body: ChatBody, served: ServedModel): RequestSpec {
@@ -87,7 +112,14 @@ export function chatSpec(body: ChatBody, served: ServedModel): RequestSpec {
   const room = served.maxModelLen - promptIds.length;
   const maxTokens = requested ?? Math.max(1, Math.min(room, served.defaultMaxChatTokens));
   return {
-    params: { ...common, echo: false, logprobs: body.logprobs === true ? (top ?? 0) : null },
+    params: {
+      ...common,
+      echo: false,
+      logprobs: body.logprobs === true ? (top ?? 0) : null,
+      promptLogprobs: null,
+      tokensAsIds: false,
+      returnTokenIds: false,
+    },
     seqs: samples(body.n, promptIds, text, maxTokens),
   };
 }
@@ -103,7 +135,9 @@ export function sampleSeed(seed: number | undefined, spec: SeqSpec): number | un
   return seedFromString(`${base}/${spec.sample}`);
 }
 
-function commonParams(body: CompletionBody | ChatBody, kind: 'completion' | 'chat', served: ServedModel): Omit<GenParams, 'echo' | 'logprobs'> {
+type OwnParams = 'echo' | 'logprobs' | 'promptLogprobs' | 'tokensAsIds' | 'returnTokenIds';
+
+function commonParams(body: CompletionBody | ChatBody, kind: 'completion' | 'chat', served: ServedModel): Omit<GenParams, OwnParams> {
   checkModel(body.model, served.model);
   if ((body.n ?? 1) > MAX_N) throw badRequest(`n must be at most ${MAX_N}, got ${body.n}.`, 'n');
   if (body.min_tokens !== undefined && body.min_tokens > 0) {

@@ -21,16 +21,17 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { readBody } from '../../api/body.js';
 import { Engine } from '../../engine/engine.js';
-import { buildEngineConfig } from '../../engine/profiles.js';
-import { createSampler, createSyntheticLm, type SampledLogprob, type SyntheticLm } from '../../engine/synthetic-lm.js';
+import { buildEngineConfig, type WeightDtype } from '../../engine/profiles.js';
+import { createSampler, createSyntheticLm, fidelityForAcceptance, type SampledLogprob, type SyntheticLm } from '../../engine/synthetic-lm.js';
 import type { EngineConfig, EngineModel, FinishReason } from '../../engine/types.js';
 import type { KvEvent } from '../../kv/events.js';
 import { EOS_TOKEN_ID, estimateTokenizer, renderChat } from '../../tokenizer/index.js';
+import { seededRng } from '../../util/rng.js';
 import { EngineDriver } from './engine-driver.js';
 import { Exchange, type ExchangeHost, type SeqRun } from './exchange.js';
 import { Generation } from './generation.js';
 import { KvEventPublisher } from './kv-event-publisher.js';
-import { promptLogprobs } from './logprobs.js';
+import { promptLogprobs, vllmPromptLogprobs, type PromptLogprobEntry } from './logprobs.js';
 import {
   SimError,
   badRequest,
@@ -65,6 +66,8 @@ export interface SimWorkerOptions {
   /** GPU profile: h100 (default), a100, a10g. */
   gpu?: string;
   tp?: number;
+  /** Weight dtype of the engine profile: bf16 (default), fp8, int4. */
+  weightDtype?: WeightDtype;
   /** Time compression: 10 → steps take a tenth of their modelled time. Default 1. */
   speed?: number;
   /** Overrides the number of KV blocks computed from GPU memory. */
@@ -86,9 +89,23 @@ export interface SimWorkerOptions {
    * this many tokens (greedy sampling of the synthetic model may never emit EOS). Default 1024.
    */
   defaultMaxChatTokens?: number;
-  /** Make the synthetic LM a draft model of another (speculative-decoding experiments). */
+  /**
+   * Make the synthetic LM a draft model of another (the served name of the target): it predicts
+   * like the target in a fraction `draftFidelity` of contexts, or — given `draftAcceptance` instead
+   * — in whatever fraction makes speculative sampling at temperature 1 accept that share of its
+   * tokens (src/engine/synthetic-lm.ts, fidelityForAcceptance).
+   */
   draftOf?: string;
   draftFidelity?: number;
+  /** A number, or a shift: `{ before, after, atMs }` switches acceptance at simulated time atMs. */
+  draftAcceptance?: number | { before: number; after: number; atMs: number };
+  /**
+   * Speculative decoding inside the engine (vLLM's --speculative-config with a draft model): k
+   * draft tokens per step from the `draftModel` profile on the same GPUs, each accepted with
+   * probability `acceptance` — a number, or a function of the simulated time in ms (a shifting
+   * acceptance). Exports vLLM's spec-decode counters.
+   */
+  speculative?: { k: number; draftModel: string; acceptance: number | ((nowMs: number) => number); seed?: number };
   logger?: SimLogger;
 }
 
@@ -112,6 +129,8 @@ export interface SimWorker {
   kvEventsEndpoint?: string;
   kvReplayEndpoint?: string;
   stats(): SimWorkerStats;
+  /** The worker's simulated time (ms since it started). */
+  now(): number;
   /** Ends in-flight responses (streams get an error event, others a 503), frees the ports. */
   close(): Promise<void>;
 }
@@ -124,6 +143,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
     gpu: opts.gpu ?? 'h100',
     model: opts.profile ?? model,
     tp: opts.tp,
+    weightDtype: opts.weightDtype,
     gpuMemoryUtilization: opts.gpuMemoryUtilization,
     blockSize: opts.blockSize,
     maxNumSeqs: opts.maxNumSeqs,
@@ -134,10 +154,35 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
     emitTokens: true,
     maxModelLen: opts.maxModelLen,
   });
-  const config: EngineConfig = opts.numGpuBlocks !== undefined ? { ...built, numGpuBlocks: opts.numGpuBlocks } : built;
+  let config: EngineConfig = opts.numGpuBlocks !== undefined ? { ...built, numGpuBlocks: opts.numGpuBlocks } : built;
+  // The engine's clock for a shifting acceptance: set once the driver exists.
+  let simNow: () => number = () => 0;
+  if (opts.speculative) {
+    const sp = opts.speculative;
+    const draftTimeModel = buildEngineConfig({ gpu: opts.gpu ?? 'h100', model: sp.draftModel, tp: opts.tp, maxModelLen: undefined }).timeModel;
+    const acc = sp.acceptance;
+    if (typeof acc === 'number' && !(acc >= 0 && acc <= 1)) throw new Error(`speculative acceptance must be in [0, 1], got ${acc}`);
+    config = {
+      ...config,
+      speculative: { k: sp.k, draftTimeModel, acceptance: typeof acc === 'number' ? () => acc : () => acc(simNow()), rng: seededRng(sp.seed ?? 1) },
+    };
+  }
   const engine = new Engine(config);
   // A draft LM agrees with its target where it should; either way it is named by the served model.
-  const lm = createSyntheticLm(model, opts.draftOf !== undefined ? { draftOf: opts.draftOf, fidelity: opts.draftFidelity } : {});
+  if (opts.draftFidelity !== undefined && opts.draftAcceptance !== undefined) throw new Error('give draftFidelity or draftAcceptance, not both');
+  if ((opts.draftFidelity !== undefined || opts.draftAcceptance !== undefined) && opts.draftOf === undefined) {
+    throw new Error('draftFidelity and draftAcceptance need draftOf (the target model)');
+  }
+  const da = opts.draftAcceptance;
+  const fidelity =
+    typeof da === 'number' && opts.draftOf !== undefined ? fidelityForAcceptance(opts.draftOf, model, da) : opts.draftFidelity;
+  let lm: SyntheticLm | ((nowMs: number) => SyntheticLm) = createSyntheticLm(model, opts.draftOf !== undefined ? { draftOf: opts.draftOf, fidelity } : {});
+  if (typeof da === 'object' && opts.draftOf !== undefined) {
+    // A draft whose acceptance shifts: one synthetic draft before the moment, another after it.
+    const before = createSyntheticLm(model, { draftOf: opts.draftOf, fidelity: fidelityForAcceptance(opts.draftOf, model, da.before) });
+    const after = createSyntheticLm(model, { draftOf: opts.draftOf, fidelity: fidelityForAcceptance(opts.draftOf, model, da.after) });
+    lm = (nowMs) => (nowMs < da.atMs ? before : after);
+  }
   const sim = new SimWorkerServer({
     model,
     engine,
@@ -148,6 +193,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
     defaultMaxChatTokens: opts.defaultMaxChatTokens ?? 1024,
   });
 
+  simNow = () => sim.driver.now();
   let publisher: KvEventPublisher | null = null;
   let kvEndpoints: { endpoint: string; replayEndpoint?: string } | null = null;
   if (opts.kvEvents) {
@@ -198,6 +244,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
     engine,
     speed: sim.driver.speed,
     stats: () => sim.stats(),
+    now: () => sim.driver.now(),
     close() {
       closing ??= (async () => {
         sim.shutdown();
@@ -222,7 +269,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
 interface ServerParts {
   model: string;
   engine: EngineModel;
-  lm: SyntheticLm;
+  lm: SyntheticLm | ((nowMs: number) => SyntheticLm);
   speed: number;
   legacyMetricNames: boolean;
   gpuMemoryUtilization: number;
@@ -236,7 +283,8 @@ class SimWorkerServer implements ExchangeHost {
   readonly driver: EngineDriver;
   readonly metrics: VllmMetrics;
   kvPublisher: KvEventPublisher | null = null;
-  private readonly lm: SyntheticLm;
+  /** The synthetic LM in force at a simulated time (a shifting draft changes it). */
+  private readonly lmAt: (nowMs: number) => SyntheticLm;
   private readonly served: ServedModel;
   private readonly exchanges = new Set<Exchange>();
   private requests = 0;
@@ -246,7 +294,7 @@ class SimWorkerServer implements ExchangeHost {
   constructor(p: ServerParts) {
     this.model = p.model;
     this.engine = p.engine;
-    this.lm = p.lm;
+    this.lmAt = typeof p.lm === 'function' ? p.lm : () => p.lm as SyntheticLm;
     this.served = { model: p.model, maxModelLen: p.engine.config.maxModelLen, defaultMaxChatTokens: p.defaultMaxChatTokens };
     this.metrics = new VllmMetrics(p.engine, {
       modelName: p.model,
@@ -432,7 +480,7 @@ class SimWorkerServer implements ExchangeHost {
   // ---- ExchangeHost: called by exchanges ----
 
   submit(ex: Exchange, seq: SeqRun, params: GenParams): void {
-    const recorder = createSampler(this.lm, {
+    const recorder = createSampler(this.lmAt(this.driver.now()), {
       seed: sampleSeed(params.seed, seq.spec),
       temperature: params.temperature,
       topP: params.topP,
@@ -458,6 +506,8 @@ class SimWorkerServer implements ExchangeHost {
         eosTokenId: EOS_TOKEN_ID,
         ignoreEos: params.ignoreEos,
         priority: params.priority,
+        // vLLM V1 computes the whole prompt of a request that wants prompt logprobs.
+        skipPrefixCache: params.promptLogprobs !== null,
       },
       {
         onStarted: (cached, at) => {
@@ -506,7 +556,11 @@ class SimWorkerServer implements ExchangeHost {
   }
 
   promptLogprobs(promptIds: readonly number[], top: number): Array<SampledLogprob | null> {
-    return promptLogprobs(this.lm, promptIds, top);
+    return promptLogprobs(this.lmAt(this.driver.now()), promptIds, top);
+  }
+
+  vllmPromptLogprobs(promptIds: readonly number[], top: number): Array<PromptLogprobEntry | null> {
+    return vllmPromptLogprobs(this.lmAt(this.driver.now()), promptIds, top);
   }
 
   now(): number {

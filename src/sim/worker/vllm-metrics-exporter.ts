@@ -113,6 +113,23 @@ export class VllmMetrics {
     mirror(`${V.preemptions}_total`, 'Cumulative number of preemption from the engine.', () => engine.stats().preemptions);
     mirror(`${V.promptTokens}_total`, 'Number of prefill tokens processed.', () => engine.stats().promptTokens);
     mirror(`${V.generationTokens}_total`, 'Number of generation tokens processed.', () => engine.stats().generationTokens);
+    if (engine.stats().specDecode) {
+      // Only a speculating engine has these, as on vLLM (vllm/v1/spec_decode/metrics.py).
+      const sd = () => engine.stats().specDecode!;
+      mirror(`${V.specDrafts}_total`, 'Number of spec decoding drafts.', () => sd().numDrafts);
+      mirror(`${V.specDraftTokens}_total`, 'Number of draft tokens.', () => sd().numDraftTokens);
+      mirror(`${V.specAcceptedTokens}_total`, 'Number of accepted tokens.', () => sd().numAcceptedTokens);
+      new Counter({
+        name: `${V.specAcceptedTokensPerPos}_total`,
+        help: 'Accepted tokens per draft position.',
+        labelNames: [...labelNames, 'position'],
+        registers,
+        collect() {
+          this.reset();
+          sd().acceptedPerPos.forEach((n, position) => this.inc({ ...labels, position: String(position) }, n));
+        },
+      });
+    }
 
     this.success = new Counter({
       name: `${V.requestSuccess}_total`,

@@ -1,0 +1,146 @@
+/** The speculation controllers, as plain code: choices of k, switching off, probing, recovery. */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { AcceptanceTracker, expectedTokensPerRound } from '../../src/speculative/acceptance.js';
+import { AdaptiveK, FixedK, type RoundContext } from '../../src/speculative/controller.js';
+import { seededRng } from '../../src/util/rng.js';
+
+const round = (over: Partial<RoundContext> = {}): RoundContext => ({
+  model: 'm',
+  cls: 'c',
+  targetLoad: { running: 1, waiting: 0 },
+  tpotBudgetMs: null,
+  firstRound: true,
+  probing: false,
+  ...over,
+});
+
+/** Feed `n` rounds of k proposals where each token is accepted with probability alpha. */
+function feed(t: AcceptanceTracker, alpha: number, n: number, k = 4, seed = 1): void {
+  const rng = seededRng(seed);
+  for (let i = 0; i < n; i++) {
+    let a = 0;
+    while (a < k && rng() < alpha) a++;
+    t.observe('m', 'c', a, a < k);
+  }
+}
+
+/** A controller whose costs are known: draft 1 ms + 2 ms/token, verification 20 ms, target token 20 ms. */
+function controller(tracker: AcceptanceTracker, opts = {}) {
+  const c = new AdaptiveK(tracker, seededRng(3), { initialDraftFixedMs: 1, initialDraftTokenMs: 2, initialVerifyMs: 20, minEvidence: 50, ...opts });
+  return c;
+}
+
+describe('acceptance tracking', () => {
+  it('estimates the per-token acceptance probability, not accepted/proposed', () => {
+    const t = new AcceptanceTracker(1e9);
+    feed(t, 0.7, 4000);
+    assert.ok(Math.abs(t.alpha('m', 'c')! - 0.7) < 0.02, String(t.alpha('m', 'c')));
+  });
+
+  it('follows a shift in acceptance with its half-life', () => {
+    const t = new AcceptanceTracker(500);
+    feed(t, 0.9, 2000);
+    feed(t, 0.3, 1000, 4, 2);
+    assert.ok(t.alpha('m', 'c')! < 0.4, String(t.alpha('m', 'c')));
+  });
+
+  it('expected tokens per round match the published figures', () => {
+    assert.ok(Math.abs(expectedTokensPerRound(0.5, 4) - 1.94) < 0.01);
+    assert.ok(Math.abs(expectedTokensPerRound(0.7, 4) - 2.77) < 0.01);
+    assert.ok(Math.abs(expectedTokensPerRound(0.8, 4) - 3.36) < 0.01);
+    assert.equal(expectedTokensPerRound(1, 4), 5);
+  });
+});
+
+describe('the adaptive controller', () => {
+  it('speculates longer as acceptance rises', () => {
+    const ks = [0.5, 0.7, 0.9].map((alpha) => {
+      const t = new AcceptanceTracker(1e9);
+      feed(t, alpha, 2000);
+      return controller(t).chooseK(round());
+    });
+    assert.ok(ks[0]!.k > 0 && ks[0]!.k <= ks[1]!.k && ks[1]!.k < ks[2]!.k, JSON.stringify(ks));
+    assert.equal(ks[2]!.reason, 'speculate');
+  });
+
+  it('picks the k that maximises expected tokens per unit cost', () => {
+    const t = new AcceptanceTracker(1e9);
+    feed(t, 0.8, 4000);
+    const c = controller(t);
+    const alpha = c.alpha('m', 'c');
+    let bestK = 0;
+    let best = 0;
+    for (let k = 1; k <= 8; k++) {
+      const v = expectedTokensPerRound(alpha, k) / (1 + 2 * k + 20);
+      if (v > best) [best, bestK] = [v, k];
+    }
+    assert.equal(c.chooseK(round()).k, bestK);
+  });
+
+  it('switches a low-acceptance class off, probes it at a low rate, and switches it back on when it recovers', () => {
+    const t = new AcceptanceTracker(300);
+    feed(t, 0.1, 2000);
+    const c = controller(t, { probeRate: 0.05 });
+    const decisions = Array.from({ length: 2000 }, () => c.chooseK(round()));
+    const probes = decisions.filter((d) => d.reason === 'probe').length;
+    assert.ok(decisions.every((d) => d.reason === 'probe' || (d.k === 0 && d.reason === 'no_gain')));
+    assert.ok(probes > 60 && probes < 140, `probes ${probes}`);
+    // A probing request keeps probing; others stay off in later rounds.
+    assert.equal(c.chooseK(round({ firstRound: false, probing: true })).reason, 'probe');
+    assert.equal(c.chooseK(round({ firstRound: false })).k, 0);
+    // The probes' rounds show acceptance recovering: the class comes back.
+    feed(t, 0.9, 600, 2, 5);
+    assert.equal(c.chooseK(round()).reason, 'speculate');
+  });
+
+  it('does not speculate on a busy target or past a TPOT budget', () => {
+    const t = new AcceptanceTracker(1e9);
+    feed(t, 0.9, 2000);
+    const c = controller(t, { busyRunning: 32 });
+    assert.deepEqual(c.chooseK(round({ targetLoad: { running: 40, waiting: 0 } })), { k: 0, reason: 'busy' });
+    assert.deepEqual(c.chooseK(round({ targetLoad: { running: 4, waiting: 2 } })), { k: 0, reason: 'busy' });
+    // One request caught waiting by a scrape is not a queue.
+    assert.ok(c.chooseK(round({ targetLoad: { running: 4, waiting: 1 } })).k > 0);
+    assert.ok(c.chooseK(round({ targetLoad: { running: 4, waiting: 0 } })).k > 0);
+    // Expected ms per token here is about (1 + 2k + 20) / E(0.9, k) ≈ 5 ms.
+    assert.deepEqual(c.chooseK(round({ tpotBudgetMs: 2 })), { k: 0, reason: 'tpot' });
+    assert.ok(c.chooseK(round({ tpotBudgetMs: 50 })).k > 0);
+  });
+
+  it('learns the costs from the calls it observes: an expensive draft turns speculation off', () => {
+    const t = new AcceptanceTracker(1e9);
+    feed(t, 0.6, 2000);
+    const c = controller(t, { targetTokenMs: 20 });
+    assert.ok(c.chooseK(round()).k > 0);
+    for (let i = 0; i < 400; i++) c.observe({ model: 'm', k: 1 + (i % 4), draftMs: 5 + 30 * (1 + (i % 4)), verifyMs: 25 });
+    const costs = c.costsOf('m');
+    // The fit is shrunk toward the prior split, so it is close, not exact.
+    assert.ok(Math.abs(costs.draftTokenMs - 30) < 3 && Math.abs(costs.draftFixedMs - 5) < 5 && Math.abs(costs.verifyMs - 25) < 1, JSON.stringify(costs));
+    assert.equal(c.chooseK(round()).k, 0);
+  });
+
+  it('a draft call time seen at one k only is split as the initial costs split it, not by a noisy slope', () => {
+    const t = new AcceptanceTracker(1e9);
+    const c = controller(t); // initial: 1 ms fixed + 2 ms/token
+    const rng = seededRng(4);
+    for (let i = 0; i < 300; i++) c.observe({ model: 'm', k: 4, draftMs: 9 * (0.8 + 0.4 * rng()), verifyMs: 20 });
+    const costs = c.costsOf('m');
+    assert.ok(Math.abs(costs.draftFixedMs + 4 * costs.draftTokenMs - 9) < 0.5, JSON.stringify(costs));
+    assert.ok(costs.draftTokenMs > 1.5 && costs.draftTokenMs < 2.5, JSON.stringify(costs));
+  });
+
+  it('uses the prior until a class has evidence', () => {
+    const t = new AcceptanceTracker(1e9);
+    const c = controller(t, { priorAcceptance: 0.6 });
+    assert.equal(c.alpha('m', 'c'), 0.6);
+    t.observe('m', 'c', 0, true);
+    assert.ok(c.alpha('m', 'c') > 0.5);
+  });
+
+  it('FixedK always gives the configured k', () => {
+    const f = new FixedK(new Map([['m', 3]]));
+    assert.deepEqual(f.chooseK(round()), { k: 3, reason: 'fixed' });
+    assert.equal(f.chooseK(round({ model: 'other' })).k, 0);
+  });
+});

@@ -1,0 +1,86 @@
+/** A draft pool and a target pool of simulated workers behind a gateway with a cascade. */
+import { parseConfig, type RawConfig } from '../../src/config.js';
+import { createGateway, type Gateway } from '../../src/gateway/gateway.js';
+import { startSimWorker, type SimWorker } from '../../src/sim/worker/server.js';
+import { installSpeculative, type SpeculativeInstall, type SpeculativeOptions } from '../../src/speculative/install.js';
+import { createLogger } from '../../src/telemetry/logger.js';
+
+export const TARGET = 'llama-3.1-70b';
+export const DRAFT = 'llama-3.1-8b';
+
+export async function startTarget(speed = 200): Promise<SimWorker> {
+  return startSimWorker({ model: TARGET, tp: 4, speed });
+}
+
+export async function startDraft(opts: { fidelity?: number; acceptance?: number; speed?: number } = {}): Promise<SimWorker> {
+  return startSimWorker({
+    model: DRAFT,
+    gpu: 'a10g',
+    speed: opts.speed ?? 200,
+    draftOf: TARGET,
+    ...(opts.acceptance !== undefined ? { draftAcceptance: opts.acceptance } : { draftFidelity: opts.fidelity ?? 0.75 }),
+  });
+}
+
+export function cascadeConfig(targetUrls: string[], draftUrls: string[], extra: Partial<RawConfig> = {}, k = 4) {
+  return parseConfig({
+    listen: { host: '127.0.0.1', port: 0 },
+    pools: [
+      { name: 'target', model: TARGET, workers: targetUrls.map((url, i) => ({ url, id: `t${i}` })) },
+      { name: 'draft', model: DRAFT, workers: draftUrls.map((url, i) => ({ url, id: `d${i}` })) },
+    ],
+    scrape: { intervalMs: 200 },
+    // Lenient probes: these tests load the machine's two cores with simulated workers, and a
+    // healthy worker marked down would turn a correctness test into a 503.
+    health: { intervalMs: 1000, timeoutMs: 800, failuresToMarkDown: 5 },
+    log: { level: 'silent' },
+    speculative: { cascades: [{ model: TARGET, targetPool: 'target', draftPool: 'draft', k }] },
+    ...extra,
+  });
+}
+
+export async function startCascade(
+  targetUrls: string[],
+  draftUrls: string[],
+  opts: { extra?: Partial<RawConfig>; k?: number; spec?: SpeculativeOptions } = {},
+): Promise<{ gw: Gateway; url: string; spec: SpeculativeInstall }> {
+  const gw = createGateway(cascadeConfig(targetUrls, draftUrls, opts.extra, opts.k), { logger: createLogger({ level: 'silent' }) });
+  const spec = await installSpeculative(gw, opts.spec);
+  const { url } = await gw.start();
+  return { gw, url, spec: spec! };
+}
+
+/** Upper critical value of chi-squared with df degrees of freedom at significance 0.001 (Wilson–Hilferty). */
+export function chiSquaredCritical001(df: number): number {
+  const z = 3.0902; // one-sided 0.999 normal quantile
+  const a = 2 / (9 * df);
+  return df * Math.pow(1 - a + z * Math.sqrt(a), 3);
+}
+
+/** Pearson's statistic of observed counts against expected probabilities; cells expecting < 5 are pooled. */
+export function chiSquared(counts: Map<number, number>, probs: Map<number, number>, n: number): { stat: number; df: number } {
+  let stat = 0;
+  let cells = 0;
+  let pooledObs = 0;
+  let pooledExp = 0;
+  const seen = new Set<number>();
+  for (const [t, p] of probs) {
+    seen.add(t);
+    const e = p * n;
+    const o = counts.get(t) ?? 0;
+    if (e < 5) {
+      pooledObs += o;
+      pooledExp += e;
+      continue;
+    }
+    stat += ((o - e) * (o - e)) / e;
+    cells++;
+  }
+  for (const [t, o] of counts) if (!seen.has(t)) pooledObs += o; // outside the support: surely wrong
+  if (pooledExp > 0 || pooledObs > 0) {
+    const e = Math.max(pooledExp, 1e-9);
+    stat += ((pooledObs - e) * (pooledObs - e)) / e;
+    cells++;
+  }
+  return { stat, df: Math.max(1, cells - 1) };
+}
