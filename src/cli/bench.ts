@@ -76,6 +76,10 @@ Gateway replicas:
                           pick-time predictions and confirmed blocks (worker, block-hash run) reach
                           the other replicas' prefix indexes, as the gateway's Redis channel does
   --sharing-delay-ms D    propagation delay of shared knowledge, virtual ms (default 0)
+  --share-load on|off     with --replica-sharing on, also share in-flight accounting (dispatches,
+                          first tokens, ends) after the same delay, so every replica sees the whole
+                          fleet's load between scrapes (default off). A what-if: the live gateway
+                          shares prefix knowledge and rate limits, not load
 
 Response cache:
   --cache on|off          run with the gateway's response cache (default off): each request is a
@@ -137,6 +141,7 @@ const OPTIONS = {
   replicas: { type: 'string' },
   'replica-sharing': { type: 'string' },
   'sharing-delay-ms': { type: 'string' },
+  'share-load': { type: 'string' },
   admission: { type: 'string' },
   'priority-mix': { type: 'string' },
   'shed-above': { type: 'string' },
@@ -386,6 +391,9 @@ export async function run(argv: string[]): Promise<number> {
     const sharingDelayMs = numFlag(v['sharing-delay-ms'], 'sharing-delay-ms');
     if (replicaCount === undefined && (rs !== undefined || sharingDelayMs !== undefined)) throw new UsageError('--replica-sharing and --sharing-delay-ms apply to --replicas only');
     if (sharingDelayMs !== undefined && rs !== 'on') throw new UsageError('--sharing-delay-ms applies to --replica-sharing on only');
+    const sl = v['share-load'];
+    if (sl !== undefined && sl !== 'on' && sl !== 'off') throw new UsageError(`--share-load must be on or off, got '${sl}'`);
+    if (sl !== undefined && rs !== 'on') throw new UsageError('--share-load applies to --replica-sharing on only');
     if (replicaCount !== undefined && replicaCount > 1 && admissionOn) throw new UsageError('--replicas above 1 is not simulated with --admission on');
     opts = {
       source,
@@ -410,7 +418,7 @@ export async function run(argv: string[]): Promise<number> {
       kvAdmission,
       priorityMix,
       byPriority: v.admission !== undefined || priorityMix !== undefined,
-      replicas: replicaCount !== undefined ? { count: replicaCount, sharing: rs === 'on', sharingDelayMs: sharingDelayMs ?? 0 } : undefined,
+      replicas: replicaCount !== undefined ? { count: replicaCount, sharing: rs === 'on', sharingDelayMs: sharingDelayMs ?? 0, shareLoad: sl === 'on' } : undefined,
     };
   } catch (e) {
     if (!(e instanceof UsageError)) throw e;
@@ -438,7 +446,7 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(
       `kvgate bench: ${source.name}, ${opts.workers}× ${opts.gpu}${(opts.tp ?? 1) > 1 ? ` tp${opts.tp}` : ''} ${opts.model}, seed ${opts.seed}` +
         `${opts.rateScale !== 1 ? `, rate ×${opts.rateScale}` : ''}${opts.limit ? `, limit ${opts.limit}` : ''}` +
-        `${opts.replicas ? `, ${opts.replicas.count} replica(s), sharing ${opts.replicas.sharing ? `on (${opts.replicas.sharingDelayMs} ms)` : 'off'}` : ''}\n`,
+        `${opts.replicas ? `, ${opts.replicas.count} replica(s), sharing ${opts.replicas.sharing ? `on (${opts.replicas.sharingDelayMs} ms${opts.replicas.shareLoad ? ', load too' : ''})` : 'off'}` : ''}\n`,
     );
   }
   const wallStart = performance.now();

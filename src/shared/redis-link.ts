@@ -23,6 +23,8 @@ export class RedisLink {
   private sub: RedisClient | null = null;
   private closed = false;
   private wasUp = false;
+  /** Set after the first change of `up`: later returns to ready count as reconnects. */
+  private reconnectsArmed = false;
   /** Times the command connection became ready after being down (the first connect excluded). */
   reconnects = 0;
 
@@ -61,8 +63,6 @@ export class RedisLink {
     // The first connection may fail (Redis not up yet): ioredis keeps retrying in the background.
     await Promise.all([cmd.connect().catch(() => undefined), sub.connect().catch(() => undefined)]);
   }
-
-  private reconnectsArmed = false;
 
   /** True while commands can be sent. */
   get up(): boolean {

@@ -44,7 +44,8 @@
  * - replicas (optional, `replicas`) — N gateway replicas (src/sim/replicas.ts): each has its own
  *   Router, policy and WorkerStates (in-flight accounting); arrivals go round-robin; scrapes and KV
  *   events reach every replica; with sharing, each replica's own prefix knowledge reaches the
- *   others' indexes after the sharing delay (a share event).
+ *   others' indexes after the sharing delay (a share event), and with shareLoad its in-flight
+ *   accounting (dispatch, first token, end) the others' WorkerStates.
  *
  * Metrics follow vLLM's benchmark_serving.py. The engine runs with emitTokens off, so there are no
  * per-token events: TTFT and E2E come from the step in which the first token / last token appeared;
@@ -210,6 +211,7 @@ const enum Kind {
   KvSample,
   AdmissionTimer,
   Share,
+  ShareLoad,
 }
 
 type SimEvent =
@@ -220,7 +222,8 @@ type SimEvent =
   | { k: Kind.Scrape }
   | { k: Kind.KvSample }
   | { k: Kind.AdmissionTimer }
-  | { k: Kind.Share; share: SharedKnowledge };
+  | { k: Kind.Share; share: SharedKnowledge }
+  | { k: Kind.ShareLoad; apply: () => void };
 
 /** Every simulated request asks for the cache's default behaviour (no Cache-Control). */
 const NO_CACHE_CONTROL = { noStore: false, noCache: false, maxAgeS: null };
@@ -329,6 +332,8 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   /** The replica that routed request `idx`. */
   const routerOf = (idx: number): Router => replicas[replicaOf(idx, nReplicas)]!.router;
   const workerIndex = new Map(states.map((w, i) => [w.id, i]));
+  /** Requests routed to each worker, by any replica. */
+  const routedTo = new Array<number>(n).fill(0);
   const busy = new Array<boolean>(n).fill(false);
   const busyMs = new Array<number>(n).fill(0);
   const steps = new Array<number>(n).fill(0);
@@ -385,9 +390,22 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
 
   const trace = opts.routerTrace;
   const q = new EventQueue<SimEvent>();
+  const sharingDelay = opts.replicas?.sharingDelayMs ?? 0;
+  if (!(sharingDelay >= 0)) throw new Error(`sharing delay must be ≥ 0 ms, got ${sharingDelay}`);
+  const shareLoad = nReplicas > 1 && opts.replicas?.shareLoad === true;
+  /**
+   * With shareLoad: apply a change of replica `from`'s in-flight accounting at worker `w` to the
+   * other replicas' WorkerStates, after the sharing delay.
+   */
+  const mirrorLoad = (from: number, w: number, change: (s: WorkerState) => void): void => {
+    const apply = () => {
+      for (let r = 0; r < nReplicas; r++) if (r !== from) change(replicas[r]!.states[w]!);
+    };
+    if (sharingDelay === 0) apply();
+    else q.push(clock.now() + sharingDelay, { k: Kind.ShareLoad, apply });
+  };
   if (nReplicas > 1 && opts.replicas?.sharing === true) {
-    const delay = opts.replicas.sharingDelayMs ?? 0;
-    if (!(delay >= 0)) throw new Error(`sharing delay must be ≥ 0 ms, got ${delay}`);
+    const delay = sharingDelay;
     connectReplicas(policies, (share, now) => {
       if (delay === 0) deliver(share, now, cfg.numGpuBlocks);
       else q.push(now + delay, { k: Kind.Share, share });
@@ -585,11 +603,17 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     // The worker has been charged for it: the admission ticket is no longer pending.
     releaseTicket(idx);
     const w = workerIndex.get(outcome.decision.worker.id)!;
+    routedTo[w]!++;
+    if (shareLoad) {
+      const charged = outcome.decision.worker.inflight.get(rr.id);
+      if (charged) mirrorLoad(replicaOf(idx, nReplicas), w, (s) => s.begin({ ...charged }));
+    }
     // The worker answers what it can never run with a 400, as vLLM does; the gateway relays it.
     const err = engines[w]!.check(req.promptTokens.length, req.maxTokens);
     if (err) {
       trace?.({ type: 'complete', t: now, id: rr.id, ok: false });
       rep.router.complete(rr.id, false);
+      if (shareLoad) mirrorLoad(replicaOf(idx, nReplicas), w, (s) => s.end(rr.id));
       return refuse(idx, 400, err.code);
     }
     // Its arrival, not now: a request that waited in the admission queue counts the wait.
@@ -621,6 +645,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       if (lf) lf.firstToken = now;
       trace?.({ type: 'firstToken', t: now, id });
       routerOf(Number(id)).firstToken(id);
+      if (shareLoad) mirrorLoad(replicaOf(Number(id), nReplicas), w, (s) => s.firstToken(id, clock.now()));
     }
     if (res.decodeTokens > 0) {
       out.itl.durationMs.push(res.durationMs);
@@ -646,6 +671,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       if (!(now <= out.lastFinishMs)) out.lastFinishMs = now;
       trace?.({ type: 'complete', t: now, id: f.id, ok: f.reason !== 'abort' });
       routerOf(idx).complete(f.id, f.reason !== 'abort');
+      if (shareLoad) mirrorLoad(replicaOf(idx, nReplicas), w, (s) => s.end(f.id));
       followUp(idx, now);
       if (cache) {
         const req = requestOf.get(idx);
@@ -724,6 +750,9 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
         case Kind.Share:
           deliver(ev.share, e.t, cfg.numGpuBlocks);
           break;
+        case Kind.ShareLoad:
+          ev.apply();
+          break;
         case Kind.AdmissionTimer:
           // A queue deadline: expire what is due (and admit what now fits).
           admission?.pump();
@@ -746,7 +775,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     const final = e.stats();
     return {
       id: states[i]!.id,
-      routed: replicas.reduce((s, r) => s + r.states[i]!.routed, 0),
+      routed: routedTo[i]!,
       preemptions: final.preemptions,
       busyMs: busyMs[i]!,
       steps: steps[i]!,

@@ -29,9 +29,15 @@ export interface ReplicaOptions {
   sharing?: boolean;
   /** Propagation delay of shared knowledge, virtual ms (default 0: the next decision sees it). */
   sharingDelayMs?: number;
+  /**
+   * Also share in-flight accounting: each replica's dispatches, first tokens and ends reach the
+   * other replicas' WorkerStates after the same delay, so between two scrapes every replica sees
+   * the whole fleet's load. A what-if: the live gateway does not share load yet (default false).
+   */
+  shareLoad?: boolean;
 }
 
-export const REPLICA_DEFAULTS = { sharing: false, sharingDelayMs: 0 } as const;
+export const REPLICA_DEFAULTS = { sharing: false, sharingDelayMs: 0, shareLoad: false } as const;
 
 /** Replica that takes the n-th arrival (0-based) of N: round-robin, as a Service spreads them. */
 export function replicaOf(arrival: number, replicas: number): number {

@@ -20,7 +20,7 @@ const SMALL = ['--workload', 'shared-prefix', '--size', '300', '--workers', '4',
 
 describe('kvgate bench --replicas', () => {
   it('documents its flags in --help', () => {
-    for (const f of ['replicas', 'replica-sharing', 'sharing-delay-ms']) assert.ok(help.includes(`--${f}`), `--${f} missing from help`);
+    for (const f of ['replicas', 'replica-sharing', 'sharing-delay-ms', 'share-load']) assert.ok(help.includes(`--${f}`), `--${f} missing from help`);
   });
 
   it('answers bad combinations with exit status 2', () => {
@@ -30,6 +30,7 @@ describe('kvgate bench --replicas', () => {
       [['--replica-sharing', 'on'], /apply to --replicas only/],
       [['--replicas', '2', '--sharing-delay-ms', '5'], /applies to --replica-sharing on only/],
       [['--replicas', '2', '--admission', 'on'], /not simulated with --admission on/],
+      [['--replicas', '2', '--share-load', 'on'], /applies to --replica-sharing on only/],
     ];
     for (const [args, re] of cases) {
       const r = bench(...SMALL, ...args);
@@ -40,10 +41,10 @@ describe('kvgate bench --replicas', () => {
 
   it('records the replica setup in the JSON and runs every request', () => {
     const out = join(dir, 'r.json');
-    const r = bench(...SMALL, '--replicas', '3', '--replica-sharing', 'on', '--sharing-delay-ms', '20', '--json', out);
+    const r = bench(...SMALL, '--replicas', '3', '--replica-sharing', 'on', '--sharing-delay-ms', '20', '--share-load', 'on', '--json', out);
     assert.equal(r.code, 0, r.stderr);
     const j = JSON.parse(readFileSync(out, 'utf8'));
-    assert.deepEqual(j.replicas, { count: 3, sharing: true, sharing_delay_ms: 20 });
+    assert.deepEqual(j.replicas, { count: 3, sharing: true, sharing_delay_ms: 20, share_load: true });
     assert.equal(j.policies[0].completed, 300);
   });
 });

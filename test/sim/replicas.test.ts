@@ -58,6 +58,17 @@ describe('gateway replicas in the fleet simulation', () => {
     assert.equal(sim.workers[0]!.routed, 6);
   });
 
+  it("with load sharing, each replica counts every replica's requests in flight", async () => {
+    const seen: Array<Array<{ id: string; inflight: number }>> = [[], [], []];
+    const policies = seen.map((s) => recording(s));
+    const reqs = [0, 1, 2, 3, 4, 5].map((i) => req(0, 2000, i + 1));
+    const sim = await simulateFleet(reqs, { workers: 2, engineConfig: cfg, policy: policies[0]!, replicas: { policies, sharing: true, shareLoad: true }, seed: 1 });
+    assert.deepEqual(seen.map((s) => s.map((x) => x.inflight)), [[0, 3], [1, 4], [2, 5]]);
+    // Counted once, however many replicas mirror it.
+    assert.equal(sim.workers[0]!.routed, 6);
+    assert.equal(sim.completed.arrival.length, 6);
+  });
+
   it('one replica given as a list routes exactly as a single gateway', async () => {
     const a = createPolicy('kvgate');
     const b = createPolicy('kvgate');
