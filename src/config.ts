@@ -155,6 +155,32 @@ const admissionSchema = z
   })
   .prefault({});
 
+/**
+ * State shared by gateway replicas through Redis (src/shared/): on when `shared.redis.url` or
+ * REDIS_URL is set; without it every replica keeps its own (the single-process behaviour).
+ */
+const sharedSchema = z
+  .strictObject({
+    redis: z
+      .strictObject({
+        url: z.string().regex(/^(rediss?):\/\/\S*$/, 'expected redis://[user:password@]host[:port][/db] or rediss://...').optional(),
+        keyPrefix: z.string().regex(/^[^*?\[\]\s]*$/, 'must not contain spaces or glob characters (* ? [ ])').default('kvgate:shared:'),
+        /** Per-command timeout: a slower Redis counts as down for that request (local state used). */
+        timeoutMs: ms.default(100),
+        connectTimeoutMs: ms.default(2_000),
+      })
+      .prefault({}),
+    /** Tenants' rate limits counted in Redis, across replicas. */
+    rateLimits: z.boolean().default(true),
+    /** Publish this replica's routing predictions and learn the other replicas'. */
+    routing: z.boolean().default(true),
+    /** How often queued routing knowledge is published, one message per batch. */
+    publishIntervalMs: ms.default(25),
+    /** Longest a request holds a shared concurrency slot if its release never reaches Redis. */
+    leaseMs: ms.default(600_000),
+  })
+  .prefault({});
+
 const cacheSchema = z
   .strictObject({
     /** Answer repeated deterministic requests from the cache. */
@@ -346,6 +372,7 @@ export const configSchema = z
     cache: cacheSchema,
     admission: admissionSchema,
     speculative: speculativeSchema,
+    shared: sharedSchema,
   })
   .superRefine((c, ctx) => {
     if (c.pools.length === 0 && c.workers.length === 0) {
@@ -517,6 +544,8 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
     if (redisUrl === undefined) problems.push('cache.redis.url: required when cache.store is redis (or set REDIS_URL)');
     else if (!/^rediss?:\/\/\S*$/.test(redisUrl)) problems.push('cache.redis.url: REDIS_URL is not a redis:// or rediss:// URL');
   }
+  const sharedUrl = c.shared.redis.url ?? (env.REDIS_URL !== undefined && env.REDIS_URL !== '' ? env.REDIS_URL : undefined);
+  if (sharedUrl !== undefined && !/^rediss?:\/\/\S*$/.test(sharedUrl)) problems.push('shared.redis.url: REDIS_URL is not a redis:// or rediss:// URL');
   if (problems.length > 0) throw new ConfigError(problems);
   const { pools: _p, workers: _w, tenants: _t, admin: _a, ...rest } = c;
   return {
@@ -524,6 +553,8 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
     tenants,
     admin,
     cache: { ...c.cache, redis: { ...c.cache.redis, url: redisUrl } },
+    /** `shared.redis.url` falls back to REDIS_URL: set, replicas share state through it. */
+    shared: { ...c.shared, redis: { ...c.shared.redis, url: sharedUrl } },
     workers,
     kvEvents: kv,
     // A timeout shorter than the interval keeps one worker's checks from ever overlapping.

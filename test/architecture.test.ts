@@ -33,6 +33,8 @@ const FORBIDDEN: Record<string, readonly string[]> = {
   sim: ['bench', 'cli'],
   // Tenants and the response cache are plain code the gateway and the simulation both use.
   admission: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway', 'scheduler', 'fleet', 'cache', 'config'],
+  // State shared by replicas through Redis: plain pieces the gateway wires in.
+  shared: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway', 'api', 'cache'],
   cache: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway', 'scheduler', 'fleet', 'config', 'telemetry'],
   // The cascade runs on the live path: no engine, simulator or bench.
   speculative: ['engine', 'sim', 'bench', 'workload', 'cli'],

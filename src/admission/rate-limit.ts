@@ -11,7 +11,8 @@
  * `requests` or `tokens` (as OpenAI sends), with Retry-After in seconds. The concurrency limit
  * refuses the same way (type `requests`).
  *
- * Plain code with the time passed in.
+ * Plain code with the time passed in. Several gateway replicas share their tenants' limits through
+ * Redis (src/shared/redis-rate-limit.ts), behind the same RateLimitStore contract.
  */
 
 export interface TenantLimits {
@@ -49,11 +50,6 @@ class Bucket {
     this.refill(now);
     return n <= this.level ? 0 : Math.ceil(((n - this.level) * 60_000) / this.limit);
   }
-  /** ms until the bucket is full again. */
-  resetMs(now: number): number {
-    this.refill(now);
-    return Math.ceil(((this.limit - this.level) * 60_000) / this.limit);
-  }
 }
 
 interface TenantState {
@@ -61,6 +57,42 @@ interface TenantState {
   requests: Bucket | null;
   tokens: Bucket | null;
   active: number;
+}
+
+/** What the admission stage asks of a rate limiter: this in-process one, or a shared one. */
+export interface RateLimitStore {
+  /** True if `tenant` has any limit. */
+  limits(tenant: string): boolean;
+  /** Charge one request of `tokens` tokens to `tenant`, or refuse it; on ok, call release() when it ends. */
+  take(tenant: string, tokens: number, now: number): RateCheck | Promise<RateCheck>;
+}
+
+/** Why a request is refused: too many in flight, no request left this minute, or not enough tokens. */
+export type RefusalReason = 'concurrent' | 'requests' | 'tokens';
+
+/** The refusal a tenant gets, in OpenAI's words: its type, message and wait before a retry. */
+export function describeRefusal(
+  reason: RefusalReason,
+  limits: TenantLimits,
+  tokens: number,
+  waitMs: number,
+): { kind: 'requests' | 'tokens'; message: string; waitMs: number } {
+  if (reason === 'concurrent') {
+    return { kind: 'requests', message: `Rate limit reached: at most ${limits.concurrentRequests} concurrent requests. Please try again when one has finished.`, waitMs: 1000 };
+  }
+  if (reason === 'requests') {
+    return { kind: 'requests', message: `Rate limit reached for requests per min (RPM): Limit ${limits.requestsPerMinute}. Please try again in ${formatReset(waitMs)}.`, waitMs };
+  }
+  const limit = limits.tokensPerMinute!;
+  if (tokens > limit) return { kind: 'tokens', message: `Request too large: it needs ${tokens} tokens, the limit is ${limit} tokens per min (TPM).`, waitMs: 60_000 };
+  return { kind: 'tokens', message: `Rate limit reached for tokens per min (TPM): Limit ${limit}, Requested ${tokens}. Please try again in ${formatReset(waitMs)}.`, waitMs };
+}
+
+/** OpenAI's x-ratelimit-* headers of one bucket (`requests` or `tokens`) at `level` of `limit`. */
+export function bucketHeaders(h: Record<string, string>, kind: 'requests' | 'tokens', limit: number, level: number): void {
+  h[`x-ratelimit-limit-${kind}`] = String(limit);
+  h[`x-ratelimit-remaining-${kind}`] = String(Math.max(0, Math.floor(level)));
+  h[`x-ratelimit-reset-${kind}`] = formatReset(Math.ceil(((limit - level) * 60_000) / limit));
 }
 
 export type RateCheck =
@@ -77,7 +109,7 @@ export function formatReset(ms: number): string {
   return `${m}m${Math.round(s - m * 60)}s`;
 }
 
-export class RateLimiter {
+export class RateLimiter implements RateLimitStore {
   private readonly tenants = new Map<string, TenantState>();
 
   constructor(limits: ReadonlyMap<string, TenantLimits>, now: number) {
@@ -105,17 +137,11 @@ export class RateLimiter {
     const k = t.tokens;
     let refusal: { kind: 'requests' | 'tokens'; message: string; waitMs: number } | null = null;
     if (t.limits.concurrentRequests !== undefined && t.active >= t.limits.concurrentRequests) {
-      refusal = { kind: 'requests', message: `Rate limit reached: at most ${t.limits.concurrentRequests} concurrent requests. Please try again when one has finished.`, waitMs: 1000 };
+      refusal = describeRefusal('concurrent', t.limits, tokens, 1000);
     } else if (r && r.available(now) < 1) {
-      const w = r.waitFor(1, now);
-      refusal = { kind: 'requests', message: `Rate limit reached for requests per min (RPM): Limit ${r.limit}. Please try again in ${formatReset(w)}.`, waitMs: w };
+      refusal = describeRefusal('requests', t.limits, tokens, r.waitFor(1, now));
     } else if (k && k.available(now) < tokens) {
-      if (tokens > k.limit) {
-        refusal = { kind: 'tokens', message: `Request too large: it needs ${tokens} tokens, the limit is ${k.limit} tokens per min (TPM).`, waitMs: 60_000 };
-      } else {
-        const w = k.waitFor(tokens, now);
-        refusal = { kind: 'tokens', message: `Rate limit reached for tokens per min (TPM): Limit ${k.limit}, Requested ${tokens}. Please try again in ${formatReset(w)}.`, waitMs: w };
-      }
+      refusal = describeRefusal('tokens', t.limits, tokens, tokens > k.limit ? 60_000 : k.waitFor(tokens, now));
     }
     if (refusal) {
       return { ok: false, headers: this.headers(t, now), kind: refusal.kind, message: refusal.message, retryAfterSeconds: Math.max(1, Math.ceil(refusal.waitMs / 1000)) };
@@ -142,16 +168,8 @@ export class RateLimiter {
 
   private headers(t: TenantState, now: number): Record<string, string> {
     const h: Record<string, string> = {};
-    if (t.requests) {
-      h['x-ratelimit-limit-requests'] = String(t.requests.limit);
-      h['x-ratelimit-remaining-requests'] = String(Math.max(0, Math.floor(t.requests.available(now))));
-      h['x-ratelimit-reset-requests'] = formatReset(t.requests.resetMs(now));
-    }
-    if (t.tokens) {
-      h['x-ratelimit-limit-tokens'] = String(t.tokens.limit);
-      h['x-ratelimit-remaining-tokens'] = String(Math.max(0, Math.floor(t.tokens.available(now))));
-      h['x-ratelimit-reset-tokens'] = formatReset(t.tokens.resetMs(now));
-    }
+    if (t.requests) bucketHeaders(h, 'requests', t.requests.limit, t.requests.available(now));
+    if (t.tokens) bucketHeaders(h, 'tokens', t.tokens.limit, t.tokens.available(now));
     return h;
   }
 }

@@ -70,6 +70,11 @@ export interface BenchOptions {
   priorityMix?: Record<PriorityClass, number>;
   /** Report by_priority per policy (set by --admission, --priority-mix). */
   byPriority?: boolean;
+  /**
+   * Gateway replicas (`--replicas`, src/sim/replicas.ts): `count` fresh policy instances per run,
+   * arrivals round-robin, with or without shared routing knowledge. Absent: one gateway.
+   */
+  replicas?: { count: number; sharing: boolean; sharingDelayMs: number; shareLoad?: boolean };
   /** Called before each fleet run: a policy's run, or one of its capacity probes (rateScale differs). */
   onPolicyStart?: (name: string, rateScale: number) => void;
   onProgress?: (name: string, arrivals: number, virtualMs: number) => void;
@@ -152,6 +157,8 @@ export interface BenchResults {
   admission: AdmissionSettings | null;
   /** The --priority-mix, normalised, else null. */
   priority_mix: Record<PriorityClass, number> | null;
+  /** Gateway replicas (with --replicas), else null: one gateway. */
+  replicas: { count: number; sharing: boolean; sharing_delay_ms: number; share_load: boolean } | null;
   /** Hit rate of one worker with unlimited KV on the same requests (ideal-hit.ts). */
   ideal_hit_rate: number;
   capacity: CapacitySummary | null;
@@ -279,12 +286,24 @@ function simCache(c: NonNullable<BenchOptions['cache']>): { cache: ResponseCache
 async function runFleet(ctx: RunContext, name: string, rateScale: number, withCache = ctx.o.cache !== undefined): Promise<SimResult> {
   const o = ctx.o;
   o.onPolicyStart?.(withCache || o.cache === undefined ? name : `${name} (no cache)`, rateScale);
+  const policy = createPolicy(name, o.policyOptions?.[name]);
+  const count = o.replicas?.count ?? 1;
+  const replicas =
+    o.replicas && count > 1
+      ? {
+          policies: [policy, ...Array.from({ length: count - 1 }, () => createPolicy(name, o.policyOptions?.[name]))],
+          sharing: o.replicas.sharing,
+          sharingDelayMs: o.replicas.sharingDelayMs,
+          shareLoad: o.replicas.shareLoad === true,
+        }
+      : undefined;
   return simulateFleet(benchRequests(o.source, o.limit, rateScale, o.priorityMix ? { mix: o.priorityMix, seed: o.seed } : undefined), {
     admission: o.kvAdmission ? { settings: o.kvAdmission } : undefined,
     cache: withCache ? simCache(o.cache!) : undefined,
     workers: o.workers,
     engineConfig: ctx.engineConfig,
-    policy: createPolicy(name, o.policyOptions?.[name]),
+    policy,
+    replicas,
     seed: o.seed,
     model: o.model,
     scrapeIntervalMs: o.scrapeIntervalMs,
@@ -434,6 +453,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       cache: o.cache ? { ttl_ms: o.cache.ttlMs ?? BENCH_CACHE_DEFAULTS.ttlMs, max_bytes: o.cache.maxBytes ?? BENCH_CACHE_DEFAULTS.maxBytes } : null,
       admission: o.kvAdmission ?? null,
       priority_mix: o.priorityMix ?? null,
+      replicas: o.replicas ? { count: o.replicas.count, sharing: o.replicas.sharing, sharing_delay_ms: o.replicas.sharingDelayMs, share_load: o.replicas.shareLoad === true } : null,
       ideal_hit_rate: Math.round(ideal.rate * 10000) / 10000,
       capacity: cap
         ? {

@@ -67,6 +67,20 @@ Run:
                           table and JSON give each policy's attainment (fraction meeting it).
   --gpu-hour-cost USD     $ per GPU-hour (default ${Object.entries(GPU_HOUR_COST).map(([g, c]) => `${g} ${c.toFixed(2)}`).join(', ')})
 
+Gateway replicas:
+  --replicas N            run N gateway replicas (default 1): each has its own policy instance
+                          (prefix index, session table) and in-flight accounting; arrivals are split
+                          round-robin, as a Kubernetes Service spreads them. Metrics scrapes and KV
+                          events (dynamo, llm-d-precise) reach every replica. Not with --admission
+  --replica-sharing on|off  share routing knowledge between replicas (default off): each replica's
+                          pick-time predictions and confirmed blocks (worker, block-hash run) reach
+                          the other replicas' prefix indexes, as the gateway's Redis channel does
+  --sharing-delay-ms D    propagation delay of shared knowledge, virtual ms (default 0)
+  --share-load on|off     with --replica-sharing on, also share in-flight accounting (dispatches,
+                          first tokens, ends) after the same delay, so every replica sees the whole
+                          fleet's load between scrapes (default off). A what-if: the live gateway
+                          shares prefix knowledge and rate limits, not load
+
 Response cache:
   --cache on|off          run with the gateway's response cache (default off): each request is a
                           temperature-0 request of its prompt, looked up in the cache's in-memory
@@ -124,6 +138,10 @@ const OPTIONS = {
   burstiness: { type: 'string' },
   'repeat-fraction': { type: 'string' },
   cache: { type: 'string' },
+  replicas: { type: 'string' },
+  'replica-sharing': { type: 'string' },
+  'sharing-delay-ms': { type: 'string' },
+  'share-load': { type: 'string' },
   admission: { type: 'string' },
   'priority-mix': { type: 'string' },
   'shed-above': { type: 'string' },
@@ -367,6 +385,16 @@ export async function run(argv: string[]): Promise<number> {
       }
     }
     const cacheMaxBytes = intFlag(v['cache-max-bytes'], 'cache-max-bytes', 1);
+    const replicaCount = intFlag(v.replicas, 'replicas', 1);
+    const rs = v['replica-sharing'];
+    if (rs !== undefined && rs !== 'on' && rs !== 'off') throw new UsageError(`--replica-sharing must be on or off, got '${rs}'`);
+    const sharingDelayMs = numFlag(v['sharing-delay-ms'], 'sharing-delay-ms');
+    if (replicaCount === undefined && (rs !== undefined || sharingDelayMs !== undefined)) throw new UsageError('--replica-sharing and --sharing-delay-ms apply to --replicas only');
+    if (sharingDelayMs !== undefined && rs !== 'on') throw new UsageError('--sharing-delay-ms applies to --replica-sharing on only');
+    const sl = v['share-load'];
+    if (sl !== undefined && sl !== 'on' && sl !== 'off') throw new UsageError(`--share-load must be on or off, got '${sl}'`);
+    if (sl !== undefined && rs !== 'on') throw new UsageError('--share-load applies to --replica-sharing on only');
+    if (replicaCount !== undefined && replicaCount > 1 && admissionOn) throw new UsageError('--replicas above 1 is not simulated with --admission on');
     opts = {
       source,
       policies,
@@ -390,6 +418,7 @@ export async function run(argv: string[]): Promise<number> {
       kvAdmission,
       priorityMix,
       byPriority: v.admission !== undefined || priorityMix !== undefined,
+      replicas: replicaCount !== undefined ? { count: replicaCount, sharing: rs === 'on', sharingDelayMs: sharingDelayMs ?? 0, shareLoad: sl === 'on' } : undefined,
     };
   } catch (e) {
     if (!(e instanceof UsageError)) throw e;
@@ -416,7 +445,8 @@ export async function run(argv: string[]): Promise<number> {
   if (!quiet) {
     process.stdout.write(
       `kvgate bench: ${source.name}, ${opts.workers}× ${opts.gpu}${(opts.tp ?? 1) > 1 ? ` tp${opts.tp}` : ''} ${opts.model}, seed ${opts.seed}` +
-        `${opts.rateScale !== 1 ? `, rate ×${opts.rateScale}` : ''}${opts.limit ? `, limit ${opts.limit}` : ''}\n`,
+        `${opts.rateScale !== 1 ? `, rate ×${opts.rateScale}` : ''}${opts.limit ? `, limit ${opts.limit}` : ''}` +
+        `${opts.replicas ? `, ${opts.replicas.count} replica(s), sharing ${opts.replicas.sharing ? `on (${opts.replicas.sharingDelayMs} ms${opts.replicas.shareLoad ? ', load too' : ''})` : 'off'}` : ''}\n`,
     );
   }
   const wallStart = performance.now();

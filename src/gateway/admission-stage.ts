@@ -21,7 +21,7 @@
 import { classOfVllmPriority, lowerOnly, parsePriority, type PriorityClass } from '../admission/classes.js';
 import { AdmissionController, type AdmissionTicket, type Refusal } from '../admission/controller.js';
 import { AdmissionMetrics } from '../admission/metrics.js';
-import { RateLimiter, type TenantLimits } from '../admission/rate-limit.js';
+import { RateLimiter, type RateCheck, type RateLimitStore, type TenantLimits } from '../admission/rate-limit.js';
 import { ApiError } from '../api/errors.js';
 import type { GatewayConfig } from '../config.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
@@ -56,6 +56,11 @@ export function setupAdmission(deps: {
   clock: Clock;
   registry: Registry;
   staleAfterMs: number;
+  /**
+   * The rate limiter to use instead of this process's own (which it is given, as its fallback):
+   * the Redis-shared one when replicas share state (src/shared/).
+   */
+  rateLimiter?: (local: RateLimiter) => RateLimitStore;
 }): AdmissionSetup {
   const { config, fleet, clock } = deps;
   const a = config.admission;
@@ -63,7 +68,8 @@ export function setupAdmission(deps: {
   const passAll = a.vllmPriority.pools.includes('*');
   const passPools = new Set(a.vllmPriority.pools);
   const limits = new Map<string, TenantLimits>(config.tenants.map((t) => [t.id, t.limits]));
-  const limiter = new RateLimiter(limits, clock.now());
+  const localLimiter = new RateLimiter(limits, clock.now());
+  const limiter: RateLimitStore = deps.rateLimiter ? deps.rateLimiter(localLimiter) : localLimiter;
   let controller: AdmissionController<WorkerState> | null = null;
   const metrics = new AdmissionMetrics(deps.registry, () => fleet.models(), () => controller);
   if (a.enabled) {
@@ -125,19 +131,32 @@ export function setupAdmission(deps: {
       ctx.logFields = { ...ctx.logFields, priority: cls };
       ctx.res.setHeader('x-kvgate-priority', cls);
 
-      // 2. Rate limits.
+      // 2. Rate limits (a shared limiter answers asynchronously).
       if (limiter.limits(ctx.tenant.id)) {
         const tokens = promptLength(ctx.routeRequest) + ctx.maxTokens;
         const r = limiter.take(ctx.tenant.id, tokens, clock.now());
-        for (const [k, v] of Object.entries(r.headers)) ctx.res.setHeader(k, v);
-        if (!r.ok) {
-          metrics.decision(ctx.model, cls, 'rate_limited');
-          throw new ApiError(429, r.kind, 'rate_limit_exceeded', r.message, null, { 'retry-after': String(r.retryAfterSeconds) });
+        const charged = (r: RateCheck): void => {
+          for (const [k, v] of Object.entries(r.headers)) ctx.res.setHeader(k, v);
+          if (!r.ok) {
+            metrics.decision(ctx.model, cls, 'rate_limited');
+            throw new ApiError(429, r.kind, 'rate_limit_exceeded', r.message, null, { 'retry-after': String(r.retryAfterSeconds) });
+          }
+          ctx.onFinish.push(r.release);
+        };
+        if (r instanceof Promise) {
+          return r.then((x) => {
+            charged(x);
+            return kvPressure(ctx, cls);
+          });
         }
-        ctx.onFinish.push(r.release);
+        charged(r);
       }
+      return kvPressure(ctx, cls);
+    },
+  };
 
-      // 3. KV pressure.
+  /** 3. KV pressure. */
+  function kvPressure(ctx: RequestContext, cls: PriorityClass): StageResult | Promise<StageResult> {
       const c = controller;
       if (!c) return 'continue';
       const latestStart = Math.min(ctx.deadlineAt, ctx.startedAt + config.timeouts.firstByteMs);
@@ -192,8 +211,7 @@ export function setupAdmission(deps: {
           resolve('handled');
         };
       });
-    },
-  };
+  }
 
   return {
     stage,

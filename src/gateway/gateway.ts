@@ -37,6 +37,8 @@ import type { GatewayStage } from './stages.js';
 import type { GatewayService } from './types.js';
 import { setupAdmission } from './admission-stage.js';
 import type { AdmissionController } from '../admission/controller.js';
+import { setupSharedState } from '../shared/setup.js';
+import { json } from './local-routes.js';
 
 export type { GatewayService };
 
@@ -185,8 +187,29 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     services.push(c.service);
     extraRoutes.set('/admin/cache', c.route);
   }
+  // Replicas share rate limits and routing knowledge through Redis when a URL is configured.
+  const shared = setupSharedState({
+    config: config.shared,
+    limits: new Map(config.tenants.map((t) => [t.id, t.limits])),
+    index,
+    capacityOf: (id) => registry.get(id)?.numGpuBlocks,
+    clock,
+    logger,
+    registry: m.registry,
+  });
+  if (shared) {
+    services.push({ name: 'shared-state', start: () => shared.start(), close: () => shared.close() });
+    extraRoutes.set('/admin/shared', { methods: ['GET', 'HEAD'], handle: (_req, res) => json(res, 200, JSON.stringify(shared.status())) });
+  }
   // Admission runs first among the stages added with use() (after the response cache).
-  const admission = setupAdmission({ config, fleet: registry, clock, registry: m.registry, staleAfterMs: router.staleAfterMs });
+  const admission = setupAdmission({
+    config,
+    fleet: registry,
+    clock,
+    registry: m.registry,
+    staleAfterMs: router.staleAfterMs,
+    rateLimiter: shared?.rateLimiter ?? undefined,
+  });
   stages.push(admission.stage);
   services.push(admission.service);
   let closing = false;

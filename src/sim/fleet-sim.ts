@@ -41,6 +41,12 @@
  *   leader's status if the leader is refused; a miss is routed, and its answer is stored when it
  *   finishes.
  *
+ * - replicas (optional, `replicas`) — N gateway replicas (src/sim/replicas.ts): each has its own
+ *   Router, policy and WorkerStates (in-flight accounting); arrivals go round-robin; scrapes and KV
+ *   events reach every replica; with sharing, each replica's own prefix knowledge reaches the
+ *   others' indexes after the sharing delay (a share event), and with shareLoad its in-flight
+ *   accounting (dispatch, first token, end) the others' WorkerStates.
+ *
  * Metrics follow vLLM's benchmark_serving.py. The engine runs with emitTokens off, so there are no
  * per-token events: TTFT and E2E come from the step in which the first token / last token appeared;
  * TPOT = (E2E − TTFT)/(output − 1); ITL samples are step durations, each counted once per sequence
@@ -64,6 +70,7 @@ import { VirtualClock } from '../util/clock.js';
 import { seededRng } from '../util/rng.js';
 import { RequestState } from '../util/state.js';
 import { EventQueue } from './des-queue.js';
+import { connectReplicas, deliver, replicaOf, type ReplicaOptions, type SharedKnowledge } from './replicas.js';
 import { classOfVllmPriority, CLASS_RANK, DEFAULT_VLLM_PRIORITY, type VllmPriorityMap } from '../admission/classes.js';
 import { AdmissionController, type AdmissionSettings, type AdmissionTicket } from '../admission/controller.js';
 
@@ -119,6 +126,11 @@ export interface FleetSimOptions {
   /** Receives every call made to the router and every snapshot applied, in order. */
   routerTrace?: (e: RouterTraceEvent) => void;
   progressEvery?: number;
+  /**
+   * Several gateway replicas (src/sim/replicas.ts): `replicas.policies[0]` must be `policy`.
+   * Not combined with `admission` (its controller would see one replica's accounting only).
+   */
+  replicas?: ReplicaOptions;
 }
 
 export interface WorkerResult {
@@ -198,6 +210,8 @@ const enum Kind {
   Scrape,
   KvSample,
   AdmissionTimer,
+  Share,
+  ShareLoad,
 }
 
 type SimEvent =
@@ -207,7 +221,9 @@ type SimEvent =
   | { k: Kind.Dispatch; w: number; idx: number; req: BenchRequest }
   | { k: Kind.Scrape }
   | { k: Kind.KvSample }
-  | { k: Kind.AdmissionTimer };
+  | { k: Kind.AdmissionTimer }
+  | { k: Kind.Share; share: SharedKnowledge }
+  | { k: Kind.ShareLoad; apply: () => void };
 
 /** Every simulated request asks for the cache's default behaviour (no Cache-Control). */
 const NO_CACHE_CONTROL = { noStore: false, noCache: false, maxAgeS: null };
@@ -264,45 +280,60 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   const kvSampleMs = opts.kvSampleMs ?? 1000;
   const overhead = opts.overheadMs ?? 0;
   const clock = opts.cache?.clock ?? new VirtualClock(0);
-  const router = new Router({
-    policy: opts.policy,
-    clock,
-    rng: seededRng(opts.seed),
-    staleAfterMs: opts.staleAfterMs ?? Math.max(5000, 5 * scrapeMs),
-  });
-  const eventIndex = opts.policy.usesKvEvents === true ? opts.policy.prefixIndex : undefined;
-  const cfg: EngineConfig = { ...opts.engineConfig, emitTokens: false, kvEvents: eventIndex !== undefined };
+  const policies = opts.replicas?.policies ?? [opts.policy];
+  if (policies.length < 1 || policies[0] !== opts.policy) throw new Error('replicas.policies[0] must be the run\'s policy');
+  if (policies.length > 1 && opts.admission) throw new Error('admission control is not simulated with several replicas');
+  const staleAfterMs = opts.staleAfterMs ?? Math.max(5000, 5 * scrapeMs);
+  const usesEvents = opts.policy.usesKvEvents === true && opts.policy.prefixIndex !== undefined;
+  const cfg: EngineConfig = { ...opts.engineConfig, emitTokens: false, kvEvents: usesEvents };
   const engines: Engine[] = [];
-  const states: WorkerState[] = [];
-  /** Per worker, the mapper feeding its KV events to the policy's index (or null). */
-  const mappers: (KvEventMapper | null)[] = [];
-  const useOracle = opts.policy.usesOracle === true;
-  for (let i = 0; i < n; i++) {
-    const e = new Engine(cfg);
-    engines.push(e);
-    const w = new WorkerState({
-      id: `w${i}`,
-      url: `sim://w${i}`,
-      pool: 'default',
-      model,
-      numGpuBlocks: cfg.numGpuBlocks,
-      blockSize: cfg.blockSize,
-    });
-    // The engine implements OracleProbe; only a policy that declares usesOracle (`oracle`,
-    // `oracle-greedy`) is given the live view.
-    if (useOracle) w.oracle = e;
-    states.push(w);
-    let mapper: KvEventMapper | null = null;
-    if (eventIndex && (eventIndex.hasWorker(w.id) || eventIndex.workerCount < eventIndex.maxWorkers)) {
-      // As the gateway's kv-events service does: register the worker with its capacity, then map
-      // its events into the index's hash space at its block size.
-      if (!eventIndex.hasWorker(w.id)) eventIndex.addWorker(w.id, cfg.numGpuBlocks);
-      eventIndex.setSource(w.id, 'events', 'simulated engine (lossless)', 0);
-      mapper = new KvEventMapper(eventIndex, w.id, { blockSize: cfg.blockSize });
-    }
-    mappers.push(mapper);
+  for (let i = 0; i < n; i++) engines.push(new Engine(cfg));
+  /** One gateway replica: its router and policy, its own WorkerStates, its KV-event mappers. */
+  interface Replica {
+    router: Router;
+    states: WorkerState[];
+    /** Per worker, the mapper feeding its KV events to this replica's index (or null). */
+    mappers: (KvEventMapper | null)[];
   }
+  const replicas: Replica[] = policies.map((policy, r) => {
+    const router = new Router({ policy, clock, rng: seededRng(r === 0 ? opts.seed : opts.seed + r * 0x9e37), staleAfterMs });
+    const eventIndex = policy.usesKvEvents === true ? policy.prefixIndex : undefined;
+    const states: WorkerState[] = [];
+    const mappers: (KvEventMapper | null)[] = [];
+    const useOracle = policy.usesOracle === true;
+    for (let i = 0; i < n; i++) {
+      const w = new WorkerState({
+        id: `w${i}`,
+        url: `sim://w${i}`,
+        pool: 'default',
+        model,
+        numGpuBlocks: cfg.numGpuBlocks,
+        blockSize: cfg.blockSize,
+      });
+      // The engine implements OracleProbe; only a policy that declares usesOracle (`oracle`,
+      // `oracle-greedy`) is given the live view.
+      if (useOracle) w.oracle = engines[i]!;
+      states.push(w);
+      let mapper: KvEventMapper | null = null;
+      if (eventIndex && (eventIndex.hasWorker(w.id) || eventIndex.workerCount < eventIndex.maxWorkers)) {
+        // As the gateway's kv-events service does: register the worker with its capacity, then map
+        // its events into the index's hash space at its block size.
+        if (!eventIndex.hasWorker(w.id)) eventIndex.addWorker(w.id, cfg.numGpuBlocks);
+        eventIndex.setSource(w.id, 'events', 'simulated engine (lossless)', 0);
+        mapper = new KvEventMapper(eventIndex, w.id, { blockSize: cfg.blockSize });
+      }
+      mappers.push(mapper);
+    }
+    return { router, states, mappers };
+  });
+  const router = replicas[0]!.router;
+  const states = replicas[0]!.states;
+  const nReplicas = replicas.length;
+  /** The replica that routed request `idx`. */
+  const routerOf = (idx: number): Router => replicas[replicaOf(idx, nReplicas)]!.router;
   const workerIndex = new Map(states.map((w, i) => [w.id, i]));
+  /** Requests routed to each worker, by any replica. */
+  const routedTo = new Array<number>(n).fill(0);
   const busy = new Array<boolean>(n).fill(false);
   const busyMs = new Array<number>(n).fill(0);
   const steps = new Array<number>(n).fill(0);
@@ -359,6 +390,27 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
 
   const trace = opts.routerTrace;
   const q = new EventQueue<SimEvent>();
+  const sharingDelay = opts.replicas?.sharingDelayMs ?? 0;
+  if (!(sharingDelay >= 0)) throw new Error(`sharing delay must be ≥ 0 ms, got ${sharingDelay}`);
+  const shareLoad = nReplicas > 1 && opts.replicas?.shareLoad === true;
+  /**
+   * With shareLoad: apply a change of replica `from`'s in-flight accounting at worker `w` to the
+   * other replicas' WorkerStates, after the sharing delay.
+   */
+  const mirrorLoad = (from: number, w: number, change: (s: WorkerState) => void): void => {
+    const apply = () => {
+      for (let r = 0; r < nReplicas; r++) if (r !== from) change(replicas[r]!.states[w]!);
+    };
+    if (sharingDelay === 0) apply();
+    else q.push(clock.now() + sharingDelay, { k: Kind.ShareLoad, apply });
+  };
+  if (nReplicas > 1 && opts.replicas?.sharing === true) {
+    const delay = sharingDelay;
+    connectReplicas(policies, (share, now) => {
+      if (delay === 0) deliver(share, now, cfg.numGpuBlocks);
+      else q.push(now + delay, { k: Kind.Share, share });
+    });
+  }
   let busyCount = 0;
   let pendingDispatch = 0;
 
@@ -544,17 +596,24 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   const proceed = (req: BenchRequest, idx: number, rr: SimRouteRequest, now: number) => {
     if (cache && fromCache(req, idx, now)) return;
     // Admission narrows the candidates to the workers the request fits on.
-    const outcome = router.route(rr, tickets.get(idx)?.workers ?? states);
+    const rep = replicas[replicaOf(idx, nReplicas)]!;
+    const outcome = rep.router.route(rr, tickets.get(idx)?.workers ?? rep.states);
     trace?.({ type: 'route', t: now, req: rr, worker: outcome.ok ? outcome.decision.worker.id : null, status: outcome.ok ? undefined : outcome.status });
     if (!outcome.ok) return refuse(idx, outcome.status, outcome.code);
     // The worker has been charged for it: the admission ticket is no longer pending.
     releaseTicket(idx);
     const w = workerIndex.get(outcome.decision.worker.id)!;
+    routedTo[w]!++;
+    if (shareLoad) {
+      const charged = outcome.decision.worker.inflight.get(rr.id);
+      if (charged) mirrorLoad(replicaOf(idx, nReplicas), w, (s) => s.begin({ ...charged }));
+    }
     // The worker answers what it can never run with a 400, as vLLM does; the gateway relays it.
     const err = engines[w]!.check(req.promptTokens.length, req.maxTokens);
     if (err) {
       trace?.({ type: 'complete', t: now, id: rr.id, ok: false });
-      router.complete(rr.id, false);
+      rep.router.complete(rr.id, false);
+      if (shareLoad) mirrorLoad(replicaOf(idx, nReplicas), w, (s) => s.end(rr.id));
       return refuse(idx, 400, err.code);
     }
     // Its arrival, not now: a request that waited in the admission queue counts the wait.
@@ -569,17 +628,24 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   };
 
   const stepDone = (w: number, res: StepResult, now: number) => {
-    const mapper = mappers[w];
-    if (mapper && res.kvEvents.length > 0) {
-      trace?.({ type: 'kvEvents', t: now, worker: w, events: res.kvEvents });
-      mapper.apply(res.kvEvents, now);
+    if (res.kvEvents.length > 0) {
+      // Every replica subscribes to every worker's events.
+      let traced = false;
+      for (const r of replicas) {
+        const mapper = r.mappers[w];
+        if (!mapper) continue;
+        if (!traced) trace?.({ type: 'kvEvents', t: now, worker: w, events: res.kvEvents });
+        traced = true;
+        mapper.apply(res.kvEvents, now);
+      }
     }
     for (const id of res.firstTokens) {
       firstTokenOf.set(Number(id), now);
       const lf = leading.get(Number(id));
       if (lf) lf.firstToken = now;
       trace?.({ type: 'firstToken', t: now, id });
-      router.firstToken(id);
+      routerOf(Number(id)).firstToken(id);
+      if (shareLoad) mirrorLoad(replicaOf(Number(id), nReplicas), w, (s) => s.firstToken(id, clock.now()));
     }
     if (res.decodeTokens > 0) {
       out.itl.durationMs.push(res.durationMs);
@@ -604,7 +670,8 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       // A cache hit may have been answered (overheadMs) later than this.
       if (!(now <= out.lastFinishMs)) out.lastFinishMs = now;
       trace?.({ type: 'complete', t: now, id: f.id, ok: f.reason !== 'abort' });
-      router.complete(f.id, f.reason !== 'abort');
+      routerOf(idx).complete(f.id, f.reason !== 'abort');
+      if (shareLoad) mirrorLoad(replicaOf(idx, nReplicas), w, (s) => s.end(f.id));
       followUp(idx, now);
       if (cache) {
         const req = requestOf.get(idx);
@@ -628,7 +695,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     for (let i = 0; i < n; i++) {
       const snap = snapshotOf(engines[i]!.stats(), now);
       trace?.({ type: 'snapshot', t: now, worker: i, snapshot: snap });
-      states[i]!.applySnapshot(snap);
+      for (const r of replicas) r.states[i]!.applySnapshot(snap);
     }
     admission?.pump();
   };
@@ -680,6 +747,12 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
           scrape(e.t);
           q.push(e.t + scrapeMs, { k: Kind.Scrape });
           break;
+        case Kind.Share:
+          deliver(ev.share, e.t, cfg.numGpuBlocks);
+          break;
+        case Kind.ShareLoad:
+          ev.apply();
+          break;
         case Kind.AdmissionTimer:
           // A queue deadline: expire what is due (and admit what now fits).
           admission?.pump();
@@ -702,7 +775,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     const final = e.stats();
     return {
       id: states[i]!.id,
-      routed: states[i]!.routed,
+      routed: routedTo[i]!,
       preemptions: final.preemptions,
       busyMs: busyMs[i]!,
       steps: steps[i]!,

@@ -34,6 +34,13 @@ export type { IndexSource };
 
 export type BlockSource = 'predicted' | 'routed' | 'event';
 
+/**
+ * Receives the routing knowledge this index makes itself — pick-time predictions and routed
+ * (confirmed) blocks, never blocks learned from KV events or from other replicas — so that other
+ * gateway replicas can learn it (`learn`). Called on the request path: it must only queue.
+ */
+export type RoutingKnowledgeObserver = (id: string, hashes: BlockSeq, source: 'predicted' | 'routed', now: number) => void;
+
 const F_PREDICTED = 1;
 const F_ROUTED = 2;
 const F_EVENT = 4;
@@ -186,6 +193,11 @@ export class PrefixIndex {
   private flushTimer: NodeJS.Immediate | null = null;
   /** Where the tail-first walk of a part-applied pending insert (pending[0]) stopped; -1: none. */
   private pendingTo = -1;
+
+  /** Where this index's own routing knowledge goes (sharing across replicas); null: nowhere. */
+  observer: RoutingKnowledgeObserver | null = null;
+  /** Block runs learned from other replicas (`learn`). */
+  learnedRuns = 0;
 
   private evictedForMemory = 0;
   private evictedForCapacity = 0;
@@ -445,6 +457,7 @@ export class PrefixIndex {
    * it had been inserted now, while the request that caused it does not wait for it.
    */
   insertLater(id: string, hashes: BlockSeq, source: BlockSource, now: number): void {
+    if (source !== 'event') this.observer?.(id, hashes, source, now);
     this.pending.push({ id, hashes, source, now });
     if (now > this.lastNow) this.lastNow = now;
     this.scheduleUpkeep();
@@ -530,7 +543,27 @@ export class PrefixIndex {
   confirm(id: string, hashes: BlockSeq, now: number): void {
     const w = this.slots.get(id);
     if (!w || w.source === 'events') return;
+    this.observer?.(id, hashes, 'routed', now);
     this.insert(id, hashes, 'routed', now);
+  }
+
+  /**
+   * Routing knowledge another gateway replica made (its prediction or routed blocks for worker
+   * `id`): applied like insertLater, but not passed to the observer, so it is never echoed
+   * back. A worker this index does not track yet is registered with `capacityBlocks` (its
+   * capacity is corrected when this replica routes to it); without room it is ignored. A
+   * shared prediction expires after predictedTtlMs unless the replica that made it shares its
+   * confirmation (as 'routed').
+   */
+  learn(id: string, hashes: BlockSeq, source: 'predicted' | 'routed', now: number, capacityBlocks?: number): void {
+    if (!this.slots.has(id)) {
+      if (capacityBlocks === undefined || this.workerCount >= this.maxWorkers) return;
+      this.addWorker(id, capacityBlocks);
+    }
+    this.learnedRuns++;
+    this.pending.push({ id, hashes, source, now });
+    if (now > this.lastNow) this.lastNow = now;
+    this.scheduleUpkeep();
   }
 
   /**
