@@ -48,15 +48,26 @@ export interface TenantCacheOverrides {
   sampled?: boolean;
 }
 
+/** Per-tenant request caps (config `tenants[].caps`); they can only lower the pool's and global ones. */
+export type RequestCapsOverride = TenantCaps;
+export interface TenantCaps {
+  maxN?: number;
+  maxTokens?: number;
+  maxTotalTokens?: number;
+  maxRequestMs?: number;
+}
+
 export interface TenantSpec {
   id: string;
   keys: KeySource[];
   cache?: TenantCacheOverrides;
+  caps?: TenantCaps;
 }
 
 export interface Tenant {
   readonly id: string;
   readonly cache: Readonly<TenantCacheOverrides>;
+  readonly caps: Readonly<TenantCaps>;
 }
 
 /** A key source that could not be read: `path` names the field, `message` never holds the key. */
@@ -137,8 +148,8 @@ export class TenantDirectory {
    * @param tenants id, key digests and cache overrides of each tenant
    * @param adminDigests digests of the admin keys
    */
-  constructor(tenants: ReadonlyArray<{ id: string; digests: Buffer[]; cache?: TenantCacheOverrides }>, adminDigests: Buffer[] = []) {
-    this.tenants = tenants.map((t) => Object.freeze({ id: t.id, cache: Object.freeze({ ...(t.cache ?? {}) }) }));
+  constructor(tenants: ReadonlyArray<{ id: string; digests: Buffer[]; cache?: TenantCacheOverrides; caps?: TenantCaps }>, adminDigests: Buffer[] = []) {
+    this.tenants = tenants.map((t) => Object.freeze({ id: t.id, cache: Object.freeze({ ...(t.cache ?? {}) }), caps: Object.freeze({ ...(t.caps ?? {}) }) }));
     this.byIdMap = new Map(this.tenants.map((t) => [t.id, t]));
     this.keys = [];
     tenants.forEach((t, i) => t.digests.forEach((d) => this.keys.push({ digest: d, owner: i })));
@@ -146,7 +157,7 @@ export class TenantDirectory {
     for (const d of adminDigests) this.keys.push({ digest: d, owner: -1 });
     this.open = tenantKeys === 0;
     this.adminGuarded = this.keys.length > 0;
-    this.defaultTenant = this.byIdMap.get(DEFAULT_TENANT_ID) ?? Object.freeze({ id: DEFAULT_TENANT_ID, cache: Object.freeze({}) });
+    this.defaultTenant = this.byIdMap.get(DEFAULT_TENANT_ID) ?? Object.freeze({ id: DEFAULT_TENANT_ID, cache: Object.freeze({}), caps: Object.freeze({}) });
   }
 
   /** Every tenant a request can belong to (`default` alone when open). */
@@ -167,6 +178,13 @@ export class TenantDirectory {
     const owner = this.match(key);
     if (owner === null || owner < 0) throw invalidApiKey(INCORRECT);
     return this.tenants[owner]!;
+  }
+
+  /** True if the Authorization header carries an admin key (routing headers are shown to admins). */
+  isAdmin(authorization: string | string[] | undefined): boolean {
+    if (!this.adminGuarded) return false;
+    const key = bearerKey(authorization);
+    return key !== null && this.match(key) === -1;
   }
 
   /** null if the request may use /admin/*, else the error to answer (401 no/unknown key, 403 a tenant's key). */

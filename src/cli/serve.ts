@@ -25,6 +25,12 @@ Options:
 
 Routing policies (policy.name): ${policyNames().join(', ')}; default ${DEFAULT_POLICY_NAME}.
 
+Shutdown: on SIGTERM /ready answers 503 for shutdown.drainDelayMs (default 5 s) while requests
+are still served, then new connections stop and in-flight requests get shutdown.graceMs to
+finish. SIGINT skips the drain delay; a second signal exits at once.
+
+A warning is logged when the gateway listens on a non-loopback address with no client API keys.
+
 Exit codes: 0 after a clean shutdown (SIGINT/SIGTERM), 2 for bad flags or an invalid config,
 1 if the gateway cannot start (e.g. the port is taken).
 `;
@@ -128,9 +134,12 @@ export async function run(argv: string[]): Promise<number> {
     await gateway.close();
     return 1;
   }
-  await waitForSignal();
-  gateway.logger.info({ graceMs: config.shutdown.graceMs }, 'shutting down');
-  await gateway.close();
+  const sig = await waitForSignal();
+  gateway.logger.info({ signal: sig, graceMs: config.shutdown.graceMs, drainDelayMs: sig === 'SIGTERM' ? config.shutdown.drainDelayMs : 0 }, 'shutting down');
+  // SIGTERM (an orchestrator): /ready answers 503 for the drain delay while requests are still
+  // served, so load balancers stop sending before the listener closes. SIGINT (a terminal): at once.
+  if (sig === 'SIGTERM') await gateway.shutdown();
+  else await gateway.close();
   return 0;
 }
 

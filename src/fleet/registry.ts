@@ -55,7 +55,7 @@ export class WorkerRegistry {
 
   /** True when some model has at least one worker that is healthy and not circuit-open. */
   anyRoutable(): boolean {
-    for (const w of this.workers) if (w.healthy && !w.circuitOpen) return true;
+    for (const w of this.workers) if (w.healthy && !w.circuitOpen && !w.suspected) return true;
     return false;
   }
 
@@ -73,6 +73,7 @@ export class WorkerRegistry {
       model: w.model,
       healthy: w.healthy,
       circuitOpen: w.circuitOpen,
+      suspected: w.suspected,
       circuitState: this.breakers.get(w.id)?.state ?? 'closed',
       stale: w.isStale(now, this.opts.staleAfterMs),
       lastScrapeError: w.lastScrapeError,

@@ -345,7 +345,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   const tenantOf = (id: string | undefined): Tenant => {
     const k = id ?? 'default';
     let t = tenants.get(k);
-    if (!t) tenants.set(k, (t = { id: k, cache: {} }));
+    if (!t) tenants.set(k, (t = { id: k, cache: {}, caps: {} }));
     return t;
   };
   interface SimFlight {

@@ -1,10 +1,11 @@
 /**
  * Filter `healthy`: keeps the workers whose health probes pass and whose circuit breaker is
- * closed (WorkerState.healthy && !circuitOpen). No options. Every built-in policy runs it first.
+ * closed and that passive outlier detection does not suspect (WorkerState.healthy && !circuitOpen
+ * && !suspected). No options. Every built-in policy runs it first.
  */
 import type { Filter } from '../types.js';
 
 export const healthyFilter: Filter = {
   name: 'healthy',
-  filter: (_req, workers) => workers.filter((w) => w.healthy && !w.circuitOpen),
+  filter: (_req, workers) => workers.filter((w) => w.healthy && !w.circuitOpen && !w.suspected),
 };
