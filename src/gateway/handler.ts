@@ -145,7 +145,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       if (d.isClosing()) throw errors.shuttingDown();
       // Who is asking comes first: an unauthenticated body is never read.
       ctx.tenant = d.tenants.authenticate(req.headers.authorization);
-      if (!ctx.exposeRouting && d.tenants.isAdmin(req.headers.authorization)) ctx.exposeRouting = true;
+      if (!ctx.exposeRouting && isAdminCaller(d.tenants, req)) ctx.exposeRouting = true;
       checkMediaType(req);
       const read = await readBody(req, config.limits.maxBodyBytes, config.server.bodyTimeoutMs);
       if (!read.ok) {
@@ -232,6 +232,17 @@ function checkMediaType(req: IncomingMessage): void {
   if (ce !== undefined && ce.trim().toLowerCase() !== 'identity') {
     throw errors.unsupportedMediaType(`Content-Encoding '${echo(ce)}' is not supported: send the body uncompressed`);
   }
+}
+
+/**
+ * An admin caller sees the routing headers: the Authorization key is an admin key (an open
+ * gateway), or `x-kvgate-admin-key` carries one beside a tenant's key.
+ */
+function isAdminCaller(tenants: TenantDirectory, req: IncomingMessage): boolean {
+  if (!tenants.adminGuarded) return false;
+  const extra = req.headers['x-kvgate-admin-key'];
+  if (typeof extra === 'string' && tenants.isAdmin(`Bearer ${extra}`)) return true;
+  return tenants.open && tenants.isAdmin(req.headers.authorization);
 }
 
 /** The caps that apply: global, lowered by the pool's, lowered by the tenant's. */
