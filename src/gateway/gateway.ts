@@ -155,6 +155,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
       })
     : null;
 
+  const checkFailed = new Set<string>();
   const { scraper, health } = createFleetWatch({
     config,
     workers: registry.workers,
@@ -164,7 +165,13 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     metrics: m,
     policyScrapeIntervalMs: policy.scrapeIntervalMs,
     onWorkerDown: (id) => relay.workerDown(id),
-    onCheck: outliers ? (w, error) => outliers.onWatchResult(w, error) : undefined,
+    onCheck: (w, error) => {
+      outliers?.onWatchResult(w, error);
+      // A worker unreachable to its checks that answers again was restarted or reconnected: its
+      // breaker (opened by the failures meanwhile) need not sit out the whole cool-down.
+      if (error !== null) checkFailed.add(w.id);
+      else if (checkFailed.delete(w.id)) registry.breaker(w.id).onRecovered();
+    },
   });
 
   const relay: Relay = new Relay({

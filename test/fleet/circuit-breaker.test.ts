@@ -46,3 +46,16 @@ test('a failed probe re-opens; an abandoned probe lets the next one through', as
   assert.equal(w.circuitOpen, true);
   b.close();
 });
+
+test('evidence of recovery half-opens an open circuit before its cool-down ends', () => {
+  const w = worker();
+  const b = new CircuitBreaker(w, { failuresToOpen: 1, coolDownMs: 60_000 });
+  b.onRecovered();
+  assert.equal(b.state, 'closed', 'nothing to do when closed');
+  b.onFailure();
+  assert.equal(b.state, 'open');
+  b.onRecovered();
+  assert.equal(b.state, 'half-open');
+  assert.equal(w.circuitOpen, false);
+  b.close();
+});

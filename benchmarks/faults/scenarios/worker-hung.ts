@@ -26,7 +26,6 @@ export const workerHung: FaultScenario = {
       sims[1]!.signal('SIGCONT');
       const contAt = performance.now();
       const { tally, outcomes } = await load;
-      void t0;
       const stoppedWindows = perSecond(outcomes, stoppedAt, contAt);
       const before = perSecond(outcomes, t0 + 1_000, stoppedAt);
       const maxWait = Math.max(...outcomes.map((o) => o.ms));
