@@ -31,6 +31,11 @@ export interface EngineRequest {
   ignoreEos?: boolean;
   /** Lower value = more important (vLLM's priority scheduling convention). Default 0. */
   priority?: number;
+  /**
+   * vLLM's `cache_salt`: mixed into the first block's hash, so requests with different salts
+   * (or one salted and one not) share no cached block, however alike their prompts.
+   */
+  cacheSalt?: string;
 }
 
 /** One generated token, visible to the client when the step that produced it ends. */

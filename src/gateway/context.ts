@@ -18,6 +18,8 @@ export interface RequestContext {
   clientRequestId: string | null;
   /** Send x-kvgate-worker / x-kvgate-prefix-hit (server.routingHeaders, or an admin caller). */
   exposeRouting: boolean;
+  /** The tenant's cache salt when the pool isolates cached prompts per tenant (else null). */
+  cacheSalt: string | null;
   kind: InferenceKind;
   /** The URL path, e.g. '/v1/chat/completions' (also forwarded to the worker). */
   path: string;

@@ -3,6 +3,7 @@
  * prober, circuit breakers), the router with the configured policy, the relay, telemetry and the
  * HTTP server. Embedded by `kvgate serve`, `kvgate demo` and the tests.
  */
+import { createHmac, randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { TenantDirectory } from '../admission/tenants.js';
@@ -217,6 +218,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   }
   let closing = false;
   let draining = false;
+  const cacheSaltFor = createCacheSalter(config, logger);
   const handler = createHandler({
     config,
     fleet: registry,
@@ -232,6 +234,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     active,
     isClosing: () => closing,
     isDraining: () => draining || closing,
+    cacheSaltFor,
   });
 
   const sc = config.server;
@@ -362,6 +365,29 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
       })();
       return closed;
     },
+  };
+}
+
+/**
+ * Per-tenant cache salts for pools with `cacheIsolation: tenant`: HMAC-SHA256(secret, tenant id),
+ * never anything a client sent. Without `cacheSalt.secret` a random secret is drawn per process,
+ * which isolates as well but means gateway replicas (and restarts) do not share salts, so their
+ * tenants miss each other's cached prefixes on the workers.
+ */
+function createCacheSalter(config: GatewayConfig, logger: Logger): (pool: string | undefined, tenant: string) => string | null {
+  const isolated = new Set([...config.pools].filter(([, p]) => p.cacheIsolation === 'tenant').map(([name]) => name));
+  if (isolated.size === 0) return () => null;
+  let secret = config.cacheSaltSecret;
+  if (secret === null) {
+    secret = randomBytes(32).toString('hex');
+    logger.warn({ pools: [...isolated] }, 'cacheIsolation without cacheSalt.secret: a random secret per process (replicas will not share salts)');
+  }
+  const salts = new Map<string, string>();
+  return (pool, tenant) => {
+    if (pool === undefined || !isolated.has(pool)) return null;
+    let s = salts.get(tenant);
+    if (s === undefined) salts.set(tenant, (s = createHmac('sha256', secret).update(`kvgate-cache-salt:${tenant}`).digest('base64url').slice(0, 32)));
+    return s;
   };
 }
 

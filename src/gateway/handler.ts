@@ -49,6 +49,8 @@ export interface HandlerDeps {
   isClosing: () => boolean;
   /** True while shutting down (drain delay included): /ready answers 503. */
   isDraining: () => boolean;
+  /** The tenant's cache salt if `pool` isolates cached prompts per tenant, else null. */
+  cacheSaltFor: (pool: string | undefined, tenant: string) => string | null;
 }
 
 /** A client's own request id is echoed (x-client-request-id) and logged only if it looks like one. */
@@ -105,6 +107,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       id,
       clientRequestId,
       exposeRouting: config.server.routingHeaders,
+      cacheSalt: null,
       kind,
       path,
       req,
@@ -181,6 +184,13 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       const budget = outputBudget(kind, body, config.timeouts.assumedMaxTokens);
       ctx.maxTokens = budget.maxTokens;
       ctx.maxTokensExplicit = budget.explicit;
+      const salt = d.cacheSaltFor(workers[0]?.pool, ctx.tenant.id);
+      if (salt !== null) {
+        // Always the gateway's, never the client's: a client must not pick another tenant's salt.
+        (body as Record<string, unknown>).cache_salt = salt;
+        ctx.bodyModified = true;
+        ctx.cacheSalt = salt;
+      }
       const caps = capsFor(config, workers[0]?.pool, ctx.tenant.caps);
       checkCaps(kind, body, budget, caps);
       ctx.deadlineAt = startedAt + Math.min(requestBudgetMs(budget.maxTokens, config.timeouts), caps.maxRequestMs);

@@ -458,6 +458,7 @@ class SimWorkerServer implements ExchangeHost {
         eosTokenId: EOS_TOKEN_ID,
         ignoreEos: params.ignoreEos,
         priority: params.priority,
+        cacheSalt: params.cacheSalt,
       },
       {
         onStarted: (cached, at) => {
