@@ -32,6 +32,8 @@ Options:
   --kv-topic TOPIC       topic of KV-event messages (default empty)
   --hash-seed N          block-hash seed (default: random per process, like vLLM)
   --legacy-metrics       emit pre-0.9 metric names (vllm:gpu_cache_usage_perc, ...)
+  --api-key KEY          require 'Authorization: Bearer KEY' on /v1/* (vLLM's --api-key;
+                         /health, /metrics and /tokenize stay open)
   -h, --help             show this help
 
 Prints the worker's URL, then serves until interrupted.
@@ -88,6 +90,7 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
         'kv-topic': { type: 'string' },
         'hash-seed': { type: 'string' },
         'legacy-metrics': { type: 'boolean' },
+        'api-key': { type: 'string' },
       },
     }));
   } catch (e) {
@@ -113,6 +116,7 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
     enablePrefixCaching: values['no-prefix-caching'] ? false : undefined,
     hashSeed: int('hash-seed', values['hash-seed'], 0),
     legacyMetricNames: values['legacy-metrics'] === true,
+    apiKey: typeof values['api-key'] === 'string' && values['api-key'] !== '' ? values['api-key'] : undefined,
   };
   const kvPort = int('kv-events-port', values['kv-events-port'], 0);
   const replayPort = int('kv-replay-port', values['kv-replay-port'], 0);

@@ -86,6 +86,8 @@ export interface SimWorkerOptions {
    * this many tokens (greedy sampling of the synthetic model may never emit EOS). Default 1024.
    */
   defaultMaxChatTokens?: number;
+  /** Require `Authorization: Bearer <key>` on /v1/* (vLLM's --api-key). */
+  apiKey?: string;
   /** Make the synthetic LM a draft model of another (speculative-decoding experiments). */
   draftOf?: string;
   draftFidelity?: number;
@@ -99,6 +101,8 @@ export interface SimWorkerStats {
   clientAborts: number;
   /** Generation requests not yet finished. */
   inFlight: number;
+  /** Response bytes written but not yet taken by clients' sockets (stays small: backpressure). */
+  bufferedBytes: number;
 }
 
 export interface SimWorker {
@@ -146,6 +150,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
     legacyMetricNames: opts.legacyMetricNames ?? false,
     gpuMemoryUtilization: opts.gpuMemoryUtilization ?? 0.9,
     defaultMaxChatTokens: opts.defaultMaxChatTokens ?? 1024,
+    apiKey: opts.apiKey,
   });
 
   let publisher: KvEventPublisher | null = null;
@@ -227,6 +232,7 @@ interface ServerParts {
   legacyMetricNames: boolean;
   gpuMemoryUtilization: number;
   defaultMaxChatTokens: number;
+  apiKey?: string;
 }
 
 /** The worker's HTTP routes and its engine side: runs exchanges' sequences and observes their metrics. */
@@ -242,8 +248,10 @@ class SimWorkerServer implements ExchangeHost {
   private requests = 0;
   private clientAborts = 0;
   private shuttingDown = false;
+  private readonly apiKey: string | null;
 
   constructor(p: ServerParts) {
+    this.apiKey = p.apiKey ?? null;
     this.model = p.model;
     this.engine = p.engine;
     this.lm = p.lm;
@@ -262,7 +270,9 @@ class SimWorkerServer implements ExchangeHost {
   }
 
   stats(): SimWorkerStats {
-    return { requests: this.requests, clientAborts: this.clientAborts, inFlight: this.driver.inFlight };
+    let buffered = 0;
+    for (const ex of this.exchanges) buffered += ex.bufferedBytes;
+    return { requests: this.requests, clientAborts: this.clientAborts, inFlight: this.driver.inFlight, bufferedBytes: buffered };
   }
 
   stop(): void {
@@ -286,6 +296,10 @@ class SimWorkerServer implements ExchangeHost {
   private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? '/').split('?', 1)[0]!;
     const method = req.method ?? 'GET';
+    // vLLM's --api-key guards the /v1 routes only (health, metrics and tokenize stay open).
+    if (this.apiKey !== null && path.startsWith('/v1/') && req.headers.authorization !== `Bearer ${this.apiKey}`) {
+      return sendJson(res, 401, { error: 'Unauthorized' });
+    }
     const post = (fn: (body: unknown) => Promise<void> | void) => this.withBody(req, res, method, fn);
     switch (path) {
       case '/health':
@@ -320,6 +334,15 @@ class SimWorkerServer implements ExchangeHost {
       case '/detokenize':
         return post((b) => this.detokenize(res, b));
       default:
+        if (path.startsWith('/v1/models/')) {
+          // vLLM's retrieve: the served model, or its 404 error body.
+          return this.get(method, res, () => {
+            const id = decodeURIComponent(path.slice('/v1/models/'.length));
+            const list = this.modelList() as { data: unknown[] };
+            if (id === this.model) return sendJson(res, 200, list.data[0]);
+            sendJsonError(res, new SimError(404, 'NotFoundError', `The model \`${id.slice(0, 100)}\` does not exist.`));
+          });
+        }
         // FastAPI's body for an unknown route.
         return sendJson(res, 404, { detail: 'Not Found' });
     }
