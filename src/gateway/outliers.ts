@@ -12,13 +12,16 @@
  * (recent TTFT: an exponentially weighted mean of dispatch → first streamed byte) — makes it
  * *suspected*, at once:
  * - it gets no new requests (the `healthy` filter skips suspected workers);
- * - every attempt on it that has not sent the client a byte (streamed or not) is abandoned and
- *   retried on another worker: the client has seen nothing, so nothing is duplicated visibly;
+ * - every attempt on it that has not sent the client a byte (streamed or not) and has waited
+ *   longer than the allowance is abandoned and retried on another worker: the client has seen
+ *   nothing, so nothing is duplicated visibly;
  * - a stream already relaying from it that stays silent past the allowance ends with an SSE
  *   error event instead of hanging until the request deadline;
  * - its circuit breaker counts a failure, so repeated episodes open it.
- * A metrics scrape or health probe that times out makes it suspected too (non-streamed traffic
- * owes no bytes until it ends, so this is what catches a hung worker serving only that).
+ * A metrics scrape or health probe that times out makes it suspected too, if nothing at all has
+ * come from the worker for minSilenceMs (non-streamed traffic owes no bytes until it ends, so
+ * this is what catches a hung worker serving only that; one slow scrape of a worker that is
+ * streaming fine is not enough).
  *
  * Any byte from the worker clears the suspicion (a scrape or probe answering in time clears it
  * once nothing it owed is left waiting).
@@ -82,7 +85,9 @@ export class OutlierDetector implements AttemptWatch {
       if (w.suspected && !this.owesAnyWaiting(w)) this.clear(w);
       return;
     }
-    if (/timed out/.test(error)) this.suspect(w, `a check of the worker timed out (${error})`);
+    if (/timed out/.test(error) && this.o.clock.now() - w.lastByteAt >= this.o.minSilenceMs) {
+      this.suspect(w, `a check of the worker timed out (${error})`);
+    }
   }
 
   /** The worker's allowed silence now (ms). */
@@ -109,21 +114,32 @@ export class OutlierDetector implements AttemptWatch {
       const allowance = this.allowanceMs(w);
       const silentFor = now - Math.max(w.lastByteAt, oldest);
       if (silentFor > allowance) this.suspect(w, `no byte for ${Math.round(silentFor)} ms with streams in flight (allowed ${Math.round(allowance)} ms)`);
-      if (w.suspected) {
-        // Streams already relaying cannot move; one silent past the allowance is ended honestly.
-        for (const a of [...this.o.attemptsOn(w.id)]) {
-          if (a.relaying && a.isStream && now - a.lastByteAt > allowance) a.stalled();
-        }
-      }
     }
+    for (const w of this.workers) if (w.suspected) this.giveUpOverdue(w, now);
   }
 
   private suspect(w: WorkerState, reason: string): void {
-    const first = !w.suspected;
-    w.suspected = true;
-    if (first) this.o.onSuspect?.(w, reason);
-    // Whatever it has not answered yet goes elsewhere (each attempt settles and leaves the set).
-    for (const a of [...this.o.attemptsOn(w.id)]) if (!a.relaying) a.suspectedHung();
+    if (!w.suspected) {
+      w.suspected = true;
+      this.o.onSuspect?.(w, reason);
+    }
+    this.giveUpOverdue(w, this.o.clock.now());
+  }
+
+  /**
+   * On a suspected worker: an attempt that has had no byte for longer than the allowance goes to
+   * another worker; a stream already relaying that went silent that long is ended (it cannot move).
+   */
+  private giveUpOverdue(w: WorkerState, now: number): void {
+    let allowance = -1;
+    for (const a of [...this.o.attemptsOn(w.id)]) {
+      if (allowance < 0) allowance = this.allowanceMs(w);
+      if (!a.relaying) {
+        if (now - a.dispatchedAt > allowance) a.suspectedHung();
+      } else if (a.isStream && now - a.lastByteAt > allowance) {
+        a.stalled();
+      }
+    }
   }
 
   private clear(w: WorkerState): void {
