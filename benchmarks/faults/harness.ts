@@ -164,7 +164,7 @@ export async function startGateway(urls: string[], extra: Partial<RawConfig> = {
 
 export interface Ask {
   path?: string;
-  body: unknown;
+  body?: unknown;
   headers?: Record<string, string>;
   /** Raw body instead of JSON.stringify(body). */
   raw?: string;

@@ -4,6 +4,10 @@
  */
 import type { FaultScenario } from './harness.js';
 import { allDown } from './scenarios/all-down.js';
+import { crossSitePost } from './scenarios/cross-site-post.js';
+import { crossTenantProbe } from './scenarios/cross-tenant-probe.js';
+import { oversizedAsks } from './scenarios/oversized-asks.js';
+import { stalledClients } from './scenarios/stalled-clients.js';
 import { massDisconnect } from './scenarios/mass-disconnect.js';
 import { metricsGarbage } from './scenarios/metrics-garbage.js';
 import { worker500s } from './scenarios/worker-500s.js';
@@ -19,4 +23,9 @@ export const SCENARIOS: FaultScenario[] = [
   workerRestarted,
   allDown,
   massDisconnect,
+  // Abuse (issue 11).
+  stalledClients,
+  crossTenantProbe,
+  crossSitePost,
+  oversizedAsks,
 ];

@@ -4,7 +4,7 @@
  * completions never drop to zero in any one-second window; the stopped worker gets no new request
  * from 1 s after it stopped; no request waits longer than the first-byte timeout plus one retry.
  */
-import { closedLoop, perSecond, sleep, spawnSims, startGateway, streamChat, type FaultScenario } from '../harness.js';
+import { closedLoop, perSecond, quantile, sleep, spawnSims, startGateway, streamChat, type FaultScenario } from '../harness.js';
 
 export const workerHung: FaultScenario = {
   name: 'worker-hung',
@@ -37,6 +37,7 @@ export const workerHung: FaultScenario = {
           'completions/s while stopped (per window)': stoppedWindows.join(' '),
           'new requests to the stopped worker from +1 s to SIGCONT': routedBeforeCont - routedAfter1s,
           'longest request (ms)': Math.round(maxWait),
+          'p99 request before the stop (ms)': Math.round(quantile(outcomes.filter((o) => o.end < stoppedAt).map((o) => o.ms), 0.99)),
           'silence allowed before suspicion (ms)': Math.round(gw.outliers?.allowanceMs(victim) ?? NaN),
           'stopped worker suspected at the end': victim.suspected,
         },
