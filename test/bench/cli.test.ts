@@ -239,7 +239,11 @@ describe('kvgate bench CLI', () => {
 
   // The public traces live in shared/ beside the checkout (dist/test/bench → checkout is three up).
   const realTraces = process.env.KVGATE_TRACES ?? resolve(dirname(fileURLToPath(import.meta.url)), '../../../../shared/traces');
-  it('smoke-runs the real traces when present', { skip: !existsSync(realTraces) }, () => {
+  // A skip says why (node --test prints the reason beside "# SKIP").
+  const noTraces = existsSync(realTraces)
+    ? false
+    : `no trace data at ${realTraces} (set KVGATE_TRACES to a folder holding mooncake_synthetic_trace.jsonl and AzureLLMInferenceTrace_conv.csv)`;
+  it('smoke-runs the real traces when present', { skip: noTraces }, () => {
     for (const [file, extra] of [
       ['mooncake_synthetic_trace.jsonl', []],
       ['AzureLLMInferenceTrace_conv.csv', ['--azure-shared-prefix', '0.3']],
