@@ -12,7 +12,7 @@ import { createProgressBar, type ProgressBar } from '../bench/progress.js';
 import { renderReport } from '../bench/report.js';
 import { checkPolicies, GPU_HOUR_COST, runBench } from '../bench/run.js';
 import { describeSlo } from '../bench/slo.js';
-import { cacheLines, summaryTable } from '../bench/table.js';
+import { cacheLines, isolationLines, summaryTable } from '../bench/table.js';
 import type { BenchSource } from '../workload/types.js';
 import { describeWorkloads, workloadNames, workloadSource } from '../workload/workloads.js';
 
@@ -75,6 +75,16 @@ Response cache:
   --cache-ttl-ms MS       lifetime of an entry, virtual ms (default 300000)
   --cache-max-bytes N     the in-memory store's bound (default 268435456)
 
+Tenant isolation:
+  --cache-isolation tenant|none
+                          run as a pool with cacheIsolation: tenant (default none): each request's
+                          tenant salts its KV blocks on the workers (vLLM's cache_salt) and in the
+                          router's index; each policy is run once more shared, and a line per policy
+                          gives the prefix-cache hit rate, TTFT, busy GPU time (and with --capacity,
+                          capacity) shared → isolated
+  --tenants N             reassign requests to N tenants (a session's turns stay together), as when
+                          N customers send the same application's prompts (default: the workload's)
+
 Capacity at SLO:
   --capacity              find each policy's capacity: the highest --rate-scale at which at least
                           --attainment of the requests meet the SLO. Brackets by doubling or halving
@@ -107,6 +117,8 @@ const OPTIONS = {
   cache: { type: 'string' },
   'cache-ttl-ms': { type: 'string' },
   'cache-max-bytes': { type: 'string' },
+  'cache-isolation': { type: 'string' },
+  tenants: { type: 'string' },
   trace: { type: 'string' },
   format: { type: 'string' },
   'azure-shared-prefix': { type: 'string' },
@@ -311,12 +323,17 @@ export async function run(argv: string[]): Promise<number> {
     for (const f of ['cache-ttl-ms', 'cache-max-bytes'] as const) {
       if (!cacheOn && v[f] !== undefined) throw new UsageError(`--${f} applies to --cache on only`);
     }
+    const iso = v['cache-isolation'];
+    if (iso !== undefined && iso !== 'tenant' && iso !== 'none') throw new UsageError(`--cache-isolation must be tenant or none, got '${iso}'`);
+    const tenants = intFlag(v.tenants, 'tenants', 1);
+    if (tenants !== undefined && iso !== 'tenant') throw new UsageError('--tenants applies to --cache-isolation tenant only');
     const cacheTtlMs = numFlag(v['cache-ttl-ms'], 'cache-ttl-ms', { positive: true });
     const cacheMaxBytes = intFlag(v['cache-max-bytes'], 'cache-max-bytes', 1);
     opts = {
       source,
       policies,
       cache: cacheOn ? { ttlMs: cacheTtlMs, maxBytes: cacheMaxBytes } : undefined,
+      isolation: iso === 'tenant' ? { tenants } : undefined,
       workers: intFlag(v.workers, 'workers', 1) ?? 8,
       gpu,
       model,
@@ -379,6 +396,8 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write('\n' + summaryTable(out.results.policies, { idealHitRate: out.results.ideal_hit_rate, capacity: out.results.capacity }));
     const cl = cacheLines(out.results.policies);
     if (cl) process.stdout.write('\n' + cl);
+    const il = isolationLines(out.results.policies);
+    if (il) process.stdout.write('\n' + il);
     const c = out.results.capacity;
     if (c) {
       process.stdout.write(

@@ -47,6 +47,7 @@ import type { EngineConfig, EngineStats, StepResult, TokenContext } from '../eng
 import { KvEventMapper } from '../fleet/kv-events-mapper.js';
 import { WorkerState, type MetricsSnapshot } from '../fleet/worker-state.js';
 import type { Tenant } from '../admission/tenants.js';
+import { PROMPT_SALT } from '../kv/prompt-blocks.js';
 import type { CacheEntry } from '../cache/entry.js';
 import type { ResponseCache } from '../cache/response-cache.js';
 import type { KvEvent } from '../kv/events.js';
@@ -106,6 +107,12 @@ export interface FleetSimOptions {
   cache?: { cache: ResponseCache; clock: VirtualClock };
   /** Called every `progressEvery` arrivals with the number of arrivals so far. */
   onProgress?: (arrivals: number, nowMs: number) => void;
+  /**
+   * Tenant isolation of cached prompts (a pool with `cacheIsolation: tenant`): each request's
+   * tenant is its engine cache_salt and salts the router's block hashes (and, for policies that
+   * match characters, prefixes its text), as the live gateway does.
+   */
+  cacheIsolation?: boolean;
   /** Receives every call made to the router and every snapshot applied, in order. */
   routerTrace?: (e: RouterTraceEvent) => void;
   progressEvery?: number;
@@ -207,7 +214,15 @@ class SimRouteRequest implements RouteRequest {
     this.text = text;
   }
   get promptText(): string {
-    return (this.text ??= synthText(this.promptTokens));
+    let t = (this.text ??= synthText(this.promptTokens));
+    if (this.saltText !== undefined) t = this.saltText + t;
+    return t;
+  }
+  private saltText: string | undefined;
+  /** Isolate this request's prefixes per tenant (as gateway/prepare.ts does). */
+  salt(s: string): void {
+    this.state.set(PROMPT_SALT, s);
+    this.saltText = `\u0000${s}\u0000`;
   }
 }
 
@@ -241,6 +256,9 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   if (!(scrapeMs > 0)) throw new Error(`scrape interval must be positive, got ${scrapeMs}`);
   const kvSampleMs = opts.kvSampleMs ?? 1000;
   const overhead = opts.overheadMs ?? 0;
+  const isolate = opts.cacheIsolation === true;
+  // The live gateway's salt is an HMAC of the tenant id; any per-tenant string does here.
+  const saltOf = (req: BenchRequest): string => `tenant:${req.tenant ?? 'default'}`;
   const clock = opts.cache?.clock ?? new VirtualClock(0);
   const router = new Router({
     policy: opts.policy,
@@ -438,6 +456,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       sampler: (ctx: TokenContext) => answerToken(seed, ctx.output.length),
       ignoreEos: true,
       priority: req.priority ?? 0,
+      ...(isolate ? { cacheSalt: saltOf(req) } : {}),
     });
     // An idle worker starts its next step as an event at this instant, after every other arrival
     // of the same instant: requests that arrive together are batched together.
@@ -455,6 +474,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     out.lastArrivalMs = now;
     if (req.next !== undefined) nextOf.set(idx, req.next);
     const rr = new SimRouteRequest(String(idx), model, req.promptTokens, req.maxTokens, req.promptText);
+    if (isolate) rr.salt(saltOf(req));
     if (req.session !== undefined) rr.sessionKey = req.session;
     if (req.tenant !== undefined) rr.tenant = req.tenant;
     if (req.priority !== undefined) rr.priority = req.priority;
