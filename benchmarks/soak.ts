@@ -4,8 +4,8 @@
  * memory stays flat and its in-flight gauge returns to 0. Not part of `npm test`.
  *
  * The traffic, from 24 closed-loop clients: streamed and non-streamed chats, clients that leave
- * mid-stream, malformed bodies, oversized asks, wrong content types. RSS (from /proc) and
- * kvgate_inflight_requests are sampled every 5 s.
+ * mid-stream, malformed bodies, oversized asks, wrong content types. RSS (from /proc), the V8 heap
+ * in use and kvgate_inflight_requests are sampled every 5 s.
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -67,13 +67,18 @@ async function main(): Promise<number> {
       }
       await sleep(100);
     }
-    const samples: Array<{ t: number; rss: number; inflight: number }> = [];
+    const samples: Array<{ t: number; rss: number; heap: number; inflight: number }> = [];
     const t0 = performance.now();
     const sample = async () => {
       const m = await (await fetch(url + '/metrics')).text();
-      samples.push({ t: (performance.now() - t0) / 1000, rss: rssMiB(gw.pid!), inflight: metric(m, 'kvgate_inflight_requests') ?? NaN });
+      samples.push({
+        t: (performance.now() - t0) / 1000,
+        rss: rssMiB(gw.pid!),
+        heap: (metric(m, 'kvgate_nodejs_heap_size_used_bytes') ?? NaN) / 2 ** 20,
+        inflight: metric(m, 'kvgate_inflight_requests') ?? NaN,
+      });
       const s = samples.at(-1)!;
-      process.stdout.write(`t=${s.t.toFixed(0).padStart(4)} s  rss=${s.rss.toFixed(1)} MiB  inflight=${s.inflight}\n`);
+      process.stdout.write(`t=${s.t.toFixed(0).padStart(4)} s  rss=${s.rss.toFixed(1)} MiB  heap used=${s.heap.toFixed(1)} MiB  inflight=${s.inflight}\n`);
     };
     await sample();
     const sampler = setInterval(() => void sample(), 5_000);
@@ -112,17 +117,26 @@ async function main(): Promise<number> {
     await sleep(2_000);
     clearInterval(sampler);
     await sample();
-    const first = samples.filter((s) => s.t > 10 && s.t <= 70).map((s) => s.rss);
-    const last = samples.filter((s) => s.t > seconds - 60 && s.t <= seconds).map((s) => s.rss);
+    // The first and the last minute of load (after 10 s of warm-up). The heap's lowest sample in a
+    // window is what survived garbage collection: live objects, the measure of a leak. RSS also
+    // holds memory V8 keeps after collecting, so it is shown but judged loosely.
+    const win = (from: number, to: number) => samples.filter((s) => s.t > from && s.t <= to);
+    const first = win(10, 70);
+    const last = win(seconds - 60, seconds + 5);
     const inflightAfter = samples.at(-1)!.inflight;
+    const minHeap = (xs: typeof samples) => Math.min(...xs.map((s) => s.heap));
     process.stdout.write(
       `\nrequests: sent=${tally.sent} ok=${tally.ok} errors=${tally.errors} unanswered=${tally.unanswered}\n` +
-        `rss median, first minute after warm-up: ${median(first).toFixed(1)} MiB; last minute: ${median(last).toFixed(1)} MiB; peak ${Math.max(...samples.map((s) => s.rss)).toFixed(1)} MiB\n` +
+        `rss median, first minute after warm-up: ${median(first.map((s) => s.rss)).toFixed(1)} MiB; last minute: ${median(last.map((s) => s.rss)).toFixed(1)} MiB; peak ${Math.max(...samples.map((s) => s.rss)).toFixed(1)} MiB\n` +
+        `heap used, lowest sample, first minute: ${minHeap(first).toFixed(1)} MiB; last minute: ${minHeap(last).toFixed(1)} MiB\n` +
         `in-flight gauge after the load: ${inflightAfter}\n`,
     );
-    const grew = median(last) - median(first);
-    const flat = !(grew > Math.max(10, 0.15 * median(first)));
-    process.stdout.write(`soak: rss ${flat ? 'flat' : 'GROWING'} (${grew >= 0 ? '+' : ''}${grew.toFixed(1)} MiB), inflight=${inflightAfter}, unanswered=${tally.unanswered}\n`);
+    const heapGrew = minHeap(last) - minHeap(first);
+    const rssGrew = median(last.map((s) => s.rss)) - median(first.map((s) => s.rss));
+    const flat = !(heapGrew > Math.max(8, 0.25 * minHeap(first))) && !(rssGrew > Math.max(32, 0.3 * median(first.map((s) => s.rss))));
+    process.stdout.write(
+      `soak: memory ${flat ? 'flat' : 'GROWING'} (heap ${heapGrew >= 0 ? '+' : ''}${heapGrew.toFixed(1)} MiB, rss ${rssGrew >= 0 ? '+' : ''}${rssGrew.toFixed(1)} MiB), inflight=${inflightAfter}, unanswered=${tally.unanswered}\n`,
+    );
     return flat && inflightAfter === 0 && tally.unanswered === 0 ? 0 : 1;
   } finally {
     gw.kill('SIGINT');
