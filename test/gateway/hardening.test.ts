@@ -349,3 +349,43 @@ test('at the connection cap a new client gets in by closing the oldest stalled c
     await sims[0]!.close();
   }
 });
+
+test('the request deadline is capped (caps.maxRequestMs), whatever max_tokens allows', async () => {
+  const held: Array<import('node:http').ServerResponse> = [];
+  const stub = await startStub((req, res) => {
+    req.resume();
+    if (req.url === '/health') return void res.end();
+    held.push(res);
+  });
+  const { gw, url } = await startGateway([stub.url], { ...CALM, outlier: { enabled: false }, caps: { maxRequestMs: 300 }, retry: { attempts: 0 } });
+  try {
+    const t0 = Date.now();
+    // Non-streamed, 10,000 tokens: the derived deadline would be 30 s + 2,000 s.
+    const r = await post(url + '/v1/chat/completions', chat('x', { max_tokens: 10_000 }));
+    assert.equal(r.status, 504);
+    assert.ok(Date.now() - t0 < 2_000, `${Date.now() - t0} ms`);
+  } finally {
+    for (const r of held) r.destroy();
+    await gw.close();
+    await stub.close();
+  }
+});
+
+test('a warning when listening beyond loopback with no client keys', async () => {
+  const { Writable } = await import('node:stream');
+  const { createLogger } = await import('../../src/telemetry/logger.js');
+  const { createGateway } = await import('../../src/gateway/gateway.js');
+  const { configFor } = await import('./helpers.js');
+  const lines: string[] = [];
+  const destination = new Writable({ write: (c, _e, cb) => (lines.push(String(c)), cb()) });
+  const warned = async (host: string, extra: object = {}) => {
+    lines.length = 0;
+    const gw = createGateway(configFor(['http://127.0.0.1:9'], { ...CALM, listen: { host, port: 0 }, ...extra }), { logger: createLogger({ level: 'warn', destination }), watchFleet: false });
+    await gw.start();
+    await gw.close();
+    return lines.some((l) => /non-loopback address with no client API keys/.test(l));
+  };
+  assert.equal(await warned('0.0.0.0'), true);
+  assert.equal(await warned('127.0.0.1'), false);
+  assert.equal(await warned('0.0.0.0', { tenants: [{ id: 't', keys: [{ value: 'sk-some-key-1' }] }] }), false);
+});
