@@ -389,3 +389,21 @@ test('a warning when listening beyond loopback with no client keys', async () =>
   assert.equal(await warned('127.0.0.1'), false);
   assert.equal(await warned('0.0.0.0', { tenants: [{ id: 't', keys: [{ value: 'sk-some-key-1' }] }] }), false);
 });
+
+test('CORS for configured origins only: preflight and responses carry the grant for them alone', async () => {
+  const sims = await startSims(1);
+  const { gw, url } = await startGateway([sims[0]!.url], { ...CALM, server: { corsOrigins: ['https://app.example.com'] } });
+  try {
+    const pre = await fetch(url + '/v1/chat/completions', { method: 'OPTIONS', headers: { origin: 'https://app.example.com', 'access-control-request-method': 'POST' } });
+    assert.equal(pre.status, 204);
+    assert.equal(pre.headers.get('access-control-allow-origin'), 'https://app.example.com');
+    assert.match(pre.headers.get('access-control-allow-headers') ?? '', /content-type/);
+    const ok = await post(url + '/v1/chat/completions', chat('x'), { origin: 'https://app.example.com' });
+    assert.equal(ok.headers.get('access-control-allow-origin'), 'https://app.example.com');
+    const other = await post(url + '/v1/chat/completions', chat('x'), { origin: 'https://evil.example' });
+    assert.equal(other.headers.get('access-control-allow-origin'), null);
+  } finally {
+    await gw.close();
+    await sims[0]!.close();
+  }
+});
