@@ -55,7 +55,7 @@ export class WorkerRegistry {
 
   /** True when some model has at least one worker that is healthy and not circuit-open. */
   anyRoutable(): boolean {
-    for (const w of this.workers) if (w.healthy && !w.circuitOpen && !w.suspected) return true;
+    for (const w of this.workers) if (w.healthy && !w.circuitOpen) return true;
     return false;
   }
 

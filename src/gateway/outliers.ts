@@ -19,9 +19,12 @@
  *   error event instead of hanging until the request deadline;
  * - its circuit breaker counts a failure, so repeated episodes open it.
  * A metrics scrape or health probe that times out makes it suspected too, if nothing at all has
- * come from the worker for minSilenceMs (non-streamed traffic owes no bytes until it ends, so
- * this is what catches a hung worker serving only that; one slow scrape of a worker that is
- * streaming fine is not enough).
+ * come from the worker for minSilenceMs and it either has requests in flight or a second check in
+ * a row timed out (non-streamed traffic owes no bytes until it ends, so this is what catches a
+ * hung worker serving only that; one slow scrape of an idle or streaming worker is not enough).
+ *
+ * If every worker of a model is suspected, the `healthy` filter routes to them anyway: suspicion
+ * steers traffic, it never refuses it (health probes and circuit breakers do that).
  *
  * Any byte from the worker clears the suspicion (a scrape or probe answering in time clears it
  * once nothing it owed is left waiting).
@@ -48,6 +51,8 @@ const EWMA_ALPHA = 0.2;
 
 export class OutlierDetector implements AttemptWatch {
   private readonly ttft = new Map<string, number>();
+  /** Workers whose last check timed out (a second in a row suspects an idle worker). */
+  private readonly timedOut = new Set<string>();
   private timer: NodeJS.Timeout | null = null;
 
   constructor(
@@ -81,13 +86,18 @@ export class OutlierDetector implements AttemptWatch {
   /** A scrape or probe of the worker answered (error null) or failed. */
   onWatchResult(w: WorkerState, error: string | null): void {
     if (error === null) {
+      this.timedOut.delete(w.id);
       w.lastByteAt = this.o.clock.now();
       if (w.suspected && !this.owesAnyWaiting(w)) this.clear(w);
       return;
     }
-    if (/timed out/.test(error) && this.o.clock.now() - w.lastByteAt >= this.o.minSilenceMs) {
-      this.suspect(w, `a check of the worker timed out (${error})`);
-    }
+    if (!/timed out/.test(error)) return;
+    const repeated = this.timedOut.has(w.id);
+    this.timedOut.add(w.id);
+    if (this.o.clock.now() - w.lastByteAt < this.o.minSilenceMs) return;
+    let busy = false;
+    for (const _ of this.o.attemptsOn(w.id)) busy = true;
+    if (busy || repeated) this.suspect(w, `a check of the worker timed out (${error})`);
   }
 
   /** The worker's allowed silence now (ms). */

@@ -141,16 +141,13 @@ export function unavailableCause(workers: readonly WorkerState[], filter: string
   if (filter !== 'healthy') return filter === 'kv-fit' ? 'every worker is full (no KV-cache room)' : `every worker was filtered out (${filter})`;
   let down = 0;
   let open = 0;
-  let suspected = 0;
   for (const w of workers) {
     if (!w.healthy) down++;
     else if (w.circuitOpen) open++;
-    else if (w.suspected) suspected++;
   }
   const parts: string[] = [];
   if (down > 0) parts.push(`${down} failing health checks`);
   if (open > 0) parts.push(`${open} with an open circuit breaker`);
-  if (suspected > 0) parts.push(`${suspected} not responding (suspected hung)`);
   const n = workers.length;
   return `no healthy worker (${n} worker${n === 1 ? '' : 's'}: ${parts.join(', ') || 'unavailable'})`;
 }

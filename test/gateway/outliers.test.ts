@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { test } from 'node:test';
+import { RequestState } from '../../src/util/state.js';
 import { MODEL, metricValue, post, startGateway, startSims, startStub } from './helpers.js';
 
 /** A worker that hangs: it accepts every connection and request and never answers any. */
@@ -65,7 +66,7 @@ test('a hung worker is suspected within its allowance: no new requests, waiting 
   }
 });
 
-test('a scrape that times out makes a worker suspected; an answer in time clears it', async () => {
+test('scrapes that time out twice in a row make an idle worker suspected; an answer in time clears it', async () => {
   const sims = await startSims(1);
   let hang = true;
   const held: ServerResponse[] = [];
@@ -82,7 +83,15 @@ test('a scrape that times out makes a worker suspected; an answer in time clears
   try {
     const w1 = gw.registry.get('w1')!;
     await gw.scraper.scrape(w1);
+    assert.equal(w1.suspected, false, 'one slow scrape of an idle worker is not enough');
+    await gw.scraper.scrape(w1);
     assert.equal(w1.suspected, true);
+    // Suspicion steers, it never refuses: with every other worker gone, w1 is still routed to.
+    gw.registry.get('w0')!.healthy = false;
+    const route = gw.router.route({ id: 'probe', model: MODEL, promptText: 'x', promptTokens: [1, 2, 3], maxTokens: 1, state: new RequestState() }, gw.registry.workers);
+    assert.equal(route.ok && route.decision.worker.id, 'w1');
+    gw.router.complete('probe', false);
+    gw.registry.get('w0')!.healthy = true;
     hang = false;
     await gw.scraper.scrape(w1);
     assert.equal(w1.lastScrapeError, null);
