@@ -229,6 +229,8 @@ export interface LoadOptions {
   base: string;
   clients: number;
   durationMs: number;
+  /** Stop early once this holds (checked before each request). */
+  stop?: () => boolean;
   /** The request client i sends as its n-th. */
   next: (client: number, n: number) => Ask;
   onOutcome?: (o: Outcome, client: number) => void;
@@ -241,7 +243,7 @@ export async function closedLoop(o: LoadOptions): Promise<{ tally: Tally; outcom
   const end = performance.now() + o.durationMs;
   await Promise.all(
     Array.from({ length: o.clients }, async (_, c) => {
-      for (let n = 0; performance.now() < end; n++) {
+      for (let n = 0; performance.now() < end && !o.stop?.(); n++) {
         const out = await ask(o.base, o.next(c, n));
         tally.add(out);
         outcomes.push(out);

@@ -9,7 +9,10 @@ export const workerRestarted: FaultScenario = {
     const { gw, url } = await startGateway(sims.map((s) => s.url));
     try {
       const w = gw.registry.get('w1')!;
-      const load = closedLoop({ base: url, clients: 20, durationMs: 7_000, next: streamChat });
+      let done = false;
+      // The load runs until the worker is readmitted (or 4 s after its restart): starting a process
+      // takes seconds on a busy machine.
+      const load = closedLoop({ base: url, clients: 20, durationMs: 60_000, stop: () => done, next: streamChat });
       await sleep(1_500);
       sims[1]!.signal('SIGKILL');
       await sleep(1_000);
@@ -24,6 +27,8 @@ export const workerRestarted: FaultScenario = {
         }
         await sleep(20);
       }
+      await sleep(500);
+      done = true;
       const { tally } = await load;
       return {
         tally,
