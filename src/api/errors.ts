@@ -53,7 +53,9 @@ export const errors = {
     new ApiError(404, 'invalid_request_error', 'model_not_found', `The model '${echo(model)}' does not exist`, 'model'),
   /** A request cap (caps.*): the parameter named, the limit stated. */
   capExceeded: (param: string, message: string) => new ApiError(400, 'invalid_request_error', 'limit_exceeded', message, param),
-  unsupportedMediaType: (message: string) => new ApiError(415, 'invalid_request_error', 'unsupported_media_type', message),
+  /** The body is never read: the connection is closed after answering. */
+  unsupportedMediaType: (message: string) =>
+    new ApiError(415, 'invalid_request_error', 'unsupported_media_type', message, null, { connection: 'close' }),
   requestTimeout: (message: string) =>
     new ApiError(408, 'invalid_request_error', 'request_timeout', message, null, { connection: 'close' }),
   bodyTooLarge: (limit: number) =>
