@@ -40,7 +40,7 @@ export interface AttemptEnv {
   firstByteMs: number;
   /** Where a worker's raw error text and address go (never to the client). */
   logger?: Pick<Logger, 'warn'>;
-  /** Told of every byte received from a worker and of every attempt's end (outlier detection). */
+  /** Told of bytes from workers and of streamed first bytes (outlier detection). */
   watch?: AttemptWatch;
 }
 
@@ -142,10 +142,6 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
   /** True once bytes reached the client (the attempt can no longer be retried). */
   get relaying(): boolean {
     return this.sentBytes;
-  }
-
-  get workerId(): string {
-    return this.worker.id;
   }
 
   get isStream(): boolean {
