@@ -46,7 +46,7 @@ export interface AttemptEnv {
 
 /** What passive outlier detection learns from attempts. */
 export interface AttemptWatch {
-  /** Bytes arrived from the worker. */
+  /** Bytes arrived from a suspected worker (the attempt has already set its lastByteAt). */
   onBytes(worker: WorkerState): void;
   /** A streamed first byte took `ms` from dispatch. */
   onFirstByte(worker: WorkerState, ms: number): void;
@@ -166,8 +166,10 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     if (this.settled) return;
-    this.lastByteAt = this.env.clock.now();
-    this.env.watch?.onBytes(this.worker);
+    // Outlier detection reads these; only a suspected worker needs more than two stores per chunk.
+    const w = this.worker;
+    this.lastByteAt = w.lastByteAt = this.env.clock.now();
+    if (w.suspected) this.env.watch?.onBytes(w);
     if (this.status >= 400) {
       if (this.errorText.length < MAX_ERROR_TEXT) this.errorText += chunk.toString('utf8', 0, MAX_ERROR_TEXT);
       return;
