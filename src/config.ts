@@ -29,23 +29,59 @@ const kvEvents = z.strictObject({
   topic: z.string().optional(),
 });
 
+/** A secret kvgate itself sends or uses (not a client key): where to read it. */
+const secretSource = z
+  .strictObject({
+    env: z.string().min(1).optional(),
+    file: z.string().min(1).optional(),
+    value: z.string().min(1).optional(),
+  })
+  .refine((k) => [k.env, k.file, k.value].filter((x) => x !== undefined).length === 1, {
+    message: 'give exactly one of env, file or value',
+  });
+
+/** What kvgate sends to a worker started with vLLM's --api-key (or behind a proxy that wants headers). */
+const upstreamAuth = {
+  apiKey: secretSource.optional(),
+  headers: z.record(z.string().regex(/^[A-Za-z0-9-]+$/, 'not a header name'), z.string()).optional(),
+};
+
+/** Request caps (item: oversized asks). Unset fields inherit from the wider scope. */
+const capsFields = {
+  /** Most choices per request (`n`). */
+  maxN: z.int().positive().optional(),
+  /** Most output tokens per choice (`max_tokens` / `max_completion_tokens`). */
+  maxTokens: z.int().positive().optional(),
+  /** Most output tokens per request: n × prompts × max_tokens. */
+  maxTotalTokens: z.int().positive().optional(),
+  /** Longest request deadline (the derived deadline is clamped to it). */
+  maxRequestMs: z.number().positive().optional(),
+};
+const capsOverride = z.strictObject(capsFields);
+
 const workerInPool = z.strictObject({
   url: z.url(),
   id: z.string().min(1).optional(),
   numGpuBlocks: z.int().positive().optional(),
   blockSize: z.int().positive().optional(),
   kvEvents: kvEvents.optional(),
+  ...upstreamAuth,
 });
 
 const flatWorker = workerInPool.extend({
   pool: z.string().min(1).default('default'),
   model: z.string().min(1),
+  cacheIsolation: z.enum(['none', 'tenant']).default('none'),
 });
 
 const pool = z.strictObject({
   name: z.string().min(1),
   model: z.string().min(1),
   workers: z.array(workerInPool).min(1),
+  /** `tenant`: each tenant's prompts get their own vLLM cache_salt and gateway block hashes. */
+  cacheIsolation: z.enum(['none', 'tenant']).default('none'),
+  caps: capsOverride.optional(),
+  ...upstreamAuth,
 });
 
 const ms = z.number().positive();
@@ -119,6 +155,7 @@ const tenant = z.strictObject({
   /** Default priority class of the tenant's requests (a request may lower it, never raise it). */
   priority: priorityClass.default('standard'),
   limits: tenantLimits.optional(),
+  caps: capsOverride.optional(),
 });
 
 const unitInterval = z.number().gt(0).max(1);
@@ -335,6 +372,52 @@ export const configSchema = z
         retryAfterSeconds: z.int().positive().default(1),
       })
       .prefault({}),
+    caps: z
+      .strictObject({
+        maxN: capsFields.maxN.default(16),
+        maxTokens: capsFields.maxTokens.default(32_768),
+        maxTotalTokens: capsFields.maxTotalTokens.default(65_536),
+        maxRequestMs: capsFields.maxRequestMs.default(1_800_000),
+      })
+      .prefault({}),
+    /** The client side of the HTTP server: slow clients, connection caps, what responses reveal. */
+    server: z
+      .strictObject({
+        /** The request line and headers must arrive within this (408 otherwise). */
+        headersTimeoutMs: ms.default(10_000),
+        /** The whole body must arrive within this after the headers (408 otherwise). */
+        bodyTimeoutMs: ms.default(30_000),
+        /** An idle keep-alive connection is closed after this. */
+        keepAliveTimeoutMs: ms.default(5_000),
+        /** Open client connections at most; past it, idle ones are closed to make room. */
+        maxConnections: z.int().positive().default(8_192),
+        /** Open connections per client address at most (same rule). */
+        maxConnectionsPerAddress: z.int().positive().default(1_024),
+        /** Connections beyond maxConnections kept for /health and /ready when nothing idle can be closed. */
+        probeReserve: z.int().min(0).default(32),
+        /** Send x-kvgate-worker and x-kvgate-prefix-hit to every caller (admin callers always get them). */
+        routingHeaders: z.boolean().default(false),
+        /** Origins allowed to call the API from a browser (CORS); empty: no CORS headers at all. */
+        corsOrigins: z.array(z.string().regex(/^https?:\/\/[^/\s]+$|^\*$/, 'expected an origin such as https://app.example.com, or *')).default([]),
+      })
+      .prefault({}),
+    /**
+     * Passive outlier detection: a worker that owes bytes (streams in flight) and has sent none for
+     * longer than its expected time to first token allows is suspected: routed around at once,
+     * its not-yet-answered attempts retried elsewhere.
+     */
+    outlier: z
+      .strictObject({
+        enabled: z.boolean().default(true),
+        /** Never suspect a worker silent for less than this. */
+        minSilenceMs: ms.default(750),
+        /** Allowed silence = max(minSilenceMs, factor × the larger of its own and its peers' recent TTFT). */
+        ttftFactor: z.number().min(1).default(4),
+        checkIntervalMs: ms.default(100),
+      })
+      .prefault({}),
+    /** Salting of cached prompts per tenant (pools with cacheIsolation: tenant). */
+    cacheSalt: z.strictObject({ secret: secretSource.optional() }).prefault({}),
     retry: z.strictObject({ attempts: z.int().min(0).max(5).default(1) }).prefault({}),
     upstream: z
       .strictObject({
@@ -343,7 +426,13 @@ export const configSchema = z
         keepAliveTimeoutMs: ms.default(4_000),
       })
       .prefault({}),
-    shutdown: z.strictObject({ graceMs: z.number().min(0).default(10_000) }).prefault({}),
+    shutdown: z
+      .strictObject({
+        /** On SIGTERM, /ready answers 503 this long while requests are still served (load balancers drain). */
+        drainDelayMs: z.number().min(0).default(5_000),
+        graceMs: z.number().min(0).default(10_000),
+      })
+      .prefault({}),
     tokenizers: z
       .strictObject({
         /** Spec for models not listed: 'estimate', 'hf:<path to tokenizer.json>' or 'remote'. */
@@ -447,17 +536,55 @@ export interface TenantConfig {
   cache: TenantCacheOverrides;
   priority: PriorityClass;
   limits: TenantLimits;
+  caps: RequestCapsOverride;
+}
+
+/** Request caps; a narrower scope (pool, tenant) may only lower them. */
+export interface RequestCaps {
+  maxN: number;
+  maxTokens: number;
+  maxTotalTokens: number;
+  maxRequestMs: number;
+}
+export type RequestCapsOverride = Partial<RequestCaps>;
+
+/** What the gateway needs of a pool beyond its workers. */
+export interface PoolSettings {
+  cacheIsolation: 'none' | 'tenant';
+  caps: RequestCapsOverride;
+}
+
+type SecretSource = { env?: string; file?: string; value?: string };
+
+/** Read a secret kvgate uses itself (an upstream API key, the cache-salt secret). */
+function readSecret(src: SecretSource, env: NodeJS.ProcessEnv): { ok: true; value: string } | { ok: false; field: string; message: string } {
+  if (src.value !== undefined) return { ok: true, value: src.value };
+  if (src.env !== undefined) {
+    const v = env[src.env]?.trim();
+    return v ? { ok: true, value: v } : { ok: false, field: 'env', message: `environment variable ${src.env} is not set or empty` };
+  }
+  try {
+    const v = readFileSync(src.file!, 'utf8').trim();
+    return v ? { ok: true, value: v } : { ok: false, field: 'file', message: `${src.file} is empty` };
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    return { ok: false, field: 'file', message: `cannot read ${src.file}${code ? ` (${code})` : ''}` };
+  }
 }
 
 export type CacheConfig = Parsed['cache'] & { redis: Parsed['cache']['redis'] & { url?: string } };
 
-export interface GatewayConfig extends Omit<Parsed, 'pools' | 'workers' | 'scrape' | 'health' | 'tenants' | 'admin' | 'cache'> {
+export interface GatewayConfig extends Omit<Parsed, 'pools' | 'workers' | 'scrape' | 'health' | 'tenants' | 'admin' | 'cache' | 'cacheSalt'> {
   tenants: TenantConfig[];
   admin: { digests: Buffer[]; protectMetrics: boolean };
   /** `cache.redis.url` falls back to REDIS_URL. */
   cache: CacheConfig;
   /** Every worker, pools flattened, ids resolved. */
   workers: WorkerIdentity[];
+  /** Per pool name: cache isolation and request caps. */
+  pools: ReadonlyMap<string, PoolSettings>;
+  /** The secret tenant cache salts are derived from (null: a random one per process). */
+  cacheSaltSecret: string | null;
   /** Workers that publish KV-cache events, and where. */
   kvEvents: WorkerKvEvents[];
   scrape: Parsed['scrape'] & {
@@ -489,7 +616,26 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
   const c = r.data;
   const workers: WorkerIdentity[] = [];
   const kv: WorkerKvEvents[] = [];
-  for (const p of c.pools) {
+  // Keys from environment variables and files are read now: a missing one fails the start.
+  const problems: string[] = [];
+  const headersOf = (
+    own: { apiKey?: SecretSource; headers?: Record<string, string> },
+    pool: { apiKey?: SecretSource; headers?: Record<string, string> } | undefined,
+    path: Array<string | number>,
+    poolPath: Array<string | number> | undefined,
+  ): Record<string, string> | undefined => {
+    const h: Record<string, string> = { ...(pool?.headers ?? {}), ...(own.headers ?? {}) };
+    const src = own.apiKey ?? pool?.apiKey;
+    if (src !== undefined) {
+      const r = readSecret(src, env);
+      if (r.ok) h.authorization = `Bearer ${r.value}`;
+      else problems.push(`${formatPath([...(own.apiKey ? path : poolPath!), 'apiKey', r.field])}: ${r.message}`);
+    }
+    return Object.keys(h).length > 0 ? Object.fromEntries(Object.entries(h).map(([k, v]) => [k.toLowerCase(), v])) : undefined;
+  };
+  const poolSettings = new Map<string, PoolSettings>();
+  for (const [pi, p] of c.pools.entries()) {
+    poolSettings.set(p.name, { cacheIsolation: p.cacheIsolation, caps: p.caps ?? {} });
     p.workers.forEach((w, j) => {
       if (w.kvEvents) kv.push({ workerId: w.id ?? `${p.name}-${j}`, ...w.kvEvents });
       workers.push({
@@ -499,11 +645,13 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
         model: p.model,
         numGpuBlocks: w.numGpuBlocks,
         blockSize: w.blockSize,
+        upstreamHeaders: headersOf(w, p, ['pools', pi, 'workers', j], ['pools', pi]),
       });
     });
   }
   c.workers.forEach((w, i) => {
     if (w.kvEvents) kv.push({ workerId: w.id ?? `${w.pool}-w${i}`, ...w.kvEvents });
+    if (!poolSettings.has(w.pool) || w.cacheIsolation === 'tenant') poolSettings.set(w.pool, { cacheIsolation: w.cacheIsolation, caps: poolSettings.get(w.pool)?.caps ?? {} });
     workers.push({
       id: w.id ?? `${w.pool}-w${i}`,
       url: stripSlash(w.url),
@@ -511,10 +659,15 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
       model: w.model,
       numGpuBlocks: w.numGpuBlocks,
       blockSize: w.blockSize,
+      upstreamHeaders: headersOf(w, undefined, ['workers', i], undefined),
     });
   });
-  // Keys from environment variables and files are read now: a missing one fails the start.
-  const problems: string[] = [];
+  let cacheSaltSecret: string | null = null;
+  if (c.cacheSalt.secret !== undefined) {
+    const r = readSecret(c.cacheSalt.secret, env);
+    if (r.ok) cacheSaltSecret = r.value;
+    else problems.push(`${formatPath(['cacheSalt', 'secret', r.field])}: ${r.message}`);
+  }
   const digestsOf = (keys: Parsed['admin']['keys'], path: Array<string | number>): Buffer[] =>
     keys.flatMap((k, i) => {
       const r = keyDigests(k, env);
@@ -528,6 +681,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
     cache: t.cache ?? {},
     priority: t.priority,
     limits: t.limits ?? {},
+    caps: t.caps ?? {},
   }));
   const admin = { digests: digestsOf(c.admin.keys, ['admin', 'keys']), protectMetrics: c.admin.protectMetrics };
   const owners = new Map<string, string>();
@@ -547,7 +701,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
   const sharedUrl = c.shared.redis.url ?? (env.REDIS_URL !== undefined && env.REDIS_URL !== '' ? env.REDIS_URL : undefined);
   if (sharedUrl !== undefined && !/^rediss?:\/\/\S*$/.test(sharedUrl)) problems.push('shared.redis.url: REDIS_URL is not a redis:// or rediss:// URL');
   if (problems.length > 0) throw new ConfigError(problems);
-  const { pools: _p, workers: _w, tenants: _t, admin: _a, ...rest } = c;
+  const { pools: _p, workers: _w, tenants: _t, admin: _a, cacheSalt: _s, ...rest } = c;
   return {
     ...rest,
     tenants,
@@ -556,6 +710,8 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
     /** `shared.redis.url` falls back to REDIS_URL: set, replicas share state through it. */
     shared: { ...c.shared, redis: { ...c.shared.redis, url: sharedUrl } },
     workers,
+    pools: poolSettings,
+    cacheSaltSecret,
     kvEvents: kv,
     // A timeout shorter than the interval keeps one worker's checks from ever overlapping.
     scrape: {

@@ -51,12 +51,22 @@ export interface TenantCacheOverrides {
   sampled?: boolean;
 }
 
+/** Per-tenant request caps (config `tenants[].caps`); they can only lower the pool's and global ones. */
+export type RequestCapsOverride = TenantCaps;
+export interface TenantCaps {
+  maxN?: number;
+  maxTokens?: number;
+  maxTotalTokens?: number;
+  maxRequestMs?: number;
+}
+
 export interface TenantSpec {
   id: string;
   keys: KeySource[];
   cache?: TenantCacheOverrides;
   priority?: PriorityClass;
   limits?: TenantLimits;
+  caps?: TenantCaps;
 }
 
 export interface Tenant {
@@ -66,6 +76,7 @@ export interface Tenant {
   readonly priority: PriorityClass;
   /** Rate limits (absent fields: unlimited). */
   readonly limits: Readonly<TenantLimits>;
+  readonly caps: Readonly<TenantCaps>;
 }
 
 /** A key source that could not be read: `path` names the field, `message` never holds the key. */
@@ -147,7 +158,7 @@ export class TenantDirectory {
    * @param adminDigests digests of the admin keys
    */
   constructor(
-    tenants: ReadonlyArray<{ id: string; digests: Buffer[]; cache?: TenantCacheOverrides; priority?: PriorityClass; limits?: TenantLimits }>,
+    tenants: ReadonlyArray<{ id: string; digests: Buffer[]; cache?: TenantCacheOverrides; priority?: PriorityClass; limits?: TenantLimits; caps?: TenantCaps }>,
     adminDigests: Buffer[] = [],
   ) {
     this.tenants = tenants.map((t) =>
@@ -156,6 +167,7 @@ export class TenantDirectory {
         cache: Object.freeze({ ...(t.cache ?? {}) }),
         priority: t.priority ?? 'standard',
         limits: Object.freeze({ ...(t.limits ?? {}) }),
+        caps: Object.freeze({ ...(t.caps ?? {}) }),
       }),
     );
     this.byIdMap = new Map(this.tenants.map((t) => [t.id, t]));
@@ -167,7 +179,7 @@ export class TenantDirectory {
     this.adminGuarded = this.keys.length > 0;
     this.defaultTenant =
       this.byIdMap.get(DEFAULT_TENANT_ID) ??
-      Object.freeze({ id: DEFAULT_TENANT_ID, cache: Object.freeze({}), priority: 'standard' as const, limits: Object.freeze({}) });
+      Object.freeze({ id: DEFAULT_TENANT_ID, cache: Object.freeze({}), priority: 'standard' as const, limits: Object.freeze({}), caps: Object.freeze({}) });
   }
 
   /** Every tenant a request can belong to (`default` alone when open). */
@@ -188,6 +200,13 @@ export class TenantDirectory {
     const owner = this.match(key);
     if (owner === null || owner < 0) throw invalidApiKey(INCORRECT);
     return this.tenants[owner]!;
+  }
+
+  /** True if the Authorization header carries an admin key (routing headers are shown to admins). */
+  isAdmin(authorization: string | string[] | undefined): boolean {
+    if (!this.adminGuarded) return false;
+    const key = bearerKey(authorization);
+    return key !== null && this.match(key) === -1;
   }
 
   /** null if the request may use /admin/*, else the error to answer (401 no/unknown key, 403 a tenant's key). */

@@ -38,13 +38,29 @@ export class ApiError extends Error {
   }
 }
 
+/** Longest client-supplied value echoed back in an error message. */
+export const ECHO_MAX_CHARS = 64;
+
+/** A client-supplied value as it may appear in a message: truncated, control characters escaped. */
+export function echo(value: string, max = ECHO_MAX_CHARS): string {
+  const s = value.length > max ? `${value.slice(0, max)}…(${value.length} chars)` : value;
+  return s.replace(/[\u0000-\u001f\u007f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
 export const errors = {
   invalidJson: (detail: string) =>
-    new ApiError(400, 'invalid_request_error', 'invalid_json', `request body is not valid JSON: ${detail}`),
+    new ApiError(400, 'invalid_request_error', 'invalid_json', `request body is not valid JSON: ${echo(detail, 200)}`),
   invalidField: (param: string, message: string) =>
-    new ApiError(400, 'invalid_request_error', 'invalid_value', message, param || null),
+    new ApiError(400, 'invalid_request_error', 'invalid_value', echo(message, 300), param ? echo(param, 100) : null),
   modelNotFound: (model: string) =>
-    new ApiError(404, 'invalid_request_error', 'model_not_found', `The model '${model}' does not exist`, 'model'),
+    new ApiError(404, 'invalid_request_error', 'model_not_found', `The model '${echo(model)}' does not exist`, 'model'),
+  /** A request cap (caps.*): the parameter named, the limit stated. */
+  capExceeded: (param: string, message: string) => new ApiError(400, 'invalid_request_error', 'limit_exceeded', message, param),
+  /** The body is never read: the connection is closed after answering. */
+  unsupportedMediaType: (message: string) =>
+    new ApiError(415, 'invalid_request_error', 'unsupported_media_type', message, null, { connection: 'close' }),
+  requestTimeout: (message: string) =>
+    new ApiError(408, 'invalid_request_error', 'request_timeout', message, null, { connection: 'close' }),
   bodyTooLarge: (limit: number) =>
     new ApiError(413, 'invalid_request_error', 'request_too_large', `request body exceeds the limit of ${limit} bytes`),
   routeNotFound: (path: string) =>

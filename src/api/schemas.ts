@@ -37,8 +37,11 @@ const messageContent = z.union([z.string(), z.array(z.looseObject({ type: z.stri
   error: 'expected a string, an array of content parts or null',
 });
 
+/** OpenAI's message roles (`developer` is the newer name of `system`; `function` is legacy). */
+export const CHAT_ROLES = ['system', 'developer', 'user', 'assistant', 'tool', 'function'] as const;
+
 export const chatMessageSchema = z.looseObject({
-  role: z.string({ error: 'role is required and must be a string' }).min(1),
+  role: z.enum(CHAT_ROLES, { error: `role is required and must be one of ${CHAT_ROLES.join(', ')}` }),
   content: messageContent.optional(),
   name: z.string().optional(),
 });

@@ -56,6 +56,13 @@ export interface BenchOptions {
    * without it for the GPU time it saves.
    */
   cache?: { ttlMs?: number; maxBytes?: number };
+  /**
+   * Tenant isolation of cached prompts (`cacheIsolation: tenant`): each policy runs isolated, and
+   * once more shared, to show what isolation costs in prefix-cache hit rate, TTFT and (with
+   * --capacity) capacity. `tenants` reassigns requests to that many tenants (by session, else by
+   * request), as when many customers send the same application's prompts.
+   */
+  isolation?: { tenants?: number };
   /** Admission control seam, created fresh per policy run. */
   admission?: () => (req: RouteRequest, now: number) => AdmitResult;
   /**
@@ -126,7 +133,18 @@ export type PolicyResult = PolicySummary & {
   capacity: CapacityResult | null;
   /** The response cache's effect (with --cache on), else null. */
   cache: CacheRunSummary | null;
+  /** What tenant isolation cost (with --cache-isolation tenant): the same policy without it. */
+  isolation: IsolationSummary | null;
 };
+
+export interface IsolationSummary {
+  tenants: number | null;
+  prefix_hit_rate_shared: number;
+  ttft_ms_shared: Dist;
+  busy_gpu_seconds_shared: number;
+  /** Capacity without isolation (with --capacity), as a rate scale. */
+  capacity_rate_scale_shared: number | null;
+}
 
 /** Run-level capacity settings and ratios (with --capacity). */
 export interface CapacitySummary extends CapacityRatios {
@@ -198,10 +216,12 @@ export function benchRequests(
   limit: number | undefined,
   rateScale: number,
   mix?: { mix: Record<PriorityClass, number>; seed: number },
+  tenants?: number,
 ): Iterable<BenchRequest> {
   const src = source.open();
   const scaled = scaleArrivals(limit === undefined ? src : takeRequests(src, limit), rateScale);
-  return mix ? withPriorityMix(scaled, mix.mix, mix.seed) : scaled;
+  const mixed = mix ? withPriorityMix(scaled, mix.mix, mix.seed) : scaled;
+  return tenants === undefined ? mixed : retenant(mixed, tenants);
 }
 
 /**
@@ -224,6 +244,26 @@ export function* withPriorityMix(src: Iterable<BenchRequest>, mix: Record<Priori
     const u = mix32(seed ^ 0x70726931, n++) / 2 ** 32;
     yield tag(r, DEFAULT_VLLM_PRIORITY[classOfDraw(mix, u)]);
   }
+}
+
+/** Requests reassigned to `n` tenants: a session's turns stay together, other requests spread. */
+function* retenant(src: Iterable<BenchRequest>, n: number): Generator<BenchRequest> {
+  let i = 0;
+  const assign = (r: BenchRequest, tenant: string): BenchRequest => {
+    const next = r.next;
+    return { ...r, tenant, ...(next ? { next: (t: number) => { const x = next(t); return x && assign(x, tenant); } } : {}) };
+  };
+  for (const r of src) {
+    const key = r.session !== undefined ? hashString(r.session) : mix32(i, 0x7e4a);
+    i++;
+    yield assign(r, `t${(key >>> 0) % n}`);
+  }
+}
+
+function hashString(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
+  return h >>> 0;
 }
 
 /** Arrivals per second between a run's first and last arrival (0 with fewer than two). */
@@ -283,9 +323,16 @@ function simCache(c: NonNullable<BenchOptions['cache']>): { cache: ResponseCache
   return { cache, clock };
 }
 
-async function runFleet(ctx: RunContext, name: string, rateScale: number, withCache = ctx.o.cache !== undefined): Promise<SimResult> {
+async function runFleet(
+  ctx: RunContext,
+  name: string,
+  rateScale: number,
+  withCache = ctx.o.cache !== undefined,
+  isolated = ctx.o.isolation !== undefined,
+): Promise<SimResult> {
   const o = ctx.o;
-  o.onPolicyStart?.(withCache || o.cache === undefined ? name : `${name} (no cache)`, rateScale);
+  const label = !withCache && o.cache !== undefined ? `${name} (no cache)` : !isolated && o.isolation !== undefined ? `${name} (shared)` : name;
+  o.onPolicyStart?.(label, rateScale);
   const policy = createPolicy(name, o.policyOptions?.[name]);
   const count = o.replicas?.count ?? 1;
   const replicas =
@@ -297,8 +344,9 @@ async function runFleet(ctx: RunContext, name: string, rateScale: number, withCa
           shareLoad: o.replicas.shareLoad === true,
         }
       : undefined;
-  return simulateFleet(benchRequests(o.source, o.limit, rateScale, o.priorityMix ? { mix: o.priorityMix, seed: o.seed } : undefined), {
+  return simulateFleet(benchRequests(o.source, o.limit, rateScale, o.priorityMix ? { mix: o.priorityMix, seed: o.seed } : undefined, o.isolation?.tenants), {
     admission: o.kvAdmission ? { settings: o.kvAdmission } : undefined,
+    cacheIsolation: isolated,
     cache: withCache ? simCache(o.cache!) : undefined,
     workers: o.workers,
     engineConfig: ctx.engineConfig,
@@ -431,7 +479,30 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
         ttft_ms_workers: distribution(workerTtft),
       };
     }
-    policies.push({ ...summary, workers, capacity, cache: cacheRun });
+    let isolation: IsolationSummary | null = null;
+    if (o.isolation) {
+      const sharedSim = await runFleet(ctx, name, rateScale, undefined, false);
+      const shared = summarize(sharedSim, summaryOpts);
+      o.onPolicyDone?.(shared);
+      let sharedCapacity: CapacityResult | null = null;
+      if (cap) {
+        sharedCapacity = await searchCapacity(
+          async (scale) => {
+            const r = scale === rateScale ? sharedSim : await runFleet(ctx, name, scale, undefined, false);
+            return { attainment: Math.round(attainmentOf(r, slo) * 10000) / 10000, requests_per_s: offeredRate(r) };
+          },
+          { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes },
+        );
+      }
+      isolation = {
+        tenants: o.isolation.tenants ?? null,
+        prefix_hit_rate_shared: shared.prefix_hit_rate,
+        ttft_ms_shared: shared.ttft_ms,
+        busy_gpu_seconds_shared: shared.busy_gpu_seconds,
+        capacity_rate_scale_shared: sharedCapacity?.rate_scale ?? null,
+      };
+    }
+    policies.push({ ...summary, workers, capacity, cache: cacheRun, isolation });
   }
   const ideal = idealHitRate(expandSessions(benchRequests(o.source, o.limit, rateScale)), engineConfig.blockSize);
   return {

@@ -11,7 +11,7 @@
  */
 import type { CapacityRatios, CapacityResult } from './capacity.js';
 import type { Dist, PolicySummary } from './metrics.js';
-import type { CacheRunSummary } from './run.js';
+import type { CacheRunSummary, IsolationSummary } from './run.js';
 
 const num = (x: number | null, digits = 0): string => (x === null ? '-' : x.toFixed(digits));
 
@@ -22,7 +22,7 @@ export interface TableOptions {
   capacity?: CapacityRatios | null;
 }
 
-type Row = PolicySummary & { capacity?: CapacityResult | null; cache?: CacheRunSummary | null };
+type Row = PolicySummary & { capacity?: CapacityResult | null; cache?: CacheRunSummary | null; isolation?: IsolationSummary | null };
 
 export function summaryTable(rows: readonly Row[], o: TableOptions = {}): string {
   const withAttainment = rows.some((r) => r.attainment !== null && r.attainment !== undefined);
@@ -125,6 +125,25 @@ export function priorityLines(rows: readonly Row[]): string {
           `${c.queued} queued; TTFT p50/p90/p99 ms ${f(t.p50)}/${f(t.p90)}/${f(t.p99)}; goodput ${(c.goodput_fraction * 100).toFixed(1)}% of offered`,
       );
     }
+  }
+  return out.length > 0 ? out.join('\n') + '\n' : '';
+}
+
+/** What tenant isolation of cached prompts cost, per policy: hit rate, TTFT, GPU time, capacity. */
+export function isolationLines(rows: readonly Row[]): string {
+  const out: string[] = [];
+  for (const r of rows) {
+    const i = r.isolation;
+    if (!i) continue;
+    const cap =
+      r.capacity && i.capacity_rate_scale_shared !== null
+        ? `; capacity ×${i.capacity_rate_scale_shared.toFixed(2)} shared → ×${r.capacity.rate_scale?.toFixed(2) ?? '?'} isolated`
+        : '';
+    out.push(
+      `${r.name}: cacheIsolation tenant${i.tenants !== null ? ` (${i.tenants} tenants)` : ''}: prefix-cache hit ${(i.prefix_hit_rate_shared * 100).toFixed(1)}% shared → ${(r.prefix_hit_rate * 100).toFixed(1)}% isolated; ` +
+        `TTFT p50/p99 ms ${ms(i.ttft_ms_shared, 'p50')}/${ms(i.ttft_ms_shared, 'p99')} → ${ms(r.ttft_ms, 'p50')}/${ms(r.ttft_ms, 'p99')}; ` +
+        `busy GPU-s ${i.busy_gpu_seconds_shared.toFixed(1)} → ${r.busy_gpu_seconds.toFixed(1)}${cap}`,
+    );
   }
   return out.length > 0 ? out.join('\n') + '\n' : '';
 }

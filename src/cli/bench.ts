@@ -12,7 +12,7 @@ import { createProgressBar, type ProgressBar } from '../bench/progress.js';
 import { renderReport } from '../bench/report.js';
 import { checkPolicies, GPU_HOUR_COST, runBench } from '../bench/run.js';
 import { describeSlo } from '../bench/slo.js';
-import { cacheLines, priorityLines, summaryTable } from '../bench/table.js';
+import { cacheLines, isolationLines, priorityLines, summaryTable } from '../bench/table.js';
 import { parsePriorityMix } from '../admission/classes.js';
 import { ADMISSION_DEFAULTS } from '../admission/controller.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
@@ -108,6 +108,16 @@ Admission control:
   --queue-max N           admission queue bound per model (default 256)
   --queue-max-wait MS     longest wait in the queue, virtual ms (default 10000)
 
+Tenant isolation:
+  --cache-isolation tenant|none
+                          run as a pool with cacheIsolation: tenant (default none): each request's
+                          tenant salts its KV blocks on the workers (vLLM's cache_salt) and in the
+                          router's index; each policy is run once more shared, and a line per policy
+                          gives the prefix-cache hit rate, TTFT, busy GPU time (and with --capacity,
+                          capacity) shared → isolated
+  --tenants N             reassign requests to N tenants (a session's turns stay together), as when
+                          N customers send the same application's prompts (default: the workload's)
+
 Capacity at SLO:
   --capacity              find each policy's capacity: the highest --rate-scale at which at least
                           --attainment of the requests meet the SLO. Brackets by doubling or halving
@@ -150,6 +160,8 @@ const OPTIONS = {
   'queue-max-wait': { type: 'string' },
   'cache-ttl-ms': { type: 'string' },
   'cache-max-bytes': { type: 'string' },
+  'cache-isolation': { type: 'string' },
+  tenants: { type: 'string' },
   trace: { type: 'string' },
   format: { type: 'string' },
   'azure-shared-prefix': { type: 'string' },
@@ -354,6 +366,10 @@ export async function run(argv: string[]): Promise<number> {
     for (const f of ['cache-ttl-ms', 'cache-max-bytes'] as const) {
       if (!cacheOn && v[f] !== undefined) throw new UsageError(`--${f} applies to --cache on only`);
     }
+    const iso = v['cache-isolation'];
+    if (iso !== undefined && iso !== 'tenant' && iso !== 'none') throw new UsageError(`--cache-isolation must be tenant or none, got '${iso}'`);
+    const tenants = intFlag(v.tenants, 'tenants', 1);
+    if (tenants !== undefined && iso !== 'tenant') throw new UsageError('--tenants applies to --cache-isolation tenant only');
     const cacheTtlMs = numFlag(v['cache-ttl-ms'], 'cache-ttl-ms', { positive: true });
     if (v.admission !== undefined && v.admission !== 'on' && v.admission !== 'off') throw new UsageError(`--admission must be on or off, got '${v.admission}'`);
     const admissionOn = v.admission === 'on';
@@ -399,6 +415,7 @@ export async function run(argv: string[]): Promise<number> {
       source,
       policies,
       cache: cacheOn ? { ttlMs: cacheTtlMs, maxBytes: cacheMaxBytes } : undefined,
+      isolation: iso === 'tenant' ? { tenants } : undefined,
       workers: intFlag(v.workers, 'workers', 1) ?? 8,
       gpu,
       model,
@@ -468,6 +485,8 @@ export async function run(argv: string[]): Promise<number> {
     if (cl) process.stdout.write('\n' + cl);
     const pl = priorityLines(out.results.policies);
     if (pl) process.stdout.write('\n' + pl);
+    const il = isolationLines(out.results.policies);
+    if (il) process.stdout.write('\n' + il);
     const c = out.results.capacity;
     if (c) {
       process.stdout.write(

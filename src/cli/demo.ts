@@ -110,7 +110,10 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
       ],
       ...(draft ? { speculative: { cascades: [{ model, targetPool: 'demo', draftPool: 'draft' }] } } : {}),
       ...(typeof v.policy === 'string' ? { policy: { name: v.policy } } : {}),
-      shutdown: { graceMs: 3000 },
+      shutdown: { graceMs: 3000, drainDelayMs: 0 },
+      // A loopback demonstration of the routing: show where each request went. Off by default in
+      // `kvgate serve` (the headers tell a caller what others' prompts left cached).
+      server: { routingHeaders: true },
       cache: { enabled: cacheOn, store: redis === undefined ? 'memory' : 'redis', ...(redis === undefined ? {} : { redis: { url: redis } }) },
     });
     gateway = createGateway(config, { logger });

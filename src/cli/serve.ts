@@ -26,6 +26,12 @@ Options:
 
 Routing policies (policy.name): ${policyNames().join(', ')}; default ${DEFAULT_POLICY_NAME}.
 
+Shutdown: on SIGTERM /ready answers 503 for shutdown.drainDelayMs (default 5 s) while requests
+are still served, then new connections stop and in-flight requests get shutdown.graceMs to
+finish. SIGINT skips the drain delay; a second signal exits at once.
+
+A warning is logged when the gateway listens on a non-loopback address with no client API keys.
+
 Speculative cascades (speculative.cascades: a draft pool verified by a target pool) are checked
 against their workers before the gateway listens: a pool whose workers cannot return what
 verification needs (prompt_logprobs, token-id logprobs, a shared tokenizer) stops the start with
@@ -145,9 +151,12 @@ export async function run(argv: string[]): Promise<number> {
     await gateway.close();
     return 1;
   }
-  await waitForSignal();
-  gateway.logger.info({ graceMs: config.shutdown.graceMs }, 'shutting down');
-  await gateway.close();
+  const sig = await waitForSignal();
+  gateway.logger.info({ signal: sig, graceMs: config.shutdown.graceMs, drainDelayMs: sig === 'SIGTERM' ? config.shutdown.drainDelayMs : 0 }, 'shutting down');
+  // SIGTERM (an orchestrator): /ready answers 503 for the drain delay while requests are still
+  // served, so load balancers stop sending before the listener closes. SIGINT (a terminal): at once.
+  if (sig === 'SIGTERM') await gateway.shutdown();
+  else await gateway.close();
   return 0;
 }
 

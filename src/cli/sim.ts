@@ -32,6 +32,8 @@ Options:
   --kv-topic TOPIC       topic of KV-event messages (default empty)
   --hash-seed N          block-hash seed (default: random per process, like vLLM)
   --legacy-metrics       emit pre-0.9 metric names (vllm:gpu_cache_usage_perc, ...)
+  --api-key KEY          require 'Authorization: Bearer KEY' on /v1/* (vLLM's --api-key;
+                         /health, /metrics and /tokenize stay open)
   --draft-of NAME        serve a draft model of the target model NAME (for kvgate's speculative
                          cascade): it predicts like NAME in part of its contexts
   --draft-acceptance A   with --draft-of: make speculative sampling at temperature 1 accept a share
@@ -130,6 +132,7 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
         'kv-topic': { type: 'string' },
         'hash-seed': { type: 'string' },
         'legacy-metrics': { type: 'boolean' },
+        'api-key': { type: 'string' },
         'draft-of': { type: 'string' },
         'draft-acceptance': { type: 'string' },
         'draft-fidelity': { type: 'string' },
@@ -161,6 +164,7 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
     enablePrefixCaching: values['no-prefix-caching'] ? false : undefined,
     hashSeed: int('hash-seed', values['hash-seed'], 0),
     legacyMetricNames: values['legacy-metrics'] === true,
+    apiKey: typeof values['api-key'] === 'string' && values['api-key'] !== '' ? values['api-key'] : undefined,
     draftOf: values['draft-of'],
     draftAcceptance: values['draft-acceptance'] === undefined ? undefined : parseDraftAcceptance(values['draft-acceptance']),
     draftFidelity: num('draft-fidelity', values['draft-fidelity'], (n) => n >= 0 && n <= 1, 'in [0, 1]'),

@@ -22,7 +22,7 @@
  */
 
 import { BlockManager } from './block-manager.js';
-import { chainRoot, hashBlock } from '../kv/block-hash.js';
+import { chainRoot, hashBlock, saltedRoot } from '../kv/block-hash.js';
 import type { KvEvent } from '../kv/events.js';
 import type {
   AdmissionError,
@@ -71,6 +71,8 @@ interface Seq {
   numComputed: number;
   /** Content hashes of full blocks known so far (valid across preemptions: tokens never change). */
   readonly hashes: number[];
+  /** Root of this request's hash chain: the engine's, or one derived from its cache_salt. */
+  readonly root: number;
   /** Blocks [0, numProcessed) have been offered to the prefix cache. */
   numProcessed: number;
   /** Scheduled for the first time already. */
@@ -235,6 +237,7 @@ export class Engine implements EngineModel {
       blocks: [],
       numComputed: 0,
       hashes: [],
+      root: req.cacheSalt === undefined || req.cacheSalt === '' ? this.root : saltedRoot(this.root, req.cacheSalt),
       numProcessed: 0,
       started: false,
       cachedPromptTokens: 0,
@@ -633,7 +636,7 @@ export class Engine implements EngineModel {
     const hs = s.hashes;
     while (hs.length <= b) {
       const i = hs.length;
-      const parent = i === 0 ? this.root : hs[i - 1]!;
+      const parent = i === 0 ? s.root : hs[i - 1]!;
       const start = i * this.bs;
       const end = start + this.bs;
       let h: number;

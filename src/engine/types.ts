@@ -32,6 +32,11 @@ export interface EngineRequest {
   /** Lower value = more important (vLLM's priority scheduling convention). Default 0. */
   priority?: number;
   /**
+   * vLLM's `cache_salt`: mixed into the first block's hash, so requests with different salts
+   * (or one salted and one not) share no cached block, however alike their prompts.
+   */
+  cacheSalt?: string;
+  /**
    * Compute the whole prompt even if a prefix of it is cached. vLLM V1 does this for requests that
    * ask for prompt logprobs (vllm/v1/core/kv_cache_manager.py, get_computed_blocks): the logprob of
    * a cached position was never computed. The prompt's blocks are still cached for later requests.

@@ -80,6 +80,14 @@ export class CircuitBreaker {
     }
   }
 
+  /**
+   * Evidence the worker is back (a scrape or health probe answered after failing, e.g. it was
+   * restarted): an open circuit goes half-open now instead of at the end of its cool-down.
+   */
+  onRecovered(): void {
+    if (this.state === 'open') this.transition('half-open');
+  }
+
   /** The request ended without telling anything about the worker (the client went away). */
   onNeutral(): void {
     if (this.state === 'half-open' && this.probeInFlight) {

@@ -13,6 +13,8 @@ export interface HealthProberOptions {
   failuresToMarkDown: number;
   upstreams: Upstreams;
   onChange?: (w: WorkerState, healthy: boolean, reason: string | null) => void;
+  /** Every probe's outcome (error = null on success). */
+  onResult?: (w: WorkerState, error: string | null) => void;
 }
 
 export class HealthProber {
@@ -46,11 +48,13 @@ export class HealthProber {
     try {
       await fetchText(this.opts.upstreams, w, '/health', this.opts.timeoutMs, 64 * 1024);
       this.failures.set(w.id, 0);
+      this.opts.onResult?.(w, null);
       if (!w.healthy) {
         w.healthy = true;
         this.opts.onChange?.(w, true, null);
       }
     } catch (e) {
+      this.opts.onResult?.(w, (e as Error).message || String(e));
       const n = (this.failures.get(w.id) ?? 0) + 1;
       this.failures.set(w.id, n);
       if (w.healthy && n >= this.opts.failuresToMarkDown) {

@@ -73,6 +73,7 @@ export class WorkerRegistry {
       model: w.model,
       healthy: w.healthy,
       circuitOpen: w.circuitOpen,
+      suspected: w.suspected,
       circuitState: this.breakers.get(w.id)?.state ?? 'closed',
       stale: w.isStale(now, this.opts.staleAfterMs),
       lastScrapeError: w.lastScrapeError,

@@ -70,7 +70,7 @@ export async function fetchText(
   const signal = AbortSignal.timeout(timeoutMs);
   const base = new URL(w.url).pathname.replace(/\/$/, '');
   try {
-    const r = await upstreams.for(w.id, w.url).request({ method: 'GET', path: base + path, signal });
+    const r = await upstreams.for(w.id, w.url).request({ method: 'GET', path: base + path, signal, headers: w.upstreamHeaders });
     if (r.statusCode < 200 || r.statusCode >= 300) {
       await r.body.dump();
       throw new Error(`${path} answered ${r.statusCode}`);

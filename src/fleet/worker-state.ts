@@ -60,6 +60,8 @@ export interface WorkerIdentity {
   /** KV capacity from configuration or a profile, until the worker reports its own. */
   numGpuBlocks?: number;
   blockSize?: number;
+  /** Headers sent with every request to the worker (its --api-key as `authorization`), lower-case names. */
+  upstreamHeaders?: Record<string, string>;
 }
 
 /** Capacity assumed for a worker that has not said (llm-d's fallback, vLLM's block size). */
@@ -71,11 +73,21 @@ export class WorkerState {
   readonly url: string;
   readonly pool: string;
   readonly model: string;
+  /** Headers sent with every request to the worker (credentials); never shown in /admin/workers. */
+  readonly upstreamHeaders: Readonly<Record<string, string>>;
 
   /** Health probes passing. Unhealthy workers are filtered out of routing. */
   healthy = true;
   /** Set by the circuit breaker after repeated upstream failures. */
   circuitOpen = false;
+  /**
+   * Set by passive outlier detection (gateway/outliers.ts): the worker owes bytes and has been
+   * silent for longer than its expected time to first token, or a scrape or probe timed out. It
+   * is routed around until a byte arrives from it again.
+   */
+  suspected = false;
+  /** Clock time (ms) of the last byte received from the worker on any connection. */
+  lastByteAt = -Infinity;
 
   snapshot: MetricsSnapshot | null = null;
   lastScrapeError: string | null = null;
@@ -103,6 +115,7 @@ export class WorkerState {
     this.url = identity.url;
     this.pool = identity.pool;
     this.model = identity.model;
+    this.upstreamHeaders = identity.upstreamHeaders ?? {};
     this.configuredBlocks = identity.numGpuBlocks;
     this.configuredBlockSize = identity.blockSize;
   }

@@ -12,7 +12,14 @@ import type { RequestState } from '../util/state.js';
 export type InferenceKind = 'chat' | 'completions';
 
 export interface RequestContext {
+  /** kvgate's id for the request (a UUID): the response's x-request-id and the upstream's. */
   id: string;
+  /** The client's own id (x-client-request-id, or x-request-id), echoed as x-client-request-id. */
+  clientRequestId: string | null;
+  /** Send x-kvgate-worker / x-kvgate-prefix-hit (server.routingHeaders, or an admin caller). */
+  exposeRouting: boolean;
+  /** The tenant's cache salt when the pool isolates cached prompts per tenant (else null). */
+  cacheSalt: string | null;
   kind: InferenceKind;
   /** The URL path, e.g. '/v1/chat/completions' (also forwarded to the worker). */
   path: string;

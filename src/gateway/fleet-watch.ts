@@ -23,6 +23,8 @@ export interface FleetWatchOptions {
   /** The routing policy's own metrics interval, if it publishes one. */
   policyScrapeIntervalMs: number | undefined;
   onWorkerDown: (workerId: string) => void;
+  /** Every scrape's and probe's outcome (outlier detection counts timeouts as suspicion). */
+  onCheck?: (w: WorkerState, error: string | null) => void;
 }
 
 export interface FleetWatch {
@@ -42,6 +44,7 @@ export function createFleetWatch(o: FleetWatchOptions): FleetWatch {
     clock: o.clock,
     upstreams: o.upstreams,
     onResult: (w, error) => {
+      o.onCheck?.(w, error);
       if (error !== null) {
         metrics.scrapeFailures.labels(w.id).inc();
         logger.debug({ worker: w.id, error }, 'metrics scrape failed');
@@ -53,6 +56,7 @@ export function createFleetWatch(o: FleetWatchOptions): FleetWatch {
     timeoutMs: config.health.timeoutMs,
     failuresToMarkDown: config.health.failuresToMarkDown,
     upstreams: o.upstreams,
+    onResult: o.onCheck,
     onChange: (w, healthy, reason) => {
       logger[healthy ? 'info' : 'warn']({ worker: w.id, healthy, reason: reason ?? undefined }, 'worker health');
       if (!healthy) o.onWorkerDown(w.id);

@@ -3,6 +3,7 @@
  * prober, circuit breakers), the router with the configured policy, the relay, telemetry and the
  * HTTP server. Embedded by `kvgate serve`, `kvgate demo` and the tests.
  */
+import { createHmac, randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { TenantDirectory } from '../admission/tenants.js';
@@ -32,6 +33,8 @@ import { kvEventsService } from './kv-events-service.js';
 import { registerKvEventMetrics } from '../fleet/kv-events-metrics.js';
 import { setupCache } from './cache-setup.js';
 import type { LocalRoute } from './local-routes.js';
+import { ConnectionGuard } from './connections.js';
+import { OutlierDetector } from './outliers.js';
 import { Relay } from './relay.js';
 import type { GatewayStage } from './stages.js';
 import type { GatewayService } from './types.js';
@@ -86,6 +89,17 @@ export interface Gateway {
    * clean error, stop watching the fleet, release all sockets.
    */
   close(): Promise<void>;
+  /**
+   * Shut down as load balancers expect (SIGTERM): `/ready` answers 503 for `shutdown.drainDelayMs`
+   * while everything else is still served, then close().
+   */
+  shutdown(): Promise<void>;
+  /** True from shutdown() on: /ready answers 503. */
+  readonly draining: boolean;
+  /** Client connection caps (counts of open, evicted and refused connections). */
+  readonly connections: ConnectionGuard;
+  /** Passive outlier detection (hung workers). */
+  readonly outliers: OutlierDetector | null;
 }
 
 export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}): Gateway {
@@ -137,6 +151,23 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     keepAliveTimeoutMs: config.upstream.keepAliveTimeoutMs,
     connectTimeoutMs: config.timeouts.connectMs,
   });
+  const outliers: OutlierDetector | null = config.outlier.enabled
+    ? new OutlierDetector(registry.workers, {
+        minSilenceMs: config.outlier.minSilenceMs,
+        ttftFactor: config.outlier.ttftFactor,
+        checkIntervalMs: config.outlier.checkIntervalMs,
+        clock,
+        attemptsOn: (id) => relay.attemptsOn(id),
+        onSuspect: (w, reason) => {
+          m.outlierSuspicions.labels(w.id).inc();
+          registry.breaker(w.id).onFailure();
+          logger.warn({ worker: w.id, reason }, 'worker suspected hung: routed around');
+        },
+        onClear: (w) => logger.info({ worker: w.id }, 'worker responding again'),
+      })
+    : null;
+
+  const checkFailed = new Set<string>();
   const { scraper, health } = createFleetWatch({
     config,
     workers: registry.workers,
@@ -146,6 +177,13 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     metrics: m,
     policyScrapeIntervalMs: policy.scrapeIntervalMs,
     onWorkerDown: (id) => relay.workerDown(id),
+    onCheck: (w, error) => {
+      outliers?.onWatchResult(w, error);
+      // A worker unreachable to its checks that answers again was restarted or reconnected: its
+      // breaker (opened by the failures meanwhile) need not sit out the whole cool-down.
+      if (error !== null) checkFailed.add(w.id);
+      else if (checkFailed.delete(w.id)) registry.breaker(w.id).onRecovered();
+    },
   });
 
   const relay: Relay = new Relay({
@@ -157,6 +195,8 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     firstByteMs: config.timeouts.firstByteMs,
     retries: config.retry.attempts,
     retryAfterSeconds: config.limits.retryAfterSeconds,
+    logger,
+    watch: outliers ?? undefined,
   });
 
   // Loaded in start(): `hf:` tokenizers read their files asynchronously.
@@ -213,6 +253,8 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   stages.push(admission.stage);
   services.push(admission.service);
   let closing = false;
+  let draining = false;
+  const cacheSaltFor = createCacheSalter(config, logger);
   const handler = createHandler({
     config,
     fleet: registry,
@@ -227,12 +269,28 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     extraRoutes,
     active,
     isClosing: () => closing,
+    isDraining: () => draining || closing,
+    cacheSaltFor,
   });
 
-  const server = createServer({ keepAliveTimeout: 65_000 }, handler);
-  // Long generations are bounded by the request deadline, not by Node's default request timeout.
-  server.requestTimeout = 0;
-  server.headersTimeout = 60_000;
+  const sc = config.server;
+  const connections = new ConnectionGuard(sc);
+  const server = createServer(
+    {
+      keepAliveTimeout: sc.keepAliveTimeoutMs,
+      headersTimeout: sc.headersTimeoutMs,
+      // Node's own whole-request timer is off: the body has its own (server.bodyTimeoutMs, answered
+      // 408 in OpenAI's shape by the handler) and responses are bounded by the request deadline.
+      requestTimeout: 0,
+      // How often Node checks headersTimeout (default 30 s): a stalled client is closed within
+      // headersTimeoutMs plus this.
+      connectionsCheckingInterval: Math.min(1_000, sc.headersTimeoutMs),
+    },
+    (req, res) => {
+      if (connections.admit(req, res)) handler(req, res);
+    },
+  );
+  connections.attach(server);
 
   if (config.kvEvents.length > 0) {
     if (index) {
@@ -261,6 +319,11 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     tenants,
     cache,
     admission: admission.controller,
+    connections,
+    outliers,
+    get draining() {
+      return draining;
+    },
     use: (stage) => void (stage.early ? earlyStages : stages).push(stage),
     addWorkerDescriber: (d) => registry.addDescriber(d),
     addService: (svc) => {
@@ -283,13 +346,30 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
       if (opts.watchFleet !== false) {
         scraper.start();
         health.start();
+        outliers?.start();
       }
       for (const svc of services) await svc.start?.();
       const addr = server.address() as AddressInfo;
       const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
       started = { url: `http://${host}:${addr.port}`, port: addr.port };
       logger.info({ url: started.url, workers: registry.workers.length, policy: policy.name }, 'kvgate listening');
+      if (tenants.open && !isLoopback(addr.address)) {
+        logger.warn(
+          { listen: started.url },
+          'kvgate listens on a non-loopback address with no client API keys configured: anyone who can reach it can use the workers (configure tenants[].keys)',
+        );
+      }
       return started;
+    },
+    shutdown() {
+      if (!draining) {
+        draining = true;
+        logger.info({ drainDelayMs: config.shutdown.drainDelayMs }, 'draining: /ready answers 503');
+      }
+      return (async () => {
+        if (!closed) await sleep(config.shutdown.drainDelayMs);
+        await this.close();
+      })();
     },
     close() {
       closed ??= (async () => {
@@ -306,6 +386,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
         while (active.size > 0 && Date.now() < graceEnd + 2_000) await sleep(10);
         scraper.stop();
         health.stop();
+        outliers?.stop();
         for (const svc of services) {
           try {
             await svc.close?.();
@@ -322,6 +403,33 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
       return closed;
     },
   };
+}
+
+/**
+ * Per-tenant cache salts for pools with `cacheIsolation: tenant`: HMAC-SHA256(secret, tenant id),
+ * never anything a client sent. Without `cacheSalt.secret` a random secret is drawn per process,
+ * which isolates as well but means gateway replicas (and restarts) do not share salts, so their
+ * tenants miss each other's cached prefixes on the workers.
+ */
+function createCacheSalter(config: GatewayConfig, logger: Logger): (pool: string | undefined, tenant: string) => string | null {
+  const isolated = new Set([...config.pools].filter(([, p]) => p.cacheIsolation === 'tenant').map(([name]) => name));
+  if (isolated.size === 0) return () => null;
+  let secret = config.cacheSaltSecret;
+  if (secret === null) {
+    secret = randomBytes(32).toString('hex');
+    logger.warn({ pools: [...isolated] }, 'cacheIsolation without cacheSalt.secret: a random secret per process (replicas will not share salts)');
+  }
+  const salts = new Map<string, string>();
+  return (pool, tenant) => {
+    if (pool === undefined || !isolated.has(pool)) return null;
+    let s = salts.get(tenant);
+    if (s === undefined) salts.set(tenant, (s = createHmac('sha256', secret).update(`kvgate-cache-salt:${tenant}`).digest('base64url').slice(0, 32)));
+    return s;
+  };
+}
+
+function isLoopback(address: string): boolean {
+  return address === '::1' || address.startsWith('127.') || address === '::ffff:127.0.0.1';
 }
 
 function sleep(ms: number): Promise<void> {

@@ -6,11 +6,17 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { TenantDirectory } from '../admission/tenants.js';
+import type { RequestCapsOverride, TenantDirectory } from '../admission/tenants.js';
 import { readBody } from '../api/body.js';
-import { ApiError, errors, sendError } from '../api/errors.js';
-import { chatCompletionRequestSchema, completionRequestSchema, validate } from '../api/schemas.js';
-import type { GatewayConfig } from '../config.js';
+import { ApiError, echo, errors, sendError } from '../api/errors.js';
+import {
+  chatCompletionRequestSchema,
+  completionRequestSchema,
+  validate,
+  type ChatCompletionRequest,
+  type CompletionRequest,
+} from '../api/schemas.js';
+import type { GatewayConfig, RequestCaps } from '../config.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { Logger } from '../telemetry/logger.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
@@ -41,9 +47,17 @@ export interface HandlerDeps {
   /** Requests in progress (for graceful shutdown). */
   active: Set<RequestContext>;
   isClosing: () => boolean;
+  /** True while shutting down (drain delay included): /ready answers 503. */
+  isDraining: () => boolean;
+  /** The tenant's cache salt if `pool` isolates cached prompts per tenant, else null. */
+  cacheSaltFor: (pool: string | undefined, tenant: string) => string | null;
 }
 
+/** A client's own request id is echoed (x-client-request-id) and logged only if it looks like one. */
 const REQUEST_ID_OK = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** `application/json`, with or without parameters (charset). */
+const JSON_TYPE = /^application\/json\s*(;|$)/i;
 
 const INFERENCE: Record<string, InferenceKind> = {
   '/v1/chat/completions': 'chat',
@@ -53,12 +67,18 @@ const INFERENCE: Record<string, InferenceKind> = {
 export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { config, fleet, metrics } = deps;
   const local = createLocalRoutes({ ...deps, protectMetrics: config.admin.protectMetrics });
+  const cors = { origins: new Set(config.server.corsOrigins) };
 
   return (req, res) => {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
     const kind = INFERENCE[path];
+    if (cors.origins.size > 0 && corsHeaders(cors, req, res) && req.method === 'OPTIONS') {
+      res.writeHead(204, { 'access-control-max-age': '600' });
+      res.end();
+      return;
+    }
     if (kind !== undefined) {
       if (req.method !== 'POST') return sendError(res, errors.methodNotAllowed(req.method ?? '?', path, 'POST'));
       void handleInference(deps, kind, path, req, res);
@@ -76,10 +96,18 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
     res: ServerResponse,
   ): Promise<void> {
     const startedAt = d.clock.now();
-    const given = req.headers['x-request-id'];
-    const id = typeof given === 'string' && REQUEST_ID_OK.test(given) ? given : randomUUID();
+    // kvgate's own id names the response and the upstream request, always: two clients sending
+    // the same id must not share one. The client's id is echoed separately and logged.
+    const id = randomUUID();
+    const given = req.headers['x-client-request-id'] ?? req.headers['x-request-id'];
+    const clientRequestId = typeof given === 'string' && REQUEST_ID_OK.test(given) ? given : null;
+    res.setHeader('x-request-id', id);
+    if (clientRequestId !== null) res.setHeader('x-client-request-id', clientRequestId);
     const ctx = {
       id,
+      clientRequestId,
+      exposeRouting: config.server.routingHeaders,
+      cacheSalt: null,
       kind,
       path,
       req,
@@ -120,12 +148,17 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       if (d.isClosing()) throw errors.shuttingDown();
       // Who is asking comes first: an unauthenticated body is never read.
       ctx.tenant = d.tenants.authenticate(req.headers.authorization);
-      const read = await readBody(req, config.limits.maxBodyBytes);
+      if (!ctx.exposeRouting && isAdminCaller(d.tenants, req)) ctx.exposeRouting = true;
+      checkMediaType(req);
+      const read = await readBody(req, config.limits.maxBodyBytes, config.server.bodyTimeoutMs);
       if (!read.ok) {
         if (read.reason === 'aborted') {
           ctx.aborted = true;
           ctx.status = 499;
           return;
+        }
+        if (read.reason === 'timeout') {
+          throw errors.requestTimeout(`the request body did not arrive within ${config.server.bodyTimeoutMs} ms`);
         }
         // The rest of the body is never read: close the connection after answering.
         throw new ApiError(413, 'invalid_request_error', 'request_too_large',
@@ -151,7 +184,16 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       const budget = outputBudget(kind, body, config.timeouts.assumedMaxTokens);
       ctx.maxTokens = budget.maxTokens;
       ctx.maxTokensExplicit = budget.explicit;
-      ctx.deadlineAt = startedAt + requestBudgetMs(budget.maxTokens, config.timeouts);
+      const salt = d.cacheSaltFor(workers[0]?.pool, ctx.tenant.id);
+      if (salt !== null) {
+        // Always the gateway's, never the client's: a client must not pick another tenant's salt.
+        (body as Record<string, unknown>).cache_salt = salt;
+        ctx.bodyModified = true;
+        ctx.cacheSalt = salt;
+      }
+      const caps = capsFor(config, workers[0]?.pool, ctx.tenant.caps);
+      checkCaps(kind, body, budget, caps);
+      ctx.deadlineAt = startedAt + Math.min(requestBudgetMs(budget.maxTokens, config.timeouts), caps.maxRequestMs);
 
       // Early stages (the response cache) answer without the prompt's tokens: a hit never waits
       // for tokenization.
@@ -173,7 +215,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       const err = e instanceof ApiError ? e : errors.internal((e as Error)?.message ?? String(e));
       if (!(e instanceof ApiError)) d.logger.error({ err: e, id }, 'unexpected error handling request');
       ctx.status = ctx.abortReason === 'client' ? 499 : err.status;
-      if (!res.headersSent && !res.destroyed) sendError(res, err, { 'x-request-id': id });
+      if (!res.headersSent && !res.destroyed) sendError(res, err);
       else if (!res.writableEnded) res.destroy();
     } finally {
       res.off('close', onClose);
@@ -183,6 +225,86 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
 }
 
 const EMPTY = Buffer.alloc(0);
+
+/**
+ * Only JSON bodies, sent as such: a `text/plain` or form body is what a web page can make a
+ * browser post cross-site without a preflight, so it is refused (415) before being read. So is a
+ * compressed body (kvgate does not decompress, and a worker must not be handed one blind).
+ */
+function checkMediaType(req: IncomingMessage): void {
+  const ct = req.headers['content-type'];
+  if (ct === undefined || !JSON_TYPE.test(ct)) {
+    throw errors.unsupportedMediaType(
+      `Content-Type must be application/json${ct === undefined ? '' : `, got '${echo(ct)}'`}`,
+    );
+  }
+  const ce = req.headers['content-encoding'];
+  if (ce !== undefined && ce.trim().toLowerCase() !== 'identity') {
+    throw errors.unsupportedMediaType(`Content-Encoding '${echo(ce)}' is not supported: send the body uncompressed`);
+  }
+}
+
+/**
+ * An admin caller sees the routing headers: the Authorization key is an admin key (an open
+ * gateway), or `x-kvgate-admin-key` carries one beside a tenant's key.
+ */
+function isAdminCaller(tenants: TenantDirectory, req: IncomingMessage): boolean {
+  if (!tenants.adminGuarded) return false;
+  const extra = req.headers['x-kvgate-admin-key'];
+  if (typeof extra === 'string' && tenants.isAdmin(`Bearer ${extra}`)) return true;
+  return tenants.open && tenants.isAdmin(req.headers.authorization);
+}
+
+/** The caps that apply: global, lowered by the pool's, lowered by the tenant's. */
+export function capsFor(config: GatewayConfig, pool: string | undefined, tenant: RequestCapsOverride): RequestCaps {
+  const p = pool !== undefined ? config.pools.get(pool)?.caps : undefined;
+  const pick = (k: keyof RequestCaps): number => Math.min(config.caps[k], p?.[k] ?? Infinity, tenant[k] ?? Infinity);
+  return { maxN: pick('maxN'), maxTokens: pick('maxTokens'), maxTotalTokens: pick('maxTotalTokens'), maxRequestMs: pick('maxRequestMs') };
+}
+
+/** 400 naming the parameter when a request asks for more than its caps allow. */
+export function checkCaps(
+  kind: InferenceKind,
+  body: ChatCompletionRequest | CompletionRequest,
+  budget: { maxTokens: number; explicit: boolean },
+  caps: RequestCaps,
+): void {
+  const n = body.n ?? 1;
+  if (n > caps.maxN) throw errors.capExceeded('n', `n is ${n}, more than the ${caps.maxN} allowed`);
+  const tokensParam = kind === 'chat' && (body as ChatCompletionRequest).max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
+  if (budget.explicit && budget.maxTokens > caps.maxTokens) {
+    throw errors.capExceeded(tokensParam, `${tokensParam} is ${budget.maxTokens}, more than the ${caps.maxTokens} allowed`);
+  }
+  const prompts = kind === 'completions' ? promptCount((body as CompletionRequest).prompt) : 1;
+  const perChoice = Math.min(budget.maxTokens, caps.maxTokens);
+  const total = n * prompts * perChoice;
+  if (total > caps.maxTotalTokens) {
+    const what = prompts > 1 ? `n × prompts × ${tokensParam} (${n} × ${prompts} × ${perChoice})` : `n × ${tokensParam} (${n} × ${perChoice})`;
+    const unset = budget.explicit ? '' : ` (${tokensParam} unset: assumed ${perChoice}; set it lower)`;
+    throw errors.capExceeded(n > 1 ? 'n' : tokensParam, `${what} is ${total} output tokens, more than the ${caps.maxTotalTokens} allowed per request${unset}`);
+  }
+}
+
+function promptCount(p: CompletionRequest['prompt']): number {
+  if (typeof p === 'string' || p.length === 0) return 1;
+  return typeof p[0] === 'number' ? 1 : p.length;
+}
+
+/** Adds CORS headers when the request's Origin is allowed; true if it was. */
+function corsHeaders(cors: { origins: ReadonlySet<string> }, req: IncomingMessage, res: ServerResponse): boolean {
+  const origin = req.headers.origin;
+  if (origin === undefined) return false;
+  const any = cors.origins.has('*');
+  if (!any && !cors.origins.has(origin)) return false;
+  res.setHeader('access-control-allow-origin', any ? '*' : origin);
+  res.setHeader('vary', 'Origin');
+  res.setHeader('access-control-expose-headers', 'x-request-id, x-client-request-id');
+  if (req.method === 'OPTIONS') {
+    res.setHeader('access-control-allow-methods', 'GET, POST, OPTIONS');
+    res.setHeader('access-control-allow-headers', 'authorization, content-type, x-client-request-id, x-session-id');
+  }
+  return true;
+}
 
 function finishRequest(d: HandlerDeps, ctx: RequestContext): void {
   d.active.delete(ctx);
@@ -206,6 +328,7 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext): void {
   d.logger.info(
     {
       id: ctx.id,
+      clientRequestId: ctx.clientRequestId ?? undefined,
       route,
       tenant: ctx.tenant?.id,
       model: ctx.model || undefined,

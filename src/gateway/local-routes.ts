@@ -25,6 +25,8 @@ export interface LocalRoutesDeps {
   fleet: WorkerRegistry;
   metrics: GatewayMetrics;
   isClosing: () => boolean;
+  /** True while shutting down (drain delay included): /ready answers 503. */
+  isDraining?: () => boolean;
   tenants: TenantDirectory;
   /** /metrics needs an admin key too (`admin.protectMetrics`). */
   protectMetrics?: boolean;
@@ -43,19 +45,32 @@ export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: In
     if (err) sendError(res, err);
     return err === null;
   };
-  const modelsBody = (): string =>
-    JSON.stringify({
-      object: 'list',
-      data: fleet.models().map((id) => ({
-        id,
-        object: 'model',
-        created: 0,
-        owned_by: 'kvgate',
-        pools: [...new Set(fleet.forModel(id)!.map((w) => w.pool))],
-      })),
-    });
+  const modelEntry = (id: string) => ({
+    id,
+    object: 'model',
+    created: 0,
+    owned_by: 'kvgate',
+    pools: [...new Set(fleet.forModel(id)!.map((w) => w.pool))],
+  });
+  const modelsBody = (): string => JSON.stringify({ object: 'list', data: fleet.models().map(modelEntry) });
 
   return (path, req, res) => {
+    // GET /v1/models/{id} (the OpenAI SDKs' models.retrieve); ids may contain '/' (org/name).
+    if (path.startsWith('/v1/models/') && path.length > '/v1/models/'.length) {
+      if (req.method !== 'GET' && req.method !== 'HEAD') {
+        sendError(res, errors.methodNotAllowed(req.method ?? '?', '/v1/models/{model}', 'GET, HEAD'));
+        return true;
+      }
+      let id: string;
+      try {
+        id = decodeURIComponent(path.slice('/v1/models/'.length));
+      } catch {
+        id = path.slice('/v1/models/'.length);
+      }
+      if (fleet.forModel(id)) json(res, 200, JSON.stringify(modelEntry(id)));
+      else sendError(res, errors.modelNotFound(id));
+      return true;
+    }
     const extra = deps.extraRoutes?.get(path);
     if (extra) {
       if (!extra.methods.includes(req.method ?? '')) {
@@ -76,7 +91,7 @@ export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: In
         json(res, 200, '{"status":"ok"}');
         break;
       case '/ready': {
-        const ok = !deps.isClosing() && fleet.anyRoutable();
+        const ok = !deps.isClosing() && !(deps.isDraining?.() ?? false) && fleet.anyRoutable();
         json(res, ok ? 200 : 503, JSON.stringify({ status: ok ? 'ready' : 'not_ready' }));
         break;
       }

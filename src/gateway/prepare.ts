@@ -8,6 +8,7 @@ import type { RouteRequest } from '../scheduler/types.js';
 import { renderChat } from '../tokenizer/chat-template.js';
 import { estimateTokenizer } from '../tokenizer/estimate.js';
 import type { Tokenizer } from '../tokenizer/types.js';
+import { PROMPT_SALT } from '../kv/prompt-blocks.js';
 import { RequestState } from '../util/state.js';
 import type { PromptTokenizer } from '../tokenizer/registry.js';
 import type { InferenceKind, RequestContext } from './context.js';
@@ -122,6 +123,12 @@ export async function prepareRouting(ctx: RequestContext, tokenizer: PromptToken
   if (ctx.routeRequest !== undefined) return;
   const rr = buildRouteRequest(ctx.id, ctx.model, ctx.body, ctx.req, prompt as PreparedPrompt & { promptTokens: PromptTokens });
   rr.tenant = ctx.tenant.id;
+  if (ctx.cacheSalt !== null) {
+    // Isolated pool: token-hash indexes salt their block hashes (PROMPT_SALT); character-matching
+    // policies see the salt as a prefix, so no two tenants ever share a matched prefix.
+    rr.state.set(PROMPT_SALT, ctx.cacheSalt);
+    rr.promptText = `\u0000${ctx.cacheSalt}\u0000${rr.promptText}`;
+  }
   ctx.routeRequest = rr;
 }
 

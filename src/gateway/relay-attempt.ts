@@ -16,7 +16,7 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
-import { ApiError, errors } from '../api/errors.js';
+import { ApiError, echo, errors } from '../api/errors.js';
 import { atEventBoundary, sseErrorEvent, TAIL_AT_BOUNDARY, updateTail } from '../api/sse.js';
 import type { CircuitBreaker } from '../fleet/circuit-breaker.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
@@ -25,6 +25,7 @@ import type { WorkerState } from '../fleet/worker-state.js';
 import type { Router } from '../scheduler/router.js';
 import type { RouteDecision } from '../scheduler/types.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
+import type { Logger } from '../telemetry/logger.js';
 import type { Clock } from '../util/clock.js';
 import type { RequestContext } from './context.js';
 
@@ -37,15 +38,29 @@ export interface AttemptEnv {
   clock: Clock;
   /** Streams only: no first body byte within this many ms abandons the attempt. */
   firstByteMs: number;
+  /** Where a worker's raw error text and address go (never to the client). */
+  logger?: Pick<Logger, 'warn'>;
+  /** Told of bytes from workers and of streamed first bytes (outlier detection). */
+  watch?: AttemptWatch;
+}
+
+/** What passive outlier detection learns from attempts. */
+export interface AttemptWatch {
+  /** Bytes arrived from a suspected worker (the attempt has already set its lastByteAt). */
+  onBytes(worker: WorkerState): void;
+  /** A streamed first byte took `ms` from dispatch. */
+  onFirstByte(worker: WorkerState, ms: number): void;
 }
 
 /** done: the response is over (whatever it was); otherwise nothing reached the client yet. */
 export type AttemptResult = { done: true } | { done: false; error: ApiError };
 
-type FailReason = 'connect' | 'status_5xx' | 'overloaded' | 'first_byte_timeout' | 'deadline' | 'stream_error' | 'worker_down';
+type FailReason = 'connect' | 'status_5xx' | 'overloaded' | 'first_byte_timeout' | 'deadline' | 'stream_error' | 'worker_down' | 'suspected' | 'stalled';
 type AbortCause = FailReason | 'client' | 'shutdown';
 
 const DONE: AttemptResult = { done: true };
+/** Most of a worker's error body kept (for the log, or the normalised 4xx message). */
+const MAX_ERROR_TEXT = 4096;
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
 export class RelayAttempt implements Dispatcher.DispatchHandler {
@@ -62,10 +77,13 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
   private status = 0;
   /** The head the client gets, written with the first body chunk. */
   private resHeaders: Record<string, string> | null = null;
-  /** Start of a 5xx answer's body, for the error message. */
+  /** A worker's 4xx/5xx body (bounded): logged for 5xx, normalised to OpenAI's shape for 4xx. */
   private errorText = '';
   /** The worker's Retry-After on a 503/429, ms. */
   private retryAfterMs: number | undefined;
+  /** Clock time of dispatch and of the last byte from the worker (outlier detection reads them). */
+  dispatchedAt = 0;
+  lastByteAt = 0;
   /** True once any byte reached the client: from then on nothing can be retried. */
   private sentBytes = false;
   /** Last two bytes relayed (api/sse.ts), so an error event never lands inside a partial event. */
@@ -113,6 +131,25 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     this.abort('worker_down');
   }
 
+  /** Outlier detection suspects the worker hung and this attempt has had no byte: retry it elsewhere. */
+  suspectedHung(): void {
+    this.abort('suspected');
+  }
+
+  /** A stream already relaying went silent on a suspected worker for too long: end it honestly. */
+  stalled(): void {
+    this.abort('stalled');
+  }
+
+  /** True once bytes reached the client (the attempt can no longer be retried). */
+  get relaying(): boolean {
+    return this.sentBytes;
+  }
+
+  get isStream(): boolean {
+    return this.ctx.stream;
+  }
+
   // ---- undici dispatch handler ----
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
@@ -136,8 +173,12 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     if (this.settled) return;
-    if (failsAttempt(this.status)) {
-      if (this.errorText.length < 200) this.errorText += chunk.toString('utf8', 0, 200);
+    // Outlier detection reads these; only a suspected worker needs more than two stores per chunk.
+    const w = this.worker;
+    this.lastByteAt = w.lastByteAt = this.env.clock.now();
+    if (w.suspected) this.env.watch?.onBytes(w);
+    if (this.status >= 400) {
+      if (this.errorText.length < MAX_ERROR_TEXT) this.errorText += chunk.toString('utf8', 0, MAX_ERROR_TEXT);
       return;
     }
     const ctx = this.ctx;
@@ -155,14 +196,19 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     if (this.settled) return;
     const { ctx, status } = this;
     if (failsAttempt(status)) {
-      this.fail(status === 503 || status === 429 ? 'overloaded' : 'status_5xx', `worker ${this.worker.id} answered ${status}: ${this.errorText.slice(0, 200)}`);
+      if (status >= 500) this.env.logger?.warn({ id: ctx.id, worker: this.worker.id, status, body: this.errorText.slice(0, 500) }, 'worker answered an error');
+      this.fail(status === 503 || status === 429 ? 'overloaded' : 'status_5xx', `worker ${this.worker.id} answered ${status}`);
+      return;
+    }
+    if (status >= 400) {
+      this.relayClientError();
       return;
     }
     if (!this.sentBytes) {
       // An empty body: the head goes out alone.
       ctx.ttftMs = this.env.clock.now() - ctx.startedAt;
       this.env.router.firstToken(ctx.id);
-      ctx.res.writeHead(status, this.resHeaders ?? { 'x-request-id': ctx.id, 'x-kvgate-worker': this.worker.id });
+      ctx.res.writeHead(status, this.resHeaders ?? { 'x-request-id': ctx.id });
     }
     ctx.res.end();
     ctx.status = status;
@@ -173,20 +219,47 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
 
   onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
     if (this.settled || this.abortedBy !== null) return;
-    if (this.status === 0) this.fail('connect', `worker ${this.worker.id} unreachable: ${errMessage(err)}`);
-    else this.fail('stream_error', errMessage(err));
+    // The raw error names the worker's address: it goes to the log, the client gets the worker's id.
+    this.env.logger?.warn({ id: this.ctx.id, worker: this.worker.id, err: errMessage(err) }, 'worker request failed');
+    if (this.status === 0) this.fail('connect', `worker ${this.worker.id} is unreachable`);
+    else this.fail('stream_error', 'the connection to the worker failed');
+  }
+
+  /**
+   * A worker's 4xx, in OpenAI's shape whatever the worker wrote (vLLM's has a numeric `code` and
+   * an `object` field; FastAPI's is `{"detail": ...}`): the message kept (truncated), the code a
+   * string. A 401/403 from a worker means kvgate's upstream credentials are wrong, which the
+   * client cannot fix: that is a 502.
+   */
+  private relayClientError(): void {
+    const { ctx, status } = this;
+    const err = normaliseWorkerError(status, this.errorText, this.worker.id);
+    if (err.status >= 500) {
+      this.env.logger?.warn({ id: ctx.id, worker: this.worker.id, status, body: this.errorText.slice(0, 500) }, 'worker refused kvgate');
+    }
+    const payload = JSON.stringify(err.body());
+    ctx.ttftMs = this.env.clock.now() - ctx.startedAt;
+    this.env.router.firstToken(ctx.id);
+    const h: Record<string, string> = { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(payload)) };
+    if (ctx.exposeRouting) h['x-kvgate-worker'] = this.worker.id;
+    ctx.res.writeHead(err.status, h);
+    ctx.res.end(payload);
+    ctx.status = err.status;
+    this.breaker.onSuccess();
+    this.settle(DONE, false, 'client_error');
   }
 
   // ---- steps ----
 
   private dispatch(): void {
     const { ctx, worker } = this;
+    this.dispatchedAt = this.lastByteAt = this.env.clock.now();
     const body = ctx.bodyModified ? Buffer.from(JSON.stringify(ctx.body)) : ctx.rawBody;
     this.env.upstreams.for(worker.id, worker.url).dispatch(
       {
         method: 'POST',
         path: basePath(worker) + ctx.path,
-        headers: { 'content-type': 'application/json', 'x-request-id': ctx.id },
+        headers: { ...worker.upstreamHeaders, 'content-type': 'application/json', 'x-request-id': ctx.id },
         body,
       },
       this,
@@ -199,9 +272,12 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     const h: Record<string, string> = {
       'content-type': ct === undefined ? 'application/json' : String(ct),
       'x-request-id': this.ctx.id,
-      'x-kvgate-worker': this.worker.id,
-      'x-kvgate-prefix-hit': this.decision.expectedPrefixHit.toFixed(3),
     };
+    // Off by default: they tell a caller how much of a prompt the gateway has seen from anyone.
+    if (this.ctx.exposeRouting) {
+      h['x-kvgate-worker'] = this.worker.id;
+      h['x-kvgate-prefix-hit'] = this.decision.expectedPrefixHit.toFixed(3);
+    }
     if (this.ctx.stream) {
       h['cache-control'] = 'no-cache';
       h['x-accel-buffering'] = 'no';
@@ -215,7 +291,9 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
   /** The first body byte: the head goes out with it, and from now on nothing is retried. */
   private onFirstByte(): void {
     const ctx = this.ctx;
-    ctx.ttftMs = this.env.clock.now() - ctx.startedAt;
+    const now = this.env.clock.now();
+    ctx.ttftMs = now - ctx.startedAt;
+    if (ctx.stream) this.env.watch?.onFirstByte(this.worker, now - this.dispatchedAt);
     this.env.router.firstToken(ctx.id);
     if (ctx.stream) this.armDeadline();
     this.stopWaiting();
@@ -241,7 +319,7 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     // A slow generation hitting its deadline says nothing about the worker's health, and a
     // worker already marked down by its health probes needs no breaker.
     // A worker answering 503/429 is overloaded, not broken: it is backed off instead.
-    if (reason === 'deadline' || reason === 'worker_down') this.breaker.onNeutral();
+    if (reason === 'deadline' || reason === 'worker_down' || reason === 'suspected') this.breaker.onNeutral();
     else if (reason === 'overloaded') this.breaker.onOverloaded(this.retryAfterMs);
     else this.breaker.onFailure();
     if (!this.sentBytes) {
@@ -255,7 +333,9 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     const err =
       reason === 'deadline'
         ? errors.deadline('the request deadline passed mid-response')
-        : errors.upstream(`worker ${worker.id} failed mid-response: ${message}`, 'upstream_stream_error');
+        : reason === 'stalled'
+          ? errors.upstream(`worker ${worker.id} stopped responding mid-response`, 'upstream_stream_error')
+          : errors.upstream(`worker ${worker.id} failed mid-response: ${message}`, 'upstream_stream_error');
     ctx.status = err.status;
     if (ctx.stream && !ctx.res.destroyed) this.endWithErrorEvent(err);
     else ctx.res.destroy();
@@ -275,6 +355,8 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
         });
       case 'worker_down':
         return errors.upstream(`worker ${id} was taken out of service (failing health probes)`, 'upstream_unreachable');
+      case 'suspected':
+        return errors.deadline(`worker ${id} stopped responding`);
       default:
         return errors.upstream(message, reason === 'connect' ? 'upstream_unreachable' : 'upstream_error');
     }
@@ -369,3 +451,42 @@ function retryAfterMs(v: string | string[] | undefined): number | undefined {
   if (s === undefined || !/^\s*\d+\s*$/.test(s)) return undefined;
   return Number(s) * 1000;
 }
+
+/** A worker's 4xx body → an ApiError in OpenAI's shape (see RelayAttempt.relayClientError). */
+export function normaliseWorkerError(status: number, text: string, workerId: string): ApiError {
+  if (status === 401 || status === 403) {
+    return errors.upstream(`worker ${workerId} refused kvgate's credentials (check the pool's apiKey)`, 'upstream_auth_failed');
+  }
+  let message: string | null = null;
+  let param: string | null = null;
+  let code: string | null = null;
+  try {
+    const j = JSON.parse(text) as Record<string, unknown>;
+    const e = (j.error !== null && typeof j.error === 'object' ? j.error : j) as Record<string, unknown>;
+    if (typeof e.message === 'string') message = e.message;
+    else if (typeof e.detail === 'string') message = e.detail;
+    else if (Array.isArray(e.detail)) message = JSON.stringify(e.detail);
+    if (typeof e.param === 'string') param = e.param;
+    if (typeof e.code === 'string' && /^[a-z0-9_]{1,64}$/.test(e.code)) code = e.code;
+  } catch {
+    // Not JSON: a generic message below.
+  }
+  const type = status === 404 ? 'not_found_error' : 'invalid_request_error';
+  return new ApiError(
+    status,
+    type,
+    code ?? STATUS_CODES[status] ?? 'invalid_request',
+    message !== null ? echo(message, 1000) : `the worker refused the request (${status})`,
+    param !== null ? echo(param, 100) : null,
+  );
+}
+
+const STATUS_CODES: Record<number, string> = {
+  400: 'invalid_request',
+  404: 'not_found',
+  405: 'method_not_allowed',
+  408: 'request_timeout',
+  413: 'request_too_large',
+  422: 'invalid_value',
+  429: 'rate_limited',
+};

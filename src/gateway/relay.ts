@@ -28,9 +28,13 @@ export interface RelayOptions extends AttemptEnv {
   retryAfterSeconds: number;
 }
 
+const NONE: ReadonlySet<RelayAttempt> = new Set();
+
 export class Relay {
   /** Attempts waiting for their first byte, per worker: abandoned at once if the worker goes down. */
   private readonly waiting = new Map<string, Set<RelayAttempt>>();
+  /** Every attempt in flight, per worker (outlier detection inspects them). */
+  private readonly running = new Map<string, Set<RelayAttempt>>();
 
   constructor(private readonly o: RelayOptions) {}
 
@@ -67,7 +71,10 @@ export class Relay {
       metrics.decisionsBy.get(d.policy, d.worker.id, d.reason).inc();
       metrics.prefixHitBy.get(d.policy).observe(d.expectedPrefixHit);
       this.o.fleet.breaker(d.worker.id).onDispatch();
-      const r = await new RelayAttempt(this.o, ctx, d, this.waitingOn(d.worker.id)).run();
+      const att = new RelayAttempt(this.o, ctx, d, this.waitingOn(d.worker.id));
+      const running = this.runningOn(d.worker.id);
+      running.add(att);
+      const r = await att.run().finally(() => running.delete(att));
       if (r.done) return;
       if (ctx.aborted) {
         // The client left (nothing to answer) or the gateway is shutting down (answer 503).
@@ -78,6 +85,17 @@ export class Relay {
       if (!(lastError && r.error.code === 'upstream_overloaded')) lastError = r.error;
     }
     throw lastError ?? errors.deadline('the request deadline passed before a worker could be tried');
+  }
+
+  /** Attempts in flight on a worker (waiting for their first byte or relaying). */
+  attemptsOn(workerId: string): Iterable<RelayAttempt> {
+    return this.running.get(workerId) ?? NONE;
+  }
+
+  private runningOn(workerId: string): Set<RelayAttempt> {
+    let set = this.running.get(workerId);
+    if (!set) this.running.set(workerId, (set = new Set()));
+    return set;
   }
 
   private waitingOn(workerId: string): Set<RelayAttempt> {

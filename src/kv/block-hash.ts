@@ -71,3 +71,16 @@ export function blockHashes(
   }
   return out;
 }
+
+/**
+ * The root of a salted chain: `root` mixed with `salt` (vLLM puts `cache_salt` into the first
+ * block's extra keys; a salted root has the same effect: no block of a salted chain equals a block
+ * of a chain with another salt, or none).
+ */
+export function saltedRoot(root: number, salt: string | number): number {
+  let h = typeof salt === 'number' ? salt >>> 0 : 0x811c9dc5;
+  if (typeof salt === 'string') for (let i = 0; i < salt.length; i++) h = Math.imul(h ^ salt.charCodeAt(i), 0x01000193);
+  const a = fmix(((root % 4294967296) >>> 0) ^ fmix(h));
+  const b = fmix((Math.floor(root / 4294967296) >>> 0) ^ fmix(h ^ 0x2545f491)) & 0x1fffff;
+  return b * 4294967296 + a;
+}

@@ -6,10 +6,17 @@
  * that hashes a prompt on the request path.
  */
 import { stateKey, type RequestState, type StateKey } from '../util/state.js';
-import { chainRoot, hashBlock } from './block-hash.js';
+import { chainRoot, hashBlock, saltedRoot } from './block-hash.js';
 
 /** Seed of kvgate's own block-hash chain (deliberately different from any engine's). */
 export const KVGATE_HASH_SEED = 0x6b766761; // 'kvga'
+
+/**
+ * The tenant salt of a request routed to a pool with `cacheIsolation: tenant` (gateway/prepare.ts
+ * sets it): every block hash of the prompt is salted with it, as vLLM salts its own with the
+ * request's cache_salt, so the prefix index never matches one tenant's prompt against another's.
+ */
+export const PROMPT_SALT = stateKey<string>('prompt.salt');
 
 /** A prompt's block hashes: a plain array, or a PromptBlocks that hashes on demand. */
 export interface BlockSeq {
@@ -32,9 +39,10 @@ export class PromptBlocks implements BlockSeq {
     private readonly tokens: ArrayLike<number>,
     private readonly blockSize: number,
     seed: number,
+    salt?: string,
   ) {
     this.length = Math.floor(tokens.length / blockSize);
-    this.parent = chainRoot(seed);
+    this.parent = salt === undefined ? chainRoot(seed) : saltedRoot(chainRoot(seed), salt);
   }
 
   at(i: number): number | undefined {
@@ -84,7 +92,7 @@ export function promptBlocks(
   const key = blocksKey(blockSize, seed);
   let b = state.get(key);
   if (!b) {
-    b = new PromptBlocks(tokens, blockSize, seed);
+    b = new PromptBlocks(tokens, blockSize, seed, state.get(PROMPT_SALT));
     state.set(key, b);
   }
   return b;

@@ -131,7 +131,23 @@ export class PipelinePolicy implements Policy {
       ok: false,
       status: 503,
       code: 'no_worker_available',
-      message: `no worker for model '${req.model}' can take the request now (${f.name})`,
+      message: `no worker for model '${req.model}' can take the request now: ${unavailableCause(before, f.name)}`,
     };
   }
+}
+
+/** The real reason a filter removed every worker, in words a client or operator can act on. */
+export function unavailableCause(workers: readonly WorkerState[], filter: string): string {
+  if (filter !== 'healthy') return filter === 'kv-fit' ? 'every worker is full (no KV-cache room)' : `every worker was filtered out (${filter})`;
+  let down = 0;
+  let open = 0;
+  for (const w of workers) {
+    if (!w.healthy) down++;
+    else if (w.circuitOpen) open++;
+  }
+  const parts: string[] = [];
+  if (down > 0) parts.push(`${down} failing health checks`);
+  if (open > 0) parts.push(`${open} with an open circuit breaker`);
+  const n = workers.length;
+  return `no healthy worker (${n} worker${n === 1 ? '' : 's'}: ${parts.join(', ') || 'unavailable'})`;
 }

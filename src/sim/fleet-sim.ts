@@ -59,6 +59,7 @@ import type { EngineConfig, EngineStats, StepResult, TokenContext } from '../eng
 import { KvEventMapper } from '../fleet/kv-events-mapper.js';
 import { WorkerState, type MetricsSnapshot } from '../fleet/worker-state.js';
 import type { Tenant } from '../admission/tenants.js';
+import { PROMPT_SALT } from '../kv/prompt-blocks.js';
 import type { CacheEntry } from '../cache/entry.js';
 import type { ResponseCache } from '../cache/response-cache.js';
 import type { KvEvent } from '../kv/events.js';
@@ -123,6 +124,12 @@ export interface FleetSimOptions {
   cache?: { cache: ResponseCache; clock: VirtualClock };
   /** Called every `progressEvery` arrivals with the number of arrivals so far. */
   onProgress?: (arrivals: number, nowMs: number) => void;
+  /**
+   * Tenant isolation of cached prompts (a pool with `cacheIsolation: tenant`): each request's
+   * tenant is its engine cache_salt and salts the router's block hashes (and, for policies that
+   * match characters, prefixes its text), as the live gateway does.
+   */
+  cacheIsolation?: boolean;
   /** Receives every call made to the router and every snapshot applied, in order. */
   routerTrace?: (e: RouterTraceEvent) => void;
   progressEvery?: number;
@@ -245,7 +252,15 @@ class SimRouteRequest implements RouteRequest {
     this.text = text;
   }
   get promptText(): string {
-    return (this.text ??= synthText(this.promptTokens));
+    let t = (this.text ??= synthText(this.promptTokens));
+    if (this.saltText !== undefined) t = this.saltText + t;
+    return t;
+  }
+  private saltText: string | undefined;
+  /** Isolate this request's prefixes per tenant (as gateway/prepare.ts does). */
+  salt(s: string): void {
+    this.state.set(PROMPT_SALT, s);
+    this.saltText = `\u0000${s}\u0000`;
   }
 }
 
@@ -279,6 +294,9 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   if (!(scrapeMs > 0)) throw new Error(`scrape interval must be positive, got ${scrapeMs}`);
   const kvSampleMs = opts.kvSampleMs ?? 1000;
   const overhead = opts.overheadMs ?? 0;
+  const isolate = opts.cacheIsolation === true;
+  // The live gateway's salt is an HMAC of the tenant id; any per-tenant string does here.
+  const saltOf = (req: BenchRequest): string => `tenant:${req.tenant ?? 'default'}`;
   const clock = opts.cache?.clock ?? new VirtualClock(0);
   const policies = opts.replicas?.policies ?? [opts.policy];
   if (policies.length < 1 || policies[0] !== opts.policy) throw new Error('replicas.policies[0] must be the run\'s policy');
@@ -446,7 +464,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   const tenantOf = (id: string | undefined): Tenant => {
     const k = id ?? 'default';
     let t = tenants.get(k);
-    if (!t) tenants.set(k, (t = { id: k, cache: {}, priority: 'standard', limits: {} }));
+    if (!t) tenants.set(k, (t = { id: k, cache: {}, priority: 'standard', limits: {}, caps: {} }));
     return t;
   };
   interface SimFlight {
@@ -541,6 +559,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       sampler: (ctx: TokenContext) => answerToken(seed, ctx.output.length),
       ignoreEos: true,
       priority: req.priority ?? 0,
+      ...(isolate ? { cacheSalt: saltOf(req) } : {}),
     });
     // An idle worker starts its next step as an event at this instant, after every other arrival
     // of the same instant: requests that arrive together are batched together.
@@ -558,6 +577,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     out.lastArrivalMs = now;
     if (req.next !== undefined) nextOf.set(idx, req.next);
     const rr = new SimRouteRequest(String(idx), model, req.promptTokens, req.maxTokens, req.promptText);
+    if (isolate) rr.salt(saltOf(req));
     if (req.session !== undefined) rr.sessionKey = req.session;
     if (req.tenant !== undefined) rr.tenant = req.tenant;
     if (req.priority !== undefined) rr.priority = req.priority;

@@ -37,6 +37,7 @@ export class GatewayMetrics {
   readonly routeDecisions: Counter<'policy' | 'worker' | 'reason'>;
   readonly routePrefixHit: Histogram<'policy'>;
   readonly scrapeFailures: Counter<'worker'>;
+  readonly outlierSuspicions: Counter<'worker'>;
   readonly breakerTransitions: Counter<'worker' | 'state'>;
 
   /** Cached children for the request path. */
@@ -107,6 +108,12 @@ export class GatewayMetrics {
       labelNames: ['worker'],
       registers: [r],
     });
+    this.outlierSuspicions = new Counter({
+      name: 'kvgate_worker_suspected_total',
+      help: 'Times passive outlier detection suspected a worker hung (silent with streams owed, or a scrape/probe timeout), by worker',
+      labelNames: ['worker'],
+      registers: [r],
+    });
     this.breakerTransitions = new Counter({
       name: 'kvgate_circuit_transitions_total',
       help: 'Circuit breaker state changes, by worker and new state',
@@ -134,8 +141,8 @@ export class GatewayMetrics {
         },
       });
     };
-    perWorker('kvgate_worker_healthy', '1 if the worker passes health probes and its circuit is closed', (w) =>
-      w.healthy && !w.circuitOpen ? 1 : 0,
+    perWorker('kvgate_worker_healthy', '1 if the worker passes health probes, its circuit is closed and it is not suspected hung', (w) =>
+      w.healthy && !w.circuitOpen && !w.suspected ? 1 : 0,
     );
     perWorker('kvgate_worker_kv_usage_ratio', 'KV cache usage from the last scrape (0..1)', (w) => w.snapshot?.kvUsage ?? null);
     perWorker('kvgate_worker_stale', '1 if the worker’s metrics are missing or older than staleAfterMs', (w) =>

@@ -79,11 +79,11 @@ test('--help prints usage with defaults', async () => {
   assert.match(r.stdout, /--redis URL/);
 });
 
-test('serves a worker from a config file and exits 0 on SIGTERM', async () => {
+test('serves a worker from a config file; on SIGTERM /ready answers 503 for the drain delay, then it exits 0', async () => {
   let sim: SimWorker | null = await startSimWorker({ port: 0, speed: 100 });
   try {
     const file = join(dir, 'good.yaml');
-    writeFileSync(file, `pools:\n  - name: p\n    model: ${sim.model}\n    workers:\n      - url: ${sim.url}\nlog:\n  level: info\n`);
+    writeFileSync(file, `pools:\n  - name: p\n    model: ${sim.model}\n    workers:\n      - url: ${sim.url}\nlog:\n  level: info\nshutdown:\n  drainDelayMs: 800\n`);
     const child = spawn(process.execPath, [CLI, 'serve', '--config', file, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d));
@@ -102,7 +102,12 @@ test('serves a worker from a config file and exits 0 on SIGTERM', async () => {
     });
     assert.equal(r.status, 200);
     assert.equal(((await r.json()) as any).usage.completion_tokens, 3);
+    assert.equal((await fetch(url + '/ready')).status, 200);
     child.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 200));
+    // Draining: still listening and serving, but no longer ready.
+    assert.equal((await fetch(url + '/ready')).status, 503);
+    assert.equal((await fetch(url + '/health')).status, 200);
     assert.equal(await exited, 0);
     assert.match(stdout, /"msg":"request"/);
   } finally {

@@ -107,3 +107,16 @@ test('a 503/429 backs the worker off (Retry-After, else doubling) without counti
   assert.deepEqual(backoffs.at(-1), 20, 'a success resets the doubling');
   b.close();
 });
+
+test('evidence of recovery half-opens an open circuit before its cool-down ends', () => {
+  const w = worker();
+  const b = new CircuitBreaker(w, { failuresToOpen: 1, coolDownMs: 60_000 });
+  b.onRecovered();
+  assert.equal(b.state, 'closed', 'nothing to do when closed');
+  b.onFailure();
+  assert.equal(b.state, 'open');
+  b.onRecovered();
+  assert.equal(b.state, 'half-open');
+  assert.equal(w.circuitOpen, false);
+  b.close();
+});

@@ -34,6 +34,8 @@ before(async () => {
     {
       ...CALM,
       cache: { enabled: true },
+      // A max_tokens past the worker's context must reach the worker (its 400 is what is tested).
+      caps: { maxTokens: 100_000_000, maxTotalTokens: 100_000_000 },
       tenants: [
         { id: 'acme', keys: [{ value: 'sk-acme-0001' }] },
         { id: 'globex', keys: [{ value: 'sk-globex-01' }], cache: { sampled: true } },

@@ -21,9 +21,17 @@ test('defaults fill everything but the workers', () => {
   const c = parseConfig({ pools: [{ name: 'target', model: 'm', workers: [{ url: 'http://127.0.0.1:8000/' }, { url: 'http://10.0.0.2:8000', id: 'b', numGpuBlocks: 100 }] }] });
   assert.deepEqual(c.listen, { host: '127.0.0.1', port: 8080 });
   assert.deepEqual(c.workers, [
-    { id: 'target-0', url: 'http://127.0.0.1:8000', pool: 'target', model: 'm', numGpuBlocks: undefined, blockSize: undefined },
-    { id: 'b', url: 'http://10.0.0.2:8000', pool: 'target', model: 'm', numGpuBlocks: 100, blockSize: undefined },
+    { id: 'target-0', url: 'http://127.0.0.1:8000', pool: 'target', model: 'm', numGpuBlocks: undefined, blockSize: undefined, upstreamHeaders: undefined },
+    { id: 'b', url: 'http://10.0.0.2:8000', pool: 'target', model: 'm', numGpuBlocks: 100, blockSize: undefined, upstreamHeaders: undefined },
   ]);
+  assert.deepEqual(c.caps, { maxN: 16, maxTokens: 32_768, maxTotalTokens: 65_536, maxRequestMs: 1_800_000 });
+  assert.equal(c.server.headersTimeoutMs, 10_000);
+  assert.equal(c.server.bodyTimeoutMs, 30_000);
+  assert.equal(c.server.routingHeaders, false);
+  assert.deepEqual(c.server.corsOrigins, []);
+  assert.equal(c.shutdown.drainDelayMs, 5_000);
+  assert.equal(c.outlier.enabled, true);
+  assert.equal(c.pools.get('target')?.cacheIsolation, 'none');
   assert.equal(c.timeouts.firstByteMs, 30_000);
   assert.equal(c.timeouts.minTokensPerSecond, 5);
   assert.equal(c.timeouts.requestMs, undefined);

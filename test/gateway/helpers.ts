@@ -19,7 +19,7 @@ export async function startSims(n: number, opts: { speed?: number; numGpuBlocks?
  * A gateway config for these worker URLs, fast scrapes, quiet logs; `extra` overrides. Scrapes
  * allow 160 ms, health probes 200 ms and three misses before a worker is taken out: the simulated workers share
  * the test's process and two cores, and a tighter probe marks healthy workers down whenever the
- * machine is busy.
+ * machine is busy. Routing headers are on (the tests read x-kvgate-worker).
  */
 export function configFor(urls: string[], extra: Partial<RawConfig> = {}) {
   return parseConfig({
@@ -28,6 +28,8 @@ export function configFor(urls: string[], extra: Partial<RawConfig> = {}) {
     scrape: { intervalMs: 200 },
     health: { intervalMs: 250, failuresToMarkDown: 3 },
     log: { level: 'silent' },
+    // The tests check routing through these headers; off by default (see hardening.test.ts).
+    server: { routingHeaders: true },
     ...extra,
   });
 }

@@ -11,7 +11,8 @@ let url: string;
 
 before(async () => {
   sims = await startSims(2);
-  ({ gw, url } = await startGateway(sims.map((s) => s.url)));
+  // Caps raised: the worker's own 400 for a max_tokens past its context is what is tested below.
+  ({ gw, url } = await startGateway(sims.map((s) => s.url), { caps: { maxTokens: 100_000_000, maxTotalTokens: 100_000_000 } }));
 });
 
 after(async () => {
@@ -30,7 +31,11 @@ test('non-streaming chat: same answer as the worker, routing headers set', async
   assert.ok(via.json.choices[0].message.content.length > 0);
   assert.match(via.headers.get('x-kvgate-worker')!, /^w[01]$/);
   assert.match(via.headers.get('x-kvgate-prefix-hit')!, /^[01]\.\d{3}$/);
-  assert.equal(via.headers.get('x-request-id'), 'req-123');
+  // kvgate's own id names the response and the upstream request; the client's is echoed apart.
+  const id = via.headers.get('x-request-id')!;
+  assert.match(id, /^[0-9a-f-]{36}$/);
+  assert.equal(via.json.id, `chatcmpl-${id}`);
+  assert.equal(via.headers.get('x-client-request-id'), 'req-123');
   assert.equal(via.json.usage.completion_tokens, direct.json.usage.completion_tokens);
 });
 
@@ -87,10 +92,15 @@ test('GET /v1/models lists the fleet’s model in OpenAI list shape', async () =
   assert.equal(body.data[0].object, 'model');
 });
 
-test('worker 4xx (prompt too long) is passed through as-is', async () => {
+test('worker 4xx (prompt too long): same status and message, in OpenAI’s shape with a string code', async () => {
   const direct = await post(sims[0]!.url + '/v1/completions', { ...completion, max_tokens: 10_000_000 });
   assert.ok(direct.status >= 400 && direct.status < 500, `worker answered ${direct.status}`);
+  assert.equal(typeof direct.json.error.code, 'number', 'vLLM’s own shape has a numeric code');
   const via = await post(url + '/v1/completions', { ...completion, max_tokens: 10_000_000 });
   assert.equal(via.status, direct.status);
-  assert.deepEqual(via.json, direct.json);
+  assert.deepEqual(Object.keys(via.json), ['error']);
+  assert.deepEqual(Object.keys(via.json.error).sort(), ['code', 'message', 'param', 'type']);
+  assert.equal(via.json.error.message, direct.json.error.message);
+  assert.equal(via.json.error.type, 'invalid_request_error');
+  assert.equal(typeof via.json.error.code, 'string');
 });

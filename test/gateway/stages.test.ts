@@ -95,7 +95,7 @@ test('a stage can rewrite the body (re-serialised) and observe the relayed bytes
   const r = await post(url + '/v1/completions', { model: MODEL, prompt: 'one two three four', max_tokens: 50 }, { 'x-request-id': 'rw-1' });
   assert.equal(r.status, 200);
   assert.equal(r.json.usage.completion_tokens, 2);
-  const f = finished.find((x) => x.id === 'rw-1');
+  const f = finished.find((x) => x.id === r.headers.get('x-request-id'));
   assert.ok(f);
   assert.equal(f.status, 200);
   assert.equal(f.bytes, Buffer.byteLength(r.text));
@@ -106,7 +106,7 @@ test('stages share typed per-request state, kept apart by key identity', async (
   const prompt = 'alpha beta gamma';
   const r = await post(url + '/v1/completions', { model: MODEL, prompt, max_tokens: 2 }, { 'x-request-id': 'st-1' });
   assert.equal(r.status, 200);
-  const s = shared.find((x) => x.id === 'st-1');
+  const s = shared.find((x) => x.id === r.headers.get('x-request-id'));
   assert.ok(s);
   assert.equal(s.chars, prompt.length);
   assert.equal(s.namesake, false);

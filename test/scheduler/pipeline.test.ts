@@ -55,7 +55,7 @@ test('a filter that leaves nobody ends the decision: 400 if it says the request 
   const neverAsked: WorkerState[][] = [];
   const cases: Array<{ never: string | null; status: number; code: string; message: RegExp }> = [
     { never: 'too long for every worker', status: 400, code: 'context_length_exceeded', message: /^too long for every worker$/ },
-    { never: null, status: 503, code: 'no_worker_available', message: /model 'm' can take the request now \(empty\)/ },
+    { never: null, status: 503, code: 'no_worker_available', message: /model 'm' can take the request now: every worker was filtered out \(empty\)/ },
   ];
   for (const c of cases) {
     const empty: Filter = {

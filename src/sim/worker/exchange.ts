@@ -3,8 +3,12 @@
  * outputs reach the client — SSE chunks as each engine step delivers tokens, or one JSON body at
  * the end — with vLLM's chunk shapes, usage accounting, stop handling (a stop string or stop token
  * id the engine does not know ends the sequence here) and endings: client gone (the sequences are
- * aborted in the engine) or server shutdown (an error event or a 503). Output is written as it
- * comes, without waiting for the client's socket to drain.
+ * aborted in the engine) or server shutdown (an error event or a 503).
+ *
+ * Streams honour backpressure as a real server's bounded send buffer does: once the socket's
+ * buffer is full (`write` returns false) nothing more is written until it drains; the tokens the
+ * engine produces meanwhile are merged into the next chunk (as vLLM's output collector merges
+ * deltas for a slow consumer), so a client that never reads costs a few KiB, not the whole output.
  */
 import type { ServerResponse } from 'node:http';
 import type { SampledLogprob } from '../../engine/synthetic-lm.js';
@@ -66,6 +70,12 @@ export class Exchange {
   private readonly object: string;
   private remaining: number;
   private ended = false;
+  /** The socket's buffer is full: output waits (merged) until 'drain'. */
+  private blocked = false;
+  /** Sequences with output not yet written because of backpressure. */
+  private readonly pending = new Set<SeqRun>();
+  /** Every sequence finished while blocked: finish() runs on drain. */
+  private finishPending = false;
 
   constructor(host: ExchangeHost, res: ServerResponse, id: string, params: GenParams, specs: SeqSpec[]) {
     this.host = host;
@@ -87,6 +97,11 @@ export class Exchange {
       first: true,
     }));
     this.remaining = specs.length;
+  }
+
+  /** Bytes written but not yet taken by the client's socket (bounded by backpressure). */
+  get bufferedBytes(): number {
+    return this.res.writableLength;
   }
 
   start(): void {
@@ -119,12 +134,34 @@ export class Exchange {
       gen.finish(fin.reason);
       seq.cachedTokens = fin.cachedPromptTokens;
     }
-    if (this.params.stream) this.writeChunk(seq);
+    if (this.params.stream) {
+      if (this.blocked) this.pending.add(seq);
+      else this.writeChunk(seq);
+    }
     if (gen.finished) {
       this.host.recordFinished(seq, gen.finishReason!, at);
-      if (--this.remaining === 0) this.finish();
+      if (--this.remaining === 0) {
+        if (this.blocked) this.finishPending = true;
+        else this.finish();
+      }
     }
   }
+
+  /** The client read what was buffered: write what was held back, merged, and finish if due. */
+  private onDrain = (): void => {
+    if (this.ended) return;
+    this.blocked = false;
+    for (const seq of [...this.pending]) {
+      this.pending.delete(seq);
+      this.writeChunk(seq);
+      // Full again: the rest waits for the next drain.
+      if (this.blocked) return;
+    }
+    if (this.finishPending) {
+      this.finishPending = false;
+      this.finish();
+    }
+  };
 
   // ---- streaming ----
 
@@ -188,7 +225,10 @@ export class Exchange {
   }
 
   private write(obj: unknown): void {
-    this.res.write(sseData(obj));
+    if (!this.res.write(sseData(obj)) && !this.blocked) {
+      this.blocked = true;
+      this.res.once('drain', this.onDrain);
+    }
   }
 
   // ---- completion ----

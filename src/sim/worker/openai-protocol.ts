@@ -43,6 +43,8 @@ const sampling = {
   user: z.string().nullable().optional(),
   priority: z.int().optional(),
   request_id: z.string().optional(),
+  /** vLLM's prefix-cache salt (vLLM ≥ 0.9): requests share cached blocks only with the same salt. */
+  cache_salt: z.string().min(1, 'cache_salt must be a non-empty string').nullable().optional(),
 };
 
 const tokenIds = z.array(z.int().nonnegative());

@@ -40,6 +40,7 @@ export interface GenParams {
   ignoreEos: boolean;
   includeStopStrInOutput: boolean;
   priority: number;
+  cacheSalt: string | undefined;
 }
 
 export interface RequestSpec {
@@ -157,6 +158,7 @@ function commonParams(body: CompletionBody | ChatBody, kind: 'completion' | 'cha
     ignoreEos: body.ignore_eos === true,
     includeStopStrInOutput: body.include_stop_str_in_output === true,
     priority: body.priority ?? 0,
+    cacheSalt: body.cache_salt ?? undefined,
   };
 }
 

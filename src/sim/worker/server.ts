@@ -89,6 +89,8 @@ export interface SimWorkerOptions {
    * this many tokens (greedy sampling of the synthetic model may never emit EOS). Default 1024.
    */
   defaultMaxChatTokens?: number;
+  /** Require `Authorization: Bearer <key>` on /v1/* (vLLM's --api-key). */
+  apiKey?: string;
   /**
    * Make the synthetic LM a draft model of another (the served name of the target): it predicts
    * like the target in a fraction `draftFidelity` of contexts, or — given `draftAcceptance` instead
@@ -116,6 +118,8 @@ export interface SimWorkerStats {
   clientAborts: number;
   /** Generation requests not yet finished. */
   inFlight: number;
+  /** Response bytes written but not yet taken by clients' sockets (stays small: backpressure). */
+  bufferedBytes: number;
 }
 
 export interface SimWorker {
@@ -191,6 +195,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
     legacyMetricNames: opts.legacyMetricNames ?? false,
     gpuMemoryUtilization: opts.gpuMemoryUtilization ?? 0.9,
     defaultMaxChatTokens: opts.defaultMaxChatTokens ?? 1024,
+    apiKey: opts.apiKey,
   });
 
   simNow = () => sim.driver.now();
@@ -274,6 +279,7 @@ interface ServerParts {
   legacyMetricNames: boolean;
   gpuMemoryUtilization: number;
   defaultMaxChatTokens: number;
+  apiKey?: string;
 }
 
 /** The worker's HTTP routes and its engine side: runs exchanges' sequences and observes their metrics. */
@@ -290,8 +296,10 @@ class SimWorkerServer implements ExchangeHost {
   private requests = 0;
   private clientAborts = 0;
   private shuttingDown = false;
+  private readonly apiKey: string | null;
 
   constructor(p: ServerParts) {
+    this.apiKey = p.apiKey ?? null;
     this.model = p.model;
     this.engine = p.engine;
     this.lmAt = typeof p.lm === 'function' ? p.lm : () => p.lm as SyntheticLm;
@@ -310,7 +318,9 @@ class SimWorkerServer implements ExchangeHost {
   }
 
   stats(): SimWorkerStats {
-    return { requests: this.requests, clientAborts: this.clientAborts, inFlight: this.driver.inFlight };
+    let buffered = 0;
+    for (const ex of this.exchanges) buffered += ex.bufferedBytes;
+    return { requests: this.requests, clientAborts: this.clientAborts, inFlight: this.driver.inFlight, bufferedBytes: buffered };
   }
 
   stop(): void {
@@ -334,6 +344,10 @@ class SimWorkerServer implements ExchangeHost {
   private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? '/').split('?', 1)[0]!;
     const method = req.method ?? 'GET';
+    // vLLM's --api-key guards the /v1 routes only (health, metrics and tokenize stay open).
+    if (this.apiKey !== null && path.startsWith('/v1/') && req.headers.authorization !== `Bearer ${this.apiKey}`) {
+      return sendJson(res, 401, { error: 'Unauthorized' });
+    }
     const post = (fn: (body: unknown) => Promise<void> | void) => this.withBody(req, res, method, fn);
     switch (path) {
       case '/health':
@@ -368,6 +382,15 @@ class SimWorkerServer implements ExchangeHost {
       case '/detokenize':
         return post((b) => this.detokenize(res, b));
       default:
+        if (path.startsWith('/v1/models/')) {
+          // vLLM's retrieve: the served model, or its 404 error body.
+          return this.get(method, res, () => {
+            const id = decodeURIComponent(path.slice('/v1/models/'.length));
+            const list = this.modelList() as { data: unknown[] };
+            if (id === this.model) return sendJson(res, 200, list.data[0]);
+            sendJsonError(res, new SimError(404, 'NotFoundError', `The model \`${id.slice(0, 100)}\` does not exist.`));
+          });
+        }
         // FastAPI's body for an unknown route.
         return sendJson(res, 404, { detail: 'Not Found' });
     }
@@ -506,6 +529,7 @@ class SimWorkerServer implements ExchangeHost {
         eosTokenId: EOS_TOKEN_ID,
         ignoreEos: params.ignoreEos,
         priority: params.priority,
+        cacheSalt: params.cacheSalt,
         // vLLM V1 computes the whole prompt of a request that wants prompt logprobs.
         skipPrefixCache: params.promptLogprobs !== null,
       },

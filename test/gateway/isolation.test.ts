@@ -1,0 +1,96 @@
+/**
+ * Tenant isolation of cached prompts (cacheIsolation: tenant): identical prompts from two tenants
+ * share nothing, neither on the workers (vLLM's cache_salt, honoured by the simulated workers) nor
+ * in the gateway's routing.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { MODEL, post, startGateway, startSims } from './helpers.js';
+import { startSimWorker } from '../../src/sim/worker/server.js';
+
+const SYSTEM = 'You are the support assistant of ACME Corp. '.repeat(40) + 'Internal escalation code: 7731.';
+const ask = (q: string) => ({ model: MODEL, max_tokens: 2, temperature: 0, messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: q }] });
+const A = { authorization: 'Bearer sk-tenant-a1' };
+const B = { authorization: 'Bearer sk-tenant-b1' };
+const tenants = [
+  { id: 'a', keys: [{ value: 'sk-tenant-a1' }] },
+  { id: 'b', keys: [{ value: 'sk-tenant-b1' }] },
+];
+
+async function run(isolation: 'none' | 'tenant') {
+  const sims = await startSims(3);
+  const { gw, url } = await startGateway([], {
+    health: { intervalMs: 60_000 },
+    scrape: { intervalMs: 60_000 },
+    pools: [{ name: 'main', model: MODEL, cacheIsolation: isolation, workers: sims.map((s, i) => ({ url: s.url, id: `w${i}` })) }],
+    tenants,
+    cacheSalt: { secret: { value: 'test-secret' } },
+  });
+  try {
+    const a1 = await post(url + '/v1/chat/completions', ask('first question'), A);
+    const a2 = await post(url + '/v1/chat/completions', ask('second question'), A);
+    const b1 = await post(url + '/v1/chat/completions', ask('first question'), B);
+    for (const r of [a1, a2, b1]) assert.equal(r.status, 200, r.text);
+    return {
+      a2Cached: a2.json.usage.prompt_tokens_details?.cached_tokens ?? 0,
+      b1Cached: b1.json.usage.prompt_tokens_details?.cached_tokens ?? 0,
+      a2Hit: Number(a2.headers.get('x-kvgate-prefix-hit')),
+      b1Hit: Number(b1.headers.get('x-kvgate-prefix-hit')),
+      sameWorker: a1.headers.get('x-kvgate-worker') === b1.headers.get('x-kvgate-worker'),
+    };
+  } finally {
+    await gw.close();
+    await Promise.all(sims.map((s) => s.close()));
+  }
+}
+
+test('without isolation a second tenant’s identical prompt is routed to and served from the first tenant’s cached blocks', async () => {
+  const r = await run('none');
+  assert.ok(r.a2Cached > 0);
+  assert.ok(r.b1Cached > 0, 'the leak the isolation closes');
+  assert.ok(r.b1Hit > 0.5);
+  assert.equal(r.sameWorker, true);
+});
+
+test('cacheIsolation: tenant — identical prompts from two tenants share nothing, by cached_tokens and by routing', async () => {
+  const r = await run('tenant');
+  assert.ok(r.a2Cached > 0, 'a tenant still hits its own cache');
+  assert.ok(r.a2Hit > 0.5, 'and is routed to it');
+  assert.equal(r.b1Cached, 0);
+  assert.equal(r.b1Hit, 0);
+});
+
+test('the simulated worker honours cache_salt as vLLM does', async () => {
+  const sim = await startSimWorker({ model: MODEL, speed: 100 });
+  try {
+    const body = (salt?: string) => ({ ...ask('q'), ...(salt ? { cache_salt: salt } : {}) });
+    const cached = async (salt?: string) => (await post(sim.url + '/v1/chat/completions', body(salt))).json.usage.prompt_tokens_details?.cached_tokens ?? 0;
+    assert.equal(await cached('s1'), 0);
+    assert.ok((await cached('s1')) > 0, 'same salt: shared');
+    assert.equal(await cached('s2'), 0, 'another salt: nothing shared');
+    assert.equal(await cached(), 0, 'no salt: nothing shared with salted blocks');
+  } finally {
+    await sim.close();
+  }
+});
+
+test('a client cannot choose its cache_salt on an isolated pool', async () => {
+  const sims = await startSims(1);
+  const { gw, url } = await startGateway([], {
+    health: { intervalMs: 60_000 },
+    scrape: { intervalMs: 60_000 },
+    pools: [{ name: 'main', model: MODEL, cacheIsolation: 'tenant', workers: [{ url: sims[0]!.url, id: 'w0' }] }],
+    tenants,
+  });
+  try {
+    await post(url + '/v1/chat/completions', ask('q'), A);
+    // B names a salt of its own choosing: the gateway replaces it with B's.
+    const b = await post(url + '/v1/chat/completions', { ...ask('q'), cache_salt: 'anything' }, B);
+    assert.equal(b.json.usage.prompt_tokens_details?.cached_tokens ?? 0, 0);
+    const b2 = await post(url + '/v1/chat/completions', { ...ask('q'), cache_salt: 'something else' }, B);
+    assert.ok((b2.json.usage.prompt_tokens_details?.cached_tokens ?? 0) > 0, 'B’s own salt, whatever B sent');
+  } finally {
+    await gw.close();
+    await sims[0]!.close();
+  }
+});
