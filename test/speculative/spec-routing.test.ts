@@ -52,6 +52,7 @@ describe('speculation-aware routing in the gateway', () => {
         pools: [{ name: 'p', model: 'llama-3.1-70b', workers: [{ url: spec.url, id: 'spec' }, { url: plain.url, id: 'plain' }] }],
         scrape: { intervalMs: 50 },
         log: { level: 'silent' },
+        server: { routingHeaders: true }, // the test reads x-kvgate-worker
         speculative: { routing: { enabled: true, busyRunning: 3 } },
       }),
       { logger: createLogger({ level: 'silent' }) },
