@@ -17,7 +17,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseConfig, type RawConfig } from '../../src/config.js';
 import { createGateway, type Gateway } from '../../src/gateway/gateway.js';
-import { createLogger } from '../../src/telemetry/logger.js';
+import { createLogger, type Logger } from '../../src/telemetry/logger.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const CLI = join(here, '..', '..', 'src', 'cli.js');
@@ -145,7 +145,7 @@ export async function spawnSims(n: number, args: string[] = []): Promise<SimProc
 // ---- the gateway ----
 
 /** A gateway in this process in front of `urls` (worker ids w0, w1, ...); `extra` overrides. */
-export async function startGateway(urls: string[], extra: Partial<RawConfig> = {}): Promise<{ gw: Gateway; url: string }> {
+export async function startGateway(urls: string[], extra: Partial<RawConfig> = {}, logger?: Logger): Promise<{ gw: Gateway; url: string }> {
   const config = parseConfig({
     listen: { host: '127.0.0.1', port: 0 },
     pools: urls.length > 0 ? [{ name: 'main', model: MODEL, workers: urls.map((url, i) => ({ url, id: `w${i}` })) }] : [],
@@ -155,7 +155,7 @@ export async function startGateway(urls: string[], extra: Partial<RawConfig> = {
     shutdown: { drainDelayMs: 0, graceMs: 2_000 },
     ...extra,
   });
-  const gw = createGateway(config, { logger: createLogger({ level: 'silent' }) });
+  const gw = createGateway(config, { logger: logger ?? createLogger({ level: 'silent' }) });
   const { url } = await gw.start();
   return { gw, url };
 }

@@ -3,6 +3,7 @@
  * under scenarios/ exporting a FaultScenario (see harness.ts) and a line here.
  */
 import type { FaultScenario } from './harness.js';
+import { admissionBurst } from './scenarios/admission-burst.js';
 import { allDown } from './scenarios/all-down.js';
 import { crossSitePost } from './scenarios/cross-site-post.js';
 import { crossTenantProbe } from './scenarios/cross-tenant-probe.js';
@@ -23,6 +24,8 @@ export const SCENARIOS: FaultScenario[] = [
   workerRestarted,
   allDown,
   massDisconnect,
+  // Admission control (issue 10).
+  admissionBurst,
   // Abuse (issue 11).
   stalledClients,
   crossTenantProbe,
