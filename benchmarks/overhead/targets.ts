@@ -89,6 +89,8 @@ export async function startKvgate(upstreamUrl: string, opts: KvgateOptions = {})
     listen: { host: '127.0.0.1', port },
     pools: [{ name: 'default', model: 'bench-model', workers: [{ url: upstreamUrl }] }],
     ...(opts.policy ? { policy: { name: opts.policy } } : {}),
+    // Stopped by the benchmark, not drained behind a load balancer: exit (and write a profile) at once.
+    shutdown: { drainDelayMs: 0 },
     ...opts.config,
   };
   writeFileSync(join(dir, 'kvgate.json'), JSON.stringify(config));

@@ -112,7 +112,13 @@ export function outputBudget(kind: InferenceKind, body: ChatCompletionRequest | 
  * tokenizer ('remote') a worker of the model is asked; it degrades to the estimate by itself if
  * that fails, so this never fails the request.
  */
-export async function prepareRouting(ctx: RequestContext, tokenizer: PromptTokenizer, assumedMaxTokens: number): Promise<void> {
+export async function prepareRouting(
+  ctx: RequestContext,
+  tokenizer: PromptTokenizer,
+  assumedMaxTokens: number,
+  /** The policy reads the token ids (Policy.readsPromptTokens): tokenize now, not on first read. */
+  tokenizeNow = true,
+): Promise<void> {
   if (ctx.routeRequest !== undefined) return;
   const prompt = preparePrompt(ctx.kind, ctx.body, tokenizer.sync, assumedMaxTokens);
   if (prompt.promptTokens === null) {
@@ -121,7 +127,7 @@ export async function prepareRouting(ctx: RequestContext, tokenizer: PromptToken
     prompt.promptTokens = t.tokens;
   }
   if (ctx.routeRequest !== undefined) return;
-  const rr = buildRouteRequest(ctx.id, ctx.model, ctx.body, ctx.req, prompt as PreparedPrompt & { promptTokens: PromptTokens });
+  const rr = buildRouteRequest(ctx.id, ctx.model, ctx.body, ctx.req, prompt as PreparedPrompt & { promptTokens: PromptTokens }, tokenizeNow);
   rr.tenant = ctx.tenant.id;
   if (ctx.cacheSalt !== null) {
     // Isolated pool: token-hash indexes salt their block hashes (PROMPT_SALT); character-matching
@@ -132,7 +138,42 @@ export async function prepareRouting(ctx: RequestContext, tokenizer: PromptToken
   ctx.routeRequest = rr;
 }
 
-const EMPTY_TOKENS: ArrayLike<number> = [];
+/**
+ * The live gateway's RouteRequest. A class, so every request has one shape (an object given
+ * getters one by one with defineProperty falls back to slow dictionary properties, which every
+ * plugin then pays on every read): the token ids are computed when first read, and the length
+ * alone, where nothing has read the ids, from the tokenizer's cheaper count().
+ */
+class LiveRouteRequest implements RouteRequest {
+  readonly state = new RequestState();
+  sessionKey: string | undefined = undefined;
+  tenant: string | undefined = undefined;
+  priority: number | undefined = undefined;
+  private ids: ArrayLike<number> | undefined;
+  private count: number | undefined = undefined;
+
+  constructor(
+    readonly id: string,
+    readonly model: string,
+    public promptText: string,
+    private readonly lazy: PromptTokens,
+    public maxTokens: number,
+  ) {
+    this.ids = typeof lazy === 'function' ? undefined : lazy;
+  }
+
+  get promptTokens(): ArrayLike<number> {
+    return (this.ids ??= (this.lazy as LazyTokens)());
+  }
+
+  set promptTokens(ids: ArrayLike<number>) {
+    this.ids = ids;
+  }
+
+  get promptTokenCount(): number {
+    return this.ids !== undefined ? this.ids.length : (this.count ??= (this.lazy as LazyTokens).count());
+  }
+}
 
 export function buildRouteRequest(
   id: string,
@@ -140,25 +181,14 @@ export function buildRouteRequest(
   body: ChatCompletionRequest | CompletionRequest,
   req: IncomingMessage,
   prompt: PreparedPrompt & { promptTokens: PromptTokens },
+  tokenizeNow = true,
 ): RouteRequest {
   const header = req.headers['x-session-id'];
   const sessionKey = body.user ?? (typeof header === 'string' && header !== '' ? header : undefined);
   const tokens = prompt.promptTokens;
-  const rr: RouteRequest = {
-    id,
-    model,
-    promptText: prompt.promptText,
-    promptTokens: typeof tokens === 'function' ? EMPTY_TOKENS : tokens,
-    maxTokens: prompt.maxTokens,
-    state: new RequestState(),
-  };
-  if (typeof tokens === 'function') {
-    // Tokenized when first read, once; the length alone from the tokenizer's cheaper count().
-    let ids: ArrayLike<number> | undefined;
-    let count: number | undefined;
-    Object.defineProperty(rr, 'promptTokens', { get: () => (ids ??= tokens()), enumerable: true });
-    Object.defineProperty(rr, 'promptTokenCount', { get: () => ids?.length ?? (count ??= tokens.count()), enumerable: true });
-  }
+  // A policy that reads the ids gets them now: counting first and encoding later would scan the
+  // prompt twice.
+  const rr = new LiveRouteRequest(id, model, prompt.promptText, tokenizeNow && typeof tokens === 'function' ? tokens() : tokens, prompt.maxTokens);
   if (sessionKey !== undefined) rr.sessionKey = sessionKey;
   if (body.priority !== undefined) rr.priority = body.priority;
   return rr;

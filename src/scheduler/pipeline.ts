@@ -46,6 +46,7 @@ export interface PipelineConfig {
   prefixIndex?: PrefixIndex;
   usesOracle?: boolean;
   usesKvEvents?: boolean;
+  readsPromptTokens?: boolean;
   /** Hooks for stateful plugins (indexes learned from decisions, reservations). */
   onDispatch?: Policy['onDispatch'];
   onFirstToken?: Policy['onFirstToken'];
@@ -63,6 +64,7 @@ export class PipelinePolicy implements Policy {
   readonly prefixIndex?: PrefixIndex;
   readonly usesOracle?: boolean;
   readonly usesKvEvents?: boolean;
+  readonly readsPromptTokens?: boolean;
   readonly onDispatch?: Policy['onDispatch'];
   readonly onFirstToken?: Policy['onFirstToken'];
   readonly onComplete?: Policy['onComplete'];
@@ -76,6 +78,7 @@ export class PipelinePolicy implements Policy {
     if (cfg.prefixIndex !== undefined) this.prefixIndex = cfg.prefixIndex;
     if (cfg.usesOracle !== undefined) this.usesOracle = cfg.usesOracle;
     if (cfg.usesKvEvents !== undefined) this.usesKvEvents = cfg.usesKvEvents;
+    if (cfg.readsPromptTokens !== undefined) this.readsPromptTokens = cfg.readsPromptTokens;
     this.onDispatch = cfg.onDispatch;
     this.onFirstToken = cfg.onFirstToken;
     this.onComplete = cfg.onComplete;

@@ -143,6 +143,12 @@ export interface Policy {
    * empty, as the peer's would.
    */
   readonly usesKvEvents?: boolean;
+  /**
+   * False for a policy that never reads RouteRequest.promptTokens (round-robin, least-load): the
+   * gateway then tokenizes only if something else asks (and counts tokens where only the length
+   * is wanted). Default true: the gateway tokenizes every prompt up front.
+   */
+  readonly readsPromptTokens?: boolean;
   route(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): RouteOutcome;
   /** The request was dispatched to the decided worker (its reservation is already charged). */
   onDispatch?(req: RouteRequest, decision: RouteDecision, ctx: RoutingContext): void;

@@ -32,7 +32,7 @@ import type { WorkerState } from '../fleet/worker-state.js';
 import type { RequestContext } from '../gateway/context.js';
 import type { GatewayStage, StageResult } from '../gateway/stages.js';
 import type { Router } from '../scheduler/router.js';
-import type { RouteDecision } from '../scheduler/types.js';
+import type { RouteDecision, RouteRequest } from '../scheduler/types.js';
 import type { Logger } from '../telemetry/logger.js';
 import type { Clock } from '../util/clock.js';
 import { seededRng, type Rng } from '../util/rng.js';
@@ -102,7 +102,7 @@ async function serve(deps: CascadeDeps, cm: CascadeModel, ctx: RequestContext): 
   const cls = deps.classBy === 'content' ? contentClass(ctx.routeRequest.promptText) : (ctx.tenant?.id ?? 'default');
 
   const draftWorkers = deps.registry.workers.filter((w) => w.pool === cm.draftPool);
-  const draftRoute = deps.router.route({ ...ctx.routeRequest, id: `${ctx.id}/draft`, model: cm.draftModel, state: new RequestState() }, draftWorkers);
+  const draftRoute = deps.router.route(derivedRequest(ctx.routeRequest, `${ctx.id}/draft`, cm.draftModel), draftWorkers);
   if (!draftRoute.ok) return plain('no_draft_worker');
   const targets = ctx.candidates.filter((w) => w.pool === cm.targetPool);
   // The first round's decision is taken against the least loaded target (the pick comes after).
@@ -111,7 +111,7 @@ async function serve(deps: CascadeDeps, cm: CascadeModel, ctx: RequestContext): 
     deps.router.complete(`${ctx.id}/draft`, false);
     return plain(`controller_${first.reason}`);
   }
-  const targetRoute = deps.router.route({ ...ctx.routeRequest, id: `${ctx.id}/target`, state: new RequestState() }, targets);
+  const targetRoute = deps.router.route(derivedRequest(ctx.routeRequest, `${ctx.id}/target`, ctx.routeRequest.model), targets);
   if (!targetRoute.ok) {
     deps.router.complete(`${ctx.id}/draft`, false);
     return plain('no_target_worker');
@@ -516,4 +516,23 @@ function checkTokens(r: any): number[] {
   const t = r?.tokens;
   if (!Array.isArray(t) || t.length === 0 || !t.every((x: unknown) => Number.isInteger(x))) throw new WorkerCallError('/tokenize returned no token ids', null);
   return t as number[];
+}
+
+/**
+ * The request as routed to one of the cascade's pools: its own id (a reservation of its own) and
+ * state, the prompt's fields read out explicitly (the gateway's RouteRequest computes its token ids
+ * in a getter, which an object spread would not copy).
+ */
+function derivedRequest(rr: RouteRequest, id: string, model: string): RouteRequest {
+  return {
+    id,
+    model,
+    promptText: rr.promptText,
+    promptTokens: rr.promptTokens,
+    maxTokens: rr.maxTokens,
+    sessionKey: rr.sessionKey,
+    tenant: rr.tenant,
+    priority: rr.priority,
+    state: new RequestState(),
+  };
 }

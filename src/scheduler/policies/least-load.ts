@@ -20,5 +20,6 @@ export const leastLoadPolicy: PolicyDefinition = {
       filters: [healthyFilter],
       scorers: [{ scorer: leastLoadScorer, weight: 1 }],
       picker: maxScorePicker,
+      readsPromptTokens: false,
     }),
 };

@@ -12,5 +12,5 @@ export const roundRobinPolicy: PolicyDefinition = {
   name: 'round-robin',
   description: 'Each healthy worker in turn, blind to load and cache (a Kubernetes Service).',
   options: z.strictObject({}),
-  create: () => new PipelinePolicy({ name: 'round-robin', filters: [healthyFilter], scorers: [], picker: roundRobinPicker() }),
+  create: () => new PipelinePolicy({ name: 'round-robin', filters: [healthyFilter], scorers: [], picker: roundRobinPicker(), readsPromptTokens: false }),
 };
