@@ -31,6 +31,7 @@ import { PromptTokenizers } from './prompt-tokenizers.js';
 import { kvEventsService } from './kv-events-service.js';
 import { registerKvEventMetrics } from '../fleet/kv-events-metrics.js';
 import { setupCache } from './cache-setup.js';
+import { dashboardRoutes } from './dashboard/routes.js';
 import type { LocalRoute } from './local-routes.js';
 import { Relay } from './relay.js';
 import type { GatewayStage } from './stages.js';
@@ -185,6 +186,8 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     services.push(c.service);
     extraRoutes.set('/admin/cache', c.route);
   }
+  // The live dashboard: /dashboard and /dashboard/state (admin key when keys are configured).
+  for (const [path, route] of dashboardRoutes({ tenants, registry: m.registry, describeWorkers: () => registry.describeAll() })) extraRoutes.set(path, route);
   // Admission runs first among the stages added with use() (after the response cache).
   const admission = setupAdmission({ config, fleet: registry, clock, registry: m.registry, staleAfterMs: router.staleAfterMs });
   stages.push(admission.stage);
