@@ -108,7 +108,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
         `  curl -s ${url}/v1/chat/completions -H 'content-type: application/json' -d '${chat}'\n\n` +
         `  curl -sN ${url}/v1/chat/completions -H 'content-type: application/json' -d '${streamBody}'\n\n` +
         cacheLine +
-        `  workers: ${url}/admin/workers   metrics: ${url}/metrics\n\n` +
+        `  dashboard: ${url}/dashboard   workers: ${url}/admin/workers   metrics: ${url}/metrics\n\n` +
         `Ctrl-C to stop.\n\n`,
     );
   } catch (e) {
