@@ -126,6 +126,26 @@ test('the dashboard shows every worker and its numbers move with traffic, withou
   await page.close();
 });
 
+test('a worker that stops answering turns "down" on the page while the others stay "ok"', { skip, timeout: 30_000 }, async () => {
+  const own = await startSims(2, { speed: 10 });
+  const { gw, url } = await startGateway(own.map((s) => s.url));
+  gateways.push(gw);
+  const page = await browser!.newPage();
+  const errs = watchErrors(page);
+  try {
+    await page.goto(url + '/dashboard');
+    const states = (): Promise<string[]> => page.$$eval('#workers tr[data-worker] .badge', (b) => b.map((x) => x.textContent ?? ''));
+    await page.waitForFunction(() => [...document.querySelectorAll('#workers tr[data-worker] .badge')].map((b) => b.textContent).join() === 'ok,ok', null, { timeout: 10_000 });
+    await own[1]!.close();
+    await page.waitForFunction(() => document.querySelector('#workers tr[data-worker="w1"] .badge')?.textContent === 'down', null, { timeout: 15_000 });
+    assert.deepEqual(await states(), ['ok', 'down']);
+    assert.deepEqual(errs, []);
+  } finally {
+    await page.close();
+    await own[0]!.close();
+  }
+});
+
 test('with keys configured the dashboard needs the admin key (HTTP Basic) and then works', { skip, timeout: 30_000 }, async () => {
   const { gw, url } = await startGateway(sims.map((s) => s.url), {
     admin: { keys: [{ value: 'sk-admin-dash-0001' }] },

@@ -88,11 +88,23 @@ test('viewers polling faster than minIntervalMs share one sample; old samples le
   assert.equal(s.totals.requestRate, 10);
 });
 
-test('speculative acceptance is read from any kvgate_spec…accept… gauge in the registry', async () => {
+test('speculative acceptance is read from any kvgate_spec…accept… gauge, or accepted/proposed counter pair, in the registry', async () => {
   const f = fixture();
   const g = new Gauge({ name: 'kvgate_spec_acceptance_rate', help: 'h', labelNames: ['model', 'class'], registers: [f.registry] });
   g.labels('m', 'chat').set(0.62);
-  new Counter({ name: 'kvgate_spec_accepted_tokens_total', help: 'h', registers: [f.registry] }).inc(5);
+  const acc = new Counter({ name: 'kvgate_spec_accepted_tokens_total', help: 'h', labelNames: ['model'], registers: [f.registry] });
+  const prop = new Counter({ name: 'kvgate_spec_proposed_tokens_total', help: 'h', labelNames: ['model'], registers: [f.registry] });
+  new Counter({ name: 'kvgate_spec_accepted_orphans_total', help: 'h', registers: [f.registry] }).inc(1); // no denominator: ignored
+  acc.labels('m').inc(50);
+  prop.labels('m').inc(100);
+  const first = await f.sampler.state();
+  assert.deepEqual(first.speculative, [
+    { name: 'kvgate_spec_acceptance_rate', labels: { model: 'm', class: 'chat' }, value: 0.62 },
+    { name: 'kvgate_spec_accepted_tokens_total / kvgate_spec_proposed_tokens_total', labels: { model: 'm' }, value: 0.5 },
+  ]);
+  f.advance(1_000);
+  acc.labels('m').inc(36);
+  prop.labels('m').inc(40);
   const s = await f.sampler.state();
-  assert.deepEqual(s.speculative, [{ name: 'kvgate_spec_acceptance_rate', labels: { model: 'm', class: 'chat' }, value: 0.62 }]);
+  assert.equal(s.speculative[1]!.value, 0.9, 'the window’s increases, not the totals');
 });

@@ -77,9 +77,11 @@ export interface DashboardState {
   fleetKv: { model: string; usage: number }[];
   admission: DashboardPriorityRow[];
   /**
-   * Speculative decoding: every gauge whose name starts with `kvgate_spec` and mentions
-   * acceptance (e.g. kvgate_spec_acceptance_rate{model,class}), read generically from the
-   * registry; empty when no cascade exports any.
+   * Speculative decoding, read generically from the registry (the cascade is not imported):
+   * every gauge named `kvgate_spec…` that mentions acceptance (e.g.
+   * kvgate_spec_acceptance_rate{model,class}) as it is, and every counter pair
+   * `kvgate_spec…accepted…` / the same name with `proposed` or `draft` in its place, as the ratio of
+   * their increases in the window, per label set. Empty when no cascade exports any.
    */
   speculative: DashboardSpecSeries[];
 }
@@ -275,11 +277,7 @@ export function summarize(cur: Sample, base: Sample | null): DashboardState {
     r.decisions[String(v.labels.decision)] = (r.decisions[String(v.labels.decision)] ?? 0) + d;
   }
 
-  const speculative: DashboardSpecSeries[] = [];
-  for (const [name, m] of cur.metrics) {
-    if (!name.startsWith('kvgate_spec') || !/accept/.test(name) || String(m.type) !== 'gauge') continue;
-    for (const v of m.values) speculative.push({ name, labels: Object.fromEntries(Object.entries(v.labels).map(([k, x]) => [k, String(x)])), value: v.value });
-  }
+  const speculative = speculativeSeries(cur, base);
 
   return {
     at: cur.at,
@@ -300,6 +298,39 @@ export function summarize(cur: Sample, base: Sample | null): DashboardState {
     admission: [...rows.values()].sort((a, b) => (a.model === b.model ? 0 : a.model < b.model ? -1 : 1)),
     speculative,
   };
+}
+
+const labelKey = (labels: Record<string, unknown>): string =>
+  Object.keys(labels)
+    .sort()
+    .map((k) => `${k}=${String(labels[k])}`)
+    .join(',');
+const stringLabels = (labels: Record<string, unknown>): Record<string, string> =>
+  Object.fromEntries(Object.entries(labels).map(([k, x]) => [k, String(x)]));
+
+function speculativeSeries(cur: Sample, base: Sample | null): DashboardSpecSeries[] {
+  const out: DashboardSpecSeries[] = [];
+  for (const [name, m] of cur.metrics) {
+    if (!name.startsWith('kvgate_spec') || !/accept/.test(name)) continue;
+    const type = String(m.type);
+    if (type === 'gauge') {
+      for (const v of m.values) out.push({ name, labels: stringLabels(v.labels), value: v.value });
+      continue;
+    }
+    if (type !== 'counter' || !/accepted/.test(name)) continue;
+    const denName = ['proposed', 'draft', 'drafted'].map((w) => name.replace('accepted', w)).find((n) => cur.metrics.has(n));
+    if (denName === undefined) continue;
+    const by = (s: Sample | null, n: string): Map<string, number> => new Map(values(s, n).map((v) => [labelKey(v.labels), v.value]));
+    const den = by(cur, denName);
+    const num0 = by(base, name);
+    const den0 = by(base, denName);
+    for (const v of m.values) {
+      const k = labelKey(v.labels);
+      const d = (den.get(k) ?? 0) - (den0.get(k) ?? 0);
+      if (d > 0) out.push({ name: `${name} / ${denName}`, labels: stringLabels(v.labels), value: (v.value - (num0.get(k) ?? 0)) / d });
+    }
+  }
+  return out;
 }
 
 /** For tests: a sample from a registry's JSON, as the sampler takes it. */
