@@ -135,7 +135,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
             `  x-kvgate-speculative: cascade (a repeated temperature-0 request may come from the cache first);\n` +
             `  rounds, acceptance and tokens by source: kvgate_spec_* in the metrics\n\n`
           : '') +
-        `  workers: ${url}/admin/workers   metrics: ${url}/metrics\n\n` +
+        `  dashboard: ${url}/dashboard   workers: ${url}/admin/workers   metrics: ${url}/metrics\n\n` +
         `Ctrl-C to stop.\n\n`,
     );
   } catch (e) {

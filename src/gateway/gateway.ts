@@ -32,6 +32,7 @@ import { PromptTokenizers } from './prompt-tokenizers.js';
 import { kvEventsService } from './kv-events-service.js';
 import { registerKvEventMetrics } from '../fleet/kv-events-metrics.js';
 import { setupCache } from './cache-setup.js';
+import { dashboardRoutes } from './dashboard/routes.js';
 import type { LocalRoute } from './local-routes.js';
 import { ConnectionGuard } from './connections.js';
 import { OutlierDetector } from './outliers.js';
@@ -241,6 +242,8 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     services.push({ name: 'shared-state', start: () => shared.start(), close: () => shared.close() });
     extraRoutes.set('/admin/shared', { methods: ['GET', 'HEAD'], handle: (_req, res) => json(res, 200, JSON.stringify(shared.status())) });
   }
+  // The live dashboard: /dashboard and /dashboard/state (admin key when keys are configured).
+  for (const [path, route] of dashboardRoutes({ tenants, registry: m.registry, describeWorkers: () => registry.describeAll() })) extraRoutes.set(path, route);
   // Admission runs first among the stages added with use() (after the response cache).
   const admission = setupAdmission({
     config,

@@ -37,6 +37,9 @@ test('demo prints the URL and curl lines, serves chat, and exits 0 on SIGINT', a
     assert.match(stdout, /"temperature":0/);
     const workers = (await (await fetch(url + '/admin/workers')).json()) as any[];
     assert.equal(workers.length, 2);
+    assert.match(stdout, /dashboard: http:\/\/127\.0\.0\.1:\d+\/dashboard/);
+    const state = (await (await fetch(url + '/dashboard/state')).json()) as any;
+    assert.deepEqual(state.workers.map((w: any) => w.id).sort(), workers.map((w) => w.id).sort());
     child.kill('SIGINT');
     assert.equal(await exited, 0);
     assert.match(stdout, /stopped/);
