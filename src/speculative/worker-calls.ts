@@ -12,7 +12,8 @@
  *   - continue: the same with stream: true and max_tokens: the rest, when the draft is gone;
  *   - POST /tokenize {prompt} or {messages} → {tokens}.
  */
-import { Pool } from 'undici';
+import type { Pool } from 'undici';
+import { Upstreams } from '../fleet/upstreams.js';
 
 export class WorkerCallError extends Error {
   constructor(
@@ -24,25 +25,14 @@ export class WorkerCallError extends Error {
   }
 }
 
-/** Keep-alive pools to the cascade's workers, by worker id. */
-export class WorkerPools {
-  private readonly pools = new Map<string, Pool>();
-
-  constructor(private readonly connectTimeoutMs: number) {}
-
-  for(workerId: string, url: string): Pool {
-    let p = this.pools.get(workerId);
-    if (!p) {
-      p = new Pool(new URL(url).origin, { pipelining: 1, connect: { timeout: this.connectTimeoutMs }, headersTimeout: 0, bodyTimeout: 0 });
-      this.pools.set(workerId, p);
-    }
-    return p;
-  }
-
-  async close(): Promise<void> {
-    const all = [...this.pools.values()];
-    this.pools.clear();
-    await Promise.all(all.map((p) => p.destroy().catch(() => undefined)));
+/**
+ * Keep-alive pools to the cascade's workers, by worker id: the gateway's own kind (one undici Pool
+ * per worker, no fixed undici deadlines), kept apart from the relay's so cascade rounds never
+ * queue behind relayed streams.
+ */
+export class WorkerPools extends Upstreams {
+  constructor(connectTimeoutMs: number) {
+    super({ connections: 0, keepAliveTimeoutMs: 4_000, connectTimeoutMs });
   }
 }
 
