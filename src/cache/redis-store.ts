@@ -15,7 +15,8 @@
  */
 import { promisify } from 'node:util';
 import { brotliCompress, brotliDecompress, constants as zc } from 'node:zlib';
-import type { Redis as RedisClient, RedisOptions } from 'ioredis';
+import type { Redis as RedisClient } from 'ioredis';
+import { failFastRedisOptions } from '../util/redis-options.js';
 import type { CacheEntry } from './entry.js';
 import type { CacheStore, StoreStats } from './store.js';
 
@@ -79,16 +80,8 @@ export class RedisStore implements CacheStore {
 
   async start(): Promise<void> {
     const { Redis } = await import('ioredis');
-    const opts: RedisOptions = {
-      connectTimeout: this.o.connectTimeoutMs,
-      commandTimeout: this.o.timeoutMs,
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      lazyConnect: true,
-      retryStrategy: (times) => (this.closed ? null : Math.min(100 * times, 2000)),
-      // No READONLY / LOADING loops: a failing command is counted and the request goes on.
-      reconnectOnError: () => false,
-    };
+    // A failing command is counted and the request goes on; reconnects back off up to 2 s.
+    const opts = failFastRedisOptions(this.o, (times) => (this.closed ? null : Math.min(100 * times, 2000)));
     const client = new Redis(this.o.url, opts);
     this.client = client;
     client.on('ready', () => this.o.onEvent?.({ type: 'ready' }));

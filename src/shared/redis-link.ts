@@ -7,7 +7,8 @@
  * (enableOfflineQueue off, one attempt, a short per-command timeout): the caller falls back to
  * local state at once, so a lost Redis fails no request and never holds one up for long.
  */
-import type { Redis as RedisClient, RedisOptions } from 'ioredis';
+import type { Redis as RedisClient } from 'ioredis';
+import { failFastRedisOptions } from '../util/redis-options.js';
 
 export interface RedisLinkOptions {
   url: string;
@@ -32,15 +33,7 @@ export class RedisLink {
 
   async start(): Promise<void> {
     const { Redis } = await import('ioredis');
-    const opts: RedisOptions = {
-      connectTimeout: this.o.connectTimeoutMs,
-      commandTimeout: this.o.timeoutMs,
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      lazyConnect: true,
-      retryStrategy: () => (this.closed ? null : 250),
-      reconnectOnError: () => false,
-    };
+    const opts = failFastRedisOptions(this.o, () => (this.closed ? null : 250));
     const cmd = new Redis(this.o.url, opts);
     // The subscriber has no command timeout (it waits for messages) and re-subscribes itself
     // after a reconnect (ioredis' autoResubscribe).
