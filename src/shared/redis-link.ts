@@ -35,9 +35,9 @@ export class RedisLink {
     const { Redis } = await import('ioredis');
     const opts = failFastRedisOptions(this.o, () => (this.closed ? null : 250));
     const cmd = new Redis(this.o.url, opts);
-    // The subscriber has no command timeout (it waits for messages) and re-subscribes itself
-    // after a reconnect (ioredis' autoResubscribe).
-    const sub = new Redis(this.o.url, { ...opts, commandTimeout: undefined });
+    // The subscriber has no command timeout (it waits for messages). Its users subscribe on each
+    // 'ready' themselves (see RoutingChannel), so ioredis' autoResubscribe is off.
+    const sub = new Redis(this.o.url, { ...opts, commandTimeout: undefined, autoResubscribe: false });
     this.cmd = cmd;
     this.sub = sub;
     const changed = (err?: string) => {

@@ -72,8 +72,12 @@ export class RoutingChannel {
     sub.on('message', (channel: string, message: string) => {
       if (channel === this.o.channel) this.receive(message);
     });
-    // Subscribes now if connected, else when ioredis first connects (and again after reconnects).
-    sub.subscribe(this.o.channel).catch(() => undefined);
+    // Subscribe on every (re)connect of the subscriber connection, not once: with no offline
+    // queue a SUBSCRIBE sent while Redis is away fails at once, and ioredis' own re-subscribe
+    // only knows channels whose SUBSCRIBE was answered before the connection dropped.
+    const subscribe = () => void sub.subscribe(this.o.channel).catch(() => undefined);
+    sub.on('ready', subscribe);
+    if (sub.status === 'ready') subscribe();
     this.timer = setInterval(() => this.publish(), this.o.publishIntervalMs);
     this.timer.unref();
   }

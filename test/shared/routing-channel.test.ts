@@ -81,4 +81,19 @@ describe('routing channel', { skip }, () => {
     }, 20_000);
     assert.equal(e.index.matchWorker([91, 92], 'w0', systemClock.now()), 0, 'the dropped run never arrived');
   });
+
+  it('subscribes once Redis comes up when it was down at start', async () => {
+    await redis.stop();
+    const late = await replica('late');
+    assert.equal(late.link.up, false);
+    await redis.start();
+    const f = await replica('f');
+    await waitFor(() => late.link.up, 20_000);
+    let n = 0;
+    await waitFor(async () => {
+      f.index.insertLater('w0', [200 + n++], 'predicted', systemClock.now());
+      await new Promise((r) => setTimeout(r, 30));
+      return late.channel.counts.received > 0;
+    }, 20_000);
+  });
 });
