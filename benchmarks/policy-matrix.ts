@@ -40,7 +40,10 @@ policies ${POLICIES.join(', ')}, and prints kvgate's ratios against its targets.
 Options:
   --capacity         capacity-first: each policy's capacity at SLO (kvgate bench --capacity, up to
                      14 probes per policy, 8-9 in practice) and kvgate's capacity ÷ round-robin's
-                     and ÷ the best peer's (peers: ${PEERS.join(', ')} and round-robin).
+                     and ÷ the best peer's (peers: ${PEERS.join(', ')} and round-robin); then one
+                     more run of every policy at round-robin's capacity (the common load) for
+                     kvgate's TTFT, TPOT, ITL and E2E p99 against the best peer's on each, its
+                     prefix hit rate against the best peer's and the ideal, and preemptions.
                      Wall time, measured at 8 workers on a shared 2-core machine: shared-prefix
                      75 s and agentic 8.6 min at full size; rag and fewshot-bursts 1.6 min each
                      with --quick. 16 workers replay twice the requests; the whole matrix at full
@@ -56,6 +59,7 @@ Options:
   --slo-ttft MS      TTFT SLO for goodput (default 1000)
   --slo-tpot MS      TPOT SLO for goodput (default 50)
   --slo-ttft-per-1k MS  extra TTFT per 1,000 prompt tokens, capacity mode only (default 100)
+  --seed N           seed of the generated workloads (default 0); traces replay as recorded
   --json FILE        write every scenario's results as JSON
   -h, --help         this text
 `;
@@ -128,6 +132,7 @@ function main(): number {
       'slo-ttft-per-1k': { type: 'string', default: '100' },
       capacity: { type: 'boolean', default: false },
       quick: { type: 'boolean', default: false },
+      seed: { type: 'string', default: '0' },
       json: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -137,6 +142,10 @@ function main(): number {
     return 0;
   }
   const only = values.only ? new Set(values.only.split(',')) : null;
+  if (!/^\d+$/.test(values.seed!)) {
+    process.stderr.write(`bench:policies: --seed must be a non-negative integer, got ${JSON.stringify(values.seed)}\n`);
+    return 2;
+  }
   if (values.capacity) return capacityMatrix(values, only);
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-matrix-'));
   const all: Array<{ scenario: string; workers: number; policies: PolicyRow[] }> = [];
@@ -153,7 +162,7 @@ function main(): number {
         process.stderr.write(`${s.name}, ${workers} workers...\n`);
         const r = spawnSync(
           process.execPath,
-          [cli, 'bench', ...s.args, '--workers', String(workers), '--policy', POLICIES.join(','), '--slo-ttft', values['slo-ttft']!, '--slo-tpot', values['slo-tpot']!, '--json', out, '--quiet'],
+          [cli, 'bench', ...s.args, '--seed', values.seed!, '--workers', String(workers), '--policy', POLICIES.join(','), '--slo-ttft', values['slo-ttft']!, '--slo-tpot', values['slo-tpot']!, '--json', out, '--quiet'],
           { stdio: ['ignore', 'ignore', 'inherit'] },
         );
         if (r.status !== 0) throw new Error(`kvgate bench failed for ${s.name} (exit ${r.status})`);
@@ -191,11 +200,15 @@ function main(): number {
 
 /** --capacity: each policy's capacity at SLO per scenario and fleet size. */
 function capacityMatrix(
-  values: { workers?: string; traces?: string; quick?: boolean; 'slo-ttft'?: string; 'slo-tpot'?: string; 'slo-ttft-per-1k'?: string; json?: string },
+  values: { workers?: string; traces?: string; quick?: boolean; seed?: string; 'slo-ttft'?: string; 'slo-tpot'?: string; 'slo-ttft-per-1k'?: string; json?: string },
   only: Set<string> | null,
 ): number {
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-matrix-'));
-  const all: Array<{ scenario: string; workers: number; args: string[]; wall_s: number; results: CapacityJson }> = [];
+  const all: Array<{ scenario: string; workers: number; args: string[]; wall_s: number; results: CapacityJson; at_round_robin_capacity: LoadJson | null }> = [];
+  const common: string[] = [
+    '| scenario | workers | kvgate capacity ÷ best peer (≥ 1) | ÷ round-robin | TTFT p99 ÷ best peer (≤ 1) | TPOT p99 ÷ best (≤ 1.1) | ITL p99 ÷ best (≤ 1.1) | E2E p99 ÷ best (≤ 1.1) | prefix hit ÷ best peer (≥ 0.9) | hit / ideal | preemptions kvgate / RR |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+  ];
   const verdict: string[] = [
     '| scenario | workers | round-robin req/s | best peer req/s | kvgate req/s | oracle req/s | kvgate ÷ RR | kvgate ÷ best peer | wall s |',
     '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
@@ -209,18 +222,27 @@ function capacityMatrix(
         const out = join(dir, `${s.name}-${workers}.json`);
         process.stderr.write(`${s.name}, ${workers} workers (capacity)...\n`);
         const t0 = performance.now();
-        const args = [
-          ...s.args, '--workers', String(workers), '--policy', POLICIES.join(','), '--capacity',
-          '--slo-ttft', values['slo-ttft']!, '--slo-ttft-per-1k', values['slo-ttft-per-1k']!, '--slo-tpot', values['slo-tpot']!,
-          '--json', out, '--quiet',
-        ];
+        const slo = ['--slo-ttft', values['slo-ttft']!, '--slo-ttft-per-1k', values['slo-ttft-per-1k']!, '--slo-tpot', values['slo-tpot']!];
+        const args = [...s.args, '--seed', values.seed!, '--workers', String(workers), '--policy', POLICIES.join(','), '--capacity', ...slo, '--json', out, '--quiet'];
         const r = spawnSync(process.execPath, [cli, 'bench', ...args], { stdio: ['ignore', 'ignore', 'inherit'] });
         if (r.status !== 0) throw new Error(`kvgate bench failed for ${s.name} (exit ${r.status})`);
         const wall = (performance.now() - t0) / 1000;
         const res = JSON.parse(readFileSync(out, 'utf8')) as CapacityJson;
-        all.push({ scenario: s.name, workers, args: s.args, wall_s: Math.round(wall), results: res });
         const by = new Map(res.policies.map((p) => [p.name, p.capacity]));
         const peer = res.capacity.best_peer;
+        // The common load: every policy again at round-robin's capacity, same requests.
+        const rrScale = by.get('round-robin')?.rate_scale ?? null;
+        let load: LoadJson | null = null;
+        if (rrScale !== null) {
+          process.stderr.write(`${s.name}, ${workers} workers (at round-robin's capacity, ×${rrScale})...\n`);
+          const loadOut = join(dir, `${s.name}-${workers}-load.json`);
+          const loadArgs = [...withRateScale(s.args, rrScale), '--seed', values.seed!, '--workers', String(workers), '--policy', POLICIES.join(','), ...slo, '--json', loadOut, '--quiet'];
+          const lr = spawnSync(process.execPath, [cli, 'bench', ...loadArgs], { stdio: ['ignore', 'ignore', 'inherit'] });
+          if (lr.status !== 0) throw new Error(`kvgate bench failed for ${s.name} at round-robin's capacity (exit ${lr.status})`);
+          load = JSON.parse(readFileSync(loadOut, 'utf8')) as LoadJson;
+          common.push(commonLoadRow(s.name, workers, res, load));
+        }
+        all.push({ scenario: s.name, workers, args: s.args, wall_s: Math.round((performance.now() - t0) / 1000), results: res, at_round_robin_capacity: load });
         verdict.push(
           `| ${s.name} | ${workers} | ${mark(by.get('round-robin')!)} | ${peer ? `${mark(by.get(peer)!)} (${peer})` : '—'} | ${mark(by.get('kvgate')!)} | ${mark(by.get('oracle')!)} | ` +
             `${f(res.capacity.vs_round_robin.kvgate ?? NaN, 2)} | ${f(res.capacity.vs_best_peer.kvgate ?? NaN, 2)} | ${f(wall)} |`,
@@ -244,9 +266,57 @@ function capacityMatrix(
     `\nCapacity at SLO: highest offered rate with ≥ 90% of requests within TTFT ≤ ${values['slo-ttft']} ms + ${values['slo-ttft-per-1k']} ms/1k prompt tokens, TPOT ≤ ${values['slo-tpot']} ms` +
       ` (≥: no probe missed the target; ?: probe budget ran out)\n\n${verdict.join('\n')}\n`,
   );
+  process.stdout.write(
+    `\nkvgate capacity-first, seed ${values.seed}: capacity ratios, then every latency at the common load (each policy at round-robin's capacity)` +
+      ` against the best peer on that metric (peers: ${PEERS.join(', ')}); hit / ideal: kvgate's prefix hit rate and the trace's inherent reuse\n\n${common.join('\n')}\n`,
+  );
   process.stdout.write(`\nPer scenario\n${detail.join('\n')}\n`);
   if (values.json) writeFileSync(values.json, JSON.stringify(all, null, 2));
   return 0;
+}
+
+interface LoadJson {
+  ideal_hit_rate: number;
+  policies: Array<{
+    name: string;
+    preemptions: number;
+    prefix_hit_rate: number;
+    ttft_ms: { p99: number };
+    tpot_ms: { p99: number };
+    itl_ms: { p99: number };
+    e2e_ms: { p99: number };
+  }>;
+}
+
+/** The scenario's arguments with its --rate-scale replaced by `scale`. */
+function withRateScale(args: readonly string[], scale: number): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === '--rate-scale') i++;
+    else out.push(args[i]!);
+  }
+  return [...out, '--rate-scale', String(scale)];
+}
+
+/** One row of the capacity-first table: capacity ratios, then kvgate against the best peer on each metric at the common load. */
+function commonLoadRow(name: string, workers: number, cap: CapacityJson, load: LoadJson): string {
+  const by = new Map(load.policies.map((p) => [p.name, p]));
+  const k = by.get('kvgate')!;
+  const rr = by.get('round-robin')!;
+  const peers = PEERS.map((n) => by.get(n)).filter((p): p is LoadJson['policies'][number] => p !== undefined);
+  const ratio = (get: (p: LoadJson['policies'][number]) => number): string => {
+    const best = Math.min(...peers.map(get));
+    const who = peers.find((p) => get(p) === best)!.name;
+    return `${f(get(k) / best, 2)} (${who})`;
+  };
+  const bestHit = Math.max(...peers.map((p) => p.prefix_hit_rate));
+  const hitRatio = bestHit > 0 ? f(k.prefix_hit_rate / bestHit, 2) : '—';
+  const peer = cap.capacity.best_peer;
+  return (
+    `| ${name} | ${workers} | ${f(cap.capacity.vs_best_peer.kvgate ?? NaN, 2)}${peer ? ` (${peer})` : ''} | ${f(cap.capacity.vs_round_robin.kvgate ?? NaN, 2)} | ` +
+    `${ratio((p) => p.ttft_ms.p99)} | ${ratio((p) => p.tpot_ms.p99)} | ${ratio((p) => p.itl_ms.p99)} | ${ratio((p) => p.e2e_ms.p99)} | ` +
+    `${hitRatio} | ${f(k.prefix_hit_rate * 100, 1)}% / ${f(load.ideal_hit_rate * 100, 1)}% | ${k.preemptions} / ${rr.preemptions} |`
+  );
 }
 
 process.exitCode = main();
