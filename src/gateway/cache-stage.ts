@@ -33,7 +33,7 @@ import type { Logger } from '../telemetry/logger.js';
 import type { Clock } from '../util/clock.js';
 import { stateKey } from '../util/state.js';
 import { CaptureResponse } from './capture-response.js';
-import type { RequestContext } from './context.js';
+import { freshOutcome, type RequestContext } from './context.js';
 import type { GatewayStage, StageResult } from './stages.js';
 
 type KeyedPlan = Extract<CachePlan, { key: string }>;
@@ -288,19 +288,9 @@ async function complete(d: CacheStageDeps, ctx: RequestContext, plan: KeyedPlan,
   }
   sub = {
     ...ctx,
+    ...freshOutcome(),
     res: capture.asServerResponse(),
     taps: [(c) => asm.push(c)],
-    onFinish: [],
-    logFields: null,
-    aborted: false,
-    abortReason: null,
-    attempts: 0,
-    decision: null,
-    workerId: null,
-    upstreamStatus: null,
-    status: 0,
-    ttftMs: null,
-    abortUpstream: null,
   };
   if (ctx.aborted) {
     sub.aborted = true;

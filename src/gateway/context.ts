@@ -89,3 +89,27 @@ export interface RequestContext {
   /** Set while an upstream attempt is running: aborts it. */
   abortUpstream: ((reason: 'client' | 'shutdown') => void) | null;
 }
+
+/** The fields a request's pipeline fills as it goes, as they are before it starts. */
+export type RequestOutcome = Pick<
+  RequestContext,
+  'taps' | 'onFinish' | 'logFields' | 'aborted' | 'abortReason' | 'attempts' | 'decision' | 'workerId' | 'upstreamStatus' | 'status' | 'ttftMs' | 'abortUpstream'
+>;
+
+/** A fresh outcome: for a new request, or for a sub-request run through the pipeline on its behalf. */
+export function freshOutcome(): RequestOutcome {
+  return {
+    taps: [],
+    onFinish: [],
+    logFields: null,
+    aborted: false,
+    abortReason: null,
+    attempts: 0,
+    decision: null,
+    workerId: null,
+    upstreamStatus: null,
+    status: 0,
+    ttftMs: null,
+    abortUpstream: null,
+  };
+}

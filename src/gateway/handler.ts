@@ -22,7 +22,7 @@ import type { Logger } from '../telemetry/logger.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 import type { Clock } from '../util/clock.js';
 import { RequestState } from '../util/state.js';
-import type { InferenceKind, RequestContext } from './context.js';
+import { freshOutcome, type InferenceKind, type RequestContext } from './context.js';
 import { createLocalRoutes, type LocalRoute } from './local-routes.js';
 import { outputBudget, requestBudgetMs } from './prepare.js';
 import type { Relay } from './relay.js';
@@ -122,18 +122,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       maxTokensExplicit: false,
       deadlineAt: Infinity,
       state: new RequestState(),
-      taps: [],
-      onFinish: [],
-      logFields: null,
-      aborted: false,
-      abortReason: null,
-      attempts: 0,
-      decision: null,
-      workerId: null,
-      upstreamStatus: null,
-      status: 0,
-      ttftMs: null,
-      abortUpstream: null,
+      ...freshOutcome(),
     } as unknown as RequestContext;
     d.active.add(ctx);
     metrics.inflight.inc();

@@ -2,25 +2,14 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { redisSkip, startRedis } from '../redis-server.js';
-
-const CLI = fileURLToPath(new URL('../../src/cli.js', import.meta.url));
+import { CLI, startDemo } from './demo-process.js';
 
 test('demo prints the URL and curl lines, serves chat, and exits 0 on SIGINT', async () => {
-  const child = spawn(process.execPath, [CLI, 'demo', '--port', '0', '--workers', '2', '--speed', '50', '--json-logs'], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  child.stdout.on('data', (d: Buffer) => (stdout += d));
-  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+  const { url, child, stdout, exited } = await startDemo(['--port', '0', '--workers', '2', '--speed', '50', '--json-logs']);
   try {
-    const deadline = Date.now() + 15_000;
-    while (!stdout.includes('Ctrl-C') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    const url = /behind (http:\/\/127\.0\.0\.1:\d+)/.exec(stdout)?.[1];
-    assert.ok(url, `no URL in: ${stdout}`);
-    assert.match(stdout, /curl -s .*\/v1\/chat\/completions/);
-    assert.match(stdout, /"stream":true/);
+    assert.match(stdout(), /curl -s .*\/v1\/chat\/completions/);
+    assert.match(stdout(), /"stream":true/);
     const ask = () =>
       fetch(url + '/v1/chat/completions', {
         method: 'POST',
@@ -33,16 +22,16 @@ test('demo prints the URL and curl lines, serves chat, and exits 0 on SIGINT', a
     const again = await ask();
     assert.equal(again.headers.get('x-kvgate-cache'), 'hit', 'the demo runs with the in-memory response cache');
     assert.deepEqual(await again.json(), await r.json());
-    assert.match(stdout, /response cache: in memory/);
-    assert.match(stdout, /"temperature":0/);
+    assert.match(stdout(), /response cache: in memory/);
+    assert.match(stdout(), /"temperature":0/);
     const workers = (await (await fetch(url + '/admin/workers')).json()) as any[];
     assert.equal(workers.length, 2);
-    assert.match(stdout, /dashboard: http:\/\/127\.0\.0\.1:\d+\/dashboard/);
+    assert.match(stdout(), /dashboard: http:\/\/127\.0\.0\.1:\d+\/dashboard/);
     const state = (await (await fetch(url + '/dashboard/state')).json()) as any;
     assert.deepEqual(state.workers.map((w: any) => w.id).sort(), workers.map((w) => w.id).sort());
     child.kill('SIGINT');
     assert.equal(await exited, 0);
-    assert.match(stdout, /stopped/);
+    assert.match(stdout(), /stopped/);
   } finally {
     child.kill('SIGKILL');
   }
@@ -58,18 +47,12 @@ test('demo rejects bad flags with exit 2', async () => {
 
 test('demo --redis keeps the response cache in Redis', { skip: redisSkip() }, async () => {
   const redis = await startRedis();
-  const child = spawn(process.execPath, [CLI, 'demo', '--port', '0', '--workers', '1', '--speed', '50', '--json-logs', '--redis', redis.url], {
-    stdio: ['ignore', 'pipe', 'pipe'],
+  const { url, child, stdout, exited } = await startDemo(['--port', '0', '--workers', '1', '--speed', '50', '--json-logs', '--redis', redis.url]).catch(async (err: unknown) => {
+    await redis.stop();
+    throw err;
   });
-  let stdout = '';
-  child.stdout.on('data', (d: Buffer) => (stdout += d));
-  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
   try {
-    const deadline = Date.now() + 15_000;
-    while (!stdout.includes('Ctrl-C') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    const url = /behind (http:\/\/127\.0\.0\.1:\d+)/.exec(stdout)?.[1];
-    assert.ok(url, `no URL in: ${stdout}`);
-    assert.match(stdout, /response cache: Redis at redis:\/\/127\.0\.0\.1/);
+    assert.match(stdout(), /response cache: Redis at redis:\/\/127\.0\.0\.1/);
     const ask = () =>
       fetch(url + '/v1/chat/completions', {
         method: 'POST',
