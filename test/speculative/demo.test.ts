@@ -1,24 +1,12 @@
 /** `kvgate demo --draft-acceptance`: the demo fleet with a draft worker and a speculative cascade. */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { test } from 'node:test';
-import { fileURLToPath } from 'node:url';
-
-const CLI = fileURLToPath(new URL('../../src/cli.js', import.meta.url));
+import { startDemo } from '../cli/demo-process.js';
 
 test('demo --draft-acceptance serves the model through a cascade', async () => {
-  const child = spawn(process.execPath, [CLI, 'demo', '--port', '0', '--workers', '1', '--speed', '50', '--no-cache', '--json-logs', '--draft-acceptance', '0.7'], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  child.stdout.on('data', (d: Buffer) => (stdout += d));
-  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+  const { url, child, exited, stdout } = await startDemo(['--port', '0', '--workers', '1', '--speed', '50', '--no-cache', '--json-logs', '--draft-acceptance', '0.7']);
   try {
-    const deadline = Date.now() + 15_000;
-    while (!stdout.includes('Ctrl-C') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    const url = /behind (http:\/\/127\.0\.0\.1:\d+)/.exec(stdout)?.[1];
-    assert.ok(url, `no URL in: ${stdout}`);
-    assert.match(stdout, /speculative cascade: llama-3\.1-8b-draft drafts \(acceptance 0\.7\)/);
+    assert.match(stdout(), /speculative cascade: llama-3\.1-8b-draft drafts \(acceptance 0\.7\)/);
     const r = await fetch(url + '/v1/chat/completions', {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
