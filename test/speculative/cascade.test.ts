@@ -10,19 +10,8 @@ import type { SimWorker } from '../../src/sim/worker/server.js';
 import { seededRng } from '../../src/util/rng.js';
 import { metricValue, parseSse, waitFor } from '../support.js';
 import { startSimWorker } from '../../src/sim/worker/server.js';
+import { post } from '../gateway/helpers.js';
 import { TARGET, startCascade, startDraft, startTarget } from './helpers.js';
-
-async function post(url: string, body: unknown): Promise<{ status: number; headers: Headers; text: string; json: any }> {
-  const r = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  const text = await r.text();
-  let json: any = null;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    // SSE
-  }
-  return { status: r.status, headers: r.headers, text, json };
-}
 
 /** Text, finish reason and completion tokens of a JSON or SSE answer. */
 function outcome(kind: 'chat' | 'completions', r: { text: string; json: any }, stream: boolean) {
