@@ -395,6 +395,12 @@ export const configSchema = z
         maxConnectionsPerAddress: z.int().positive().default(1_024),
         /** Connections beyond maxConnections kept for /health and /ready when nothing idle can be closed. */
         probeReserve: z.int().min(0).default(32),
+        /**
+         * /ready answers 503 also while no worker is routable. Off by default: several replicas
+         * behind one Service would all leave it together, and clients would meet refused
+         * connections instead of a 503 with Retry-After from the gateway.
+         */
+        readyRequiresWorker: z.boolean().default(false),
         /** Send x-kvgate-worker and x-kvgate-prefix-hit to every caller (admin callers always get them). */
         routingHeaders: z.boolean().default(false),
         /** Origins allowed to call the API from a browser (CORS); empty: no CORS headers at all. */

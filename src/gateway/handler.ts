@@ -66,7 +66,7 @@ const INFERENCE: Record<string, InferenceKind> = {
 
 export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { config, fleet, metrics } = deps;
-  const local = createLocalRoutes({ ...deps, protectMetrics: config.admin.protectMetrics });
+  const local = createLocalRoutes({ ...deps, protectMetrics: config.admin.protectMetrics, readyRequiresWorker: config.server.readyRequiresWorker });
   const cors = { origins: new Set(config.server.corsOrigins) };
 
   return (req, res) => {

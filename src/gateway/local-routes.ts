@@ -1,6 +1,7 @@
 /**
  * The routes the gateway answers itself, never from a worker: liveness (/health), readiness
- * (/ready), the model list (/v1/models, from the configured pools), Prometheus metrics (/metrics)
+ * (/ready: up and not draining, and with `server.readyRequiresWorker` some worker routable; the
+ * body says whether one is), the model list (/v1/models, from the configured pools), Prometheus metrics (/metrics)
  * and the per-worker admin view (/admin/workers), GET or HEAD; plus routes that parts of the
  * gateway add (`extra`: /admin/cache). They are not accounted as requests (no
  * kvgate_requests_total sample, no log line).
@@ -30,6 +31,8 @@ export interface LocalRoutesDeps {
   tenants: TenantDirectory;
   /** /metrics needs an admin key too (`admin.protectMetrics`). */
   protectMetrics?: boolean;
+  /** /ready answers 503 while no worker is routable (`server.readyRequiresWorker`). */
+  readyRequiresWorker?: boolean;
   /** More routes by path (read at request time, so they may be added after start). */
   extraRoutes?: ReadonlyMap<string, LocalRoute>;
 }
@@ -91,8 +94,9 @@ export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: In
         json(res, 200, '{"status":"ok"}');
         break;
       case '/ready': {
-        const ok = !deps.isClosing() && !(deps.isDraining?.() ?? false) && fleet.anyRoutable();
-        json(res, ok ? 200 : 503, JSON.stringify({ status: ok ? 'ready' : 'not_ready' }));
+        const routable = fleet.anyRoutable();
+        const ok = !deps.isClosing() && !(deps.isDraining?.() ?? false) && (routable || deps.readyRequiresWorker !== true);
+        json(res, ok ? 200 : 503, JSON.stringify({ status: ok ? 'ready' : 'not_ready', workers_routable: routable }));
         break;
       }
       case '/v1/models':

@@ -95,19 +95,32 @@ test('404 unknown route, 405 wrong method', async () => {
   assert.equal(r3.status, 405);
 });
 
-test('503 with Retry-After when no worker is healthy; /ready follows', async () => {
-  assert.equal((await fetch(url + '/ready')).status, 200);
-  const w = gw.registry.workers[0]!;
-  w.healthy = false;
+test('503 with Retry-After when no worker is healthy; /ready stays 200 and says so, or follows with readyRequiresWorker', async () => {
+  const strict = await startGateway(sims.map((s) => s.url), { server: { readyRequiresWorker: true }, health: { intervalMs: 60_000 } });
+  await strict.gw.health.probeAll();
+  const ready = async (u: string) => {
+    const r = await fetch(u + '/ready');
+    return { status: r.status, body: (await r.json()) as { status: string; workers_routable: boolean } };
+  };
   try {
-    const r = await post(url + '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hi' }] });
-    assert.equal(r.status, 503);
-    assert.equal(r.headers.get('retry-after'), '1');
-    assertOpenAiError(r.json, 'no_worker_available');
-    assert.equal((await fetch(url + '/ready')).status, 503);
-    assert.equal((await fetch(url + '/health')).status, 200);
+    assert.deepEqual(await ready(url), { status: 200, body: { status: 'ready', workers_routable: true } });
+    assert.equal((await ready(strict.url)).status, 200);
+    const ws = [gw.registry.workers[0]!, strict.gw.registry.workers[0]!];
+    for (const w of ws) w.healthy = false;
+    try {
+      const r = await post(url + '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hi' }] });
+      assert.equal(r.status, 503);
+      assert.equal(r.headers.get('retry-after'), '1');
+      assertOpenAiError(r.json, 'no_worker_available');
+      // By default the gateway stays in its Service and answers the 503 itself.
+      assert.deepEqual(await ready(url), { status: 200, body: { status: 'ready', workers_routable: false } });
+      assert.deepEqual(await ready(strict.url), { status: 503, body: { status: 'not_ready', workers_routable: false } });
+      assert.equal((await fetch(url + '/health')).status, 200);
+    } finally {
+      for (const w of ws) w.healthy = true;
+    }
   } finally {
-    w.healthy = true;
+    await strict.gw.close();
   }
 });
 
