@@ -15,8 +15,8 @@
  *   - at α = 0.7 adaptive costs ≥ 40% less per output token than target-only;
  *   - at α = 0.3 adaptive costs at most 5% more than target-only;
  *   - after the shift the adaptive controller settles within 30 simulated seconds (src/bench/spec.ts
- *     defines "settled": 1 s windows of its decisions, each window's most frequent k, probes left
- *     out, all equal to the post-shift steady k from then on).
+ *     defines "settled": 1 s windows of its decisions, probes left out, each window's mean k within
+ *     0.5 of the post-shift steady mean k from then on).
  */
 import { parseArgs } from 'node:util';
 import { runBench } from '../src/bench/run.js';
@@ -146,7 +146,7 @@ async function main(): Promise<void> {
           tpot99: p.tpot_ms.p99 ?? NaN,
           e2e99: p.e2e_ms.p99 ?? NaN,
           settled: s.settle?.settled_after_s ?? null,
-          steady: s.settle ? `k ${s.settle.steady_k_before ?? '–'}→${s.settle.steady_k_after ?? '–'}` : '',
+          steady: s.settle ? `mean k ${s.settle.mean_k_before ?? '–'}→${s.settle.mean_k_after ?? '–'}` : '',
         };
         base ??= row;
         rows.push(row);

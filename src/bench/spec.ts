@@ -16,12 +16,14 @@
  * - mean_k: mean k over every decision of the controller (a request's first decision and each
  *   later round's; 0 when it sends a request or the rest of one to the target alone); 0 for
  *   target-only.
- * - settle (with an acceptance shift): the post-shift steady decision and when it was reached.
- *   Decisions after the shift are grouped in 1 s windows of virtual time; a window's value is its
- *   most frequent k (probes of a switched-off class left out); the steady value is the most
- *   frequent window value over the last quarter of the post-shift decisions; the controller has
- *   settled at the start of the first window from which on every window has the steady value.
- *   settled_after_s = that moment − the shift (null if no window after the shift has decisions).
+ * - settle (with an acceptance shift): the controller's mean k before and after the shift and when
+ *   it settled. Its decisions (probes of a switched-off class left out) are grouped in 1 s windows
+ *   of virtual time; the steady value after the shift is the mean k over the last quarter of the
+ *   post-shift time, and the controller has settled at the start of the first window from which
+ *   on every window's mean k is within SETTLE_TOLERANCE_K of it (the same rule gives the steady
+ *   value before the shift, over the last quarter of the pre-shift time). settled_after_s = that
+ *   moment − the shift (null if the last window is off the steady value, or no decision came after
+ *   the shift).
  */
 import { buildEngineConfig, resolveGpu, type WeightDtype } from '../engine/profiles.js';
 import type { EngineConfig } from '../engine/types.js';
@@ -51,9 +53,9 @@ export interface SpecSettle {
   shift_at_s: number;
   alpha_before: number;
   alpha_after: number;
-  /** The steady k before the shift (same rule, last quarter of the pre-shift decisions); null: none. */
-  steady_k_before: number | null;
-  steady_k_after: number | null;
+  /** The controller's steady mean k before and after the shift (see the header); null: no decisions. */
+  mean_k_before: number | null;
+  mean_k_after: number | null;
   settled_after_s: number | null;
 }
 
@@ -183,50 +185,59 @@ export function summarizeSpec(sim: SimResult, o: BenchSpecOptions, run: { tp: nu
   };
 }
 
-/** Most frequent value (ties: the smaller), or null for none. */
-function mode(xs: readonly number[]): number | null {
-  const n = new Map<number, number>();
-  for (const x of xs) n.set(x, (n.get(x) ?? 0) + 1);
-  let best: number | null = null;
-  let bestN = 0;
-  for (const [x, c] of n) if (c > bestN || (c === bestN && best !== null && x < best)) [best, bestN] = [x, c];
-  return best;
+/** A window's mean k may differ this much from the steady value and count as settled. */
+export const SETTLE_TOLERANCE_K = 0.5;
+
+interface Window {
+  start: number;
+  sum: number;
+  n: number;
 }
 
-/** The windowed values of decisions in [from, to): one per 1 s window that has any. */
-function windows(d: { t: number[]; k: number[]; reason: string[] }, from: number, to: number): Array<{ start: number; value: number }> {
-  const by = new Map<number, number[]>();
+/** Decisions in [from, to), probes left out, in 1 s windows (only windows that have any). */
+function windows(d: { t: number[]; k: number[]; reason: string[] }, from: number, to: number): Window[] {
+  const by = new Map<number, Window>();
   for (let i = 0; i < d.t.length; i++) {
     const t = d.t[i]!;
     if (t < from || t >= to || d.reason[i] === 'probe') continue;
     const w = Math.floor((t - from) / 1000);
-    let l = by.get(w);
-    if (!l) by.set(w, (l = []));
-    l.push(d.k[i]!);
+    let x = by.get(w);
+    if (!x) by.set(w, (x = { start: from + w * 1000, sum: 0, n: 0 }));
+    x.sum += d.k[i]!;
+    x.n++;
   }
-  return [...by.entries()].sort((x, y) => x[0] - y[0]).map(([w, ks]) => ({ start: from + w * 1000, value: mode(ks)! }));
+  return [...by.values()].sort((a, b) => a.start - b.start);
+}
+
+/** Mean k of the decisions in windows starting in the last quarter of [from, to), or null. */
+function steady(ws: readonly Window[], from: number, to: number): number | null {
+  let sum = 0;
+  let n = 0;
+  for (const w of ws) {
+    if (w.start < from + 0.75 * (to - from)) continue;
+    sum += w.sum;
+    n += w.n;
+  }
+  return n > 0 ? sum / n : null;
 }
 
 /** When the controller's decisions reached their post-shift steady value (see the header). */
 export function settleOf(d: { t: number[]; k: number[]; reason: string[] }, shift: { before: number; after: number; atMs: number }): SpecSettle {
   const end = d.t.length > 0 ? d.t[d.t.length - 1]! + 1 : shift.atMs;
   const first = d.t.length > 0 ? d.t[0]! : 0;
-  const pre = windows(d, first, shift.atMs);
   const post = windows(d, shift.atMs, end);
-  const lastQuarter = (ws: Array<{ start: number; value: number }>, from: number, to: number) => ws.filter((w) => w.start >= from + 0.75 * (to - from)).map((w) => w.value);
-  const steadyBefore = mode(lastQuarter(pre, first, shift.atMs));
-  const steadyAfter = mode(lastQuarter(post, shift.atMs, end));
+  const before = steady(windows(d, first, shift.atMs), first, shift.atMs);
+  const after = steady(post, shift.atMs, end);
   let settled: number | null = null;
-  if (steadyAfter !== null) {
-    settled = post[post.length - 1]!.start;
-    for (let i = post.length - 1; i >= 0 && post[i]!.value === steadyAfter; i--) settled = post[i]!.start;
+  if (after !== null) {
+    for (let i = post.length - 1; i >= 0 && Math.abs(post[i]!.sum / post[i]!.n - after) <= SETTLE_TOLERANCE_K; i--) settled = post[i]!.start;
   }
   return {
     shift_at_s: shift.atMs / 1000,
     alpha_before: shift.before,
     alpha_after: shift.after,
-    steady_k_before: steadyBefore,
-    steady_k_after: steadyAfter,
+    mean_k_before: before === null ? null : round(before, 2),
+    mean_k_after: after === null ? null : round(after, 2),
     settled_after_s: settled === null ? null : round((settled - shift.atMs) / 1000, 1),
   };
 }

@@ -166,7 +166,7 @@ export function specLines(rows: readonly Row[]): string {
     const st = s.settle;
     if (st) {
       line +=
-        `; acceptance ${st.alpha_before} → ${st.alpha_after} at ${st.shift_at_s} s: steady k ${st.steady_k_before ?? '–'} before, ${st.steady_k_after ?? '–'} after, ` +
+        `; acceptance ${st.alpha_before} → ${st.alpha_after} at ${st.shift_at_s} s: mean k ${st.mean_k_before ?? '–'} before, ${st.mean_k_after ?? '–'} after, ` +
         `settled ${st.settled_after_s === null ? 'never' : `${st.settled_after_s} s after the shift`}`;
     }
     out.push(line);

@@ -125,11 +125,17 @@ describe('kvgate bench --spec-mode', () => {
       }
     }
     const s = settleOf(d, { before: 0.8, after: 0.3, atMs: 10_000 });
-    assert.equal(s.steady_k_before, 6);
-    assert.equal(s.steady_k_after, 0);
-    assert.equal(s.settled_after_s, 0);
-    // Stragglers that dominate their windows delay it.
+    assert.equal(s.mean_k_before, 6);
+    assert.equal(s.mean_k_after, 0);
+    // Windows from 10 to 14 s hold one straggler at k 6 among ten decisions: mean 0.6, off by more than 0.5.
+    assert.equal(s.settled_after_s, 4);
+    // Stragglers that dominate their windows delay it just the same; none settles it at once.
     const d2 = { t: [...d.t], k: d.k.map((k, i) => (d.t[i]! >= 10_000 && d.t[i]! < 14_000 && d.reason[i] !== 'probe' ? 6 : k)), reason: d.reason };
     assert.equal(settleOf(d2, { before: 0.8, after: 0.3, atMs: 10_000 }).settled_after_s, 4);
+    const d3 = { t: d.t, k: d.k.map((k, i) => (d.t[i]! >= 10_000 && d.t[i]! < 14_000 && d.t[i]! % 1000 === 0 ? 0 : k)), reason: d.reason };
+    assert.equal(settleOf(d3, { before: 0.8, after: 0.3, atMs: 10_000 }).settled_after_s, 0);
+    // A controller that flips until the end never settled.
+    const d4 = { t: d.t, k: d.k.map((k, i) => (d.t[i]! >= 39_000 ? 6 : k)), reason: d.reason };
+    assert.equal(settleOf(d4, { before: 0.8, after: 0.3, atMs: 10_000 }).settled_after_s, null);
   });
 });
