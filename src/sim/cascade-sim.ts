@@ -69,6 +69,8 @@ export interface CascadeHost {
   targetState(idx: number, w: number): WorkerState;
   /** Gateway → worker delay of each call, each way, ms. */
   callDelayMs: number;
+  /** The request's cache salt (tenant isolation), or undefined. */
+  cacheSalt(req: BenchRequest): string | undefined;
 }
 
 export interface SimSpecResult {
@@ -96,6 +98,9 @@ interface Run {
   idx: number;
   w: number;
   seed: number;
+  /** The request's engine priority (vLLM's) and cache salt, for every call it makes. */
+  priority: number;
+  salt: { cacheSalt?: string };
   promptLen: number;
   draft: number;
   r: CascadeRounds;
@@ -217,6 +222,8 @@ export class SimCascade {
       idx,
       w,
       seed: req.outputSeed,
+      priority: req.priority ?? 0,
+      salt: ((x): { cacheSalt?: string } => (x === undefined ? {} : { cacheSalt: x }))(host.cacheSalt(req)),
       promptLen: context.length,
       draft,
       out,
@@ -269,7 +276,7 @@ export class SimCascade {
         this.waiting.delete(id);
         this.at(now + d, () => this.verify(run, { tokens, candidates: tokens.map(() => NO_DIST), finishReason: null }, k, host.now() - t0));
       });
-      this.submitDraft(run.draft, { id, prompt, maxTokens: k, sampler: (c) => tokens[c.output.length]!, ignoreEos: true });
+      this.submitDraft(run.draft, { id, prompt, maxTokens: k, sampler: (c) => tokens[c.output.length]!, ignoreEos: true, priority: run.priority, ...run.salt });
     });
   }
 
@@ -307,6 +314,7 @@ export class SimCascade {
       maxTokens: 1,
       sampler: () => answerToken(run.seed, base + drafts.length),
       ignoreEos: true,
+      priority: run.priority, ...run.salt,
       skipPrefixCache: this.spec.verifyUsesPrefixCache !== true,
     });
   }
@@ -333,7 +341,7 @@ export class SimCascade {
           this.next(run);
         });
       });
-      host.submitTarget(run.w, { id, prompt, maxTokens: remaining, sampler: (c) => answerToken(run.seed, base + c.output.length), ignoreEos: true });
+      host.submitTarget(run.w, { id, prompt, maxTokens: remaining, sampler: (c) => answerToken(run.seed, base + c.output.length), ignoreEos: true, priority: run.priority, ...run.salt });
     });
   }
 

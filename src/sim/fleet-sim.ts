@@ -47,6 +47,12 @@
  *   others' indexes after the sharing delay (a share event), and with shareLoad its in-flight
  *   accounting (dispatch, first token, end) the others' WorkerStates.
  *
+ * - speculative cascade (optional, `speculative`) — src/sim/cascade-sim.ts: a draft pool of its own
+ *   engines beside the workers (the target pool); a routed request asks the gateway's cascade
+ *   controller for its first k and runs the live cascade's rounds (src/speculative/rounds.ts) as
+ *   draft and verification requests on the engines, as call events on this queue; its first token
+ *   and finish are recorded like a plain request's. A first k of 0 leaves it to the plain path.
+ *
  * Metrics follow vLLM's benchmark_serving.py. The engine runs with emitTokens off, so there are no
  * per-token events: TTFT and E2E come from the step in which the first token / last token appeared;
  * TPOT = (E2E − TTFT)/(output − 1); ITL samples are step durations, each counted once per sequence
@@ -451,6 +457,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
         {
           model,
           callDelayMs: overhead,
+          cacheSalt: (req) => (isolate ? saltOf(req) : undefined),
           now: () => clock.now(),
           at: (t, fn) => q.push(t, { k: Kind.Call, fn }),
           submitTarget: (w, req) => submit(w, req, clock.now()),
