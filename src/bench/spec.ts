@@ -67,6 +67,8 @@ export interface SpecSummary {
   gpu_hour_cost: { target: number; draft: number };
   cascade_requests: number;
   plain_requests: number;
+  /** Requests too long for the draft model's context, sent to the target alone. */
+  draft_refused: number;
   rounds: number;
   target_gpu_seconds: number;
   draft_gpu_seconds: number;
@@ -173,6 +175,7 @@ export function summarizeSpec(sim: SimResult, o: BenchSpecOptions, run: { tp: nu
     gpu_hour_cost: { target: targetPrice, draft: draftPrice },
     cascade_requests: s.cascadeRequests,
     plain_requests: s.plainRequests,
+    draft_refused: s.draftRefused,
     rounds: s.rounds,
     target_gpu_seconds: round(targetS),
     draft_gpu_seconds: round(draftS),

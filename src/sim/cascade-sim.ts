@@ -80,6 +80,8 @@ export interface SimSpecResult {
   /** Requests that ran the cascade / went down the plain path at their first decision. */
   cascadeRequests: number;
   plainRequests: number;
+  /** Requests the draft model could not hold (context too long): sent to the target alone, no decision. */
+  draftRefused: number;
   rounds: number;
   proposed: number;
   accepted: number;
@@ -164,6 +166,7 @@ export class SimCascade {
       draftBusyMs: new Array<number>(n).fill(0),
       cascadeRequests: 0,
       plainRequests: 0,
+      draftRefused: 0,
       rounds: 0,
       proposed: 0,
       accepted: 0,
@@ -204,6 +207,12 @@ export class SimCascade {
    */
   start(idx: number, w: number, req: BenchRequest): boolean {
     if (!this.controller) return false;
+    // A request the draft model cannot hold (its context is shorter than the target's) would fail
+    // its first draft call; the live cascade then generates it on the target alone.
+    if (this.draftEngines[0]!.check(req.promptTokens.length, req.maxTokens) !== null) {
+      this.res.draftRefused++;
+      return false;
+    }
     const host = this.host;
     const cls = req.tenant ?? 'default';
     const first = firstDecision(this.controller, host.model, cls, host.targetState(idx, w), null);

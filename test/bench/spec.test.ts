@@ -93,7 +93,7 @@ describe('kvgate bench --spec-mode', () => {
       const out = p.output_tokens_per_s * p.duration_s;
       const cost = ((s.target_gpu_seconds * s.gpu_hour_cost.target + s.draft_gpu_seconds * s.gpu_hour_cost.draft) / 3600 / out) * 1e6;
       assert.ok(Math.abs(cost - s.cost_per_million_output_tokens) / cost < 0.01, `${mode}: ${cost} vs ${s.cost_per_million_output_tokens}`);
-      assert.equal(s.cascade_requests + s.plain_requests, mode === 'target-only' ? 0 : p.completed);
+      assert.equal(s.cascade_requests + s.plain_requests + s.draft_refused, mode === 'target-only' ? 0 : p.completed);
     }
     const t = results['target-only'].speculative;
     assert.equal(t.draft_gpu_seconds, 0);
