@@ -82,6 +82,35 @@ export function renderReport(r: BenchResults, curves: readonly RunCurves[]): str
     `<div class="meta">Ideal hit rate ${(r.ideal_hit_rate * 100).toFixed(1)}%: one worker with unlimited KV cache on the same requests (the workload's inherent prefix reuse).</div>`,
   );
 
+  const specRows = r.policies.filter((p) => p.speculative);
+  if (specRows.length > 0) {
+    const head = ['policy', 'mode', 'cascade / plain', 'rounds', 'α̂', 'from draft', 'mean k', 'target GPU-s', 'draft GPU-s', 'target GPU-ms / token', '$/M out (busy)', 'settled after shift'];
+    const rows = specRows.map((p) => {
+      const s = p.speculative!;
+      const st = s.settle;
+      return [
+        esc(p.name),
+        esc(s.mode),
+        `${s.cascade_requests} / ${s.plain_requests}`,
+        String(s.rounds),
+        s.spec_acceptance_rate === null ? '–' : s.spec_acceptance_rate.toFixed(3),
+        `${(s.tokens_from_draft_fraction * 100).toFixed(1)}%`,
+        s.mean_k.toFixed(2),
+        s.target_gpu_seconds.toFixed(1),
+        s.draft_gpu_seconds.toFixed(1),
+        s.target_gpu_ms_per_output_token === null ? '–' : s.target_gpu_ms_per_output_token.toFixed(2),
+        s.cost_per_million_output_tokens === null ? '–' : s.cost_per_million_output_tokens.toFixed(2),
+        st ? (st.settled_after_s === null ? 'never' : `${st.settled_after_s} s (mean k ${st.mean_k_before ?? '–'} → ${st.mean_k_after ?? '–'})`) : '–',
+      ].map((c) => `<td>${c}</td>`).join('');
+    });
+    const d = specRows[0]!.speculative!.draft;
+    parts.push(
+      `<h2>Speculative cascade</h2><div class="meta">Draft pool: ${d.workers} × ${esc(d.gpu)}, ${esc(d.model)} ${esc(d.quant)}. ` +
+        `Cost: both pools' busy GPU time at their GPUs' prices per million output tokens (see docs/speculative.md).</div>` +
+        `<div class="scroll"><table><thead><tr>${head.map((h) => `<th>${h}</th>`).join('')}</tr></thead><tbody>${rows.map((x) => `<tr>${x}</tr>`).join('')}</tbody></table></div>`,
+    );
+  }
+
   const cap = r.capacity;
   if (cap) {
     const target = cap.target_attainment;

@@ -6,7 +6,7 @@
  */
 import { MemoryStore } from '../cache/memory-store.js';
 import { ResponseCache } from '../cache/response-cache.js';
-import { buildEngineConfig } from '../engine/profiles.js';
+import { buildEngineConfig, listGpus } from '../engine/profiles.js';
 import type { EngineConfig } from '../engine/types.js';
 import { createPolicy, policyNames, type PolicyOptions } from '../scheduler/registry.js';
 import { simulateFleet, type AdmitResult, type SimResult } from '../sim/fleet-sim.js';
@@ -18,12 +18,13 @@ import { idealHitRate } from './ideal-hit.js';
 import { attainmentOf, distribution, sloOf, summarize, type Dist, type PolicySummary } from './metrics.js';
 import { VirtualClock } from '../util/clock.js';
 import { hasSlo } from './slo.js';
+import { draftEngineConfig, simSpeculation, summarizeSpec, type BenchSpecOptions, type SpecSummary } from './spec.js';
 import type { BenchRequest, BenchSource } from '../workload/types.js';
 import { classOfDraw, DEFAULT_VLLM_PRIORITY, type PriorityClass } from '../admission/classes.js';
 import type { AdmissionSettings } from '../admission/controller.js';
 
-/** $/GPU-hour defaults (on-demand cloud list prices, rounded). */
-export const GPU_HOUR_COST: Record<string, number> = { h100: 3.5, a100: 1.8, a10g: 1.0 };
+/** $/GPU-hour defaults: the GPU profiles' prices (src/engine/profiles.ts, with their sources). */
+export const GPU_HOUR_COST: Record<string, number> = Object.fromEntries(listGpus().map((g) => [g.name, g.hourlyUsd]));
 
 export interface BenchOptions {
   source: BenchSource;
@@ -82,6 +83,11 @@ export interface BenchOptions {
    * arrivals round-robin, with or without shared routing knowledge. Absent: one gateway.
    */
   replicas?: { count: number; sharing: boolean; sharingDelayMs: number; shareLoad?: boolean };
+  /**
+   * The speculative cascade (`--spec-mode`, spec.ts): a draft pool beside the workers, which are
+   * the target pool, and the gateway's cascade and controller in virtual time. Absent: no cascade.
+   */
+  speculative?: BenchSpecOptions;
   /** Called before each fleet run: a policy's run, or one of its capacity probes (rateScale differs). */
   onPolicyStart?: (name: string, rateScale: number) => void;
   onProgress?: (name: string, arrivals: number, virtualMs: number) => void;
@@ -135,6 +141,8 @@ export type PolicyResult = PolicySummary & {
   cache: CacheRunSummary | null;
   /** What tenant isolation cost (with --cache-isolation tenant): the same policy without it. */
   isolation: IsolationSummary | null;
+  /** The speculative cascade's figures (with --spec-mode), else null. */
+  speculative: SpecSummary | null;
 };
 
 export interface IsolationSummary {
@@ -302,6 +310,8 @@ export function downsample(series: readonly number[], max: number): { factor: nu
 interface RunContext {
   o: BenchOptions;
   engineConfig: EngineConfig;
+  /** The draft pool's engines (with --spec-mode). */
+  draftEngine: EngineConfig | null;
 }
 
 export const BENCH_CACHE_DEFAULTS = { ttlMs: 300_000, maxBytes: 256 * 1024 * 1024 };
@@ -358,6 +368,9 @@ async function runFleet(
     overheadMs: o.overheadMs,
     kvSampleMs: o.kvSampleMs,
     admit: o.admission?.(),
+    speculative: o.speculative
+      ? simSpeculation(o.speculative, { seed: o.seed, model: o.model, tp: o.tp ?? 1, targetGpu: o.gpu, targetEngine: ctx.engineConfig, draftEngine: ctx.draftEngine! })
+      : undefined,
     onProgress: o.onProgress ? (n, t) => o.onProgress!(name, n, t) : undefined,
   });
 }
@@ -394,7 +407,8 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
     emitTokens: false,
     kvEvents: false,
   });
-  const ctx: RunContext = { o, engineConfig };
+  if (o.speculative && o.cache) throw new Error('the speculative cascade is not simulated with the response cache');
+  const ctx: RunContext = { o, engineConfig, draftEngine: o.speculative ? draftEngineConfig(o.speculative, mix32(o.seed, 0x4b57)) : null };
   const policies: PolicyResult[] = [];
   const curves: RunCurves[] = [];
   for (const name of o.policies) {
@@ -502,7 +516,8 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
         capacity_rate_scale_shared: sharedCapacity?.rate_scale ?? null,
       };
     }
-    policies.push({ ...summary, workers, capacity, cache: cacheRun, isolation });
+    const speculative = o.speculative ? summarizeSpec(sim, o.speculative, { tp, targetGpu: o.gpu, targetHourUsd: gpuHourCost }) : null;
+    policies.push({ ...summary, workers, capacity, cache: cacheRun, isolation, speculative });
   }
   const ideal = idealHitRate(expandSessions(benchRequests(o.source, o.limit, rateScale)), engineConfig.blockSize);
   return {

@@ -12,6 +12,7 @@
 import type { CapacityRatios, CapacityResult } from './capacity.js';
 import type { Dist, PolicySummary } from './metrics.js';
 import type { CacheRunSummary, IsolationSummary } from './run.js';
+import type { SpecSummary } from './spec.js';
 
 const num = (x: number | null, digits = 0): string => (x === null ? '-' : x.toFixed(digits));
 
@@ -22,7 +23,7 @@ export interface TableOptions {
   capacity?: CapacityRatios | null;
 }
 
-type Row = PolicySummary & { capacity?: CapacityResult | null; cache?: CacheRunSummary | null; isolation?: IsolationSummary | null };
+type Row = PolicySummary & { capacity?: CapacityResult | null; cache?: CacheRunSummary | null; isolation?: IsolationSummary | null; speculative?: SpecSummary | null };
 
 export function summaryTable(rows: readonly Row[], o: TableOptions = {}): string {
   const withAttainment = rows.some((r) => r.attainment !== null && r.attainment !== undefined);
@@ -144,6 +145,31 @@ export function isolationLines(rows: readonly Row[]): string {
         `TTFT p50/p99 ms ${ms(i.ttft_ms_shared, 'p50')}/${ms(i.ttft_ms_shared, 'p99')} → ${ms(r.ttft_ms, 'p50')}/${ms(r.ttft_ms, 'p99')}; ` +
         `busy GPU-s ${i.busy_gpu_seconds_shared.toFixed(1)} → ${r.busy_gpu_seconds.toFixed(1)}${cap}`,
     );
+  }
+  return out.length > 0 ? out.join('\n') + '\n' : '';
+}
+
+/** Per policy (runs with --spec-mode): what the speculative cascade did and cost. */
+export function specLines(rows: readonly Row[]): string {
+  const out: string[] = [];
+  for (const r of rows) {
+    const s = r.speculative;
+    if (!s) continue;
+    const a = s.spec_acceptance_rate === null ? '–' : s.spec_acceptance_rate.toFixed(3);
+    const cost = s.cost_per_million_output_tokens === null ? '–' : `$${s.cost_per_million_output_tokens.toFixed(2)}`;
+    const perTok = s.target_gpu_ms_per_output_token === null ? '–' : s.target_gpu_ms_per_output_token.toFixed(2);
+    let line =
+      `${r.name}: speculation ${s.mode}: ${s.cascade_requests} requests through the cascade, ${s.plain_requests} sent to the target alone${s.draft_refused > 0 ? ` (and ${s.draft_refused} too long for the draft's context)` : ''}, ${s.rounds} rounds; ` +
+      `α̂ ${a}, ${(s.tokens_from_draft_fraction * 100).toFixed(1)}% of output tokens from the draft, mean k ${s.mean_k.toFixed(2)}; ` +
+      `busy GPU-s target ${s.target_gpu_seconds.toFixed(1)} ($${s.gpu_hour_cost.target}/h) + draft ${s.draft_gpu_seconds.toFixed(1)} ($${s.gpu_hour_cost.draft}/h) → ${cost} per million output tokens; ` +
+      `target GPU-ms per output token ${perTok}; TPOT p50/p99 ${ms(r.tpot_ms, 'p50')}/${ms(r.tpot_ms, 'p99')} ms, E2E p99 ${ms(r.e2e_ms, 'p99')} ms`;
+    const st = s.settle;
+    if (st) {
+      line +=
+        `; acceptance ${st.alpha_before} → ${st.alpha_after} at ${st.shift_at_s} s: mean k ${st.mean_k_before ?? '–'} before, ${st.mean_k_after ?? '–'} after, ` +
+        `settled ${st.settled_after_s === null ? 'never' : `${st.settled_after_s} s after the shift`}`;
+    }
+    out.push(line);
   }
   return out.length > 0 ? out.join('\n') + '\n' : '';
 }

@@ -12,7 +12,8 @@ import { createProgressBar, type ProgressBar } from '../bench/progress.js';
 import { renderReport } from '../bench/report.js';
 import { checkPolicies, GPU_HOUR_COST, runBench } from '../bench/run.js';
 import { describeSlo } from '../bench/slo.js';
-import { cacheLines, isolationLines, priorityLines, summaryTable } from '../bench/table.js';
+import { parseAcceptance, parseAcceptanceShift, parseSpecMode, specModeName, type BenchSpecOptions, type SpecAcceptance } from '../bench/spec.js';
+import { cacheLines, isolationLines, priorityLines, specLines, summaryTable } from '../bench/table.js';
 import { parsePriorityMix } from '../admission/classes.js';
 import { ADMISSION_DEFAULTS } from '../admission/controller.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
@@ -118,6 +119,39 @@ Tenant isolation:
   --tenants N             reassign requests to N tenants (a session's turns stay together), as when
                           N customers send the same application's prompts (default: the workload's)
 
+Speculative cascade (docs/speculative.md):
+  --spec-mode MODE        run the gateway's speculative cascade in the simulation: the workers above
+                          are the target pool, a draft pool of --draft-workers proposes tokens, and
+                          each round is the live cascade's own code (src/speculative/rounds.ts) on
+                          the virtual clock: the controller picks k, the draft engine generates k
+                          tokens, the target engine verifies them in one prefill-only pass (queued
+                          and batched with the other traffic on it), acceptance, correction or
+                          bonus token. Requests are temperature-0 completions; the output is the
+                          target's exactly. MODE is one of:
+                            target-only   no cascade: every request on the target pool (the draft
+                                          pool stays idle), the baseline for the figures below
+                            fixed:K       K draft tokens every round (K from 1 to 16)
+                            adaptive      the adaptive controller (k per round, off when
+                                          speculation does not pay, re-probes), pricing draft
+                                          and target GPU time at their GPUs' hourly prices
+                          Adds per policy 'speculative' to the JSON (target_gpu_seconds,
+                          draft_gpu_seconds, spec_acceptance_rate, tokens_from_draft_fraction,
+                          mean_k, cost_per_million_output_tokens of both pools' busy GPU time) and
+                          a line per policy to the table. Not with --cache on
+  --spec-acceptance A     the draft's per-token acceptance rate α, 0 ≤ A ≤ 1 (needed by fixed:K and
+                          adaptive, unless --spec-acceptance-shift)
+  --spec-acceptance-shift A1:A2@SECONDS
+                          α = A1 until SECONDS of virtual time, A2 after (e.g. 0.8:0.3@60); the
+                          line and JSON then say when the controller settled after the shift
+  --draft-model NAME      the draft's model profile (needed by fixed:K and adaptive; known: as --model)
+  --draft-quant Q         the draft's weight dtype: bf16, fp8, int4 (default bf16)
+  --draft-gpu NAME        the draft workers' GPU (default: --gpu); one GPU per draft worker
+  --draft-workers N       draft workers (default 1)
+  --spec-verify-cache on|off
+                          off (default): a verification pass recomputes the whole context, as vLLM
+                          V1 does for a prompt_logprobs request; on: it reuses the target's prefix
+                          cache, as an engine whose scoring path does (a what-if)
+
 Capacity at SLO:
   --capacity              find each policy's capacity: the highest --rate-scale at which at least
                           --attainment of the requests meet the SLO. Brackets by doubling or halving
@@ -185,6 +219,14 @@ const OPTIONS = {
   attainment: { type: 'string' },
   'max-probes': { type: 'string' },
   'gpu-hour-cost': { type: 'string' },
+  'spec-mode': { type: 'string' },
+  'spec-acceptance': { type: 'string' },
+  'spec-acceptance-shift': { type: 'string' },
+  'draft-model': { type: 'string' },
+  'draft-quant': { type: 'string' },
+  'draft-gpu': { type: 'string' },
+  'draft-workers': { type: 'string' },
+  'spec-verify-cache': { type: 'string' },
   json: { type: 'string' },
   report: { type: 'string' },
   'omit-wall-time': { type: 'boolean' },
@@ -195,6 +237,45 @@ const OPTIONS = {
 } as const;
 
 class UsageError extends Error {}
+
+const SPEC_FLAGS = ['spec-acceptance', 'spec-acceptance-shift', 'draft-model', 'draft-quant', 'draft-gpu', 'draft-workers', 'spec-verify-cache'] as const;
+
+/**
+ * The speculative cascade's flags → the bench's options (undefined without --spec-mode). Throws
+ * UsageError naming the flag on any bad value or combination.
+ */
+export function parseSpecFlags(v: Partial<Record<'spec-mode' | (typeof SPEC_FLAGS)[number] | 'gpu', string>>): BenchSpecOptions | undefined {
+  if (v['spec-mode'] === undefined) {
+    const given = SPEC_FLAGS.filter((f) => v[f] !== undefined);
+    if (given.length > 0) throw new UsageError(`--${given[0]} applies to --spec-mode only`);
+    return undefined;
+  }
+  const wrap = <T>(flag: string, f: () => T): T => {
+    try {
+      return f();
+    } catch (e) {
+      throw new UsageError(`--${flag} ${(e as Error).message}`);
+    }
+  };
+  const mode = wrap('spec-mode', () => parseSpecMode(v['spec-mode']!));
+  if (v['spec-acceptance'] !== undefined && v['spec-acceptance-shift'] !== undefined) throw new UsageError('give --spec-acceptance or --spec-acceptance-shift, not both');
+  let acceptance: SpecAcceptance | undefined;
+  if (v['spec-acceptance'] !== undefined) acceptance = wrap('spec-acceptance', () => parseAcceptance(v['spec-acceptance']!));
+  if (v['spec-acceptance-shift'] !== undefined) acceptance = wrap('spec-acceptance-shift', () => parseAcceptanceShift(v['spec-acceptance-shift']!));
+  const speculating = mode.kind !== 'target-only';
+  if (speculating && acceptance === undefined) throw new UsageError(`--spec-mode ${v['spec-mode']} needs the draft's acceptance: --spec-acceptance A or --spec-acceptance-shift A1:A2@SECONDS`);
+  if (speculating && v['draft-model'] === undefined) throw new UsageError(`--spec-mode ${v['spec-mode']} needs --draft-model NAME (known: ${listModels().map((m) => m.name).join(', ')})`);
+  const draftModel = v['draft-model'] ?? 'llama-3.1-8b';
+  if (!listModels().some((m) => m.name === draftModel)) throw new UsageError(`unknown --draft-model '${draftModel}' (known: ${listModels().map((m) => m.name).join(', ')})`);
+  const draftQuant = v['draft-quant'] ?? 'bf16';
+  if (draftQuant !== 'bf16' && draftQuant !== 'fp8' && draftQuant !== 'int4') throw new UsageError(`--draft-quant must be bf16, fp8 or int4, got '${draftQuant}'`);
+  const draftGpu = (v['draft-gpu'] ?? v.gpu ?? 'h100').toLowerCase();
+  if (!listGpus().some((g) => g.name === draftGpu)) throw new UsageError(`unknown --draft-gpu '${v['draft-gpu']}' (known: ${listGpus().map((g) => g.name).join(', ')})`);
+  const draftWorkers = intFlag(v['draft-workers'], 'draft-workers', 1) ?? 1;
+  const vc = v['spec-verify-cache'];
+  if (vc !== undefined && vc !== 'on' && vc !== 'off') throw new UsageError(`--spec-verify-cache must be on or off, got '${vc}'`);
+  return { mode, acceptance: acceptance ?? 0, draftModel, draftQuant, draftGpu, draftWorkers, verifyPrefixCache: vc === 'on' };
+}
 
 /**
  * `--set kvgate.spillRelative=0.5` → { kvgate: { spillRelative: '0.5' } }. Values stay strings:
@@ -411,6 +492,8 @@ export async function run(argv: string[]): Promise<number> {
     if (sl !== undefined && sl !== 'on' && sl !== 'off') throw new UsageError(`--share-load must be on or off, got '${sl}'`);
     if (sl !== undefined && rs !== 'on') throw new UsageError('--share-load applies to --replica-sharing on only');
     if (replicaCount !== undefined && replicaCount > 1 && admissionOn) throw new UsageError('--replicas above 1 is not simulated with --admission on');
+    const speculative = parseSpecFlags(v);
+    if (speculative && cacheOn) throw new UsageError('--spec-mode is not simulated with --cache on');
     opts = {
       source,
       policies,
@@ -435,6 +518,7 @@ export async function run(argv: string[]): Promise<number> {
       kvAdmission,
       priorityMix,
       byPriority: v.admission !== undefined || priorityMix !== undefined,
+      speculative,
       replicas: replicaCount !== undefined ? { count: replicaCount, sharing: rs === 'on', sharingDelayMs: sharingDelayMs ?? 0, shareLoad: sl === 'on' } : undefined,
     };
   } catch (e) {
@@ -463,7 +547,8 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(
       `kvgate bench: ${source.name}, ${opts.workers}× ${opts.gpu}${(opts.tp ?? 1) > 1 ? ` tp${opts.tp}` : ''} ${opts.model}, seed ${opts.seed}` +
         `${opts.rateScale !== 1 ? `, rate ×${opts.rateScale}` : ''}${opts.limit ? `, limit ${opts.limit}` : ''}` +
-        `${opts.replicas ? `, ${opts.replicas.count} replica(s), sharing ${opts.replicas.sharing ? `on (${opts.replicas.sharingDelayMs} ms${opts.replicas.shareLoad ? ', load too' : ''})` : 'off'}` : ''}\n`,
+        `${opts.replicas ? `, ${opts.replicas.count} replica(s), sharing ${opts.replicas.sharing ? `on (${opts.replicas.sharingDelayMs} ms${opts.replicas.shareLoad ? ', load too' : ''})` : 'off'}` : ''}` +
+        `${opts.speculative ? `, speculation ${specModeName(opts.speculative.mode)} with ${opts.speculative.draftWorkers}× ${opts.speculative.draftGpu} ${opts.speculative.draftModel} ${opts.speculative.draftQuant} draft(s)` : ''}\n`,
     );
   }
   const wallStart = performance.now();
@@ -487,6 +572,8 @@ export async function run(argv: string[]): Promise<number> {
     if (pl) process.stdout.write('\n' + pl);
     const il = isolationLines(out.results.policies);
     if (il) process.stdout.write('\n' + il);
+    const sl = specLines(out.results.policies);
+    if (sl) process.stdout.write('\n' + sl);
     const c = out.results.capacity;
     if (c) {
       process.stdout.write(

@@ -15,6 +15,11 @@ export interface GpuProfile {
   peakFlops: number;
   /** Per-direction GPU-to-GPU bandwidth used by tensor-parallel all-reduces, bytes/s. */
   linkBandwidth: number;
+  /**
+   * On-demand price of one GPU for one hour, US$: what `kvgate bench` charges a GPU-second at
+   * (cost per million output tokens). Sources and assumptions beside each profile in profiles.ts.
+   */
+  hourlyUsd: number;
 }
 
 export interface ModelProfile {

@@ -47,6 +47,12 @@
  *   others' indexes after the sharing delay (a share event), and with shareLoad its in-flight
  *   accounting (dispatch, first token, end) the others' WorkerStates.
  *
+ * - speculative cascade (optional, `speculative`) — src/sim/cascade-sim.ts: a draft pool of its own
+ *   engines beside the workers (the target pool); a routed request asks the gateway's cascade
+ *   controller for its first k and runs the live cascade's rounds (src/speculative/rounds.ts) as
+ *   draft and verification requests on the engines, as call events on this queue; its first token
+ *   and finish are recorded like a plain request's. A first k of 0 leaves it to the plain path.
+ *
  * Metrics follow vLLM's benchmark_serving.py. The engine runs with emitTokens off, so there are no
  * per-token events: TTFT and E2E come from the step in which the first token / last token appeared;
  * TPOT = (E2E − TTFT)/(output − 1); ITL samples are step durations, each counted once per sequence
@@ -55,7 +61,7 @@
  * it still shows in that request's TPOT.
  */
 import { Engine } from '../engine/engine.js';
-import type { EngineConfig, EngineStats, StepResult, TokenContext } from '../engine/types.js';
+import type { EngineConfig, EngineRequest, EngineStats, FinishedOutput, StepResult, TokenContext } from '../engine/types.js';
 import { KvEventMapper } from '../fleet/kv-events-mapper.js';
 import { WorkerState, type MetricsSnapshot } from '../fleet/worker-state.js';
 import type { Tenant } from '../admission/tenants.js';
@@ -70,6 +76,7 @@ import type { BenchRequest } from '../workload/types.js';
 import { VirtualClock } from '../util/clock.js';
 import { seededRng } from '../util/rng.js';
 import { RequestState } from '../util/state.js';
+import { SimCascade, type SimSpecResult, type SimSpeculation } from './cascade-sim.js';
 import { EventQueue } from './des-queue.js';
 import { connectReplicas, deliver, replicaOf, type ReplicaOptions, type SharedKnowledge } from './replicas.js';
 import { classOfVllmPriority, CLASS_RANK, DEFAULT_VLLM_PRIORITY, type VllmPriorityMap } from '../admission/classes.js';
@@ -138,6 +145,12 @@ export interface FleetSimOptions {
    * Not combined with `admission` (its controller would see one replica's accounting only).
    */
   replicas?: ReplicaOptions;
+  /**
+   * The speculative cascade (src/sim/cascade-sim.ts): a draft pool beside the workers (the target
+   * pool), and the live cascade's round logic and controller in virtual time. Each call to a
+   * worker is delayed by `overheadMs` each way. Not combined with `cache`.
+   */
+  speculative?: SimSpeculation;
 }
 
 export interface WorkerResult {
@@ -197,6 +210,8 @@ export interface SimResult {
   };
   /** Response-cache counts (null or absent without a cache). */
   cache?: SimCacheCounts | null;
+  /** What the speculative cascade did (absent without `speculative`). */
+  speculative?: SimSpecResult;
   /** Step durations (ms) and the number of decode tokens each produced: weighted ITL samples. */
   itl: { durationMs: number[]; weight: number[] };
   firstArrivalMs: number;
@@ -219,6 +234,7 @@ const enum Kind {
   AdmissionTimer,
   Share,
   ShareLoad,
+  Call,
 }
 
 type SimEvent =
@@ -230,7 +246,8 @@ type SimEvent =
   | { k: Kind.KvSample }
   | { k: Kind.AdmissionTimer }
   | { k: Kind.Share; share: SharedKnowledge }
-  | { k: Kind.ShareLoad; apply: () => void };
+  | { k: Kind.ShareLoad; apply: () => void }
+  | { k: Kind.Call; fn: () => void };
 
 /** Every simulated request asks for the cache's default behaviour (no Cache-Control). */
 const NO_CACHE_CONTROL = { noStore: false, noCache: false, maxAgeS: null };
@@ -432,6 +449,38 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   let busyCount = 0;
   let pendingDispatch = 0;
 
+  // ---- speculative cascade ----
+  if (opts.speculative && opts.cache) throw new Error('the speculative cascade is not simulated with the response cache');
+  const cascade = opts.speculative
+    ? new SimCascade(
+        opts.speculative,
+        {
+          model,
+          callDelayMs: overhead,
+          cacheSalt: (req) => (isolate ? saltOf(req) : undefined),
+          now: () => clock.now(),
+          at: (t, fn) => q.push(t, { k: Kind.Call, fn }),
+          submitTarget: (w, req) => submit(w, req, clock.now()),
+          firstToken: (idx) => {
+            const now = clock.now();
+            firstTokenOf.set(idx, now);
+            trace?.({ type: 'firstToken', t: now, id: String(idx) });
+            routerOf(idx).firstToken(String(idx));
+            if (shareLoad) mirrorLoad(replicaOf(idx, nReplicas), workerOfRun.get(idx)!, (s) => s.firstToken(String(idx), clock.now()));
+          },
+          finish: (idx, w, f) => {
+            workerOfRun.delete(idx);
+            finishOne(w, f, clock.now());
+            admission?.pump();
+          },
+          targetState: (idx, w) => replicas[replicaOf(idx, nReplicas)]!.states[w]!,
+        },
+        opts.seed,
+      )
+    : null;
+  /** Target worker of each request running the cascade. */
+  const workerOfRun = new Map<number, number>();
+
   /** Request `idx` is done (finished or refused) at `now`: schedule its session's next turn. */
   const followUp = (idx: number, now: number) => {
     const next = nextOf.get(idx);
@@ -551,8 +600,13 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   };
 
   const dispatch = (w: number, idx: number, req: BenchRequest, now: number) => {
+    if (cascade) {
+      workerOfRun.set(idx, w);
+      if (cascade.start(idx, w, req)) return;
+      workerOfRun.delete(idx);
+    }
     const seed = req.outputSeed;
-    engines[w]!.add({
+    submit(w, {
       id: String(idx),
       prompt: req.promptTokens,
       maxTokens: req.maxTokens,
@@ -560,7 +614,12 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       ignoreEos: true,
       priority: req.priority ?? 0,
       ...(isolate ? { cacheSalt: saltOf(req) } : {}),
-    });
+    }, now);
+  };
+
+  /** Queue an engine request on worker w. */
+  const submit = (w: number, req: EngineRequest, now: number) => {
+    engines[w]!.add(req);
     // An idle worker starts its next step as an event at this instant, after every other arrival
     // of the same instant: requests that arrive together are batched together.
     if (!busy[w]) {
@@ -660,6 +719,10 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       }
     }
     for (const id of res.firstTokens) {
+      if (cascade?.owns(id)) {
+        cascade.targetFirstToken(id);
+        continue;
+      }
       firstTokenOf.set(Number(id), now);
       const lf = leading.get(Number(id));
       if (lf) lf.firstToken = now;
@@ -672,43 +735,49 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       out.itl.weight.push(res.decodeTokens);
     }
     for (const f of res.finished) {
-      const idx = Number(f.id);
-      const c = out.completed;
-      c.arrival.push(arrivalOf.get(idx)!);
-      c.firstToken.push(firstTokenOf.get(idx) ?? now);
-      c.finish.push(now);
-      c.promptTokens.push(f.promptTokens);
-      c.outputTokens.push(f.outputTokens);
-      c.cachedTokens.push(f.cachedPromptTokens);
-      c.worker.push(w);
-      c.fromCache!.push(0);
-      c.cls!.push(clsOf.get(idx) ?? 1);
-      forget(idx);
-      const first = firstTokenOf.get(idx) ?? now;
-      arrivalOf.delete(idx);
-      firstTokenOf.delete(idx);
-      // A cache hit may have been answered (overheadMs) later than this.
-      if (!(now <= out.lastFinishMs)) out.lastFinishMs = now;
-      trace?.({ type: 'complete', t: now, id: f.id, ok: f.reason !== 'abort' });
-      routerOf(idx).complete(f.id, f.reason !== 'abort');
-      if (shareLoad) mirrorLoad(replicaOf(idx, nReplicas), w, (s) => s.end(f.id));
-      followUp(idx, now);
-      if (cache) {
-        const req = requestOf.get(idx);
-        requestOf.delete(idx);
-        const fl = flightOf(idx);
-        if (fl && req) {
-          if (f.reason !== 'abort' && cache.fillNow(fl.plan, answerEntry(fl, req, idx, f.outputTokens)) === 'stored') out.cache!.stored++;
-          for (const x of fl.followers) {
-            record(x.idx, x.arrival, Math.max(x.arrival, first), now, x.req, f.outputTokens, 0, -1, 2);
-            followUp(x.idx, now);
-          }
-        }
-      }
+      if (cascade?.owns(f.id)) cascade.targetFinished(f, now);
+      else finishOne(w, f, now);
     }
     startStep(w, now);
     // Requests ended: queued ones may start now.
     if (admission && res.finished.length > 0) admission.pump();
+  };
+
+  /** Request f.id finished on worker w at `now`: record it, tell the router, follow up. */
+  const finishOne = (w: number, f: FinishedOutput, now: number) => {
+    const idx = Number(f.id);
+    const c = out.completed;
+    c.arrival.push(arrivalOf.get(idx)!);
+    c.firstToken.push(firstTokenOf.get(idx) ?? now);
+    c.finish.push(now);
+    c.promptTokens.push(f.promptTokens);
+    c.outputTokens.push(f.outputTokens);
+    c.cachedTokens.push(f.cachedPromptTokens);
+    c.worker.push(w);
+    c.fromCache!.push(0);
+    c.cls!.push(clsOf.get(idx) ?? 1);
+    forget(idx);
+    const first = firstTokenOf.get(idx) ?? now;
+    arrivalOf.delete(idx);
+    firstTokenOf.delete(idx);
+    // A cache hit may have been answered (overheadMs) later than this.
+    if (!(now <= out.lastFinishMs)) out.lastFinishMs = now;
+    trace?.({ type: 'complete', t: now, id: f.id, ok: f.reason !== 'abort' });
+    routerOf(idx).complete(f.id, f.reason !== 'abort');
+    if (shareLoad) mirrorLoad(replicaOf(idx, nReplicas), w, (s) => s.end(f.id));
+    followUp(idx, now);
+    if (cache) {
+      const req = requestOf.get(idx);
+      requestOf.delete(idx);
+      const fl = flightOf(idx);
+      if (fl && req) {
+        if (f.reason !== 'abort' && cache.fillNow(fl.plan, answerEntry(fl, req, idx, f.outputTokens)) === 'stored') out.cache!.stored++;
+        for (const x of fl.followers) {
+          record(x.idx, x.arrival, Math.max(x.arrival, first), now, x.req, f.outputTokens, 0, -1, 2);
+          followUp(x.idx, now);
+        }
+      }
+    }
   };
 
   const scrape = (now: number) => {
@@ -742,7 +811,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       next = it.next();
       if (opts.onProgress && idx % progressEvery === 0) opts.onProgress(idx, clock.now());
     } else {
-      if (next.done && busyCount === 0 && pendingDispatch === 0 && pendingTurns === 0 && (admission?.queueDepth() ?? 0) === 0) break;
+      if (next.done && busyCount === 0 && pendingDispatch === 0 && pendingTurns === 0 && (admission?.queueDepth() ?? 0) === 0 && (cascade?.pending ?? 0) === 0) break;
       const e = q.pop();
       if (!e) break;
       clock.set(e.t);
@@ -772,6 +841,9 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
           break;
         case Kind.ShareLoad:
           ev.apply();
+          break;
+        case Kind.Call:
+          ev.fn();
           break;
         case Kind.AdmissionTimer:
           // A queue deadline: expire what is due (and admit what now fits).
@@ -804,6 +876,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     };
   });
   out.events = events;
+  if (cascade) out.speculative = cascade.result();
   if (cache && out.cache) {
     const store = cache.store as { lru?: { evictions: number } };
     out.cache.evictions = store.lru?.evictions ?? 0;

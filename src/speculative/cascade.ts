@@ -38,11 +38,11 @@ import type { Clock } from '../util/clock.js';
 import { seededRng, type Rng } from '../util/rng.js';
 import { RequestState } from '../util/state.js';
 import type { AcceptanceTracker } from './acceptance.js';
-import type { KChooser, RoundContext } from './controller.js';
+import type { Decision, KChooser } from './controller.js';
 import type { SpecMetrics } from './metrics.js';
 import { OutputText, ResponseWriter } from './output.js';
 import { contentClass, planRequest, type Plan } from './plan.js';
-import { processDist, verifyRound, type DraftPosition } from './sampling.js';
+import { CascadeRounds, firstDecision, leastLoaded, type DraftProposal, type Verification } from './rounds.js';
 import { parseDraft, parseVerification, postJson, streamCompletion, WorkerCallError, type CallTarget, type WorkerPools } from './worker-calls.js';
 
 /** One cascade model, resolved from the config. */
@@ -106,7 +106,7 @@ async function serve(deps: CascadeDeps, cm: CascadeModel, ctx: RequestContext): 
   if (!draftRoute.ok) return plain('no_draft_worker');
   const targets = ctx.candidates.filter((w) => w.pool === cm.targetPool);
   // The first round's decision is taken against the least loaded target (the pick comes after).
-  const first = deps.controller.chooseK(roundContext(deps, cm.model, cls, leastLoaded(targets), true, false));
+  const first = firstDecision(deps.controller, cm.model, cls, leastLoaded(targets), deps.tpotBudgetMs);
   if (first.k <= 0) {
     deps.router.complete(`${ctx.id}/draft`, false);
     return plain(`controller_${first.reason}`);
@@ -116,24 +116,8 @@ async function serve(deps: CascadeDeps, cm: CascadeModel, ctx: RequestContext): 
     deps.router.complete(`${ctx.id}/draft`, false);
     return plain('no_target_worker');
   }
-  const run = new CascadeRun(deps, cm, ctx, planned.plan, cls, first.k, first.reason === 'probe', draftRoute.decision, targetRoute.decision);
+  const run = new CascadeRun(deps, cm, ctx, planned.plan, cls, first, draftRoute.decision, targetRoute.decision);
   return run.run();
-}
-
-function roundContext(deps: CascadeDeps, model: string, cls: string, target: WorkerState | null, firstRound: boolean, probing: boolean): RoundContext {
-  const s = target?.snapshot ?? null;
-  // Between scrapes, the gateway's own in-flight count is the better lower bound on running.
-  const targetLoad = target ? { running: Math.max(s?.running ?? 0, target.inflightCount), waiting: s?.waiting ?? 0 } : null;
-  return { model, cls, targetLoad, tpotBudgetMs: deps.tpotBudgetMs, firstRound, probing };
-}
-
-function leastLoaded(ws: readonly WorkerState[]): WorkerState | null {
-  let best: WorkerState | null = null;
-  for (const w of ws) {
-    if (!w.healthy || w.circuitOpen) continue;
-    if (!best || w.inflightCount < best.inflightCount) best = w;
-  }
-  return best;
 }
 
 /** One request's cascade. */
@@ -144,11 +128,8 @@ class CascadeRun {
   private writer!: ResponseWriter;
   private draft: WorkerState | null;
   private readonly target: WorkerState;
-  private rounds = 0;
-  private proposed = 0;
-  private accepted = 0;
-  private fromDraft = 0;
-  private fromTarget = 0;
+  /** The round logic, shared with the fleet simulation (rounds.ts); set once the prompt is known. */
+  private r: CascadeRounds | null = null;
   private firstByte = false;
 
   constructor(
@@ -157,8 +138,7 @@ class CascadeRun {
     private readonly ctx: RequestContext,
     private readonly plan: Plan,
     private readonly cls: string,
-    private k: number,
-    private readonly probing: boolean,
+    private readonly first: Decision,
     draftDecision: RouteDecision,
     private readonly targetDecision: RouteDecision,
   ) {
@@ -223,18 +203,19 @@ class CascadeRun {
       ctx.abortUpstream = null;
       if (this.draft) deps.router.complete(`${ctx.id}/draft`, ok);
       deps.router.complete(`${ctx.id}/target`, ok);
-      if (this.rounds > 0) {
-        deps.metrics.roundsPerRequest.labels(cm.model).observe(this.rounds);
-        deps.metrics.tokens.labels(cm.model, 'draft').inc(this.fromDraft);
-        deps.metrics.tokens.labels(cm.model, 'target').inc(this.fromTarget);
+      const r = this.r;
+      if (r && r.rounds > 0) {
+        deps.metrics.roundsPerRequest.labels(cm.model).observe(r.rounds);
+        deps.metrics.tokens.labels(cm.model, 'draft').inc(r.fromDraft);
+        deps.metrics.tokens.labels(cm.model, 'target').inc(r.fromTarget);
       }
       ctx.logFields = {
         ...ctx.logFields,
         speculative: 'cascade',
         draftWorker: headers['x-kvgate-draft-worker']!,
-        rounds: this.rounds,
-        proposed: this.proposed,
-        accepted: this.accepted,
+        rounds: r?.rounds ?? 0,
+        proposed: r?.proposed ?? 0,
+        accepted: r?.accepted ?? 0,
       };
     }
   }
@@ -257,30 +238,41 @@ class CascadeRun {
 
   /** Rounds until the output is complete. 'plain': nothing was sent, hand the request to the relay. */
   private async generate(promptIds: number[]): Promise<'done' | 'plain' | 'failed'> {
-    const { ctx, deps, cm, out, plan } = this;
-    const context = promptIds;
-    while (!out.finished) {
+    const { ctx, deps, cm, plan } = this;
+    const r = (this.r = new CascadeRounds({
+      model: cm.model,
+      cls: this.cls,
+      controller: deps.controller,
+      tracker: deps.tracker,
+      params: plan.params,
+      rng: this.rng,
+      out: this.out,
+      context: promptIds,
+      first: this.first,
+      tpotBudgetMs: deps.tpotBudgetMs,
+    }));
+    while (!this.out.finished) {
       if (ctx.aborted) return this.aborted();
       if (deps.clock.now() >= ctx.deadlineAt) return this.fail(errors.deadline('the request deadline passed during speculative generation'));
-      if (this.rounds > 0) {
-        // Each later round asks the controller again; 0 hands the rest to the target alone.
-        const d = deps.controller.chooseK(roundContext(deps, cm.model, this.cls, this.target, false, this.probing));
-        this.k = d.k;
-        if (d.k <= 0) {
+      const step = r.plan(this.target);
+      if (step.kind === 'done') break;
+      if (step.kind === 'target-only') {
+        if (step.stopped) {
+          // The controller stopped speculating for this request: release the draft worker.
           deps.metrics.k.labels(cm.model).observe(0);
           this.releaseDraft();
         }
+        return this.targetOnly(r.context);
       }
-      if (!this.draft) return this.targetOnly(context);
-      const k = Math.min(this.k, out.remaining - 1);
-      deps.metrics.k.labels(cm.model).observe(Math.max(0, k));
+      const k = step.k;
+      deps.metrics.k.labels(cm.model).observe(k);
       // 1. Draft.
-      let proposal = { tokens: [] as number[], candidates: [] as Array<Map<number, number>>, finishReason: null as string | null };
+      let proposal: DraftProposal = { tokens: [], candidates: [], finishReason: null };
       let draftMs: number | null = null;
       if (k > 0) {
         try {
           const t0 = performance.now();
-          const json = await postJson(this.call(this.draft, 'draft'), '/v1/completions', this.draftBody(context, k), this.signal());
+          const json = await postJson(this.call(this.draft!, 'draft'), '/v1/completions', this.draftBody(r.context, k), this.signal());
           draftMs = performance.now() - t0;
           proposal = parseDraft(json);
           if (proposal.tokens.length > k) throw new WorkerCallError(`draft returned ${proposal.tokens.length} tokens for max_tokens ${k}`, null);
@@ -292,43 +284,22 @@ class CascadeRun {
         this.learnEos(proposal.tokens, proposal.finishReason);
       }
       // 2. Verify.
-      let ver;
+      let ver: Verification;
       try {
         const t0 = performance.now();
-        const json = await postJson(this.call(this.target, 'target'), '/v1/completions', this.verifyBody(context, proposal.tokens), this.signal());
-        deps.controller.observe?.({ model: cm.model, k: proposal.tokens.length > 0 ? k : 0, draftMs, verifyMs: performance.now() - t0 });
-        ver = parseVerification(json, context.length, proposal.tokens.length);
+        const json = await postJson(this.call(this.target, 'target'), '/v1/completions', this.verifyBody(r.context, proposal.tokens), this.signal());
+        r.timing(proposal.tokens.length > 0 ? k : 0, draftMs, performance.now() - t0);
+        ver = parseVerification(json, r.context.length, proposal.tokens.length);
       } catch (e) {
         if (ctx.aborted) return this.aborted();
         return this.targetFailure(e);
       }
       this.learnEos([ver.next.token], ver.next.finishReason);
-      // 3. Accept.
-      const positions: DraftPosition[] = proposal.tokens.map((token, i) => ({
-        token,
-        q: plan.params.temperature === 0 ? EMPTY : processDist(proposal.candidates[i]!, plan.params),
-        p: plan.params.temperature === 0 ? EMPTY : processDist(ver.positions[i]!.raw, plan.params),
-        targetArgmax: ver.positions[i]!.argmax,
-      }));
-      const verdict = verifyRound(positions, ver.next.token, plan.params, this.rng);
-      const ids = proposal.tokens.slice(0, verdict.accepted);
-      const texts = ids.map((t, i) => ver.positions[i]!.text.get(t) ?? '');
-      if (verdict.next !== null) {
-        ids.push(verdict.next);
-        texts.push(verdict.nextKind === 'bonus' ? ver.next.text : (ver.positions[verdict.accepted]!.text.get(verdict.next) ?? ''));
-      }
-      const taken = out.append(ids, texts);
-      context.push(...ids.slice(0, taken));
-      const fromDraft = Math.min(taken, verdict.accepted);
-      this.rounds++;
-      this.proposed += proposal.tokens.length;
-      this.accepted += verdict.accepted;
-      this.fromDraft += fromDraft;
-      this.fromTarget += taken - fromDraft;
+      // 3. Accept (rounds.ts).
+      const o = r.settle(proposal, ver);
       deps.metrics.rounds.labels(cm.model).inc();
-      deps.metrics.draftTokens.labels(cm.model, this.cls).inc(proposal.tokens.length);
-      deps.metrics.acceptedTokens.labels(cm.model, this.cls).inc(verdict.accepted);
-      deps.tracker.observe(cm.model, this.cls, verdict.accepted, verdict.accepted < proposal.tokens.length);
+      deps.metrics.draftTokens.labels(cm.model, this.cls).inc(o.proposed);
+      deps.metrics.acceptedTokens.labels(cm.model, this.cls).inc(o.accepted);
       this.progress();
     }
     return this.finish();
@@ -386,6 +357,7 @@ class CascadeRun {
       deps.router.complete(`${ctx.id}/draft`, false);
     }
     this.draft = null;
+    this.r?.dropDraft();
   }
 
   /** Generate the rest on the target with one streamed request, verifying nothing (nothing to verify). */
@@ -410,9 +382,7 @@ class CascadeRun {
       for await (const g of streamCompletion(this.call(this.target, 'target'), body, signal)) {
         if (g.ids.length === 0 && g.finishReason === null) continue;
         this.learnEos(g.ids, g.finishReason);
-        const taken = out.append(g.ids, g.text);
-        this.fromTarget += taken;
-        context.push(...g.ids.slice(0, taken));
+        this.r!.takeTarget(g.ids, g.text);
         if (!out.finished && g.finishReason === 'length') out.finish('length', null);
         if (!out.finished && g.finishReason === 'stop') out.finish('stop', null);
         this.progress();
@@ -509,8 +479,6 @@ class CascadeRun {
     return 'failed';
   }
 }
-
-const EMPTY: Map<number, number> = new Map();
 
 function checkTokens(r: any): number[] {
   const t = r?.tokens;

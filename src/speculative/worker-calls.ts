@@ -14,6 +14,9 @@
  */
 import type { Pool } from 'undici';
 import { Upstreams } from '../fleet/upstreams.js';
+import type { DraftProposal, ScoredPosition, Verification } from './rounds.js';
+
+export type { DraftProposal, ScoredPosition, Verification };
 
 export class WorkerCallError extends Error {
   constructor(
@@ -79,13 +82,6 @@ export function tokenIdOf(name: unknown): number {
   throw new WorkerCallError(`expected a token named 'token_id:<id>' (return_tokens_as_token_ids), got ${JSON.stringify(name)}`, null);
 }
 
-export interface DraftProposal {
-  tokens: number[];
-  /** Raw logprobs of the reported candidates at each position (token id → logprob). */
-  candidates: Array<Map<number, number>>;
-  finishReason: string | null;
-}
-
 /** choices[0] of a draft answer → its tokens and candidates. */
 export function parseDraft(json: any): DraftProposal {
   const c = json?.choices?.[0];
@@ -101,22 +97,6 @@ export function parseDraft(json: any): DraftProposal {
     return m;
   });
   return { tokens, candidates, finishReason: c.finish_reason ?? null };
-}
-
-export interface ScoredPosition {
-  /** token id → raw logprob, over the reported candidates. */
-  raw: Map<number, number>;
-  /** token id → its text as the target decodes it. */
-  text: Map<number, string>;
-  /** The rank-1 token. */
-  argmax: number;
-}
-
-export interface Verification {
-  /** The target's distribution at each draft position, in order. */
-  positions: ScoredPosition[];
-  /** The target's own draw after the last draft token, and its text. */
-  next: { token: number; text: string; finishReason: string | null };
 }
 
 /** choices[0] of a verification answer; `from` is the index of the first draft token in the prompt. */

@@ -1,0 +1,123 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { buildEngineConfig } from '../../src/engine/profiles.js';
+import { createPolicy } from '../../src/scheduler/registry.js';
+import { simulateFleet } from '../../src/sim/fleet-sim.js';
+import type { SimSpeculation } from '../../src/sim/cascade-sim.js';
+import { AcceptanceTracker } from '../../src/speculative/acceptance.js';
+import { AdaptiveK, FixedK, type KChooser } from '../../src/speculative/controller.js';
+import { seededRng } from '../../src/util/rng.js';
+import { answerTokens, fillStream } from '../../src/workload/tokens.js';
+import type { BenchRequest } from '../../src/workload/types.js';
+
+const target = buildEngineConfig({ gpu: 'h100', model: 'llama-3.1-70b', tp: 4, hashSeed: 7, emitTokens: false });
+const draft = buildEngineConfig({ gpu: 'a10g', model: 'llama-3.1-8b', weightDtype: 'int4', hashSeed: 7, emitTokens: false });
+
+/** `n` requests, Poisson at `rate` req/s, prompts of 100–299 tokens, `maxTokens` out. */
+function requests(n: number, rate: number, maxTokens: number, seed = 1): BenchRequest[] {
+  const rng = seededRng(seed);
+  const out: BenchRequest[] = [];
+  let t = 0;
+  for (let i = 0; i < n; i++) {
+    t += (-Math.log(1 - rng()) * 1000) / rate;
+    const len = 100 + Math.floor(rng() * 200);
+    const p = new Int32Array(len);
+    fillStream(p, 0, seed * 7919 + i, len);
+    out.push({ arrivalMs: t, promptTokens: p, maxTokens, outputSeed: seed * 7919 + i });
+  }
+  return out;
+}
+
+function spec(controller: KChooser | null, tracker: AcceptanceTracker, alpha: number | ((t: number) => number), extra: Partial<SimSpeculation> = {}): SimSpeculation {
+  return { draftEngineConfig: draft, draftWorkers: 1, controller, tracker, acceptance: typeof alpha === 'number' ? () => alpha : alpha, ...extra };
+}
+
+describe('the cascade in the fleet simulation', () => {
+  it('at temperature 0 produces exactly the target’s tokens, at every acceptance rate and with a controller that stops mid-request', async () => {
+    for (const alpha of [0, 0.3, 0.7, 1]) {
+      const reqs = requests(40, 2, 37, 3);
+      const tracker = new AcceptanceTracker();
+      const r = await simulateFleet(reqs, {
+        workers: 2,
+        engineConfig: target,
+        policy: createPolicy('round-robin'),
+        seed: 5,
+        model: 'm',
+        speculative: spec(new FixedK(new Map([['m', 3]])), tracker, alpha, { recordOutputs: true }),
+      });
+      const s = r.speculative!;
+      assert.equal(s.cascadeRequests, 40);
+      assert.equal(s.outputs!.size, 40);
+      for (const [idx, toks] of s.outputs!) assert.deepEqual(toks, Array.from(answerTokens(reqs[idx]!.outputSeed, 37)), `α ${alpha}, request ${idx}`);
+      assert.equal(r.completed.arrival.length, 40);
+      assert.ok(r.completed.outputTokens.every((n) => n === 37));
+      // α̂ tracks the configured α (all-or-nothing at 0 and 1).
+      if (alpha === 0) assert.equal(s.accepted, 0);
+      if (alpha === 1) assert.equal(s.accepted, s.tested);
+      if (alpha === 0.7) assert.ok(Math.abs(s.accepted / s.tested - 0.7) < 0.05, `α̂ ${s.accepted / s.tested}`);
+      assert.equal(s.fromDraft, s.accepted === 0 ? 0 : s.fromDraft);
+      assert.equal(s.fromDraft + s.fromTarget, 40 * 37);
+    }
+    // A controller that stops speculating after a few rounds: the rest comes from the target alone.
+    let calls = 0;
+    const stopping: KChooser = { chooseK: () => ({ k: calls++ % 4 === 3 ? 0 : 2, reason: 'test' }) };
+    const reqs = requests(20, 2, 50, 4);
+    const r = await simulateFleet(reqs, {
+      workers: 1,
+      engineConfig: target,
+      policy: createPolicy('round-robin'),
+      seed: 5,
+      model: 'm',
+      speculative: spec(stopping, new AcceptanceTracker(), 0.6, { recordOutputs: true }),
+    });
+    const s = r.speculative!;
+    assert.ok(s.decisions.k.includes(0));
+    for (const [idx, toks] of s.outputs!) assert.deepEqual(toks, Array.from(answerTokens(reqs[idx]!.outputSeed, 50)));
+  });
+
+  it('charges the rounds to the engines: draft time to the draft pool, verification to the target, none to the draft without a cascade', async () => {
+    const reqs = requests(30, 1, 64);
+    const run = (controller: KChooser | null) =>
+      simulateFleet(reqs, { workers: 1, engineConfig: target, policy: createPolicy('round-robin'), seed: 1, model: 'm', speculative: spec(controller, new AcceptanceTracker(), 0.9) });
+    const base = await run(null);
+    const fixed = await run(new FixedK(new Map([['m', 4]])));
+    assert.equal(base.speculative!.draftBusyMs[0], 0);
+    assert.equal(base.speculative!.rounds, 0);
+    assert.ok(fixed.speculative!.draftBusyMs[0]! > 0);
+    // At α 0.9 with k 4 a round yields ~4 tokens for one target pass: the target works far less.
+    assert.ok(fixed.workers[0]!.busyMs < 0.6 * base.workers[0]!.busyMs, `${fixed.workers[0]!.busyMs} vs ${base.workers[0]!.busyMs}`);
+  });
+
+  it('the adaptive controller switches speculation off at a low acceptance rate, and back on after it recovers', async () => {
+    const tracker = new AcceptanceTracker();
+    const controller = new AdaptiveK(tracker, seededRng(9), { draftPrice: 1, targetPrice: 14, targetTokenMs: 17.7 });
+    const reqs = requests(400, 2, 64, 2);
+    // α 0.05 for the first 60 s, 0.9 after.
+    const r = await simulateFleet(reqs, {
+      workers: 2,
+      engineConfig: target,
+      policy: createPolicy('round-robin'),
+      seed: 2,
+      model: 'm',
+      speculative: spec(controller, tracker, (t) => (t < 60_000 ? 0.05 : 0.9)),
+    });
+    const d = r.speculative!.decisions;
+    const share = (from: number, to: number, pred: (k: number, reason: string) => boolean) => {
+      let n = 0;
+      let hit = 0;
+      for (let i = 0; i < d.t.length; i++) {
+        if (d.t[i]! < from || d.t[i]! >= to) continue;
+        n++;
+        if (pred(d.k[i]!, d.reason[i]!)) hit++;
+      }
+      return n > 0 ? hit / n : NaN;
+    };
+    // After the first requests measured α, every decision but a probe's is 'off'.
+    assert.ok(share(20_000, 60_000, (_k, reason) => reason === 'no_gain' || reason === 'probe') === 1);
+    assert.ok(share(20_000, 60_000, (k, reason) => k === 0 && reason === 'no_gain') > 0.2);
+    // The probes (5% of requests, k 2) re-measure α after it recovers and switch speculation back on
+    // (slowly: a few tested tokens per second against a 500-token half-life).
+    assert.ok(share(150_000, Infinity, (k, reason) => k > 0 && reason === 'speculate') > 0.9);
+    assert.equal(r.completed.arrival.length, 400);
+  });
+});
