@@ -26,6 +26,10 @@
  * published before the probe that closed the breaker — cannot reopen a recovered worker. An
  * opening is applied for the cool-down it has left, never longer than the receiver's own
  * cool-down; its own messages are ignored.
+ * The replica that publishes learns its transition's version only from the script's reply, which
+ * may come after an older transition of another replica reached it on the subscriber connection;
+ * if that older one was applied meanwhile, the replica puts its breaker back in its own (newer)
+ * state when the reply comes (`reasserted`).
  *
  * Losing Redis: transitions are not published meanwhile (counted as dropped) and each replica's
  * breakers work from its own outcomes alone; on reconnect the subscriber re-subscribes and the
@@ -122,14 +126,17 @@ export class BreakerChannel {
   /** The newest version known per worker id (applied, published by this replica, or read). */
   private readonly versions = new Map<string, number>();
   private started = false;
+  /** This replica's transitions awaiting their version, per worker, and the newest peer version applied meanwhile. */
+  private readonly pending = new Map<string, { to: 'open' | 'closed'; until: number; peerV: number }>();
   /**
    * published: transitions this replica published; dropped: not published (Redis unavailable);
    * opened / closed: other replicas' transitions applied here; stale: older than what this replica
    * knew; unchanged: applied to a breaker already in that state; unknownWorker: about a worker
    * this replica does not have (or has at another URL); badMessages: malformed; snapshots: reads
-   * of the open breakers on (re)connect.
+   * of the open breakers on (re)connect; reasserted: own transitions put back after an older
+   * peer transition overtook their reply.
    */
-  readonly counts = { published: 0, dropped: 0, opened: 0, closed: 0, stale: 0, unchanged: 0, unknownWorker: 0, badMessages: 0, snapshots: 0 };
+  readonly counts = { published: 0, dropped: 0, opened: 0, closed: 0, stale: 0, unchanged: 0, unknownWorker: 0, badMessages: 0, snapshots: 0, reasserted: 0 };
 
   constructor(private readonly o: BreakerChannelOptions) {
     this.channel = `${o.keyPrefix}breakers`;
@@ -166,13 +173,23 @@ export class BreakerChannel {
       return;
     }
     const ms = to === 'open' ? Math.max(1, Math.round(entry.breaker.openRemainingMs())) : 0;
+    const mine = { to, until: performance.now() + ms, peerV: 0 };
+    this.pending.set(worker.id, mine);
+    const settle = (): boolean => {
+      const current = this.pending.get(worker.id) === mine;
+      if (current) this.pending.delete(worker.id);
+      return current;
+    };
     this.o.link.client.eval(PUBLISH_SCRIPT, 2, this.hashKey, this.versionKey, worker.id, to, String(ms), this.o.replicaId, worker.url, this.channel).then(
       (v) => {
         this.counts.published++;
         const version = Number(v);
         if (version > (this.versions.get(worker.id) ?? 0)) this.versions.set(worker.id, version);
+        // An older transition of another replica was applied while this one awaited its version.
+        if (settle() && mine.peerV > 0 && mine.peerV < version) this.reassert(worker.id, mine);
       },
       () => {
+        settle();
         this.counts.dropped++;
       },
     );
@@ -224,6 +241,8 @@ export class BreakerChannel {
       return;
     }
     this.versions.set(t.w, t.v);
+    const mine = this.pending.get(t.w);
+    if (mine) mine.peerV = Math.max(mine.peerV, t.v);
     const changed = t.s === 'open' ? entry.breaker.applyPeerOpen(t.ms!) : entry.breaker.applyPeerClose();
     if (!changed) {
       this.counts.unchanged++;
@@ -234,7 +253,14 @@ export class BreakerChannel {
     this.o.onApplied?.(t.w, t.s, t.r, t.ms ?? 0);
   }
 
-  /** Workers whose breaker is open here now, with the cool-down left (for /admin/shared). */
+  private reassert(worker: string, mine: { to: 'open' | 'closed'; until: number }): void {
+    const b = this.o.breakerOf(worker)?.breaker;
+    if (!b) return;
+    const changed = mine.to === 'closed' ? b.applyPeerClose() : b.applyPeerOpen(mine.until - performance.now());
+    if (changed) this.counts.reasserted++;
+  }
+
+    /** Workers whose breaker is open here now, with the cool-down left (for /admin/shared). */
   openHere(workers: readonly string[]): Record<string, number> {
     const out: Record<string, number> = {};
     for (const id of workers) {

@@ -174,7 +174,7 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
 
   new Counter({
     name: 'kvgate_shared_breaker_transitions_total',
-    help: 'Circuit-breaker openings and closings shared with other replicas: published by this replica, dropped (Redis unavailable), applied here (opened, closed), or ignored (stale, unchanged, unknown_worker, bad)',
+    help: 'Circuit-breaker openings and closings shared with other replicas: published by this replica, dropped (Redis unavailable), applied here (opened, closed), or ignored (stale, unchanged, unknown_worker, bad); reasserted: own transitions put back after an older one of another replica overtook them',
     labelNames: ['outcome'],
     registers: [d.registry],
     collect() {
@@ -189,6 +189,7 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
       this.inc({ outcome: 'unchanged' }, k.unchanged);
       this.inc({ outcome: 'unknown_worker' }, k.unknownWorker);
       this.inc({ outcome: 'bad' }, k.badMessages);
+      this.inc({ outcome: 'reasserted' }, k.reasserted);
     },
   });
 

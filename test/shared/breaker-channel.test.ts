@@ -178,6 +178,28 @@ describe('breaker channel', { skip }, () => {
     assert.ok(b.breakers.get('w0')!.openRemainingMs() <= 5_000);
   });
 
+  it("an older transition that overtakes the reply to a replica's own does not win", async () => {
+    await closeAll();
+    await raw.flushall();
+    const a = await replica('a5');
+    await subscribers(1);
+    open(a, 'w0');
+    await waitFor(() => a.channel.counts.published === 1);
+    const v1 = JSON.parse((await raw.hget(`${PREFIX}{breakers}`, 'w0'))!).v as number;
+    // Hold a's command connection for 100 ms (a blocking pop on an empty list), so the script
+    // publishing its next transition runs, and replies, only after another replica's older opening
+    // (version v1 + 1, below anything Redis hands out 100 ms later) has reached a's subscriber.
+    const held = a.link.client.blpop(`${PREFIX}nothing`, 0.1).catch(() => undefined);
+    a.breakers.get('w0')!.onSuccess(); // closed here: published behind the pop
+    await raw.publish(`${PREFIX}breakers`, JSON.stringify({ v: v1 + 1, r: 'x', w: 'w0', u: URLS.w0, s: 'open', ms: 4_000, until: 1 }));
+    await waitFor(() => a.channel.counts.opened === 1, 1_000);
+    assert.equal(a.breakers.get('w0')!.state, 'open', 'the older opening, applied before the closing had a version');
+    await held;
+    await waitFor(() => a.channel.counts.published === 2, 1_000);
+    assert.equal(a.breakers.get('w0')!.state, 'closed', 'its own closing is newer: put back');
+    assert.equal(a.channel.counts.reasserted, 1);
+  });
+
   it('a replica started later learns the breakers already open from the hash', async () => {
     await closeAll();
     await raw.flushall();
