@@ -167,6 +167,7 @@ describe('gateway replicas sharing circuit breakers through Redis', { skip }, ()
   let redis: RedisServer;
   let sims: SimWorker[];
   let bad: Awaited<ReturnType<typeof faultyWorker>>;
+  let extra: Record<string, unknown>;
   let a: { gw: Gateway; url: string };
   let b: { gw: Gateway; url: string };
   const metric = async (url: string, name: string, labels: Record<string, string> = {}) =>
@@ -179,7 +180,7 @@ describe('gateway replicas sharing circuit breakers through Redis', { skip }, ()
     redis = await startRedis();
     sims = await startSims(2);
     bad = await faultyWorker(sims[1]!.url);
-    const extra = {
+    extra = {
       ...CALM,
       policy: { name: 'round-robin' },
       circuitBreaker: { failuresToOpen: 2, coolDownMs: COOL_DOWN },
@@ -236,6 +237,13 @@ describe('gateway replicas sharing circuit breakers through Redis', { skip }, ()
     }
     assert.equal(bad.attempts, attempts, 'B sent no request to the worker A found broken');
     assert.equal(sims[0]!.stats().requests - w0Before, 8);
+    // A replica started now reads the breakers already open from Redis.
+    const c = await startGateway([sims[0]!.url, bad.url], extra as never);
+    try {
+      await waitFor(async () => (await state(c.url, 'w1')) === 'open', 1_000);
+    } finally {
+      await c.gw.close();
+    }
     assert.ok(Date.now() - opened < COOL_DOWN, 'checked within the cool-down (the test ran too slowly otherwise)');
 
     // The worker recovers; A's probe after the cool-down closes A's breaker, and B's with it.
