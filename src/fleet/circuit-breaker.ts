@@ -38,8 +38,8 @@ export interface CircuitBreakerOptions {
   maxBackoffMs?: number;
   /** Clock for the failure-rate window, ms (default performance.now). */
   now?: () => number;
-  /** Called on every transition (logs, metrics, sharing with other replicas). */
-  onTransition?: (worker: WorkerState, to: BreakerState, cause: TransitionCause) => void;
+  /** Called on every transition (logs, metrics, sharing with other replicas), with the state left. */
+  onTransition?: (worker: WorkerState, to: BreakerState, cause: TransitionCause, from: BreakerState) => void;
   /** Called when the worker is backed off for overload, with the back-off in ms. */
   onBackoff?: (worker: WorkerState, ms: number) => void;
 }
@@ -57,6 +57,8 @@ export class CircuitBreaker {
   private readonly now: () => number;
   /** When the current opening's cool-down ends (the `now` clock); 0 when not open. */
   private openUntil = 0;
+  /** Who opened the circuit (null when not open). */
+  private openCause: TransitionCause | null = null;
 
   constructor(
     readonly worker: WorkerState,
@@ -79,7 +81,10 @@ export class CircuitBreaker {
     this.consecutiveFailures = 0;
     this.record(false);
     this.endBackoff();
-    if (this.state !== 'closed') this.transition('closed');
+    // A success while open is a request dispatched before the opening. It closes a circuit this
+    // replica opened (as it always did), but not one another replica opened: that replica's
+    // failures outweigh a straggler here, and the cool-down's end brings the probe.
+    if (this.state === 'half-open' || (this.state === 'open' && this.openCause === 'local')) this.transition('closed');
   }
 
   onFailure(): void {
@@ -191,6 +196,7 @@ export class CircuitBreaker {
   }
 
   private transition(to: BreakerState, cause: TransitionCause = 'local', coolDownMs = this.opts.coolDownMs): void {
+    const from = this.state;
     this.state = to;
     this.probeInFlight = false;
     if (this.timer) {
@@ -206,6 +212,7 @@ export class CircuitBreaker {
     }
     this.worker.circuitOpen = to === 'open';
     this.openUntil = to === 'open' ? this.now() + coolDownMs : 0;
+    this.openCause = to === 'open' ? cause : null;
     if (to === 'open') {
       this.timer = setTimeout(() => {
         this.timer = null;
@@ -213,7 +220,7 @@ export class CircuitBreaker {
       }, coolDownMs);
       this.timer.unref();
     }
-    this.opts.onTransition?.(this.worker, to, cause);
+    this.opts.onTransition?.(this.worker, to, cause, from);
   }
 
   close(): void {

@@ -111,7 +111,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
 
   let metrics: GatewayMetrics | null = null;
   // Set below when replicas share breakers through Redis: publishes this replica's transitions.
-  let shareBreaker: ((w: WorkerState, to: BreakerState, cause: TransitionCause) => void) | null = null;
+  let shareBreaker: ((w: WorkerState, to: BreakerState, cause: TransitionCause, from: BreakerState) => void) | null = null;
   const registry = new WorkerRegistry(config.workers, {
     staleAfterMs: config.scrape.staleAfterMs,
     now,
@@ -123,10 +123,10 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
       maxBackoffMs: config.circuitBreaker.maxBackoffMs,
       now,
       onBackoff: (w: WorkerState, ms: number) => logger.info({ worker: w.id, backoffMs: ms }, 'worker overloaded (503/429): backed off'),
-      onTransition: (w: WorkerState, to: BreakerState, cause: TransitionCause) => {
+      onTransition: (w: WorkerState, to: BreakerState, cause: TransitionCause, from: BreakerState) => {
         metrics?.breakerTransitions.labels(w.id, to).inc();
         if (cause === 'local') logger[to === 'open' ? 'warn' : 'info']({ worker: w.id, state: to }, 'circuit breaker');
-        shareBreaker?.(w, to, cause);
+        shareBreaker?.(w, to, cause, from);
       },
     },
   });

@@ -4,7 +4,9 @@
  * reconnects later learns the breakers already open (a Redis hash, read on every connect).
  *
  * What is shared: a replica's breaker opening (its own failures tripped it) and closing (its own
- * half-open probe succeeded). Half-open is not shared: each replica that holds a worker open
+ * half-open probe succeeded; a request dispatched before the opening that succeeds after it closes
+ * a circuit this replica opened, as in a single process, but is not published — and does not close
+ * a circuit another replica opened). Half-open is not shared: each replica that holds a worker open
  * reaches half-open at the end of its cool-down and probes on its own, as a single process does.
  * Breakers are matched by worker id and URL, which are the same in every replica (workers are
  * configured identically); a message about a worker this replica does not have, or has at
@@ -163,9 +165,12 @@ export class BreakerChannel {
     this.o.link.client.on('ready', () => void this.snapshot());
   }
 
-  /** The breaker callback: publish this replica's own openings and closings. */
-  onTransition(worker: { id: string; url: string }, to: BreakerState, cause: TransitionCause): void {
-    if (!this.started || cause !== 'local' || to === 'half-open') return;
+  /**
+   * The breaker callback: publish this replica's own openings, and its closings by a successful
+   * half-open probe (a straggler's success closing a circuit it opened itself stays local).
+   */
+  onTransition(worker: { id: string; url: string }, to: BreakerState, cause: TransitionCause, from: BreakerState): void {
+    if (!this.started || cause !== 'local' || to === 'half-open' || (to === 'closed' && from !== 'half-open')) return;
     const entry = this.o.breakerOf(worker.id);
     if (!entry) return;
     if (!this.o.link.up) {
@@ -197,7 +202,7 @@ export class BreakerChannel {
 
   /** Read the breakers open now (on connect): each newer than what this replica knows is applied. */
   async snapshot(): Promise<void> {
-    if (!this.o.link.up) return;
+    if (!this.started || !this.o.link.up) return;
     let reply: [string, string[]];
     try {
       reply = (await this.o.link.client.eval(SNAPSHOT_SCRIPT, 1, this.hashKey)) as [string, string[]];
@@ -221,6 +226,7 @@ export class BreakerChannel {
   }
 
   private receive(message: string): void {
+    if (!this.started) return;
     const t = parse(message);
     if (!t) {
       this.counts.badMessages++;

@@ -59,7 +59,7 @@ export interface SharedState {
    * For the breakers' transition callback: publishes this replica's own openings and closings
    * (null: breakers stay local).
    */
-  onBreakerTransition: ((worker: { id: string; url: string }, to: BreakerState, cause: TransitionCause) => void) | null;
+  onBreakerTransition: ((worker: { id: string; url: string }, to: BreakerState, cause: TransitionCause, from: BreakerState) => void) | null;
   readonly up: boolean;
   start(): Promise<void>;
   close(): Promise<void>;
@@ -195,7 +195,7 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
 
   return {
     rateLimiter,
-    onBreakerTransition: breakers ? (w, to, cause) => breakers.onTransition(w, to, cause) : null,
+    onBreakerTransition: breakers ? (w, to, cause, from) => breakers.onTransition(w, to, cause, from) : null,
     get up() {
       return link.up;
     },

@@ -68,9 +68,9 @@ describe('breaker channel', { skip }, () => {
         new CircuitBreaker(w, {
           failuresToOpen: 2,
           coolDownMs,
-          onTransition: (ws, to, cause) => {
+          onTransition: (ws, to, cause, from) => {
             seen.push(`${ws.id} ${to} ${cause}`);
-            channel.onTransition(ws, to, cause);
+            channel.onTransition(ws, to, cause, from);
           },
         }),
       );
@@ -120,6 +120,9 @@ describe('breaker channel', { skip }, () => {
     assert.equal(entry.r, 'a');
     assert.equal(entry.u, URLS.w0);
 
+    // A request b dispatched before the opening that succeeds now does not close it at b.
+    b.breakers.get('w0')!.onSuccess();
+    assert.equal(b.breakers.get('w0')!.state, 'open');
     // Both go half-open after the cool-down; a's probe succeeds first: b closes on a's word.
     await waitFor(() => a.breakers.get('w0')!.state === 'half-open' && b.breakers.get('w0')!.state === 'half-open');
     a.breakers.get('w0')!.onDispatch();
@@ -127,6 +130,21 @@ describe('breaker channel', { skip }, () => {
     await waitFor(() => b.breakers.get('w0')!.state === 'closed', 1_000);
     assert.equal(b.channel.counts.closed, 1);
     assert.equal(await raw.hexists(`${PREFIX}{breakers}`, 'w0'), 0, 'closed: gone from the hash');
+  });
+
+  it("a straggler's success closing a replica's own opening stays local", async () => {
+    await closeAll();
+    await raw.flushall();
+    const a = await replica('a6');
+    const b = await replica('b6');
+    await subscribers(2);
+    open(a, 'w1');
+    await waitFor(() => b.breakers.get('w1')!.state === 'open');
+    a.breakers.get('w1')!.onSuccess(); // dispatched before the opening, answered after it
+    assert.equal(a.breakers.get('w1')!.state, 'closed', 'as in a single process');
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal(a.channel.counts.published, 1, 'only the opening was published');
+    assert.equal(b.breakers.get('w1')!.state, 'open');
   });
 
   it('ignores stale, malformed, own and foreign messages', async () => {
@@ -190,7 +208,10 @@ describe('breaker channel', { skip }, () => {
     // publishing its next transition runs, and replies, only after another replica's older opening
     // (version v1 + 1, below anything Redis hands out 100 ms later) has reached a's subscriber.
     const held = a.link.client.blpop(`${PREFIX}nothing`, 0.1).catch(() => undefined);
-    a.breakers.get('w0')!.onSuccess(); // closed here: published behind the pop
+    // Closed here by a good probe: published behind the pop.
+    a.breakers.get('w0')!.onRecovered();
+    a.breakers.get('w0')!.onDispatch();
+    a.breakers.get('w0')!.onSuccess();
     await raw.publish(`${PREFIX}breakers`, JSON.stringify({ v: v1 + 1, r: 'x', w: 'w0', u: URLS.w0, s: 'open', ms: 4_000, until: 1 }));
     await waitFor(() => a.channel.counts.opened === 1, 1_000);
     assert.equal(a.breakers.get('w0')!.state, 'open', 'the older opening, applied before the closing had a version');
