@@ -163,7 +163,7 @@ async function faultyWorker(target: string) {
 }
 
 describe('gateway replicas sharing circuit breakers through Redis', { skip }, () => {
-  const COOL_DOWN = 3_000;
+  const COOL_DOWN = 4_000;
   let redis: RedisServer;
   let sims: SimWorker[];
   let bad: Awaited<ReturnType<typeof faultyWorker>>;
