@@ -211,6 +211,8 @@ const sharedSchema = z
     rateLimits: z.boolean().default(true),
     /** Publish this replica's routing predictions and learn the other replicas'. */
     routing: z.boolean().default(true),
+    /** Publish this replica's circuit-breaker openings and closings and apply the other replicas'. */
+    breakers: z.boolean().default(true),
     /** How often queued routing knowledge is published, one message per batch. */
     publishIntervalMs: ms.default(25),
     /** Longest a request holds a shared concurrency slot if its release never reaches Redis. */

@@ -13,11 +13,19 @@
  * worker-side limiter) is backed off — out of routing for its Retry-After, else
  * `overloadBackoffMs`, doubling while it keeps answering so, up to `maxBackoffMs` — and its
  * breaker counts neither a failure nor a success. State stays 'closed' during a back-off.
+ *
+ * Gateway replicas sharing state (src/shared/breaker-channel.ts) tell each other their breakers'
+ * openings and closings: applyPeerOpen / applyPeerClose put this breaker in the state another
+ * replica reached, and the transition is reported with cause 'peer' (not published again). From
+ * there everything proceeds locally: the cool-down's end makes it half-open, and this replica's
+ * own probe decides.
  */
 import { OutcomeWindow } from './outcome-window.js';
 import type { WorkerState } from './worker-state.js';
 
 export type BreakerState = 'closed' | 'open' | 'half-open';
+/** What made a transition: this replica's own outcomes and timers, or another replica's word. */
+export type TransitionCause = 'local' | 'peer';
 
 export interface CircuitBreakerOptions {
   failuresToOpen: number;
@@ -30,8 +38,8 @@ export interface CircuitBreakerOptions {
   maxBackoffMs?: number;
   /** Clock for the failure-rate window, ms (default performance.now). */
   now?: () => number;
-  /** Called on every transition (logs, metrics). */
-  onTransition?: (worker: WorkerState, to: BreakerState) => void;
+  /** Called on every transition (logs, metrics, sharing with other replicas), with the state left. */
+  onTransition?: (worker: WorkerState, to: BreakerState, cause: TransitionCause, from: BreakerState) => void;
   /** Called when the worker is backed off for overload, with the back-off in ms. */
   onBackoff?: (worker: WorkerState, ms: number) => void;
 }
@@ -47,6 +55,10 @@ export class CircuitBreaker {
   /** Current back-off, ms (0 when the worker is not backed off). */
   backoffMs = 0;
   private readonly now: () => number;
+  /** When the current opening's cool-down ends (the `now` clock); 0 when not open. */
+  private openUntil = 0;
+  /** Who opened the circuit (null when not open). */
+  private openCause: TransitionCause | null = null;
 
   constructor(
     readonly worker: WorkerState,
@@ -69,7 +81,10 @@ export class CircuitBreaker {
     this.consecutiveFailures = 0;
     this.record(false);
     this.endBackoff();
-    if (this.state !== 'closed') this.transition('closed');
+    // A success while open is a request dispatched before the opening. It closes a circuit this
+    // replica opened (as it always did), but not one another replica opened: that replica's
+    // failures outweigh a straggler here, and the cool-down's end brings the probe.
+    if (this.state === 'half-open' || (this.state === 'open' && this.openCause === 'local')) this.transition('closed');
   }
 
   onFailure(): void {
@@ -119,6 +134,40 @@ export class CircuitBreaker {
     this.opts.onBackoff?.(this.worker, ms);
   }
 
+  /** The cool-down of an opening, ms. */
+  get coolDownMs(): number {
+    return this.opts.coolDownMs;
+  }
+
+  /** Ms left of the current opening's cool-down (0 when not open). */
+  openRemainingMs(): number {
+    return this.state === 'open' ? Math.max(0, this.openUntil - this.now()) : 0;
+  }
+
+  /**
+   * Another replica opened this worker's circuit with `ms` of cool-down left: open it here for as
+   * long (never longer than this breaker's own cool-down), unless it is already open for longer.
+   * True when the state changed.
+   */
+  applyPeerOpen(ms: number): boolean {
+    const forMs = Math.max(0, Math.min(ms, this.opts.coolDownMs));
+    if (forMs <= 0) return false;
+    if (this.state === 'open' && this.openRemainingMs() >= forMs) return false;
+    this.transition('open', 'peer', forMs);
+    return true;
+  }
+
+  /**
+   * Another replica's probe succeeded: close this circuit too (its failure counts start afresh).
+   * True when the state changed.
+   */
+  applyPeerClose(): boolean {
+    if (this.state === 'closed') return false;
+    this.consecutiveFailures = 0;
+    this.transition('closed', 'peer');
+    return true;
+  }
+
   /** Failures / outcomes in the current window (0 with no outcome). */
   failureRate(): number {
     if (!this.outcomes) return 0;
@@ -146,7 +195,8 @@ export class CircuitBreaker {
     return c.total >= fr.minRequests && c.failed / c.total >= fr.threshold;
   }
 
-  private transition(to: BreakerState): void {
+  private transition(to: BreakerState, cause: TransitionCause = 'local', coolDownMs = this.opts.coolDownMs): void {
+    const from = this.state;
     this.state = to;
     this.probeInFlight = false;
     if (this.timer) {
@@ -161,14 +211,16 @@ export class CircuitBreaker {
       this.backoffMs = 0;
     }
     this.worker.circuitOpen = to === 'open';
+    this.openUntil = to === 'open' ? this.now() + coolDownMs : 0;
+    this.openCause = to === 'open' ? cause : null;
     if (to === 'open') {
       this.timer = setTimeout(() => {
         this.timer = null;
         this.transition('half-open');
-      }, this.opts.coolDownMs);
+      }, coolDownMs);
       this.timer.unref();
     }
-    this.opts.onTransition?.(this.worker, to);
+    this.opts.onTransition?.(this.worker, to, cause, from);
   }
 
   close(): void {

@@ -10,7 +10,7 @@ import { TenantDirectory } from '../admission/tenants.js';
 import type { ResponseCache } from '../cache/response-cache.js';
 import type { CacheStore } from '../cache/store.js';
 import { ConfigError, type GatewayConfig } from '../config.js';
-import type { BreakerState } from '../fleet/circuit-breaker.js';
+import type { BreakerState, TransitionCause } from '../fleet/circuit-breaker.js';
 import type { HealthProber } from '../fleet/health.js';
 import { WorkerRegistry, type WorkerDescriber } from '../fleet/registry.js';
 import type { MetricsScraper } from '../fleet/scraper.js';
@@ -110,6 +110,8 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   const now = (): number => clock.now();
 
   let metrics: GatewayMetrics | null = null;
+  // Set below when replicas share breakers through Redis: publishes this replica's transitions.
+  let shareBreaker: ((w: WorkerState, to: BreakerState, cause: TransitionCause, from: BreakerState) => void) | null = null;
   const registry = new WorkerRegistry(config.workers, {
     staleAfterMs: config.scrape.staleAfterMs,
     now,
@@ -121,9 +123,10 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
       maxBackoffMs: config.circuitBreaker.maxBackoffMs,
       now,
       onBackoff: (w: WorkerState, ms: number) => logger.info({ worker: w.id, backoffMs: ms }, 'worker overloaded (503/429): backed off'),
-      onTransition: (w: WorkerState, to: BreakerState) => {
+      onTransition: (w: WorkerState, to: BreakerState, cause: TransitionCause, from: BreakerState) => {
         metrics?.breakerTransitions.labels(w.id, to).inc();
-        logger[to === 'open' ? 'warn' : 'info']({ worker: w.id, state: to }, 'circuit breaker');
+        if (cause === 'local') logger[to === 'open' ? 'warn' : 'info']({ worker: w.id, state: to }, 'circuit breaker');
+        shareBreaker?.(w, to, cause, from);
       },
     },
   });
@@ -234,11 +237,18 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     limits: new Map(config.tenants.map((t) => [t.id, t.limits])),
     index,
     capacityOf: (id) => registry.get(id)?.numGpuBlocks,
+    breakerOf: (id) => {
+      const w = registry.get(id);
+      const breaker = registry.breakers.get(id);
+      return w && breaker ? { breaker, url: w.url } : undefined;
+    },
+    workerIds: () => registry.workers.map((w) => w.id),
     clock,
     logger,
     registry: m.registry,
   });
   if (shared) {
+    shareBreaker = shared.onBreakerTransition;
     services.push({ name: 'shared-state', start: () => shared.start(), close: () => shared.close() });
     extraRoutes.set('/admin/shared', { methods: ['GET', 'HEAD'], handle: (_req, res) => json(res, 200, JSON.stringify(shared.status())) });
   }

@@ -5,20 +5,25 @@
  * - rate limits (`shared.rateLimits`): the admission stage charges tenants through
  *   RedisRateLimiter, falling back to this replica's own limiter while Redis is away;
  * - routing knowledge (`shared.routing`): the policy's prefix index publishes its predictions and
- *   learns the other replicas' (RoutingChannel).
+ *   learns the other replicas' (RoutingChannel);
+ * - circuit breakers (`shared.breakers`): a breaker opened (or closed after a good probe) by one
+ *   replica is applied by the others (BreakerChannel).
  *
  * Visible in /metrics (`kvgate_shared_*`) and at GET /admin/shared:
  *   {"redis": "redis://host:port", "up": true, "replica": "...", "reconnects": 0,
  *    "rate_limits": {"shared": N, "fallback": N} | null,
- *    "routing": {"published": N, "received": N, "dropped": N, ...} | null}
+ *    "routing": {"published": N, "received": N, "dropped": N, ...} | null,
+ *    "breakers": {"published": N, "opened": N, "closed": N, "stale": N, ..., "open": {worker: ms left}} | null}
  */
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { RateLimiter, RateLimitStore, TenantLimits } from '../admission/rate-limit.js';
+import type { BreakerState, CircuitBreaker, TransitionCause } from '../fleet/circuit-breaker.js';
 import type { PrefixIndex } from '../scheduler/index/prefix-index.js';
 import type { Logger } from '../telemetry/logger.js';
 import type { Clock } from '../util/clock.js';
+import { BreakerChannel } from './breaker-channel.js';
 import { RedisLink } from './redis-link.js';
 import { RedisRateLimiter } from './redis-rate-limit.js';
 import { RoutingChannel } from './routing-channel.js';
@@ -27,6 +32,7 @@ export interface SharedConfig {
   redis: { url?: string; keyPrefix: string; timeoutMs: number; connectTimeoutMs: number };
   rateLimits: boolean;
   routing: boolean;
+  breakers: boolean;
   publishIntervalMs: number;
   leaseMs: number;
 }
@@ -37,6 +43,10 @@ export interface SharedStateDeps {
   /** The policy's prefix index (none: nothing to share for routing). */
   index: PrefixIndex | undefined;
   capacityOf: (worker: string) => number | undefined;
+  /** This replica's breaker and URL for a worker id (read on every message: workers may change). */
+  breakerOf: (worker: string) => { breaker: CircuitBreaker; url: string } | undefined;
+  /** This replica's worker ids (for /admin/shared). */
+  workerIds: () => readonly string[];
   clock: Clock;
   logger: Logger;
   registry: Registry;
@@ -45,6 +55,11 @@ export interface SharedStateDeps {
 export interface SharedState {
   /** For the admission stage: wraps this replica's own limiter (null: rate limits stay local). */
   rateLimiter: ((local: RateLimiter) => RateLimitStore) | null;
+  /**
+   * For the breakers' transition callback: publishes this replica's own openings and closings
+   * (null: breakers stay local).
+   */
+  onBreakerTransition: ((worker: { id: string; url: string }, to: BreakerState, cause: TransitionCause, from: BreakerState) => void) | null;
   readonly up: boolean;
   start(): Promise<void>;
   close(): Promise<void>;
@@ -103,6 +118,16 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
           capacityOf: d.capacityOf,
         })
       : null;
+  const breakers = c.breakers
+    ? new BreakerChannel({
+        link,
+        breakerOf: d.breakerOf,
+        keyPrefix: c.redis.keyPrefix,
+        replicaId,
+        onApplied: (worker, to, from, ms) =>
+          d.logger[to === 'open' ? 'warn' : 'info']({ worker, state: to, replica: from, ...(to === 'open' ? { forMs: ms } : {}) }, 'circuit breaker: applied from another replica'),
+      })
+    : null;
 
   new Gauge({
     name: 'kvgate_shared_redis_up',
@@ -147,18 +172,42 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
     },
   });
 
+  new Counter({
+    name: 'kvgate_shared_breaker_transitions_total',
+    help: 'Circuit-breaker openings and closings shared with other replicas: published by this replica, dropped (Redis unavailable), applied here (opened, closed), or ignored (stale, unchanged, unknown_worker, bad); reasserted: own transitions put back after an older one of another replica overtook them',
+    labelNames: ['outcome'],
+    registers: [d.registry],
+    collect() {
+      this.reset();
+      if (!breakers) return;
+      const k = breakers.counts;
+      this.inc({ outcome: 'published' }, k.published);
+      this.inc({ outcome: 'dropped' }, k.dropped);
+      this.inc({ outcome: 'opened' }, k.opened);
+      this.inc({ outcome: 'closed' }, k.closed);
+      this.inc({ outcome: 'stale' }, k.stale);
+      this.inc({ outcome: 'unchanged' }, k.unchanged);
+      this.inc({ outcome: 'unknown_worker' }, k.unknownWorker);
+      this.inc({ outcome: 'bad' }, k.badMessages);
+      this.inc({ outcome: 'reasserted' }, k.reasserted);
+    },
+  });
+
   return {
     rateLimiter,
+    onBreakerTransition: breakers ? (w, to, cause, from) => breakers.onTransition(w, to, cause, from) : null,
     get up() {
       return link.up;
     },
     async start() {
       await link.start();
       await channel?.start();
-      d.logger.info({ redis: shown, replica: replicaId, rateLimits: rateLimiter !== null, routing: channel !== null }, 'shared state on');
+      await breakers?.start();
+      d.logger.info({ redis: shown, replica: replicaId, rateLimits: rateLimiter !== null, routing: channel !== null, breakers: breakers !== null }, 'shared state on');
     },
     async close() {
       channel?.close();
+      breakers?.close();
       await link.close();
     },
     status() {
@@ -169,6 +218,7 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
         reconnects: link.reconnects,
         rate_limits: limiter ? { ...limiter.counts } : null,
         routing: channel ? { ...channel.counts, learned_runs: d.index?.learnedRuns ?? 0 } : null,
+        breakers: breakers ? { ...breakers.counts, open: breakers.openHere(d.workerIds()) } : null,
       };
     },
   };

@@ -120,3 +120,42 @@ test('evidence of recovery half-opens an open circuit before its cool-down ends'
   assert.equal(w.circuitOpen, false);
   b.close();
 });
+
+test("another replica's opening and closing: applied for the cool-down left, reported as 'peer', then local probing", async () => {
+  const w = worker();
+  const seen: string[] = [];
+  const b = new CircuitBreaker(w, { failuresToOpen: 2, coolDownMs: 200, onTransition: (_w, s, cause, from) => seen.push(`${from}>${s} ${cause}`) });
+  assert.equal(b.applyPeerOpen(0), false, 'nothing left of the cool-down: nothing to do');
+  assert.equal(b.applyPeerOpen(40), true);
+  assert.equal(b.state, 'open');
+  assert.equal(w.circuitOpen, true);
+  assert.ok(b.openRemainingMs() <= 40);
+  assert.equal(b.applyPeerOpen(10), false, 'already open for longer');
+  b.onSuccess(); // a request dispatched before the opening: does not close another replica's opening
+  assert.equal(b.state, 'open');
+  // Never longer than its own cool-down on another's word.
+  assert.equal(b.applyPeerOpen(60_000), true);
+  assert.ok(b.openRemainingMs() <= 200 && b.openRemainingMs() > 100);
+  await sleep(260);
+  assert.equal(b.state, 'half-open', 'the cool-down ends here as for a local opening');
+  b.onDispatch();
+  b.onFailure();
+  assert.equal(b.state, 'open');
+  b.onFailure();
+  assert.equal(b.applyPeerClose(), true);
+  assert.equal(b.state, 'closed');
+  assert.equal(w.circuitOpen, false);
+  assert.equal(b.consecutiveFailures, 0, 'failures start afresh: one more does not reopen it');
+  b.onFailure();
+  assert.equal(b.state, 'closed');
+  assert.equal(b.applyPeerClose(), false);
+  assert.deepEqual(seen, ['closed>open peer', 'open>open peer', 'open>half-open local', 'half-open>open local', 'open>closed peer']);
+  // A success while open closes an opening of this replica's own (as it always did).
+  b.onFailure();
+  b.onFailure();
+  assert.equal(b.state, 'open');
+  b.onSuccess();
+  assert.equal(b.state, 'closed');
+  assert.equal(seen.at(-1), 'open>closed local');
+  b.close();
+});

@@ -2,9 +2,10 @@
  * Gateway replicas sharing state through a real Redis, end to end: two gateways over the same
  * simulated workers hold a tenant's rate limit together, send a prefix one of them routed to the
  * worker that cached it, and lose no request when Redis is killed mid-test — then share again
- * when it returns.
+ * when it returns. A breaker opened through one replica is honoured by the other within a second.
  */
 import assert from 'node:assert/strict';
+import { request as httpRequest } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { RateLimiter } from '../../src/admission/rate-limit.js';
 import type { Gateway } from '../../src/gateway/gateway.js';
@@ -12,7 +13,7 @@ import { RedisLink } from '../../src/shared/redis-link.js';
 import { RedisRateLimiter } from '../../src/shared/redis-rate-limit.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
 import { redisSkip, startRedis, type RedisServer } from '../redis-server.js';
-import { metricValue, MODEL, post, startGateway, startSims, waitFor } from '../gateway/helpers.js';
+import { metricValue, MODEL, post, startGateway, startSims, startStub, waitFor } from '../gateway/helpers.js';
 
 const skip = redisSkip();
 const CHAT = '/v1/chat/completions';
@@ -131,6 +132,156 @@ describe('gateway replicas sharing state through Redis', { skip }, () => {
     const again: number[] = [];
     for (const g of [a, b, a]) again.push((await post(g.url + CHAT, chat('again'), INITECH)).status);
     assert.deepEqual(again, [200, 200, 429]);
+  });
+});
+
+/**
+ * A simulated worker behind a switch: passes everything through to `target`, or — while `failing`
+ * — answers its generation routes 500. `attempts` counts generation requests that reached it.
+ */
+async function faultyWorker(target: string) {
+  const t = new URL(target);
+  const state = { failing: false, attempts: 0 };
+  const stub = await startStub((req, res) => {
+    if (req.url?.startsWith('/v1/')) {
+      state.attempts++;
+      if (state.failing) {
+        req.resume();
+        res.writeHead(500, { 'content-type': 'application/json' });
+        res.end('{"error":{"message":"injected fault","type":"server_error","param":null,"code":null}}');
+        return;
+      }
+    }
+    const up = httpRequest({ host: t.hostname, port: t.port, path: req.url, method: req.method, headers: req.headers }, (r) => {
+      res.writeHead(r.statusCode ?? 502, r.headers);
+      r.pipe(res);
+    });
+    up.on('error', () => res.destroy());
+    req.pipe(up);
+  });
+  return Object.assign(state, { url: stub.url, close: () => stub.close() });
+}
+
+describe('gateway replicas sharing circuit breakers through Redis', { skip }, () => {
+  const COOL_DOWN = 4_000;
+  let redis: RedisServer;
+  let sims: SimWorker[];
+  let bad: Awaited<ReturnType<typeof faultyWorker>>;
+  let extra: Record<string, unknown>;
+  let a: { gw: Gateway; url: string };
+  let b: { gw: Gateway; url: string };
+  const metric = async (url: string, name: string, labels: Record<string, string> = {}) =>
+    metricValue(await (await fetch(url + '/metrics')).text(), name, labels);
+  const state = async (url: string, worker: string) =>
+    ((await (await fetch(url + '/admin/workers', { headers: ADMIN })).json()) as any[]).find((w) => w.id === worker).circuitState as string;
+  const shared = async (url: string) => (await fetch(url + '/admin/shared', { headers: ADMIN })).json() as Promise<any>;
+
+  before(async () => {
+    redis = await startRedis();
+    sims = await startSims(2);
+    bad = await faultyWorker(sims[1]!.url);
+    extra = {
+      ...CALM,
+      policy: { name: 'round-robin' },
+      circuitBreaker: { failuresToOpen: 2, coolDownMs: COOL_DOWN },
+      outlier: { enabled: false },
+      admin: { keys: [{ value: 'sk-admin-001' }] },
+      shared: { redis: { url: redis.url, keyPrefix: 'kvb:' } },
+    };
+    // w0: a healthy worker; w1: the worker behind the switch. Same ids and URLs in both replicas.
+    a = await startGateway([sims[0]!.url, bad.url], extra as never);
+    b = await startGateway([sims[0]!.url, bad.url], extra as never);
+    await waitFor(async () => (await metric(a.url, 'kvgate_shared_redis_up')) === 1 && (await metric(b.url, 'kvgate_shared_redis_up')) === 1);
+  });
+  after(async () => {
+    await a?.gw.close();
+    await b?.gw.close();
+    await bad?.close();
+    await Promise.all((sims ?? []).map((s) => s.close()));
+    await redis?.stop();
+  });
+
+  /** Send through `g` until its breaker for w1 is in `want`; every request must succeed (retried on w0). */
+  async function drive(g: { url: string }, want: string, tag: string): Promise<void> {
+    for (let i = 0; i < 20 && (await state(g.url, 'w1')) !== want; i++) {
+      const r = await post(g.url + CHAT, chat(`${tag} ${i}`));
+      assert.equal(r.status, 200, r.text);
+    }
+    assert.equal(await state(g.url, 'w1'), want);
+  }
+
+  it('a breaker opened through replica A keeps replica B away from the worker within a second', async () => {
+    // Both replicas use w1 while it works.
+    for (const g of [a, b]) for (let i = 0; i < 2; i++) assert.equal((await post(g.url + CHAT, chat(`warm ${i}`))).status, 200);
+    assert.ok(sims[1]!.stats().requests >= 2);
+
+    bad.failing = true;
+    await drive(a, 'open', 'fail via A');
+    const opened = Date.now();
+    // B learns it by pub/sub: poll its own view.
+    await waitFor(async () => (await state(b.url, 'w1')) === 'open', 1_000);
+    const propagation = Date.now() - opened;
+    assert.ok(propagation < 1_000, `B saw the opening after ${propagation} ms`);
+    assert.equal(await metric(b.url, 'kvgate_shared_breaker_transitions_total', { outcome: 'opened' }), 1);
+    assert.equal(await metric(a.url, 'kvgate_shared_breaker_transitions_total', { outcome: 'published' }), 1);
+    assert.ok((await shared(b.url)).breakers.open.w1 > 0, '/admin/shared lists it with the cool-down left');
+
+    // B, round-robin over two workers, sends nothing to w1 while the breaker is open: by the
+    // worker's own door count, every request lands on w0.
+    const attempts = bad.attempts;
+    const w0Before = sims[0]!.stats().requests;
+    for (let i = 0; i < 8; i++) {
+      const r = await post(b.url + CHAT, chat(`via B ${i}`));
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.headers.get('x-kvgate-worker'), 'w0');
+    }
+    assert.equal(bad.attempts, attempts, 'B sent no request to the worker A found broken');
+    assert.equal(sims[0]!.stats().requests - w0Before, 8);
+    // A replica started now reads the breakers already open from Redis.
+    const c = await startGateway([sims[0]!.url, bad.url], extra as never);
+    try {
+      await waitFor(async () => (await state(c.url, 'w1')) === 'open', 1_000);
+    } finally {
+      await c.gw.close();
+    }
+    assert.ok(Date.now() - opened < COOL_DOWN, 'checked within the cool-down (the test ran too slowly otherwise)');
+
+    // The worker recovers; A's probe after the cool-down closes A's breaker, and B's with it.
+    bad.failing = false;
+    await waitFor(async () => (await state(a.url, 'w1')) === 'half-open', COOL_DOWN + 2_000);
+    await drive(a, 'closed', 'probe via A');
+    const closed = Date.now();
+    await waitFor(async () => (await state(b.url, 'w1')) === 'closed', 1_000);
+    assert.ok(Date.now() - closed < 1_000);
+    assert.equal(await metric(a.url, 'kvgate_shared_breaker_transitions_total', { outcome: 'published' }), 2);
+    const back = bad.attempts;
+    for (let i = 0; i < 4; i++) assert.equal((await post(b.url + CHAT, chat(`after ${i}`))).status, 200);
+    assert.ok(bad.attempts > back, 'B routes to the recovered worker again');
+  });
+
+  it('keeps each replica on its own breakers while Redis is down, failing no request', async () => {
+    await redis.stop();
+    await waitFor(async () => (await metric(a.url, 'kvgate_shared_redis_up')) === 0 && (await metric(b.url, 'kvgate_shared_redis_up')) === 0);
+    bad.failing = true;
+    await drive(a, 'open', 'fail via A, no Redis');
+    assert.ok((await metric(a.url, 'kvgate_shared_breaker_transitions_total', { outcome: 'dropped' }))! >= 1);
+    assert.equal((await shared(a.url)).breakers.dropped >= 1, true);
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(await state(b.url, 'w1'), 'closed', 'B did not hear of it');
+    // B's own breaker still protects it: its requests succeed (retried) and its breaker opens.
+    await drive(b, 'open', 'fail via B, no Redis');
+    bad.failing = false;
+
+    await redis.start();
+    await waitFor(async () => (await metric(a.url, 'kvgate_shared_redis_up')) === 1 && (await metric(b.url, 'kvgate_shared_redis_up')) === 1, 20_000);
+    // Sharing resumes: the next opening through A reaches B again.
+    await waitFor(async () => (await state(a.url, 'w1')) === 'half-open' && (await state(b.url, 'w1')) === 'half-open', COOL_DOWN + 2_000);
+    await drive(a, 'closed', 'probe via A again');
+    await waitFor(async () => (await state(b.url, 'w1')) === 'closed', 1_000);
+    bad.failing = true;
+    await drive(a, 'open', 'fail via A again');
+    await waitFor(async () => (await state(b.url, 'w1')) === 'open', 1_000);
+    bad.failing = false;
   });
 });
 
