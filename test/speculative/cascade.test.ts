@@ -160,8 +160,10 @@ describe('the adaptive controller in the gateway', () => {
 describe('a shift in acceptance', () => {
   it('the adaptive controller switches the class off after the draft’s acceptance drops', async () => {
     const target = await startTarget(100);
-    // Acceptance 0.9 for the first 150 simulated seconds (1.5 s of wall time at speed 100), then 0.13.
-    const draft = await startSimWorker({ model: 'llama-3.1-8b', gpu: 'a10g', speed: 100, draftOf: TARGET, draftAcceptance: { before: 0.9, after: 0.13, atMs: 150_000 } });
+    // Acceptance 0.9 for the first 600 simulated seconds (6 s of wall time at speed 100: room for
+    // the first ten requests on a busy machine), then 0.13.
+    const SHIFT_MS = 600_000;
+    const draft = await startSimWorker({ model: 'llama-3.1-8b', gpu: 'a10g', speed: 100, draftOf: TARGET, draftAcceptance: { before: 0.9, after: 0.13, atMs: SHIFT_MS } });
     const extra = { speculative: { cascades: [{ model: TARGET, targetPool: 'target', draftPool: 'draft', k: 4 }], controller: { mode: 'adaptive' as const, probeRate: 0.1, minEvidence: 20, halfLifeTokens: 100, draftPrice: 1, targetPrice: 4 } } };
     // Target time weighted 4× draft time: break-even near α 0.4, so 0.9 pays and 0.13 clearly does not.
     const g = await startCascade([target.url], [draft.url], { extra, spec: { rng: seededRng(5) } });
@@ -173,11 +175,12 @@ describe('a shift in acceptance', () => {
       };
       const before: string[] = [];
       for (let i = 0; i < 10; i++) before.push(await ask(i));
+      assert.ok(draft.now() < SHIFT_MS, 'the first ten requests ran before the shift');
       assert.ok(before.slice(3).every((p) => p === 'cascade'), before.join(','));
       const alphaBefore = metricValue(await (await fetch(`${g.url}/metrics`)).text(), 'kvgate_spec_acceptance_rate', { model: TARGET, class: 'default' })!;
       assert.ok(alphaBefore > 0.75, String(alphaBefore));
       // Wait for the shift in the draft's simulated time (100× wall time while all is well).
-      await waitFor(() => draft.now() > 150_000, 20_000);
+      await waitFor(() => draft.now() > SHIFT_MS, 30_000);
       const after: string[] = [];
       for (let i = 10; i < 70; i++) after.push(await ask(i));
       const last = after.slice(-20);
