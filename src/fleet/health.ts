@@ -36,6 +36,25 @@ export class HealthProber {
     this.loop.stop();
   }
 
+  /** A worker joined the fleet (config reload): probe it from now on. */
+  add(w: WorkerState): void {
+    this.loop.add(w);
+  }
+
+  /** A worker left the fleet: no further probes. */
+  remove(id: string): void {
+    this.loop.remove(id);
+    this.failures.delete(id);
+  }
+
+  /** New settings (config reload), from each worker's next probe on. */
+  retune(o: Pick<HealthProberOptions, 'intervalMs' | 'timeoutMs' | 'failuresToMarkDown'>): void {
+    this.opts.timeoutMs = o.timeoutMs;
+    this.opts.failuresToMarkDown = o.failuresToMarkDown;
+    this.opts.intervalMs = o.intervalMs;
+    this.loop.setInterval(o.intervalMs);
+  }
+
   probeAll(): Promise<void> {
     return this.loop.runOnce();
   }
