@@ -66,6 +66,8 @@ export class HealthProber {
   async probe(w: WorkerState): Promise<void> {
     try {
       await fetchText(this.opts.upstreams, w, '/health', this.opts.timeoutMs, 64 * 1024);
+      // Removed by a config reload while the probe ran: it stays out of routing.
+      if (w.retired) return;
       this.failures.set(w.id, 0);
       this.opts.onResult?.(w, null);
       if (!w.healthy) {
@@ -73,6 +75,7 @@ export class HealthProber {
         this.opts.onChange?.(w, true, null);
       }
     } catch (e) {
+      if (w.retired) return;
       this.opts.onResult?.(w, (e as Error).message || String(e));
       const n = (this.failures.get(w.id) ?? 0) + 1;
       this.failures.set(w.id, n);

@@ -191,6 +191,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     policyScrapeIntervalMs: policy.scrapeIntervalMs,
     onWorkerDown: (id) => relay.workerDown(id),
     onCheck: (w, error) => {
+      if (w.retired) return; // a check still running when a reload removed the worker
       outliers?.onWatchResult(w, error);
       // A worker unreachable to its checks that answers again was restarted or reconnected: its
       // breaker (opened by the failures meanwhile) need not sit out the whole cool-down.
