@@ -12,7 +12,7 @@ import { parseConfigText } from '../../src/config.js';
 import { ConfigWatcher, hashConfigText } from '../../src/gateway/config-watch.js';
 import { createGateway, type Gateway } from '../../src/gateway/gateway.js';
 import type { KvgatePolicy } from '../../src/scheduler/policies/kvgate.js';
-import type { SimWorker } from '../../src/sim/worker/server.js';
+import { startSimWorker, type SimWorker } from '../../src/sim/worker/server.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { MODEL, metricValue, parseSse, post, startSims, streamText, waitFor } from './helpers.js';
 
@@ -181,6 +181,51 @@ describe('config hot reload', () => {
     } finally {
       await r.close();
       await slow.close();
+    }
+  });
+
+  it('a worker whose URL changes under the same id: the old server drains, the new one serves', async () => {
+    const r = await start(doc([{ id: 'a', url: sims[0]!.url }]));
+    try {
+      assert.equal(await workerOf(r.url, 'on the first server'), 'a');
+      const before = [sims[0]!.stats().requests, sims[2]!.stats().requests];
+      r.write(doc([{ id: 'a', url: sims[2]!.url }]));
+      const c = await waitVersion(r.url, 2);
+      assert.equal(c.config.workers[0].url, sims[2]!.url);
+      for (let i = 0; i < 3; i++) assert.equal(await workerOf(r.url, `moved ${i}`), 'a');
+      assert.equal(sims[0]!.stats().requests, before[0], 'nothing more to the old server');
+      assert.equal(sims[2]!.stats().requests, before[1]! + 3);
+      assert.ok(r.lines.some((l) => l.msg === 'worker changed: the old entry drains'));
+      await waitFor(() => r.lines.some((l) => /^retired worker drained/.test(l.msg) && l.worker === 'a'));
+      assert.equal(await workerOf(r.url, 'after the drain'), 'a', 'the new entry kept its own connections');
+    } finally {
+      await r.close();
+    }
+  });
+
+  it('a worker added with kvEvents (none at start) is subscribed and feeds the prefix index', async () => {
+    const ev = await startSimWorker({ port: 0, model: MODEL, speed: 100, kvEvents: { endpoint: 'tcp://127.0.0.1:0' } });
+    const r = await start(doc([{ id: 'a', url: sims[0]!.url }], { policy: { name: 'kvgate' } }));
+    try {
+      r.write(doc([{ id: 'a', url: sims[0]!.url }, { id: 'ev', url: ev.url, kvEvents: { endpoint: ev.kvEventsEndpoint! } } as any], { policy: { name: 'kvgate' } }));
+      await waitVersion(r.url, 2);
+      const describe = async () => ((await (await fetch(`${r.url}/admin/workers`, { headers: ADMIN })).json()) as any[]).find((w) => w.id === 'ev');
+      // Fresh prompts (no prefix draws them anywhere) until one lands on the new worker; its events then fill the index.
+      let i = 0;
+      await waitFor(async () => {
+        const system = `Log ${i++}: reply like a ship captain noting the weather, every detail of it. `.repeat(30);
+        const x = await post(`${r.url}/v1/chat/completions`, { model: MODEL, messages: [{ role: 'system', content: system }, { role: 'user', content: 'q' }], max_tokens: 2 }, ADMIN);
+        return x.headers.get('x-kvgate-worker') === 'ev';
+      }, 10_000);
+      await waitFor(async () => {
+        const d = await describe();
+        return d?.kvEvents?.source === 'events' && d.kvEvents.batches > 0 && d.prefixIndex?.blocks > 0;
+      }, 10_000).catch(async (e) => {
+        throw new Error(`${(e as Error).message}: ${JSON.stringify(await describe())}`);
+      });
+    } finally {
+      await r.close();
+      await ev.close();
     }
   });
 
