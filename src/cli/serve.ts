@@ -147,6 +147,11 @@ export async function run(argv: string[]): Promise<number> {
   }
   const initialHash = hashConfigText(text);
 
+  // SIGHUP's default action ends the process: from here on it means "reload" (ignored until the
+  // gateway listens).
+  let onHup = (): void => undefined;
+  const hup = (): void => onHup();
+  process.on('SIGHUP', hup);
   let gateway;
   try {
     gateway = createGateway(config, { configSource: { path: file, hash: initialHash } });
@@ -190,10 +195,9 @@ export async function run(argv: string[]): Promise<number> {
     initialHash,
   });
   watcher.start();
-  const onHup = (): void => void watcher.reload('signal');
-  process.on('SIGHUP', onHup);
+  onHup = () => void watcher.reload('signal');
   const sig = await waitForSignal();
-  process.off('SIGHUP', onHup);
+  process.off('SIGHUP', hup);
   watcher.close();
   gateway.logger.info({ signal: sig, graceMs: config.shutdown.graceMs, drainDelayMs: sig === 'SIGTERM' ? config.shutdown.drainDelayMs : 0 }, 'shutting down');
   // SIGTERM (an orchestrator): /ready answers 503 for the drain delay while requests are still

@@ -95,7 +95,13 @@ export class ConfigWatcher {
       if (e instanceof ConfigError) return this.o.gateway.rejectConfig(e.problems, hash);
       return this.o.gateway.rejectConfig([(e as Error).message], hash);
     }
-    return this.o.gateway.reloadConfig(next, hash);
+    try {
+      return this.o.gateway.reloadConfig(next, hash);
+    } catch (e) {
+      // A bug, not a bad file (the file was valid): never let it take the gateway down from a timer.
+      this.o.logger.error({ err: e as Error, fileHash: hash }, 'config reload failed while applying a valid config');
+      return null;
+    }
   }
 
   close(): void {
