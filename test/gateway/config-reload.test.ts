@@ -229,6 +229,51 @@ describe('config hot reload', () => {
     }
   });
 
+  it('under steady traffic, workers added and removed by five reloads in a row: no request fails or is cut short', async () => {
+    const fleets = [
+      [0, 1],
+      [0, 1, 2],
+      [1, 2],
+      [2],
+      [0, 2],
+      [0, 1],
+    ].map((ids) => ids.map((i) => ({ id: `w${i}`, url: sims[i]!.url })));
+    const r = await start(doc(fleets[0]!, { policy: { name: 'kvgate' } }));
+    try {
+      let stop = false;
+      const failures: string[] = [];
+      let done = 0;
+      const client = async (c: number): Promise<void> => {
+        for (let k = 0; !stop; k++) {
+          const stream = k % 2 === 0;
+          const prompt = `client ${c} asks question ${k % 5} about the fleet `.repeat(8);
+          const res = await post(`${r.url}/v1/completions`, { ...completion(prompt, 12), stream, ...(stream ? { stream_options: { include_usage: true } } : {}), ignore_eos: true }, ADMIN);
+          if (res.status !== 200) failures.push(`${res.status} ${res.text.slice(0, 200)}`);
+          else if (stream) {
+            const ev = parseSse(res.text);
+            if (ev.at(-1) !== '[DONE]' || ev.at(-2)?.usage?.completion_tokens !== 12) failures.push(`stream cut: ${res.text.slice(-200)}`);
+          } else if (res.json?.usage?.completion_tokens !== 12) failures.push(`short answer: ${res.text.slice(0, 200)}`);
+          done++;
+        }
+      };
+      const clients = [0, 1, 2, 3].map(client);
+      for (let v = 1; v < fleets.length; v++) {
+        await new Promise((res) => setTimeout(res, 300));
+        r.write(doc(fleets[v]!, { policy: { name: 'kvgate' } }));
+        await waitVersion(r.url, v + 1);
+      }
+      await new Promise((res) => setTimeout(res, 300));
+      stop = true;
+      await Promise.all(clients);
+      assert.deepEqual(failures, []);
+      assert.ok(done > 20, `${done} requests`);
+      assert.deepEqual(r.gw.registry.workers.map((w) => w.id).sort(), ['w0', 'w1']);
+      await waitFor(async () => (await adminConfig(r.url)).drainingWorkers.length === 0);
+    } finally {
+      await r.close();
+    }
+  });
+
   it('an invalid file is rejected with one log line naming the field; the old config keeps serving and /admin/config shows the old version and the error', async () => {
     const good = doc([{ id: 'a', url: sims[0]!.url }]);
     const r = await start(good);
