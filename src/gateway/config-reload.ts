@@ -61,6 +61,8 @@ export interface ReloadTargets {
   metricsRegistry: Registry;
   /** Where the config came from, for /admin/config. */
   source?: { path: string; hash: string };
+  /** The response cache was set up at start (a tenant turning it on later needs a restart). */
+  cacheActive: boolean;
 }
 
 export type ReloadOutcome =
@@ -127,6 +129,8 @@ export class ConfigReloader {
     const policyRetuned = this.retunePolicy(next);
     const applied = keepRestartOnly(old, next, policyRetuned);
     const needsRestart = diffPaths(configView(next, false), configView(applied, false));
+    // The response cache is built at start when some tenant (or everyone) uses it.
+    if (!this.t.cacheActive) next.tenants.forEach((t, i) => t.cache.enabled === true && needsRestart.push(`tenants[${i}].cache.enabled`));
     const changes = diffPaths(configView(old, false), configView(applied, false));
     this.needsRestart = needsRestart;
     if (needsRestart.length > 0) {

@@ -349,6 +349,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     logger,
     metricsRegistry: m.registry,
     source: opts.configSource,
+    cacheActive: cache !== null,
   });
   extraRoutes.set('/admin/config', reloader.route());
 

@@ -344,9 +344,15 @@ describe('config hot reload', () => {
       const warn = r.lines.find((l) => l.level === 40 && /needs a restart/.test(l.msg));
       assert.deepEqual(warn?.fields, ['listen.port']);
       // A policy change that cannot be made in place (its index size) is kept back the same way.
-      r.write(base('sk-acme-new-0001', 100, { policy: { name: 'kvgate', options: { wPrefix: 5, nearRelative: 0.5, indexMaxBytes: 1_000_000 } } }));
+      // So is a tenant turning the response cache on when it was built for nobody.
+      r.write(
+        base('sk-acme-new-0001', 100, {
+          policy: { name: 'kvgate', options: { wPrefix: 5, nearRelative: 0.5, indexMaxBytes: 1_000_000 } },
+          tenants: [{ id: 'acme', keys: [{ value: 'sk-acme-new-0001' }], cache: { enabled: true } }],
+        }),
+      );
       const c3 = await waitVersion(r.url, 3);
-      assert.ok(c3.needsRestart.includes('policy.options.indexMaxBytes'), JSON.stringify(c3.needsRestart));
+      assert.deepEqual(c3.needsRestart, ['policy.options.indexMaxBytes', 'tenants[0].cache.enabled']);
       assert.equal(r.gw.router.policy, policy);
     } finally {
       await r.close();
