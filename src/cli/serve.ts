@@ -41,8 +41,8 @@ queue; tenants, API keys and rate limits; breaker thresholds; timeouts, caps, re
 and scrape intervals; the log level. Settings that need a restart (listen, server, upstream,
 tokenizers, cache, speculative, shared, outlier, cacheSalt, reload, policy.name or a policy's
 index size, admission.enabled, admission.vllmPriority, admin.protectMetrics, log.pretty,
-scrape.staleAfterMs, circuitBreaker.failureRate.windowMs) are logged as "needs a restart" and
-keep their old values. The flags below apply to every reload too. GET /admin/config shows the
+scrape.staleAfterMs, circuitBreaker.failureRate.windowMs; a tenant turning the response cache on
+when it was off for everyone) are logged as "needs a restart" and keep their old values. The flags below apply to every reload too. GET /admin/config shows the
 active version, when it was applied, the file's SHA-256, the config (secrets redacted) and the
 last rejected reload's errors.
 
