@@ -42,9 +42,10 @@ and scrape intervals; the log level. Settings that need a restart (listen, serve
 tokenizers, cache, speculative, shared, outlier, cacheSalt, reload, policy.name or a policy's
 index size, admission.enabled, admission.vllmPriority, admin.protectMetrics, log.pretty,
 scrape.staleAfterMs, circuitBreaker.failureRate.windowMs; a tenant turning the response cache on
-when it was off for everyone) are logged as "needs a restart" and keep their old values. The flags below apply to every reload too. GET /admin/config shows the
-active version, when it was applied, the file's SHA-256, the config (secrets redacted) and the
-last rejected reload's errors.
+when it was off for everyone) are logged as "needs a restart" and keep their old values. The
+flags above apply to every reload too. GET /admin/config shows the active version, when it was
+applied, the file's SHA-256, the config (secrets redacted) and the last rejected reload's errors;
+kvgate_config_version and kvgate_config_reloads_total{result} count them.
 
 A warning is logged when the gateway listens on a non-loopback address with no client API keys.
 
