@@ -289,8 +289,8 @@ describe('config hot reload', () => {
       assert.deepEqual(c.config.workers.map((w: any) => w.id), ['a']);
       assert.equal(c.config.admission.thresholds.sheddable, 0.85, 'nothing of the rejected file was applied');
       assert.equal(await workerOf(r.url, 'still serving'), 'a');
-      // Not even YAML: rejected the same way.
-      r.write('pools: [oops');
+      // Not even YAML, and written in place this time (no rename): rejected the same way.
+      writeFileSync(r.file, 'pools: [oops');
       await waitFor(() => r.lines.filter((l) => l.level === 50).length === 2);
       assert.match(r.lines.filter((l) => l.level === 50)[1].msg, /is not valid YAML\/JSON/);
       const m = await (await fetch(`${r.url}/metrics`)).text();
