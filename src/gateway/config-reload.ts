@@ -140,7 +140,9 @@ export class ConfigReloader {
       this.reloads.labels('unchanged').inc();
       return { result: 'unchanged', version: this.version, needsRestart };
     }
-    this.applyWorkers(old, applied);
+    // Worker changes are named one by one rather than as a changed `workers` list.
+    const fleetChanges = this.applyWorkers(old, applied);
+    changes.splice(0, changes.length, ...changes.filter((c) => c !== 'workers' && c !== 'kvEvents'), ...fleetChanges);
     const cb = applied.circuitBreaker;
     this.t.registry.retuneBreakers({ ...cb, failureRate: cb.failureRate });
     this.t.relay.retune({ firstByteMs: applied.timeouts.firstByteMs, retries: applied.retry.attempts, retryAfterSeconds: applied.limits.retryAfterSeconds });
@@ -194,7 +196,8 @@ export class ConfigReloader {
     return this.t.policy.retune?.(next.policy.options as Record<string, unknown>) ?? false;
   }
 
-  private applyWorkers(old: GatewayConfig, next: GatewayConfig): void {
+  /** Retire, replace and add workers; returns what changed, one entry per worker. */
+  private applyWorkers(old: GatewayConfig, next: GatewayConfig): string[] {
     const { registry, scraper, health, logger } = this.t;
     const before = new Map(old.workers.map((w) => [w.id, w]));
     const after = new Map(next.workers.map((w) => [w.id, w]));
@@ -203,6 +206,7 @@ export class ConfigReloader {
     const cascadePools = new Set(old.speculative.cascades.flatMap((c) => [c.targetPool, c.draftPool]));
     const retire: string[] = [];
     const add: WorkerIdentity[] = [];
+    const summary: string[] = [];
     for (const [id, w] of before) {
       const n = after.get(id);
       if (!n) retire.push(id);
@@ -211,6 +215,7 @@ export class ConfigReloader {
         add.push(n);
       } else if (JSON.stringify(kvAfter.get(id)) !== JSON.stringify(kvBefore.get(id))) {
         this.resubscribe(id, kvAfter.get(id));
+        summary.push(`workers.${id}.kvEvents`);
       }
     }
     for (const [id, w] of after) if (!before.has(id)) add.push(w);
@@ -223,6 +228,7 @@ export class ConfigReloader {
       const closePool = this.t.upstreams.detach(id);
       if (cascadePools.has(w.pool)) logger.warn({ worker: id, pool: w.pool }, 'a speculative cascade keeps the workers it started with until a restart');
       logger.info({ worker: id, url: w.url, inflight: w.inflightCount }, after.has(id) ? 'worker changed: the old entry drains' : 'worker removed: draining');
+      summary.push(after.has(id) ? `workers.${id} (changed)` : `workers.${id} (removed)`);
       void this.drain(w, closePool, next);
     }
     for (const ident of add) {
@@ -235,7 +241,9 @@ export class ConfigReloader {
       if (kv) this.resubscribe(ident.id, kv);
       if (cascadePools.has(w.pool)) logger.warn({ worker: w.id, pool: w.pool }, 'a speculative cascade keeps the workers it started with until a restart');
       logger.info({ worker: w.id, url: w.url, pool: w.pool, model: w.model }, before.has(ident.id) ? 'worker changed: the new entry is routable' : 'worker added');
+      if (!before.has(ident.id)) summary.push(`workers.${w.id} (added)`);
     }
+    return summary;
   }
 
   private resubscribe(id: string, e: WorkerKvEvents | undefined): void {

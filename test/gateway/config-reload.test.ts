@@ -139,6 +139,7 @@ describe('config hot reload', () => {
       await waitFor(() => r.gw.registry.get('b')?.snapshot !== null);
       const added = r.lines.find((l) => l.msg === 'worker added');
       assert.equal(added?.worker, 'b');
+      assert.deepEqual(r.lines.find((l) => /^config reload applied/.test(l.msg))?.changes, ['workers.b (added)']);
       const m = await (await fetch(`${r.url}/metrics`)).text();
       assert.equal(metricValue(m, 'kvgate_config_version'), 2);
       assert.equal(metricValue(m, 'kvgate_config_reloads_total', { result: 'applied' }), 1);
