@@ -434,6 +434,15 @@ export const configSchema = z
         keepAliveTimeoutMs: ms.default(4_000),
       })
       .prefault({}),
+    /** Configuration hot reload (src/gateway/config-reload.ts): on SIGHUP, and on a change of the file unless watch is off. */
+    reload: z
+      .strictObject({
+        /** Reload when the config file changes (also when an editor or a ConfigMap replaces it). */
+        watch: z.boolean().default(true),
+        /** Changes closer together than this are read once, after the last. */
+        debounceMs: z.number().min(0).default(300),
+      })
+      .prefault({}),
     shutdown: z
       .strictObject({
         /** On SIGTERM, /ready answers 503 this long while requests are still served (load balancers drain). */
@@ -743,6 +752,11 @@ export function loadConfigFile(path: string, adjust?: (raw: unknown) => unknown)
   } catch (e) {
     throw new ConfigError([`cannot read ${path}: ${(e as Error).message}`]);
   }
+  return parseConfigText(text, path, adjust);
+}
+
+/** Validate the text of a YAML or JSON config file (`path` only names it in errors). Throws ConfigError. */
+export function parseConfigText(text: string, path: string, adjust?: (raw: unknown) => unknown): GatewayConfig {
   let data: unknown;
   try {
     data = parseYaml(text);

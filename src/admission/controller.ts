@@ -145,10 +145,19 @@ const SHED = { v: 'shed' } as const;
 
 export class AdmissionController<W extends KvWorkerView = KvWorkerView> {
   private readonly models = new Map<string, ModelState<W>>();
-  private readonly s: AdmissionSettings;
+  private s: AdmissionSettings;
 
   constructor(private readonly o: AdmissionControllerOptions<W>) {
     this.s = o.settings;
+  }
+
+  /**
+   * New thresholds, queue size and wait (config reload), for the next decision. Requests already
+   * queued keep their deadlines; a smaller queue turns new arrivals away and evicts nobody.
+   */
+  retune(settings: AdmissionSettings): void {
+    this.s = settings;
+    for (const m of this.models.values()) m.queue.maxSize = settings.queue.maxSize;
   }
 
   /** Decide on a new request. A queued request's listener is called later, from pump(). */

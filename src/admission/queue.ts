@@ -20,7 +20,8 @@ export class ClassQueue<T> {
   private readonly heads: Record<PriorityClass, number> = { critical: 0, standard: 0, sheddable: 0 };
   private readonly counts: Record<PriorityClass, number> = { critical: 0, standard: 0, sheddable: 0 };
 
-  constructor(readonly maxSize: number) {}
+  /** maxSize may be changed (config reload): a smaller one turns new arrivals away, it evicts nobody. */
+  constructor(public maxSize: number) {}
 
   get size(): number {
     return this.counts.critical + this.counts.standard + this.counts.sheddable;

@@ -65,6 +65,8 @@ export interface RateLimitStore {
   limits(tenant: string): boolean;
   /** Charge one request of `tokens` tokens to `tenant`, or refuse it; on ok, call release() when it ends. */
   take(tenant: string, tokens: number, now: number): RateCheck | Promise<RateCheck>;
+  /** New limits (config reload), in effect for the next request. */
+  setLimits?(limits: ReadonlyMap<string, TenantLimits>, now: number): void;
 }
 
 /** Why a request is refused: too many in flight, no request left this minute, or not enough tokens. */
@@ -113,15 +115,31 @@ export class RateLimiter implements RateLimitStore {
   private readonly tenants = new Map<string, TenantState>();
 
   constructor(limits: ReadonlyMap<string, TenantLimits>, now: number) {
+    this.setLimits(limits, now);
+  }
+
+  /**
+   * New limits (config reload). A tenant whose limits did not change keeps its counters; one whose
+   * per-minute limit changed starts that bucket full at the new limit; its count of requests in
+   * flight carries over (their releases still count down the same state).
+   */
+  setLimits(limits: ReadonlyMap<string, TenantLimits>, now: number): void {
+    const seen = new Set<string>();
     for (const [id, l] of limits) {
       if (l.requestsPerMinute === undefined && l.tokensPerMinute === undefined && l.concurrentRequests === undefined) continue;
-      this.tenants.set(id, {
-        limits: l,
-        requests: l.requestsPerMinute !== undefined ? new Bucket(l.requestsPerMinute, now) : null,
-        tokens: l.tokensPerMinute !== undefined ? new Bucket(l.tokensPerMinute, now) : null,
-        active: 0,
-      });
+      seen.add(id);
+      const t = this.tenants.get(id);
+      const bucket = (limit: number | undefined, old: Bucket | null | undefined): Bucket | null =>
+        limit === undefined ? null : old && old.limit === limit ? old : new Bucket(limit, now);
+      if (t) {
+        t.limits = l;
+        t.requests = bucket(l.requestsPerMinute, t.requests);
+        t.tokens = bucket(l.tokensPerMinute, t.tokens);
+      } else {
+        this.tenants.set(id, { limits: l, requests: bucket(l.requestsPerMinute, null), tokens: bucket(l.tokensPerMinute, null), active: 0 });
+      }
     }
+    for (const id of [...this.tenants.keys()]) if (!seen.has(id)) this.tenants.delete(id);
   }
 
   /** True if `tenant` has any limit. */

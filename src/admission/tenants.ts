@@ -143,25 +143,31 @@ const MISSING = "Missing API key: send it as 'Authorization: Bearer <key>'.";
 const INCORRECT = 'Incorrect API key provided.';
 
 /** Resolves a request's key to its tenant. Built once from the config; read-only afterwards. */
+/** A tenant as the directory is given it (config.ts's TenantConfig). */
+type TenantInput = { id: string; digests: Buffer[]; cache?: TenantCacheOverrides; priority?: PriorityClass; limits?: TenantLimits; caps?: TenantCaps };
+
 export class TenantDirectory {
-  private readonly tenants: Tenant[];
-  private readonly byIdMap: Map<string, Tenant>;
-  private readonly keys: KeyEntry[];
-  /** True when no tenant key is configured: every request is tenant `default`. */
-  readonly open: boolean;
-  /** True when /admin/* needs an admin key (some key, tenant or admin, is configured). */
-  readonly adminGuarded: boolean;
-  private readonly defaultTenant: Tenant;
+  private tenants: Tenant[] = [];
+  private byIdMap = new Map<string, Tenant>();
+  private keys: KeyEntry[] = [];
+  private isOpen = true;
+  private guarded = false;
+  private defaultTenant!: Tenant;
 
   /**
    * @param tenants id, key digests and cache overrides of each tenant
    * @param adminDigests digests of the admin keys
    */
-  constructor(
-    tenants: ReadonlyArray<{ id: string; digests: Buffer[]; cache?: TenantCacheOverrides; priority?: PriorityClass; limits?: TenantLimits; caps?: TenantCaps }>,
-    adminDigests: Buffer[] = [],
-  ) {
-    this.tenants = tenants.map((t) =>
+  constructor(tenants: ReadonlyArray<TenantInput>, adminDigests: Buffer[] = []) {
+    this.replace(tenants, adminDigests);
+  }
+
+  /**
+   * New tenants and keys (config reload), in effect for the next request; a request already
+   * authenticated keeps the Tenant it was given.
+   */
+  replace(tenants: ReadonlyArray<TenantInput>, adminDigests: Buffer[] = []): void {
+    const list = tenants.map((t) =>
       Object.freeze({
         id: t.id,
         cache: Object.freeze({ ...(t.cache ?? {}) }),
@@ -170,16 +176,29 @@ export class TenantDirectory {
         caps: Object.freeze({ ...(t.caps ?? {}) }),
       }),
     );
-    this.byIdMap = new Map(this.tenants.map((t) => [t.id, t]));
-    this.keys = [];
-    tenants.forEach((t, i) => t.digests.forEach((d) => this.keys.push({ digest: d, owner: i })));
-    const tenantKeys = this.keys.length;
-    for (const d of adminDigests) this.keys.push({ digest: d, owner: -1 });
-    this.open = tenantKeys === 0;
-    this.adminGuarded = this.keys.length > 0;
+    const byId = new Map(list.map((t) => [t.id, t]));
+    const keys: KeyEntry[] = [];
+    tenants.forEach((t, i) => t.digests.forEach((d) => keys.push({ digest: d, owner: i })));
+    const tenantKeys = keys.length;
+    for (const d of adminDigests) keys.push({ digest: d, owner: -1 });
+    this.tenants = list;
+    this.byIdMap = byId;
+    this.keys = keys;
+    this.isOpen = tenantKeys === 0;
+    this.guarded = keys.length > 0;
     this.defaultTenant =
-      this.byIdMap.get(DEFAULT_TENANT_ID) ??
+      byId.get(DEFAULT_TENANT_ID) ??
       Object.freeze({ id: DEFAULT_TENANT_ID, cache: Object.freeze({}), priority: 'standard' as const, limits: Object.freeze({}), caps: Object.freeze({}) });
+  }
+
+  /** True when no tenant key is configured: every request is tenant `default`. */
+  get open(): boolean {
+    return this.isOpen;
+  }
+
+  /** True when /admin/* needs an admin key (some key, tenant or admin, is configured). */
+  get adminGuarded(): boolean {
+    return this.guarded;
   }
 
   /** Every tenant a request can belong to (`default` alone when open). */

@@ -2,7 +2,9 @@
  * `kvgate serve --config FILE`: the gateway in front of the workers named in a config file.
  */
 import { parseArgs } from 'node:util';
-import { ConfigError, DEFAULT_POLICY_NAME, loadConfigFile, type GatewayConfig } from '../config.js';
+import { readFileSync } from 'node:fs';
+import { ConfigError, DEFAULT_POLICY_NAME, parseConfigText, type GatewayConfig } from '../config.js';
+import { ConfigWatcher, hashConfigText } from '../gateway/config-watch.js';
 import { policyNames } from '../scheduler/registry.js';
 import { createGateway } from '../gateway/gateway.js';
 import { installSpeculative } from '../speculative/install.js';
@@ -29,6 +31,21 @@ Routing policies (policy.name): ${policyNames().join(', ')}; default ${DEFAULT_P
 Shutdown: on SIGTERM /ready answers 503 for shutdown.drainDelayMs (default 5 s) while requests
 are still served, then new connections stop and in-flight requests get shutdown.graceMs to
 finish. SIGINT skips the drain delay; a second signal exits at once.
+
+Hot reload: on SIGHUP, and when FILE changes (reload.watch, default on; reload.debounceMs), the
+whole file is read and validated. Invalid: one error line names the field and the reason, and
+the running config stays entirely. Valid: the difference is applied without a restart and
+without dropping in-flight requests: workers added, removed (they finish what they serve, then
+their connections close) or changed; policy weights and thresholds; admission thresholds and
+queue; tenants, API keys and rate limits; breaker thresholds; timeouts, caps, retries; health
+and scrape intervals; the log level. Settings that need a restart (listen, server, upstream,
+tokenizers, cache, speculative, shared, outlier, cacheSalt, reload, policy.name or a policy's
+index size, admission.enabled, admission.vllmPriority, admin.protectMetrics, log.pretty,
+scrape.staleAfterMs, circuitBreaker.failureRate.windowMs; a tenant turning the response cache on
+when it was off for everyone) are logged as "needs a restart" and keep their old values. The
+flags above apply to every reload too. GET /admin/config shows the active version, when it was
+applied, the file's SHA-256, the config (secrets redacted) and the last rejected reload's errors;
+kvgate_config_version and kvgate_config_reloads_total{result} count them.
 
 A warning is logged when the gateway listens on a non-loopback address with no client API keys.
 
@@ -76,21 +93,52 @@ export async function run(argv: string[]): Promise<number> {
     process.stderr.write(`kvgate serve: --redis needs --cache redis (or no --cache), got --cache ${cacheMode}\n`);
     return 2;
   }
+  const file = values.config;
+  // Flags override the file before validation, so a bad URL is reported like a bad field.
+  const adjust = (raw: unknown): unknown => {
+    if (cacheMode === undefined && redisUrl === undefined) return raw;
+    const r = (raw ?? {}) as Record<string, any>;
+    const cache = { ...(r.cache ?? {}) };
+    if (cacheMode === 'off') cache.enabled = false;
+    else if (cacheMode !== undefined || redisUrl !== undefined) {
+      cache.enabled = true;
+      cache.store = redisUrl !== undefined ? 'redis' : cacheMode;
+    }
+    if (redisUrl !== undefined) cache.redis = { ...(cache.redis ?? {}), url: redisUrl };
+    return { ...r, cache };
+  };
+  let port: number | undefined;
+  if (values.port !== undefined) {
+    port = Number(values.port);
+    if (!Number.isInteger(port) || port < 0 || port > 65535) {
+      process.stderr.write(`kvgate serve: --port must be an integer 0..65535, got '${values.port}'\n`);
+      return 2;
+    }
+  }
+  const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+  const level = values['log-level'] as (typeof levels)[number] | undefined;
+  if (level !== undefined && !levels.includes(level)) {
+    process.stderr.write(`kvgate serve: --log-level must be one of ${levels.join(', ')}\n`);
+    return 2;
+  }
+  // The file's text as validated at start and at every reload, with the flags applied after.
+  const parse = (text: string): GatewayConfig => {
+    const c = parseConfigText(text, file, adjust);
+    if (port !== undefined) c.listen.port = port;
+    if (typeof values.host === 'string') c.listen.host = values.host;
+    if (level !== undefined) c.log.level = level;
+    if (values.pretty === true) c.log.pretty = true;
+    return c;
+  };
   let config: GatewayConfig;
+  let text: string;
   try {
-    config = loadConfigFile(values.config, (raw) => {
-      // Flags override the file before validation, so a bad URL is reported like a bad field.
-      if (cacheMode === undefined && redisUrl === undefined) return raw;
-      const r = (raw ?? {}) as Record<string, any>;
-      const cache = { ...(r.cache ?? {}) };
-      if (cacheMode === 'off') cache.enabled = false;
-      else if (cacheMode !== undefined || redisUrl !== undefined) {
-        cache.enabled = true;
-        cache.store = redisUrl !== undefined ? 'redis' : cacheMode;
-      }
-      if (redisUrl !== undefined) cache.redis = { ...(cache.redis ?? {}), url: redisUrl };
-      return { ...r, cache };
-    });
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch (e) {
+      throw new ConfigError([`cannot read ${file}: ${(e as Error).message}`]);
+    }
+    config = parse(text);
   } catch (e) {
     if (e instanceof ConfigError) {
       process.stderr.write(`kvgate serve: ${values.config}: ${e.message}\n`);
@@ -98,29 +146,16 @@ export async function run(argv: string[]): Promise<number> {
     }
     throw e;
   }
-  if (values.port !== undefined) {
-    const p = Number(values.port);
-    if (!Number.isInteger(p) || p < 0 || p > 65535) {
-      process.stderr.write(`kvgate serve: --port must be an integer 0..65535, got '${values.port}'\n`);
-      return 2;
-    }
-    config.listen.port = p;
-  }
-  if (typeof values.host === 'string') config.listen.host = values.host;
-  if (typeof values['log-level'] === 'string') {
-    const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
-    const l = values['log-level'] as (typeof levels)[number];
-    if (!levels.includes(l)) {
-      process.stderr.write(`kvgate serve: --log-level must be one of ${levels.join(', ')}\n`);
-      return 2;
-    }
-    config.log.level = l;
-  }
-  if (values.pretty === true) config.log.pretty = true;
+  const initialHash = hashConfigText(text);
 
+  // SIGHUP's default action ends the process: from here on it means "reload" (ignored until the
+  // gateway listens).
+  let onHup = (): void => undefined;
+  const hup = (): void => onHup();
+  process.on('SIGHUP', hup);
   let gateway;
   try {
-    gateway = createGateway(config);
+    gateway = createGateway(config, { configSource: { path: file, hash: initialHash } });
   } catch (e) {
     if (e instanceof ConfigError) {
       process.stderr.write(`kvgate serve: ${values.config}: ${e.message}\n`);
@@ -151,7 +186,20 @@ export async function run(argv: string[]): Promise<number> {
     await gateway.close();
     return 1;
   }
+  const watcher = new ConfigWatcher({
+    path: file,
+    parse,
+    gateway,
+    logger: gateway.logger,
+    watch: config.reload.watch,
+    debounceMs: config.reload.debounceMs,
+    initialHash,
+  });
+  watcher.start();
+  onHup = () => void watcher.reload('signal');
   const sig = await waitForSignal();
+  process.off('SIGHUP', hup);
+  watcher.close();
   gateway.logger.info({ signal: sig, graceMs: config.shutdown.graceMs, drainDelayMs: sig === 'SIGTERM' ? config.shutdown.drainDelayMs : 0 }, 'shutting down');
   // SIGTERM (an orchestrator): /ready answers 503 for the drain delay while requests are still
   // served, so load balancers stop sending before the listener closes. SIGINT (a terminal): at once.

@@ -36,6 +36,25 @@ export class HealthProber {
     this.loop.stop();
   }
 
+  /** A worker joined the fleet (config reload): probe it from now on. */
+  add(w: WorkerState): void {
+    this.loop.add(w);
+  }
+
+  /** A worker left the fleet: no further probes. */
+  remove(id: string): void {
+    this.loop.remove(id);
+    this.failures.delete(id);
+  }
+
+  /** New settings (config reload), from each worker's next probe on. */
+  retune(o: Pick<HealthProberOptions, 'intervalMs' | 'timeoutMs' | 'failuresToMarkDown'>): void {
+    this.opts.timeoutMs = o.timeoutMs;
+    this.opts.failuresToMarkDown = o.failuresToMarkDown;
+    this.opts.intervalMs = o.intervalMs;
+    this.loop.setInterval(o.intervalMs);
+  }
+
   probeAll(): Promise<void> {
     return this.loop.runOnce();
   }
@@ -47,6 +66,8 @@ export class HealthProber {
   async probe(w: WorkerState): Promise<void> {
     try {
       await fetchText(this.opts.upstreams, w, '/health', this.opts.timeoutMs, 64 * 1024);
+      // Removed by a config reload while the probe ran: it stays out of routing.
+      if (w.retired) return;
       this.failures.set(w.id, 0);
       this.opts.onResult?.(w, null);
       if (!w.healthy) {
@@ -54,6 +75,7 @@ export class HealthProber {
         this.opts.onChange?.(w, true, null);
       }
     } catch (e) {
+      if (w.retired) return;
       this.opts.onResult?.(w, (e as Error).message || String(e));
       const n = (this.failures.get(w.id) ?? 0) + 1;
       this.failures.set(w.id, n);

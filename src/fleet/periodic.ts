@@ -7,11 +7,32 @@ export class PerWorkerLoop<W extends { id: string }> {
   private readonly timers = new Map<string, NodeJS.Timeout>();
   private running = false;
 
+  /**
+   * @param workers the workers to run for; a caller that adds to or removes from it later (a
+   *   config reload) tells the loop with add() and remove()
+   * @param intervalMs may be changed later (setInterval: from each worker's next run on)
+   */
   constructor(
     private readonly workers: readonly W[],
-    private readonly intervalMs: number,
+    private intervalMs: number,
     private readonly task: (w: W) => Promise<void>,
   ) {}
+
+  /** A worker was added to `workers`: start its schedule (if the loop runs). */
+  add(w: W): void {
+    if (this.running) this.schedule(w, 0);
+  }
+
+  /** A worker was removed: no further runs (one in progress finishes and is not rescheduled). */
+  remove(id: string): void {
+    const t = this.timers.get(id);
+    if (t) clearTimeout(t);
+    this.timers.delete(id);
+  }
+
+  setInterval(ms: number): void {
+    this.intervalMs = ms;
+  }
 
   start(): void {
     if (this.running) return;
@@ -36,7 +57,8 @@ export class PerWorkerLoop<W extends { id: string }> {
       this.task(w)
         .catch(() => undefined)
         .finally(() => {
-          if (!this.running) return;
+          // Stopped, or the worker was removed (or removed and added again: a new chain runs).
+          if (!this.running || this.timers.get(w.id) !== t) return;
           this.schedule(w, Math.max(0, this.intervalMs - (performance.now() - started)));
         });
     }, delay);

@@ -1,6 +1,11 @@
 /**
  * The fleet as configured: one WorkerState per worker, indexed by id and by model, with each
  * worker's circuit breaker. Everything that watches or routes to workers reads this.
+ *
+ * A config reload adds and retires workers (add(), retire()). `workers` is changed in place (the
+ * watchers iterate it), the per-model lists are replaced (a request keeps the list it was given,
+ * and a retired worker in it is marked unhealthy, so no retry goes there). A retired worker's
+ * breaker stays reachable through breaker() until its requests are done (dropRetired()).
  */
 import { CircuitBreaker, type CircuitBreakerOptions } from './circuit-breaker.js';
 import { WorkerState, type WorkerIdentity } from './worker-state.js';
@@ -20,20 +25,67 @@ export class WorkerRegistry {
   private readonly byId = new Map<string, WorkerState>();
   private readonly byModel = new Map<string, WorkerState[]>();
   readonly breakers = new Map<string, CircuitBreaker>();
+  /** Breakers of retired workers whose requests are still running. */
+  private readonly retiredBreakers = new Map<WorkerState, CircuitBreaker>();
   private readonly describers: WorkerDescriber[] = [];
 
   constructor(
     identities: readonly WorkerIdentity[],
     private readonly opts: WorkerRegistryOptions,
   ) {
-    this.workers = identities.map((i) => new WorkerState(i));
-    for (const w of this.workers) {
-      this.byId.set(w.id, w);
-      let list = this.byModel.get(w.model);
-      if (!list) this.byModel.set(w.model, (list = []));
-      list.push(w);
-      this.breakers.set(w.id, new CircuitBreaker(w, opts.breaker));
-    }
+    this.workers = [];
+    for (const i of identities) this.add(i);
+  }
+
+  /** A new worker, routable at once (a config reload adds workers this way). */
+  add(identity: WorkerIdentity): WorkerState {
+    if (this.byId.has(identity.id)) throw new Error(`worker '${identity.id}' is already registered`);
+    const w = new WorkerState(identity);
+    (this.workers as WorkerState[]).push(w);
+    this.byId.set(w.id, w);
+    this.byModel.set(w.model, [...(this.byModel.get(w.model) ?? []), w]);
+    this.breakers.set(w.id, new CircuitBreaker(w, this.opts.breaker));
+    return w;
+  }
+
+  /**
+   * Take a worker out of the fleet: no new request is routed to it; requests it is serving
+   * finish (its breaker stays reachable by id until dropRetired()). Returns it, or undefined.
+   */
+  retire(id: string): WorkerState | undefined {
+    const w = this.byId.get(id);
+    if (!w) return undefined;
+    w.retired = true;
+    w.healthy = false;
+    const list = this.workers as WorkerState[];
+    list.splice(list.indexOf(w), 1);
+    this.byId.delete(id);
+    const rest = (this.byModel.get(w.model) ?? []).filter((x) => x !== w);
+    if (rest.length > 0) this.byModel.set(w.model, rest);
+    else this.byModel.delete(w.model);
+    const b = this.breakers.get(id)!;
+    this.breakers.delete(id);
+    this.retiredBreakers.set(w, b);
+    return w;
+  }
+
+  /** A retired worker's requests are all done: release its breaker. */
+  dropRetired(w: WorkerState): void {
+    this.retiredBreakers.get(w)?.close();
+    this.retiredBreakers.delete(w);
+  }
+
+  /**
+   * New breaker thresholds for every worker (config reload): read by each breaker at its next
+   * decision. The failure-rate window's length is fixed per breaker.
+   */
+  retuneBreakers(o: Pick<CircuitBreakerOptions, 'failuresToOpen' | 'coolDownMs' | 'overloadBackoffMs' | 'maxBackoffMs'> & { failureRate: { threshold: number; minRequests: number } }): void {
+    const b = this.opts.breaker;
+    b.failuresToOpen = o.failuresToOpen;
+    b.coolDownMs = o.coolDownMs;
+    b.overloadBackoffMs = o.overloadBackoffMs;
+    b.maxBackoffMs = o.maxBackoffMs;
+    if (b.failureRate) b.failureRate = { ...b.failureRate, threshold: o.failureRate.threshold, minRequests: o.failureRate.minRequests };
   }
 
   get(id: string): WorkerState | undefined {
@@ -49,8 +101,13 @@ export class WorkerRegistry {
     return [...this.byModel.keys()];
   }
 
+  /** The worker's breaker (a retired worker's while its requests run, found by id if not replaced). */
   breaker(id: string): CircuitBreaker {
-    return this.breakers.get(id)!;
+    const b = this.breakers.get(id);
+    if (b) return b;
+    let retired: CircuitBreaker | undefined;
+    for (const [w, rb] of this.retiredBreakers) if (w.id === id) retired = rb;
+    return retired!;
   }
 
   /** True when some model has at least one worker that is healthy and not circuit-open. */
@@ -99,5 +156,6 @@ export class WorkerRegistry {
 
   close(): void {
     for (const b of this.breakers.values()) b.close();
+    for (const b of this.retiredBreakers.values()) b.close();
   }
 }

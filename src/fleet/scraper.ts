@@ -24,7 +24,7 @@ const MAX_METRICS_BYTES = 8 * 1024 * 1024;
 
 export class MetricsScraper {
   private readonly loop: PerWorkerLoop<WorkerState>;
-  readonly intervalMs: number;
+  intervalMs: number;
 
   constructor(
     workers: readonly WorkerState[],
@@ -40,6 +40,23 @@ export class MetricsScraper {
 
   stop(): void {
     this.loop.stop();
+  }
+
+  /** A worker joined the fleet (config reload): scrape it from now on. */
+  add(w: WorkerState): void {
+    this.loop.add(w);
+  }
+
+  /** A worker left the fleet: no further scrapes. */
+  remove(id: string): void {
+    this.loop.remove(id);
+  }
+
+  /** New interval and timeout (config reload), from each worker's next scrape on. */
+  retune(intervalMs: number, timeoutMs: number): void {
+    this.intervalMs = intervalMs;
+    this.opts.timeoutMs = timeoutMs;
+    this.loop.setInterval(intervalMs);
   }
 
   scrapeAll(): Promise<void> {

@@ -13,6 +13,8 @@ export interface UpstreamOptions {
 
 export class Upstreams {
   private readonly pools = new Map<string, Pool>();
+  /** Pools of retired workers still finishing their requests (closed by close() too). */
+  private readonly detached = new Set<Pool>();
 
   constructor(private readonly opts: UpstreamOptions) {}
 
@@ -34,9 +36,26 @@ export class Upstreams {
     return p;
   }
 
+  /**
+   * A worker left the fleet (config reload): its pool is no longer handed out (a worker added
+   * again under the same id gets a new one); the requests already on it keep it. Returns what
+   * closes it, gracefully, once they are done.
+   */
+  detach(workerId: string): () => Promise<void> {
+    const p = this.pools.get(workerId);
+    this.pools.delete(workerId);
+    if (p) this.detached.add(p);
+    return async () => {
+      if (!p) return;
+      this.detached.delete(p);
+      await p.close().catch(() => undefined);
+    };
+  }
+
   async close(): Promise<void> {
-    const all = [...this.pools.values()];
+    const all = [...this.pools.values(), ...this.detached];
     this.pools.clear();
+    this.detached.clear();
     await Promise.all(all.map((p) => p.destroy().catch(() => undefined)));
   }
 }

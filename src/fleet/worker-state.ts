@@ -88,6 +88,12 @@ export class WorkerState {
   suspected = false;
   /** Clock time (ms) of the last byte received from the worker on any connection. */
   lastByteAt = -Infinity;
+  /**
+   * Removed from the configuration by a reload (fleet/registry.ts retire()): it gets no new
+   * requests (it is also marked unhealthy, which every filter already skips), while the requests
+   * it is serving finish.
+   */
+  retired = false;
 
   snapshot: MetricsSnapshot | null = null;
   lastScrapeError: string | null = null;

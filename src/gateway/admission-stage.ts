@@ -48,6 +48,11 @@ export interface AdmissionSetup {
   /** Null when `admission.enabled` is false (classes and rate limits still apply). */
   controller: AdmissionController<WorkerState> | null;
   service: GatewayService;
+  /**
+   * Take up a reloaded config's admission thresholds, queue settings and tenants' rate limits
+   * (`admission.enabled` and `admission.vllmPriority` are fixed at start).
+   */
+  retune(config: GatewayConfig): void;
 }
 
 export function setupAdmission(deps: {
@@ -216,6 +221,17 @@ export function setupAdmission(deps: {
   return {
     stage,
     controller,
+    retune(next) {
+      controller?.retune({
+        thresholds: next.admission.thresholds,
+        queue: next.admission.queue,
+        retryAfterSeconds: next.limits.retryAfterSeconds,
+        reserveOutputCap: RESERVE_OUTPUT_TOKENS_CAP,
+      });
+      const nextLimits = new Map<string, TenantLimits>(next.tenants.map((t) => [t.id, t.limits]));
+      localLimiter.setLimits(nextLimits, clock.now());
+      if (limiter !== localLimiter) limiter.setLimits?.(nextLimits, clock.now());
+    },
     service: {
       name: 'admission',
       close() {

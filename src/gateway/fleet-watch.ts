@@ -32,15 +32,21 @@ export interface FleetWatch {
   health: HealthProber;
 }
 
+/**
+ * The scrape interval and timeout: a policy published with its own metrics interval (llm-d polls
+ * every 50 ms) gets it unless the config sets one.
+ */
+export function scrapeTiming(scrape: GatewayConfig['scrape'], policyScrapeIntervalMs: number | undefined): { intervalMs: number; timeoutMs: number } {
+  const intervalMs = !scrape.intervalExplicit && policyScrapeIntervalMs !== undefined ? policyScrapeIntervalMs : scrape.intervalMs;
+  return { intervalMs, timeoutMs: Math.min(scrape.timeoutMs, Math.max(1, Math.floor(intervalMs * 0.8))) };
+}
+
 export function createFleetWatch(o: FleetWatchOptions): FleetWatch {
   const { config, logger, metrics } = o;
-  // A policy published with its own metrics interval (llm-d polls every 50 ms) gets it unless the
-  // config sets one.
-  const scrapeIntervalMs =
-    !config.scrape.intervalExplicit && o.policyScrapeIntervalMs !== undefined ? o.policyScrapeIntervalMs : config.scrape.intervalMs;
+  const timing = scrapeTiming(config.scrape, o.policyScrapeIntervalMs);
   const scraper = new MetricsScraper(o.workers, {
-    intervalMs: scrapeIntervalMs,
-    timeoutMs: Math.min(config.scrape.timeoutMs, Math.max(1, Math.floor(scrapeIntervalMs * 0.8))),
+    intervalMs: timing.intervalMs,
+    timeoutMs: timing.timeoutMs,
     clock: o.clock,
     upstreams: o.upstreams,
     onResult: (w, error) => {

@@ -29,7 +29,6 @@ import { createFleetWatch } from './fleet-watch.js';
 import { createHandler } from './handler.js';
 import { prepareRouting } from './prepare.js';
 import { PromptTokenizers } from './prompt-tokenizers.js';
-import { kvEventsService } from './kv-events-service.js';
 import { registerKvEventMetrics } from '../fleet/kv-events-metrics.js';
 import { setupCache } from './cache-setup.js';
 import { dashboardRoutes } from './dashboard/routes.js';
@@ -43,6 +42,8 @@ import { setupAdmission } from './admission-stage.js';
 import type { AdmissionController } from '../admission/controller.js';
 import { setupSharedState } from '../shared/setup.js';
 import { json } from './local-routes.js';
+import { ConfigReloader, type ReloadOutcome } from './config-reload.js';
+import { kvEventsService as createKvEventsService, type KvEventsService } from './kv-events-service.js';
 
 export type { GatewayService };
 
@@ -59,6 +60,8 @@ export interface GatewayOptions {
   watchFleet?: boolean;
   /** A response-cache store to use instead of the configured one (when `cache.enabled`). */
   cacheStore?: CacheStore;
+  /** The file the config was read from and its SHA-256 (shown by /admin/config). */
+  configSource?: { path: string; hash: string };
 }
 
 export interface Gateway {
@@ -101,6 +104,15 @@ export interface Gateway {
   readonly connections: ConnectionGuard;
   /** Passive outlier detection (hung workers). */
   readonly outliers: OutlierDetector | null;
+  /**
+   * Apply a new, validated config to the running gateway (config-reload.ts): workers added and
+   * retired, weights, thresholds, timeouts, keys and limits changed; in-flight requests untouched.
+   */
+  reloadConfig(next: GatewayConfig, fileHash?: string | null): ReloadOutcome;
+  /** A new config was invalid: the old one stays; the errors are logged and shown by /admin/config. */
+  rejectConfig(errors: string[], fileHash?: string | null): ReloadOutcome;
+  /** What /admin/config shows: version, when applied, file hash, the active config (secrets redacted). */
+  configStatus(): Record<string, unknown>;
 }
 
 export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}): Gateway {
@@ -182,6 +194,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     policyScrapeIntervalMs: policy.scrapeIntervalMs,
     onWorkerDown: (id) => relay.workerDown(id),
     onCheck: (w, error) => {
+      if (w.retired) return; // a check still running when a reload removed the worker
       outliers?.onWatchResult(w, error);
       // A worker unreachable to its checks that answers again was restarted or reconnected: its
       // breaker (opened by the failures meanwhile) need not sit out the whole cool-down.
@@ -305,17 +318,50 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   );
   connections.attach(server);
 
-  if (config.kvEvents.length > 0) {
-    if (index) {
-      const kvEvents = kvEventsService({ endpoints: config.kvEvents, index, fleet: registry, scraper, clock, logger });
+  // KV-event subscribers feed the policy's prefix index; created on first use by a reload when no
+  // worker had kvEvents at start.
+  let kvEvents: KvEventsService | null = null;
+  let gatewayStarted = false;
+  const ensureKvEvents = (endpoints: GatewayConfig['kvEvents']): KvEventsService | null => {
+    if (!index) return null;
+    if (!kvEvents) {
+      kvEvents = createKvEventsService({ endpoints, index, fleet: registry, scraper, clock, logger });
       registerKvEventMetrics(m.registry, kvEvents.subscribers);
       services.push(kvEvents);
-    } else {
-      logger.warn({ policy: policy.name }, 'kvEvents are configured but the policy keeps no prefix index: ignored');
     }
+    return kvEvents;
+  };
+  if (config.kvEvents.length > 0) {
+    if (index) ensureKvEvents(config.kvEvents);
+    else logger.warn({ policy: policy.name }, 'kvEvents are configured but the policy keeps no prefix index: ignored');
   } else if (policy.usesKvEvents) {
     logger.warn({ policy: policy.name }, 'the policy routes on KV events but no worker has kvEvents configured: it will see no cached prefixes');
   }
+
+  const reloader = new ConfigReloader({
+    config,
+    registry,
+    scraper,
+    health,
+    upstreams,
+    relay,
+    policy,
+    index,
+    admission,
+    tenants,
+    kvEvents: () => {
+      const had = kvEvents !== null;
+      const svc = ensureKvEvents([]);
+      // Created by this reload in a running gateway: start it (it subscribes to nothing yet).
+      if (svc && !had && gatewayStarted) void svc.start?.();
+      return svc;
+    },
+    logger,
+    metricsRegistry: m.registry,
+    source: opts.configSource,
+    cacheActive: cache !== null,
+  });
+  extraRoutes.set('/admin/config', reloader.route());
 
   let started: { url: string; port: number } | null = null;
   let closed: Promise<void> | null = null;
@@ -346,6 +392,9 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     get inflight() {
       return active.size;
     },
+    reloadConfig: (next, fileHash = null) => reloader.apply(next, fileHash),
+    rejectConfig: (errors, fileHash = null) => reloader.reject(errors, fileHash),
+    configStatus: () => reloader.status(),
     async start() {
       if (started) return started;
       await tokenizers.load();
@@ -362,6 +411,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
         outliers?.start();
       }
       for (const svc of services) await svc.start?.();
+      gatewayStarted = true;
       const addr = server.address() as AddressInfo;
       const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
       started = { url: `http://${host}:${addr.port}`, port: addr.port };
@@ -387,6 +437,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     close() {
       closed ??= (async () => {
         closing = true;
+        reloader.close();
         const serverClosed = new Promise<void>((resolve) => server.close(() => resolve()));
         server.closeIdleConnections();
         const graceEnd = Date.now() + config.shutdown.graceMs;
@@ -425,16 +476,20 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
  * tenants miss each other's cached prefixes on the workers.
  */
 function createCacheSalter(config: GatewayConfig, logger: Logger): (pool: string | undefined, tenant: string) => string | null {
-  const isolated = new Set([...config.pools].filter(([, p]) => p.cacheIsolation === 'tenant').map(([name]) => name));
-  if (isolated.size === 0) return () => null;
-  let secret = config.cacheSaltSecret;
-  if (secret === null) {
-    secret = randomBytes(32).toString('hex');
-    logger.warn({ pools: [...isolated] }, 'cacheIsolation without cacheSalt.secret: a random secret per process (replicas will not share salts)');
-  }
+  // Read per request: a reload may add pools or change their isolation.
+  const isolated = (pool: string): boolean => config.pools.get(pool)?.cacheIsolation === 'tenant';
+  let secret: string | null = null;
   const salts = new Map<string, string>();
   return (pool, tenant) => {
-    if (pool === undefined || !isolated.has(pool)) return null;
+    if (pool === undefined || !isolated(pool)) return null;
+    if (secret === null) {
+      secret = config.cacheSaltSecret;
+      if (secret === null) {
+        secret = randomBytes(32).toString('hex');
+        const pools = [...config.pools].filter(([, p]) => p.cacheIsolation === 'tenant').map(([name]) => name);
+        logger.warn({ pools }, 'cacheIsolation without cacheSalt.secret: a random secret per process (replicas will not share salts)');
+      }
+    }
     let s = salts.get(tenant);
     if (s === undefined) salts.set(tenant, (s = createHmac('sha256', secret).update(`kvgate-cache-salt:${tenant}`).digest('base64url').slice(0, 32)));
     return s;

@@ -22,7 +22,15 @@ export interface KvEventsServiceOptions {
   logger: Logger;
 }
 
-export function kvEventsService(o: KvEventsServiceOptions): GatewayService & { subscribers: KvEventSubscribers } {
+export interface KvEventsService extends GatewayService {
+  subscribers: KvEventSubscribers;
+  /** Subscribe to a worker's events (a worker added or changed by a config reload; the service runs). */
+  addWorker(e: WorkerKvEvents): Promise<void>;
+  /** Stop listening to a worker (removed by a config reload). */
+  removeWorker(workerId: string): Promise<void>;
+}
+
+export function kvEventsService(o: KvEventsServiceOptions): KvEventsService {
   const subscribers = new KvEventSubscribers();
   o.fleet.addDescriber((w) => {
     const s = subscribers.get(w.id)?.status();
@@ -42,31 +50,38 @@ export function kvEventsService(o: KvEventsServiceOptions): GatewayService & { s
       },
     };
   });
+  const subscribe = (e: WorkerKvEvents): void => {
+    const w = o.fleet.get(e.workerId);
+    if (!w) return;
+    if (!o.index.hasWorker(w.id)) o.index.addWorker(w.id, w.numGpuBlocks);
+    subscribers.add({
+      workerId: w.id,
+      endpoint: e.endpoint,
+      ...(e.replayEndpoint !== undefined ? { replayEndpoint: e.replayEndpoint } : {}),
+      ...(e.topic !== undefined ? { topic: e.topic } : {}),
+      index: o.index,
+      blockSize: w.blockSize,
+      clock: o.clock,
+      // Silence only means trouble while the worker has work.
+      isBusy: () => w.inflightCount > 0 || (w.snapshot?.running ?? 0) > 0,
+      onStatus: (s) =>
+        o.logger[s.source === 'events' ? 'info' : 'warn']({ worker: s.workerId, source: s.source, reason: s.reason }, 'kv events'),
+    });
+  };
   return {
     name: 'kv-events',
     subscribers,
     async start() {
       // Learn each worker's block size and capacity first: events are hashed at that block size.
       await o.scraper.scrapeAll();
-      for (const e of o.endpoints) {
-        const w = o.fleet.get(e.workerId);
-        if (!w) continue;
-        if (!o.index.hasWorker(w.id)) o.index.addWorker(w.id, w.numGpuBlocks);
-        subscribers.add({
-          workerId: w.id,
-          endpoint: e.endpoint,
-          ...(e.replayEndpoint !== undefined ? { replayEndpoint: e.replayEndpoint } : {}),
-          ...(e.topic !== undefined ? { topic: e.topic } : {}),
-          index: o.index,
-          blockSize: w.blockSize,
-          clock: o.clock,
-          // Silence only means trouble while the worker has work.
-          isBusy: () => w.inflightCount > 0 || (w.snapshot?.running ?? 0) > 0,
-          onStatus: (s) =>
-            o.logger[s.source === 'events' ? 'info' : 'warn']({ worker: s.workerId, source: s.source, reason: s.reason }, 'kv events'),
-        });
-      }
+      for (const e of o.endpoints) subscribe(e);
     },
+    async addWorker(e) {
+      const w = o.fleet.get(e.workerId);
+      if (w) await o.scraper.scrape(w);
+      subscribe(e);
+    },
+    removeWorker: (id) => subscribers.remove(id),
     close: () => subscribers.closeAll(),
   };
 }

@@ -49,6 +49,16 @@ export class Relay {
     for (const attempt of [...set]) attempt.workerDown();
   }
 
+  /**
+   * New first-byte timeout, retry count and Retry-After (config reload): for attempts started
+   * from now on (an attempt already waiting keeps the timer it armed).
+   */
+  retune(o: Pick<RelayOptions, 'firstByteMs' | 'retries' | 'retryAfterSeconds'>): void {
+    this.o.firstByteMs = o.firstByteMs;
+    this.o.retries = o.retries;
+    this.o.retryAfterSeconds = o.retryAfterSeconds;
+  }
+
   /** Serve the request at some worker. Resolves when the response is over; throws ApiError if no byte was sent. */
   async forward(ctx: RequestContext): Promise<void> {
     const { router, metrics } = this.o;

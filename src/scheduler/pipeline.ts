@@ -15,6 +15,7 @@ import type {
   Filter,
   Picker,
   Policy,
+  PolicyOptions,
   Producer,
   RouteDecision,
   RouteOutcome,
@@ -52,6 +53,8 @@ export interface PipelineConfig {
   onFirstToken?: Policy['onFirstToken'];
   onComplete?: Policy['onComplete'];
   describeWorker?: Policy['describeWorker'];
+  /** See Policy.retune (absent: options cannot change in place). */
+  retune?: (options: PolicyOptions) => boolean;
 }
 
 export const clamp01 = (x: number): number => (x > 1 ? 1 : x > 0 ? x : 0);
@@ -83,6 +86,10 @@ export class PipelinePolicy implements Policy {
     this.onFirstToken = cfg.onFirstToken;
     this.onComplete = cfg.onComplete;
     this.describeWorker = cfg.describeWorker;
+  }
+
+  retune(options: PolicyOptions): boolean {
+    return this.cfg.retune?.(options) ?? false;
   }
 
   route(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): RouteOutcome {

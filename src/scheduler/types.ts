@@ -158,6 +158,13 @@ export interface Policy {
   onComplete?(req: RouteRequest, worker: WorkerState, ok: boolean, ctx: RoutingContext): void;
   /** Extra per-worker fields for /admin/workers (e.g. a learned prefill rate). */
   describeWorker?(worker: WorkerState): Record<string, unknown>;
+  /**
+   * Take new options (a config reload; already parsed by the policy's schema) for the next
+   * decision, keeping what the policy has learned (its prefix index, learned rates, sessions).
+   * Returns false if these options cannot be changed in place (a different index size): the
+   * gateway then keeps the old ones and says a restart is needed. Absent: never in place.
+   */
+  retune?(options: PolicyOptions): boolean;
 }
 
 /** Options a policy is created from, as written in the config (`policy.options`). */

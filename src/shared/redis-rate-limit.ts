@@ -90,7 +90,13 @@ export class RedisRateLimiter implements RateLimitStore {
   readonly counts = { shared: 0, fallback: 0 };
 
   constructor(private readonly o: RedisRateLimiterOptions) {
-    for (const [id, l] of o.limits) {
+    this.setLimits(o.limits);
+  }
+
+  /** New limits (config reload), in effect for the next request (the local fallback is told apart). */
+  setLimits(limits: ReadonlyMap<string, TenantLimits>): void {
+    this.limited.clear();
+    for (const [id, l] of limits) {
       if (l.requestsPerMinute !== undefined || l.tokensPerMinute !== undefined || l.concurrentRequests !== undefined) this.limited.set(id, l);
     }
   }

@@ -55,3 +55,27 @@ test('reset durations are formatted as OpenAI sends them', () => {
   assert.equal(formatReset(360_000), '6m0s');
   assert.equal(formatReset(61_000), '1m1s');
 });
+
+test('new limits (a config reload): unchanged ones keep their counters, changed ones start at the new limit, requests in flight still count', () => {
+  const rl = new RateLimiter(new Map([['acme', { requestsPerMinute: 2, concurrentRequests: 1 }], ['globex', { requestsPerMinute: 1 }]]), 0);
+  const a = rl.take('acme', 1, 0);
+  assert.ok(a.ok);
+  assert.ok(rl.take('globex', 1, 0).ok);
+  rl.setLimits(new Map([['acme', { requestsPerMinute: 2, concurrentRequests: 2 }], ['globex', { requestsPerMinute: 5 }], ['initech', { requestsPerMinute: 1 }]]), 0);
+  // acme's RPM bucket is the same (one left), its in-flight request still counts against 2.
+  assert.equal(rl.active('acme'), 1);
+  const b = rl.take('acme', 1, 0);
+  assert.ok(b.ok);
+  const c = rl.take('acme', 1, 0);
+  assert.ok(!c.ok && c.kind === 'requests', 'the unchanged RPM bucket kept its count');
+  // globex's RPM changed: a full bucket at the new limit.
+  for (let i = 0; i < 5; i++) assert.ok(rl.take('globex', 1, 0).ok);
+  assert.ok(!rl.take('globex', 1, 0).ok);
+  assert.ok(rl.limits('initech'));
+  // The release of a request started before the reload frees a slot of the new state.
+  a.release();
+  assert.equal(rl.active('acme'), 1);
+  rl.setLimits(new Map(), 0);
+  assert.ok(!rl.limits('acme'), 'limits removed');
+  assert.ok(rl.take('acme', 1e9, 0).ok);
+});

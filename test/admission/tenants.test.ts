@@ -119,3 +119,22 @@ describe('tenants and API keys', () => {
     assert.equal(bearerKey('Token abc'), null);
   });
 });
+
+describe('TenantDirectory.replace (a config reload)', () => {
+  it('takes new tenants and keys for the next request; a tenant resolved before keeps its object', () => {
+    const dirTenants = new TenantDirectory([{ id: 'acme', digests: [sha256('sk-acme-one-0001')] }], []);
+    const before = dirTenants.authenticate('Bearer sk-acme-one-0001');
+    assert.equal(before.id, 'acme');
+    assert.equal(dirTenants.open, false);
+    dirTenants.replace([{ id: 'acme', digests: [sha256('sk-acme-two-0001')], priority: 'critical' }], [sha256('sk-admin-0000001')]);
+    assert.throws(() => dirTenants.authenticate('Bearer sk-acme-one-0001'), (e: ApiError) => e.status === 401);
+    const after = dirTenants.authenticate('Bearer sk-acme-two-0001');
+    assert.equal(after.priority, 'critical');
+    assert.equal(before.priority, 'standard', 'the earlier object is unchanged');
+    assert.equal(dirTenants.checkAdmin('Bearer sk-admin-0000001'), null);
+    dirTenants.replace([], []);
+    assert.equal(dirTenants.open, true);
+    assert.equal(dirTenants.adminGuarded, false);
+    assert.equal(dirTenants.authenticate(undefined).id, 'default');
+  });
+});

@@ -123,3 +123,63 @@ test('a tokenizer file that cannot be loaded exits 2 naming the model', async ()
   assert.equal(r.code, 2);
   assert.match(r.stderr, /tokenizers: tokenizer for model 'm'/);
 });
+
+test('SIGHUP reloads the file (watching off): a worker added is served, the --port flag still holds, a bad file is rejected naming the field', async () => {
+  const sims: SimWorker[] = [await startSimWorker({ port: 0, speed: 100 }), await startSimWorker({ port: 0, speed: 100 })];
+  const model = sims[0]!.model;
+  const file = join(dir, 'hup.yaml');
+  const yaml = (urls: string[]) =>
+    `pools:\n  - name: p\n    model: ${model}\n    workers:\n${urls.map((u, i) => `      - { url: ${u}, id: w${i} }`).join('\n')}\n` +
+    `policy: { name: round-robin }\nserver: { routingHeaders: true }\nreload: { watch: false }\nshutdown: { drainDelayMs: 0 }\n`;
+  writeFileSync(file, yaml([sims[0]!.url]));
+  const child = spawn(process.execPath, [CLI, 'serve', '--config', file, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  child.stdout.on('data', (d: Buffer) => (stdout += d));
+  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+  const until = async (re: RegExp, what: string): Promise<RegExpExecArray> => {
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const m = re.exec(stdout);
+      if (m) return m;
+      if (Date.now() > deadline) throw new Error(`${what} not in: ${stdout}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  };
+  try {
+    const url = (await until(/"url":"(http:\/\/[^"]+)"/, 'listening line'))[1]!;
+    const version = async () => ((await (await fetch(url + '/admin/config')).json()) as any).version as number;
+    const workerOf = async () => {
+      const r = await fetch(url + '/v1/completions', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model, prompt: 'hello', max_tokens: 2 }),
+      });
+      assert.equal(r.status, 200);
+      await r.text();
+      return r.headers.get('x-kvgate-worker');
+    };
+    assert.equal(await workerOf(), 'w0');
+    writeFileSync(file, yaml([sims[0]!.url, sims[1]!.url]));
+    await new Promise((r) => setTimeout(r, 400));
+    assert.equal(await version(), 1, 'reload.watch false: a change alone does not reload');
+    child.kill('SIGHUP');
+    await until(/config reload applied: version 2/, 'applied line');
+    assert.equal(await version(), 2);
+    const seen = new Set([await workerOf(), await workerOf(), await workerOf()]);
+    assert.deepEqual([...seen].sort(), ['w0', 'w1']);
+    // The flags apply to the reloaded file too: listen.port stays what --port made it (no restart asked).
+    assert.doesNotMatch(stdout, /needs a restart/);
+    writeFileSync(file, yaml([sims[0]!.url, 'nonsense']));
+    child.kill('SIGHUP');
+    const line = JSON.parse((await until(/^.*config reload rejected.*$/m, 'rejected line'))[0]);
+    assert.equal(line.level, 50);
+    assert.match(line.msg, /pools\[0\]\.workers\[1\]\.url: Invalid URL/);
+    assert.equal(await version(), 2);
+    assert.equal(await workerOf() !== null, true, 'still serving');
+    child.kill('SIGINT');
+    assert.equal(await exited, 0);
+  } finally {
+    if (child.exitCode === null) child.kill('SIGKILL');
+    await Promise.all(sims.map((s) => s.close()));
+  }
+});

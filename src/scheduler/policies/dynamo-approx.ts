@@ -47,7 +47,10 @@ export function createDynamoApproxPolicy(o: DynamoApproxOptions): PipelinePolicy
     predictedTtlMs: 0,
     approxTtlMs: o.cacheWindowMs,
   });
-  return dynamoPipeline('dynamo-approx', o, new PrefixMatcher(index, { capacityBlocks: o.maxTreeSize }), { recordRouted: true });
+  return dynamoPipeline('dynamo-approx', o, new PrefixMatcher(index, { capacityBlocks: o.maxTreeSize }), {
+    recordRouted: true,
+    fixed: ['cacheWindowMs', 'maxTreeSize', 'indexMaxBytes', 'maxWorkers'],
+  });
 }
 
 export const dynamoApproxPolicy: PolicyDefinition<typeof dynamoApproxOptions> = {

@@ -54,7 +54,7 @@ import { PrefixMatcher } from '../index/prefix-match.js';
 import { argminRandom } from '../pickers/argmin-random.js';
 import { PipelinePolicy } from '../pipeline.js';
 import type { Picker, PolicyDefinition, RouteRequest } from '../types.js';
-import { booleanKnob, indexKnobs, numberKnob } from './knobs.js';
+import { booleanKnob, indexKnobs, numberKnob, retuneInPlace } from './knobs.js';
 
 /** The cost's knobs, shared with dynamo-approx; Dynamo's names in parentheses. */
 export const dynamoCostKnobs = {
@@ -109,7 +109,12 @@ export function dynamoPipeline(
   name: string,
   o: DynamoCostOptions,
   matcher: PrefixMatcher,
-  extra: { usesKvEvents?: boolean; recordRouted?: boolean },
+  extra: {
+    usesKvEvents?: boolean;
+    recordRouted?: boolean;
+    /** Options that shaped the index (a reload cannot change them in place); the cost knobs can. */
+    fixed: readonly string[];
+  },
 ): PipelinePolicy {
   const loads = new Map<string, ActiveLoad>();
   const loadOf = (id: string): ActiveLoad => {
@@ -175,6 +180,8 @@ export function dynamoPipeline(
     picker,
     prefixIndex: matcher.index,
     ...(extra.usesKvEvents ? { usesKvEvents: true } : {}),
+    // The cost knobs are read per decision (a request charged before keeps how it was charged).
+    retune: (next) => retuneInPlace(o as unknown as Record<string, unknown>, next, extra.fixed),
     onDispatch(req, d, ctx) {
       const w = d.worker;
       const overlap = matcher.matches(req, [w], ctx).get(w)!.blocks;
@@ -211,7 +218,7 @@ export function dynamoPipeline(
 
 export function createDynamoPolicy(o: DynamoOptions): PipelinePolicy {
   const index = new PrefixIndex({ maxBytes: o.indexMaxBytes, maxWorkers: o.maxWorkers, predictedTtlMs: 0 });
-  return dynamoPipeline('dynamo', o, new PrefixMatcher(index), { usesKvEvents: true });
+  return dynamoPipeline('dynamo', o, new PrefixMatcher(index), { usesKvEvents: true, fixed: ['indexMaxBytes', 'maxWorkers'] });
 }
 
 export const dynamoPolicy: PolicyDefinition<typeof dynamoOptions> = {

@@ -79,6 +79,17 @@ function show(v: unknown): string {
 }
 
 /** One knob as listings show it. */
+/**
+ * Policy.retune for a policy that reads its options object at decision time: the new values are
+ * copied into `current` unless one of `fixed` (knobs that shaped the policy's structures when it
+ * was created: an index size, a block size) differs, in which case nothing changes.
+ */
+export function retuneInPlace<O extends object>(current: O, next: Record<string, unknown>, fixed: readonly (keyof O & string)[]): boolean {
+  if (fixed.some((k) => JSON.stringify(next[k]) !== JSON.stringify(current[k]))) return false;
+  Object.assign(current, next);
+  return true;
+}
+
 export interface KnobInfo {
   name: string;
   default: unknown;

@@ -164,7 +164,7 @@ const BATCH_CHARGED = stateKey<{ worker: string; contextTokens: number; stallSha
 
 export class KvgatePolicy implements Policy {
   readonly name: string;
-  readonly params: KvgateOptions;
+  params: KvgateOptions;
   readonly matcher: PrefixMatcher;
   readonly prefixIndex: PrefixIndex;
   /** Learned prefill throughput per worker id, tokens/s. */
@@ -186,7 +186,7 @@ export class KvgatePolicy implements Policy {
   readonly usesOracle?: boolean;
   /** Session key → worker id of its last pick (insertion-ordered, bounded). */
   private readonly sessions = new Map<string, string>();
-  private readonly pipeline: PipelinePolicy;
+  private pipeline: PipelinePolicy;
 
   /** `options` as parsed by kvgateOptions; createPolicy('kvgate', raw) parses and checks them. */
   constructor(options: KvgateOptions, name = 'kvgate', exact = false) {
@@ -202,7 +202,25 @@ export class KvgatePolicy implements Policy {
       approxTtlMs: p.approxTtlMs,
     });
     this.matcher = new PrefixMatcher(this.prefixIndex);
-    this.pipeline = new PipelinePolicy({
+    this.pipeline = this.buildPipeline(p);
+  }
+
+  /**
+   * Weights, thresholds and estimate parameters change in place (config reload); the index's own
+   * knobs (its size, worker count and lifetimes) fix its layout and need a new policy.
+   */
+  retune(options: Record<string, unknown>): boolean {
+    const p = options as KvgateOptions;
+    const fixed = ['indexMaxBytes', 'maxWorkers', 'predictedTtlMs', 'approxTtlMs'] as const;
+    if (fixed.some((k) => p[k] !== this.params[k])) return false;
+    this.params = p;
+    this.pipeline = this.buildPipeline(p);
+    return true;
+  }
+
+  private buildPipeline(p: KvgateOptions): PipelinePolicy {
+    const { name, exact } = this;
+    return new PipelinePolicy({
       name,
       filters: [
         healthyFilter,

@@ -38,7 +38,7 @@ import { maxScorePicker } from '../pickers/max-score.js';
 import { PipelinePolicy } from '../pipeline.js';
 import { prefixFractionScorer } from '../scorers/prefix-fraction.js';
 import type { PolicyDefinition } from '../types.js';
-import { booleanKnob, indexKnobs, numberKnob } from './knobs.js';
+import { booleanKnob, indexKnobs, numberKnob, retuneInPlace } from './knobs.js';
 import { llmdKvCacheScorer, llmdQueueScorer } from './llm-d.js';
 
 export const llmdPreciseOptions = z.strictObject({
@@ -62,14 +62,21 @@ export function createLlmdPrecisePolicy(o: LlmdPreciseOptions): PipelinePolicy {
   });
   const matcher = new PrefixMatcher(index);
   const prefixScorer = prefixFractionScorer((req, ws, ctx) => matcher.matches(req, ws, ctx));
+  const scorers = [
+    { scorer: prefixScorer, weight: o.prefixWeight },
+    { scorer: llmdKvCacheScorer, weight: o.kvCacheWeight },
+    { scorer: llmdQueueScorer, weight: o.queueWeight },
+  ];
   return new PipelinePolicy({
     name: 'llm-d-precise',
     filters: [healthyFilter],
-    scorers: [
-      { scorer: prefixScorer, weight: o.prefixWeight },
-      { scorer: llmdKvCacheScorer, weight: o.kvCacheWeight },
-      { scorer: llmdQueueScorer, weight: o.queueWeight },
-    ],
+    scorers,
+    // The weights change in place; the index, speculative indexing and the polling interval do not.
+    retune(next) {
+      if (!retuneInPlace(o, next, ['speculativeIndexing', 'speculativeTtlMs', 'indexMaxBytes', 'maxWorkers', 'scrapeIntervalMs'])) return false;
+      [scorers[0]!.weight, scorers[1]!.weight, scorers[2]!.weight] = [o.prefixWeight, o.kvCacheWeight, o.queueWeight];
+      return true;
+    },
     picker: maxScorePicker,
     scrapeIntervalMs: o.scrapeIntervalMs,
     prefixIndex: index,

@@ -35,7 +35,7 @@ import { maxScorePicker } from '../pickers/max-score.js';
 import { PipelinePolicy } from '../pipeline.js';
 import { prefixFractionScorer } from '../scorers/prefix-fraction.js';
 import type { PolicyDefinition, RouteRequest, Scorer } from '../types.js';
-import { indexKnobs, numberKnob } from './knobs.js';
+import { indexKnobs, numberKnob, retuneInPlace } from './knobs.js';
 
 /** The prompt text's UTF-16 code units, llm-d's stand-in for tokens. */
 const LLMD_CHARS = stateKey<Uint16Array>('llm-d.chars');
@@ -110,14 +110,21 @@ export function createLlmdPolicy(o: LlmdOptions): PipelinePolicy {
     return r;
   };
   const prefixScorer = prefixFractionScorer((req, ws, ctx) => matcherFor(req.model).matches(asChars(req), ws, ctx));
+  const scorers = [
+    { scorer: llmdQueueScorer, weight: o.queueWeight },
+    { scorer: llmdKvCacheScorer, weight: o.kvCacheWeight },
+    { scorer: prefixScorer, weight: o.prefixWeight },
+  ];
   return new PipelinePolicy({
     name: 'llm-d',
     filters: [healthyFilter],
-    scorers: [
-      { scorer: llmdQueueScorer, weight: o.queueWeight },
-      { scorer: llmdKvCacheScorer, weight: o.kvCacheWeight },
-      { scorer: prefixScorer, weight: o.prefixWeight },
-    ],
+    scorers,
+    // The weights change in place; the block and index shape and the polling interval do not.
+    retune(next) {
+      if (!retuneInPlace(o, next, ['blockSizeTokens', 'bytesPerToken', 'indexMaxBytes', 'maxWorkers', 'scrapeIntervalMs'])) return false;
+      [scorers[0]!.weight, scorers[1]!.weight, scorers[2]!.weight] = [o.queueWeight, o.kvCacheWeight, o.prefixWeight];
+      return true;
+    },
     picker: maxScorePicker,
     scrapeIntervalMs: o.scrapeIntervalMs,
     prefixIndex: index,

@@ -41,7 +41,7 @@ import { healthyFilter } from '../filters/healthy.js';
 import { CharRadixTree } from '../index/char-radix-tree.js';
 import { PipelinePolicy } from '../pipeline.js';
 import type { Pick, Picker, PolicyDefinition, ScoredWorker } from '../types.js';
-import { numberKnob } from './knobs.js';
+import { numberKnob, retuneInPlace } from './knobs.js';
 
 /** SGLang's names in parentheses. */
 export const sglangOptions = z.strictObject({
@@ -119,6 +119,8 @@ export function createSglangPolicy(p: SglangOptions): PipelinePolicy {
       const t = trees.get(req.model);
       return t && req.promptText.length > 0 ? t.matchFor(req.promptText, picked.worker.id) / req.promptText.length : 0;
     },
+    // Every knob is read at decision time.
+    retune: (next) => retuneInPlace(p, next, []),
     onDispatch(req, d, ctx) {
       if (req.state.get(SGLANG_NO_INSERT) === true) req.state.delete(SGLANG_NO_INSERT);
       else tree(req.model).insert(req.promptText, d.worker.id);
