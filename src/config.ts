@@ -304,6 +304,21 @@ const speculativeSchema = z
         minAcceptanceLength: z.number().min(1).default(1.8),
       })
       .prefault({}),
+    /**
+     * Models whose workers take speculation settings per request (llama.cpp server:
+     * `speculative.n_max`): the controller sets n_max per request (src/speculative/per-request.ts).
+     */
+    perRequest: z
+      .array(
+        z.strictObject({
+          model: z.string().min(1),
+          /** Largest n_max sent. */
+          kMax: z.int().min(1).max(64).default(16),
+          /** Cost of one draft token relative to one target decode step (draft ÷ target step time). */
+          draftCost: z.number().min(0).max(1).default(0.1),
+        }),
+      )
+      .default([]),
     /** Timeout of one draft or verification call; a draft that misses it is dropped for the request. */
     callTimeoutMs: ms.default(10_000),
     /** Timeout of each start-up capability probe. */
@@ -526,6 +541,15 @@ export const configSchema = z
       if (sc.draftPool === sc.targetPool) ctx.addIssue({ code: 'custom', path: at('draftPool'), message: 'must differ from targetPool' });
       if (cascadeModels.has(sc.model)) ctx.addIssue({ code: 'custom', path: at('model'), message: `model '${sc.model}' has two cascades` });
       cascadeModels.add(sc.model);
+    });
+    const servedModels = new Set([...poolModels.values()].flatMap((m) => [...m]));
+    const perRequestModels = new Set<string>();
+    c.speculative.perRequest.forEach((pr, i) => {
+      const at = ['speculative', 'perRequest', i, 'model'];
+      if (!servedModels.has(pr.model)) ctx.addIssue({ code: 'custom', path: at, message: `no pool serves model '${pr.model}'` });
+      if (cascadeModels.has(pr.model)) ctx.addIssue({ code: 'custom', path: at, message: `model '${pr.model}' is served by a cascade` });
+      if (perRequestModels.has(pr.model)) ctx.addIssue({ code: 'custom', path: at, message: `model '${pr.model}' is listed twice` });
+      perRequestModels.add(pr.model);
     });
     const tenantIds = new Map<string, number>();
     c.tenants.forEach((t, i) => {

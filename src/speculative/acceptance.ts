@@ -33,8 +33,12 @@ export class AcceptanceTracker {
   }
 
   observe(model: string, cls: string, accepted: number, rejected: boolean): void {
-    const tested = accepted + (rejected ? 1 : 0);
-    if (tested === 0) return;
+    this.observeCounts(model, cls, accepted, accepted + (rejected ? 1 : 0));
+  }
+
+  /** Several rounds at once: `accepted` of `tested` draft tokens passed (tested ≥ accepted). */
+  observeCounts(model: string, cls: string, accepted: number, tested: number): void {
+    if (!(tested > 0)) return;
     const key = `${model}\u0000${cls}`;
     let c = this.byKey.get(key);
     if (!c) this.byKey.set(key, (c = { model, cls, accepted: 0, tested: 0 }));

@@ -4,7 +4,8 @@
  * refuses the configuration otherwise, then adds the cascade stage and its metrics.
  *
  * With `speculative.routing.enabled`, also adds the stage that routes between workers that
- * speculate inside the engine and plain ones (spec-routing.ts).
+ * speculate inside the engine and plain ones (spec-routing.ts); with `speculative.perRequest`, the
+ * stage that sets llama.cpp's per-request speculation settings (per-request.ts).
  *
  * Called by `kvgate serve` before the gateway starts; a gateway without either is left untouched.
  */
@@ -17,6 +18,7 @@ import { cascadeStage, type CascadeModel } from './cascade.js';
 import { AdaptiveK, FixedK, type KChooser } from './controller.js';
 import { seededRng, type Rng } from '../util/rng.js';
 import { SpecMetrics } from './metrics.js';
+import { perRequestSpeculationStage } from './per-request.js';
 import { probeCascade } from './probe.js';
 import { specRoutingStage } from './spec-routing.js';
 import { WorkerPools } from './worker-calls.js';
@@ -41,7 +43,7 @@ export interface SpeculativeInstall {
 export async function installSpeculative(gw: Gateway, opts: SpeculativeOptions = {}): Promise<SpeculativeInstall | null> {
   const sc = gw.config.speculative;
   if (sc.routing.enabled) gw.use(specRoutingStage(sc.routing, gw.metrics.registry));
-  if (sc.cascades.length === 0) return null;
+  if (sc.cascades.length === 0 && sc.perRequest.length === 0) return null;
   const problems: string[] = [];
   const models = new Map<string, CascadeModel>();
   const pools = new WorkerPools(gw.config.timeouts.connectMs);
@@ -83,11 +85,27 @@ export async function installSpeculative(gw: Gateway, opts: SpeculativeOptions =
   const cc = sc.controller;
   const tracker = new AcceptanceTracker(cc.halfLifeTokens);
   const metrics = new SpecMetrics(gw.metrics.registry, tracker);
+  const rng = opts.rng ?? seededRng(gw.config.policy.seed ?? (Math.random() * 2 ** 32) >>> 0);
+  if (sc.perRequest.length > 0) {
+    gw.use(
+      perRequestSpeculationStage({
+        models: new Map(sc.perRequest.map((m) => [m.model, m])),
+        control: cc,
+        tracker,
+        metrics,
+        rng,
+      }),
+    );
+  }
+  if (models.size === 0) {
+    await pools.close();
+    return { models, tracker, metrics };
+  }
   const { mode: _m, classBy: _c, tpotBudgetMs: _t, halfLifeTokens: _h, targetTokenMs, ...adaptive } = cc;
   const controller =
     opts.controller ??
     (cc.mode === 'adaptive'
-      ? new AdaptiveK(tracker, opts.rng ?? seededRng(gw.config.policy.seed ?? (Math.random() * 2 ** 32) >>> 0), { ...adaptive, targetTokenMs: targetTokenMs ?? null })
+      ? new AdaptiveK(tracker, rng, { ...adaptive, targetTokenMs: targetTokenMs ?? null })
       : new FixedK(ks));
   gw.use(
     cascadeStage({
