@@ -26,6 +26,7 @@ import type { WorkerState } from '../fleet/worker-state.js';
 import type { GatewayStage } from '../gateway/stages.js';
 import type { Rng } from '../util/rng.js';
 import { expectedTokensPerRound, type AcceptanceTracker } from './acceptance.js';
+import type { AdaptiveOptions } from './controller.js';
 import type { SpecMetrics } from './metrics.js';
 import { contentClass } from './plan.js';
 
@@ -37,16 +38,10 @@ export interface PerRequestModel {
   draftCost: number;
 }
 
-export interface PerRequestControl {
+/** The controller settings this stage shares with the cascade's adaptive controller. */
+export type PerRequestControl = Pick<AdaptiveOptions, 'priorAcceptance' | 'minEvidence' | 'minGain' | 'probeRate' | 'probeK' | 'busyRunning' | 'busyWaiting'> & {
   classBy: 'tenant' | 'content';
-  priorAcceptance: number;
-  minEvidence: number;
-  minGain: number;
-  probeRate: number;
-  probeK: number;
-  busyRunning: number;
-  busyWaiting: number;
-}
+};
 
 export interface KChoice {
   k: number;
