@@ -213,7 +213,9 @@ const sharedSchema = z
     routing: z.boolean().default(true),
     /** Publish this replica's circuit-breaker openings and closings and apply the other replicas'. */
     breakers: z.boolean().default(true),
-    /** How often queued routing knowledge is published, one message per batch. */
+    /** Publish this replica's in-flight requests per worker and mirror the other replicas'. */
+    load: z.boolean().default(true),
+    /** How often queued routing knowledge and load are published, one message per batch. */
     publishIntervalMs: ms.default(25),
     /** Longest a request holds a shared concurrency slot if its release never reaches Redis. */
     leaseMs: ms.default(600_000),

@@ -79,8 +79,8 @@ Gateway replicas:
   --sharing-delay-ms D    propagation delay of shared knowledge, virtual ms (default 0)
   --share-load on|off     with --replica-sharing on, also share in-flight accounting (dispatches,
                           first tokens, ends) after the same delay, so every replica sees the whole
-                          fleet's load between scrapes (default off). A what-if: the live gateway
-                          shares prefix knowledge and rate limits, not load
+                          fleet's load between scrapes (default off), as the live gateway's
+                          shared.load does through Redis (published every 25 ms by default)
 
 Response cache:
   --cache on|off          run with the gateway's response cache (default off): each request is a

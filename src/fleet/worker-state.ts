@@ -176,8 +176,11 @@ export class WorkerState {
     return Math.max(0, total - used - this.blocksReservedSinceSnapshot);
   }
 
-  /** Charge a request to this worker. Called synchronously at pick time (the reservation). */
-  begin(r: InflightRequest): void {
+  /**
+   * Charge a request to this worker. Called synchronously at pick time (the reservation); with
+   * `mirrored`, a request another gateway replica routed (not counted in `routed`).
+   */
+  begin(r: InflightRequest, mirrored = false): void {
     if (this.inflight.has(r.id)) return;
     this.inflight.set(r.id, r);
     this.inflightPrefillTokens += r.uncachedTokens;
@@ -185,7 +188,7 @@ export class WorkerState {
     this.inflightBlocks += r.blocks;
     this.dispatchedSinceSnapshot++;
     this.blocksReservedSinceSnapshot += r.blocks;
-    this.routed++;
+    if (!mirrored) this.routed++;
   }
 
   /** The request's first token arrived: its prefill no longer loads this worker. */

@@ -256,6 +256,9 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
       return w && breaker ? { breaker, url: w.url } : undefined;
     },
     workerIds: () => registry.workers.map((w) => w.id),
+    router,
+    workerOf: (id) => registry.get(id),
+    maxRequestMs: config.caps.maxRequestMs,
     clock,
     logger,
     registry: m.registry,

@@ -3,7 +3,7 @@
  * worker synchronously (pick-time reservation), so a burst that arrives between two metric scrapes
  * sees each earlier pick. The live gateway and the fleet simulation both route through this class.
  */
-import type { WorkerState } from '../fleet/worker-state.js';
+import type { InflightRequest, WorkerState } from '../fleet/worker-state.js';
 import type { Clock } from '../util/clock.js';
 import type { Rng } from '../util/rng.js';
 import { promptLength, type Policy, type RouteDecision, type RouteOutcome, type RouteRequest, type RoutingContext } from './types.js';
@@ -16,6 +16,11 @@ export interface RouterOptions {
   staleAfterMs?: number;
 }
 
+/** What happened to a request this router charged to a worker. */
+export type LoadEvent = 'begin' | 'first' | 'end';
+/** Told of every charge, first token and end, after the worker's accounting changed (it must only queue). */
+export type LoadObserver = (event: LoadEvent, worker: WorkerState, request: InflightRequest) => void;
+
 /** Expected output length used for block reservations when max_tokens is large or absent. */
 export const RESERVE_OUTPUT_TOKENS_CAP = 1024;
 
@@ -25,7 +30,9 @@ export class Router {
   private readonly rng: Rng;
   readonly staleAfterMs: number;
   /** Decisions awaiting completion, by request id. */
-  private readonly open = new Map<string, { req: RouteRequest; decision: RouteDecision; firstToken: boolean }>();
+  private readonly open = new Map<string, { req: RouteRequest; decision: RouteDecision; charge: InflightRequest; firstToken: boolean }>();
+  /** Told of this router's charges (other gateway replicas mirror them: src/shared/load-channel.ts). */
+  loadObserver: LoadObserver | null = null;
 
   constructor(opts: RouterOptions) {
     this.policy = opts.policy;
@@ -55,15 +62,17 @@ export class Router {
     const prompt = promptLength(req);
     const uncached = Math.round(prompt * (1 - d.expectedPrefixHit));
     const expectedOut = Math.min(req.maxTokens, RESERVE_OUTPUT_TOKENS_CAP);
-    w.begin({
+    const charge: InflightRequest = {
       id: req.id,
       promptTokens: prompt,
       uncachedTokens: uncached,
       maxTokens: req.maxTokens,
       blocks: Math.ceil((uncached + expectedOut) / w.blockSize),
       dispatchedAt: ctx.now,
-    });
-    this.open.set(req.id, { req, decision: d, firstToken: false });
+    };
+    w.begin(charge);
+    this.open.set(req.id, { req, decision: d, charge, firstToken: false });
+    this.loadObserver?.('begin', w, charge);
     this.policy.onDispatch?.(req, d, ctx);
     return out;
   }
@@ -75,6 +84,7 @@ export class Router {
     o.firstToken = true;
     const ctx = this.context();
     o.decision.worker.firstToken(reqId, ctx.now);
+    this.loadObserver?.('first', o.decision.worker, o.charge);
     this.policy.onFirstToken?.(o.req, o.decision.worker, ctx);
   }
 
@@ -84,6 +94,7 @@ export class Router {
     if (!o) return;
     this.open.delete(reqId);
     o.decision.worker.end(reqId);
+    this.loadObserver?.('end', o.decision.worker, o.charge);
     this.policy.onComplete?.(o.req, o.decision.worker, ok, this.context());
   }
 

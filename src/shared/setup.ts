@@ -7,13 +7,16 @@
  * - routing knowledge (`shared.routing`): the policy's prefix index publishes its predictions and
  *   learns the other replicas' (RoutingChannel);
  * - circuit breakers (`shared.breakers`): a breaker opened (or closed after a good probe) by one
- *   replica is applied by the others (BreakerChannel).
+ *   replica is applied by the others (BreakerChannel);
+ * - in-flight load (`shared.load`): each replica's dispatches, first tokens and ends per worker are
+ *   mirrored into the others' accounting (LoadChannel).
  *
  * Visible in /metrics (`kvgate_shared_*`) and at GET /admin/shared:
  *   {"redis": "redis://host:port", "up": true, "replica": "...", "reconnects": 0,
  *    "rate_limits": {"shared": N, "fallback": N} | null,
  *    "routing": {"published": N, "received": N, "dropped": N, ...} | null,
- *    "breakers": {"published": N, "opened": N, "closed": N, "stale": N, ..., "open": {worker: ms left}} | null}
+ *    "breakers": {"published": N, "opened": N, "closed": N, "stale": N, ..., "open": {worker: ms left}} | null,
+ *    "load": {"published": N, "received": N, "dropped": N, "expired": N, "badMessages": N, "mirrored": N} | null}
  */
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
@@ -23,7 +26,10 @@ import type { BreakerState, CircuitBreaker, TransitionCause } from '../fleet/cir
 import type { PrefixIndex } from '../scheduler/index/prefix-index.js';
 import type { Logger } from '../telemetry/logger.js';
 import type { Clock } from '../util/clock.js';
+import type { WorkerState } from '../fleet/worker-state.js';
+import type { Router } from '../scheduler/router.js';
 import { BreakerChannel } from './breaker-channel.js';
+import { LoadChannel } from './load-channel.js';
 import { RedisLink } from './redis-link.js';
 import { RedisRateLimiter } from './redis-rate-limit.js';
 import { RoutingChannel } from './routing-channel.js';
@@ -33,6 +39,7 @@ export interface SharedConfig {
   rateLimits: boolean;
   routing: boolean;
   breakers: boolean;
+  load: boolean;
   publishIntervalMs: number;
   leaseMs: number;
 }
@@ -47,6 +54,11 @@ export interface SharedStateDeps {
   breakerOf: (worker: string) => { breaker: CircuitBreaker; url: string } | undefined;
   /** This replica's worker ids (for /admin/shared). */
   workerIds: () => readonly string[];
+  /** This replica's router (its charges are published) and WorkerState by id (others' are mirrored). */
+  router?: Pick<Router, 'loadObserver'>;
+  workerOf?: (id: string) => WorkerState | undefined;
+  /** The longest a request may last: a mirrored request older than this is dropped. */
+  maxRequestMs?: number;
   clock: Clock;
   logger: Logger;
   registry: Registry;
@@ -129,6 +141,20 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
       })
     : null;
 
+  const load =
+    c.load && d.router && d.workerOf
+      ? new LoadChannel({
+          link,
+          workerOf: d.workerOf,
+          clock: d.clock,
+          channel: `${c.redis.keyPrefix}load`,
+          replicaId,
+          publishIntervalMs: c.publishIntervalMs,
+          maxAgeMs: d.maxRequestMs ?? 1_800_000,
+        })
+      : null;
+  if (load) d.router!.loadObserver = load.observe;
+
   new Gauge({
     name: 'kvgate_shared_redis_up',
     help: '1 while the Redis that gateway replicas share state through is reachable; 0 while this replica uses its own state',
@@ -193,6 +219,26 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
     },
   });
 
+  new Counter({
+    name: 'kvgate_shared_load_events_total',
+    help: "In-flight load events (dispatch, first token, end) shared with other replicas: published, received, dropped (Redis unavailable), expired (mirrored requests ended because their replica went silent or they outlived the longest request)",
+    labelNames: ['direction'],
+    registers: [d.registry],
+    collect() {
+      this.reset();
+      if (!load) return;
+      for (const k of ['published', 'received', 'dropped', 'expired'] as const) this.inc({ direction: k }, load.counts[k]);
+    },
+  });
+  new Gauge({
+    name: 'kvgate_shared_load_mirrored_requests',
+    help: "Other replicas' in-flight requests counted in this replica's worker accounting",
+    registers: [d.registry],
+    collect() {
+      this.set(load?.mirrored ?? 0);
+    },
+  });
+
   return {
     rateLimiter,
     onBreakerTransition: breakers ? (w, to, cause, from) => breakers.onTransition(w, to, cause, from) : null,
@@ -203,11 +249,13 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
       await link.start();
       await channel?.start();
       await breakers?.start();
-      d.logger.info({ redis: shown, replica: replicaId, rateLimits: rateLimiter !== null, routing: channel !== null, breakers: breakers !== null }, 'shared state on');
+      await load?.start();
+      d.logger.info({ redis: shown, replica: replicaId, rateLimits: rateLimiter !== null, routing: channel !== null, breakers: breakers !== null, load: load !== null }, 'shared state on');
     },
     async close() {
       channel?.close();
       breakers?.close();
+      load?.close();
       await link.close();
     },
     status() {
@@ -219,6 +267,7 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
         rate_limits: limiter ? { ...limiter.counts } : null,
         routing: channel ? { ...channel.counts, learned_runs: d.index?.learnedRuns ?? 0 } : null,
         breakers: breakers ? { ...breakers.counts, open: breakers.openHere(d.workerIds()) } : null,
+        load: load ? { ...load.counts, mirrored: load.mirrored } : null,
       };
     },
   };

@@ -32,7 +32,8 @@ export interface ReplicaOptions {
   /**
    * Also share in-flight accounting: each replica's dispatches, first tokens and ends reach the
    * other replicas' WorkerStates after the same delay, so between two scrapes every replica sees
-   * the whole fleet's load. A what-if: the live gateway does not share load yet (default false).
+   * the whole fleet's load, as the live gateway's `shared.load` does (src/shared/load-channel.ts;
+   * default false here).
    */
   shareLoad?: boolean;
 }

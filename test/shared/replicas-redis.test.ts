@@ -99,6 +99,23 @@ describe('gateway replicas sharing state through Redis', { skip }, () => {
     assert.ok((await metric(a.url, 'kvgate_shared_routing_blocks_total', { direction: 'published' }))! > 0);
   });
 
+  it("counts replica A's requests in flight in replica B's view of the workers while they run", async () => {
+    const inflightAt = async (url: string) =>
+      ((await (await fetch(url + '/admin/workers', { headers: ADMIN })).json()) as Array<{ id: string; inflight: number }>).reduce((n, w) => n + w.inflight, 0);
+    assert.equal(await inflightAt(b.url), 0);
+    const res = await fetch(a.url + CHAT, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...GLOBEX },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'a long answer' }], max_tokens: 3000, ignore_eos: true, stream: true }),
+    });
+    assert.equal(res.status, 200);
+    // B sent nothing, yet sees A's stream at its worker (mirrored, not counted as routed by B).
+    await waitFor(async () => (await inflightAt(b.url)) === 1, 5_000);
+    assert.ok((await shared(b.url)).load.mirrored >= 1);
+    await res.text();
+    await waitFor(async () => (await inflightAt(b.url)) === 0, 5_000);
+  });
+
   it('loses no request while Redis is down, shows it, and shares again when it returns', async () => {
     await redis.stop();
     await waitFor(async () => (await metric(a.url, 'kvgate_shared_redis_up')) === 0 && (await metric(b.url, 'kvgate_shared_redis_up')) === 0);
