@@ -148,19 +148,9 @@ export class BreakerChannel {
 
   async start(): Promise<void> {
     this.started = true;
-    const sub = this.o.link.subscriber;
-    sub.on('message', (channel: string, message: string) => {
-      if (channel === this.channel) this.receive(message);
-    });
-    // Subscribe on every (re)connect of the subscriber (as RoutingChannel does), then read the
-    // breakers already open: what was published before the subscription took effect is in the hash.
-    const subscribe = () =>
-      void sub.subscribe(this.channel).then(
-        () => this.snapshot(),
-        () => undefined,
-      );
-    sub.on('ready', subscribe);
-    if (sub.status === 'ready') subscribe();
+    // After every (re)subscription, read the breakers already open: what was published before the
+    // subscription took effect is in the hash.
+    this.o.link.listen(this.channel, (message) => this.receive(message), () => void this.snapshot());
     // The command connection may become ready after the subscriber: read then too.
     this.o.link.client.on('ready', () => void this.snapshot());
   }

@@ -70,14 +70,7 @@ export class LoadChannel {
   };
 
   async start(): Promise<void> {
-    const sub = this.o.link.subscriber;
-    sub.on('message', (channel: string, message: string) => {
-      if (channel === this.o.channel) this.receive(message);
-    });
-    // As the routing channel: subscribe on every (re)connect of the subscriber connection.
-    const subscribe = () => void sub.subscribe(this.o.channel).catch(() => undefined);
-    sub.on('ready', subscribe);
-    if (sub.status === 'ready') subscribe();
+    this.o.link.listen(this.o.channel, (message) => this.receive(message));
     this.timer = setInterval(() => this.tick(), this.o.publishIntervalMs);
     this.timer.unref();
   }

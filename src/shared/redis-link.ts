@@ -35,8 +35,8 @@ export class RedisLink {
     const { Redis } = await import('ioredis');
     const opts = failFastRedisOptions(this.o, () => (this.closed ? null : 250));
     const cmd = new Redis(this.o.url, opts);
-    // The subscriber has no command timeout (it waits for messages). Its users subscribe on each
-    // 'ready' themselves (see RoutingChannel), so ioredis' autoResubscribe is off.
+    // The subscriber has no command timeout (it waits for messages). listen() subscribes on each
+    // 'ready' itself, so ioredis' autoResubscribe is off.
     const sub = new Redis(this.o.url, { ...opts, commandTimeout: undefined, autoResubscribe: false });
     this.cmd = cmd;
     this.sub = sub;
@@ -66,6 +66,26 @@ export class RedisLink {
   get client(): RedisClient {
     if (!this.cmd) throw new Error('redis link not started');
     return this.cmd;
+  }
+
+  /**
+   * Receive `channel`'s messages. Subscribes on every (re)connect of the subscriber connection,
+   * not once: with no offline queue a SUBSCRIBE sent while Redis is away fails at once, and
+   * ioredis' own re-subscribe only knows channels whose SUBSCRIBE was answered before the
+   * connection dropped. `onSubscribed` runs after each successful SUBSCRIBE.
+   */
+  listen(channel: string, onMessage: (message: string) => void, onSubscribed?: () => void): void {
+    const sub = this.subscriber;
+    sub.on('message', (ch: string, message: string) => {
+      if (ch === channel) onMessage(message);
+    });
+    const subscribe = () =>
+      void sub.subscribe(channel).then(
+        () => onSubscribed?.(),
+        () => undefined,
+      );
+    sub.on('ready', subscribe);
+    if (sub.status === 'ready') subscribe();
   }
 
   /** The subscriber connection (throws before start). */

@@ -68,16 +68,7 @@ export class RoutingChannel {
       }
       this.queue.push({ worker, source, hashes });
     };
-    const sub = this.o.link.subscriber;
-    sub.on('message', (channel: string, message: string) => {
-      if (channel === this.o.channel) this.receive(message);
-    });
-    // Subscribe on every (re)connect of the subscriber connection, not once: with no offline
-    // queue a SUBSCRIBE sent while Redis is away fails at once, and ioredis' own re-subscribe
-    // only knows channels whose SUBSCRIBE was answered before the connection dropped.
-    const subscribe = () => void sub.subscribe(this.o.channel).catch(() => undefined);
-    sub.on('ready', subscribe);
-    if (sub.status === 'ready') subscribe();
+    this.o.link.listen(this.o.channel, (message) => this.receive(message));
     this.timer = setInterval(() => this.publish(), this.o.publishIntervalMs);
     this.timer.unref();
   }
