@@ -4,13 +4,14 @@
  * change nothing, and Redis going away leaves each replica with its own breakers.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { CircuitBreaker } from '../../src/fleet/circuit-breaker.js';
 import { WorkerState } from '../../src/fleet/worker-state.js';
 import { BreakerChannel } from '../../src/shared/breaker-channel.js';
 import { RedisLink } from '../../src/shared/redis-link.js';
-import { redisSkip, startRedis, type RedisServer } from '../redis-server.js';
+import { redisSkip } from '../redis-server.js';
+import { redisFixture } from './redis-fixture.js';
 import { waitFor } from '../support.js';
 
 const skip = redisSkip();
@@ -28,25 +29,10 @@ interface Replica {
 }
 
 describe('breaker channel', { skip }, () => {
-  let redis: RedisServer;
-  let raw: Redis;
-  const closers: Array<() => unknown> = [];
-  before(async () => {
-    redis = await startRedis();
-    raw = new Redis(redis.url).on('error', () => undefined);
-  });
-  /** Close the replicas of the previous test (they would still hear this one's messages). */
-  async function closeAll(): Promise<void> {
-    for (const c of closers.splice(0).reverse()) await c();
-  }
-  after(async () => {
-    await closeAll();
-    raw?.disconnect();
-    await redis?.stop();
-  });
+  const fx = redisFixture();
 
   async function replica(id: string, coolDownMs = 5_000, urls: Record<string, string> = URLS): Promise<Replica> {
-    const link = new RedisLink({ url: redis.url, timeoutMs: 200, connectTimeoutMs: 1000 });
+    const link = new RedisLink({ url: fx.server.url, timeoutMs: 200, connectTimeoutMs: 1000 });
     await link.start();
     const breakers = new Map<string, CircuitBreaker>();
     const workers = new Map<string, WorkerState>();
@@ -76,7 +62,7 @@ describe('breaker channel', { skip }, () => {
       );
     }
     await channel.start();
-    closers.push(
+    fx.closers.push(
       () => link.close(),
       () => channel.close(),
       () => {
@@ -86,7 +72,7 @@ describe('breaker channel', { skip }, () => {
     return { id, link, channel, breakers, workers, seen };
   }
 
-  const subscribers = async (n: number) => waitFor(async () => ((await raw.pubsub('NUMSUB', `${PREFIX}breakers`)) as [string, number])[1] >= n);
+  const subscribers = async (n: number) => waitFor(async () => ((await fx.raw.pubsub('NUMSUB', `${PREFIX}breakers`)) as [string, number])[1] >= n);
   const open = (r: Replica, w: string) => {
     r.breakers.get(w)!.onFailure();
     r.breakers.get(w)!.onFailure();
@@ -94,8 +80,8 @@ describe('breaker channel', { skip }, () => {
   };
 
   it('an opening reaches the other replica within a second, and the closing after a good probe too', async () => {
-    await closeAll();
-    await raw.flushall();
+    await fx.closeAll();
+    await fx.raw.flushall();
     const a = await replica('a', 300);
     const b = await replica('b', 300);
     await subscribers(2);
@@ -115,7 +101,7 @@ describe('breaker channel', { skip }, () => {
     assert.equal(a.channel.counts.published, 1);
     assert.equal(a.channel.counts.opened + a.channel.counts.stale, 0);
     // The opening is in the hash for replicas that come later.
-    const entry = JSON.parse((await raw.hget(`${PREFIX}{breakers}`, 'w0'))!);
+    const entry = JSON.parse((await fx.raw.hget(`${PREFIX}{breakers}`, 'w0'))!);
     assert.equal(entry.s, 'open');
     assert.equal(entry.r, 'a');
     assert.equal(entry.u, URLS.w0);
@@ -129,12 +115,12 @@ describe('breaker channel', { skip }, () => {
     a.breakers.get('w0')!.onSuccess();
     await waitFor(() => b.breakers.get('w0')!.state === 'closed', 1_000);
     assert.equal(b.channel.counts.closed, 1);
-    assert.equal(await raw.hexists(`${PREFIX}{breakers}`, 'w0'), 0, 'closed: gone from the hash');
+    assert.equal(await fx.raw.hexists(`${PREFIX}{breakers}`, 'w0'), 0, 'closed: gone from the hash');
   });
 
   it("a straggler's success closing a replica's own opening stays local", async () => {
-    await closeAll();
-    await raw.flushall();
+    await fx.closeAll();
+    await fx.raw.flushall();
     const a = await replica('a6');
     const b = await replica('b6');
     await subscribers(2);
@@ -148,14 +134,14 @@ describe('breaker channel', { skip }, () => {
   });
 
   it('ignores stale, malformed, own and foreign messages', async () => {
-    await closeAll();
-    await raw.flushall();
+    await fx.closeAll();
+    await fx.raw.flushall();
     const a = await replica('a2');
     const b = await replica('b2');
     await subscribers(2);
     // Record what goes over the channel, to replay it later.
-    const tap = new Redis(redis.url).on('error', () => undefined);
-    closers.push(() => tap.disconnect());
+    const tap = new Redis(fx.server.url).on('error', () => undefined);
+    fx.closers.push(() => tap.disconnect());
     const heard: string[] = [];
     tap.on('message', (_c: string, m: string) => heard.push(m));
     await tap.subscribe(`${PREFIX}breakers`);
@@ -164,11 +150,11 @@ describe('breaker channel', { skip }, () => {
     b.breakers.get('w1')!.applyPeerClose(); // as if b's own probe had succeeded without publishing
     // A newer closing, then the old opening again: the replay must not reopen the worker.
     const closing = { v: Date.now() * 10, r: 'x', w: 'w1', u: URLS.w1, s: 'closed' };
-    await raw.publish(`${PREFIX}breakers`, JSON.stringify(closing));
+    await fx.raw.publish(`${PREFIX}breakers`, JSON.stringify(closing));
     await waitFor(() => b.channel.counts.unchanged === 1);
     await waitFor(() => heard.length >= 1);
     const before = { ...b.channel.counts };
-    await raw.publish(`${PREFIX}breakers`, heard[0]!);
+    await fx.raw.publish(`${PREFIX}breakers`, heard[0]!);
     await waitFor(() => b.channel.counts.stale === before.stale + 1);
     assert.equal(b.breakers.get('w1')!.state, 'closed', 'a stale opening does not reopen a recovered worker');
 
@@ -180,30 +166,30 @@ describe('breaker channel', { skip }, () => {
       JSON.stringify({ v: Date.now() * 20, r: 'x', w: 'w0', u: URLS.w0, s: 'half-open' }),
       JSON.stringify({ v: Date.now() * 20, r: 'x', w: 'w0', s: 'open', ms: 1000, until: 1 }), // no url
     ];
-    for (const m of bad) await raw.publish(`${PREFIX}breakers`, m);
+    for (const m of bad) await fx.raw.publish(`${PREFIX}breakers`, m);
     await waitFor(() => b.channel.counts.badMessages === before.badMessages + bad.length);
     // Its own id: ignored. A worker it does not have, or has at another URL: ignored, counted.
-    await raw.publish(`${PREFIX}breakers`, JSON.stringify({ v: Date.now() * 30, r: 'b2', w: 'w0', u: URLS.w0, s: 'open', ms: 1000, until: 1 }));
-    await raw.publish(`${PREFIX}breakers`, JSON.stringify({ v: Date.now() * 30, r: 'x', w: 'w9', u: URLS.w0, s: 'open', ms: 1000, until: 1 }));
-    await raw.publish(`${PREFIX}breakers`, JSON.stringify({ v: Date.now() * 30, r: 'x', w: 'w0', u: 'http://127.0.0.1:1', s: 'open', ms: 1000, until: 1 }));
+    await fx.raw.publish(`${PREFIX}breakers`, JSON.stringify({ v: Date.now() * 30, r: 'b2', w: 'w0', u: URLS.w0, s: 'open', ms: 1000, until: 1 }));
+    await fx.raw.publish(`${PREFIX}breakers`, JSON.stringify({ v: Date.now() * 30, r: 'x', w: 'w9', u: URLS.w0, s: 'open', ms: 1000, until: 1 }));
+    await fx.raw.publish(`${PREFIX}breakers`, JSON.stringify({ v: Date.now() * 30, r: 'x', w: 'w0', u: 'http://127.0.0.1:1', s: 'open', ms: 1000, until: 1 }));
     await waitFor(() => b.channel.counts.unknownWorker === before.unknownWorker + 2);
     await new Promise((r) => setTimeout(r, 50));
     assert.equal(b.breakers.get('w0')!.state, 'closed', 'none of them opened w0');
     assert.equal(b.channel.counts.opened, before.opened);
     // A peer's opening never outlasts this replica's own cool-down.
-    await raw.publish(`${PREFIX}breakers`, JSON.stringify({ v: Date.now() * 40, r: 'x', w: 'w0', u: URLS.w0, s: 'open', ms: 3_600_000, until: 1 }));
+    await fx.raw.publish(`${PREFIX}breakers`, JSON.stringify({ v: Date.now() * 40, r: 'x', w: 'w0', u: URLS.w0, s: 'open', ms: 3_600_000, until: 1 }));
     await waitFor(() => b.breakers.get('w0')!.state === 'open');
     assert.ok(b.breakers.get('w0')!.openRemainingMs() <= 5_000);
   });
 
   it("an older transition that overtakes the reply to a replica's own does not win", async () => {
-    await closeAll();
-    await raw.flushall();
+    await fx.closeAll();
+    await fx.raw.flushall();
     const a = await replica('a5');
     await subscribers(1);
     open(a, 'w0');
     await waitFor(() => a.channel.counts.published === 1);
-    const v1 = JSON.parse((await raw.hget(`${PREFIX}{breakers}`, 'w0'))!).v as number;
+    const v1 = JSON.parse((await fx.raw.hget(`${PREFIX}{breakers}`, 'w0'))!).v as number;
     // Hold a's command connection for 100 ms (a blocking pop on an empty list), so the script
     // publishing its next transition runs, and replies, only after another replica's older opening
     // (version v1 + 1, below anything Redis hands out 100 ms later) has reached a's subscriber.
@@ -212,7 +198,7 @@ describe('breaker channel', { skip }, () => {
     a.breakers.get('w0')!.onRecovered();
     a.breakers.get('w0')!.onDispatch();
     a.breakers.get('w0')!.onSuccess();
-    await raw.publish(`${PREFIX}breakers`, JSON.stringify({ v: v1 + 1, r: 'x', w: 'w0', u: URLS.w0, s: 'open', ms: 4_000, until: 1 }));
+    await fx.raw.publish(`${PREFIX}breakers`, JSON.stringify({ v: v1 + 1, r: 'x', w: 'w0', u: URLS.w0, s: 'open', ms: 4_000, until: 1 }));
     await waitFor(() => a.channel.counts.opened === 1, 1_000);
     assert.equal(a.breakers.get('w0')!.state, 'open', 'the older opening, applied before the closing had a version');
     await held;
@@ -222,13 +208,13 @@ describe('breaker channel', { skip }, () => {
   });
 
   it('a replica started later learns the breakers already open from the hash', async () => {
-    await closeAll();
-    await raw.flushall();
+    await fx.closeAll();
+    await fx.raw.flushall();
     const a = await replica('a3', 2_000);
     open(a, 'w0');
     await waitFor(() => a.channel.counts.published === 1);
     // An expired opening left in the hash is not applied.
-    await raw.hset(`${PREFIX}{breakers}`, 'w1', JSON.stringify({ v: 5, r: 'old', w: 'w1', u: URLS.w1, s: 'open', ms: 1000, until: 1000 }));
+    await fx.raw.hset(`${PREFIX}{breakers}`, 'w1', JSON.stringify({ v: 5, r: 'old', w: 'w1', u: URLS.w1, s: 'open', ms: 1000, until: 1000 }));
     const late = await replica('late3', 2_000);
     await waitFor(() => late.breakers.get('w0')!.state === 'open', 1_000);
     const left = late.breakers.get('w0')!.openRemainingMs();
@@ -238,21 +224,21 @@ describe('breaker channel', { skip }, () => {
   });
 
   it('keeps local breakers while Redis is away, and shares again when it returns', async () => {
-    await closeAll();
-    await raw.flushall();
+    await fx.closeAll();
+    await fx.raw.flushall();
     const a = await replica('a4');
     const b = await replica('b4');
     await subscribers(2);
-    await redis.stop();
+    await fx.server.stop();
     await waitFor(() => !a.link.up && !b.link.up);
     open(a, 'w0');
     assert.equal(a.channel.counts.dropped, 1, 'not published, nothing thrown');
     assert.equal(b.breakers.get('w0')!.state, 'closed');
     // b's own breaker still opens on its own failures.
     open(b, 'w1');
-    await redis.start();
+    await fx.server.start();
     await waitFor(() => a.link.up && b.link.up, 20_000);
-    await waitFor(async () => ((await raw.pubsub('NUMSUB', `${PREFIX}breakers`)) as [string, number])[1] >= 2, 20_000);
+    await waitFor(async () => ((await fx.raw.pubsub('NUMSUB', `${PREFIX}breakers`)) as [string, number])[1] >= 2, 20_000);
     b.breakers.get('w1')!.applyPeerClose();
     open(b, 'w1');
     await waitFor(() => a.breakers.get('w1')!.state === 'open', 1_000);

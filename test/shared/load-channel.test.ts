@@ -1,32 +1,21 @@
 /** The load channel on a real Redis: mirroring, no echo, bad messages, silent replicas, Redis going away. */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import { Redis } from 'ioredis';
+import { describe, it } from 'node:test';
 import { WorkerState, type InflightRequest } from '../../src/fleet/worker-state.js';
 import { LoadChannel } from '../../src/shared/load-channel.js';
 import { RedisLink } from '../../src/shared/redis-link.js';
 import { systemClock } from '../../src/util/clock.js';
-import { redisSkip, startRedis, type RedisServer } from '../redis-server.js';
+import { redisSkip } from '../redis-server.js';
+import { redisFixture } from './redis-fixture.js';
 import { waitFor } from '../support.js';
 
 const skip = redisSkip();
 
 describe('load channel', { skip }, () => {
-  let redis: RedisServer;
-  let raw: Redis;
-  const closers: Array<() => unknown> = [];
-  before(async () => {
-    redis = await startRedis();
-    raw = new Redis(redis.url).on('error', () => undefined);
-  });
-  after(async () => {
-    for (const c of closers.reverse()) await c();
-    raw?.disconnect();
-    await redis?.stop();
-  });
+  const fx = redisFixture();
 
   async function replica(id: string, channel: string, opts: { heartbeatMs?: number; maxAgeMs?: number } = {}) {
-    const link = new RedisLink({ url: redis.url, timeoutMs: 200, connectTimeoutMs: 1000 });
+    const link = new RedisLink({ url: fx.server.url, timeoutMs: 200, connectTimeoutMs: 1000 });
     await link.start();
     const w0 = new WorkerState({ id: 'w0', url: 'http://127.0.0.1:1', pool: 'p', model: 'm' });
     const load = new LoadChannel({
@@ -40,8 +29,8 @@ describe('load channel', { skip }, () => {
       maxAgeMs: opts.maxAgeMs ?? 60_000,
     });
     await load.start();
-    closers.push(() => load.close(), () => link.close());
-    await waitFor(async () => ((await raw.pubsub('NUMSUB', channel)) as [string, number])[1] >= 1);
+    fx.closers.push(() => load.close(), () => link.close());
+    await waitFor(async () => ((await fx.raw.pubsub('NUMSUB', channel)) as [string, number])[1] >= 1);
     return { w0, load, link };
   }
   const request = (id: string): InflightRequest => ({ id, promptTokens: 2000, uncachedTokens: 1500, maxTokens: 200, blocks: 107, dispatchedAt: 0 });
@@ -49,7 +38,7 @@ describe('load channel', { skip }, () => {
   it('mirrors dispatches, first tokens and ends into the other replica, never back to the sender', async () => {
     const a = await replica('a', 'lc:1');
     const b = await replica('b', 'lc:1');
-    await waitFor(async () => ((await raw.pubsub('NUMSUB', 'lc:1')) as [string, number])[1] === 2);
+    await waitFor(async () => ((await fx.raw.pubsub('NUMSUB', 'lc:1')) as [string, number])[1] === 2);
     const r = request('r1');
     a.w0.begin(r);
     a.load.observe('begin', a.w0, r);
@@ -71,8 +60,8 @@ describe('load channel', { skip }, () => {
 
   it('ignores malformed messages and entries', async () => {
     const c = await replica('c', 'lc:2');
-    await raw.publish('lc:2', 'not json');
-    await raw.publish('lc:2', JSON.stringify({ r: 'x', e: [['b', 'w0', 'q', -1, 0, 0, 0], ['z', 'w0', 'q'], [1, 2], ['b', 'w0', 'ok', 10, 10, 10, 1], ['b', 'nope', 'q2', 1, 1, 1, 1]] }));
+    await fx.raw.publish('lc:2', 'not json');
+    await fx.raw.publish('lc:2', JSON.stringify({ r: 'x', e: [['b', 'w0', 'q', -1, 0, 0, 0], ['z', 'w0', 'q'], [1, 2], ['b', 'w0', 'ok', 10, 10, 10, 1], ['b', 'nope', 'q2', 1, 1, 1, 1]] }));
     await waitFor(() => c.load.counts.badMessages === 4);
     assert.equal(c.w0.inflightCount, 1);
     assert.equal(c.load.counts.received, 1);
@@ -80,7 +69,7 @@ describe('load channel', { skip }, () => {
 
   it('ends the requests of a replica that goes silent', async () => {
     const d = await replica('d', 'lc:3', { heartbeatMs: 50 });
-    await raw.publish('lc:3', JSON.stringify({ r: 'ghost', e: [['b', 'w0', 'g1', 100, 100, 10, 7]] }));
+    await fx.raw.publish('lc:3', JSON.stringify({ r: 'ghost', e: [['b', 'w0', 'g1', 100, 100, 10, 7]] }));
     await waitFor(() => d.w0.inflightCount === 1);
     // No heartbeat from 'ghost': gone after 3 × 50 ms.
     await waitFor(() => d.w0.inflightCount === 0, 5_000);
@@ -90,9 +79,9 @@ describe('load channel', { skip }, () => {
   it('ends mirrored requests older than the longest request', async () => {
     const e = await replica('e', 'lc:4', { maxAgeMs: 100 });
     // A live replica (it keeps sending) whose request never ends.
-    const keepAlive = setInterval(() => void raw.publish('lc:4', JSON.stringify({ r: 'slow', e: [] })), 20);
+    const keepAlive = setInterval(() => void fx.raw.publish('lc:4', JSON.stringify({ r: 'slow', e: [] })), 20);
     try {
-      await raw.publish('lc:4', JSON.stringify({ r: 'slow', e: [['b', 'w0', 's1', 100, 100, 10, 7]] }));
+      await fx.raw.publish('lc:4', JSON.stringify({ r: 'slow', e: [['b', 'w0', 's1', 100, 100, 10, 7]] }));
       await waitFor(() => e.w0.inflightCount === 1);
       await waitFor(() => e.w0.inflightCount === 0, 5_000);
       assert.equal(e.load.counts.expired, 1);
@@ -104,15 +93,15 @@ describe('load channel', { skip }, () => {
   it('drops what it cannot hear while Redis is away, and mirrors again when it returns', async () => {
     const f = await replica('f', 'lc:5');
     const g = await replica('g', 'lc:5');
-    await waitFor(async () => ((await raw.pubsub('NUMSUB', 'lc:5')) as [string, number])[1] === 2);
+    await waitFor(async () => ((await fx.raw.pubsub('NUMSUB', 'lc:5')) as [string, number])[1] === 2);
     f.load.observe('begin', f.w0, request('x1'));
     await waitFor(() => g.w0.inflightCount === 1);
-    await redis.stop();
+    await fx.server.stop();
     // g can no longer hear f's end: it drops f's requests rather than keep a phantom.
     await waitFor(() => g.w0.inflightCount === 0);
     f.load.observe('end', f.w0, request('x1'));
     await waitFor(() => f.load.counts.dropped >= 1);
-    await redis.start();
+    await fx.server.start();
     await waitFor(() => f.link.up && g.link.up, 20_000);
     let n = 0;
     await waitFor(async () => {

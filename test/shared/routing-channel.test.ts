@@ -1,45 +1,34 @@
 /** The routing channel on a real Redis: batching, no echo, bad messages, Redis going away. */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import { Redis } from 'ioredis';
+import { describe, it } from 'node:test';
 import { PrefixIndex } from '../../src/scheduler/index/prefix-index.js';
 import { RedisLink } from '../../src/shared/redis-link.js';
 import { RoutingChannel } from '../../src/shared/routing-channel.js';
 import { systemClock } from '../../src/util/clock.js';
-import { redisSkip, startRedis, type RedisServer } from '../redis-server.js';
+import { redisSkip } from '../redis-server.js';
+import { redisFixture } from './redis-fixture.js';
 import { waitFor } from '../support.js';
 
 const skip = redisSkip();
 
 describe('routing channel', { skip }, () => {
-  let redis: RedisServer;
-  let raw: Redis;
-  const closers: Array<() => unknown> = [];
-  before(async () => {
-    redis = await startRedis();
-    raw = new Redis(redis.url).on('error', () => undefined);
-  });
-  after(async () => {
-    for (const c of closers.reverse()) await c();
-    raw?.disconnect();
-    await redis?.stop();
-  });
+  const fx = redisFixture();
 
   async function replica(id: string): Promise<{ index: PrefixIndex; channel: RoutingChannel; link: RedisLink }> {
-    const link = new RedisLink({ url: redis.url, timeoutMs: 200, connectTimeoutMs: 1000 });
+    const link = new RedisLink({ url: fx.server.url, timeoutMs: 200, connectTimeoutMs: 1000 });
     await link.start();
     const index = new PrefixIndex();
     index.addWorker('w0', 1000);
     const channel = new RoutingChannel({ link, index, clock: systemClock, channel: 'rc:routing', replicaId: id, publishIntervalMs: 10, capacityOf: () => 500 });
     await channel.start();
-    closers.push(() => link.close(), () => channel.close());
+    fx.closers.push(() => link.close(), () => channel.close());
     return { index, channel, link };
   }
 
   it('publishes one message per batch, learned by the others and not by its sender', async () => {
     const a = await replica('a');
     const b = await replica('b');
-    await waitFor(async () => ((await raw.pubsub('NUMSUB', 'rc:routing')) as [string, number])[1] === 2);
+    await waitFor(async () => ((await fx.raw.pubsub('NUMSUB', 'rc:routing')) as [string, number])[1] === 2);
     a.index.insertLater('w0', [1, 2, 3], 'predicted', systemClock.now());
     a.index.insertLater('w1', [7, 8], 'predicted', systemClock.now());
     a.index.confirm('w0', [1, 2, 3], systemClock.now());
@@ -57,8 +46,8 @@ describe('routing channel', { skip }, () => {
 
   it('ignores malformed messages and entries', async () => {
     const c = await replica('c');
-    await raw.publish('rc:routing', 'not json');
-    await raw.publish('rc:routing', JSON.stringify({ r: 'x', e: [['w0', 'p', [41, 42]], ['w0', 'q', [1]], [3, 'p', [1]]] }));
+    await fx.raw.publish('rc:routing', 'not json');
+    await fx.raw.publish('rc:routing', JSON.stringify({ r: 'x', e: [['w0', 'p', [41, 42]], ['w0', 'q', [1]], [3, 'p', [1]]] }));
     await waitFor(() => c.channel.counts.received === 1 && c.channel.counts.badMessages === 3);
     assert.equal(c.index.matchWorker([41, 42], 'w0', systemClock.now()), 2);
   });
@@ -66,11 +55,11 @@ describe('routing channel', { skip }, () => {
   it('drops what it cannot publish while Redis is away, and publishes again when it returns', async () => {
     const d = await replica('d');
     const e = await replica('e');
-    await redis.stop();
+    await fx.server.stop();
     await waitFor(() => !d.link.up);
     d.index.insertLater('w0', [91, 92], 'predicted', systemClock.now());
     await waitFor(() => d.channel.counts.dropped >= 1);
-    await redis.start();
+    await fx.server.start();
     await waitFor(() => d.link.up && e.link.up, 20_000);
     // The subscriber re-subscribes after its reconnect: keep publishing until e hears.
     let n = 0;
@@ -83,10 +72,10 @@ describe('routing channel', { skip }, () => {
   });
 
   it('subscribes once Redis comes up when it was down at start', async () => {
-    await redis.stop();
+    await fx.server.stop();
     const late = await replica('late');
     assert.equal(late.link.up, false);
-    await redis.start();
+    await fx.server.start();
     const f = await replica('f');
     await waitFor(() => late.link.up, 20_000);
     let n = 0;
