@@ -18,6 +18,7 @@
 import type { InflightRequest, WorkerState } from '../fleet/worker-state.js';
 import type { LoadEvent, LoadObserver } from '../scheduler/router.js';
 import type { Clock } from '../util/clock.js';
+import { readBatch } from './batch-message.js';
 import type { RedisLink } from './redis-link.js';
 
 export interface LoadChannelOptions {
@@ -115,30 +116,24 @@ export class LoadChannel {
 
   /** Apply one message from another replica. */
   receive(message: string): void {
-    let m: { r?: unknown; e?: unknown };
-    try {
-      m = JSON.parse(message) as { r?: unknown; e?: unknown };
-    } catch {
+    const m = readBatch(message);
+    if (!m) {
       this.counts.badMessages++;
       return;
     }
-    if (typeof m.r !== 'string' || !Array.isArray(m.e)) {
-      this.counts.badMessages++;
-      return;
-    }
-    if (m.r === this.o.replicaId) return;
+    if (m.replica === this.o.replicaId) return;
     const now = this.o.clock.now();
-    let peer = this.peers.get(m.r);
-    if (!peer) this.peers.set(m.r, (peer = { heardAt: now, requests: new Map() }));
+    let peer = this.peers.get(m.replica);
+    if (!peer) this.peers.set(m.replica, (peer = { heardAt: now, requests: new Map() }));
     peer.heardAt = now;
-    for (const e of m.e as unknown[]) {
+    for (const e of m.entries) {
       if (!Array.isArray(e) || typeof e[1] !== 'string' || typeof e[2] !== 'string') {
         this.counts.badMessages++;
         continue;
       }
       const w = this.o.workerOf(e[1]);
       if (!w) continue;
-      const id = `${m.r}\u0000${e[2]}`;
+      const id = `${m.replica}\u0000${e[2]}`;
       if (e[0] === 'b') {
         const [, , , prompt, uncached, maxTokens, blocks] = e as unknown[];
         if (![prompt, uncached, maxTokens, blocks].every((x) => typeof x === 'number' && Number.isFinite(x) && x >= 0)) {

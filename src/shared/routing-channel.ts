@@ -18,6 +18,7 @@
 import type { PrefixIndex } from '../scheduler/index/prefix-index.js';
 import type { BlockSeq } from '../kv/prompt-blocks.js';
 import type { Clock } from '../util/clock.js';
+import { readBatch } from './batch-message.js';
 import type { RedisLink } from './redis-link.js';
 
 export interface RoutingChannelOptions {
@@ -95,21 +96,15 @@ export class RoutingChannel {
   }
 
   private receive(message: string): void {
-    let m: { r?: unknown; e?: unknown };
-    try {
-      m = JSON.parse(message) as { r?: unknown; e?: unknown };
-    } catch {
+    const m = readBatch(message);
+    if (!m) {
       this.counts.badMessages++;
       return;
     }
-    if (m.r === this.o.replicaId) return;
-    if (!Array.isArray(m.e)) {
-      this.counts.badMessages++;
-      return;
-    }
+    if (m.replica === this.o.replicaId) return;
     this.counts.messagesReceived++;
     const now = this.o.clock.now();
-    for (const x of m.e as unknown[]) {
+    for (const x of m.entries) {
       if (!Array.isArray(x) || typeof x[0] !== 'string' || (x[1] !== 'p' && x[1] !== 'r') || !Array.isArray(x[2])) {
         this.counts.badMessages++;
         continue;
