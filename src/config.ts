@@ -168,6 +168,7 @@ const admissionSchema = z
       .strictObject({
         sheddable: unitInterval.default(ADMISSION_DEFAULTS.thresholds.sheddable),
         standard: unitInterval.default(ADMISSION_DEFAULTS.thresholds.standard),
+        prefillBacklogTokens: z.int().min(0).default(ADMISSION_DEFAULTS.thresholds.prefillBacklogTokens),
       })
       .prefault({}),
     queue: z

@@ -7,6 +7,21 @@
  *   critical   some routable worker can fit it                              queued
  *   standard   it fits and fleet usage ≤ thresholds.standard (0.92)         queued
  *   sheddable  it fits and fleet usage ≤ thresholds.sheddable (0.85)        refused: 503 + Retry-After
+ *              and, once routed (checkPick), the picked worker's prefill
+ *              backlog is ≤ thresholds.prefillBacklogTokens (8192)
+ *
+ * A worker's prefill backlog is the uncached prompt tokens of the requests the gateway has sent
+ * there that have not produced a first token yet (fleet/worker-state.ts keeps it exactly, without
+ * a scrape). KV usage alone does not see a fleet short of compute rather than memory: long prompts
+ * queue for prefill, and every step that carries a prefill chunk stretches the inter-token latency
+ * of every request decoding beside it. So a sheddable request is shed when the worker the router
+ * picks for it already has more than one step's worth of prefill waiting (8192 is vLLM's default
+ * max_num_batched_tokens for `vllm serve` on large GPUs). The check follows the pick rather than
+ * narrowing the candidates: moved off a busy worker, a request would recompute, on another, the
+ * prefix that is cached where the router wanted it, loading the fleet more, not less. This is the
+ * compute half of the Gateway API Inference Extension's saturation detector
+ * (pkg/epp/saturationdetector/config.go: a pod is saturated from 5 waiting requests), counted in
+ * tokens of prefill work rather than in requests.
  *
  * "Fits" is per worker, with the conservative per-worker estimate of kv-pressure.ts (which counts
  * the output that requests in flight will still write): an admitted request's ticket lists the
@@ -34,8 +49,12 @@ import { fleetKv, requestBlocks, workerUsedBlocks, type FleetKv, type KvWorkerVi
 import { ClassQueue, type QueueEntry } from './queue.js';
 
 export interface AdmissionSettings {
-  /** Fleet KV usage (0..1) above which each class stops being admitted at once. */
-  thresholds: { sheddable: number; standard: number };
+  /**
+   * Fleet KV usage (0..1) above which each class stops being admitted at once; and the prefill
+   * backlog (uncached prompt tokens awaiting their first token, per worker) above which a worker
+   * takes no sheddable request (0: no backlog limit).
+   */
+  thresholds: { sheddable: number; standard: number; prefillBacklogTokens: number };
   queue: {
     /** Waiting requests per model; a request arriving at a full queue gets 429. */
     maxSize: number;
@@ -49,7 +68,7 @@ export interface AdmissionSettings {
 }
 
 export const ADMISSION_DEFAULTS: AdmissionSettings = {
-  thresholds: { sheddable: 0.85, standard: 0.92 },
+  thresholds: { sheddable: 0.85, standard: 0.92, prefillBacklogTokens: 8192 },
   queue: { maxSize: 256, maxWaitMs: 10_000 },
   retryAfterSeconds: 1,
   reserveOutputCap: 1024,
@@ -194,6 +213,27 @@ export class AdmissionController<W extends KvWorkerView = KvWorkerView> {
     }
     this.o.observer?.decision(req.model, req.cls, 'queued');
     return { kind: 'queued', entry };
+  }
+
+  /**
+   * The router picked `worker` for an admitted request (and charged it there, `uncachedTokens` of
+   * prefill included). A sheddable request is refused if the prefill already waiting at that
+   * worker, before its own, is above `thresholds.prefillBacklogTokens`: it is shed where it would
+   * have run rather than moved to a worker that would recompute its cached prefix. The caller
+   * undoes the router's charge. Other classes, and a limit of 0, always pass.
+   */
+  checkPick(t: AdmissionTicket<W>, worker: W, uncachedTokens: number): Refusal | null {
+    const limit = this.s.thresholds.prefillBacklogTokens;
+    if (t.cls !== 'sheddable' || limit <= 0) return null;
+    const before = worker.inflightPrefillTokens - uncachedTokens;
+    if (before <= limit) return null;
+    this.o.observer?.decision(t.model, t.cls, 'shed');
+    return {
+      status: 503,
+      code: 'overloaded',
+      message: `model '${t.model}' is overloaded (the worker for this request has ${Math.round(before)} prompt tokens waiting for prefill, more than ${limit}): ${t.cls} requests are shed; retry later`,
+      retryAfterSeconds: this.s.retryAfterSeconds,
+    };
   }
 
   /**

@@ -23,6 +23,8 @@ export interface KvWorkerView {
   readonly blockSize: number;
   /** Blocks reserved by every request in flight at the worker. */
   readonly inflightBlocks: number;
+  /** Uncached prompt tokens of the requests in flight there that have no first token yet. */
+  readonly inflightPrefillTokens: number;
   /** Capacity minus (scraped usage + reservations since the scrape); in-flight reservations alone when stale. */
   estimatedFreeBlocks(now: number, staleAfterMs: number): number;
   /** Requests the gateway has in flight there, by id. */

@@ -105,6 +105,10 @@ Admission control:
                           Classes reach the engine as vLLM integers critical 0, standard 1,
                           sheddable 2 (its priority scheduling), with admission on or off
   --shed-above X          fleet KV usage above which sheddable requests are shed (default 0.85)
+  --shed-prefill-backlog N
+                          shed a sheddable request when the worker picked for it has more than
+                          N uncached prompt tokens awaiting their first token (default 8192;
+                          0: off)
   --queue-above X         fleet KV usage above which standard requests wait (default 0.92)
   --queue-max N           admission queue bound per model (default 256)
   --queue-max-wait MS     longest wait in the queue, virtual ms (default 10000)
@@ -189,6 +193,7 @@ const OPTIONS = {
   admission: { type: 'string' },
   'priority-mix': { type: 'string' },
   'shed-above': { type: 'string' },
+  'shed-prefill-backlog': { type: 'string' },
   'queue-above': { type: 'string' },
   'queue-max': { type: 'string' },
   'queue-max-wait': { type: 'string' },
@@ -454,7 +459,7 @@ export async function run(argv: string[]): Promise<number> {
     const cacheTtlMs = numFlag(v['cache-ttl-ms'], 'cache-ttl-ms', { positive: true });
     if (v.admission !== undefined && v.admission !== 'on' && v.admission !== 'off') throw new UsageError(`--admission must be on or off, got '${v.admission}'`);
     const admissionOn = v.admission === 'on';
-    for (const f of ['shed-above', 'queue-above', 'queue-max', 'queue-max-wait'] as const) {
+    for (const f of ['shed-above', 'shed-prefill-backlog', 'queue-above', 'queue-max', 'queue-max-wait'] as const) {
       if (!admissionOn && v[f] !== undefined) throw new UsageError(`--${f} applies to --admission on only`);
     }
     const fraction = (f: 'shed-above' | 'queue-above', d: number): number => {
@@ -464,7 +469,11 @@ export async function run(argv: string[]): Promise<number> {
     };
     const kvAdmission = admissionOn
       ? {
-          thresholds: { sheddable: fraction('shed-above', ADMISSION_DEFAULTS.thresholds.sheddable), standard: fraction('queue-above', ADMISSION_DEFAULTS.thresholds.standard) },
+          thresholds: {
+            sheddable: fraction('shed-above', ADMISSION_DEFAULTS.thresholds.sheddable),
+            standard: fraction('queue-above', ADMISSION_DEFAULTS.thresholds.standard),
+            prefillBacklogTokens: intFlag(v['shed-prefill-backlog'], 'shed-prefill-backlog', 0) ?? ADMISSION_DEFAULTS.thresholds.prefillBacklogTokens,
+          },
           queue: {
             maxSize: intFlag(v['queue-max'], 'queue-max', 0) ?? ADMISSION_DEFAULTS.queue.maxSize,
             maxWaitMs: numFlag(v['queue-max-wait'], 'queue-max-wait', { positive: true }) ?? ADMISSION_DEFAULTS.queue.maxWaitMs,

@@ -171,6 +171,13 @@ export function setupAdmission(deps: {
         ctx.state.set(ADMISSION_TICKET, t);
         // Route only where its blocks fit (the estimate counts output still to be written).
         if (t.workers) ctx.candidates = t.workers;
+        if (t.cls === 'sheddable') {
+          ctx.checkPick = (d) => {
+            const charged = d.worker.inflight.get(ctx.id);
+            const r = charged ? c.checkPick(t, d.worker, charged.uncachedTokens) : null;
+            return r ? refusal(r) : null;
+          };
+        }
         ctx.onFinish.push(() => {
           t.release();
           // Capacity may be free now (the router released its reservation).

@@ -4,6 +4,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Tenant } from '../admission/tenants.js';
+import type { ApiError } from '../api/errors.js';
 import type { ChatCompletionRequest, CompletionRequest } from '../api/schemas.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { RouteDecision, RouteRequest } from '../scheduler/types.js';
@@ -51,6 +52,12 @@ export interface RequestContext {
   routeRequest: RouteRequest;
   /** Workers the request may be routed to (the model's workers; a stage may narrow or swap them). */
   candidates: readonly WorkerState[];
+  /**
+   * Set by a stage to veto the router's first pick: an error to answer instead of dispatching (the
+   * relay undoes the pick's reservation), or null to go on. Admission uses it to shed a sheddable
+   * request whose worker already has too much prefill waiting.
+   */
+  checkPick?: (d: RouteDecision) => ApiError | null;
 
   /**
    * Per-request values that stages share (an admission ticket, a cache key, a speculation plan),

@@ -74,6 +74,11 @@ export class Relay {
         throw errors.noWorker(out.message, this.o.retryAfterSeconds);
       }
       const d = out.decision;
+      const veto = attempt === 0 ? (ctx.checkPick?.(d) ?? null) : null;
+      if (veto) {
+        router.complete(ctx.id, false);
+        throw veto;
+      }
       (exclude ??= new Set()).add(d.worker.id);
       ctx.decision = d;
       ctx.workerId = d.worker.id;

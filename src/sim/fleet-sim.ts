@@ -679,6 +679,17 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     const outcome = rep.router.route(rr, tickets.get(idx)?.workers ?? rep.states);
     trace?.({ type: 'route', t: now, req: rr, worker: outcome.ok ? outcome.decision.worker.id : null, status: outcome.ok ? undefined : outcome.status });
     if (!outcome.ok) return refuse(idx, outcome.status, outcome.code);
+    // A sheddable request whose worker already has more than a step of prefill waiting is shed
+    // there (the live relay makes the same check after its first pick).
+    const ticket = tickets.get(idx);
+    if (admission && ticket) {
+      const charged = outcome.decision.worker.inflight.get(rr.id);
+      const refusal = charged ? admission.checkPick(ticket, outcome.decision.worker, charged.uncachedTokens) : null;
+      if (refusal) {
+        rep.router.complete(rr.id, false);
+        return refuse(idx, refusal.status, refusal.code);
+      }
+    }
     // The worker has been charged for it: the admission ticket is no longer pending.
     releaseTicket(idx);
     const w = workerIndex.get(outcome.decision.worker.id)!;

@@ -151,3 +151,47 @@ test('no routable worker, or a request no worker could ever hold: admitted for t
   workers[0]!.healthy = false;
   assert.equal(c.submit(req('sheddable', 10), l).kind, 'admitted');
 });
+
+test('checkPick: a sheddable request is shed when its picked worker has more than one step of prefill waiting before it', () => {
+  const { c, workers, decisions } = fleet([0.2, 0.2]);
+  const { l } = recorder();
+  const limit = ADMISSION_DEFAULTS.thresholds.prefillBacklogTokens;
+  const send = (w: WorkerState, id: string, uncached: number) =>
+    w.begin({ id, promptTokens: uncached, uncachedTokens: uncached, maxTokens: 16, blocks: Math.ceil(uncached / BS) + 1, dispatchedAt: 0 });
+  const ticket = (cls: PriorityClass) => {
+    const r = c.submit(req(cls, 4), l);
+    assert.equal(r.kind, 'admitted');
+    return r.kind === 'admitted' ? r.ticket : null!;
+  };
+  // w0 has more than the limit waiting for a first token; w1 exactly the limit.
+  send(workers[0]!, 'long-a', limit + 1);
+  send(workers[1]!, 'long-b', limit);
+  // Admission does not narrow on the backlog: both workers stay candidates (a busy worker may
+  // hold the request's prefix, and moving it would recompute that prefix elsewhere).
+  const t = ticket('sheddable');
+  assert.deepEqual(t.workers?.map((w) => w.id), ['w0', 'w1']);
+  // The router picked w0 and charged it 40 tokens: the backlog before it is over the limit.
+  send(workers[0]!, 'x', 40);
+  const refused = c.checkPick(t, workers[0]!, 40);
+  assert.equal(refused?.status, 503);
+  assert.equal(refused?.code, 'overloaded');
+  assert.match(refused?.message ?? '', /8193 prompt tokens waiting for prefill, more than 8192/);
+  // On w1 the backlog before it is exactly the limit: it goes on.
+  send(workers[1]!, 'y', 40);
+  assert.equal(c.checkPick(t, workers[1]!, 40), null);
+  // Critical and standard requests are never held back by the backlog.
+  assert.equal(c.checkPick(ticket('critical'), workers[0]!, 40), null);
+  assert.equal(c.checkPick(ticket('standard'), workers[0]!, 40), null);
+  // A first token ends a request's prefill: the worker takes sheddable work again.
+  workers[0]!.firstToken('long-a', 10);
+  assert.equal(c.checkPick(t, workers[0]!, 40), null);
+  assert.equal(decisions.filter((d) => d === 'sheddable:shed').length, 1);
+});
+
+test('prefillBacklogTokens 0 turns the backlog check off', () => {
+  const { c, workers } = fleet([0.2]);
+  c.retune({ ...ADMISSION_DEFAULTS, thresholds: { ...ADMISSION_DEFAULTS.thresholds, prefillBacklogTokens: 0 } });
+  workers[0]!.begin({ id: 'huge', promptTokens: 100_000, uncachedTokens: 100_000, maxTokens: 16, blocks: 2, dispatchedAt: 0 });
+  const r = c.submit(req('sheddable', 4), recorder().l);
+  assert.equal(r.kind === 'admitted' && c.checkPick(r.ticket, workers[0]!, 0), null);
+});

@@ -148,6 +148,43 @@ describe('KV-pressure admission', () => {
     assert.equal(metricValue(text, 'kvgate_queue_depth', { model: MODEL, priority: 'critical' }), 0);
   });
 
+  it('sheds a sheddable request whose worker already has more prefill waiting than thresholds.prefillBacklogTokens, and only that', async () => {
+    // One worker at 1/50 of real time: a 600-token prefill takes long enough to be seen waiting.
+    const s = await sims(1, { speed: 0.02 });
+    const { gw, url } = await gateway([s[0]!.url], {
+      tenants: [
+        { id: 'front', keys: [{ value: 'sk-front-0002' }], priority: 'critical' },
+        { id: 'batch', keys: [{ value: 'sk-batch-0002' }], priority: 'sheddable' },
+      ],
+      admission: { thresholds: { prefillBacklogTokens: 200 } },
+    });
+    const u = `${url}/v1/chat/completions`;
+    const front = { authorization: 'Bearer sk-front-0002' };
+    const batch = { authorization: 'Bearer sk-batch-0002' };
+    const long = post(u, chat(words(300, 'pre'), 2), front);
+    const worker = gw.registry.workers[0]!;
+    await waitFor(() => worker.inflightPrefillTokens > 200);
+    assert.equal(worker.inflightCount, 1);
+    // KV is nearly empty: the refusal is the prefill backlog's, and says so.
+    const shed = await post(u, chat('a short question', 2), batch);
+    assert.equal(shed.status, 503, shed.text);
+    assert.equal(shed.json.error.code, 'overloaded');
+    assert.match(shed.json.error.message, /prompt tokens waiting for prefill, more than 200/);
+    assert.equal(shed.headers.get('retry-after'), '1');
+    // The veto undid the router's reservation: nothing of the shed request stays charged.
+    assert.equal(worker.inflightCount, 1);
+    // A critical request is not held back by the backlog.
+    const crit = post(u, chat('an urgent question', 2), front);
+    assert.equal((await long).status, 200);
+    assert.equal((await crit).status, 200);
+    // With the prefill done, sheddable work is served again.
+    await waitFor(() => worker.inflightCount === 0);
+    const ok = await post(u, chat('a later question', 2), batch);
+    assert.equal(ok.status, 200, ok.text);
+    const text = await metrics(url);
+    assert.equal(metricValue(text, 'kvgate_admission_total', { priority: 'sheddable', decision: 'shed' }), 1);
+  });
+
   it('queues standard requests under pressure, serves them when capacity frees, and drops a queued request whose client left at once', async () => {
     // Real-time speed: the big request holds its blocks for ~3 s, long enough on a busy machine.
     const s = await sims(1, { speed: 1, numGpuBlocks: 64 });

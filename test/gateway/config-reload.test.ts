@@ -322,7 +322,7 @@ describe('config hot reload', () => {
       r.write(
         base('sk-acme-new-0001', 100, {
           policy: { name: 'kvgate', options: { wPrefix: 5, nearRelative: 0.5 } },
-          admission: { thresholds: { sheddable: 0.6, standard: 0.7 }, queue: { maxSize: 8 } },
+          admission: { thresholds: { sheddable: 0.6, standard: 0.7, prefillBacklogTokens: 4096 }, queue: { maxSize: 8 } },
           circuitBreaker: { failuresToOpen: 2, coolDownMs: 500 },
           timeouts: { firstByteMs: 7_000 },
           listen: { host: '127.0.0.1', port: 1 },
@@ -335,7 +335,7 @@ describe('config hot reload', () => {
       assert.equal(policy.prefixIndex, index, 'its prefix index is kept');
       assert.equal(policy.params.wPrefix, 5);
       assert.equal(policy.params.nearRelative, 0.5);
-      assert.deepEqual(c.config.admission.thresholds, { sheddable: 0.6, standard: 0.7 });
+      assert.deepEqual(c.config.admission.thresholds, { sheddable: 0.6, standard: 0.7, prefillBacklogTokens: 4096 });
       assert.equal(c.config.circuitBreaker.failuresToOpen, 2);
       assert.equal(r.gw.registry.breaker('a') !== undefined, true);
       assert.equal(c.config.timeouts.firstByteMs, 7_000);
