@@ -1,4 +1,5 @@
 /** Helpers shared by the end-to-end tests: SSE parsing, Prometheus samples, polling. */
+import { sampleValue } from '../src/fleet/prom-text.js';
 
 /** The `data:` events of an SSE body, JSON-decoded (`[DONE]` kept as the string). */
 export function parseSse(text: string): any[] {
@@ -12,18 +13,8 @@ export function parseSse(text: string): any[] {
   return out;
 }
 
-/** The value of one sample of a Prometheus text exposition, or undefined if absent. */
-export function metricValue(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
-  for (const line of text.split('\n')) {
-    if (line.startsWith('#')) continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (\S+)$/.exec(line);
-    if (!m || m[1] !== name) continue;
-    const have: Record<string, string> = {};
-    for (const kv of (m[3] ?? '').matchAll(/([a-zA-Z_]+)="([^"]*)"/g)) have[kv[1]!] = kv[2]!;
-    if (Object.entries(labels).every(([k, v]) => have[k] === v)) return Number(m[4]);
-  }
-  return undefined;
-}
+/** The value of the first sample `name` with (at least) `labels` in a /metrics text, or undefined. */
+export const metricValue = sampleValue;
 
 /** Poll `cond` every 10 ms until it holds or `timeoutMs` passes (a bound, not a wait: generous). */
 export async function waitFor(cond: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {

@@ -16,6 +16,7 @@ import { once } from 'node:events';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseConfig, type RawConfig } from '../../src/config.js';
+import { sampleValue } from '../../src/fleet/prom-text.js';
 import { createGateway, type Gateway } from '../../src/gateway/gateway.js';
 import { createLogger, type Logger } from '../../src/telemetry/logger.js';
 
@@ -288,15 +289,5 @@ export function quantile(xs: number[], q: number): number {
   return s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
 }
 
-/** Read one sample from a Prometheus text page. */
-export function metric(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(name)) continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (\S+)$/.exec(line);
-    if (!m || m[1] !== name) continue;
-    const have: Record<string, string> = {};
-    for (const kv of (m[3] ?? '').matchAll(/([a-zA-Z_]+)="([^"]*)"/g)) have[kv[1]!] = kv[2]!;
-    if (Object.entries(labels).every(([k, v]) => have[k] === v)) return Number(m[4]);
-  }
-  return undefined;
-}
+/** The value of the first sample `name` with (at least) `labels` in a /metrics text, or undefined. */
+export const metric = sampleValue;

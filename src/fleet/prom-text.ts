@@ -124,3 +124,16 @@ function parseValue(s: string): number | undefined {
   }
   return NUMBER.test(s) ? Number(s) : undefined;
 }
+
+/**
+ * The value of the first sample named `name` whose labels include `labels` (others may be present),
+ * or undefined. For reading one figure from an exposition (tests, benchmarks, the dashboard's
+ * callers); parses the whole text, so not for a hot path.
+ */
+export function sampleValue(text: string, name: string, labels: Readonly<Record<string, string>> = {}): number | undefined {
+  const want = Object.entries(labels);
+  for (const s of parsePromText(text)) {
+    if (s.name === name && want.every(([k, v]) => s.labels[k] === v)) return s.value;
+  }
+  return undefined;
+}

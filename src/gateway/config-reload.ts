@@ -59,6 +59,8 @@ export interface ReloadTargets {
   kvEvents: () => KvEventsService | null;
   logger: Logger;
   metricsRegistry: Registry;
+  /** A removed worker has drained: drop its metric series and what the policy learned about it. */
+  forgetWorker?: (w: WorkerState) => void;
   /** Where the config came from, for /admin/config. */
   source?: { path: string; hash: string };
   /** The response cache was set up at start (a tenant turning it on later needs a restart). */
@@ -263,6 +265,7 @@ export class ConfigReloader {
     this.t.registry.dropRetired(w);
     // Its slot in the prefix index, unless a worker of the same id has come back meanwhile.
     if (!this.t.registry.get(w.id) && this.t.index?.hasWorker(w.id)) this.t.index.removeWorker(w.id);
+    if (!this.t.registry.get(w.id)) this.t.forgetWorker?.(w);
     if (!this.closed) this.t.logger.info({ worker: w.id, url: w.url }, 'retired worker drained: its connections are closed');
   }
 }

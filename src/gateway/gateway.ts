@@ -361,6 +361,10 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     },
     logger,
     metricsRegistry: m.registry,
+    forgetWorker: (w) => {
+      policy.forgetWorker?.(w);
+      void m.forgetWorker(w.id);
+    },
     source: opts.configSource,
     cacheActive: cache !== null,
   });

@@ -165,6 +165,12 @@ export interface Policy {
    * gateway then keeps the old ones and says a restart is needed. Absent: never in place.
    */
   retune?(options: PolicyOptions): boolean;
+  /**
+   * A worker has left the fleet for good (removed from the config and drained): drop what the
+   * policy learned about it, so a long-running gateway whose workers come and go keeps nothing of
+   * the departed, and a new worker that later takes the same id starts fresh.
+   */
+  forgetWorker?(worker: WorkerState): void;
 }
 
 /** Options a policy is created from, as written in the config (`policy.options`). */

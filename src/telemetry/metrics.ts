@@ -21,6 +21,10 @@ class ChildCache<C> {
     if (c === undefined) this.m.set(k, (c = this.make(...values)));
     return c;
   }
+  /** Drop the children whose label value at `position` is `value` (their series were removed). */
+  forget(position: number, value: string): void {
+    for (const k of this.m.keys()) if (k.split('\u0000')[position] === value) this.m.delete(k);
+  }
 }
 
 type CounterChild = { inc(v?: number): void };
@@ -162,5 +166,20 @@ export class GatewayMetrics {
       const s = w.snapshot;
       return s?.specDrafts ? 1 + (s.specAcceptedTokens ?? 0) / s.specDrafts : null;
     });
+  }
+
+  /**
+   * Remove every series labelled with a worker that has left the fleet (removed from the config and
+   * drained), so /metrics does not report departed workers forever; their cached children go too,
+   * so a worker that later comes back under the same id starts new series.
+   */
+  async forgetWorker(id: string): Promise<void> {
+    const byWorker = [this.upstreamAttempts, this.upstreamFailures, this.routeDecisions, this.scrapeFailures, this.outlierSuspicions, this.breakerTransitions];
+    for (const metric of byWorker) {
+      const { values } = await metric.get();
+      for (const v of values) if (v.labels.worker === id) metric.remove(v.labels as never);
+    }
+    this.attemptsBy.forget(0, id);
+    this.decisionsBy.forget(1, id);
   }
 }

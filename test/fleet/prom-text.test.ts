@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parsePromText, PromParseError } from '../../src/fleet/prom-text.js';
+import { parsePromText, PromParseError, sampleValue } from '../../src/fleet/prom-text.js';
 
 test('parses samples with labels, escapes, exponents and special values', () => {
   const text = [
@@ -46,4 +46,20 @@ test('rejects garbage with the line number', () => {
 test('empty text has no samples', () => {
   assert.deepEqual(parsePromText(''), []);
   assert.deepEqual(parsePromText('# just a comment\n'), []);
+});
+
+test('sampleValue: the first sample with the name and at least the labels asked for', () => {
+  const text = [
+    '# TYPE kvgate_requests_total counter',
+    'kvgate_requests_total{route="chat",status="200"} 7',
+    'kvgate_requests_total{route="chat",status="503"} 2',
+    'kvgate_requests_total_created{route="chat"} 1.7e9',
+    'kvgate_inflight_requests 0',
+  ].join('\n');
+  assert.equal(sampleValue(text, 'kvgate_requests_total'), 7);
+  assert.equal(sampleValue(text, 'kvgate_requests_total', { status: '503' }), 2);
+  assert.equal(sampleValue(text, 'kvgate_requests_total', { status: '404' }), undefined);
+  assert.equal(sampleValue(text, 'kvgate_inflight_requests'), 0);
+  assert.equal(sampleValue(text, 'kvgate_requests'), undefined, 'a name is matched whole, not as a prefix');
+  assert.throws(() => sampleValue('not a metric line at all {', 'x'), PromParseError);
 });

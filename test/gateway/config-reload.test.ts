@@ -162,6 +162,8 @@ describe('config hot reload', () => {
       assert.equal(res.status, 200);
       assert.equal(res.headers.get('x-kvgate-worker'), 'slow');
       const body = res.text();
+      const metricsText = async () => (await fetch(`${r.url}/metrics`, { headers: ADMIN })).text();
+      assert.match(await metricsText(), /kvgate_route_decisions_total\{[^}]*worker="slow"/);
       r.write(doc([{ id: 'b', url: sims[1]!.url }]));
       const c = await waitVersion(r.url, 2);
       assert.deepEqual(c.drainingWorkers.map((w: any) => w.id), ['slow'], 'the stream is still running');
@@ -179,6 +181,9 @@ describe('config hot reload', () => {
       assert.deepEqual((await adminConfig(r.url)).drainingWorkers, []);
       const workers = (await (await fetch(`${r.url}/admin/workers`, { headers: ADMIN })).json()) as any[];
       assert.deepEqual(workers.map((w) => w.id), ['b']);
+      // Its metric series are gone with it; the remaining worker's stay.
+      await waitFor(async () => !(await metricsText()).includes('worker="slow"'));
+      assert.match(await metricsText(), /kvgate_route_decisions_total\{[^}]*worker="b"/);
     } finally {
       await r.close();
       await slow.close();

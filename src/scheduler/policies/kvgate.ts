@@ -276,6 +276,21 @@ export class KvgatePolicy implements Policy {
     return pool !== undefined && pool.n > 0 ? pool.sum / pool.n : this.params.prefillTokensPerSec;
   }
 
+  forgetWorker(w: WorkerState): void {
+    const rate = this.prefillRates.get(w.id);
+    if (rate !== undefined) {
+      this.prefillRates.delete(w.id);
+      const pool = this.poolRates.get(w.pool);
+      if (pool) {
+        pool.sum -= rate;
+        pool.n--;
+        if (pool.n <= 0) this.poolRates.delete(w.pool);
+      }
+    }
+    this.inflightBatch.delete(w.id);
+    for (const [key, id] of this.sessions) if (id === w.id) this.sessions.delete(key);
+  }
+
   private setPrefillRate(w: WorkerState, rate: number): void {
     const prev = this.prefillRates.get(w.id);
     let pool = this.poolRates.get(w.pool);

@@ -338,4 +338,12 @@ test('a worker not yet learned is assumed as fast as its pool, not the configure
   // Another pool learns nothing from these.
   const other = new WorkerState({ id: 'd', url: 'http://127.0.0.1:1/d', pool: 'draft', model: 'm2' });
   assert.equal(policy.prefillRate(other), 10_000);
+  // A worker that leaves the fleet takes its rate with it: the pool's average is b's alone, and a
+  // worker that later takes the id `a` starts from that average, not from the old a's rate.
+  policy.forgetWorker(a!);
+  assert.equal(policy.prefillRates.has('a'), false);
+  assert.ok(Math.abs(policy.prefillRate(c!) - rb) < 1e-6);
+  assert.ok(Math.abs(policy.prefillRate(worker('a')) - rb) < 1e-6);
+  policy.forgetWorker(b!);
+  assert.equal(policy.prefillRate(c!), 10_000, 'no rate left in the pool: the configured default');
 });
