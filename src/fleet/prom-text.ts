@@ -112,14 +112,21 @@ function parseSample(line: string, lineNo: number): Sample {
 
 const NUMBER = /^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$/;
 
+/**
+ * Prometheus reads values with Go's strconv.ParseFloat, which takes NaN and infinities in any case
+ * (`NaN`, `Nan` — what prom-client writes —, `+Inf`, `-inf`, `Infinity`); so does this.
+ */
 function parseValue(s: string): number | undefined {
-  switch (s) {
-    case 'NaN':
+  switch (s.toLowerCase()) {
+    case 'nan':
       return NaN;
-    case '+Inf':
-    case 'Inf':
+    case '+inf':
+    case 'inf':
+    case '+infinity':
+    case 'infinity':
       return Infinity;
-    case '-Inf':
+    case '-inf':
+    case '-infinity':
       return -Infinity;
   }
   return NUMBER.test(s) ? Number(s) : undefined;

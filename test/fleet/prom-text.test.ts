@@ -63,3 +63,10 @@ test('sampleValue: the first sample with the name and at least the labels asked 
   assert.equal(sampleValue(text, 'kvgate_requests'), undefined, 'a name is matched whole, not as a prefix');
   assert.throws(() => sampleValue('not a metric line at all {', 'x'), PromParseError);
 });
+
+test('NaN and infinities in any case, as Prometheus reads them (prom-client writes "Nan")', () => {
+  const s = parsePromText('a Nan\nb nan\nc inf\nd -Infinity\ne +INF\n');
+  assert.ok(Number.isNaN(s[0]!.value) && Number.isNaN(s[1]!.value));
+  assert.deepEqual(s.slice(2).map((x) => x.value), [Infinity, -Infinity, Infinity]);
+  assert.throws(() => parsePromText('f nanx\n'), PromParseError);
+});
