@@ -32,19 +32,16 @@ function spec(controller: KChooser | null, tracker: AcceptanceTracker, alpha: nu
   return { draftEngineConfig: draft, draftWorkers: 1, controller, tracker, acceptance: typeof alpha === 'number' ? () => alpha : alpha, ...extra };
 }
 
+/** The cascade over round-robin target workers, model 'm'. */
+const cascade = (reqs: BenchRequest[], workers: number, seed: number, speculative: SimSpeculation) =>
+  simulateFleet(reqs, { workers, engineConfig: target, policy: createPolicy('round-robin'), seed, model: 'm', speculative });
+
 describe('the cascade in the fleet simulation', () => {
   it('at temperature 0 produces exactly the target’s tokens, at every acceptance rate and with a controller that stops mid-request', async () => {
     for (const alpha of [0, 0.3, 0.7, 1]) {
       const reqs = requests(40, 2, 37, 3);
       const tracker = new AcceptanceTracker();
-      const r = await simulateFleet(reqs, {
-        workers: 2,
-        engineConfig: target,
-        policy: createPolicy('round-robin'),
-        seed: 5,
-        model: 'm',
-        speculative: spec(new FixedK(new Map([['m', 3]])), tracker, alpha, { recordOutputs: true }),
-      });
+      const r = await cascade(reqs, 2, 5, spec(new FixedK(new Map([['m', 3]])), tracker, alpha, { recordOutputs: true }));
       const s = r.speculative!;
       assert.equal(s.cascadeRequests, 40);
       assert.equal(s.outputs!.size, 40);
@@ -62,14 +59,7 @@ describe('the cascade in the fleet simulation', () => {
     let calls = 0;
     const stopping: KChooser = { chooseK: () => ({ k: calls++ % 4 === 3 ? 0 : 2, reason: 'test' }) };
     const reqs = requests(20, 2, 50, 4);
-    const r = await simulateFleet(reqs, {
-      workers: 1,
-      engineConfig: target,
-      policy: createPolicy('round-robin'),
-      seed: 5,
-      model: 'm',
-      speculative: spec(stopping, new AcceptanceTracker(), 0.6, { recordOutputs: true }),
-    });
+    const r = await cascade(reqs, 1, 5, spec(stopping, new AcceptanceTracker(), 0.6, { recordOutputs: true }));
     const s = r.speculative!;
     assert.ok(s.decisions.k.includes(0));
     for (const [idx, toks] of s.outputs!) assert.deepEqual(toks, Array.from(answerTokens(reqs[idx]!.outputSeed, 50)));
@@ -78,7 +68,7 @@ describe('the cascade in the fleet simulation', () => {
   it('charges the rounds to the engines: draft time to the draft pool, verification to the target, none to the draft without a cascade', async () => {
     const reqs = requests(30, 1, 64);
     const run = (controller: KChooser | null) =>
-      simulateFleet(reqs, { workers: 1, engineConfig: target, policy: createPolicy('round-robin'), seed: 1, model: 'm', speculative: spec(controller, new AcceptanceTracker(), 0.9) });
+      cascade(reqs, 1, 1, spec(controller, new AcceptanceTracker(), 0.9));
     const base = await run(null);
     const fixed = await run(new FixedK(new Map([['m', 4]])));
     assert.equal(base.speculative!.draftBusyMs[0], 0);
@@ -93,14 +83,7 @@ describe('the cascade in the fleet simulation', () => {
     const controller = new AdaptiveK(tracker, seededRng(9), { draftPrice: 1, targetPrice: 14, targetTokenMs: 17.7 });
     const reqs = requests(400, 2, 64, 2);
     // α 0.05 for the first 60 s, 0.9 after.
-    const r = await simulateFleet(reqs, {
-      workers: 2,
-      engineConfig: target,
-      policy: createPolicy('round-robin'),
-      seed: 2,
-      model: 'm',
-      speculative: spec(controller, tracker, (t) => (t < 60_000 ? 0.05 : 0.9)),
-    });
+    const r = await cascade(reqs, 2, 2, spec(controller, tracker, (t) => (t < 60_000 ? 0.05 : 0.9)));
     const d = r.speculative!.decisions;
     const share = (from: number, to: number, pred: (k: number, reason: string) => boolean) => {
       let n = 0;
