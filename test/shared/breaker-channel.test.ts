@@ -73,6 +73,15 @@ describe('breaker channel', { skip }, () => {
   }
 
   const subscribers = async (n: number) => waitFor(async () => ((await fx.raw.pubsub('NUMSUB', `${PREFIX}breakers`)) as [string, number])[1] >= n);
+  /** A clean Redis and two replicas subscribed to each other. */
+  const pair = async (idA: string, idB: string, coolDownMs?: number): Promise<[Replica, Replica]> => {
+    await fx.closeAll();
+    await fx.raw.flushall();
+    const a = await replica(idA, coolDownMs);
+    const b = await replica(idB, coolDownMs);
+    await subscribers(2);
+    return [a, b];
+  };
   const open = (r: Replica, w: string) => {
     r.breakers.get(w)!.onFailure();
     r.breakers.get(w)!.onFailure();
@@ -80,11 +89,7 @@ describe('breaker channel', { skip }, () => {
   };
 
   it('an opening reaches the other replica within a second, and the closing after a good probe too', async () => {
-    await fx.closeAll();
-    await fx.raw.flushall();
-    const a = await replica('a', 300);
-    const b = await replica('b', 300);
-    await subscribers(2);
+    const [a, b] = await pair('a', 'b', 300);
     const t0 = Date.now();
     open(a, 'w0');
     await waitFor(() => b.breakers.get('w0')!.state === 'open', 1_000);
@@ -119,11 +124,7 @@ describe('breaker channel', { skip }, () => {
   });
 
   it("a straggler's success closing a replica's own opening stays local", async () => {
-    await fx.closeAll();
-    await fx.raw.flushall();
-    const a = await replica('a6');
-    const b = await replica('b6');
-    await subscribers(2);
+    const [a, b] = await pair('a6', 'b6');
     open(a, 'w1');
     await waitFor(() => b.breakers.get('w1')!.state === 'open');
     a.breakers.get('w1')!.onSuccess(); // dispatched before the opening, answered after it
@@ -134,11 +135,7 @@ describe('breaker channel', { skip }, () => {
   });
 
   it('ignores stale, malformed, own and foreign messages', async () => {
-    await fx.closeAll();
-    await fx.raw.flushall();
-    const a = await replica('a2');
-    const b = await replica('b2');
-    await subscribers(2);
+    const [a, b] = await pair('a2', 'b2');
     // Record what goes over the channel, to replay it later.
     const tap = new Redis(fx.server.url).on('error', () => undefined);
     fx.closers.push(() => tap.disconnect());
@@ -224,11 +221,7 @@ describe('breaker channel', { skip }, () => {
   });
 
   it('keeps local breakers while Redis is away, and shares again when it returns', async () => {
-    await fx.closeAll();
-    await fx.raw.flushall();
-    const a = await replica('a4');
-    const b = await replica('b4');
-    await subscribers(2);
+    const [a, b] = await pair('a4', 'b4');
     await fx.server.stop();
     await waitFor(() => !a.link.up && !b.link.up);
     open(a, 'w0');
