@@ -220,7 +220,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   const tokenizers = new PromptTokenizers(config.tokenizers, opts.tokenizerFor);
   const stages: GatewayStage[] = [];
   const earlyStages: GatewayStage[] = [];
-  const prepare = (ctx: RequestContext): Promise<void> => prepareRouting(ctx, tokenizers.for(ctx.model), config.timeouts.assumedMaxTokens, policy.readsPromptTokens !== false);
+  const prepare = (ctx: RequestContext): Promise<void> => prepareRouting(ctx, tokenizers.for(ctx.model), config.timeouts.assumedMaxTokens, policy.readsPromptTokens !== false, policy.prepare && ((rr, ws) => policy.prepare!(rr, ws)));
   const services: GatewayService[] = [];
   const active = new Set<RequestContext>();
   const tenants = new TenantDirectory(config.tenants, config.admin.digests);

@@ -4,6 +4,7 @@
  */
 import type { IncomingMessage } from 'node:http';
 import type { ChatCompletionRequest, CompletionRequest } from '../api/schemas.js';
+import type { WorkerState } from '../fleet/worker-state.js';
 import type { RouteRequest } from '../scheduler/types.js';
 import { renderChat } from '../tokenizer/chat-template.js';
 import { estimateTokenizer } from '../tokenizer/estimate.js';
@@ -118,6 +119,8 @@ export async function prepareRouting(
   assumedMaxTokens: number,
   /** The policy reads the token ids (Policy.readsPromptTokens): tokenize now, not on first read. */
   tokenizeNow = true,
+  /** The policy's per-prompt preparation (Policy.prepare: block hashes), run once the request is built. */
+  preparePolicy?: (req: RouteRequest, workers: readonly WorkerState[]) => void,
 ): Promise<void> {
   if (ctx.routeRequest !== undefined) return;
   const prompt = preparePrompt(ctx.kind, ctx.body, tokenizer.sync, assumedMaxTokens);
@@ -135,6 +138,8 @@ export async function prepareRouting(
     rr.state.set(PROMPT_SALT, ctx.cacheSalt);
     rr.promptText = `\u0000${ctx.cacheSalt}\u0000${rr.promptText}`;
   }
+  // With the salt set: block hashes are salted.
+  if (tokenizeNow) preparePolicy?.(rr, ctx.candidates);
   ctx.routeRequest = rr;
 }
 

@@ -48,6 +48,8 @@ export interface PipelineConfig {
   usesOracle?: boolean;
   usesKvEvents?: boolean;
   readsPromptTokens?: boolean;
+  /** See Policy.prepare. */
+  prepare?: Policy['prepare'];
   /** Hooks for stateful plugins (indexes learned from decisions, reservations). */
   onDispatch?: Policy['onDispatch'];
   onFirstToken?: Policy['onFirstToken'];
@@ -68,6 +70,7 @@ export class PipelinePolicy implements Policy {
   readonly usesOracle?: boolean;
   readonly usesKvEvents?: boolean;
   readonly readsPromptTokens?: boolean;
+  readonly prepare?: Policy['prepare'];
   readonly onDispatch?: Policy['onDispatch'];
   readonly onFirstToken?: Policy['onFirstToken'];
   readonly onComplete?: Policy['onComplete'];
@@ -82,6 +85,7 @@ export class PipelinePolicy implements Policy {
     if (cfg.usesOracle !== undefined) this.usesOracle = cfg.usesOracle;
     if (cfg.usesKvEvents !== undefined) this.usesKvEvents = cfg.usesKvEvents;
     if (cfg.readsPromptTokens !== undefined) this.readsPromptTokens = cfg.readsPromptTokens;
+    this.prepare = cfg.prepare;
     this.onDispatch = cfg.onDispatch;
     this.onFirstToken = cfg.onFirstToken;
     this.onComplete = cfg.onComplete;

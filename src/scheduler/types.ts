@@ -149,6 +149,13 @@ export interface Policy {
    * is wanted). Default true: the gateway tokenizes every prompt up front.
    */
   readonly readsPromptTokens?: boolean;
+  /**
+   * Per-request work that depends only on the prompt and the candidates, not on the fleet's
+   * state (the prompt's block hashes): the gateway runs it where it tokenizes, before the
+   * request waits for admission or a decision, so the decision itself only looks things up.
+   * Optional; `route` must work without it.
+   */
+  prepare?(req: RouteRequest, workers: readonly WorkerState[]): void;
   route(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): RouteOutcome;
   /** The request was dispatched to the decided worker (its reservation is already charged). */
   onDispatch?(req: RouteRequest, decision: RouteDecision, ctx: RoutingContext): void;

@@ -676,7 +676,10 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     if (cache && fromCache(req, idx, now)) return;
     // Admission narrows the candidates to the workers the request fits on.
     const rep = replicas[replicaOf(idx, nReplicas)]!;
-    const outcome = rep.router.route(rr, tickets.get(idx)?.workers ?? rep.states);
+    const workers = tickets.get(idx)?.workers ?? rep.states;
+    // As the gateway does where it tokenizes (Policy.prepare), before the decision.
+    rep.router.policy.prepare?.(rr, workers);
+    const outcome = rep.router.route(rr, workers);
     trace?.({ type: 'route', t: now, req: rr, worker: outcome.ok ? outcome.decision.worker.id : null, status: outcome.ok ? undefined : outcome.status });
     if (!outcome.ok) return refuse(idx, outcome.status, outcome.code);
     // A sheddable request whose worker already has more than a step of prefill waiting is shed

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { KvgatePolicy } from '../../src/scheduler/policies/kvgate.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
 import { estimateTokenizer } from '../../src/tokenizer/estimate.js';
 import type { Tokenizer } from '../../src/tokenizer/types.js';
@@ -51,6 +52,33 @@ describe('prompt tokenization on the request path', () => {
       for (let i = 0; i < 3; i++) assert.equal((await post(url + '/v1/chat/completions', chat)).status, 200);
       assert.equal(tok.calls, 3);
     } finally {
+      await gw.close();
+    }
+  });
+
+  it('the prompt is hashed where it is tokenized, before the routing decision', async () => {
+    const calls: string[] = [];
+    const proto = KvgatePolicy.prototype;
+    const { prepare, route } = proto;
+    proto.prepare = function (this: KvgatePolicy, ...a: Parameters<typeof prepare>) {
+      calls.push(`prepare ${a[0].id}`);
+      return prepare.apply(this, a);
+    };
+    proto.route = function (this: KvgatePolicy, ...a: Parameters<typeof route>) {
+      calls.push(`route ${a[0].id}`);
+      return route.apply(this, a);
+    };
+    const { gw, url } = await startGateway(sims.map((s) => s.url), { policy: { name: 'kvgate' } } as never);
+    try {
+      for (let i = 0; i < 2; i++) assert.equal((await post(url + '/v1/chat/completions', chat)).status, 200);
+      assert.equal(calls.length, 4);
+      for (let i = 0; i < 4; i += 2) {
+        assert.match(calls[i]!, /^prepare /);
+        assert.equal(calls[i + 1], calls[i]!.replace('prepare', 'route'));
+      }
+    } finally {
+      proto.prepare = prepare;
+      proto.route = route;
       await gw.close();
     }
   });

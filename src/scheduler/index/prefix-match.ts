@@ -64,6 +64,20 @@ export class PrefixMatcher {
     return promptBlocks(req.state, req.promptTokens, this.blockSizeOf(w), this.seed);
   }
 
+  /**
+   * Hash the whole prompt now at every block size among `workers` (Policy.prepare), so a later
+   * `matches` only looks the hashes up.
+   */
+  prehash(req: RouteRequest, workers: readonly WorkerState[]): void {
+    let last = -1;
+    for (const w of workers) {
+      const bs = this.blockSizeOf(w);
+      if (bs === last) continue;
+      last = bs;
+      promptBlocks(req.state, req.promptTokens, bs, this.seed).all();
+    }
+  }
+
   /** Each worker's match, computed for all of `workers` in one pass per block size. */
   matches(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): Map<WorkerState, PrefixMatch> {
     let known = req.state.get(this.matchesKey);

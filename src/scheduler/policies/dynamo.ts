@@ -179,6 +179,7 @@ export function dynamoPipeline(
     scorers: [],
     picker,
     prefixIndex: matcher.index,
+    prepare: (req, ws) => matcher.prehash(req, ws),
     ...(extra.usesKvEvents ? { usesKvEvents: true } : {}),
     // The cost knobs are read per decision (a request charged before keeps how it was charged).
     retune: (next) => retuneInPlace(o as unknown as Record<string, unknown>, next, extra.fixed),

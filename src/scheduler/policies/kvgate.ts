@@ -254,6 +254,10 @@ export class KvgatePolicy implements Policy {
     });
   }
 
+  prepare(req: RouteRequest, workers: readonly WorkerState[]): void {
+    this.matcher.prehash(req, workers);
+  }
+
   route(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): RouteOutcome {
     return this.pipeline.route(req, workers, ctx);
   }

@@ -69,6 +69,7 @@ export function createLlmdPrecisePolicy(o: LlmdPreciseOptions): PipelinePolicy {
   ];
   return new PipelinePolicy({
     name: 'llm-d-precise',
+    prepare: (req, ws) => matcher.prehash(req, ws),
     filters: [healthyFilter],
     scorers,
     // The weights change in place; the index, speculative indexing and the polling interval do not.

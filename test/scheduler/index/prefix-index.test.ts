@@ -237,3 +237,66 @@ test('the idle-time upkeep runs by itself on the event loop', async () => {
   assert.equal(idx.deferredInserts, 0);
   assert.equal(idx.blockCount('a'), 300);
 });
+
+/**
+ * The index answers a match by galloping and bisection, which is exact only while each worker's
+ * blocks are prefix-closed (a block held implies every block before it in its chain is held).
+ * Every way the index changes must keep that: inserts of whole prompts, capacity eviction,
+ * prediction expiry and retraction, confirmation, and event removal in vLLM's order (a freed
+ * request's blocks tail first). Checked against a block-by-block walk over `holds`, with more
+ * than 32 workers so the mask spans several words.
+ */
+test('matches equal a block-by-block walk under random traffic, capacity eviction, expiry and retraction', () => {
+  const rng = seededRng(20261124);
+  const W = 40;
+  const idx = new PrefixIndex({ predictedTtlMs: 50 });
+  const ids = Array.from({ length: W }, (_, i) => `w${i}`);
+  for (const id of ids) idx.addWorker(id, 150 + Math.floor(rng() * 200));
+  const slots = ids.map((id) => idx.slotOf(id));
+  // Prompts: one of 6 shared heads (0–40 blocks), then a unique tail (0–30 blocks).
+  const heads = Array.from({ length: 6 }, (_, g) => seq(1_000_000 * (g + 1), Math.floor(rng() * 41) * BS));
+  let serial = 0;
+  const prompt = () => {
+    const head = heads[Math.floor(rng() * heads.length)]!;
+    const cut = Math.floor(rng() * (head.length / BS + 1)) * BS;
+    return { h: hashes([...head.slice(0, cut), ...seq(50_000_000 + 1000 * serial++, Math.floor(rng() * 31) * BS)]), shared: cut / BS };
+  };
+  const walk = (h: number[], id: string) => {
+    let b = 0;
+    while (b < h.length && idx.holds(id, h[b]!)) b++;
+    return b;
+  };
+  const inflight: Array<{ id: string; h: number[] }> = [];
+  const stored: Array<{ id: string; h: number[]; shared: number }> = [];
+  let now = 0;
+  let checked = 0;
+  for (let step = 0; step < 3000; step++) {
+    now += rng() * 5;
+    const { h, shared } = prompt();
+    const id = ids[Math.floor(rng() * W)]!;
+    const r = rng();
+    if (r < 0.45) {
+      idx.insert(id, h, 'predicted', now);
+      inflight.push({ id, h });
+    } else if (r < 0.75) {
+      idx.insert(id, h, 'event', now);
+      stored.push({ id, h, shared });
+    } else if (r < 0.85 && inflight.length > 0) {
+      const k = inflight.splice(Math.floor(rng() * inflight.length), 1)[0]!;
+      idx.confirm(k.id, k.h, now);
+    } else if (stored.length > 0) {
+      // BlockRemoved for a finished request's own blocks, tail first, as vLLM's free queue
+      // orders them (blocks other requests share are freed after their descendants).
+      const k = stored[Math.floor(rng() * stored.length)]!;
+      const held = walk(k.h, k.id);
+      for (let b = held - 1; b >= Math.max(k.shared, held - 1 - Math.floor(rng() * 6)); b--) idx.remove(k.id, k.h[b]!);
+    }
+    if (step % 7 === 0) {
+      const out = new Int32Array(W);
+      idx.matchSlots(h, slots, out, now);
+      for (let i = 0; i < W; i++) assert.equal(out[i], walk(h, ids[i]!), `step ${step}, worker ${ids[i]}`);
+      checked++;
+    }
+  }
+  assert.ok(checked > 400);
+});

@@ -38,15 +38,18 @@ test('each worker matches the leading blocks it holds; a fully cached prompt sti
   assert.ok(matcher.index.hasWorker('c'));
 });
 
-test('a match stops at the first block the worker lacks', () => {
+test('a match ends at the last block the worker holds, found by bisection over prefix-closed holdings', () => {
   const matcher = new PrefixMatcher(new PrefixIndex());
   const a = worker('a');
   const tokens = seq(0, 10 * 16);
   matcher.track(a);
   const h = matcher.hashesFor(request(tokens), a);
-  matcher.index.insert('a', h, 'routed', 0, 0, 2);
-  matcher.index.insert('a', h, 'routed', 0, 3, 6); // blocks 3..5 without block 2
-  assert.equal(matcher.matches(request(tokens), [a], ctx()).get(a)!.blocks, 2);
+  matcher.index.insert('a', h, 'routed', 0, 0, 7);
+  assert.equal(matcher.matches(request(tokens), [a], ctx()).get(a)!.blocks, 7);
+  // A prompt that diverges inside block 4 matches the 4 blocks before it.
+  const other = [...tokens];
+  other[4 * 16 + 5] = 123_456;
+  assert.equal(matcher.matches(request(other), [a], ctx()).get(a)!.blocks, 4);
 });
 
 test('the answer is computed once per request and kept in its state; later changes show in the next request', () => {
