@@ -613,8 +613,9 @@ export class PrefixIndex {
   confirm(id: string, hashes: BlockSeq, now: number): void {
     const w = this.slots.get(id);
     if (!w || w.source === 'events') return;
-    this.observer?.(id, hashes, 'routed', now);
-    this.insert(id, hashes, 'routed', now);
+    // Like a pick-time prediction, applied at the next idle moment or read: the first token of a
+    // long prompt does not hold the event loop for its hundreds of blocks.
+    this.insertLater(id, hashes, 'routed', now);
   }
 
   /**
@@ -818,7 +819,9 @@ export class PrefixIndex {
     }
   }
 
+  /** The node of entry `e` held by worker `slot`, or NIL (the mask says "not held" without a walk). */
   private findNode(e: number, slot: number): number {
+    if ((this.eMask[e * this.words + (slot >>> 5)]! & (1 << (slot & 31))) === 0) return NIL;
     let n = this.eFirst[e]!;
     while (n !== NIL && this.nWorker[n] !== slot) n = this.nSib[n]!;
     return n;
