@@ -25,7 +25,7 @@
  */
 import type { SimResult } from '../sim/fleet-sim.js';
 import { PRIORITY_CLASSES, type PriorityClass } from '../admission/classes.js';
-import { hasSlo, meetsSlo, type Slo } from './slo.js';
+import { hasSlo, meetsSlo, ttftBoundMs, type Slo } from './slo.js';
 
 export interface Dist {
   p50: number | null;
@@ -59,6 +59,12 @@ export interface PolicySummary {
   goodput_rps: number;
   /** Fraction of all requests (refused ones included) that met the SLO; null without an SLO. */
   attainment: number | null;
+  /**
+   * Why completed requests missed the SLO (with an SLO): TTFT over its bound only, TPOT over its
+   * bound only, or both; each split by prompt length (≥ 4,096 tokens: "long"). Refused requests
+   * are in `rejected` and `shed`.
+   */
+  slo_misses?: { ttft: number; tpot: number; both: number; long_prompt: number };
   scrape_interval_ms: number;
   refusals: Record<string, number>;
   /** Per priority class (with admission or a priority mix). */
@@ -201,6 +207,7 @@ export function summarize(r: SimResult, o: SummaryOptions): PolicySummary {
   let outputTokens = 0;
   let workerPromptTokens = 0;
   let good = 0;
+  const misses = { ttft: 0, tpot: 0, both: 0, long_prompt: 0 };
   const from = c.fromCache;
   for (let i = 0; i < n; i++) {
     const t = c.firstToken[i]! - c.arrival[i]!;
@@ -221,6 +228,14 @@ export function summarize(r: SimResult, o: SummaryOptions): PolicySummary {
     }
     outputTokens += out;
     if (meetsSlo(slo, t, tp, c.promptTokens[i]!)) good++;
+    else {
+      const slowFirst = t > ttftBoundMs(slo, c.promptTokens[i]!);
+      const slowDecode = slo.tpotMs !== undefined && tp !== undefined && tp > slo.tpotMs;
+      if (slowFirst && slowDecode) misses.both++;
+      else if (slowFirst) misses.ttft++;
+      else misses.tpot++;
+      if (c.promptTokens[i]! >= 4096) misses.long_prompt++;
+    }
   }
   const durationS = n > 0 ? (r.lastFinishMs - r.firstArrivalMs) / 1000 : 0;
   const per = (x: number) => (durationS > 0 ? x / durationS : 0);
@@ -249,6 +264,7 @@ export function summarize(r: SimResult, o: SummaryOptions): PolicySummary {
     cost_per_million_output_tokens: outputTokens > 0 ? round(cost / (outputTokens / 1e6), 4) : null,
     goodput_rps: round(per(good)),
     attainment: hasSlo(slo) ? round(r.requests > 0 ? good / r.requests : 0, 4) : null,
+    ...(hasSlo(slo) ? { slo_misses: misses } : {}),
     scrape_interval_ms: r.scrapeIntervalMs,
     refusals: Object.fromEntries(Object.entries(r.refusals).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))),
   };

@@ -140,4 +140,18 @@ describe('SLO rule (goodput and attainment)', () => {
     assert.equal(attainmentOf(r, sloOf({ tp: 1, gpuHourCost: 1, sloTtftMs: 1000, sloTtftPer1kMs: 100 })), 0.4);
     assert.equal(summarize(r, { tp: 1, gpuHourCost: 1 }).attainment, null);
   });
+
+  it('says why completed requests missed the SLO: TTFT, TPOT, both, and how many had long prompts', () => {
+    const r = result([
+      { arrival: 0, first: 1500, finish: 1600, prompt: 100, out: 3, cached: 0 }, // TTFT only
+      { arrival: 0, first: 100, finish: 1100, prompt: 100, out: 11, cached: 0 }, // TPOT 100 only
+      { arrival: 0, first: 2000, finish: 4000, prompt: 5000, out: 11, cached: 0 }, // both, long prompt
+      { arrival: 0, first: 1400, finish: 1500, prompt: 5000, out: 3, cached: 0 }, // meets (1000 + 500)
+      { arrival: 0, first: 10, finish: 20, prompt: 10, out: 1, cached: 0 }, // meets
+    ]);
+    const s = summarize(r, { tp: 1, gpuHourCost: 1, sloTtftMs: 1000, sloTtftPer1kMs: 100, sloTpotMs: 50 });
+    assert.deepEqual(s.slo_misses, { ttft: 1, tpot: 1, both: 1, long_prompt: 1 });
+    assert.equal(s.attainment, 0.4);
+    assert.equal(summarize(r, { tp: 1, gpuHourCost: 1 }).slo_misses, undefined);
+  });
 });
