@@ -47,7 +47,8 @@ const MODES: Array<[string, SpecMode]> = [
   ['adaptive', { kind: 'adaptive' }],
 ];
 
-function source(rate: number, durationS: number, seed: number): BenchSource {
+/** `tenants`: requests alternate between tenants t0 and t1 (the controller's prompt classes). */
+function source(rate: number, durationS: number, seed: number, tenants = false): BenchSource {
   return {
     name: `spec-load:${rate}/s`,
     skipped: 0,
@@ -61,7 +62,7 @@ function source(rate: number, durationS: number, seed: number): BenchSource {
         const len = uniformInt(rng, 150, 300);
         const p = new Int32Array(len);
         fillStream(p, 0, seed * 1_000_003 + i + 1, len);
-        yield { arrivalMs: t, promptTokens: p, maxTokens: 128, outputSeed: seed * 1_000_003 + i + 1 };
+        yield { arrivalMs: t, promptTokens: p, maxTokens: 128, outputSeed: seed * 1_000_003 + i + 1, ...(tenants ? { tenant: `t${i % 2}` } : {}) };
       }
     },
   };
@@ -109,13 +110,17 @@ async function main(): Promise<void> {
   const verifyCache = v['verify-cache'] === 'on';
   const md = v.markdown === true;
   const shiftAt = duration / 2;
-  const scenarios: Array<[string, SpecAcceptance, number]> = [
+  // The last scenario: two tenants (prompt classes) in equal shares, one whose prompts suit the
+  // draft (α 0.9) and one whose prompts do not (α 0.3): the controller keeps α and k per class.
+  const scenarios: Array<[string, SpecAcceptance, number, Record<string, number>?]> = [
     ['α 0.3', 0.3, duration],
     ['α 0.5', 0.5, duration],
     ['α 0.7', 0.7, duration],
     ['α 0.9', 0.9, duration],
     [`α 0.8→0.3 @${shiftAt}s`, { before: 0.8, after: 0.3, atMs: shiftAt * 1000 }, duration * 1.5],
+    ['t0 α 0.9, t1 α 0.3', 0.3, duration, { t0: 0.9 }],
   ];
+  const perTenant: string[] = [];
   const verdicts: string[] = [];
   for (const seed of seeds) {
     process.stdout.write(
@@ -125,11 +130,11 @@ async function main(): Promise<void> {
     const head = ['scenario', 'mode', '$/M out', 'vs target-only', 'target GPU-ms/tok', 'α̂', 'from draft', 'mean k', 'cascade/plain', 'TPOT p50', 'TPOT p99', 'E2E p99', 'settled'];
     const lines: string[][] = [];
     const rows: Row[] = [];
-    for (const [scenario, acceptance, dur] of scenarios) {
+    for (const [scenario, acceptance, dur, byTenant] of scenarios) {
       let base: Row | null = null;
       for (const [modeName, mode] of MODES) {
-        const spec: BenchSpecOptions = { mode, acceptance, draftModel: 'llama-3.1-8b', draftQuant: 'int4', draftGpu: 'a10g', draftWorkers, verifyPrefixCache: verifyCache };
-        const out = await runBench({ source: source(rate, dur, seed), policies: ['least-load'], workers, gpu: 'h100', model: 'llama-3.1-70b', tp: 4, seed, speculative: spec, omitWallTime: true });
+        const spec: BenchSpecOptions = { mode, acceptance, ...(byTenant ? { acceptanceByTenant: byTenant } : {}), draftModel: 'llama-3.1-8b', draftQuant: 'int4', draftGpu: 'a10g', draftWorkers, verifyPrefixCache: verifyCache };
+        const out = await runBench({ source: source(rate, dur, seed, byTenant !== undefined), policies: ['least-load'], workers, gpu: 'h100', model: 'llama-3.1-70b', tp: 4, seed, speculative: spec, omitWallTime: true });
         const p = out.results.policies[0]!;
         const s = p.speculative!;
         const row: Row = {
@@ -150,6 +155,12 @@ async function main(): Promise<void> {
         };
         base ??= row;
         rows.push(row);
+        if (s.by_tenant && mode.kind !== 'target-only') {
+          const parts = Object.entries(s.by_tenant).map(
+            ([t, c]) => `${t} (α ${c.acceptance}, α̂ ${c.spec_acceptance_rate === null ? '–' : c.spec_acceptance_rate.toFixed(2)}): mean k ${c.mean_k.toFixed(2)}, ${c.cascade_requests} cascade / ${c.plain_requests} target alone`,
+          );
+          perTenant.push(`seed ${seed}, ${modeName}: ${parts.join('; ')}`);
+        }
         const delta = ((row.cost / base.cost - 1) * 100).toFixed(1);
         lines.push([
           scenario,
@@ -183,6 +194,7 @@ async function main(): Promise<void> {
         `shift: settled ${sh.settled === null ? 'never' : `${sh.settled} s`} after it (${sh.steady}; target ≤ 30 s): ${sh.settled !== null && sh.settled <= 30 ? 'MET' : 'MISSED'}`,
     );
   }
+  process.stdout.write(`\nPer tenant (t0 α 0.9, t1 α 0.3):\n${perTenant.join('\n')}\n`);
   process.stdout.write(`\nTargets:\n${verdicts.join('\n')}\n`);
 }
 

@@ -64,6 +64,11 @@ export interface BenchOptions {
    * request), as when many customers send the same application's prompts.
    */
   isolation?: { tenants?: number };
+  /**
+   * Reassign requests to this many tenants (t0 … tN−1) without isolation, e.g. as the prompt
+   * classes of the speculative cascade's per-tenant acceptance. `isolation.tenants` wins.
+   */
+  tenants?: number;
   /** Admission control seam, created fresh per policy run. */
   admission?: () => (req: RouteRequest, now: number) => AdmitResult;
   /**
@@ -354,7 +359,7 @@ async function runFleet(
           shareLoad: o.replicas.shareLoad === true,
         }
       : undefined;
-  return simulateFleet(benchRequests(o.source, o.limit, rateScale, o.priorityMix ? { mix: o.priorityMix, seed: o.seed } : undefined, o.isolation?.tenants), {
+  return simulateFleet(benchRequests(o.source, o.limit, rateScale, o.priorityMix ? { mix: o.priorityMix, seed: o.seed } : undefined, o.isolation?.tenants ?? o.tenants), {
     admission: o.kvAdmission ? { settings: o.kvAdmission } : undefined,
     cacheIsolation: isolated,
     cache: withCache ? simCache(o.cache!) : undefined,

@@ -41,6 +41,11 @@ export interface BenchSpecOptions {
   mode: SpecMode;
   /** The draft's per-token acceptance rate α, fixed or shifting once. */
   acceptance: SpecAcceptance;
+  /**
+   * α per tenant (the controller's prompt class in the simulation), overriding `acceptance` for
+   * the tenants named: a draft that suits one kind of prompt (code) and not another (prose).
+   */
+  acceptanceByTenant?: Record<string, number>;
   draftModel: string;
   draftQuant: WeightDtype;
   draftGpu: string;
@@ -78,6 +83,19 @@ export interface SpecSummary {
   tokens_from_draft_fraction: number;
   mean_k: number;
   settle: SpecSettle | null;
+  /** With per-tenant acceptance: what the controller did for each tenant (its prompt class). */
+  by_tenant?: Record<string, SpecClassSummary>;
+}
+
+export interface SpecClassSummary {
+  /** α configured for the tenant. */
+  acceptance: number;
+  /** α̂ measured on its cascade rounds (null: none ran). */
+  spec_acceptance_rate: number | null;
+  /** Mean k over the controller's decisions for the tenant (0 for a decision to stay off). */
+  mean_k: number;
+  cascade_requests: number;
+  plain_requests: number;
 }
 
 export function specModeName(m: SpecMode): string {
@@ -114,8 +132,24 @@ export function parseAcceptanceShift(s: string): { before: number; after: number
   return { before: fraction(m[1]!, 'the acceptance before the shift'), after: fraction(m[2]!, 'the acceptance after the shift'), atMs: at * 1000 };
 }
 
-export function acceptanceAt(a: SpecAcceptance): (nowMs: number) => number {
-  return typeof a === 'number' ? () => a : (t) => (t < a.atMs ? a.before : a.after);
+/** `t0=0.9,t1=0.2` → α per tenant. */
+export function parseAcceptanceByTenant(s: string): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const part of s.split(',')) {
+    const m = /^([^=]+)=(.*)$/.exec(part.trim());
+    if (!m || m[1]!.trim() === '') throw new Error(`must be TENANT=A[,TENANT=A...] (e.g. t0=0.9,t1=0.2), got '${s}'`);
+    const tenant = m[1]!.trim();
+    if (tenant in out) throw new Error(`names tenant '${tenant}' twice`);
+    out[tenant] = fraction(m[2]!.trim(), `the acceptance of tenant '${tenant}'`);
+  }
+  return out;
+}
+
+export function acceptanceAt(a: SpecAcceptance, byTenant?: Record<string, number>): (nowMs: number, cls: string) => number {
+  const base = typeof a === 'number' ? () => a : (t: number) => (t < a.atMs ? a.before : a.after);
+  if (!byTenant) return base;
+  const own = new Map(Object.entries(byTenant));
+  return (t, cls) => own.get(cls) ?? base(t);
 }
 
 /** The draft pool's engine configuration (throws if the model does not fit its GPU). */
@@ -145,7 +179,7 @@ export function simSpeculation(o: BenchSpecOptions, run: { seed: number; model: 
     draftWorkers: o.draftWorkers,
     controller,
     tracker,
-    acceptance: acceptanceAt(o.acceptance),
+    acceptance: acceptanceAt(o.acceptance, o.acceptanceByTenant),
     verifyUsesPrefixCache: o.verifyPrefixCache === true,
   };
 }
@@ -185,7 +219,33 @@ export function summarizeSpec(sim: SimResult, o: BenchSpecOptions, run: { tp: nu
     tokens_from_draft_fraction: outputTokens > 0 ? round(s.fromDraft / outputTokens, 4) : 0,
     mean_k: d.k.length > 0 ? round(sumK / d.k.length, 3) : 0,
     settle: typeof a === 'number' ? null : settleOf(d, a),
+    ...(o.acceptanceByTenant ? { by_tenant: byTenant(s, o) } : {}),
   };
+}
+
+function byTenant(s: NonNullable<SimResult['speculative']>, o: BenchSpecOptions): Record<string, SpecClassSummary> {
+  const alpha = acceptanceAt(o.acceptance, o.acceptanceByTenant);
+  const k = new Map<string, { sum: number; n: number }>();
+  const d = s.decisions;
+  for (let i = 0; i < d.k.length; i++) {
+    const x = k.get(d.cls[i]!) ?? { sum: 0, n: 0 };
+    x.sum += d.k[i]!;
+    x.n++;
+    k.set(d.cls[i]!, x);
+  }
+  const out: Record<string, SpecClassSummary> = {};
+  for (const cls of [...s.byClass.keys()].sort()) {
+    const c = s.byClass.get(cls)!;
+    const kk = k.get(cls);
+    out[cls] = {
+      acceptance: alpha(0, cls),
+      spec_acceptance_rate: c.tested > 0 ? round(c.accepted / c.tested, 4) : null,
+      mean_k: kk && kk.n > 0 ? round(kk.sum / kk.n, 3) : 0,
+      cascade_requests: c.cascadeRequests,
+      plain_requests: c.plainRequests,
+    };
+  }
+  return out;
 }
 
 /** A window's mean k may differ this much from the steady value and count as settled. */

@@ -169,6 +169,12 @@ export function specLines(rows: readonly Row[]): string {
         `; acceptance ${st.alpha_before} → ${st.alpha_after} at ${st.shift_at_s} s: mean k ${st.mean_k_before ?? '–'} before, ${st.mean_k_after ?? '–'} after, ` +
         `settled ${st.settled_after_s === null ? 'never' : `${st.settled_after_s} s after the shift`}`;
     }
+    if (s.by_tenant) {
+      const parts = Object.entries(s.by_tenant).map(
+        ([t, c]) => `${t} α ${c.acceptance} (α̂ ${c.spec_acceptance_rate === null ? '–' : c.spec_acceptance_rate.toFixed(3)}) mean k ${c.mean_k.toFixed(2)}, ${c.cascade_requests} cascade / ${c.plain_requests} target alone`,
+      );
+      line += `; per tenant: ${parts.join('; ')}`;
+    }
     out.push(line);
   }
   return out.length > 0 ? out.join('\n') + '\n' : '';

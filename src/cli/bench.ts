@@ -12,7 +12,7 @@ import { createProgressBar, type ProgressBar } from '../bench/progress.js';
 import { renderReport } from '../bench/report.js';
 import { checkPolicies, GPU_HOUR_COST, runBench } from '../bench/run.js';
 import { describeSlo } from '../bench/slo.js';
-import { parseAcceptance, parseAcceptanceShift, parseSpecMode, specModeName, type BenchSpecOptions, type SpecAcceptance } from '../bench/spec.js';
+import { parseAcceptance, parseAcceptanceByTenant, parseAcceptanceShift, parseSpecMode, specModeName, type BenchSpecOptions, type SpecAcceptance } from '../bench/spec.js';
 import { cacheLines, isolationLines, priorityLines, specLines, summaryTable } from '../bench/table.js';
 import { parsePriorityMix } from '../admission/classes.js';
 import { ADMISSION_DEFAULTS } from '../admission/controller.js';
@@ -120,8 +120,10 @@ Tenant isolation:
                           router's index; each policy is run once more shared, and a line per policy
                           gives the prefix-cache hit rate, TTFT, busy GPU time (and with --capacity,
                           capacity) shared → isolated
-  --tenants N             reassign requests to N tenants (a session's turns stay together), as when
-                          N customers send the same application's prompts (default: the workload's)
+  --tenants N             reassign requests to N tenants t0 … tN−1 (a session's turns stay
+                          together), as when N customers send the same application's prompts
+                          (default: the workload's); with --cache-isolation tenant or
+                          --spec-acceptance-by-tenant
 
 Speculative cascade (docs/speculative.md):
   --spec-mode MODE        run the gateway's speculative cascade in the simulation: the workers above
@@ -144,6 +146,12 @@ Speculative cascade (docs/speculative.md):
                           a line per policy to the table. Not with --cache on
   --spec-acceptance A     the draft's per-token acceptance rate α, 0 ≤ A ≤ 1 (needed by fixed:K and
                           adaptive, unless --spec-acceptance-shift)
+  --spec-acceptance-by-tenant T=A[,T=A...]
+                          α per tenant, the controller's prompt class (e.g. t0=0.9,t1=0.2 with
+                          --tenants 2: a draft that suits one kind of prompt and not another);
+                          other tenants keep --spec-acceptance, which is then needed. Adds
+                          by_tenant to the JSON: α configured and measured, mean k, requests
+                          down each path. Not with --spec-acceptance-shift
   --spec-acceptance-shift A1:A2@SECONDS
                           α = A1 until SECONDS of virtual time, A2 after (e.g. 0.8:0.3@60); the
                           line and JSON then say when the controller settled after the shift
@@ -227,6 +235,7 @@ const OPTIONS = {
   'spec-mode': { type: 'string' },
   'spec-acceptance': { type: 'string' },
   'spec-acceptance-shift': { type: 'string' },
+  'spec-acceptance-by-tenant': { type: 'string' },
   'draft-model': { type: 'string' },
   'draft-quant': { type: 'string' },
   'draft-gpu': { type: 'string' },
@@ -243,7 +252,7 @@ const OPTIONS = {
 
 class UsageError extends Error {}
 
-const SPEC_FLAGS = ['spec-acceptance', 'spec-acceptance-shift', 'draft-model', 'draft-quant', 'draft-gpu', 'draft-workers', 'spec-verify-cache'] as const;
+const SPEC_FLAGS = ['spec-acceptance', 'spec-acceptance-shift', 'spec-acceptance-by-tenant', 'draft-model', 'draft-quant', 'draft-gpu', 'draft-workers', 'spec-verify-cache'] as const;
 
 /**
  * The speculative cascade's flags → the bench's options (undefined without --spec-mode). Throws
@@ -267,6 +276,12 @@ export function parseSpecFlags(v: Partial<Record<'spec-mode' | (typeof SPEC_FLAG
   let acceptance: SpecAcceptance | undefined;
   if (v['spec-acceptance'] !== undefined) acceptance = wrap('spec-acceptance', () => parseAcceptance(v['spec-acceptance']!));
   if (v['spec-acceptance-shift'] !== undefined) acceptance = wrap('spec-acceptance-shift', () => parseAcceptanceShift(v['spec-acceptance-shift']!));
+  let acceptanceByTenant: Record<string, number> | undefined;
+  if (v['spec-acceptance-by-tenant'] !== undefined) {
+    if (v['spec-acceptance-shift'] !== undefined) throw new UsageError('give --spec-acceptance-by-tenant or --spec-acceptance-shift, not both');
+    if (v['spec-acceptance'] === undefined) throw new UsageError('--spec-acceptance-by-tenant needs --spec-acceptance A for the tenants it does not name');
+    acceptanceByTenant = wrap('spec-acceptance-by-tenant', () => parseAcceptanceByTenant(v['spec-acceptance-by-tenant']!));
+  }
   const speculating = mode.kind !== 'target-only';
   if (speculating && acceptance === undefined) throw new UsageError(`--spec-mode ${v['spec-mode']} needs the draft's acceptance: --spec-acceptance A or --spec-acceptance-shift A1:A2@SECONDS`);
   if (speculating && v['draft-model'] === undefined) throw new UsageError(`--spec-mode ${v['spec-mode']} needs --draft-model NAME (known: ${listModels().map((m) => m.name).join(', ')})`);
@@ -279,7 +294,7 @@ export function parseSpecFlags(v: Partial<Record<'spec-mode' | (typeof SPEC_FLAG
   const draftWorkers = intFlag(v['draft-workers'], 'draft-workers', 1) ?? 1;
   const vc = v['spec-verify-cache'];
   if (vc !== undefined && vc !== 'on' && vc !== 'off') throw new UsageError(`--spec-verify-cache must be on or off, got '${vc}'`);
-  return { mode, acceptance: acceptance ?? 0, draftModel, draftQuant, draftGpu, draftWorkers, verifyPrefixCache: vc === 'on' };
+  return { mode, acceptance: acceptance ?? 0, ...(acceptanceByTenant ? { acceptanceByTenant } : {}), draftModel, draftQuant, draftGpu, draftWorkers, verifyPrefixCache: vc === 'on' };
 }
 
 /**
@@ -455,7 +470,9 @@ export async function run(argv: string[]): Promise<number> {
     const iso = v['cache-isolation'];
     if (iso !== undefined && iso !== 'tenant' && iso !== 'none') throw new UsageError(`--cache-isolation must be tenant or none, got '${iso}'`);
     const tenants = intFlag(v.tenants, 'tenants', 1);
-    if (tenants !== undefined && iso !== 'tenant') throw new UsageError('--tenants applies to --cache-isolation tenant only');
+    if (tenants !== undefined && iso !== 'tenant' && v['spec-acceptance-by-tenant'] === undefined) {
+      throw new UsageError('--tenants applies to --cache-isolation tenant and --spec-acceptance-by-tenant only');
+    }
     const cacheTtlMs = numFlag(v['cache-ttl-ms'], 'cache-ttl-ms', { positive: true });
     if (v.admission !== undefined && v.admission !== 'on' && v.admission !== 'off') throw new UsageError(`--admission must be on or off, got '${v.admission}'`);
     const admissionOn = v.admission === 'on';
@@ -508,6 +525,7 @@ export async function run(argv: string[]): Promise<number> {
       policies,
       cache: cacheOn ? { ttlMs: cacheTtlMs, maxBytes: cacheMaxBytes } : undefined,
       isolation: iso === 'tenant' ? { tenants } : undefined,
+      ...(iso !== 'tenant' && tenants !== undefined ? { tenants } : {}),
       workers: intFlag(v.workers, 'workers', 1) ?? 8,
       gpu,
       model,

@@ -45,8 +45,8 @@ export interface SimSpeculation {
   controller: KChooser | null;
   /** The controller's acceptance tracker (the cascade reports every round's outcome to it). */
   tracker: AcceptanceTracker;
-  /** Per-token acceptance α of the draft at virtual time `nowMs`. */
-  acceptance: (nowMs: number) => number;
+  /** Per-token acceptance α of the draft at virtual time `nowMs` for a request of class `cls` (its tenant). */
+  acceptance: (nowMs: number, cls: string) => number;
   /** Verification reuses the target's prefix cache (default false: vLLM V1 recomputes the context). */
   verifyUsesPrefixCache?: boolean;
   /** Keep each cascade request's output tokens in the result (tests). */
@@ -90,8 +90,10 @@ export interface SimSpecResult {
   /** Output tokens of cascade requests that came from the draft / the target. */
   fromDraft: number;
   fromTarget: number;
-  /** Every decision of the controller, in order: virtual time, k (0: off), reason. */
-  decisions: { t: number[]; k: number[]; reason: string[] };
+  /** Every decision of the controller, in order: virtual time, k (0: off), reason, class. */
+  decisions: { t: number[]; k: number[]; reason: string[]; cls: string[] };
+  /** Per class (the request's tenant): requests down each path, and the draft tokens tested and accepted. */
+  byClass: Map<string, { cascadeRequests: number; plainRequests: number; tested: number; accepted: number }>;
   /** Output tokens of each cascade request by request index (with recordOutputs). */
   outputs: Map<number, number[]> | null;
 }
@@ -104,6 +106,7 @@ interface Run {
   priority: number;
   salt: { cacheSalt?: string };
   promptLen: number;
+  cls: string;
   draft: number;
   r: CascadeRounds;
   out: OutputText;
@@ -125,6 +128,7 @@ class RecordingChooser implements KChooser {
     this.log.t.push(this.now());
     this.log.k.push(Math.max(0, d.k));
     this.log.reason.push(d.reason);
+    this.log.cls.push(round.cls);
     return d;
   }
   observe(t: RoundTiming): void {
@@ -173,7 +177,8 @@ export class SimCascade {
       tested: 0,
       fromDraft: 0,
       fromTarget: 0,
-      decisions: { t: [], k: [], reason: [] },
+      decisions: { t: [], k: [], reason: [], cls: [] },
+      byClass: new Map(),
       outputs: spec.recordOutputs ? new Map() : null,
     };
     this.controller = spec.controller ? new RecordingChooser(spec.controller, () => host.now(), this.res.decisions) : null;
@@ -191,6 +196,12 @@ export class SimCascade {
 
   result(): SimSpecResult {
     return this.res;
+  }
+
+  private classStats(cls: string): { cascadeRequests: number; plainRequests: number; tested: number; accepted: number } {
+    let c = this.res.byClass.get(cls);
+    if (!c) this.res.byClass.set(cls, (c = { cascadeRequests: 0, plainRequests: 0, tested: 0, accepted: 0 }));
+    return c;
   }
 
   private at(t: number, fn: () => void): void {
@@ -216,11 +227,14 @@ export class SimCascade {
     const host = this.host;
     const cls = req.tenant ?? 'default';
     const first = firstDecision(this.controller, host.model, cls, host.targetState(idx, w), null);
+    const byClass = this.classStats(cls);
     if (first.k <= 0) {
       this.res.plainRequests++;
+      byClass.plainRequests++;
       return false;
     }
     this.res.cascadeRequests++;
+    byClass.cascadeRequests++;
     let draft = 0;
     for (let d = 1; d < this.draftActive.length; d++) if (this.draftActive[d]! < this.draftActive[draft]!) draft = d;
     this.draftActive[draft]!++;
@@ -234,6 +248,7 @@ export class SimCascade {
       priority: req.priority ?? 0,
       salt: ((x): { cacheSalt?: string } => (x === undefined ? {} : { cacheSalt: x }))(host.cacheSalt(req)),
       promptLen: context.length,
+      cls,
       draft,
       out,
       rng,
@@ -272,7 +287,7 @@ export class SimCascade {
     }
     // The draft's k tokens: the target's where it agrees (probability α each), another elsewhere.
     const base = run.r.context.length - run.promptLen;
-    const alpha = this.spec.acceptance(t0);
+    const alpha = this.spec.acceptance(t0, run.cls);
     const tokens: number[] = [];
     for (let i = 0; i < k; i++) {
       const t = answerToken(run.seed, base + i);
@@ -311,7 +326,11 @@ export class SimCascade {
         s.rounds++;
         s.proposed += o.proposed;
         s.accepted += o.accepted;
-        s.tested += o.accepted + (o.accepted < o.proposed ? 1 : 0);
+        const tested = o.accepted + (o.accepted < o.proposed ? 1 : 0);
+        s.tested += tested;
+        const c = this.classStats(run.cls);
+        c.tested += tested;
+        c.accepted += o.accepted;
         if (o.taken > 0) this.seen(run);
         this.next(run);
       });

@@ -6,7 +6,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, describe, it } from 'node:test';
 import { help, parseSpecFlags } from '../../src/cli/bench.js';
-import { parseAcceptanceShift, parseSpecMode, settleOf } from '../../src/bench/spec.js';
+import { acceptanceAt, parseAcceptanceByTenant, parseAcceptanceShift, parseSpecMode, settleOf } from '../../src/bench/spec.js';
 
 const CLI = resolve(dirname(fileURLToPath(import.meta.url)), '../../src/cli.js');
 const dir = mkdtempSync(join(tmpdir(), 'kvgate-bench-spec-'));
@@ -57,12 +57,18 @@ describe('kvgate bench --spec-mode', () => {
       [{ 'spec-mode': 'fixed:4', 'spec-acceptance': '0.5', 'draft-model': 'llama-3.1-8b', 'spec-verify-cache': 'yes' }, /--spec-verify-cache must be on or off/],
       [{ 'draft-model': 'llama-3.1-8b' }, /--draft-model applies to --spec-mode only/],
       [{ 'spec-acceptance': '0.5' }, /--spec-acceptance applies to --spec-mode only/],
+      [{ 'spec-mode': 'adaptive', 'spec-acceptance-by-tenant': 't0=0.9', 'draft-model': 'llama-3.1-8b' }, /needs --spec-acceptance A for the tenants it does not name/],
+      [{ 'spec-mode': 'adaptive', 'spec-acceptance-shift': '0.8:0.3@60', 'spec-acceptance-by-tenant': 't0=0.9', 'draft-model': 'llama-3.1-8b' }, /--spec-acceptance-by-tenant or --spec-acceptance-shift, not both/],
+      [{ 'spec-mode': 'adaptive', 'spec-acceptance': '0.3', 'spec-acceptance-by-tenant': 't0:0.9', 'draft-model': 'llama-3.1-8b' }, /--spec-acceptance-by-tenant must be TENANT=A/],
+      [{ 'spec-mode': 'adaptive', 'spec-acceptance': '0.3', 'spec-acceptance-by-tenant': 't0=1.2', 'draft-model': 'llama-3.1-8b' }, /the acceptance of tenant 't0' must be a number from 0 to 1, got '1.2'/],
+      [{ 'spec-mode': 'adaptive', 'spec-acceptance': '0.3', 'spec-acceptance-by-tenant': 't0=0.9,t0=0.8', 'draft-model': 'llama-3.1-8b' }, /names tenant 't0' twice/],
+      [{ 'spec-acceptance-by-tenant': 't0=0.9' }, /--spec-acceptance-by-tenant applies to --spec-mode only/],
     ];
     for (const [flags, re] of cases) assert.throws(() => parseSpecFlags(flags), re, JSON.stringify(flags));
   });
 
   it('documents its flags in --help and answers bad ones with exit status 2', () => {
-    for (const f of ['spec-mode', 'spec-acceptance', 'spec-acceptance-shift', 'draft-model', 'draft-quant', 'draft-gpu', 'draft-workers', 'spec-verify-cache']) {
+    for (const f of ['spec-mode', 'spec-acceptance', 'spec-acceptance-shift', 'spec-acceptance-by-tenant', 'tenants', 'draft-model', 'draft-quant', 'draft-gpu', 'draft-workers', 'spec-verify-cache']) {
       assert.ok(help.includes(`--${f}`), `--${f} missing from help`);
     }
     const r = bench(...FLEET, '--spec-mode', 'fixed:x');
@@ -108,6 +114,39 @@ describe('kvgate bench --spec-mode', () => {
     // Every mode served the same requests and tokens.
     assert.equal(results['fixed:4'].completed, results['target-only'].completed);
     assert.equal(results.adaptive.completed, results['target-only'].completed);
+  });
+
+  it('gives each tenant its own acceptance; the adaptive controller learns it per tenant', () => {
+    assert.deepEqual(parseAcceptanceByTenant('t0=0.9, code=1'), { t0: 0.9, code: 1 });
+    const a = acceptanceAt(0.3, { t0: 0.9 });
+    assert.equal(a(0, 't0'), 0.9);
+    assert.equal(a(5_000, 't7'), 0.3);
+    const o = parseSpecFlags({ 'spec-mode': 'adaptive', 'spec-acceptance': '0.3', 'spec-acceptance-by-tenant': 't0=0.9', 'draft-model': 'llama-3.1-8b' })!;
+    assert.deepEqual(o.acceptanceByTenant, { t0: 0.9 });
+    const run = (mode: string) => {
+      const json = join(dir, `tenants-${mode.replace(':', '-')}.json`);
+      const r = bench(...FLEET, '--tenants', '2', '--spec-mode', mode, '--spec-acceptance', '0.1', '--spec-acceptance-by-tenant', 't0=0.95', ...DRAFT, '--json', json, '--quiet');
+      assert.equal(r.code, 0, r.stderr);
+      return JSON.parse(readFileSync(json, 'utf8')).policies[0].speculative.by_tenant;
+    };
+    // fixed:4 runs every request through the cascade: the measured α̂ is each tenant's own.
+    const f = run('fixed:4');
+    assert.deepEqual(Object.keys(f), ['t0', 't1']);
+    assert.equal(f.t0.acceptance, 0.95);
+    assert.equal(f.t1.acceptance, 0.1);
+    assert.ok(Math.abs(f.t0.spec_acceptance_rate - 0.95) < 0.03, String(f.t0.spec_acceptance_rate));
+    assert.ok(Math.abs(f.t1.spec_acceptance_rate - 0.1) < 0.05, String(f.t1.spec_acceptance_rate));
+    // adaptive speculates long for t0 and sends t1 to the target alone but for probes.
+    const d = run('adaptive');
+    assert.ok(d.t0.mean_k > 4 && d.t0.cascade_requests > d.t0.plain_requests, JSON.stringify(d.t0));
+    assert.ok(d.t1.mean_k < 1 && d.t1.plain_requests > 5 * d.t1.cascade_requests, JSON.stringify(d.t1));
+    // Without the flag there is no per-tenant breakdown.
+    const json = join(dir, 'no-tenants.json');
+    assert.equal(bench(...FLEET, '--spec-mode', 'fixed:2', '--spec-acceptance', '0.5', ...DRAFT, '--json', json, '--quiet').code, 0);
+    assert.equal(JSON.parse(readFileSync(json, 'utf8')).policies[0].speculative.by_tenant, undefined);
+    const bad = bench(...FLEET, '--tenants', '2');
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--tenants applies to --cache-isolation tenant and --spec-acceptance-by-tenant only/);
   });
 
   it('says when the controller settled after an acceptance shift', () => {
