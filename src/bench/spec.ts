@@ -134,15 +134,15 @@ export function parseAcceptanceShift(s: string): { before: number; after: number
 
 /** `t0=0.9,t1=0.2` → α per tenant. */
 export function parseAcceptanceByTenant(s: string): Record<string, number> {
-  const out: Record<string, number> = {};
+  const out = new Map<string, number>();
   for (const part of s.split(',')) {
     const m = /^([^=]+)=(.*)$/.exec(part.trim());
     if (!m || m[1]!.trim() === '') throw new Error(`must be TENANT=A[,TENANT=A...] (e.g. t0=0.9,t1=0.2), got '${s}'`);
     const tenant = m[1]!.trim();
-    if (tenant in out) throw new Error(`names tenant '${tenant}' twice`);
-    out[tenant] = fraction(m[2]!.trim(), `the acceptance of tenant '${tenant}'`);
+    if (out.has(tenant)) throw new Error(`names tenant '${tenant}' twice`);
+    out.set(tenant, fraction(m[2]!.trim(), `the acceptance of tenant '${tenant}'`));
   }
-  return out;
+  return Object.fromEntries(out);
 }
 
 export function acceptanceAt(a: SpecAcceptance, byTenant?: Record<string, number>): (nowMs: number, cls: string) => number {

@@ -73,6 +73,14 @@ export interface CascadeHost {
   cacheSalt(req: BenchRequest): string | undefined;
 }
 
+/** What the cascade did for one prompt class (tenant). */
+export interface ClassCounts {
+  cascadeRequests: number;
+  plainRequests: number;
+  tested: number;
+  accepted: number;
+}
+
 export interface SimSpecResult {
   draftWorkers: number;
   /** Modelled busy time of each draft worker, ms. */
@@ -93,7 +101,7 @@ export interface SimSpecResult {
   /** Every decision of the controller, in order: virtual time, k (0: off), reason, class. */
   decisions: { t: number[]; k: number[]; reason: string[]; cls: string[] };
   /** Per class (the request's tenant): requests down each path, and the draft tokens tested and accepted. */
-  byClass: Map<string, { cascadeRequests: number; plainRequests: number; tested: number; accepted: number }>;
+  byClass: Map<string, ClassCounts>;
   /** Output tokens of each cascade request by request index (with recordOutputs). */
   outputs: Map<number, number[]> | null;
 }
@@ -198,7 +206,7 @@ export class SimCascade {
     return this.res;
   }
 
-  private classStats(cls: string): { cascadeRequests: number; plainRequests: number; tested: number; accepted: number } {
+  private classStats(cls: string): ClassCounts {
     let c = this.res.byClass.get(cls);
     if (!c) this.res.byClass.set(cls, (c = { cascadeRequests: 0, plainRequests: 0, tested: 0, accepted: 0 }));
     return c;

@@ -195,6 +195,9 @@ export class PrefixIndex {
   private flushTimer: NodeJS.Immediate | null = null;
   /** Where the tail-first walk of a part-applied pending insert (pending[0]) stopped; -1: none. */
   private pendingTo = -1;
+  /** Scratch of matchSlots: each slot's match length, and bisect's stack of (lo, hi, set) frames. */
+  private lengthsBuf = new Int32Array(32);
+  private stackBuf = new Uint32Array(0);
 
   /** Where this index's own routing knowledge goes (sharing across replicas); null: nowhere. */
   observer: RoutingKnowledgeObserver | null = null;
@@ -419,9 +422,6 @@ export class PrefixIndex {
     return false;
   }
 
-  private lengthsBuf = new Int32Array(32);
-  private stackBuf = new Uint32Array(0);
-
   private scratchLengths(W: number): Int32Array {
     if (this.lengthsBuf.length < W * 32) this.lengthsBuf = new Int32Array(W * 32);
     return this.lengthsBuf;
@@ -442,11 +442,10 @@ export class PrefixIndex {
     const depth = 2 * (33 - Math.clz32(hi0 + 1)) + 2;
     if (this.stackBuf.length < depth * frame) this.stackBuf = new Uint32Array(depth * frame);
     const st = this.stackBuf;
-    let sp = 0;
     st[0] = lo0;
     st[1] = hi0;
     for (let w = 0; w < W; w++) st[2 + w] = set0[w]!;
-    sp = 1;
+    let sp = 1;
     while (sp > 0) {
       sp--;
       const base = sp * frame;
