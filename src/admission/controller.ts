@@ -87,7 +87,12 @@ export interface AdmissionRequest {
 }
 
 /** What admission counts (metric `decision` label values). */
-export type AdmissionDecision = 'admitted' | 'queued' | 'dequeued' | 'shed' | 'queue_full' | 'queue_timeout' | 'cancelled';
+/**
+ * What happened to a request at admission. `shed_backlog` follows an `admitted` (or `dequeued`):
+ * the request passed the KV check, and checkPick then shed it for the picked worker's prefill
+ * backlog; so requests admitted and served = admitted + dequeued − shed_backlog − cancelled ones.
+ */
+export type AdmissionDecision = 'admitted' | 'queued' | 'dequeued' | 'shed' | 'shed_backlog' | 'queue_full' | 'queue_timeout' | 'cancelled';
 
 export interface Refusal {
   status: 429 | 503;
@@ -227,7 +232,7 @@ export class AdmissionController<W extends KvWorkerView = KvWorkerView> {
     if (t.cls !== 'sheddable' || limit <= 0) return null;
     const before = worker.inflightPrefillTokens - uncachedTokens;
     if (before <= limit) return null;
-    this.o.observer?.decision(t.model, t.cls, 'shed');
+    this.o.observer?.decision(t.model, t.cls, 'shed_backlog');
     return {
       status: 503,
       code: 'overloaded',

@@ -3,7 +3,8 @@
  *   kvgate_queue_depth{model,priority}            requests waiting in the admission queue
  *   kvgate_fleet_kv_usage{model}                  estimated fleet KV usage, 0..1 (kv-pressure.ts)
  *   kvgate_admission_total{model,priority,decision}
- *       admitted | queued | dequeued | shed | queue_full | queue_timeout | cancelled | rate_limited
+ *       admitted | queued | dequeued | shed | shed_backlog | queue_full | queue_timeout | cancelled |
+ *       rate_limited   (shed_backlog: admitted, then shed for the picked worker's prefill backlog)
  *   kvgate_admission_queue_seconds{model,priority}  time spent queued (dequeued, expired or cancelled)
  * The gauges are computed when Prometheus scrapes, from the controller's state.
  */
@@ -28,7 +29,7 @@ export class AdmissionMetrics implements AdmissionObserver {
   ) {
     this.total = new Counter({
       name: 'kvgate_admission_total',
-      help: 'Admission decisions, by model, priority class and decision (admitted, queued, dequeued, shed, queue_full, queue_timeout, cancelled, rate_limited)',
+      help: 'Admission decisions, by model, priority class and decision (admitted, queued, dequeued, shed, shed_backlog, queue_full, queue_timeout, cancelled, rate_limited; shed_backlog follows an admitted or dequeued)',
       labelNames: ['model', 'priority', 'decision'],
       registers: [registry],
     });

@@ -185,7 +185,7 @@ test('checkPick: a sheddable request is shed when its picked worker has more tha
   // A first token ends a request's prefill: the worker takes sheddable work again.
   workers[0]!.firstToken('long-a', 10);
   assert.equal(c.checkPick(t, workers[0]!, 40), null);
-  assert.equal(decisions.filter((d) => d === 'sheddable:shed').length, 1);
+  assert.equal(decisions.filter((d) => d === 'sheddable:shed_backlog').length, 1);
 });
 
 test('prefillBacklogTokens 0 turns the backlog check off', () => {

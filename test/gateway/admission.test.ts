@@ -182,7 +182,10 @@ describe('KV-pressure admission', () => {
     const ok = await post(u, chat('a later question', 2), batch);
     assert.equal(ok.status, 200, ok.text);
     const text = await metrics(url);
-    assert.equal(metricValue(text, 'kvgate_admission_total', { priority: 'sheddable', decision: 'shed' }), 1);
+    // Admitted on KV, then shed for the backlog: counted as such, not as a KV shed.
+    assert.equal(metricValue(text, 'kvgate_admission_total', { priority: 'sheddable', decision: 'shed_backlog' }), 1);
+    assert.equal(metricValue(text, 'kvgate_admission_total', { priority: 'sheddable', decision: 'admitted' }), 2);
+    assert.equal(metricValue(text, 'kvgate_admission_total', { priority: 'sheddable', decision: 'shed' }), undefined);
   });
 
   it('queues standard requests under pressure, serves them when capacity frees, and drops a queued request whose client left at once', async () => {
