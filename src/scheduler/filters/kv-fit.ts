@@ -19,15 +19,27 @@
  * no worker could ever hold is what `neverFits` explains, and the pipeline answers 400
  * context_length_exceeded.
  *
- * Options: whenNoneFits, overfullSlackBlocks, exact (set by the policy that uses it).
+ * With rule 'ever' the filter only drops workers that could never hold the prompt and marks those
+ * with room now (KV_ROOM) for the picker to prefer (the kvgate policy's default, see its `kvFit`
+ * option).
+ *
+ * Options: rule, whenNoneFits, overfullSlackBlocks, exact (set by the policy that uses it).
  */
 import type { WorkerState } from '../../fleet/worker-state.js';
 import type { PrefixMatcher } from '../index/prefix-match.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../router.js';
-import { KV_OVERFULL, USED_STALE_METRICS } from '../state-keys.js';
+import { KV_OVERFULL, KV_ROOM, USED_STALE_METRICS } from '../state-keys.js';
 import type { Filter, RouteRequest, RoutingContext } from '../types.js';
 
 export interface KvFitOptions {
+  /**
+   * 'now' (the default): keep the workers with room now, as above. 'ever': keep every worker that
+   * could hold the prompt when idle, room now or not, and leave room to the policy: KV_ROOM holds
+   * the kept workers with room now when only some have it, KV_OVERFULL flags a decision where
+   * none had.
+   */
+  rule?: 'now' | 'ever';
+  /** With rule 'now', when no worker has room now. */
   whenNoneFits: 'all' | 'least-overfull';
   /** With 'least-overfull': keep workers within this many blocks of the least overfull. */
   overfullSlackBlocks: number;
@@ -72,6 +84,11 @@ export function kvFitFilter(matcher: PrefixMatcher | null, opts: KvFitOptions): 
         if (need <= free) fits.push(w);
       }
       if (stale) req.state.set(USED_STALE_METRICS, true);
+      if (opts.rule === 'ever') {
+        if (fits.length === 0 && possible.length > 0) req.state.set(KV_OVERFULL, true);
+        else if (fits.length < possible.length) req.state.set(KV_ROOM, new Set(fits));
+        return possible.length === workers.length ? (workers as WorkerState[]) : possible;
+      }
       if (fits.length > 0) return fits.length === workers.length ? (workers as WorkerState[]) : fits;
       if (possible.length === 0) return [];
       req.state.set(KV_OVERFULL, true);

@@ -5,6 +5,11 @@
  * delay it causes the worker's batch, in ms of TTFT, delays of short answers counted as TPOT) is
  * what the bands compare.
  *
+ *  0. with preferRoom, when the kv-fit filter marked some candidates as having KV room now
+ *     (KV_ROOM): if the cheapest of those costs ≤ min cost · (1 + nearRelative) + nearAbsoluteMs,
+ *     the candidates are those (a worker out of room admits chunk by chunk and preempts to finish);
+ *     otherwise all of them (the roomy ones are much dearer, e.g. they serve short answers a long
+ *     prefill would stall);
  *  1. near = candidates whose cost ≤ min cost · (1 + nearRelative) + nearAbsoluteMs;
  *  2. A = the near candidate with the best weighted score (prefix weighs most): among the near-
  *     cheapest the best cache match still wins, affinity is never discarded (falling back to
@@ -25,10 +30,10 @@
  *
  * Ties break at random through ctx.rng (reservoir sampling, A's ties first, then B's).
  * Options: nearRelative, nearAbsoluteMs, spillRelative, spillAbsoluteMs, spillSavedFraction,
- * minHitGain, wSession (the kvgate policy's).
+ * minHitGain, wSession, preferRoom (the kvgate policy's).
  */
 import { KVGATE_ESTIMATES, type KvgateEstimate } from '../producers/kvgate-estimate.js';
-import { KV_OVERFULL } from '../state-keys.js';
+import { KV_OVERFULL, KV_ROOM } from '../state-keys.js';
 import type { Picker, ScoredWorker } from '../types.js';
 
 export interface KvgatePickerOptions {
@@ -39,6 +44,8 @@ export interface KvgatePickerOptions {
   spillSavedFraction: number;
   minHitGain: number;
   wSession: number;
+  /** Keep to the workers the kv-fit filter marked as having room (KV_ROOM) while the cheapest of them is in the near band. */
+  preferRoom?: boolean;
 }
 
 export function kvgatePicker(p: KvgatePickerOptions): Picker {
@@ -51,6 +58,16 @@ export function kvgatePicker(p: KvgatePickerOptions): Picker {
       const e = (c: ScoredWorker): KvgateEstimate => est.get(c.worker)!;
       let tmin = Infinity;
       for (const c of candidates) tmin = Math.min(tmin, e(c).costMs);
+      // Workers with KV room now (the kv-fit filter's mark): keep to them while they cost little more.
+      const room = p.preferRoom ? req.state.get(KV_ROOM) : undefined;
+      if (room !== undefined) {
+        let tminRoom = Infinity;
+        for (const c of candidates) if (room.has(c.worker)) tminRoom = Math.min(tminRoom, e(c).costMs);
+        if (tminRoom <= tmin * (1 + p.nearRelative) + p.nearAbsoluteMs) {
+          candidates = candidates.filter((c) => room.has(c.worker));
+          tmin = tminRoom;
+        }
+      }
       const band = tmin * (1 + p.nearRelative) + p.nearAbsoluteMs;
       // A: best weighted score among the near-least-loaded (reservoir-sampled ties).
       let a: ScoredWorker | null = null;

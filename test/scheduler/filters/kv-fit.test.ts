@@ -5,7 +5,7 @@ import { PrefixIndex } from '../../../src/scheduler/index/prefix-index.js';
 import { PrefixMatcher } from '../../../src/scheduler/index/prefix-match.js';
 import { PipelinePolicy } from '../../../src/scheduler/pipeline.js';
 import { maxScorePicker } from '../../../src/scheduler/pickers/max-score.js';
-import { KV_OVERFULL, USED_STALE_METRICS } from '../../../src/scheduler/state-keys.js';
+import { KV_OVERFULL, KV_ROOM, USED_STALE_METRICS } from '../../../src/scheduler/state-keys.js';
 import type { RoutingContext } from '../../../src/scheduler/types.js';
 import { seededRng } from '../../../src/util/rng.js';
 import { request, seq, worker } from '../helpers.js';
@@ -70,6 +70,30 @@ test('nobody fits now but some could when idle: never refused; all of them, or t
   // A worker too small ever to hold the prompt is dropped even then.
   const req = prompt();
   assert.deepEqual(kvFitFilter(null, all).filter(req, [withFree('a', 10), worker('tiny', { blocks: 20 })], ctx()).map((w) => w.id), ['a']);
+});
+
+test("rule 'ever': room now does not matter, only whether the prompt could ever fit; a decision where none had room is still flagged", () => {
+  const ever: KvFitOptions = { ...all, rule: 'ever' };
+  const f = kvFitFilter(null, ever);
+  // a has room, b has none now: both kept (the input as is), nothing flagged.
+  const ws = [withFree('a', 50), withFree('b', 5)];
+  const some = prompt();
+  assert.equal(f.filter(some, ws, ctx()), ws);
+  assert.equal(some.state.has(KV_OVERFULL), false);
+  // …and the ones with room are marked for the picker (only when some lack it).
+  assert.deepEqual([...some.state.get(KV_ROOM)!].map((w) => w.id), ['a']);
+  const roomy = prompt();
+  f.filter(roomy, [withFree('a', 50), withFree('b', 60)], ctx());
+  assert.equal(roomy.state.has(KV_ROOM), false);
+  // Nobody has room now: all kept, flagged. least-overfull applies to rule 'now' only.
+  const none = prompt();
+  const full = [withFree('a', 10), withFree('b', 15)];
+  assert.deepEqual(kvFitFilter(null, { ...ever, whenNoneFits: 'least-overfull' }).filter(none, full, ctx()).map((w) => w.id), ['a', 'b']);
+  assert.equal(none.state.get(KV_OVERFULL), true);
+  assert.equal(none.state.has(KV_ROOM), false);
+  // A worker too small ever to hold the prompt is still dropped, and neverFits still answers.
+  assert.deepEqual(f.filter(prompt(), [withFree('a', 5), worker('tiny', { blocks: 20 })], ctx()).map((w) => w.id), ['a']);
+  assert.match(f.neverFits(request(seq(0, 60 * 16)), [worker('a', { blocks: 50 })], ctx()) ?? '', /does not fit in the KV cache/);
 });
 
 test('a prompt no worker could ever hold: nobody kept, and neverFits explains with the largest worker', () => {

@@ -26,8 +26,8 @@ test('a request larger than every worker is a 400 context_length_exceeded, not a
   assert.ok(ok.ok && ok.decision.worker === big);
 });
 
-test('KV fit: full workers are skipped; when nobody fits now the request still queues somewhere', () => {
-  const { router: r } = router(createPolicy('kvgate'));
+test("KV fit 'now': full workers are skipped; when nobody fits now the request still queues somewhere", () => {
+  const { router: r } = router(createPolicy('kvgate', { kvFit: 'now' }));
   const full = worker('full', { blocks: 100, snapshot: { kvUsage: 0.95 } });
   const roomy = worker('roomy', { blocks: 100, snapshot: { kvUsage: 0.2, running: 20 } });
   const out = r.route(request(seq(0, 20 * 16)), [full, roomy]);
@@ -39,12 +39,37 @@ test('KV fit: full workers are skipped; when nobody fits now the request still q
   assert.ok(q.ok);
   if (q.ok) assert.match(q.decision.reason, /overfull/);
   // least-overfull keeps only the worker with the smallest deficit.
-  const { router: r2 } = router(createPolicy('kvgate', { whenNoneFits: 'least-overfull' }));
+  const { router: r2 } = router(createPolicy('kvgate', { kvFit: 'now', whenNoneFits: 'least-overfull' }));
   for (let i = 0; i < 10; i++) {
     const c = worker('c', { blocks: 100, snapshot: { kvUsage: 0.9 } });
     const o = r2.route(request(seq(1000 * i, 20 * 16)), [worker('x', { blocks: 100, snapshot: { kvUsage: 0.99 } }), c]);
     assert.ok(o.ok && o.decision.worker.id === 'c');
   }
+});
+
+test("KV fit 'prefer' (the default): a worker out of room is avoided while one with room costs about as much, not when it costs much more", () => {
+  // full's snapshot shows 5 free blocks of 100; the request needs its uncached prompt + 1 output
+  // block. roomy has 80 free. Both idle; full holds `cached` blocks of the 20-block prompt.
+  const scene = (cached: number, kvFit?: string) => {
+    const { router: r } = router(createPolicy('kvgate', { learnPrefillRate: false, ...(kvFit ? { kvFit } : {}) }));
+    const tokens = seq(0, 20 * 16);
+    const full = worker('full', { blocks: 100 });
+    const roomy = worker('roomy', { blocks: 100, snapshot: { kvUsage: 0.2 } });
+    const seed = request(tokens.slice(0, cached * 16));
+    assert.ok(r.route(seed, [full]).ok);
+    r.complete(seed.id, true);
+    full.applySnapshot({ at: 0, kvUsage: 0.95, running: 0, waiting: 0 });
+    const out = r.route(request(tokens), [full, roomy]);
+    assert.ok(out.ok);
+    return out.ok ? out.decision.worker.id : '';
+  };
+  // 2 of 20 blocks cached at full: roomy's prefill is 10% dearer, within the near band: roomy.
+  assert.equal(scene(2), 'roomy');
+  // 15 of 20 cached: roomy would recompute four times as much: queue at full.
+  assert.equal(scene(15), 'full');
+  // 'ever' weighs cost alone (full, 10% cheaper); 'now' drops full even when it holds 15 blocks.
+  assert.equal(scene(2, 'ever'), 'full');
+  assert.equal(scene(15, 'now'), 'roomy');
 });
 
 test('a shared prefix follows the worker that has it, and the pick is predicted before any report', () => {
