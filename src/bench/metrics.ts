@@ -41,6 +41,12 @@ export interface PolicySummary {
   rejected: number;
   shed: number;
   preemptions: number;
+  /**
+   * Of those, requests preempted while still prefilling their prompt: admitted by their first
+   * chunk (as vLLM admits) to a worker whose KV could not hold the rest, they gave up the prefill
+   * done so far and queued again.
+   */
+  preemptions_in_prefill: number;
   ttft_ms: Dist;
   tpot_ms: Dist;
   itl_ms: Dist;
@@ -249,6 +255,7 @@ export function summarize(r: SimResult, o: SummaryOptions): PolicySummary {
     rejected: r.rejected,
     shed: r.shed,
     preemptions: r.workers.reduce((a, w) => a + w.preemptions, 0),
+    preemptions_in_prefill: r.workers.reduce((a, w) => a + w.prefillPreemptions, 0),
     ttft_ms: distribution(ttft),
     tpot_ms: distribution(tpot),
     itl_ms: weightedDistribution(r.itl.durationMs, r.itl.weight),

@@ -106,6 +106,8 @@ export interface WorkerSummary {
   id: string;
   routed: number;
   preemptions: number;
+  /** Of those, requests preempted while still prefilling their prompt. */
+  preemptions_in_prefill: number;
   busy_gpu_s: number;
   kv_usage_mean: number;
   kv_usage_max: number;
@@ -453,6 +455,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
         id: w.id,
         routed: w.routed,
         preemptions: w.preemptions,
+        preemptions_in_prefill: w.prefillPreemptions,
         busy_gpu_s: Math.round((w.busyMs * tp) / 10) / 100,
         kv_usage_mean: w.kvUsage.length > 0 ? Math.round((sum / w.kvUsage.length) * 10000) / 10000 : 0,
         kv_usage_max: Math.round(max * 10000) / 10000,

@@ -163,6 +163,7 @@ export class Engine implements EngineModel {
     prefixQueries: 0,
     prefixHits: 0,
     preemptions: 0,
+    prefillPreemptions: 0,
     promptTokens: 0,
     generationTokens: 0,
     finished: { stop: 0, length: 0, abort: 0 } as Record<FinishReason, number>,
@@ -506,6 +507,7 @@ export class Engine implements EngineModel {
       prefixQueries: c.prefixQueries,
       prefixHits: c.prefixHits,
       preemptions: c.preemptions,
+      prefillPreemptions: c.prefillPreemptions,
       promptTokens: c.promptTokens,
       generationTokens: c.generationTokens,
       finished: { ...c.finished },
@@ -588,6 +590,8 @@ export class Engine implements EngineModel {
   }
 
   private preempt(s: Seq, preempted: string[]): void {
+    // Still prefilling its prompt: admitted by its first chunk to a cache that could not hold the rest.
+    if (s.numComputed < s.promptLen) this.counters.prefillPreemptions++;
     const before = this.pendingOf(s);
     this.bm.freeAll(s.blocks);
     s.blocks = [];

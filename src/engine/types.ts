@@ -92,6 +92,11 @@ export interface EngineStats {
   prefixQueries: number; // vllm:prefix_cache_queries (tokens)
   prefixHits: number; // vllm:prefix_cache_hits (tokens)
   preemptions: number; // vllm:num_preemptions
+  /**
+   * Of those, requests preempted while still prefilling their prompt (simulation only: vLLM has
+   * no such metric): admitted by their first chunk, they ran out of blocks before the prompt was in.
+   */
+  prefillPreemptions: number;
   promptTokens: number; // vllm:prompt_tokens
   generationTokens: number; // vllm:generation_tokens
   finished: Record<FinishReason, number>; // vllm:request_success{finished_reason}

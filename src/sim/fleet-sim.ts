@@ -158,6 +158,8 @@ export interface WorkerResult {
   /** Requests routed here. */
   routed: number;
   preemptions: number;
+  /** Of those, requests preempted mid-prefill (EngineStats.prefillPreemptions). */
+  prefillPreemptions: number;
   /** Sum of step durations: modelled GPU busy time, ms. */
   busyMs: number;
   steps: number;
@@ -883,6 +885,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       id: states[i]!.id,
       routed: routedTo[i]!,
       preemptions: final.preemptions,
+      prefillPreemptions: final.prefillPreemptions,
       busyMs: busyMs[i]!,
       steps: steps[i]!,
       kvUsage: kvUsage[i]!,

@@ -15,7 +15,7 @@ function result(rows: Array<{ arrival: number; first: number; finish: number; pr
     c.cachedTokens.push(r.cached);
     c.worker.push(0);
   }
-  const worker = (id: string, busyMs: number, preemptions: number) => ({ id, routed: 0, preemptions, busyMs, steps: 0, kvUsage: [], final: {} as never });
+  const worker = (id: string, busyMs: number, preemptions: number) => ({ id, routed: 0, preemptions, prefillPreemptions: preemptions - 1, busyMs, steps: 0, kvUsage: [], final: {} as never });
   return {
     policy: 'p',
     scrapeIntervalMs: 1000,
@@ -83,6 +83,7 @@ describe('summary statistics', () => {
     assert.equal(s.cost_per_million_output_tokens, Math.round((0.028 / 37e-6) * 1e4) / 1e4);
     assert.equal(s.busy_gpu_seconds, 8); // (3 s + 1 s) × tp 2
     assert.equal(s.preemptions, 3);
+    assert.equal(s.preemptions_in_prefill, 1);
     assert.equal(s.sim_wall_ms, 12);
     assert.equal(summarize(r, { tp: 1, gpuHourCost: 1, omitWallTime: true }).sim_wall_ms, undefined);
   });

@@ -176,11 +176,28 @@ test('preemption when blocks run out: the victim is recomputed and still gets ev
   // The latest arrival is the first victim.
   assert.equal(preempted[0], 'c');
   assert.equal(e.stats().preemptions, preempted.length);
+  // Every prompt fit in its first chunk: these were decodes outgrowing the cache, not prefills.
+  assert.equal(e.stats().prefillPreemptions, 0);
   for (const id of ids) {
     assert.deepEqual(got.get(id), Array.from({ length: 40 }, (_, i) => i));
     assert.equal(calls.get(id), 40);
   }
   assert.equal(e.stats().finished.length, 3);
+});
+
+test('a long prompt admitted by its first chunk to a cache that cannot hold the rest preempts itself mid-prefill', () => {
+  // 16 blocks of 4 tokens, 8-token steps. `a` decodes in 2–6 blocks; `b`'s 56-token prompt needs
+  // 14 more: its first chunk is admitted, and the rest does not fit beside `a`.
+  const e = new Engine(config({ numGpuBlocks: 16, maxNumBatchedTokens: 8 }));
+  e.add({ id: 'a', prompt: tokens(8, 1), maxTokens: 16, sampler: hashSampler('a'), ignoreEos: true });
+  e.step();
+  e.add({ id: 'b', prompt: tokens(56, 2), maxTokens: 2, sampler: hashSampler('b'), ignoreEos: true });
+  const preempted: string[] = [];
+  drain(e, (r) => preempted.push(...r.preempted));
+  assert.ok(preempted.includes('b'), 'b was preempted');
+  assert.ok(e.stats().prefillPreemptions >= 1);
+  assert.ok(e.stats().prefillPreemptions <= e.stats().preemptions);
+  assert.equal(e.stats().finished.length, 2);
 });
 
 test('preemption picks the largest priority value first', () => {
