@@ -38,9 +38,9 @@
  * roomy worker is about as good; but when the roomy ones are much dearer (on bursty traffic at
  * high load, the few workers with room are those serving short answers, whose TPOT long prefills
  * would break) queueing on a full worker costs less. `kvFit: 'now'` vetoes workers without room
- * (capacity at SLO 11–23% lower on bursty traffic); `kvFit: 'ever'` ignores room (as much capacity
- * as 'prefer', but long prompts pile onto full workers at moderate load: TTFT p99 3× and ten
- * times the preemptions). Measured in the README, "Capacity at SLO first".
+ * (capacity at SLO 6–35% lower on bursty and mixed traffic); `kvFit: 'ever'` ignores room (up to
+ * 15% less capacity than 'prefer', and at moderate load long prompts pile onto full workers: TTFT
+ * p99 3× and twice the preemptions). Measured in the README, "Capacity at SLO first".
  *
  * The picker (pickers/kvgate.ts) takes the best weighted score among the workers near the lowest
  * ttft, unless the best-cached worker is worth its extra wait ('prefix'); otherwise the prefix
