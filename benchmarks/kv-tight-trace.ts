@@ -13,7 +13,7 @@
 import { createWriteStream } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { seededRng, type Rng } from '../src/util/rng.js';
-import { exponential, uniformInt } from '../src/workload/random.js';
+import { exponential, uniformInt, Zipf } from '../src/workload/random.js';
 
 /** Mooncake's hash_ids name 512-token blocks. */
 const BLOCK_TOKENS = 512;
@@ -49,13 +49,8 @@ let nextId = 0;
 const fresh = (n: number): number[] => Array.from({ length: n }, () => nextId++);
 const docs = Array.from({ length: DOCUMENTS }, () => fresh(uniformInt(rng, 8, maxDocBlocks)));
 // Zipf(1) popularity: document i is asked about in proportion to 1 / (i + 1).
-const weights = docs.map((_, i) => 1 / (i + 1));
-const totalWeight = weights.reduce((a, b) => a + b, 0);
-function pickDoc(): number[] {
-  let u = rng() * totalWeight;
-  for (let i = 0; i < docs.length; i++) if ((u -= weights[i]!) <= 0) return docs[i]!;
-  return docs[docs.length - 1]!;
-}
+const popularity = new Zipf(docs.length, 1);
+const pickDoc = (): number[] => docs[popularity.sample(rng)]!;
 
 const out = createWriteStream(values.out);
 /** Document conversations a follow-up may continue (the oldest dropped past 400). */

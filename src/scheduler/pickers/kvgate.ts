@@ -56,19 +56,20 @@ export function kvgatePicker(p: KvgatePickerOptions): Picker {
       const est = req.state.get(KVGATE_ESTIMATES);
       if (!est) throw new Error('the kvgate picker needs the kvgate-estimate producer to run first');
       const e = (c: ScoredWorker): KvgateEstimate => est.get(c.worker)!;
+      const nearBand = (minCost: number): number => minCost * (1 + p.nearRelative) + p.nearAbsoluteMs;
       let tmin = Infinity;
       for (const c of candidates) tmin = Math.min(tmin, e(c).costMs);
+      let band = nearBand(tmin);
       // Workers with KV room now (the kv-fit filter's mark): keep to them while they cost little more.
       const room = p.preferRoom ? req.state.get(KV_ROOM) : undefined;
       if (room !== undefined) {
         let tminRoom = Infinity;
         for (const c of candidates) if (room.has(c.worker)) tminRoom = Math.min(tminRoom, e(c).costMs);
-        if (tminRoom <= tmin * (1 + p.nearRelative) + p.nearAbsoluteMs) {
+        if (tminRoom <= band) {
           candidates = candidates.filter((c) => room.has(c.worker));
-          tmin = tminRoom;
+          band = nearBand(tminRoom);
         }
       }
-      const band = tmin * (1 + p.nearRelative) + p.nearAbsoluteMs;
       // A: best weighted score among the near-least-loaded (reservoir-sampled ties).
       let a: ScoredWorker | null = null;
       let ties = 0;
