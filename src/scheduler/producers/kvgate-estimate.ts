@@ -29,20 +29,27 @@
  *                                         KV: its TPOT grows by k · C, worth more the nearer
  *                                         that brings it to the target (0 for a one-token answer)
  *   headroom = max(0.05, 1 − (decodeStepMs + k · C) / tpotTargetMs)
- *   stallMs  = S · msPerToken · uncached  its prefill chunks ride in the batch's steps: a one-off
+ *   stallMs  = (S · msPerToken · uncached   its prefill chunks ride in the batch's steps: a one-off
  *                                         gap that adds T / (n − 1) to the TPOT of a request with
  *                                         n tokens to generate (stallShare = W / (n − 1): most to
  *                                         short answers about to finish)
- *              + N · out · k · (P + out/2)   and its KV is read in each of their steps while it
- *                                         decodes (their decodes taken to last at least as long)
+ *               + N · W · k · (P + out/2))   and its KV is read in each of their steps: their TPOT
+ *                                         grows by k · (P + out/2)
+ *              / batchHeadroom           both worth more the nearer the batch's TPOT is to the
+ *                                         target with this request in it
+ *   batchHeadroom = max(0.05, 1 − (decodeStepMs + k · (C + P + out/2)) / tpotTargetMs)
  *   costMs   = ttftMs + decodeMs + stallWeight · stallMs
  *
  * costMs puts the TTFT a cached prefix saves against the TPOT that joining a crowded batch costs
  * this request and what its prefill and its KV cost the worker's running requests, all in
  * milliseconds of TTFT (W converts TPOT: the ratio of the TTFT and TPOT targets). The SLO is a
  * threshold: a step 1 ms slower costs little at 10 ms of a 50 ms target and everything at 45, so
- * this request's own TPOT is divided by the headroom left to it; decodeStepMs (a step's fixed part,
- * reading the weights) only places it against the target. The prefill rate is the one learned
+ * this request's own TPOT is divided by the headroom left to it, and its neighbours' by theirs;
+ * decodeStepMs (a step's fixed part, reading the weights) only places it against the target.
+ * Every delay to the neighbours is TPOT, valued as such: counting the KV read as time instead
+ * (N · out · k · (P + out/2) ms of their decodes, as if each lasted as long as this one's) priced
+ * the workers serving many short answers out of reach for long prompts, which then queued and
+ * preempted on a few workers full of long contexts (README, "Capacity at SLO first"). The prefill rate is the one learned
  * from first tokens; k and decodeStepMs are configured (KV bytes per token and weight bytes over
  * memory bandwidth).
  *
@@ -208,7 +215,11 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           const kvMs = kPerToken * batchCtx;
           const headroom = Math.max(MIN_TPOT_HEADROOM, 1 - (o.decodeStepMs + kvMs) / o.tpotTargetMs);
           const decodeMs = out > 1 ? (o.tpotWorthMs * kvMs) / headroom : 0;
-          const stallMs = batchStall * msPerToken * uncached + batch * out * kPerToken * (prompt + out / 2);
+          // What it does to the batch, in TPOT: its prefill's gap (stallShare) and its KV read in
+          // every neighbour's step, weighed by the headroom the batch has left with it.
+          const ownCtx = prompt + out / 2;
+          const batchHeadroom = Math.max(MIN_TPOT_HEADROOM, 1 - (o.decodeStepMs + kvMs + kPerToken * ownCtx) / o.tpotTargetMs);
+          const stallMs = (batchStall * msPerToken * uncached + batch * o.tpotWorthMs * kPerToken * ownCtx) / batchHeadroom;
           const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
           const need = Math.ceil(uncached / w.blockSize);
           m.set(w, {

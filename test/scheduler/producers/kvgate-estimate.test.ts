@@ -82,9 +82,10 @@ test('per worker: cached share, TTFT from the prefill ahead and uncached at its 
     // a reports 7 requests where this gateway has 1: its batch is taken to be 7 like that one.
     batchContextTokens: 7000,
     decodeMs: 0,
-    // 80 ms of prefill stall for 7 requests like that one: 7 · 10 · 80 ms.
-    stallMs: 5600,
-    costMs: 130 + 5600,
+    // 80 ms of prefill stall for 7 requests like that one, 7 · 10 · 80 ms, weighed by the headroom
+    // their TPOT has left: a bare 7.5 ms step of the 50 ms target (no KV read here) leaves 0.85.
+    stallMs: 5600 / (1 - 7.5 / 50),
+    costMs: 130 + 5600 / (1 - 7.5 / 50),
   });
   // b: 1,600 uncached at 20,000 tokens/s, the session's worker, 100 blocks free of 1,000, needs 100.
   assert.deepEqual(
