@@ -10,7 +10,7 @@
  *   ttftMs = 1000 · (prefill tokens queued ahead + this request's uncached tokens) / prefill rate
  *            + queueMsPerWaiting · waiting + decodeMsPerRunning · running
  *   costMs = ttftMs + W · k · C / max(0.05, 1 − (decodeStepMs + k · C) / tpotTargetMs)
- *            + stallWeight · (S · uncached / prefill rate + N · W · k · context) / batch headroom
+ *            + stallWeight · (S · uncached / prefill rate / batch headroom + N · overlap · k · context)
  *
  * "Queued ahead" is the gateway's own count of prompt tokens dispatched there and not yet past
  * their first token (WorkerState.inflightPrefillTokens), so it is exact for this gateway's traffic
@@ -25,7 +25,7 @@
  * W / (n − 1) over the batch, W = tpotWorthMs, the ratio of the TTFT and TPOT targets); and every
  * decode step reads the KV of the whole batch at k = decodeMsPer1kContext per 1,000 tokens, which
  * slows this request's tokens (weighed by how close that brings its TPOT to tpotTargetMs) and
- * its neighbours' (weighed by theirs). So a long uncached prompt is not sent to a
+ * its neighbours' for the steps they share with it. So a long uncached prompt is not sent to a
  * worker whose running decodes it would stall (least of all short answers about to finish), and a
  * session or shared prefix does not pile onto a worker whose batch already makes every token slow,
  * unless the cache saves more than that costs.

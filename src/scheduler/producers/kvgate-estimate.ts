@@ -29,14 +29,16 @@
  *                                         KV: its TPOT grows by k · C, worth more the nearer
  *                                         that brings it to the target (0 for a one-token answer)
  *   headroom = max(0.05, 1 − (decodeStepMs + k · C) / tpotTargetMs)
- *   stallMs  = (S · msPerToken · uncached   its prefill chunks ride in the batch's steps: a one-off
- *                                         gap that adds T / (n − 1) to the TPOT of a request with
+ *   stallMs  = S · msPerToken · uncached  its prefill chunks ride in the batch's steps: a one-off
+ *              / batchHeadroom            gap that adds T / (n − 1) to the TPOT of a request with
  *                                         n tokens to generate (stallShare = W / (n − 1): most to
- *                                         short answers about to finish)
- *               + N · W · k · (P + out/2))   and its KV is read in each of their steps: their TPOT
- *                                         grows by k · (P + out/2)
- *              / batchHeadroom           both worth more the nearer the batch's TPOT is to the
- *                                         target with this request in it
+ *                                         short answers about to finish), worth more the nearer
+ *                                         the batch's TPOT is to the target with this request in it
+ *              + N · overlap · k · (P + out/2)   and its KV is read in each step it shares with
+ *                                         them, adding k · (P + out/2) ms to each of their steps
+ *   overlap  = min(out, n̄ / 2)           the steps shared: at most the neighbour's remaining
+ *                                         decode, on average half its expected output; n̄ = W · N / S
+ *                                         (the batch's expected outputs, harmonic mean)
  *   batchHeadroom = max(0.05, 1 − (decodeStepMs + k · (C + P + out/2)) / tpotTargetMs)
  *   costMs   = ttftMs + decodeMs + stallWeight · stallMs
  *
@@ -44,12 +46,15 @@
  * this request and what its prefill and its KV cost the worker's running requests, all in
  * milliseconds of TTFT (W converts TPOT: the ratio of the TTFT and TPOT targets). The SLO is a
  * threshold: a step 1 ms slower costs little at 10 ms of a 50 ms target and everything at 45, so
- * this request's own TPOT is divided by the headroom left to it, and its neighbours' by theirs;
- * decodeStepMs (a step's fixed part, reading the weights) only places it against the target.
- * Every delay to the neighbours is TPOT, valued as such: counting the KV read as time instead
- * (N · out · k · (P + out/2) ms of their decodes, as if each lasted as long as this one's) priced
- * the workers serving many short answers out of reach for long prompts, which then queued and
- * preempted on a few workers full of long contexts (README, "Capacity at SLO first"). The prefill rate is the one learned
+ * this request's own TPOT is divided by the headroom left to it, and the gap it puts in its
+ * neighbours' TPOT by theirs; decodeStepMs (a step's fixed part, reading the weights) only places
+ * it against the target. The KV read is counted as the time it adds to the neighbours' decodes,
+ * which keeps a hot worker's batch from growing while others have room (valued as TPOT instead it
+ * barely counts: on shared-prefix TTFT p99 at the common load went from 0.17 s to 0.43 s). It
+ * is bounded by the steps the neighbours have left: taking each to decode as long as this request
+ * (N · out · k · (P + out/2)) priced the workers serving many short answers out of reach for a
+ * long prompt with a long answer, and long prompts queued and preempted on the few workers full of
+ * long contexts (bursty TTFT p99 7 s; README, "Capacity at SLO first"). The prefill rate is the one learned
  * from first tokens; k and decodeStepMs are configured (KV bytes per token and weight bytes over
  * memory bandwidth).
  *
@@ -215,11 +220,12 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           const kvMs = kPerToken * batchCtx;
           const headroom = Math.max(MIN_TPOT_HEADROOM, 1 - (o.decodeStepMs + kvMs) / o.tpotTargetMs);
           const decodeMs = out > 1 ? (o.tpotWorthMs * kvMs) / headroom : 0;
-          // What it does to the batch, in TPOT: its prefill's gap (stallShare) and its KV read in
-          // every neighbour's step, weighed by the headroom the batch has left with it.
+          // What it does to the batch: its prefill's gap in their TPOT (stallShare), weighed by the
+          // headroom the batch has left with it, and its KV read in the steps it shares with them.
           const ownCtx = prompt + out / 2;
           const batchHeadroom = Math.max(MIN_TPOT_HEADROOM, 1 - (o.decodeStepMs + kvMs + kPerToken * ownCtx) / o.tpotTargetMs);
-          const stallMs = (batchStall * msPerToken * uncached + batch * o.tpotWorthMs * kPerToken * ownCtx) / batchHeadroom;
+          const overlap = batchStall > 0 ? Math.min(out, (o.tpotWorthMs * batch) / (2 * batchStall)) : 0;
+          const stallMs = (batchStall * msPerToken * uncached) / batchHeadroom + batch * overlap * kPerToken * ownCtx;
           const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
           const need = Math.ceil(uncached / w.blockSize);
           m.set(w, {

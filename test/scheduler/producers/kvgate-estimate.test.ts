@@ -97,6 +97,30 @@ test('per worker: cached share, TTFT from the prefill ahead and uncached at its 
   assert.equal(req.state.has(USED_STALE_METRICS), false);
 });
 
+test("a placement's KV read is counted for the steps it shares with the neighbours, no more", () => {
+  // One request of ours at a, reported in a batch of 10: 10 requests like it, each with 100 tokens
+  // to generate (stallShare 20 / 99), so about 50 left on average.
+  const batch = { a: { contextTokens: 2000, stallShare: 20 / 99 } };
+  const { p } = producer({}, {}, { msPer1k: 0.06, batch });
+  const a = worker('a', { snapshot: { running: 10, waiting: 0 } });
+  a.begin({ id: 'y', promptTokens: 2000, uncachedTokens: 0, maxTokens: 100, blocks: 10, dispatchedAt: 0 });
+  const k = 0.06 / 1000;
+  const stall = (maxTokens: number, overlap: number): void => {
+    const req = request(seq(0, 1600), { maxTokens });
+    p.produce(req, [a], ctx(1));
+    const e = kvgateEstimate(req, a)!;
+    const S = 10 * (20 / 99);
+    const ownCtx = 1600 + maxTokens / 2;
+    const headroom = 1 - (7.5 + k * 20_000 + k * ownCtx) / 50;
+    const expected = (S * 0.1 * 1600) / headroom + 10 * overlap * k * ownCtx;
+    assert.ok(Math.abs(e.stallMs - expected) < 1e-6, `${maxTokens} tokens: ${e.stallMs} ≠ ${expected}`);
+  };
+  // A 1,000-token answer shares only the neighbours' remaining ~50 steps with them.
+  stall(1000, 49.5);
+  // A 16-token answer shares its own 16.
+  stall(16, 16);
+});
+
 test('the six scorers rate the candidates from the table', () => {
   const { p } = producer({}, { s: 'b' });
   const a = worker('a', { snapshot: { waiting: 4, running: 2 } });
