@@ -37,6 +37,10 @@ Options:
   --draft-workers N  draft workers, llama-3.1-8b int4 on A10G (default 1)
   --seeds LIST       seeds (default 1,2)
   --verify-cache on|off  verification reuses the target's prefix cache (default off, as vLLM V1)
+  --k-sweep LIST     instead of the scenarios: at one α (--alpha, default 0.7) target-only, fixed k
+                     for every k in LIST (e.g. 1,2,4,6,8,10) and adaptive, and the cheapest fixed k
+                     (what no choice of one k per round can beat at this load)
+  --alpha A          α of --k-sweep
   --markdown         print the tables as Markdown
   -h, --help         this text
 `;
@@ -94,6 +98,8 @@ async function main(): Promise<void> {
       'draft-workers': { type: 'string' },
       seeds: { type: 'string' },
       'verify-cache': { type: 'string' },
+      'k-sweep': { type: 'string' },
+      alpha: { type: 'string' },
       markdown: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -112,7 +118,14 @@ async function main(): Promise<void> {
   const shiftAt = duration / 2;
   // The last scenario: two tenants (prompt classes) in equal shares, one whose prompts suit the
   // draft (α 0.9) and one whose prompts do not (α 0.3): the controller keeps α and k per class.
-  const scenarios: Array<[string, SpecAcceptance, number, Record<string, number>?]> = [
+  const sweep = v['k-sweep']?.split(',').map(Number);
+  if (sweep && !sweep.every((k) => Number.isInteger(k) && k >= 1 && k <= 16)) throw new Error('--k-sweep takes integers from 1 to 16, e.g. 1,2,4,8');
+  const sweepAlpha = Number(v.alpha ?? 0.7);
+  if (!(sweepAlpha >= 0 && sweepAlpha <= 1)) throw new Error(`--alpha must be from 0 to 1, got ${v.alpha}`);
+  const modes: Array<[string, SpecMode]> = sweep
+    ? [MODES[0]!, ...sweep.map((k): [string, SpecMode] => [`fixed k=${k}`, { kind: 'fixed', k }]), MODES[2]!]
+    : MODES;
+  const all: Array<[string, SpecAcceptance, number, Record<string, number>?]> = [
     ['α 0.3', 0.3, duration],
     ['α 0.5', 0.5, duration],
     ['α 0.7', 0.7, duration],
@@ -120,6 +133,7 @@ async function main(): Promise<void> {
     [`α 0.8→0.3 @${shiftAt}s`, { before: 0.8, after: 0.3, atMs: shiftAt * 1000 }, duration * 1.5],
     ['t0 α 0.9, t1 α 0.3', 0.3, duration, { t0: 0.9 }],
   ];
+  const scenarios: typeof all = sweep ? [[`α ${sweepAlpha}`, sweepAlpha, duration]] : all;
   const perTenant: string[] = [];
   const verdicts: string[] = [];
   for (const seed of seeds) {
@@ -132,7 +146,7 @@ async function main(): Promise<void> {
     const rows: Row[] = [];
     for (const [scenario, acceptance, dur, byTenant] of scenarios) {
       let base: Row | null = null;
-      for (const [modeName, mode] of MODES) {
+      for (const [modeName, mode] of modes) {
         const spec: BenchSpecOptions = { mode, acceptance, ...(byTenant ? { acceptanceByTenant: byTenant } : {}), draftModel: 'llama-3.1-8b', draftQuant: 'int4', draftGpu: 'a10g', draftWorkers, verifyPrefixCache: verifyCache };
         const out = await runBench({ source: source(rate, dur, seed, byTenant !== undefined), policies: ['least-load'], workers, gpu: 'h100', model: 'llama-3.1-70b', tp: 4, seed, speculative: spec, omitWallTime: true });
         const p = out.results.policies[0]!;
@@ -180,6 +194,13 @@ async function main(): Promise<void> {
       }
     }
     process.stdout.write(table(head, lines, md));
+    if (sweep) {
+      const fixed = rows.filter((r) => r.mode.startsWith('fixed'));
+      const best = fixed.reduce((a, b) => (b.cost < a.cost ? b : a));
+      const pct = (r: Row) => `${r.cost >= rows[0]!.cost ? '+' : '−'}${Math.abs((r.cost / rows[0]!.cost - 1) * 100).toFixed(1)}%`;
+      verdicts.push(`seed ${seed}, α ${sweepAlpha}, ${rate} req/s: cheapest fixed k: ${best.mode} at ${pct(best)} against target-only; adaptive ${pct(rows[rows.length - 1]!)}`);
+      continue;
+    }
     const find = (sc: string, m: string) => rows.find((r) => r.scenario.startsWith(sc) && r.mode === m)!;
     const t07 = find('α 0.7', 'target-only');
     const a07 = find('α 0.7', 'adaptive');
@@ -194,8 +215,8 @@ async function main(): Promise<void> {
         `shift: settled ${sh.settled === null ? 'never' : `${sh.settled} s`} after it (${sh.steady}; target ≤ 30 s): ${sh.settled !== null && sh.settled <= 30 ? 'MET' : 'MISSED'}`,
     );
   }
-  process.stdout.write(`\nPer tenant (t0 α 0.9, t1 α 0.3):\n${perTenant.join('\n')}\n`);
-  process.stdout.write(`\nTargets:\n${verdicts.join('\n')}\n`);
+  if (!sweep) process.stdout.write(`\nPer tenant (t0 α 0.9, t1 α 0.3):\n${perTenant.join('\n')}\n`);
+  process.stdout.write(`\n${sweep ? 'Sweep' : 'Targets'}:\n${verdicts.join('\n')}\n`);
 }
 
 function table(head: string[], rows: string[][], md: boolean): string {
