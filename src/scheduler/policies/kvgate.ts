@@ -37,10 +37,11 @@
  * request only chunk by chunk as blocks free, and preempts to finish it, so it is avoided while a
  * roomy worker is about as good; but when the roomy ones are much dearer (on bursty traffic at
  * high load, the few workers with room are those serving short answers, whose TPOT long prefills
- * would break) queueing on a full worker costs less. `kvFit: 'now'` vetoes workers without room
- * (capacity at SLO 6–35% lower on bursty and mixed traffic); `kvFit: 'ever'` ignores room (up to
- * 15% less capacity than 'prefer', and at moderate load long prompts pile onto full workers: TTFT
- * p99 3× and twice the preemptions). Measured in the README, "Capacity at SLO first".
+ * would break) queueing on a full worker costs less. `kvFit: 'now'` vetoes workers without room:
+ * capacity at SLO 4–16% lower on bursty traffic, but at round-robin's capacity a third of the
+ * TTFT p99 (0.9 s against 2.6 s) and a tenth of the preemptions, at a TPOT p99 over the 50 ms
+ * target (55–58 ms); `kvFit: 'ever'` ignores room (within 2% of 'prefer' either way). Measured in
+ * the README, "Capacity at SLO first".
  *
  * The picker (pickers/kvgate.ts) takes the best weighted score among the workers near the lowest
  * ttft, unless the best-cached worker is worth its extra wait ('prefix'); otherwise the prefix
