@@ -40,8 +40,8 @@
  * would break) queueing on a full worker costs less. `kvFit: 'now'` vetoes workers without room:
  * capacity at SLO 4–16% lower on bursty traffic, but at round-robin's capacity a third of the
  * TTFT p99 (0.9 s against 2.6 s) and a tenth of the preemptions, at a TPOT p99 over the 50 ms
- * target (55–58 ms); `kvFit: 'ever'` ignores room (within about 2% of 'prefer' either way). Measured in
- * the README, "Capacity at SLO first".
+ * target (55–58 ms); `kvFit: 'ever'` ignores room (within about 2% of 'prefer' either way).
+ * Measured in the README, "Capacity at SLO first".
  *
  * The picker (pickers/kvgate.ts) takes the best weighted score among the workers near the lowest
  * ttft, unless the best-cached worker is worth its extra wait ('prefix'); otherwise the prefix

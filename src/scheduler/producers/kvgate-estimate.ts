@@ -50,13 +50,13 @@
  * neighbours' TPOT by theirs; decodeStepMs (a step's fixed part, reading the weights) only places
  * it against the target. The KV read is counted as the time it adds to the neighbours' decodes,
  * which keeps a hot worker's batch from growing while others have room (valued as TPOT instead it
- * barely counts: on shared-prefix TTFT p99 at the common load went from 0.17 s to 0.43 s). It
+ * barely counts: shared-prefix's TTFT p99 at the common load was then 0.43 s against 0.17 s). It
  * is bounded by the steps the neighbours have left: taking each to decode as long as this request
  * (N · out · k · (P + out/2)) priced the workers serving many short answers out of reach for a
  * long prompt with a long answer, and long prompts queued and preempted on the few workers full of
- * long contexts (bursty TTFT p99 7 s; README, "Capacity at SLO first"). The prefill rate is the one learned
- * from first tokens; k and decodeStepMs are configured (KV bytes per token and weight bytes over
- * memory bandwidth).
+ * long contexts (bursty TTFT p99 7 s; README, "Capacity at SLO first"). The prefill rate is the
+ * one learned from first tokens; k and decodeStepMs are configured (KV bytes per token and weight
+ * bytes over memory bandwidth).
  *
  * waiting/running and free blocks come from the last snapshot plus dispatches since, or from the
  * gateway's in-flight accounting once the snapshot is stale (flagged USED_STALE_METRICS); in exact
