@@ -119,11 +119,15 @@ async function main(): Promise<void> {
   // The last scenario: two tenants (prompt classes) in equal shares, one whose prompts suit the
   // draft (α 0.9) and one whose prompts do not (α 0.3): the controller keeps α and k per class.
   const sweep = v['k-sweep']?.split(',').map(Number);
-  if (sweep && !sweep.every((k) => Number.isInteger(k) && k >= 1 && k <= 16)) throw new Error('--k-sweep takes integers from 1 to 16, e.g. 1,2,4,8');
+  if (sweep && !sweep.every((k) => Number.isInteger(k) && k >= 1 && k <= 16)) throw new UsageError('--k-sweep takes integers from 1 to 16, e.g. 1,2,4,8');
   const sweepAlpha = Number(v.alpha ?? 0.7);
-  if (!(sweepAlpha >= 0 && sweepAlpha <= 1)) throw new Error(`--alpha must be from 0 to 1, got ${v.alpha}`);
+  if (!(sweepAlpha >= 0 && sweepAlpha <= 1)) throw new UsageError(`--alpha must be from 0 to 1, got ${v.alpha}`);
   const modes: Array<[string, SpecMode]> = sweep
-    ? [MODES[0]!, ...sweep.map((k): [string, SpecMode] => [`fixed k=${k}`, { kind: 'fixed', k }]), MODES[2]!]
+    ? [
+        ['target-only', { kind: 'target-only' }],
+        ...sweep.map((k): [string, SpecMode] => [`fixed k=${k}`, { kind: 'fixed', k }]),
+        ['adaptive', { kind: 'adaptive' }],
+      ]
     : MODES;
   const all: Array<[string, SpecAcceptance, number, Record<string, number>?]> = [
     ['α 0.3', 0.3, duration],
@@ -226,7 +230,14 @@ function table(head: string[], rows: string[][], md: boolean): string {
   return [fmt(head), w.map((x) => '-'.repeat(x)).join('  '), ...rows.map(fmt)].join('\n') + '\n';
 }
 
+/** A bad option: its message alone, exit 2 (anything else keeps its stack, exit 1). */
+class UsageError extends Error {}
+
 main().catch((e) => {
+  if (e instanceof UsageError) {
+    process.stderr.write(`bench:spec: ${e.message}\n`);
+    process.exit(2);
+  }
   process.stderr.write(`${(e as Error).stack ?? e}\n`);
   process.exit(1);
 });
