@@ -8,6 +8,8 @@
  *   nginx    — nginx as a plain reverse proxy, one worker process, upstream keep-alive;
  *   nodehop  — a bare node:http pass-through (benchmarks/overhead/nodehop.ts): the floor for any
  *              Node.js gateway;
+ *   undicihop — kvgate's own HTTP stack and nothing else: node:http in, undici dispatch out
+ *              (benchmarks/overhead/undicihop.ts); kvgate minus this is what its pipeline costs;
  *   kvgate   — `kvgate serve` with its full pipeline (validation, tokenization, the routing
  *              policy, metrics, request logs on).
  * Load: wrk (C) where installed, the Node client otherwise (which caps near 25k req/s and so
@@ -37,12 +39,25 @@ installed automatically when running as root), Node fallbacks otherwise.
 Options:
   --rounds N        rounds; each runs every target once (default 3)
   --seconds S       length of each measurement in seconds (default 5)
-  --targets LIST    comma-separated subset of direct,nginx,nodehop,kvgate (default: all)
+  --targets LIST    comma-separated subset of direct,nginx,nodehop,undicihop,kvgate
+                    (default: all; undicihop is kvgate's HTTP stack alone, node:http + undici)
   --policy NAME     kvgate's routing policy (default: the gateway's default, kvgate)
+  --ablate          also run kvgate with parts of its pipeline off, to show what each costs:
+                    kvgate-rr (policy round-robin: no tokenization, no prefix index),
+                    kvgate-nolog (request logs off), kvgate-noadmission (KV-pressure
+                    admission off), kvgate-bare (all three off, and outlier detection)
   --no-install      do not install missing tools even as root
   --json FILE       also write the results as JSON
   -h, --help        this text
 `;
+
+/** --ablate: kvgate with parts of its pipeline switched off (config merged over the benchmark's). */
+const ABLATIONS: Record<string, Record<string, unknown>> = {
+  'kvgate-rr': { policy: { name: 'round-robin' } },
+  'kvgate-nolog': { log: { level: 'warn' } },
+  'kvgate-noadmission': { admission: { enabled: false } },
+  'kvgate-bare': { policy: { name: 'round-robin' }, log: { level: 'warn' }, admission: { enabled: false }, outlier: { enabled: false } },
+};
 
 const LAT_CONNECTIONS = 4;
 const LAT_DELAY_MS = 20;
@@ -95,9 +110,10 @@ async function main(): Promise<number> {
     options: {
       rounds: { type: 'string', default: '3' },
       seconds: { type: 'string', default: '5' },
-      targets: { type: 'string', default: 'direct,nginx,nodehop,kvgate' },
+      targets: { type: 'string', default: 'direct,nginx,nodehop,undicihop,kvgate' },
       json: { type: 'string' },
       policy: { type: 'string' },
+      ablate: { type: 'boolean', default: false },
       'no-install': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -112,7 +128,7 @@ async function main(): Promise<number> {
     process.stderr.write('bench:overhead: --rounds and --seconds take positive whole numbers\n');
     return 2;
   }
-  const known = ['direct', 'nginx', 'nodehop', 'kvgate'];
+  const known = ['direct', 'nginx', 'nodehop', 'undicihop', 'kvgate'];
   const wanted = new Set(values.targets!.split(',').map((s) => s.trim()));
   for (const w of wanted) {
     if (!known.includes(w)) {
@@ -134,7 +150,11 @@ async function main(): Promise<number> {
       else notes.push('nginx not installed: no nginx row');
     }
     if (wanted.has('nodehop')) targets.push(await forkServer('nodehop', 'nodehop.js', { UPSTREAM_URL: direct.url }));
+    if (wanted.has('undicihop')) targets.push(await forkServer('undicihop', 'undicihop.js', { UPSTREAM_URL: direct.url }));
     if (wanted.has('kvgate')) targets.push(await startKvgate(direct.url, { policy: values.policy }));
+    if (values.ablate) {
+      for (const [name, config] of Object.entries(ABLATIONS)) targets.push(await startKvgate(direct.url, { name, policy: values.policy, config }));
+    }
 
     const figures = new Map<string, Round[]>(targets.map((t) => [t.name, []]));
     for (let r = 0; r < rounds; r++) {
@@ -178,15 +198,16 @@ function report(
     rps_vs_direct: ratio(t.name, 'direct'),
     rps_vs_nginx: ratio(t.name, 'nginx'),
     rps_vs_nodehop: ratio(t.name, 'nodehop'),
+    rps_vs_undicihop: ratio(t.name, 'undicihop'),
     errors: figures.get(t.name)!.reduce((s, f) => s + f.errors, 0),
   }));
   const f = (x: number, d = 2): string => (Number.isFinite(x) ? x.toFixed(d) : '—');
   const lines = [
-    '| target | p50 ms | p99 ms | added p50 | added p99 | SSE TTFB p50 | added TTFB | SSE total p50 | max req/s | CPU µs/req | × direct | × nginx | × nodehop | errors |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| target | p50 ms | p99 ms | added p50 | added p99 | SSE TTFB p50 | added TTFB | SSE total p50 | max req/s | CPU µs/req | × direct | × nginx | × nodehop | × undicihop | errors |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
     ...rows.map(
       (r) =>
-        `| ${r.target} | ${f(r.p50_ms)} | ${f(r.p99_ms)} | ${f(r.added_p50_ms)} | ${f(r.added_p99_ms)} | ${f(r.sse_ttfb_p50_ms)} | ${f(r.added_sse_ttfb_p50_ms)} | ${f(r.sse_total_p50_ms)} | ${f(r.max_rps, 0)} | ${f(r.cpu_us_per_request, 0)} | ${f(r.rps_vs_direct)} | ${f(r.rps_vs_nginx)} | ${f(r.rps_vs_nodehop)} | ${r.errors} |`,
+        `| ${r.target} | ${f(r.p50_ms)} | ${f(r.p99_ms)} | ${f(r.added_p50_ms)} | ${f(r.added_p99_ms)} | ${f(r.sse_ttfb_p50_ms)} | ${f(r.added_sse_ttfb_p50_ms)} | ${f(r.sse_total_p50_ms)} | ${f(r.max_rps, 0)} | ${f(r.cpu_us_per_request, 0)} | ${f(r.rps_vs_direct)} | ${f(r.rps_vs_nginx)} | ${f(r.rps_vs_nodehop)} | ${f(r.rps_vs_undicihop)} | ${r.errors} |`,
     ),
   ];
   process.stdout.write(

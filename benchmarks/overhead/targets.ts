@@ -73,6 +73,8 @@ export async function forkServer(name: string, script: string, env: Record<strin
 }
 
 export interface KvgateOptions {
+  /** The target's name in the report (default kvgate). */
+  name?: string;
   policy?: string;
   /** Flags for node itself (e.g. --cpu-prof). */
   nodeFlags?: string[];
@@ -112,7 +114,7 @@ export async function startKvgate(upstreamUrl: string, opts: KvgateOptions = {})
   const url = `http://127.0.0.1:${port}`;
   await waitReady(url + '/ready', 15_000);
   return {
-    name: 'kvgate',
+    name: opts.name ?? 'kvgate',
     url,
     pids: [child.pid!],
     stop: async () => {
