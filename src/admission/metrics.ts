@@ -8,7 +8,8 @@
  *   kvgate_admission_queue_seconds{model,priority}  time spent queued (dequeued, expired or cancelled)
  * The gauges are computed when Prometheus scrapes, from the controller's state.
  */
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { Gauge, Histogram, type Registry } from 'prom-client';
+import { RequestCounter } from '../telemetry/request-metrics.js';
 import { PRIORITY_CLASSES, type PriorityClass } from './classes.js';
 import type { AdmissionController, AdmissionDecision, AdmissionObserver } from './controller.js';
 
@@ -17,9 +18,9 @@ const QUEUE_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 
 export type AdmissionMetricDecision = AdmissionDecision | 'rate_limited';
 
 export class AdmissionMetrics implements AdmissionObserver {
-  private readonly total: Counter<'model' | 'priority' | 'decision'>;
+  /** Counted on every request (request-metrics.ts). */
+  private readonly total: RequestCounter;
   private readonly queued: Histogram<'model' | 'priority'>;
-  private readonly counters = new Map<string, { inc(): void }>();
 
   constructor(
     registry: Registry,
@@ -27,11 +28,10 @@ export class AdmissionMetrics implements AdmissionObserver {
     models: () => readonly string[],
     controller: () => AdmissionController | null,
   ) {
-    this.total = new Counter({
+    this.total = new RequestCounter(registry, {
       name: 'kvgate_admission_total',
       help: 'Admission decisions, by model, priority class and decision (admitted, queued, dequeued, shed, shed_backlog, queue_full, queue_timeout, cancelled, rate_limited; shed_backlog follows an admitted or dequeued)',
       labelNames: ['model', 'priority', 'decision'],
-      registers: [registry],
     });
     this.queued = new Histogram({
       name: 'kvgate_admission_queue_seconds',
@@ -64,10 +64,7 @@ export class AdmissionMetrics implements AdmissionObserver {
   }
 
   decision(model: string, cls: PriorityClass, d: AdmissionMetricDecision): void {
-    const k = `${model}\u0000${cls}\u0000${d}`;
-    let c = this.counters.get(k);
-    if (!c) this.counters.set(k, (c = this.total.labels(model, cls, d)));
-    c.inc();
+    this.total.series(model, cls, d).inc();
   }
 
   waited(model: string, cls: PriorityClass, ms: number): void {

@@ -125,7 +125,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       ...freshOutcome(),
     } as unknown as RequestContext;
     d.active.add(ctx);
-    metrics.inflight.inc();
+    metrics.inflight++;
     const onClose = (): void => {
       if (res.writableFinished) return;
       ctx.aborted = true;
@@ -298,15 +298,15 @@ function corsHeaders(cors: { origins: ReadonlySet<string> }, req: IncomingMessag
 function finishRequest(d: HandlerDeps, ctx: RequestContext): void {
   d.active.delete(ctx);
   const m = d.metrics;
-  m.inflight.dec();
+  m.inflight--;
   const route = ctx.kind;
   // Only configured models become label values: a client cannot blow up the series count.
   const model = ctx.candidates !== undefined ? ctx.model : 'unknown';
   const durationMs = d.clock.now() - ctx.startedAt;
-  m.requestsBy.get(route, model, String(ctx.status)).inc();
-  m.durationBy.get(route, model).observe(durationMs / 1000);
+  m.requestsBy.series(route, model, String(ctx.status)).inc();
+  m.durationBy.series(route, model).observe(durationMs / 1000);
   // A non-streamed answer arrives all at once: its first byte is its last, not a TTFT.
-  if (ctx.ttftMs !== null && ctx.stream) m.ttftBy.get(route, model).observe(ctx.ttftMs / 1000);
+  if (ctx.ttftMs !== null && ctx.stream) m.ttftBy.series(route, model).observe(ctx.ttftMs / 1000);
   for (const f of ctx.onFinish) {
     try {
       f(ctx);

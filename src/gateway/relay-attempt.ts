@@ -394,7 +394,7 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     if (this.timer) clearTimeout(this.timer);
     this.ctx.abortUpstream = null;
     this.env.router.complete(this.ctx.id, ok);
-    this.env.metrics.attemptsBy.get(this.worker.id, outcome).inc();
+    this.env.metrics.attemptsBy.series(this.worker.id, outcome).inc();
     this.resolve!(result);
   }
 

@@ -83,8 +83,8 @@ export class Relay {
       ctx.decision = d;
       ctx.workerId = d.worker.id;
       ctx.attempts++;
-      metrics.decisionsBy.get(d.policy, d.worker.id, d.reason).inc();
-      metrics.prefixHitBy.get(d.policy).observe(d.expectedPrefixHit);
+      metrics.decisionsBy.series(d.policy, d.worker.id, d.reason).inc();
+      metrics.prefixHitBy.series(d.policy).observe(d.expectedPrefixHit);
       this.o.fleet.breaker(d.worker.id).onDispatch();
       const att = new RelayAttempt(this.o, ctx, d, this.waitingOn(d.worker.id));
       const running = this.runningOn(d.worker.id);

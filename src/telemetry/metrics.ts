@@ -3,89 +3,63 @@
  * live in one process (tests, the bench). Per-worker gauges are computed at scrape time from the
  * worker registry, so the request path never touches them.
  */
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import type { WorkerRegistry } from '../fleet/registry.js';
+import { RequestCounter, RequestHistogram } from './request-metrics.js';
 
 const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
-/**
- * prom-client hashes the label values on every `labels()` call; the request path caches the child
- * series per label combination instead (combinations are bounded: configured models and workers).
- */
-class ChildCache<C> {
-  private readonly m = new Map<string, C>();
-  constructor(private readonly make: (...values: string[]) => C) {}
-  get(...values: string[]): C {
-    const k = values.join('\u0000');
-    let c = this.m.get(k);
-    if (c === undefined) this.m.set(k, (c = this.make(...values)));
-    return c;
-  }
-  /** Drop the children whose label value at `position` is `value` (their series were removed). */
-  forget(position: number, value: string): void {
-    for (const k of this.m.keys()) if (k.split('\u0000')[position] === value) this.m.delete(k);
-  }
-}
-
-type CounterChild = { inc(v?: number): void };
-type HistogramChild = { observe(v: number): void };
-
 export class GatewayMetrics {
   readonly registry = new Registry();
-  readonly requests: Counter<'route' | 'model' | 'status'>;
-  readonly ttft: Histogram<'route' | 'model'>;
-  readonly duration: Histogram<'route' | 'model'>;
-  readonly inflight: Gauge;
-  readonly upstreamAttempts: Counter<'worker' | 'outcome'>;
+  // Counted on every request: request-metrics.ts (no label hashing per call).
+  readonly requestsBy: RequestCounter;
+  readonly ttftBy: RequestHistogram;
+  readonly durationBy: RequestHistogram;
+  readonly attemptsBy: RequestCounter;
+  readonly decisionsBy: RequestCounter;
+  readonly prefixHitBy: RequestHistogram;
+  /** Requests being handled (kvgate_inflight_requests, read when Prometheus scrapes). */
+  inflight = 0;
+  // Counted on failures and fleet events only.
   readonly upstreamFailures: Counter<'worker' | 'reason'>;
-  readonly routeDecisions: Counter<'policy' | 'worker' | 'reason'>;
-  readonly routePrefixHit: Histogram<'policy'>;
   readonly scrapeFailures: Counter<'worker'>;
   readonly outlierSuspicions: Counter<'worker'>;
   readonly breakerTransitions: Counter<'worker' | 'state'>;
-
-  /** Cached children for the request path. */
-  readonly requestsBy: ChildCache<CounterChild>;
-  readonly ttftBy: ChildCache<HistogramChild>;
-  readonly durationBy: ChildCache<HistogramChild>;
-  readonly attemptsBy: ChildCache<CounterChild>;
-  readonly decisionsBy: ChildCache<CounterChild>;
-  readonly prefixHitBy: ChildCache<HistogramChild>;
 
   constructor(fleet: WorkerRegistry, staleAfterMs: number, now: () => number) {
     const r = this.registry;
     // Process CPU, memory, event-loop lag, GC: kvgate_process_*, kvgate_nodejs_*.
     collectDefaultMetrics({ register: r, prefix: 'kvgate_' });
-    this.requests = new Counter({
+    this.requestsBy = new RequestCounter(r, {
       name: 'kvgate_requests_total',
       help: 'Requests answered, by route, model and HTTP status',
       labelNames: ['route', 'model', 'status'],
-      registers: [r],
     });
-    this.ttft = new Histogram({
+    this.ttftBy = new RequestHistogram(r, {
       name: 'kvgate_request_ttft_seconds',
       help: 'Streamed requests: time from arrival to the first response body byte relayed to the client',
       labelNames: ['route', 'model'],
       buckets: LATENCY_BUCKETS,
-      registers: [r],
     });
-    this.duration = new Histogram({
+    this.durationBy = new RequestHistogram(r, {
       name: 'kvgate_request_duration_seconds',
       help: 'Time from request arrival to the end of the response',
       labelNames: ['route', 'model'],
       buckets: LATENCY_BUCKETS,
-      registers: [r],
     });
-    this.inflight = new Gauge({
+    const self = this;
+    new Gauge({
       name: 'kvgate_inflight_requests',
       help: 'Requests being handled by the gateway',
       registers: [r],
+      collect() {
+        this.set(self.inflight);
+      },
     });
-    this.upstreamAttempts = new Counter({
+    this.attemptsBy = new RequestCounter(r, {
       name: 'kvgate_upstream_attempts_total',
       help: 'Attempts to serve a request at a worker, by outcome',
       labelNames: ['worker', 'outcome'],
-      registers: [r],
     });
     this.upstreamFailures = new Counter({
       name: 'kvgate_upstream_failures_total',
@@ -93,18 +67,16 @@ export class GatewayMetrics {
       labelNames: ['worker', 'reason'],
       registers: [r],
     });
-    this.routeDecisions = new Counter({
+    this.decisionsBy = new RequestCounter(r, {
       name: 'kvgate_route_decisions_total',
       help: 'Routing decisions, by policy, chosen worker and reason',
       labelNames: ['policy', 'worker', 'reason'],
-      registers: [r],
     });
-    this.routePrefixHit = new Histogram({
+    this.prefixHitBy = new RequestHistogram(r, {
       name: 'kvgate_route_prefix_hit_ratio',
       help: 'Per routing decision: fraction of the prompt the policy expects the chosen worker to hold in its KV cache',
       labelNames: ['policy'],
       buckets: [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1],
-      registers: [r],
     });
     this.scrapeFailures = new Counter({
       name: 'kvgate_scrape_failures_total',
@@ -124,12 +96,6 @@ export class GatewayMetrics {
       labelNames: ['worker', 'state'],
       registers: [r],
     });
-    this.requestsBy = new ChildCache((route, model, status) => this.requests.labels(route!, model!, status!));
-    this.ttftBy = new ChildCache((route, model) => this.ttft.labels(route!, model!));
-    this.durationBy = new ChildCache((route, model) => this.duration.labels(route!, model!));
-    this.attemptsBy = new ChildCache((worker, outcome) => this.upstreamAttempts.labels(worker!, outcome!));
-    this.decisionsBy = new ChildCache((policy, worker, reason) => this.routeDecisions.labels(policy!, worker!, reason!));
-    this.prefixHitBy = new ChildCache((policy) => this.routePrefixHit.labels(policy!));
     const perWorker = (name: string, help: string, value: (w: WorkerRegistry['workers'][number]) => number | null): void => {
       new Gauge({
         name,
@@ -174,12 +140,12 @@ export class GatewayMetrics {
    * so a worker that later comes back under the same id starts new series.
    */
   async forgetWorker(id: string): Promise<void> {
-    const byWorker = [this.upstreamAttempts, this.upstreamFailures, this.routeDecisions, this.scrapeFailures, this.outlierSuspicions, this.breakerTransitions];
+    const byWorker = [this.upstreamFailures, this.scrapeFailures, this.outlierSuspicions, this.breakerTransitions];
     for (const metric of byWorker) {
       const { values } = await metric.get();
       for (const v of values) if (v.labels.worker === id) metric.remove(v.labels as never);
     }
-    this.attemptsBy.forget(0, id);
-    this.decisionsBy.forget(1, id);
+    this.attemptsBy.removeWhere('worker', id);
+    this.decisionsBy.removeWhere('worker', id);
   }
 }
