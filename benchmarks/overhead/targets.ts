@@ -75,6 +75,8 @@ export async function forkServer(name: string, script: string, env: Record<strin
 export interface KvgateOptions {
   /** The target's name in the report (default kvgate). */
   name?: string;
+  /** Another build's cli.js (default: this checkout's). */
+  cli?: string;
   policy?: string;
   /** Flags for node itself (e.g. --cpu-prof). */
   nodeFlags?: string[];
@@ -97,7 +99,7 @@ export async function startKvgate(upstreamUrl: string, opts: KvgateOptions = {})
   };
   writeFileSync(join(dir, 'kvgate.json'), JSON.stringify(config));
   // Request logs on (the default), written to a pipe the benchmark drains, as a log shipper would.
-  const child = spawn(process.execPath, [...(opts.nodeFlags ?? []), cliPath, 'serve', '--config', join(dir, 'kvgate.json')], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, [...(opts.nodeFlags ?? []), opts.cli ?? cliPath, 'serve', '--config', join(dir, 'kvgate.json')], { stdio: ['ignore', 'pipe', 'inherit'] });
   const onLine = opts.onLine;
   if (onLine) {
     let buf = '';

@@ -1,0 +1,114 @@
+/**
+ * `npm run bench:ab -- --baseline DIR`: this checkout's gateway against another build, side by
+ * side, in CPU time per request.
+ *
+ * On a small shared machine two runs of the same build one after the other differ by 10–15% in
+ * CPU per request, more than most single changes to the request path are worth. Here both
+ * gateways run at once, each in front of the same stand-in worker and each under its own paced
+ * wrk load (the same rate), so whatever else the machine does slows both alike; the figure is the
+ * ratio of their CPU time per request, round by round. Paced, not saturating: a saturated gateway
+ * takes all the CPU it can get, and the two would compete for it. `--baseline .` compares the
+ * checkout with itself and shows the method's own spread.
+ */
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { median, treeCpuMs } from './harness.js';
+import { setUpTools, startKvgate, startStandIn, wrk, type Target } from './overhead/targets.js';
+
+const HELP = `npm run bench:ab -- --baseline DIR [options]
+
+This checkout's kvgate against the build in DIR (a checkout with dist/ built: npm run build),
+both at once, each under the same paced wrk load, in front of the same stand-in worker.
+Prints each round's CPU time per request of both and the ratio (this / baseline).
+
+Options:
+  --baseline DIR     the other checkout (required; '.' compares this one with itself)
+  --rounds N         rounds, each with freshly started gateways (default 4)
+  --seconds S        measurement per round (default 8; 2 s of warm-up before it)
+  --connections C    wrk connections per gateway (default 16)
+  --delay-ms D       pause of each connection before each request (default 4: ≈3,000 req/s each)
+  --policy NAME      routing policy of both (default: the gateway's default)
+  --no-install       do not install wrk or nginx even as root
+  -h, --help         this text
+`;
+
+function cpuMs(t: Target): number {
+  return t.pids.reduce((s, p) => s + (treeCpuMs(p) ?? NaN), 0);
+}
+
+async function main(): Promise<number> {
+  const { values } = parseArgs({
+    options: {
+      baseline: { type: 'string' },
+      rounds: { type: 'string', default: '4' },
+      seconds: { type: 'string', default: '8' },
+      connections: { type: 'string', default: '16' },
+      'delay-ms': { type: 'string', default: '4' },
+      policy: { type: 'string' },
+      'no-install': { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(HELP);
+    return 0;
+  }
+  const [rounds, seconds, connections, delayMs] = [values.rounds, values.seconds, values.connections, values['delay-ms']].map(Number) as [number, number, number, number];
+  if (![rounds, seconds, connections].every((x) => Number.isInteger(x) && x > 0) || !(Number.isInteger(delayMs) && delayMs >= 0)) {
+    process.stderr.write('bench:ab: --rounds, --seconds and --connections take positive whole numbers, --delay-ms a whole number ≥ 0\n');
+    return 2;
+  }
+  if (!values.baseline) {
+    process.stderr.write('bench:ab: --baseline DIR is required (a kvgate checkout with dist/ built)\n');
+    return 2;
+  }
+  const baselineCli = resolve(values.baseline, 'dist', 'src', 'cli.js');
+  if (!existsSync(baselineCli)) {
+    process.stderr.write(`bench:ab: ${baselineCli} not found: build the baseline first (npm run build in ${values.baseline})\n`);
+    return 2;
+  }
+  const tools = setUpTools(!values['no-install']);
+  if (!tools.useWrk) {
+    process.stderr.write('bench:ab: needs wrk (Debian: apt-get install wrk)\n');
+    return 2;
+  }
+  const direct = await startStandIn(tools.cUpstream);
+  const rows: Array<{ a: number; b: number; aReq: number; bReq: number }> = [];
+  try {
+    for (let r = 0; r < rounds; r++) {
+      const a = await startKvgate(direct.url, { name: 'baseline', cli: baselineCli, policy: values.policy });
+      const b = await startKvgate(direct.url, { name: 'this', policy: values.policy });
+      try {
+        await Promise.all([wrk(a.url, connections, 2, delayMs), wrk(b.url, connections, 2, delayMs)]);
+        const a0 = cpuMs(a);
+        const b0 = cpuMs(b);
+        const [wa, wb] = await Promise.all([wrk(a.url, connections, seconds, delayMs), wrk(b.url, connections, seconds, delayMs)]);
+        const row = { a: ((cpuMs(a) - a0) * 1000) / Math.max(1, wa.requests), b: ((cpuMs(b) - b0) * 1000) / Math.max(1, wb.requests), aReq: wa.requests, bReq: wb.requests };
+        rows.push(row);
+        process.stderr.write(`round ${r + 1}/${rounds}: baseline ${row.a.toFixed(1)} µs/req, this ${row.b.toFixed(1)} µs/req, ratio ${(row.b / row.a).toFixed(3)}\n`);
+      } finally {
+        await a.stop();
+        await b.stop();
+      }
+    }
+  } finally {
+    await direct.stop();
+  }
+  const ratios = rows.map((x) => x.b / x.a);
+  process.stdout.write(
+    `\nbench:ab: ${rounds} round(s) × ${seconds} s, ${connections} connections × ${delayMs} ms pauses per gateway, stand-in ${tools.cUpstream ? 'nginx (C)' : 'Node'}\n\n` +
+      '| round | baseline req | baseline CPU µs/req | this req | this CPU µs/req | this / baseline |\n|---:|---:|---:|---:|---:|---:|\n' +
+      rows.map((x, i) => `| ${i + 1} | ${x.aReq} | ${x.a.toFixed(1)} | ${x.bReq} | ${x.b.toFixed(1)} | ${(x.b / x.a).toFixed(3)} |`).join('\n') +
+      `\n\nmedian ratio ${median(ratios).toFixed(3)} (range ${Math.min(...ratios).toFixed(3)}–${Math.max(...ratios).toFixed(3)})\n`,
+  );
+  return 0;
+}
+
+main().then(
+  (code) => (process.exitCode = code),
+  (err: unknown) => {
+    process.stderr.write(`bench:ab: ${(err as Error).stack ?? String(err)}\n`);
+    process.exitCode = 1;
+  },
+);
