@@ -41,7 +41,9 @@ export class HistogramSeries {
   ) {
     this.counts = new Float64Array(bounds.length);
   }
+  /** A value that is not a finite number is not counted (prom-client would throw). */
   observe(v: number): void {
+    if (!Number.isFinite(v)) return;
     const b = this.bounds;
     let i = 0;
     while (i < b.length && v > b[i]!) i++;

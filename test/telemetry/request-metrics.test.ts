@@ -33,6 +33,9 @@ test('request metrics expose exactly what prom-client exposes for the same obser
   }
   c.series('chat', 'm1', '200').inc(2);
   pc.labels('chat', 'm1', '200').inc(2);
+  // A broken measurement is dropped, not counted: the sum stays a number.
+  h.series('chat', 'm1').observe(Number.NaN);
+  h.series('chat', 'm1').observe(Infinity);
   assert.equal(await ours.metrics(), await theirs.metrics());
   // prom-client also carries an (empty) exemplar slot on each value; nothing else may differ.
   const noExemplars = (x: unknown): unknown => JSON.parse(JSON.stringify(x, (k, v: unknown) => (k === 'exemplar' ? undefined : v)));
