@@ -48,8 +48,8 @@ interface Profile {
 /** Stages, innermost first: a sample is charged to the first frame (leaf to root) that matches. */
 const STAGES: Array<[string, (f: string, url: string) => boolean]> = [
   ['socket writes (kernel)', (f, u) => u === '' && /^(writev|writeBuffer|writeString|writeUtf8String|writeLatin1String)$/.test(f)],
-  ['request log (pino)', (_f, u) => u.includes('node_modules/pino') || u.includes('sonic-boom') || u.includes('/telemetry/logger')],
-  ['metrics (prom-client)', (_f, u) => u.includes('prom-client') || u.includes('/telemetry/metrics')],
+  ['request log (pino)', (_f, u) => u.includes('node_modules/pino') || u.includes('sonic-boom') || u.includes('/telemetry/logger') || u.includes('/telemetry/log-batcher')],
+  ['metrics', (_f, u) => u.includes('prom-client') || u.includes('/telemetry/metrics') || u.includes('/telemetry/request-metrics')],
   ['tokenize', (_f, u) => u.includes('/src/tokenizer/')],
   ['route (scheduler)', (_f, u) => u.includes('/src/scheduler/') || u.includes('/src/kv/')],
   ['validate (zod)', (_f, u) => u.includes('node_modules/zod') || u.includes('/src/api/schemas')],
