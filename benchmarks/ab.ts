@@ -78,8 +78,9 @@ async function main(): Promise<number> {
   try {
     for (let r = 0; r < rounds; r++) {
       const a = await startKvgate(direct.url, { name: 'baseline', cli: baselineCli, policy: values.policy });
-      const b = await startKvgate(direct.url, { name: 'this', policy: values.policy });
+      let b: Target | null = null;
       try {
+        b = await startKvgate(direct.url, { name: 'this', policy: values.policy });
         await Promise.all([wrk(a.url, connections, 2, delayMs), wrk(b.url, connections, 2, delayMs)]);
         const a0 = cpuMs(a);
         const b0 = cpuMs(b);
@@ -89,7 +90,7 @@ async function main(): Promise<number> {
         process.stderr.write(`round ${r + 1}/${rounds}: baseline ${row.a.toFixed(1)} µs/req, this ${row.b.toFixed(1)} µs/req, ratio ${(row.b / row.a).toFixed(3)}\n`);
       } finally {
         await a.stop();
-        await b.stop();
+        await b?.stop();
       }
     }
   } finally {
