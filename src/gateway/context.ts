@@ -8,7 +8,7 @@ import type { ApiError } from '../api/errors.js';
 import type { ChatCompletionRequest, CompletionRequest } from '../api/schemas.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { RouteDecision, RouteRequest } from '../scheduler/types.js';
-import type { RequestState } from '../util/state.js';
+import { RequestState } from '../util/state.js';
 
 export type InferenceKind = 'chat' | 'completions';
 
@@ -119,4 +119,52 @@ export function freshOutcome(): RequestOutcome {
     ttftMs: null,
     abortUpstream: null,
   };
+}
+
+/**
+ * The context the handler builds for each request: every field of RequestContext declared and
+ * initialised here, so the compiler checks that none is missing (the fields the pipeline fills in
+ * later — tenant, body, routeRequest, candidates — are set before anything reads them).
+ */
+export class LiveRequestContext implements RequestContext {
+  cacheSalt: string | null = null;
+  tenant!: Tenant;
+  rawBody: Buffer;
+  body!: ChatCompletionRequest | CompletionRequest;
+  bodyModified = false;
+  model = '';
+  stream = false;
+  maxTokens = 0;
+  maxTokensExplicit = false;
+  deadlineAt = Infinity;
+  routeRequest!: RouteRequest;
+  candidates!: readonly WorkerState[];
+  checkPick?: (d: RouteDecision) => ApiError | null = undefined;
+  readonly state = new RequestState();
+  taps: Array<(chunk: Buffer) => void> = [];
+  onFinish: Array<(ctx: RequestContext) => void> = [];
+  logFields: Record<string, string | number | boolean> | null = null;
+  aborted = false;
+  abortReason: 'client' | 'shutdown' | null = null;
+  attempts = 0;
+  decision: RouteDecision | null = null;
+  workerId: string | null = null;
+  upstreamStatus: number | null = null;
+  status = 0;
+  ttftMs: number | null = null;
+  abortUpstream: ((reason: 'client' | 'shutdown') => void) | null = null;
+
+  constructor(
+    readonly id: string,
+    readonly clientRequestId: string | null,
+    public exposeRouting: boolean,
+    readonly kind: InferenceKind,
+    readonly path: string,
+    readonly req: IncomingMessage,
+    readonly res: ServerResponse,
+    readonly startedAt: number,
+    emptyBody: Buffer,
+  ) {
+    this.rawBody = emptyBody;
+  }
 }

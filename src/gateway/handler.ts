@@ -21,8 +21,7 @@ import type { WorkerRegistry } from '../fleet/registry.js';
 import type { Logger } from '../telemetry/logger.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 import type { Clock } from '../util/clock.js';
-import { RequestState } from '../util/state.js';
-import { freshOutcome, type InferenceKind, type RequestContext } from './context.js';
+import { LiveRequestContext, type InferenceKind, type RequestContext } from './context.js';
 import { createLocalRoutes, type LocalRoute } from './local-routes.js';
 import { outputBudget, requestBudgetMs } from './prepare.js';
 import type { Relay } from './relay.js';
@@ -103,27 +102,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
     const clientRequestId = typeof given === 'string' && REQUEST_ID_OK.test(given) ? given : null;
     res.setHeader('x-request-id', id);
     if (clientRequestId !== null) res.setHeader('x-client-request-id', clientRequestId);
-    const ctx = {
-      id,
-      clientRequestId,
-      exposeRouting: config.server.routingHeaders,
-      cacheSalt: null,
-      kind,
-      path,
-      req,
-      res,
-      startedAt,
-      tenant: undefined,
-      rawBody: EMPTY,
-      bodyModified: false,
-      model: '',
-      stream: false,
-      maxTokens: 0,
-      maxTokensExplicit: false,
-      deadlineAt: Infinity,
-      state: new RequestState(),
-      ...freshOutcome(),
-    } as unknown as RequestContext;
+    const ctx: RequestContext = new LiveRequestContext(id, clientRequestId, config.server.routingHeaders, kind, path, req, res, startedAt, EMPTY);
     d.active.add(ctx);
     metrics.inflight++;
     const onClose = (): void => {
