@@ -97,21 +97,15 @@ abstract class LabelledMetric<S extends { labels: Readonly<Record<string, string
 
   /** Drop every series whose label `name` has `value` (a worker that left the fleet). */
   removeWhere(name: string, value: string): void {
-    const keep = this.all.filter((s) => s.labels[name] !== value);
-    if (keep.length === this.all.length) return;
-    this.root.clear();
-    this.all = [];
-    for (const s of keep) {
-      const v = this.labelNames.map((l) => s.labels[l]!);
-      let node = this.root;
-      for (let level = 0; level < v.length - 1; level++) {
-        let next = node.get(v[level]!) as Node<S> | undefined;
-        if (next === undefined) node.set(v[level]!, (next = new Map()));
-        node = next;
-      }
-      node.set(v[v.length - 1]!, s);
-      this.all.push(s);
+    const names = this.labelNames;
+    for (const s of this.all) {
+      if (s.labels[name] !== value) continue;
+      // Walk to the series' map and delete it there (an emptied inner map is harmless).
+      let node: Node<S> | undefined = this.root;
+      for (let level = 0; node !== undefined && level < names.length - 1; level++) node = node.get(s.labels[names[level]!]!) as Node<S> | undefined;
+      node?.delete(s.labels[names[names.length - 1]!]!);
     }
+    this.all = this.all.filter((s) => s.labels[name] !== value);
   }
 
   reset(): void {
