@@ -481,6 +481,13 @@ export const configSchema = z
       .strictObject({
         level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
         pretty: z.boolean().default(false),
+        /**
+         * The share of successful requests that get a request line (a 2xx answered at the first
+         * attempt): 0.1 logs one in ten, in turn. Errors, refusals, client aborts and retried
+         * requests are always logged. A sampled line carries `sampleRate`, the number of requests
+         * it stands for. Metrics count every request whatever this is.
+         */
+        requestSampleRate: z.number().min(0).max(1).default(1),
       })
       .prefault({}),
     /** API keys mapped to tenants; none: the gateway is open and every request is tenant `default`. */

@@ -67,6 +67,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
   const { config, fleet, metrics } = deps;
   const local = createLocalRoutes({ ...deps, protectMetrics: config.admin.protectMetrics, readyRequiresWorker: config.server.readyRequiresWorker });
   const cors = { origins: new Set(config.server.corsOrigins) };
+  const requestLog = new RequestLogSampler();
 
   return (req, res) => {
     const url = req.url ?? '/';
@@ -187,7 +188,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       else if (!res.writableEnded) res.destroy();
     } finally {
       res.off('close', onClose);
-      finishRequest(d, ctx);
+      finishRequest(d, ctx, requestLog);
     }
   }
 }
@@ -274,7 +275,26 @@ function corsHeaders(cors: { origins: ReadonlySet<string> }, req: IncomingMessag
   return true;
 }
 
-function finishRequest(d: HandlerDeps, ctx: RequestContext): void {
+/**
+ * Which successful requests get a log line under `log.requestSampleRate` r: one in every 1/r, in
+ * turn (credit accumulates r per request and a line is written when it reaches 1), so the share
+ * is exact over any window and no random draw is made. Read per request: a config reload applies
+ * at once.
+ */
+export class RequestLogSampler {
+  private credit = 0;
+
+  /** True if this request's line is written; `rate` is the configured share (1: every request). */
+  take(rate: number): boolean {
+    if (rate >= 1) return true;
+    this.credit += rate;
+    if (this.credit < 1) return false;
+    this.credit -= 1;
+    return true;
+  }
+}
+
+function finishRequest(d: HandlerDeps, ctx: RequestContext, sampler: RequestLogSampler): void {
   d.active.delete(ctx);
   const m = d.metrics;
   m.inflight--;
@@ -293,6 +313,10 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext): void {
       d.logger.warn({ err: e, id: ctx.id }, 'onFinish hook failed');
     }
   }
+  // Whatever went wrong is always logged; a clean first-attempt success may be sampled.
+  const rate = d.config.log.requestSampleRate;
+  const clean = ctx.status >= 200 && ctx.status < 400 && ctx.attempts <= 1 && !ctx.aborted;
+  if (clean && !sampler.take(rate)) return;
   d.logger.info(
     {
       id: ctx.id,
@@ -307,6 +331,7 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext): void {
       ttftMs: ctx.ttftMs === null ? undefined : Math.round(ctx.ttftMs * 10) / 10,
       durationMs: Math.round(durationMs * 100) / 100,
       ...ctx.logFields,
+      sampleRate: clean && rate < 1 ? (rate > 0 ? 1 / rate : undefined) : undefined,
     },
     'request',
   );

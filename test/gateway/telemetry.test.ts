@@ -1,8 +1,10 @@
 /** /metrics, /admin/workers and fleet watching as seen through a running gateway. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { Writable } from 'node:stream';
 import { DEFAULT_POLICY_NAME } from '../../src/config.js';
 import { startSimWorker } from '../../src/sim/worker/server.js';
+import { createLogger } from '../../src/telemetry/logger.js';
 import { MODEL, metricValue, post, startGateway, startSims, startStub, waitFor } from './helpers.js';
 
 test('/metrics has the kvgate_ series after traffic; /admin/workers describes each worker', async () => {
@@ -88,5 +90,36 @@ test('a worker whose /metrics turns to garbage goes stale; health failures take 
     await gw.close();
     await sim.close();
     await garbage.close();
+  }
+});
+
+test('log.requestSampleRate: one clean success in four gets a line; errors always do; metrics count all', async () => {
+  const sims = await startSims(1, { numGpuBlocks: 2048 });
+  const lines: any[] = [];
+  const sink = new Writable({
+    write(chunk, _enc, cb) {
+      for (const l of String(chunk).split('\n')) if (l.trim() !== '') lines.push(JSON.parse(l));
+      cb();
+    },
+  });
+  const { gw, url } = await startGateway(sims.map((s) => s.url), { log: { level: 'info', requestSampleRate: 0.25 } }, { logger: createLogger({ level: 'info', destination: sink }) });
+  try {
+    for (let i = 0; i < 8; i++) {
+      const r = await post(url + '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: `s${i}` }], max_tokens: 3 });
+      assert.equal(r.status, 200, r.text);
+    }
+    for (let i = 0; i < 3; i++) assert.equal((await post(url + '/v1/chat/completions', { model: MODEL, messages: [] })).status, 400);
+    const requestLines = lines.filter((l) => l.msg === 'request');
+    const ok = requestLines.filter((l) => l.status === 200);
+    const bad = requestLines.filter((l) => l.status === 400);
+    assert.equal(ok.length, 2, 'every fourth success');
+    for (const l of ok) assert.equal(l.sampleRate, 4, 'a sampled line says how many requests it stands for');
+    assert.equal(bad.length, 3, 'errors are never sampled away');
+    for (const l of bad) assert.equal(l.sampleRate, undefined);
+    const m = await (await fetch(url + '/metrics')).text();
+    assert.equal(metricValue(m, 'kvgate_requests_total', { route: 'chat', model: MODEL, status: '200' }), 8);
+  } finally {
+    await gw.close();
+    await Promise.all(sims.map((s) => s.close()));
   }
 });
