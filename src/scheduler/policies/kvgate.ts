@@ -93,10 +93,10 @@ import { booleanKnob, choiceKnob, indexKnobs, numberKnob } from './knobs.js';
 export const kvgateOptions = z.strictObject({
   prefillTokensPerSec: numberKnob(
     10_000,
-    "prefill throughput assumed per worker, tokens/s (kvgate: until it learns the worker's own)",
+    "prefill throughput assumed per worker, tokens/s (kvgate: until it has learned its pool's)",
     { min: 1 },
   ),
-  learnPrefillRate: booleanKnob(true, "learn each worker's prefill rate from its observed first tokens"),
+  learnPrefillRate: booleanKnob(true, "learn each pool's prefill rate from its workers' observed first tokens"),
   learnAlpha: numberKnob(0.2, 'weight of a new observation in the learned rate'),
   learnMinTokens: numberKnob(256, 'learn only from requests with at least this many tokens to prefill'),
   queueMsPerWaiting: numberKnob(2, 'added to the TTFT estimate per request waiting at the worker, ms'),
@@ -185,10 +185,11 @@ export class KvgatePolicy implements Policy {
   params: KvgateOptions;
   readonly matcher: PrefixMatcher;
   readonly prefixIndex: PrefixIndex;
-  /** Learned prefill throughput per worker id, tokens/s. */
+  /**
+   * Learned prefill throughput per pool, tokens/s: one rate for the pool's workers (same model,
+   * same kind of hardware), learned from the first tokens of all of them.
+   */
   readonly prefillRates = new Map<string, number>();
-  /** Sum and count of the learned rates per pool: what a worker not yet learned is assumed to do. */
-  private readonly poolRates = new Map<string, { sum: number; n: number }>();
   /** Context tokens and TPOT share of this gateway's requests in flight, per worker id. */
   private readonly inflightBatch = new Map<string, { contextTokens: number; stallShare: number; n: number }>();
   /**
@@ -287,47 +288,30 @@ export class KvgatePolicy implements Policy {
 
   /** What /admin/workers shows for this policy per worker. */
   describeWorker(w: WorkerState): Record<string, unknown> {
-    return { kvgate: { prefillTokensPerSec: Math.round(this.prefillRate(w)), prefillRateLearned: this.prefillRates.has(w.id) } };
+    return { kvgate: { prefillTokensPerSec: Math.round(this.prefillRate(w)), prefillRateLearned: this.prefillRates.has(w.pool) } };
   }
 
   /**
-   * The worker's learned prefill rate; until it has one, the mean of its pool's learned rates
-   * (same model, same kind of hardware), else the configured rate. Falling back to the configured
-   * rate while the pool has learned otherwise would make a worker that was never picked look
-   * slower or faster than its peers for as long as nobody picks it.
+   * The prefill rate assumed for the worker: its pool's learned rate, else the configured rate.
+   *
+   * Learned per pool, not per worker. What a first token measures, (ahead + uncached) / elapsed,
+   * is not the worker's throughput alone: it depends on how the worker was loaded, which is the
+   * policy's own doing. A worker sent a burst has its queued prefills batched into one step and
+   * measures a high rate; one sent a lone request with a short uncached suffix measures the steps
+   * it waited for as slow prefill. Learned per worker, identical workers drifted 2–4× apart
+   * (0.015 against 0.06–0.1 ms per token on shared-prefix), and the fast-looking one drew every
+   * request, since its rate divides the prefill time and the stall it puts in the batch — the
+   * burst that kept its rate high: TTFT p99 164 ms at 16 workers, 69 ms with one rate per pool
+   * (exact engine state: 73). The hardware is the pool's; how loaded each worker is, is the
+   * queue and batch terms' business.
    */
   prefillRate(w: WorkerState): number {
-    const own = this.prefillRates.get(w.id);
-    if (own !== undefined) return own;
-    const pool = this.poolRates.get(w.pool);
-    return pool !== undefined && pool.n > 0 ? pool.sum / pool.n : this.params.prefillTokensPerSec;
+    return this.prefillRates.get(w.pool) ?? this.params.prefillTokensPerSec;
   }
 
   forgetWorker(w: WorkerState): void {
-    const rate = this.prefillRates.get(w.id);
-    if (rate !== undefined) {
-      this.prefillRates.delete(w.id);
-      const pool = this.poolRates.get(w.pool);
-      if (pool) {
-        pool.sum -= rate;
-        pool.n--;
-        if (pool.n <= 0) this.poolRates.delete(w.pool);
-      }
-    }
     this.inflightBatch.delete(w.id);
     for (const [key, id] of this.sessions) if (id === w.id) this.sessions.delete(key);
-  }
-
-  private setPrefillRate(w: WorkerState, rate: number): void {
-    const prev = this.prefillRates.get(w.id);
-    let pool = this.poolRates.get(w.pool);
-    if (!pool) {
-      pool = { sum: 0, n: 0 };
-      this.poolRates.set(w.pool, pool);
-    }
-    pool.sum += rate - (prev ?? 0);
-    if (prev === undefined) pool.n++;
-    this.prefillRates.set(w.id, rate);
   }
 
   /** Predict the prompt's blocks at the worker and remember the session's worker. */
@@ -359,7 +343,7 @@ export class KvgatePolicy implements Policy {
     b.n++;
   }
 
-  /** Confirm the prediction and learn the worker's prefill rate from the time to first token. */
+  /** Confirm the prediction and learn the pool's prefill rate from the time to first token. */
   onFirstToken(req: RouteRequest, w: WorkerState, ctx: RoutingContext): void {
     this.matcher.confirm(req, w, ctx.now);
     req.state.set(CONFIRMED, true);
@@ -374,7 +358,7 @@ export class KvgatePolicy implements Policy {
     const base = this.params.prefillTokensPerSec;
     const clamped = Math.min(base * 10, Math.max(base / 10, observed));
     const prev = this.prefillRate(w);
-    this.setPrefillRate(w, prev + this.params.learnAlpha * (clamped - prev));
+    this.prefillRates.set(w.pool, prev + this.params.learnAlpha * (clamped - prev));
   }
 
   onComplete(req: RouteRequest, w: WorkerState, ok: boolean, ctx: RoutingContext): void {
