@@ -81,6 +81,12 @@ export interface BenchOptions {
    * source's own priorities; a session's turns share the class of its first turn.
    */
   priorityMix?: Record<PriorityClass, number>;
+  /**
+   * Every request declares max_tokens = max(this, its output length) (`--declared-max-tokens`):
+   * the router and admission see the declared value, the engine stops at the output length.
+   * Absent: max_tokens is the output length.
+   */
+  declaredMaxTokens?: number;
   /** Report by_priority per policy (set by --admission, --priority-mix). */
   byPriority?: boolean;
   /**
@@ -190,6 +196,8 @@ export interface BenchResults {
   admission: AdmissionSettings | null;
   /** The --priority-mix, normalised, else null. */
   priority_mix: Record<PriorityClass, number> | null;
+  /** --declared-max-tokens: every request declared max_tokens = max(this, its output); null: its output. */
+  declared_max_tokens: number | null;
   /** Gateway replicas (with --replicas), else null: one gateway. */
   replicas: { count: number; sharing: boolean; sharing_delay_ms: number; share_load: boolean } | null;
   /** Hit rate of one worker with unlimited KV on the same requests (ideal-hit.ts). */
@@ -225,18 +233,46 @@ export function checkPolicies(names: readonly string[], options: Readonly<Record
   for (const n of names) createPolicy(n, options[n]);
 }
 
+/** How a run reshapes its source's requests (all optional). */
+export interface RequestShaping {
+  /** Priority classes drawn from a mix (--priority-mix). */
+  mix?: { mix: Record<PriorityClass, number>; seed: number };
+  /** Reassign to this many tenants (--tenants). */
+  tenants?: number;
+  /** Every request declares max_tokens = max(this, its output) (--declared-max-tokens). */
+  declaredMaxTokens?: number;
+}
+
 /** The requests of one run: the first `limit` of the source (sessions counted whole), at rate × scale. */
 export function benchRequests(
   source: BenchSource,
   limit: number | undefined,
   rateScale: number,
-  mix?: { mix: Record<PriorityClass, number>; seed: number },
-  tenants?: number,
+  shaping: RequestShaping = {},
 ): Iterable<BenchRequest> {
   const src = source.open();
-  const scaled = scaleArrivals(limit === undefined ? src : takeRequests(src, limit), rateScale);
-  const mixed = mix ? withPriorityMix(scaled, mix.mix, mix.seed) : scaled;
-  return tenants === undefined ? mixed : retenant(mixed, tenants);
+  let out = scaleArrivals(limit === undefined ? src : takeRequests(src, limit), rateScale);
+  if (shaping.mix) out = withPriorityMix(out, shaping.mix.mix, shaping.mix.seed);
+  if (shaping.tenants !== undefined) out = retenant(out, shaping.tenants);
+  if (shaping.declaredMaxTokens !== undefined) out = withDeclaredMaxTokens(out, shaping.declaredMaxTokens);
+  return out;
+}
+
+/**
+ * Requests that declare max_tokens = max(cap, output): as clients send a fixed cap and the answer
+ * ends at its EOS, so the gateway cannot read each answer's length from the request. A session's
+ * later turns declare the same way.
+ */
+export function* withDeclaredMaxTokens(src: Iterable<BenchRequest>, cap: number): Generator<BenchRequest> {
+  const declare = (r: BenchRequest): BenchRequest => {
+    const next = r.next;
+    return {
+      ...r,
+      declaredMaxTokens: Math.max(cap, r.maxTokens),
+      ...(next ? { next: (t: number) => { const x = next(t); return x && declare(x); } } : {}),
+    };
+  };
+  for (const r of src) yield declare(r);
 }
 
 /**
@@ -361,7 +397,11 @@ async function runFleet(
           shareLoad: o.replicas.shareLoad === true,
         }
       : undefined;
-  return simulateFleet(benchRequests(o.source, o.limit, rateScale, o.priorityMix ? { mix: o.priorityMix, seed: o.seed } : undefined, o.isolation?.tenants ?? o.tenants), {
+  return simulateFleet(benchRequests(o.source, o.limit, rateScale, {
+    mix: o.priorityMix ? { mix: o.priorityMix, seed: o.seed } : undefined,
+    tenants: o.isolation?.tenants ?? o.tenants,
+    declaredMaxTokens: o.declaredMaxTokens,
+  }), {
     admission: o.kvAdmission ? { settings: o.kvAdmission } : undefined,
     cacheIsolation: isolated,
     cache: withCache ? simCache(o.cache!) : undefined,
@@ -547,6 +587,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       cache: o.cache ? { ttl_ms: o.cache.ttlMs ?? BENCH_CACHE_DEFAULTS.ttlMs, max_bytes: o.cache.maxBytes ?? BENCH_CACHE_DEFAULTS.maxBytes } : null,
       admission: o.kvAdmission ?? null,
       priority_mix: o.priorityMix ?? null,
+      declared_max_tokens: o.declaredMaxTokens ?? null,
       replicas: o.replicas ? { count: o.replicas.count, sharing: o.replicas.sharing, sharing_delay_ms: o.replicas.sharingDelayMs, share_load: o.replicas.shareLoad === true } : null,
       ideal_hit_rate: Math.round(ideal.rate * 10000) / 10000,
       capacity: cap

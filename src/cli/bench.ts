@@ -57,6 +57,10 @@ Run:
                           times, not answer times; default 1)
   --limit N               replay at most N requests (sessions' later turns counted)
   --seed S                seed for workloads, synthetic tokens and tie-breaks (default 0)
+  --declared-max-tokens N every request sends max_tokens = max(N, its output length), capped by the
+                          context left after its prompt, and its answer ends at its EOS: as clients
+                          send a fixed cap, so routers and admission cannot read each answer's
+                          length from it (default: max_tokens is exactly the output length)
   --scrape-interval MS    metrics scrape interval for every policy (default: the policy's own, else 1000)
   --overhead-ms MS        constant gateway + network delay per request (default 0)
   --slo-ttft MS           TTFT SLO for goodput and attainment (default: none; 1000 with --capacity)
@@ -223,6 +227,7 @@ const OPTIONS = {
   'rate-scale': { type: 'string' },
   limit: { type: 'string' },
   seed: { type: 'string' },
+  'declared-max-tokens': { type: 'string' },
   'scrape-interval': { type: 'string' },
   'overhead-ms': { type: 'string' },
   'slo-ttft': { type: 'string' },
@@ -544,6 +549,7 @@ export async function run(argv: string[]): Promise<number> {
       policyOptions,
       kvAdmission,
       priorityMix,
+      declaredMaxTokens: intFlag(v['declared-max-tokens'], 'declared-max-tokens', 1),
       byPriority: v.admission !== undefined || priorityMix !== undefined,
       speculative,
       replicas: replicaCount !== undefined ? { count: replicaCount, sharing: rs === 'on', sharingDelayMs: sharingDelayMs ?? 0, shareLoad: sl === 'on' } : undefined,

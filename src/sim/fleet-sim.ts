@@ -254,6 +254,16 @@ type SimEvent =
 /** Every simulated request asks for the cache's default behaviour (no Cache-Control). */
 const NO_CACHE_CONTROL = { noStore: false, noCache: false, maxAgeS: null };
 
+/**
+ * The max_tokens the request sends: its declared cap (at least its output; no more than the
+ * context left after the prompt, as a client that sizes its cap to the model does), else exactly
+ * its output length.
+ */
+function declaredMaxTokens(req: BenchRequest, maxModelLen: number): number {
+  if (req.declaredMaxTokens === undefined) return req.maxTokens;
+  return Math.max(req.maxTokens, Math.min(req.declaredMaxTokens, maxModelLen - req.promptTokens.length));
+}
+
 /** A RouteRequest whose promptText is synthesised from the tokens only if a policy reads it. */
 class SimRouteRequest implements RouteRequest {
   readonly state = new RequestState();
@@ -325,6 +335,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   const cfg: EngineConfig = { ...opts.engineConfig, emitTokens: false, kvEvents: usesEvents };
   const engines: Engine[] = [];
   for (let i = 0; i < n; i++) engines.push(new Engine(cfg));
+  const declaredMax = (req: BenchRequest): number => declaredMaxTokens(req, cfg.maxModelLen);
   /** One gateway replica: its router and policy, its own WorkerStates, its KV-event mappers. */
   interface Replica {
     router: Router;
@@ -560,7 +571,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     });
   /** Answer from the cache or join a flight (true: handled); otherwise the request leads its key. */
   const fromCache = (req: BenchRequest, idx: number, now: number): boolean => {
-    const plan = cache!.plan(tenantOf(req.tenant), 'completions', { model, prompt: Array.from(req.promptTokens), max_tokens: req.maxTokens, temperature: 0 }, NO_CACHE_CONTROL);
+    const plan = cache!.plan(tenantOf(req.tenant), 'completions', { model, prompt: Array.from(req.promptTokens), max_tokens: declaredMax(req), temperature: 0 }, NO_CACHE_CONTROL);
     if (plan.action === 'bypass') return false;
     const r = cache!.lookupNow(plan.key);
     if (r.kind === 'hit' && cache!.usable(r.entry, plan, true)) {
@@ -637,7 +648,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     if (idx === 0) out.firstArrivalMs = now;
     out.lastArrivalMs = now;
     if (req.next !== undefined) nextOf.set(idx, req.next);
-    const rr = new SimRouteRequest(String(idx), model, req.promptTokens, req.maxTokens, req.promptText);
+    const rr = new SimRouteRequest(String(idx), model, req.promptTokens, declaredMax(req), req.promptText);
     if (isolate) rr.salt(saltOf(req));
     if (req.session !== undefined) rr.sessionKey = req.session;
     if (req.tenant !== undefined) rr.tenant = req.tenant;
@@ -653,7 +664,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     }
     if (admission) {
       const r = admission.submit(
-        { id: rr.id, model, cls, promptTokens: req.promptTokens.length, maxTokens: req.maxTokens, latestStart: Infinity },
+        { id: rr.id, model, cls, promptTokens: req.promptTokens.length, maxTokens: declaredMax(req), latestStart: Infinity },
         {
           onAdmit: (t) => {
             tickets.set(idx, t);
@@ -704,7 +715,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       if (charged) mirrorLoad(replicaOf(idx, nReplicas), w, (s) => s.begin({ ...charged }));
     }
     // The worker answers what it can never run with a 400, as vLLM does; the gateway relays it.
-    const err = engines[w]!.check(req.promptTokens.length, req.maxTokens);
+    const err = engines[w]!.check(req.promptTokens.length, declaredMax(req));
     if (err) {
       trace?.({ type: 'complete', t: now, id: rr.id, ok: false });
       rep.router.complete(rr.id, false);

@@ -19,6 +19,13 @@ export interface BenchRequest {
   /** Output tokens the request generates (the sampler never stops early: ignore_eos). */
   maxTokens: number;
   /**
+   * The max_tokens the client sends, when it is more than the request generates (a fixed cap, as
+   * most clients send, the answer ending at its EOS first): what the gateway, its router and its
+   * admission see. Absent: max_tokens is exactly the output length (maxTokens), which tells the
+   * router what no live client does.
+   */
+  declaredMaxTokens?: number;
+  /**
    * Seed of the request's output tokens (see answerTokens): a workload that quotes an earlier
    * answer in a later prompt knows exactly what the engine generated.
    */

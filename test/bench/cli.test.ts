@@ -25,7 +25,7 @@ describe('kvgate bench CLI', () => {
       'workers', 'gpu', 'model', 'tp', 'policy', 'rate-scale', 'limit', 'seed', 'scrape-interval', 'overhead-ms', 'slo-ttft',
       'slo-tpot', 'gpu-hour-cost', 'json', 'report', 'omit-wall-time', 'progress', 'quiet', 'list', 'help',
       'slo-ttft-per-1k', 'capacity', 'attainment', 'max-probes', 'set', 'repeat-fraction', 'cache', 'cache-ttl-ms', 'cache-max-bytes',
-      'admission', 'priority-mix', 'shed-above', 'queue-above', 'queue-max', 'queue-max-wait',
+      'admission', 'priority-mix', 'shed-above', 'queue-above', 'queue-max', 'queue-max-wait', 'declared-max-tokens',
     ];
     for (const f of flags) assert.ok(help.includes(`--${f}`), `--${f} missing from help`);
     const r = bench('--help');
@@ -44,6 +44,7 @@ describe('kvgate bench CLI', () => {
       [['--workload', 'rag', '--shed-above', '0.5'], /--shed-above applies to --admission on only/],
       [['--workload', 'rag', '--admission', 'on', '--queue-above', '1.5'], /--queue-above must be a fraction/],
       [['--workload', 'rag', '--rate-scale', 'fast'], /--rate-scale must be a positive number/],
+      [['--workload', 'rag', '--declared-max-tokens', '0'], /--declared-max-tokens must be an integer ≥ 1/],
       [['--workload', 'rag', '--policy', 'round-robin,magic'], /unknown policy 'magic' \(known: .*round-robin.*least-load/],
       [['--workload', 'rag', '--gpu', 'tpu'], /unknown GPU 'tpu'/],
       [['--workload', 'rag', '--format', 'azure'], /--format applies to --trace only/],
@@ -244,6 +245,26 @@ describe('kvgate bench CLI', () => {
     const set = run('--set', 'llm-d.queueWeight=0', '--set', 'llm-d.kvCacheWeight=0');
     assert.notDeepEqual(set[0], base[0]);
     assert.deepEqual(set[1], base[1]);
+  });
+
+  it('--declared-max-tokens: routers see the cap, answers keep their length', () => {
+    const run = (...extra: string[]) => {
+      const json = join(dir, `d${extra.length}.json`);
+      const r = bench(...SMALL, '--policy', 'round-robin,kvgate', '--json', json, '--quiet', '--omit-wall-time', ...extra);
+      assert.equal(r.code, 0, r.stderr);
+      return JSON.parse(readFileSync(json, 'utf8'));
+    };
+    const exact = run();
+    const declared = run('--declared-max-tokens', '4096');
+    assert.equal(exact.declared_max_tokens, null);
+    assert.equal(declared.declared_max_tokens, 4096);
+    const [rrExact, kvExact] = exact.policies;
+    const [rrDeclared, kvDeclared] = declared.policies;
+    // Round-robin never reads max_tokens: the same run to the last figure.
+    assert.deepEqual(rrDeclared, rrExact);
+    // Every answer is as long either way; kvgate, which weighs the answer's length, routes otherwise.
+    assert.equal(kvDeclared.completed, kvExact.completed);
+    assert.notDeepEqual(kvDeclared.ttft_ms, kvExact.ttft_ms);
   });
 
   it('--limit and --rate-scale shape the replay', () => {
