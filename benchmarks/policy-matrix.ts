@@ -31,6 +31,8 @@ const TRACES = process.env.KVGATE_TRACES ?? join(here, '..', '..', '..', 'shared
 
 const PEERS = ['sglang-cache-aware', 'llm-d', 'llm-d-precise', 'dynamo'];
 const POLICIES = ['round-robin', ...PEERS, 'kvgate', 'oracle'];
+/** Flags every `kvgate bench` run of the matrix gets (--declared-max-tokens). */
+let shaping: string[] = [];
 
 const HELP = `npm run bench:policies -- [options]
 
@@ -60,6 +62,9 @@ Options:
   --slo-tpot MS      TPOT SLO for goodput (default 50)
   --slo-ttft-per-1k MS  extra TTFT per 1,000 prompt tokens, capacity mode only (default 100)
   --seed N           seed of the generated workloads (default 0); traces replay as recorded
+  --declared-max-tokens N
+                     every request sends max_tokens = max(N, its output length) (kvgate bench
+                     --declared-max-tokens): routers cannot read answer lengths from requests
   --json FILE        write every scenario's results as JSON
   -h, --help         this text
 `;
@@ -133,6 +138,7 @@ function main(): number {
       capacity: { type: 'boolean', default: false },
       quick: { type: 'boolean', default: false },
       seed: { type: 'string', default: '0' },
+      'declared-max-tokens': { type: 'string' },
       json: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -146,6 +152,12 @@ function main(): number {
     process.stderr.write(`bench:policies: --seed must be a non-negative integer, got ${JSON.stringify(values.seed)}\n`);
     return 2;
   }
+  const declared = values['declared-max-tokens'];
+  if (declared !== undefined && !/^[1-9]\d*$/.test(declared)) {
+    process.stderr.write(`bench:policies: --declared-max-tokens must be a positive integer, got ${JSON.stringify(declared)}\n`);
+    return 2;
+  }
+  shaping = declared !== undefined ? ['--declared-max-tokens', declared] : [];
   if (values.capacity) return capacityMatrix(values, only);
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-matrix-'));
   const all: Array<{ scenario: string; workers: number; policies: PolicyRow[] }> = [];
@@ -162,7 +174,7 @@ function main(): number {
         process.stderr.write(`${s.name}, ${workers} workers...\n`);
         const r = spawnSync(
           process.execPath,
-          [cli, 'bench', ...s.args, '--seed', values.seed!, '--workers', String(workers), '--policy', POLICIES.join(','), '--slo-ttft', values['slo-ttft']!, '--slo-tpot', values['slo-tpot']!, '--json', out, '--quiet'],
+          [cli, 'bench', ...s.args, ...shaping, '--seed', values.seed!, '--workers', String(workers), '--policy', POLICIES.join(','), '--slo-ttft', values['slo-ttft']!, '--slo-tpot', values['slo-tpot']!, '--json', out, '--quiet'],
           { stdio: ['ignore', 'ignore', 'inherit'] },
         );
         if (r.status !== 0) throw new Error(`kvgate bench failed for ${s.name} (exit ${r.status})`);
@@ -223,7 +235,7 @@ function capacityMatrix(
         process.stderr.write(`${s.name}, ${workers} workers (capacity)...\n`);
         const t0 = performance.now();
         const slo = ['--slo-ttft', values['slo-ttft']!, '--slo-ttft-per-1k', values['slo-ttft-per-1k']!, '--slo-tpot', values['slo-tpot']!];
-        const args = [...s.args, '--seed', values.seed!, '--workers', String(workers), '--policy', POLICIES.join(','), '--capacity', ...slo, '--json', out, '--quiet'];
+        const args = [...s.args, ...shaping, '--seed', values.seed!, '--workers', String(workers), '--policy', POLICIES.join(','), '--capacity', ...slo, '--json', out, '--quiet'];
         const r = spawnSync(process.execPath, [cli, 'bench', ...args], { stdio: ['ignore', 'ignore', 'inherit'] });
         if (r.status !== 0) throw new Error(`kvgate bench failed for ${s.name} (exit ${r.status})`);
         const wall = (performance.now() - t0) / 1000;
@@ -236,7 +248,7 @@ function capacityMatrix(
         if (rrScale !== null) {
           process.stderr.write(`${s.name}, ${workers} workers (at round-robin's capacity, ×${rrScale})...\n`);
           const loadOut = join(dir, `${s.name}-${workers}-load.json`);
-          const loadArgs = [...withRateScale(s.args, rrScale), '--seed', values.seed!, '--workers', String(workers), '--policy', POLICIES.join(','), ...slo, '--json', loadOut, '--quiet'];
+          const loadArgs = [...withRateScale(s.args, rrScale), ...shaping, '--seed', values.seed!, '--workers', String(workers), '--policy', POLICIES.join(','), ...slo, '--json', loadOut, '--quiet'];
           const lr = spawnSync(process.execPath, [cli, 'bench', ...loadArgs], { stdio: ['ignore', 'ignore', 'inherit'] });
           if (lr.status !== 0) throw new Error(`kvgate bench failed for ${s.name} at round-robin's capacity (exit ${lr.status})`);
           load = JSON.parse(readFileSync(loadOut, 'utf8')) as LoadJson;
@@ -267,7 +279,7 @@ function capacityMatrix(
       ` (≥: no probe missed the target; ?: probe budget ran out)\n\n${verdict.join('\n')}\n`,
   );
   process.stdout.write(
-    `\nkvgate capacity-first, seed ${values.seed}: capacity ratios, then every latency at the common load (each policy at round-robin's capacity)` +
+    `\nkvgate capacity-first, seed ${values.seed}${shaping.length > 0 ? `, max_tokens declared ${shaping[1]}` : ''}: capacity ratios, then every latency at the common load (each policy at round-robin's capacity)` +
       ` against the best peer on that metric (peers: ${PEERS.join(', ')}); hit / ideal: kvgate's prefix hit rate and the trace's inherent reuse\n\n${common.join('\n')}\n`,
   );
   process.stdout.write(`\nPer scenario\n${detail.join('\n')}\n`);

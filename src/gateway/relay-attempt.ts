@@ -17,6 +17,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { ApiError, echo, errors } from '../api/errors.js';
+import { OutputTokenCounter } from '../api/output-tokens.js';
 import { atEventBoundary, sseErrorEvent, TAIL_AT_BOUNDARY, updateTail } from '../api/sse.js';
 import type { CircuitBreaker } from '../fleet/circuit-breaker.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
@@ -88,6 +89,8 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
   private sentBytes = false;
   /** Last two bytes relayed (api/sse.ts), so an error event never lands inside a partial event. */
   private tail = TAIL_AT_BOUNDARY;
+  /** The answer's length, counted as it passes (the routing policy learns answer lengths). */
+  private readonly outputTokens = new OutputTokenCounter();
   /**
    * `ctx.abortUpstream` while the attempt runs (client gone, shutdown). Created with the instance
    * on purpose: the same arrow created in run() made V8 promote most finished requests' objects to
@@ -183,6 +186,7 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     }
     const ctx = this.ctx;
     if (!this.sentBytes) this.onFirstByte();
+    this.outputTokens.chunk(chunk, ctx.stream, this.tail);
     if (ctx.stream) this.tail = updateTail(this.tail, chunk);
     if (ctx.taps.length > 0) runTaps(ctx, chunk);
     const res = ctx.res;
@@ -214,7 +218,7 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     ctx.status = status;
     // A 4xx is the request's fault, not the worker's.
     this.breaker.onSuccess();
-    this.settle(DONE, status < 400, status < 400 ? 'ok' : 'client_error');
+    this.settle(DONE, status < 400, status < 400 ? 'ok' : 'client_error', status < 400 ? this.outputTokens.total(ctx.kind, ctx.stream) : undefined);
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
@@ -387,13 +391,13 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
   }
 
   /** The one way an attempt ends: complete the route, count the outcome, resolve run(). */
-  private settle(result: AttemptResult, ok: boolean, outcome: string): void {
+  private settle(result: AttemptResult, ok: boolean, outcome: string, outputTokens?: number): void {
     if (this.settled) return;
     this.settled = true;
     this.stopWaiting();
     if (this.timer) clearTimeout(this.timer);
     this.ctx.abortUpstream = null;
-    this.env.router.complete(this.ctx.id, ok);
+    this.env.router.complete(this.ctx.id, ok, outputTokens);
     this.env.metrics.attemptsBy.series(this.worker.id, outcome).inc();
     this.resolve!(result);
   }

@@ -88,14 +88,17 @@ export class Router {
     this.policy.onFirstToken?.(o.req, o.decision.worker, ctx);
   }
 
-  /** The request ended (ok=false: failed, cancelled or abandoned for a retry). Idempotent. */
-  complete(reqId: string, ok: boolean): void {
+  /**
+   * The request ended (ok=false: failed, cancelled or abandoned for a retry). Idempotent.
+   * `outputTokens`: the answer's length in tokens, when known (policies learn answer lengths).
+   */
+  complete(reqId: string, ok: boolean, outputTokens?: number): void {
     const o = this.open.get(reqId);
     if (!o) return;
     this.open.delete(reqId);
     o.decision.worker.end(reqId);
     this.loadObserver?.('end', o.decision.worker, o.charge);
-    this.policy.onComplete?.(o.req, o.decision.worker, ok, this.context());
+    this.policy.onComplete?.(o.req, o.decision.worker, ok, this.context(), outputTokens);
   }
 
   get openCount(): number {

@@ -161,8 +161,11 @@ export interface Policy {
   onDispatch?(req: RouteRequest, decision: RouteDecision, ctx: RoutingContext): void;
   /** The first token came back from `worker`. */
   onFirstToken?(req: RouteRequest, worker: WorkerState, ctx: RoutingContext): void;
-  /** The request ended at `worker` (ok=false: failed or cancelled). */
-  onComplete?(req: RouteRequest, worker: WorkerState, ok: boolean, ctx: RoutingContext): void;
+  /**
+   * The request ended at `worker` (ok=false: failed or cancelled); `outputTokens`: the answer's
+   * length, when the relay could count it (a finished answer).
+   */
+  onComplete?(req: RouteRequest, worker: WorkerState, ok: boolean, ctx: RoutingContext, outputTokens?: number): void;
   /** Extra per-worker fields for /admin/workers (e.g. a learned prefill rate). */
   describeWorker?(worker: WorkerState): Record<string, unknown>;
   /**

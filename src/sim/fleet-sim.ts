@@ -92,7 +92,7 @@ export type RouterTraceEvent =
   | { type: 'firstToken'; t: number; id: string }
   /** KV events of `worker` applied to the policy's prefix index (usesKvEvents policies only). */
   | { type: 'kvEvents'; t: number; worker: number; events: readonly KvEvent[] }
-  | { type: 'complete'; t: number; id: string; ok: boolean };
+  | { type: 'complete'; t: number; id: string; ok: boolean; outputTokens?: number };
 
 /** What an admission hook answers: proceed, or refuse with a status (400 counts as rejected). */
 export type AdmitResult = { ok: true } | { ok: false; status: 400 | 429 | 503; code: string };
@@ -789,8 +789,9 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     firstTokenOf.delete(idx);
     // A cache hit may have been answered (overheadMs) later than this.
     if (!(now <= out.lastFinishMs)) out.lastFinishMs = now;
-    trace?.({ type: 'complete', t: now, id: f.id, ok: f.reason !== 'abort' });
-    routerOf(idx).complete(f.id, f.reason !== 'abort');
+    const finished = f.reason !== 'abort';
+    trace?.({ type: 'complete', t: now, id: f.id, ok: finished, ...(finished ? { outputTokens: f.outputTokens } : {}) });
+    routerOf(idx).complete(f.id, finished, finished ? f.outputTokens : undefined);
     if (shareLoad) mirrorLoad(replicaOf(idx, nReplicas), w, (s) => s.end(f.id));
     followUp(idx, now);
     if (cache) {

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { Gateway } from '../../src/gateway/gateway.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
-import { MODEL, parseSse, post, startGateway, startSims, streamText } from './helpers.js';
+import { MODEL, parseSse, post, startGateway, startSims, startStub, streamText } from './helpers.js';
 
 let sims: SimWorker[];
 let gw: Gateway;
@@ -103,4 +103,51 @@ test('worker 4xx (prompt too long): same status and message, in OpenAI’s shape
   assert.equal(via.json.error.message, direct.json.error.message);
   assert.equal(via.json.error.type, 'invalid_request_error');
   assert.equal(typeof via.json.error.code, 'string');
+});
+
+test('the routing policy learns how long answers run from the relayed bytes (usage, or a stream’s events)', async () => {
+  const stub = await startStub((req, res) => {
+    if (req.method === 'GET') {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.end(req.url === '/metrics' ? '' : 'ok');
+      return;
+    }
+    let raw = '';
+    req.on('data', (c) => (raw += c));
+    req.on('end', () => {
+      const body = JSON.parse(raw);
+      if (!body.stream) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ id: 'x', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage: { prompt_tokens: 30, total_tokens: 37, completion_tokens: 7 } }));
+        return;
+      }
+      // No usage: 20 token events after the role event, each written apart, ending mid-event.
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const ev = (delta: object) => `data: ${JSON.stringify({ id: 'x', object: 'chat.completion.chunk', choices: [{ index: 0, delta, finish_reason: null }] })}\n\n`;
+      res.write(ev({ role: 'assistant', content: '' }));
+      for (let i = 0; i < 20; i++) {
+        const e = ev({ content: `w${i} ` });
+        res.write(e.slice(0, -1));
+        res.write('\n');
+      }
+      res.end('data: [DONE]\n\n');
+    });
+  });
+  const { gw, url } = await startGateway([stub.url]);
+  const learned = async () => ((await (await fetch(url + '/admin/workers')).json()) as any[])[0].kvgate.outputLength;
+  try {
+    assert.deepEqual(await learned(), { classes: 0, unseenRatio: null });
+    const ask = (content: string, stream: boolean) =>
+      post(url + '/v1/chat/completions', { model: MODEL, stream, max_tokens: 100, messages: [{ role: 'user', content }] });
+    const a = await ask('Classify the sentiment of this sentence, in one word: the river was calm and wide today.', false);
+    assert.equal(a.status, 200);
+    assert.deepEqual(await learned(), { classes: 1, unseenRatio: 0.07 });
+    const b = await ask('Write a short poem about mountains in winter, with snow and quiet valleys below them.', true);
+    assert.equal(b.status, 200);
+    assert.equal(parseSse(b.text).length, 22);
+    assert.deepEqual(await learned(), { classes: 2, unseenRatio: 0.135 }, 'the mean of 7/100 and 20/100');
+  } finally {
+    await gw.close();
+    await stub.close();
+  }
 });

@@ -294,7 +294,7 @@ describe('fleet simulation routes exactly as the Router does in a plain loop', (
           router.firstToken(e.id);
           break;
         case 'complete':
-          router.complete(e.id, e.ok);
+          router.complete(e.id, e.ok, e.outputTokens);
           break;
       }
     }

@@ -23,7 +23,8 @@
  * last report and this gateway's own in-flight count), C = their context tokens (the gateway's
  * in-flight prompts plus half their expected outputs), S = Σ stallShare(their expected outputs)
  * (both scaled up from this gateway's requests to N), P = this prompt, out = its expected output
- * (max_tokens, capped as for reservations), W = tpotWorthMs:
+ * (max_tokens, or the share of it that answers like this one have used: the policy's
+ * OutputLengthModel, capped as for reservations), W = tpotWorthMs:
  *
  *   decodeMs = W · k · C / headroom       each of this request's decode steps reads the batch's
  *                                         KV: its TPOT grows by k · C, worth more the nearer
@@ -75,7 +76,6 @@ import type { WorkerState } from '../../fleet/worker-state.js';
 import { stateKey } from '../../util/state.js';
 import type { PrefixMatcher } from '../index/prefix-match.js';
 import { clamp01 } from '../pipeline.js';
-import { RESERVE_OUTPUT_TOKENS_CAP } from '../router.js';
 import { USED_STALE_METRICS } from '../state-keys.js';
 import type { Producer, RouteRequest } from '../types.js';
 
@@ -93,7 +93,7 @@ export interface KvgateEstimate {
   waiting: number;
   running: number;
   session: boolean;
-  /** Output tokens expected (max_tokens, capped as for reservations). */
+  /** Output tokens expected (the policy's expectedOutput). */
   outputTokens: number;
   /** Context tokens of the requests in w's batch (this request's decode steps read their KV). */
   batchContextTokens: number;
@@ -159,6 +159,8 @@ export interface KvgateEstimateOptions {
   stallWeight: number;
   /** Prefill throughput assumed for `w`, tokens/s. */
   prefillRate(w: WorkerState): number;
+  /** Output tokens expected of the request (at most max_tokens, capped as for reservations). */
+  expectedOutput(req: RouteRequest): number;
   /**
    * This gateway's requests in flight at `w` (their number is w.inflightCount): their context
    * tokens (prompt plus half the expected output) and Σ stallShare(expected output).
@@ -184,7 +186,7 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
         const matches = o.matcher.matches(req, ws, ctx);
         const prompt = req.promptTokens.length;
         const sessionWorker = req.sessionKey !== undefined ? o.sessionWorker(req.sessionKey) : undefined;
-        const out = Math.min(req.maxTokens, RESERVE_OUTPUT_TOKENS_CAP);
+        const out = o.expectedOutput(req);
         const kPerToken = o.decodeMsPer1kContext / 1000;
         for (const w of ws) {
           if (m.has(w)) continue;

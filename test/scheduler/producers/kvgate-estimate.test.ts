@@ -41,6 +41,7 @@ function producer(
     tpotTargetMs: 50,
     stallWeight: 1,
     prefillRate: (w) => rates[w.id] ?? 10_000,
+    expectedOutput: (req) => Math.min(req.maxTokens, 1024),
     inflightBatch: (w) => decode.batch[w.id] ?? { contextTokens: 0, stallShare: 0 },
     sessionWorker: (k) => sessions[k],
   };

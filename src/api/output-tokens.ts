@@ -1,0 +1,81 @@
+/**
+ * The length of a relayed answer in tokens, read off the bytes as they pass (for the routing
+ * policy, which learns how long answers run: scheduler/output-length.ts). Nothing is parsed or
+ * copied per chunk; the relay keeps references to the last two chunks and counts event ends.
+ *
+ * - A response carrying `usage` (every JSON answer; a stream with
+ *   `stream_options.include_usage` or vLLM's `continuous_usage_stats`) says it exactly: the last
+ *   `"completion_tokens":` in its final bytes.
+ * - Otherwise a stream is counted by its events: vLLM sends one per generated token, plus a
+ *   chat stream's first (the assistant role, no token), and `data: [DONE]`. A stream whose stop
+ *   string held text back sends it in one event later, so that count is a floor, close enough
+ *   for a mean.
+ */
+
+const USAGE_KEY = Buffer.from('"completion_tokens":');
+const DONE_MARK = Buffer.from('data: [DONE]\n\n');
+const LF = 0x0a;
+/** How far from the end of the body `usage` is looked for (vLLM's trails it by ~100 bytes). */
+const USAGE_WINDOW = 512;
+
+export class OutputTokenCounter {
+  private events = 0;
+  private prev: Buffer | null = null;
+  private last: Buffer | null = null;
+
+  /**
+   * A body chunk about to be relayed. `tail`: the last two bytes relayed before it (api/sse.ts
+   * updateTail), so an event end split across two chunks is counted once.
+   */
+  chunk(chunk: Buffer, stream: boolean, tail: number): void {
+    this.prev = this.last;
+    this.last = chunk;
+    if (!stream || chunk.length === 0) return;
+    // "\n" | "\n…": the previous chunk ended in a lone newline and this one completes the pair.
+    if ((tail & 0xff) === LF && (tail >> 8) !== LF && chunk[0] === LF) this.events++;
+    let i = chunk.indexOf('\n\n');
+    while (i !== -1) {
+      this.events++;
+      i = chunk.indexOf('\n\n', i + 2);
+    }
+  }
+
+  /** Output tokens of the whole answer (all choices), or undefined when nothing says. */
+  total(kind: 'chat' | 'completions', stream: boolean): number | undefined {
+    const usage = this.usageTokens();
+    if (usage !== undefined || !stream) return usage;
+    let n = this.events;
+    if (kind === 'chat') n--;
+    if (this.tailHas(DONE_MARK)) n--;
+    return n >= 0 ? n : undefined;
+  }
+
+  /** `mark` occurs in the last USAGE_WINDOW bytes of the body (the last two chunks). */
+  private tailHas(mark: Buffer): boolean {
+    const last = this.last;
+    if (last === null) return false;
+    if (last.lastIndexOf(mark) !== -1) return true;
+    if (this.prev === null || last.length >= USAGE_WINDOW) return false;
+    return Buffer.concat([this.prev.subarray(Math.max(0, this.prev.length - USAGE_WINDOW)), last]).lastIndexOf(mark) !== -1;
+  }
+
+  private usageTokens(): number | undefined {
+    const last = this.last;
+    if (last === null) return undefined;
+    let at = last.lastIndexOf(USAGE_KEY);
+    let buf = last;
+    if (at === -1 || last.length - at < USAGE_KEY.length + 1) {
+      // The key may straddle the last two chunks.
+      if (this.prev === null || last.length >= USAGE_WINDOW) return undefined;
+      buf = Buffer.concat([this.prev.subarray(Math.max(0, this.prev.length - USAGE_WINDOW)), last]);
+      at = buf.lastIndexOf(USAGE_KEY);
+      if (at === -1) return undefined;
+    } else if (last.length - at > USAGE_WINDOW) return undefined;
+    let i = at + USAGE_KEY.length;
+    while (buf[i] === 0x20) i++;
+    let n = 0;
+    let digits = 0;
+    for (; i < buf.length && buf[i]! >= 0x30 && buf[i]! <= 0x39; i++, digits++) n = n * 10 + buf[i]! - 0x30;
+    return digits > 0 ? n : undefined;
+  }
+}
