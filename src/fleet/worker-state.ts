@@ -108,6 +108,10 @@ export class WorkerState {
   dispatchedSinceSnapshot = 0;
   /** KV blocks reserved by in-flight requests dispatched after the current snapshot. */
   blocksReservedSinceSnapshot = 0;
+  /** This gateway's requests whose first token arrived after the current snapshot. */
+  firstTokensSinceSnapshot = 0;
+  /** This gateway's requests that ended after the current snapshot (finished, failed, cancelled). */
+  endedSinceSnapshot = 0;
   /** Decisions made for this worker (for /admin/workers and tests). */
   routed = 0;
 
@@ -149,6 +153,8 @@ export class WorkerState {
     this.lastScrapeAttemptAt = s.at;
     this.dispatchedSinceSnapshot = 0;
     this.blocksReservedSinceSnapshot = 0;
+    this.firstTokensSinceSnapshot = 0;
+    this.endedSinceSnapshot = 0;
   }
 
   /** A scrape failed or returned garbage: keep the old snapshot (it goes stale), note why. */
@@ -166,6 +172,25 @@ export class WorkerState {
     if (this.isStale(now, staleAfterMs)) return { running: this.inflightCount, waiting: 0 };
     const s = this.snapshot!;
     return { running: s.running, waiting: s.waiting + this.dispatchedSinceSnapshot };
+  }
+
+  /**
+   * Requests queued and running at the worker now, as best known: the snapshot moved forward by
+   * what this gateway saw happen since — its dispatches join the queue, its first tokens move a
+   * request from the queue to the batch, its completions leave the batch — or the gateway's own
+   * in-flight count when there is no usable snapshot. Between scrapes a busy worker's batch turns
+   * over (bursty traffic at 16 workers: a scrape a second, requests of a few seconds); the
+   * snapshot alone, plus dispatches, still counts the requests that left, and the kvgate policy
+   * read a worker that had emptied as full. Engine-side moves (a preemption sends a running
+   * request back to the queue) show at the next scrape. A non-streamed request's first token is
+   * seen only at its end: it counts as queued until it leaves, which keeps the total right.
+   */
+  currentQueue(now: number, staleAfterMs: number): { running: number; waiting: number } {
+    if (this.isStale(now, staleAfterMs)) return { running: this.inflightCount, waiting: 0 };
+    const s = this.snapshot!;
+    const waiting = Math.max(0, s.waiting + this.dispatchedSinceSnapshot - this.firstTokensSinceSnapshot);
+    const running = Math.max(0, s.running + this.firstTokensSinceSnapshot - this.endedSinceSnapshot);
+    return { running, waiting };
   }
 
   /** Free KV blocks as best known, net of blocks reserved by requests dispatched since the scrape. */
@@ -197,6 +222,7 @@ export class WorkerState {
     if (!r || r.firstTokenAt !== undefined) return;
     r.firstTokenAt = now;
     this.inflightPrefillTokens -= r.uncachedTokens;
+    this.firstTokensSinceSnapshot++;
   }
 
   /** The request finished, failed or was cancelled: release everything charged for it. */
@@ -204,7 +230,12 @@ export class WorkerState {
     const r = this.inflight.get(id);
     if (!r) return undefined;
     this.inflight.delete(id);
-    if (r.firstTokenAt === undefined) this.inflightPrefillTokens -= r.uncachedTokens;
+    if (r.firstTokenAt === undefined) {
+      // Ended before its first token (failed, cancelled, or non-streamed): it leaves the queue.
+      this.inflightPrefillTokens -= r.uncachedTokens;
+      this.firstTokensSinceSnapshot++;
+    }
+    this.endedSinceSnapshot++;
     this.inflightTokens -= r.promptTokens + r.maxTokens;
     this.inflightBlocks -= r.blocks;
     if (this.snapshot !== null && r.dispatchedAt > this.snapshot.at) {

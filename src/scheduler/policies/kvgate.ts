@@ -14,10 +14,11 @@
  *
  * "Queued ahead" is the gateway's own count of prompt tokens dispatched there and not yet past
  * their first token (WorkerState.inflightPrefillTokens), so it is exact for this gateway's traffic
- * and never stale; waiting/running come from the snapshot plus dispatches since, or from the
+ * and never stale; waiting/running come from the snapshot moved forward by this gateway's own
+ * dispatches, first tokens and completions since (WorkerState.currentQueue), or from the
  * gateway's in-flight count once the snapshot is stale (say so, never fail closed). The prefill
- * rate is configured per deployment and, by default, learned per worker from observed first
- * tokens (onFirstToken); a worker not learned yet is assumed to do what its pool has learned.
+ * rate is configured per deployment and, by default, learned per pool from observed first tokens
+ * (onFirstToken).
  *
  * The cost is decode-aware: the N requests batched at the worker, with C context tokens between
  * them (the gateway's in-flight accounting), get this request's uncached prefill chunks in their

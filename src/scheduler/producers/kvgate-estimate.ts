@@ -59,8 +59,10 @@
  * one learned from first tokens; k and decodeStepMs are configured (KV bytes per token and weight
  * bytes over memory bandwidth).
  *
- * waiting/running and free blocks come from the last snapshot plus dispatches since, or from the
- * gateway's in-flight accounting once the snapshot is stale (flagged USED_STALE_METRICS); in exact
+ * waiting/running come from the last snapshot moved forward by this gateway's dispatches, first
+ * tokens and completions since (WorkerState.currentQueue), free blocks from the last snapshot
+ * less what was reserved since, or both from the gateway's in-flight accounting once the snapshot
+ * is stale (flagged USED_STALE_METRICS); in exact
  * mode from the probe. The table adds the candidates' ranges (min ttft, min cost, min/max waiting
  * and running) that the relative scorers normalise with.
  *
@@ -195,7 +197,7 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           const uncached = prompt - cached;
           const stale = !probe && w.isStale(ctx.now, ctx.staleAfterMs);
           if (stale) req.state.set(USED_STALE_METRICS, true);
-          const q = probe ? { running: probe.running(), waiting: probe.waiting() } : w.estimatedQueue(ctx.now, ctx.staleAfterMs);
+          const q = probe ? { running: probe.running(), waiting: probe.waiting() } : w.currentQueue(ctx.now, ctx.staleAfterMs);
           // The engine's pending prefill counts every gateway's traffic but not the chunk of the
           // step in flight (taken off at the step's start, its first token due only at the step's
           // end); the gateway's own in-flight prefill still counts that step. Take the larger.
@@ -211,7 +213,7 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           const mine = w.inflightCount;
           const batch = probe
             ? probe.running() + probe.waiting()
-            : Math.max(mine, stale || !w.snapshot ? 0 : w.snapshot.running + w.snapshot.waiting);
+            : Math.max(mine, stale ? 0 : q.running + q.waiting);
           const ours = o.inflightBatch(w);
           const scale = mine > 0 ? Math.max(1, batch / mine) : 0;
           const batchCtx = mine > 0 ? ours.contextTokens * scale : batch * (prompt + out / 2);

@@ -80,13 +80,14 @@ test('per worker: cached share, TTFT from the prefill ahead and uncached at its 
     running: 4,
     session: false,
     outputTokens: 16,
-    // a reports 7 requests where this gateway has 1: its batch is taken to be 7 like that one.
-    batchContextTokens: 7000,
+    // a reported 7 requests, and this gateway has sent it 1 since, where it has 1 in flight: its
+    // batch is taken to be 8 like that one.
+    batchContextTokens: 8000,
     decodeMs: 0,
-    // 80 ms of prefill stall for 7 requests like that one, 7 · 10 · 80 ms, weighed by the headroom
+    // 80 ms of prefill stall for 8 requests like that one, 8 · 10 · 80 ms, weighed by the headroom
     // their TPOT has left: a bare 7.5 ms step of the 50 ms target (no KV read here) leaves 0.85.
-    stallMs: 5600 / (1 - 7.5 / 50),
-    costMs: 130 + 5600 / (1 - 7.5 / 50),
+    stallMs: 6400 / (1 - 7.5 / 50),
+    costMs: 130 + 6400 / (1 - 7.5 / 50),
   });
   // b: 1,600 uncached at 20,000 tokens/s, the session's worker, 100 blocks free of 1,000, needs 100.
   assert.deepEqual(
@@ -103,8 +104,9 @@ test("a placement's KV read is counted for the steps it shares with the neighbou
   // to generate (stallShare 20 / 99), so about 50 left on average.
   const batch = { a: { contextTokens: 2000, stallShare: 20 / 99 } };
   const { p } = producer({}, {}, { msPer1k: 0.06, batch });
-  const a = worker('a', { snapshot: { running: 10, waiting: 0 } });
+  const a = worker('a', { snapshot: null });
   a.begin({ id: 'y', promptTokens: 2000, uncachedTokens: 0, maxTokens: 100, blocks: 10, dispatchedAt: 0 });
+  a.applySnapshot({ at: 0, kvUsage: 0, running: 10, waiting: 0 });
   const k = 0.06 / 1000;
   const stall = (maxTokens: number, overlap: number): void => {
     const req = request(seq(0, 1600), { maxTokens });
@@ -158,4 +160,22 @@ test('a stale snapshot: in-flight accounting, flagged; a retry estimates only th
   assert.equal(kvgateEstimate(req, a), first);
   assert.equal(kvgateEstimate(req, b)!.waiting, 1);
   assert.deepEqual(req.state.get(KVGATE_ESTIMATE_TABLE)!.ws.map((w) => w.id), ['b', 'a']);
+});
+
+test('a batch that turned over since the scrape: what left is not counted, what came is', () => {
+  const { p } = producer();
+  const a = worker('a', { snapshot: null });
+  for (let i = 0; i < 6; i++) {
+    a.begin({ id: `r${i}`, promptTokens: 1000, uncachedTokens: 1000, maxTokens: 50, blocks: 70, dispatchedAt: 0 });
+    a.firstToken(`r${i}`, 1);
+  }
+  a.applySnapshot({ at: 2, kvUsage: 0.4, running: 6, waiting: 0 });
+  for (let i = 0; i < 5; i++) a.end(`r${i}`);
+  a.begin({ id: 'n', promptTokens: 1000, uncachedTokens: 1000, maxTokens: 50, blocks: 70, dispatchedAt: 3 });
+  const req = request(seq(0, 160));
+  p.produce(req, [a], ctx(4));
+  const e = kvgateEstimate(req, a)!;
+  assert.deepEqual({ running: e.running, waiting: e.waiting }, { running: 1, waiting: 1 });
+  // The queue terms count the one left running and the one sent since, not the scrape's six plus one.
+  assert.equal(e.ttftMs, 0.1 * (1000 + 160) + 2 * 1 + 0.5 * 1);
 });
