@@ -42,40 +42,32 @@ export class OutputTokenCounter {
 
   /** Output tokens of the whole answer (all choices), or undefined when nothing says. */
   total(kind: 'chat' | 'completions', stream: boolean): number | undefined {
-    const usage = this.usageTokens();
+    const tail = this.tailWindow();
+    if (tail === null) return undefined;
+    const usage = usageTokens(tail);
     if (usage !== undefined || !stream) return usage;
     let n = this.events;
     if (kind === 'chat') n--;
-    if (this.tailHas(DONE_MARK)) n--;
+    if (tail.lastIndexOf(DONE_MARK) !== -1) n--;
     return n >= 0 ? n : undefined;
   }
 
-  /** `mark` occurs in the last USAGE_WINDOW bytes of the body (the last two chunks). */
-  private tailHas(mark: Buffer): boolean {
+  /** The body's last bytes: the last chunk, with the end of the one before when it is short. */
+  private tailWindow(): Buffer | null {
     const last = this.last;
-    if (last === null) return false;
-    if (last.lastIndexOf(mark) !== -1) return true;
-    if (this.prev === null || last.length >= USAGE_WINDOW) return false;
-    return Buffer.concat([this.prev.subarray(Math.max(0, this.prev.length - USAGE_WINDOW)), last]).lastIndexOf(mark) !== -1;
+    if (last === null || this.prev === null || last.length >= USAGE_WINDOW) return last;
+    return Buffer.concat([this.prev.subarray(Math.max(0, this.prev.length - USAGE_WINDOW)), last]);
   }
+}
 
-  private usageTokens(): number | undefined {
-    const last = this.last;
-    if (last === null) return undefined;
-    let at = last.lastIndexOf(USAGE_KEY);
-    let buf = last;
-    if (at === -1 || last.length - at < USAGE_KEY.length + 1) {
-      // The key may straddle the last two chunks.
-      if (this.prev === null || last.length >= USAGE_WINDOW) return undefined;
-      buf = Buffer.concat([this.prev.subarray(Math.max(0, this.prev.length - USAGE_WINDOW)), last]);
-      at = buf.lastIndexOf(USAGE_KEY);
-      if (at === -1) return undefined;
-    } else if (last.length - at > USAGE_WINDOW) return undefined;
-    let i = at + USAGE_KEY.length;
-    while (buf[i] === 0x20) i++;
-    let n = 0;
-    let digits = 0;
-    for (; i < buf.length && buf[i]! >= 0x30 && buf[i]! <= 0x39; i++, digits++) n = n * 10 + buf[i]! - 0x30;
-    return digits > 0 ? n : undefined;
-  }
+/** The number after the last `"completion_tokens":` within USAGE_WINDOW of the end of `tail`. */
+function usageTokens(tail: Buffer): number | undefined {
+  const at = tail.lastIndexOf(USAGE_KEY);
+  if (at === -1 || tail.length - at > USAGE_WINDOW) return undefined;
+  let i = at + USAGE_KEY.length;
+  while (tail[i] === 0x20) i++;
+  let n = 0;
+  let digits = 0;
+  for (; i < tail.length && tail[i]! >= 0x30 && tail[i]! <= 0x39; i++, digits++) n = n * 10 + tail[i]! - 0x30;
+  return digits > 0 ? n : undefined;
 }
