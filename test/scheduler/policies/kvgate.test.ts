@@ -388,3 +388,24 @@ test('on identical workers kvgate’s TTFT tail is that of exact information (le
   const p99 = (name: string): number => results.policies.find((p) => p.name === name)!.ttft_ms.p99!;
   assert.ok(p99('kvgate') <= 1.2 * p99('oracle'), `kvgate ${p99('kvgate')} ms, oracle ${p99('oracle')} ms`);
 });
+
+test('under bursty load kvgate reads each worker’s batch as it is now, not as the last scrape left it', async () => {
+  // Long prompts in bursts over 8 workers at round-robin's capacity. Counting the scrape's
+  // requests that had since finished as still there, kvgate saw emptied workers as full and sent
+  // long prompts where they preempted: 8 and 22 preemptions on seeds 5 and 7; 0 and 13 now.
+  let preemptions = 0;
+  for (const seed of [5, 7]) {
+    const { results } = await runBench({
+      source: workloadSource('bursty', { size: 2000, seed }),
+      policies: ['kvgate'],
+      workers: 8,
+      gpu: 'h100',
+      model: 'llama-3.1-8b',
+      seed,
+      rateScale: 1.189207,
+      omitWallTime: true,
+    });
+    preemptions += results.policies[0]!.preemptions;
+  }
+  assert.ok(preemptions <= 15, `${preemptions} preemptions on seeds 5 and 7`);
+});
