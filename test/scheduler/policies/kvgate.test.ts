@@ -371,20 +371,32 @@ test('one prefill rate per pool: every worker of the pool learns from each one�
   assert.ok(Math.abs(policy.prefillRate(c!) - 13_800) < 1e-6);
 });
 
+/** A simulated fleet of H100s serving Llama-3.1-8B, the workload's requests at `rateScale` × its rate. */
+async function simulate(
+  workload: string,
+  params: { size: number; seed: number; rate?: number },
+  policies: string[],
+  workers: number,
+  rateScale: number,
+) {
+  const { results } = await runBench({
+    source: workloadSource(workload, params),
+    policies,
+    workers,
+    gpu: 'h100',
+    model: 'llama-3.1-8b',
+    seed: params.seed,
+    rateScale,
+    omitWallTime: true,
+  });
+  return results;
+}
+
 test('on identical workers kvgate’s TTFT tail is that of exact information (learned rates do not feed back on the load)', async () => {
   // Shared-prefix bursts over 16 workers at round-robin's capacity. With a prefill rate learned
   // per worker, the worker that had been sent a burst measured a high rate, looked cheapest and
   // drew the next burst: TTFT p99 171 ms against 74 ms for the same rules on exact engine state.
-  const { results } = await runBench({
-    source: workloadSource('shared-prefix', { size: 2000, rate: 140, seed: 5 }),
-    policies: ['kvgate', 'oracle'],
-    workers: 16,
-    gpu: 'h100',
-    model: 'llama-3.1-8b',
-    seed: 5,
-    rateScale: 2.890362,
-    omitWallTime: true,
-  });
+  const results = await simulate('shared-prefix', { size: 2000, rate: 140, seed: 5 }, ['kvgate', 'oracle'], 16, 2.890362);
   const p99 = (name: string): number => results.policies.find((p) => p.name === name)!.ttft_ms.p99!;
   assert.ok(p99('kvgate') <= 1.2 * p99('oracle'), `kvgate ${p99('kvgate')} ms, oracle ${p99('oracle')} ms`);
 });
@@ -395,16 +407,7 @@ test('under bursty load kvgate reads each worker’s batch as it is now, not as 
   // long prompts where they preempted: 8 and 22 preemptions on seeds 5 and 7; 0 and 13 now.
   let preemptions = 0;
   for (const seed of [5, 7]) {
-    const { results } = await runBench({
-      source: workloadSource('bursty', { size: 2000, seed }),
-      policies: ['kvgate'],
-      workers: 8,
-      gpu: 'h100',
-      model: 'llama-3.1-8b',
-      seed,
-      rateScale: 1.189207,
-      omitWallTime: true,
-    });
+    const results = await simulate('bursty', { size: 2000, seed }, ['kvgate'], 8, 1.189207);
     preemptions += results.policies[0]!.preemptions;
   }
   assert.ok(preemptions <= 15, `${preemptions} preemptions on seeds 5 and 7`);
