@@ -11,6 +11,7 @@
  *            + queueMsPerWaiting · waiting + decodeMsPerRunning · running
  *   costMs = ttftMs + W · k · C / max(0.05, 1 − (decodeStepMs + k · C) / tpotTargetMs)
  *            + stallWeight · (S · uncached / prefill rate / batch headroom + N · overlap · k · context)
+ *            + preemptionWeight · P(out of KV) · (recompute of its context + the stall that puts in the batch)
  *
  * "Queued ahead" is the gateway's own count of prompt tokens dispatched there and not yet past
  * their first token (WorkerState.inflightPrefillTokens), so it is exact for this gateway's traffic
@@ -138,6 +139,16 @@ export const kvgateOptions = z.strictObject({
   stallWeight: numberKnob(
     1,
     "what the delay the request causes the worker's other requests counts for against its own (1: all alike; 0: own TTFT and decode only)",
+  ),
+  // The preemption term's likelihood counts every request on the worker at its full length at
+  // once, which they seldom reach together: weight 1 cut bursty traffic's preemptions at
+  // round-robin's capacity the most (50 → 6 on 16 workers) but lowered capacity at SLO by up to
+  // 6% as long prompts crowded the workers serving short answers; 0.5 kept capacity (0.95–1.06×
+  // over ten fleets and seeds) with 50 → 12 (README, "Capacity at SLO first").
+  preemptionWeight: numberKnob(
+    0.5,
+    'what the expected cost of a preemption for lack of KV (its recompute and the stall that puts in the batch) counts for in the cost (0: ignored)',
+    { min: 0 },
   ),
   nearRelative: numberKnob(0.25, 'near band: workers with TTFT ≤ min TTFT · (1 + nearRelative) + nearAbsoluteMs'),
   nearAbsoluteMs: numberKnob(0, 'absolute slack of the near band, ms'),
@@ -279,6 +290,7 @@ export class KvgatePolicy implements Policy {
           decodeStepMs: p.decodeStepMs,
           tpotTargetMs: p.tpotTargetMs,
           stallWeight: p.stallWeight,
+          preemptionWeight: p.preemptionWeight,
           prefillRate: (w) => this.prefillRate(w),
           expectedOutput: (req) => this.expectedOutput(req),
           inflightBatch: (w) => this.inflightBatch.get(w.id) ?? NO_BATCH,

@@ -41,7 +41,20 @@
  *                                         decode, on average half its expected output; n̄ = W · N / S
  *                                         (the batch's expected outputs, harmonic mean)
  *   batchHeadroom = max(0.05, 1 − (decodeStepMs + k · (C + P + out/2)) / tpotTargetMs)
- *   costMs   = ttftMs + decodeMs + stallWeight · stallMs
+ *
+ * and what it risks if w runs out of KV before its requests finish (vLLM then preempts the latest
+ * arrival, frees its blocks and recomputes it from scratch):
+ *
+ *   inUse    = the larger of the blocks in use as last reported (plus what was reserved since) and
+ *              the blocks this gateway reserved for everything it has in flight at w, which counts
+ *              the output those requests will still write (no scrape can show it)
+ *   need     = blocks of the uncached prompt + reserved output (as the kv-fit filter counts them)
+ *   pOver    = min(1, max(0, inUse + need − numGpuBlocks) / need)    the share of this request
+ *                                         that does not fit if every request there grew to its end
+ *   preemptMs = pOver · msPerToken · (P + out) · (1 + stallWeight · S / batchHeadroom)
+ *                                         a recompute of its context, and the stall that recompute
+ *                                         puts in the batch's steps, as its first prefill did
+ *   costMs   = ttftMs + decodeMs + stallWeight · stallMs + preemptionWeight · preemptMs
  *
  * costMs puts the TTFT a cached prefix saves against the TPOT that joining a crowded batch costs
  * this request and what its prefill and its KV cost the worker's running requests, all in
@@ -55,7 +68,11 @@
  * is bounded by the steps the neighbours have left: taking each to decode as long as this request
  * (N · out · k · (P + out/2)) priced the workers serving many short answers out of reach for a
  * long prompt with a long answer, and long prompts queued and preempted on the few workers full of
- * long contexts (bursty TTFT p99 7 s; README, "Capacity at SLO first"). The prefill rate is the
+ * long contexts (bursty TTFT p99 7 s; README, "Capacity at SLO first"). The same stall term still
+ * sends long prompts where few short answers decode, which are the workers already full of long
+ * contexts; the preemption term is what stops that before their KV runs out. pOver is an upper
+ * bound (requests seldom all reach their end at once), so its weight is below one; see the
+ * policy's preemptionWeight. The prefill rate is the
  * one learned from first tokens; k and decodeStepMs are configured (KV bytes per token and weight
  * bytes over memory bandwidth).
  *
@@ -69,13 +86,14 @@
  * Inputs: the prefix matcher, the policy's learned prefill rate per worker, its in-flight batch
  * accounting per worker (context tokens, Σ stallShare(expected output)) and session table.
  * Options: queueMsPerWaiting, decodeMsPerRunning, decodeMsPer1kContext, tpotWorthMs, decodeStepMs,
- * tpotTargetMs, stallWeight (the kvgate policy's).
+ * tpotTargetMs, stallWeight, preemptionWeight (the kvgate policy's).
  *
  * Estimates are kept for the request's lifetime: a retry over other workers estimates only the
  * workers not seen before.
  */
 import type { WorkerState } from '../../fleet/worker-state.js';
 import { stateKey } from '../../util/state.js';
+import { blocksNeeded } from '../filters/kv-fit.js';
 import type { PrefixMatcher } from '../index/prefix-match.js';
 import { clamp01 } from '../pipeline.js';
 import { USED_STALE_METRICS } from '../state-keys.js';
@@ -103,7 +121,9 @@ export interface KvgateEstimate {
   decodeMs: number;
   /** What this request costs w's batch: its prefill stall weighted by stallShare, its KV read. */
   stallMs: number;
-  /** ttftMs + decodeMs + stallWeight · stallMs: what this placement costs, in ms of TTFT. */
+  /** What a preemption for lack of KV at w would cost, times its likelihood, in ms of TTFT. */
+  preemptMs: number;
+  /** ttftMs + decodeMs + stallWeight · stallMs + preemptionWeight · preemptMs, in ms of TTFT. */
   costMs: number;
 }
 
@@ -159,6 +179,8 @@ export interface KvgateEstimateOptions {
   tpotTargetMs: number;
   /** What the delay of the other requests counts for against this request's own. */
   stallWeight: number;
+  /** What the expected cost of a preemption for lack of KV counts for (0: ignored). */
+  preemptionWeight: number;
   /** Prefill throughput assumed for `w`, tokens/s. */
   prefillRate(w: WorkerState): number;
   /** Output tokens expected of the request (at most max_tokens, capped as for reservations). */
@@ -232,6 +254,14 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           const stallMs = (batchStall * msPerToken * uncached) / batchHeadroom + batch * overlap * kPerToken * ownCtx;
           const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
           const need = Math.ceil(uncached / w.blockSize);
+          // Room for the request to the end of its answer, with every request there at its end.
+          const total = w.numGpuBlocks;
+          const footprint = blocksNeeded(req, w, cached);
+          const overflow = Math.max(total - free, w.inflightBlocks) + footprint - total;
+          const preemptMs =
+            overflow > 0
+              ? Math.min(1, overflow / Math.max(1, footprint)) * msPerToken * (prompt + out) * (1 + (o.stallWeight * batchStall) / batchHeadroom)
+              : 0;
           m.set(w, {
             hit: prompt > 0 ? cached / prompt : 0,
             cachedTokens: cached,
@@ -247,7 +277,8 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
             batchContextTokens: batchCtx,
             decodeMs,
             stallMs,
-            costMs: ttftMs + decodeMs + o.stallWeight * stallMs,
+            preemptMs,
+            costMs: ttftMs + decodeMs + o.stallWeight * stallMs + o.preemptionWeight * preemptMs,
           });
         }
       }

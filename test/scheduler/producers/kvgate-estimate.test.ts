@@ -40,6 +40,7 @@ function producer(
     decodeStepMs: 7.5,
     tpotTargetMs: 50,
     stallWeight: 1,
+    preemptionWeight: 0.5,
     prefillRate: (w) => rates[w.id] ?? 10_000,
     expectedOutput: (req) => Math.min(req.maxTokens, 1024),
     inflightBatch: (w) => decode.batch[w.id] ?? { contextTokens: 0, stallShare: 0 },
@@ -87,6 +88,8 @@ test('per worker: cached share, TTFT from the prefill ahead and uncached at its 
     // 80 ms of prefill stall for 8 requests like that one, 8 · 10 · 80 ms, weighed by the headroom
     // their TPOT has left: a bare 7.5 ms step of the 50 ms target (no KV read here) leaves 0.85.
     stallMs: 6400 / (1 - 7.5 / 50),
+    // 490 blocks free, 10 reserved by what is in flight, 51 needed: room to spare.
+    preemptMs: 0,
     costMs: 130 + 6400 / (1 - 7.5 / 50),
   });
   // b: 1,600 uncached at 20,000 tokens/s, the session's worker, 100 blocks free of 1,000, needs 100.
@@ -160,6 +163,35 @@ test('a stale snapshot: in-flight accounting, flagged; a retry estimates only th
   assert.equal(kvgateEstimate(req, a), first);
   assert.equal(kvgateEstimate(req, b)!.waiting, 1);
   assert.deepEqual(req.state.get(KVGATE_ESTIMATE_TABLE)!.ws.map((w) => w.id), ['b', 'a']);
+});
+
+test('a worker whose requests would outgrow its KV charges the likely preemption: a recompute and its stall', () => {
+  // One request of ours at each worker, a's reserved 950 of its 1,000 blocks (a long answer still
+  // to write: the scrape after it shows 200 in use); b's reserved 50 of them.
+  const { p } = producer({}, {}, { msPer1k: 0, batch: { a: { contextTokens: 0, stallShare: 2 }, b: { contextTokens: 0, stallShare: 2 } } });
+  const a = worker('a', { blocks: 1000, snapshot: { kvUsage: 0.2 } });
+  const b = worker('b', { blocks: 1000, snapshot: { kvUsage: 0.2 } });
+  a.begin({ id: 'long', promptTokens: 3200, uncachedTokens: 3200, maxTokens: 12000, blocks: 950, dispatchedAt: 0 });
+  b.begin({ id: 'short', promptTokens: 800, uncachedTokens: 800, maxTokens: 0, blocks: 50, dispatchedAt: 0 });
+  for (const w of [a, b]) w.applySnapshot({ at: 0.5, kvUsage: 0.2, running: 1, waiting: 0 });
+  // 1,584 prompt tokens (99 blocks) and 16 to generate (1 block): 100 blocks needed.
+  const req = request(seq(0, 1584));
+  p.produce(req, [a, b], ctx(1));
+  const ea = kvgateEstimate(req, a)!;
+  const eb = kvgateEstimate(req, b)!;
+  // At a, 950 + 100 − 1,000 = 50 of its 100 blocks do not fit once the long answer is written:
+  // half a recompute of its 1,600 tokens of context at 0.1 ms each, plus the stall that recompute
+  // puts in the batch (Σ stallShare 2, over the headroom of a bare 7.5 ms step of 50 ms).
+  const preempt = 0.5 * 0.1 * 1600 * (1 + 2 / (1 - 7.5 / 50));
+  assert.ok(Math.abs(ea.preemptMs - preempt) < 1e-9, `${ea.preemptMs} ≠ ${preempt}`);
+  assert.ok(Math.abs(ea.costMs - (ea.ttftMs + ea.decodeMs + ea.stallMs + 0.5 * preempt)) < 1e-9, 'the cost carries preemptionWeight · preemptMs');
+  // At b the scrape's 200 blocks in use (more than its 50 reserved) leave room.
+  assert.equal(eb.preemptMs, 0);
+  // Blocks in use as scraped count too: a scrape showing 95% used is as full as a's reservations.
+  const c = worker('c', { blocks: 1000, snapshot: { kvUsage: 0.95 } });
+  const req2 = request(seq(0, 1584));
+  p.produce(req2, [c], ctx(1));
+  assert.ok(kvgateEstimate(req2, c)!.preemptMs > 0);
 });
 
 test('a batch that turned over since the scrape: what left is not counted, what came is', () => {
