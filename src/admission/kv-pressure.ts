@@ -45,9 +45,16 @@ export interface FleetKv {
 }
 
 export function workerUsedBlocks(w: KvWorkerView, now: number, staleAfterMs: number): number {
-  const total = w.numGpuBlocks;
-  const fromScrape = total - w.estimatedFreeBlocks(now, staleAfterMs);
-  return Math.min(total, Math.max(fromScrape, w.inflightBlocks));
+  return usedBlocks(w.numGpuBlocks, w.estimatedFreeBlocks(now, staleAfterMs), w.inflightBlocks);
+}
+
+/**
+ * Blocks in use at a worker of `total` blocks, as above: the larger of what its free blocks leave
+ * (scraped, or exact in the simulation's oracle) and the gateway's in-flight reservations there.
+ * The kvgate policy's preemption term reads the same figure.
+ */
+export function usedBlocks(total: number, freeBlocks: number, inflightBlocks: number): number {
+  return Math.min(total, Math.max(total - freeBlocks, inflightBlocks));
 }
 
 export function fleetKv(workers: readonly KvWorkerView[], now: number, staleAfterMs: number): FleetKv {

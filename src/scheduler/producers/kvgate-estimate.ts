@@ -47,7 +47,8 @@
  *
  *   inUse    = the larger of the blocks in use as last reported (plus what was reserved since) and
  *              the blocks this gateway reserved for everything it has in flight at w, which counts
- *              the output those requests will still write (no scrape can show it)
+ *              the output those requests will still write (no scrape can show it); admission's
+ *              usedBlocks
  *   need     = blocks of the uncached prompt + reserved output (as the kv-fit filter counts them)
  *   pOver    = min(1, max(0, inUse + need − numGpuBlocks) / need)    the share of this request
  *                                         that does not fit if every request there grew to its end
@@ -91,6 +92,7 @@
  * Estimates are kept for the request's lifetime: a retry over other workers estimates only the
  * workers not seen before.
  */
+import { usedBlocks } from '../../admission/kv-pressure.js';
 import type { WorkerState } from '../../fleet/worker-state.js';
 import { stateKey } from '../../util/state.js';
 import { blocksNeeded } from '../filters/kv-fit.js';
@@ -257,7 +259,7 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           // Room for the request to the end of its answer, with every request there at its end.
           const total = w.numGpuBlocks;
           const footprint = blocksNeeded(req, w, cached);
-          const overflow = Math.max(total - free, w.inflightBlocks) + footprint - total;
+          const overflow = usedBlocks(total, free, w.inflightBlocks) + footprint - total;
           const preemptMs =
             overflow > 0
               ? Math.min(1, overflow / Math.max(1, footprint)) * msPerToken * (prompt + out) * (1 + (o.stallWeight * batchStall) / batchHeadroom)
