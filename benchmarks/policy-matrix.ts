@@ -65,6 +65,10 @@ Options:
   --declared-max-tokens N
                      every request sends max_tokens = max(N, its output length) (kvgate bench
                      --declared-max-tokens): routers cannot read answer lengths from requests
+  --min-band-attainment X
+                     capacity mode: also hold every prompt-length band (< 2k, 2k–8k, ≥ 8k tokens)
+                     to X (kvgate bench --min-band-attainment), so no policy's capacity rests on
+                     letting its long prompts miss
   --json FILE        write every scenario's results as JSON
   -h, --help         this text
 `;
@@ -111,7 +115,10 @@ function scenarios(workers: number, traces: string, mode: 0 | 1 | 2): Scenario[]
 
 interface CapacityJson {
   capacity: { best_peer: string | null; vs_round_robin: Record<string, number | null>; vs_best_peer: Record<string, number | null> };
-  policies: Array<{ name: string; capacity: { rate_scale: number | null; requests_per_s: number | null; attainment: number | null; converged: boolean; bracket: [number | null, number | null]; probes: unknown[] } }>;
+  policies: Array<{
+    name: string;
+    capacity: { rate_scale: number | null; requests_per_s: number | null; attainment: number | null; worst_band_attainment?: number | null; converged: boolean; bracket: [number | null, number | null]; probes: unknown[] };
+  }>;
 }
 
 interface PolicyRow {
@@ -139,6 +146,7 @@ function main(): number {
       quick: { type: 'boolean', default: false },
       seed: { type: 'string', default: '0' },
       'declared-max-tokens': { type: 'string' },
+      'min-band-attainment': { type: 'string' },
       json: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -158,6 +166,15 @@ function main(): number {
     return 2;
   }
   shaping = declared !== undefined ? ['--declared-max-tokens', declared] : [];
+  const floor = values['min-band-attainment'];
+  if (floor !== undefined && !(Number(floor) > 0 && Number(floor) <= 1)) {
+    process.stderr.write(`bench:policies: --min-band-attainment must be a fraction in (0, 1], got ${JSON.stringify(floor)}\n`);
+    return 2;
+  }
+  if (floor !== undefined && !values.capacity) {
+    process.stderr.write('bench:policies: --min-band-attainment applies to --capacity only\n');
+    return 2;
+  }
   if (values.capacity) return capacityMatrix(values, only);
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-matrix-'));
   const all: Array<{ scenario: string; workers: number; policies: PolicyRow[] }> = [];
@@ -212,7 +229,7 @@ function main(): number {
 
 /** --capacity: each policy's capacity at SLO per scenario and fleet size. */
 function capacityMatrix(
-  values: { workers?: string; traces?: string; quick?: boolean; seed?: string; 'slo-ttft'?: string; 'slo-tpot'?: string; 'slo-ttft-per-1k'?: string; json?: string },
+  values: { workers?: string; traces?: string; quick?: boolean; seed?: string; 'slo-ttft'?: string; 'slo-tpot'?: string; 'slo-ttft-per-1k'?: string; 'min-band-attainment'?: string; json?: string },
   only: Set<string> | null,
 ): number {
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-matrix-'));
@@ -235,7 +252,8 @@ function capacityMatrix(
         process.stderr.write(`${s.name}, ${workers} workers (capacity)...\n`);
         const t0 = performance.now();
         const slo = ['--slo-ttft', values['slo-ttft']!, '--slo-ttft-per-1k', values['slo-ttft-per-1k']!, '--slo-tpot', values['slo-tpot']!];
-        const args = [...s.args, ...shaping, '--seed', values.seed!, '--workers', String(workers), '--policy', POLICIES.join(','), '--capacity', ...slo, '--json', out, '--quiet'];
+        const floor = values['min-band-attainment'] !== undefined ? ['--min-band-attainment', values['min-band-attainment']] : [];
+        const args = [...s.args, ...shaping, '--seed', values.seed!, '--workers', String(workers), '--policy', POLICIES.join(','), '--capacity', ...slo, ...floor, '--json', out, '--quiet'];
         const r = spawnSync(process.execPath, [cli, 'bench', ...args], { stdio: ['ignore', 'ignore', 'inherit'] });
         if (r.status !== 0) throw new Error(`kvgate bench failed for ${s.name} (exit ${r.status})`);
         const wall = (performance.now() - t0) / 1000;
@@ -260,13 +278,13 @@ function capacityMatrix(
             `${f(res.capacity.vs_round_robin.kvgate ?? NaN, 2)} | ${f(res.capacity.vs_best_peer.kvgate ?? NaN, 2)} | ${f(wall)} |`,
         );
         detail.push(`\n${s.name}, ${workers} workers (\`kvgate bench ${s.args.join(' ')} --workers ${workers} --capacity\`)\n`);
-        detail.push('| policy | capacity × rate | capacity req/s | attainment there | probes | ÷ round-robin | ÷ best peer |');
-        detail.push('|---|---:|---:|---:|---:|---:|---:|');
+        detail.push('| policy | capacity × rate | capacity req/s | attainment there | worst prompt band there | probes | ÷ round-robin | ÷ best peer |');
+        detail.push('|---|---:|---:|---:|---:|---:|---:|---:|');
         for (const p of res.policies) {
           const c = p.capacity;
           detail.push(
             `| ${p.name} | ${c.rate_scale === null ? '—' : f(c.rate_scale, 3)}${c.converged ? '' : ' (not converged)'} | ${f(c.requests_per_s ?? NaN, 1)} | ` +
-              `${c.attainment === null ? '—' : `${f(c.attainment * 100, 1)}%`} | ${c.probes.length} | ${f(res.capacity.vs_round_robin[p.name] ?? NaN, 2)} | ${f(res.capacity.vs_best_peer[p.name] ?? NaN, 2)} |`,
+              `${c.attainment === null ? '—' : `${f(c.attainment * 100, 1)}%`} | ${c.worst_band_attainment == null ? '—' : `${f(c.worst_band_attainment * 100, 1)}%`} | ${c.probes.length} | ${f(res.capacity.vs_round_robin[p.name] ?? NaN, 2)} | ${f(res.capacity.vs_best_peer[p.name] ?? NaN, 2)} |`,
           );
         }
       }
@@ -276,6 +294,7 @@ function capacityMatrix(
   }
   process.stdout.write(
     `\nCapacity at SLO: highest offered rate with ≥ 90% of requests within TTFT ≤ ${values['slo-ttft']} ms + ${values['slo-ttft-per-1k']} ms/1k prompt tokens, TPOT ≤ ${values['slo-tpot']} ms` +
+      (values['min-band-attainment'] !== undefined ? `, and ≥ ${f(Number(values['min-band-attainment']) * 100)}% of every prompt-length band` : '') +
       ` (≥: no probe missed the target; ?: probe budget ran out)\n\n${verdict.join('\n')}\n`,
   );
   process.stdout.write(

@@ -1,6 +1,9 @@
 /**
  * Capacity at SLO: the highest arrival-rate multiplier (`--rate-scale`) at which at least a target
- * fraction of requests (default 0.9) meets the SLO (slo.ts), for one policy.
+ * fraction of requests (default 0.9) meets the SLO (slo.ts), for one policy. Optionally
+ * (`minBandAttainment`) every prompt-length band must also meet a floor (metrics.ts,
+ * attainment_by_prompt): a policy cannot then reach its capacity by letting the long prompts miss
+ * while the short ones, the larger share, carry the aggregate.
  *
  * Search, each probe a fresh fleet replaying the same requests at rate × scale:
  * 1. Bracket from the starting scale: if it meets the target, double until a probe misses;
@@ -16,11 +19,17 @@
  * with the bracket it reached). If no probe meets the target the capacity is null.
  */
 
+import type { BandAttainment } from './metrics.js';
+
 export interface CapacityProbe {
   rate_scale: number;
   /** Offered arrival rate of this probe, requests/s. */
   requests_per_s: number;
   attainment: number;
+  /** The lowest attainment of a prompt-length band with enough requests (when the probe measured it). */
+  worst_band_attainment?: number;
+  /** Attainment per prompt-length band (when the probe measured it). */
+  attainment_by_prompt?: BandAttainment[];
 }
 
 export interface CapacityResult {
@@ -30,6 +39,9 @@ export interface CapacityResult {
   requests_per_s: number | null;
   /** Attainment measured at that scale. */
   attainment: number | null;
+  /** The lowest prompt-length band's attainment at that scale, and every band's (when measured). */
+  worst_band_attainment?: number | null;
+  attainment_by_prompt?: BandAttainment[] | null;
   /** Final bracket: highest scale that met the target, lowest above it that missed (null: none found). */
   bracket: [number | null, number | null];
   /** Whether the bracket closed to the requested precision within the probe budget. */
@@ -47,12 +59,16 @@ export interface CapacitySearchOptions {
   precision?: number;
   /** Probe budget. Default 14. */
   maxProbes?: number;
+  /** Also required of every prompt-length band (the probe's worst_band_attainment), 0–1. Default: none. */
+  minBandAttainment?: number;
 }
 
 export const CAPACITY_DEFAULTS = { target: 0.9, precision: 0.02, maxProbes: 14 } as const;
 
 /** Runs one probe at `rateScale`: a fresh fleet, the same requests. */
-export type ProbeFn = (rateScale: number) => Promise<{ attainment: number; requests_per_s: number }>;
+export type ProbeFn = (
+  rateScale: number,
+) => Promise<{ attainment: number; requests_per_s: number; worst_band_attainment?: number; attainment_by_prompt?: BandAttainment[] }>;
 
 const r6 = (x: number): number => Math.round(x * 1e6) / 1e6;
 
@@ -65,12 +81,19 @@ export async function searchCapacity(probe: ProbeFn, o: CapacitySearchOptions = 
   if (!(target > 0 && target <= 1)) throw new Error(`capacity search: target attainment must be in (0, 1], got ${target}`);
   if (!(precision > 0)) throw new Error(`capacity search: precision must be positive, got ${precision}`);
   if (!Number.isInteger(maxProbes) || maxProbes < 1) throw new Error(`capacity search: probe budget must be a positive integer, got ${maxProbes}`);
+  const floor = o.minBandAttainment;
+  if (floor !== undefined && !(floor > 0 && floor <= 1)) throw new Error(`capacity search: band attainment floor must be in (0, 1], got ${floor}`);
+  const meets = (p: CapacityProbe): boolean =>
+    p.attainment >= target && (floor === undefined || (p.worst_band_attainment !== undefined && p.worst_band_attainment >= floor));
 
   const probes: CapacityProbe[] = [];
   const run = async (scale: number): Promise<boolean> => {
     const p = await probe(scale);
-    probes.push({ rate_scale: r6(scale), requests_per_s: Math.round(p.requests_per_s * 1000) / 1000, attainment: p.attainment });
-    return p.attainment >= target;
+    const q: CapacityProbe = { rate_scale: r6(scale), requests_per_s: Math.round(p.requests_per_s * 1000) / 1000, attainment: p.attainment };
+    if (p.worst_band_attainment !== undefined) q.worst_band_attainment = p.worst_band_attainment;
+    if (p.attainment_by_prompt !== undefined) q.attainment_by_prompt = p.attainment_by_prompt;
+    probes.push(q);
+    return meets(q);
   };
   let lo: number | null = null; // met the target
   let hi: number | null = null; // missed it
@@ -96,11 +119,14 @@ export async function searchCapacity(probe: ProbeFn, o: CapacitySearchOptions = 
   }
   // 3. The highest probed scale that met the target.
   let best: CapacityProbe | null = null;
-  for (const p of probes) if (p.attainment >= target && (best === null || p.rate_scale > best.rate_scale)) best = p;
+  for (const p of probes) if (meets(p) && (best === null || p.rate_scale > best.rate_scale)) best = p;
   return {
     rate_scale: best?.rate_scale ?? null,
     requests_per_s: best?.requests_per_s ?? null,
     attainment: best?.attainment ?? null,
+    ...(probes.some((p) => p.worst_band_attainment !== undefined)
+      ? { worst_band_attainment: best?.worst_band_attainment ?? null, attainment_by_prompt: best?.attainment_by_prompt ?? null }
+      : {}),
     bracket: [lo === null ? null : r6(lo), hi === null ? null : r6(hi)],
     converged: lo !== null && hi !== null && hi / lo <= 1 + precision,
     probes,

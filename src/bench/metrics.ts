@@ -10,7 +10,9 @@
  *   TTFT ≤ slo_ttft (+ slo_ttft_per_1k per 1,000 prompt tokens, when set) and TPOT ≤ slo_tpot; a
  *   single-token answer has no TPOT and meets a TPOT SLO.
  * - Attainment = requests meeting the SLO / all requests (rejected and shed ones miss it); null
- *   when no SLO is given.
+ *   when no SLO is given. attainment_by_prompt splits it by prompt length (below 2,048 tokens,
+ *   2,048–8,191, 8,192 and more), over the completed requests of each band: an aggregate of 90%
+ *   can hide a band of long prompts that mostly miss, which a router can trade for the short ones.
  * - prefix_hit_rate = Σ cached prompt tokens / Σ prompt tokens over completed requests that a
  *   worker generated (not those the response cache answered).
  * - With the response cache: TTFT and E2E cover every completed request (a hit's are the
@@ -71,6 +73,8 @@ export interface PolicySummary {
    * are in `rejected` and `shed`.
    */
   slo_misses?: { ttft: number; tpot: number; both: number; long_prompt: number };
+  /** Attainment per prompt-length band (PROMPT_BANDS), over each band's completed requests; with an SLO. */
+  attainment_by_prompt?: BandAttainment[];
   scrape_interval_ms: number;
   refusals: Record<string, number>;
   /** Per priority class (with admission or a priority mix). */
@@ -181,19 +185,69 @@ export function sloOf(o: SummaryOptions): Slo {
   return s;
 }
 
+/** Whether completed request i of a run met the SLO. */
+function metSlo(c: SimResult['completed'], i: number, slo: Slo): boolean {
+  // The same arithmetic as summarize, so goodput and attainment agree to the last bit.
+  const t = c.firstToken[i]! - c.arrival[i]!;
+  const e = c.finish[i]! - c.arrival[i]!;
+  const out = c.outputTokens[i]!;
+  const tp = out > 1 && c.fromCache?.[i] !== 1 ? (e - t) / (out - 1) : undefined;
+  return meetsSlo(slo, t, tp, c.promptTokens[i]!);
+}
+
 /** Requests of a run that met the SLO (completed ones only: refusals never meet it). */
 export function countMeetingSlo(r: SimResult, slo: Slo): number {
   const c = r.completed;
   let good = 0;
-  for (let i = 0; i < c.arrival.length; i++) {
-    // The same arithmetic as summarize, so goodput and attainment agree to the last bit.
-    const t = c.firstToken[i]! - c.arrival[i]!;
-    const e = c.finish[i]! - c.arrival[i]!;
-    const out = c.outputTokens[i]!;
-    const tp = out > 1 && c.fromCache?.[i] !== 1 ? (e - t) / (out - 1) : undefined;
-    if (meetsSlo(slo, t, tp, c.promptTokens[i]!)) good++;
-  }
+  for (let i = 0; i < c.arrival.length; i++) if (metSlo(c, i, slo)) good++;
   return good;
+}
+
+/**
+ * Prompt-length bands of attainment_by_prompt, by their first token count: short chat turns,
+ * documents and long histories, long contexts.
+ */
+export const PROMPT_BANDS = [
+  { band: '<2k', from: 0 },
+  { band: '2k-8k', from: 2048 },
+  { band: '>=8k', from: 8192 },
+] as const;
+
+/** A band with fewer completed requests than this is reported but not held to a floor. */
+export const MIN_BAND_REQUESTS = 20;
+
+export interface BandAttainment {
+  band: (typeof PROMPT_BANDS)[number]['band'];
+  /** Completed requests with a prompt in the band. */
+  requests: number;
+  /** Of those, the fraction that met the SLO (null for an empty band). */
+  attainment: number | null;
+}
+
+/**
+ * Attainment per prompt-length band, over each band's completed requests (a refused request's
+ * prompt length is not recorded; its miss counts in the aggregate attainment only).
+ */
+export function attainmentByPrompt(r: SimResult, slo: Slo): BandAttainment[] {
+  const c = r.completed;
+  const n = PROMPT_BANDS.length;
+  const total = new Array<number>(n).fill(0);
+  const good = new Array<number>(n).fill(0);
+  for (let i = 0; i < c.arrival.length; i++) {
+    const p = c.promptTokens[i]!;
+    let b = n - 1;
+    while (b > 0 && p < PROMPT_BANDS[b]!.from) b--;
+    total[b]!++;
+    if (metSlo(c, i, slo)) good[b]!++;
+  }
+  return PROMPT_BANDS.map((x, b) => ({ band: x.band, requests: total[b]!, attainment: total[b]! > 0 ? round(good[b]! / total[b]!, 4) : null }));
+}
+
+/** The lowest attainment among the bands with at least MIN_BAND_REQUESTS requests (1 if none has). */
+export function worstBandAttainment(bands: readonly BandAttainment[]): number {
+  let worst = 1;
+  for (const b of bands) if (b.requests >= MIN_BAND_REQUESTS && b.attainment !== null && b.attainment < worst) worst = b.attainment;
+  return worst;
 }
 
 /** Fraction of all requests (rejected and shed included) that met the SLO; 0 for an empty run. */
@@ -271,7 +325,7 @@ export function summarize(r: SimResult, o: SummaryOptions): PolicySummary {
     cost_per_million_output_tokens: outputTokens > 0 ? round(cost / (outputTokens / 1e6), 4) : null,
     goodput_rps: round(per(good)),
     attainment: hasSlo(slo) ? round(r.requests > 0 ? good / r.requests : 0, 4) : null,
-    ...(hasSlo(slo) ? { slo_misses: misses } : {}),
+    ...(hasSlo(slo) ? { slo_misses: misses, attainment_by_prompt: attainmentByPrompt(r, slo) } : {}),
     scrape_interval_ms: r.scrapeIntervalMs,
     refusals: Object.fromEntries(Object.entries(r.refusals).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))),
   };

@@ -15,9 +15,9 @@ import { expandSessions, scaleArrivals, takeRequests } from '../workload/session
 import { mix32 } from '../workload/tokens.js';
 import { CAPACITY_DEFAULTS, capacityRatios, searchCapacity, type CapacityProbe, type CapacityRatios, type CapacityResult } from './capacity.js';
 import { idealHitRate } from './ideal-hit.js';
-import { attainmentOf, distribution, sloOf, summarize, type Dist, type PolicySummary } from './metrics.js';
+import { attainmentByPrompt, attainmentOf, distribution, sloOf, summarize, worstBandAttainment, type BandAttainment, type Dist, type PolicySummary } from './metrics.js';
 import { VirtualClock } from '../util/clock.js';
-import { hasSlo } from './slo.js';
+import { hasSlo, type Slo } from './slo.js';
 import { draftEngineConfig, simSpeculation, summarizeSpec, type BenchSpecOptions, type SpecSummary } from './spec.js';
 import type { BenchRequest, BenchSource } from '../workload/types.js';
 import { classOfDraw, DEFAULT_VLLM_PRIORITY, type PriorityClass } from '../admission/classes.js';
@@ -45,7 +45,7 @@ export interface BenchOptions {
   sloTtftPer1kMs?: number;
   sloTpotMs?: number;
   /** Search each policy's capacity at SLO (needs an SLO). */
-  capacity?: { target?: number; precision?: number; maxProbes?: number };
+  capacity?: { target?: number; precision?: number; maxProbes?: number; minBandAttainment?: number };
   gpuHourCost?: number;
   overheadMs?: number;
   kvSampleMs?: number;
@@ -170,6 +170,8 @@ export interface IsolationSummary {
 /** Run-level capacity settings and ratios (with --capacity). */
 export interface CapacitySummary extends CapacityRatios {
   target_attainment: number;
+  /** The floor every prompt-length band had to meet too (--min-band-attainment), or null. */
+  min_band_attainment: number | null;
   precision: number;
   max_probes: number;
 }
@@ -422,6 +424,17 @@ async function runFleet(
   });
 }
 
+/** A capacity probe's figures: attainment, offered rate and the worst prompt-length band. */
+function probeOf(r: SimResult, slo: Slo): { attainment: number; requests_per_s: number; worst_band_attainment: number; attainment_by_prompt: BandAttainment[] } {
+  const bands = attainmentByPrompt(r, slo);
+  return {
+    attainment: Math.round(attainmentOf(r, slo) * 10000) / 10000,
+    requests_per_s: offeredRate(r),
+    worst_band_attainment: worstBandAttainment(bands),
+    attainment_by_prompt: bands,
+  };
+}
+
 export async function runBench(o: BenchOptions): Promise<BenchOutput> {
   checkPolicies(o.policies);
   const rateScale = o.rateScale ?? 1;
@@ -443,6 +456,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
         target: o.capacity.target ?? CAPACITY_DEFAULTS.target,
         precision: o.capacity.precision ?? CAPACITY_DEFAULTS.precision,
         maxProbes: o.capacity.maxProbes ?? CAPACITY_DEFAULTS.maxProbes,
+        minBandAttainment: o.capacity.minBandAttainment,
       }
     : null;
   if (cap && !hasSlo(slo)) throw new Error('the capacity search needs an SLO (TTFT and/or TPOT)');
@@ -469,11 +483,11 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
           // The first probe is the run above.
           const r = scale === rateScale ? sim : await runFleet(ctx, name, scale);
           if (r !== sim) o.onPolicyDone?.(summarize(r, summaryOpts));
-          const p = { attainment: Math.round(attainmentOf(r, slo) * 10000) / 10000, requests_per_s: offeredRate(r) };
-          o.onProbe?.(name, { rate_scale: scale, requests_per_s: p.requests_per_s, attainment: p.attainment });
+          const p = probeOf(r, slo);
+          o.onProbe?.(name, { rate_scale: scale, ...p });
           return p;
         },
-        { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes },
+        { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes, minBandAttainment: cap.minBandAttainment },
       );
     }
     const c = sim.completed;
@@ -551,9 +565,9 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
         sharedCapacity = await searchCapacity(
           async (scale) => {
             const r = scale === rateScale ? sharedSim : await runFleet(ctx, name, scale, undefined, false);
-            return { attainment: Math.round(attainmentOf(r, slo) * 10000) / 10000, requests_per_s: offeredRate(r) };
+            return probeOf(r, slo);
           },
-          { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes },
+          { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes, minBandAttainment: cap.minBandAttainment },
         );
       }
       isolation = {
@@ -593,6 +607,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       capacity: cap
         ? {
             target_attainment: cap.target,
+            min_band_attainment: cap.minBandAttainment ?? null,
             precision: cap.precision,
             max_probes: cap.maxProbes,
             ...capacityRatios(policies.map((p) => ({ name: p.name, rate_scale: p.capacity?.rate_scale ?? null }))),

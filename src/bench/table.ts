@@ -179,3 +179,16 @@ export function specLines(rows: readonly Row[]): string {
   }
   return out.length > 0 ? out.join('\n') + '\n' : '';
 }
+
+/** Each policy's attainment per prompt-length band at its capacity (the search's best probe). */
+export function bandLines(rows: readonly Row[], floor: number | null): string {
+  const withBands = rows.filter((p) => p.capacity?.attainment_by_prompt);
+  if (withBands.length === 0) return '';
+  const width = Math.max(...withBands.map((p) => p.name.length));
+  const lines = withBands.map((p) => {
+    const bands = p.capacity!.attainment_by_prompt!.map((b) => `${b.band} ${b.attainment === null ? '-' : `${(b.attainment * 100).toFixed(1)}%`} (${b.requests})`);
+    return `  ${p.name.padEnd(width)}  ${bands.join(' · ')}\n`;
+  });
+  const head = floor === null ? 'attainment by prompt length at capacity' : `attainment by prompt length at capacity (each band with ≥ 20 requests held to ≥ ${(floor * 100).toFixed(0)}%)`;
+  return `${head}, tokens (completed requests):\n${lines.join('')}`;
+}

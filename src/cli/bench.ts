@@ -13,7 +13,7 @@ import { renderReport } from '../bench/report.js';
 import { checkPolicies, GPU_HOUR_COST, runBench } from '../bench/run.js';
 import { describeSlo } from '../bench/slo.js';
 import { parseAcceptance, parseAcceptanceByTenant, parseAcceptanceShift, parseSpecMode, specModeName, type BenchSpecOptions, type SpecAcceptance } from '../bench/spec.js';
-import { cacheLines, isolationLines, priorityLines, specLines, summaryTable } from '../bench/table.js';
+import { bandLines, cacheLines, isolationLines, priorityLines, specLines, summaryTable } from '../bench/table.js';
 import { parsePriorityMix } from '../admission/classes.js';
 import { ADMISSION_DEFAULTS } from '../admission/controller.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
@@ -176,6 +176,11 @@ Capacity at SLO:
                           target, and each policy's capacity over round-robin's and the best peer's
                           (peers: every policy run but kvgate, oracle, oracle-greedy)
   --attainment X          target fraction of requests meeting the SLO, 0 < X ≤ 1 (default 0.9)
+  --min-band-attainment X also require X of the completed requests of every prompt-length band
+                          (< 2,048 tokens, 2,048–8,191, ≥ 8,192; bands of 20 requests or more) to
+                          meet it, 0 < X ≤ 1 (default: no floor), so that no policy reaches its
+                          capacity by letting the long prompts miss. Every probe's worst band is in
+                          the JSON either way, and the table's attainment_by_prompt lines
   --max-probes N          at most N probes per policy (default 14; the run at --rate-scale is the
                           first); a search that runs out says so (capacity marked '?', converged false)
 
@@ -235,6 +240,7 @@ const OPTIONS = {
   'slo-tpot': { type: 'string' },
   capacity: { type: 'boolean' },
   attainment: { type: 'string' },
+  'min-band-attainment': { type: 'string' },
   'max-probes': { type: 'string' },
   'gpu-hour-cost': { type: 'string' },
   'spec-mode': { type: 'string' },
@@ -451,11 +457,15 @@ export async function run(argv: string[]): Promise<number> {
     if (!listGpus().some((g) => g.name === gpu)) throw new UsageError(`unknown GPU '${v.gpu}' (known: ${listGpus().map((g) => g.name).join(', ')})`);
     const model = v.model ?? 'llama-3.1-8b';
     const capacity = v.capacity === true;
-    for (const f of ['attainment', 'max-probes'] as const) {
+    for (const f of ['attainment', 'min-band-attainment', 'max-probes'] as const) {
       if (!capacity && v[f] !== undefined) throw new UsageError(`--${f} applies to --capacity only`);
     }
     const attainment = numFlag(v.attainment, 'attainment', { positive: true });
     if (attainment !== undefined && attainment > 1) throw new UsageError(`--attainment must be a fraction in (0, 1], got '${v.attainment}'`);
+    const minBandAttainment = numFlag(v['min-band-attainment'], 'min-band-attainment', { positive: true });
+    if (minBandAttainment !== undefined && minBandAttainment > 1) {
+      throw new UsageError(`--min-band-attainment must be a fraction in (0, 1], got '${v['min-band-attainment']}'`);
+    }
     const maxProbes = intFlag(v['max-probes'], 'max-probes', 1);
     let sloTtftMs = numFlag(v['slo-ttft'], 'slo-ttft', { positive: true });
     let sloTtftPer1kMs = numFlag(v['slo-ttft-per-1k'], 'slo-ttft-per-1k');
@@ -543,7 +553,7 @@ export async function run(argv: string[]): Promise<number> {
       sloTtftMs,
       sloTtftPer1kMs,
       sloTpotMs,
-      capacity: capacity ? { target: attainment, maxProbes } : undefined,
+      capacity: capacity ? { target: attainment, maxProbes, minBandAttainment } : undefined,
       gpuHourCost: numFlag(v['gpu-hour-cost'], 'gpu-hour-cost'),
       omitWallTime: v['omit-wall-time'] === true,
       policyOptions,
@@ -573,7 +583,8 @@ export async function run(argv: string[]): Promise<number> {
   if (opts.capacity && !quiet) {
     opts.onProbe = (name, p) => {
       (bar as ProgressBar | null)?.finish();
-      process.stderr.write(`${name}: rate ×${+p.rate_scale.toFixed(4)} (${p.requests_per_s.toFixed(1)} req/s offered): attainment ${(p.attainment * 100).toFixed(1)}%\n`);
+      const worst = p.worst_band_attainment !== undefined ? `, worst prompt band ${(p.worst_band_attainment * 100).toFixed(1)}%` : '';
+      process.stderr.write(`${name}: rate ×${+p.rate_scale.toFixed(4)} (${p.requests_per_s.toFixed(1)} req/s offered): attainment ${(p.attainment * 100).toFixed(1)}%${worst}\n`);
     };
   }
   if (!quiet) {
@@ -613,6 +624,8 @@ export async function run(argv: string[]): Promise<number> {
         `\ncapacity: highest rate scale with ≥ ${(c.target_attainment * 100).toFixed(0)}% of requests within the SLO (${describeSlo({ ttftMs: opts.sloTtftMs, ttftPer1kMs: opts.sloTtftPer1kMs, tpotMs: opts.sloTpotMs })})` +
           `; best peer: ${c.best_peer ?? 'none'}${out.results.policies.some((p) => p.capacity && !p.capacity.converged) ? "; '?' = probe budget ran out before 2% precision" : ''}\n`,
       );
+      const bl = bandLines(out.results.policies, c.min_band_attainment);
+      if (bl) process.stdout.write(bl);
       const unbounded = out.results.policies.filter((p) => p.capacity && p.capacity.bracket[1] === null).map((p) => p.name);
       if (unbounded.length > 0) {
         process.stdout.write(

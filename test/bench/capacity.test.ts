@@ -73,6 +73,22 @@ describe('capacity search (fake fleet)', () => {
     await assert.rejects(searchCapacity(fake(() => 1), { maxProbes: 0 }), /probe budget/);
   });
 
+  it('with a band floor, a probe whose worst prompt-length band misses it does not count', async () => {
+    // The aggregate meets 0.9 up to scale 4; the worst band only up to 2.
+    const probe: ProbeFn = async (s) => ({ attainment: s <= 4 ? 0.95 : 0.5, requests_per_s: s, worst_band_attainment: s <= 2 ? 0.92 : 0.6 });
+    const plain = await searchCapacity(probe, { start: 1 });
+    const floored = await searchCapacity(probe, { start: 1, minBandAttainment: 0.9 });
+    assert.ok(plain.rate_scale! > 3.9 && plain.rate_scale! <= 4);
+    assert.ok(floored.rate_scale! > 1.96 && floored.rate_scale! <= 2, `${floored.rate_scale}`);
+    assert.equal(floored.worst_band_attainment, 0.92);
+    assert.equal(floored.attainment, 0.95);
+    // A probe that did not measure its bands cannot meet a floor.
+    assert.equal((await searchCapacity(fake(() => 1), { start: 1, maxProbes: 3, minBandAttainment: 0.5 })).rate_scale, null);
+    await assert.rejects(searchCapacity(fake(() => 1), { minBandAttainment: 0 }), /band attainment floor/);
+    // Without band figures the result has no band fields.
+    assert.equal('worst_band_attainment' in (await searchCapacity(fake(() => 1), { start: 1, maxProbes: 2 })), false);
+  });
+
   it('ratios: to round-robin and to the best peer (every policy but kvgate and the oracles)', () => {
     const r = capacityRatios([
       { name: 'round-robin', rate_scale: 1 },

@@ -24,7 +24,7 @@ describe('kvgate bench CLI', () => {
       'workload', 'size', 'rate', 'burstiness', 'trace', 'format', 'azure-shared-prefix', 'azure-prefix-groups', 'skip-bad',
       'workers', 'gpu', 'model', 'tp', 'policy', 'rate-scale', 'limit', 'seed', 'scrape-interval', 'overhead-ms', 'slo-ttft',
       'slo-tpot', 'gpu-hour-cost', 'json', 'report', 'omit-wall-time', 'progress', 'quiet', 'list', 'help',
-      'slo-ttft-per-1k', 'capacity', 'attainment', 'max-probes', 'set', 'repeat-fraction', 'cache', 'cache-ttl-ms', 'cache-max-bytes',
+      'slo-ttft-per-1k', 'capacity', 'attainment', 'min-band-attainment', 'max-probes', 'set', 'repeat-fraction', 'cache', 'cache-ttl-ms', 'cache-max-bytes',
       'admission', 'priority-mix', 'shed-above', 'queue-above', 'queue-max', 'queue-max-wait', 'declared-max-tokens',
     ];
     for (const f of flags) assert.ok(help.includes(`--${f}`), `--${f} missing from help`);
@@ -51,6 +51,9 @@ describe('kvgate bench CLI', () => {
       [['--trace', '/nonexistent/x.jsonl'], /cannot read trace/],
       [['--workload', 'rag', '--attainment', '0.8'], /--attainment applies to --capacity only/],
       [['--workload', 'rag', '--max-probes', '5'], /--max-probes applies to --capacity only/],
+      [['--workload', 'rag', '--min-band-attainment', '0.8'], /--min-band-attainment applies to --capacity only/],
+      [['--workload', 'rag', '--capacity', '--min-band-attainment', '1.2'], /--min-band-attainment must be a fraction in \(0, 1\]/],
+      [['--workload', 'rag', '--capacity', '--min-band-attainment', '0'], /--min-band-attainment must be a positive number/],
       [['--workload', 'rag', '--capacity', '--attainment', '1.5'], /--attainment must be a fraction in \(0, 1\]/],
       [['--workload', 'rag', '--capacity', '--max-probes', '0'], /--max-probes must be an integer ≥ 1/],
       [['--workload', 'rag', '--slo-ttft-per-1k', '100'], /--slo-ttft-per-1k needs --slo-ttft/],
@@ -197,16 +200,19 @@ describe('kvgate bench CLI', () => {
     assert.match(r.stdout, /cap ×\s+cap req\/s\s+÷RR\s+÷peer/);
     assert.match(r.stdout, /ideal hit/);
     assert.match(r.stdout, /capacity: highest rate scale with ≥ 90% of requests within the SLO \(TTFT ≤ 1000 ms \+ 100 ms\/1k prompt tokens, TPOT ≤ 50 ms\)/);
-    assert.match(r.stderr, /^round-robin: rate ×1 \([\d.]+ req\/s offered\): attainment [\d.]+%$/m);
+    assert.match(r.stderr, /^round-robin: rate ×1 \([\d.]+ req\/s offered\): attainment [\d.]+%, worst prompt band [\d.]+%$/m);
+    assert.match(r.stdout, /attainment by prompt length at capacity, tokens \(completed requests\):\n {2}round-robin {2}<2k [\d.]+% \(\d+\) · 2k-8k [-\d.]+%? \(\d+\) · >=8k [-\d.]+%? \(\d+\)\n/);
     const j = JSON.parse(readFileSync(json, 'utf8'));
     assert.equal(j.slo_ttft_ms, 1000);
     assert.equal(j.slo_ttft_per_1k_ms, 100);
     assert.equal(j.slo_tpot_ms, 50);
-    assert.deepEqual(Object.keys(j.capacity).sort(), ['best_peer', 'max_probes', 'precision', 'target_attainment', 'vs_best_peer', 'vs_round_robin']);
+    assert.deepEqual(Object.keys(j.capacity).sort(), ['best_peer', 'max_probes', 'min_band_attainment', 'precision', 'target_attainment', 'vs_best_peer', 'vs_round_robin']);
+    assert.equal(j.capacity.min_band_attainment, null);
     assert.equal(j.capacity.max_probes, 6);
     assert.equal(j.capacity.vs_round_robin['round-robin'], 1);
     for (const p of j.policies) {
-      for (const k of ['rate_scale', 'requests_per_s', 'attainment']) assert.ok(k in p.capacity, k);
+      for (const k of ['rate_scale', 'requests_per_s', 'attainment', 'worst_band_attainment', 'attainment_by_prompt']) assert.ok(k in p.capacity, k);
+      assert.deepEqual(p.attainment_by_prompt.map((b: { band: string }) => b.band), ['<2k', '2k-8k', '>=8k']);
       assert.ok(p.capacity.probes.length >= 1 && p.capacity.probes.length <= 6);
       assert.equal(typeof p.attainment, 'number');
     }

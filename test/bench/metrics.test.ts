@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { attainmentOf, distribution, percentile, sloOf, summarize, weightedDistribution } from '../../src/bench/metrics.js';
+import { attainmentByPrompt, attainmentOf, distribution, MIN_BAND_REQUESTS, percentile, sloOf, summarize, weightedDistribution, worstBandAttainment } from '../../src/bench/metrics.js';
 import { describeSlo, hasSlo, meetsSlo, ttftBoundMs } from '../../src/bench/slo.js';
 import type { SimResult } from '../../src/sim/fleet-sim.js';
 
@@ -154,5 +154,31 @@ describe('SLO rule (goodput and attainment)', () => {
     assert.deepEqual(s.slo_misses, { ttft: 1, tpot: 1, both: 1, long_prompt: 1 });
     assert.equal(s.attainment, 0.4);
     assert.equal(summarize(r, { tp: 1, gpuHourCost: 1 }).slo_misses, undefined);
+  });
+
+  it('splits attainment by prompt length: short prompts cannot hide a band of long ones that miss', () => {
+    const ok = (prompt: number) => ({ arrival: 0, first: 100, finish: 200, prompt, out: 3, cached: 0 });
+    const late = (prompt: number) => ({ arrival: 0, first: 9000, finish: 9100, prompt, out: 3, cached: 0 });
+    // 30 short prompts that meet the SLO, 10 of 8k+ that miss, and 5 mid-length ones (2 miss).
+    const rows = [
+      ...Array.from({ length: 30 }, () => ok(500)),
+      ...Array.from({ length: 10 }, () => late(9000)),
+      ...Array.from({ length: 3 }, () => ok(4000)),
+      ...Array.from({ length: 2 }, () => late(2048)),
+    ];
+    const r = result(rows);
+    const slo = sloOf({ tp: 1, gpuHourCost: 1, sloTtftMs: 1000, sloTtftPer1kMs: 100, sloTpotMs: 50 });
+    const bands = attainmentByPrompt(r, slo);
+    assert.deepEqual(bands, [
+      { band: '<2k', requests: 30, attainment: 1 },
+      { band: '2k-8k', requests: 5, attainment: 0.6 },
+      { band: '>=8k', requests: 10, attainment: 0 },
+    ]);
+    assert.deepEqual(summarize(r, { tp: 1, gpuHourCost: 1, sloTtftMs: 1000, sloTtftPer1kMs: 100, sloTpotMs: 50 }).attainment_by_prompt, bands);
+    // Bands under MIN_BAND_REQUESTS are not held to a floor: here only '<2k' counts.
+    assert.equal(MIN_BAND_REQUESTS, 20);
+    assert.equal(worstBandAttainment(bands), 1);
+    assert.equal(worstBandAttainment([...bands.slice(0, 2), { band: '>=8k', requests: 20, attainment: 0.5 }]), 0.5);
+    assert.equal(summarize(r, { tp: 1, gpuHourCost: 1 }).attainment_by_prompt, undefined);
   });
 });
