@@ -196,10 +196,10 @@ describe('breaker channel', { skip }, () => {
     a.breakers.get('w0')!.onDispatch();
     a.breakers.get('w0')!.onSuccess();
     await fx.raw.publish(`${PREFIX}breakers`, JSON.stringify({ v: v1 + 1, r: 'x', w: 'w0', u: URLS.w0, s: 'open', ms: 4_000, until: 1 }));
-    await waitFor(() => a.channel.counts.opened === 1, 1_000);
+    await waitFor(() => a.channel.counts.opened === 1, 5_000);
     assert.equal(a.breakers.get('w0')!.state, 'open', 'the older opening, applied before the closing had a version');
     await held;
-    await waitFor(() => a.channel.counts.published === 2, 1_000);
+    await waitFor(() => a.channel.counts.published === 2, 5_000);
     assert.equal(a.breakers.get('w0')!.state, 'closed', 'its own closing is newer: put back');
     assert.equal(a.channel.counts.reasserted, 1);
   });
