@@ -70,7 +70,7 @@ import { kvgatePicker } from '../pickers/kvgate.js';
 import { PipelinePolicy } from '../pipeline.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../router.js';
 import { OutputLengthModel } from '../output-length.js';
-import { kvgateEstimate, kvgateEstimateProducer, stallShare } from '../producers/kvgate-estimate.js';
+import { kvgateEstimate, kvgateEstimateProducer, lowerBound, stallShare, type InflightBatch } from '../producers/kvgate-estimate.js';
 import {
   kvgateHeadroomScorer,
   kvgateLoadScorer,
@@ -140,6 +140,12 @@ export const kvgateOptions = z.strictObject({
     1,
     "what the delay the request causes the worker's other requests counts for against its own (1: all alike; 0: own TTFT and decode only)",
   ),
+  // How the stall a prefill puts in a worker's batch is priced (producers/kvgate-estimate.ts).
+  stallModel: choiceKnob(
+    ['linear', 'misses'],
+    'linear',
+    "what a prefill's stall costs the worker's other requests: tpotWorthMs per ms of each one's TPOT (linear), or a TPOT target's worth for each one it pushes past the target (misses: only answers short enough for one stall to break)",
+  ),
   // The preemption term's likelihood counts every request on the worker at its full length at
   // once, which they seldom reach together: weight 1 cut bursty traffic's preemptions at
   // round-robin's capacity the most (50 → 6 on 16 workers) but lowered capacity at SLO by up to
@@ -196,7 +202,7 @@ export const kvgateOptions = z.strictObject({
 
 export type KvgateOptions = z.output<typeof kvgateOptions>;
 
-const NO_BATCH = { contextTokens: 0, stallShare: 0 };
+const NO_BATCH: InflightBatch = { contextTokens: 0, stallShare: 0, outputs: [] };
 
 /** The output tokens expected of the request (expectedOutput). */
 const EXPECTED_OUTPUT = stateKey<number>('kvgate.expected-output');
@@ -205,7 +211,7 @@ const DISPATCHED_AT = stateKey<number>('kvgate.dispatched-at');
 /** The request's first token came back: its prediction is confirmed. */
 const CONFIRMED = stateKey<true>('kvgate.confirmed');
 /** The context tokens this request added to its worker's in-flight context (released at completion). */
-const BATCH_CHARGED = stateKey<{ worker: string; contextTokens: number; stallShare: number }>('kvgate.batch-charged');
+const BATCH_CHARGED = stateKey<{ worker: string; contextTokens: number; stallShare: number; output: number }>('kvgate.batch-charged');
 
 export class KvgatePolicy implements Policy {
   readonly name: string;
@@ -219,8 +225,8 @@ export class KvgatePolicy implements Policy {
   readonly prefillRates = new Map<string, number>();
   /** Answer lengths learned from finished requests (used while `learnOutputLength`). */
   readonly outputLength = new OutputLengthModel({ alpha: 0.1, maxClasses: 10_000 });
-  /** Context tokens and TPOT share of this gateway's requests in flight, per worker id. */
-  private readonly inflightBatch = new Map<string, { contextTokens: number; stallShare: number; n: number }>();
+  /** Context tokens, TPOT share and expected outputs (ascending) of this gateway's requests in flight, per worker id. */
+  private readonly inflightBatch = new Map<string, { contextTokens: number; stallShare: number; outputs: number[] }>();
   /**
    * Read each worker's exact cache and queue through WorkerState.oracle (simulation only) instead
    * of the index and the metrics: the `oracle` policy, kvgate's decision rules with perfect
@@ -290,6 +296,7 @@ export class KvgatePolicy implements Policy {
           decodeStepMs: p.decodeStepMs,
           tpotTargetMs: p.tpotTargetMs,
           stallWeight: p.stallWeight,
+          stallModel: p.stallModel,
           preemptionWeight: p.preemptionWeight,
           prefillRate: (w) => this.prefillRate(w),
           expectedOutput: (req) => this.expectedOutput(req),
@@ -382,16 +389,17 @@ export class KvgatePolicy implements Policy {
       worker: w.id,
       contextTokens: req.promptTokens.length + out / 2,
       stallShare: stallShare(out, this.params.tpotWorthMs),
+      output: out,
     };
     req.state.set(BATCH_CHARGED, charge);
     let b = this.inflightBatch.get(w.id);
     if (!b) {
-      b = { contextTokens: 0, stallShare: 0, n: 0 };
+      b = { contextTokens: 0, stallShare: 0, outputs: [] };
       this.inflightBatch.set(w.id, b);
     }
     b.contextTokens += charge.contextTokens;
     b.stallShare += charge.stallShare;
-    b.n++;
+    b.outputs.splice(lowerBound(b.outputs, out), 0, out);
   }
 
   /** Confirm the prediction and learn the pool's prefill rate from the time to first token. */
@@ -418,9 +426,10 @@ export class KvgatePolicy implements Policy {
     if (charged !== undefined) {
       req.state.delete(BATCH_CHARGED);
       const b = this.inflightBatch.get(charged.worker);
-      if (b && --b.n > 0) {
+      if (b && b.outputs.length > 1) {
         b.contextTokens -= charged.contextTokens;
         b.stallShare -= charged.stallShare;
+        b.outputs.splice(lowerBound(b.outputs, charged.output), 1);
       } else this.inflightBatch.delete(charged.worker);
     }
     if (req.state.get(CONFIRMED) === true) return;

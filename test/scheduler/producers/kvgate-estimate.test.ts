@@ -27,7 +27,8 @@ const ctx = (now = 0): RoutingContext => ({ now, rng: seededRng(1), staleAfterMs
 function producer(
   rates: Record<string, number> = {},
   sessions: Record<string, string> = {},
-  decode: { msPer1k: number; batch: Record<string, { contextTokens: number; stallShare: number }> } = { msPer1k: 0, batch: {} },
+  decode: { msPer1k: number; batch: Record<string, { contextTokens: number; stallShare: number; outputs?: number[] }> } = { msPer1k: 0, batch: {} },
+  stallModel: 'linear' | 'misses' = 'linear',
 ) {
   const matcher = new PrefixMatcher(new PrefixIndex());
   const opts: KvgateEstimateOptions = {
@@ -40,10 +41,14 @@ function producer(
     decodeStepMs: 7.5,
     tpotTargetMs: 50,
     stallWeight: 1,
+    stallModel,
     preemptionWeight: 0.5,
     prefillRate: (w) => rates[w.id] ?? 10_000,
     expectedOutput: (req) => Math.min(req.maxTokens, 1024),
-    inflightBatch: (w) => decode.batch[w.id] ?? { contextTokens: 0, stallShare: 0 },
+    inflightBatch: (w) => {
+      const b = decode.batch[w.id];
+      return b ? { ...b, outputs: b.outputs ?? [] } : { contextTokens: 0, stallShare: 0, outputs: [] };
+    },
     sessionWorker: (k) => sessions[k],
   };
   return { matcher, p: kvgateEstimateProducer(opts) };
@@ -210,4 +215,32 @@ test('a batch that turned over since the scrape: what left is not counted, what 
   assert.deepEqual({ running: e.running, waiting: e.waiting }, { running: 1, waiting: 1 });
   // The queue terms count the one left running and the one sent since, not the scrape's six plus one.
   assert.equal(e.ttftMs, 0.1 * (1000 + 160) + 2 * 1 + 0.5 * 1);
+});
+
+test("stallModel 'misses': a stall costs the TPOT targets it breaks, one per short answer, none for long ones", () => {
+  // a decodes four answers of ours: 1, 3, 5 and 300 tokens; b four of 300. k = 0: every TPOT has
+  // 50 − 7.5 = 42.5 ms of slack.
+  const batch = {
+    a: { contextTokens: 0, stallShare: 0, outputs: [1, 3, 5, 300] },
+    b: { contextTokens: 0, stallShare: 0, outputs: [300, 300, 300, 300] },
+  };
+  const { p } = producer({}, {}, { msPer1k: 0, batch }, 'misses');
+  const a = worker('a', { snapshot: null });
+  const b = worker('b', { snapshot: null });
+  for (const w of [a, b]) for (let i = 0; i < 4; i++) w.begin({ id: `${w.id}${i}`, promptTokens: 100, uncachedTokens: 100, maxTokens: 10, blocks: 10, dispatchedAt: 0 });
+  // 2,000 uncached tokens at 0.1 ms: a 200 ms stall, 200 / 42.5 = 4.7 ms per token of slack: the
+  // answers of 2 to 5 tokens miss (3 and 5 at a), the one-token answer and the long ones do not.
+  const req = request(seq(0, 2000));
+  p.produce(req, [a, b], ctx(1));
+  assert.equal(kvgateEstimate(req, a)!.stallMs, 2 * 20 * 50);
+  assert.equal(kvgateEstimate(req, b)!.stallMs, 0);
+  // A 100-token prompt stalls 10 ms: nobody misses.
+  const small = request(seq(5000, 100));
+  p.produce(small, [a], ctx(1));
+  assert.equal(kvgateEstimate(small, a)!.stallMs, 0);
+  // The linear model prices the same stall on every answer, long ones included.
+  const lin = producer({}, {}, { msPer1k: 0, batch: { b: { contextTokens: 0, stallShare: 4 * (20 / 299), outputs: [300, 300, 300, 300] } } }).p;
+  const req2 = request(seq(0, 2000));
+  lin.produce(req2, [b], ctx(1));
+  assert.ok(kvgateEstimate(req2, b)!.stallMs > 0);
 });
