@@ -70,7 +70,8 @@ import { kvgatePicker } from '../pickers/kvgate.js';
 import { PipelinePolicy } from '../pipeline.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../router.js';
 import { OutputLengthModel } from '../output-length.js';
-import { kvgateEstimate, kvgateEstimateProducer, lowerBound, stallShare, type InflightBatch } from '../producers/kvgate-estimate.js';
+import { kvgateEstimate, kvgateEstimateProducer, stallShare, type InflightBatch } from '../producers/kvgate-estimate.js';
+import { insertSorted, removeSorted } from '../../util/sorted.js';
 import {
   kvgateHeadroomScorer,
   kvgateLoadScorer,
@@ -399,7 +400,7 @@ export class KvgatePolicy implements Policy {
     }
     b.contextTokens += charge.contextTokens;
     b.stallShare += charge.stallShare;
-    b.outputs.splice(lowerBound(b.outputs, out), 0, out);
+    insertSorted(b.outputs, out);
   }
 
   /** Confirm the prediction and learn the pool's prefill rate from the time to first token. */
@@ -429,7 +430,7 @@ export class KvgatePolicy implements Policy {
       if (b && b.outputs.length > 1) {
         b.contextTokens -= charged.contextTokens;
         b.stallShare -= charged.stallShare;
-        b.outputs.splice(lowerBound(b.outputs, charged.output), 1);
+        removeSorted(b.outputs, charged.output);
       } else this.inflightBatch.delete(charged.worker);
     }
     if (req.state.get(CONFIRMED) === true) return;

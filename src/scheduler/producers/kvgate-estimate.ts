@@ -117,6 +117,7 @@ import { blocksNeeded } from '../filters/kv-fit.js';
 import type { PrefixMatcher } from '../index/prefix-match.js';
 import { clamp01 } from '../pipeline.js';
 import { USED_STALE_METRICS } from '../state-keys.js';
+import { countInRange } from '../../util/sorted.js';
 import type { Producer, RouteRequest } from '../types.js';
 
 /** What kvgate estimated for one worker. */
@@ -284,17 +285,10 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           const ownCtx = prompt + out / 2;
           const batchHeadroom = Math.max(MIN_TPOT_HEADROOM, 1 - (o.decodeStepMs + kvMs + kPerToken * ownCtx) / o.tpotTargetMs);
           const overlap = batchStall > 0 ? Math.min(out, (o.tpotWorthMs * batch) / (2 * batchStall)) : 0;
-          // With 'misses': the neighbours a gap of gapMs pushes past the TPOT target. Without
-          // requests of ours there to count, the batch is taken to answer like this one.
-          const slackMs = o.tpotTargetMs * batchHeadroom;
-          const misses = (gapMs: number): number => {
-            const below = 1 + gapMs / slackMs;
-            if (mine > 0) return countInRange(ours.outputs, 2, below) * scale;
-            return out >= 2 && out < below ? batch : 0;
-          };
           const byMisses = o.stallModel === 'misses';
-          const stallMs = byMisses
-            ? missMs * misses(msPerToken * uncached)
+          const batchMix: BatchMix | null = byMisses ? { outputs: ours.outputs, mine, scale, batch, out, slackMs: o.tpotTargetMs * batchHeadroom } : null;
+          const stallMs = batchMix
+            ? missMs * missesOf(batchMix, msPerToken * uncached)
             : (batchStall * msPerToken * uncached) / batchHeadroom + batch * overlap * kPerToken * ownCtx;
           const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
           const need = Math.ceil(uncached / w.blockSize);
@@ -303,7 +297,7 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           const footprint = blocksNeeded(req, w, cached);
           const overflow = usedBlocks(total, free, w.inflightBlocks) + footprint - total;
           const recomputeMs = msPerToken * (prompt + out);
-          const recomputeStallMs = byMisses ? missMs * misses(recomputeMs) : (recomputeMs * batchStall) / batchHeadroom;
+          const recomputeStallMs = batchMix ? missMs * missesOf(batchMix, recomputeMs) : (recomputeMs * batchStall) / batchHeadroom;
           const preemptMs = overflow > 0 ? Math.min(1, overflow / Math.max(1, footprint)) * (recomputeMs + o.stallWeight * recomputeStallMs) : 0;
           m.set(w, {
             hit: prompt > 0 ? cached / prompt : 0,
@@ -361,19 +355,27 @@ export function kvgateEstimate(req: RouteRequest, w: WorkerState): KvgateEstimat
   return req.state.get(KVGATE_ESTIMATES)?.get(w);
 }
 
-/** How many values of an ascending array lie in [lo, hi). */
-export function countInRange(a: readonly number[], lo: number, hi: number): number {
-  return hi > lo ? lowerBound(a, hi) - lowerBound(a, lo) : 0;
+/** What the 'misses' stall model reads of a worker's batch. */
+interface BatchMix {
+  /** This gateway's in-flight expected outputs there, ascending, and how many they are. */
+  outputs: readonly number[];
+  mine: number;
+  /** The batch (N) over `mine`. */
+  scale: number;
+  batch: number;
+  /** This request's expected output: the stand-in for the batch's when none of ours is there. */
+  out: number;
+  /** The TPOT a neighbour has left below the target, ms. */
+  slackMs: number;
 }
 
-/** The first index of an ascending array whose value is ≥ x (a.length if none). */
-export function lowerBound(a: readonly number[], x: number): number {
-  let lo = 0;
-  let hi = a.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (a[mid]! < x) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
+/**
+ * The neighbours a gap of `gapMs` pushes past the TPOT target: answers of n ≥ 2 tokens with
+ * gapMs / (n − 1) > slackMs, counted in this gateway's requests and scaled up to the batch.
+ * Without requests of ours there to count, the batch is taken to answer like this one.
+ */
+function missesOf(b: BatchMix, gapMs: number): number {
+  const below = 1 + gapMs / b.slackMs;
+  if (b.mine > 0) return countInRange(b.outputs, 2, below) * b.scale;
+  return b.out >= 2 && b.out < below ? b.batch : 0;
 }

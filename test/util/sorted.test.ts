@@ -1,0 +1,19 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { countInRange, insertSorted, lowerBound, removeSorted } from '../../src/util/sorted.js';
+
+test('sorted arrays: lower bound, counts in a range, insert and remove keep the order', () => {
+  const a: number[] = [];
+  for (const x of [5, 1, 300, 3, 5, 1]) insertSorted(a, x);
+  assert.deepEqual(a, [1, 1, 3, 5, 5, 300]);
+  assert.equal(lowerBound(a, 0), 0);
+  assert.equal(lowerBound(a, 3), 2);
+  assert.equal(lowerBound(a, 4), 3);
+  assert.equal(lowerBound(a, 301), 6);
+  // [2, 6): the 3 and the two 5s.
+  assert.equal(countInRange(a, 2, 6), 3);
+  assert.equal(countInRange(a, 6, 2), 0);
+  assert.equal(removeSorted(a, 5), true);
+  assert.equal(removeSorted(a, 4), false, 'a value not there removes nothing');
+  assert.deepEqual(a, [1, 1, 3, 5, 300]);
+});
