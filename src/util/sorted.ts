@@ -12,6 +12,18 @@ export function lowerBound(a: readonly number[], x: number): number {
   return lo;
 }
 
+/** The first index whose value is > x (a.length if none). */
+export function upperBound(a: readonly number[], x: number): number {
+  let lo = 0;
+  let hi = a.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (a[mid]! <= x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 /** How many values lie in [lo, hi). */
 export function countInRange(a: readonly number[], lo: number, hi: number): number {
   return hi > lo ? lowerBound(a, hi) - lowerBound(a, lo) : 0;

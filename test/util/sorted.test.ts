@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { countInRange, insertSorted, lowerBound, removeSorted } from '../../src/util/sorted.js';
+import { countInRange, insertSorted, lowerBound, removeSorted, upperBound } from '../../src/util/sorted.js';
 
 test('sorted arrays: lower bound, counts in a range, insert and remove keep the order', () => {
   const a: number[] = [];
@@ -10,6 +10,9 @@ test('sorted arrays: lower bound, counts in a range, insert and remove keep the 
   assert.equal(lowerBound(a, 3), 2);
   assert.equal(lowerBound(a, 4), 3);
   assert.equal(lowerBound(a, 301), 6);
+  assert.equal(upperBound(a, 1), 2);
+  assert.equal(upperBound(a, 5), 5);
+  assert.equal(upperBound(a, 0), 0);
   // [2, 6): the 3 and the two 5s.
   assert.equal(countInRange(a, 2, 6), 3);
   assert.equal(countInRange(a, 6, 2), 0);

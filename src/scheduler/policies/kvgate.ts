@@ -143,9 +143,9 @@ export const kvgateOptions = z.strictObject({
   ),
   // How the stall a prefill puts in a worker's batch is priced (producers/kvgate-estimate.ts).
   stallModel: choiceKnob(
-    ['linear', 'misses'],
+    ['linear', 'misses', 'learned'],
     'linear',
-    "what a prefill's stall costs the worker's other requests: tpotWorthMs per ms of each one's TPOT (linear), or a TPOT target's worth for each one it pushes past the target (misses: only answers short enough for one stall to break)",
+    "what a prefill's stall costs the worker's other requests: tpotWorthMs per ms of each one's TPOT (linear); a TPOT target's worth for each one it pushes past the target (misses: only answers short enough for one stall to break); or that worth times the share of the worker's recent TPOTs the stall would push past the target (learned)",
   ),
   // The preemption term's likelihood counts every request on the worker at its full length at
   // once, which they seldom reach together: weight 1 cut bursty traffic's preemptions at
@@ -207,6 +207,11 @@ const NO_BATCH: InflightBatch = { contextTokens: 0, stallShare: 0, outputs: [] }
 
 /** The output tokens expected of the request (expectedOutput). */
 const EXPECTED_OUTPUT = stateKey<number>('kvgate.expected-output');
+/** Clock time of the request's first token (read at completion for its TPOT). */
+const FIRST_TOKEN_AT = stateKey<number>('kvgate.first-token-at');
+/** Finished requests whose TPOT each worker keeps for the 'learned' stall model. */
+const RECENT_TPOTS = 128;
+const NO_TPOTS: readonly number[] = [];
 /** Clock time the request was dispatched (written at dispatch, read at its first token). */
 const DISPATCHED_AT = stateKey<number>('kvgate.dispatched-at');
 /** The request's first token came back: its prediction is confirmed. */
@@ -239,6 +244,12 @@ export class KvgatePolicy implements Policy {
    */
   readonly exact: boolean;
   readonly usesOracle?: boolean;
+  /**
+   * TPOTs of the last RECENT_TPOTS requests that finished at each worker, ascending, and the same
+   * in the order they finished (a ring: the oldest is replaced). The 'learned' stall model reads
+   * how many are near the TPOT target.
+   */
+  private readonly recentTpots = new Map<string, { sorted: number[]; ring: number[]; next: number }>();
   /** Session key → worker id of its last pick (insertion-ordered, bounded). */
   private readonly sessions = new Map<string, string>();
   private pipeline: PipelinePolicy;
@@ -302,6 +313,7 @@ export class KvgatePolicy implements Policy {
           prefillRate: (w) => this.prefillRate(w),
           expectedOutput: (req) => this.expectedOutput(req),
           inflightBatch: (w) => this.inflightBatch.get(w.id) ?? NO_BATCH,
+          recentTpots: (w) => this.recentTpots.get(w.id)?.sorted ?? NO_TPOTS,
           sessionWorker: (key) => this.sessions.get(key),
         }),
       ],
@@ -368,8 +380,26 @@ export class KvgatePolicy implements Policy {
     return out;
   }
 
+  private recordTpot(workerId: string, tpot: number): void {
+    let r = this.recentTpots.get(workerId);
+    if (!r) this.recentTpots.set(workerId, (r = { sorted: [], ring: [], next: 0 }));
+    if (r.ring.length < RECENT_TPOTS) r.ring.push(tpot);
+    else {
+      removeSorted(r.sorted, r.ring[r.next]!);
+      r.ring[r.next] = tpot;
+      r.next = (r.next + 1) % RECENT_TPOTS;
+    }
+    insertSorted(r.sorted, tpot);
+  }
+
+  /** TPOTs of the requests that recently finished at `workerId`, ascending (for tests and /admin). */
+  recentTpotsAt(workerId: string): readonly number[] {
+    return this.recentTpots.get(workerId)?.sorted ?? NO_TPOTS;
+  }
+
   forgetWorker(w: WorkerState): void {
     this.inflightBatch.delete(w.id);
+    this.recentTpots.delete(w.id);
     for (const [key, id] of this.sessions) if (id === w.id) this.sessions.delete(key);
   }
 
@@ -407,6 +437,7 @@ export class KvgatePolicy implements Policy {
   onFirstToken(req: RouteRequest, w: WorkerState, ctx: RoutingContext): void {
     this.matcher.confirm(req, w, ctx.now);
     req.state.set(CONFIRMED, true);
+    if (this.params.stallModel === 'learned') req.state.set(FIRST_TOKEN_AT, ctx.now);
     if (!this.params.learnPrefillRate) return;
     const est = kvgateEstimate(req, w);
     const at = req.state.get(DISPATCHED_AT);
@@ -422,7 +453,11 @@ export class KvgatePolicy implements Policy {
   }
 
   onComplete(req: RouteRequest, w: WorkerState, ok: boolean, ctx: RoutingContext, outputTokens?: number): void {
-    if (ok && outputTokens !== undefined) this.outputLength.learn(req, outputTokens);
+    if (ok && outputTokens !== undefined) {
+      this.outputLength.learn(req, outputTokens);
+      const first = req.state.get(FIRST_TOKEN_AT);
+      if (outputTokens > 1 && first !== undefined) this.recordTpot(w.id, (ctx.now - first) / (outputTokens - 1));
+    }
     const charged = req.state.get(BATCH_CHARGED);
     if (charged !== undefined) {
       req.state.delete(BATCH_CHARGED);

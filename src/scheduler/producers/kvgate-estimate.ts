@@ -70,10 +70,19 @@
  * and the neighbours' KV read enters only through slackMs. The stall of a long prompt spread over
  * a long answer's tokens (180 ms over 125 tokens: 1.4 ms of TPOT) breaks nothing there; over a
  * short answer's it does (60 ms over 4). A one-token answer has no TPOT, and its prefill runs
- * before a later arrival's: never a miss. What each model does on the built-in workloads, and why
- * 'linear' stays the default, is in the README ("Capacity at SLO first"): 'misses' meets the TTFT
- * p99 targets at the common load and does not let long prompts miss for the short ones' sake, but
- * has no lead on bursty traffic's capacity by the aggregate count.
+ * before a later arrival's: never a miss.
+ *
+ * stallModel 'learned' counts each neighbour with n ≥ 2 tokens to generate as the chance that its
+ * TPOT crosses the target: the share of the worker's recent TPOTs (its last 128 finished requests)
+ * in (target − d, target], with d = T / (n − 1) + k · (P + out/2) the TPOT this request adds to
+ * it. Far below the target a long answer is no miss, as in 'misses'; on a worker whose requests
+ * finish near the target every neighbour counts, by how near. A worker with nothing finished yet
+ * shows nobody near the target.
+ *
+ * What each model does on the built-in workloads, and why 'linear' stays the default, is in the
+ * README ("Capacity at SLO first"): the other two come closer to the latency targets at the
+ * common load and do not let long prompts miss for the short ones' sake, but give up part of the
+ * lead on bursty and agentic traffic by the aggregate count.
  *
  * costMs puts the TTFT a cached prefix saves against the TPOT that joining a crowded batch costs
  * this request and what its prefill and its KV cost the worker's running requests, all in
@@ -117,7 +126,7 @@ import { blocksNeeded } from '../filters/kv-fit.js';
 import type { PrefixMatcher } from '../index/prefix-match.js';
 import { clamp01 } from '../pipeline.js';
 import { USED_STALE_METRICS } from '../state-keys.js';
-import { countInRange } from '../../util/sorted.js';
+import { countInRange, lowerBound, upperBound } from '../../util/sorted.js';
 import type { Producer, RouteRequest } from '../types.js';
 
 /** What kvgate estimated for one worker. */
@@ -208,8 +217,13 @@ export interface KvgateEstimateOptions {
   tpotTargetMs: number;
   /** What the delay of the other requests counts for against this request's own. */
   stallWeight: number;
-  /** How the stall is priced: per ms of every neighbour's TPOT, or per TPOT target it breaks. */
-  stallModel?: 'linear' | 'misses';
+  /**
+   * How the stall is priced: per ms of every neighbour's TPOT, per TPOT target it breaks, or per
+   * target it would break given the worker's recent TPOTs.
+   */
+  stallModel?: 'linear' | 'misses' | 'learned';
+  /** TPOTs of the requests that recently finished at `w`, ascending ('learned'). */
+  recentTpots?(w: WorkerState): readonly number[];
   /** What the expected cost of a preemption for lack of KV counts for (0: ignored). */
   preemptionWeight: number;
   /** Prefill throughput assumed for `w`, tokens/s. */
@@ -285,8 +299,20 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           const ownCtx = prompt + out / 2;
           const batchHeadroom = Math.max(MIN_TPOT_HEADROOM, 1 - (o.decodeStepMs + kvMs + kPerToken * ownCtx) / o.tpotTargetMs);
           const overlap = batchStall > 0 ? Math.min(out, (o.tpotWorthMs * batch) / (2 * batchStall)) : 0;
-          const byMisses = o.stallModel === 'misses';
-          const batchMix: BatchMix | null = byMisses ? { outputs: ours.outputs, mine, scale, batch, out, slackMs: o.tpotTargetMs * batchHeadroom } : null;
+          const batchMix: BatchMix | null =
+            o.stallModel === 'misses' || o.stallModel === 'learned'
+              ? {
+                  outputs: ours.outputs,
+                  mine,
+                  scale,
+                  batch,
+                  out,
+                  slackMs: o.tpotTargetMs * batchHeadroom,
+                  recentTpots: o.stallModel === 'learned' ? (o.recentTpots?.(w) ?? []) : null,
+                  tpotTargetMs: o.tpotTargetMs,
+                  ownKvMs: kPerToken * ownCtx,
+                }
+              : null;
           const stallMs = batchMix
             ? missMs * missesOf(batchMix, msPerToken * uncached)
             : (batchStall * msPerToken * uncached) / batchHeadroom + batch * overlap * kPerToken * ownCtx;
@@ -355,7 +381,24 @@ export function kvgateEstimate(req: RouteRequest, w: WorkerState): KvgateEstimat
   return req.state.get(KVGATE_ESTIMATES)?.get(w);
 }
 
-/** What the 'misses' stall model reads of a worker's batch. */
+/**
+ * 'learned': the expected number of neighbours a gap of `gapMs` pushes past the TPOT target. A
+ * neighbour with n ≥ 2 tokens to generate gains d = gapMs / (n − 1) + ownKvMs of TPOT; the chance
+ * that this crosses the target is taken as the share of the worker's recent TPOTs lying in
+ * (target − d, target]. A worker with no finished requests yet shows none near the target.
+ */
+function learnedMissesOf(b: BatchMix, tpots: readonly number[], gapMs: number): number {
+  if (b.mine === 0 || tpots.length === 0) return 0;
+  const atTarget = upperBound(tpots, b.tpotTargetMs);
+  let expected = 0;
+  for (let i = lowerBound(b.outputs, 2); i < b.outputs.length; i++) {
+    const d = gapMs / (b.outputs[i]! - 1) + b.ownKvMs;
+    expected += atTarget - upperBound(tpots, b.tpotTargetMs - d);
+  }
+  return (expected / tpots.length) * b.scale;
+}
+
+/** What the 'misses' and 'learned' stall models read of a worker's batch. */
 interface BatchMix {
   /** This gateway's in-flight expected outputs there, ascending, and how many they are. */
   outputs: readonly number[];
@@ -367,6 +410,11 @@ interface BatchMix {
   out: number;
   /** The TPOT a neighbour has left below the target, ms. */
   slackMs: number;
+  /** 'learned': the worker's recent TPOTs, ascending; null for 'misses'. */
+  recentTpots: readonly number[] | null;
+  tpotTargetMs: number;
+  /** What this request's KV adds to each of the batch's decode steps, ms. */
+  ownKvMs: number;
 }
 
 /**
@@ -375,6 +423,7 @@ interface BatchMix {
  * Without requests of ours there to count, the batch is taken to answer like this one.
  */
 function missesOf(b: BatchMix, gapMs: number): number {
+  if (b.recentTpots !== null) return learnedMissesOf(b, b.recentTpots, gapMs);
   const below = 1 + gapMs / b.slackMs;
   if (b.mine > 0) return countInRange(b.outputs, 2, below) * b.scale;
   return b.out >= 2 && b.out < below ? b.batch : 0;

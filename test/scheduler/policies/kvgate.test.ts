@@ -444,3 +444,22 @@ test("stallModel 'misses': long prompts no longer queue to spare long answers a 
   assert.ok(fewshot.tpot_ms.p99! < 40, `TPOT p99 ${fewshot.tpot_ms.p99} ms`);
   assert.ok(none.tpot_ms.p99! > 2 * fewshot.tpot_ms.p99!, `without the stall term TPOT p99 ${none.tpot_ms.p99} ms`);
 });
+
+test("stallModel 'learned': each worker keeps the TPOTs of its last finished requests; the other models keep none", () => {
+  for (const model of ['learned', 'linear'] as const) {
+    const policy = createPolicy('kvgate', { stallModel: model }) as KvgatePolicy;
+    const { router: r, clock } = router(policy);
+    const w = worker('w');
+    for (let i = 0; i < 3; i++) {
+      const req = request(seq(i * 1000, 64));
+      const out = r.route(req, [w]);
+      assert.ok(out.ok);
+      clock.advance(100);
+      r.firstToken(req.id);
+      // 11 tokens in 200 ms after the first: 20 ms per token.
+      clock.advance(200);
+      r.complete(req.id, true, 11);
+    }
+    assert.deepEqual(policy.recentTpotsAt('w'), model === 'learned' ? [20, 20, 20] : []);
+  }
+});

@@ -28,7 +28,8 @@ function producer(
   rates: Record<string, number> = {},
   sessions: Record<string, string> = {},
   decode: { msPer1k: number; batch: Record<string, { contextTokens: number; stallShare: number; outputs?: number[] }> } = { msPer1k: 0, batch: {} },
-  stallModel: 'linear' | 'misses' = 'linear',
+  stallModel: 'linear' | 'misses' | 'learned' = 'linear',
+  recent: Record<string, number[]> = {},
 ) {
   const matcher = new PrefixMatcher(new PrefixIndex());
   const opts: KvgateEstimateOptions = {
@@ -50,6 +51,7 @@ function producer(
       return b ? { ...b, outputs: b.outputs ?? [] } : { contextTokens: 0, stallShare: 0, outputs: [] };
     },
     sessionWorker: (k) => sessions[k],
+    recentTpots: (w) => recent[w.id] ?? [],
   };
   return { matcher, p: kvgateEstimateProducer(opts) };
 }
@@ -243,4 +245,22 @@ test("stallModel 'misses': a stall costs the TPOT targets it breaks, one per sho
   const req2 = request(seq(0, 2000));
   lin.produce(req2, [b], ctx(1));
   assert.ok(kvgateEstimate(req2, b)!.stallMs > 0);
+});
+
+test("stallModel 'learned': a neighbour counts by the share of the worker's recent TPOTs the stall would push past the target", () => {
+  // a decodes answers of ours of 3 and 300 tokens. Its last 40 requests finished at 20 ms per
+  // token, 10 of them at 49.5 ms, just under the 50 ms target. k = 0.
+  const batch = { a: { contextTokens: 0, stallShare: 0, outputs: [3, 300] }, b: { contextTokens: 0, stallShare: 0, outputs: [3, 300] } };
+  const recent = { a: [...Array(30).fill(20), ...Array(10).fill(49.5)] };
+  const { p } = producer({}, {}, { msPer1k: 0, batch }, 'learned', recent);
+  const a = worker('a', { snapshot: null });
+  const b = worker('b', { snapshot: null });
+  for (const w of [a, b]) for (let i = 0; i < 2; i++) w.begin({ id: `${w.id}${i}`, promptTokens: 100, uncachedTokens: 100, maxTokens: 10, blocks: 10, dispatchedAt: 0 });
+  // A 200 ms stall: +100 ms on the 3-token answer's TPOT, past the target from any recent TPOT
+  // (share 1); +0.67 ms on the 300-token one's, past it only from the 10 at 49.5 ms (share 1/4).
+  const req = request(seq(0, 2000));
+  p.produce(req, [a, b], ctx(1));
+  assert.equal(kvgateEstimate(req, a)!.stallMs, 1.25 * 20 * 50);
+  // b has finished nothing yet: nothing is known to be near the target there.
+  assert.equal(kvgateEstimate(req, b)!.stallMs, 0);
 });
