@@ -219,6 +219,13 @@ test('a batch that turned over since the scrape: what left is not counted, what 
   assert.equal(e.ttftMs, 0.1 * (1000 + 160) + 2 * 1 + 0.5 * 1);
 });
 
+/** Workers a and b, each with `n` requests of this gateway in flight (the batches the tests describe). */
+function decodingWorkers(n: number): [WorkerState, WorkerState] {
+  const ws = [worker('a', { snapshot: null }), worker('b', { snapshot: null })] as [WorkerState, WorkerState];
+  for (const w of ws) for (let i = 0; i < n; i++) w.begin({ id: `${w.id}${i}`, promptTokens: 100, uncachedTokens: 100, maxTokens: 10, blocks: 10, dispatchedAt: 0 });
+  return ws;
+}
+
 test("stallModel 'misses': a stall costs the TPOT targets it breaks, one per short answer, none for long ones", () => {
   // a decodes four answers of ours: 1, 3, 5 and 300 tokens; b four of 300. k = 0: every TPOT has
   // 50 − 7.5 = 42.5 ms of slack.
@@ -227,9 +234,7 @@ test("stallModel 'misses': a stall costs the TPOT targets it breaks, one per sho
     b: { contextTokens: 0, stallShare: 0, outputs: [300, 300, 300, 300] },
   };
   const { p } = producer({}, {}, { msPer1k: 0, batch }, 'misses');
-  const a = worker('a', { snapshot: null });
-  const b = worker('b', { snapshot: null });
-  for (const w of [a, b]) for (let i = 0; i < 4; i++) w.begin({ id: `${w.id}${i}`, promptTokens: 100, uncachedTokens: 100, maxTokens: 10, blocks: 10, dispatchedAt: 0 });
+  const [a, b] = decodingWorkers(4);
   // 2,000 uncached tokens at 0.1 ms: a 200 ms stall, 200 / 42.5 = 4.7 ms per token of slack: the
   // answers of 2 to 5 tokens miss (3 and 5 at a), the one-token answer and the long ones do not.
   const req = request(seq(0, 2000));
@@ -253,9 +258,7 @@ test("stallModel 'learned': a neighbour counts by the share of the worker's rece
   const batch = { a: { contextTokens: 0, stallShare: 0, outputs: [3, 300] }, b: { contextTokens: 0, stallShare: 0, outputs: [3, 300] } };
   const recent = { a: [...Array(30).fill(20), ...Array(10).fill(49.5)] };
   const { p } = producer({}, {}, { msPer1k: 0, batch }, 'learned', recent);
-  const a = worker('a', { snapshot: null });
-  const b = worker('b', { snapshot: null });
-  for (const w of [a, b]) for (let i = 0; i < 2; i++) w.begin({ id: `${w.id}${i}`, promptTokens: 100, uncachedTokens: 100, maxTokens: 10, blocks: 10, dispatchedAt: 0 });
+  const [a, b] = decodingWorkers(2);
   // A 200 ms stall: +100 ms on the 3-token answer's TPOT, past the target from any recent TPOT
   // (share 1); +0.67 ms on the 300-token one's, past it only from the 10 at 49.5 ms (share 1/4).
   const req = request(seq(0, 2000));
