@@ -231,8 +231,11 @@ export class KvgatePolicy implements Policy {
   readonly prefillRates = new Map<string, number>();
   /** Answer lengths learned from finished requests (used while `learnOutputLength`). */
   readonly outputLength = new OutputLengthModel({ alpha: 0.1, maxClasses: 10_000 });
-  /** Context tokens, TPOT share and expected outputs (ascending) of this gateway's requests in flight, per worker id. */
-  private readonly inflightBatch = new Map<string, { contextTokens: number; stallShare: number; outputs: number[] }>();
+  /**
+   * Context tokens, TPOT share and number of this gateway's requests in flight, per worker id, and
+   * their expected outputs (ascending) while a stall model other than 'linear' reads them.
+   */
+  private readonly inflightBatch = new Map<string, { contextTokens: number; stallShare: number; n: number; outputs: number[] }>();
   /**
    * Read each worker's exact cache and queue through WorkerState.oracle (simulation only) instead
    * of the index and the metrics: the `oracle` policy, kvgate's decision rules with perfect
@@ -392,7 +395,7 @@ export class KvgatePolicy implements Policy {
     insertSorted(r.sorted, tpot);
   }
 
-  /** TPOTs of the requests that recently finished at `workerId`, ascending (for tests and /admin). */
+  /** TPOTs of the requests that recently finished at `workerId`, ascending. */
   recentTpotsAt(workerId: string): readonly number[] {
     return this.recentTpots.get(workerId)?.sorted ?? NO_TPOTS;
   }
@@ -425,12 +428,13 @@ export class KvgatePolicy implements Policy {
     req.state.set(BATCH_CHARGED, charge);
     let b = this.inflightBatch.get(w.id);
     if (!b) {
-      b = { contextTokens: 0, stallShare: 0, outputs: [] };
+      b = { contextTokens: 0, stallShare: 0, n: 0, outputs: [] };
       this.inflightBatch.set(w.id, b);
     }
     b.contextTokens += charge.contextTokens;
     b.stallShare += charge.stallShare;
-    insertSorted(b.outputs, out);
+    b.n++;
+    if (this.params.stallModel !== 'linear') insertSorted(b.outputs, out);
   }
 
   /** Confirm the prediction and learn the pool's prefill rate from the time to first token. */
@@ -462,9 +466,10 @@ export class KvgatePolicy implements Policy {
     if (charged !== undefined) {
       req.state.delete(BATCH_CHARGED);
       const b = this.inflightBatch.get(charged.worker);
-      if (b && b.outputs.length > 1) {
+      if (b && --b.n > 0) {
         b.contextTokens -= charged.contextTokens;
         b.stallShare -= charged.stallShare;
+        // Absent if it was dispatched under 'linear' (the model changed since): nothing to remove.
         removeSorted(b.outputs, charged.output);
       } else this.inflightBatch.delete(charged.worker);
     }

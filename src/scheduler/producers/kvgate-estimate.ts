@@ -233,7 +233,7 @@ export interface KvgateEstimateOptions {
   /**
    * This gateway's requests in flight at `w` (their number is w.inflightCount): their context
    * tokens (prompt plus half the expected output), Σ stallShare(expected output) and the expected
-   * outputs themselves, ascending (read by the 'misses' stall model).
+   * outputs themselves, ascending (kept and read by the 'misses' and 'learned' stall models).
    */
   inflightBatch(w: WorkerState): InflightBatch;
   /** Worker id the session key was last routed to. */
