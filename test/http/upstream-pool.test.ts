@@ -1,0 +1,202 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer as createHttpServer, type Server } from 'node:http';
+import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
+import { UpstreamPool, type ExchangeController, type UpstreamRequest } from '../../src/http/upstream-pool.js';
+
+interface Outcome {
+  status: number;
+  headers: Record<string, unknown>;
+  body: string;
+  error: (Error & { code?: string }) | null;
+}
+
+/** Dispatches and collects the response; `onData` may steer the exchange (pause, abort). */
+function call(pool: UpstreamPool, req: Partial<UpstreamRequest> = {}, onData?: (c: ExchangeController, chunk: Buffer, o: Outcome) => void): Promise<Outcome> {
+  return new Promise((resolve) => {
+    const o: Outcome = { status: 0, headers: {}, body: '', error: null };
+    pool.dispatch(
+      { method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json' }, body: '{}', ...req },
+      {
+        onResponseStart: (_c, status, headers) => {
+          o.status = status;
+          o.headers = headers;
+        },
+        onResponseData: (c, chunk) => {
+          o.body += chunk.toString();
+          onData?.(c, chunk, o);
+        },
+        onResponseEnd: () => resolve(o),
+        onResponseError: (_c, e) => {
+          o.error = e;
+          resolve(o);
+        },
+      },
+    );
+  });
+}
+
+async function listen(s: Server | ReturnType<typeof createNetServer>): Promise<string> {
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  return `http://127.0.0.1:${(s.address() as AddressInfo).port}`;
+}
+
+const opts = { connections: 0, keepAliveTimeoutMs: 4_000, connectTimeoutMs: 2_000 };
+
+/** A node:http worker: JSON answers, SSE streams, and a count of the connections it accepted. */
+async function worker(): Promise<{ url: string; server: Server; connections: () => number; seen: Array<{ headers: Record<string, unknown>; body: string }> }> {
+  let connections = 0;
+  const seen: Array<{ headers: Record<string, unknown>; body: string }> = [];
+  const server = createHttpServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', () => {
+      seen.push({ headers: req.headers, body });
+      if (req.url === '/stream') {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        let i = 0;
+        const t = setInterval(() => {
+          if (res.destroyed) return clearInterval(t);
+          if (i === 5) {
+            clearInterval(t);
+            res.end('data: [DONE]\n\n');
+            return;
+          }
+          res.write(`data: ${i++}\n\n`);
+        }, 20);
+        return;
+      }
+      const out = JSON.stringify({ echo: body, n: seen.length });
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(out) });
+      res.end(out);
+    });
+  });
+  server.on('connection', () => connections++);
+  return { url: await listen(server), server, connections: () => connections, seen };
+}
+
+test('upstream pool: relays JSON and SSE answers, sends the request intact, reuses one keep-alive connection', async () => {
+  const w = await worker();
+  const pool = new UpstreamPool(w.url, opts);
+  try {
+    const a = await call(pool, { headers: { 'content-type': 'application/json', 'x-request-id': 'r1', authorization: 'Bearer k' }, body: Buffer.from('{"a":"é"}') });
+    assert.equal(a.error, null);
+    assert.equal(a.status, 200);
+    assert.equal(a.headers['content-type'], 'application/json');
+    assert.deepEqual(JSON.parse(a.body), { echo: '{"a":"é"}', n: 1 });
+    assert.equal(w.seen[0]!.headers['x-request-id'], 'r1');
+    assert.equal(w.seen[0]!.headers.authorization, 'Bearer k');
+    assert.equal(w.seen[0]!.headers.host, new URL(w.url).host);
+    const s = await call(pool, { path: '/stream' });
+    assert.equal(s.body, 'data: 0\n\ndata: 1\n\ndata: 2\n\ndata: 3\n\ndata: 4\n\ndata: [DONE]\n\n');
+    await call(pool);
+    assert.equal(w.connections(), 1, 'one connection carried all three requests');
+    assert.equal(pool.connections, 1);
+  } finally {
+    await pool.destroy();
+    w.server.close();
+  }
+});
+
+test('upstream pool: past the connection cap requests wait their turn; none is lost', async () => {
+  const w = await worker();
+  const pool = new UpstreamPool(w.url, { ...opts, connections: 2 });
+  try {
+    const all = await Promise.all(Array.from({ length: 7 }, (_, i) => call(pool, { body: `{"i":${i}}` })));
+    assert.deepEqual(all.map((o) => o.error), Array(7).fill(null));
+    assert.deepEqual(all.map((o) => JSON.parse(o.body).echo).sort(), Array.from({ length: 7 }, (_, i) => `{"i":${i}}`).sort());
+    assert.equal(w.connections(), 2);
+  } finally {
+    await pool.destroy();
+    w.server.close();
+  }
+});
+
+test('upstream pool: abort mid-stream reports the reason and never reuses that connection; pause holds the bytes back', async () => {
+  const w = await worker();
+  const pool = new UpstreamPool(w.url, opts);
+  try {
+    const aborted = await call(pool, { path: '/stream' }, (c, _chunk, o) => {
+      if (o.body.includes('data: 1')) c.abort(new Error('deadline'));
+    });
+    assert.equal(aborted.error?.message, 'deadline');
+    assert.ok(!aborted.body.includes('data: 2'), 'nothing is delivered after abort');
+    let pausedAt = -1;
+    const paused = await call(pool, { path: '/stream' }, (c, _chunk, o) => {
+      if (pausedAt === -1) {
+        pausedAt = o.body.length;
+        c.pause();
+        setTimeout(() => {
+          assert.equal(o.body.length, pausedAt, 'no bytes arrive while paused');
+          c.resume();
+        }, 150);
+      }
+    });
+    assert.equal(paused.error, null);
+    assert.ok(paused.body.endsWith('data: [DONE]\n\n'));
+    assert.equal(w.connections(), 2, 'the aborted connection was closed, a new one opened');
+  } finally {
+    await pool.destroy();
+    w.server.close();
+  }
+});
+
+test('upstream pool: refused connections, a worker hanging up mid-answer and a malformed answer are errors with codes', async () => {
+  const probe = createNetServer();
+  const deadUrl = await listen(probe);
+  await new Promise((r) => probe.close(r));
+  const dead = new UpstreamPool(deadUrl, opts);
+  const refused = await call(dead);
+  assert.equal(refused.error?.code, 'ECONNREFUSED');
+  assert.equal(dead.connections, 0);
+
+  let mode = 'cut';
+  const raw = createNetServer((s: Socket) => {
+    s.once('data', () => {
+      if (mode === 'cut') s.end('HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{"partial"');
+      else s.end('HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nabc');
+    });
+  });
+  const pool = new UpstreamPool(await listen(raw), opts);
+  try {
+    const cut = await call(pool);
+    assert.equal(cut.status, 200);
+    assert.equal(cut.error?.code, 'UND_ERR_SOCKET');
+    assert.match(cut.error!.message, /mid-response/);
+    mode = 'bad';
+    const bad = await call(pool);
+    assert.equal(bad.error?.code, 'KVGATE_HTTP_PARSE');
+    const injected = await call(pool, { headers: { 'x-a': 'v\r\nx-b: smuggled' } });
+    assert.equal(injected.error?.code, 'KVGATE_INVALID_HEADER');
+  } finally {
+    await pool.destroy();
+    raw.close();
+  }
+});
+
+test('upstream pool: a connection the worker closed while idle is replaced; close() waits for requests in progress', async () => {
+  const w = await worker();
+  w.server.keepAliveTimeout = 50;
+  const pool = new UpstreamPool(w.url, opts);
+  try {
+    assert.equal((await call(pool)).error, null);
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal(pool.connections, 0, 'the worker closed the idle connection and the pool noticed');
+    assert.equal((await call(pool)).error, null);
+    const inflight = call(pool, { path: '/stream' });
+    await new Promise((r) => setTimeout(r, 30));
+    let closed = false;
+    const closing = pool.close().then(() => (closed = true));
+    const late = await call(pool);
+    assert.equal(late.error?.code, 'UND_ERR_CLOSED', 'nothing new after close()');
+    assert.equal(closed, false);
+    const s = await inflight;
+    assert.equal(s.error, null);
+    assert.ok(s.body.endsWith('[DONE]\n\n'), 'the stream in progress finished');
+    await closing;
+    assert.equal(pool.connections, 0);
+  } finally {
+    await pool.destroy();
+    w.server.close();
+  }
+});
