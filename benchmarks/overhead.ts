@@ -10,6 +10,7 @@
  *              Node.js gateway;
  *   undicihop — kvgate's own HTTP stack and nothing else: node:http in, undici dispatch out
  *              (benchmarks/overhead/undicihop.ts); kvgate minus this is what its pipeline costs;
+ *   poolhop   — the same hop with kvgate's own relay client (src/http/upstream-pool.ts) for undici;
  *   kvgate   — `kvgate serve` with its full pipeline (validation, tokenization, the routing
  *              policy, metrics, request logs on).
  * Load: wrk (C) where installed, the Node client otherwise (which caps near 25k req/s and so
@@ -39,8 +40,9 @@ installed automatically when running as root), Node fallbacks otherwise.
 Options:
   --rounds N        rounds; each runs every target once (default 3)
   --seconds S       length of each measurement in seconds (default 5)
-  --targets LIST    comma-separated subset of direct,nginx,nodehop,undicihop,kvgate
-                    (default: all; undicihop is kvgate's HTTP stack alone, node:http + undici)
+  --targets LIST    comma-separated subset of direct,nginx,nodehop,undicihop,poolhop,kvgate
+                    (default: all; undicihop is node:http + undici alone, poolhop node:http +
+                    kvgate's own relay client alone)
   --policy NAME     kvgate's routing policy (default: the gateway's default, kvgate)
   --ablate          also run kvgate with parts of its pipeline off, to show what each costs:
                     kvgate-rr (policy round-robin: no tokenization, no prefix index),
@@ -110,7 +112,7 @@ async function main(): Promise<number> {
     options: {
       rounds: { type: 'string', default: '3' },
       seconds: { type: 'string', default: '5' },
-      targets: { type: 'string', default: 'direct,nginx,nodehop,undicihop,kvgate' },
+      targets: { type: 'string', default: 'direct,nginx,nodehop,undicihop,poolhop,kvgate' },
       json: { type: 'string' },
       policy: { type: 'string' },
       ablate: { type: 'boolean', default: false },
@@ -128,7 +130,7 @@ async function main(): Promise<number> {
     process.stderr.write('bench:overhead: --rounds and --seconds take positive whole numbers\n');
     return 2;
   }
-  const known = ['direct', 'nginx', 'nodehop', 'undicihop', 'kvgate'];
+  const known = ['direct', 'nginx', 'nodehop', 'undicihop', 'poolhop', 'kvgate'];
   const wanted = new Set(values.targets!.split(',').map((s) => s.trim()));
   for (const w of wanted) {
     if (!known.includes(w)) {
@@ -151,6 +153,7 @@ async function main(): Promise<number> {
     }
     if (wanted.has('nodehop')) targets.push(await forkServer('nodehop', 'nodehop.js', { UPSTREAM_URL: direct.url }));
     if (wanted.has('undicihop')) targets.push(await forkServer('undicihop', 'undicihop.js', { UPSTREAM_URL: direct.url }));
+    if (wanted.has('poolhop')) targets.push(await forkServer('poolhop', 'undicihop.js', { UPSTREAM_URL: direct.url, HOP_CLIENT: 'kvgate' }));
     if (wanted.has('kvgate')) targets.push(await startKvgate(direct.url, { policy: values.policy }));
     if (values.ablate) {
       for (const [name, config] of Object.entries(ABLATIONS)) targets.push(await startKvgate(direct.url, { name, policy: values.policy, config }));

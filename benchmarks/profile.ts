@@ -57,6 +57,7 @@ const STAGES: Array<[string, (f: string, url: string) => boolean]> = [
   ['read body', (_f, u) => u.includes('/src/api/body')],
   ['response cache', (_f, u) => u.includes('/src/cache/')],
   ['relay (kvgate)', (_f, u) => u.includes('/src/gateway/relay')],
+  ['upstream client (kvgate)', (_f, u) => u.includes('/src/http/')],
   ['upstream client (undici)', (_f, u) => u.includes('node_modules/undici') || u.startsWith('wasm')],
   ['fleet state', (_f, u) => u.includes('/src/fleet/')],
   ['request handler (kvgate)', (_f, u) => u.includes('/src/gateway/') || u.includes('/src/util/') || u.includes('/src/api/')],

@@ -450,6 +450,12 @@ export const configSchema = z
         /** Connections per worker; 0 = no limit (every in-flight stream holds one). */
         connections: z.int().min(0).default(0),
         keepAliveTimeoutMs: ms.default(4_000),
+        /**
+         * The HTTP client relayed requests go through: kvgate's own keep-alive pool (a fraction of
+         * undici's CPU per request; docs/performance.md), or undici's Pool. Scrapes and probes
+         * always use undici.
+         */
+        client: z.enum(['kvgate', 'undici']).default('kvgate'),
       })
       .prefault({}),
     /** Configuration hot reload (src/gateway/config-reload.ts): on SIGHUP, and on a change of the file unless watch is off. */

@@ -4,12 +4,19 @@
  * does, src/gateway/relay-attempt.ts), relaying the worker's status, content type and body bytes
  * as they arrive. What it costs is the floor of any gateway built on these two parts; what kvgate
  * costs above it is its own pipeline (validation, tokenization, routing, admission, logs,
- * metrics). Run as a child process; it reports its port to the parent over IPC. Env: UPSTREAM_URL.
+ * metrics). Run as a child process; it reports its port to the parent over IPC. Env: UPSTREAM_URL,
+ * and HOP_CLIENT=kvgate for the target `poolhop`: the same hop with kvgate's own relay client
+ * (src/http/upstream-pool.ts, the gateway's default) in place of undici's Pool.
  */
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import { Pool, type Dispatcher } from 'undici';
+import { UpstreamPool, type RelayDispatcher } from '../../src/http/upstream-pool.js';
 
-const pool = new Pool(new URL(process.env.UPSTREAM_URL!).origin, { connections: null, pipelining: 1, headersTimeout: 0, bodyTimeout: 0 });
+const origin = new URL(process.env.UPSTREAM_URL!).origin;
+const pool: RelayDispatcher =
+  process.env.HOP_CLIENT === 'kvgate'
+    ? new UpstreamPool(origin, { connections: 0, keepAliveTimeoutMs: 4_000, connectTimeoutMs: 5_000 })
+    : new Pool(origin, { connections: null, pipelining: 1, headersTimeout: 0, bodyTimeout: 0 });
 
 class Relay implements Dispatcher.DispatchHandler {
   private status = 0;

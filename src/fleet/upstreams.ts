@@ -1,20 +1,26 @@
 /**
- * One undici Pool per worker: keep-alive connections reused across requests, metric scrapes and
- * health probes, so the hot path never pays a TCP handshake.
+ * Keep-alive connections per worker, so the hot path never pays a TCP handshake: one undici Pool
+ * for metric scrapes, health probes and other calls, and one relay pool for relayed requests —
+ * kvgate's own UpstreamPool (src/http/upstream-pool.ts) by default, or undici's with
+ * `upstream.client: undici`.
  */
 import { Pool } from 'undici';
+import { UpstreamPool, type RelayDispatcher } from '../http/upstream-pool.js';
 
 export interface UpstreamOptions {
   /** Connections per worker; 0 = unlimited. */
   connections: number;
   keepAliveTimeoutMs: number;
   connectTimeoutMs: number;
+  /** Which client relays requests (default 'kvgate'). */
+  relayClient?: 'kvgate' | 'undici';
 }
 
 export class Upstreams {
   private readonly pools = new Map<string, Pool>();
+  private readonly relayPools = new Map<string, RelayDispatcher>();
   /** Pools of retired workers still finishing their requests (closed by close() too). */
-  private readonly detached = new Set<Pool>();
+  private readonly detached = new Set<RelayDispatcher>();
 
   constructor(private readonly opts: UpstreamOptions) {}
 
@@ -36,26 +42,41 @@ export class Upstreams {
     return p;
   }
 
+  /** The pool relayed requests go through (created on first use). */
+  relayFor(workerId: string, url: string): RelayDispatcher {
+    let p = this.relayPools.get(workerId);
+    if (!p) {
+      p = this.opts.relayClient === 'undici' ? (this.for(workerId, url) as unknown as RelayDispatcher) : new UpstreamPool(new URL(url).origin, this.opts);
+      this.relayPools.set(workerId, p);
+    }
+    return p;
+  }
+
   /**
    * A worker left the fleet (config reload): its pool is no longer handed out (a worker added
    * again under the same id gets a new one); the requests already on it keep it. Returns what
    * closes it, gracefully, once they are done.
    */
   detach(workerId: string): () => Promise<void> {
+    const ps = new Set<RelayDispatcher>();
     const p = this.pools.get(workerId);
+    if (p) ps.add(p);
+    const r = this.relayPools.get(workerId);
+    if (r) ps.add(r);
     this.pools.delete(workerId);
-    if (p) this.detached.add(p);
+    this.relayPools.delete(workerId);
+    for (const x of ps) this.detached.add(x);
     return async () => {
-      if (!p) return;
-      this.detached.delete(p);
-      await p.close().catch(() => undefined);
+      for (const x of ps) this.detached.delete(x);
+      await Promise.all([...ps].map((x) => x.close().catch(() => undefined)));
     };
   }
 
   async close(): Promise<void> {
-    const all = [...this.pools.values(), ...this.detached];
+    const all = new Set<RelayDispatcher>([...this.pools.values(), ...this.relayPools.values(), ...this.detached]);
     this.pools.clear();
+    this.relayPools.clear();
     this.detached.clear();
-    await Promise.all(all.map((p) => p.destroy().catch(() => undefined)));
+    await Promise.all([...all].map((p) => p.destroy().catch(() => undefined)));
   }
 }

@@ -166,6 +166,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     connections: config.upstream.connections,
     keepAliveTimeoutMs: config.upstream.keepAliveTimeoutMs,
     connectTimeoutMs: config.timeouts.connectMs,
+    relayClient: config.upstream.client,
   });
   const outliers: OutlierDetector | null = config.outlier.enabled
     ? new OutlierDetector(registry.workers, {

@@ -259,7 +259,7 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     const { ctx, worker } = this;
     this.dispatchedAt = this.lastByteAt = this.env.clock.now();
     const body = ctx.bodyModified ? Buffer.from(JSON.stringify(ctx.body)) : ctx.rawBody;
-    this.env.upstreams.for(worker.id, worker.url).dispatch(
+    this.env.upstreams.relayFor(worker.id, worker.url).dispatch(
       {
         method: 'POST',
         path: basePath(worker) + ctx.path,
