@@ -16,8 +16,8 @@
  * Requests beyond `connections` wait in order for a free one. Nothing here times out a request:
  * the relay owns deadlines and aborts through the controller.
  */
-import { connect as netConnect, type Socket } from 'node:net';
-import { connect as tlsConnect } from 'node:tls';
+import { connect as netConnect, isIP, type Socket } from 'node:net';
+import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
 import type { IncomingHttpHeaders } from 'node:http';
 import { HttpParseError, ResponseParser, type ResponseHead, type ResponseSink } from './response-parser.js';
 
@@ -26,6 +26,8 @@ export interface UpstreamPoolOptions {
   connections: number;
   keepAliveTimeoutMs: number;
   connectTimeoutMs: number;
+  /** Extra TLS options for https workers (a private CA, say); the system's CAs verify by default. */
+  tls?: ConnectionOptions;
 }
 
 export interface UpstreamRequest {
@@ -377,7 +379,7 @@ export class UpstreamPool implements RelayDispatcher {
   private open(x: Exchange): void {
     this.count++;
     const socket = this.tls
-      ? tlsConnect({ host: this.hostname, port: this.port, servername: this.hostname, ALPNProtocols: ['http/1.1'] })
+      ? tlsConnect({ ...this.opts.tls, host: this.hostname, port: this.port, servername: isIP(this.hostname) ? undefined : this.hostname, ALPNProtocols: ['http/1.1'] })
       : netConnect({ host: this.hostname, port: this.port });
     socket.setNoDelay(true);
     const conn = new Connection(this, socket);

@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer as createHttpServer, type Server } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import { UpstreamPool, type ExchangeController, type UpstreamRequest } from '../../src/http/upstream-pool.js';
 
@@ -198,5 +199,47 @@ test('upstream pool: a connection the worker closed while idle is replaced; clos
   } finally {
     await pool.destroy();
     w.server.close();
+  }
+});
+
+/** A self-signed certificate for 127.0.0.1, for this test only. */
+const TEST_CERT = `-----BEGIN CERTIFICATE-----
+MIIBjzCCATagAwIBAgIUMFDe2dxsmA2t0Z/Ic6bBwu+EqMMwCgYIKoZIzj0EAwIw
+FDESMBAGA1UEAwwJMTI3LjAuMC4xMCAXDTI2MTEyNjE3NDE0NVoYDzIxMjYxMTAy
+MTc0MTQ1WjAUMRIwEAYDVQQDDAkxMjcuMC4wLjEwWTATBgcqhkjOPQIBBggqhkjO
+PQMBBwNCAAQXmxhwzIt1WujMfGkvDyZIWJN50RHX+yDd9MMvVmpVQrnkL6q58ee8
+WYb5feyvqM6k4DygDVnM4/GCgxlT25eqo2QwYjAdBgNVHQ4EFgQUk/Qn33+Lztx4
+CrGy2oKFM/Vo2EowHwYDVR0jBBgwFoAUk/Qn33+Lztx4CrGy2oKFM/Vo2EowDwYD
+VR0TAQH/BAUwAwEB/zAPBgNVHREECDAGhwR/AAABMAoGCCqGSM49BAMCA0cAMEQC
+IATFMt3A/z12+oqAk6OdT0FvwCBIGwNKQQ1VS/NyiCyoAiAazuC3rQR7im+eGrs9
+Do2nRDCl/xWe0fXPYOX5N+CE3A==
+-----END CERTIFICATE-----
+`;
+const TEST_KEY = `-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgZ2IBxUfhhlqdL3n2
+qHYDi7zAtsKfSCot62lYXJsonkyhRANCAAQXmxhwzIt1WujMfGkvDyZIWJN50RHX
++yDd9MMvVmpVQrnkL6q58ee8WYb5feyvqM6k4DygDVnM4/GCgxlT25eq
+-----END PRIVATE KEY-----
+`;
+
+test('upstream pool: https workers are verified; a private CA can be given', async () => {
+  const server = createHttpsServer({ cert: TEST_CERT, key: TEST_KEY }, (req, res) => {
+    req.resume();
+    req.on('end', () => res.end('{"tls":true}'));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const url = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const untrusted = new UpstreamPool(url, opts);
+  const trusted = new UpstreamPool(url, { ...opts, tls: { ca: TEST_CERT } });
+  try {
+    const refused = await call(untrusted);
+    assert.equal(refused.error?.code, 'DEPTH_ZERO_SELF_SIGNED_CERT', 'an unknown certificate is refused');
+    const ok = await call(trusted);
+    assert.equal(ok.error, null);
+    assert.equal(ok.body, '{"tls":true}');
+  } finally {
+    await untrusted.destroy();
+    await trusted.destroy();
+    server.close();
   }
 });
