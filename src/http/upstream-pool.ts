@@ -76,6 +76,8 @@ class Exchange implements ExchangeController, ResponseSink {
   aborted = false;
   paused = false;
   reason: Error | null = null;
+  /** Sent again once already, after a reused connection closed without answering. */
+  retried = false;
   private headSeen = false;
 
   constructor(readonly pool: UpstreamPool, readonly req: UpstreamRequest, readonly handler: ResponseHandler) {}
@@ -144,6 +146,10 @@ class Connection {
   /** False once either side asked to close, or a response was not read to its end. */
   reusable = true;
   hintMs: number | null = null;
+  /** Responses this connection carried to their end. */
+  private served = 0;
+  /** Bytes received for the current request. */
+  private bytesIn = 0;
   private idleTimer: NodeJS.Timeout | null = null;
   private closed = false;
 
@@ -162,6 +168,7 @@ class Connection {
     }
     this.exchange = x;
     x.conn = this;
+    this.bytesIn = 0;
     this.parser = new ResponseParser(x, x.req.method === 'HEAD');
     const { req } = x;
     const body = req.body ?? '';
@@ -191,6 +198,7 @@ class Connection {
   release(): void {
     this.exchange = null;
     this.parser = null;
+    this.served++;
     if (this.closed || !this.reusable || this.socket.destroyed) {
       this.destroy();
       return;
@@ -228,6 +236,7 @@ class Connection {
       this.destroy();
       return;
     }
+    this.bytesIn += b.length;
     try {
       p.feed(b);
     } catch (e) {
@@ -257,7 +266,11 @@ class Connection {
     }
     const x = this.exchange;
     this.exchange = null;
-    if (x !== null && !x.settled) {
+    // A kept-alive connection the worker closed just as a request went out on it (its idle
+    // timeout raced ours) closes without a byte of answer: the request is sent again, once, on a
+    // new connection, rather than failed against a worker that did nothing wrong.
+    const resend = x !== null && !x.settled && this.served > 0 && this.bytesIn === 0 && !x.retried;
+    if (x !== null && !x.settled && !resend) {
       const why =
         err ?? new UpstreamError(x.started ? 'the worker closed the connection mid-response' : 'the worker closed the connection before answering', 'UND_ERR_SOCKET');
       x.fail(why);
@@ -266,6 +279,11 @@ class Connection {
     this.closed = true;
     this.socket.destroy();
     this.pool.closed(this);
+    if (resend) {
+      x.retried = true;
+      x.conn = null;
+      this.pool.resend(x);
+    }
   }
 }
 
@@ -353,6 +371,16 @@ export class UpstreamPool implements RelayDispatcher {
       return;
     }
     if (c.idle(this.opts.keepAliveTimeoutMs)) this.idleConns.push(c);
+  }
+
+  /** An exchange whose reused connection closed unanswered: first in line for a new connection. */
+  resend(x: Exchange): void {
+    if (this.closing) {
+      x.fail(new UpstreamError('the pool is closed', 'UND_ERR_CLOSED'));
+      return;
+    }
+    if (this.opts.connections === 0 || this.count < this.opts.connections) this.open(x);
+    else this.queue.unshift(x);
   }
 
   closed(c: Connection): void {

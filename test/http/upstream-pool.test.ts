@@ -243,3 +243,42 @@ test('upstream pool: https workers are verified; a private CA can be given', asy
     server.close();
   }
 });
+
+test('upstream pool: a request on a kept-alive connection the worker closes unanswered is sent again once on a new one; on a new connection it fails', async () => {
+  let conns = 0;
+  let requests = 0;
+  let closeNew = false;
+  const raw = createNetServer((s: Socket) => {
+    const n = ++conns;
+    let served = 0;
+    s.on('data', () => {
+      requests++;
+      // The first connection answers once, then hangs up on the next request (an idle-timeout race).
+      if ((n === 1 && served === 1) || closeNew) {
+        s.destroy();
+        return;
+      }
+      served++;
+      s.write('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}');
+    });
+  });
+  const pool = new UpstreamPool(await listen(raw), opts);
+  try {
+    assert.equal((await call(pool)).error, null);
+    const second = await call(pool);
+    assert.equal(second.error, null, 'sent again on a new connection');
+    assert.equal(second.body, '{}');
+    assert.equal(conns, 2);
+    assert.equal(requests, 3);
+    await pool.destroy();
+    closeNew = true;
+    const fresh = new UpstreamPool(`http://127.0.0.1:${(raw.address() as AddressInfo).port}`, opts);
+    const failed = await call(fresh);
+    assert.equal(failed.error?.code, 'UND_ERR_SOCKET', 'a new connection closed unanswered is an error, not a loop');
+    assert.equal(requests, 4);
+    await fresh.destroy();
+  } finally {
+    await pool.destroy();
+    raw.close();
+  }
+});
