@@ -52,6 +52,13 @@ export class Upstreams {
     return p;
   }
 
+  /** Open relay connections to a worker (idle and busy); null before its first request. */
+  relayConnections(workerId: string): number | null {
+    const p = this.relayPools.get(workerId);
+    if (p === undefined) return null;
+    return p instanceof UpstreamPool ? p.connections : (p as unknown as Pool).stats.connected;
+  }
+
   /**
    * A worker left the fleet (config reload): its pool is no longer handed out (a worker added
    * again under the same id gets a new one); the requests already on it keep it. Returns what

@@ -168,6 +168,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     connectTimeoutMs: config.timeouts.connectMs,
     relayClient: config.upstream.client,
   });
+  m.gaugePerWorker('kvgate_worker_upstream_connections', 'Open connections relaying requests to the worker (idle and busy)', (w) => upstreams.relayConnections(w.id));
   const outliers: OutlierDetector | null = config.outlier.enabled
     ? new OutlierDetector(registry.workers, {
         minSilenceMs: config.outlier.minSilenceMs,

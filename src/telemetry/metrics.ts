@@ -26,7 +26,7 @@ export class GatewayMetrics {
   readonly outlierSuspicions: Counter<'worker'>;
   readonly breakerTransitions: Counter<'worker' | 'state'>;
 
-  constructor(fleet: WorkerRegistry, staleAfterMs: number, now: () => number) {
+  constructor(private readonly fleet: WorkerRegistry, staleAfterMs: number, now: () => number) {
     const r = this.registry;
     // Process CPU, memory, event-loop lag, GC: kvgate_process_*, kvgate_nodejs_*.
     collectDefaultMetrics({ register: r, prefix: 'kvgate_' });
@@ -96,21 +96,8 @@ export class GatewayMetrics {
       labelNames: ['worker', 'state'],
       registers: [r],
     });
-    const perWorker = (name: string, help: string, value: (w: WorkerRegistry['workers'][number]) => number | null): void => {
-      new Gauge({
-        name,
-        help,
-        labelNames: ['worker', 'pool', 'model'],
-        registers: [r],
-        collect() {
-          this.reset();
-          for (const w of fleet.workers) {
-            const v = value(w);
-            if (v !== null) this.set({ worker: w.id, pool: w.pool, model: w.model }, v);
-          }
-        },
-      });
-    };
+    const perWorker = (name: string, help: string, value: (w: WorkerRegistry['workers'][number]) => number | null): void =>
+      this.gaugePerWorker(name, help, value);
     perWorker('kvgate_worker_healthy', '1 if the worker passes health probes, its circuit is closed and it is not suspected hung', (w) =>
       w.healthy && !w.circuitOpen && !w.suspected ? 1 : 0,
     );
@@ -131,6 +118,24 @@ export class GatewayMetrics {
     perWorker('kvgate_worker_spec_mean_acceptance_length', 'Tokens per speculative step of the worker: 1 + accepted / drafts', (w) => {
       const s = w.snapshot;
       return s?.specDrafts ? 1 + (s.specAcceptedTokens ?? 0) / s.specDrafts : null;
+    });
+  }
+
+  /** A per-worker gauge computed at scrape time (labels worker, pool, model); null: no series. */
+  gaugePerWorker(name: string, help: string, value: (w: WorkerRegistry['workers'][number]) => number | null): void {
+    const fleet = this.fleet;
+    new Gauge({
+      name,
+      help,
+      labelNames: ['worker', 'pool', 'model'],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const w of fleet.workers) {
+          const v = value(w);
+          if (v !== null) this.set({ worker: w.id, pool: w.pool, model: w.model }, v);
+        }
+      },
     });
   }
 

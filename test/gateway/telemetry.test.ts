@@ -26,6 +26,9 @@ test('/metrics has the kvgate_ series after traffic; /admin/workers describes ea
     const attempts = (metricValue(m, 'kvgate_upstream_attempts_total', { worker: 'w0', outcome: 'ok' }) ?? 0) +
       (metricValue(m, 'kvgate_upstream_attempts_total', { worker: 'w1', outcome: 'ok' }) ?? 0);
     assert.equal(attempts, 4);
+    // The relay's keep-alive connections stay open between requests (4 s idle timeout).
+    const conns = ['w0', 'w1'].map((w) => metricValue(m, 'kvgate_worker_upstream_connections', { worker: w }) ?? 0);
+    assert.ok(conns[0]! + conns[1]! >= 1 && conns[0]! + conns[1]! <= 4, `relay connections ${conns}`);
     assert.equal(DEFAULT_POLICY_NAME, 'kvgate', 'the gateway routes with the kvgate policy unless told otherwise');
     assert.match(m, /kvgate_route_decisions_total\{policy="kvgate",worker="w[01]",reason="[^"]+"\} \d/);
     assert.equal(metricValue(m, 'kvgate_route_prefix_hit_ratio_count', { policy: 'kvgate' }), 4, 'one observation per decision');
