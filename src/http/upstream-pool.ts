@@ -240,11 +240,12 @@ class Connection {
     try {
       p.feed(b);
     } catch (e) {
+      // Fails whichever request is on the connection now: this one, or (bytes past the end of
+      // this one's response) a queued one the pool already sent on it, which is sent again.
       this.reusable = false;
       const err = e instanceof HttpParseError ? new UpstreamError(`invalid response from the worker: ${e.message}`, 'KVGATE_HTTP_PARSE') : (e as Error);
-      this.exchange = null;
       this.socket.destroy();
-      x.fail(err);
+      this.onClose(err);
     }
   }
 

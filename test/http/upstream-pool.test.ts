@@ -282,3 +282,27 @@ test('upstream pool: a request on a kept-alive connection the worker closes unan
     raw.close();
   }
 });
+
+test('upstream pool: bytes past the end of a response close the connection; the request queued behind it is not lost', async () => {
+  let conns = 0;
+  const raw = createNetServer((s: Socket) => {
+    const n = ++conns;
+    s.on('data', () => {
+      // The first connection answers with a second, unrequested response glued to the first.
+      const extra = n === 1 ? 'HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nextra' : '';
+      s.write(`HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}${extra}`);
+    });
+  });
+  const pool = new UpstreamPool(await listen(raw), { ...opts, connections: 1 });
+  try {
+    const [a, b] = await Promise.all([call(pool), call(pool)]);
+    assert.equal(a.error, null);
+    assert.equal(a.body, '{}');
+    assert.equal(b.error, null, 'the queued request went out again on a new connection');
+    assert.equal(b.body, '{}');
+    assert.equal(conns, 2);
+  } finally {
+    await pool.destroy();
+    raw.close();
+  }
+});
