@@ -1,6 +1,6 @@
 /**
  * `npm run bench:ab -- --baseline DIR`: this checkout's gateway against another build, side by
- * side, in CPU time per request.
+ * side, in CPU time per request (or one build under two configs: --config, --baseline-config).
  *
  * On a small shared machine two runs of the same build one after the other differ by 10–15% in
  * CPU per request, more than most single changes to the request path are worth. Here both
@@ -29,6 +29,10 @@ Options:
   --connections C    wrk connections per gateway (default 16)
   --delay-ms D       pause of each connection before each request (default 4: ≈3,000 req/s each)
   --policy NAME      routing policy of both (default: the gateway's default)
+  --config JSON      config merged into this checkout's gateway's (top-level keys replace the
+                     benchmark's), e.g. '{"upstream":{"client":"undici"}}'
+  --baseline-config JSON   the same for the baseline's; with --baseline . the two configs of
+                     one build are compared
   --no-install       do not install wrk or nginx even as root
   -h, --help         this text
 `;
@@ -46,6 +50,8 @@ async function main(): Promise<number> {
       connections: { type: 'string', default: '16' },
       'delay-ms': { type: 'string', default: '4' },
       policy: { type: 'string' },
+      config: { type: 'string' },
+      'baseline-config': { type: 'string' },
       'no-install': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -68,6 +74,22 @@ async function main(): Promise<number> {
     process.stderr.write(`bench:ab: ${baselineCli} not found: build the baseline first (npm run build in ${values.baseline})\n`);
     return 2;
   }
+  const configs: Array<Record<string, unknown> | undefined> = [];
+  for (const [flag, text] of [['--baseline-config', values['baseline-config']], ['--config', values.config]] as const) {
+    let parsed: unknown;
+    try {
+      parsed = text === undefined ? undefined : JSON.parse(text);
+    } catch (e) {
+      process.stderr.write(`bench:ab: ${flag} is not JSON: ${(e as Error).message}\n`);
+      return 2;
+    }
+    if (parsed !== undefined && (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))) {
+      process.stderr.write(`bench:ab: ${flag} takes a JSON object of config keys\n`);
+      return 2;
+    }
+    configs.push(parsed as Record<string, unknown> | undefined);
+  }
+  const [baselineConfig, thisConfig] = configs;
   const tools = setUpTools(!values['no-install']);
   if (!tools.useWrk) {
     process.stderr.write('bench:ab: needs wrk (Debian: apt-get install wrk)\n');
@@ -77,10 +99,10 @@ async function main(): Promise<number> {
   const rows: Array<{ a: number; b: number; aReq: number; bReq: number }> = [];
   try {
     for (let r = 0; r < rounds; r++) {
-      const a = await startKvgate(direct.url, { name: 'baseline', cli: baselineCli, policy: values.policy });
+      const a = await startKvgate(direct.url, { name: 'baseline', cli: baselineCli, policy: values.policy, config: baselineConfig });
       let b: Target | null = null;
       try {
-        b = await startKvgate(direct.url, { name: 'this', policy: values.policy });
+        b = await startKvgate(direct.url, { name: 'this', policy: values.policy, config: thisConfig });
         await Promise.all([wrk(a.url, connections, 2, delayMs), wrk(b.url, connections, 2, delayMs)]);
         const a0 = cpuMs(a);
         const b0 = cpuMs(b);
