@@ -306,3 +306,34 @@ test('upstream pool: bytes past the end of a response close the connection; the 
     raw.close();
   }
 });
+
+test('upstream pool: a request aborted while waiting for a connection leaves the queue at once', async () => {
+  const w = await worker();
+  const pool = new UpstreamPool(w.url, { ...opts, connections: 1 });
+  try {
+    const stream = call(pool, { path: '/stream' });
+    let controller: ExchangeController | null = null;
+    const waiting = new Promise<Outcome>((resolve) => {
+      const o: Outcome = { status: 0, headers: {}, body: '', error: null };
+      pool.dispatch(
+        { method: 'POST', path: '/v1/chat/completions', headers: {}, body: '{}' },
+        {
+          onRequestStart: (c) => (controller = c),
+          onResponseEnd: () => resolve(o),
+          onResponseError: (_c, e) => {
+            o.error = e;
+            resolve(o);
+          },
+        },
+      );
+    });
+    controller!.abort(new Error('client gone'));
+    assert.equal((await waiting).error?.message, 'client gone');
+    assert.equal((await stream).error, null);
+    assert.equal((await call(pool)).error, null, 'the next request is served');
+    assert.equal(w.seen.length, 2, 'the aborted request never reached the worker');
+  } finally {
+    await pool.destroy();
+    w.server.close();
+  }
+});
