@@ -33,6 +33,8 @@ Options:
                      benchmark's), e.g. '{"upstream":{"client":"undici"}}'
   --baseline-config JSON   the same for the baseline's; with --baseline . the two configs of
                      one build are compared
+  --node-flags="F ..."  flags for this side's node (e.g. --node-flags=--max-semi-space-size=32)
+  --baseline-node-flags="F ..."  the same for the baseline's
   --no-install       do not install wrk or nginx even as root
   -h, --help         this text
 `;
@@ -52,6 +54,8 @@ async function main(): Promise<number> {
       policy: { type: 'string' },
       config: { type: 'string' },
       'baseline-config': { type: 'string' },
+      'node-flags': { type: 'string' },
+      'baseline-node-flags': { type: 'string' },
       'no-install': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -90,6 +94,7 @@ async function main(): Promise<number> {
     configs.push(parsed as Record<string, unknown> | undefined);
   }
   const [baselineConfig, thisConfig] = configs;
+  const flags = (v: string | undefined): string[] => (v ?? '').split(/\s+/).filter((f) => f !== '');
   const tools = setUpTools(!values['no-install']);
   if (!tools.useWrk) {
     process.stderr.write('bench:ab: needs wrk (Debian: apt-get install wrk)\n');
@@ -99,10 +104,10 @@ async function main(): Promise<number> {
   const rows: Array<{ a: number; b: number; aReq: number; bReq: number }> = [];
   try {
     for (let r = 0; r < rounds; r++) {
-      const a = await startKvgate(direct.url, { name: 'baseline', cli: baselineCli, policy: values.policy, config: baselineConfig });
+      const a = await startKvgate(direct.url, { name: 'baseline', cli: baselineCli, policy: values.policy, config: baselineConfig, nodeFlags: flags(values['baseline-node-flags']) });
       let b: Target | null = null;
       try {
-        b = await startKvgate(direct.url, { name: 'this', policy: values.policy, config: thisConfig });
+        b = await startKvgate(direct.url, { name: 'this', policy: values.policy, config: thisConfig, nodeFlags: flags(values['node-flags']) });
         await Promise.all([wrk(a.url, connections, 2, delayMs), wrk(b.url, connections, 2, delayMs)]);
         const a0 = cpuMs(a);
         const b0 = cpuMs(b);
