@@ -38,6 +38,8 @@ const FORBIDDEN: Record<string, readonly string[]> = {
   cache: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway', 'scheduler', 'fleet', 'config', 'telemetry'],
   // The cascade runs on the live path: no engine, simulator or bench.
   speculative: ['engine', 'sim', 'bench', 'workload', 'cli'],
+  // The relay's HTTP client is transport only: it knows nothing of workers, routing or requests.
+  http: ['admission', 'api', 'bench', 'cache', 'cli', 'config', 'engine', 'fleet', 'gateway', 'kv', 'scheduler', 'shared', 'sim', 'speculative', 'telemetry', 'tokenizer', 'workload'],
   // Request sources are data: they know nothing of who replays them.
   workload: ['bench', 'cli', 'engine', 'fleet', 'gateway', 'scheduler', 'sim'],
 };
