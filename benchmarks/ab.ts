@@ -13,8 +13,9 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { median, treeCpuMs } from './harness.js';
-import { setUpTools, startKvgate, startStandIn, wrk, type Target } from './overhead/targets.js';
+import { median, quantile, treeCpuMs } from './harness.js';
+import type { RateResult } from './overhead/client.js';
+import { nodeClient, setUpTools, startKvgate, startStandIn, wrk, type Target } from './overhead/targets.js';
 
 const HELP = `npm run bench:ab -- --baseline DIR [options]
 
@@ -29,6 +30,9 @@ Options:
   --connections C    wrk connections per gateway (default 16)
   --delay-ms D       pause of each connection before each request (default 4: ≈3,000 req/s each)
   --policy NAME      routing policy of both (default: the gateway's default)
+  --stream RATE      streamed requests instead (64-event SSE answers, a Node client at RATE
+                     streams/s per gateway, open loop): CPU per stream, and time to first byte
+                     and total time p50 of both
   --config JSON      config merged into this checkout's gateway's (top-level keys replace the
                      benchmark's), e.g. '{"upstream":{"client":"undici"}}'
   --baseline-config JSON   the same for the baseline's; with --baseline . the two configs of
@@ -52,6 +56,7 @@ async function main(): Promise<number> {
       connections: { type: 'string', default: '16' },
       'delay-ms': { type: 'string', default: '4' },
       policy: { type: 'string' },
+      stream: { type: 'string' },
       config: { type: 'string' },
       'baseline-config': { type: 'string' },
       'node-flags': { type: 'string' },
@@ -95,24 +100,47 @@ async function main(): Promise<number> {
   }
   const [baselineConfig, thisConfig] = configs;
   const flags = (v: string | undefined): string[] => (v ?? '').split(/\s+/).filter((f) => f !== '');
+  const streamRate = values.stream === undefined ? 0 : Number(values.stream);
+  if (values.stream !== undefined && !(Number.isFinite(streamRate) && streamRate > 0)) {
+    process.stderr.write('bench:ab: --stream takes a rate in streams per second, > 0\n');
+    return 2;
+  }
+  /** One load on both gateways at once: requests served, and the streams' latencies (ms). */
+  const load = async (a: Target, b: Target, s: number): Promise<Array<{ requests: number; ttfb50: number; total50: number }>> => {
+    if (streamRate === 0) {
+      const rs = await Promise.all([wrk(a.url, connections, s, delayMs), wrk(b.url, connections, s, delayMs)]);
+      return rs.map((r) => ({ requests: r.requests, ttfb50: NaN, total50: NaN }));
+    }
+    const rs = await Promise.all(
+      [a, b].map((t) => nodeClient<RateResult>({ mode: 'rate', url: t.url, stream: true, rate: streamRate, durationMs: s * 1000 })),
+    );
+    return rs.map((r) => ({ requests: r.sent - r.errors, ttfb50: quantile(r.ttfb, 0.5), total50: quantile(r.latencies, 0.5) }));
+  };
   const tools = setUpTools(!values['no-install']);
   if (!tools.useWrk) {
     process.stderr.write('bench:ab: needs wrk (Debian: apt-get install wrk)\n');
     return 2;
   }
   const direct = await startStandIn(tools.cUpstream);
-  const rows: Array<{ a: number; b: number; aReq: number; bReq: number }> = [];
+  const rows: Array<{ a: number; b: number; aReq: number; bReq: number; aLat: string; bLat: string }> = [];
   try {
     for (let r = 0; r < rounds; r++) {
       const a = await startKvgate(direct.url, { name: 'baseline', cli: baselineCli, policy: values.policy, config: baselineConfig, nodeFlags: flags(values['baseline-node-flags']) });
       let b: Target | null = null;
       try {
         b = await startKvgate(direct.url, { name: 'this', policy: values.policy, config: thisConfig, nodeFlags: flags(values['node-flags']) });
-        await Promise.all([wrk(a.url, connections, 2, delayMs), wrk(b.url, connections, 2, delayMs)]);
+        await load(a, b, 2);
         const a0 = cpuMs(a);
         const b0 = cpuMs(b);
-        const [wa, wb] = await Promise.all([wrk(a.url, connections, seconds, delayMs), wrk(b.url, connections, seconds, delayMs)]);
-        const row = { a: ((cpuMs(a) - a0) * 1000) / Math.max(1, wa.requests), b: ((cpuMs(b) - b0) * 1000) / Math.max(1, wb.requests), aReq: wa.requests, bReq: wb.requests };
+        const [wa, wb] = await load(a, b, seconds);
+        const row = {
+          a: ((cpuMs(a) - a0) * 1000) / Math.max(1, wa!.requests),
+          b: ((cpuMs(b) - b0) * 1000) / Math.max(1, wb!.requests),
+          aReq: wa!.requests,
+          bReq: wb!.requests,
+          aLat: `${wa!.ttfb50.toFixed(2)} / ${wa!.total50.toFixed(2)}`,
+          bLat: `${wb!.ttfb50.toFixed(2)} / ${wb!.total50.toFixed(2)}`,
+        };
         rows.push(row);
         process.stderr.write(`round ${r + 1}/${rounds}: baseline ${row.a.toFixed(1)} µs/req, this ${row.b.toFixed(1)} µs/req, ratio ${(row.b / row.a).toFixed(3)}\n`);
       } finally {
@@ -124,10 +152,20 @@ async function main(): Promise<number> {
     await direct.stop();
   }
   const ratios = rows.map((x) => x.b / x.a);
+  const loadText = streamRate > 0 ? `${streamRate} streams/s per gateway (64-event SSE)` : `${connections} connections × ${delayMs} ms pauses per gateway`;
+  const lat = streamRate > 0;
   process.stdout.write(
-    `\nbench:ab: ${rounds} round(s) × ${seconds} s, ${connections} connections × ${delayMs} ms pauses per gateway, stand-in ${tools.cUpstream ? 'nginx (C)' : 'Node'}\n\n` +
-      '| round | baseline req | baseline CPU µs/req | this req | this CPU µs/req | this / baseline |\n|---:|---:|---:|---:|---:|---:|\n' +
-      rows.map((x, i) => `| ${i + 1} | ${x.aReq} | ${x.a.toFixed(1)} | ${x.bReq} | ${x.b.toFixed(1)} | ${(x.b / x.a).toFixed(3)} |`).join('\n') +
+    `\nbench:ab: ${rounds} round(s) × ${seconds} s, ${loadText}, stand-in ${tools.cUpstream ? 'nginx (C)' : 'Node'}\n\n` +
+      (lat
+        ? '| round | baseline streams | baseline CPU µs/stream | TTFB / total p50 ms | this streams | this CPU µs/stream | TTFB / total p50 ms | this / baseline |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+        : '| round | baseline req | baseline CPU µs/req | this req | this CPU µs/req | this / baseline |\n|---:|---:|---:|---:|---:|---:|\n') +
+      rows
+        .map((x, i) =>
+          lat
+            ? `| ${i + 1} | ${x.aReq} | ${x.a.toFixed(1)} | ${x.aLat} | ${x.bReq} | ${x.b.toFixed(1)} | ${x.bLat} | ${(x.b / x.a).toFixed(3)} |`
+            : `| ${i + 1} | ${x.aReq} | ${x.a.toFixed(1)} | ${x.bReq} | ${x.b.toFixed(1)} | ${(x.b / x.a).toFixed(3)} |`,
+        )
+        .join('\n') +
       `\n\nmedian ratio ${median(ratios).toFixed(3)} (range ${Math.min(...ratios).toFixed(3)}–${Math.max(...ratios).toFixed(3)})\n`,
   );
   return 0;

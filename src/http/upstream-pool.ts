@@ -79,6 +79,13 @@ class Exchange implements ExchangeController, ResponseSink {
   /** Sent again once already, after a reused connection closed without answering. */
   retried = false;
   private headSeen = false;
+  /**
+   * Body slices parsed from the current socket read, handed on together by flush(): a read that
+   * holds several chunked frames (stream events the worker wrote back to back) becomes one
+   * onResponseData, so the relay writes it to the client in one system call, not one per frame.
+   */
+  private first: Buffer | null = null;
+  private more: Buffer[] | null = null;
 
   constructor(readonly pool: UpstreamPool, readonly req: UpstreamRequest, readonly handler: ResponseHandler) {}
 
@@ -113,11 +120,23 @@ class Exchange implements ExchangeController, ResponseSink {
   }
 
   onBody(chunk: Buffer): void {
-    if (!this.settled) this.handler.onResponseData?.(this, chunk);
+    if (this.settled) return;
+    if (this.first === null) this.first = chunk;
+    else (this.more ??= [this.first]).push(chunk);
+  }
+
+  /** The end of a socket read (or of the response): what it held goes to the handler. */
+  flush(): void {
+    const first = this.first;
+    if (first === null) return;
+    const more = this.more;
+    this.first = this.more = null;
+    if (!this.settled) this.handler.onResponseData?.(this, more === null ? first : Buffer.concat(more));
   }
 
   onEnd(): void {
     if (this.settled) return;
+    this.flush();
     this.settled = true;
     const conn = this.conn;
     this.conn = null;
@@ -239,6 +258,7 @@ class Connection {
     this.bytesIn += b.length;
     try {
       p.feed(b);
+      x.flush();
     } catch (e) {
       // Fails whichever request is on the connection now: this one, or (bytes past the end of
       // this one's response) a queued one the pool already sent on it, which is sent again.

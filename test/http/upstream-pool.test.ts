@@ -337,3 +337,24 @@ test('upstream pool: a request aborted while waiting for a connection leaves the
     w.server.close();
   }
 });
+
+test('upstream pool: the frames of one socket read reach the handler as one piece', async () => {
+  const raw = createNetServer((s: Socket) => {
+    s.once('data', () => {
+      s.write('HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n');
+      // Three events in one write, then the last one and the end after a pause.
+      setTimeout(() => s.write('3\r\na\n\n\r\n3\r\nb\n\n\r\n3\r\nc\n\n\r\n'), 20);
+      setTimeout(() => s.write('3\r\nd\n\n\r\n0\r\n\r\n'), 120);
+    });
+  });
+  const pool = new UpstreamPool(await listen(raw), opts);
+  try {
+    const pieces: string[] = [];
+    const o = await call(pool, {}, (_c, chunk) => pieces.push(chunk.toString()));
+    assert.equal(o.error, null);
+    assert.deepEqual(pieces, ['a\n\nb\n\nc\n\n', 'd\n\n']);
+  } finally {
+    await pool.destroy();
+    raw.close();
+  }
+});
