@@ -451,9 +451,10 @@ export const configSchema = z
         connections: z.int().min(0).default(0),
         keepAliveTimeoutMs: ms.default(4_000),
         /**
-         * The HTTP client relayed requests go through: kvgate's own keep-alive pool (a fraction of
-         * undici's CPU per request; docs/performance.md), or undici's Pool. Scrapes and probes
-         * always use undici.
+         * The HTTP client relayed requests go through: kvgate's own keep-alive pool (somewhat less
+         * CPU per request than undici, stream events relayed a socket read at a time, stale
+         * keep-alive connections retried; docs/performance.md), or undici's Pool. Scrapes and
+         * probes always use undici.
          */
         client: z.enum(['kvgate', 'undici']).default('kvgate'),
       })

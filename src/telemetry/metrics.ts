@@ -96,8 +96,7 @@ export class GatewayMetrics {
       labelNames: ['worker', 'state'],
       registers: [r],
     });
-    const perWorker = (name: string, help: string, value: (w: WorkerRegistry['workers'][number]) => number | null): void =>
-      this.gaugePerWorker(name, help, value);
+    const perWorker = this.gaugePerWorker.bind(this);
     perWorker('kvgate_worker_healthy', '1 if the worker passes health probes, its circuit is closed and it is not suspected hung', (w) =>
       w.healthy && !w.circuitOpen && !w.suspected ? 1 : 0,
     );
