@@ -88,7 +88,7 @@ const SIZES: Record<string, [number, number, number]> = {
   agentic: [12000, 12000, 12000],
   'fewshot-bursts': [8000, 8000, 3000],
   mooncake: [3993, 3993, 1500],
-  azure: [8000, 8000, 3000],
+  azure: [8000, 20000, 20000],
 };
 
 function scenarios(workers: number, traces: string, mode: 0 | 1 | 2): Scenario[] {
@@ -114,10 +114,19 @@ function scenarios(workers: number, traces: string, mode: 0 | 1 | 2): Scenario[]
 }
 
 interface CapacityJson {
+  work_bound: { requests_per_s: number } | null;
   capacity: { best_peer: string | null; vs_round_robin: Record<string, number | null>; vs_best_peer: Record<string, number | null> };
   policies: Array<{
     name: string;
-    capacity: { rate_scale: number | null; requests_per_s: number | null; attainment: number | null; worst_band_attainment?: number | null; converged: boolean; bracket: [number | null, number | null]; probes: unknown[] };
+    capacity: {
+      rate_scale: number | null;
+      requests_per_s: number | null;
+      attainment: number | null;
+      worst_band_attainment?: number | null;
+      converged: boolean;
+      bracket: [number | null, number | null];
+      probes: Array<{ rate_scale: number; requests?: number }>;
+    };
   }>;
 }
 
@@ -239,8 +248,8 @@ function capacityMatrix(
     '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   const verdict: string[] = [
-    '| scenario | workers | round-robin req/s | best peer req/s | kvgate req/s | oracle req/s | kvgate ÷ RR | kvgate ÷ best peer | wall s |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| scenario | workers | round-robin req/s | best peer req/s | kvgate req/s | oracle req/s | work bound req/s | kvgate ÷ RR | kvgate ÷ best peer | best peer ÷ bound | wall s |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   const detail: string[] = [];
   const mark = (c: CapacityJson['policies'][number]['capacity']) => (c.rate_scale === null ? '—' : `${f(c.requests_per_s ?? NaN, 1)}${c.converged ? '' : c.bracket[1] === null ? ' (≥)' : ' (?)'}`);
@@ -261,12 +270,15 @@ function capacityMatrix(
         const by = new Map(res.policies.map((p) => [p.name, p.capacity]));
         const peer = res.capacity.best_peer;
         // The common load: every policy again at round-robin's capacity, same requests.
-        const rrScale = by.get('round-robin')?.rate_scale ?? null;
+        const rrCap = by.get('round-robin');
+        const rrScale = rrCap?.rate_scale ?? null;
         let load: LoadJson | null = null;
         if (rrScale !== null) {
           process.stderr.write(`${s.name}, ${workers} workers (at round-robin's capacity, ×${rrScale})...\n`);
           const loadOut = join(dir, `${s.name}-${workers}-load.json`);
-          const loadArgs = [...withRateScale(s.args, rrScale), ...shaping, '--seed', values.seed!, '--workers', String(workers), '--policy', POLICIES.join(','), ...slo, '--json', loadOut, '--quiet'];
+          // The requests of round-robin's probe there: as many as lasted the probe's minimum time.
+          const probed = rrCap!.probes.find((p) => p.rate_scale === rrScale)?.requests;
+          const loadArgs = [...withAtLeast(withRateScale(s.args, rrScale), probed), ...shaping, '--seed', values.seed!, '--workers', String(workers), '--policy', POLICIES.join(','), ...slo, '--json', loadOut, '--quiet'];
           const lr = spawnSync(process.execPath, [cli, 'bench', ...loadArgs], { stdio: ['ignore', 'ignore', 'inherit'] });
           if (lr.status !== 0) throw new Error(`kvgate bench failed for ${s.name} at round-robin's capacity (exit ${lr.status})`);
           load = JSON.parse(readFileSync(loadOut, 'utf8')) as LoadJson;
@@ -275,7 +287,8 @@ function capacityMatrix(
         all.push({ scenario: s.name, workers, args: s.args, wall_s: Math.round((performance.now() - t0) / 1000), results: res, at_round_robin_capacity: load });
         verdict.push(
           `| ${s.name} | ${workers} | ${mark(by.get('round-robin')!)} | ${peer ? `${mark(by.get(peer)!)} (${peer})` : '—'} | ${mark(by.get('kvgate')!)} | ${mark(by.get('oracle')!)} | ` +
-            `${f(res.capacity.vs_round_robin.kvgate ?? NaN, 2)} | ${f(res.capacity.vs_best_peer.kvgate ?? NaN, 2)} | ${f(wall)} |`,
+            `${f(res.work_bound?.requests_per_s ?? NaN, 1)} | ${f(res.capacity.vs_round_robin.kvgate ?? NaN, 2)} | ${f(res.capacity.vs_best_peer.kvgate ?? NaN, 2)} | ` +
+            `${peer && res.work_bound ? f((by.get(peer)!.requests_per_s ?? NaN) / res.work_bound.requests_per_s, 2) : '—'} | ${f(wall)} |`,
         );
         detail.push(`\n${s.name}, ${workers} workers (\`kvgate bench ${s.args.join(' ')} --workers ${workers} --capacity\`)\n`);
         detail.push('| policy | capacity × rate | capacity req/s | attainment there | worst prompt band there | probes | ÷ round-robin | ÷ best peer |');
@@ -295,7 +308,8 @@ function capacityMatrix(
   process.stdout.write(
     `\nCapacity at SLO: highest offered rate with ≥ 90% of requests within TTFT ≤ ${values['slo-ttft']} ms + ${values['slo-ttft-per-1k']} ms/1k prompt tokens, TPOT ≤ ${values['slo-tpot']} ms` +
       (values['min-band-attainment'] !== undefined ? `, and ≥ ${f(Number(values['min-band-attainment']) * 100)}% of every prompt-length band` : '') +
-      ` (≥: no probe missed the target; ?: probe budget ran out)\n\n${verdict.join('\n')}\n`,
+      ` (≥: no probe missed the target; ?: probe budget ran out); every probe of a built-in workload lasts ≥ 60 s of arrivals;` +
+      ` work bound: the rate no policy can sustain beyond (the requests' least GPU time, src/bench/work-bound.ts)\n\n${verdict.join('\n')}\n`,
   );
   process.stdout.write(
     `\nkvgate capacity-first, seed ${values.seed}${shaping.length > 0 ? `, max_tokens declared ${shaping[1]}` : ''}: capacity ratios, then every latency at the common load (each policy at round-robin's capacity)` +
@@ -327,6 +341,14 @@ function withRateScale(args: readonly string[], scale: number): string[] {
     else out.push(args[i]!);
   }
   return [...out, '--rate-scale', String(scale)];
+}
+
+/** The scenario's arguments with its --size raised to `n` (a built-in workload; a trace keeps its --limit). */
+function withAtLeast(args: readonly string[], n: number | undefined): string[] {
+  const out = [...args];
+  const i = out.indexOf('--size');
+  if (n !== undefined && i >= 0 && n > Number(out[i + 1])) out[i + 1] = String(n);
+  return out;
 }
 
 /** One row of the capacity-first table: capacity ratios, then kvgate against the best peer on each metric at the common load. */

@@ -5,7 +5,8 @@
  * attainment_by_prompt): a policy cannot then reach its capacity by letting the long prompts miss
  * while the short ones, the larger share, carry the aggregate.
  *
- * Search, each probe a fresh fleet replaying the same requests at rate × scale:
+ * Search, each probe a fresh fleet replaying the same request stream at rate × scale (for a
+ * built-in workload, lengthened to last at least CAPACITY_MIN_SECONDS: run.ts):
  * 1. Bracket from the starting scale: if it meets the target, double until a probe misses;
  *    otherwise halve until one meets it.
  * 2. Bisect the bracket geometrically (the midpoint of log scale) until high / low ≤ 1 + precision
@@ -26,6 +27,9 @@ export interface CapacityProbe {
   /** Offered arrival rate of this probe, requests/s. */
   requests_per_s: number;
   attainment: number;
+  /** Requests the probe replayed, and the time between their first and last arrival, s. */
+  requests?: number;
+  span_s?: number;
   /** The lowest attainment of a prompt-length band with enough requests (when the probe measured it). */
   worst_band_attainment?: number;
   /** Attainment per prompt-length band (when the probe measured it). */
@@ -65,10 +69,10 @@ export interface CapacitySearchOptions {
 
 export const CAPACITY_DEFAULTS = { target: 0.9, precision: 0.02, maxProbes: 14 } as const;
 
-/** Runs one probe at `rateScale`: a fresh fleet, the same requests. */
+/** Runs one probe at `rateScale`: a fresh fleet, the same request stream. */
 export type ProbeFn = (
   rateScale: number,
-) => Promise<{ attainment: number; requests_per_s: number; worst_band_attainment?: number; attainment_by_prompt?: BandAttainment[] }>;
+) => Promise<{ attainment: number; requests_per_s: number; requests?: number; span_s?: number; worst_band_attainment?: number; attainment_by_prompt?: BandAttainment[] }>;
 
 const r6 = (x: number): number => Math.round(x * 1e6) / 1e6;
 
@@ -90,6 +94,8 @@ export async function searchCapacity(probe: ProbeFn, o: CapacitySearchOptions = 
   const run = async (scale: number): Promise<boolean> => {
     const p = await probe(scale);
     const q: CapacityProbe = { rate_scale: r6(scale), requests_per_s: Math.round(p.requests_per_s * 1000) / 1000, attainment: p.attainment };
+    if (p.requests !== undefined) q.requests = p.requests;
+    if (p.span_s !== undefined) q.span_s = p.span_s;
     if (p.worst_band_attainment !== undefined) q.worst_band_attainment = p.worst_band_attainment;
     if (p.attainment_by_prompt !== undefined) q.attainment_by_prompt = p.attainment_by_prompt;
     probes.push(q);

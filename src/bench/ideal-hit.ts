@@ -25,7 +25,16 @@ export interface IdealHit {
   rate: number;
 }
 
-export function idealHitRate(requests: Iterable<BenchRequest>, blockSize = 16, seed = 0): IdealHit {
+/**
+ * `each`, if given, is called with every request and its own ideal hit in tokens (work-bound.ts
+ * prices each request's prefill from it).
+ */
+export function idealHitRate(
+  requests: Iterable<BenchRequest>,
+  blockSize = 16,
+  seed = 0,
+  each?: (r: BenchRequest, hitTokens: number) => void,
+): IdealHit {
   const bs = blockSize;
   const seen = new Set<number>();
   let promptTokens = 0;
@@ -40,6 +49,7 @@ export function idealHitRate(requests: Iterable<BenchRequest>, blockSize = 16, s
     let hit = 0;
     while (hit < maxHit && seen.has(hashes[hit]!)) hit++;
     hitTokens += hit * bs;
+    each?.(r, hit * bs);
     for (const h of hashes) seen.add(h);
     // Output blocks: the prompt's partial last block continues with the generated tokens.
     const computed = n + Math.max(0, r.maxTokens - 1);

@@ -116,7 +116,9 @@ export function renderReport(r: BenchResults, curves: readonly RunCurves[]): str
     const target = cap.target_attainment;
     parts.push(
       `<h2>Capacity at SLO</h2><div class="meta">Capacity: the highest arrival rate at which ≥ ${(target * 100).toFixed(0)}% of requests meet ${esc(slo)} ` +
-        `(rejected and shed requests miss it). Every probe is a fresh fleet on the same requests; each dot is one probe. ` +
+        `(rejected and shed requests miss it). Every probe is a fresh fleet on the same request stream` +
+        `${cap.min_seconds > 0 ? `, at least ${cap.min_seconds} s of arrivals for a built-in workload` : ''}; each dot is one probe. ` +
+        `${r.work_bound ? `No policy can sustain more than ${r.work_bound.requests_per_s.toFixed(1)} req/s (the work bound: the requests' least GPU time). ` : ''}` +
         `Best peer: ${esc(cap.best_peer ?? 'none')}.</div><div class="row">`,
     );
     const series: Series[] = r.policies.map((p) => ({

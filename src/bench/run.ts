@@ -1,7 +1,7 @@
 /**
  * One bench: the same request source replayed once per policy, each on a fresh simulated fleet,
  * summarised into the results JSON and the data the HTML report draws. With `capacity`, each
- * policy's capacity at SLO is searched too (capacity.ts): more fresh fleets on the same requests
+ * policy's capacity at SLO is searched too (capacity.ts): more fresh fleets on the same request stream
  * at other rate scales; the run at the given rate scale is the first probe.
  */
 import { MemoryStore } from '../cache/memory-store.js';
@@ -11,10 +11,12 @@ import type { EngineConfig } from '../engine/types.js';
 import { createPolicy, policyNames, type PolicyOptions } from '../scheduler/registry.js';
 import { simulateFleet, type AdmitResult, type SimResult } from '../sim/fleet-sim.js';
 import type { RouteRequest } from '../scheduler/types.js';
-import { expandSessions, scaleArrivals, takeRequests } from '../workload/sessions.js';
+import { expandSessions, scaleArrivals, takeLasting, takeRequests } from '../workload/sessions.js';
 import { mix32 } from '../workload/tokens.js';
 import { CAPACITY_DEFAULTS, capacityRatios, searchCapacity, type CapacityProbe, type CapacityRatios, type CapacityResult } from './capacity.js';
 import { idealHitRate } from './ideal-hit.js';
+import { workBound } from './work-bound.js';
+import { RooflineTimeModel } from '../engine/time-model.js';
 import { attainmentByPrompt, attainmentOf, distribution, sloOf, summarize, worstBandAttainment, type BandAttainment, type Dist, type PolicySummary } from './metrics.js';
 import { VirtualClock } from '../util/clock.js';
 import { hasSlo, type Slo } from './slo.js';
@@ -45,7 +47,18 @@ export interface BenchOptions {
   sloTtftPer1kMs?: number;
   sloTpotMs?: number;
   /** Search each policy's capacity at SLO (needs an SLO). */
-  capacity?: { target?: number; precision?: number; maxProbes?: number; minBandAttainment?: number };
+  capacity?: {
+    target?: number;
+    precision?: number;
+    maxProbes?: number;
+    minBandAttainment?: number;
+    /**
+     * Every probe's arrivals last at least this long (virtual s), taking more of the source's
+     * requests at higher rates (built-in workloads; a trace has the rows it has). Default
+     * CAPACITY_MIN_SECONDS; 0: every probe replays exactly the run's requests.
+     */
+    minSeconds?: number;
+  };
   gpuHourCost?: number;
   overheadMs?: number;
   kvSampleMs?: number;
@@ -172,6 +185,8 @@ export interface CapacitySummary extends CapacityRatios {
   target_attainment: number;
   /** The floor every prompt-length band had to meet too (--min-band-attainment), or null. */
   min_band_attainment: number | null;
+  /** How long every probe's arrivals lasted at least, virtual s (built-in workloads; 0: not extended). */
+  min_seconds: number;
   precision: number;
   max_probes: number;
 }
@@ -204,6 +219,11 @@ export interface BenchResults {
   replicas: { count: number; sharing: boolean; sharing_delay_ms: number; share_load: boolean } | null;
   /** Hit rate of one worker with unlimited KV on the same requests (ideal-hit.ts). */
   ideal_hit_rate: number;
+  /**
+   * The highest request rate no policy can sustain beyond (work-bound.ts): the requests' least
+   * GPU time, busy_gpu_seconds, against the fleet's GPUs. Null for a time model it cannot read.
+   */
+  work_bound: { requests_per_s: number; busy_gpu_seconds: number } | null;
   capacity: CapacitySummary | null;
   policies: PolicyResult[];
 }
@@ -245,15 +265,26 @@ export interface RequestShaping {
   declaredMaxTokens?: number;
 }
 
-/** The requests of one run: the first `limit` of the source (sessions counted whole), at rate × scale. */
+/**
+ * The requests of one run: the first `limit` of the source (sessions counted whole), at rate ×
+ * scale. With `minMs`, a source that can go on (openUnbounded) gives more, until its arrivals
+ * last that long (capacity probes; see CAPACITY_MIN_SECONDS).
+ */
 export function benchRequests(
   source: BenchSource,
   limit: number | undefined,
   rateScale: number,
   shaping: RequestShaping = {},
+  minMs = 0,
 ): Iterable<BenchRequest> {
-  const src = source.open();
-  let out = scaleArrivals(limit === undefined ? src : takeRequests(src, limit), rateScale);
+  let out: Iterable<BenchRequest>;
+  if (minMs > 0 && limit === undefined && source.openUnbounded && source.size !== undefined) {
+    // A probe that must last: the run's own requests, then as many more as arrive by minMs.
+    out = takeLasting(scaleArrivals(source.openUnbounded(), rateScale), source.size, minMs);
+  } else {
+    const src = source.open();
+    out = scaleArrivals(limit === undefined ? src : takeRequests(src, limit), rateScale);
+  }
   if (shaping.mix) out = withPriorityMix(out, shaping.mix.mix, shaping.mix.seed);
   if (shaping.tenants !== undefined) out = retenant(out, shaping.tenants);
   if (shaping.declaredMaxTokens !== undefined) out = withDeclaredMaxTokens(out, shaping.declaredMaxTokens);
@@ -384,6 +415,7 @@ async function runFleet(
   rateScale: number,
   withCache = ctx.o.cache !== undefined,
   isolated = ctx.o.isolation !== undefined,
+  minMs = 0,
 ): Promise<SimResult> {
   const o = ctx.o;
   const label = !withCache && o.cache !== undefined ? `${name} (no cache)` : !isolated && o.isolation !== undefined ? `${name} (shared)` : name;
@@ -403,7 +435,7 @@ async function runFleet(
     mix: o.priorityMix ? { mix: o.priorityMix, seed: o.seed } : undefined,
     tenants: o.isolation?.tenants ?? o.tenants,
     declaredMaxTokens: o.declaredMaxTokens,
-  }), {
+  }, minMs), {
     admission: o.kvAdmission ? { settings: o.kvAdmission } : undefined,
     cacheIsolation: isolated,
     cache: withCache ? simCache(o.cache!) : undefined,
@@ -424,12 +456,31 @@ async function runFleet(
   });
 }
 
+/**
+ * How long a capacity probe's arrivals last at least, virtual seconds. A probe is a finite run:
+ * if its requests all arrive within a few request lifetimes, the fleet absorbs them as one burst —
+ * queued prompts and large batches that still meet the SLO — and the search finds a rate the
+ * fleet could not sustain. shared-prefix's 2,000 requests at 8 workers did so: a rate at which they
+ * arrived in 2.3 s met the SLO for 90% of them, though the fleet then spent 13 s on them and its
+ * GPU time was 1.5× the work bound (work-bound.ts); replayed for 60 s, the same rate left 80% of
+ * the requests outside the SLO. A minute is many lifetimes of every built-in workload's requests
+ * at their capacity, so the queue a rate builds has time to show.
+ */
+export const CAPACITY_MIN_SECONDS = 60;
+
+/** Whether a capacity probe at the run's own scale needs more requests than `sim` had (see benchRequests). */
+function lengthens(o: BenchOptions, sim: SimResult, minMs: number): boolean {
+  return minMs > 0 && o.limit === undefined && o.source.openUnbounded !== undefined && sim.lastArrivalMs < minMs;
+}
+
 /** A capacity probe's figures: attainment, offered rate and the worst prompt-length band. */
-function probeOf(r: SimResult, slo: Slo): { attainment: number; requests_per_s: number; worst_band_attainment: number; attainment_by_prompt: BandAttainment[] } {
+function probeOf(r: SimResult, slo: Slo): { attainment: number; requests_per_s: number; requests: number; span_s: number; worst_band_attainment: number; attainment_by_prompt: BandAttainment[] } {
   const bands = attainmentByPrompt(r, slo);
   return {
     attainment: Math.round(attainmentOf(r, slo) * 10000) / 10000,
     requests_per_s: offeredRate(r),
+    requests: r.requests,
+    span_s: Math.round(r.lastArrivalMs - r.firstArrivalMs) / 1000,
     worst_band_attainment: worstBandAttainment(bands),
     attainment_by_prompt: bands,
   };
@@ -457,6 +508,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
         precision: o.capacity.precision ?? CAPACITY_DEFAULTS.precision,
         maxProbes: o.capacity.maxProbes ?? CAPACITY_DEFAULTS.maxProbes,
         minBandAttainment: o.capacity.minBandAttainment,
+        minMs: (o.capacity.minSeconds ?? CAPACITY_MIN_SECONDS) * 1000,
       }
     : null;
   if (cap && !hasSlo(slo)) throw new Error('the capacity search needs an SLO (TTFT and/or TPOT)');
@@ -480,8 +532,8 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
     if (cap) {
       capacity = await searchCapacity(
         async (scale) => {
-          // The first probe is the run above.
-          const r = scale === rateScale ? sim : await runFleet(ctx, name, scale);
+          // The first probe is the run above, unless probes must last longer than it did.
+          const r = scale === rateScale && !lengthens(o, sim, cap.minMs) ? sim : await runFleet(ctx, name, scale, undefined, undefined, cap.minMs);
           if (r !== sim) o.onPolicyDone?.(summarize(r, summaryOpts));
           const p = probeOf(r, slo);
           o.onProbe?.(name, { rate_scale: scale, ...p });
@@ -564,7 +616,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       if (cap) {
         sharedCapacity = await searchCapacity(
           async (scale) => {
-            const r = scale === rateScale ? sharedSim : await runFleet(ctx, name, scale, undefined, false);
+            const r = scale === rateScale && !lengthens(o, sharedSim, cap.minMs) ? sharedSim : await runFleet(ctx, name, scale, undefined, false, cap.minMs);
             return probeOf(r, slo);
           },
           { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes, minBandAttainment: cap.minBandAttainment },
@@ -582,6 +634,8 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
     policies.push({ ...summary, workers, capacity, cache: cacheRun, isolation, speculative });
   }
   const ideal = idealHitRate(expandSessions(benchRequests(o.source, o.limit, rateScale)), engineConfig.blockSize);
+  const tm = engineConfig.timeModel;
+  const bound = tm instanceof RooflineTimeModel ? workBound(expandSessions(benchRequests(o.source, o.limit, rateScale)), tm, o.workers, engineConfig.blockSize) : null;
   return {
     results: {
       trace: o.source.name,
@@ -604,10 +658,12 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       declared_max_tokens: o.declaredMaxTokens ?? null,
       replicas: o.replicas ? { count: o.replicas.count, sharing: o.replicas.sharing, sharing_delay_ms: o.replicas.sharingDelayMs, share_load: o.replicas.shareLoad === true } : null,
       ideal_hit_rate: Math.round(ideal.rate * 10000) / 10000,
+      work_bound: bound && { requests_per_s: Math.round(bound.requestsPerS * 1000) / 1000, busy_gpu_seconds: Math.round((bound.busyMs * tp) / 10) / 100 },
       capacity: cap
         ? {
             target_attainment: cap.target,
             min_band_attainment: cap.minBandAttainment ?? null,
+            min_seconds: cap.minMs / 1000,
             precision: cap.precision,
             max_probes: cap.maxProbes,
             ...capacityRatios(policies.map((p) => ({ name: p.name, rate_scale: p.capacity?.rate_scale ?? null }))),

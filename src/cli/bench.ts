@@ -183,6 +183,11 @@ Capacity at SLO:
                           the JSON either way, and the table's attainment_by_prompt lines
   --max-probes N          at most N probes per policy (default 14; the run at --rate-scale is the
                           first); a search that runs out says so (capacity marked '?', converged false)
+  --capacity-seconds S    every probe of a built-in workload replays its requests and then as many
+                          more of the same stream as arrive within S virtual seconds at the probe's
+                          rate (default 60; 0: exactly --size requests): a short run is absorbed as
+                          one burst and meets the SLO at rates the fleet cannot sustain. A trace
+                          has the rows it has: each probe's span_s in the JSON says how long it ran
 
 Output:
   --json FILE             write the results as JSON
@@ -242,6 +247,7 @@ const OPTIONS = {
   attainment: { type: 'string' },
   'min-band-attainment': { type: 'string' },
   'max-probes': { type: 'string' },
+  'capacity-seconds': { type: 'string' },
   'gpu-hour-cost': { type: 'string' },
   'spec-mode': { type: 'string' },
   'spec-acceptance': { type: 'string' },
@@ -457,7 +463,7 @@ export async function run(argv: string[]): Promise<number> {
     if (!listGpus().some((g) => g.name === gpu)) throw new UsageError(`unknown GPU '${v.gpu}' (known: ${listGpus().map((g) => g.name).join(', ')})`);
     const model = v.model ?? 'llama-3.1-8b';
     const capacity = v.capacity === true;
-    for (const f of ['attainment', 'min-band-attainment', 'max-probes'] as const) {
+    for (const f of ['attainment', 'min-band-attainment', 'max-probes', 'capacity-seconds'] as const) {
       if (!capacity && v[f] !== undefined) throw new UsageError(`--${f} applies to --capacity only`);
     }
     const attainment = numFlag(v.attainment, 'attainment', { positive: true });
@@ -467,6 +473,7 @@ export async function run(argv: string[]): Promise<number> {
       throw new UsageError(`--min-band-attainment must be a fraction in (0, 1], got '${v['min-band-attainment']}'`);
     }
     const maxProbes = intFlag(v['max-probes'], 'max-probes', 1);
+    const minSeconds = numFlag(v['capacity-seconds'], 'capacity-seconds');
     let sloTtftMs = numFlag(v['slo-ttft'], 'slo-ttft', { positive: true });
     let sloTtftPer1kMs = numFlag(v['slo-ttft-per-1k'], 'slo-ttft-per-1k');
     let sloTpotMs = numFlag(v['slo-tpot'], 'slo-tpot', { positive: true });
@@ -553,7 +560,7 @@ export async function run(argv: string[]): Promise<number> {
       sloTtftMs,
       sloTtftPer1kMs,
       sloTpotMs,
-      capacity: capacity ? { target: attainment, maxProbes, minBandAttainment } : undefined,
+      capacity: capacity ? { target: attainment, maxProbes, minBandAttainment, minSeconds } : undefined,
       gpuHourCost: numFlag(v['gpu-hour-cost'], 'gpu-hour-cost'),
       omitWallTime: v['omit-wall-time'] === true,
       policyOptions,
@@ -624,6 +631,16 @@ export async function run(argv: string[]): Promise<number> {
         `\ncapacity: highest rate scale with ≥ ${(c.target_attainment * 100).toFixed(0)}% of requests within the SLO (${describeSlo({ ttftMs: opts.sloTtftMs, ttftPer1kMs: opts.sloTtftPer1kMs, tpotMs: opts.sloTpotMs })})` +
           `; best peer: ${c.best_peer ?? 'none'}${out.results.policies.some((p) => p.capacity && !p.capacity.converged) ? "; '?' = probe budget ran out before 2% precision" : ''}\n`,
       );
+      const wb = out.results.work_bound;
+      if (wb) {
+        const probes = out.results.policies.flatMap((p) => p.capacity?.probes ?? []);
+        const shortest = Math.min(...probes.map((q) => q.span_s ?? Infinity));
+        process.stdout.write(
+          `work bound: ${wb.requests_per_s.toFixed(1)} req/s (no policy sustains more: the requests' least GPU time, ${wb.busy_gpu_seconds} GPU s, on ${out.results.workers} workers)` +
+            (Number.isFinite(shortest) ? `; shortest probe ${shortest.toFixed(1)} s of arrivals` : '') +
+            '\n',
+        );
+      }
       const bl = bandLines(out.results.policies, c.min_band_attainment);
       if (bl) process.stdout.write(bl);
       const unbounded = out.results.policies.filter((p) => p.capacity && p.capacity.bracket[1] === null).map((p) => p.name);

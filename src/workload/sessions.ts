@@ -113,6 +113,20 @@ export function* takeRequests(src: Iterable<BenchRequest>, n: number): Generator
   }
 }
 
+/**
+ * At least `n` requests (a session's turns counted when its first turn is taken, as takeRequests
+ * does), and then every request that arrives before `untilMs`: the first of them are takeRequests'
+ * own, so a longer run only adds requests at its end. Sessions are never cut short.
+ */
+export function* takeLasting(src: Iterable<BenchRequest>, n: number, untilMs: number): Generator<BenchRequest> {
+  let taken = 0;
+  for (const r of src) {
+    if (taken >= n && r.arrivalMs >= untilMs) return;
+    taken += Math.max(1, r.turns ?? 1);
+    yield r;
+  }
+}
+
 /** A later turn's think time divided by `scale`, and so on down the session. */
 function scaleThink(r: BenchRequest, scale: number): BenchRequest {
   const next = r.next;

@@ -52,6 +52,13 @@ export interface BenchSource {
   readonly name: string;
   /** A fresh pass over the requests, lazily produced. */
   open(): Iterable<BenchRequest>;
+  /**
+   * The same stream not cut at its size: open()'s requests, then more (built-in workloads, which
+   * generate without end). A capacity probe at a high rate takes from it to last long enough.
+   */
+  openUnbounded?(): Iterable<BenchRequest>;
+  /** Requests open() yields, a session's turns counted (built-in workloads: their size). */
+  readonly size?: number;
   /** The knobs that produced it (workload size, rate, burstiness, seed), for the results JSON. */
   readonly params?: Record<string, number | string>;
   /** Rows skipped as malformed during the most recent pass (loaders with skipBad). */

@@ -392,11 +392,15 @@ export function workloadSource(name: string, opts: WorkloadOptions = {}): BenchS
     name: `workload:${name}`,
     params,
     skipped: 0,
+    size,
     open() {
       // `size` counts every turn of a session when its first turn is taken (see sessions.ts).
+      return takeRequests(this.openUnbounded!(), size);
+    },
+    openUnbounded() {
       const gen = spec.generate(seededRng(mix32(seed, 0x77)), seed >>> 0, rate, burstiness);
       const it = repeat > 0 ? withRepeats(gen, repeat, seed >>> 0) : gen;
-      return takeRequests({ [Symbol.iterator]: () => it }, size);
+      return { [Symbol.iterator]: () => it };
     },
   };
 }

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { capacityRatios, searchCapacity, type ProbeFn } from '../../src/bench/capacity.js';
-import { runBench } from '../../src/bench/run.js';
+import { benchRequests, runBench } from '../../src/bench/run.js';
 import { workloadSource } from '../../src/workload/workloads.js';
 
 /** A fake fleet whose attainment is a function of the rate scale; records the scales probed. */
@@ -125,7 +125,8 @@ describe('capacity search (real fleet)', () => {
       sloTtftMs: 1000,
       sloTtftPer1kMs: 100,
       sloTpotMs: 50,
-      capacity: { maxProbes: 10 },
+      // Every probe replays exactly these requests (the next test lengthens them).
+      capacity: { maxProbes: 10, minSeconds: 0 },
       omitWallTime: true,
       onProbe: (name, p) => probes.push([name, p.rate_scale]),
     });
@@ -148,6 +149,34 @@ describe('capacity search (real fleet)', () => {
     assert.equal(results.capacity.vs_round_robin['round-robin'], 1);
     assert.equal(typeof results.capacity.vs_round_robin['least-load'], 'number');
     assert.ok(results.capacity.best_peer === 'round-robin' || results.capacity.best_peer === 'least-load');
+  });
+
+  it('probes of a built-in workload last the minimum time, with the run’s requests first; a trace replays its rows', async () => {
+    const source = workloadSource('rag', { size: 12, rate: 1, seed: 4 });
+    const base = { policies: ['round-robin'], workers: 1, gpu: 'h100', model: 'llama-3.1-8b', seed: 1, sloTtftMs: 1000, sloTtftPer1kMs: 100, sloTpotMs: 50, omitWallTime: true };
+    const { results } = await runBench({ ...base, source, capacity: { maxProbes: 4, minSeconds: 40 } });
+    assert.equal(results.capacity!.min_seconds, 40);
+    const probes = results.policies[0]!.capacity!.probes;
+    assert.equal(probes.length, 4);
+    for (const q of probes) {
+      // Arrivals until 40 virtual seconds, however fast the probe sends them.
+      assert.ok(q.span_s! < 40 && q.span_s! > 40 - 6 / Math.min(1, q.rate_scale), `probe ×${q.rate_scale}: ${q.span_s} s`);
+      assert.ok(q.requests! >= 12);
+      assert.ok(Math.abs(q.requests! - 40 * q.rate_scale) < 3 * Math.sqrt(40 * q.rate_scale) + 12, `probe ×${q.rate_scale}: ${q.requests} requests`);
+    }
+    // The run itself (not a probe) keeps --size: 12 requests.
+    assert.equal(results.policies[0]!.requests, 12);
+    // The lengthened stream starts with the run's own requests.
+    const own = [...benchRequests(source, undefined, 2)];
+    const longer = [...benchRequests(source, undefined, 2, {}, 40_000)];
+    assert.ok(longer.length > own.length);
+    assert.deepEqual(longer.slice(0, own.length).map((r) => [r.arrivalMs, r.promptTokens.length]), own.map((r) => [r.arrivalMs, r.promptTokens.length]));
+    assert.ok(longer.at(-1)!.arrivalMs < 40_000);
+    // A trace cannot be lengthened: every probe replays its rows.
+    const rows = [...source.open()];
+    const trace = { name: 'trace:test', skipped: 0, open: () => rows };
+    const t = await runBench({ ...base, source: trace, capacity: { maxProbes: 3, minSeconds: 40 } });
+    for (const q of t.results.policies[0]!.capacity!.probes) assert.equal(q.requests, 12);
   });
 
   it('needs an SLO', async () => {

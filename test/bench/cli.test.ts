@@ -24,7 +24,7 @@ describe('kvgate bench CLI', () => {
       'workload', 'size', 'rate', 'burstiness', 'trace', 'format', 'azure-shared-prefix', 'azure-prefix-groups', 'skip-bad',
       'workers', 'gpu', 'model', 'tp', 'policy', 'rate-scale', 'limit', 'seed', 'scrape-interval', 'overhead-ms', 'slo-ttft',
       'slo-tpot', 'gpu-hour-cost', 'json', 'report', 'omit-wall-time', 'progress', 'quiet', 'list', 'help',
-      'slo-ttft-per-1k', 'capacity', 'attainment', 'min-band-attainment', 'max-probes', 'set', 'repeat-fraction', 'cache', 'cache-ttl-ms', 'cache-max-bytes',
+      'slo-ttft-per-1k', 'capacity', 'attainment', 'min-band-attainment', 'max-probes', 'capacity-seconds', 'set', 'repeat-fraction', 'cache', 'cache-ttl-ms', 'cache-max-bytes',
       'admission', 'priority-mix', 'shed-above', 'queue-above', 'queue-max', 'queue-max-wait', 'declared-max-tokens',
     ];
     for (const f of flags) assert.ok(help.includes(`--${f}`), `--${f} missing from help`);
@@ -51,6 +51,8 @@ describe('kvgate bench CLI', () => {
       [['--trace', '/nonexistent/x.jsonl'], /cannot read trace/],
       [['--workload', 'rag', '--attainment', '0.8'], /--attainment applies to --capacity only/],
       [['--workload', 'rag', '--max-probes', '5'], /--max-probes applies to --capacity only/],
+      [['--workload', 'rag', '--capacity-seconds', '30'], /--capacity-seconds applies to --capacity only/],
+      [['--workload', 'rag', '--capacity', '--capacity-seconds', 'soon'], /--capacity-seconds must be a non-negative number/],
       [['--workload', 'rag', '--min-band-attainment', '0.8'], /--min-band-attainment applies to --capacity only/],
       [['--workload', 'rag', '--capacity', '--min-band-attainment', '1.2'], /--min-band-attainment must be a fraction in \(0, 1\]/],
       [['--workload', 'rag', '--capacity', '--min-band-attainment', '0'], /--min-band-attainment must be a positive number/],
@@ -194,7 +196,7 @@ describe('kvgate bench CLI', () => {
   it('--capacity finds each policy’s capacity at SLO: JSON, table and report', () => {
     const json = join(dir, 'cap.json');
     const html = join(dir, 'cap.html');
-    const args = ['--workload', 'shared-prefix', '--size', '200', '--rate', '10', '--workers', '1', '--policy', 'round-robin,least-load', '--capacity', '--max-probes', '6', '--omit-wall-time'];
+    const args = ['--workload', 'shared-prefix', '--size', '200', '--rate', '10', '--workers', '1', '--policy', 'round-robin,least-load', '--capacity', '--max-probes', '6', '--capacity-seconds', '30', '--omit-wall-time'];
     const r = bench(...args, '--json', json, '--report', html);
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /cap ×\s+cap req\/s\s+÷RR\s+÷peer/);
@@ -206,14 +208,18 @@ describe('kvgate bench CLI', () => {
     assert.equal(j.slo_ttft_ms, 1000);
     assert.equal(j.slo_ttft_per_1k_ms, 100);
     assert.equal(j.slo_tpot_ms, 50);
-    assert.deepEqual(Object.keys(j.capacity).sort(), ['best_peer', 'max_probes', 'min_band_attainment', 'precision', 'target_attainment', 'vs_best_peer', 'vs_round_robin']);
+    assert.deepEqual(Object.keys(j.capacity).sort(), ['best_peer', 'max_probes', 'min_band_attainment', 'min_seconds', 'precision', 'target_attainment', 'vs_best_peer', 'vs_round_robin']);
     assert.equal(j.capacity.min_band_attainment, null);
+    assert.equal(j.capacity.min_seconds, 30);
+    assert.ok(j.work_bound.requests_per_s > 0 && j.work_bound.busy_gpu_seconds > 0);
+    assert.match(r.stdout, /work bound: [\d.]+ req\/s/);
     assert.equal(j.capacity.max_probes, 6);
     assert.equal(j.capacity.vs_round_robin['round-robin'], 1);
     for (const p of j.policies) {
       for (const k of ['rate_scale', 'requests_per_s', 'attainment', 'worst_band_attainment', 'attainment_by_prompt']) assert.ok(k in p.capacity, k);
       assert.deepEqual(p.attainment_by_prompt.map((b: { band: string }) => b.band), ['<2k', '2k-8k', '>=8k']);
       assert.ok(p.capacity.probes.length >= 1 && p.capacity.probes.length <= 6);
+      for (const q of p.capacity.probes) assert.ok(q.span_s > 25 && q.span_s < 30 && q.requests >= 200, `probe ${JSON.stringify(q)}`);
       assert.equal(typeof p.attainment, 'number');
     }
     const page = readFileSync(html, 'utf8');

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { expandSessions, scaleArrivals, sessionStart, takeRequests, truncateSession, type TurnSpec } from '../../src/workload/sessions.js';
+import { expandSessions, scaleArrivals, sessionStart, takeLasting, takeRequests, truncateSession, type TurnSpec } from '../../src/workload/sessions.js';
 import { answerTokens } from '../../src/workload/tokens.js';
 import type { BenchRequest } from '../../src/workload/types.js';
 import { workloadSource } from '../../src/workload/workloads.js';
@@ -55,6 +55,17 @@ describe('closed-loop sessions', () => {
     })();
     assert.equal([...takeRequests(endless, 6)].length, 2);
     assert.equal(pulled, 2);
+  });
+
+  it('takeLasting takes at least n turns, then whole sessions that arrive before the time given', () => {
+    const src = [threeTurns('a', 0), threeTurns('b', 10), threeTurns('c', 20), threeTurns('d', 30)];
+    // n reached after b; c arrives before 25 ms, d not.
+    assert.deepEqual([...takeLasting(src, 4, 25)].map((r) => [r.session, r.turns]), [['a', 3], ['b', 3], ['c', 3]]);
+    // The time reached first: n still counts.
+    assert.deepEqual([...takeLasting(src, 7, 5)].map((r) => r.session), ['a', 'b', 'c']);
+    // Arriving exactly at the time is past it.
+    assert.deepEqual([...takeLasting(src, 1, 20)].map((r) => r.session), ['a', 'b']);
+    assert.equal([...takeLasting(src, 0, 0)].length, 0);
   });
 
   it('workload sizes count every turn: expanding a sized closed-loop workload gives exactly that many requests', () => {
