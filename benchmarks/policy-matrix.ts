@@ -121,6 +121,7 @@ interface CapacityJson {
     capacity: {
       rate_scale: number | null;
       requests_per_s: number | null;
+      work_bound_rps?: number | null;
       attainment: number | null;
       worst_band_attainment?: number | null;
       converged: boolean;
@@ -288,7 +289,7 @@ function capacityMatrix(
         verdict.push(
           `| ${s.name} | ${workers} | ${mark(by.get('round-robin')!)} | ${peer ? `${mark(by.get(peer)!)} (${peer})` : '—'} | ${mark(by.get('kvgate')!)} | ${mark(by.get('oracle')!)} | ` +
             `${f(res.work_bound?.requests_per_s ?? NaN, 1)} | ${f(res.capacity.vs_round_robin.kvgate ?? NaN, 2)} | ${f(res.capacity.vs_best_peer.kvgate ?? NaN, 2)} | ` +
-            `${peer && res.work_bound ? f((by.get(peer)!.requests_per_s ?? NaN) / res.work_bound.requests_per_s, 2) : '—'} | ${f(wall)} |`,
+            `${peer ? f((by.get(peer)!.requests_per_s ?? NaN) / (by.get(peer)!.work_bound_rps ?? NaN), 2) : '—'} | ${f(wall)} |`,
         );
         detail.push(`\n${s.name}, ${workers} workers (\`kvgate bench ${s.args.join(' ')} --workers ${workers} --capacity\`)\n`);
         detail.push('| policy | capacity × rate | capacity req/s | attainment there | worst prompt band there | probes | ÷ round-robin | ÷ best peer |');
@@ -309,7 +310,8 @@ function capacityMatrix(
     `\nCapacity at SLO: highest offered rate with ≥ 90% of requests within TTFT ≤ ${values['slo-ttft']} ms + ${values['slo-ttft-per-1k']} ms/1k prompt tokens, TPOT ≤ ${values['slo-tpot']} ms` +
       (values['min-band-attainment'] !== undefined ? `, and ≥ ${f(Number(values['min-band-attainment']) * 100)}% of every prompt-length band` : '') +
       ` (≥: no probe missed the target; ?: probe budget ran out); every probe of a built-in workload lasts ≥ 60 s of arrivals;` +
-      ` work bound: the rate no policy can sustain beyond (the requests' least GPU time, src/bench/work-bound.ts)\n\n${verdict.join('\n')}\n`,
+      ` work bound: the rate no policy can sustain beyond (the requests' least GPU time, src/bench/work-bound.ts), of the run's requests;` +
+      ` best peer ÷ bound: its capacity over the bound of the requests replayed there\n\n${verdict.join('\n')}\n`,
   );
   process.stdout.write(
     `\nkvgate capacity-first, seed ${values.seed}${shaping.length > 0 ? `, max_tokens declared ${shaping[1]}` : ''}: capacity ratios, then every latency at the common load (each policy at round-robin's capacity)` +

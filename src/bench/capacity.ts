@@ -41,6 +41,11 @@ export interface CapacityResult {
   rate_scale: number | null;
   /** Offered rate at that scale, requests/s. */
   requests_per_s: number | null;
+  /**
+   * The work bound (work-bound.ts) of the requests replayed at that scale, requests/s: no policy
+   * sustains more on them (set by the bench, which knows the time model; absent otherwise).
+   */
+  work_bound_rps?: number | null;
   /** Attainment measured at that scale. */
   attainment: number | null;
   /** The lowest prompt-length band's attainment at that scale, and every band's (when measured). */

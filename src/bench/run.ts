@@ -521,6 +521,14 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
     kvEvents: false,
   });
   if (o.speculative && o.cache) throw new Error('the speculative cascade is not simulated with the response cache');
+  // The work bound of the requests a probe at `scale` replays (a longer probe's later requests can
+  // reuse more of the earlier ones' prefixes, so each probe length has its own).
+  const boundAt = (scale: number, minMs: number): number | null => {
+    const tm = engineConfig.timeModel;
+    if (!(tm instanceof RooflineTimeModel)) return null;
+    const b = workBound(expandSessions(benchRequests(o.source, o.limit, scale, {}, minMs)), tm, o.workers, engineConfig.blockSize);
+    return Math.round(b.requestsPerS * 1000) / 1000;
+  };
   const ctx: RunContext = { o, engineConfig, draftEngine: o.speculative ? draftEngineConfig(o.speculative, mix32(o.seed, 0x4b57)) : null };
   const policies: PolicyResult[] = [];
   const curves: RunCurves[] = [];
@@ -541,6 +549,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
         },
         { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes, minBandAttainment: cap.minBandAttainment },
       );
+      if (capacity.rate_scale !== null) capacity.work_bound_rps = boundAt(capacity.rate_scale, cap.minMs);
     }
     const c = sim.completed;
     const n = c.arrival.length;

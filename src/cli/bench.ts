@@ -635,9 +635,13 @@ export async function run(argv: string[]): Promise<number> {
       if (wb) {
         const probes = out.results.policies.flatMap((p) => p.capacity?.probes ?? []);
         const shortest = Math.min(...probes.map((q) => q.span_s ?? Infinity));
+        const atCapacity = out.results.policies
+          .filter((p) => p.capacity?.work_bound_rps != null && p.capacity.requests_per_s !== null)
+          .map((p) => `${p.name} ${(p.capacity!.requests_per_s! / p.capacity!.work_bound_rps!).toFixed(2)}`);
         process.stdout.write(
           `work bound: ${wb.requests_per_s.toFixed(1)} req/s (no policy sustains more: the requests' least GPU time, ${wb.busy_gpu_seconds} GPU s, on ${out.results.workers} workers)` +
             (Number.isFinite(shortest) ? `; shortest probe ${shortest.toFixed(1)} s of arrivals` : '') +
+            (atCapacity.length > 0 ? `\ncapacity ÷ the work bound of the requests replayed there: ${atCapacity.join(', ')}` : '') +
             '\n',
         );
       }

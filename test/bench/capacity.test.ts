@@ -164,6 +164,9 @@ describe('capacity search (real fleet)', () => {
       assert.ok(q.requests! >= 12);
       assert.ok(Math.abs(q.requests! - 40 * q.rate_scale) < 3 * Math.sqrt(40 * q.rate_scale) + 12, `probe ×${q.rate_scale}: ${q.requests} requests`);
     }
+    // The work bound of the requests replayed at capacity: one worker, 40 s of rag.
+    const c = results.policies[0]!.capacity!;
+    if (c.rate_scale !== null) assert.ok(c.work_bound_rps! > 0 && c.work_bound_rps! < Infinity);
     // The run itself (not a probe) keeps --size: 12 requests.
     assert.equal(results.policies[0]!.requests, 12);
     // The lengthened stream starts with the run's own requests.

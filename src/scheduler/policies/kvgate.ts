@@ -148,12 +148,16 @@ export const kvgateOptions = z.strictObject({
     "what a prefill's stall costs the worker's other requests: tpotWorthMs per ms of each one's TPOT (linear); a TPOT target's worth for each one it pushes past the target (misses: only answers short enough for one stall to break); or that worth times the share of the worker's recent TPOTs the stall would push past the target (learned)",
   ),
   // The preemption term's likelihood counts every request on the worker at its full length at
-  // once, which they seldom reach together: weight 1 cut bursty traffic's preemptions at
-  // round-robin's capacity the most (50 → 6 on 16 workers) but lowered capacity at SLO by up to
-  // 6% as long prompts crowded the workers serving short answers; 0.5 kept capacity (0.95–1.06×
-  // over ten fleets and seeds) with 50 → 12 (README, "Capacity at SLO first").
+  // once, which they seldom reach together, so it is an upper bound weighed down. Capacity probes
+  // of a few seconds hid what too little weight costs: replayed for a minute at round-robin's
+  // capacity, bursty traffic on 16 workers (seed 5) preempted 99 times at weight 0.5 (TTFT p99
+  // 2.7× dynamo's), 11 at 1, 8 at 2 and none at 4 (0.99×). Weight 4 carries the same traffic at
+  // SLO as 0.5 on every built-in workload and both traces at 8 workers and on a KV-tight document
+  // trace, and 5–7% less on bursty at 16 workers and on fresh seeds (still 1.03–1.07× dynamo),
+  // where 0.5 reached its count by letting long prompts miss: its ≥ 8k-token band met the SLO for
+  // 60–68% of requests, 4's for 72–84% (README, "Capacity at SLO first").
   preemptionWeight: numberKnob(
-    0.5,
+    4,
     'what the expected cost of a preemption for lack of KV (its recompute and the stall that puts in the batch) counts for in the cost (0: ignored)',
     { min: 0 },
   ),

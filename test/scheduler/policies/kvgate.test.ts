@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createPolicy, policyNames } from '../../../src/scheduler/registry.js';
-import type { KvgatePolicy } from '../../../src/scheduler/policies/kvgate.js';
+import { kvgateOptions, type KvgatePolicy } from '../../../src/scheduler/policies/kvgate.js';
 import { WorkerState } from '../../../src/fleet/worker-state.js';
 import { request, router, seq, worker } from '../helpers.js';
 import { runBench } from '../../../src/bench/run.js';
@@ -51,9 +51,10 @@ test("KV fit 'now': full workers are skipped; when nobody fits now the request s
 
 test("KV fit 'prefer' (the default): a worker out of room is avoided while one with room costs about as much, not when it costs much more", () => {
   // full's snapshot shows 5 free blocks of 100; the request needs its uncached prompt + 1 output
-  // block. roomy has 80 free. Both idle; full holds `cached` blocks of the 20-block prompt.
-  const scene = (cached: number, kvFit?: string) => {
-    const { router: r } = router(createPolicy('kvgate', { learnPrefillRate: false, ...(kvFit ? { kvFit } : {}) }));
+  // block. roomy has 80 free. Both idle; full holds `cached` blocks of the 20-block prompt. The
+  // preemption term is off (weight 0), so the picker's rule alone decides; it is on below.
+  const scene = (cached: number, kvFit?: string, preemptionWeight = 0) => {
+    const { router: r } = router(createPolicy('kvgate', { learnPrefillRate: false, preemptionWeight, ...(kvFit ? { kvFit } : {}) }));
     const tokens = seq(0, 20 * 16);
     const full = worker('full', { blocks: 100 });
     const roomy = worker('roomy', { blocks: 100, snapshot: { kvUsage: 0.2 } });
@@ -72,6 +73,11 @@ test("KV fit 'prefer' (the default): a worker out of room is avoided while one w
   // 'ever' weighs cost alone (full, 10% cheaper); 'now' drops full even when it holds 15 blocks.
   assert.equal(scene(2, 'ever'), 'full');
   assert.equal(scene(15, 'now'), 'roomy');
+  // With the preemption term at its default the risk of running out of KV at full is a cost too:
+  // even 'ever' then leaves full for roomy where the prefill saved is small.
+  const defaultWeight = kvgateOptions.parse({}).preemptionWeight;
+  assert.ok(defaultWeight > 0);
+  assert.equal(scene(2, 'ever', defaultWeight), 'roomy');
 });
 
 test('a shared prefix follows the worker that has it, and the pick is predicted before any report', () => {
