@@ -46,14 +46,15 @@ Options:
                      more run of every policy at round-robin's capacity (the common load) for
                      kvgate's TTFT, TPOT, ITL and E2E p99 against the best peer's on each, its
                      prefix hit rate against the best peer's and the ideal, and preemptions.
-                     Wall time, measured at 8 workers on a shared 2-core machine: shared-prefix
-                     75 s and agentic 8.6 min at full size; rag and fewshot-bursts 1.6 min each
-                     with --quick. 16 workers replay twice the requests; the whole matrix at full
-                     size takes hours, so bound it with --only, --workers 8 and --quick
-  --quick            smaller sizes (shared-prefix, rag, bursty, mixed 2,000; multi-turn 20,000;
-                     agentic 12,000; fewshot-bursts 3,000; Mooncake 1,500; Azure 3,000 at 8
-                     workers). Capacities depend on the number of requests (a finite run's
-                     overload lasts longer or shorter), so compare policies within one size only
+                     Every probe of a built-in workload lasts at least 60 s of arrivals (kvgate
+                     bench --capacity-seconds), the common load replays round-robin's probe there,
+                     and the table adds the work bound (the rate no policy can sustain beyond).
+                     Wall time with --quick on a shared 2-core machine: 55 min at 8 workers
+                     (shared-prefix 7 min, multi-turn 9, agentic 10, Azure 11), 35 min for the
+                     four scenarios at 16 workers
+  --quick            smaller sizes before lengthening (shared-prefix, rag, bursty, mixed 2,000;
+                     multi-turn 20,000; agentic 12,000; fewshot-bursts 3,000; Mooncake 1,500 at 8
+                     workers; Azure the whole trace in either mode)
   --workers LIST     fleet sizes (default 8,16)
   --only LIST        scenario names to run (default: all; see the table's first column)
   --traces DIR       folder with mooncake_synthetic_trace.jsonl and AzureLLMInferenceTrace_conv.csv
