@@ -172,9 +172,11 @@ Capacity at SLO:
   --capacity              find each policy's capacity: the highest --rate-scale at which at least
                           --attainment of the requests meet the SLO. Brackets by doubling or halving
                           from --rate-scale, then bisects to 2% (relative); every probe is a fresh
-                          fleet on the same requests; reports the highest probed scale that met the
+                          fleet on the same request stream (see --capacity-seconds); reports the highest probed scale that met the
                           target, and each policy's capacity over round-robin's and the best peer's
-                          (peers: every policy run but kvgate, oracle, oracle-greedy)
+                          (peers: every policy run but kvgate, oracle, oracle-greedy), and the work
+                          bound: the rate no policy can sustain beyond, from the requests' least GPU
+                          time (src/bench/work-bound.ts), with each capacity ÷ it
   --attainment X          target fraction of requests meeting the SLO, 0 < X ≤ 1 (default 0.9)
   --min-band-attainment X also require X of the completed requests of every prompt-length band
                           (< 2,048 tokens, 2,048–8,191, ≥ 8,192; bands of 20 requests or more) to
