@@ -15,7 +15,7 @@ import { expandSessions, scaleArrivals, takeLasting, takeRequests } from '../wor
 import { mix32 } from '../workload/tokens.js';
 import { CAPACITY_DEFAULTS, capacityRatios, searchCapacity, type CapacityProbe, type CapacityRatios, type CapacityResult } from './capacity.js';
 import { idealHitRate } from './ideal-hit.js';
-import { workBound } from './work-bound.js';
+import { workBound, type WorkBound } from './work-bound.js';
 import { RooflineTimeModel } from '../engine/time-model.js';
 import { attainmentByPrompt, attainmentOf, distribution, sloOf, summarize, worstBandAttainment, type BandAttainment, type Dist, type PolicySummary } from './metrics.js';
 import { VirtualClock } from '../util/clock.js';
@@ -461,9 +461,9 @@ async function runFleet(
  * if its requests all arrive within a few request lifetimes, the fleet absorbs them as one burst —
  * queued prompts and large batches that still meet the SLO — and the search finds a rate the
  * fleet could not sustain. shared-prefix's 2,000 requests at 8 workers did so: a rate at which they
- * arrived in 2.3 s met the SLO for 90% of them, though the fleet then spent 13 s on them and its
- * GPU time was 1.5× the work bound (work-bound.ts); replayed for 60 s, the same rate left 80% of
- * the requests outside the SLO. A minute is many lifetimes of every built-in workload's requests
+ * arrived in 2.2 s met the SLO for 90% of them, though the fleet then spent 12.8 s on them and its
+ * GPU time was 1.5× the work bound (work-bound.ts); with probes of 60 s, kvgate met it for only 26%
+ * of the requests at less than a third of that rate. A minute is many lifetimes of every built-in workload's requests
  * at their capacity, so the queue a rate builds has time to show.
  */
 export const CAPACITY_MIN_SECONDS = 60;
@@ -523,12 +523,11 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
   if (o.speculative && o.cache) throw new Error('the speculative cascade is not simulated with the response cache');
   // The work bound of the requests a probe at `scale` replays (a longer probe's later requests can
   // reuse more of the earlier ones' prefixes, so each probe length has its own).
-  const boundAt = (scale: number, minMs: number): number | null => {
+  const boundAt = (scale: number, minMs: number): WorkBound | null => {
     const tm = engineConfig.timeModel;
-    if (!(tm instanceof RooflineTimeModel)) return null;
-    const b = workBound(expandSessions(benchRequests(o.source, o.limit, scale, {}, minMs)), tm, o.workers, engineConfig.blockSize);
-    return Math.round(b.requestsPerS * 1000) / 1000;
+    return tm instanceof RooflineTimeModel ? workBound(expandSessions(benchRequests(o.source, o.limit, scale, {}, minMs)), tm, o.workers, engineConfig.blockSize) : null;
   };
+  const rps = (b: WorkBound | null): number | null => (b ? Math.round(b.requestsPerS * 1000) / 1000 : null);
   const ctx: RunContext = { o, engineConfig, draftEngine: o.speculative ? draftEngineConfig(o.speculative, mix32(o.seed, 0x4b57)) : null };
   const policies: PolicyResult[] = [];
   const curves: RunCurves[] = [];
@@ -549,7 +548,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
         },
         { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes, minBandAttainment: cap.minBandAttainment },
       );
-      if (capacity.rate_scale !== null) capacity.work_bound_rps = boundAt(capacity.rate_scale, cap.minMs);
+      if (capacity.rate_scale !== null) capacity.work_bound_rps = rps(boundAt(capacity.rate_scale, cap.minMs));
     }
     const c = sim.completed;
     const n = c.arrival.length;
@@ -643,8 +642,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
     policies.push({ ...summary, workers, capacity, cache: cacheRun, isolation, speculative });
   }
   const ideal = idealHitRate(expandSessions(benchRequests(o.source, o.limit, rateScale)), engineConfig.blockSize);
-  const tm = engineConfig.timeModel;
-  const bound = tm instanceof RooflineTimeModel ? workBound(expandSessions(benchRequests(o.source, o.limit, rateScale)), tm, o.workers, engineConfig.blockSize) : null;
+  const bound = boundAt(rateScale, 0);
   return {
     results: {
       trace: o.source.name,
@@ -667,7 +665,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       declared_max_tokens: o.declaredMaxTokens ?? null,
       replicas: o.replicas ? { count: o.replicas.count, sharing: o.replicas.sharing, sharing_delay_ms: o.replicas.sharingDelayMs, share_load: o.replicas.shareLoad === true } : null,
       ideal_hit_rate: Math.round(ideal.rate * 10000) / 10000,
-      work_bound: bound && { requests_per_s: Math.round(bound.requestsPerS * 1000) / 1000, busy_gpu_seconds: Math.round((bound.busyMs * tp) / 10) / 100 },
+      work_bound: bound && { requests_per_s: rps(bound)!, busy_gpu_seconds: Math.round((bound.busyMs * tp) / 10) / 100 },
       capacity: cap
         ? {
             target_attainment: cap.target,
