@@ -641,8 +641,9 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
     const speculative = o.speculative ? summarizeSpec(sim, o.speculative, { tp, targetGpu: o.gpu, targetHourUsd: gpuHourCost }) : null;
     policies.push({ ...summary, workers, capacity, cache: cacheRun, isolation, speculative });
   }
-  const ideal = idealHitRate(expandSessions(benchRequests(o.source, o.limit, rateScale)), engineConfig.blockSize);
+  // One pass over the run's requests gives both the work bound and the ideal hit rate.
   const bound = boundAt(rateScale, 0);
+  const ideal = bound?.ideal ?? idealHitRate(expandSessions(benchRequests(o.source, o.limit, rateScale)), engineConfig.blockSize);
   return {
     results: {
       trace: o.source.name,

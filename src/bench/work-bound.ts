@@ -25,7 +25,7 @@
  */
 import type { RooflineTimeModel } from '../engine/time-model.js';
 import type { BenchRequest } from '../workload/types.js';
-import { idealHitRate } from './ideal-hit.js';
+import { idealHitRate, type IdealHit } from './ideal-hit.js';
 
 export interface WorkBound {
   /** Lower bound on the GPU time (ms) the requests need, on one GPU group of the fleet's kind. */
@@ -36,6 +36,8 @@ export interface WorkBound {
   requests: number;
   /** workers · requests / busyMs, per second: no policy sustains a higher request rate. */
   requestsPerS: number;
+  /** The ideal hit rate it priced the prompts at (the same pass as idealHitRate's). */
+  ideal: IdealHit;
 }
 
 export function workBound(
@@ -51,7 +53,7 @@ export function workBound(
   let memory = 0;
   let n = 0;
   const prefill = [{ newTokens: 0, contextLen: 0 }];
-  idealHitRate(requests, blockSize, seed, (r, hit) => {
+  const ideal = idealHitRate(requests, blockSize, seed, (r, hit) => {
     n++;
     const p = r.promptTokens.length;
     prefill[0]!.newTokens = p - hit;
@@ -77,5 +79,6 @@ export function workBound(
     memoryMs: memory,
     requests: n,
     requestsPerS: busyMs > 0 ? (workers * n * 1000) / busyMs : Infinity,
+    ideal,
   };
 }

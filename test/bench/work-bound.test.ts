@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { idealHitRate } from '../../src/bench/ideal-hit.js';
 import { runBench } from '../../src/bench/run.js';
 import { workBound } from '../../src/bench/work-bound.js';
 import { buildEngineConfig } from '../../src/engine/profiles.js';
@@ -29,6 +30,7 @@ describe('work_bound', () => {
     assert.ok(Math.abs(w.computeMs - c) < 1e-9 && Math.abs(w.memoryMs - m) < 1e-9);
     assert.ok(Math.abs(w.busyMs - (Math.max(c, m) + 0.5 * Math.min(c, m))) < 1e-9);
     assert.equal(w.requests, 2);
+    assert.deepEqual(w.ideal, idealHitRate([a, b], 16));
     assert.ok(Math.abs(w.requestsPerS - (4 * 2 * 1000) / w.busyMs) < 1e-9);
     assert.equal(workBound([], model, 4).requestsPerS, Infinity);
   });
