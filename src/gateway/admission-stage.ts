@@ -134,14 +134,14 @@ export function setupAdmission(deps: {
         }
       }
       ctx.logFields = { ...ctx.logFields, priority: cls };
-      ctx.res.setHeader('x-kvgate-priority', cls);
+      ctx.headers['x-kvgate-priority'] = cls;
 
       // 2. Rate limits (a shared limiter answers asynchronously).
       if (limiter.limits(ctx.tenant.id)) {
         const tokens = promptLength(ctx.routeRequest) + ctx.maxTokens;
         const r = limiter.take(ctx.tenant.id, tokens, clock.now());
         const charged = (r: RateCheck): void => {
-          for (const [k, v] of Object.entries(r.headers)) ctx.res.setHeader(k, v);
+          Object.assign(ctx.headers, r.headers);
           if (!r.ok) {
             metrics.decision(ctx.model, cls, 'rate_limited');
             throw new ApiError(429, r.kind, 'rate_limit_exceeded', r.message, null, { 'retry-after': String(r.retryAfterSeconds) });

@@ -64,7 +64,7 @@ const includeUsage = (ctx: RequestContext): boolean =>
 const needsUsage = (ctx: RequestContext): boolean => !ctx.stream || includeUsage(ctx);
 
 function mark(d: CacheStageDeps, ctx: RequestContext, header: 'hit' | 'miss' | 'bypass', result: CacheResult): void {
-  if (header !== 'hit' && !ctx.res.headersSent) ctx.res.setHeader(CACHE_HEADER, header);
+  if (header !== 'hit') ctx.headers[CACHE_HEADER] = header;
   d.cache.metrics?.result(result);
   (ctx.logFields ??= {}).cache = result;
 }
@@ -126,7 +126,7 @@ function replay(d: CacheStageDeps, ctx: RequestContext, e: CacheEntry, stored: b
   const headers: Record<string, string> = ctx.stream
     ? { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' }
     : { 'content-type': 'application/json', 'content-length': String(body.length) };
-  headers['x-request-id'] = ctx.id;
+  Object.assign(headers, ctx.headers);
   headers[CACHE_HEADER] = 'hit';
   if (age !== null) headers.age = age;
   res.writeHead(200, headers);
@@ -226,7 +226,7 @@ function follow(d: CacheStageDeps, ctx: RequestContext, plan: KeyedPlan, flight:
             'content-type': 'text/event-stream; charset=utf-8',
             'cache-control': 'no-cache',
             'x-accel-buffering': 'no',
-            'x-request-id': ctx.id,
+            ...ctx.headers,
             [CACHE_HEADER]: 'hit',
           });
         }

@@ -78,6 +78,14 @@ export interface RequestContext {
   taps: Array<(chunk: Buffer) => void>;
   /** Called once when the request is over, whatever the outcome. */
   onFinish: Array<(ctx: RequestContext) => void>;
+  /**
+   * Response headers every answer to this request carries, whoever writes it (the relay, a
+   * stage, an error): its ids, its priority class, the rate limiter's state, the cache's verdict.
+   * Kept here rather than set on `res` one by one: Node writes a head given as one object without
+   * re-validating each field, and a head given after `res.setHeader` goes field by field through
+   * setHeader (about twice the cost of the whole head, measured in docs/performance.md).
+   */
+  headers: Record<string, string>;
   /** Extra fields for the request's log line, set by stages (e.g. `cache: 'hit'`). */
   logFields: Record<string, string | number | boolean> | null;
 
@@ -141,6 +149,7 @@ export class LiveRequestContext implements RequestContext {
   candidates!: readonly WorkerState[];
   checkPick?: (d: RouteDecision) => ApiError | null = undefined;
   readonly state = new RequestState();
+  readonly headers: Record<string, string>;
   taps: Array<(chunk: Buffer) => void> = [];
   onFinish: Array<(ctx: RequestContext) => void> = [];
   logFields: Record<string, string | number | boolean> | null = null;
@@ -166,5 +175,6 @@ export class LiveRequestContext implements RequestContext {
     emptyBody: Buffer,
   ) {
     this.rawBody = emptyBody;
+    this.headers = clientRequestId === null ? { 'x-request-id': id } : { 'x-request-id': id, 'x-client-request-id': clientRequestId };
   }
 }

@@ -101,8 +101,6 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
     const id = randomUUID();
     const given = req.headers['x-client-request-id'] ?? req.headers['x-request-id'];
     const clientRequestId = typeof given === 'string' && REQUEST_ID_OK.test(given) ? given : null;
-    res.setHeader('x-request-id', id);
-    if (clientRequestId !== null) res.setHeader('x-client-request-id', clientRequestId);
     const ctx: RequestContext = new LiveRequestContext(id, clientRequestId, config.server.routingHeaders, kind, path, req, res, startedAt, EMPTY);
     d.active.add(ctx);
     metrics.inflight++;
@@ -184,7 +182,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       const err = e instanceof ApiError ? e : errors.internal((e as Error)?.message ?? String(e));
       if (!(e instanceof ApiError)) d.logger.error({ err: e, id }, 'unexpected error handling request');
       ctx.status = ctx.abortReason === 'client' ? 499 : err.status;
-      if (!res.headersSent && !res.destroyed) sendError(res, err);
+      if (!res.headersSent && !res.destroyed) sendError(res, err, ctx.headers);
       else if (!res.writableEnded) res.destroy();
     } finally {
       res.off('close', onClose);

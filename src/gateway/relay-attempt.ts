@@ -212,7 +212,7 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
       // An empty body: the head goes out alone.
       ctx.ttftMs = this.env.clock.now() - ctx.startedAt;
       this.env.router.firstToken(ctx.id);
-      ctx.res.writeHead(status, this.resHeaders ?? { 'x-request-id': ctx.id });
+      ctx.res.writeHead(status, this.resHeaders ?? ctx.headers);
     }
     ctx.res.end();
     ctx.status = status;
@@ -245,6 +245,7 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     ctx.ttftMs = this.env.clock.now() - ctx.startedAt;
     this.env.router.firstToken(ctx.id);
     const h: Record<string, string> = { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(payload)) };
+    Object.assign(h, ctx.headers);
     if (ctx.exposeRouting) h['x-kvgate-worker'] = this.worker.id;
     ctx.res.writeHead(err.status, h);
     ctx.res.end(payload);
@@ -273,10 +274,9 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
   /** The response head the client gets for a worker's 2xx-4xx head. */
   private clientHeaders(upstream: IncomingHttpHeaders): Record<string, string> {
     const ct = upstream['content-type'];
-    const h: Record<string, string> = {
-      'content-type': ct === undefined ? 'application/json' : String(ct),
-      'x-request-id': this.ctx.id,
-    };
+    const h: Record<string, string> = { 'content-type': ct === undefined ? 'application/json' : String(ct) };
+    const own = this.ctx.headers;
+    for (const k in own) h[k] = own[k]!;
     // Off by default: they tell a caller how much of a prompt the gateway has seen from anyone.
     if (this.ctx.exposeRouting) {
       h['x-kvgate-worker'] = this.worker.id;

@@ -168,7 +168,7 @@ class CascadeRun {
     ctx.decision = this.targetDecision;
     ctx.attempts++;
     const headers: Record<string, string> = {
-      'x-request-id': ctx.id,
+      ...ctx.headers,
       'x-kvgate-worker': this.target.id,
       'x-kvgate-draft-worker': this.draft!.id,
       'x-kvgate-speculative': 'cascade',
