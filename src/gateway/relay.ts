@@ -20,7 +20,7 @@
  */
 import { ApiError, errors } from '../api/errors.js';
 import type { RequestContext } from './context.js';
-import { RelayAttempt, type AttemptEnv } from './relay-attempt.js';
+import { RelayAttempt, type AttemptEnv, type AttemptResult } from './relay-attempt.js';
 
 export interface RelayOptions extends AttemptEnv {
   /** Further attempts after the first (on other workers). */
@@ -62,11 +62,16 @@ export class Relay {
   /** Serve the request at some worker. Resolves when the response is over; throws ApiError if no byte was sent. */
   async forward(ctx: RequestContext): Promise<void> {
     const { router, metrics } = this.o;
+    /** The workers tried so far, made only when there is a second attempt. */
     let exclude: Set<string> | undefined;
+    let lastWorker = '';
     let lastError: ApiError | null = null;
     for (let attempt = 0; attempt <= this.o.retries; attempt++) {
       if (ctx.aborted) return;
-      if (attempt > 0 && this.o.clock.now() >= ctx.deadlineAt) break;
+      if (attempt > 0) {
+        if (this.o.clock.now() >= ctx.deadlineAt) break;
+        (exclude ??= new Set()).add(lastWorker);
+      }
       const out = router.route(ctx.routeRequest, ctx.candidates, exclude);
       if (!out.ok) {
         if (lastError) throw lastError;
@@ -79,7 +84,7 @@ export class Relay {
         router.complete(ctx.id, false);
         throw veto;
       }
-      (exclude ??= new Set()).add(d.worker.id);
+      lastWorker = d.worker.id;
       ctx.decision = d;
       ctx.workerId = d.worker.id;
       ctx.attempts++;
@@ -89,7 +94,12 @@ export class Relay {
       const att = new RelayAttempt(this.o, ctx, d, this.waitingOn(d.worker.id));
       const running = this.runningOn(d.worker.id);
       running.add(att);
-      const r = await att.run().finally(() => running.delete(att));
+      let r: AttemptResult;
+      try {
+        r = await att.run();
+      } finally {
+        running.delete(att);
+      }
       if (r.done) return;
       if (ctx.aborted) {
         // The client left (nothing to answer) or the gateway is shutting down (answer 503).

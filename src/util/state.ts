@@ -23,29 +23,31 @@ export function stateKey<T>(name: string): StateKey<T> {
 }
 
 export class RequestState {
-  private readonly values = new Map<StateKey<unknown>, unknown>();
+  /** Created by the first set: most requests never store anything, and a Map per request is not free. */
+  private values: Map<StateKey<unknown>, unknown> | null = null;
 
   get<T>(key: StateKey<T>): T | undefined {
-    return this.values.get(key) as T | undefined;
+    return this.values?.get(key) as T | undefined;
   }
 
   has(key: StateKey<unknown>): boolean {
-    return this.values.has(key);
+    return this.values?.has(key) ?? false;
   }
 
   set<T>(key: StateKey<T>, value: T): void {
-    this.values.set(key, value);
+    (this.values ??= new Map()).set(key, value);
   }
 
   delete(key: StateKey<unknown>): void {
-    this.values.delete(key);
+    this.values?.delete(key);
   }
 
   /** The value under `key`, created by `init` on first use. */
   getOrInit<T>(key: StateKey<T>, init: () => T): T {
-    if (this.values.has(key)) return this.values.get(key) as T;
+    const values = (this.values ??= new Map());
+    if (values.has(key)) return values.get(key) as T;
     const v = init();
-    this.values.set(key, v);
+    values.set(key, v);
     return v;
   }
 }
