@@ -423,6 +423,12 @@ export const configSchema = z
         readyRequiresWorker: z.boolean().default(false),
         /** Send x-kvgate-worker and x-kvgate-prefix-hit to every caller (admin callers always get them). */
         routingHeaders: z.boolean().default(false),
+        /**
+         * Relayed responses and requests to workers are written together at the end of each turn
+         * of the event loop (src/http/write-batch.ts), not one by one: fewer wake-ups of the
+         * processes at either end. Off: each is written as soon as it is ready.
+         */
+        batchWrites: z.boolean().default(true),
         /** Origins allowed to call the API from a browser (CORS); empty: no CORS headers at all. */
         corsOrigins: z.array(z.string().regex(/^https?:\/\/[^/\s]+$|^\*$/, 'expected an origin such as https://app.example.com, or *')).default([]),
       })

@@ -14,6 +14,8 @@ export interface UpstreamOptions {
   connectTimeoutMs: number;
   /** Which client relays requests (default 'kvgate'). */
   relayClient?: 'kvgate' | 'undici';
+  /** kvgate's client: send requests with the event loop turn's other writes (default true). */
+  holdWrites?: boolean;
 }
 
 export class Upstreams {

@@ -17,6 +17,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { ApiError, echo, errors } from '../api/errors.js';
+import { endSoon, holdWrites } from '../http/write-batch.js';
 import { OutputTokenCounter } from '../api/output-tokens.js';
 import { atEventBoundary, sseErrorEvent, TAIL_AT_BOUNDARY, updateTail } from '../api/sse.js';
 import type { CircuitBreaker } from '../fleet/circuit-breaker.js';
@@ -43,6 +44,8 @@ export interface AttemptEnv {
   logger?: Pick<Logger, 'warn'>;
   /** Told of bytes from workers and of streamed first bytes (outlier detection). */
   watch?: AttemptWatch;
+  /** Write to the client with the event loop turn's other writes (server.batchWrites; http/write-batch.ts). */
+  batchWrites?: boolean;
 }
 
 /** What passive outlier detection learns from attempts. */
@@ -190,6 +193,7 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     if (ctx.stream) this.tail = updateTail(this.tail, chunk);
     if (ctx.taps.length > 0) runTaps(ctx, chunk);
     const res = ctx.res;
+    if (this.env.batchWrites === true) holdWrites(res.socket);
     if (!res.write(chunk)) {
       controller.pause();
       res.once('drain', () => controller.resume());
@@ -214,7 +218,8 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
       this.env.router.firstToken(ctx.id);
       ctx.res.writeHead(status, this.resHeaders ?? ctx.headers);
     }
-    ctx.res.end();
+    if (this.env.batchWrites === true) endSoon(ctx.res);
+    else ctx.res.end();
     ctx.status = status;
     // A 4xx is the request's fault, not the worker's.
     this.breaker.onSuccess();

@@ -20,6 +20,7 @@ import { connect as netConnect, isIP, type Socket } from 'node:net';
 import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
 import type { IncomingHttpHeaders } from 'node:http';
 import { HttpParseError, ResponseParser, type ResponseHead, type ResponseSink } from './response-parser.js';
+import { holdWrites } from './write-batch.js';
 
 export interface UpstreamPoolOptions {
   /** Connections at most; 0 = no limit. */
@@ -28,6 +29,8 @@ export interface UpstreamPoolOptions {
   connectTimeoutMs: number;
   /** Extra TLS options for https workers (a private CA, say); the system's CAs verify by default. */
   tls?: ConnectionOptions;
+  /** Send requests with the event loop turn's other writes (write-batch.ts), not one by one. Default true. */
+  holdWrites?: boolean;
 }
 
 export interface UpstreamRequest {
@@ -207,6 +210,13 @@ class Connection {
     const s = this.socket;
     if (x.paused) s.pause();
     else if (s.isPaused()) s.resume();
+    if (this.pool.holdWrites) {
+      // Sent with the rest of this turn's writes (write-batch.ts).
+      holdWrites(s);
+      s.write(head, 'latin1');
+      if (length > 0) s.write(body);
+      return;
+    }
     s.cork();
     s.write(head, 'latin1');
     if (length > 0) s.write(body);
@@ -314,6 +324,7 @@ const SAFE_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
 export class UpstreamPool implements RelayDispatcher {
   readonly host: string;
+  readonly holdWrites: boolean;
   private readonly port: number;
   private readonly hostname: string;
   private readonly tls: boolean;
@@ -331,6 +342,7 @@ export class UpstreamPool implements RelayDispatcher {
     this.hostname = u.hostname.replace(/^\[|\]$/g, '');
     this.port = u.port ? Number(u.port) : this.tls ? 443 : 80;
     this.host = u.host;
+    this.holdWrites = opts.holdWrites ?? true;
   }
 
   /** Open connections (idle and busy). */
