@@ -1,18 +1,17 @@
 /**
- * Batches log lines before they reach pino's asynchronous destination (sonic-boom).
+ * Batches log lines before they reach the asynchronous destination (FdWriter, fd-writer.ts).
  *
  * sonic-boom can batch by itself (`minLength`), but its write() measures the byte length of the
  * whole pending batch on every line: `Buffer.byteLength` of a string built by `+=`, which flattens
  * it. With 8 KiB batches that copies kilobytes per request line — in the gateway's cache-hit path
  * about 3.7 KB of the 41 KB allocated per request (V8's sampling heap profiler), all of it garbage
  * for the next scavenge. Here lines are kept in an array with a running byte count (each line is
- * flat when pino hands it over, so measuring it copies nothing) and handed to sonic-boom as one
- * string per batch, which it writes at once (its own minLength is 0) and retries on EAGAIN as
- * before.
+ * flat when pino hands it over, so measuring it copies nothing) and handed to the destination as
+ * one string per batch.
  */
 import type { DestinationStream } from 'pino';
 
-/** What the batcher needs of sonic-boom. */
+/** What the batcher needs of its destination. */
 export interface LineSink {
   write(data: string): boolean;
   flush?(cb?: (err?: Error | null) => void): void;

@@ -5,6 +5,7 @@
  */
 import pino, { type Logger } from 'pino';
 import pretty from 'pino-pretty';
+import { FdWriter } from './fd-writer.js';
 import { LogBatcher } from './log-batcher.js';
 
 export type { Logger };
@@ -27,9 +28,12 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
   if (opts.destination) return pino({ level, base: undefined }, opts.destination);
   // Lines are batched into writes of ≥ 8 KiB, or every 100 ms, whichever comes first: one write
   // syscall per request line would cost a noticeable share of the gateway's throughput. The
-  // batching is LogBatcher's (log-batcher.ts says why not sonic-boom's own); sonic-boom writes each
-  // batch asynchronously and retries a full pipe.
-  return pino({ level, base: undefined }, new LogBatcher(pino.destination({ dest: 1, sync: false, minLength: 0 }), { minBytes: 8192, flushMs: 100 }));
+  // batching is LogBatcher's (log-batcher.ts says why not sonic-boom's own); FdWriter writes
+  // asynchronously, all that is pending at a time (fd-writer.ts says why not sonic-boom).
+  const out = new FdWriter(1, {
+    onFirstDrop: (reason) => process.stderr.write(`kvgate: request log lines dropped: ${reason}\n`),
+  });
+  return pino({ level, base: undefined }, new LogBatcher(out, { minBytes: 8192, flushMs: 100 }));
 }
 
 /** Flush buffered log lines (call before exit). */
