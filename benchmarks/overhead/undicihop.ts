@@ -6,15 +6,19 @@
  * costs above it is its own pipeline (validation, tokenization, routing, admission, logs,
  * metrics). Run as a child process; it reports its port to the parent over IPC. Env: UPSTREAM_URL,
  * and HOP_CLIENT=kvgate for the target `poolhop`: the same hop with kvgate's own relay client
- * (src/http/upstream-pool.ts, the gateway's default) in place of undici's Pool.
+ * (src/http/upstream-pool.ts, the gateway's default) in place of undici's Pool, and the client's
+ * answers written the way the gateway writes them (src/http/write-batch.ts: with the turn's
+ * other writes while the event loop is saturated).
  */
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import { Pool, type Dispatcher } from 'undici';
 import { UpstreamPool, type RelayDispatcher } from '../../src/http/upstream-pool.js';
+import { endSoon, holdWrites } from '../../src/http/write-batch.js';
 
 const origin = new URL(process.env.UPSTREAM_URL!).origin;
+const kvgateStack = process.env.HOP_CLIENT === 'kvgate';
 const pool: RelayDispatcher =
-  process.env.HOP_CLIENT === 'kvgate'
+  kvgateStack
     ? new UpstreamPool(origin, { connections: 0, keepAliveTimeoutMs: 4_000, connectTimeoutMs: 5_000 })
     : new Pool(origin, { connections: null, pipelining: 1, headersTimeout: 0, bodyTimeout: 0 });
 
@@ -36,6 +40,7 @@ class Relay implements Dispatcher.DispatchHandler {
       this.res.writeHead(this.status, this.headers);
       this.started = true;
     }
+    if (kvgateStack) holdWrites(this.res.socket);
     if (!this.res.write(chunk)) {
       c.pause();
       this.res.once('drain', () => c.resume());
@@ -43,7 +48,8 @@ class Relay implements Dispatcher.DispatchHandler {
   }
   onResponseEnd(): void {
     if (!this.started) this.res.writeHead(this.status, this.headers);
-    this.res.end();
+    if (kvgateStack) endSoon(this.res);
+    else this.res.end();
   }
   onResponseError(): void {
     if (this.res.headersSent) {
