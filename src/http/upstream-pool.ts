@@ -210,17 +210,13 @@ class Connection {
     const s = this.socket;
     if (x.paused) s.pause();
     else if (s.isPaused()) s.resume();
-    if (this.pool.holdWrites) {
-      // Sent with the rest of this turn's writes (write-batch.ts).
-      holdWrites(s);
-      s.write(head, 'latin1');
-      if (length > 0) s.write(body);
-      return;
-    }
-    s.cork();
+    // Head and body in one write; sent with the rest of this turn's writes while the event loop
+    // is saturated (write-batch.ts), at once otherwise.
+    const held = this.pool.holdWrites && holdWrites(s);
+    if (!held) s.cork();
     s.write(head, 'latin1');
     if (length > 0) s.write(body);
-    s.uncork();
+    if (!held) s.uncork();
   }
 
   /** The response ended: back to the pool if the connection can carry another request. */

@@ -106,13 +106,17 @@ export function flush(): void {
 
 /**
  * Hold what is written to `s` until the flush: cork it once per turn (a second call in the same
- * turn does nothing). Whoever corks through here never uncorks: the flush does.
+ * turn does nothing). True if `s` is held (now or already): whoever corks through here never
+ * uncorks, the flush does. False if writes are not being held: `s` is left as it was.
  */
-export function holdWrites(s: Writable | null | undefined): void {
-  if (!s || s.destroyed || heldSet.has(s) || !schedule()) return;
+export function holdWrites(s: Writable | null | undefined): boolean {
+  if (!s || s.destroyed) return false;
+  if (heldSet.has(s)) return true;
+  if (!schedule()) return false;
   s.cork();
   held.push(s);
   heldSet.add(s);
+  return true;
 }
 
 /**

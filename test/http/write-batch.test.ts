@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, request, type Server, type ServerResponse } from 'node:http';
-import { createServer as createNetServer, connect, type AddressInfo, type Socket } from 'node:net';
+import { createServer as createNetServer, connect, Socket, type AddressInfo } from 'node:net';
 import { endSoon, flush, holdWrites, holdingWrites, setHoldMode, HOLD_LIMIT_MS } from '../../src/http/write-batch.js';
 import { UpstreamPool } from '../../src/http/upstream-pool.js';
 
@@ -142,4 +142,33 @@ test('the upstream pool sends a request with the turn, and its answer still arri
     ),
   );
   assert.deepEqual(answers, ['echo a', 'echo b', 'echo c']);
+});
+
+test('not holding, the pool still sends a request head and body in one write', async (t) => {
+  setHoldMode('never');
+  t.after(() => setHoldMode('auto'));
+  const srv = createNetServer((c) => c.on('data', () => c.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok')));
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  t.after(() => srv.close());
+  const port = (srv.address() as AddressInfo).port;
+  // Count what reaches the socket's system calls: one writev of both, or a write each.
+  const proto = Socket.prototype as unknown as Record<'_write' | '_writev', (...a: unknown[]) => unknown>;
+  const calls: string[] = [];
+  for (const m of ['_write', '_writev'] as const) {
+    const orig = proto[m]!;
+    proto[m] = function (this: Socket, ...a: unknown[]) {
+      if (this.remotePort === port) calls.push(m);
+      return orig.apply(this, a);
+    };
+    t.after(() => (proto[m] = orig));
+  }
+  const pool = new UpstreamPool(`http://127.0.0.1:${port}`, { connections: 0, keepAliveTimeoutMs: 1000, connectTimeoutMs: 1000 });
+  t.after(() => pool.destroy());
+  for (let i = 0; i < 3; i++) {
+    calls.length = 0;
+    await new Promise<void>((resolve, reject) =>
+      pool.dispatch({ method: 'POST', path: '/', headers: { 'content-type': 'application/json' }, body: '{"x":1}' }, { onResponseEnd: () => resolve(), onResponseError: (_c, e) => reject(e) }),
+    );
+    assert.deepEqual(calls, ['_writev'], `request ${i}`);
+  }
 });
