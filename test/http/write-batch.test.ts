@@ -1,4 +1,4 @@
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, request, type Server, type ServerResponse } from 'node:http';
 import { createServer as createNetServer, connect, Socket, type AddressInfo } from 'node:net';
@@ -21,7 +21,8 @@ async function connected(port: number): Promise<Socket> {
   return c;
 }
 
-test('held writes leave at the end of the turn, all together, and a second hold in the turn is a no-op', async (t) => {
+/** Writes held for the test ('always'), and two client sockets connected to one sink. */
+async function heldPair(t: TestContext): Promise<{ srv: Awaited<ReturnType<typeof sink>>; a: Socket; b: Socket }> {
   setHoldMode('always');
   t.after(() => setHoldMode('auto'));
   const srv = await sink();
@@ -29,6 +30,11 @@ test('held writes leave at the end of the turn, all together, and a second hold 
   const a = await connected(srv.port);
   const b = await connected(srv.port);
   t.after(() => (a.destroy(), b.destroy()));
+  return { srv, a, b };
+}
+
+test('held writes leave at the end of the turn, all together, and a second hold in the turn is a no-op', async (t) => {
+  const { srv, a, b } = await heldPair(t);
 
   holdWrites(a);
   a.write('one ');
@@ -62,13 +68,7 @@ test('never (and auto on an idle loop) writes at once', async (t) => {
 });
 
 test('a long turn sends what was held once it has waited the hold limit', async (t) => {
-  setHoldMode('always');
-  t.after(() => setHoldMode('auto'));
-  const srv = await sink();
-  t.after(() => srv.close());
-  const a = await connected(srv.port);
-  const b = await connected(srv.port);
-  t.after(() => (a.destroy(), b.destroy()));
+  const { a, b } = await heldPair(t);
   holdWrites(a);
   a.write('early');
   const until = performance.now() + HOLD_LIMIT_MS + 1;
