@@ -19,7 +19,7 @@ import type { WorkerState } from '../fleet/worker-state.js';
 import { createPolicy } from '../scheduler/registry.js';
 import { Router } from '../scheduler/router.js';
 import type { Policy } from '../scheduler/types.js';
-import { createLogger, flushLogger, type Logger } from '../telemetry/logger.js';
+import { createLogger, droppedLogBytes, flushLogger, type Logger } from '../telemetry/logger.js';
 import { GatewayMetrics } from '../telemetry/metrics.js';
 import type { Tokenizer } from '../tokenizer/types.js';
 import { systemClock, type Clock } from '../util/clock.js';
@@ -144,6 +144,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   });
   metrics = new GatewayMetrics(registry, config.scrape.staleAfterMs, now);
   const m = metrics;
+  m.counterFrom('kvgate_log_dropped_bytes_total', 'Log bytes dropped because the log output could not keep up (64 MiB waiting) or failed', () => droppedLogBytes(logger));
 
   let policy: Policy;
   try {

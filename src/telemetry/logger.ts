@@ -15,6 +15,16 @@ export interface LoggerOptions {
   pretty?: boolean;
   /** Defaults to stdout. */
   destination?: NodeJS.WritableStream;
+  /** Without `destination`: the file descriptor written to (default 1, stdout). */
+  fd?: number;
+}
+
+/** The descriptor writer behind each logger that has one, for its drop count. */
+const writers = new WeakMap<Logger, FdWriter>();
+
+/** Log bytes a logger dropped because its output did not keep up or failed; null: not counted. */
+export function droppedLogBytes(logger: Logger): number | null {
+  return writers.get(logger)?.dropped ?? null;
 }
 
 export function createLogger(opts: LoggerOptions = {}): Logger {
@@ -30,10 +40,12 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
   // syscall per request line would cost a noticeable share of the gateway's throughput. The
   // batching is LogBatcher's (log-batcher.ts says why not sonic-boom's own); FdWriter writes
   // asynchronously, all that is pending at a time (fd-writer.ts says why not sonic-boom).
-  const out = new FdWriter(1, {
-    onFirstDrop: (reason) => process.stderr.write(`kvgate: request log lines dropped: ${reason}\n`),
+  const out = new FdWriter(opts.fd ?? 1, {
+    onFirstDrop: (reason) => process.stderr.write(`kvgate: log lines dropped (kvgate_log_dropped_bytes_total counts them): ${reason}\n`),
   });
-  return pino({ level, base: undefined }, new LogBatcher(out, { minBytes: 8192, flushMs: 100 }));
+  const logger = pino({ level, base: undefined }, new LogBatcher(out, { minBytes: 8192, flushMs: 100 }));
+  writers.set(logger, out);
+  return logger;
 }
 
 /** Flush buffered log lines (call before exit). */

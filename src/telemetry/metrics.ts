@@ -120,6 +120,22 @@ export class GatewayMetrics {
     });
   }
 
+  /** A counter read at scrape time from a running total kept elsewhere; null: not counted (no sample). */
+  counterFrom(name: string, help: string, total: () => number | null): void {
+    let seen = 0;
+    new Counter({
+      name,
+      help,
+      registers: [this.registry],
+      collect() {
+        const t = total();
+        if (t === null || t <= seen) return;
+        this.inc(t - seen);
+        seen = t;
+      },
+    });
+  }
+
   /** A per-worker gauge computed at scrape time (labels worker, pool, model); null: no series. */
   gaugePerWorker(name: string, help: string, value: (w: WorkerRegistry['workers'][number]) => number | null): void {
     const fleet = this.fleet;
