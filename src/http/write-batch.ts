@@ -9,7 +9,8 @@
  * measurements are in docs/performance.md). Held until the loop has handled every event it
  * polled (one `setImmediate`, which runs right after the poll phase), the turn's writes go out
  * back to back and the processes at the other end are woken once per turn, not once per write.
- * A lone request on an idle gateway is the only event of its turn: it is not delayed.
+ * Writes are held only while the event loop is saturated (below): with time to spare, holding
+ * would make each answer wait for its turn's other events and save nothing the process needs.
  *
  * Only for writes whose order within the turn does not matter: each held socket carries one
  * request at a time.
@@ -76,13 +77,9 @@ function schedule(): boolean {
   }
   scheduled = true;
   openedAt = performance.now();
-  setImmediate(flushScheduled);
+  // A batch flushed early (above) leaves its setImmediate nothing to do, or a newer batch to send.
+  setImmediate(flush);
   return true;
-}
-
-/** The scheduled flush; a batch flushed early has left it nothing to do, or a newer batch to send. */
-function flushScheduled(): void {
-  flush();
 }
 
 /**
