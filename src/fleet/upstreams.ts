@@ -15,7 +15,7 @@ export interface UpstreamOptions {
   /** Which client relays requests (default 'kvgate'). */
   relayClient?: 'kvgate' | 'undici';
   /** kvgate's client: send requests with the event loop turn's other writes (default true). */
-  holdWrites?: boolean;
+  batchWrites?: boolean;
 }
 
 export class Upstreams {

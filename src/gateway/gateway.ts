@@ -168,7 +168,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     keepAliveTimeoutMs: config.upstream.keepAliveTimeoutMs,
     connectTimeoutMs: config.timeouts.connectMs,
     relayClient: config.upstream.client,
-    holdWrites: config.server.batchWrites,
+    batchWrites: config.server.batchWrites,
   });
   m.gaugePerWorker('kvgate_worker_upstream_connections', 'Open connections relaying requests to the worker (idle and busy)', (w) => upstreams.relayConnections(w.id));
   const outliers: OutlierDetector | null = config.outlier.enabled

@@ -17,9 +17,9 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { ApiError, echo, errors } from '../api/errors.js';
-import { endSoon, holdWrites } from '../http/write-batch.js';
 import { OutputTokenCounter } from '../api/output-tokens.js';
 import { atEventBoundary, sseErrorEvent, TAIL_AT_BOUNDARY, updateTail } from '../api/sse.js';
+import { endSoon, holdWrites } from '../http/write-batch.js';
 import type { CircuitBreaker } from '../fleet/circuit-breaker.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { Upstreams } from '../fleet/upstreams.js';
@@ -280,8 +280,7 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
   private clientHeaders(upstream: IncomingHttpHeaders): Record<string, string> {
     const ct = upstream['content-type'];
     const h: Record<string, string> = { 'content-type': ct === undefined ? 'application/json' : String(ct) };
-    const own = this.ctx.headers;
-    for (const k in own) h[k] = own[k]!;
+    Object.assign(h, this.ctx.headers);
     // Off by default: they tell a caller how much of a prompt the gateway has seen from anyone.
     if (this.ctx.exposeRouting) {
       h['x-kvgate-worker'] = this.worker.id;

@@ -30,7 +30,7 @@ export interface UpstreamPoolOptions {
   /** Extra TLS options for https workers (a private CA, say); the system's CAs verify by default. */
   tls?: ConnectionOptions;
   /** Send requests with the event loop turn's other writes (write-batch.ts), not one by one. Default true. */
-  holdWrites?: boolean;
+  batchWrites?: boolean;
 }
 
 export interface UpstreamRequest {
@@ -212,7 +212,7 @@ class Connection {
     else if (s.isPaused()) s.resume();
     // Head and body in one write; sent with the rest of this turn's writes while the event loop
     // is saturated (write-batch.ts), at once otherwise.
-    const held = this.pool.holdWrites && holdWrites(s);
+    const held = this.pool.batchWrites && holdWrites(s);
     if (!held) s.cork();
     s.write(head, 'latin1');
     if (length > 0) s.write(body);
@@ -320,7 +320,7 @@ const SAFE_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
 export class UpstreamPool implements RelayDispatcher {
   readonly host: string;
-  readonly holdWrites: boolean;
+  readonly batchWrites: boolean;
   private readonly port: number;
   private readonly hostname: string;
   private readonly tls: boolean;
@@ -338,7 +338,7 @@ export class UpstreamPool implements RelayDispatcher {
     this.hostname = u.hostname.replace(/^\[|\]$/g, '');
     this.port = u.port ? Number(u.port) : this.tls ? 443 : 80;
     this.host = u.host;
-    this.holdWrites = opts.holdWrites ?? true;
+    this.batchWrites = opts.batchWrites ?? true;
   }
 
   /** Open connections (idle and busy). */

@@ -49,7 +49,7 @@ export function setHoldMode(m: HoldMode): void {
   if (m !== 'always' && scheduled) flush();
 }
 
-/** True while writes are being held (for tests and the dashboard of a benchmark). */
+/** True while writes are being held. */
 export function holdingWrites(): boolean {
   return mode === 'always' || (mode === 'auto' && busy);
 }

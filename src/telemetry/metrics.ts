@@ -122,16 +122,14 @@ export class GatewayMetrics {
 
   /** A counter read at scrape time from a running total kept elsewhere; null: not counted (no sample). */
   counterFrom(name: string, help: string, total: () => number | null): void {
-    let seen = 0;
     new Counter({
       name,
       help,
       registers: [this.registry],
       collect() {
+        this.reset();
         const t = total();
-        if (t === null || t <= seen) return;
-        this.inc(t - seen);
-        seen = t;
+        if (t !== null) this.inc(t);
       },
     });
   }
