@@ -24,6 +24,8 @@ function reference(text: string): number[] {
 /** Text from an alphabet that exercises every branch: runs, spaces, digits, punctuation, non-ASCII. */
 function randomText(rand: () => number, length: number): string {
   const alphabet = ['a', 'Z', 'q', 'e', ' ', ' ', '  ', '0', '7', '.', ',', '\n', '\t', 'é', '—', '😀', 'hello', 'world', '12345', '<|im_start|>', 'ing'];
+  // Vocabulary pieces too (a few hundred of them), so that lookups hit as well as miss.
+  for (let i = 0; i < VOCAB.length; i += 13) alphabet.push(VOCAB[i]!);
   let s = '';
   while (s.length < length) s += alphabet[Math.floor(rand() * alphabet.length)];
   return s;
