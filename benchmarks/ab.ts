@@ -15,7 +15,7 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { median, quantile, treeCpuMs } from './harness.js';
 import type { RateResult } from './overhead/client.js';
-import { nodeClient, setUpTools, startKvgate, startStandIn, wrk, type Target } from './overhead/targets.js';
+import { nodeClient, promptBody, setUpTools, startKvgate, startStandIn, wrk, BODY, type Target } from './overhead/targets.js';
 
 const HELP = `npm run bench:ab -- --baseline DIR [options]
 
@@ -30,6 +30,10 @@ Options:
   --connections C    wrk connections per gateway (default 16)
   --delay-ms D       pause of each connection before each request (default 4: ≈3,000 req/s each)
   --policy NAME      routing policy of both (default: the gateway's default)
+  --prompt-tokens N  send a chat request with an N-token prompt instead of 'Say hello.' (prose
+                     of made-up words, mostly outside the estimate tokenizer's vocabulary, the
+                     same every time); a long prompt costs milliseconds of CPU: lower the rate
+                     (e.g. --connections 4 --delay-ms 10)
   --stream RATE      streamed requests instead (64-event SSE answers, a Node client at RATE
                      streams/s per gateway, open loop): CPU per stream, and time to first byte
                      and total time p50 of both
@@ -56,6 +60,7 @@ async function main(): Promise<number> {
       connections: { type: 'string', default: '16' },
       'delay-ms': { type: 'string', default: '4' },
       policy: { type: 'string' },
+      'prompt-tokens': { type: 'string' },
       stream: { type: 'string' },
       config: { type: 'string' },
       'baseline-config': { type: 'string' },
@@ -105,11 +110,21 @@ async function main(): Promise<number> {
     process.stderr.write('bench:ab: --stream takes a rate in streams per second, > 0\n');
     return 2;
   }
-  /** One load on both gateways at once: requests served, and the streams' latencies (ms). */
+  const promptTokens = values['prompt-tokens'] === undefined ? 0 : Number(values['prompt-tokens']);
+  if (values['prompt-tokens'] !== undefined && !(Number.isInteger(promptTokens) && promptTokens > 0 && promptTokens <= 20_000)) {
+    process.stderr.write('bench:ab: --prompt-tokens takes a whole number of tokens from 1 to 20000\n');
+    return 2;
+  }
+  if (promptTokens > 0 && streamRate > 0) {
+    process.stderr.write('bench:ab: --prompt-tokens applies to the non-streaming load only\n');
+    return 2;
+  }
+  const body = promptTokens > 0 ? promptBody(promptTokens) : BODY;
+  /** One load on both gateways at once: requests served, and the latencies (ms). */
   const load = async (a: Target, b: Target, s: number): Promise<Array<{ requests: number; ttfb50: number; total50: number }>> => {
     if (streamRate === 0) {
-      const rs = await Promise.all([wrk(a.url, connections, s, delayMs), wrk(b.url, connections, s, delayMs)]);
-      return rs.map((r) => ({ requests: r.requests, ttfb50: NaN, total50: NaN }));
+      const rs = await Promise.all([wrk(a.url, connections, s, delayMs, body), wrk(b.url, connections, s, delayMs, body)]);
+      return rs.map((r) => ({ requests: r.requests, ttfb50: NaN, total50: r.p50_us / 1000 }));
     }
     const rs = await Promise.all(
       [a, b].map((t) => nodeClient<RateResult>({ mode: 'rate', url: t.url, stream: true, rate: streamRate, durationMs: s * 1000 })),
@@ -138,8 +153,8 @@ async function main(): Promise<number> {
           b: ((cpuMs(b) - b0) * 1000) / Math.max(1, wb!.requests),
           aReq: wa!.requests,
           bReq: wb!.requests,
-          aLat: `${wa!.ttfb50.toFixed(2)} / ${wa!.total50.toFixed(2)}`,
-          bLat: `${wb!.ttfb50.toFixed(2)} / ${wb!.total50.toFixed(2)}`,
+          aLat: streamRate > 0 ? `${wa!.ttfb50.toFixed(2)} / ${wa!.total50.toFixed(2)}` : wa!.total50.toFixed(2),
+          bLat: streamRate > 0 ? `${wb!.ttfb50.toFixed(2)} / ${wb!.total50.toFixed(2)}` : wb!.total50.toFixed(2),
         };
         rows.push(row);
         process.stderr.write(`round ${r + 1}/${rounds}: baseline ${row.a.toFixed(1)} µs/req, this ${row.b.toFixed(1)} µs/req, ratio ${(row.b / row.a).toFixed(3)}\n`);
@@ -152,18 +167,21 @@ async function main(): Promise<number> {
     await direct.stop();
   }
   const ratios = rows.map((x) => x.b / x.a);
-  const loadText = streamRate > 0 ? `${streamRate} streams/s per gateway (64-event SSE)` : `${connections} connections × ${delayMs} ms pauses per gateway`;
+  const loadText =
+    streamRate > 0
+      ? `${streamRate} streams/s per gateway (64-event SSE)`
+      : `${connections} connections × ${delayMs} ms pauses per gateway${promptTokens > 0 ? `, ${promptTokens}-token prompts` : ''}`;
   const lat = streamRate > 0;
   process.stdout.write(
     `\nbench:ab: ${rounds} round(s) × ${seconds} s, ${loadText}, stand-in ${tools.cUpstream ? 'nginx (C)' : 'Node'}\n\n` +
       (lat
         ? '| round | baseline streams | baseline CPU µs/stream | TTFB / total p50 ms | this streams | this CPU µs/stream | TTFB / total p50 ms | this / baseline |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n'
-        : '| round | baseline req | baseline CPU µs/req | this req | this CPU µs/req | this / baseline |\n|---:|---:|---:|---:|---:|---:|\n') +
+        : '| round | baseline req | baseline CPU µs/req | p50 ms | this req | this CPU µs/req | p50 ms | this / baseline |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n') +
       rows
         .map((x, i) =>
           lat
             ? `| ${i + 1} | ${x.aReq} | ${x.a.toFixed(1)} | ${x.aLat} | ${x.bReq} | ${x.b.toFixed(1)} | ${x.bLat} | ${(x.b / x.a).toFixed(3)} |`
-            : `| ${i + 1} | ${x.aReq} | ${x.a.toFixed(1)} | ${x.bReq} | ${x.b.toFixed(1)} | ${(x.b / x.a).toFixed(3)} |`,
+            : `| ${i + 1} | ${x.aReq} | ${x.a.toFixed(1)} | ${x.aLat} | ${x.bReq} | ${x.b.toFixed(1)} | ${x.bLat} | ${(x.b / x.a).toFixed(3)} |`,
         )
         .join('\n') +
       `\n\nmedian ratio ${median(ratios).toFixed(3)} (range ${Math.min(...ratios).toFixed(3)}–${Math.max(...ratios).toFixed(3)})\n`,

@@ -8,6 +8,8 @@ import { existsSync, mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { estimateTokenizer } from '../../src/tokenizer/estimate.js';
+import { seededRng } from '../../src/util/rng.js';
 import { freePort, stopChild, waitReady } from '../harness.js';
 import type { Spec } from './client.js';
 import { ECHO_MODULE, upstreamConf } from './nginx.js';
@@ -17,6 +19,32 @@ const cliPath = join(here, '..', '..', 'src', 'cli.js');
 
 /** The request every non-streaming measurement sends. */
 export const BODY = JSON.stringify({ model: 'bench-model', messages: [{ role: 'user', content: 'Say hello.' }], max_tokens: 16 });
+
+/**
+ * A chat request whose prompt is `tokens` tokens long (by the estimate tokenizer), the same every
+ * time: sentences of words drawn with a Zipf-like skew from 20,000 made-up ones, as real prose is
+ * mostly words outside the estimate tokenizer's small vocabulary, with numbers and punctuation.
+ */
+export function promptBody(tokens: number): string {
+  const rand = seededRng(7);
+  const letters = 'etaoinshrdlcumwfgypbvkjxqz';
+  const lexicon = Array.from({ length: 20_000 }, () => {
+    let w = '';
+    const n = 2 + Math.floor(rand() * 9);
+    for (let i = 0; i < n; i++) w += letters[Math.min(25, Math.floor(-Math.log(1 - rand()) * 6))];
+    return w;
+  });
+  const word = (): string => lexicon[Math.min(lexicon.length - 1, Math.floor(Math.exp(rand() * Math.log(lexicon.length))) - 1)]!;
+  const parts: string[] = [];
+  let count = 0;
+  for (let i = 0; count < tokens; i++) {
+    const w = word();
+    const piece = i % 15 === 0 ? ` ${w[0]!.toUpperCase()}${w.slice(1)}` : i % 40 === 7 ? ` ${Math.floor(rand() * 5000)},` : i % 15 === 14 ? ` ${w}.` : ` ${w}`;
+    parts.push(piece);
+    count += estimateTokenizer.count(piece);
+  }
+  return JSON.stringify({ model: 'bench-model', messages: [{ role: 'user', content: parts.join('').trim() }], max_tokens: 16 });
+}
 
 export interface Target {
   name: string;
@@ -144,10 +172,10 @@ export interface WrkResult {
   p99_us: number;
 }
 
-export function wrk(url: string, connections: number, seconds: number, delayMs: number): Promise<WrkResult> {
+export function wrk(url: string, connections: number, seconds: number, delayMs: number, body = BODY): Promise<WrkResult> {
   return new Promise((resolve, reject) => {
     const child = spawn('wrk', ['-t1', `-c${connections}`, `-d${seconds}s`, '-s', join(here, '..', '..', '..', 'benchmarks', 'overhead', 'wrk.lua'), url + '/v1/chat/completions'], {
-      env: { ...process.env, BODY, DELAY_MS: String(delayMs) },
+      env: { ...process.env, BODY: body, DELAY_MS: String(delayMs) },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     let out = '';
