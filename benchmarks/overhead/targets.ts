@@ -21,19 +21,22 @@ const cliPath = join(here, '..', '..', 'src', 'cli.js');
 export const BODY = JSON.stringify({ model: 'bench-model', messages: [{ role: 'user', content: 'Say hello.' }], max_tokens: 16 });
 
 /**
- * A chat request whose prompt is `tokens` tokens long (by the estimate tokenizer), the same every
- * time: sentences of words drawn with a Zipf-like skew from 20,000 made-up ones, as real prose is
- * mostly words outside the estimate tokenizer's small vocabulary, with numbers and punctuation.
+ * Prose of `tokens` tokens (by the estimate tokenizer), the same for the same seed: sentences of
+ * words drawn with a Zipf-like skew from 20,000 made-up ones (one made-up language for every seed),
+ * as real prose is mostly words outside the estimate tokenizer's small vocabulary, with numbers and
+ * punctuation.
  */
-export function promptBody(tokens: number): string {
-  const rand = seededRng(7);
+export function proseText(tokens: number, seed = 7): string {
+  const lexiconRand = seededRng(7);
   const letters = 'etaoinshrdlcumwfgypbvkjxqz';
   const lexicon = Array.from({ length: 20_000 }, () => {
     let w = '';
-    const n = 2 + Math.floor(rand() * 9);
-    for (let i = 0; i < n; i++) w += letters[Math.min(25, Math.floor(-Math.log(1 - rand()) * 6))];
+    const n = 2 + Math.floor(lexiconRand() * 9);
+    for (let i = 0; i < n; i++) w += letters[Math.min(25, Math.floor(-Math.log(1 - lexiconRand()) * 6))];
     return w;
   });
+  // Seed 7 draws on from the lexicon's generator (the prompt bench:ab --prompt-tokens has sent).
+  const rand = seed === 7 ? lexiconRand : seededRng(seed);
   const word = (): string => lexicon[Math.min(lexicon.length - 1, Math.floor(Math.exp(rand() * Math.log(lexicon.length))) - 1)]!;
   const parts: string[] = [];
   let count = 0;
@@ -43,7 +46,12 @@ export function promptBody(tokens: number): string {
     parts.push(piece);
     count += estimateTokenizer.count(piece);
   }
-  return JSON.stringify({ model: 'bench-model', messages: [{ role: 'user', content: parts.join('').trim() }], max_tokens: 16 });
+  return parts.join('').trim();
+}
+
+/** A chat request whose prompt is `tokens` tokens of prose (proseText), the same every time. */
+export function promptBody(tokens: number): string {
+  return JSON.stringify({ model: 'bench-model', messages: [{ role: 'user', content: proseText(tokens) }], max_tokens: 16 });
 }
 
 export interface Target {

@@ -7,6 +7,7 @@ import type { ChatCompletionRequest, CompletionRequest } from '../api/schemas.js
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { RouteRequest } from '../scheduler/types.js';
 import { renderChat } from '../tokenizer/chat-template.js';
+import { ChatTokenCache } from '../tokenizer/chat-tokens.js';
 import { estimateTokenizer } from '../tokenizer/estimate.js';
 import type { Tokenizer } from '../tokenizer/types.js';
 import { PROMPT_SALT } from '../kv/prompt-blocks.js';
@@ -33,6 +34,13 @@ export function requestBudgetMs(maxTokens: number, p: DeadlinePolicy): number {
   if (p.requestMs !== undefined) return p.requestMs;
   return p.firstByteMs + (maxTokens / p.minTokensPerSecond) * 1000;
 }
+
+/**
+ * The ids of chat prompts under the `estimate` tokenizer, message by message, long messages kept:
+ * a conversation's history and a repeated system prompt or document are tokenized once
+ * (tokenizer/chat-tokens.ts). 1 M ids is 4 MB of ids plus the messages' text.
+ */
+const estimateChatTokens = new ChatTokenCache(estimateTokenizer, { maxTokens: 1 << 20, minChars: 256 });
 
 /** A prompt's token ids, or how to compute them (and only their number) when first read. */
 export type PromptTokens = ArrayLike<number> | LazyTokens;
@@ -75,7 +83,10 @@ export function preparePrompt(
     const explicit = b.max_completion_tokens ?? b.max_tokens ?? undefined;
     return {
       promptText,
-      promptTokens: encode(promptText),
+      promptTokens:
+        tokenizer === estimateTokenizer
+          ? Object.assign(() => estimateChatTokens.encode(b.messages), { count: () => estimateTokenizer.count(promptText) })
+          : encode(promptText),
       maxTokens: explicit ?? assumedMaxTokens,
       maxTokensExplicit: explicit !== undefined,
     };

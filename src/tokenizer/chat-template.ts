@@ -26,9 +26,17 @@ export function contentText(content: unknown): string {
   return '';
 }
 
+/** What renderChat appends to ask for the assistant's turn. */
+export const GENERATION_PROMPT = '<|assistant|>\n';
+
+/** One message as the template renders it: renderChat is these, in order, then GENERATION_PROMPT. */
+export function renderMessage(m: ChatMessageLike): string {
+  return `<|${m.role}|>\n${contentText(m.content)}\n`;
+}
+
 export function renderChat(messages: readonly ChatMessageLike[], addGenerationPrompt = true): string {
   let s = '';
-  for (const m of messages) s += `<|${m.role}|>\n${contentText(m.content)}\n`;
-  if (addGenerationPrompt) s += '<|assistant|>\n';
+  for (const m of messages) s += renderMessage(m);
+  if (addGenerationPrompt) s += GENERATION_PROMPT;
   return s;
 }

@@ -1,0 +1,120 @@
+/**
+ * `npm run bench:tokenize`: what tokenizing chat prompts costs the gateway (the `estimate`
+ * tokenizer), and what keeping the ids of long messages (ChatTokenCache, as the gateway does)
+ * saves on a conversation and costs on prompts never seen before.
+ *
+ * The two ways are timed alternately on the same prompts, so the machine's noise falls on both.
+ */
+import { parseArgs } from 'node:util';
+import { renderChat, type ChatMessageLike } from '../src/tokenizer/chat-template.js';
+import { ChatTokenCache } from '../src/tokenizer/chat-tokens.js';
+import { estimateTokenizer } from '../src/tokenizer/estimate.js';
+import { proseText } from './overhead/targets.js';
+
+const HELP = `npm run bench:tokenize -- [options]
+
+Times the estimate tokenizer on chat prompts, tokenizing the rendered prompt whole ('whole') and
+message by message with the ids of long messages kept ('kept', as the gateway does):
+  prose        one 8,000-token message of made-up prose, µs per prompt and ns per token
+  conversation a system message of 2,000 tokens, then turns of 300 tokens; every turn's request
+               carries the whole history (as chat clients send it): µs per request, by turn
+  unique       8,000-token prompts never seen before (every message missed): what keeping costs
+
+Options:
+  --turns N     turns of the conversation (default 20)
+  --rounds N    repetitions, medians reported (default 30)
+  -h, --help    this text
+`;
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[s.length >> 1]!;
+}
+
+function timeUs(f: () => unknown): number {
+  const t0 = process.hrtime.bigint();
+  f();
+  return Number(process.hrtime.bigint() - t0) / 1000;
+}
+
+function main(): number {
+  const { values } = parseArgs({
+    options: {
+      turns: { type: 'string', default: '20' },
+      rounds: { type: 'string', default: '30' },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(HELP);
+    return 0;
+  }
+  const turns = Number(values.turns);
+  const rounds = Number(values.rounds);
+  if (!(Number.isInteger(turns) && turns > 0 && turns <= 200) || !(Number.isInteger(rounds) && rounds > 0)) {
+    process.stderr.write('bench:tokenize: --turns takes a whole number from 1 to 200, --rounds a positive whole number\n');
+    return 2;
+  }
+  const whole = (msgs: readonly ChatMessageLike[]): number[] => estimateTokenizer.encode(renderChat(msgs));
+  const fresh = (): ChatTokenCache => new ChatTokenCache(estimateTokenizer, { maxTokens: 1 << 20, minChars: 256 });
+
+  // prose
+  const prose: ChatMessageLike[] = [{ role: 'user', content: proseText(8000) }];
+  const proseTokens = whole(prose).length;
+  const proseUs: number[] = [];
+  for (let r = 0; r < rounds; r++) proseUs.push(timeUs(() => whole(prose)));
+  const p50 = median(proseUs);
+
+  // conversation: every round two new conversations of the same shape, one tokenized each way,
+  // turn by turn (not one conversation both ways: the tokenizer remembers the text of pieces it
+  // has not seen before, and whichever way went first would pay that for both)
+  const byTurn = { whole: Array.from({ length: turns }, () => [] as number[]), kept: Array.from({ length: turns }, () => [] as number[]) };
+  let lastTokens = 0;
+  for (let r = 0; r < rounds; r++) {
+    const cache = fresh();
+    const convs = [0, 1].map((k): ChatMessageLike[] => [{ role: 'system', content: proseText(2000, 1000 + 2 * r + k) }]);
+    for (let t = 0; t < turns; t++) {
+      for (let k = 0; k < 2; k++) convs[k]!.push({ role: t % 2 === 0 ? 'user' : 'assistant', content: proseText(300, 100_000 + r * 10_000 + t * 2 + k) });
+      const [a, b] = r % 2 === 0 ? [convs[0]!, convs[1]!] : [convs[1]!, convs[0]!];
+      byTurn.whole[t]!.push(timeUs(() => whole(a)));
+      byTurn.kept[t]!.push(timeUs(() => cache.encode(b)));
+    }
+    lastTokens = whole(convs[0]!).length;
+  }
+  const sumWhole = byTurn.whole.reduce((s, xs) => s + median(xs), 0);
+  const sumKept = byTurn.kept.reduce((s, xs) => s + median(xs), 0);
+
+  // unique prompts: each 8,000-token message seen once
+  const uniqueWhole: number[] = [];
+  const uniqueKept: number[] = [];
+  const cache = fresh();
+  for (let r = 0; r < rounds; r++) {
+    const a: ChatMessageLike[] = [{ role: 'user', content: proseText(8000, 50_000 + 2 * r) }];
+    const b: ChatMessageLike[] = [{ role: 'user', content: proseText(8000, 50_001 + 2 * r) }];
+    // Alternate which goes first; each prompt is new to the cache.
+    if (r % 2 === 0) {
+      uniqueWhole.push(timeUs(() => whole(a)));
+      uniqueKept.push(timeUs(() => cache.encode(b)));
+    } else {
+      uniqueKept.push(timeUs(() => cache.encode(a)));
+      uniqueWhole.push(timeUs(() => whole(b)));
+    }
+  }
+
+  const f = (x: number): string => x.toFixed(0).padStart(9);
+  process.stdout.write(
+    `bench:tokenize: estimate tokenizer, medians of ${rounds} rounds\n\n` +
+      `prose, ${proseTokens} tokens: ${p50.toFixed(0)} µs per prompt, ${((p50 * 1000) / proseTokens).toFixed(1)} ns per token\n\n` +
+      `conversation, ${turns} turns (the last request ${lastTokens} tokens), µs per request:\n` +
+      `  turn       whole      kept\n` +
+      [0, Math.floor(turns / 4), Math.floor(turns / 2), turns - 1]
+        .filter((t, i, a) => a.indexOf(t) === i)
+        .map((t) => `  ${String(t + 1).padStart(4)} ${f(median(byTurn.whole[t]!))} ${f(median(byTurn.kept[t]!))}`)
+        .join('\n') +
+      `\n  all turns ${f(sumWhole)} ${f(sumKept)}   kept / whole ${(sumKept / sumWhole).toFixed(3)}\n\n` +
+      `unique 8,000-token prompts, µs per prompt: whole ${median(uniqueWhole).toFixed(0)}, kept ${median(uniqueKept).toFixed(0)}   kept / whole ${(median(uniqueKept) / median(uniqueWhole)).toFixed(3)}\n`,
+  );
+  return 0;
+}
+
+process.exitCode = main();

@@ -1,0 +1,78 @@
+/** ChatTokenCache: message by message, cached or not, the ids are those of the whole rendered prompt. */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { renderChat, type ChatMessageLike } from '../../src/tokenizer/chat-template.js';
+import { ChatTokenCache } from '../../src/tokenizer/chat-tokens.js';
+import { estimateTokenizer } from '../../src/tokenizer/estimate.js';
+import { VOCAB } from '../../src/tokenizer/vocabulary.js';
+import { seededRng } from '../../src/util/rng.js';
+
+/** Text that ends and begins every way a boundary could be crossed: spaces, digits, newlines, '<'. */
+function randomContent(rand: () => number, length: number): string {
+  const alphabet = ['a', 'Zq', ' ', '  ', '0', '42', '.', ',', '\n', ' \n', '<', '|>', 'é', '😀', 'hello', ' world', '123456', '\t', ' <|user|>'];
+  for (let i = 0; i < VOCAB.length; i += 97) alphabet.push(VOCAB[i]!);
+  let s = '';
+  while (s.length < length) s += alphabet[Math.floor(rand() * alphabet.length)];
+  return s;
+}
+
+function randomConversation(rand: () => number): ChatMessageLike[] {
+  const roles = ['system', 'user', 'assistant', 'tool'];
+  return Array.from({ length: 1 + Math.floor(rand() * 6) }, () => {
+    const long = rand() < 0.5;
+    const text = randomContent(rand, long ? 300 + Math.floor(rand() * 700) : Math.floor(rand() * 40));
+    const content = rand() < 0.2 ? [{ type: 'text', text }, { type: 'image_url', image_url: { url: 'x' } }, { type: 'text', text: ' more' }] : text;
+    return { role: roles[Math.floor(rand() * roles.length)]!, content };
+  });
+}
+
+test('the ids are those of the rendered prompt, on a miss and on a hit, with and without the generation prompt', () => {
+  const rand = seededRng(11);
+  const cache = new ChatTokenCache(estimateTokenizer, { maxTokens: 1 << 20, minChars: 256 });
+  for (let i = 0; i < 400; i++) {
+    const msgs = randomConversation(rand);
+    const gen = rand() < 0.8;
+    const want = estimateTokenizer.encode(renderChat(msgs, gen));
+    assert.deepEqual(cache.encode(msgs, gen), want, JSON.stringify(msgs).slice(0, 200));
+    assert.deepEqual(cache.encode(msgs, gen), want);
+  }
+  assert.ok(cache.hits > 100 && cache.misses > 100, `hits ${cache.hits}, misses ${cache.misses}`);
+});
+
+test('a conversation that grows turn by turn tokenizes only its new messages', () => {
+  const rand = seededRng(5);
+  const cache = new ChatTokenCache(estimateTokenizer, { maxTokens: 1 << 20, minChars: 256 });
+  const msgs: ChatMessageLike[] = [{ role: 'system', content: randomContent(rand, 2000) }];
+  for (let turn = 0; turn < 10; turn++) {
+    msgs.push({ role: turn % 2 ? 'assistant' : 'user', content: randomContent(rand, 600) });
+    const before = cache.misses;
+    assert.deepEqual(cache.encode(msgs), estimateTokenizer.encode(renderChat(msgs)));
+    // The first turn also tokenizes the system message.
+    assert.equal(cache.misses - before, turn === 0 ? 2 : 1, `turn ${turn}: only the new messages`);
+  }
+  // The caller may change what it got: the cache's own ids are not handed out.
+  const ids = cache.encode(msgs);
+  ids.fill(0);
+  assert.deepEqual(cache.encode(msgs), estimateTokenizer.encode(renderChat(msgs)));
+});
+
+test('at most maxTokens ids are kept, the least recently used dropped first', () => {
+  const rand = seededRng(3);
+  const cache = new ChatTokenCache(estimateTokenizer, { maxTokens: 800, minChars: 256 });
+  const docs = Array.from({ length: 6 }, () => ({ role: 'user', content: randomContent(rand, 1500) }));
+  const sizes = docs.map((d) => estimateTokenizer.encode(renderChat([d], false)).length);
+  // Two fit in 800, three do not.
+  assert.ok(sizes.every((n) => n > 300 && n < 400), `sizes ${sizes}`);
+  cache.encode([docs[0]!], false);
+  cache.encode([docs[1]!], false);
+  cache.encode([docs[0]!], false); // docs[0] is now the most recent
+  cache.encode([docs[2]!], false); // over 800: docs[1] goes
+  assert.ok(cache.size <= 800, `kept ${cache.size}`);
+  const misses = cache.misses;
+  cache.encode([docs[0]!], false);
+  assert.equal(cache.misses, misses, 'the recently used one stayed');
+  cache.encode([docs[1]!], false);
+  assert.equal(cache.misses, misses + 1, 'the least recently used one was dropped');
+  for (const d of docs) cache.encode([d], false);
+  assert.ok(cache.size <= 800 && cache.size > 0, `kept ${cache.size}`);
+});
