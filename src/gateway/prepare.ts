@@ -72,6 +72,8 @@ export function preparePrompt(
   body: ChatCompletionRequest | CompletionRequest,
   tokenizer: Tokenizer | null,
   assumedMaxTokens: number,
+  /** The tenant's cache salt where the pool isolates tenants: kept message ids are per tenant. */
+  isolationScope?: string,
 ): PreparedPrompt {
   const encode = (text: string): PromptTokens | null => {
     if (!tokenizer) return null;
@@ -85,7 +87,7 @@ export function preparePrompt(
       promptText,
       promptTokens:
         tokenizer === estimateTokenizer
-          ? Object.assign(() => estimateChatTokens.encode(b.messages), { count: () => estimateTokenizer.count(promptText) })
+          ? Object.assign(() => estimateChatTokens.encode(b.messages, true, isolationScope), { count: () => estimateTokenizer.count(promptText) })
           : encode(promptText),
       maxTokens: explicit ?? assumedMaxTokens,
       maxTokensExplicit: explicit !== undefined,
@@ -134,7 +136,7 @@ export async function prepareRouting(
   preparePolicy?: (req: RouteRequest, workers: readonly WorkerState[]) => void,
 ): Promise<void> {
   if (ctx.routeRequest !== undefined) return;
-  const prompt = preparePrompt(ctx.kind, ctx.body, tokenizer.sync, assumedMaxTokens);
+  const prompt = preparePrompt(ctx.kind, ctx.body, tokenizer.sync, assumedMaxTokens, ctx.cacheSalt ?? undefined);
   if (prompt.promptTokens === null) {
     const any = ctx.candidates.find((w) => w.healthy && !w.circuitOpen) ?? ctx.candidates[0];
     const t = await tokenizer.tokenize(prompt.promptText, { model: ctx.model, workerUrl: any?.url });

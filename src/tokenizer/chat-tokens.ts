@@ -15,6 +15,7 @@
  * space before it), so the ids of the messages one after the other are the ids of the whole text.
  * test/tokenizer/chat-tokens.test.ts checks that on random conversations. A real model's
  * tokenizer (hf:) merges across such boundaries by its own rules and is not given this cache.
+ * Where a pool isolates tenants, messages are kept per tenant (`scope`).
  */
 import { GENERATION_PROMPT, renderMessage, type ChatMessageLike } from './chat-template.js';
 import type { Tokenizer } from './types.js';
@@ -39,10 +40,15 @@ export class ChatTokenCache {
     private readonly o: ChatTokenCacheOptions,
   ) {}
 
-  /** The ids of renderChat(messages, addGenerationPrompt) under the tokenizer, a new array. */
-  encode(messages: readonly ChatMessageLike[], addGenerationPrompt = true): number[] {
+  /**
+   * The ids of renderChat(messages, addGenerationPrompt) under the tokenizer, a new array. With a
+   * `scope` (a tenant's cache salt where the pool isolates tenants) messages are kept per scope:
+   * a hit is faster than a miss, and one tenant must not learn from the timing which long
+   * messages another has sent.
+   */
+  encode(messages: readonly ChatMessageLike[], addGenerationPrompt = true, scope?: string): number[] {
     const parts: number[][] = [];
-    for (const m of messages) parts.push(this.message(renderMessage(m)));
+    for (const m of messages) parts.push(this.message(renderMessage(m), scope));
     if (addGenerationPrompt) parts.push((this.generation ??= this.tokenizer.encode(GENERATION_PROMPT)));
     return ([] as number[]).concat(...parts);
   }
@@ -52,19 +58,20 @@ export class ChatTokenCache {
     return this.kept;
   }
 
-  private message(text: string): number[] {
+  private message(text: string, scope: string | undefined): number[] {
     if (text.length < this.o.minChars) return this.tokenizer.encode(text);
-    const hit = this.entries.get(text);
+    const key = scope === undefined ? text : `${scope}\u0000${text}`;
+    const hit = this.entries.get(key);
     if (hit !== undefined) {
       this.hits++;
-      this.entries.delete(text);
-      this.entries.set(text, hit);
+      this.entries.delete(key);
+      this.entries.set(key, hit);
       return hit;
     }
     this.misses++;
     const ids = this.tokenizer.encode(text);
     if (ids.length <= this.o.maxTokens) {
-      this.entries.set(text, ids);
+      this.entries.set(key, ids);
       this.kept += ids.length;
       for (const [k, v] of this.entries) {
         if (this.kept <= this.o.maxTokens) break;

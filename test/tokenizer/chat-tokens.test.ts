@@ -76,3 +76,18 @@ test('at most maxTokens ids are kept, the least recently used dropped first', ()
   for (const d of docs) cache.encode([d], false);
   assert.ok(cache.size <= 800 && cache.size > 0, `kept ${cache.size}`);
 });
+
+test('with a scope (a tenant where the pool isolates tenants) messages are kept per scope', () => {
+  const rand = seededRng(9);
+  const cache = new ChatTokenCache(estimateTokenizer, { maxTokens: 1 << 20, minChars: 256 });
+  const msgs: ChatMessageLike[] = [{ role: 'system', content: randomContent(rand, 1200) }];
+  const want = estimateTokenizer.encode(renderChat(msgs));
+  assert.deepEqual(cache.encode(msgs, true, 'tenant-a'), want);
+  assert.equal(cache.misses, 1);
+  assert.deepEqual(cache.encode(msgs, true, 'tenant-b'), want);
+  assert.equal(cache.misses, 2, "tenant-b does not hit tenant-a's entry");
+  assert.deepEqual(cache.encode(msgs, true, 'tenant-a'), want);
+  assert.equal(cache.hits, 1);
+  assert.deepEqual(cache.encode(msgs), want);
+  assert.equal(cache.misses, 3, 'nor does the unscoped caller');
+});
