@@ -27,7 +27,7 @@ import { seededRng, type Rng } from '../util/rng.js';
 import type { RequestContext } from './context.js';
 import { createFleetWatch } from './fleet-watch.js';
 import { createHandler } from './handler.js';
-import { prepareRouting } from './prepare.js';
+import { keptMessageCounts, prepareRouting } from './prepare.js';
 import { PromptTokenizers } from './prompt-tokenizers.js';
 import { registerKvEventMetrics } from '../fleet/kv-events-metrics.js';
 import { setupCache } from './cache-setup.js';
@@ -145,6 +145,9 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   metrics = new GatewayMetrics(registry, config.scrape.staleAfterMs, now);
   const m = metrics;
   m.counterFrom('kvgate_log_dropped_bytes_total', 'Log bytes dropped because the log output could not keep up (64 MiB waiting) or failed', () => droppedLogBytes(logger));
+  // Process-wide, as the kept ids are (src/tokenizer/chat-tokens.ts): the estimate tokenizer only.
+  m.counterFrom('kvgate_tokenizer_kept_message_hits_total', 'Long chat messages (256 characters or more) whose token ids were kept from an earlier request', () => keptMessageCounts().hits);
+  m.counterFrom('kvgate_tokenizer_kept_message_misses_total', 'Long chat messages (256 characters or more) tokenized because their ids were not kept', () => keptMessageCounts().misses);
 
   let policy: Policy;
   try {

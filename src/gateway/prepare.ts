@@ -42,6 +42,11 @@ export function requestBudgetMs(maxTokens: number, p: DeadlinePolicy): number {
  */
 const estimateChatTokens = new ChatTokenCache(estimateTokenizer, { maxTokens: 1 << 20, minChars: 256 });
 
+/** Long chat messages whose ids were kept from an earlier request (hits) or tokenized (misses), in this process. */
+export function keptMessageCounts(): { hits: number; misses: number } {
+  return { hits: estimateChatTokens.hits, misses: estimateChatTokens.misses };
+}
+
 /** A prompt's token ids, or how to compute them (and only their number) when first read. */
 export type PromptTokens = ArrayLike<number> | LazyTokens;
 
