@@ -38,7 +38,8 @@ export function requestBudgetMs(maxTokens: number, p: DeadlinePolicy): number {
 /**
  * The ids of chat prompts under the `estimate` tokenizer, message by message, long messages kept:
  * a conversation's history and a repeated system prompt or document are tokenized once
- * (tokenizer/chat-tokens.ts). 1 M ids is 4 MB of ids plus the messages' text.
+ * (tokenizer/chat-tokens.ts). 1 M ids is 8 MB (Node's heap has no pointer compression), plus the
+ * messages' text.
  */
 const estimateChatTokens = new ChatTokenCache(estimateTokenizer, { maxTokens: 1 << 20, minChars: 256 });
 

@@ -21,7 +21,7 @@ import { GENERATION_PROMPT, renderMessage, type ChatMessageLike } from './chat-t
 import type { Tokenizer } from './types.js';
 
 export interface ChatTokenCacheOptions {
-  /** Ids kept in all, at most (each a small integer: 4 bytes in V8's heap). */
+  /** Ids kept in all, at most (each a small integer: 8 bytes in Node's heap). */
   maxTokens: number;
   /** Messages shorter than this (rendered) are tokenized every time: not worth a lookup. */
   minChars: number;
