@@ -9,6 +9,7 @@ import { parseArgs } from 'node:util';
 import { renderChat, type ChatMessageLike } from '../src/tokenizer/chat-template.js';
 import { ChatTokenCache } from '../src/tokenizer/chat-tokens.js';
 import { estimateTokenizer } from '../src/tokenizer/estimate.js';
+import { loadHfTokenizer } from '../src/tokenizer/hf.js';
 import { proseText } from './overhead/targets.js';
 
 const HELP = `npm run bench:tokenize -- [options]
@@ -20,7 +21,11 @@ message by message with the ids of long messages kept ('kept', as the gateway do
                carries the whole history (as chat clients send it): µs per request, by turn
   unique       8,000-token prompts never seen before (every message missed): what keeping costs
 
+With --hf PATH it also times that Hugging Face tokenizer.json (as the gateway's hf: tokenizers run it:
+Tokenizers.js, in JavaScript, on the event loop) on the prose prompt.
+
 Options:
+  --hf PATH     a tokenizer.json to time as well
   --turns N     turns of the conversation (default 20)
   --rounds N    repetitions, medians reported (default 30)
   -h, --help    this text
@@ -37,9 +42,10 @@ function timeUs(f: () => unknown): number {
   return Number(process.hrtime.bigint() - t0) / 1000;
 }
 
-function main(): number {
+async function main(): Promise<number> {
   const { values } = parseArgs({
     options: {
+      hf: { type: 'string' },
       turns: { type: 'string', default: '20' },
       rounds: { type: 'string', default: '30' },
       help: { type: 'boolean', short: 'h', default: false },
@@ -101,10 +107,28 @@ function main(): number {
     }
   }
 
+  let hfLine = '';
+  if (values.hf !== undefined) {
+    let hf;
+    try {
+      hf = await loadHfTokenizer(values.hf);
+    } catch (e) {
+      process.stderr.write(`bench:tokenize: ${(e as Error).message}\n`);
+      return 2;
+    }
+    const text = renderChat(prose);
+    const n = hf.encode(text).length;
+    const us: number[] = [];
+    for (let r = 0; r < Math.min(rounds, 10); r++) us.push(timeUs(() => hf.encode(text)));
+    const m = median(us);
+    hfLine = `hf (${values.hf}) on the same prose: ${n} tokens, ${m.toFixed(0)} µs per prompt, ${((m * 1000) / n).toFixed(0)} ns per token (${Math.min(rounds, 10)} rounds)\n\n`;
+  }
+
   const f = (x: number): string => x.toFixed(0).padStart(9);
   process.stdout.write(
     `bench:tokenize: estimate tokenizer, medians of ${rounds} rounds\n\n` +
       `prose, ${proseTokens} tokens: ${p50.toFixed(0)} µs per prompt, ${((p50 * 1000) / proseTokens).toFixed(1)} ns per token\n\n` +
+      hfLine +
       `conversation, ${turns} turns (the last request ${lastTokens} tokens), µs per request:\n` +
       `  turn       whole      kept\n` +
       [0, Math.floor(turns / 4), Math.floor(turns / 2), turns - 1]
@@ -117,4 +141,10 @@ function main(): number {
   return 0;
 }
 
-process.exitCode = main();
+main().then(
+  (code) => (process.exitCode = code),
+  (err: unknown) => {
+    process.stderr.write(`bench:tokenize: ${(err as Error).stack ?? String(err)}\n`);
+    process.exitCode = 1;
+  },
+);
