@@ -30,13 +30,17 @@ const SENTENCEPIECE_WORDS = { type: 'Split', pattern: { Regex: '\u2581*[^\u2581]
 
 /**
  * `json` with SENTENCEPIECE_WORDS as its pre-tokenizer when that leaves its ids unchanged (see the
- * header): a BPE model, no pre-tokenizer, a normaliser that writes '▁', and no vocabulary piece
- * with '▁' after another character. Otherwise `json` itself.
+ * header): a BPE model without word suffixes (they mark a word's last piece, which a cut would
+ * move), no pre-tokenizer, a normaliser that writes '▁', '▁' a piece of its own (else it is unknown
+ * and fuse_unk could join it to an unknown character before it), and no piece with '▁' after
+ * another character. Otherwise `json` itself.
  */
 export function withSentencePieceWords(json: Record<string, unknown>): Record<string, unknown> {
   if (json.pre_tokenizer !== null && json.pre_tokenizer !== undefined) return json;
-  const model = json.model as { type?: unknown; vocab?: unknown } | undefined;
+  const model = json.model as { type?: unknown; vocab?: unknown; end_of_word_suffix?: unknown; continuing_subword_suffix?: unknown } | undefined;
   if (model?.type !== 'BPE' || model.vocab === null || typeof model.vocab !== 'object') return json;
+  if (model.end_of_word_suffix || model.continuing_subword_suffix) return json;
+  if (!Object.hasOwn(model.vocab, '\u2581')) return json;
   // The normaliser is what writes '▁' (Replace ' ' → '▁', Prepend '▁'); without it there is none to cut at.
   if (!JSON.stringify(json.normalizer ?? null).includes('\u2581')) return json;
   for (const piece of Object.keys(model.vocab)) {

@@ -76,4 +76,12 @@ test('the cut is left out where it could change ids or has nothing to cut at', (
   // Not BPE.
   const wordPiece = { ...sentencePieceJson(), model: { type: 'WordPiece', vocab: { a: 0 } } };
   assert.equal(withSentencePieceWords(wordPiece), wordPiece);
+  // Word suffixes mark a word's last piece: a cut would move them.
+  const base = sentencePieceJson();
+  const suffixed = { ...base, model: { ...(base.model as object), continuing_subword_suffix: '##' } };
+  assert.equal(withSentencePieceWords(suffixed), suffixed);
+  // '▁' itself unknown: fuse_unk could join it to an unknown character before it.
+  const noSpacePiece = sentencePieceJson();
+  delete (noSpacePiece.model as { vocab: Record<string, number> }).vocab[S];
+  assert.equal(withSentencePieceWords(noSpacePiece), noSpacePiece);
 });
