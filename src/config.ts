@@ -488,6 +488,12 @@ export const configSchema = z
         models: z.record(z.string(), tokenizerSpec).default({}),
         /** Timeout of a worker's /tokenize for 'remote' (then the estimate is used). */
         remoteTimeoutMs: ms.default(250),
+        /**
+         * Worker threads per `hf:` tokenizer: prompts of 1,024 characters or more are tokenized
+         * there, off the event loop, so a long prompt does not hold up every other request.
+         * 0 tokenizes everything on the event loop.
+         */
+        threads: z.int().min(0).max(64).default(1),
       })
       .prefault({}),
     log: z

@@ -225,7 +225,11 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   });
 
   // Loaded in start(): `hf:` tokenizers read their files asynchronously.
-  const tokenizers = new PromptTokenizers(config.tokenizers, opts.tokenizerFor);
+  const tokenizers = new PromptTokenizers(config.tokenizers, opts.tokenizerFor, (spec, message) =>
+    logger.warn({ tokenizer: spec, err: message }, 'tokenizer thread died: long prompts are tokenized on the event loop until it is back'),
+  );
+  m.counterFrom('kvgate_tokenizer_thread_prompts_total', 'Long prompts (1,024 characters or more) an hf: tokenizer encoded on a worker thread, off the event loop', () => tokenizers.stats().threadPrompts);
+  m.counterFrom('kvgate_tokenizer_thread_fallbacks_total', 'Long prompts an hf: tokenizer encoded on the event loop because no tokenizer thread could take them', () => tokenizers.stats().threadFallbacks);
   const stages: GatewayStage[] = [];
   const earlyStages: GatewayStage[] = [];
   const prepare = (ctx: RequestContext): Promise<void> => prepareRouting(ctx, tokenizers.for(ctx.model), config.timeouts.assumedMaxTokens, policy.readsPromptTokens !== false, policy.prepare && ((rr, ws) => policy.prepare!(rr, ws)));
@@ -477,6 +481,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
         server.closeAllConnections();
         if (started) await serverClosed;
         await upstreams.close();
+        await tokenizers.close();
         flushLogger(logger);
       })();
       return closed;

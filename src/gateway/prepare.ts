@@ -147,6 +147,11 @@ export async function prepareRouting(
     const any = ctx.candidates.find((w) => w.healthy && !w.circuitOpen) ?? ctx.candidates[0];
     const t = await tokenizer.tokenize(prompt.promptText, { model: ctx.model, workerUrl: any?.url });
     prompt.promptTokens = t.tokens;
+  } else if (tokenizeNow && typeof prompt.promptTokens === 'function' && tokenizer.offThread !== undefined) {
+    // A long prompt for an `hf:` tokenizer with threads: tokenized there, not on the event loop.
+    // (Policies that never read the ids keep the lazy path: nothing is tokenized for them.)
+    const off = tokenizer.offThread(prompt.promptText, { model: ctx.model });
+    if (off !== null) prompt.promptTokens = (await off).tokens;
   }
   if (ctx.routeRequest !== undefined) return;
   const rr = buildRouteRequest(ctx.id, ctx.model, ctx.body, ctx.req, prompt as PreparedPrompt & { promptTokens: PromptTokens }, tokenizeNow);

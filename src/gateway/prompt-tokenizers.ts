@@ -5,7 +5,7 @@
  * asynchronously.
  */
 import { ConfigError, type GatewayConfig } from '../config.js';
-import { TokenizerRegistry, type PromptTokenizer } from '../tokenizer/registry.js';
+import { TokenizerRegistry, type PromptTokenizer, type TokenizerStats } from '../tokenizer/registry.js';
 import type { Tokenizer } from '../tokenizer/types.js';
 
 export class PromptTokenizers {
@@ -15,6 +15,8 @@ export class PromptTokenizers {
   constructor(
     private readonly config: GatewayConfig['tokenizers'],
     private readonly fixedFor?: (model: string) => Tokenizer,
+    /** Told when an `hf:` tokenizer thread died (it is started again). */
+    private readonly onThreadExit?: (spec: string, message: string) => void,
   ) {}
 
   /** Build the configured registry (once; nothing to build with fixed tokenizers). A bad spec is a ConfigError. */
@@ -24,10 +26,22 @@ export class PromptTokenizers {
       this.registry = await TokenizerRegistry.create(this.config.models, {
         default: this.config.default,
         remoteTimeoutMs: this.config.remoteTimeoutMs,
+        threads: this.config.threads,
+        ...(this.onThreadExit ? { onThreadExit: this.onThreadExit } : {}),
       });
     } catch (e) {
       throw new ConfigError([`tokenizers: ${(e as Error).message}`]);
     }
+  }
+
+  /** Counts of remote calls and of prompts tokenized on threads (zero before load()). */
+  stats(): TokenizerStats {
+    return this.registry?.stats ?? { remoteCalls: 0, remoteFailures: 0, lastRemoteError: null, threadPrompts: 0, threadFallbacks: 0 };
+  }
+
+  /** Stop the tokenizers' threads. */
+  async close(): Promise<void> {
+    await this.registry?.close();
   }
 
   /** The model's tokenizer; the registry must have been loaded unless the tokenizers are fixed. */

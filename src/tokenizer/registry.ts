@@ -8,7 +8,8 @@
  * estimate is good enough for load and fit, exact ids make KV-event-fed prefix matching exact.
  */
 import { estimateTokenizer } from './estimate.js';
-import { loadHfTokenizer } from './hf.js';
+import { loadHfTokenizer, type HfTokenizer } from './hf.js';
+import { HfTokenizerThreads } from './hf-threads.js';
 import { remoteTokenize } from './remote.js';
 import type { Tokenizer } from './types.js';
 
@@ -35,7 +36,7 @@ export interface TokenizeContext {
 }
 
 export interface PromptTokenization {
-  tokens: number[];
+  tokens: ArrayLike<number>;
   /** The tokenizer that produced `tokens` ('estimate' when a remote call fell back). */
   tokenizer: string;
   /** Why the configured tokenizer was not used, when it was not. */
@@ -49,19 +50,41 @@ export interface PromptTokenizer {
   /** Synchronous tokenizer when there is one (estimate, hf), for hot paths and the simulation. */
   readonly sync: Tokenizer | null;
   tokenize(text: string, ctx: TokenizeContext): Promise<PromptTokenization>;
+  /**
+   * Tokenize `text` off the event loop if this tokenizer does that for a text of its length (an
+   * `hf:` tokenizer with threads, a long prompt); null: use `sync` (or tokenize()) as usual.
+   */
+  offThread?(text: string, ctx: TokenizeContext): Promise<PromptTokenization> | null;
+  /** Release what it holds (tokenizer threads). */
+  close?(): Promise<void>;
 }
 
 export interface TokenizerRegistryOptions {
   /** Spec for models not listed (default 'estimate'). */
   default?: string;
   remoteTimeoutMs?: number;
+  /** Worker threads per `hf:` tokenizer for long prompts (default 1; 0: on the event loop). */
+  threads?: number;
+  /** Told when a tokenizer thread died (it is started again). */
+  onThreadExit?: (spec: string, message: string) => void;
 }
 
 export interface TokenizerStats {
   remoteCalls: number;
   remoteFailures: number;
   lastRemoteError: string | null;
+  /** Long prompts tokenized on a tokenizer thread. */
+  threadPrompts: number;
+  /** Long prompts tokenized on the event loop because no tokenizer thread could take them. */
+  threadFallbacks: number;
 }
+
+/**
+ * Texts this long or longer go to a tokenizer thread. With OpenLLaMA's tokenizer.json a text of
+ * 1,000 characters cost 174 µs on the event loop, and handing a text to a thread and taking its
+ * ids back ~0.1 ms; shorter texts are tokenized in place, without the extra hop.
+ */
+export const OFF_THREAD_FROM_CHARS = 1024;
 
 class SyncPromptTokenizer implements PromptTokenizer {
   constructor(
@@ -73,6 +96,45 @@ class SyncPromptTokenizer implements PromptTokenizer {
     const t0 = performance.now();
     const tokens = this.sync.encode(text, ctx.addSpecialTokens);
     return { tokens, tokenizer: this.spec, ms: performance.now() - t0 };
+  }
+}
+
+/** An `hf:` tokenizer: in place for short texts, on its threads (when it has any) for long ones. */
+class HfPromptTokenizer extends SyncPromptTokenizer {
+  constructor(
+    spec: string,
+    override readonly sync: HfTokenizer,
+    private readonly threads: HfTokenizerThreads | null,
+    private readonly stats: TokenizerStats,
+  ) {
+    super(spec, sync);
+  }
+
+  override tokenize(text: string, ctx: TokenizeContext): Promise<PromptTokenization> {
+    return this.offThread(text, ctx) ?? super.tokenize(text, ctx);
+  }
+
+  offThread(text: string, ctx: TokenizeContext): Promise<PromptTokenization> | null {
+    if (this.threads === null || text.length < OFF_THREAD_FROM_CHARS) return null;
+    return this.onThread(this.threads, text, ctx);
+  }
+
+  close(): Promise<void> {
+    return this.threads?.close() ?? Promise.resolve();
+  }
+
+  private async onThread(threads: HfTokenizerThreads, text: string, ctx: TokenizeContext): Promise<PromptTokenization> {
+    const t0 = performance.now();
+    try {
+      const tokens = await threads.encode(text, ctx.addSpecialTokens);
+      this.stats.threadPrompts++;
+      return { tokens, tokenizer: this.spec, ms: performance.now() - t0 };
+    } catch (err) {
+      // Same ids, on the event loop: slower, never lost.
+      this.stats.threadFallbacks++;
+      const tokens = this.sync.encode(text, ctx.addSpecialTokens);
+      return { tokens, tokenizer: this.spec, degraded: (err as Error).message, ms: performance.now() - t0 };
+    }
   }
 }
 
@@ -110,39 +172,72 @@ class RemotePromptTokenizer implements PromptTokenizer {
 /** Build the tokenizer for one spec. `hf:` specs load (and validate) their file here. */
 export async function createPromptTokenizer(
   spec: string,
-  opts: { remoteTimeoutMs?: number; stats?: TokenizerStats } = {},
+  opts: { remoteTimeoutMs?: number; stats?: TokenizerStats; threads?: number; onThreadExit?: (spec: string, message: string) => void } = {},
 ): Promise<PromptTokenizer> {
   const s = parseTokenizerSpec(spec);
+  const stats = opts.stats ?? { remoteCalls: 0, remoteFailures: 0, lastRemoteError: null, threadPrompts: 0, threadFallbacks: 0 };
   switch (s.kind) {
     case 'estimate':
       return new SyncPromptTokenizer('estimate', estimateTokenizer);
-    case 'hf':
-      return new SyncPromptTokenizer(`hf:${s.path}`, await loadHfTokenizer(s.path));
+    case 'hf': {
+      const name = `hf:${s.path}`;
+      // Loaded here first: a bad file is reported once, in the caller's words, before any thread starts.
+      const tokenizer = await loadHfTokenizer(s.path);
+      const n = opts.threads ?? 1;
+      const threads = n > 0 ? await HfTokenizerThreads.start({ path: s.path, threads: n, onExit: (m) => opts.onThreadExit?.(name, m) }) : null;
+      return new HfPromptTokenizer(name, tokenizer, threads, stats);
+    }
     case 'remote':
-      return new RemotePromptTokenizer(opts.stats ?? { remoteCalls: 0, remoteFailures: 0, lastRemoteError: null }, opts.remoteTimeoutMs ?? 250);
+      return new RemotePromptTokenizer(stats, opts.remoteTimeoutMs ?? 250);
   }
 }
 
 /** Tokenizers by model name. Create with `TokenizerRegistry.create` (loads every hf: file once). */
 export class TokenizerRegistry {
-  readonly stats: TokenizerStats = { remoteCalls: 0, remoteFailures: 0, lastRemoteError: null };
+  readonly stats: TokenizerStats = { remoteCalls: 0, remoteFailures: 0, lastRemoteError: null, threadPrompts: 0, threadFallbacks: 0 };
   private readonly byModel = new Map<string, PromptTokenizer>();
+  private readonly all: PromptTokenizer[] = [];
   private fallback!: PromptTokenizer;
 
   private constructor() {}
 
   static async create(byModel: Record<string, string> = {}, opts: TokenizerRegistryOptions = {}): Promise<TokenizerRegistry> {
     const r = new TokenizerRegistry();
-    const make = (spec: string) => createPromptTokenizer(spec, { stats: r.stats, remoteTimeoutMs: opts.remoteTimeoutMs ?? 250 });
-    r.fallback = await make(opts.default ?? 'estimate');
-    for (const [model, spec] of Object.entries(byModel)) {
-      try {
-        r.byModel.set(model, await make(spec));
-      } catch (err) {
-        throw new Error(`tokenizer for model '${model}': ${(err as Error).message}`);
+    // One tokenizer (and one set of threads) per spec, however many models share it.
+    const bySpec = new Map<string, PromptTokenizer>();
+    const make = async (spec: string): Promise<PromptTokenizer> => {
+      let t = bySpec.get(spec.trim());
+      if (t === undefined) {
+        const made = await createPromptTokenizer(spec, {
+          stats: r.stats,
+          remoteTimeoutMs: opts.remoteTimeoutMs ?? 250,
+          ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
+          ...(opts.onThreadExit ? { onThreadExit: opts.onThreadExit } : {}),
+        });
+        bySpec.set(spec.trim(), (t = made));
+        r.all.push(made);
       }
+      return t;
+    };
+    try {
+      r.fallback = await make(opts.default ?? 'estimate');
+      for (const [model, spec] of Object.entries(byModel)) {
+        try {
+          r.byModel.set(model, await make(spec));
+        } catch (err) {
+          throw new Error(`tokenizer for model '${model}': ${(err as Error).message}`);
+        }
+      }
+    } catch (err) {
+      await r.close();
+      throw err;
     }
     return r;
+  }
+
+  /** Stop the tokenizers' threads. */
+  async close(): Promise<void> {
+    await Promise.all(this.all.map((t) => t.close?.()));
   }
 
   for(model: string): PromptTokenizer {

@@ -54,6 +54,7 @@ test('hf: exact ids from tokenizer.json, special tokens on request; bad files ex
     // Unlisted models use the default (estimate).
     const e = await reg.tokenize('hello world', { model: 'other' });
     assert.deepEqual(e.tokens, estimateTokenizer.encode('hello world'));
+    await reg.close();
 
     await assert.rejects(loadHfTokenizer(join(dir, 'missing.json')), /cannot read tokenizer file .*missing\.json.*ENOENT/);
     await writeFile(join(dir, 'bad.json'), '{not json');

@@ -1,0 +1,148 @@
+/**
+ * `hf:` tokenizers off the event loop: worker threads that each load the same `tokenizer.json`
+ * and encode long prompts, so that a prompt of thousands of tokens (milliseconds of Tokenizers.js)
+ * does not hold up every other request the gateway is serving. With OpenLLaMA's tokenizer a
+ * 36,000-character prompt costs the event loop ~0.1 ms this way against ~9 ms encoded in place
+ * (docs/performance.md, "`hf:` tokenizers on long prompts").
+ *
+ * A request goes to the thread with the fewest prompts waiting. A thread that dies (an uncaught
+ * error, running out of memory) rejects what it held and is started again after a pause; while no
+ * thread runs, encode() rejects at once. Callers then encode on the event loop: slower, never
+ * lost (registry.ts).
+ */
+import { Worker } from 'node:worker_threads';
+import type { ThreadReply, ThreadRequest } from './hf-thread-main.js';
+
+const THREAD_MAIN = new URL('./hf-thread-main.js', import.meta.url);
+/** Pause before starting a dead thread again; doubled per failed start in a row, up to the cap. */
+const RESTART_MS = 1_000;
+const RESTART_CAP_MS = 30_000;
+
+export interface HfThreadsOptions {
+  /** The tokenizer.json every thread loads. */
+  path: string;
+  threads: number;
+  addSpecialTokens?: boolean;
+  /** Told when a thread died (its pending prompts are tokenized by the callers instead). */
+  onExit?: (message: string) => void;
+}
+
+interface Waiter {
+  resolve(ids: Int32Array): void;
+  reject(e: Error): void;
+}
+
+class Slot {
+  worker: Worker | null = null;
+  ready = false;
+  /** Failures in a row (the restart pause doubles with each). */
+  failures = 0;
+  readonly waiting = new Map<number, Waiter>();
+}
+
+export class HfTokenizerThreads {
+  private readonly slots: Slot[] = [];
+  private nextId = 1;
+  private closed = false;
+  /** Threads started again after one died. */
+  restarts = 0;
+
+  private constructor(private readonly o: HfThreadsOptions) {}
+
+  /** Start the threads; rejects (and stops them) if the file cannot be loaded in a thread. */
+  static async start(o: HfThreadsOptions): Promise<HfTokenizerThreads> {
+    const pool = new HfTokenizerThreads(o);
+    for (let i = 0; i < o.threads; i++) pool.slots.push(new Slot());
+    try {
+      await Promise.all(pool.slots.map((s) => pool.spawn(s)));
+    } catch (e) {
+      await pool.close();
+      throw e;
+    }
+    return pool;
+  }
+
+  /** The ids of `text`; rejects if no thread can take it now, or the thread died holding it. */
+  encode(text: string, addSpecialTokens?: boolean): Promise<Int32Array> {
+    let best: Slot | null = null;
+    for (const s of this.slots) if (s.ready && (best === null || s.waiting.size < best.waiting.size)) best = s;
+    if (best === null) return Promise.reject(new Error(this.closed ? 'the tokenizer threads are closed' : 'no tokenizer thread is running'));
+    const slot = best;
+    const id = this.nextId++;
+    return new Promise<Int32Array>((resolve, reject) => {
+      slot.waiting.set(id, { resolve, reject });
+      slot.worker!.postMessage({ id, text, add: addSpecialTokens } satisfies ThreadRequest);
+    });
+  }
+
+  /** Prompts handed to a thread and not answered yet. */
+  get pending(): number {
+    let n = 0;
+    for (const s of this.slots) n += s.waiting.size;
+    return n;
+  }
+
+  /** Threads running now. */
+  get running(): number {
+    return this.slots.filter((s) => s.ready).length;
+  }
+
+  /** Stop every thread; what they still held is rejected. */
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all(this.slots.map((s) => s.worker?.terminate()));
+  }
+
+  /** For tests: end one thread as if it had crashed (it is started again). */
+  async killOne(): Promise<void> {
+    await this.slots.find((s) => s.ready)?.worker?.terminate();
+  }
+
+  private spawn(slot: Slot): Promise<void> {
+    const w = new Worker(THREAD_MAIN, { workerData: { path: this.o.path, addSpecialTokens: this.o.addSpecialTokens } });
+    // An idle thread does not keep the process alive; the gateway's server does while it runs.
+    w.unref();
+    slot.worker = w;
+    return new Promise<void>((resolve, reject) => {
+      w.on('message', (m: ThreadReply) => {
+        if ('id' in m) {
+          const waiter = slot.waiting.get(m.id);
+          if (waiter === undefined) return;
+          slot.waiting.delete(m.id);
+          if ('ids' in m) waiter.resolve(m.ids);
+          else waiter.reject(new Error(m.error));
+        } else if ('ready' in m) {
+          slot.ready = true;
+          slot.failures = 0;
+          resolve();
+        } else {
+          reject(new Error(m.loadError));
+          void w.terminate();
+        }
+      });
+      // 'error' (an uncaught exception in the thread) is followed by 'exit'; the listener keeps
+      // it from being thrown in the gateway.
+      w.on('error', (e) => reject(e));
+      w.on('exit', (code) => {
+        const wasReady = slot.ready;
+        slot.ready = false;
+        slot.worker = null;
+        const why = new Error(`the tokenizer thread exited (code ${code})`);
+        for (const waiter of slot.waiting.values()) waiter.reject(why);
+        slot.waiting.clear();
+        reject(why);
+        if (this.closed) return;
+        this.o.onExit?.(why.message);
+        if (!wasReady) slot.failures++;
+        const pause = Math.min(RESTART_CAP_MS, RESTART_MS * 2 ** Math.min(slot.failures, 5));
+        setTimeout(() => {
+          if (this.closed) return;
+          this.restarts++;
+          this.spawn(slot).catch(() => {
+            // It failed to start again: the exit handler has scheduled the next try.
+          });
+        }, pause).unref();
+      });
+    });
+  }
+}

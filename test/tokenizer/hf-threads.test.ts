@@ -1,0 +1,121 @@
+/** `hf:` tokenizers on worker threads: the same ids as in place, and nothing lost when a thread dies. */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadHfTokenizer } from '../../src/tokenizer/hf.js';
+import { HfTokenizerThreads } from '../../src/tokenizer/hf-threads.js';
+import { createPromptTokenizer, OFF_THREAD_FROM_CHARS, TokenizerRegistry, type TokenizerStats } from '../../src/tokenizer/registry.js';
+
+/** A small BPE tokenizer.json (letters, merges up to 'hello' and 'world', '<s>' added in front). */
+const BPE_JSON = {
+  version: '1.0',
+  added_tokens: [{ id: 0, content: '<s>', special: true, single_word: false, lstrip: false, rstrip: false, normalized: false }],
+  normalizer: null,
+  pre_tokenizer: { type: 'Whitespace' },
+  post_processor: { type: 'TemplateProcessing', single: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }], pair: [], special_tokens: { '<s>': { id: '<s>', ids: [0], tokens: ['<s>'] } } },
+  decoder: null,
+  model: {
+    type: 'BPE',
+    unk_token: null,
+    vocab: { '<s>': 0, h: 1, e: 2, l: 3, o: 4, w: 5, r: 6, d: 7, he: 8, ll: 9, hell: 10, hello: 11, wo: 12, wor: 13, worl: 14, world: 15 },
+    merges: ['h e', 'l l', 'he ll', 'hell o', 'w o', 'wo r', 'wor l', 'worl d'],
+  },
+};
+
+const WORDS = ['hello', 'world', 'held', 'hold', 'lower', 'howl', 'dew', 'roll', 'x', 'he'];
+
+/** A text of about `chars` characters from WORDS (some letters outside the vocabulary), seeded. */
+function text(chars: number, seed: number): string {
+  let s = '';
+  let x = seed;
+  while (s.length < chars) {
+    x = (x * 1103515245 + 12345) % 2147483648;
+    s += WORDS[x % WORDS.length] + (x % 7 === 0 ? '\n' : ' ');
+  }
+  return s;
+}
+
+async function withTokenizerFile(f: (path: string) => Promise<void>): Promise<void> {
+  const dir = await mkdtemp(join(tmpdir(), 'kvgate-tok-threads-'));
+  try {
+    const path = join(dir, 'tokenizer.json');
+    await writeFile(path, JSON.stringify(BPE_JSON));
+    await f(path);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+test('long prompts tokenized on threads get the same ids as on the event loop; short ones stay in place', async () => {
+  await withTokenizerFile(async (path) => {
+    const inPlace = await loadHfTokenizer(path);
+    const reg = await TokenizerRegistry.create({ m: `hf:${path}` }, { threads: 2 });
+    try {
+      const t = reg.for('m');
+      assert.equal(t.offThread!(text(OFF_THREAD_FROM_CHARS - 10, 1).slice(0, OFF_THREAD_FROM_CHARS - 1), { model: 'm' }), null, 'a short text is not sent to a thread');
+      const texts = Array.from({ length: 40 }, (_, i) => text(OFF_THREAD_FROM_CHARS + i * 997, i + 1));
+      // All at once: both threads busy, answers matched to their prompts.
+      const results = await Promise.all(texts.map((s, i) => t.offThread!(s, { model: 'm', addSpecialTokens: i % 2 === 0 })!));
+      for (let i = 0; i < texts.length; i++) {
+        assert.equal(results[i]!.degraded, undefined);
+        assert.deepEqual(Array.from(results[i]!.tokens), inPlace.encode(texts[i]!, i % 2 === 0), `text ${i}`);
+      }
+      // tokenize() takes the same way for a long text.
+      const viaTokenize = await t.tokenize(texts[3]!, { model: 'm' });
+      assert.deepEqual(Array.from(viaTokenize.tokens), inPlace.encode(texts[3]!));
+      assert.equal(reg.stats.threadFallbacks, 0);
+      assert.equal(reg.stats.threadPrompts, texts.length + 1);
+    } finally {
+      await reg.close();
+    }
+  });
+});
+
+test('a thread that dies: what it held is rejected, the next prompts are refused until it is back, then served', async () => {
+  await withTokenizerFile(async (path) => {
+    const threads = await HfTokenizerThreads.start({ path, threads: 1 });
+    try {
+      const running = (): number => threads.running;
+      assert.equal(running(), 1);
+      const inPlace = await loadHfTokenizer(path);
+      const s = text(200_000, 7);
+      assert.deepEqual(Array.from(await threads.encode(s)), inPlace.encode(s));
+      const held = threads.encode(s);
+      await threads.killOne();
+      await assert.rejects(held, /tokenizer thread exited/);
+      assert.equal(threads.pending, 0);
+      await assert.rejects(threads.encode('hello'), /no tokenizer thread is running/);
+      const until = Date.now() + 5_000;
+      while (running() === 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+      assert.equal(running(), 1, 'started again');
+      assert.equal(threads.restarts, 1);
+      assert.deepEqual(Array.from(await threads.encode('hello world')), [0, 11, 15]);
+    } finally {
+      await threads.close();
+    }
+    await assert.rejects(threads.encode('hello'), /closed/);
+  });
+});
+
+test('without a thread the prompt is tokenized on the event loop, counted, with the same ids', async () => {
+  await withTokenizerFile(async (path) => {
+    const stats: TokenizerStats = { remoteCalls: 0, remoteFailures: 0, lastRemoteError: null, threadPrompts: 0, threadFallbacks: 0 };
+    const t = await createPromptTokenizer(`hf:${path}`, { threads: 1, stats });
+    await t.close!();
+    const s = text(5_000, 3);
+    const r = await t.tokenize(s, { model: 'm' });
+    assert.deepEqual(Array.from(r.tokens), (await loadHfTokenizer(path)).encode(s));
+    assert.match(r.degraded ?? '', /closed/);
+    assert.equal(stats.threadFallbacks, 1);
+  });
+});
+
+test('threads: 0 keeps everything on the event loop; a file a thread cannot load is refused at start', async () => {
+  await withTokenizerFile(async (path) => {
+    const t = await createPromptTokenizer(`hf:${path}`, { threads: 0 });
+    assert.equal(t.offThread!(text(50_000, 2), { model: 'm' }), null);
+    await assert.rejects(HfTokenizerThreads.start({ path: path + '.missing', threads: 1 }), /cannot read tokenizer file/);
+  });
+});
