@@ -5,11 +5,13 @@
  *
  * The two ways are timed alternately on the same prompts, so the machine's noise falls on both.
  */
+import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { renderChat, type ChatMessageLike } from '../src/tokenizer/chat-template.js';
 import { ChatTokenCache } from '../src/tokenizer/chat-tokens.js';
 import { estimateTokenizer } from '../src/tokenizer/estimate.js';
 import { loadHfTokenizer } from '../src/tokenizer/hf.js';
+import { createPromptTokenizer, type PromptTokenizer } from '../src/tokenizer/registry.js';
 import { proseText } from './overhead/targets.js';
 
 const HELP = `npm run bench:tokenize -- [options]
@@ -21,8 +23,11 @@ message by message with the ids of long messages kept ('kept', as the gateway do
                carries the whole history (as chat clients send it): µs per request, by turn
   unique       8,000-token prompts never seen before (every message missed): what keeping costs
 
-With --hf PATH it also times that Hugging Face tokenizer.json (as the gateway's hf: tokenizers run it:
-Tokenizers.js, in JavaScript, on the event loop) on the prose prompt.
+With --hf PATH it also times that Hugging Face tokenizer.json (Tokenizers.js, in JavaScript) on the
+prose prompt, and what it does to the event loop while long prompts arrive (one every 25 ms,
+--rounds of them), tokenized as the gateway's hf: tokenizers do with tokenizers.threads: 0 (on the
+event loop) and 1 (on a worker thread): the loop's delay (what every other request waits), its busy
+time per prompt, and each prompt's time from arrival to ids.
 
 Options:
   --hf PATH     a tokenizer.json to time as well
@@ -122,6 +127,21 @@ async function main(): Promise<number> {
     for (let r = 0; r < Math.min(rounds, 10); r++) us.push(timeUs(() => hf.encode(text)));
     const m = median(us);
     hfLine = `hf (${values.hf}) on the same prose: ${n} tokens, ${m.toFixed(0)} µs per prompt, ${((m * 1000) / n).toFixed(0)} ns per token (${Math.min(rounds, 10)} rounds)\n\n`;
+    hfLine += `the event loop while ${rounds} such prompts arrive, one every 25 ms:\n`;
+    hfLine += `  where                 loop delay p50 / p99 / max ms   loop busy ms per prompt   prompt to ids p50 / p99 ms\n`;
+    for (const threads of [0, 1]) {
+      const t = await createPromptTokenizer(`hf:${values.hf}`, { threads });
+      try {
+        const r = await loopUnderLongPrompts(t, text, rounds, 25);
+        const where = threads === 0 ? 'on the event loop' : 'on a thread';
+        hfLine +=
+          `  ${where.padEnd(20)} ${r.delayP50.toFixed(1).padStart(8)} / ${r.delayP99.toFixed(1).padStart(5)} / ${r.delayMax.toFixed(1).padStart(5)}` +
+          `   ${r.busyPerPrompt.toFixed(2).padStart(22)}   ${r.latencyP50.toFixed(1).padStart(17)} / ${r.latencyP99.toFixed(1)}\n`;
+      } finally {
+        await t.close?.();
+      }
+    }
+    hfLine += '\n';
   }
 
   const f = (x: number): string => x.toFixed(0).padStart(9);
@@ -139,6 +159,42 @@ async function main(): Promise<number> {
       `unique 8,000-token prompts, µs per prompt: whole ${median(uniqueWhole).toFixed(0)}, kept ${median(uniqueKept).toFixed(0)}   kept / whole ${(median(uniqueKept) / median(uniqueWhole)).toFixed(3)}\n`,
   );
   return 0;
+}
+
+/**
+ * `count` prompts handed to `t` one every `everyMs` (not waiting for each other, as requests
+ * arrive), while the event loop's delay and utilisation are recorded.
+ */
+async function loopUnderLongPrompts(
+  t: PromptTokenizer,
+  text: string,
+  count: number,
+  everyMs: number,
+): Promise<{ delayP50: number; delayP99: number; delayMax: number; busyPerPrompt: number; latencyP50: number; latencyP99: number }> {
+  await t.tokenize(text, { model: 'm' }); // warm: the thread's first prompt, the JIT
+  const delay = monitorEventLoopDelay({ resolution: 1 });
+  const latencies: number[] = [];
+  const elu0 = performance.eventLoopUtilization();
+  delay.enable();
+  const done: Array<Promise<void>> = [];
+  for (let i = 0; i < count; i++) {
+    const t0 = performance.now();
+    done.push(t.tokenize(text, { model: 'm' }).then(() => void latencies.push(performance.now() - t0)));
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+  await Promise.all(done);
+  delay.disable();
+  const elu = performance.eventLoopUtilization(elu0);
+  latencies.sort((a, b) => a - b);
+  const q = (p: number): number => latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))]!;
+  return {
+    delayP50: delay.percentile(50) / 1e6,
+    delayP99: delay.percentile(99) / 1e6,
+    delayMax: delay.max / 1e6,
+    busyPerPrompt: elu.active / count,
+    latencyP50: q(0.5),
+    latencyP99: q(0.99),
+  };
 }
 
 main().then(
