@@ -9,6 +9,7 @@ import { z } from 'zod';
 import { formatPath } from './util/field-path.js';
 import type { WorkerIdentity } from './fleet/worker-state.js';
 import { BUILTIN_POLICIES, unknownPolicyMessage, type PolicyDefinition } from './scheduler/registry.js';
+import { DEFAULT_KEPT_IDS } from './tokenizer/chat-tokens.js';
 import { parseTokenizerSpec } from './tokenizer/registry.js';
 import { keyDigests, TENANT_ID_PATTERN, type TenantCacheOverrides } from './admission/tenants.js';
 import { PRIORITY_CLASSES, type PriorityClass } from './admission/classes.js';
@@ -494,6 +495,11 @@ export const configSchema = z
          * 0 tokenizes everything on the event loop.
          */
         threads: z.int().min(0).max(64).default(1),
+        /**
+         * Token ids of long chat messages (256 characters or more) kept for the next request that
+         * sends them again (the `estimate` tokenizer; 8 bytes each, plus the text). 0 keeps none.
+         */
+        keptIds: z.int().min(0).default(DEFAULT_KEPT_IDS),
       })
       .prefault({}),
     log: z

@@ -27,7 +27,7 @@ import { seededRng, type Rng } from '../util/rng.js';
 import type { RequestContext } from './context.js';
 import { createFleetWatch } from './fleet-watch.js';
 import { createHandler } from './handler.js';
-import { keptMessageCounts, prepareRouting } from './prepare.js';
+import { keepMessageIds, keptMessageCounts, prepareRouting } from './prepare.js';
 import { PromptTokenizers } from './prompt-tokenizers.js';
 import { registerKvEventMetrics } from '../fleet/kv-events-metrics.js';
 import { setupCache } from './cache-setup.js';
@@ -148,6 +148,8 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   // Process-wide, as the kept ids are (src/tokenizer/chat-tokens.ts): the estimate tokenizer only.
   m.counterFrom('kvgate_tokenizer_kept_message_hits_total', 'Long chat messages (256 characters or more) whose token ids were kept from an earlier request', () => keptMessageCounts().hits);
   m.counterFrom('kvgate_tokenizer_kept_message_misses_total', 'Long chat messages (256 characters or more) tokenized because their ids were not kept', () => keptMessageCounts().misses);
+  m.gaugeFrom('kvgate_tokenizer_kept_ids', 'Token ids of long chat messages kept now (at most tokenizers.keptIds; 8 bytes each, plus the text)', () => keptMessageCounts().ids);
+  keepMessageIds(config.tokenizers.keptIds);
 
   let policy: Policy;
   try {

@@ -7,7 +7,7 @@ import type { ChatCompletionRequest, CompletionRequest } from '../api/schemas.js
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { RouteRequest } from '../scheduler/types.js';
 import { renderChat } from '../tokenizer/chat-template.js';
-import { ChatTokenCache } from '../tokenizer/chat-tokens.js';
+import { ChatTokenCache, DEFAULT_KEPT_IDS } from '../tokenizer/chat-tokens.js';
 import { estimateTokenizer } from '../tokenizer/estimate.js';
 import type { Tokenizer } from '../tokenizer/types.js';
 import { PROMPT_SALT } from '../kv/prompt-blocks.js';
@@ -38,14 +38,24 @@ export function requestBudgetMs(maxTokens: number, p: DeadlinePolicy): number {
 /**
  * The ids of chat prompts under the `estimate` tokenizer, message by message, long messages kept:
  * a conversation's history and a repeated system prompt or document are tokenized once
- * (tokenizer/chat-tokens.ts). 1 M ids is 8 MB (Node's heap has no pointer compression), plus the
- * messages' text.
+ * (tokenizer/chat-tokens.ts). One per process, like the tokenizer it serves.
  */
-const estimateChatTokens = new ChatTokenCache(estimateTokenizer, { maxTokens: 1 << 20, minChars: 256 });
+const estimateChatTokens = new ChatTokenCache(estimateTokenizer, { maxTokens: DEFAULT_KEPT_IDS, minChars: 256 });
 
-/** Long chat messages whose ids were kept from an earlier request (hits) or tokenized (misses), in this process. */
-export function keptMessageCounts(): { hits: number; misses: number } {
-  return { hits: estimateChatTokens.hits, misses: estimateChatTokens.misses };
+/**
+ * Long chat messages whose ids were kept from an earlier request (hits) or tokenized (misses),
+ * and the ids kept now, in this process.
+ */
+export function keptMessageCounts(): { hits: number; misses: number; ids: number } {
+  return { hits: estimateChatTokens.hits, misses: estimateChatTokens.misses, ids: estimateChatTokens.size };
+}
+
+/**
+ * Keep at most `maxIds` ids of long messages (`tokenizers.keptIds`; 0: none). Process-wide: a
+ * second gateway in the same process sets it for both.
+ */
+export function keepMessageIds(maxIds: number): void {
+  estimateChatTokens.resize(maxIds);
 }
 
 /** A prompt's token ids, or how to compute them (and only their number) when first read. */

@@ -134,6 +134,18 @@ export class GatewayMetrics {
     });
   }
 
+  /** A gauge read at scrape time from a value kept elsewhere. */
+  gaugeFrom(name: string, help: string, value: () => number): void {
+    new Gauge({
+      name,
+      help,
+      registers: [this.registry],
+      collect() {
+        this.set(value());
+      },
+    });
+  }
+
   /** A per-worker gauge computed at scrape time (labels worker, pool, model); null: no series. */
   gaugePerWorker(name: string, help: string, value: (w: WorkerRegistry['workers'][number]) => number | null): void {
     const fleet = this.fleet;

@@ -20,6 +20,9 @@
 import { GENERATION_PROMPT, renderMessage, type ChatMessageLike } from './chat-template.js';
 import type { Tokenizer } from './types.js';
 
+/** Ids kept by default (`tokenizers.keptIds`): 8 MB (Node's heap has no pointer compression), plus the messages' text. */
+export const DEFAULT_KEPT_IDS = 1 << 20;
+
 export interface ChatTokenCacheOptions {
   /** Ids kept in all, at most (each a small integer: 8 bytes in Node's heap). */
   maxTokens: number;
@@ -58,6 +61,12 @@ export class ChatTokenCache {
     return this.kept;
   }
 
+  /** Keep at most `maxTokens` ids from now on (0: none), dropping the least recently used now. */
+  resize(maxTokens: number): void {
+    this.o.maxTokens = maxTokens;
+    this.evict();
+  }
+
   private message(text: string, scope: string | undefined): number[] {
     if (text.length < this.o.minChars) return this.tokenizer.encode(text);
     const key = scope === undefined ? text : `${scope}\u0000${text}`;
@@ -73,12 +82,17 @@ export class ChatTokenCache {
     if (ids.length <= this.o.maxTokens) {
       this.entries.set(key, ids);
       this.kept += ids.length;
-      for (const [k, v] of this.entries) {
-        if (this.kept <= this.o.maxTokens) break;
-        this.entries.delete(k);
-        this.kept -= v.length;
-      }
+      this.evict();
     }
     return ids;
+  }
+
+  /** Drop the least recently used messages until at most maxTokens ids are kept. */
+  private evict(): void {
+    for (const [k, v] of this.entries) {
+      if (this.kept <= this.o.maxTokens) break;
+      this.entries.delete(k);
+      this.kept -= v.length;
+    }
   }
 }

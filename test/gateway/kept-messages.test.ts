@@ -32,4 +32,20 @@ test('a conversation resent with a new turn: its long messages are kept, the new
   const after = await counts();
   assert.equal(after.hits - mid.hits, 2, 'the system message and the first turn were kept');
   assert.equal(after.misses - mid.misses, 1, 'only the new long turn was tokenized (the short answer is never kept)');
+  const kept = metricValue(await (await fetch(url + '/metrics')).text(), 'kvgate_tokenizer_kept_ids') ?? NaN;
+  assert.ok(kept > 300, `ids kept: ${kept}`);
+});
+
+test('tokenizers.keptIds: 0 keeps no ids, and the gauge says so', async (t) => {
+  const [sim] = await startSims(1);
+  t.after(() => sim!.close());
+  const { gw, url } = await startGateway([sim!.url], { tokenizers: { keptIds: 0 } });
+  t.after(() => gw.close());
+  const system = { role: 'system', content: `Another long system prompt ${Date.now()}: ${'keep nothing. '.repeat(40)}` };
+  for (let i = 0; i < 2; i++) {
+    const r = await post(url + '/v1/chat/completions', { model: MODEL, messages: [system, { role: 'user', content: `question ${i}` }], max_tokens: 4 });
+    assert.equal(r.status, 200);
+  }
+  const text = await (await fetch(url + '/metrics')).text();
+  assert.equal(metricValue(text, 'kvgate_tokenizer_kept_ids'), 0);
 });

@@ -77,6 +77,25 @@ test('at most maxTokens ids are kept, the least recently used dropped first', ()
   assert.ok(cache.size <= 800 && cache.size > 0, `kept ${cache.size}`);
 });
 
+test('resize: a smaller bound drops the least recently used at once; 0 keeps nothing, with the same ids', () => {
+  const rand = seededRng(4);
+  const cache = new ChatTokenCache(estimateTokenizer, { maxTokens: 1 << 20, minChars: 256 });
+  const docs = Array.from({ length: 4 }, () => ({ role: 'user', content: randomContent(rand, 1500) }));
+  for (const d of docs) cache.encode([d], false);
+  cache.encode([docs[0]!], false); // the most recent
+  const all = cache.size;
+  const first = estimateTokenizer.encode(renderChat([docs[0]!], false)).length;
+  cache.resize(first);
+  assert.equal(cache.size, first, `kept ${cache.size} of ${all}: only the most recent fits`);
+  const misses = cache.misses;
+  cache.encode([docs[0]!], false);
+  assert.equal(cache.misses, misses, 'the most recent was kept');
+  cache.resize(0);
+  assert.equal(cache.size, 0);
+  assert.deepEqual(cache.encode([docs[1]!, docs[0]!]), estimateTokenizer.encode(renderChat([docs[1]!, docs[0]!])));
+  assert.equal(cache.size, 0, 'nothing kept');
+});
+
 test('with a scope (a tenant where the pool isolates tenants) messages are kept per scope', () => {
   const rand = seededRng(9);
   const cache = new ChatTokenCache(estimateTokenizer, { maxTokens: 1 << 20, minChars: 256 });
