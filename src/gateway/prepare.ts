@@ -157,9 +157,11 @@ export async function prepareRouting(
     const any = ctx.candidates.find((w) => w.healthy && !w.circuitOpen) ?? ctx.candidates[0];
     const t = await tokenizer.tokenize(prompt.promptText, { model: ctx.model, workerUrl: any?.url });
     prompt.promptTokens = t.tokens;
-  } else if (tokenizeNow && typeof prompt.promptTokens === 'function' && tokenizer.offThread !== undefined) {
-    // A long prompt for an `hf:` tokenizer with threads: tokenized there, not on the event loop.
-    // (Policies that never read the ids keep the lazy path: nothing is tokenized for them.)
+  } else if (typeof prompt.promptTokens === 'function' && tokenizer.offThread !== undefined) {
+    // A long prompt for an `hf:` tokenizer with threads: tokenized there, not on the event loop,
+    // whatever the policy. One that never reads the ids still has the prompt's length read (by
+    // admission and rate limits), and an `hf:` count is a whole tokenization: done lazily, it
+    // would run on the event loop.
     const off = tokenizer.offThread(prompt.promptText, { model: ctx.model });
     if (off !== null) prompt.promptTokens = (await off).tokens;
   }

@@ -6,9 +6,10 @@
  * (docs/performance.md, "`hf:` tokenizers on long prompts").
  *
  * A request goes to the thread with the fewest prompts waiting. A thread that dies (an uncaught
- * error, running out of memory) rejects what it held and is started again after a pause; while no
- * thread runs, encode() rejects at once. Callers then encode on the event loop: slower, never
- * lost (registry.ts).
+ * error, running out of memory) or spends longer than `timeoutMs` on one prompt (a pathological
+ * text) is ended: what it held is rejected with a ThreadLostError, and it is started again after
+ * a pause. While no thread runs, encode() rejects at once with a plain Error. Callers then
+ * tokenize another way (registry.ts): never lost.
  */
 import { Worker } from 'node:worker_threads';
 import type { ThreadReply, ThreadRequest } from './hf-thread-main.js';
@@ -18,10 +19,18 @@ const THREAD_MAIN = new URL('./hf-thread-main.js', import.meta.url);
 const RESTART_MS = 1_000;
 const RESTART_CAP_MS = 30_000;
 
+/** The prompt was handed to a thread that died or timed out holding it. */
+export class ThreadLostError extends Error {}
+
+/** Longest a thread may spend on one prompt by default (an 8,000-token prompt takes ~14 ms). */
+export const THREAD_TIMEOUT_MS = 10_000;
+
 export interface HfThreadsOptions {
   /** The tokenizer.json every thread loads. */
   path: string;
   threads: number;
+  /** Longest a thread may spend on one prompt before it is ended (default THREAD_TIMEOUT_MS). */
+  timeoutMs?: number;
   addSpecialTokens?: boolean;
   /** Told when a thread died (its pending prompts are tokenized by the callers instead). */
   onExit?: (message: string) => void;
@@ -37,7 +46,12 @@ class Slot {
   ready = false;
   /** Failures in a row (the restart pause doubles with each). */
   failures = 0;
+  /** Prompts handed over, in order: the thread answers them first in, first out. */
   readonly waiting = new Map<number, Waiter>();
+  /** When the thread began the prompt it is working on (the oldest waiting), ms. */
+  busySince = 0;
+  /** Set when the watchdog ended the thread: why its prompts are rejected. */
+  timedOut = false;
 }
 
 export class HfTokenizerThreads {
@@ -47,7 +61,12 @@ export class HfTokenizerThreads {
   /** Threads started again after one died. */
   restarts = 0;
 
-  private constructor(private readonly o: HfThreadsOptions) {}
+  private readonly timeoutMs: number;
+  private watchdog: NodeJS.Timeout | null = null;
+
+  private constructor(private readonly o: HfThreadsOptions) {
+    this.timeoutMs = o.timeoutMs ?? THREAD_TIMEOUT_MS;
+  }
 
   /** Start the threads; rejects (and stops them) if the file cannot be loaded in a thread. */
   static async start(o: HfThreadsOptions): Promise<HfTokenizerThreads> {
@@ -69,6 +88,8 @@ export class HfTokenizerThreads {
     if (best === null) return Promise.reject(new Error(this.closed ? 'the tokenizer threads are closed' : 'no tokenizer thread is running'));
     const slot = best;
     const id = this.nextId++;
+    if (slot.waiting.size === 0) slot.busySince = performance.now();
+    this.watch();
     return new Promise<Int32Array>((resolve, reject) => {
       slot.waiting.set(id, { resolve, reject });
       slot.worker!.postMessage({ id, text, add: addSpecialTokens } satisfies ThreadRequest);
@@ -90,7 +111,34 @@ export class HfTokenizerThreads {
   /** Stop every thread; what they still held is rejected. */
   async close(): Promise<void> {
     this.closed = true;
+    if (this.watchdog !== null) clearInterval(this.watchdog);
+    this.watchdog = null;
     await Promise.all(this.slots.map((s) => s.worker?.terminate()));
+  }
+
+  /**
+   * While any thread holds a prompt, check a few times per timeout whether one has been on the
+   * same prompt for longer than the timeout, and end it. Stops itself once every thread is idle.
+   */
+  private watch(): void {
+    if (this.watchdog !== null) return;
+    this.watchdog = setInterval(() => {
+      const now = performance.now();
+      let busy = false;
+      for (const s of this.slots) {
+        if (s.waiting.size === 0 || !s.ready) continue;
+        busy = true;
+        if (now - s.busySince > this.timeoutMs && !s.timedOut) {
+          s.timedOut = true;
+          void s.worker?.terminate();
+        }
+      }
+      if (!busy && this.watchdog !== null) {
+        clearInterval(this.watchdog);
+        this.watchdog = null;
+      }
+    }, Math.max(5, Math.min(1_000, this.timeoutMs / 4)));
+    this.watchdog.unref();
   }
 
   /** For tests: end one thread as if it had crashed (it is started again). */
@@ -109,6 +157,8 @@ export class HfTokenizerThreads {
           const waiter = slot.waiting.get(m.id);
           if (waiter === undefined) return;
           slot.waiting.delete(m.id);
+          // The next prompt in its queue starts now.
+          slot.busySince = performance.now();
           if ('ids' in m) waiter.resolve(m.ids);
           else waiter.reject(new Error(m.error));
         } else if ('ready' in m) {
@@ -127,7 +177,10 @@ export class HfTokenizerThreads {
         const wasReady = slot.ready;
         slot.ready = false;
         slot.worker = null;
-        const why = new Error(`the tokenizer thread exited (code ${code})`);
+        const why = new ThreadLostError(
+          slot.timedOut ? `the tokenizer thread spent over ${this.timeoutMs} ms on one prompt and was ended` : `the tokenizer thread exited (code ${code})`,
+        );
+        slot.timedOut = false;
         for (const waiter of slot.waiting.values()) waiter.reject(why);
         slot.waiting.clear();
         reject(why);

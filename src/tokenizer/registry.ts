@@ -9,7 +9,7 @@
  */
 import { estimateTokenizer } from './estimate.js';
 import { loadHfTokenizer, type HfTokenizer } from './hf.js';
-import { HfTokenizerThreads } from './hf-threads.js';
+import { HfTokenizerThreads, ThreadLostError } from './hf-threads.js';
 import { remoteTokenize } from './remote.js';
 import type { Tokenizer } from './types.js';
 
@@ -130,10 +130,13 @@ class HfPromptTokenizer extends SyncPromptTokenizer {
       this.stats.threadPrompts++;
       return { tokens, tokenizer: this.spec, ms: performance.now() - t0 };
     } catch (err) {
-      // Same ids, on the event loop: slower, never lost.
       this.stats.threadFallbacks++;
-      const tokens = this.sync.encode(text, ctx.addSpecialTokens);
-      return { tokens, tokenizer: this.spec, degraded: (err as Error).message, ms: performance.now() - t0 };
+      const degraded = (err as Error).message;
+      // A prompt a thread died or stalled on could do the same to the event loop: it is routed
+      // on the estimate's ids (degraded, like a failed `remote` call). Otherwise no thread was
+      // running: the same ids, on the event loop, slower.
+      if (err instanceof ThreadLostError) return { tokens: estimateTokenizer.encode(text), tokenizer: 'estimate', degraded, ms: performance.now() - t0 };
+      return { tokens: this.sync.encode(text, ctx.addSpecialTokens), tokenizer: this.spec, degraded, ms: performance.now() - t0 };
     }
   }
 }
@@ -172,7 +175,14 @@ class RemotePromptTokenizer implements PromptTokenizer {
 /** Build the tokenizer for one spec. `hf:` specs load (and validate) their file here. */
 export async function createPromptTokenizer(
   spec: string,
-  opts: { remoteTimeoutMs?: number; stats?: TokenizerStats; threads?: number; onThreadExit?: (spec: string, message: string) => void } = {},
+  opts: {
+    remoteTimeoutMs?: number;
+    stats?: TokenizerStats;
+    threads?: number;
+    /** Longest a tokenizer thread may spend on one prompt (default hf-threads.ts THREAD_TIMEOUT_MS). */
+    threadTimeoutMs?: number;
+    onThreadExit?: (spec: string, message: string) => void;
+  } = {},
 ): Promise<PromptTokenizer> {
   const s = parseTokenizerSpec(spec);
   const stats = opts.stats ?? { remoteCalls: 0, remoteFailures: 0, lastRemoteError: null, threadPrompts: 0, threadFallbacks: 0 };
@@ -184,7 +194,15 @@ export async function createPromptTokenizer(
       // Loaded here first: a bad file is reported once, in the caller's words, before any thread starts.
       const tokenizer = await loadHfTokenizer(s.path);
       const n = opts.threads ?? 1;
-      const threads = n > 0 ? await HfTokenizerThreads.start({ path: s.path, threads: n, onExit: (m) => opts.onThreadExit?.(name, m) }) : null;
+      const threads =
+        n > 0
+          ? await HfTokenizerThreads.start({
+              path: s.path,
+              threads: n,
+              ...(opts.threadTimeoutMs !== undefined ? { timeoutMs: opts.threadTimeoutMs } : {}),
+              onExit: (m) => opts.onThreadExit?.(name, m),
+            })
+          : null;
       return new HfPromptTokenizer(name, tokenizer, threads, stats);
     }
     case 'remote':

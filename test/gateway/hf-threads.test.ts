@@ -48,6 +48,21 @@ test('hf: with a thread: long prompts are tokenized there, routed on their ids, 
   assert.equal(await counter('kvgate_tokenizer_thread_fallbacks_total'), 0);
 });
 
+test('hf: with a thread and a policy that never reads the ids: a long prompt is still counted off the event loop', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'kvgate-gw-tok-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const path = join(dir, 'tokenizer.json');
+  await writeFile(path, JSON.stringify(BPE_JSON));
+  const [sim] = await startSims(1);
+  t.after(() => sim!.close());
+  const { gw, url } = await startGateway([sim!.url], { tokenizers: { default: `hf:${path}`, threads: 1 }, policy: { name: 'round-robin' } });
+  t.after(() => gw.close());
+  const r = await post(url + '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hello world held '.repeat(200) }], max_tokens: 4 });
+  assert.equal(r.status, 200, r.text);
+  const text = await (await fetch(url + '/metrics')).text();
+  assert.equal(metricValue(text, 'kvgate_tokenizer_thread_prompts_total'), 1, 'admission read the length: tokenized on the thread');
+});
+
 test('tokenizers.threads is validated', async () => {
   await assert.rejects(startGateway([], { tokenizers: { threads: -1 } }), /tokenizers\.threads/);
 });

@@ -5,7 +5,8 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadHfTokenizer } from '../../src/tokenizer/hf.js';
-import { HfTokenizerThreads } from '../../src/tokenizer/hf-threads.js';
+import { HfTokenizerThreads, ThreadLostError } from '../../src/tokenizer/hf-threads.js';
+import { estimateTokenizer } from '../../src/tokenizer/estimate.js';
 import { createPromptTokenizer, OFF_THREAD_FROM_CHARS, TokenizerRegistry, type TokenizerStats } from '../../src/tokenizer/registry.js';
 
 /** A small BPE tokenizer.json (letters, merges up to 'hello' and 'world', '<s>' added in front). */
@@ -84,7 +85,7 @@ test('a thread that dies: what it held is rejected, the next prompts are refused
       assert.deepEqual(Array.from(await threads.encode(s)), inPlace.encode(s));
       const held = threads.encode(s);
       await threads.killOne();
-      await assert.rejects(held, /tokenizer thread exited/);
+      await assert.rejects(held, (e) => e instanceof ThreadLostError && /tokenizer thread exited/.test(e.message));
       assert.equal(threads.pending, 0);
       await assert.rejects(threads.encode('hello'), /no tokenizer thread is running/);
       const until = Date.now() + 5_000;
@@ -96,6 +97,41 @@ test('a thread that dies: what it held is rejected, the next prompts are refused
       await threads.close();
     }
     await assert.rejects(threads.encode('hello'), /closed/);
+  });
+});
+
+test('a thread that spends too long on one prompt is ended; that prompt is routed on the estimate, the thread comes back', async () => {
+  await withTokenizerFile(async (path) => {
+    const stats: TokenizerStats = { remoteCalls: 0, remoteFailures: 0, lastRemoteError: null, threadPrompts: 0, threadFallbacks: 0 };
+    const exits: string[] = [];
+    const t = await createPromptTokenizer(`hf:${path}`, { threads: 1, stats, threadTimeoutMs: 150, onThreadExit: (_spec, m) => exits.push(m) });
+    try {
+      // Far more than 150 ms of work for the thread (about 0.8 s).
+      const slow = text(3_000_000, 9);
+      const started = Date.now();
+      const r = await t.tokenize(slow, { model: 'm' });
+      assert.ok(Date.now() - started < 2_000, 'given up on, not waited for');
+      assert.equal(r.tokenizer, 'estimate');
+      assert.match(r.degraded ?? '', /over 150 ms on one prompt/);
+      assert.deepEqual(Array.from(r.tokens), estimateTokenizer.encode(slow));
+      assert.equal(stats.threadFallbacks, 1);
+      assert.equal(exits.length, 1);
+      // Started again: a prompt it can finish in time is served there, with the model's ids.
+      const ok = text(2_000, 10);
+      let served = null;
+      for (const until = Date.now() + 5_000; Date.now() < until; ) {
+        const x = await t.tokenize(ok, { model: 'm' });
+        if (x.degraded === undefined) {
+          served = x;
+          break;
+        }
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      assert.ok(served !== null, 'the thread came back');
+      assert.deepEqual(Array.from(served.tokens), (await loadHfTokenizer(path)).encode(ok));
+    } finally {
+      await t.close!();
+    }
   });
 });
 
