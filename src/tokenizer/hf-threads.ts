@@ -2,8 +2,8 @@
  * `hf:` tokenizers off the event loop: worker threads that each load the same `tokenizer.json`
  * and encode long prompts, so that a prompt of thousands of tokens (milliseconds of Tokenizers.js)
  * does not hold up every other request the gateway is serving. With OpenLLaMA's tokenizer a
- * 36,000-character prompt costs the event loop ~0.1 ms this way against ~9 ms encoded in place
- * (docs/performance.md, "`hf:` tokenizers on long prompts").
+ * 36,000-character prompt costs the event loop 0.1–0.5 ms this way against 14–30 ms encoded in
+ * place (docs/performance.md, "Long prompts tokenized on a thread").
  *
  * A request goes to the thread with the fewest prompts waiting. A thread that dies (an uncaught
  * error, running out of memory) or spends longer than `timeoutMs` on one prompt (a pathological
@@ -22,7 +22,7 @@ const RESTART_CAP_MS = 30_000;
 /** The prompt was handed to a thread that died or timed out holding it. */
 export class ThreadLostError extends Error {}
 
-/** Longest a thread may spend on one prompt by default (an 8,000-token prompt takes ~14 ms). */
+/** Longest a thread may spend on one prompt by default (an 8,000-token prompt takes 14–30 ms with a Llama tokenizer). */
 export const THREAD_TIMEOUT_MS = 10_000;
 
 export interface HfThreadsOptions {
