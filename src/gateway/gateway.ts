@@ -227,8 +227,11 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   });
 
   // Loaded in start(): `hf:` tokenizers read their files asynchronously.
-  const tokenizers = new PromptTokenizers(config.tokenizers, opts.tokenizerFor, (spec, message) =>
-    logger.warn({ tokenizer: spec, err: message }, 'tokenizer thread died: long prompts are tokenized on the event loop until it is back'),
+  const tokenizers = new PromptTokenizers(
+    config.tokenizers,
+    opts.tokenizerFor,
+    (spec, message) => logger.warn({ tokenizer: spec, err: message }, 'tokenizer thread died: long prompts are tokenized on the event loop until it is back'),
+    (spec, message) => logger.warn({ tokenizer: spec }, `tokenizer: ${message}`),
   );
   m.counterFrom('kvgate_tokenizer_thread_prompts_total', 'Long prompts (1,024 characters or more) an hf: tokenizer encoded on a worker thread, off the event loop', () => tokenizers.stats().threadPrompts);
   m.counterFrom('kvgate_tokenizer_thread_fallbacks_total', 'Long prompts an hf: tokenizer encoded on the event loop because no tokenizer thread could take them', () => tokenizers.stats().threadFallbacks);

@@ -76,6 +76,8 @@ export interface PreparedPrompt {
   promptTokens: PromptTokens | null;
   maxTokens: number;
   maxTokensExplicit: boolean;
+  /** false: `promptText` has the special tokens written out (the model's chat template): add none. */
+  addSpecialTokens?: false;
 }
 
 /**
@@ -97,8 +99,20 @@ export function preparePrompt(
   };
   if (kind === 'chat') {
     const b = body as ChatCompletionRequest;
-    const promptText = renderChat(b.messages);
     const explicit = b.max_completion_tokens ?? b.max_tokens ?? undefined;
+    // The model's own chat template where the tokenizer has one (hf:), as the worker renders the
+    // request: the same ids, so prefix blocks match those the worker reports in its KV events.
+    const own = tokenizer?.renderChat?.(b.messages, (b as { tools?: unknown }).tools) ?? null;
+    if (own !== null && tokenizer !== null) {
+      return {
+        promptText: own,
+        promptTokens: Object.assign(() => tokenizer.encode(own, false), { count: () => tokenizer.encode(own, false).length }),
+        maxTokens: explicit ?? assumedMaxTokens,
+        maxTokensExplicit: explicit !== undefined,
+        addSpecialTokens: false,
+      };
+    }
+    const promptText = renderChat(b.messages);
     return {
       promptText,
       promptTokens:
@@ -155,14 +169,15 @@ export async function prepareRouting(
   const prompt = preparePrompt(ctx.kind, ctx.body, tokenizer.sync, assumedMaxTokens, ctx.cacheSalt ?? undefined);
   if (prompt.promptTokens === null) {
     const any = ctx.candidates.find((w) => w.healthy && !w.circuitOpen) ?? ctx.candidates[0];
-    const t = await tokenizer.tokenize(prompt.promptText, { model: ctx.model, workerUrl: any?.url });
+    const messages = ctx.kind === 'chat' ? (ctx.body as ChatCompletionRequest).messages : undefined;
+    const t = await tokenizer.tokenize(prompt.promptText, { model: ctx.model, workerUrl: any?.url, ...(messages ? { messages } : {}) });
     prompt.promptTokens = t.tokens;
   } else if (typeof prompt.promptTokens === 'function' && tokenizer.offThread !== undefined) {
     // A long prompt for an `hf:` tokenizer with threads: tokenized there, not on the event loop,
     // whatever the policy. One that never reads the ids still has the prompt's length read (by
     // admission and rate limits), and an `hf:` count is a whole tokenization: done lazily, it
     // would run on the event loop.
-    const off = tokenizer.offThread(prompt.promptText, { model: ctx.model });
+    const off = tokenizer.offThread(prompt.promptText, { model: ctx.model, ...(prompt.addSpecialTokens === false ? { addSpecialTokens: false } : {}) });
     if (off !== null) prompt.promptTokens = (await off).tokens;
   }
   if (ctx.routeRequest !== undefined) return;

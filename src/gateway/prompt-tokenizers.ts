@@ -17,6 +17,8 @@ export class PromptTokenizers {
     private readonly fixedFor?: (model: string) => Tokenizer,
     /** Told when an `hf:` tokenizer thread died (it is started again). */
     private readonly onThreadExit?: (spec: string, message: string) => void,
+    /** Told at load of what a tokenizer cannot do as the model would. */
+    private readonly onWarning?: (spec: string, message: string) => void,
   ) {}
 
   /** Build the configured registry (once; nothing to build with fixed tokenizers). A bad spec is a ConfigError. */
@@ -28,6 +30,7 @@ export class PromptTokenizers {
         remoteTimeoutMs: this.config.remoteTimeoutMs,
         threads: this.config.threads,
         ...(this.onThreadExit ? { onThreadExit: this.onThreadExit } : {}),
+        ...(this.onWarning ? { onWarning: this.onWarning } : {}),
       });
     } catch (e) {
       throw new ConfigError([`tokenizers: ${(e as Error).message}`]);

@@ -14,7 +14,9 @@
  */
 import { readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
+import { Template } from '@huggingface/jinja';
 import { Tokenizer as HfTokenizerImpl } from '@huggingface/tokenizers';
+import type { ChatMessageLike } from './chat-template.js';
 import type { Tokenizer } from './types.js';
 
 export interface HfTokenizerOptions {
@@ -49,18 +51,98 @@ export function withSentencePieceWords(json: Record<string, unknown>): Record<st
   return { ...json, pre_tokenizer: SENTENCEPIECE_WORDS };
 }
 
+/**
+ * The model's chat template from `tokenizer_config.json` (Jinja, rendered with @huggingface/jinja)
+ * and the special tokens it refers to. vLLM renders chat requests with it and tokenizes the result
+ * without adding special tokens; a gateway that rendered them its own way would compute ids, and
+ * so prefix-block hashes, that never match the blocks the worker reports in its KV events.
+ */
+export class ChatTemplate {
+  private readonly template: Template;
+  private readonly specials: Record<string, string>;
+
+  /** Throws if `source` does not parse. */
+  constructor(source: string, config: Record<string, unknown>) {
+    this.template = new Template(source);
+    this.specials = {};
+    for (const [k, v] of Object.entries(config)) {
+      if (!k.endsWith('_token')) continue;
+      const text = typeof v === 'string' ? v : v !== null && typeof v === 'object' && typeof (v as { content?: unknown }).content === 'string' ? (v as { content: string }).content : null;
+      if (text !== null) this.specials[k] = text;
+    }
+  }
+
+  /** The rendered prompt, or null if the template fails on these messages (it may refuse some). */
+  render(messages: readonly ChatMessageLike[], tools?: unknown): string | null {
+    try {
+      return this.template.render({
+        ...this.specials,
+        // Text parts joined by newlines, as vLLM hands content to templates that take strings.
+        messages: messages.map((m) => ({ ...m, content: textOf(m.content) })),
+        ...(tools !== undefined && tools !== null ? { tools } : {}),
+        add_generation_prompt: true,
+      });
+    } catch {
+      return null;
+    }
+  }
+}
+
+function textOf(content: unknown): unknown {
+  if (!Array.isArray(content)) return content ?? '';
+  const texts: string[] = [];
+  for (const part of content) {
+    if (part !== null && typeof part === 'object' && (part as { type?: unknown }).type === 'text' && typeof (part as { text?: unknown }).text === 'string') {
+      texts.push((part as { text: string }).text);
+    }
+  }
+  return texts.join('\n');
+}
+
+/** The template in a tokenizer_config.json: a string, or named templates (the 'default' one). */
+export function chatTemplateSource(config: Record<string, unknown>): string | null {
+  const t = config.chat_template;
+  if (typeof t === 'string') return t;
+  if (Array.isArray(t)) {
+    const named = t as Array<{ name?: unknown; template?: unknown }>;
+    const pick = named.find((x) => x?.name === 'default') ?? named[0];
+    return typeof pick?.template === 'string' ? pick.template : null;
+  }
+  return null;
+}
+
 export class HfTokenizer implements Tokenizer {
   readonly name: string;
   private readonly impl: HfTokenizerImpl;
   private readonly addSpecialTokens: boolean;
   /** Id used for pieces the vocabulary lacks and the model has no unknown token for. */
   private readonly unknownId: number;
+  /** The model's chat template, when its tokenizer_config.json has one that parses. */
+  readonly chatTemplate: ChatTemplate | null;
+  /** Why the model's chat template is not used, when it has one. */
+  readonly chatTemplateProblem: string | null;
 
-  constructor(name: string, impl: HfTokenizerImpl, opts: HfTokenizerOptions = {}) {
+  constructor(name: string, impl: HfTokenizerImpl, opts: HfTokenizerOptions = {}, config: Record<string, unknown> = {}) {
     this.name = name;
     this.impl = impl;
     this.addSpecialTokens = opts.addSpecialTokens ?? true;
     this.unknownId = 0;
+    const source = chatTemplateSource(config);
+    let template: ChatTemplate | null = null;
+    let problem: string | null = null;
+    if (source !== null) {
+      try {
+        template = new ChatTemplate(source, config);
+      } catch (e) {
+        problem = `its chat template does not parse (${(e as Error).message}): chat prompts are rendered with kvgate's own`;
+      }
+    }
+    this.chatTemplate = template;
+    this.chatTemplateProblem = problem;
+  }
+
+  renderChat(messages: readonly ChatMessageLike[], tools?: unknown): string | null {
+    return this.chatTemplate?.render(messages, tools) ?? null;
   }
 
   encode(text: string, addSpecialTokens = this.addSpecialTokens): number[] {
@@ -98,15 +180,17 @@ export async function loadHfTokenizer(path: string, opts: HfTokenizerOptions = {
   if (json === null || typeof json !== 'object' || !('model' in json)) {
     throw new Error(`tokenizer file '${path}' has no "model" section; expected a Hugging Face tokenizer.json`);
   }
-  let config: object = {};
+  let config: Record<string, unknown> = {};
   try {
-    config = JSON.parse(await readFile(join(dirname(path), 'tokenizer_config.json'), 'utf8')) as object;
+    config = JSON.parse(await readFile(join(dirname(path), 'tokenizer_config.json'), 'utf8')) as Record<string, unknown>;
   } catch {
-    // Optional: special-token settings only.
+    // Optional: special-token settings and the chat template.
   }
+  let impl: HfTokenizerImpl;
   try {
-    return new HfTokenizer(`hf:${path}`, new HfTokenizerImpl(withSentencePieceWords(json as Record<string, unknown>), config), opts);
+    impl = new HfTokenizerImpl(withSentencePieceWords(json as Record<string, unknown>), config);
   } catch (err) {
     throw new Error(`tokenizer file '${path}' is not supported: ${(err as Error).message}`);
   }
+  return new HfTokenizer(`hf:${path}`, impl, opts, config);
 }

@@ -7,6 +7,7 @@
  * Routing only needs ids that agree with the worker's where it matters (prefix blocks); the
  * estimate is good enough for load and fit, exact ids make KV-event-fed prefix matching exact.
  */
+import type { ChatMessageLike } from './chat-template.js';
 import { estimateTokenizer } from './estimate.js';
 import { loadHfTokenizer, type HfTokenizer } from './hf.js';
 import { HfTokenizerThreads, ThreadLostError } from './hf-threads.js';
@@ -29,6 +30,11 @@ export function parseTokenizerSpec(spec: string): TokenizerSpec {
 
 export interface TokenizeContext {
   model: string;
+  /**
+   * A chat prompt's messages, `text` being their rendering: `remote` sends them so that the
+   * worker applies its model's chat template.
+   */
+  messages?: readonly ChatMessageLike[];
   /** A worker serving the model, for `remote`. */
   workerUrl?: string;
   addSpecialTokens?: boolean;
@@ -67,6 +73,8 @@ export interface TokenizerRegistryOptions {
   threads?: number;
   /** Told when a tokenizer thread died (it is started again). */
   onThreadExit?: (spec: string, message: string) => void;
+  /** Told of what a tokenizer cannot do as the model would (a chat template that does not parse). */
+  onWarning?: (spec: string, message: string) => void;
 }
 
 export interface TokenizerStats {
@@ -160,7 +168,7 @@ class RemotePromptTokenizer implements PromptTokenizer {
         const opts: Parameters<typeof remoteTokenize>[3] = { timeoutMs: this.timeoutMs };
         if (ctx.addSpecialTokens !== undefined) opts.addSpecialTokens = ctx.addSpecialTokens;
         if (ctx.signal) opts.signal = ctx.signal;
-        const tokens = await remoteTokenize(ctx.workerUrl, ctx.model, text, opts);
+        const tokens = await remoteTokenize(ctx.workerUrl, ctx.model, ctx.messages !== undefined ? { messages: ctx.messages } : text, opts);
         return { tokens, tokenizer: 'remote', ms: performance.now() - t0 };
       } catch (err) {
         degraded = (err as Error).message;
@@ -182,6 +190,7 @@ export async function createPromptTokenizer(
     /** Longest a tokenizer thread may spend on one prompt (default hf-threads.ts THREAD_TIMEOUT_MS). */
     threadTimeoutMs?: number;
     onThreadExit?: (spec: string, message: string) => void;
+    onWarning?: (spec: string, message: string) => void;
   } = {},
 ): Promise<PromptTokenizer> {
   const s = parseTokenizerSpec(spec);
@@ -193,6 +202,7 @@ export async function createPromptTokenizer(
       const name = `hf:${s.path}`;
       // Loaded here first: a bad file is reported once, in the caller's words, before any thread starts.
       const tokenizer = await loadHfTokenizer(s.path);
+      if (tokenizer.chatTemplateProblem !== null) opts.onWarning?.(name, tokenizer.chatTemplateProblem);
       const n = opts.threads ?? 1;
       const threads =
         n > 0
@@ -231,6 +241,7 @@ export class TokenizerRegistry {
           remoteTimeoutMs: opts.remoteTimeoutMs ?? 250,
           ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
           ...(opts.onThreadExit ? { onThreadExit: opts.onThreadExit } : {}),
+          ...(opts.onWarning ? { onWarning: opts.onWarning } : {}),
         });
         bySpec.set(spec.trim(), (t = made));
         r.all.push(made);

@@ -2,8 +2,11 @@
  * Tokenization by the worker itself: vLLM's `POST /tokenize` with `{model, prompt}` answers
  * `{tokens: number[], count, max_model_len}`. Exact by construction, at the cost of a round trip
  * per request; any failure (timeout, HTTP error, bad body) is reported to the caller, which falls
- * back to the estimate tokenizer rather than failing the request.
+ * back to the estimate tokenizer rather than failing the request. A chat prompt is sent as its
+ * messages (`{model, messages, add_generation_prompt: true}`), so the worker renders them with its
+ * model's own chat template, as it will for the request itself.
  */
+import type { ChatMessageLike } from './chat-template.js';
 
 export interface RemoteTokenizeOptions {
   /** Give up after this long, ms (default 250). */
@@ -19,13 +22,19 @@ export class RemoteTokenizeError extends Error {
   }
 }
 
-export async function remoteTokenize(workerUrl: string, model: string, prompt: string, opts: RemoteTokenizeOptions = {}): Promise<number[]> {
+export async function remoteTokenize(
+  workerUrl: string,
+  model: string,
+  prompt: string | { messages: readonly ChatMessageLike[] },
+  opts: RemoteTokenizeOptions = {},
+): Promise<number[]> {
   const url = `${workerUrl.replace(/\/+$/, '')}/tokenize`;
   const timeout = AbortSignal.timeout(opts.timeoutMs ?? 250);
   const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
   let res: Response;
   try {
-    const body: Record<string, unknown> = { model, prompt };
+    const body: Record<string, unknown> =
+      typeof prompt === 'string' ? { model, prompt } : { model, messages: prompt.messages, add_generation_prompt: true };
     if (opts.addSpecialTokens !== undefined) body['add_special_tokens'] = opts.addSpecialTokens;
     res = await fetch(url, {
       method: 'POST',

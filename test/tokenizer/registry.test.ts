@@ -85,6 +85,42 @@ test('remote: the worker’s /tokenize gives the ids it will compute', async () 
   }
 });
 
+test("remote: a chat prompt is sent as its messages, so the worker applies its model's chat template", async () => {
+  const bodies: Array<Record<string, unknown>> = [];
+  const server: Server = createServer((req, res) => {
+    let raw = '';
+    req.on('data', (c: Buffer) => (raw += c.toString()));
+    req.on('end', () => {
+      bodies.push(JSON.parse(raw) as Record<string, unknown>);
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"tokens":[7,8,9],"count":3}');
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  try {
+    const reg = await TokenizerRegistry.create({ m: 'remote' });
+    const messages = [{ role: 'user', content: 'hello' }];
+    const r = await reg.tokenize('<|user|>\nhello\n<|assistant|>\n', { model: 'm', workerUrl: url, messages });
+    assert.deepEqual(r.tokens, [7, 8, 9]);
+    assert.deepEqual(bodies[0], { model: 'm', messages, add_generation_prompt: true });
+    await reg.tokenize('plain text', { model: 'm', workerUrl: url });
+    assert.deepEqual(bodies[1], { model: 'm', prompt: 'plain text' });
+    // The simulated worker renders messages with its template: the ids of the rendered prompt.
+    const sim = await startSimWorker({ model: 'llama-3.1-8b', speed: 100 });
+    try {
+      const simReg = await TokenizerRegistry.create({ 'llama-3.1-8b': 'remote' });
+      const s = await simReg.tokenize('ignored', { model: 'llama-3.1-8b', workerUrl: sim.url, messages });
+      assert.equal(s.degraded, undefined);
+      assert.deepEqual(s.tokens, estimateTokenizer.encode('<|user|>\nhello\n<|assistant|>\n'));
+    } finally {
+      await sim.close();
+    }
+  } finally {
+    server.closeAllConnections();
+    server.close();
+  }
+});
+
 test('remote failures degrade to the estimate with a reason, never fail the request', async () => {
   let mode: 'error' | 'garbage' | 'slow' = 'error';
   const server: Server = createServer((req, res) => {
