@@ -3,34 +3,26 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
+import type { RawConfig } from '../../src/config.js';
+import { bpeTokenizerJson, HELLO_WORLD_MERGES, HELLO_WORLD_VOCAB } from '../tokenizer/fixtures.js';
 import { MODEL, metricValue, post, startGateway, startSims } from './helpers.js';
 
-/** A small BPE tokenizer.json (letters, merges up to 'hello' and 'world'). */
-const BPE_JSON = {
-  version: '1.0',
-  added_tokens: [],
-  normalizer: null,
-  pre_tokenizer: { type: 'Whitespace' },
-  post_processor: null,
-  decoder: null,
-  model: {
-    type: 'BPE',
-    unk_token: null,
-    vocab: { h: 1, e: 2, l: 3, o: 4, w: 5, r: 6, d: 7, he: 8, ll: 9, hell: 10, hello: 11, wo: 12, wor: 13, worl: 14, world: 15 },
-    merges: ['h e', 'l l', 'he ll', 'hell o', 'w o', 'wo r', 'wor l', 'worl d'],
-  },
-};
-
-test('hf: with a thread: long prompts are tokenized there, routed on their ids, and counted', async (t) => {
+/** A gateway in front of one simulated worker with the hello/world tokenizer (no special tokens) as `hf:`, one thread. */
+async function hfGateway(t: TestContext, extra: Partial<RawConfig> = {}): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'kvgate-gw-tok-'));
   t.after(() => rm(dir, { recursive: true, force: true }));
   const path = join(dir, 'tokenizer.json');
-  await writeFile(path, JSON.stringify(BPE_JSON));
+  await writeFile(path, JSON.stringify(bpeTokenizerJson(HELLO_WORLD_VOCAB, HELLO_WORLD_MERGES, false)));
   const [sim] = await startSims(1);
   t.after(() => sim!.close());
-  const { gw, url } = await startGateway([sim!.url], { tokenizers: { default: `hf:${path}`, threads: 1 } });
+  const { gw, url } = await startGateway([sim!.url], { tokenizers: { default: `hf:${path}`, threads: 1 }, ...extra });
   t.after(() => gw.close());
+  return url;
+}
+
+test('hf: with a thread: long prompts are tokenized there, routed on their ids, and counted', async (t) => {
+  const url = await hfGateway(t);
 
   const counter = async (name: string): Promise<number> => metricValue(await (await fetch(url + '/metrics')).text(), name) ?? NaN;
   const long = { model: MODEL, messages: [{ role: 'user', content: 'hello world held '.repeat(200) }], max_tokens: 4 };
@@ -49,14 +41,7 @@ test('hf: with a thread: long prompts are tokenized there, routed on their ids, 
 });
 
 test('hf: with a thread and a policy that never reads the ids: a long prompt is still counted off the event loop', async (t) => {
-  const dir = await mkdtemp(join(tmpdir(), 'kvgate-gw-tok-'));
-  t.after(() => rm(dir, { recursive: true, force: true }));
-  const path = join(dir, 'tokenizer.json');
-  await writeFile(path, JSON.stringify(BPE_JSON));
-  const [sim] = await startSims(1);
-  t.after(() => sim!.close());
-  const { gw, url } = await startGateway([sim!.url], { tokenizers: { default: `hf:${path}`, threads: 1 }, policy: { name: 'round-robin' } });
-  t.after(() => gw.close());
+  const url = await hfGateway(t, { policy: { name: 'round-robin' } } as Partial<RawConfig>);
   const r = await post(url + '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hello world held '.repeat(200) }], max_tokens: 4 });
   assert.equal(r.status, 200, r.text);
   const text = await (await fetch(url + '/metrics')).text();

@@ -1,45 +1,28 @@
 /** hf: tokenizers render chat prompts with the model's own chat template, as vLLM does, and tokenize them as it does. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { preparePrompt } from '../../src/gateway/prepare.js';
 import { renderChat, type ChatMessageLike } from '../../src/tokenizer/chat-template.js';
 import { loadHfTokenizer } from '../../src/tokenizer/hf.js';
 import { TokenizerRegistry } from '../../src/tokenizer/registry.js';
 import type { ChatCompletionRequest } from '../../src/api/schemas.js';
+import { bpeTokenizerJson, withTokenizerDir } from './fixtures.js';
 
-/** Letters, a few merges, and '<s>' added as a special token in front of every encoded text. */
-const LETTERS = 'abcdefghijklmnopqrstuvwxyz:'.split('');
-const TOKENIZER_JSON = {
-  version: '1.0',
-  added_tokens: [{ id: 0, content: '<s>', special: true, single_word: false, lstrip: false, rstrip: false, normalized: false }],
-  normalizer: null,
-  pre_tokenizer: { type: 'Whitespace' },
-  post_processor: { type: 'TemplateProcessing', single: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }], pair: [], special_tokens: { '<s>': { id: '<s>', ids: [0], tokens: ['<s>'] } } },
-  decoder: null,
-  model: {
-    type: 'BPE',
-    unk_token: null,
-    vocab: Object.fromEntries([['<s>', 0], ...LETTERS.map((c, i) => [c, i + 1]), ['us', 28], ['er', 29], ['user', 30]]),
-    merges: ['u s', 'e r', 'us er'],
-  },
-};
+/** Letters (and ':'), a few merges, '<s>' put in front of every text encoded with special tokens. */
+const TOKENIZER_JSON = bpeTokenizerJson(
+  { ...Object.fromEntries([...'abcdefghijklmnopqrstuvwxyz:'].map((c, i) => [c, i + 1])), us: 28, er: 29, user: 30 },
+  ['u s', 'e r', 'us er'],
+);
 
 /** A Llama-2-like template: BOS written by the template, roles in brackets, tools counted. */
 const TEMPLATE =
   "{{ bos_token }}{% if tools %}tools: {{ tools | length }} {% endif %}{% for m in messages %}{% if m.content == 'refused' %}{{ raise_exception('the template refuses this') }}{% endif %}{{ m.role }}: {{ m.content }} {% endfor %}{% if add_generation_prompt %}assistant: {% endif %}";
 
-async function withModel(config: Record<string, unknown> | null, f: (path: string) => Promise<void>): Promise<void> {
-  const dir = await mkdtemp(join(tmpdir(), 'kvgate-chat-template-'));
-  try {
-    await writeFile(join(dir, 'tokenizer.json'), JSON.stringify(TOKENIZER_JSON));
-    if (config !== null) await writeFile(join(dir, 'tokenizer_config.json'), JSON.stringify(config));
-    await f(join(dir, 'tokenizer.json'));
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
+function withModel(config: Record<string, unknown> | null, f: (path: string) => Promise<void>): Promise<void> {
+  const files: Record<string, unknown> = { 'tokenizer.json': TOKENIZER_JSON };
+  if (config !== null) files['tokenizer_config.json'] = config;
+  return withTokenizerDir(files, (dir) => f(join(dir, 'tokenizer.json')));
 }
 
 const body = (messages: readonly ChatMessageLike[], extra: Record<string, unknown> = {}): ChatCompletionRequest =>

@@ -1,29 +1,12 @@
 /** `hf:` tokenizers on worker threads: the same ids as in place, and nothing lost when a thread dies. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadHfTokenizer } from '../../src/tokenizer/hf.js';
 import { HfTokenizerThreads, ThreadLostError } from '../../src/tokenizer/hf-threads.js';
 import { estimateTokenizer } from '../../src/tokenizer/estimate.js';
+import { HELLO_WORLD_BPE, withTokenizerDir } from './fixtures.js';
 import { createPromptTokenizer, OFF_THREAD_FROM_CHARS, TokenizerRegistry, type TokenizerStats } from '../../src/tokenizer/registry.js';
-
-/** A small BPE tokenizer.json (letters, merges up to 'hello' and 'world', '<s>' added in front). */
-const BPE_JSON = {
-  version: '1.0',
-  added_tokens: [{ id: 0, content: '<s>', special: true, single_word: false, lstrip: false, rstrip: false, normalized: false }],
-  normalizer: null,
-  pre_tokenizer: { type: 'Whitespace' },
-  post_processor: { type: 'TemplateProcessing', single: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }], pair: [], special_tokens: { '<s>': { id: '<s>', ids: [0], tokens: ['<s>'] } } },
-  decoder: null,
-  model: {
-    type: 'BPE',
-    unk_token: null,
-    vocab: { '<s>': 0, h: 1, e: 2, l: 3, o: 4, w: 5, r: 6, d: 7, he: 8, ll: 9, hell: 10, hello: 11, wo: 12, wor: 13, worl: 14, world: 15 },
-    merges: ['h e', 'l l', 'he ll', 'hell o', 'w o', 'wo r', 'wor l', 'worl d'],
-  },
-};
 
 const WORDS = ['hello', 'world', 'held', 'hold', 'lower', 'howl', 'dew', 'roll', 'x', 'he'];
 
@@ -38,15 +21,9 @@ function text(chars: number, seed: number): string {
   return s;
 }
 
-async function withTokenizerFile(f: (path: string) => Promise<void>): Promise<void> {
-  const dir = await mkdtemp(join(tmpdir(), 'kvgate-tok-threads-'));
-  try {
-    const path = join(dir, 'tokenizer.json');
-    await writeFile(path, JSON.stringify(BPE_JSON));
-    await f(path);
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
+/** Runs `f` with the path of the hello/world tokenizer.json in a temporary directory. */
+function withTokenizerFile(f: (path: string) => Promise<void>): Promise<void> {
+  return withTokenizerDir({ 'tokenizer.json': HELLO_WORLD_BPE }, (dir) => f(join(dir, 'tokenizer.json')));
 }
 
 test('long prompts tokenized on threads get the same ids as on the event loop; short ones stay in place', async () => {

@@ -9,22 +9,9 @@ import { estimateTokenizer } from '../../src/tokenizer/estimate.js';
 import { loadHfTokenizer } from '../../src/tokenizer/hf.js';
 import { TokenizerRegistry, parseTokenizerSpec } from '../../src/tokenizer/registry.js';
 import { startSimWorker } from '../../src/sim/worker/server.js';
+import { HELLO_WORLD_BPE } from './fixtures.js';
 
-/** A small but real BPE tokenizer.json: byte-free, letters and merges up to 'hello', 'world'. */
-const BPE_JSON = {
-  version: '1.0',
-  added_tokens: [{ id: 0, content: '<s>', special: true, single_word: false, lstrip: false, rstrip: false, normalized: false }],
-  normalizer: null,
-  pre_tokenizer: { type: 'Whitespace' },
-  post_processor: { type: 'TemplateProcessing', single: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }], pair: [], special_tokens: { '<s>': { id: '<s>', ids: [0], tokens: ['<s>'] } } },
-  decoder: null,
-  model: {
-    type: 'BPE',
-    unk_token: null,
-    vocab: { '<s>': 0, h: 1, e: 2, l: 3, o: 4, w: 5, r: 6, d: 7, he: 8, ll: 9, hell: 10, hello: 11, wo: 12, wor: 13, worl: 14, world: 15 },
-    merges: ['h e', 'l l', 'he ll', 'hell o', 'w o', 'wo r', 'wor l', 'worl d'],
-  },
-};
+const BPE_JSON = HELLO_WORLD_BPE;
 
 async function tmp(): Promise<string> {
   return mkdtemp(join(tmpdir(), 'kvgate-tok-'));
