@@ -128,8 +128,10 @@ export class HfTokenizerThreads {
       for (const s of this.slots) {
         if (s.waiting.size === 0 || !s.ready) continue;
         busy = true;
-        if (now - s.busySince > this.timeoutMs && !s.timedOut) {
+        if (now - s.busySince > this.timeoutMs) {
+          // Out of service at once: nothing more is handed to a thread that is being ended.
           s.timedOut = true;
+          s.ready = false;
           void s.worker?.terminate();
         }
       }
@@ -174,7 +176,7 @@ export class HfTokenizerThreads {
       // it from being thrown in the gateway.
       w.on('error', (e) => reject(e));
       w.on('exit', (code) => {
-        const wasReady = slot.ready;
+        const wasReady = slot.ready || slot.timedOut;
         slot.ready = false;
         slot.worker = null;
         const why = new ThreadLostError(
