@@ -492,7 +492,8 @@ export const configSchema = z
         /**
          * Worker threads per `hf:` tokenizer: prompts of 1,024 characters or more are tokenized
          * there, off the event loop, so a long prompt does not hold up every other request.
-         * 0 tokenizes everything on the event loop.
+         * 0 tokenizes everything on the event loop. Each thread holds its own copy of the
+         * tokenizer (~60 MB of memory for a Llama tokenizer).
          */
         threads: z.int().min(0).max(64).default(1),
         /**
