@@ -10,15 +10,22 @@ export interface ChatMessageLike {
   name?: string;
 }
 
-/** Text of a message's content: a string, or the text parts of a content-part array. */
-export function contentText(content: unknown): string {
+/**
+ * Text of a message's content: a string, or the text parts of a content-part array, joined by
+ * `separator` (kvgate's template: none; a model's template as vLLM fills it: a newline).
+ */
+export function contentText(content: unknown, separator = ''): string {
   if (typeof content === 'string') return content;
   if (Array.isArray(content)) {
     let s = '';
+    let first = true;
     for (const part of content) {
       if (part && typeof part === 'object' && (part as { type?: unknown }).type === 'text') {
         const t = (part as { text?: unknown }).text;
-        if (typeof t === 'string') s += t;
+        if (typeof t === 'string') {
+          s += first ? t : separator + t;
+          first = false;
+        }
       }
     }
     return s;

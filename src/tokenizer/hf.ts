@@ -16,7 +16,7 @@ import { readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { Tokenizer as HfTokenizerImpl } from '@huggingface/tokenizers';
-import type { ChatMessageLike } from './chat-template.js';
+import { contentText, type ChatMessageLike } from './chat-template.js';
 import type { Tokenizer } from './types.js';
 
 export interface HfTokenizerOptions {
@@ -78,7 +78,7 @@ export class ChatTemplate {
       return this.template.render({
         ...this.specials,
         // Text parts joined by newlines, as vLLM hands content to templates that take strings.
-        messages: messages.map((m) => ({ ...m, content: textOf(m.content) })),
+        messages: messages.map((m) => ({ ...m, content: contentText(m.content, '\n') })),
         ...(tools !== undefined && tools !== null ? { tools } : {}),
         add_generation_prompt: true,
       });
@@ -86,17 +86,6 @@ export class ChatTemplate {
       return null;
     }
   }
-}
-
-function textOf(content: unknown): unknown {
-  if (!Array.isArray(content)) return content ?? '';
-  const texts: string[] = [];
-  for (const part of content) {
-    if (part !== null && typeof part === 'object' && (part as { type?: unknown }).type === 'text' && typeof (part as { text?: unknown }).text === 'string') {
-      texts.push((part as { text: string }).text);
-    }
-  }
-  return texts.join('\n');
 }
 
 /** The template in a tokenizer_config.json: a string, or named templates (the 'default' one). */
