@@ -50,6 +50,16 @@ export const chatCompletionRequestSchema = z.looseObject({
   ...sampling,
   messages: z.array(chatMessageSchema, { error: 'messages is required and must be an array' }).min(1, 'messages must not be empty'),
   max_completion_tokens: posInt.nullable().optional(),
+  // vLLM's parameters that change how the prompt is rendered (and so its tokens): read for routing.
+  add_generation_prompt: z.boolean().optional(),
+  continue_final_message: z.boolean().optional(),
+  add_special_tokens: z.boolean().optional(),
+  documents: z.array(z.record(z.string(), z.string()), { error: 'expected an array of objects of strings' }).nullable().optional(),
+  chat_template: z.string().nullable().optional(),
+  chat_template_kwargs: z.record(z.string(), z.unknown(), { error: 'expected an object' }).nullable().optional(),
+}).refine((b) => !(b.continue_final_message === true && b.add_generation_prompt === true), {
+  path: ['continue_final_message'],
+  message: 'cannot be true together with add_generation_prompt: the last message is either continued or answered',
 });
 
 const tokenIds = z.array(nonNegInt);

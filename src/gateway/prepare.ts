@@ -6,13 +6,13 @@ import type { IncomingMessage } from 'node:http';
 import type { ChatCompletionRequest, CompletionRequest } from '../api/schemas.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { RouteRequest } from '../scheduler/types.js';
-import { renderChat } from '../tokenizer/chat-template.js';
+import { renderChat, type ChatRenderOptions } from '../tokenizer/chat-template.js';
 import { ChatTokenCache, DEFAULT_KEPT_IDS } from '../tokenizer/chat-tokens.js';
 import { estimateTokenizer } from '../tokenizer/estimate.js';
 import type { Tokenizer } from '../tokenizer/types.js';
 import { PROMPT_SALT } from '../kv/prompt-blocks.js';
 import { RequestState } from '../util/state.js';
-import type { PromptTokenizer } from '../tokenizer/registry.js';
+import type { PromptTokenizer, TokenizeContext } from '../tokenizer/registry.js';
 import type { InferenceKind, RequestContext } from './context.js';
 
 /** vLLM's default max_tokens for /v1/completions. */
@@ -76,8 +76,12 @@ export interface PreparedPrompt {
   promptTokens: PromptTokens | null;
   maxTokens: number;
   maxTokensExplicit: boolean;
-  /** false: `promptText` has the special tokens written out (the model's chat template): add none. */
-  addSpecialTokens?: false;
+  /**
+   * Set for a prompt rendered with the model's chat template, which writes its special tokens out:
+   * false adds none when encoding (vLLM's default for chat), true adds them on top (the request's
+   * `add_special_tokens`). Unset: the tokenizer's own setting.
+   */
+  addSpecialTokens?: boolean;
 }
 
 /**
@@ -100,24 +104,30 @@ export function preparePrompt(
   if (kind === 'chat') {
     const b = body as ChatCompletionRequest;
     const explicit = b.max_completion_tokens ?? b.max_tokens ?? undefined;
+    const render = chatRenderOptions(b);
     // The model's own chat template where the tokenizer has one (hf:), as the worker renders the
-    // request: the same ids, so prefix blocks match those the worker reports in its KV events.
-    const own = tokenizer?.renderChat?.(b.messages, (b as { tools?: unknown }).tools) ?? null;
+    // request: the same ids, so prefix blocks match those the worker reports in its KV events. A
+    // request that brings its own template (`chat_template`) is not rendered with it here: the
+    // gateway does not run a client's template. It is routed on kvgate's template instead.
+    const own = b.chat_template == null ? (tokenizer?.renderChat?.(b.messages, render) ?? null) : null;
     if (own !== null && tokenizer !== null) {
+      // vLLM adds no special tokens to a rendered chat unless the request asks (add_special_tokens).
+      const special = b.add_special_tokens === true;
       return {
         promptText: own,
-        promptTokens: Object.assign(() => tokenizer.encode(own, false), { count: () => tokenizer.encode(own, false).length }),
+        promptTokens: Object.assign(() => tokenizer.encode(own, special), { count: () => tokenizer.encode(own, special).length }),
         maxTokens: explicit ?? assumedMaxTokens,
         maxTokensExplicit: explicit !== undefined,
-        addSpecialTokens: false,
+        addSpecialTokens: special,
       };
     }
-    const promptText = renderChat(b.messages);
+    // kvgate's template, as the simulated worker renders it: only add_generation_prompt applies.
+    const promptText = renderChat(b.messages, render.addGenerationPrompt);
     return {
       promptText,
       promptTokens:
         tokenizer === estimateTokenizer
-          ? Object.assign(() => estimateChatTokens.encode(b.messages, true, isolationScope), { count: () => estimateTokenizer.count(promptText) })
+          ? Object.assign(() => estimateChatTokens.encode(b.messages, render.addGenerationPrompt, isolationScope), { count: () => estimateTokenizer.count(promptText) })
           : encode(promptText),
       maxTokens: explicit ?? assumedMaxTokens,
       maxTokensExplicit: explicit !== undefined,
@@ -138,6 +148,19 @@ export function preparePrompt(
   const ids = typeof first === 'number' ? (p as number[]) : (first as number[]);
   // Token ids need no tokenizer; their text is only for policies that match characters.
   return { promptText: estimateTokenizer.decode(ids), promptTokens: ids, maxTokens, maxTokensExplicit: explicit !== undefined };
+}
+
+/** How a chat request's prompt is rendered: vLLM's defaults for what the request leaves unset. */
+export function chatRenderOptions(b: ChatCompletionRequest): ChatRenderOptions {
+  const opts: ChatRenderOptions = {
+    addGenerationPrompt: b.add_generation_prompt ?? true,
+    continueFinalMessage: b.continue_final_message === true,
+  };
+  const tools = (b as { tools?: unknown }).tools;
+  if (tools != null) opts.tools = tools;
+  if (b.documents != null) opts.documents = b.documents;
+  if (b.chat_template_kwargs != null) opts.templateKwargs = b.chat_template_kwargs;
+  return opts;
 }
 
 /** The output budget alone (max_tokens or the assumption): no prompt rendering, no tokenization. */
@@ -169,15 +192,24 @@ export async function prepareRouting(
   const prompt = preparePrompt(ctx.kind, ctx.body, tokenizer.sync, assumedMaxTokens, ctx.cacheSalt ?? undefined);
   if (prompt.promptTokens === null) {
     const any = ctx.candidates.find((w) => w.healthy && !w.circuitOpen) ?? ctx.candidates[0];
-    const messages = ctx.kind === 'chat' ? (ctx.body as ChatCompletionRequest).messages : undefined;
-    const t = await tokenizer.tokenize(prompt.promptText, { model: ctx.model, workerUrl: any?.url, ...(messages ? { messages } : {}) });
+    const tctx: TokenizeContext = { model: ctx.model };
+    if (any !== undefined) tctx.workerUrl = any.url;
+    const chat = ctx.kind === 'chat' ? (ctx.body as ChatCompletionRequest) : null;
+    // A chat prompt goes as its messages, to be rendered by the worker as the request will be; one
+    // that brings its own template is tokenized as kvgate rendered it (see preparePrompt).
+    if (chat !== null && chat.chat_template == null) {
+      tctx.messages = chat.messages;
+      tctx.render = chatRenderOptions(chat);
+      if (chat.add_special_tokens !== undefined) tctx.addSpecialTokens = chat.add_special_tokens;
+    }
+    const t = await tokenizer.tokenize(prompt.promptText, tctx);
     prompt.promptTokens = t.tokens;
   } else if (typeof prompt.promptTokens === 'function' && tokenizer.offThread !== undefined) {
     // A long prompt for an `hf:` tokenizer with threads: tokenized there, not on the event loop,
     // whatever the policy. One that never reads the ids still has the prompt's length read (by
     // admission and rate limits), and an `hf:` count is a whole tokenization: done lazily, it
     // would run on the event loop.
-    const off = tokenizer.offThread(prompt.promptText, { model: ctx.model, ...(prompt.addSpecialTokens === false ? { addSpecialTokens: false } : {}) });
+    const off = tokenizer.offThread(prompt.promptText, { model: ctx.model, ...(prompt.addSpecialTokens !== undefined ? { addSpecialTokens: prompt.addSpecialTokens } : {}) });
     if (off !== null) prompt.promptTokens = (await off).tokens;
   }
   if (ctx.routeRequest !== undefined) return;

@@ -33,6 +33,26 @@ export function contentText(content: unknown, separator = ''): string {
   return '';
 }
 
+/**
+ * How a chat request asks for its prompt to be rendered: vLLM's extra chat-completion parameters
+ * that change the prompt's text (and so its tokens and the worker's KV blocks).
+ */
+export interface ChatRenderOptions {
+  /** The request's `tools`, for templates that describe them in the prompt. */
+  tools?: unknown;
+  /** The request's `documents` (RAG templates). */
+  documents?: unknown;
+  /** `add_generation_prompt` (default true): end with the header of the assistant's turn. */
+  addGenerationPrompt: boolean;
+  /** `continue_final_message`: leave the last message open for the model to continue it. */
+  continueFinalMessage: boolean;
+  /** `chat_template_kwargs`: more variables for the template (e.g. `enable_thinking`). */
+  templateKwargs?: Readonly<Record<string, unknown>>;
+}
+
+/** The rendering a request gets when it sets none of the parameters above. */
+export const DEFAULT_CHAT_RENDER: ChatRenderOptions = { addGenerationPrompt: true, continueFinalMessage: false };
+
 /** What renderChat appends to ask for the assistant's turn. */
 export const GENERATION_PROMPT = '<|assistant|>\n';
 

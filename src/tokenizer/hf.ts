@@ -16,7 +16,7 @@ import { readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { Tokenizer as HfTokenizerImpl } from '@huggingface/tokenizers';
-import { contentText, type ChatMessageLike } from './chat-template.js';
+import { contentText, type ChatMessageLike, type ChatRenderOptions } from './chat-template.js';
 import type { Tokenizer } from './types.js';
 
 export interface HfTokenizerOptions {
@@ -72,20 +72,45 @@ export class ChatTemplate {
     }
   }
 
-  /** The rendered prompt, or null if the template fails on these messages (it may refuse some). */
-  render(messages: readonly ChatMessageLike[], tools?: unknown): string | null {
+  /**
+   * The rendered prompt, or null if the template fails on these messages (it may refuse some), as
+   * vLLM renders a chat request: the request's `chat_template_kwargs` first, then the variables
+   * the request sets by their own fields (which win, as they must not be overridden by a kwarg).
+   */
+  render(messages: readonly ChatMessageLike[], opts: ChatRenderOptions): string | null {
+    // Text parts joined by newlines, as vLLM hands content to templates that take strings.
+    const flat = messages.map((m) => ({ ...m, content: contentText(m.content, '\n') }));
+    const addGenerationPrompt = opts.addGenerationPrompt && !opts.continueFinalMessage;
+    let out: string;
     try {
-      return this.template.render({
+      out = this.template.render({
         ...this.specials,
-        // Text parts joined by newlines, as vLLM hands content to templates that take strings.
-        messages: messages.map((m) => ({ ...m, content: contentText(m.content, '\n') })),
-        ...(tools !== undefined && tools !== null ? { tools } : {}),
-        add_generation_prompt: true,
+        ...opts.templateKwargs,
+        messages: flat,
+        ...(opts.tools !== undefined && opts.tools !== null ? { tools: opts.tools } : {}),
+        ...(opts.documents !== undefined && opts.documents !== null ? { documents: opts.documents } : {}),
+        add_generation_prompt: addGenerationPrompt,
       });
     } catch {
       return null;
     }
+    return opts.continueFinalMessage ? openFinalMessage(out, flat[flat.length - 1]?.content ?? '') : out;
   }
+}
+
+/**
+ * `continue_final_message`: the rendered chat cut just after the last message's text, so what the
+ * template writes to close that message (an end-of-turn token) is left out and the model continues
+ * the message. As transformers' apply_chat_template does it: the text found from its last
+ * occurrence, trailing spaces kept if the template kept them. Null if the template does not show
+ * the text at all (transformers refuses the request then).
+ */
+export function openFinalMessage(rendered: string, finalText: string): string | null {
+  const trimmed = finalText.trim();
+  const at = rendered.lastIndexOf(trimmed);
+  if (at === -1) return null;
+  const kept = finalText.trimStart();
+  return rendered.slice(at, at + kept.length) === finalText ? rendered.slice(0, at + kept.length) : rendered.slice(0, at + trimmed.length);
 }
 
 /** The template in a tokenizer_config.json: a string, or named templates (the 'default' one). */
@@ -130,8 +155,8 @@ export class HfTokenizer implements Tokenizer {
     this.chatTemplateProblem = problem;
   }
 
-  renderChat(messages: readonly ChatMessageLike[], tools?: unknown): string | null {
-    return this.chatTemplate?.render(messages, tools) ?? null;
+  renderChat(messages: readonly ChatMessageLike[], opts: ChatRenderOptions): string | null {
+    return this.chatTemplate?.render(messages, opts) ?? null;
   }
 
   encode(text: string, addSpecialTokens = this.addSpecialTokens): number[] {

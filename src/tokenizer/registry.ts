@@ -7,7 +7,7 @@
  * Routing only needs ids that agree with the worker's where it matters (prefix blocks); the
  * estimate is good enough for load and fit, exact ids make KV-event-fed prefix matching exact.
  */
-import type { ChatMessageLike } from './chat-template.js';
+import { DEFAULT_CHAT_RENDER, type ChatMessageLike, type ChatRenderOptions } from './chat-template.js';
 import { estimateTokenizer } from './estimate.js';
 import { loadHfTokenizer, type HfTokenizer } from './hf.js';
 import { HfTokenizerThreads, ThreadLostError } from './hf-threads.js';
@@ -35,6 +35,8 @@ export interface TokenizeContext {
    * worker applies its model's chat template.
    */
   messages?: readonly ChatMessageLike[];
+  /** How the request asks for `messages` to be rendered (vLLM's chat parameters). */
+  render?: ChatRenderOptions;
   /** A worker serving the model, for `remote`. */
   workerUrl?: string;
   addSpecialTokens?: boolean;
@@ -168,7 +170,7 @@ class RemotePromptTokenizer implements PromptTokenizer {
         const opts: Parameters<typeof remoteTokenize>[3] = { timeoutMs: this.timeoutMs };
         if (ctx.addSpecialTokens !== undefined) opts.addSpecialTokens = ctx.addSpecialTokens;
         if (ctx.signal) opts.signal = ctx.signal;
-        const tokens = await remoteTokenize(ctx.workerUrl, ctx.model, ctx.messages !== undefined ? { messages: ctx.messages } : text, opts);
+        const tokens = await remoteTokenize(ctx.workerUrl, ctx.model, ctx.messages !== undefined ? { messages: ctx.messages, render: ctx.render ?? DEFAULT_CHAT_RENDER } : text, opts);
         return { tokens, tokenizer: 'remote', ms: performance.now() - t0 };
       } catch (err) {
         degraded = (err as Error).message;

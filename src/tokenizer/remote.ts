@@ -3,10 +3,11 @@
  * `{tokens: number[], count, max_model_len}`. Exact by construction, at the cost of a round trip
  * per request; any failure (timeout, HTTP error, bad body) is reported to the caller, which falls
  * back to the estimate tokenizer rather than failing the request. A chat prompt is sent as its
- * messages (`{model, messages, add_generation_prompt: true}`), so the worker renders them with its
- * model's own chat template, as it will for the request itself.
+ * messages (`{model, messages, add_generation_prompt, ...}`, with the request's own rendering
+ * parameters), so the worker renders them with its model's own chat template, as it will for the
+ * request itself.
  */
-import type { ChatMessageLike } from './chat-template.js';
+import type { ChatMessageLike, ChatRenderOptions } from './chat-template.js';
 
 export interface RemoteTokenizeOptions {
   /** Give up after this long, ms (default 250). */
@@ -25,7 +26,7 @@ export class RemoteTokenizeError extends Error {
 export async function remoteTokenize(
   workerUrl: string,
   model: string,
-  prompt: string | { messages: readonly ChatMessageLike[] },
+  prompt: string | { messages: readonly ChatMessageLike[]; render: ChatRenderOptions },
   opts: RemoteTokenizeOptions = {},
 ): Promise<number[]> {
   const url = `${workerUrl.replace(/\/+$/, '')}/tokenize`;
@@ -33,8 +34,7 @@ export async function remoteTokenize(
   const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
   let res: Response;
   try {
-    const body: Record<string, unknown> =
-      typeof prompt === 'string' ? { model, prompt } : { model, messages: prompt.messages, add_generation_prompt: true };
+    const body: Record<string, unknown> = typeof prompt === 'string' ? { model, prompt } : chatTokenizeBody(model, prompt.messages, prompt.render);
     if (opts.addSpecialTokens !== undefined) body['add_special_tokens'] = opts.addSpecialTokens;
     res = await fetch(url, {
       method: 'POST',
@@ -62,4 +62,17 @@ export async function remoteTokenize(
     throw new RemoteTokenizeError(`POST ${url} answered without an integer "tokens" array`);
   }
   return tokens as number[];
+}
+
+/**
+ * vLLM's chat form of `/tokenize` (TokenizeChatRequest): the messages and the parameters that
+ * change their rendering. `documents` is not among its fields, so a template that reads them gets
+ * none there.
+ */
+function chatTokenizeBody(model: string, messages: readonly ChatMessageLike[], r: ChatRenderOptions): Record<string, unknown> {
+  const body: Record<string, unknown> = { model, messages, add_generation_prompt: r.addGenerationPrompt && !r.continueFinalMessage };
+  if (r.continueFinalMessage) body['continue_final_message'] = true;
+  if (r.tools !== undefined) body['tools'] = r.tools;
+  if (r.templateKwargs !== undefined) body['chat_template_kwargs'] = r.templateKwargs;
+  return body;
 }

@@ -1,4 +1,4 @@
-import type { ChatMessageLike } from './chat-template.js';
+import type { ChatMessageLike, ChatRenderOptions } from './chat-template.js';
 
 export interface Tokenizer {
   readonly name: string;
@@ -15,5 +15,5 @@ export interface Tokenizer {
    * tokens written out: encode it without adding more); null when this tokenizer has no template
    * or it fails on these messages. Tokenizers without one leave it out (kvgate's template applies).
    */
-  renderChat?(messages: readonly ChatMessageLike[], tools?: unknown): string | null;
+  renderChat?(messages: readonly ChatMessageLike[], opts: ChatRenderOptions): string | null;
 }

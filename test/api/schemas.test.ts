@@ -11,6 +11,9 @@ test('valid requests pass with unknown fields kept', () => {
     stream_options: { include_usage: true },
     max_completion_tokens: 5,
     top_k: 40,
+    continue_final_message: true,
+    chat_template_kwargs: { enable_thinking: false },
+    documents: [{ title: 't', text: 'x' }],
   });
   assert.ok(chat.ok);
   assert.equal((chat.value as Record<string, unknown>)['top_k'], 40);
@@ -29,6 +32,10 @@ test('problems name the field', () => {
     [{ model: 'm', messages: [{ role: 'user' }], stream: 'yes' }, 'stream'],
     [{ model: 'm', messages: [{ role: 'user' }], n: 0 }, 'n'],
     [{ model: 'm', messages: [{ role: 'user' }], stop: [1] }, 'stop'],
+    [{ model: 'm', messages: [{ role: 'user' }], chat_template_kwargs: 'x' }, 'chat_template_kwargs'],
+    [{ model: 'm', messages: [{ role: 'user' }], documents: [{ text: 1 }] }, 'documents[0].text'],
+    [{ model: 'm', messages: [{ role: 'user' }], add_generation_prompt: 'yes' }, 'add_generation_prompt'],
+    [{ model: 'm', messages: [{ role: 'user' }], continue_final_message: true, add_generation_prompt: true }, 'continue_final_message'],
   ];
   for (const [body, param] of cases) {
     const r = validate(chatCompletionRequestSchema, body);

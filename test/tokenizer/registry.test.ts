@@ -92,6 +92,24 @@ test("remote: a chat prompt is sent as its messages, so the worker applies its m
     assert.deepEqual(bodies[0], { model: 'm', messages, add_generation_prompt: true });
     await reg.tokenize('plain text', { model: 'm', workerUrl: url });
     assert.deepEqual(bodies[1], { model: 'm', prompt: 'plain text' });
+    // The request's rendering parameters go too, in vLLM's TokenizeChatRequest fields.
+    const tools = [{ type: 'function', function: { name: 'f' } }];
+    await reg.tokenize('ignored', {
+      model: 'm',
+      workerUrl: url,
+      messages,
+      addSpecialTokens: true,
+      render: { addGenerationPrompt: true, continueFinalMessage: true, tools, documents: [{ text: 'd' }], templateKwargs: { enable_thinking: false } },
+    });
+    assert.deepEqual(bodies[2], {
+      model: 'm',
+      messages,
+      add_generation_prompt: false,
+      continue_final_message: true,
+      tools,
+      chat_template_kwargs: { enable_thinking: false },
+      add_special_tokens: true,
+    });
     // The simulated worker renders messages with its template: the ids of the rendered prompt.
     const sim = await startSimWorker({ model: 'llama-3.1-8b', speed: 100 });
     try {
