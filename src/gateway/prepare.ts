@@ -237,6 +237,7 @@ class LiveRouteRequest implements RouteRequest {
   sessionKey: string | undefined = undefined;
   tenant: string | undefined = undefined;
   priority: number | undefined = undefined;
+  stream: boolean | undefined = undefined;
   private ids: ArrayLike<number> | undefined;
   private count: number | undefined = undefined;
 
@@ -279,5 +280,6 @@ export function buildRouteRequest(
   const rr = new LiveRouteRequest(id, model, prompt.promptText, tokenizeNow && typeof tokens === 'function' ? tokens() : tokens, prompt.maxTokens);
   if (sessionKey !== undefined) rr.sessionKey = sessionKey;
   if (body.priority !== undefined) rr.priority = body.priority;
+  rr.stream = body.stream === true;
   return rr;
 }

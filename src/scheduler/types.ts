@@ -34,6 +34,11 @@ export interface RouteRequest {
   /** Lower is more important (vLLM's convention). */
   priority?: number;
   /**
+   * false: the client asked for the whole answer at once, so the gateway sees its first byte only
+   * when the answer ends (no time to first token or per output token to learn from). Unset: streamed.
+   */
+  stream?: boolean;
+  /**
    * Values the plugins derive for this request (block hashes at a block size, prefix matches,
    * estimates) and the hooks read back later, under typed keys: computed once, read by all. Lives
    * as long as the request, across retries.

@@ -41,3 +41,37 @@ export function removeSorted(a: number[], x: number): boolean {
   a.splice(i, 1);
   return true;
 }
+
+/**
+ * The last `capacity` values pushed, kept both in arrival order (a ring: the oldest is replaced)
+ * and ascending, so counts in a range and quantiles are binary searches.
+ */
+export class RecentWindow {
+  /** The values, ascending. */
+  readonly sorted: number[] = [];
+  private readonly ring: number[] = [];
+  private next = 0;
+
+  constructor(readonly capacity: number) {}
+
+  get size(): number {
+    return this.ring.length;
+  }
+
+  push(x: number): void {
+    if (this.ring.length < this.capacity) this.ring.push(x);
+    else {
+      removeSorted(this.sorted, this.ring[this.next]!);
+      this.ring[this.next] = x;
+      this.next = (this.next + 1) % this.capacity;
+    }
+    insertSorted(this.sorted, x);
+  }
+
+  /** The value at quantile q (0: the least, 1: the greatest; the nearest rank), NaN when empty. */
+  quantile(q: number): number {
+    const n = this.sorted.length;
+    if (n === 0) return NaN;
+    return this.sorted[Math.min(n - 1, Math.max(0, Math.ceil(q * n) - 1))]!;
+  }
+}

@@ -83,3 +83,31 @@ describe('prompt tokenization on the request path', () => {
     }
   });
 });
+
+describe('what the policy learns from the gateway’s answers', () => {
+  let sims: SimWorker[];
+  before(async () => {
+    sims = await startSims(1);
+  });
+  after(async () => {
+    await Promise.all(sims.map((s) => s.close()));
+  });
+
+  it('a streamed answer teaches the prefill rate; one sent whole does not (its first byte is its last)', async () => {
+    const { gw, url } = await startGateway(sims.map((s) => s.url), { policy: { name: 'kvgate', options: { learnMinTokens: 1 } } } as never);
+    const learned = async (): Promise<boolean> => {
+      const ws = (await (await fetch(url + '/admin/workers')).json()) as Array<{ kvgate: { prefillRateLearned: boolean } }>;
+      return ws[0]!.kvgate.prefillRateLearned;
+    };
+    try {
+      for (let i = 0; i < 3; i++) assert.equal((await post(url + '/v1/chat/completions', { ...chat, stream: false })).status, 200);
+      assert.equal(await learned(), false);
+      const s = await post(url + '/v1/chat/completions', { ...chat, stream: true });
+      assert.equal(s.status, 200);
+      assert.match(s.text, /\[DONE\]/);
+      assert.equal(await learned(), true);
+    } finally {
+      await gw.close();
+    }
+  });
+});

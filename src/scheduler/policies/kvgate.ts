@@ -71,7 +71,7 @@ import { PipelinePolicy } from '../pipeline.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../router.js';
 import { OutputLengthModel } from '../output-length.js';
 import { kvgateEstimate, kvgateEstimateProducer, stallShare, type InflightBatch } from '../producers/kvgate-estimate.js';
-import { insertSorted, removeSorted } from '../../util/sorted.js';
+import { insertSorted, RecentWindow, removeSorted } from '../../util/sorted.js';
 import {
   kvgateHeadroomScorer,
   kvgateLoadScorer,
@@ -110,6 +110,12 @@ export const kvgateOptions = z.strictObject({
   ),
   learnPrefillRate: booleanKnob(true, "learn each pool's prefill rate from its workers' observed first tokens"),
   learnAlpha: numberKnob(0.2, 'weight of a new observation in the learned rate'),
+  // decodeStepMs and decodeMsPer1kContext are one GPU's figures (an H100's); both are memory
+  // reads, so on other hardware both scale with the bandwidth. Learned from streamed answers.
+  learnDecodeSpeed: booleanKnob(
+    true,
+    "scale decodeStepMs and decodeMsPer1kContext by how fast each pool's workers are seen to decode (the low end of its answers' TPOT against the two)",
+  ),
   learnMinTokens: numberKnob(256, 'learn only from requests with at least this many tokens to prefill'),
   learnOutputLength: booleanKnob(
     true,
@@ -215,6 +221,29 @@ const EXPECTED_OUTPUT = stateKey<number>('kvgate.expected-output');
 const FIRST_TOKEN_AT = stateKey<number>('kvgate.first-token-at');
 /** Finished requests whose TPOT each worker keeps for the 'learned' stall model. */
 const RECENT_TPOTS = 128;
+/** The batch's context tokens at the request's first token (read at completion). */
+const CONTEXT_AT_FIRST_TOKEN = stateKey<number>('kvgate.context-at-first-token');
+/**
+ * At the request's first token no other prompt of this gateway's was waiting for its prefill at
+ * the worker: the worker's dispatch count then. If it is the same at the end, nothing was prefilled
+ * beside the answer's decode, and its TPOT is the decode alone.
+ */
+const DECODE_ALONE_FROM = stateKey<number>('kvgate.decode-alone-from');
+/** Finished answers whose decode speed each pool keeps (learnDecodeSpeed). */
+const DECODE_WINDOW = 128;
+/** Answers seen in a pool before its decode speed is used instead of the configured one. */
+const DECODE_MIN_SAMPLES = 32;
+/** Answers shorter than this say more about the prefills they waited behind than about decoding. */
+const DECODE_MIN_OUTPUT = 4;
+/**
+ * The quantile of observed / configured TPOT taken as the pool's speed: the answers learned from
+ * had no prefill of this gateway's beside them, but other gateways' may have stalled some, and a
+ * stall only adds, so the lower quartile rather than the median.
+ */
+const DECODE_QUANTILE = 0.25;
+/** The learned scale stays within these bounds of the configured figures. */
+const DECODE_SCALE_MIN = 0.1;
+const DECODE_SCALE_MAX = 20;
 const NO_TPOTS: readonly number[] = [];
 /** Clock time the request was dispatched (written at dispatch, read at its first token). */
 const DISPATCHED_AT = stateKey<number>('kvgate.dispatched-at');
@@ -256,7 +285,16 @@ export class KvgatePolicy implements Policy {
    * in the order they finished (a ring: the oldest is replaced). The 'learned' stall model reads
    * how many are near the TPOT target.
    */
-  private readonly recentTpots = new Map<string, { sorted: number[]; ring: number[]; next: number }>();
+  private readonly recentTpots = new Map<string, RecentWindow>();
+  /**
+   * Per pool: observed TPOT / the TPOT decodeStepMs and decodeMsPer1kContext predict for the batch
+   * it decoded in, for its last DECODE_WINDOW answers (learnDecodeSpeed); and the scale taken
+   * from them, once there are enough.
+   */
+  private readonly decodeRatios = new Map<string, RecentWindow>();
+  readonly decodeScales = new Map<string, number>();
+  /** Requests dispatched to each worker so far (DECODE_ALONE_FROM). */
+  private readonly dispatches = new Map<string, number>();
   /** Session key → worker id of its last pick (insertion-ordered, bounded). */
   private readonly sessions = new Map<string, string>();
   private pipeline: PipelinePolicy;
@@ -321,6 +359,7 @@ export class KvgatePolicy implements Policy {
           expectedOutput: (req) => this.expectedOutput(req),
           inflightBatch: (w) => this.inflightBatch.get(w.id) ?? NO_BATCH,
           recentTpots: (w) => this.recentTpots.get(w.id)?.sorted ?? NO_TPOTS,
+          decodeScale: (w) => this.decodeScale(w),
           sessionWorker: (key) => this.sessions.get(key),
         }),
       ],
@@ -350,6 +389,8 @@ export class KvgatePolicy implements Policy {
       kvgate: {
         prefillTokensPerSec: Math.round(this.prefillRate(w)),
         prefillRateLearned: this.prefillRates.has(w.pool),
+        decodeStepMs: Math.round(this.params.decodeStepMs * this.decodeScale(w) * 100) / 100,
+        decodeSpeedLearned: this.decodeScales.has(w.pool),
         outputLength: this.params.learnOutputLength ? this.outputLength.describe() : null,
       },
     };
@@ -387,16 +428,51 @@ export class KvgatePolicy implements Policy {
     return out;
   }
 
+  /**
+   * How much slower (> 1) or faster than decodeStepMs and decodeMsPer1kContext say the worker's
+   * pool decodes: learned (learnDecodeSpeed), else 1.
+   */
+  decodeScale(w: WorkerState): number {
+    return this.decodeScales.get(w.pool) ?? 1;
+  }
+
   private recordTpot(workerId: string, tpot: number): void {
     let r = this.recentTpots.get(workerId);
-    if (!r) this.recentTpots.set(workerId, (r = { sorted: [], ring: [], next: 0 }));
-    if (r.ring.length < RECENT_TPOTS) r.ring.push(tpot);
-    else {
-      removeSorted(r.sorted, r.ring[r.next]!);
-      r.ring[r.next] = tpot;
-      r.next = (r.next + 1) % RECENT_TPOTS;
-    }
-    insertSorted(r.sorted, tpot);
+    if (!r) this.recentTpots.set(workerId, (r = new RecentWindow(RECENT_TPOTS)));
+    r.push(tpot);
+  }
+
+  /**
+   * The context tokens of the batch at `w` as the estimate counts them: this gateway's in-flight
+   * context, scaled up to the batch the worker last reported when that is larger.
+   */
+  private batchContext(w: WorkerState, ctx: RoutingContext): number {
+    const mine = w.inflightCount;
+    const ours = this.inflightBatch.get(w.id);
+    if (mine === 0 || ours === undefined) return 0;
+    const stale = w.isStale(ctx.now, ctx.staleAfterMs);
+    const q = w.currentQueue(ctx.now, ctx.staleAfterMs);
+    const batch = Math.max(mine, stale ? 0 : q.running + q.waiting);
+    return ours.contextTokens * (batch / mine);
+  }
+
+  /**
+   * Learn the pool's decode speed from an answer's TPOT: against what the configured step and KV
+   * read predict for the batch it decoded in (its context at the first token and at the end,
+   * averaged). Only answers decoded with no prefill beside them are learned from: a prefill chunk
+   * makes its step several times a decode step, and a pool under steady load would otherwise
+   * learn its prefill load as slow hardware (on an H100 at 45 requests a second, a quarter of the
+   * answers were still 1.3× the configured figures), which the cost already counts as the stall.
+   * Under steady load few answers qualify and the configured figures (or the last learned) stay.
+   */
+  private learnDecodeSpeed(w: WorkerState, tpotMs: number, contextTokens: number): void {
+    const predicted = this.params.decodeStepMs + (this.params.decodeMsPer1kContext / 1000) * contextTokens;
+    if (!(predicted > 0) || !(tpotMs > 0)) return;
+    let r = this.decodeRatios.get(w.pool);
+    if (!r) this.decodeRatios.set(w.pool, (r = new RecentWindow(DECODE_WINDOW)));
+    r.push(tpotMs / predicted);
+    if (r.size < DECODE_MIN_SAMPLES) return;
+    this.decodeScales.set(w.pool, Math.min(DECODE_SCALE_MAX, Math.max(DECODE_SCALE_MIN, r.quantile(DECODE_QUANTILE))));
   }
 
   /** TPOTs of the requests that recently finished at `workerId`, ascending. */
@@ -406,6 +482,7 @@ export class KvgatePolicy implements Policy {
 
   forgetWorker(w: WorkerState): void {
     this.inflightBatch.delete(w.id);
+    this.dispatches.delete(w.id);
     this.recentTpots.delete(w.id);
     for (const [key, id] of this.sessions) if (id === w.id) this.sessions.delete(key);
   }
@@ -422,6 +499,7 @@ export class KvgatePolicy implements Policy {
       }
     }
     req.state.set(DISPATCHED_AT, ctx.now);
+    this.dispatches.set(w.id, (this.dispatches.get(w.id) ?? 0) + 1);
     const out = this.expectedOutput(req);
     const charge = {
       worker: w.id,
@@ -445,7 +523,13 @@ export class KvgatePolicy implements Policy {
   onFirstToken(req: RouteRequest, w: WorkerState, ctx: RoutingContext): void {
     this.matcher.confirm(req, w, ctx.now);
     req.state.set(CONFIRMED, true);
-    if (this.params.stallModel === 'learned') req.state.set(FIRST_TOKEN_AT, ctx.now);
+    // A whole answer sent at once arrives at its end: neither its first token nor its TPOT is seen.
+    if (req.stream === false) return;
+    if (this.params.stallModel === 'learned' || this.params.learnDecodeSpeed) req.state.set(FIRST_TOKEN_AT, ctx.now);
+    if (this.params.learnDecodeSpeed && w.inflightPrefillTokens === 0) {
+      req.state.set(CONTEXT_AT_FIRST_TOKEN, this.batchContext(w, ctx));
+      req.state.set(DECODE_ALONE_FROM, this.dispatches.get(w.id) ?? 0);
+    }
     if (!this.params.learnPrefillRate) return;
     const est = kvgateEstimate(req, w);
     const at = req.state.get(DISPATCHED_AT);
@@ -464,7 +548,15 @@ export class KvgatePolicy implements Policy {
     if (ok && outputTokens !== undefined) {
       this.outputLength.learn(req, outputTokens);
       const first = req.state.get(FIRST_TOKEN_AT);
-      if (outputTokens > 1 && first !== undefined) this.recordTpot(w.id, (ctx.now - first) / (outputTokens - 1));
+      if (outputTokens > 1 && first !== undefined) {
+        const tpot = (ctx.now - first) / (outputTokens - 1);
+        if (this.params.stallModel === 'learned') this.recordTpot(w.id, tpot);
+        const atFirst = req.state.get(CONTEXT_AT_FIRST_TOKEN);
+        const alone = req.state.get(DECODE_ALONE_FROM) === (this.dispatches.get(w.id) ?? 0);
+        if (this.params.learnDecodeSpeed && atFirst !== undefined && alone && outputTokens >= DECODE_MIN_OUTPUT) {
+          this.learnDecodeSpeed(w, tpot, (atFirst + this.batchContext(w, ctx)) / 2);
+        }
+      }
     }
     const charged = req.state.get(BATCH_CHARGED);
     if (charged !== undefined) {

@@ -102,7 +102,8 @@
  * bound (requests seldom all reach their end at once), so its weight is below one; see the
  * policy's preemptionWeight. The prefill rate is the
  * one learned from first tokens; k and decodeStepMs are configured (KV bytes per token and weight
- * bytes over memory bandwidth).
+ * bytes over memory bandwidth) and scaled per pool by how fast its workers are seen to decode
+ * (decodeScale: the policy's learnDecodeSpeed).
  *
  * waiting/running come from the last snapshot moved forward by this gateway's dispatches, first
  * tokens and completions since (WorkerState.currentQueue), free blocks from the last snapshot
@@ -213,6 +214,11 @@ export interface KvgateEstimateOptions {
   tpotWorthMs: number;
   /** A decode step with nothing in the batch (reading the weights), ms. */
   decodeStepMs: number;
+  /**
+   * How much slower (> 1) or faster `w`'s pool decodes than decodeStepMs and decodeMsPer1kContext
+   * say: both are memory reads, so other hardware scales both (default 1).
+   */
+  decodeScale?(w: WorkerState): number;
   /** The TPOT the fleet is run to, ms: this request's TPOT is weighed by the headroom left to it. */
   tpotTargetMs: number;
   /** What the delay of the other requests counts for against this request's own. */
@@ -257,7 +263,7 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
         const prompt = req.promptTokens.length;
         const sessionWorker = req.sessionKey !== undefined ? o.sessionWorker(req.sessionKey) : undefined;
         const out = o.expectedOutput(req);
-        const kPerToken = o.decodeMsPer1kContext / 1000;
+        const kPerTokenConfigured = o.decodeMsPer1kContext / 1000;
         // A neighbour's TPOT miss ('misses' stall model), in ms of TTFT.
         const missMs = o.tpotWorthMs * o.tpotTargetMs;
         for (const w of ws) {
@@ -273,6 +279,9 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           // end); the gateway's own in-flight prefill still counts that step. Take the larger.
           const ahead = Math.max(0, probe ? Math.max(probe.pendingPrefillTokens(), w.inflightPrefillTokens) : w.inflightPrefillTokens);
           const msPerToken = 1000 / o.prefillRate(w);
+          const decodeScale = o.decodeScale?.(w) ?? 1;
+          const kPerToken = kPerTokenConfigured * decodeScale;
+          const stepMs = o.decodeStepMs * decodeScale;
           const ttftMs =
             msPerToken * (ahead + uncached) + o.queueMsPerWaiting * q.waiting + o.decodeMsPerRunning * q.running;
           // The batch this request joins: what runs and waits there now, all of which decodes
@@ -292,12 +301,12 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           // the target (the SLO is a threshold: far below it a slower step costs little, near it
           // everything), 1 / the headroom left, floored so costs stay ordered beyond the target.
           const kvMs = kPerToken * batchCtx;
-          const headroom = Math.max(MIN_TPOT_HEADROOM, 1 - (o.decodeStepMs + kvMs) / o.tpotTargetMs);
+          const headroom = Math.max(MIN_TPOT_HEADROOM, 1 - (stepMs + kvMs) / o.tpotTargetMs);
           const decodeMs = out > 1 ? (o.tpotWorthMs * kvMs) / headroom : 0;
           // What it does to the batch: its prefill's gap in their TPOT (stallShare), weighed by the
           // headroom the batch has left with it, and its KV read in the steps it shares with them.
           const ownCtx = prompt + out / 2;
-          const batchHeadroom = Math.max(MIN_TPOT_HEADROOM, 1 - (o.decodeStepMs + kvMs + kPerToken * ownCtx) / o.tpotTargetMs);
+          const batchHeadroom = Math.max(MIN_TPOT_HEADROOM, 1 - (stepMs + kvMs + kPerToken * ownCtx) / o.tpotTargetMs);
           const overlap = batchStall > 0 ? Math.min(out, (o.tpotWorthMs * batch) / (2 * batchStall)) : 0;
           const batchMix: BatchMix | null =
             o.stallModel === 'misses' || o.stallModel === 'learned'

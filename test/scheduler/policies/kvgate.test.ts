@@ -210,6 +210,13 @@ test('the first token confirms predictions and teaches the pool’s prefill rate
   r.complete(req.id, true);
   const learned = policy.prefillRates.get(w.pool)!;
   assert.ok(learned > 10_000 && learned < 20_000, String(learned));
+  // A whole answer sent at once: its first byte comes with its last, no first token to learn from.
+  const whole = request(seq(500_000, 2000), { stream: false });
+  assert.ok(r.route(whole, ws).ok);
+  clock.advance(5000);
+  r.firstToken(whole.id);
+  r.complete(whole.id, true);
+  assert.equal(policy.prefillRates.get(w.pool), learned);
   clock.advance(60_000);
   const blocks = Math.floor(2000 / 16);
   assert.equal(policy.prefixIndex.matchWorker(policy.matcher.hashesFor(request(seq(0, 2000)), w), w.id, clock.now()), blocks);
@@ -232,6 +239,75 @@ test('the first token confirms predictions and teaches the pool’s prefill rate
   assert.equal(policy.prefixIndex.matchWorker(h3, w3.id, clock.now()), blocks);
   clock.advance(2);
   assert.equal(policy.prefixIndex.matchWorker(h3, w3.id, clock.now()), 0);
+});
+
+test('answers teach the pool how fast it decodes; whole answers sent at once teach nothing', () => {
+  const policy = createPolicy('kvgate', { learnPrefillRate: false }) as KvgatePolicy;
+  const { router: r, clock } = router(policy);
+  const w = worker('a');
+  // One request at a time, 1,000 tokens of context: the configured figures predict
+  // 7.5 + 0.06 · (1,000 + 50 / 2) / 1,000 ≈ 7.56 ms per token. This pool takes four times that
+  // at best; a few answers waited behind prefills and took longer still.
+  const predicted = 7.5 + (0.06 * 1025) / 1000;
+  const answer = (tpot: number, stream = true, out = 51): void => {
+    const req = request(seq(clock.now() * 10, 1000), { maxTokens: 50, ...(stream ? {} : { stream: false }) });
+    assert.ok(r.route(req, [w]).ok);
+    clock.advance(50);
+    r.firstToken(req.id);
+    clock.advance(tpot * (out - 1));
+    r.complete(req.id, true, out);
+  };
+  for (let i = 0; i < 31; i++) answer(predicted * (i % 5 === 0 ? 7 : 4));
+  assert.equal(policy.decodeScales.size, 0, 'not before 32 answers');
+  assert.equal(policy.decodeScale(w), 1);
+  answer(predicted * 4);
+  assert.ok(Math.abs(policy.decodeScale(w) - 4) < 0.05, String(policy.decodeScale(w)));
+  assert.equal((policy.describeWorker(w).kvgate as { decodeSpeedLearned: boolean }).decodeSpeedLearned, true);
+  // Answers sent whole arrive at their end (no TPOT seen); answers of a few tokens say more about
+  // the prefills they waited behind. Neither moves the scale.
+  for (let i = 0; i < 200; i++) answer(predicted / 10, false);
+  for (let i = 0; i < 200; i++) answer(predicted * 20, true, 3);
+  assert.ok(Math.abs(policy.decodeScale(w) - 4) < 0.05, String(policy.decodeScale(w)));
+  // An answer decoded while another prompt was sent to the worker had prefill chunks in its steps:
+  // it says nothing of the decode speed.
+  for (let i = 0; i < 200; i++) {
+    const req = request(seq(10_000_000 + i * 2000, 1000), { maxTokens: 50 });
+    assert.ok(r.route(req, [w]).ok);
+    clock.advance(50);
+    r.firstToken(req.id);
+    const beside = request(seq(20_000_000 + i * 2000, 1000), { maxTokens: 50 });
+    assert.ok(r.route(beside, [w]).ok);
+    clock.advance(predicted * 30 * 50);
+    r.complete(req.id, true, 51);
+    r.complete(beside.id, false);
+  }
+  assert.ok(Math.abs(policy.decodeScale(w) - 4) < 0.05, String(policy.decodeScale(w)));
+  // A faster pool shows it once its recent answers are faster.
+  for (let i = 0; i < 128; i++) answer(predicted * 2);
+  assert.ok(Math.abs(policy.decodeScale(w) - 2) < 0.05, String(policy.decodeScale(w)));
+});
+
+test('a slower pool’s decode speed makes a crowded batch dearer', () => {
+  // The same placement question on two pools: `hot` holds the prompt's prefix but runs 4 long
+  // decodes; `cold` is idle. At the configured (H100) speed the cache wins; on a pool that decodes
+  // five times slower the batch is already near the TPOT target and the request goes cold.
+  const pick = (scale: number): string => {
+    const policy = createPolicy('kvgate', { learnPrefillRate: false }) as KvgatePolicy;
+    const { router: r } = router(policy);
+    const hot = worker('hot');
+    const cold = worker('cold');
+    if (scale !== 1) policy.decodeScales.set(hot.pool, scale);
+    const prefix = seq(0, 3000);
+    for (let i = 0; i < 4; i++) {
+      const out = r.route(request([...prefix, ...seq(100_000 + i * 100, 100)], { maxTokens: 400 }), [hot]);
+      assert.ok(out.ok);
+    }
+    const out = r.route(request([...prefix, ...seq(900_000, 100)], { maxTokens: 400 }), [hot, cold]);
+    assert.ok(out.ok);
+    return out.ok ? out.decision.worker.id : '';
+  };
+  assert.equal(pick(1), 'hot');
+  assert.equal(pick(5), 'cold');
 });
 
 /**
