@@ -207,6 +207,8 @@ export interface BenchResults {
   slo_ttft_per_1k_ms: number | null;
   slo_tpot_ms: number | null;
   gpu_hour_cost: number;
+  /** Each policy's options beyond its defaults, as given (`--set`; the SLO a policy is run to). */
+  policy_options: Readonly<Record<string, PolicyOptions>>;
   /** The response cache's settings (with --cache on), else null. */
   cache: { ttl_ms: number; max_bytes: number } | null;
   /** KV-pressure admission settings (with --admission on), else null. */
@@ -660,6 +662,8 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       slo_ttft_per_1k_ms: o.sloTtftPer1kMs ?? null,
       slo_tpot_ms: o.sloTpotMs ?? null,
       gpu_hour_cost: gpuHourCost,
+      // The options each policy was given beyond its defaults (--set, and the SLO it is run to).
+      policy_options: o.policyOptions ?? {},
       cache: o.cache ? { ttl_ms: o.cache.ttlMs ?? BENCH_CACHE_DEFAULTS.ttlMs, max_bytes: o.cache.maxBytes ?? BENCH_CACHE_DEFAULTS.maxBytes } : null,
       admission: o.kvAdmission ?? null,
       priority_mix: o.priorityMix ?? null,

@@ -6,7 +6,7 @@ import { openSync, readSync, closeSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { listGpus, listModels } from '../engine/profiles.js';
 import { formatKnobValue } from '../scheduler/policies/knobs.js';
-import { describePolicies, policyNames } from '../scheduler/registry.js';
+import { describePolicies, policyDefinition, policyNames } from '../scheduler/registry.js';
 import { loadTrace, TRACE_FORMATS, TraceError, type AzureOptions, type TraceFormat } from '../workload/loaders.js';
 import { createProgressBar, type ProgressBar } from '../bench/progress.js';
 import { renderReport } from '../bench/report.js';
@@ -70,6 +70,8 @@ Run:
                           A request meets the SLO when TTFT ≤ slo-ttft + slo-ttft-per-1k × prompt/1000
                           and TPOT ≤ slo-tpot; rejected and shed requests miss it. With an SLO the
                           table and JSON give each policy's attainment (fraction meeting it).
+                          Policies configured with the SLO they are run to (kvgate, oracle: their
+                          tpotTargetMs and tpotWorthMs) are given this one unless --set says else
   --gpu-hour-cost USD     $ per GPU-hour (default ${Object.entries(GPU_HOUR_COST).map(([g, c]) => `${g} ${c.toFixed(2)}`).join(', ')})
 
 Gateway replicas:
@@ -317,6 +319,21 @@ export function parseSpecFlags(v: Partial<Record<'spec-mode' | (typeof SPEC_FLAG
 }
 
 /**
+ * A policy that takes the SLO the fleet is run to (kvgate's tpotTargetMs and tpotWorthMs, the
+ * ratio of the TTFT and TPOT targets) is given the run's, as an operator would configure it,
+ * unless `--set` gives its own. Policies without such options (the peers) are left as they are.
+ */
+function runToSlo(policies: readonly string[], options: Record<string, Record<string, string>>, tpotMs: number, ttftMs: number | undefined): void {
+  for (const name of policies) {
+    const shape = policyDefinition(name).options.shape as Record<string, unknown>;
+    if (!('tpotTargetMs' in shape)) continue;
+    const o = (options[name] ??= {});
+    o['tpotTargetMs'] ??= String(tpotMs);
+    if (ttftMs !== undefined && 'tpotWorthMs' in shape) o['tpotWorthMs'] ??= String(ttftMs / tpotMs);
+  }
+}
+
+/**
  * `--set kvgate.spillRelative=0.5` → { kvgate: { spillRelative: '0.5' } }. Values stay strings:
  * the policy's option schema coerces and checks them exactly as it does a config file's.
  */
@@ -486,6 +503,7 @@ export async function run(argv: string[]): Promise<number> {
     } else if (sloTtftPer1kMs !== undefined && sloTtftMs === undefined) {
       throw new UsageError('--slo-ttft-per-1k needs --slo-ttft (or --capacity)');
     }
+    if (sloTpotMs !== undefined) runToSlo(policies, policyOptions, sloTpotMs, sloTtftMs);
     if (v.cache !== undefined && v.cache !== 'on' && v.cache !== 'off') throw new UsageError(`--cache must be on or off, got '${v.cache}'`);
     const cacheOn = v.cache === 'on';
     for (const f of ['cache-ttl-ms', 'cache-max-bytes'] as const) {

@@ -33,6 +33,16 @@ describe('kvgate bench CLI', () => {
     assert.equal(r.stdout, help);
   });
 
+  it('runs kvgate to the SLO it is judged by, unless told otherwise; the peers get nothing', () => {
+    const out = join(dir, 'slo.json');
+    const r = bench(...SMALL, '--policy', 'round-robin,kvgate', '--slo-tpot', '80', '--slo-ttft', '1600', '--json', out, '--quiet');
+    assert.equal(r.code, 0, r.stderr);
+    assert.deepEqual(JSON.parse(readFileSync(out, 'utf8')).policy_options, { kvgate: { tpotTargetMs: '80', tpotWorthMs: '20' } });
+    const set = bench(...SMALL, '--policy', 'kvgate', '--slo-tpot', '80', '--set', 'kvgate.tpotTargetMs=40', '--json', out, '--quiet');
+    assert.equal(set.code, 0, set.stderr);
+    assert.deepEqual(JSON.parse(readFileSync(out, 'utf8')).policy_options, { kvgate: { tpotTargetMs: '40' } });
+  });
+
   it('answers bad arguments with a clear message and exit status 2', () => {
     const cases: Array<[string[], RegExp]> = [
       [['--workload', 'rag', '--bogus'], /Unknown option '--bogus'/],
