@@ -19,7 +19,8 @@
  * dispatches, first tokens and completions since (WorkerState.currentQueue), or from the
  * gateway's in-flight count once the snapshot is stale (say so, never fail closed). The prefill
  * rate is configured per deployment and, by default, learned per pool from observed first tokens
- * (onFirstToken).
+ * (onFirstToken); so is the decode speed (decodeStepMs and decodeMsPer1kContext are an H100's
+ * figures, scaled per pool by what its answers decoded alone show: learnDecodeSpeed).
  *
  * The cost is decode-aware: the N requests batched at the worker, with C context tokens between
  * them (the gateway's in-flight accounting), get this request's uncached prefill chunks in their
