@@ -391,7 +391,7 @@ export class KvgatePolicy implements Policy {
         prefillTokensPerSec: Math.round(this.prefillRate(w)),
         prefillRateLearned: this.prefillRates.has(w.pool),
         decodeStepMs: Math.round(this.params.decodeStepMs * this.decodeScale(w) * 100) / 100,
-        decodeSpeedLearned: this.decodeScales.has(w.pool),
+        decodeSpeedLearned: this.params.learnDecodeSpeed && this.decodeScales.has(w.pool),
         outputLength: this.params.learnOutputLength ? this.outputLength.describe() : null,
       },
     };
@@ -431,10 +431,10 @@ export class KvgatePolicy implements Policy {
 
   /**
    * How much slower (> 1) or faster than decodeStepMs and decodeMsPer1kContext say the worker's
-   * pool decodes: learned (learnDecodeSpeed), else 1.
+   * pool decodes: learned (learnDecodeSpeed), else 1 (also once a reload turns the learning off).
    */
   decodeScale(w: WorkerState): number {
-    return this.decodeScales.get(w.pool) ?? 1;
+    return this.params.learnDecodeSpeed ? (this.decodeScales.get(w.pool) ?? 1) : 1;
   }
 
   private recordTpot(workerId: string, tpot: number): void {

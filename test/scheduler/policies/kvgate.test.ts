@@ -285,6 +285,9 @@ test('answers teach the pool how fast it decodes; whole answers sent at once tea
   // A faster pool shows it once its recent answers are faster.
   for (let i = 0; i < 128; i++) answer(predicted * 2);
   assert.ok(Math.abs(policy.decodeScale(w) - 2) < 0.05, String(policy.decodeScale(w)));
+  // Turned off by a reload: the configured figures apply again.
+  assert.equal(policy.retune({ ...policy.params, learnDecodeSpeed: false }), true);
+  assert.equal(policy.decodeScale(w), 1);
 });
 
 test('a slower pool’s decode speed makes a crowded batch dearer', () => {
