@@ -25,6 +25,13 @@ export class ThreadLostError extends Error {}
 /** Longest a thread may spend on one prompt by default (an 8,000-token prompt takes 14–30 ms with a Llama tokenizer). */
 export const THREAD_TIMEOUT_MS = 10_000;
 
+/**
+ * The heap a thread may grow to by default, MB. A Llama tokenizer and a prompt at the body-size
+ * limit take about 60 MB; a thread that outgrows this is ended (and started again) alone, where an
+ * unbounded one could take the gateway's memory with it.
+ */
+export const THREAD_HEAP_MB = 512;
+
 export interface HfThreadsOptions {
   /** The tokenizer.json every thread loads. */
   path: string;
@@ -32,6 +39,8 @@ export interface HfThreadsOptions {
   /** Longest a thread may spend on one prompt before it is ended (default THREAD_TIMEOUT_MS). */
   timeoutMs?: number;
   addSpecialTokens?: boolean;
+  /** The heap each thread may grow to, MB (default THREAD_HEAP_MB). */
+  heapMb?: number;
   /** Told when a thread died (its pending prompts are tokenized by the callers instead). */
   onExit?: (message: string) => void;
 }
@@ -52,6 +61,8 @@ class Slot {
   busySince = 0;
   /** Set when the watchdog ended the thread: why its prompts are rejected. */
   timedOut = false;
+  /** What the thread died of, when it reported it ('error' comes before 'exit'). */
+  died: string | null = null;
 }
 
 export class HfTokenizerThreads {
@@ -143,13 +154,11 @@ export class HfTokenizerThreads {
     this.watchdog.unref();
   }
 
-  /** For tests: end one thread as if it had crashed (it is started again). */
-  async killOne(): Promise<void> {
-    await this.slots.find((s) => s.ready)?.worker?.terminate();
-  }
-
   private spawn(slot: Slot): Promise<void> {
-    const w = new Worker(THREAD_MAIN, { workerData: { path: this.o.path, addSpecialTokens: this.o.addSpecialTokens } });
+    const w = new Worker(THREAD_MAIN, {
+      workerData: { path: this.o.path, addSpecialTokens: this.o.addSpecialTokens },
+      resourceLimits: { maxOldGenerationSizeMb: this.o.heapMb ?? THREAD_HEAP_MB },
+    });
     // An idle thread does not keep the process alive; the gateway's server does while it runs.
     w.unref();
     slot.worker = w;
@@ -172,17 +181,23 @@ export class HfTokenizerThreads {
           void w.terminate();
         }
       });
-      // 'error' (an uncaught exception in the thread) is followed by 'exit'; the listener keeps
-      // it from being thrown in the gateway.
-      w.on('error', (e) => reject(e));
+      // 'error' (an uncaught exception in the thread, or ERR_WORKER_OUT_OF_MEMORY past its heap
+      // bound) is followed by 'exit'; the listener keeps it from being thrown in the gateway.
+      w.on('error', (e) => {
+        slot.died = (e as NodeJS.ErrnoException).code ?? e.message;
+        reject(e);
+      });
       w.on('exit', (code) => {
         const wasReady = slot.ready || slot.timedOut;
         slot.ready = false;
         slot.worker = null;
         const why = new ThreadLostError(
-          slot.timedOut ? `the tokenizer thread spent over ${this.timeoutMs} ms on one prompt and was ended` : `the tokenizer thread exited (code ${code})`,
+          slot.timedOut
+            ? `the tokenizer thread spent over ${this.timeoutMs} ms on one prompt and was ended`
+            : `the tokenizer thread exited (code ${code}${slot.died !== null ? `: ${slot.died}` : ''})`,
         );
         slot.timedOut = false;
+        slot.died = null;
         for (const waiter of slot.waiting.values()) waiter.reject(why);
         slot.waiting.clear();
         reject(why);
