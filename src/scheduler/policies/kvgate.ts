@@ -71,7 +71,7 @@ import { kvgatePicker } from '../pickers/kvgate.js';
 import { PipelinePolicy } from '../pipeline.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../router.js';
 import { OutputLengthModel } from '../output-length.js';
-import { kvgateEstimate, kvgateEstimateProducer, stallShare, type InflightBatch } from '../producers/kvgate-estimate.js';
+import { kvgateEstimate, kvgateEstimateProducer, reportedBatch, stallShare, type InflightBatch } from '../producers/kvgate-estimate.js';
 import { insertSorted, RecentWindow, removeSorted } from '../../util/sorted.js';
 import {
   kvgateHeadroomScorer,
@@ -451,9 +451,7 @@ export class KvgatePolicy implements Policy {
     const mine = w.inflightCount;
     const ours = this.inflightBatch.get(w.id);
     if (mine === 0 || ours === undefined) return 0;
-    const stale = w.isStale(ctx.now, ctx.staleAfterMs);
-    const q = w.currentQueue(ctx.now, ctx.staleAfterMs);
-    const batch = Math.max(mine, stale ? 0 : q.running + q.waiting);
+    const batch = reportedBatch(mine, w.isStale(ctx.now, ctx.staleAfterMs), w.currentQueue(ctx.now, ctx.staleAfterMs));
     return ours.contextTokens * (batch / mine);
   }
 

@@ -246,6 +246,15 @@ export interface KvgateEstimateOptions {
   sessionWorker(sessionKey: string): string | undefined;
 }
 
+/**
+ * The requests batched at a worker: this gateway's own in flight there (`mine`, exact for its
+ * traffic), or the last report moved forward when that shows more (other gateways' requests),
+ * unless the report is stale.
+ */
+export function reportedBatch(mine: number, stale: boolean, q: { running: number; waiting: number }): number {
+  return Math.max(mine, stale ? 0 : q.running + q.waiting);
+}
+
 export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
   return {
     name: 'kvgate-estimate',
@@ -292,7 +301,7 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           const mine = w.inflightCount;
           const batch = probe
             ? probe.running() + probe.waiting()
-            : Math.max(mine, stale ? 0 : q.running + q.waiting);
+            : reportedBatch(mine, stale, q);
           const ours = o.inflightBatch(w);
           const scale = mine > 0 ? Math.max(1, batch / mine) : 0;
           const batchCtx = mine > 0 ? ours.contextTokens * scale : batch * (prompt + out / 2);
