@@ -470,9 +470,20 @@ async function runFleet(
  */
 export const CAPACITY_MIN_SECONDS = 60;
 
-/** Whether a capacity probe at the run's own scale needs more requests than `sim` had (see benchRequests). */
-function lengthens(o: BenchOptions, sim: SimResult, minMs: number): boolean {
-  return minMs > 0 && o.limit === undefined && o.source.openUnbounded !== undefined && sim.lastArrivalMs < minMs;
+/**
+ * Whether a capacity probe at `scale` needs more requests than the run's own (see benchRequests).
+ * Judged as takeLasting judges it, on the source's own arrivals (a session's first turn), not on
+ * the run's last arrival: a closed-loop workload's later turns go on long after its sessions have
+ * stopped starting, and a probe whose sessions all start in the first seconds is a ramp up and a
+ * drain, never the steady state the other probes reach (multi-turn's 5,000 requests start their
+ * sessions within 15 s at its own rate and send their last turns 140 s later). Compared with the
+ * lengthened probes around it, such a probe met the SLO at rates none of them could.
+ */
+function lengthens(o: BenchOptions, scale: number, minMs: number): boolean {
+  if (!(minMs > 0 && o.limit === undefined && o.source.openUnbounded !== undefined)) return false;
+  let lastStart = -Infinity;
+  for (const r of benchRequests(o.source, undefined, scale)) lastStart = r.arrivalMs;
+  return lastStart < minMs;
 }
 
 /** A capacity probe's figures: attainment, offered rate and the worst prompt-length band. */
@@ -542,7 +553,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       capacity = await searchCapacity(
         async (scale) => {
           // The first probe is the run above, unless probes must last longer than it did.
-          const r = scale === rateScale && !lengthens(o, sim, cap.minMs) ? sim : await runFleet(ctx, name, scale, undefined, undefined, cap.minMs);
+          const r = scale === rateScale && !lengthens(o, rateScale, cap.minMs) ? sim : await runFleet(ctx, name, scale, undefined, undefined, cap.minMs);
           if (r !== sim) o.onPolicyDone?.(summarize(r, summaryOpts));
           const p = probeOf(r, slo);
           o.onProbe?.(name, { rate_scale: scale, ...p });
@@ -626,7 +637,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       if (cap) {
         sharedCapacity = await searchCapacity(
           async (scale) => {
-            const r = scale === rateScale && !lengthens(o, sharedSim, cap.minMs) ? sharedSim : await runFleet(ctx, name, scale, undefined, false, cap.minMs);
+            const r = scale === rateScale && !lengthens(o, rateScale, cap.minMs) ? sharedSim : await runFleet(ctx, name, scale, undefined, false, cap.minMs);
             return probeOf(r, slo);
           },
           { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes, minBandAttainment: cap.minBandAttainment },

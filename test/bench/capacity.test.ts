@@ -182,6 +182,24 @@ describe('capacity search (real fleet)', () => {
     for (const q of t.results.policies[0]!.capacity!.probes) assert.equal(q.requests, 12);
   });
 
+  it('a closed-loop workload is lengthened by when its sessions start, at the run’s own rate too', async () => {
+    // 60 multi-turn requests start their sessions within a second; their later turns, seconds of
+    // think time apart, arrive for long after 20 s. The probe at ×1 must still take sessions that
+    // start until 20 s, as every other probe does, not replay the run's ramp up and drain.
+    const source = workloadSource('multi-turn', { size: 60, seed: 3 });
+    const starts = [...benchRequests(source, undefined, 1)].map((r) => r.arrivalMs);
+    assert.ok(starts.at(-1)! < 2_000, `sessions start until ${starts.at(-1)} ms`);
+    const base = { policies: ['round-robin'], workers: 1, gpu: 'h100', model: 'llama-3.1-8b', seed: 1, sloTtftMs: 1000, sloTtftPer1kMs: 100, sloTpotMs: 50, omitWallTime: true };
+    const { results } = await runBench({ ...base, source, capacity: { maxProbes: 1, minSeconds: 20 } });
+    assert.equal(results.policies[0]!.requests, 60);
+    const probe = results.policies[0]!.capacity!.probes[0]!;
+    assert.equal(probe.rate_scale, 1);
+    let turns = 0;
+    for (const r of benchRequests(source, undefined, 1, {}, 20_000)) turns += r.turns ?? 1;
+    assert.ok(turns > 60);
+    assert.equal(probe.requests, turns);
+  });
+
   it('needs an SLO', async () => {
     await assert.rejects(
       runBench({ source: workloadSource('rag', { size: 10 }), policies: ['round-robin'], workers: 1, gpu: 'h100', model: 'llama-3.1-8b', seed: 1, capacity: {} }),
