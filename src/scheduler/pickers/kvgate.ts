@@ -55,50 +55,65 @@ export function kvgatePicker(p: KvgatePickerOptions): Picker {
       if (candidates.length === 0) return null;
       const est = req.state.get(KVGATE_ESTIMATES);
       if (!est) throw new Error('the kvgate picker needs the kvgate-estimate producer to run first');
-      const e = (c: ScoredWorker): KvgateEstimate => est.get(c.worker)!;
+      // Each candidate's estimate, looked up once (aligned with `candidates`).
+      let cs: readonly ScoredWorker[] = candidates;
+      let es: KvgateEstimate[] = new Array<KvgateEstimate>(cs.length);
+      for (let i = 0; i < cs.length; i++) es[i] = est.get(cs[i]!.worker)!;
       const nearBand = (minCost: number): number => minCost * (1 + p.nearRelative) + p.nearAbsoluteMs;
       let tmin = Infinity;
-      for (const c of candidates) tmin = Math.min(tmin, e(c).costMs);
+      for (let i = 0; i < es.length; i++) tmin = Math.min(tmin, es[i]!.costMs);
       let band = nearBand(tmin);
       // Workers with KV room now (the kv-fit filter's mark): keep to them while they cost little more.
       const room = p.preferRoom ? req.state.get(KV_ROOM) : undefined;
       if (room !== undefined) {
         let tminRoom = Infinity;
-        for (const c of candidates) if (room.has(c.worker)) tminRoom = Math.min(tminRoom, e(c).costMs);
+        for (let i = 0; i < cs.length; i++) if (room.has(cs[i]!.worker)) tminRoom = Math.min(tminRoom, es[i]!.costMs);
         if (tminRoom <= band) {
-          candidates = candidates.filter((c) => room.has(c.worker));
+          const keep: ScoredWorker[] = [];
+          const keepEs: KvgateEstimate[] = [];
+          for (let i = 0; i < cs.length; i++) {
+            if (!room.has(cs[i]!.worker)) continue;
+            keep.push(cs[i]!);
+            keepEs.push(es[i]!);
+          }
+          cs = keep;
+          es = keepEs;
           band = nearBand(tminRoom);
         }
       }
       // A: best weighted score among the near-least-loaded (reservoir-sampled ties).
-      let a: ScoredWorker | null = null;
+      let ai = -1;
       let ties = 0;
-      for (const c of candidates) {
-        if (e(c).costMs > band) continue;
-        if (a === null || c.score > a.score + 1e-9) {
-          a = c;
+      for (let i = 0; i < cs.length; i++) {
+        if (es[i]!.costMs > band) continue;
+        const score = cs[i]!.score;
+        if (ai < 0 || score > cs[ai]!.score + 1e-9) {
+          ai = i;
           ties = 1;
-        } else if (Math.abs(c.score - a.score) <= 1e-9 && ctx.rng() * ++ties < 1) a = c;
+        } else if (Math.abs(score - cs[ai]!.score) <= 1e-9 && ctx.rng() * ++ties < 1) ai = i;
       }
-      // B: best cache match overall; among equals the lower ttft, then random.
-      let b: ScoredWorker | null = null;
+      // B: best cache match overall; among equals the lower cost, then random.
+      let bi = -1;
       ties = 0;
-      for (const c of candidates) {
-        const ec = e(c);
-        if (b === null || ec.hit > e(b).hit + 1e-9 || (Math.abs(ec.hit - e(b).hit) <= 1e-9 && ec.costMs < e(b).costMs - 1e-9)) {
-          b = c;
+      for (let i = 0; i < cs.length; i++) {
+        const ec = es[i]!;
+        const eb = bi < 0 ? null : es[bi]!;
+        if (eb === null || ec.hit > eb.hit + 1e-9 || (Math.abs(ec.hit - eb.hit) <= 1e-9 && ec.costMs < eb.costMs - 1e-9)) {
+          bi = i;
           ties = 1;
-        } else if (Math.abs(ec.hit - e(b).hit) <= 1e-9 && Math.abs(ec.costMs - e(b).costMs) <= 1e-9 && ctx.rng() * ++ties < 1) b = c;
+        } else if (Math.abs(ec.hit - eb.hit) <= 1e-9 && Math.abs(ec.costMs - eb.costMs) <= 1e-9 && ctx.rng() * ++ties < 1) bi = i;
       }
-      const ea = e(a!);
-      const eb = e(b!);
-      let picked = a!;
+      const a = cs[ai]!;
+      const b = cs[bi]!;
+      const ea = es[ai]!;
+      const eb = es[bi]!;
+      let picked = a;
       let hit = ea.hit;
       let reason: string;
       if (eb.hit > ea.hit + p.minHitGain) {
         const savedMs = p.spillSavedFraction * ea.msPerToken * (eb.cachedTokens - ea.cachedTokens);
         if (eb.costMs <= ea.costMs * (1 + p.spillRelative) + p.spillAbsoluteMs + savedMs) {
-          picked = b!;
+          picked = b;
           hit = eb.hit;
           reason = 'prefix';
         } else reason = 'spill';
