@@ -476,7 +476,7 @@ export const CAPACITY_MIN_SECONDS = 60;
  * the run's last arrival: a closed-loop workload's later turns go on long after its sessions have
  * stopped starting, and a probe whose sessions all start in the first seconds is a ramp up and a
  * drain, never the steady state the other probes reach (multi-turn's 5,000 requests start their
- * sessions within 15 s at its own rate and send their last turns 140 s later). Compared with the
+ * sessions within 15 s at its own rate and send their last turns at 140 s). Compared with the
  * lengthened probes around it, such a probe met the SLO at rates none of them could.
  */
 function lengthens(o: BenchOptions, scale: number, minMs: number): boolean {
