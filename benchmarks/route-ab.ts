@@ -14,6 +14,9 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { estimateTokenizer } from '../src/tokenizer/estimate.js';
+import { seededRng } from '../src/util/rng.js';
+import { routePrompts } from './route-prompts.js';
 
 interface Build {
   WorkerState: typeof import('../src/fleet/worker-state.js').WorkerState;
@@ -68,27 +71,12 @@ const sides = [
   { name: 'baseline', build: await load(resolve(values.baseline, 'dist')) },
   { name: 'this checkout', build: await load(here) },
 ];
-const { estimateTokenizer } = await import('../src/tokenizer/estimate.js');
-const { seededRng } = await import('../src/util/rng.js');
 
 const rng = seededRng(42);
-const WORDS = ['the', 'model', 'cache', 'block', 'prefix', 'route', 'worker', 'token', 'answer', 'system', 'user', 'prompt', 'gateway', 'latency'];
-const words = (n: number, salt: string): string => {
-  const out: string[] = [];
-  for (let i = 0; i < n; i++) out.push(i % 7 === 0 ? `${salt}${i}` : WORDS[Math.floor(rng() * WORDS.length)]!);
-  return out.join(' ');
-};
-/** Text of exactly `tokens` tokens with the estimate tokenizer. */
-const textOf = (tokens: number, salt: string): string => {
-  let t = words(Math.ceil(tokens * 0.5), salt);
-  while (estimateTokenizer.count(t) < tokens) t += ' ' + words(200, salt);
-  return estimateTokenizer.decode(estimateTokenizer.encode(t).slice(0, tokens));
-};
-const systems = Array.from({ length: GROUPS }, (_, g) => textOf(SHARED, `sys${g}x`));
+const promptText = routePrompts(rng, { groups: GROUPS, promptTokens: PROMPT, sharedTokens: SHARED });
 
 const quantile = (a: Float64Array, q: number): number => a[Math.min(a.length - 1, Math.floor(q * a.length))]!;
 
-let unique = 0;
 for (let round = 1; round <= ROUNDS; round++) {
   const runs = sides.map(({ build: b }) => {
     const clock = new b.VirtualClock(0);
@@ -102,7 +90,7 @@ for (let round = 1; round <= ROUNDS; round++) {
     return { b, clock, policy, router, workers, times: new Float64Array(DECISIONS) };
   });
   for (let i = 0; i < WARMUP + DECISIONS; i++) {
-    const text = systems[Math.floor(rng() * GROUPS)]! + ' ' + textOf(PROMPT - SHARED - 1, `u${unique++}q`);
+    const text = promptText();
     const tokens = estimateTokenizer.encode(text).slice(0, PROMPT);
     for (const k of i % 2 === 0 ? [0, 1] : [1, 0]) {
       const s = runs[k]!;

@@ -28,6 +28,7 @@ import { RequestState } from '../src/util/state.js';
 import { setFlagsFromString } from 'node:v8';
 import { PerformanceObserver, performance } from 'node:perf_hooks';
 import { runInNewContext } from 'node:vm';
+import { routePrompts } from './route-prompts.js';
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
@@ -55,28 +56,7 @@ new PerformanceObserver((list) => {
 }).observe({ entryTypes: ['gc'] });
 
 const rng = seededRng(42);
-const WORDS = ['the', 'model', 'cache', 'block', 'prefix', 'route', 'worker', 'token', 'answer', 'system', 'user', 'prompt', 'gateway', 'latency'];
-function words(n: number, salt: string): string {
-  const out: string[] = [];
-  for (let i = 0; i < n; i++) out.push(i % 7 === 0 ? `${salt}${i}` : WORDS[Math.floor(rng() * WORDS.length)]!);
-  return out.join(' ');
-}
-
-/** Text of exactly `tokens` tokens with the estimate tokenizer (cut on a token boundary). */
-function textOf(tokens: number, salt: string): string {
-  let t = words(Math.ceil(tokens * 0.5), salt);
-  while (estimateTokenizer.count(t) < tokens) t += ' ' + words(200, salt);
-  return estimateTokenizer.decode(estimateTokenizer.encode(t).slice(0, tokens));
-}
-
-const systems = Array.from({ length: GROUPS }, (_, g) => textOf(SHARED, `sys${g}x`));
-let uniq = 0;
-function promptText(): string {
-  const g = Math.floor(rng() * GROUPS);
-  // The unique part starts with a space-led word, so the shared part tokenizes the same in every
-  // prompt of the group.
-  return systems[g]! + ' ' + textOf(PROMPT - SHARED - 1, `u${uniq++}q`);
-}
+const promptText = routePrompts(rng, { groups: GROUPS, promptTokens: PROMPT, sharedTokens: SHARED });
 
 function quantile(sorted: Float64Array, q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
