@@ -309,6 +309,17 @@ export class PrefixIndex {
     return this.slots.get(id)?.slot ?? NIL;
   }
 
+  /**
+   * Register `id` if new and there is room (else −1), or keep its capacity in step: its slot. One
+   * lookup where hasWorker, setCapacity and slotOf make three (once per candidate per decision).
+   */
+  track(id: string, capacityBlocks: number): number {
+    const w = this.slots.get(id);
+    if (w === undefined) return this.slots.size < this.maxWorkers ? this.addWorker(id, capacityBlocks) : NIL;
+    if (this.wCap[w.slot] !== Math.max(1, Math.floor(capacityBlocks * this.capacityFactor))) this.setCapacity(id, capacityBlocks);
+    return w.slot;
+  }
+
   /** Update a worker's capacity (numGpuBlocks); shrinking evicts its oldest blocks. */
   setCapacity(id: string, capacityBlocks: number): void {
     this.flush();

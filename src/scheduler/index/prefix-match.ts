@@ -50,13 +50,12 @@ export class PrefixMatcher {
   }
 
   /**
-   * Register `w` if new and keep its capacity in step with what it reports. A worker the index
-   * has no room for is simply not tracked: it matches nothing, which routing tolerates.
+   * Register `w` if new and keep its capacity in step with what it reports; its slot in the
+   * index. A worker the index has no room for is simply not tracked (slot −1): it matches nothing,
+   * which routing tolerates.
    */
-  track(w: WorkerState): void {
-    const cap = this.fixedCapacity ?? w.numGpuBlocks;
-    if (this.index.hasWorker(w.id)) this.index.setCapacity(w.id, cap);
-    else if (this.index.workerCount < this.index.maxWorkers) this.index.addWorker(w.id, cap);
+  track(w: WorkerState): number {
+    return this.index.track(w.id, this.fixedCapacity ?? w.numGpuBlocks);
   }
 
   /** The prompt's block hashes at `w`'s block size (lazy, kept in the request's state). */
@@ -91,7 +90,6 @@ export class PrefixMatcher {
     // Group by block size; a pool normally has one.
     const groups = new Map<number, WorkerState[]>();
     for (const w of missing) {
-      this.track(w);
       const bs = this.blockSizeOf(w);
       const g = groups.get(bs);
       if (g) g.push(w);
@@ -99,7 +97,7 @@ export class PrefixMatcher {
     }
     for (const [bs, ws] of groups) {
       const hashes = promptBlocks(req.state, req.promptTokens, bs, this.seed);
-      const slots = ws.map((w) => this.index.slotOf(w.id));
+      const slots = ws.map((w) => this.track(w));
       const out = new Int32Array(ws.length);
       this.index.matchSlots(hashes, slots, out, ctx.now);
       const usable = Math.max(0, Math.floor((req.promptTokens.length - 1) / bs));

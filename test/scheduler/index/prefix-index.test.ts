@@ -300,3 +300,21 @@ test('matches equal a block-by-block walk under random traffic, capacity evictio
   }
   assert.ok(checked > 400);
 });
+
+test('track registers a worker, keeps its capacity in step and gives its slot; −1 once the index is full', () => {
+  const idx = new PrefixIndex({ maxWorkers: 2 });
+  const a = idx.track('a', 8);
+  assert.equal(a, idx.slotOf('a'));
+  assert.equal(idx.track('a', 8), a);
+  const p = hashes(seq(1, 6 * BS));
+  idx.insert('a', p, 'routed', 0);
+  assert.equal(idx.blockCount('a'), 6);
+  // A smaller capacity reported later evicts, as setCapacity does.
+  assert.equal(idx.track('a', 4), a);
+  assert.equal(idx.blockCount('a'), 4);
+  assert.equal(idx.workerStatus('a')!.capacity, 4);
+  const b = idx.track('b', 8);
+  assert.notEqual(b, a);
+  assert.equal(idx.track('c', 8), -1);
+  assert.equal(idx.hasWorker('c'), false);
+});
