@@ -65,6 +65,12 @@ const workerInPool = z.strictObject({
   id: z.string().min(1).optional(),
   numGpuBlocks: z.int().positive().optional(),
   blockSize: z.int().positive().optional(),
+  /**
+   * The worker's kind of hardware, in a pool that mixes kinds (e.g. `h100`, `a100`): the kvgate
+   * policy learns prefill and decode speed per kind. Any label; workers without one share the
+   * pool's.
+   */
+  hardware: z.string().min(1).max(64).optional(),
   kvEvents: kvEvents.optional(),
   ...upstreamAuth,
 });
@@ -722,6 +728,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
         model: p.model,
         numGpuBlocks: w.numGpuBlocks,
         blockSize: w.blockSize,
+        ...(w.hardware !== undefined ? { hardware: w.hardware } : {}),
         upstreamHeaders: headersOf(w, p, ['pools', pi, 'workers', j], ['pools', pi]),
       });
     });
@@ -736,6 +743,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
       model: w.model,
       numGpuBlocks: w.numGpuBlocks,
       blockSize: w.blockSize,
+      ...(w.hardware !== undefined ? { hardware: w.hardware } : {}),
       upstreamHeaders: headersOf(w, undefined, ['workers', i], undefined),
     });
   });

@@ -128,6 +128,7 @@ export class WorkerRegistry {
       url: w.url,
       pool: w.pool,
       model: w.model,
+      hardware: w.hardware,
       healthy: w.healthy,
       circuitOpen: w.circuitOpen,
       suspected: w.suspected,

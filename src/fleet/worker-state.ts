@@ -62,6 +62,11 @@ export interface WorkerIdentity {
   blockSize?: number;
   /** Headers sent with every request to the worker (its --api-key as `authorization`), lower-case names. */
   upstreamHeaders?: Record<string, string>;
+  /**
+   * The worker's kind of hardware (`h100`, `a100-tp2`…), where a pool mixes kinds: workers of one
+   * kind share what a policy learns of their speed (WorkerState.speedClass).
+   */
+  hardware?: string;
 }
 
 /** Capacity assumed for a worker that has not said (llm-d's fallback, vLLM's block size). */
@@ -73,6 +78,14 @@ export class WorkerState {
   readonly url: string;
   readonly pool: string;
   readonly model: string;
+  /** The worker's declared kind of hardware, or null (the pool's workers are alike). */
+  readonly hardware: string | null;
+  /**
+   * What the worker shares its learned speed with: its pool, or its pool's workers of the same
+   * declared hardware. A policy learns prefill and decode speed per speed class, not per worker
+   * (see KvgatePolicy.prefillRate for why), so a pool of two GPU generations needs the label.
+   */
+  readonly speedClass: string;
   /** Headers sent with every request to the worker (credentials); never shown in /admin/workers. */
   readonly upstreamHeaders: Readonly<Record<string, string>>;
 
@@ -125,6 +138,8 @@ export class WorkerState {
     this.url = identity.url;
     this.pool = identity.pool;
     this.model = identity.model;
+    this.hardware = identity.hardware ?? null;
+    this.speedClass = this.hardware === null ? this.pool : `${this.pool}\u0000${this.hardware}`;
     this.upstreamHeaders = identity.upstreamHeaders ?? {};
     this.configuredBlocks = identity.numGpuBlocks;
     this.configuredBlockSize = identity.blockSize;

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { ConfigError, DEFAULT_POLICY_NAME, loadConfigFile, parseConfig } from '../../src/config.js';
+import { WorkerRegistry } from '../../src/fleet/registry.js';
 import { createGateway } from '../../src/gateway/gateway.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 
@@ -172,4 +173,24 @@ test('the response cache: defaults, tenant overrides, and Redis settings checked
   assert.match(problems({ ...base, cache: { redis: { keyPrefix: 'a*' } } })[0]!, /^cache\.redis\.keyPrefix: must not contain/);
   assert.match(problems({ ...base, cache: { ttlMs: 0 } })[0]!, /^cache\.ttlMs: /);
   assert.match(problems({ ...base, tenants: [{ id: 'a', keys: [{ value: 'sk-abcdefgh' }], cache: { ttl: 5 } }] })[0]!, /^tenants\[0\]\.cache: Unrecognized key/);
+});
+
+test('a worker may declare its hardware: it reaches the worker’s state, its speed class and /admin/workers', () => {
+  const c = parseConfig({
+    pools: [{ name: 'target', model: 'm', workers: [{ url: 'http://127.0.0.1:8000', id: 'fast', hardware: 'h100' }, { url: 'http://127.0.0.1:8001', id: 'plain' }] }],
+    workers: [{ url: 'http://127.0.0.1:8002', id: 'slow', model: 'm', pool: 'target', hardware: 'a10g' }],
+  });
+  assert.equal(c.workers.find((w) => w.id === 'fast')?.hardware, 'h100');
+  assert.equal(c.workers.find((w) => w.id === 'slow')?.hardware, 'a10g');
+  assert.ok(!('hardware' in c.workers.find((w) => w.id === 'plain')!));
+  const reg = new WorkerRegistry(c.workers, { staleAfterMs: 5000, now: () => 0, breaker: { failuresToOpen: 5, coolDownMs: 60_000 } });
+  const [fast, plain, slow] = ['fast', 'plain', 'slow'].map((id) => reg.get(id)!);
+  assert.equal(reg.describe(fast!).hardware, 'h100');
+  assert.equal(reg.describe(plain!).hardware, null);
+  assert.equal(plain!.speedClass, 'target');
+  assert.notEqual(fast!.speedClass, slow!.speedClass);
+  assert.notEqual(fast!.speedClass, plain!.speedClass);
+  assert.deepEqual(problems({ pools: [{ name: 'p', model: 'm', workers: [{ url: 'http://127.0.0.1:8000', hardware: '' }] }] }), [
+    'pools[0].workers[0].hardware: Too small: expected string to have >=1 characters',
+  ]);
 });

@@ -18,9 +18,10 @@
  * and never stale; waiting/running come from the snapshot moved forward by this gateway's own
  * dispatches, first tokens and completions since (WorkerState.currentQueue), or from the
  * gateway's in-flight count once the snapshot is stale (say so, never fail closed). The prefill
- * rate is configured per deployment and, by default, learned per pool from observed first tokens
- * (onFirstToken); so is the decode speed (decodeStepMs and decodeMsPer1kContext are an H100's
- * figures, scaled per pool by what its answers decoded alone show: learnDecodeSpeed).
+ * rate is configured per deployment and, by default, learned per speed class (a pool, or its
+ * workers of one declared `hardware`) from observed first tokens (onFirstToken); so is the decode
+ * speed (decodeStepMs and decodeMsPer1kContext are an H100's figures, scaled per speed class by
+ * what its answers decoded alone show: learnDecodeSpeed).
  *
  * The cost is decode-aware: the N requests batched at the worker, with C context tokens between
  * them (the gateway's in-flight accounting), get this request's uncached prefill chunks in their
@@ -109,13 +110,13 @@ export const kvgateOptions = z.strictObject({
     "prefill throughput assumed per worker, tokens/s (kvgate: until it has learned its pool's)",
     { min: 1 },
   ),
-  learnPrefillRate: booleanKnob(true, "learn each pool's prefill rate from its workers' observed first tokens"),
+  learnPrefillRate: booleanKnob(true, "learn each pool's prefill rate (per declared hardware where its workers name one) from observed first tokens"),
   learnAlpha: numberKnob(0.2, 'weight of a new observation in the learned rate'),
   // decodeStepMs and decodeMsPer1kContext are one GPU's figures (an H100's); both are memory
   // reads, so on other hardware both scale with the bandwidth. Learned from streamed answers.
   learnDecodeSpeed: booleanKnob(
     true,
-    "scale decodeStepMs and decodeMsPer1kContext by how fast each pool's workers are seen to decode (the low end of its answers' TPOT against the two)",
+    "scale decodeStepMs and decodeMsPer1kContext by how fast each pool's workers (per declared hardware) are seen to decode (the low end of its answers' TPOT against the two)",
   ),
   learnMinTokens: numberKnob(256, 'learn only from requests with at least this many tokens to prefill'),
   learnOutputLength: booleanKnob(
@@ -230,14 +231,14 @@ const CONTEXT_AT_FIRST_TOKEN = stateKey<number>('kvgate.context-at-first-token')
  * beside the answer's decode, and its TPOT is the decode alone.
  */
 const DECODE_ALONE_FROM = stateKey<number>('kvgate.decode-alone-from');
-/** Finished answers whose decode speed each pool keeps (learnDecodeSpeed). */
+/** Finished answers whose decode speed each speed class keeps (learnDecodeSpeed). */
 const DECODE_WINDOW = 128;
 /** Answers seen in a pool before its decode speed is used instead of the configured one. */
 const DECODE_MIN_SAMPLES = 32;
 /** Answers shorter than this say more about the prefills they waited behind than about decoding. */
 const DECODE_MIN_OUTPUT = 4;
 /**
- * The quantile of observed / configured TPOT taken as the pool's speed: the answers learned from
+ * The quantile of observed / configured TPOT taken as the speed class's speed: the answers learned from
  * had no prefill of this gateway's beside them, but other gateways' may have stalled some, and a
  * stall only adds, so the lower quartile rather than the median.
  */
@@ -259,8 +260,8 @@ export class KvgatePolicy implements Policy {
   readonly matcher: PrefixMatcher;
   readonly prefixIndex: PrefixIndex;
   /**
-   * Learned prefill throughput per pool, tokens/s: one rate for the pool's workers (same model,
-   * same kind of hardware), learned from the first tokens of all of them.
+   * Learned prefill throughput per speed class (WorkerState.speedClass), tokens/s: one rate for
+   * the pool's workers of one kind of hardware, learned from the first tokens of all of them.
    */
   readonly prefillRates = new Map<string, number>();
   /** Answer lengths learned from finished requests (used while `learnOutputLength`). */
@@ -389,18 +390,19 @@ export class KvgatePolicy implements Policy {
     return {
       kvgate: {
         prefillTokensPerSec: Math.round(this.prefillRate(w)),
-        prefillRateLearned: this.prefillRates.has(w.pool),
+        prefillRateLearned: this.prefillRates.has(w.speedClass),
         decodeStepMs: Math.round(this.params.decodeStepMs * this.decodeScale(w) * 100) / 100,
-        decodeSpeedLearned: this.params.learnDecodeSpeed && this.decodeScales.has(w.pool),
+        decodeSpeedLearned: this.params.learnDecodeSpeed && this.decodeScales.has(w.speedClass),
         outputLength: this.params.learnOutputLength ? this.outputLength.describe() : null,
       },
     };
   }
 
   /**
-   * The prefill rate assumed for the worker: its pool's learned rate, else the configured rate.
+   * The prefill rate assumed for the worker: its speed class's learned rate (its pool's, or its
+   * pool's workers of the same declared hardware), else the configured rate.
    *
-   * Learned per pool, not per worker. What a first token measures, (ahead + uncached) / elapsed,
+   * Learned per speed class, not per worker. What a first token measures, (ahead + uncached) / elapsed,
    * is not the worker's throughput alone: it depends on how the worker was loaded, which is the
    * policy's own doing. A worker sent a burst has its queued prefills batched into one step and
    * measures a high rate; one sent a lone request with a short uncached suffix measures the steps
@@ -408,11 +410,14 @@ export class KvgatePolicy implements Policy {
    * (0.015 against 0.06–0.1 ms per token on shared-prefix), and the fast-looking one drew every
    * request, since its rate divides the prefill time and the stall it puts in the batch — the
    * burst that kept its rate high: TTFT p99 164 ms at 16 workers, 69 ms with one rate per pool
-   * (exact engine state: 73). The hardware is the pool's; how loaded each worker is, is the
-   * queue and batch terms' business.
+   * (exact engine state: 73). The hardware is the speed class's; how loaded each worker is, is
+   * the queue and batch terms' business. A pool that mixes hardware without saying so learns one
+   * rate for all of it, and sends its slow workers more than they can serve: on 4 H100 and 4
+   * A10G workers (shared-prefix), kvgate then carried a quarter of llm-d's traffic at the SLO,
+   * where with the workers labelled it carried … (README, "A mixed fleet").
    */
   prefillRate(w: WorkerState): number {
-    return this.prefillRates.get(w.pool) ?? this.params.prefillTokensPerSec;
+    return this.prefillRates.get(w.speedClass) ?? this.params.prefillTokensPerSec;
   }
 
   /**
@@ -434,7 +439,7 @@ export class KvgatePolicy implements Policy {
    * pool decodes: learned (learnDecodeSpeed), else 1 (also once a reload turns the learning off).
    */
   decodeScale(w: WorkerState): number {
-    return this.params.learnDecodeSpeed ? (this.decodeScales.get(w.pool) ?? 1) : 1;
+    return this.params.learnDecodeSpeed ? (this.decodeScales.get(w.speedClass) ?? 1) : 1;
   }
 
   private recordTpot(workerId: string, tpot: number): void {
@@ -456,7 +461,7 @@ export class KvgatePolicy implements Policy {
   }
 
   /**
-   * Learn the pool's decode speed from an answer's TPOT: against what the configured step and KV
+   * Learn the speed class's decode speed from an answer's TPOT: against what the configured step and KV
    * read predict for the batch it decoded in (its context at the first token and at the end,
    * averaged). Only answers decoded with no prefill beside them are learned from: a prefill chunk
    * makes its step several times a decode step, and a pool under steady load would otherwise
@@ -467,11 +472,11 @@ export class KvgatePolicy implements Policy {
   private learnDecodeSpeed(w: WorkerState, tpotMs: number, contextTokens: number): void {
     const predicted = this.params.decodeStepMs + (this.params.decodeMsPer1kContext / 1000) * contextTokens;
     if (!(predicted > 0) || !(tpotMs > 0)) return;
-    let r = this.decodeRatios.get(w.pool);
-    if (!r) this.decodeRatios.set(w.pool, (r = new RecentWindow(DECODE_WINDOW)));
+    let r = this.decodeRatios.get(w.speedClass);
+    if (!r) this.decodeRatios.set(w.speedClass, (r = new RecentWindow(DECODE_WINDOW)));
     r.push(tpotMs / predicted);
     if (r.size < DECODE_MIN_SAMPLES) return;
-    this.decodeScales.set(w.pool, Math.min(DECODE_SCALE_MAX, Math.max(DECODE_SCALE_MIN, r.quantile(DECODE_QUANTILE))));
+    this.decodeScales.set(w.speedClass, Math.min(DECODE_SCALE_MAX, Math.max(DECODE_SCALE_MIN, r.quantile(DECODE_QUANTILE))));
   }
 
   /** TPOTs of the requests that recently finished at `workerId`, ascending. */
@@ -518,7 +523,7 @@ export class KvgatePolicy implements Policy {
     if (this.params.stallModel !== 'linear') insertSorted(b.outputs, out);
   }
 
-  /** Confirm the prediction and learn the pool's prefill rate from the time to first token. */
+  /** Confirm the prediction and learn the speed class's prefill rate from the time to first token. */
   onFirstToken(req: RouteRequest, w: WorkerState, ctx: RoutingContext): void {
     this.matcher.confirm(req, w, ctx.now);
     req.state.set(CONFIRMED, true);
@@ -540,7 +545,7 @@ export class KvgatePolicy implements Policy {
     const base = this.params.prefillTokensPerSec;
     const clamped = Math.min(base * 10, Math.max(base / 10, observed));
     const prev = this.prefillRate(w);
-    this.prefillRates.set(w.pool, prev + this.params.learnAlpha * (clamped - prev));
+    this.prefillRates.set(w.speedClass, prev + this.params.learnAlpha * (clamped - prev));
   }
 
   onComplete(req: RouteRequest, w: WorkerState, ok: boolean, ctx: RoutingContext, outputTokens?: number): void {

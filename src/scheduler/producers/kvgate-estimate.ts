@@ -102,7 +102,7 @@
  * bound (requests seldom all reach their end at once), so its weight is below one; see the
  * policy's preemptionWeight. The prefill rate is the
  * one learned from first tokens; k and decodeStepMs are configured (KV bytes per token and weight
- * bytes over memory bandwidth) and scaled per pool by how fast its workers are seen to decode
+ * bytes over memory bandwidth) and scaled per speed class by how fast its workers are seen to decode
  * (decodeScale: the policy's learnDecodeSpeed).
  *
  * waiting/running come from the last snapshot moved forward by this gateway's dispatches, first
