@@ -72,7 +72,7 @@ export function renderReport(r: BenchResults, curves: readonly RunCurves[]): str
   parts.push(`<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>kvgate bench — ${esc(r.trace)}</title><style>${CSS}</style></head><body>`);
   parts.push(`<h1>kvgate bench — ${esc(r.trace)}</h1>`);
   parts.push(
-    `<div class="meta">${r.workers} × ${esc(r.gpu)}${r.tp > 1 ? ` (tp ${r.tp})` : ''}, ${esc(r.model)}, seed ${r.seed}` +
+    `<div class="meta">${r.gpu.includes(':') ? `${r.workers} workers (${esc(r.gpu)})` : `${r.workers} × ${esc(r.gpu)}`}${r.tp > 1 ? ` (tp ${r.tp})` : ''}, ${esc(r.model)}, seed ${r.seed}` +
       `${r.rate_scale !== 1 ? `, arrival rate × ${r.rate_scale}` : ''}${r.limit !== null ? `, limit ${r.limit}` : ''}` +
       `${r.skipped_rows > 0 ? `, ${r.skipped_rows} malformed rows skipped` : ''}, $${r.gpu_hour_cost.toFixed(2)}/GPU-hour` +
       `${slo ? `, goodput SLO: ${esc(slo)}` : ''}. Simulated in virtual time; latencies are modelled, not measured.</div>`,

@@ -16,6 +16,7 @@ import { mix32 } from '../workload/tokens.js';
 import { CAPACITY_DEFAULTS, capacityRatios, searchCapacity, type CapacityProbe, type CapacityRatios, type CapacityResult } from './capacity.js';
 import { idealHitRate } from './ideal-hit.js';
 import { workBound, type WorkBound } from './work-bound.js';
+import { gpuMixLabel, meanHourCost, parseGpuMix, workerGpus } from './gpu-mix.js';
 import { RooflineTimeModel } from '../engine/time-model.js';
 import { attainmentByPrompt, attainmentOf, distribution, sloOf, summarize, worstBandAttainment, type BandAttainment, type Dist, type PolicySummary } from './metrics.js';
 import { VirtualClock } from '../util/clock.js';
@@ -32,7 +33,13 @@ export interface BenchOptions {
   source: BenchSource;
   policies: string[];
   workers: number;
+  /** One GPU kind (`h100`) or a mix (`h100:4,a100:4`, whose counts add up to `workers`): gpu-mix.ts. */
   gpu: string;
+  /**
+   * A mixed fleet's workers declare their GPU as their `hardware` (default true), as an operator
+   * of a mixed pool would label them; false shows what a policy does with the pool unlabelled.
+   */
+  gpuLabels?: boolean;
   model: string;
   tp?: number;
   seed: number;
@@ -123,6 +130,8 @@ export interface BenchOptions {
 
 export interface WorkerSummary {
   id: string;
+  /** The worker's GPU (its kind in a mixed fleet). */
+  gpu: string;
   routed: number;
   preemptions: number;
   /** Of those, requests preempted while still prefilling their prompt. */
@@ -197,6 +206,8 @@ export interface BenchResults {
   source_params: Record<string, number | string> | null;
   workers: number;
   gpu: string;
+  /** A mixed fleet: whether its workers declared their GPU (BenchOptions.gpuLabels); else null. */
+  gpu_labels: boolean | null;
   model: string;
   tp: number;
   seed: number;
@@ -388,6 +399,10 @@ export function downsample(series: readonly number[], max: number): { factor: nu
 interface RunContext {
   o: BenchOptions;
   engineConfig: EngineConfig;
+  /** A mixed fleet's engine per worker (gpu-mix.ts), else undefined. */
+  engineConfigs: EngineConfig[] | undefined;
+  /** A mixed fleet's workers' declared hardware (their GPUs), unless gpuLabels is false. */
+  hardware: string[] | undefined;
   /** The draft pool's engines (with --spec-mode). */
   draftEngine: EngineConfig | null;
 }
@@ -443,6 +458,8 @@ async function runFleet(
     cache: withCache ? simCache(o.cache!) : undefined,
     workers: o.workers,
     engineConfig: ctx.engineConfig,
+    engineConfigs: ctx.engineConfigs,
+    hardware: ctx.hardware,
     policy,
     replicas,
     seed: o.seed,
@@ -504,7 +521,10 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
   const rateScale = o.rateScale ?? 1;
   if (!(rateScale > 0) || !Number.isFinite(rateScale)) throw new Error(`rate scale must be a positive number, got ${rateScale}`);
   const tp = o.tp ?? 1;
-  const gpuHourCost = o.gpuHourCost ?? GPU_HOUR_COST[o.gpu.toLowerCase()] ?? 0;
+  const mix = parseGpuMix(o.gpu, o.workers);
+  const mixed = mix.length > 1;
+  if (mixed && o.speculative) throw new Error('the speculative cascade is not simulated on a mixed fleet');
+  const gpuHourCost = o.gpuHourCost ?? meanHourCost(mix, (g) => GPU_HOUR_COST[g] ?? 0);
   const summaryOpts = {
     tp,
     gpuHourCost,
@@ -525,23 +545,24 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       }
     : null;
   if (cap && !hasSlo(slo)) throw new Error('the capacity search needs an SLO (TTFT and/or TPOT)');
-  const engineConfig = buildEngineConfig({
-    gpu: o.gpu,
-    model: o.model,
-    tp,
-    hashSeed: mix32(o.seed, 0x4b56),
-    emitTokens: false,
-    kvEvents: false,
-  });
+  const engineOf = (gpu: string): EngineConfig =>
+    buildEngineConfig({ gpu, model: o.model, tp, hashSeed: mix32(o.seed, 0x4b56), emitTokens: false, kvEvents: false });
+  const engineConfig = engineOf(mix[0]!.gpu);
+  const byGpu = new Map(mix.map((s) => [s.gpu, engineOf(s.gpu)]));
+  const engineConfigs = mixed ? workerGpus(mix).map((g) => byGpu.get(g)!) : undefined;
   if (o.speculative && o.cache) throw new Error('the speculative cascade is not simulated with the response cache');
   // The work bound of the requests a probe at `scale` replays (a longer probe's later requests can
   // reuse more of the earlier ones' prefixes, so each probe length has its own).
+  // A mixed fleet has no bound of this kind: each request's least GPU time depends on the kind it
+  // runs on, and the best split of the work between kinds is a problem of its own.
   const boundAt = (scale: number, minMs: number): WorkBound | null => {
     const tm = engineConfig.timeModel;
+    if (mixed) return null;
     return tm instanceof RooflineTimeModel ? workBound(expandSessions(benchRequests(o.source, o.limit, scale, {}, minMs)), tm, o.workers, engineConfig.blockSize) : null;
   };
   const rps = (b: WorkBound | null): number | null => (b ? Math.round(b.requestsPerS * 1000) / 1000 : null);
-  const ctx: RunContext = { o, engineConfig, draftEngine: o.speculative ? draftEngineConfig(o.speculative, mix32(o.seed, 0x4b57)) : null };
+  const hardware = mixed && o.gpuLabels !== false ? workerGpus(mix) : undefined;
+  const ctx: RunContext = { o, engineConfig, engineConfigs, hardware, draftEngine: o.speculative ? draftEngineConfig(o.speculative, mix32(o.seed, 0x4b57)) : null };
   const policies: PolicyResult[] = [];
   const curves: RunCurves[] = [];
   for (const name of o.policies) {
@@ -571,7 +592,8 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       ttft[i] = c.firstToken[i]! - c.arrival[i]!;
       e2e[i] = c.finish[i]! - c.arrival[i]!;
     }
-    const workers: WorkerSummary[] = sim.workers.map((w) => {
+    const gpus = workerGpus(mix.length > 1 ? mix : [{ gpu: mix[0]!.gpu, count: sim.workers.length }]);
+    const workers: WorkerSummary[] = sim.workers.map((w, i) => {
       let sum = 0;
       let max = 0;
       for (const u of w.kvUsage) {
@@ -580,6 +602,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       }
       return {
         id: w.id,
+        gpu: gpus[i]!,
         routed: w.routed,
         preemptions: w.preemptions,
         preemptions_in_prefill: w.prefillPreemptions,
@@ -662,7 +685,8 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       trace: o.source.name,
       source_params: o.source.params ?? null,
       workers: o.workers,
-      gpu: o.gpu,
+      gpu: gpuMixLabel(mix),
+      gpu_labels: mixed ? o.gpuLabels !== false : null,
       model: o.model,
       tp,
       seed: o.seed,

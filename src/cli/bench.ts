@@ -11,6 +11,7 @@ import { loadTrace, TRACE_FORMATS, TraceError, type AzureOptions, type TraceForm
 import { createProgressBar, type ProgressBar } from '../bench/progress.js';
 import { renderReport } from '../bench/report.js';
 import { checkPolicies, GPU_HOUR_COST, runBench } from '../bench/run.js';
+import { gpuMixLabel, parseGpuMix, type GpuShare } from '../bench/gpu-mix.js';
 import { describeSlo } from '../bench/slo.js';
 import { parseAcceptance, parseAcceptanceByTenant, parseAcceptanceShift, parseSpecMode, specModeName, type BenchSpecOptions, type SpecAcceptance } from '../bench/spec.js';
 import { bandLines, cacheLines, isolationLines, priorityLines, specLines, summaryTable } from '../bench/table.js';
@@ -44,8 +45,12 @@ Source (one of):
   --skip-bad              skip and count malformed trace rows instead of failing
 
 Fleet:
-  --workers N             simulated workers (default 8)
+  --workers N             simulated workers (default 8; with a GPU mix, its total)
   --gpu NAME              GPU profile: ${listGpus().map((g) => g.name).join(', ')} (default h100)
+  --gpu NAME:N,NAME:N     a mixed fleet, e.g. h100:4,a100:4 (workers interleaved by kind; the
+                          GPU-hour cost is the mix's mean; no work bound is computed for it)
+  --gpu-labels on|off     a mixed fleet's workers declare their GPU as their \`hardware\`, as an
+                          operator labels a mixed pool (default on; off: one unlabelled pool)
   --model NAME            model profile: ${listModels().map((m) => m.name).join(', ')} (default llama-3.1-8b)
   --tp N                  tensor-parallel GPUs per worker (default 1)
 
@@ -234,6 +239,7 @@ const OPTIONS = {
   'skip-bad': { type: 'boolean' },
   workers: { type: 'string' },
   gpu: { type: 'string' },
+  'gpu-labels': { type: 'string' },
   model: { type: 'string' },
   tp: { type: 'string' },
   policy: { type: 'string' },
@@ -478,8 +484,19 @@ export async function run(argv: string[]): Promise<number> {
     } catch (e) {
       throw new UsageError((e as Error).message);
     }
-    const gpu = (v.gpu ?? 'h100').toLowerCase();
-    if (!listGpus().some((g) => g.name === gpu)) throw new UsageError(`unknown GPU '${v.gpu}' (known: ${listGpus().map((g) => g.name).join(', ')})`);
+    const workersFlag = intFlag(v.workers, 'workers', 1);
+    let gpuMix: GpuShare[];
+    try {
+      gpuMix = parseGpuMix(v.gpu ?? 'h100', workersFlag ?? (v.gpu?.includes(':') ? undefined : 8));
+    } catch (e) {
+      throw new UsageError(`--gpu: ${(e as Error).message}`);
+    }
+    const gpu = gpuMixLabel(gpuMix);
+    const gl = v['gpu-labels'];
+    if (gl !== undefined && gl !== 'on' && gl !== 'off') throw new UsageError(`--gpu-labels must be on or off, got '${gl}'`);
+    if (gl !== undefined && gpuMix.length < 2) throw new UsageError('--gpu-labels applies to a mixed fleet (--gpu NAME:COUNT,…) only');
+    const gpuLabels = gl !== 'off';
+    const workers = gpuMix.reduce((a, s) => a + s.count, 0);
     const model = v.model ?? 'llama-3.1-8b';
     const capacity = v.capacity === true;
     for (const f of ['attainment', 'min-band-attainment', 'max-probes', 'capacity-seconds'] as const) {
@@ -561,6 +578,7 @@ export async function run(argv: string[]): Promise<number> {
     if (sl !== undefined && rs !== 'on') throw new UsageError('--share-load applies to --replica-sharing on only');
     if (replicaCount !== undefined && replicaCount > 1 && admissionOn) throw new UsageError('--replicas above 1 is not simulated with --admission on');
     const speculative = parseSpecFlags(v);
+    if (speculative && gpuMix.length > 1) throw new UsageError('--spec-mode is not simulated on a mixed fleet (--gpu NAME:COUNT,…)');
     if (speculative && cacheOn) throw new UsageError('--spec-mode is not simulated with --cache on');
     opts = {
       source,
@@ -568,8 +586,9 @@ export async function run(argv: string[]): Promise<number> {
       cache: cacheOn ? { ttlMs: cacheTtlMs, maxBytes: cacheMaxBytes } : undefined,
       isolation: iso === 'tenant' ? { tenants } : undefined,
       ...(iso !== 'tenant' && tenants !== undefined ? { tenants } : {}),
-      workers: intFlag(v.workers, 'workers', 1) ?? 8,
+      workers,
       gpu,
+      gpuLabels,
       model,
       tp: intFlag(v.tp, 'tp', 1) ?? 1,
       seed,
@@ -616,7 +635,7 @@ export async function run(argv: string[]): Promise<number> {
   }
   if (!quiet) {
     process.stdout.write(
-      `kvgate bench: ${source.name}, ${opts.workers}× ${opts.gpu}${(opts.tp ?? 1) > 1 ? ` tp${opts.tp}` : ''} ${opts.model}, seed ${opts.seed}` +
+      `kvgate bench: ${source.name}, ${opts.gpu.includes(':') ? `${opts.workers} workers (${opts.gpu})` : `${opts.workers}× ${opts.gpu}`}${(opts.tp ?? 1) > 1 ? ` tp${opts.tp}` : ''} ${opts.model}, seed ${opts.seed}` +
         `${opts.rateScale !== 1 ? `, rate ×${opts.rateScale}` : ''}${opts.limit ? `, limit ${opts.limit}` : ''}` +
         `${opts.replicas ? `, ${opts.replicas.count} replica(s), sharing ${opts.replicas.sharing ? `on (${opts.replicas.sharingDelayMs} ms${opts.replicas.shareLoad ? ', load too' : ''})` : 'off'}` : ''}` +
         `${opts.speculative ? `, speculation ${specModeName(opts.speculative.mode)} with ${opts.speculative.draftWorkers}× ${opts.speculative.draftGpu} ${opts.speculative.draftModel} ${opts.speculative.draftQuant} draft(s)` : ''}\n`,

@@ -104,6 +104,17 @@ export interface FleetSimOptions {
    * the policy declares usesKvEvents (and keeps a prefix index).
    */
   engineConfig: EngineConfig;
+  /**
+   * A mixed fleet: worker i's engine is built from `engineConfigs[i]` (one per worker, each with
+   * its own GPU's time model and KV capacity), `engineConfig` giving only what all must share
+   * (block size, model length). Absent, every worker is `engineConfig`.
+   */
+  engineConfigs?: readonly EngineConfig[];
+  /**
+   * Each worker's declared hardware (WorkerIdentity.hardware), as an operator labels a mixed pool;
+   * absent, no worker declares any (one speed class for the fleet).
+   */
+  hardware?: readonly string[];
   /** A fresh policy instance (policies may keep state). */
   policy: Policy;
   seed: number;
@@ -333,8 +344,21 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   const staleAfterMs = opts.staleAfterMs ?? Math.max(5000, 5 * scrapeMs);
   const usesEvents = opts.policy.usesKvEvents === true && opts.policy.prefixIndex !== undefined;
   const cfg: EngineConfig = { ...opts.engineConfig, emitTokens: false, kvEvents: usesEvents };
-  const engines: Engine[] = [];
-  for (let i = 0; i < n; i++) engines.push(new Engine(cfg));
+  if (opts.engineConfigs !== undefined && opts.engineConfigs.length !== n) {
+    throw new Error(`engineConfigs has ${opts.engineConfigs.length} entries for ${n} workers`);
+  }
+  /** Each worker's engine configuration (all `cfg` unless the fleet is mixed). */
+  const cfgs: EngineConfig[] = [];
+  for (let i = 0; i < n; i++) {
+    const own = opts.engineConfigs?.[i];
+    if (own !== undefined && (own.blockSize !== cfg.blockSize || own.maxModelLen !== cfg.maxModelLen)) {
+      throw new Error(`worker ${i}'s engine differs from the fleet's in block size or model length`);
+    }
+    cfgs.push(own === undefined ? cfg : { ...own, emitTokens: false, kvEvents: usesEvents });
+  }
+  const engines: Engine[] = cfgs.map((c) => new Engine(c));
+  /** KV capacity by worker id (sharing between replicas registers a worker with its own). */
+  const blocksOf = new Map(cfgs.map((c, i) => [`w${i}`, c.numGpuBlocks]));
   const declaredMax = (req: BenchRequest): number => declaredMaxTokens(req, cfg.maxModelLen);
   /** One gateway replica: its router and policy, its own WorkerStates, its KV-event mappers. */
   interface Replica {
@@ -355,8 +379,9 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
         url: `sim://w${i}`,
         pool: 'default',
         model,
-        numGpuBlocks: cfg.numGpuBlocks,
+        numGpuBlocks: cfgs[i]!.numGpuBlocks,
         blockSize: cfg.blockSize,
+        ...(opts.hardware?.[i] !== undefined ? { hardware: opts.hardware[i] } : {}),
       });
       // The engine implements OracleProbe; only a policy that declares usesOracle (`oracle`,
       // `oracle-greedy`) is given the live view.
@@ -366,7 +391,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       if (eventIndex && (eventIndex.hasWorker(w.id) || eventIndex.workerCount < eventIndex.maxWorkers)) {
         // As the gateway's kv-events service does: register the worker with its capacity, then map
         // its events into the index's hash space at its block size.
-        if (!eventIndex.hasWorker(w.id)) eventIndex.addWorker(w.id, cfg.numGpuBlocks);
+        if (!eventIndex.hasWorker(w.id)) eventIndex.addWorker(w.id, cfgs[i]!.numGpuBlocks);
         eventIndex.setSource(w.id, 'events', 'simulated engine (lossless)', 0);
         mapper = new KvEventMapper(eventIndex, w.id, { blockSize: cfg.blockSize });
       }
@@ -455,7 +480,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   if (nReplicas > 1 && opts.replicas?.sharing === true) {
     const delay = sharingDelay;
     connectReplicas(policies, (share, now) => {
-      if (delay === 0) deliver(share, now, cfg.numGpuBlocks);
+      if (delay === 0) deliver(share, now, blocksOf.get(share.worker) ?? cfg.numGpuBlocks);
       else q.push(now + delay, { k: Kind.Share, share });
     });
   }
@@ -865,7 +890,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
           q.push(e.t + scrapeMs, { k: Kind.Scrape });
           break;
         case Kind.Share:
-          deliver(ev.share, e.t, cfg.numGpuBlocks);
+          deliver(ev.share, e.t, blocksOf.get(ev.share.worker) ?? cfg.numGpuBlocks);
           break;
         case Kind.ShareLoad:
           ev.apply();

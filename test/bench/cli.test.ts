@@ -22,7 +22,7 @@ describe('kvgate bench CLI', () => {
   it('documents every flag in --help', () => {
     const flags = [
       'workload', 'size', 'rate', 'burstiness', 'trace', 'format', 'azure-shared-prefix', 'azure-prefix-groups', 'skip-bad',
-      'workers', 'gpu', 'model', 'tp', 'policy', 'rate-scale', 'limit', 'seed', 'scrape-interval', 'overhead-ms', 'slo-ttft',
+      'workers', 'gpu', 'gpu-labels', 'model', 'tp', 'policy', 'rate-scale', 'limit', 'seed', 'scrape-interval', 'overhead-ms', 'slo-ttft',
       'slo-tpot', 'gpu-hour-cost', 'json', 'report', 'omit-wall-time', 'progress', 'quiet', 'list', 'help',
       'slo-ttft-per-1k', 'capacity', 'attainment', 'min-band-attainment', 'max-probes', 'capacity-seconds', 'set', 'repeat-fraction', 'cache', 'cache-ttl-ms', 'cache-max-bytes',
       'admission', 'priority-mix', 'shed-above', 'queue-above', 'queue-max', 'queue-max-wait', 'declared-max-tokens',
@@ -57,6 +57,13 @@ describe('kvgate bench CLI', () => {
       [['--workload', 'rag', '--declared-max-tokens', '0'], /--declared-max-tokens must be an integer ≥ 1/],
       [['--workload', 'rag', '--policy', 'round-robin,magic'], /unknown policy 'magic' \(known: .*round-robin.*least-load/],
       [['--workload', 'rag', '--gpu', 'tpu'], /unknown GPU 'tpu'/],
+      [['--workload', 'rag', '--gpu', 'h100:4,a100'], /--gpu: a GPU mix is NAME:COUNT/],
+      [['--workload', 'rag', '--gpu', 'h100:4,tpu:4'], /--gpu: unknown GPU 'tpu'/],
+      [['--workload', 'rag', '--gpu', 'h100:4,a100:4', '--workers', '6'], /has 8 workers, but --workers is 6/],
+      [['--workload', 'rag', '--gpu', 'h100:2,h100:2'], /h100 is named twice/],
+      [['--workload', 'rag', '--gpu', 'h100:0,a100:2'], /count of h100 in a GPU mix must be at least 1/],
+      [['--workload', 'rag', '--gpu-labels', 'off'], /--gpu-labels applies to a mixed fleet/],
+      [['--workload', 'rag', '--gpu', 'h100:2,a100:2', '--gpu-labels', 'maybe'], /--gpu-labels must be on or off/],
       [['--workload', 'rag', '--format', 'azure'], /--format applies to --trace only/],
       [['--trace', '/nonexistent/x.jsonl'], /cannot read trace/],
       [['--workload', 'rag', '--attainment', '0.8'], /--attainment applies to --capacity only/],

@@ -1,0 +1,59 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { gpuMixLabel, meanHourCost, parseGpuMix, workerGpus } from '../../src/bench/gpu-mix.js';
+import { runBench } from '../../src/bench/run.js';
+import { workloadSource } from '../../src/workload/workloads.js';
+
+test('a GPU mix: one kind takes the worker count, a mix gives its own; the workers interleave by kind', () => {
+  assert.deepEqual(parseGpuMix('H100', 8), [{ gpu: 'h100', count: 8 }]);
+  assert.deepEqual(parseGpuMix('h100:3, a10g:1'), [{ gpu: 'h100', count: 3 }, { gpu: 'a10g', count: 1 }]);
+  assert.deepEqual(parseGpuMix('h100:3,a10g:1', 4), [{ gpu: 'h100', count: 3 }, { gpu: 'a10g', count: 1 }]);
+  assert.throws(() => parseGpuMix('h100:3,a10g:1', 5), /has 4 workers, but --workers is 5/);
+  assert.throws(() => parseGpuMix('h100:x'), /NAME:COUNT/);
+  assert.throws(() => parseGpuMix('v100:2,h100:2'), /unknown GPU 'v100'/);
+  assert.deepEqual(workerGpus(parseGpuMix('h100:3,a10g:1')), ['h100', 'a10g', 'h100', 'h100']);
+  assert.equal(gpuMixLabel(parseGpuMix('h100:3,a10g:1')), 'h100:3,a10g:1');
+  assert.equal(gpuMixLabel(parseGpuMix('h100', 8)), 'h100');
+  assert.equal(meanHourCost(parseGpuMix('h100:1,a10g:3'), (g) => (g === 'h100' ? 4 : 1)), 1.75);
+});
+
+/** shared-prefix on 2 H100s and 2 A10Gs, at a rate the H100s alone serve within the SLO. */
+async function mixed(gpuLabels: boolean) {
+  const { results } = await runBench({
+    source: workloadSource('shared-prefix', { size: 1500, seed: 3 }),
+    policies: ['kvgate'],
+    workers: 4,
+    gpu: 'h100:2,a10g:2',
+    gpuLabels,
+    model: 'llama-3.1-8b',
+    seed: 3,
+    rateScale: 0.12,
+    sloTtftMs: 1000,
+    sloTtftPer1kMs: 100,
+    sloTpotMs: 50,
+    omitWallTime: true,
+  });
+  return results;
+}
+
+test('on a mixed fleet each worker runs its own GPU, and kvgate learns each kind’s speed when the workers declare it', async () => {
+  const labelled = await mixed(true);
+  const unlabelled = await mixed(false);
+  assert.equal(labelled.gpu, 'h100:2,a10g:2');
+  assert.equal(labelled.gpu_labels, true);
+  assert.equal(unlabelled.gpu_labels, false);
+  assert.equal(labelled.work_bound, null, 'no work bound for a mixed fleet');
+  const kv = labelled.policies[0]!;
+  assert.deepEqual(kv.workers.map((w) => w.gpu), ['h100', 'a10g', 'h100', 'a10g']);
+  // An A10G decodes 8B several times slower than an H100: whatever it is sent shows in its TPOT.
+  const a10gShare = (r: typeof labelled): number => {
+    const ws = r.policies[0]!.workers;
+    const total = ws.reduce((a, w) => a + w.routed, 0);
+    return ws.filter((w) => w.gpu === 'a10g').reduce((a, w) => a + w.routed, 0) / total;
+  };
+  // One speed for the whole pool (unlabelled) takes the A10Gs for faster than they are: they are
+  // sent more than they serve within 50 ms per token. Labelled, kvgate learns their speed.
+  assert.ok(a10gShare(unlabelled) > 2 * a10gShare(labelled), `${a10gShare(unlabelled)} vs ${a10gShare(labelled)}`);
+  assert.ok(unlabelled.policies[0]!.attainment! < 0.95, String(unlabelled.policies[0]!.attainment));
+  assert.ok(kv.attainment! >= 0.99, String(kv.attainment));
+});
