@@ -27,6 +27,8 @@ const FORBIDDEN: Record<string, readonly string[]> = {
   // The shared vocabulary depends on nothing but utilities.
   kv: ['api', 'bench', 'cli', 'config', 'engine', 'fleet', 'gateway', 'scheduler', 'sim', 'telemetry', 'tokenizer', 'workload'],
   util: ['api', 'bench', 'cli', 'config', 'engine', 'fleet', 'gateway', 'kv', 'scheduler', 'sim', 'telemetry', 'tokenizer', 'workload'],
+  // The GPUs' figures are plain data the engine model and the routing policy both read.
+  hardware: ['admission', 'api', 'bench', 'cache', 'cli', 'config', 'engine', 'fleet', 'gateway', 'http', 'kv', 'scheduler', 'shared', 'sim', 'speculative', 'telemetry', 'tokenizer', 'util', 'workload'],
   // The engine model is plain code: no gateway, routing or drivers.
   engine: ['api', 'bench', 'cli', 'fleet', 'gateway', 'scheduler', 'sim', 'workload'],
   // The simulator drives engines and the router; the bench drives the simulator, never the reverse.

@@ -1,26 +1,12 @@
 /**
  * The hardware vocabulary the engine model is sized and timed from: GPU and model profiles and
- * the byte widths of their data types. Kept apart from profiles.ts (the catalogue and the sizing
+ * the byte widths of their data types (the GPUs themselves are in src/hardware/gpus.ts, which the
+ * routing policy reads too). Kept apart from profiles.ts (the catalogue and the sizing
  * arithmetic) and time-model.ts (the roofline), which both read it.
  */
+import type { GpuProfile } from '../hardware/gpus.js';
 
-export interface GpuProfile {
-  name: string;
-  description: string;
-  /** Device memory as the driver reports it, in bytes. */
-  memoryBytes: number;
-  /** Peak memory bandwidth, bytes/s. */
-  bandwidth: number;
-  /** Peak dense bf16 tensor throughput, FLOP/s. */
-  peakFlops: number;
-  /** Per-direction GPU-to-GPU bandwidth used by tensor-parallel all-reduces, bytes/s. */
-  linkBandwidth: number;
-  /**
-   * On-demand price of one GPU for one hour, US$: what `kvgate bench` charges a GPU-second at
-   * (cost per million output tokens). Sources and assumptions beside each profile in profiles.ts.
-   */
-  hourlyUsd: number;
-}
+export type { GpuProfile };
 
 export interface ModelProfile {
   name: string;
