@@ -63,6 +63,7 @@
  */
 import { z } from 'zod';
 import type { WorkerState } from '../../fleet/worker-state.js';
+import { knownGpu, GPUS } from '../../hardware/gpus.js';
 import { stateKey } from '../../util/state.js';
 import { healthyFilter } from '../filters/healthy.js';
 import { kvFitFilter } from '../filters/kv-fit.js';
@@ -117,6 +118,11 @@ export const kvgateOptions = z.strictObject({
   learnDecodeSpeed: booleanKnob(
     true,
     "scale decodeStepMs and decodeMsPer1kContext by how fast each pool's workers (per declared hardware) are seen to decode (the low end of its answers' TPOT against the two)",
+  ),
+  decodeFiguresGpu: choiceKnob(
+    Object.keys(GPUS) as [string, ...string[]],
+    'h100',
+    "the GPU decodeStepMs and decodeMsPer1kContext describe: a worker whose `hardware` names another known GPU starts from them scaled by the two GPUs' memory bandwidths, until its kind's decode speed is learned",
   ),
   learnMinTokens: numberKnob(256, 'learn only from requests with at least this many tokens to prefill'),
   learnOutputLength: booleanKnob(
@@ -295,6 +301,8 @@ export class KvgatePolicy implements Policy {
    */
   private readonly decodeRatios = new Map<string, RecentWindow>();
   readonly decodeScales = new Map<string, number>();
+  /** hardwarePrior per declared hardware label (cleared when decodeFiguresGpu is retuned). */
+  private readonly hardwarePriors = new Map<string, number>();
   /** Requests dispatched to each worker so far (DECODE_ALONE_FROM). */
   private readonly dispatches = new Map<string, number>();
   /** Session key → worker id of its last pick (insertion-ordered, bounded). */
@@ -326,6 +334,7 @@ export class KvgatePolicy implements Policy {
     const p = options as KvgateOptions;
     const fixed = ['indexMaxBytes', 'maxWorkers', 'predictedTtlMs', 'approxTtlMs'] as const;
     if (fixed.some((k) => p[k] !== this.params[k])) return false;
+    if (p.decodeFiguresGpu !== this.params.decodeFiguresGpu) this.hardwarePriors.clear();
     this.params = p;
     this.pipeline = this.buildPipeline(p);
     return true;
@@ -436,10 +445,34 @@ export class KvgatePolicy implements Policy {
 
   /**
    * How much slower (> 1) or faster than decodeStepMs and decodeMsPer1kContext say the worker's
-   * pool decodes: learned (learnDecodeSpeed), else 1 (also once a reload turns the learning off).
+   * speed class decodes: learned (learnDecodeSpeed); until then, or with learning off, the
+   * hardware's prior (hardwarePrior), else 1.
    */
   decodeScale(w: WorkerState): number {
-    return this.params.learnDecodeSpeed ? (this.decodeScales.get(w.speedClass) ?? 1) : 1;
+    return (this.params.learnDecodeSpeed ? this.decodeScales.get(w.speedClass) : undefined) ?? this.hardwarePrior(w);
+  }
+
+  /**
+   * The decode speed a worker's declared hardware implies before any is learned: decodeStepMs and
+   * decodeMsPer1kContext are both memory reads (weights, KV), so a GPU with half the bandwidth of
+   * decodeFiguresGpu takes twice as long for both. 1 for a worker that declares no known GPU.
+   *
+   * Learning alone is not enough for a mixed pool: it learns only from answers decoded with no
+   * prefill beside them (see learnDecodeSpeed), and a slow kind under load has almost none. On
+   * 4 A100s and 4 A10Gs (agentic, seed 84, a fifth of its capacity) the A10Gs' speed was learned
+   * 734 s into an 874 s run, and until then they were taken for as fast as the configured H100:
+   * sessions went on growing there past the TPOT target.
+   */
+  hardwarePrior(w: WorkerState): number {
+    if (w.hardware === null) return 1;
+    let prior = this.hardwarePriors.get(w.hardware);
+    if (prior === undefined) {
+      const gpu = knownGpu(w.hardware);
+      const ref = knownGpu(this.params.decodeFiguresGpu)!;
+      prior = gpu ? ref.bandwidth / gpu.bandwidth : 1;
+      this.hardwarePriors.set(w.hardware, prior);
+    }
+    return prior;
   }
 
   private recordTpot(workerId: string, tpot: number): void {

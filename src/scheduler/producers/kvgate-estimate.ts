@@ -273,6 +273,10 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
         const sessionWorker = req.sessionKey !== undefined ? o.sessionWorker(req.sessionKey) : undefined;
         const out = o.expectedOutput(req);
         const kPerTokenConfigured = o.decodeMsPer1kContext / 1000;
+        // The fastest decoding among the candidates (a mixed pool's speed classes; 1 where the
+        // speed is not learned): a slower kind's extra step time is this request's to pay.
+        let fastestScale = Infinity;
+        if (o.decodeScale) for (const w of ws) fastestScale = Math.min(fastestScale, o.decodeScale(w));
         // A neighbour's TPOT miss ('misses' stall model), in ms of TTFT.
         const missMs = o.tpotWorthMs * o.tpotTargetMs;
         for (const w of ws) {
@@ -311,7 +315,12 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           // everything), 1 / the headroom left, floored so costs stay ordered beyond the target.
           const kvMs = kPerToken * batchCtx;
           const headroom = Math.max(MIN_TPOT_HEADROOM, 1 - (stepMs + kvMs) / o.tpotTargetMs);
-          const decodeMs = out > 1 ? (o.tpotWorthMs * kvMs) / headroom : 0;
+          // On slower hardware every step of its own takes longer too, whatever the batch: the
+          // bare step and its own context's KV read, beyond what the fastest candidate takes.
+          // Zero where the candidates decode alike (one kind of hardware), so the choice between
+          // them is the batch's alone.
+          const slowerMs = decodeScale > fastestScale ? (decodeScale - fastestScale) * (o.decodeStepMs + kPerTokenConfigured * (prompt + out / 2)) : 0;
+          const decodeMs = out > 1 ? (o.tpotWorthMs * (kvMs + slowerMs)) / headroom : 0;
           // What it does to the batch: its prefill's gap in their TPOT (stallShare), weighed by the
           // headroom the batch has left with it, and its KV read in the steps it shares with them.
           const ownCtx = prompt + out / 2;

@@ -495,6 +495,46 @@ test('a pool that mixes hardware learns per declared kind: slow workers do not m
   assert.equal(policy.decodeScale(plain!), 1);
 });
 
+test('a worker that names a known GPU starts from its bandwidth’s decode speed, until its kind’s own is learned', () => {
+  const policy = createPolicy('kvgate', {}) as KvgatePolicy;
+  const kind = (id: string, hardware?: string): WorkerState =>
+    new WorkerState({ id, url: `http://127.0.0.1:1/${id}`, pool: 'target', model: 'm', ...(hardware ? { hardware } : {}) });
+  // decodeStepMs and decodeMsPer1kContext are an H100's (3,350 GB/s): an A10G reads at 600.
+  assert.ok(Math.abs(policy.decodeScale(kind('g', 'a10g')) - 3350 / 600) < 1e-9);
+  assert.ok(Math.abs(policy.decodeScale(kind('a', 'A100')) - 3350 / 2039) < 1e-9, 'labels match whatever their case');
+  assert.equal(policy.decodeScale(kind('h', 'h100')), 1);
+  assert.equal(policy.decodeScale(kind('x', 'tpu-v5')), 1, 'a label kvgate does not know says nothing of speed');
+  assert.equal(policy.decodeScale(kind('p')), 1);
+  // A learned speed replaces the prior; configured figures of another GPU move every prior.
+  const g = kind('g2', 'a10g');
+  policy.decodeScales.set(g.speedClass, 4.2);
+  assert.equal(policy.decodeScale(g), 4.2);
+  policy.decodeScales.clear();
+  assert.equal(policy.retune({ ...policy.params, decodeFiguresGpu: 'a100' }), true);
+  assert.ok(Math.abs(policy.decodeScale(kind('g3', 'a10g')) - 2039 / 600) < 1e-9);
+  assert.ok(Math.abs(policy.decodeScale(kind('h2', 'h100')) - 2039 / 3350) < 1e-9);
+});
+
+test('a slower kind pays its own slower steps: a long answer waits for a busy fast GPU rather than run alone on a slow one', () => {
+  const pick = (labelled: boolean): string => {
+    const policy = createPolicy('kvgate', { learnPrefillRate: false }) as KvgatePolicy;
+    const { router: r } = router(policy);
+    const mk = (id: string, hardware: string, running: number): WorkerState => {
+      const w = new WorkerState({ id, url: `http://127.0.0.1:1/${id}`, pool: 'target', model: 'm', numGpuBlocks: 10_000, blockSize: 16, ...(labelled ? { hardware } : {}) });
+      w.applySnapshot({ at: 0, kvUsage: 0.1, running, waiting: 0 });
+      return w;
+    };
+    // The H100 is decoding four answers; the A10G is idle. The A10G's bare step alone (7.5 ms ×
+    // 5.6 ≈ 42 ms) puts a 600-token answer near the 50 ms TPOT target.
+    const ws = [mk('fast', 'h100', 4), mk('slow', 'a10g', 0)];
+    const out = r.route(request(seq(0, 1000), { maxTokens: 600 }), ws);
+    assert.ok(out.ok);
+    return out.ok ? out.decision.worker.id : '';
+  };
+  assert.equal(pick(true), 'fast');
+  assert.equal(pick(false), 'slow', 'unlabelled, the two look alike and the idle one wins');
+});
+
 /** A simulated fleet of H100s serving Llama-3.1-8B, the workload's requests at `rateScale` × its rate. */
 async function simulate(
   workload: string,
