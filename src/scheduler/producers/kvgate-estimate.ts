@@ -26,9 +26,13 @@
  * (max_tokens, or the share of it that answers like this one have used: the policy's
  * OutputLengthModel, capped as for reservations), W = tpotWorthMs:
  *
- *   decodeMs = W · k · C / headroom       each of this request's decode steps reads the batch's
- *                                         KV: its TPOT grows by k · C, worth more the nearer
+ *   decodeMs = W · (k · C + slower)       each of this request's decode steps reads the batch's
+ *              / headroom                 KV: its TPOT grows by k · C, worth more the nearer
  *                                         that brings it to the target (0 for a one-token answer)
+ *   slower   = (scale − fastest scale) · (decodeStepMs₀ + k₀ · (P + out/2))   in a pool of mixed
+ *                                         hardware, the longer bare steps of a slower kind than
+ *                                         the fastest candidate's (0 among workers that decode
+ *                                         alike; ₀: the configured figures, scale: decodeScale)
  *   headroom = max(0.05, 1 − (decodeStepMs + k · C) / tpotTargetMs)
  *   stallMs  = S · msPerToken · uncached  its prefill chunks ride in the batch's steps: a one-off
  *              / batchHeadroom            gap that adds T / (n − 1) to the TPOT of a request with
