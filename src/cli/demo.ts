@@ -8,6 +8,7 @@ import { listGpus, listModels } from '../engine/profiles.js';
 import { createGateway, type Gateway } from '../gateway/gateway.js';
 import { redactRedisUrl } from '../cache/redis-store.js';
 import { startSimWorker, type SimWorker } from '../sim/worker/server.js';
+import { gpuMixLabel, parseGpuMix, workerGpus, type GpuShare } from '../bench/gpu-mix.js';
 import { createLogger } from '../telemetry/logger.js';
 import { installSpeculative } from '../speculative/install.js';
 import { waitForSignal } from './serve.js';
@@ -19,11 +20,13 @@ prints the gateway's URL and ready-to-paste curl commands, and runs until Ctrl-C
 
 Options:
   -p, --port P        gateway port on 127.0.0.1; 0 picks a free one (default 8080)
-  -w, --workers N     simulated workers, 1..64 (default 4)
+  -w, --workers N     simulated workers, 1..64 (default 4; with a GPU mix, its total)
       --speed X       time compression of the simulation; 10 = ten times faster than modelled
                       (default 1: real-time latencies of the modelled GPU)
       --model NAME    model the workers serve (default llama-3.1-8b; profiles: ${listModels().map((m) => m.name).join(', ')})
       --gpu NAME      GPU profile: ${listGpus().map((g) => g.name).join(', ')} (default h100)
+      --gpu NAME:N,…  a mixed pool, e.g. h100:2,a10g:2: each worker declares its GPU as its
+                      \`hardware\`, so the kvgate policy learns each kind's speed
       --policy NAME   routing policy (default: the gateway's default)
       --redis URL     keep the response cache in Redis at URL (redis://host:port) instead of memory
       --no-cache      turn the response cache off (default: on, in memory: a repeated
@@ -54,7 +57,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
       args: argv,
       options: {
         port: { type: 'string', short: 'p', default: '8080' },
-        workers: { type: 'string', short: 'w', default: '4' },
+        workers: { type: 'string', short: 'w' },
         speed: { type: 'string', default: '1' },
         model: { type: 'string', default: 'llama-3.1-8b' },
         gpu: { type: 'string', default: 'h100' },
@@ -72,14 +75,25 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
   }
   const port = Number(v.port);
   if (!Number.isInteger(port) || port < 0 || port > 65535) return usage(`--port must be an integer 0..65535, got '${v.port}'`);
-  const n = Number(v.workers);
-  if (!Number.isInteger(n) || n < 1 || n > 64) return usage(`--workers must be an integer 1..64, got '${v.workers}'`);
+  const workersFlag = v.workers === undefined ? undefined : Number(v.workers);
+  if (workersFlag !== undefined && (!Number.isInteger(workersFlag) || workersFlag < 1 || workersFlag > 64)) {
+    return usage(`--workers must be an integer 1..64, got '${v.workers}'`);
+  }
   const speed = Number(v.speed);
   if (!Number.isFinite(speed) || speed <= 0) return usage(`--speed must be a positive number, got '${v.speed}'`);
   const model = v.model as string;
   if (!listModels().some((m) => m.name === model)) return usage(`unknown --model '${model}'`);
-  const gpu = v.gpu as string;
-  if (!listGpus().some((g) => g.name === gpu)) return usage(`unknown --gpu '${gpu}'`);
+  let mix: GpuShare[];
+  try {
+    mix = parseGpuMix(v.gpu as string, workersFlag ?? ((v.gpu as string).includes(':') ? undefined : 4));
+  } catch (e) {
+    return usage(`--gpu: ${(e as Error).message}`);
+  }
+  const gpus = workerGpus(mix);
+  const n = gpus.length;
+  if (n > 64) return usage(`a demo runs at most 64 workers, the GPU mix has ${n}`);
+  const mixed = mix.length > 1;
+  const gpu = gpuMixLabel(mix);
   const redis = v.redis as string | undefined;
   if (redis !== undefined && !/^rediss?:\/\/\S+$/.test(redis)) return usage(`--redis must be a redis:// or rediss:// URL, got '${redis}'`);
   if (redis !== undefined && v['no-cache'] === true) return usage('--redis and --no-cache contradict each other');
@@ -95,7 +109,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
     await Promise.all(sims.map((s) => s.close()));
   };
   try {
-    for (let i = 0; i < n; i++) sims.push(await startSimWorker({ host: '127.0.0.1', port: 0, model, gpu, speed }));
+    for (let i = 0; i < n; i++) sims.push(await startSimWorker({ host: '127.0.0.1', port: 0, model, gpu: gpus[i]!, speed }));
     const draftModel = `${model}-draft`;
     let draft: SimWorker | null = null;
     if (draftAcceptance !== undefined) {
@@ -105,7 +119,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
     const config = parseConfig({
       listen: { host: '127.0.0.1', port },
       pools: [
-        { name: 'demo', model, workers: sims.slice(0, n).map((s, i) => ({ url: s.url, id: `sim-${i}` })) },
+        { name: 'demo', model, workers: sims.slice(0, n).map((s, i) => ({ url: s.url, id: `sim-${i}`, ...(mixed ? { hardware: gpus[i]! } : {}) })) },
         ...(draft ? [{ name: 'draft', model: draftModel, workers: [{ url: draft.url, id: 'draft-0' }] }] : []),
       ],
       ...(draft ? { speculative: { cascades: [{ model, targetPool: 'demo', draftPool: 'draft' }] } } : {}),

@@ -37,8 +37,33 @@ test('demo prints the URL and curl lines, serves chat, and exits 0 on SIGINT', a
   }
 });
 
+test('demo --gpu h100:1,a10g:1: a mixed pool whose workers declare their GPU, and the policy starts from each one’s speed', async () => {
+  const { url, child, stdout, exited } = await startDemo(['--port', '0', '--gpu', 'h100:1,a10g:1', '--speed', '50', '--json-logs']);
+  try {
+    assert.match(stdout(), /2 simulated llama-3\.1-8b worker\(s\) on h100:1,a10g:1/);
+    // Once both have been scraped (their KV capacity is their own report).
+    let workers: any[] = [];
+    const until = Date.now() + 10_000;
+    do {
+      workers = (await (await fetch(url + '/admin/workers')).json()) as any[];
+      if (workers.every((w) => w.snapshotAgeMs !== null)) break;
+      await new Promise((r) => setTimeout(r, 50));
+    } while (Date.now() < until);
+    assert.deepEqual(workers.map((w) => w.hardware), ['h100', 'a10g']);
+    // Nothing learned yet: the A10G's decode step is the H100's scaled by their bandwidths.
+    assert.equal(workers[0].kvgate.decodeStepMs, 7.5);
+    assert.equal(workers[1].kvgate.decodeStepMs, Math.round(7.5 * (3350 / 600) * 100) / 100);
+    // The A10G's 24 GB hold fewer blocks than the H100's 80 (vllm:cache_config_info).
+    assert.ok(workers[1].numGpuBlocks < workers[0].numGpuBlocks / 2, JSON.stringify(workers.map((w) => w.numGpuBlocks)));
+    child.kill('SIGINT');
+    assert.equal(await exited, 0);
+  } finally {
+    child.kill('SIGKILL');
+  }
+});
+
 test('demo rejects bad flags with exit 2', async () => {
-  for (const args of [['--workers', '0'], ['--speed', 'fast'], ['--model', 'gpt-99'], ['--nope'], ['--port', '0', '--policy', 'no-such-policy'], ['--redis', 'localhost:6379'], ['--redis', 'redis://h', '--no-cache']]) {
+  for (const args of [['--workers', '0'], ['--gpu', 'h100:2,a10g:2', '--workers', '3'], ['--gpu', 'tpu:2'], ['--speed', 'fast'], ['--model', 'gpt-99'], ['--nope'], ['--port', '0', '--policy', 'no-such-policy'], ['--redis', 'localhost:6379'], ['--redis', 'redis://h', '--no-cache']]) {
     const child = spawn(process.execPath, [CLI, 'demo', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
     const code = await new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
     assert.equal(code, 2, args.join(' '));
