@@ -2,7 +2,7 @@
  * A pool that mixes hardware without saying so. The kvgate policy learns prefill and decode speed
  * per speed class (WorkerState.speedClass: the pool, or its workers of one declared `hardware`); a
  * pool of two GPU kinds left unlabelled is learned as one, and its slower workers are sent more
- * than they can serve (README, "A mixed fleet"). Workers of one kind running one model report the
+ * than they can serve (README, "On mixed fleets"). Workers of one kind running one model report the
  * same KV capacity (vLLM's num_gpu_blocks), so workers of one speed class whose reports differ by
  * more than a quarter are very likely different hardware: the operator is told once per class,
  * naming the workers and their capacities. (Two kinds with the same memory, an A100 80 GB and an

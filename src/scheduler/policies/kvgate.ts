@@ -411,9 +411,9 @@ export class KvgatePolicy implements Policy {
    * The prefill rate assumed for the worker: its speed class's learned rate (its pool's, or its
    * pool's workers of the same declared hardware), else the configured rate.
    *
-   * Learned per speed class, not per worker. What a first token measures, (ahead + uncached) / elapsed,
-   * is not the worker's throughput alone: it depends on how the worker was loaded, which is the
-   * policy's own doing. A worker sent a burst has its queued prefills batched into one step and
+   * Learned per speed class, not per worker. What a first token measures, (ahead + uncached) /
+   * elapsed, is not the worker's throughput alone: it depends on how the worker was loaded, which
+   * is the policy's own doing. A worker sent a burst has its queued prefills batched into one step and
    * measures a high rate; one sent a lone request with a short uncached suffix measures the steps
    * it waited for as slow prefill. Learned per worker, identical workers drifted 2–4× apart
    * (0.015 against 0.06–0.1 ms per token on shared-prefix), and the fast-looking one drew every
@@ -422,8 +422,8 @@ export class KvgatePolicy implements Policy {
    * (exact engine state: 73). The hardware is the speed class's; how loaded each worker is, is
    * the queue and batch terms' business. A pool that mixes hardware without saying so learns one
    * rate for all of it, and sends its slow workers more than they can serve: on 4 H100 and 4
-   * A10G workers (shared-prefix), kvgate then carried a quarter of llm-d's traffic at the SLO,
-   * where with the workers labelled it carried … (README, "A mixed fleet").
+   * A10G workers (shared-prefix, seed 83), kvgate then carried 0.27× llm-d-precise's traffic at
+   * the SLO, and 0.96× with the workers labelled (README, "On mixed fleets").
    */
   prefillRate(w: WorkerState): number {
     return this.prefillRates.get(w.speedClass) ?? this.params.prefillTokensPerSec;
