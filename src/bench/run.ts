@@ -592,7 +592,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       ttft[i] = c.firstToken[i]! - c.arrival[i]!;
       e2e[i] = c.finish[i]! - c.arrival[i]!;
     }
-    const gpus = workerGpus(mix.length > 1 ? mix : [{ gpu: mix[0]!.gpu, count: sim.workers.length }]);
+    const gpus = workerGpus(mix);
     const workers: WorkerSummary[] = sim.workers.map((w, i) => {
       let sum = 0;
       let max = 0;
