@@ -64,6 +64,7 @@ test('rates, quantiles, hit ratios and admission counts cover the window between
   assert.equal(s.totals.fleetPrefixHit, 0.75);
   assert.equal(s.workers[0]!.kvUsage, 0.93);
   assert.deepEqual(s.workers[0]!.prefixIndex, { source: 'events', blocks: 42, capacity: 100 });
+  assert.equal(s.workers[0]!.hardware, null, 'no hardware declared');
   const std = s.admission.find((r) => r.priority === 'standard')!;
   assert.equal(std.queued, 4);
   assert.equal(std.decisions.admitted, 20);

@@ -15,6 +15,8 @@ import type { MetricObjectWithValues, MetricValue, MetricValueWithName, Registry
 export interface DashboardWorker {
   id: string;
   pool: string;
+  /** The worker's declared hardware, or null. */
+  hardware: string | null;
   model: string;
   healthy: boolean;
   /** closed | open | half-open (the circuit breaker). */
@@ -233,6 +235,7 @@ export function summarize(cur: Sample, base: Sample | null): DashboardState {
     return {
       id: String(w.id),
       pool: String(w.pool),
+      hardware: typeof w.hardware === 'string' ? w.hardware : null,
       model: String(w.model),
       healthy: w.healthy === true,
       circuit: String(w.circuitState ?? (w.circuitOpen ? 'open' : 'closed')),
