@@ -26,13 +26,9 @@
  * (max_tokens, or the share of it that answers like this one have used: the policy's
  * OutputLengthModel, capped as for reservations), W = tpotWorthMs:
  *
- *   decodeMs = W · (k · C + slower)       each of this request's decode steps reads the batch's
- *              / headroom                 KV: its TPOT grows by k · C, worth more the nearer
+ *   decodeMs = W · k · C / headroom       each of this request's decode steps reads the batch's
+ *                                         KV: its TPOT grows by k · C, worth more the nearer
  *                                         that brings it to the target (0 for a one-token answer)
- *   slower   = (scale − fastest scale) · (decodeStepMs₀ + k₀ · (P + out/2))   in a pool of mixed
- *                                         hardware, the longer bare steps of a slower kind than
- *                                         the fastest candidate's (0 among workers that decode
- *                                         alike; ₀: the configured figures, scale: decodeScale)
  *   headroom = max(0.05, 1 − (decodeStepMs + k · C) / tpotTargetMs)
  *   stallMs  = S · msPerToken · uncached  its prefill chunks ride in the batch's steps: a one-off
  *              / batchHeadroom            gap that adds T / (n − 1) to the TPOT of a request with
@@ -277,10 +273,6 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
         const sessionWorker = req.sessionKey !== undefined ? o.sessionWorker(req.sessionKey) : undefined;
         const out = o.expectedOutput(req);
         const kPerTokenConfigured = o.decodeMsPer1kContext / 1000;
-        // The fastest decoding among the candidates (a mixed pool's speed classes; 1 where the
-        // speed is not learned): a slower kind's extra step time is this request's to pay.
-        let fastestScale = Infinity;
-        if (o.decodeScale) for (const w of ws) fastestScale = Math.min(fastestScale, o.decodeScale(w));
         // A neighbour's TPOT miss ('misses' stall model), in ms of TTFT.
         const missMs = o.tpotWorthMs * o.tpotTargetMs;
         for (const w of ws) {
@@ -319,12 +311,14 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           // everything), 1 / the headroom left, floored so costs stay ordered beyond the target.
           const kvMs = kPerToken * batchCtx;
           const headroom = Math.max(MIN_TPOT_HEADROOM, 1 - (stepMs + kvMs) / o.tpotTargetMs);
-          // On slower hardware every step of its own takes longer too, whatever the batch: the
-          // bare step and its own context's KV read, beyond what the fastest candidate takes.
-          // Zero where the candidates decode alike (one kind of hardware), so the choice between
-          // them is the batch's alone.
-          const slowerMs = decodeScale > fastestScale ? (decodeScale - fastestScale) * (o.decodeStepMs + kPerTokenConfigured * (prompt + out / 2)) : 0;
-          const decodeMs = out > 1 ? (o.tpotWorthMs * (kvMs + slowerMs)) / headroom : 0;
+          // On slower hardware (a mixed pool) both the bare step and the KV read scale with the
+          // kind's decode speed, so the headroom is smaller and a batch there costs more. A slower
+          // kind's longer bare step is not charged as such: an idle worker of it still meets the
+          // target for one more request, and charging it (as the TPOT it adds over the fastest
+          // candidate's, divided by the headroom) left the slow kind idle while the fast one
+          // crowded past the target (4 A100s and 4 A10Gs, rag, seed 91: 0.91× llm-d-precise's
+          // capacity at the SLO, 1.02× without it).
+          const decodeMs = out > 1 ? (o.tpotWorthMs * kvMs) / headroom : 0;
           // What it does to the batch: its prefill's gap in their TPOT (stallShare), weighed by the
           // headroom the batch has left with it, and its KV read in the steps it shares with them.
           const ownCtx = prompt + out / 2;
