@@ -65,7 +65,16 @@ export const GPUS: Readonly<Record<string, GpuProfile>> = {
   },
 };
 
-/** The GPU a label names (`h100`, `A100`…), or undefined for a label that is not a known GPU. */
+/**
+ * The GPU a label names, or undefined. A label names a GPU when one of its words (split at
+ * anything but letters and digits, case ignored) begins with the GPU's name: `h100`, `A100`,
+ * `nvidia-h100-80gb-hbm3`, `a10g-spot`, `a100-tp2`. The names are such that no word matches two
+ * (`a100` and `a10g` differ in their fourth letter).
+ */
 export function knownGpu(label: string): GpuProfile | undefined {
-  return Object.hasOwn(GPUS, label.trim().toLowerCase()) ? GPUS[label.trim().toLowerCase()] : undefined;
+  for (const word of label.toLowerCase().split(/[^a-z0-9]+/)) {
+    if (word === '') continue;
+    for (const name in GPUS) if (word.startsWith(name)) return GPUS[name];
+  }
+  return undefined;
 }

@@ -239,14 +239,14 @@ const CONTEXT_AT_FIRST_TOKEN = stateKey<number>('kvgate.context-at-first-token')
 const DECODE_ALONE_FROM = stateKey<number>('kvgate.decode-alone-from');
 /** Finished answers whose decode speed each speed class keeps (learnDecodeSpeed). */
 const DECODE_WINDOW = 128;
-/** Answers seen in a pool before its decode speed is used instead of the configured one. */
+/** Answers seen in a speed class before its decode speed is used instead of the configured one. */
 const DECODE_MIN_SAMPLES = 32;
 /** Answers shorter than this say more about the prefills they waited behind than about decoding. */
 const DECODE_MIN_OUTPUT = 4;
 /**
- * The quantile of observed / configured TPOT taken as the speed class's speed: the answers learned from
- * had no prefill of this gateway's beside them, but other gateways' may have stalled some, and a
- * stall only adds, so the lower quartile rather than the median.
+ * The quantile of observed / configured TPOT taken as the speed class's speed: the answers learned
+ * from had no prefill of this gateway's beside them, but other gateways' may have stalled some, and
+ * a stall only adds, so the lower quartile rather than the median.
  */
 const DECODE_QUANTILE = 0.25;
 /** The learned scale stays within these bounds of the configured figures. */
@@ -413,9 +413,9 @@ export class KvgatePolicy implements Policy {
    *
    * Learned per speed class, not per worker. What a first token measures, (ahead + uncached) /
    * elapsed, is not the worker's throughput alone: it depends on how the worker was loaded, which
-   * is the policy's own doing. A worker sent a burst has its queued prefills batched into one step and
-   * measures a high rate; one sent a lone request with a short uncached suffix measures the steps
-   * it waited for as slow prefill. Learned per worker, identical workers drifted 2–4× apart
+   * is the policy's own doing. A worker sent a burst has its queued prefills batched into one step
+   * and measures a high rate; one sent a lone request with a short uncached suffix measures the
+   * steps it waited for as slow prefill. Learned per worker, identical workers drifted 2–4× apart
    * (0.015 against 0.06–0.1 ms per token on shared-prefix), and the fast-looking one drew every
    * request, since its rate divides the prefill time and the stall it puts in the batch — the
    * burst that kept its rate high: TTFT p99 164 ms at 16 workers, 69 ms with one rate per pool
@@ -494,13 +494,14 @@ export class KvgatePolicy implements Policy {
   }
 
   /**
-   * Learn the speed class's decode speed from an answer's TPOT: against what the configured step and KV
-   * read predict for the batch it decoded in (its context at the first token and at the end,
+   * Learn the speed class's decode speed from an answer's TPOT: against what the configured step
+   * and KV read predict for the batch it decoded in (its context at the first token and at the end,
    * averaged). Only answers decoded with no prefill beside them are learned from: a prefill chunk
    * makes its step several times a decode step, and a pool under steady load would otherwise
    * learn its prefill load as slow hardware (on an H100 at 45 requests a second, a quarter of the
    * answers were still 1.3× the configured figures), which the cost already counts as the stall.
-   * Under steady load few answers qualify and the configured figures (or the last learned) stay.
+   * Under steady load few answers qualify and the last learned speed stays, or until one is, the
+   * hardware's prior (hardwarePrior) or the configured figures.
    */
   private learnDecodeSpeed(w: WorkerState, tpotMs: number, contextTokens: number): void {
     const predicted = this.params.decodeStepMs + (this.params.decodeMsPer1kContext / 1000) * contextTokens;
