@@ -8,10 +8,11 @@
  * best peer's), and `cache hit` (requests the response cache answered) with --cache on.
  *
  * cacheLines: one line per policy on what the response cache did (with --cache on).
+ * gpuLines: on a mixed fleet, one line per policy on the share of requests each GPU kind got.
  */
 import type { CapacityRatios, CapacityResult } from './capacity.js';
 import type { Dist, PolicySummary } from './metrics.js';
-import type { CacheRunSummary, IsolationSummary } from './run.js';
+import type { CacheRunSummary, IsolationSummary, WorkerSummary } from './run.js';
 import type { SpecSummary } from './spec.js';
 
 const num = (x: number | null, digits = 0): string => (x === null ? '-' : x.toFixed(digits));
@@ -23,7 +24,7 @@ export interface TableOptions {
   capacity?: CapacityRatios | null;
 }
 
-type Row = PolicySummary & { capacity?: CapacityResult | null; cache?: CacheRunSummary | null; isolation?: IsolationSummary | null; speculative?: SpecSummary | null };
+type Row = PolicySummary & { workers: readonly WorkerSummary[] } & { capacity?: CapacityResult | null; cache?: CacheRunSummary | null; isolation?: IsolationSummary | null; speculative?: SpecSummary | null };
 
 export function summaryTable(rows: readonly Row[], o: TableOptions = {}): string {
   const withAttainment = rows.some((r) => r.attainment !== null && r.attainment !== undefined);
@@ -128,6 +129,26 @@ export function priorityLines(rows: readonly Row[]): string {
     }
   }
   return out.length > 0 ? out.join('\n') + '\n' : '';
+}
+
+/**
+ * On a mixed fleet (workers of more than one GPU), where each policy sent its requests, by GPU kind
+ * and in worker order of the kinds: `kvgate: h100 91.2% · a10g 8.8%`. Empty for a fleet of one kind.
+ */
+export function gpuLines(rows: readonly Row[]): string {
+  const out: string[] = [];
+  for (const r of rows) {
+    const by = new Map<string, number>();
+    let total = 0;
+    for (const w of r.workers) {
+      by.set(w.gpu, (by.get(w.gpu) ?? 0) + w.routed);
+      total += w.routed;
+    }
+    if (by.size < 2) return '';
+    const parts = [...by].map(([gpu, n]) => `${gpu} ${total > 0 ? ((100 * n) / total).toFixed(1) : '0.0'}%`);
+    out.push(`${r.name}: ${parts.join(' · ')}`);
+  }
+  return out.length > 0 ? 'requests routed by GPU (the run at the given rate):\n' + out.join('\n') + '\n' : '';
 }
 
 /** What tenant isolation of cached prompts cost, per policy: hit rate, TTFT, GPU time, capacity. */

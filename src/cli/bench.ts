@@ -14,7 +14,7 @@ import { checkPolicies, GPU_HOUR_COST, runBench } from '../bench/run.js';
 import { gpuMixLabel, parseGpuMix, type GpuShare } from '../bench/gpu-mix.js';
 import { describeSlo } from '../bench/slo.js';
 import { parseAcceptance, parseAcceptanceByTenant, parseAcceptanceShift, parseSpecMode, specModeName, type BenchSpecOptions, type SpecAcceptance } from '../bench/spec.js';
-import { bandLines, cacheLines, isolationLines, priorityLines, specLines, summaryTable } from '../bench/table.js';
+import { bandLines, cacheLines, gpuLines, isolationLines, priorityLines, specLines, summaryTable } from '../bench/table.js';
 import { parsePriorityMix } from '../admission/classes.js';
 import { ADMISSION_DEFAULTS } from '../admission/controller.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
@@ -656,6 +656,8 @@ export async function run(argv: string[]): Promise<number> {
   if (v.report) writeFileSync(v.report, renderReport(out.results, out.curves));
   if (!quiet) {
     process.stdout.write('\n' + summaryTable(out.results.policies, { idealHitRate: out.results.ideal_hit_rate, capacity: out.results.capacity }));
+    const gl = gpuLines(out.results.policies);
+    if (gl) process.stdout.write('\n' + gl);
     const cl = cacheLines(out.results.policies);
     if (cl) process.stdout.write('\n' + cl);
     const pl = priorityLines(out.results.policies);

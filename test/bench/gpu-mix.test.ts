@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { gpuMixLabel, meanHourCost, parseGpuMix, workerGpus } from '../../src/bench/gpu-mix.js';
 import { runBench } from '../../src/bench/run.js';
+import { gpuLines } from '../../src/bench/table.js';
 import { workloadSource } from '../../src/workload/workloads.js';
 
 test('a GPU mix: one kind takes the worker count, a mix gives its own; the workers interleave by kind', () => {
@@ -56,4 +57,14 @@ test('on a mixed fleet each worker runs its own GPU, and kvgate learns each kind
   assert.ok(a10gShare(unlabelled) > 2 * a10gShare(labelled), `${a10gShare(unlabelled)} vs ${a10gShare(labelled)}`);
   assert.ok(unlabelled.policies[0]!.attainment! < 0.95, String(unlabelled.policies[0]!.attainment));
   assert.ok(kv.attainment! >= 0.99, String(kv.attainment));
+});
+
+test('the summary says where each policy sent its requests on a mixed fleet, and nothing on a fleet of one kind', async () => {
+  const r = await mixed(true);
+  const lines = gpuLines(r.policies);
+  const m = /^kvgate: h100 ([\d.]+)% · a10g ([\d.]+)%$/m.exec(lines);
+  assert.ok(m, lines);
+  assert.ok(Math.abs(Number(m[1]) + Number(m[2]) - 100) < 0.11, lines);
+  const one = r.policies.map((p) => ({ ...p, workers: p.workers.map((w) => ({ ...w, gpu: 'h100' })) }));
+  assert.equal(gpuLines(one), '');
 });
