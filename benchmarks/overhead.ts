@@ -16,7 +16,8 @@
  * Load: wrk (C) where installed, the Node client otherwise (which caps near 25k req/s and so
  * flatters every ratio above that). Each round runs every target in turn, order rotated:
  *   lat  — latency at a moderate rate: 4 connections, each waiting 20 ms before each request
- *          (≈200 req/s): p50 / p99;
+ *          (≈200 req/s): p50 / p99, and the CPU per request at that rate (an idle process on a
+ *          cold core spends several times what it spends per request when saturated);
  *   sse  — a 64-event stream at 200 req/s (Node client): time to first body byte and total;
  *   tp   — maximum throughput, 64 connections in a closed loop: req/s, and the target's CPU time
  *          per request (its processes' user + system time, from /proc).
@@ -76,6 +77,8 @@ interface Round {
   streamTotal50: number;
   rps: number;
   cpuUs: number;
+  /** CPU per request at the paced (≈200 req/s) load, µs: what a request costs an idle process. */
+  pacedCpuUs: number;
   errors: number;
 }
 
@@ -83,9 +86,11 @@ async function measureTarget(t: Target, useWrk: boolean, seconds: number): Promi
   const durationMs = seconds * 1000;
   if (useWrk) await wrk(t.url, TP_CONNECTIONS, WARMUP_S, 0);
   else await nodeClient<MaxResult>({ mode: 'max', url: t.url, stream: false, concurrency: TP_CONNECTIONS, durationMs: WARMUP_S * 1000 });
-  let p50: number, p99: number, rps: number, cpuUs: number, errors: number;
+  let p50: number, p99: number, rps: number, cpuUs: number, pacedCpuUs: number, errors: number;
   if (useWrk) {
+    const p0 = cpuOf(t);
     const lat = await wrk(t.url, LAT_CONNECTIONS, seconds, LAT_DELAY_MS);
+    pacedCpuUs = ((cpuOf(t) - p0) * 1000) / Math.max(1, lat.requests);
     const c0 = cpuOf(t);
     const tp = await wrk(t.url, TP_CONNECTIONS, seconds, 0);
     cpuUs = ((cpuOf(t) - c0) * 1000) / Math.max(1, tp.requests);
@@ -94,7 +99,9 @@ async function measureTarget(t: Target, useWrk: boolean, seconds: number): Promi
     rps = tp.requests / (tp.duration_us / 1e6);
     errors = lat.errors + tp.errors;
   } else {
+    const p0 = cpuOf(t);
     const lat = await nodeClient<RateResult>({ mode: 'rate', url: t.url, stream: false, rate: SSE_RATE, durationMs });
+    pacedCpuUs = ((cpuOf(t) - p0) * 1000) / Math.max(1, lat.latencies.length);
     const c0 = cpuOf(t);
     const tp = await nodeClient<MaxResult>({ mode: 'max', url: t.url, stream: false, concurrency: TP_CONNECTIONS, durationMs });
     cpuUs = ((cpuOf(t) - c0) * 1000) / Math.max(1, tp.completed);
@@ -104,7 +111,7 @@ async function measureTarget(t: Target, useWrk: boolean, seconds: number): Promi
     errors = lat.errors + tp.errors;
   }
   const sse = await nodeClient<RateResult>({ mode: 'rate', url: t.url, stream: true, rate: SSE_RATE, durationMs });
-  return { p50, p99, ttfb50: quantile(sse.ttfb, 0.5), streamTotal50: quantile(sse.latencies, 0.5), rps, cpuUs, errors: errors + sse.errors };
+  return { p50, p99, ttfb50: quantile(sse.ttfb, 0.5), streamTotal50: quantile(sse.latencies, 0.5), rps, cpuUs, pacedCpuUs, errors: errors + sse.errors };
 }
 
 async function main(): Promise<number> {
@@ -198,6 +205,7 @@ function report(
     sse_total_p50_ms: med(t.name, 'streamTotal50'),
     max_rps: med(t.name, 'rps'),
     cpu_us_per_request: med(t.name, 'cpuUs'),
+    cpu_us_per_request_paced: med(t.name, 'pacedCpuUs'),
     rps_vs_direct: ratio(t.name, 'direct'),
     rps_vs_nginx: ratio(t.name, 'nginx'),
     rps_vs_nodehop: ratio(t.name, 'nodehop'),
@@ -206,11 +214,11 @@ function report(
   }));
   const f = (x: number, d = 2): string => (Number.isFinite(x) ? x.toFixed(d) : '—');
   const lines = [
-    '| target | p50 ms | p99 ms | added p50 | added p99 | SSE TTFB p50 | added TTFB | SSE total p50 | max req/s | CPU µs/req | × direct | × nginx | × nodehop | × undicihop | errors |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| target | p50 ms | p99 ms | added p50 | added p99 | SSE TTFB p50 | added TTFB | SSE total p50 | max req/s | CPU µs/req | CPU µs/req ≈200 req/s | × direct | × nginx | × nodehop | × undicihop | errors |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
     ...rows.map(
       (r) =>
-        `| ${r.target} | ${f(r.p50_ms)} | ${f(r.p99_ms)} | ${f(r.added_p50_ms)} | ${f(r.added_p99_ms)} | ${f(r.sse_ttfb_p50_ms)} | ${f(r.added_sse_ttfb_p50_ms)} | ${f(r.sse_total_p50_ms)} | ${f(r.max_rps, 0)} | ${f(r.cpu_us_per_request, 0)} | ${f(r.rps_vs_direct)} | ${f(r.rps_vs_nginx)} | ${f(r.rps_vs_nodehop)} | ${f(r.rps_vs_undicihop)} | ${r.errors} |`,
+        `| ${r.target} | ${f(r.p50_ms)} | ${f(r.p99_ms)} | ${f(r.added_p50_ms)} | ${f(r.added_p99_ms)} | ${f(r.sse_ttfb_p50_ms)} | ${f(r.added_sse_ttfb_p50_ms)} | ${f(r.sse_total_p50_ms)} | ${f(r.max_rps, 0)} | ${f(r.cpu_us_per_request, 0)} | ${f(r.cpu_us_per_request_paced, 0)} | ${f(r.rps_vs_direct)} | ${f(r.rps_vs_nginx)} | ${f(r.rps_vs_nodehop)} | ${f(r.rps_vs_undicihop)} | ${r.errors} |`,
     ),
   ];
   process.stdout.write(
