@@ -7,6 +7,9 @@ import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import { RequestCounter, RequestHistogram } from './request-metrics.js';
 
+/** How often the event-loop lag metric samples the loop, ms (prom-client's default is 10). */
+export const EVENT_LOOP_SAMPLE_MS = 100;
+
 const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
 export class GatewayMetrics {
@@ -28,8 +31,11 @@ export class GatewayMetrics {
 
   constructor(private readonly fleet: WorkerRegistry, staleAfterMs: number, now: () => number) {
     const r = this.registry;
-    // Process CPU, memory, event-loop lag, GC: kvgate_process_*, kvgate_nodejs_*.
-    collectDefaultMetrics({ register: r, prefix: 'kvgate_' });
+    // Process CPU, memory, event-loop lag, GC: kvgate_process_*, kvgate_nodejs_*. The lag is
+    // sampled by a timer (perf_hooks.monitorEventLoopDelay); at prom-client's default resolution,
+    // 10 ms, it woke an idle gateway 100 times a second (docs/performance.md, "Latency at low load
+    // is mostly waking up").
+    collectDefaultMetrics({ register: r, prefix: 'kvgate_', eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
     this.requestsBy = new RequestCounter(r, {
       name: 'kvgate_requests_total',
       help: 'Requests answered, by route, model and HTTP status',
