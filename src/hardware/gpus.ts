@@ -34,6 +34,11 @@ export interface GpuProfile {
  *     memory included).
  *   - h100 $3.50, a100 $1.80: per-GPU on-demand prices of GPU clouds for SXM parts in 8-GPU
  *     nodes (hyperscalers list several times more per GPU; committed or spot capacity less).
+ *   - l4 $0.80, l40s $1.86: AWS g6.xlarge (one L4) and g6e.xlarge (one L40S) on-demand in
+ *     us-east-1, instance CPU and memory included, like the A10G's.
+ * l4 and l40s are taken from NVIDIA's datasheets (bf16 tensor throughput without sparsity) and the
+ * memory nvidia-smi reports; unlike the other three, the time model has not been checked against
+ * published vLLM figures on them (README, "The time model, against published vLLM figures").
  */
 export const GPUS: Readonly<Record<string, GpuProfile>> = {
   h100: {
@@ -63,18 +68,37 @@ export const GPUS: Readonly<Record<string, GpuProfile>> = {
     linkBandwidth: 25e9, // PCIe 4.0 x16, no NVLink
     hourlyUsd: 1.0,
   },
+  l4: {
+    name: 'l4',
+    description: 'NVIDIA L4 24 GB GDDR6',
+    memoryBytes: 23034 * 1024 ** 2, // what the driver reports for the 24 GB part
+    bandwidth: 300e9,
+    peakFlops: 121e12,
+    linkBandwidth: 25e9, // PCIe 4.0 x16, no NVLink
+    hourlyUsd: 0.8,
+  },
+  l40s: {
+    name: 'l40s',
+    description: 'NVIDIA L40S 48 GB GDDR6',
+    memoryBytes: 46068 * 1024 ** 2, // what the driver reports for the 48 GB part
+    bandwidth: 864e9,
+    peakFlops: 362e12,
+    linkBandwidth: 25e9, // PCIe 4.0 x16, no NVLink
+    hourlyUsd: 1.86,
+  },
 };
 
 /**
  * The GPU a label names, or undefined. A label names a GPU when one of its words (split at
- * anything but letters and digits, case ignored) begins with the GPU's name: `h100`, `A100`,
- * `nvidia-h100-80gb-hbm3`, `a10g-spot`, `a100-tp2`. The names are such that no word matches two
- * (`a100` and `a10g` differ in their fourth letter).
+ * anything but letters and digits, case ignored) is the GPU's name, or begins with it and goes on
+ * with a letter (a variant: `h100sxm`): `h100`, `A100`, `nvidia-h100-80gb-hbm3`, `a10g-spot`,
+ * `a100-tp2`, `L40S`. A digit after the name makes another GPU: `l40` is not an L4.
  */
 export function knownGpu(label: string): GpuProfile | undefined {
   for (const word of label.toLowerCase().split(/[^a-z0-9]+/)) {
-    if (word === '') continue;
-    for (const name in GPUS) if (word.startsWith(name)) return GPUS[name];
+    for (const name in GPUS) {
+      if (word.startsWith(name) && (word.length === name.length || !/[0-9]/.test(word[name.length]!))) return GPUS[name];
+    }
   }
   return undefined;
 }

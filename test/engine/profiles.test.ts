@@ -15,7 +15,7 @@ test('model architectures give the published sizes', () => {
   assert.equal(resolveModel('llama-3-8b').maxModelLen, 8192);
   assert.equal(resolveModel('llama-3-70b').maxModelLen, 8192);
   assert.equal(resolveModel('meta-llama/Llama-3.1-8B-Instruct').name, 'llama-3.1-8b');
-  assert.deepEqual(listGpus().map((g) => g.name), ['h100', 'a100', 'a10g']);
+  assert.deepEqual(listGpus().map((g) => g.name), ['h100', 'a100', 'a10g', 'l4', 'l40s']);
   assert.ok(listModels().length >= 4);
 });
 
