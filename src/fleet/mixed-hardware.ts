@@ -24,23 +24,18 @@ export class MixedHardwareHint {
    */
   check(w: WorkerState, workers: readonly WorkerState[]): void {
     if (this.warned.has(w.speedClass) || w.snapshot?.numGpuBlocks === undefined) return;
-    let min: WorkerState | null = null;
-    let max: WorkerState | null = null;
+    let min: { worker: string; numGpuBlocks: number } | null = null;
+    let max: { worker: string; numGpuBlocks: number } | null = null;
     for (const o of workers) {
       const blocks = o.snapshot?.numGpuBlocks;
       if (o.speedClass !== w.speedClass || blocks === undefined) continue;
-      if (min === null || blocks < min.snapshot!.numGpuBlocks!) min = o;
-      if (max === null || blocks > max.snapshot!.numGpuBlocks!) max = o;
+      if (min === null || blocks < min.numGpuBlocks) min = { worker: o.id, numGpuBlocks: blocks };
+      if (max === null || blocks > max.numGpuBlocks) max = { worker: o.id, numGpuBlocks: blocks };
     }
-    if (min === null || max === null || max.snapshot!.numGpuBlocks! <= CAPACITY_RATIO * min.snapshot!.numGpuBlocks!) return;
+    if (min === null || max === null || max.numGpuBlocks <= CAPACITY_RATIO * min.numGpuBlocks) return;
     this.warned.add(w.speedClass);
     this.warn(
-      {
-        pool: w.pool,
-        hardware: w.hardware ?? undefined,
-        smallest: { worker: min.id, numGpuBlocks: min.snapshot!.numGpuBlocks },
-        largest: { worker: max.id, numGpuBlocks: max.snapshot!.numGpuBlocks },
-      },
+      { pool: w.pool, hardware: w.hardware ?? undefined, smallest: min, largest: max },
       "workers of one pool report KV capacities far apart: if they run on different hardware, set each one's `hardware` so the kvgate policy learns each kind's speed",
     );
   }
