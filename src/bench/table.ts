@@ -24,7 +24,7 @@ export interface TableOptions {
   capacity?: CapacityRatios | null;
 }
 
-type Row = PolicySummary & { workers: readonly WorkerSummary[] } & { capacity?: CapacityResult | null; cache?: CacheRunSummary | null; isolation?: IsolationSummary | null; speculative?: SpecSummary | null };
+type Row = PolicySummary & { workers: readonly WorkerSummary[]; capacity?: CapacityResult | null; cache?: CacheRunSummary | null; isolation?: IsolationSummary | null; speculative?: SpecSummary | null };
 
 export function summaryTable(rows: readonly Row[], o: TableOptions = {}): string {
   const withAttainment = rows.some((r) => r.attainment !== null && r.attainment !== undefined);
