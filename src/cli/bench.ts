@@ -50,7 +50,8 @@ Fleet:
   --gpu NAME:N,NAME:N     a mixed fleet, e.g. h100:4,a100:4 (workers interleaved by kind; the
                           GPU-hour cost is the mix's mean; no work bound is computed for it)
   --gpu-labels on|off     a mixed fleet's workers declare their GPU as their \`hardware\`, as an
-                          operator labels a mixed pool (default on; off: one unlabelled pool)
+                          operator labels a mixed pool (default on; off: no labels, kinds
+                          told apart only by the KV capacity each reports)
   --model NAME            model profile: ${listModels().map((m) => m.name).join(', ')} (default llama-3.1-8b)
   --tp N                  tensor-parallel GPUs per worker (default 1)
 

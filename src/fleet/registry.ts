@@ -8,6 +8,7 @@
  * breaker stays reachable through breaker() until its requests are done (dropRetired()).
  */
 import { CircuitBreaker, type CircuitBreakerOptions } from './circuit-breaker.js';
+import { describeSpeedClass } from './speed-classes.js';
 import { WorkerState, type WorkerIdentity } from './worker-state.js';
 
 /** Extra fields for /admin/workers (policies add their per-worker view, e.g. prefix-index size). */
@@ -129,6 +130,7 @@ export class WorkerRegistry {
       pool: w.pool,
       model: w.model,
       hardware: w.hardware,
+      speedClass: describeSpeedClass(w.speedClass),
       healthy: w.healthy,
       circuitOpen: w.circuitOpen,
       suspected: w.suspected,

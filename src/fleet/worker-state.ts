@@ -81,11 +81,12 @@ export class WorkerState {
   /** The worker's declared kind of hardware, or null (the pool's workers are alike). */
   readonly hardware: string | null;
   /**
-   * What the worker shares its learned speed with: its pool, or its pool's workers of the same
-   * declared hardware. A policy learns prefill and decode speed per speed class, not per worker
-   * (see KvgatePolicy.prefillRate for why), so a pool of two GPU generations needs the label.
+   * What the worker shares its learned speed with: its pool's workers of the same declared
+   * hardware, or, unlabelled, its pool's workers of about the same KV capacity (set by
+   * fleet/speed-classes.ts; the pool until a capacity is known). A policy learns prefill and decode
+   * speed per speed class, not per worker (see KvgatePolicy.prefillRate for why).
    */
-  readonly speedClass: string;
+  speedClass: string;
   /** Headers sent with every request to the worker (credentials); never shown in /admin/workers. */
   readonly upstreamHeaders: Readonly<Record<string, string>>;
 
@@ -115,6 +116,8 @@ export class WorkerState {
   readonly inflight = new Map<string, InflightRequest>();
   /** Sums over `inflight`, kept incrementally so routing never iterates requests. */
   inflightPrefillTokens = 0;
+  /** Uncached prompt tokens of every request charged here so far (only grows). */
+  prefillTokensDispatched = 0;
   inflightTokens = 0;
   inflightBlocks = 0;
   /** Requests dispatched after the current snapshot was taken (the snapshot cannot show them). */
@@ -147,6 +150,11 @@ export class WorkerState {
 
   get numGpuBlocks(): number {
     return this.snapshot?.numGpuBlocks ?? this.configuredBlocks ?? DEFAULT_NUM_GPU_BLOCKS;
+  }
+
+  /** The KV capacity the worker reported, else the one configured for it, else undefined. */
+  get knownGpuBlocks(): number | undefined {
+    return this.snapshot?.numGpuBlocks ?? this.configuredBlocks;
   }
 
   get blockSize(): number {
@@ -224,6 +232,7 @@ export class WorkerState {
     if (this.inflight.has(r.id)) return;
     this.inflight.set(r.id, r);
     this.inflightPrefillTokens += r.uncachedTokens;
+    this.prefillTokensDispatched += r.uncachedTokens;
     this.inflightTokens += r.promptTokens + r.maxTokens;
     this.inflightBlocks += r.blocks;
     this.dispatchedSinceSnapshot++;

@@ -15,7 +15,7 @@ import type { HealthProber } from '../fleet/health.js';
 import { WorkerRegistry, type WorkerDescriber } from '../fleet/registry.js';
 import type { MetricsScraper } from '../fleet/scraper.js';
 import { Upstreams } from '../fleet/upstreams.js';
-import { MixedHardwareHint } from '../fleet/mixed-hardware.js';
+import { SpeedClasses } from '../fleet/speed-classes.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import { createPolicy } from '../scheduler/registry.js';
 import { Router } from '../scheduler/router.js';
@@ -194,7 +194,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     : null;
 
   const checkFailed = new Set<string>();
-  const hardwareHint = new MixedHardwareHint((fields, msg) => logger.warn(fields, msg));
+  const speedClasses = new SpeedClasses((fields, msg) => logger.warn(fields, msg));
   const { scraper, health } = createFleetWatch({
     config,
     workers: registry.workers,
@@ -212,7 +212,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
       if (error !== null) checkFailed.add(w.id);
       else {
         if (checkFailed.delete(w.id)) registry.breaker(w.id).onRecovered();
-        hardwareHint.check(w, registry.workers);
+        speedClasses.update(w, registry.workers);
       }
     },
   });

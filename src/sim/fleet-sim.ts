@@ -63,6 +63,7 @@
 import { Engine } from '../engine/engine.js';
 import type { EngineConfig, EngineRequest, EngineStats, FinishedOutput, StepResult, TokenContext } from '../engine/types.js';
 import { KvEventMapper } from '../fleet/kv-events-mapper.js';
+import { SpeedClasses } from '../fleet/speed-classes.js';
 import { WorkerState, type MetricsSnapshot } from '../fleet/worker-state.js';
 import type { Tenant } from '../admission/tenants.js';
 import { PROMPT_SALT } from '../kv/prompt-blocks.js';
@@ -366,6 +367,8 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     states: WorkerState[];
     /** Per worker, the mapper feeding its KV events to this replica's index (or null). */
     mappers: (KvEventMapper | null)[];
+    /** Its workers' speed classes, re-derived from their scrapes as the gateway's are. */
+    speedClasses: SpeedClasses;
   }
   const replicas: Replica[] = policies.map((policy, r) => {
     const router = new Router({ policy, clock, rng: seededRng(r === 0 ? opts.seed : opts.seed + r * 0x9e37), staleAfterMs });
@@ -397,7 +400,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       }
       mappers.push(mapper);
     }
-    return { router, states, mappers };
+    return { router, states, mappers, speedClasses: new SpeedClasses() };
   });
   const router = replicas[0]!.router;
   const states = replicas[0]!.states;
@@ -837,7 +840,10 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     for (let i = 0; i < n; i++) {
       const snap = snapshotOf(engines[i]!.stats(), now);
       trace?.({ type: 'snapshot', t: now, worker: i, snapshot: snap });
-      for (const r of replicas) r.states[i]!.applySnapshot(snap);
+      for (const r of replicas) {
+        r.states[i]!.applySnapshot(snap);
+        r.speedClasses.update(r.states[i]!, r.states);
+      }
     }
     admission?.pump();
   };

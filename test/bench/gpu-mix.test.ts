@@ -37,7 +37,7 @@ async function mixed(gpuLabels: boolean) {
   return results;
 }
 
-test('on a mixed fleet each worker runs its own GPU, and kvgate learns each kind’s speed when the workers declare it', async () => {
+test('on a mixed fleet each worker runs its own GPU, and kvgate learns each kind’s speed, declared or told apart by KV capacity', async () => {
   const labelled = await mixed(true);
   const unlabelled = await mixed(false);
   assert.equal(labelled.gpu, 'h100:2,a10g:2');
@@ -52,11 +52,14 @@ test('on a mixed fleet each worker runs its own GPU, and kvgate learns each kind
     const total = ws.reduce((a, w) => a + w.routed, 0);
     return ws.filter((w) => w.gpu === 'a10g').reduce((a, w) => a + w.routed, 0) / total;
   };
-  // One speed for the whole pool (unlabelled) takes the A10Gs for faster than they are: they are
-  // sent more than they serve within 50 ms per token. Labelled, kvgate learns their speed.
-  assert.ok(a10gShare(unlabelled) > 2 * a10gShare(labelled), `${a10gShare(unlabelled)} vs ${a10gShare(labelled)}`);
-  assert.ok(unlabelled.policies[0]!.attainment! < 0.95, String(unlabelled.policies[0]!.attainment));
+  // Labelled, kvgate knows the A10Gs' speed from the start. Unlabelled, their KV capacity (a
+  // third of an H100's) puts them in a speed class of their own, whose speed is learned from its
+  // answers. (As one class with the H100s, the A10Gs were sent 14% of the requests, and 87% met
+  // the SLO.)
+  assert.ok(a10gShare(labelled) < 0.05, String(a10gShare(labelled)));
+  assert.ok(a10gShare(unlabelled) < 0.07, String(a10gShare(unlabelled)));
   assert.ok(kv.attainment! >= 0.99, String(kv.attainment));
+  assert.ok(unlabelled.policies[0]!.attainment! >= 0.99, String(unlabelled.policies[0]!.attainment));
 });
 
 test('the summary says where each policy sent its requests on a mixed fleet, and nothing on a fleet of one kind', async () => {

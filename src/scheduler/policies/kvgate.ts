@@ -237,6 +237,12 @@ const CONTEXT_AT_FIRST_TOKEN = stateKey<number>('kvgate.context-at-first-token')
  * beside the answer's decode, and its TPOT is the decode alone.
  */
 const DECODE_ALONE_FROM = stateKey<number>('kvgate.decode-alone-from');
+/**
+ * At the request's first token: the prompt tokens then waiting for their prefill at the worker,
+ * and how many had been dispatched there in all. At its end, their sum less that total's value
+ * then bounds the prefill work the worker did during the answer's decode (decodeFloor).
+ */
+const PREFILL_MARK = stateKey<{ pending: number; dispatched: number }>('kvgate.prefill-mark');
 /** Finished answers whose decode speed each speed class keeps (learnDecodeSpeed). */
 const DECODE_WINDOW = 128;
 /** Answers seen in a speed class before its decode speed is used instead of the configured one. */
@@ -301,6 +307,13 @@ export class KvgatePolicy implements Policy {
    */
   private readonly decodeRatios = new Map<string, RecentWindow>();
   readonly decodeScales = new Map<string, number>();
+  /**
+   * Per speed class: a lower bound on the same ratio from every answer, with the prefill work
+   * done beside it taken out (decodeFloor), for its last DECODE_WINDOW answers; and the floor
+   * taken from them, once there are enough.
+   */
+  private readonly decodeFloorRatios = new Map<string, RecentWindow>();
+  readonly decodeFloors = new Map<string, number>();
   /** hardwarePrior per declared hardware label (cleared when decodeFiguresGpu is retuned). */
   private readonly hardwarePriors = new Map<string, number>();
   /** Requests dispatched to each worker so far (DECODE_ALONE_FROM). */
@@ -449,7 +462,10 @@ export class KvgatePolicy implements Policy {
    * hardware's prior (hardwarePrior), else 1.
    */
   decodeScale(w: WorkerState): number {
-    return (this.params.learnDecodeSpeed ? this.decodeScales.get(w.speedClass) : undefined) ?? this.hardwarePrior(w);
+    if (!this.params.learnDecodeSpeed) return this.hardwarePrior(w);
+    const scale = this.decodeScales.get(w.speedClass) ?? this.hardwarePrior(w);
+    const floor = this.decodeFloors.get(w.speedClass);
+    return floor !== undefined && floor > scale ? floor : scale;
   }
 
   /**
@@ -513,6 +529,32 @@ export class KvgatePolicy implements Policy {
     this.decodeScales.set(w.speedClass, Math.min(DECODE_SCALE_MAX, Math.max(DECODE_SCALE_MIN, r.quantile(DECODE_QUANTILE))));
   }
 
+  /**
+   * Learn a floor under the speed class's decode speed from any answer, however much was
+   * prefilled beside it: its decode time less all the prefill work the worker could have done
+   * meanwhile (the prompt tokens pending there at its first token and those dispatched there
+   * since, at the class's prefill rate), against what the configured figures predict. Every step
+   * with a prefill chunk in it still decoded a token of the answer, so taking all of the chunk's
+   * time out leaves less than the answer's decode steps took: a bound from below, and a loose
+   * one on a busy worker. The lower quartile of the class's recent bounds raises its decode scale
+   * when it is above the learned one (or the prior); it never lowers it.
+   *
+   * This is what keeps a slow kind from being taken for a fast one under load, where few answers
+   * are decoded alone (learnDecodeSpeed): on 4 A100s and 4 A10Gs (agentic, seed 84) with no
+   * labels, the A10Gs' workers were a class of their own (fleet/speed-classes.ts) whose speed
+   * the clean answers had not taught it by the time the run ended.
+   */
+  private learnDecodeFloor(w: WorkerState, elapsedMs: number, steps: number, contextTokens: number, prefillTokens: number): void {
+    const predicted = this.params.decodeStepMs + (this.params.decodeMsPer1kContext / 1000) * contextTokens;
+    if (!(predicted > 0) || !(steps > 0)) return;
+    const decodeMs = Math.max(0, elapsedMs - (1000 * prefillTokens) / this.prefillRate(w));
+    let r = this.decodeFloorRatios.get(w.speedClass);
+    if (!r) this.decodeFloorRatios.set(w.speedClass, (r = new RecentWindow(DECODE_WINDOW)));
+    r.push(decodeMs / steps / predicted);
+    if (r.size < DECODE_MIN_SAMPLES) return;
+    this.decodeFloors.set(w.speedClass, Math.min(DECODE_SCALE_MAX, r.quantile(DECODE_QUANTILE)));
+  }
+
   /** TPOTs of the requests that recently finished at `workerId`, ascending. */
   recentTpotsAt(workerId: string): readonly number[] {
     return this.recentTpots.get(workerId)?.sorted ?? NO_TPOTS;
@@ -564,9 +606,10 @@ export class KvgatePolicy implements Policy {
     // A whole answer sent at once arrives at its end: neither its first token nor its TPOT is seen.
     if (req.stream === false) return;
     if (this.params.stallModel === 'learned' || this.params.learnDecodeSpeed) req.state.set(FIRST_TOKEN_AT, ctx.now);
-    if (this.params.learnDecodeSpeed && w.inflightPrefillTokens === 0) {
+    if (this.params.learnDecodeSpeed) {
       req.state.set(CONTEXT_AT_FIRST_TOKEN, this.batchContext(w, ctx));
-      req.state.set(DECODE_ALONE_FROM, this.dispatches.get(w.id) ?? 0);
+      req.state.set(PREFILL_MARK, { pending: w.inflightPrefillTokens, dispatched: w.prefillTokensDispatched });
+      if (w.inflightPrefillTokens === 0) req.state.set(DECODE_ALONE_FROM, this.dispatches.get(w.id) ?? 0);
     }
     if (!this.params.learnPrefillRate) return;
     const est = kvgateEstimate(req, w);
@@ -590,9 +633,12 @@ export class KvgatePolicy implements Policy {
         const tpot = (ctx.now - first) / (outputTokens - 1);
         if (this.params.stallModel === 'learned') this.recordTpot(w.id, tpot);
         const atFirst = req.state.get(CONTEXT_AT_FIRST_TOKEN);
-        const alone = req.state.get(DECODE_ALONE_FROM) === (this.dispatches.get(w.id) ?? 0);
-        if (this.params.learnDecodeSpeed && atFirst !== undefined && alone && outputTokens >= DECODE_MIN_OUTPUT) {
-          this.learnDecodeSpeed(w, tpot, (atFirst + this.batchContext(w, ctx)) / 2);
+        const mark = req.state.get(PREFILL_MARK);
+        if (this.params.learnDecodeSpeed && atFirst !== undefined && mark !== undefined && outputTokens >= DECODE_MIN_OUTPUT) {
+          const context = (atFirst + this.batchContext(w, ctx)) / 2;
+          if (req.state.get(DECODE_ALONE_FROM) === (this.dispatches.get(w.id) ?? 0)) this.learnDecodeSpeed(w, tpot, context);
+          const prefillBeside = mark.pending + w.prefillTokensDispatched - mark.dispatched;
+          this.learnDecodeFloor(w, ctx.now - first, outputTokens - 1, context, prefillBeside);
         }
       }
     }

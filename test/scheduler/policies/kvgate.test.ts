@@ -268,20 +268,26 @@ test('answers teach the pool how fast it decodes; whole answers sent at once tea
   for (let i = 0; i < 200; i++) answer(predicted / 10, false);
   for (let i = 0; i < 200; i++) answer(predicted * 20, true, 3);
   assert.ok(Math.abs(policy.decodeScale(w) - 4) < 0.05, String(policy.decodeScale(w)));
-  // An answer decoded while another prompt was sent to the worker had prefill chunks in its steps:
-  // it says nothing of the decode speed.
-  for (let i = 0; i < 200; i++) {
-    const req = request(seq(10_000_000 + i * 2000, 1000), { maxTokens: 50 });
+  // An answer decoded while another prompt was sent to the worker had prefill chunks in its steps.
+  // Where the prefill explains its slowness (a 20,000-token prompt: 2 s at the configured 10,000
+  // tokens/s), it teaches nothing…
+  const beside = (besideTokens: number, decodeMs: number, base: number): void => {
+    const req = request(seq(base, 1000), { maxTokens: 50 });
     assert.ok(r.route(req, [w]).ok);
     clock.advance(50);
     r.firstToken(req.id);
-    const beside = request(seq(20_000_000 + i * 2000, 1000), { maxTokens: 50 });
-    assert.ok(r.route(beside, [w]).ok);
-    clock.advance(predicted * 30 * 50);
+    const other = request(seq(base + 1_000_000, besideTokens), { maxTokens: 50 });
+    assert.ok(r.route(other, [w]).ok);
+    clock.advance(decodeMs + (1000 * besideTokens) / 10_000);
     r.complete(req.id, true, 51);
-    r.complete(beside.id, false);
-  }
+    r.complete(other.id, false);
+  };
+  for (let i = 0; i < 200; i++) beside(20_000, predicted * 2 * 50, 10_000_000 + i * 100_000);
   assert.ok(Math.abs(policy.decodeScale(w) - 4) < 0.05, String(policy.decodeScale(w)));
+  // …where it cannot (the same answer taking 8× the configured TPOT beside a 1,000-token prompt:
+  // at most 0.1 s of its 3 s), what is left is a floor under the decode speed, and the scale rises to it.
+  for (let i = 0; i < 200; i++) beside(1_000, predicted * 8 * 50, 40_000_000 + i * 100_000);
+  assert.ok(Math.abs(policy.decodeScale(w) - 8) < 0.05, String(policy.decodeScale(w)));
   // A faster pool shows it once its recent answers are faster.
   for (let i = 0; i < 128; i++) answer(predicted * 2);
   assert.ok(Math.abs(policy.decodeScale(w) - 2) < 0.05, String(policy.decodeScale(w)));
