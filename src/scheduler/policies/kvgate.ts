@@ -18,10 +18,12 @@
  * and never stale; waiting/running come from the snapshot moved forward by this gateway's own
  * dispatches, first tokens and completions since (WorkerState.currentQueue), or from the
  * gateway's in-flight count once the snapshot is stale (say so, never fail closed). The prefill
- * rate is configured per deployment and, by default, learned per speed class (a pool, or its
- * workers of one declared `hardware`) from observed first tokens (onFirstToken); so is the decode
- * speed (decodeStepMs and decodeMsPer1kContext are an H100's figures, scaled per speed class by
- * what its answers decoded alone show: learnDecodeSpeed).
+ * rate is configured per deployment and, by default, learned per speed class (a pool's workers
+ * of one declared `hardware`, or unlabelled, of about one KV capacity: fleet/speed-classes.ts)
+ * from observed first tokens (onFirstToken); so is the decode speed (decodeStepMs and
+ * decodeMsPer1kContext are an H100's figures, scaled per speed class by what its answers decoded
+ * alone show, and raised by what any answer shows with the prefill beside it taken out:
+ * learnDecodeSpeed, learnDecodeFloor).
  *
  * The cost is decode-aware: the N requests batched at the worker, with C context tokens between
  * them (the gateway's in-flight accounting), get this request's uncached prefill chunks in their
@@ -111,13 +113,13 @@ export const kvgateOptions = z.strictObject({
     "prefill throughput assumed per worker, tokens/s (kvgate: until it has learned its pool's)",
     { min: 1 },
   ),
-  learnPrefillRate: booleanKnob(true, "learn each pool's prefill rate (per declared hardware where its workers name one) from observed first tokens"),
+  learnPrefillRate: booleanKnob(true, "learn each speed class's prefill rate (a pool's workers of one declared hardware, or of one KV capacity) from observed first tokens"),
   learnAlpha: numberKnob(0.2, 'weight of a new observation in the learned rate'),
   // decodeStepMs and decodeMsPer1kContext are one GPU's figures (an H100's); both are memory
   // reads, so on other hardware both scale with the bandwidth. Learned from streamed answers.
   learnDecodeSpeed: booleanKnob(
     true,
-    "scale decodeStepMs and decodeMsPer1kContext by how fast each pool's workers (per declared hardware) are seen to decode (the low end of its answers' TPOT against the two)",
+    "scale decodeStepMs and decodeMsPer1kContext by how fast each speed class is seen to decode (the low end of its answers' TPOT against the two)",
   ),
   decodeFiguresGpu: choiceKnob(
     Object.keys(GPUS) as [string, ...string[]],
@@ -421,8 +423,8 @@ export class KvgatePolicy implements Policy {
   }
 
   /**
-   * The prefill rate assumed for the worker: its speed class's learned rate (its pool's, or its
-   * pool's workers of the same declared hardware), else the configured rate.
+   * The prefill rate assumed for the worker: its speed class's learned rate (its pool's workers
+   * of the same declared hardware, or of about the same KV capacity), else the configured rate.
    *
    * Learned per speed class, not per worker. What a first token measures, (ahead + uncached) /
    * elapsed, is not the worker's throughput alone: it depends on how the worker was loaded, which
@@ -433,10 +435,10 @@ export class KvgatePolicy implements Policy {
    * request, since its rate divides the prefill time and the stall it puts in the batch — the
    * burst that kept its rate high: TTFT p99 164 ms at 16 workers, 69 ms with one rate per pool
    * (exact engine state: 73). The hardware is the speed class's; how loaded each worker is, is
-   * the queue and batch terms' business. A pool that mixes hardware without saying so learns one
-   * rate for all of it, and sends its slow workers more than they can serve: on 4 H100 and 4
-   * A10G workers (shared-prefix, seed 83), kvgate then carried 0.27× llm-d-precise's traffic at
-   * the SLO, and 0.96× with the workers labelled (README, "On mixed fleets").
+   * the queue and batch terms' business. A pool that mixes hardware learned as one class sends
+   * its slow workers more than they can serve: on 4 H100 and 4 A10G workers (shared-prefix, seed
+   * 83), kvgate then carried 0.27× llm-d-precise's traffic at the SLO, and 0.96× with the workers
+   * labelled or told apart by their KV capacity (README, "On mixed fleets").
    */
   prefillRate(w: WorkerState): number {
     return this.prefillRates.get(w.speedClass) ?? this.params.prefillTokensPerSec;
@@ -473,11 +475,12 @@ export class KvgatePolicy implements Policy {
    * decodeMsPer1kContext are both memory reads (weights, KV), so a GPU with half the bandwidth of
    * decodeFiguresGpu takes twice as long for both. 1 for a worker that declares no known GPU.
    *
-   * Learning alone is not enough for a mixed pool: it learns only from answers decoded with no
-   * prefill beside them (see learnDecodeSpeed), and a slow kind under load has almost none. On
-   * 4 A100s and 4 A10Gs (agentic, seed 84, a fifth of its capacity) the A10Gs' speed was learned
-   * 734 s into an 874 s run, and until then they were taken for as fast as the configured H100:
-   * sessions went on growing there past the TPOT target.
+   * Learning from answers decoded alone (learnDecodeSpeed) was not enough for a mixed pool: a
+   * slow kind under load has almost none. On 4 A100s and 4 A10Gs (agentic, seed 84, a fifth of
+   * its capacity) the A10Gs' speed was learned 734 s into an 874 s run, and until then they were
+   * taken for as fast as the configured H100: sessions went on growing there past the TPOT
+   * target. The prior closed that gap for a known GPU; the floor (learnDecodeFloor) closes it for
+   * any other, or a kind told apart only by its capacity.
    */
   hardwarePrior(w: WorkerState): number {
     if (w.hardware === null) return 1;
