@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { DashboardSampler, histogramQuantile } from '../../src/gateway/dashboard/summary.js';
+import { DashboardSampler, histogramQuantile, summarize } from '../../src/gateway/dashboard/summary.js';
 
 test('histogramQuantile interpolates inside the bucket like Prometheus, and is null without observations', () => {
   // 10 observations ≤ 0.1, 10 more in (0.1, 0.5].
@@ -65,6 +65,7 @@ test('rates, quantiles, hit ratios and admission counts cover the window between
   assert.equal(s.workers[0]!.kvUsage, 0.93);
   assert.deepEqual(s.workers[0]!.prefixIndex, { source: 'events', blocks: 42, capacity: 100 });
   assert.equal(s.workers[0]!.hardware, null, 'no hardware declared');
+  assert.equal(s.workers[0]!.kind, null, 'and the pool is one speed class');
   const std = s.admission.find((r) => r.priority === 'standard')!;
   assert.equal(std.queued, 4);
   assert.equal(std.decisions.admitted, 20);
@@ -108,4 +109,11 @@ test('speculative acceptance is read from any kvgate_spec…accept… gauge, or 
   prop.labels('m').inc(40);
   const s = await f.sampler.state();
   assert.equal(s.speculative[1]!.value, 0.9, 'the window’s increases, not the totals');
+});
+
+test('a worker’s kind is its hardware, or its KV capacity where an unlabelled pool is split by it', () => {
+  const row = (w: Record<string, unknown>) => summarize({ at: 0, metrics: new Map(), workers: [{ id: 'w0', pool: 'main', model: 'm', ...w }] } as never, null).workers[0]!;
+  assert.equal(row({ hardware: 'h100', speedClass: 'main · h100' }).kind, 'h100');
+  assert.equal(row({ hardware: null, speedClass: 'main · 8000 blocks' }).kind, '8000 blocks');
+  assert.equal(row({ hardware: null, speedClass: 'main' }).kind, null);
 });

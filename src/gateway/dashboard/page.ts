@@ -85,7 +85,7 @@ function render(s) {
   $('updated').textContent = 'updated ' + new Date(s.at).toLocaleTimeString();
   replace($('workers'), s.workers.map(function (w) {
     var tr = el('tr'); tr.setAttribute('data-worker', w.id);
-    tr.appendChild(td(w.id, 'id')); tr.appendChild(td(w.pool + ' \\u00b7 ' + w.model + (w.hardware ? ' \\u00b7 ' + w.hardware : '')));
+    tr.appendChild(td(w.id, 'id')); tr.appendChild(td(w.pool + ' \\u00b7 ' + w.model + (w.kind ? ' \\u00b7 ' + w.kind : '')));
     var b = el('td'); b.appendChild(badge(w)); tr.appendChild(b);
     tr.appendChild(kvCell(w.kvUsage));
     tr.appendChild(td(num(w.running), 'num running')); tr.appendChild(td(num(w.waiting), 'num waiting'));

@@ -17,6 +17,11 @@ export interface DashboardWorker {
   pool: string;
   /** The worker's declared hardware, or null. */
   hardware: string | null;
+  /**
+   * What sets it apart in its pool's speed classes: its hardware, or, unlabelled in a pool split
+   * by KV capacity, its capacity ("8000 blocks"); null when the pool is one class.
+   */
+  kind: string | null;
   model: string;
   healthy: boolean;
   /** closed | open | half-open (the circuit breaker). */
@@ -236,6 +241,7 @@ export function summarize(cur: Sample, base: Sample | null): DashboardState {
       id: String(w.id),
       pool: String(w.pool),
       hardware: typeof w.hardware === 'string' ? w.hardware : null,
+      kind: kindOf(w),
       model: String(w.model),
       healthy: w.healthy === true,
       circuit: String(w.circuitState ?? (w.circuitOpen ? 'open' : 'closed')),
@@ -339,4 +345,12 @@ function speculativeSeries(cur: Sample, base: Sample | null): DashboardSpecSerie
 /** For tests: a sample from a registry's JSON, as the sampler takes it. */
 export function sampleOf(at: number, json: MetricObjectWithValues<MetricValue<string>>[], workers: Record<string, unknown>[]): Sample {
   return { at, metrics: new Map(json.map((m) => [m.name, m])), workers };
+}
+
+/** DashboardWorker.kind from /admin/workers' `hardware` and `speedClass` ("pool · 8000 blocks"). */
+function kindOf(w: Record<string, unknown>): string | null {
+  if (typeof w.hardware === 'string') return w.hardware;
+  const cls = typeof w.speedClass === 'string' ? w.speedClass : '';
+  const prefix = `${String(w.pool)} · `;
+  return cls.startsWith(prefix) ? cls.slice(prefix.length) : null;
 }
