@@ -82,6 +82,8 @@ export interface PreparedPrompt {
    * `add_special_tokens`). Unset: the tokenizer's own setting.
    */
   addSpecialTokens?: boolean;
+  /** A chat prompt's rendering options (chatRenderOptions), for a tokenizer that renders it itself. */
+  render?: ChatRenderOptions;
 }
 
 /**
@@ -119,6 +121,7 @@ export function preparePrompt(
         maxTokens: explicit ?? assumedMaxTokens,
         maxTokensExplicit: explicit !== undefined,
         addSpecialTokens: special,
+        render,
       };
     }
     // kvgate's template, as the simulated worker renders it: only add_generation_prompt applies.
@@ -131,6 +134,7 @@ export function preparePrompt(
           : encode(promptText),
       maxTokens: explicit ?? assumedMaxTokens,
       maxTokensExplicit: explicit !== undefined,
+      render,
     };
   }
   const b = body as CompletionRequest;
@@ -199,7 +203,7 @@ export async function prepareRouting(
     // that brings its own template is tokenized as kvgate rendered it (see preparePrompt).
     if (chat !== null && chat.chat_template == null) {
       tctx.messages = chat.messages;
-      tctx.render = chatRenderOptions(chat);
+      tctx.render = prompt.render ?? chatRenderOptions(chat);
       if (chat.add_special_tokens !== undefined) tctx.addSpecialTokens = chat.add_special_tokens;
     }
     const t = await tokenizer.tokenize(prompt.promptText, tctx);
