@@ -83,7 +83,7 @@ export class SpeedClasses {
       );
     }
     for (const [hardware, same] of labelled) {
-      const key = `${pool}\u0000${hardware}`;
+      const key = same[0]!.speedClass;
       const sizedSame = same.filter((w) => w.knownGpuBlocks !== undefined);
       const e = extremes(sizedSame);
       if (this.warned.has(key) || e === null || e.largest.numGpuBlocks <= CAPACITY_RATIO * e.smallest.numGpuBlocks) continue;

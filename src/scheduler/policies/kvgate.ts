@@ -242,7 +242,7 @@ const DECODE_ALONE_FROM = stateKey<number>('kvgate.decode-alone-from');
 /**
  * At the request's first token: the prompt tokens then waiting for their prefill at the worker,
  * and how many had been dispatched there in all. At its end, their sum less that total's value
- * then bounds the prefill work the worker did during the answer's decode (decodeFloor).
+ * then bounds the prefill work the worker did during the answer's decode (learnDecodeFloor).
  */
 const PREFILL_MARK = stateKey<{ pending: number; dispatched: number }>('kvgate.prefill-mark');
 /** Finished answers whose decode speed each speed class keeps (learnDecodeSpeed). */
@@ -311,7 +311,7 @@ export class KvgatePolicy implements Policy {
   readonly decodeScales = new Map<string, number>();
   /**
    * Per speed class: a lower bound on the same ratio from every answer, with the prefill work
-   * done beside it taken out (decodeFloor), for its last DECODE_WINDOW answers; and the floor
+   * done beside it taken out (learnDecodeFloor), for its last DECODE_WINDOW answers; and the floor
    * taken from them, once there are enough.
    */
   private readonly decodeFloorRatios = new Map<string, RecentWindow>();
@@ -417,6 +417,7 @@ export class KvgatePolicy implements Policy {
         prefillRateLearned: this.prefillRates.has(w.speedClass),
         decodeStepMs: Math.round(this.params.decodeStepMs * this.decodeScale(w) * 100) / 100,
         decodeSpeedLearned: this.params.learnDecodeSpeed && this.decodeScales.has(w.speedClass),
+        decodeFloorLearned: this.params.learnDecodeSpeed && this.decodeFloors.has(w.speedClass),
         outputLength: this.params.learnOutputLength ? this.outputLength.describe() : null,
       },
     };

@@ -288,6 +288,9 @@ test('answers teach the pool how fast it decodes; whole answers sent at once tea
   // at most 0.1 s of its 3 s), what is left is a floor under the decode speed, and the scale rises to it.
   for (let i = 0; i < 200; i++) beside(1_000, predicted * 8 * 50, 40_000_000 + i * 100_000);
   assert.ok(Math.abs(policy.decodeScale(w) - 8) < 0.05, String(policy.decodeScale(w)));
+  const shown = policy.describeWorker(w).kvgate as { decodeStepMs: number; decodeFloorLearned: boolean };
+  assert.equal(shown.decodeFloorLearned, true);
+  assert.ok(Math.abs(shown.decodeStepMs - 7.5 * 8) < 0.5, String(shown.decodeStepMs));
   // A faster pool shows it once its recent answers are faster.
   for (let i = 0; i < 128; i++) answer(predicted * 2);
   assert.ok(Math.abs(policy.decodeScale(w) - 2) < 0.05, String(policy.decodeScale(w)));
