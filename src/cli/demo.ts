@@ -27,6 +27,9 @@ Options:
       --gpu NAME      GPU profile: ${listGpus().map((g) => g.name).join(', ')} (default h100)
       --gpu NAME:N,…  a mixed pool, e.g. h100:2,a10g:2: each worker declares its GPU as its
                       \`hardware\`, so the kvgate policy learns each kind's speed
+      --gpu-labels on|off
+                      with a mixed pool: off leaves the workers unlabelled, and the gateway
+                      tells the kinds apart by the KV capacity each reports (default on)
       --policy NAME   routing policy (default: the gateway's default)
       --redis URL     keep the response cache in Redis at URL (redis://host:port) instead of memory
       --no-cache      turn the response cache off (default: on, in memory: a repeated
@@ -61,6 +64,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
         speed: { type: 'string', default: '1' },
         model: { type: 'string', default: 'llama-3.1-8b' },
         gpu: { type: 'string', default: 'h100' },
+        'gpu-labels': { type: 'string' },
         policy: { type: 'string' },
         redis: { type: 'string' },
         'no-cache': { type: 'boolean', default: false },
@@ -93,6 +97,10 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
   const n = gpus.length;
   if (n > 64) return usage(`a demo runs at most 64 workers, the GPU mix has ${n}`);
   const mixed = mix.length > 1;
+  const gpuLabels = v['gpu-labels'] as string | undefined;
+  if (gpuLabels !== undefined && gpuLabels !== 'on' && gpuLabels !== 'off') return usage(`--gpu-labels must be on or off, got '${gpuLabels}'`);
+  if (gpuLabels !== undefined && !mixed) return usage('--gpu-labels applies to a mixed pool (--gpu NAME:N,…) only');
+  const labelled = mixed && gpuLabels !== 'off';
   const gpu = gpuMixLabel(mix);
   const redis = v.redis as string | undefined;
   if (redis !== undefined && !/^rediss?:\/\/\S+$/.test(redis)) return usage(`--redis must be a redis:// or rediss:// URL, got '${redis}'`);
@@ -119,7 +127,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
     const config = parseConfig({
       listen: { host: '127.0.0.1', port },
       pools: [
-        { name: 'demo', model, workers: sims.slice(0, n).map((s, i) => ({ url: s.url, id: `sim-${i}`, ...(mixed ? { hardware: gpus[i]! } : {}) })) },
+        { name: 'demo', model, workers: sims.slice(0, n).map((s, i) => ({ url: s.url, id: `sim-${i}`, ...(labelled ? { hardware: gpus[i]! } : {}) })) },
         ...(draft ? [{ name: 'draft', model: draftModel, workers: [{ url: draft.url, id: 'draft-0' }] }] : []),
       ],
       ...(draft ? { speculative: { cascades: [{ model, targetPool: 'demo', draftPool: 'draft' }] } } : {}),

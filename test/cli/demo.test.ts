@@ -62,8 +62,29 @@ test('demo --gpu h100:1,a10g:1: a mixed pool whose workers declare their GPU, an
   }
 });
 
+test('demo --gpu h100:1,a10g:1 --gpu-labels off: unlabelled, the two are told apart by their KV capacity', async () => {
+  const { url, child, exited } = await startDemo(['--port', '0', '--gpu', 'h100:1,a10g:1', '--gpu-labels', 'off', '--speed', '50', '--json-logs']);
+  try {
+    let workers: any[] = [];
+    const until = Date.now() + 10_000;
+    do {
+      workers = (await (await fetch(url + '/admin/workers')).json()) as any[];
+      if (workers.every((w) => w.snapshotAgeMs !== null && w.speedClass !== 'demo')) break;
+      await new Promise((r) => setTimeout(r, 50));
+    } while (Date.now() < until);
+    assert.deepEqual(workers.map((w) => w.hardware), [null, null]);
+    assert.deepEqual(workers.map((w) => w.speedClass), workers.map((w) => `demo · ${w.numGpuBlocks} blocks`));
+    // No label, no prior: both start from the configured figures until answers teach them.
+    assert.deepEqual(workers.map((w) => w.kvgate.decodeStepMs), [7.5, 7.5]);
+    child.kill('SIGINT');
+    assert.equal(await exited, 0);
+  } finally {
+    child.kill('SIGKILL');
+  }
+});
+
 test('demo rejects bad flags with exit 2', async () => {
-  for (const args of [['--workers', '0'], ['--gpu', 'h100:2,a10g:2', '--workers', '3'], ['--gpu', 'tpu:2'], ['--speed', 'fast'], ['--model', 'gpt-99'], ['--nope'], ['--port', '0', '--policy', 'no-such-policy'], ['--redis', 'localhost:6379'], ['--redis', 'redis://h', '--no-cache']]) {
+  for (const args of [['--workers', '0'], ['--gpu', 'h100:2,a10g:2', '--workers', '3'], ['--gpu', 'tpu:2'], ['--gpu-labels', 'off'], ['--gpu', 'h100:1,a10g:1', '--gpu-labels', 'maybe'], ['--speed', 'fast'], ['--model', 'gpt-99'], ['--nope'], ['--port', '0', '--policy', 'no-such-policy'], ['--redis', 'localhost:6379'], ['--redis', 'redis://h', '--no-cache']]) {
     const child = spawn(process.execPath, [CLI, 'demo', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
     const code = await new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
     assert.equal(code, 2, args.join(' '));
