@@ -38,3 +38,28 @@ test('getOrInit creates once and returns the stored value afterwards, even a fal
   s.set(ZERO, 0);
   assert.equal(s.getOrInit(ZERO, () => 7), 0);
 });
+
+test('a stored undefined is there; a deleted value is not', () => {
+  const MAYBE = stateKey<number | undefined>('test.maybe');
+  const s = new RequestState();
+  s.set(MAYBE, undefined);
+  assert.equal(s.has(MAYBE), true);
+  assert.equal(s.get(MAYBE), undefined);
+  assert.equal(s.getOrInit(MAYBE, () => 5), undefined);
+  s.delete(MAYBE);
+  assert.equal(s.has(MAYBE), false);
+  assert.equal(s.getOrInit(MAYBE, () => 5), 5);
+});
+
+test('keys beyond the numbered slots work the same, each apart from every other', () => {
+  // A long benchmark makes a policy (and its keys) per probe: far more keys than slots.
+  const keys = Array.from({ length: 200 }, (_, i) => stateKey<number>(`test.many.${i}`));
+  assert.ok(keys.some((k) => k.slot === -1) && keys.some((k) => k.slot >= 0) || keys.every((k) => k.slot === -1));
+  const s = new RequestState();
+  keys.forEach((k, i) => s.set(k, i));
+  keys.forEach((k, i) => assert.equal(s.get(k), i));
+  s.delete(keys[199]!);
+  assert.equal(s.has(keys[199]!), false);
+  assert.equal(s.get(keys[198]!), 198);
+  assert.equal(new RequestState().has(keys[0]!), false);
+});
