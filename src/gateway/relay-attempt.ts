@@ -406,10 +406,24 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     this.resolve!(result);
   }
 
+  /**
+   * The deadline's timer is set for the time left rounded down to a whole second, and set again
+   * for the rest when it fires early. Node keeps one list of timers per distinct duration, and a
+   * new duration puts a new list in a priority queue: with the exact time left every request made
+   * and removed a list of its own (1–1.5 µs of each request's CPU under load); rounded, the
+   * requests of one second share one. A deadline is never late for it.
+   */
   private armDeadline(): void {
     if (this.timer) clearTimeout(this.timer);
-    this.timer = setTimeout(() => this.abort('deadline'), this.remainingMs());
+    const left = this.remainingMs();
+    this.timer = setTimeout(this.onDeadlineTimer, left < 1000 ? left : left - (left % 1000));
   }
+
+  private readonly onDeadlineTimer = (): void => {
+    const left = this.remainingMs();
+    if (left > 0) this.timer = setTimeout(this.onDeadlineTimer, left);
+    else this.abort('deadline');
+  };
 
   /** Time left before the request deadline; setTimeout treats anything above 2^31−1 ms as 1 ms. */
   private remainingMs(): number {
