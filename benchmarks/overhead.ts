@@ -11,6 +11,9 @@
  *   undicihop — kvgate's own HTTP stack and nothing else: node:http in, undici dispatch out
  *              (benchmarks/overhead/undicihop.ts); kvgate minus this is what its pipeline costs;
  *   poolhop   — the same hop with kvgate's own relay client (src/http/upstream-pool.ts) for undici;
+ *   partshop  — poolhop plus kvgate's parts for a chat request called in one straight line
+ *              (benchmarks/overhead/partshop.ts: validation, tokenizing, the kvgate policy, metrics,
+ *              a request line): what kvgate's path would cost if its structure were free;
  *   kvgate   — `kvgate serve` with its full pipeline (validation, tokenization, the routing
  *              policy, metrics, request logs on).
  * Load: wrk (C) where installed, the Node client otherwise (which caps near 25k req/s and so
@@ -41,9 +44,10 @@ installed automatically when running as root), Node fallbacks otherwise.
 Options:
   --rounds N        rounds; each runs every target once (default 3)
   --seconds S       length of each measurement in seconds (default 5)
-  --targets LIST    comma-separated subset of direct,nginx,nodehop,undicihop,poolhop,kvgate
-                    (default: all; undicihop is node:http + undici alone, poolhop node:http +
-                    kvgate's own relay client alone)
+  --targets LIST    comma-separated subset of direct,nginx,nodehop,undicihop,poolhop,partshop,
+                    kvgate (default: all; undicihop is node:http + undici alone, poolhop node:http
+                    + kvgate's own relay client alone, partshop poolhop + kvgate's parts for a
+                    chat request in one straight line: no context, stages, timers or retries)
   --policy NAME     kvgate's routing policy (default: the gateway's default, kvgate)
   --ablate          also run kvgate with parts of its pipeline off, to show what each costs:
                     kvgate-rr (policy round-robin: no tokenization, no prefix index),
@@ -119,7 +123,7 @@ async function main(): Promise<number> {
     options: {
       rounds: { type: 'string', default: '3' },
       seconds: { type: 'string', default: '5' },
-      targets: { type: 'string', default: 'direct,nginx,nodehop,undicihop,poolhop,kvgate' },
+      targets: { type: 'string', default: 'direct,nginx,nodehop,undicihop,poolhop,partshop,kvgate' },
       json: { type: 'string' },
       policy: { type: 'string' },
       ablate: { type: 'boolean', default: false },
@@ -137,7 +141,7 @@ async function main(): Promise<number> {
     process.stderr.write('bench:overhead: --rounds and --seconds take positive whole numbers\n');
     return 2;
   }
-  const known = ['direct', 'nginx', 'nodehop', 'undicihop', 'poolhop', 'kvgate'];
+  const known = ['direct', 'nginx', 'nodehop', 'undicihop', 'poolhop', 'partshop', 'kvgate'];
   const wanted = new Set(values.targets!.split(',').map((s) => s.trim()));
   for (const w of wanted) {
     if (!known.includes(w)) {
@@ -161,6 +165,7 @@ async function main(): Promise<number> {
     if (wanted.has('nodehop')) targets.push(await forkServer('nodehop', 'nodehop.js', { UPSTREAM_URL: direct.url }));
     if (wanted.has('undicihop')) targets.push(await forkServer('undicihop', 'undicihop.js', { UPSTREAM_URL: direct.url }));
     if (wanted.has('poolhop')) targets.push(await forkServer('poolhop', 'undicihop.js', { UPSTREAM_URL: direct.url, HOP_CLIENT: 'kvgate' }));
+    if (wanted.has('partshop')) targets.push(await forkServer('partshop', 'partshop.js', { UPSTREAM_URL: direct.url }, true));
     if (wanted.has('kvgate')) targets.push(await startKvgate(direct.url, { policy: values.policy }));
     if (values.ablate) {
       for (const [name, config] of Object.entries(ABLATIONS)) targets.push(await startKvgate(direct.url, { name, policy: values.policy, config }));

@@ -99,8 +99,10 @@ export async function startNginx(name: string, conf: (dir: string, port: number)
   };
 }
 
-export async function forkServer(name: string, script: string, env: Record<string, string>): Promise<Target> {
-  const child = fork(join(here, script), [], { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+/** `logs`: the server writes request lines to stdout, drained through a pipe as kvgate's are. */
+export async function forkServer(name: string, script: string, env: Record<string, string>, logs = false): Promise<Target> {
+  const child = fork(join(here, script), [], { env: { ...process.env, ...env }, stdio: ['ignore', logs ? 'pipe' : 'ignore', 'inherit', 'ipc'] });
+  child.stdout?.resume();
   const port = await new Promise<number>((resolve, reject) => {
     child.once('message', (m: { port: number }) => resolve(m.port));
     child.once('exit', (code) => reject(new Error(`${script} exited with ${code}`)));
