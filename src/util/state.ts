@@ -26,8 +26,8 @@ export interface StateKey<T> {
 
 /**
  * Slots numbered in an array: a request sets about ten keys on the default policy's path, and
- * an array read is a fraction of a Map lookup by object identity (the Map was 0.9 µs of a
- * request's CPU under load in a profile of the gateway).
+ * an array access is a fraction of a Map lookup by object identity (under load, the Map's get and
+ * set took 0.51 µs of a request's CPU in a profile of the gateway, the array's 0.06).
  */
 const SLOTS = 64;
 let nextSlot = 0;
