@@ -11,7 +11,7 @@
  * everything a demanding user relies on besides: authentication, caps, deadlines, retries, error
  * shapes, client aborts, admission. So it is a floor for kvgate's design with these parts, not a
  * gateway. Run as a child process (bench:overhead); it reports its port over IPC. Env:
- * UPSTREAM_URL.
+ * UPSTREAM_URL; PORT (default: any free one), to run it by hand under a profiler.
  */
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
@@ -136,7 +136,7 @@ const server = createServer({ keepAliveTimeout: 75_000 }, (req, res) => {
     pool.dispatch({ method: 'POST', path: req.url ?? '/', headers: { 'content-type': 'application/json' }, body }, new Relay(res, id, startedAt, chat.model));
   });
 });
-server.listen(0, '127.0.0.1', () => {
+server.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
   const a = server.address();
   process.send?.({ port: typeof a === 'object' && a ? a.port : 0 });
 });
