@@ -371,6 +371,29 @@ test('the request deadline is capped (caps.maxRequestMs), whatever max_tokens al
   }
 });
 
+test('a deadline over a second is neither early nor late (its timer is set in whole seconds, then for the rest)', async () => {
+  const held: Array<import('node:http').ServerResponse> = [];
+  const stub = await startStub((req, res) => {
+    req.resume();
+    if (req.url === '/health') return void res.end();
+    held.push(res);
+  });
+  const { gw, url } = await startGateway([stub.url], { ...CALM, outlier: { enabled: false }, caps: { maxRequestMs: 1_400 }, retry: { attempts: 0 } });
+  try {
+    const t0 = Date.now();
+    const r = await post(url + '/v1/chat/completions', chat('x', { max_tokens: 10_000 }));
+    const took = Date.now() - t0;
+    assert.equal(r.status, 504);
+    assert.equal(r.json.error.code, 'deadline_exceeded', r.text);
+    assert.ok(took >= 1_390, `answered after ${took} ms: before the deadline`);
+    assert.ok(took < 2_400, `answered after ${took} ms`);
+  } finally {
+    for (const r of held) r.destroy();
+    await gw.close();
+    await stub.close();
+  }
+});
+
 test('a warning when listening beyond loopback with no client keys', async () => {
   const { Writable } = await import('node:stream');
   const { createLogger } = await import('../../src/telemetry/logger.js');
