@@ -14,13 +14,12 @@
  * UPSTREAM_URL; PORT (default: any free one), to run it by hand under a profiler.
  */
 import { randomUUID } from 'node:crypto';
-import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
+import { createServer, type ServerResponse } from 'node:http';
 import { Registry } from 'prom-client';
 import { chatCompletionRequestSchema, validate, type ChatCompletionRequest } from '../../src/api/schemas.js';
 import { WorkerState } from '../../src/fleet/worker-state.js';
 import { preparePrompt } from '../../src/gateway/prepare.js';
 import { UpstreamPool, type RelayDispatcher } from '../../src/http/upstream-pool.js';
-import { endSoon, holdWrites } from '../../src/http/write-batch.js';
 import { createPolicy } from '../../src/scheduler/registry.js';
 import { Router } from '../../src/scheduler/router.js';
 import type { RouteRequest } from '../../src/scheduler/types.js';
@@ -30,7 +29,7 @@ import { estimateTokenizer } from '../../src/tokenizer/estimate.js';
 import { systemClock } from '../../src/util/clock.js';
 import { seededRng } from '../../src/util/rng.js';
 import { RequestState } from '../../src/util/state.js';
-import type { Dispatcher } from 'undici';
+import { HopRelay } from './hop-relay.js';
 
 const origin = new URL(process.env.UPSTREAM_URL!).origin;
 const pool: RelayDispatcher = new UpstreamPool(origin, { connections: 0, keepAliveTimeoutMs: 4_000, connectTimeoutMs: 5_000 });
@@ -43,60 +42,12 @@ const registry = new Registry();
 const requests = new RequestCounter(registry, { name: 'requests_total', help: 'requests', labelNames: ['route', 'model', 'status'] });
 const duration = new RequestHistogram(registry, { name: 'request_seconds', help: 'duration', labelNames: ['route', 'model'], buckets: [0.01, 0.1, 1, 10] });
 
-class Relay implements Dispatcher.DispatchHandler {
-  private status = 0;
-  private readonly headers: Record<string, string>;
-  private started = false;
-  constructor(
-    private readonly res: ServerResponse,
-    private readonly id: string,
-    private readonly startedAt: number,
-    private readonly model: string,
-  ) {
-    this.headers = { 'x-request-id': id };
-  }
-  onRequestStart(): void {}
-  onResponseStart(_c: Dispatcher.DispatchController, status: number, h: IncomingHttpHeaders): void {
-    this.status = status;
-    const ct = h['content-type'];
-    const cl = h['content-length'];
-    if (ct !== undefined) this.headers['content-type'] = String(ct);
-    if (cl !== undefined) this.headers['content-length'] = String(cl);
-  }
-  onResponseData(c: Dispatcher.DispatchController, chunk: Buffer): void {
-    if (!this.started) {
-      this.res.writeHead(this.status, this.headers);
-      this.started = true;
-      router.firstToken(this.id);
-    }
-    holdWrites(this.res.socket);
-    if (!this.res.write(chunk)) {
-      c.pause();
-      this.res.once('drain', () => c.resume());
-    }
-  }
-  onResponseEnd(): void {
-    if (!this.started) this.res.writeHead(this.status, this.headers);
-    endSoon(this.res);
-    router.complete(this.id, this.status < 400);
-    this.finish();
-  }
-  onResponseError(): void {
-    router.complete(this.id, false);
-    if (this.res.headersSent) this.res.destroy();
-    else {
-      this.status = 502;
-      this.res.writeHead(502, { 'content-type': 'application/json' });
-      this.res.end('{"error":{"message":"upstream error","type":"server_error","param":null,"code":null}}');
-    }
-    this.finish();
-  }
-  private finish(): void {
-    const ms = systemClock.now() - this.startedAt;
-    requests.series('chat', this.model, String(this.status)).inc();
-    duration.series('chat', this.model).observe(ms / 1000);
-    logger.info({ id: this.id, route: 'chat', model: this.model, stream: false, worker: worker.id, attempts: 1, status: this.status, durationMs: Math.round(ms * 100) / 100 }, 'request');
-  }
+/** Counts a finished request as the gateway does: request metrics and a request line. */
+function finish(id: string, startedAt: number, model: string, status: number): void {
+  const ms = systemClock.now() - startedAt;
+  requests.series('chat', model, String(status)).inc();
+  duration.series('chat', model).observe(ms / 1000);
+  logger.info({ id, route: 'chat', model, stream: false, worker: worker.id, attempts: 1, status, durationMs: Math.round(ms * 100) / 100 }, 'request');
 }
 
 function refuse(res: ServerResponse, status: number, message: string): void {
@@ -133,7 +84,14 @@ const server = createServer({ keepAliveTimeout: 75_000 }, (req, res) => {
     policy.prepare?.(route, workers);
     const out = router.route(route, workers);
     if (!out.ok) return refuse(res, out.status, out.message);
-    pool.dispatch({ method: 'POST', path: req.url ?? '/', headers: { 'content-type': 'application/json' }, body }, new Relay(res, id, startedAt, chat.model));
+    const hooks = {
+      onFirstByte: () => router.firstToken(id),
+      onEnd: (status: number) => {
+        router.complete(id, status < 400);
+        finish(id, startedAt, chat.model, status);
+      },
+    };
+    pool.dispatch({ method: 'POST', path: req.url ?? '/', headers: { 'content-type': 'application/json' }, body }, new HopRelay(res, true, { 'x-request-id': id }, hooks));
   });
 });
 server.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {

@@ -350,48 +350,39 @@ test('at the connection cap a new client gets in by closing the oldest stalled c
   }
 });
 
-test('the request deadline is capped (caps.maxRequestMs), whatever max_tokens allows', async () => {
+/** A non-streamed request for 10,000 tokens to a worker that never answers, under caps.maxRequestMs: status, body and ms taken. */
+async function askNeverAnswered(maxRequestMs: number): Promise<{ status: number; json: any; text: string; took: number }> {
   const held: Array<import('node:http').ServerResponse> = [];
   const stub = await startStub((req, res) => {
     req.resume();
     if (req.url === '/health') return void res.end();
     held.push(res);
   });
-  const { gw, url } = await startGateway([stub.url], { ...CALM, outlier: { enabled: false }, caps: { maxRequestMs: 300 }, retry: { attempts: 0 } });
+  const { gw, url } = await startGateway([stub.url], { ...CALM, outlier: { enabled: false }, caps: { maxRequestMs }, retry: { attempts: 0 } });
   try {
     const t0 = Date.now();
-    // Non-streamed, 10,000 tokens: the derived deadline would be 30 s + 2,000 s.
     const r = await post(url + '/v1/chat/completions', chat('x', { max_tokens: 10_000 }));
-    assert.equal(r.status, 504);
-    assert.ok(Date.now() - t0 < 2_000, `${Date.now() - t0} ms`);
+    return { status: r.status, json: r.json, text: r.text, took: Date.now() - t0 };
   } finally {
     for (const r of held) r.destroy();
     await gw.close();
     await stub.close();
   }
+}
+
+test('the request deadline is capped (caps.maxRequestMs), whatever max_tokens allows', async () => {
+  // Non-streamed, 10,000 tokens: the derived deadline would be 30 s + 2,000 s.
+  const r = await askNeverAnswered(300);
+  assert.equal(r.status, 504);
+  assert.ok(r.took < 2_000, `${r.took} ms`);
 });
 
 test('a deadline over a second is neither early nor late (its timer is set in whole seconds, then for the rest)', async () => {
-  const held: Array<import('node:http').ServerResponse> = [];
-  const stub = await startStub((req, res) => {
-    req.resume();
-    if (req.url === '/health') return void res.end();
-    held.push(res);
-  });
-  const { gw, url } = await startGateway([stub.url], { ...CALM, outlier: { enabled: false }, caps: { maxRequestMs: 1_400 }, retry: { attempts: 0 } });
-  try {
-    const t0 = Date.now();
-    const r = await post(url + '/v1/chat/completions', chat('x', { max_tokens: 10_000 }));
-    const took = Date.now() - t0;
-    assert.equal(r.status, 504);
-    assert.equal(r.json.error.code, 'deadline_exceeded', r.text);
-    assert.ok(took >= 1_390, `answered after ${took} ms: before the deadline`);
-    assert.ok(took < 2_400, `answered after ${took} ms`);
-  } finally {
-    for (const r of held) r.destroy();
-    await gw.close();
-    await stub.close();
-  }
+  const r = await askNeverAnswered(1_400);
+  assert.equal(r.status, 504);
+  assert.equal(r.json.error.code, 'deadline_exceeded', r.text);
+  assert.ok(r.took >= 1_390, `answered after ${r.took} ms: before the deadline`);
+  assert.ok(r.took < 2_400, `answered after ${r.took} ms`);
 });
 
 test('a warning when listening beyond loopback with no client keys', async () => {
