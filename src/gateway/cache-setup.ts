@@ -39,7 +39,7 @@ export interface CacheSetupDeps {
   clock: Clock;
   forward: (ctx: RequestContext) => Promise<void>;
   /** Tokenize and build ctx.routeRequest (the cache stage runs before that). */
-  prepare: (ctx: RequestContext) => Promise<void>;
+  prepare: (ctx: RequestContext) => Promise<void> | undefined;
   /** A store to use instead of the configured one (tests). */
   store?: CacheStore;
 }

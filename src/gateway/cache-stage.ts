@@ -48,7 +48,7 @@ export interface CacheStageDeps {
   /** Serve a request at a worker (the relay): a follower's own request after its leader failed mid-stream. */
   forward: (ctx: RequestContext) => Promise<void>;
   /** Tokenize and build ctx.routeRequest: the stage runs early, before that. */
-  prepare: (ctx: RequestContext) => Promise<void>;
+  prepare: (ctx: RequestContext) => Promise<void> | undefined;
   clock: Clock;
   logger: Logger;
 }

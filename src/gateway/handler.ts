@@ -18,7 +18,7 @@ import {
 } from '../api/schemas.js';
 import type { GatewayConfig, RequestCaps } from '../config.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
-import type { Logger } from '../telemetry/logger.js';
+import { flatLineWriter, type FlatFields, type Logger } from '../telemetry/logger.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 import type { Clock } from '../util/clock.js';
 import { LiveRequestContext, type InferenceKind, type RequestContext } from './context.js';
@@ -37,8 +37,11 @@ export interface HandlerDeps {
   stages: GatewayStage[];
   /** Stages that run before the prompt is tokenized (GatewayStage.early). */
   earlyStages: GatewayStage[];
-  /** Tokenize the prompt and build ctx.routeRequest (once; later calls do nothing). */
-  prepareRouting: (ctx: RequestContext) => Promise<void>;
+  /**
+   * Tokenize the prompt and build ctx.routeRequest (once; later calls do nothing). A promise only
+   * when it has to wait for the tokens.
+   */
+  prepareRouting: (ctx: RequestContext) => Promise<void> | undefined;
   /** API keys → tenants; consulted before the body is read. */
   tenants: TenantDirectory;
   /** Routes added by parts of the gateway (/admin/cache). */
@@ -68,6 +71,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
   const local = createLocalRoutes({ ...deps, protectMetrics: config.admin.protectMetrics, readyRequiresWorker: config.server.readyRequiresWorker });
   const cors = { origins: new Set(config.server.corsOrigins) };
   const requestLog = new RequestLogSampler();
+  const requestLine = flatLineWriter(deps.logger);
 
   return (req, res) => {
     const url = req.url ?? '/';
@@ -164,10 +168,20 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
 
       // Early stages (the response cache) answer without the prompt's tokens: a hit never waits
       // for tokenization.
-      let handled = d.earlyStages.length > 0 && (await runStages(d.earlyStages, ctx)) === 'handled';
+      // Nothing is awaited that did not return a promise: a stage or a tokenizer that has to wait
+      // says so by returning one (each await costs a promise and a turn of the microtask queue).
+      let handled = false;
+      if (d.earlyStages.length > 0) {
+        const r = runStages(d.earlyStages, ctx);
+        handled = (typeof r === 'string' ? r : await r) === 'handled';
+      }
       if (!handled) {
-        await d.prepareRouting(ctx);
-        handled = d.stages.length > 0 && (await runStages(d.stages, ctx)) === 'handled';
+        const prepared = d.prepareRouting(ctx);
+        if (prepared !== undefined) await prepared;
+        if (d.stages.length > 0) {
+          const r = runStages(d.stages, ctx);
+          handled = (typeof r === 'string' ? r : await r) === 'handled';
+        }
       }
       if (handled) {
         // Shutdown while a stage held the request (e.g. queued for admission): answer it.
@@ -186,7 +200,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       else if (!res.writableEnded) res.destroy();
     } finally {
       res.off('close', onClose);
-      finishRequest(d, ctx, requestLog);
+      finishRequest(d, ctx, requestLog, requestLine);
     }
   }
 }
@@ -292,7 +306,7 @@ export class RequestLogSampler {
   }
 }
 
-function finishRequest(d: HandlerDeps, ctx: RequestContext, sampler: RequestLogSampler): void {
+function finishRequest(d: HandlerDeps, ctx: RequestContext, sampler: RequestLogSampler, line: (fields: FlatFields, msg: string) => void): void {
   d.active.delete(ctx);
   const m = d.metrics;
   m.inflight--;
@@ -315,7 +329,7 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext, sampler: RequestLogS
   const rate = d.config.log.requestSampleRate;
   const clean = ctx.status >= 200 && ctx.status < 400 && ctx.attempts <= 1 && !ctx.aborted;
   if (clean && !sampler.take(rate)) return;
-  d.logger.info(
+  line(
     {
       id: ctx.id,
       clientRequestId: ctx.clientRequestId ?? undefined,

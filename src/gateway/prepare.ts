@@ -181,9 +181,11 @@ export function outputBudget(kind: InferenceKind, body: ChatCompletionRequest | 
 /**
  * Tokenize a validated request's prompt and build `ctx.routeRequest`, once. With an asynchronous
  * tokenizer ('remote') a worker of the model is asked; it degrades to the estimate by itself if
- * that fails, so this never fails the request.
+ * that fails, so this never fails the request. Returns a promise only when it has to wait (a
+ * remote tokenizer, a long prompt tokenized on a thread); otherwise the request is prepared when
+ * it returns, and the caller need not spend a promise and a turn of the microtask queue on it.
  */
-export async function prepareRouting(
+export function prepareRouting(
   ctx: RequestContext,
   tokenizer: PromptTokenizer,
   assumedMaxTokens: number,
@@ -191,8 +193,8 @@ export async function prepareRouting(
   tokenizeNow = true,
   /** The policy's per-prompt preparation (Policy.prepare: block hashes), run once the request is built. */
   preparePolicy?: (req: RouteRequest, workers: readonly WorkerState[]) => void,
-): Promise<void> {
-  if (ctx.routeRequest !== undefined) return;
+): Promise<void> | undefined {
+  if (ctx.routeRequest !== undefined) return undefined;
   const prompt = preparePrompt(ctx.kind, ctx.body, tokenizer.sync, assumedMaxTokens, ctx.cacheSalt ?? undefined);
   if (prompt.promptTokens === null) {
     const any = ctx.candidates.find((w) => w.healthy && !w.circuitOpen) ?? ctx.candidates[0];
@@ -206,18 +208,38 @@ export async function prepareRouting(
       tctx.render = prompt.render ?? chatRenderOptions(chat);
       if (chat.add_special_tokens !== undefined) tctx.addSpecialTokens = chat.add_special_tokens;
     }
-    const t = await tokenizer.tokenize(prompt.promptText, tctx);
-    prompt.promptTokens = t.tokens;
-  } else if (typeof prompt.promptTokens === 'function' && tokenizer.offThread !== undefined) {
+    return tokenizer.tokenize(prompt.promptText, tctx).then((t) => {
+      prompt.promptTokens = t.tokens;
+      buildRouting(ctx, prompt as PreparedPrompt & { promptTokens: PromptTokens }, tokenizeNow, preparePolicy);
+    });
+  }
+  if (typeof prompt.promptTokens === 'function' && tokenizer.offThread !== undefined) {
     // A long prompt for an `hf:` tokenizer with threads: tokenized there, not on the event loop,
     // whatever the policy. One that never reads the ids still has the prompt's length read (by
     // admission and rate limits), and an `hf:` count is a whole tokenization: done lazily, it
     // would run on the event loop.
     const off = tokenizer.offThread(prompt.promptText, { model: ctx.model, ...(prompt.addSpecialTokens !== undefined ? { addSpecialTokens: prompt.addSpecialTokens } : {}) });
-    if (off !== null) prompt.promptTokens = (await off).tokens;
+    if (off !== null) {
+      return off.then((t) => {
+        prompt.promptTokens = t.tokens;
+        buildRouting(ctx, prompt as PreparedPrompt & { promptTokens: PromptTokens }, tokenizeNow, preparePolicy);
+      });
+    }
   }
+  buildRouting(ctx, prompt as PreparedPrompt & { promptTokens: PromptTokens }, tokenizeNow, preparePolicy);
+  return undefined;
+}
+
+/** prepareRouting's last step, once the prompt's tokens are known (or can be computed on demand). */
+function buildRouting(
+  ctx: RequestContext,
+  prompt: PreparedPrompt & { promptTokens: PromptTokens },
+  tokenizeNow: boolean,
+  preparePolicy: ((req: RouteRequest, workers: readonly WorkerState[]) => void) | undefined,
+): void {
+  // Another caller may have prepared the request while this one waited for its tokens.
   if (ctx.routeRequest !== undefined) return;
-  const rr = buildRouteRequest(ctx.id, ctx.model, ctx.body, ctx.req, prompt as PreparedPrompt & { promptTokens: PromptTokens }, tokenizeNow);
+  const rr = buildRouteRequest(ctx.id, ctx.model, ctx.body, ctx.req, prompt, tokenizeNow);
   rr.tenant = ctx.tenant.id;
   if (ctx.cacheSalt !== null) {
     // Isolated pool: token-hash indexes salt their block hashes (PROMPT_SALT); character-matching

@@ -26,13 +26,27 @@ export interface GatewayStage {
   handle(ctx: RequestContext): StageResult | Promise<StageResult>;
 }
 
-/** Runs the stages in order; resolves 'handled' as soon as one answers the request. */
-export async function runStages(stages: readonly GatewayStage[], ctx: RequestContext): Promise<StageResult> {
+/**
+ * Runs the stages in order; 'handled' as soon as one answers the request. Synchronous while the
+ * stages are (the common case: admission admits at once): a promise only from the first stage that
+ * returns one.
+ */
+export function runStages(stages: readonly GatewayStage[], ctx: RequestContext): StageResult | Promise<StageResult> {
   for (let i = 0; i < stages.length; i++) {
     const r = stages[i]!.handle(ctx);
+    if (typeof r !== 'string') return finishStages(stages, i, r, ctx);
+    if (r === 'handled' || ctx.aborted) return 'handled';
+  }
+  return 'continue';
+}
+
+/** The rest of runStages once stage `i` returned a promise. */
+async function finishStages(stages: readonly GatewayStage[], i: number, pending: Promise<StageResult>, ctx: RequestContext): Promise<StageResult> {
+  if ((await pending) === 'handled' || ctx.aborted) return 'handled';
+  for (let j = i + 1; j < stages.length; j++) {
+    const r = stages[j]!.handle(ctx);
     const v = typeof r === 'string' ? r : await r;
-    if (v === 'handled') return 'handled';
-    if (ctx.aborted) return 'handled';
+    if (v === 'handled' || ctx.aborted) return 'handled';
   }
   return 'continue';
 }
