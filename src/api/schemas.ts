@@ -73,7 +73,25 @@ export const completionRequestSchema = z.looseObject({
   logprobs: z.int().min(0).max(20).nullable().optional(),
 });
 
+/**
+ * OpenAI's embeddings request, as vLLM takes it for an embedding model (`--runner pooling`):
+ * `input` is text, texts, token ids or arrays of token ids (vLLM's own fields, such as
+ * `truncate_prompt_tokens`, pass through).
+ */
+export const embeddingsRequestSchema = z.looseObject({
+  model: sampling.model,
+  input: z.union([z.string(), z.array(z.string()).min(1), tokenIds.min(1), z.array(tokenIds.min(1)).min(1)], {
+    error: 'input is required: a string, an array of strings, an array of token ids or an array of such arrays',
+  }),
+  encoding_format: z.enum(['float', 'base64'], { error: "expected 'float' or 'base64'" }).nullable().optional(),
+  dimensions: posInt.nullable().optional(),
+  user: z.string().optional(),
+  priority: z.int().optional(),
+  add_special_tokens: z.boolean().optional(),
+});
+
 export type ChatCompletionRequest = z.infer<typeof chatCompletionRequestSchema>;
+export type EmbeddingsRequest = z.infer<typeof embeddingsRequestSchema>;
 export type CompletionRequest = z.infer<typeof completionRequestSchema>;
 
 export interface FieldProblem {

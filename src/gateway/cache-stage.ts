@@ -26,7 +26,7 @@ import { sseErrorEvent } from '../api/sse.js';
 import { remainderChunks, StreamAssembler } from '../cache/assemble.js';
 import { incompleteReason, renderJson, renderSse, SSE_DONE, sseEvent, usageChunk, type CacheEntry, type CompletionBody } from '../cache/entry.js';
 import type { Flight, FlightFollower } from '../cache/flight.js';
-import { parseCacheControl } from '../cache/key.js';
+import { parseCacheControl, type CacheRoute } from '../cache/key.js';
 import type { CacheResult } from '../cache/metrics.js';
 import type { CachePlan, ResponseCache } from '../cache/response-cache.js';
 import type { Logger } from '../telemetry/logger.js';
@@ -69,8 +69,12 @@ function mark(d: CacheStageDeps, ctx: RequestContext, header: 'hit' | 'miss' | '
   (ctx.logFields ??= {}).cache = result;
 }
 
+/** The generation route of a request handle() let in (embeddings are not cached: it passes them on). */
+const route = (ctx: RequestContext): CacheRoute => ctx.kind as CacheRoute;
+
 async function handle(d: CacheStageDeps, ctx: RequestContext): Promise<StageResult> {
   const { cache } = d;
+  if (ctx.kind === 'embeddings') return 'continue';
   const plan = cache.plan(ctx.tenant, ctx.kind, ctx.body as Record<string, unknown>, parseCacheControl(ctx.req.headers['cache-control']));
   ctx.state.set(CACHE_PLAN, plan);
   if (plan.action === 'bypass') {
@@ -171,7 +175,7 @@ function lead(d: CacheStageDeps, ctx: RequestContext, plan: KeyedPlan): void {
     }
     (parts ??= []).push(chunk);
   };
-  if (ctx.stream) asm = new StreamAssembler(ctx.kind, flight ? (text, kind) => flight.emit(text, kind, asm !== null && asm.bytes <= cap) : undefined);
+  if (ctx.stream) asm = new StreamAssembler(route(ctx), flight ? (text, kind) => flight.emit(text, kind, asm !== null && asm.bytes <= cap) : undefined);
   ctx.taps.push(tap);
   ctx.onFinish.push((c) => {
     let body: CompletionBody | null = null;
@@ -186,7 +190,7 @@ function lead(d: CacheStageDeps, ctx: RequestContext, plan: KeyedPlan): void {
           body = null;
         }
       }
-      if (body !== null && incompleteReason(body, c.kind) !== null) body = null;
+      if (body !== null && incompleteReason(body, c.kind as CacheRoute) !== null) body = null;
     }
     const entry = body ? cache.entry(plan, body) : null;
     if (flight) cache.land(flight, entry);
@@ -206,7 +210,7 @@ function follow(d: CacheStageDeps, ctx: RequestContext, plan: KeyedPlan, flight:
     const live = ctx.stream && flight.streaming;
     const wantUsage = includeUsage(ctx);
     // What this client was sent so far, assembled (to complete it if the leader fails).
-    const sent = live ? new StreamAssembler(ctx.kind) : null;
+    const sent = live ? new StreamAssembler(route(ctx)) : null;
     let started = false;
     let over = false;
     const finish = (r: 'handled' | 'fallback'): void => {
@@ -280,7 +284,7 @@ async function complete(d: CacheStageDeps, ctx: RequestContext, plan: KeyedPlan,
   };
   let failure: ApiError | null = null;
   const capture = new CaptureResponse();
-  const asm = new StreamAssembler(ctx.kind);
+  const asm = new StreamAssembler(route(ctx));
   try {
     await d.prepare(ctx);
   } catch (e) {
@@ -315,8 +319,8 @@ async function complete(d: CacheStageDeps, ctx: RequestContext, plan: KeyedPlan,
     return;
   }
   const full = failure === null && sub.status === 200 && sub.upstreamStatus === 200 && asm.complete ? asm.build() : null;
-  if (full && incompleteReason(full, ctx.kind) === null) {
-    const rest = remainderChunks(sentSoFar, full, ctx.kind);
+  if (full && incompleteReason(full, route(ctx)) === null) {
+    const rest = remainderChunks(sentSoFar, full, route(ctx));
     if (rest) {
       let out = '';
       for (const c of rest) out += sseEvent(c);

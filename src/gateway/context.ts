@@ -5,12 +5,16 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Tenant } from '../admission/tenants.js';
 import type { ApiError } from '../api/errors.js';
-import type { ChatCompletionRequest, CompletionRequest } from '../api/schemas.js';
+import type { ChatCompletionRequest, CompletionRequest, EmbeddingsRequest } from '../api/schemas.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { RouteDecision, RouteRequest } from '../scheduler/types.js';
 import { RequestState } from '../util/state.js';
 
-export type InferenceKind = 'chat' | 'completions';
+/** What an inference request asks for: generation (chat, completions) or embeddings (no output tokens). */
+export type InferenceKind = 'chat' | 'completions' | 'embeddings';
+
+/** The request bodies the gateway validates, one per InferenceKind. */
+export type InferenceBody = ChatCompletionRequest | CompletionRequest | EmbeddingsRequest;
 
 export interface RequestContext {
   /** kvgate's id for the request (a UUID): the response's x-request-id and the upstream's. */
@@ -34,7 +38,7 @@ export interface RequestContext {
   /** The client's body exactly as received: forwarded unchanged unless `bodyModified`. */
   rawBody: Buffer;
   /** The validated body. A stage that changes it must set `bodyModified` (the relay re-serialises). */
-  body: ChatCompletionRequest | CompletionRequest;
+  body: InferenceBody;
   bodyModified: boolean;
 
   model: string;
@@ -138,7 +142,7 @@ export class LiveRequestContext implements RequestContext {
   cacheSalt: string | null = null;
   tenant!: Tenant;
   rawBody: Buffer;
-  body!: ChatCompletionRequest | CompletionRequest;
+  body!: InferenceBody;
   bodyModified = false;
   model = '';
   stream = false;

@@ -12,6 +12,7 @@ import { ApiError, echo, errors, sendError } from '../api/errors.js';
 import {
   chatCompletionRequestSchema,
   completionRequestSchema,
+  embeddingsRequestSchema,
   validate,
   type ChatCompletionRequest,
   type CompletionRequest,
@@ -21,7 +22,7 @@ import type { WorkerRegistry } from '../fleet/registry.js';
 import { flatLineWriter, type FlatFields, type Logger } from '../telemetry/logger.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 import type { Clock } from '../util/clock.js';
-import { LiveRequestContext, type InferenceKind, type RequestContext } from './context.js';
+import { LiveRequestContext, type InferenceBody, type InferenceKind, type RequestContext } from './context.js';
 import { createLocalRoutes, type LocalRoute } from './local-routes.js';
 import { outputBudget, requestBudgetMs } from './prepare.js';
 import type { Relay } from './relay.js';
@@ -64,7 +65,14 @@ const JSON_TYPE = /^application\/json\s*(;|$)/i;
 const INFERENCE: Record<string, InferenceKind> = {
   '/v1/chat/completions': 'chat',
   '/v1/completions': 'completions',
+  '/v1/embeddings': 'embeddings',
 };
+
+const SCHEMAS = {
+  chat: chatCompletionRequestSchema,
+  completions: completionRequestSchema,
+  embeddings: embeddingsRequestSchema,
+} as const;
 
 export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { config, fleet, metrics } = deps;
@@ -142,13 +150,13 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       } catch (e) {
         throw errors.invalidJson((e as Error).message);
       }
-      const v =
-        kind === 'chat' ? validate(chatCompletionRequestSchema, parsed) : validate(completionRequestSchema, parsed);
+      const v = validate<InferenceBody>(SCHEMAS[kind], parsed);
       if (!v.ok) throw errors.invalidField(v.param, v.message);
       const body = v.value;
       ctx.body = body;
       ctx.model = body.model;
-      ctx.stream = body.stream === true;
+      // Embeddings are never streamed (a `stream` field passes through to the worker, which says so).
+      ctx.stream = kind !== 'embeddings' && (body as { stream?: unknown }).stream === true;
       const workers = fleet.forModel(body.model);
       if (!workers) throw errors.modelNotFound(body.model);
       ctx.candidates = workers;
@@ -163,7 +171,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
         ctx.cacheSalt = salt;
       }
       const caps = capsFor(config, workers[0]?.pool, ctx.tenant.caps);
-      checkCaps(kind, body, budget, caps);
+      if (kind !== 'embeddings') checkCaps(kind, body as ChatCompletionRequest | CompletionRequest, budget, caps);
       ctx.deadlineAt = startedAt + Math.min(requestBudgetMs(budget.maxTokens, config.timeouts), caps.maxRequestMs);
 
       // Early stages (the response cache) answer without the prompt's tokens: a hit never waits
@@ -245,7 +253,7 @@ export function capsFor(config: GatewayConfig, pool: string | undefined, tenant:
 
 /** 400 naming the parameter when a request asks for more than its caps allow. */
 export function checkCaps(
-  kind: InferenceKind,
+  kind: 'chat' | 'completions',
   body: ChatCompletionRequest | CompletionRequest,
   budget: { maxTokens: number; explicit: boolean },
   caps: RequestCaps,

@@ -3,7 +3,7 @@
  * its tokens, the output budget, the session key and the deadline.
  */
 import type { IncomingMessage } from 'node:http';
-import type { ChatCompletionRequest, CompletionRequest } from '../api/schemas.js';
+import type { ChatCompletionRequest, CompletionRequest, EmbeddingsRequest } from '../api/schemas.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { RouteRequest } from '../scheduler/types.js';
 import { renderChat, type ChatRenderOptions } from '../tokenizer/chat-template.js';
@@ -13,7 +13,7 @@ import type { Tokenizer } from '../tokenizer/types.js';
 import { PROMPT_SALT } from '../kv/prompt-blocks.js';
 import { RequestState } from '../util/state.js';
 import type { PromptTokenizer, TokenizeContext } from '../tokenizer/registry.js';
-import type { InferenceKind, RequestContext } from './context.js';
+import type { InferenceBody, InferenceKind, RequestContext } from './context.js';
 
 /** vLLM's default max_tokens for /v1/completions. */
 export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
@@ -93,7 +93,7 @@ export interface PreparedPrompt {
  */
 export function preparePrompt(
   kind: InferenceKind,
-  body: ChatCompletionRequest | CompletionRequest,
+  body: InferenceBody,
   tokenizer: Tokenizer | null,
   assumedMaxTokens: number,
   /** The tenant's cache salt where the pool isolates tenants: kept message ids are per tenant. */
@@ -137,10 +137,12 @@ export function preparePrompt(
       render,
     };
   }
-  const b = body as CompletionRequest;
-  const explicit = b.max_tokens ?? undefined;
-  const maxTokens = explicit ?? COMPLETIONS_DEFAULT_MAX_TOKENS;
-  const p = b.prompt;
+  // Embeddings: the input is prefilled and pooled, nothing is generated. Routed as a prompt with a
+  // one-token answer (the policies' estimates assume at least one), like a completion's prompt.
+  const embeddings = kind === 'embeddings';
+  const explicit = embeddings ? undefined : ((body as CompletionRequest).max_tokens ?? undefined);
+  const maxTokens = embeddings ? 1 : (explicit ?? COMPLETIONS_DEFAULT_MAX_TOKENS);
+  const p = embeddings ? (body as EmbeddingsRequest).input : (body as CompletionRequest).prompt;
   // A batch of prompts is routed on its first: they usually share a prefix and go to one worker.
   if (typeof p === 'string') {
     return { promptText: p, promptTokens: encode(p), maxTokens, maxTokensExplicit: explicit !== undefined };
@@ -168,7 +170,9 @@ export function chatRenderOptions(b: ChatCompletionRequest): ChatRenderOptions {
 }
 
 /** The output budget alone (max_tokens or the assumption): no prompt rendering, no tokenization. */
-export function outputBudget(kind: InferenceKind, body: ChatCompletionRequest | CompletionRequest, assumedMaxTokens: number): { maxTokens: number; explicit: boolean } {
+export function outputBudget(kind: InferenceKind, body: InferenceBody, assumedMaxTokens: number): { maxTokens: number; explicit: boolean } {
+  // Embeddings generate nothing; preparePrompt routes them as a one-token answer.
+  if (kind === 'embeddings') return { maxTokens: 1, explicit: true };
   if (kind === 'chat') {
     const b = body as ChatCompletionRequest;
     const explicit = b.max_completion_tokens ?? b.max_tokens ?? undefined;
@@ -293,7 +297,7 @@ class LiveRouteRequest implements RouteRequest {
 export function buildRouteRequest(
   id: string,
   model: string,
-  body: ChatCompletionRequest | CompletionRequest,
+  body: InferenceBody,
   req: IncomingMessage,
   prompt: PreparedPrompt & { promptTokens: PromptTokens },
   tokenizeNow = true,
@@ -306,6 +310,6 @@ export function buildRouteRequest(
   const rr = new LiveRouteRequest(id, model, prompt.promptText, tokenizeNow && typeof tokens === 'function' ? tokens() : tokens, prompt.maxTokens);
   if (sessionKey !== undefined) rr.sessionKey = sessionKey;
   if (body.priority !== undefined) rr.priority = body.priority;
-  rr.stream = body.stream === true;
+  rr.stream = (body as { stream?: unknown }).stream === true;
   return rr;
 }

@@ -223,7 +223,9 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     ctx.status = status;
     // A 4xx is the request's fault, not the worker's.
     this.breaker.onSuccess();
-    this.settle(DONE, status < 400, status < 400 ? 'ok' : 'client_error', status < 400 ? this.outputTokens.total(ctx.kind, ctx.stream) : undefined);
+    // The answer's length in tokens, which the policy learns (embeddings have none).
+    const answered = status < 400 && ctx.kind !== 'embeddings' ? this.outputTokens.total(ctx.kind, ctx.stream) : undefined;
+    this.settle(DONE, status < 400, status < 400 ? 'ok' : 'client_error', answered);
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {

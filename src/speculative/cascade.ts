@@ -95,7 +95,9 @@ async function serve(deps: CascadeDeps, cm: CascadeModel, ctx: RequestContext): 
     else ctx.logFields = { speculative: `plain:${reason}` };
     return 'continue';
   };
-  const planned = planRequest(ctx.kind, ctx.body);
+  // Embeddings have no output to draft.
+  if (ctx.kind === 'embeddings') return plain('embeddings');
+  const planned = planRequest(ctx.kind, ctx.body as ChatCompletionRequest | CompletionRequest);
   if (!planned.ok) return plain(planned.reason);
   // Without max_tokens a chat answer may fill the context: the cascade must know how large it is.
   if (ctx.kind === 'chat' && !ctx.maxTokensExplicit && cm.maxModelLen === null) return plain('no_max_tokens');
@@ -187,7 +189,8 @@ class CascadeRun {
       if (maxTokens < 1) return this.beforeOutputFailure(new WorkerCallError('the prompt fills the context', null));
       this.out = new OutputText({ maxTokens, stop: this.plan.stop, stopTokenIds: new Set(this.plan.stopTokenIds), eosTokenIds: cm.eosTokenIds });
       this.writer = new ResponseWriter(ctx.res, {
-        kind: ctx.kind,
+        // serve() passes embeddings on before a run starts.
+        kind: ctx.kind as 'chat' | 'completions',
         stream: ctx.stream,
         includeUsage: this.plan.includeUsage,
         id: `${ctx.kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${ctx.id}`,

@@ -28,6 +28,7 @@ import type { KvEvent } from '../../kv/events.js';
 import { EOS_TOKEN_ID, estimateTokenizer, renderChat } from '../../tokenizer/index.js';
 import { seededRng } from '../../util/rng.js';
 import { EngineDriver } from './engine-driver.js';
+import { embed, EMBEDDING_DIM, embeddingInputs, embeddingsSchema, encodeEmbedding } from './embeddings.js';
 import { Exchange, type ExchangeHost, type SeqRun } from './exchange.js';
 import { Generation } from './generation.js';
 import { KvEventPublisher } from './kv-event-publisher.js';
@@ -293,6 +294,8 @@ class SimWorkerServer implements ExchangeHost {
   private readonly lmAt: (nowMs: number) => SyntheticLm;
   private readonly served: ServedModel;
   private readonly exchanges = new Set<Exchange>();
+  /** Cancels the embeddings requests in flight (at shutdown). */
+  private readonly embedCancels = new Set<() => void>();
   private requests = 0;
   private clientAborts = 0;
   private shuttingDown = false;
@@ -331,6 +334,7 @@ class SimWorkerServer implements ExchangeHost {
   shutdown(): void {
     this.shuttingDown = true;
     for (const ex of [...this.exchanges]) ex.abortForShutdown();
+    for (const cancel of [...this.embedCancels]) cancel();
     this.driver.stop();
   }
 
@@ -377,6 +381,8 @@ class SimWorkerServer implements ExchangeHost {
         this.resetPrefixCache();
         res.writeHead(200, { 'content-length': 0 });
         return void res.end();
+      case '/v1/embeddings':
+        return post((b) => this.embeddings(req, res, b));
       case '/tokenize':
         return post((b) => this.tokenize(res, b));
       case '/detokenize':
@@ -479,6 +485,67 @@ class SimWorkerServer implements ExchangeHost {
     const body = parseBody(detokenizeSchema, raw);
     checkModel(body.model, this.model);
     sendJson(res, 200, { prompt: estimateTokenizer.decode(body.tokens) });
+  }
+
+  // ---- embeddings ----
+
+  /**
+   * Each input is prefilled by the engine (a one-token request whose token is dropped: the engine
+   * models generation, and one decode step is what it adds to a prefill), then answered with its
+   * vector (embeddings.ts). The client going away cancels the inputs still running.
+   */
+  private embeddings(req: IncomingMessage, res: ServerResponse, raw: unknown): void {
+    if (this.shuttingDown) throw unavailable('The server is shutting down.');
+    const body = parseBody(embeddingsSchema, raw);
+    checkModel(body.model, this.model);
+    const dims = body.dimensions ?? EMBEDDING_DIM;
+    if (dims > EMBEDDING_DIM) throw badRequest(`dimensions must be at most ${EMBEDDING_DIM} for this model`, 'dimensions');
+    const prompts = embeddingInputs(body.input).map((x) => (typeof x === 'string' ? estimateTokenizer.encode(x) : x));
+    for (const ids of prompts) {
+      if (ids.length === 0) throw badRequest('The input cannot be empty.', 'input');
+      const err = this.engine.check(ids.length, 1);
+      if (err) throw badRequest(err.message, 'input');
+    }
+    const headerId = req.headers['x-request-id'];
+    const baseId = typeof headerId === 'string' && headerId.length > 0 && headerId.length <= 200 ? headerId : randomUUID().replaceAll('-', '');
+    const ids = prompts.map((_, i) => `embd-${baseId}-${i}`);
+    let left = prompts.length;
+    let over = false;
+    const end = (): void => {
+      over = true;
+      this.embedCancels.delete(cancel);
+      res.off('close', cancel);
+    };
+    const cancel = (): void => {
+      if (over) return;
+      end();
+      for (const id of ids) this.driver.cancel(id);
+      if (this.shuttingDown && !res.headersSent) sendJsonError(res, unavailable('The server is shutting down.'));
+    };
+    res.on('close', cancel);
+    this.embedCancels.add(cancel);
+    const sampler = createSampler(this.lmAt(this.driver.now()), { temperature: 0, recordLogprobs: false }).sampler;
+    prompts.forEach((prompt, i) => {
+      this.driver.submit(
+        { id: ids[i]!, prompt, maxTokens: 1, sampler, ignoreEos: true, priority: body.priority ?? 0, cacheSalt: body.cache_salt ?? undefined },
+        {
+          onOutput: (_tokens, fin) => {
+            if (fin === null || over || --left > 0) return;
+            end();
+            const format = body.encoding_format ?? 'float';
+            const promptTokens = prompts.reduce((n, p) => n + p.length, 0);
+            sendJson(res, 200, {
+              id: `embd-${baseId}`,
+              object: 'list',
+              created: Math.floor(Date.now() / 1000),
+              model: this.model,
+              data: prompts.map((p, index) => ({ index, object: 'embedding', embedding: encodeEmbedding(embed(p, dims), format) })),
+              usage: { prompt_tokens: promptTokens, total_tokens: promptTokens, completion_tokens: 0, prompt_tokens_details: null },
+            });
+          },
+        },
+      );
+    });
   }
 
   // ---- generation ----

@@ -1,0 +1,65 @@
+/**
+ * The simulated worker's `/v1/embeddings`: what vLLM answers for an embedding model
+ * (`vllm serve <model> --runner pooling`; vllm/entrypoints/openai/serving_embedding.py). Each input
+ * is prefilled by the engine like any prompt — it takes a place in the batch, KV blocks and prefill
+ * time, and hits the prefix cache — and its vector is computed from its token ids: the mean of a
+ * fixed pseudo-random vector per token id, L2-normalised. So equal inputs get equal vectors, and
+ * inputs sharing most of their tokens get close ones, as a client's tests may expect.
+ */
+import { z } from 'zod';
+
+/** Length of the simulated model's vectors (`dimensions` may ask for fewer: truncated, renormalised). */
+export const EMBEDDING_DIM = 256;
+
+const tokenIds = z.array(z.int().nonnegative());
+
+export const embeddingsSchema = z.looseObject({
+  model: z.string().nullable().optional(),
+  input: z.union([z.string(), z.array(z.string()).min(1), tokenIds.min(1), z.array(tokenIds.min(1)).min(1)], {
+    error: 'input must be a string, an array of strings, an array of token ids or an array of such arrays',
+  }),
+  encoding_format: z.enum(['float', 'base64']).nullable().optional(),
+  dimensions: z.int().positive().nullable().optional(),
+  priority: z.int().optional(),
+  cache_salt: z.string().nullable().optional(),
+});
+
+export type EmbeddingsBody = z.infer<typeof embeddingsSchema>;
+
+/** The inputs of a request, each as text or token ids. */
+export function embeddingInputs(input: EmbeddingsBody['input']): Array<string | number[]> {
+  if (typeof input === 'string') return [input];
+  if (input.length > 0 && typeof input[0] === 'number') return [input as number[]];
+  return input as Array<string | number[]>;
+}
+
+/** One token id's fixed vector component `j`, in [-1, 1). */
+function component(token: number, j: number): number {
+  let h = Math.imul(token + 0x9e3779b9, 0x85ebca6b) ^ Math.imul(j + 0x7f4a7c15, 0xc2b2ae35);
+  h = Math.imul(h ^ (h >>> 16), 0x27d4eb2d);
+  h ^= h >>> 15;
+  return (h & 0xffff) / 32768 - 1;
+}
+
+/** The vector of a prompt: mean of its tokens' vectors, first `dims` components, L2-normalised. */
+export function embed(ids: ArrayLike<number>, dims = EMBEDDING_DIM): Float32Array {
+  const v = new Float64Array(dims);
+  for (let i = 0; i < ids.length; i++) {
+    const t = ids[i]!;
+    for (let j = 0; j < dims; j++) v[j]! += component(t, j);
+  }
+  let norm = 0;
+  for (let j = 0; j < dims; j++) norm += v[j]! * v[j]!;
+  norm = Math.sqrt(norm) || 1;
+  const out = new Float32Array(dims);
+  for (let j = 0; j < dims; j++) out[j] = v[j]! / norm;
+  return out;
+}
+
+/** A vector as the response carries it: numbers, or vLLM's base64 of little-endian float32s. */
+export function encodeEmbedding(v: Float32Array, format: 'float' | 'base64'): number[] | string {
+  if (format === 'float') return Array.from(v);
+  const b = Buffer.alloc(v.length * 4);
+  for (let j = 0; j < v.length; j++) b.writeFloatLE(v[j]!, j * 4);
+  return b.toString('base64');
+}

@@ -1,0 +1,69 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { MODEL, metricValue, post, startGateway, startSims } from './helpers.js';
+
+const cosine = (a: number[], b: number[]): number => a.reduce((s, x, i) => s + x * b[i]!, 0);
+
+test('/v1/embeddings: routed to a worker of the model and relayed as the worker answers', async () => {
+  const sims = await startSims(2);
+  const { gw, url } = await startGateway(sims.map((s) => s.url), { server: { routingHeaders: true } });
+  try {
+    const r = await post(url + '/v1/embeddings', { model: MODEL, input: ['the cat sat on the mat', 'the cat sat on a mat', 'quarterly revenue grew'] });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.object, 'list');
+    assert.equal(r.json.data.length, 3);
+    assert.deepEqual(r.json.data.map((d: any) => d.index), [0, 1, 2]);
+    const [a, b, c] = r.json.data.map((d: any) => d.embedding as number[]);
+    assert.equal(a.length, 256);
+    assert.ok(Math.abs(cosine(a, a) - 1) < 1e-4, 'unit vectors');
+    assert.ok(cosine(a, b) > cosine(a, c), 'close inputs get close vectors');
+    assert.ok(r.json.usage.prompt_tokens > 0);
+    assert.equal(r.json.usage.total_tokens, r.json.usage.prompt_tokens);
+    assert.match(r.headers.get('x-kvgate-worker') ?? '', /./, 'a worker was picked');
+    assert.match(r.headers.get('x-request-id') ?? '', /^[0-9a-f-]{36}$/);
+
+    // The same input again: the same vector (and its prefix cached on the worker that has it).
+    const again = await post(url + '/v1/embeddings', { model: MODEL, input: 'the cat sat on the mat', encoding_format: 'base64', dimensions: 8 });
+    assert.equal(again.status, 200, again.text);
+    const bytes = Buffer.from(again.json.data[0].embedding, 'base64');
+    assert.equal(bytes.length, 8 * 4);
+
+    const m = await (await fetch(url + '/metrics')).text();
+    assert.equal(metricValue(m, 'kvgate_requests_total', { route: 'embeddings', model: MODEL, status: '200' }), 2);
+  } finally {
+    await gw.close();
+    await Promise.all(sims.map((s) => s.close()));
+  }
+});
+
+test('/v1/embeddings: bad requests get OpenAI errors naming the field, before any worker is asked', async () => {
+  const sims = await startSims(1);
+  const { gw, url } = await startGateway(sims.map((s) => s.url));
+  try {
+    const cases: Array<[unknown, number, string | null, string]> = [
+      [{ model: MODEL }, 400, 'input', 'invalid_request_error'],
+      [{ model: MODEL, input: [] }, 400, 'input', 'invalid_request_error'],
+      [{ model: MODEL, input: 'x', encoding_format: 'hex' }, 400, 'encoding_format', 'invalid_request_error'],
+      [{ model: MODEL, input: 'x', dimensions: 0 }, 400, 'dimensions', 'invalid_request_error'],
+      [{ input: 'x' }, 400, 'model', 'invalid_request_error'],
+      [{ model: 'no-such-model', input: 'x' }, 404, 'model', 'invalid_request_error'],
+    ];
+    for (const [body, status, param, type] of cases) {
+      const r = await post(url + '/v1/embeddings', body);
+      assert.equal(r.status, status, `${JSON.stringify(body)}: ${r.text}`);
+      assert.equal(r.json.error.type, type);
+      assert.equal(r.json.error.param, param, r.text);
+      assert.equal(typeof r.json.error.message, 'string');
+    }
+    const get = await fetch(url + '/v1/embeddings');
+    assert.equal(get.status, 405);
+    assert.equal(get.headers.get('allow'), 'POST');
+    // A worker's own refusal (more dimensions than its model has) is relayed as it is: a 400.
+    const tooMany = await post(url + '/v1/embeddings', { model: MODEL, input: 'x', dimensions: 100_000 });
+    assert.equal(tooMany.status, 400, tooMany.text);
+    assert.match(tooMany.json.error.message, /dimensions/);
+  } finally {
+    await gw.close();
+    await Promise.all(sims.map((s) => s.close()));
+  }
+});
