@@ -90,7 +90,19 @@ export const embeddingsRequestSchema = z.looseObject({
   add_special_tokens: z.boolean().optional(),
 });
 
+/**
+ * vLLM's other model-addressed endpoints (tokenize, detokenize, score, rerank, pooling, classify):
+ * their bodies differ by endpoint and by vLLM version, so kvgate checks only what it routes on —
+ * the model — and the worker checks the rest (its 4xx is relayed in OpenAI's shape).
+ */
+export const passthroughRequestSchema = z.looseObject({
+  model: z.string({ error: 'model is required and must be a string: kvgate routes by model' }).min(1, 'model must not be empty'),
+  user: z.string().optional(),
+  priority: z.int().optional(),
+});
+
 export type ChatCompletionRequest = z.infer<typeof chatCompletionRequestSchema>;
+export type PassthroughRequest = z.infer<typeof passthroughRequestSchema>;
 export type EmbeddingsRequest = z.infer<typeof embeddingsRequestSchema>;
 export type CompletionRequest = z.infer<typeof completionRequestSchema>;
 

@@ -33,7 +33,7 @@ import type { Logger } from '../telemetry/logger.js';
 import type { Clock } from '../util/clock.js';
 import { stateKey } from '../util/state.js';
 import { CaptureResponse } from './capture-response.js';
-import { freshOutcome, type RequestContext } from './context.js';
+import { freshOutcome, generates, type RequestContext } from './context.js';
 import type { GatewayStage, StageResult } from './stages.js';
 
 type KeyedPlan = Extract<CachePlan, { key: string }>;
@@ -69,12 +69,12 @@ function mark(d: CacheStageDeps, ctx: RequestContext, header: 'hit' | 'miss' | '
   (ctx.logFields ??= {}).cache = result;
 }
 
-/** The generation route of a request handle() let in (embeddings are not cached: it passes them on). */
+/** The generation route of a request handle() let in (only generated text is cached: it passes the rest on). */
 const route = (ctx: RequestContext): CacheRoute => ctx.kind as CacheRoute;
 
 async function handle(d: CacheStageDeps, ctx: RequestContext): Promise<StageResult> {
   const { cache } = d;
-  if (ctx.kind === 'embeddings') return 'continue';
+  if (!generates(ctx.kind)) return 'continue';
   const plan = cache.plan(ctx.tenant, ctx.kind, ctx.body as Record<string, unknown>, parseCacheControl(ctx.req.headers['cache-control']));
   ctx.state.set(CACHE_PLAN, plan);
   if (plan.action === 'bypass') {

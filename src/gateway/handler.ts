@@ -13,6 +13,7 @@ import {
   chatCompletionRequestSchema,
   completionRequestSchema,
   embeddingsRequestSchema,
+  passthroughRequestSchema,
   validate,
   type ChatCompletionRequest,
   type CompletionRequest,
@@ -22,7 +23,7 @@ import type { WorkerRegistry } from '../fleet/registry.js';
 import { flatLineWriter, type FlatFields, type Logger } from '../telemetry/logger.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 import type { Clock } from '../util/clock.js';
-import { LiveRequestContext, type InferenceBody, type InferenceKind, type RequestContext } from './context.js';
+import { generates, LiveRequestContext, type GenerationKind, type InferenceBody, type InferenceKind, type RequestContext } from './context.js';
 import { createLocalRoutes, type LocalRoute } from './local-routes.js';
 import { outputBudget, requestBudgetMs } from './prepare.js';
 import type { Relay } from './relay.js';
@@ -66,12 +67,36 @@ const INFERENCE: Record<string, InferenceKind> = {
   '/v1/chat/completions': 'chat',
   '/v1/completions': 'completions',
   '/v1/embeddings': 'embeddings',
+  // vLLM's other model-addressed endpoints, relayed as they are (see PASSTHROUGH_ROUTES).
+  '/tokenize': 'passthrough',
+  '/detokenize': 'passthrough',
+  '/score': 'passthrough',
+  '/v1/score': 'passthrough',
+  '/rerank': 'passthrough',
+  '/v1/rerank': 'passthrough',
+  '/v2/rerank': 'passthrough',
+  '/pooling': 'passthrough',
+  '/classify': 'passthrough',
+};
+
+/** The `route` label of the passthrough endpoints in metrics and logs (one per endpoint, versions together). */
+const PASSTHROUGH_ROUTES: Record<string, string> = {
+  '/tokenize': 'tokenize',
+  '/detokenize': 'detokenize',
+  '/score': 'score',
+  '/v1/score': 'score',
+  '/rerank': 'rerank',
+  '/v1/rerank': 'rerank',
+  '/v2/rerank': 'rerank',
+  '/pooling': 'pooling',
+  '/classify': 'classify',
 };
 
 const SCHEMAS = {
   chat: chatCompletionRequestSchema,
   completions: completionRequestSchema,
   embeddings: embeddingsRequestSchema,
+  passthrough: passthroughRequestSchema,
 } as const;
 
 export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
@@ -155,8 +180,8 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       const body = v.value;
       ctx.body = body;
       ctx.model = body.model;
-      // Embeddings are never streamed (a `stream` field passes through to the worker, which says so).
-      ctx.stream = kind !== 'embeddings' && (body as { stream?: unknown }).stream === true;
+      // Only generated text is streamed (any other `stream` field passes through to the worker).
+      ctx.stream = generates(kind) && (body as { stream?: unknown }).stream === true;
       const workers = fleet.forModel(body.model);
       if (!workers) throw errors.modelNotFound(body.model);
       ctx.candidates = workers;
@@ -171,7 +196,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
         ctx.cacheSalt = salt;
       }
       const caps = capsFor(config, workers[0]?.pool, ctx.tenant.caps);
-      if (kind !== 'embeddings') checkCaps(kind, body as ChatCompletionRequest | CompletionRequest, budget, caps);
+      if (generates(kind)) checkCaps(kind, body as ChatCompletionRequest | CompletionRequest, budget, caps);
       ctx.deadlineAt = startedAt + Math.min(requestBudgetMs(budget.maxTokens, config.timeouts), caps.maxRequestMs);
 
       // Early stages (the response cache) answer without the prompt's tokens: a hit never waits
@@ -253,7 +278,7 @@ export function capsFor(config: GatewayConfig, pool: string | undefined, tenant:
 
 /** 400 naming the parameter when a request asks for more than its caps allow. */
 export function checkCaps(
-  kind: 'chat' | 'completions',
+  kind: GenerationKind,
   body: ChatCompletionRequest | CompletionRequest,
   budget: { maxTokens: number; explicit: boolean },
   caps: RequestCaps,
@@ -318,7 +343,7 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext, sampler: RequestLogS
   d.active.delete(ctx);
   const m = d.metrics;
   m.inflight--;
-  const route = ctx.kind;
+  const route = ctx.kind === 'passthrough' ? (PASSTHROUGH_ROUTES[ctx.path] ?? 'passthrough') : ctx.kind;
   // Only configured models become label values: a client cannot blow up the series count.
   const model = ctx.candidates !== undefined ? ctx.model : 'unknown';
   const durationMs = d.clock.now() - ctx.startedAt;

@@ -137,6 +137,10 @@ export function preparePrompt(
       render,
     };
   }
+  if (kind === 'passthrough') {
+    const promptText = passthroughText(body);
+    return { promptText, promptTokens: encode(promptText), maxTokens: 1, maxTokensExplicit: true };
+  }
   // Embeddings: the input is prefilled and pooled, nothing is generated. Routed as a prompt with a
   // one-token answer (the policies' estimates assume at least one), like a completion's prompt.
   const embeddings = kind === 'embeddings';
@@ -156,6 +160,27 @@ export function preparePrompt(
   return { promptText: estimateTokenizer.decode(ids), promptTokens: ids, maxTokens, maxTokensExplicit: explicit !== undefined };
 }
 
+/**
+ * What a passthrough request (tokenize, score, rerank, pooling, classify) is routed on: the text it
+ * sends a worker, as far as the body's common fields tell — `prompt`, `input`, `query`, `text_1`
+ * or `data_1` (a string, or the first of an array of strings), else its chat `messages` rendered
+ * with kvgate's template — or '' when it sends none (detokenize). Routed as a prompt with a
+ * one-token answer, as embeddings are.
+ */
+export function passthroughText(body: InferenceBody): string {
+  const b = body as Record<string, unknown>;
+  for (const k of ['prompt', 'input', 'query', 'text_1', 'data_1']) {
+    const v = b[k];
+    if (typeof v === 'string') return v;
+    if (Array.isArray(v) && typeof v[0] === 'string') return v[0];
+  }
+  const messages = b.messages;
+  if (Array.isArray(messages) && messages.every((m) => typeof m === 'object' && m !== null && typeof (m as { role?: unknown }).role === 'string')) {
+    return renderChat(messages as ChatCompletionRequest['messages'], b.add_generation_prompt !== false);
+  }
+  return '';
+}
+
 /** How a chat request's prompt is rendered: vLLM's defaults for what the request leaves unset. */
 export function chatRenderOptions(b: ChatCompletionRequest): ChatRenderOptions {
   const opts: ChatRenderOptions = {
@@ -171,8 +196,9 @@ export function chatRenderOptions(b: ChatCompletionRequest): ChatRenderOptions {
 
 /** The output budget alone (max_tokens or the assumption): no prompt rendering, no tokenization. */
 export function outputBudget(kind: InferenceKind, body: InferenceBody, assumedMaxTokens: number): { maxTokens: number; explicit: boolean } {
-  // Embeddings generate nothing; preparePrompt routes them as a one-token answer.
-  if (kind === 'embeddings') return { maxTokens: 1, explicit: true };
+  // Embeddings and the passthrough endpoints generate nothing; preparePrompt routes them as a
+  // one-token answer.
+  if (kind === 'embeddings' || kind === 'passthrough') return { maxTokens: 1, explicit: true };
   if (kind === 'chat') {
     const b = body as ChatCompletionRequest;
     const explicit = b.max_completion_tokens ?? b.max_tokens ?? undefined;

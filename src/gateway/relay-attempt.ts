@@ -29,7 +29,7 @@ import type { RouteDecision } from '../scheduler/types.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 import type { Logger } from '../telemetry/logger.js';
 import type { Clock } from '../util/clock.js';
-import type { RequestContext } from './context.js';
+import { generates, type RequestContext } from './context.js';
 
 /** What an attempt uses of the gateway (the relay passes its own options). */
 export interface AttemptEnv {
@@ -223,8 +223,8 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     ctx.status = status;
     // A 4xx is the request's fault, not the worker's.
     this.breaker.onSuccess();
-    // The answer's length in tokens, which the policy learns (embeddings have none).
-    const answered = status < 400 && ctx.kind !== 'embeddings' ? this.outputTokens.total(ctx.kind, ctx.stream) : undefined;
+    // The answer's length in tokens, which the policy learns (only generated text has one).
+    const answered = status < 400 && generates(ctx.kind) ? this.outputTokens.total(ctx.kind, ctx.stream) : undefined;
     this.settle(DONE, status < 400, status < 400 ? 'ok' : 'client_error', answered);
   }
 

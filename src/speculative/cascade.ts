@@ -29,7 +29,7 @@ import { sseErrorEvent } from '../api/sse.js';
 import type { ChatCompletionRequest, CompletionRequest } from '../api/schemas.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { WorkerState } from '../fleet/worker-state.js';
-import type { RequestContext } from '../gateway/context.js';
+import { generates, type RequestContext } from '../gateway/context.js';
 import type { GatewayStage, StageResult } from '../gateway/stages.js';
 import type { Router } from '../scheduler/router.js';
 import type { RouteDecision, RouteRequest } from '../scheduler/types.js';
@@ -95,8 +95,8 @@ async function serve(deps: CascadeDeps, cm: CascadeModel, ctx: RequestContext): 
     else ctx.logFields = { speculative: `plain:${reason}` };
     return 'continue';
   };
-  // Embeddings have no output to draft.
-  if (ctx.kind === 'embeddings') return plain('embeddings');
+  // Embeddings and vLLM's other endpoints have no output to draft.
+  if (!generates(ctx.kind)) return plain(ctx.kind);
   const planned = planRequest(ctx.kind, ctx.body as ChatCompletionRequest | CompletionRequest);
   if (!planned.ok) return plain(planned.reason);
   // Without max_tokens a chat answer may fill the context: the cascade must know how large it is.
