@@ -40,13 +40,25 @@ export interface ToolCall {
   [extra: string]: unknown;
 }
 
+/** An embeddings answer as the cache keeps it: the `list` of vectors the worker returned. */
+export interface EmbeddingsList {
+  id?: string;
+  object?: string;
+  created?: number;
+  model?: string;
+  data: Array<{ index: number; embedding: number[] | string; [extra: string]: unknown }>;
+  usage?: Record<string, unknown> | null;
+  [extra: string]: unknown;
+}
+
 export interface CacheEntry {
   v: 1;
   tenant: string;
   route: CacheRoute;
   /** Wall-clock time it was stored (ms since the epoch): the Age header and max-age. */
   storedAt: number;
-  body: CompletionBody;
+  /** An EmbeddingsList for route 'embeddings', else a CompletionBody. */
+  body: CompletionBody | EmbeddingsList;
 }
 
 /** Finish reasons of an answer that ended normally; anything else ('abort', 'error', null) is not stored. */
@@ -55,6 +67,16 @@ const NORMAL_FINISH = new Set(['stop', 'length', 'tool_calls', 'function_call', 
 /** Why a would-be entry is not an answer worth storing, or null if it is. */
 export function incompleteReason(body: unknown, route: CacheRoute): string | null {
   if (body === null || typeof body !== 'object') return 'not an object';
+  if (route === 'embeddings') {
+    const data = (body as Partial<EmbeddingsList>).data;
+    if ((body as { error?: unknown }).error !== undefined) return 'error body';
+    if (!Array.isArray(data) || data.length === 0) return 'no data';
+    for (const d of data) {
+      if (d === null || typeof d !== 'object' || typeof d.index !== 'number') return 'bad item';
+      if (!Array.isArray(d.embedding) && typeof d.embedding !== 'string') return 'bad item';
+    }
+    return null;
+  }
   const b = body as Partial<CompletionBody>;
   if ((b as { error?: unknown }).error !== undefined) return 'error body';
   if (!Array.isArray(b.choices) || b.choices.length === 0) return 'no choices';
@@ -106,7 +128,8 @@ function messageDelta(m: NonNullable<CompletionChoice['message']>): Record<strin
 export function streamChunks(e: CacheEntry): Array<Record<string, unknown>> {
   const base = chunkBase(e);
   const out: Array<Record<string, unknown>> = [];
-  for (const c of e.body.choices) {
+  // Only generated text is streamed: an embeddings entry is only ever answered as JSON.
+  for (const c of (e.body as CompletionBody).choices) {
     if (e.route === 'chat') {
       const m = c.message ?? {};
       out.push({ ...base, choices: [{ index: c.index, delta: { role: m.role ?? 'assistant', content: '' }, logprobs: null, finish_reason: null }] });

@@ -4,7 +4,7 @@
  * The key hashes (SHA-256) a canonical JSON rendering of
  *   - the key format version,
  *   - the tenant (the key is also namespaced by tenant: `<prefix><tenant>:<hash>`),
- *   - the route (chat or completions),
+ *   - the route (chat, completions or embeddings),
  *   - the whole request body except the few fields that cannot change the answer
  *     (IGNORED_FIELDS: how it is delivered — stream, stream_options — and who or how urgently it
  *     was asked — user, priority, metadata, store, request_id).
@@ -27,7 +27,7 @@ export const KEY_VERSION = 1;
 /** Body fields that do not change the answer and are left out of the key. */
 export const IGNORED_FIELDS: ReadonlySet<string> = new Set(['stream', 'stream_options', 'user', 'priority', 'metadata', 'store', 'request_id']);
 
-export type CacheRoute = 'chat' | 'completions';
+export type CacheRoute = 'chat' | 'completions' | 'embeddings';
 
 /** Canonical JSON text of a value: sorted object keys at every depth, undefined dropped. */
 export function canonicalJson(v: unknown): string {

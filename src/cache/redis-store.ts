@@ -17,7 +17,7 @@ import { promisify } from 'node:util';
 import { brotliCompress, brotliDecompress, constants as zc } from 'node:zlib';
 import type { Redis as RedisClient } from 'ioredis';
 import { failFastRedisOptions } from '../util/redis-options.js';
-import type { CacheEntry } from './entry.js';
+import type { CacheEntry, CompletionBody, EmbeddingsList } from './entry.js';
 import type { CacheStore, StoreStats } from './store.js';
 
 const compress = promisify(brotliCompress);
@@ -62,7 +62,8 @@ export async function decodeValue(v: Buffer): Promise<CacheEntry | null> {
     const body = v[0] === BROTLI ? await decompress(v.subarray(1)) : v[0] === RAW ? v.subarray(1) : null;
     if (body === null) return null;
     const e = JSON.parse(body.toString('utf8')) as CacheEntry;
-    return e && e.v === 1 && e.body && Array.isArray(e.body.choices) ? e : null;
+    if (!e || e.v !== 1 || !e.body) return null;
+    return (e.route === 'embeddings' ? Array.isArray((e.body as EmbeddingsList).data) : Array.isArray((e.body as CompletionBody).choices)) ? e : null;
   } catch {
     return null;
   }

@@ -115,7 +115,8 @@ export class ResponseCache {
     const settings = this.settingsFor(tenant);
     if (!settings.enabled) return { action: 'bypass', reason: 'disabled' };
     if (cc.noStore) return { action: 'bypass', reason: 'no_store' };
-    if (!settings.sampled && samplingOf(body) === 'sampled') return { action: 'bypass', reason: 'sampled' };
+    // An embedding is the same for the same input whatever the request says about sampling.
+    if (!settings.sampled && route !== 'embeddings' && samplingOf(body) === 'sampled') return { action: 'bypass', reason: 'sampled' };
     return {
       action: cc.noCache ? 'refresh' : 'lookup',
       key: storeKey(this.o.keyPrefix, tenant.id, keyHash(tenant.id, route, body)),

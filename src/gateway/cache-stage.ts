@@ -33,7 +33,7 @@ import type { Logger } from '../telemetry/logger.js';
 import type { Clock } from '../util/clock.js';
 import { stateKey } from '../util/state.js';
 import { CaptureResponse } from './capture-response.js';
-import { freshOutcome, generates, type RequestContext } from './context.js';
+import { freshOutcome, type RequestContext } from './context.js';
 import type { GatewayStage, StageResult } from './stages.js';
 
 type KeyedPlan = Extract<CachePlan, { key: string }>;
@@ -69,12 +69,12 @@ function mark(d: CacheStageDeps, ctx: RequestContext, header: 'hit' | 'miss' | '
   (ctx.logFields ??= {}).cache = result;
 }
 
-/** The generation route of a request handle() let in (only generated text is cached: it passes the rest on). */
+/** The route of a request handle() let in (generated text and embeddings: it passes the rest on). */
 const route = (ctx: RequestContext): CacheRoute => ctx.kind as CacheRoute;
 
 async function handle(d: CacheStageDeps, ctx: RequestContext): Promise<StageResult> {
   const { cache } = d;
-  if (!generates(ctx.kind)) return 'continue';
+  if (ctx.kind === 'passthrough') return 'continue';
   const plan = cache.plan(ctx.tenant, ctx.kind, ctx.body as Record<string, unknown>, parseCacheControl(ctx.req.headers['cache-control']));
   ctx.state.set(CACHE_PLAN, plan);
   if (plan.action === 'bypass') {
@@ -178,14 +178,14 @@ function lead(d: CacheStageDeps, ctx: RequestContext, plan: KeyedPlan): void {
   if (ctx.stream) asm = new StreamAssembler(route(ctx), flight ? (text, kind) => flight.emit(text, kind, asm !== null && asm.bytes <= cap) : undefined);
   ctx.taps.push(tap);
   ctx.onFinish.push((c) => {
-    let body: CompletionBody | null = null;
+    let body: CacheEntry['body'] | null = null;
     const ok = !c.aborted && c.upstreamStatus === 200 && c.status === 200;
     if (ok && !tooLarge) {
       if (asm) {
         if (asm.complete) body = asm.build();
       } else if (parts) {
         try {
-          body = JSON.parse(Buffer.concat(parts).toString('utf8')) as CompletionBody;
+          body = JSON.parse(Buffer.concat(parts).toString('utf8')) as CacheEntry['body'];
         } catch {
           body = null;
         }

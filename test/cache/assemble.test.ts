@@ -105,6 +105,12 @@ describe('entries: rendering and assembling', () => {
     assert.equal(incompleteReason({ error: { message: 'x' } }, 'chat'), 'error body');
     assert.equal(incompleteReason({ choices: [] }, 'chat'), 'no choices');
     assert.equal(incompleteReason(chat, 'completions'), 'bad choice');
+    const list = { object: 'list', data: [{ index: 0, embedding: [0.6, 0.8] }, { index: 1, embedding: 'AAAA' }] };
+    assert.equal(incompleteReason(list, 'embeddings'), null);
+    assert.equal(incompleteReason({ data: [] }, 'embeddings'), 'no data');
+    assert.equal(incompleteReason({ data: [{ index: 0 }] }, 'embeddings'), 'bad item');
+    assert.equal(incompleteReason(chat, 'embeddings'), 'no data');
+    assert.equal(incompleteReason({ error: { message: 'x' } }, 'embeddings'), 'error body');
   });
 
   it('remainderChunks completes what was sent, or refuses when it is not a prefix', () => {

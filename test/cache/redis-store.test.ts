@@ -109,6 +109,11 @@ describe('redis values and URLs', () => {
     assert.deepEqual(await decodeValue(await encodeValue(JSON.stringify(e), 100)), e);
     assert.deepEqual(await decodeValue(await encodeValue(JSON.stringify(e), 1e9)), e);
     assert.equal(await decodeValue(Buffer.from('X{}')), null);
+    // An embeddings entry holds a list of vectors, not choices; each kind is checked by its own shape.
+    const emb = { v: 1, tenant: 't', route: 'embeddings', storedAt: 1, body: { object: 'list', data: [{ index: 0, object: 'embedding', embedding: [0.6, 0.8] }], usage: { prompt_tokens: 2, total_tokens: 2 } } };
+    assert.deepEqual(await decodeValue(await encodeValue(JSON.stringify(emb), 1e9)), emb);
+    assert.equal(await decodeValue(await encodeValue(JSON.stringify({ ...emb, route: 'chat' }), 1e9)), null);
+    assert.equal(await decodeValue(await encodeValue(JSON.stringify({ ...emb, body: e.body }), 1e9)), null);
   });
 
   it('never show a password in logs', () => {

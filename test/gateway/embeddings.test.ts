@@ -67,3 +67,46 @@ test('/v1/embeddings: bad requests get OpenAI errors naming the field, before an
     await Promise.all(sims.map((s) => s.close()));
   }
 });
+
+test('/v1/embeddings with the response cache: a repeat is answered without a worker, per tenant, whatever the sampling fields', async () => {
+  const sims = await startSims(2);
+  const { gw, url } = await startGateway(sims.map((s) => s.url), {
+    cache: { enabled: true },
+    tenants: [
+      { id: 'acme', keys: [{ value: 'sk-acme-0001' }] },
+      { id: 'globex', keys: [{ value: 'sk-globex-01' }] },
+    ],
+  });
+  const upstream = () => sims.reduce((n, s) => n + s.stats().requests, 0);
+  const ACME = { authorization: 'Bearer sk-acme-0001' };
+  const GLOBEX = { authorization: 'Bearer sk-globex-01' };
+  try {
+    const body = { model: MODEL, input: ['first document', 'second document'] };
+    const miss = await post(url + '/v1/embeddings', body, ACME);
+    assert.equal(miss.status, 200, miss.text);
+    assert.equal(miss.headers.get('x-kvgate-cache'), 'miss');
+    assert.equal(upstream(), 2, 'one engine request per input');
+    const hit = await post(url + '/v1/embeddings', { ...body, user: 'someone else' }, ACME);
+    assert.equal(hit.status, 200);
+    assert.equal(hit.headers.get('x-kvgate-cache'), 'hit');
+    assert.equal(hit.text, miss.text, 'the same answer, byte for byte');
+    assert.equal(upstream(), 2, 'no worker asked');
+    // Another tenant never shares an entry; another encoding or dimension is another answer.
+    assert.equal((await post(url + '/v1/embeddings', body, GLOBEX)).headers.get('x-kvgate-cache'), 'miss');
+    assert.equal((await post(url + '/v1/embeddings', { ...body, dimensions: 8 }, ACME)).headers.get('x-kvgate-cache'), 'miss');
+    assert.equal(upstream(), 6);
+    // Identical requests at once: one goes to a worker, the others join it.
+    const same = { model: MODEL, input: 'a third document, asked three times at once' };
+    const three = await Promise.all([0, 1, 2].map(() => post(url + '/v1/embeddings', same, ACME)));
+    for (const r of three) assert.equal(r.status, 200);
+    assert.deepEqual(three.map((r) => r.headers.get('x-kvgate-cache')).sort(), ['hit', 'hit', 'miss']);
+    assert.equal(upstream(), 7);
+    // A worker's refusal is not stored.
+    const bad = { model: MODEL, input: 'x', dimensions: 100_000 };
+    assert.equal((await post(url + '/v1/embeddings', bad, ACME)).status, 400);
+    assert.equal((await post(url + '/v1/embeddings', bad, ACME)).headers.get('x-kvgate-cache'), 'miss');
+  } finally {
+    await gw.close();
+    await Promise.all(sims.map((s) => s.close()));
+  }
+});

@@ -113,7 +113,7 @@ export interface SimWorkerOptions {
 }
 
 export interface SimWorkerStats {
-  /** Generation requests accepted (one per prompt). */
+  /** Generation requests accepted (one per prompt; an embeddings input counts as one). */
   requests: number;
   /** Requests aborted because their client went away. */
   clientAborts: number;
@@ -526,6 +526,7 @@ class SimWorkerServer implements ExchangeHost {
     this.embedCancels.add(cancel);
     const sampler = createSampler(this.lmAt(this.driver.now()), { temperature: 0, recordLogprobs: false }).sampler;
     prompts.forEach((prompt, i) => {
+      this.requests++;
       this.driver.submit(
         { id: ids[i]!, prompt, maxTokens: 1, sampler, ignoreEos: true, priority: body.priority ?? 0, cacheSalt: body.cache_salt ?? undefined },
         {
