@@ -63,34 +63,30 @@ const REQUEST_ID_OK = /^[A-Za-z0-9._:-]{1,128}$/;
 /** `application/json`, with or without parameters (charset). */
 const JSON_TYPE = /^application\/json\s*(;|$)/i;
 
-const INFERENCE: Record<string, InferenceKind> = {
-  '/v1/chat/completions': 'chat',
-  '/v1/completions': 'completions',
-  '/v1/embeddings': 'embeddings',
-  // vLLM's other model-addressed endpoints, relayed as they are (see PASSTHROUGH_ROUTES).
-  '/tokenize': 'passthrough',
-  '/detokenize': 'passthrough',
-  '/score': 'passthrough',
-  '/v1/score': 'passthrough',
-  '/rerank': 'passthrough',
-  '/v1/rerank': 'passthrough',
-  '/v2/rerank': 'passthrough',
-  '/pooling': 'passthrough',
-  '/classify': 'passthrough',
-};
+/** An inference route: what it asks for, and its `route` label in metrics and logs. */
+interface InferenceRoute {
+  kind: InferenceKind;
+  label: string;
+}
 
-/** The `route` label of the passthrough endpoints in metrics and logs (one per endpoint, versions together). */
-const PASSTHROUGH_ROUTES: Record<string, string> = {
-  '/tokenize': 'tokenize',
-  '/detokenize': 'detokenize',
-  '/score': 'score',
-  '/v1/score': 'score',
-  '/rerank': 'rerank',
-  '/v1/rerank': 'rerank',
-  '/v2/rerank': 'rerank',
-  '/pooling': 'pooling',
-  '/classify': 'classify',
-};
+const route = (kind: InferenceKind, label: string = kind): InferenceRoute => ({ kind, label });
+
+const INFERENCE: ReadonlyMap<string, InferenceRoute> = new Map([
+  ['/v1/chat/completions', route('chat')],
+  ['/v1/completions', route('completions')],
+  ['/v1/embeddings', route('embeddings')],
+  // vLLM's other model-addressed endpoints, relayed as they are; one label per endpoint, its
+  // versioned paths together.
+  ['/tokenize', route('passthrough', 'tokenize')],
+  ['/detokenize', route('passthrough', 'detokenize')],
+  ['/score', route('passthrough', 'score')],
+  ['/v1/score', route('passthrough', 'score')],
+  ['/rerank', route('passthrough', 'rerank')],
+  ['/v1/rerank', route('passthrough', 'rerank')],
+  ['/v2/rerank', route('passthrough', 'rerank')],
+  ['/pooling', route('passthrough', 'pooling')],
+  ['/classify', route('passthrough', 'classify')],
+]);
 
 const SCHEMAS = {
   chat: chatCompletionRequestSchema,
@@ -110,15 +106,15 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
-    const kind = INFERENCE[path];
+    const inference = INFERENCE.get(path);
     if (cors.origins.size > 0 && corsHeaders(cors, req, res) && req.method === 'OPTIONS') {
       res.writeHead(204, { 'access-control-max-age': '600' });
       res.end();
       return;
     }
-    if (kind !== undefined) {
+    if (inference !== undefined) {
       if (req.method !== 'POST') return sendError(res, errors.methodNotAllowed(req.method ?? '?', path, 'POST'));
-      void handleInference(deps, kind, path, req, res);
+      void handleInference(deps, inference.kind, path, req, res);
       return;
     }
     if (local(path, req, res)) return;
@@ -343,7 +339,7 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext, sampler: RequestLogS
   d.active.delete(ctx);
   const m = d.metrics;
   m.inflight--;
-  const route = ctx.kind === 'passthrough' ? (PASSTHROUGH_ROUTES[ctx.path] ?? 'passthrough') : ctx.kind;
+  const route = INFERENCE.get(ctx.path)?.label ?? ctx.kind;
   // Only configured models become label values: a client cannot blow up the series count.
   const model = ctx.candidates !== undefined ? ctx.model : 'unknown';
   const durationMs = d.clock.now() - ctx.startedAt;
