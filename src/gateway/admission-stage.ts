@@ -32,6 +32,7 @@ import { stateKey } from '../util/state.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
 import { promptLength } from '../scheduler/types.js';
 import type { RequestContext } from './context.js';
+import { chargedTokens } from './prepare.js';
 import type { GatewayStage, StageResult } from './stages.js';
 import type { GatewayService } from './types.js';
 
@@ -138,7 +139,7 @@ export function setupAdmission(deps: {
 
       // 2. Rate limits (a shared limiter answers asynchronously).
       if (limiter.limits(ctx.tenant.id)) {
-        const tokens = promptLength(ctx.routeRequest) + ctx.maxTokens;
+        const tokens = chargedTokens(ctx.kind, ctx.body, ctx.routeRequest, ctx.maxTokens);
         const r = limiter.take(ctx.tenant.id, tokens, clock.now());
         const charged = (r: RateCheck): void => {
           Object.assign(ctx.headers, r.headers);

@@ -5,7 +5,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { ChatCompletionRequest, CompletionRequest, EmbeddingsRequest } from '../api/schemas.js';
 import type { WorkerState } from '../fleet/worker-state.js';
-import type { RouteRequest } from '../scheduler/types.js';
+import { promptLength, type RouteRequest } from '../scheduler/types.js';
 import { renderChat, type ChatRenderOptions } from '../tokenizer/chat-template.js';
 import { ChatTokenCache, DEFAULT_KEPT_IDS } from '../tokenizer/chat-tokens.js';
 import { estimateTokenizer } from '../tokenizer/estimate.js';
@@ -13,7 +13,7 @@ import type { Tokenizer } from '../tokenizer/types.js';
 import { PROMPT_SALT } from '../kv/prompt-blocks.js';
 import { RequestState } from '../util/state.js';
 import type { PromptTokenizer, TokenizeContext } from '../tokenizer/registry.js';
-import type { InferenceBody, InferenceKind, RequestContext } from './context.js';
+import { generates, type InferenceBody, type InferenceKind, type RequestContext } from './context.js';
 
 /** vLLM's default max_tokens for /v1/completions. */
 export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
@@ -179,6 +179,31 @@ export function passthroughText(body: InferenceBody): string {
     return renderChat(messages as ChatCompletionRequest['messages'], b.add_generation_prompt !== false);
   }
   return '';
+}
+
+/**
+ * The tokens a request asks the fleet for in all, as rate limits charge them: every prompt of a
+ * batch (a completions `prompt` array, an embeddings `input` array) and every answer it may write
+ * (`n` per prompt, each up to max_tokens). Routing reads the first prompt only; charging only it
+ * would let a tenant pass any tokens-per-minute limit by batching. The first prompt's length is
+ * the route request's; the others are the ids' count, or for text scaled from the first's tokens
+ * per character (no tokenizing: a batch may hold thousands of inputs).
+ */
+export function chargedTokens(kind: InferenceKind, body: InferenceBody, rr: RouteRequest, maxTokens: number): number {
+  const first = promptLength(rr);
+  const n = generates(kind) ? ((body as { n?: number | null }).n ?? 1) : 0;
+  if (kind !== 'completions' && kind !== 'embeddings') return first + n * maxTokens;
+  const p = kind === 'completions' ? (body as CompletionRequest).prompt : (body as EmbeddingsRequest).input;
+  if (typeof p === 'string' || p.length === 0 || typeof p[0] === 'number') return first + n * maxTokens;
+  // An array of prompts: the first is routed (`first` tokens); the rest are counted here.
+  const f0 = p[0]!;
+  const perChar = typeof f0 === 'string' ? first / Math.max(1, f0.length) : 0;
+  let total = first;
+  for (let i = 1; i < p.length; i++) {
+    const x = p[i]!;
+    total += typeof x === 'string' ? Math.ceil(x.length * perChar) : (x as number[]).length;
+  }
+  return total + p.length * n * maxTokens;
 }
 
 /** How a chat request's prompt is rendered: vLLM's defaults for what the request leaves unset. */

@@ -87,6 +87,24 @@ describe('tenants, priorities and rate limits', () => {
     assert.equal(metricValue(await metrics(url), 'kvgate_admission_total', { priority: 'standard', decision: 'rate_limited' }), 1);
   });
 
+  it('charges tokens per minute for every prompt of a batch, so batching passes no limit', async () => {
+    const [w] = await sims(1, {});
+    const { url } = await gateway([w!.url], {
+      tenants: [{ id: 'acme', keys: [{ value: 'sk-acme-00001' }], limits: { tokensPerMinute: 300 } }],
+    });
+    const h = { authorization: 'Bearer sk-acme-00001' };
+    const input = 'a sentence of about ten tokens to embed into a vector';
+    const one = await post(`${url}/v1/embeddings`, { model: MODEL, input }, h);
+    assert.equal(one.status, 200, `status ${one.status}`);
+    const used = 300 - Number(one.headers.get('x-ratelimit-remaining-tokens'));
+    assert.ok(used > 5 && used < 40, `one input charged ${used} tokens`);
+    // Fifty of the same inputs in one request: charged fifty times as much, past the limit.
+    const batch = await post(`${url}/v1/embeddings`, { model: MODEL, input: Array.from({ length: 50 }, () => input) }, h);
+    assert.equal(batch.status, 429, `status ${batch.status}`);
+    assert.equal(batch.json.error.type, 'tokens');
+    assert.match(batch.json.error.message, new RegExp(`needs ${used * 50} tokens`));
+  });
+
   it('protects /metrics with the admin key when asked to', async () => {
     const [w] = await sims(1, {});
     const { url } = await gateway([w!.url], { admin: { keys: [{ value: 'sk-admin-0001' }], protectMetrics: true } });

@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { buildRouteRequest, chargedTokens, preparePrompt } from '../../src/gateway/prepare.js';
 import { KvgatePolicy } from '../../src/scheduler/policies/kvgate.js';
+import { promptLength } from '../../src/scheduler/types.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
 import { estimateTokenizer } from '../../src/tokenizer/estimate.js';
 import type { Tokenizer } from '../../src/tokenizer/types.js';
@@ -109,5 +111,40 @@ describe('what the policy learns from the gateway’s answers', () => {
     } finally {
       await gw.close();
     }
+  });
+});
+
+describe('chargedTokens: what rate limits charge a request', () => {
+  const req = { headers: {} } as never;
+  const routed = (kind: 'chat' | 'completions' | 'embeddings' | 'passthrough', body: Record<string, unknown>) => {
+    const p = preparePrompt(kind, body as never, estimateTokenizer, 16);
+    return buildRouteRequest('id', MODEL, body as never, req, p as never);
+  };
+
+  it('a single prompt: its tokens and n answers of max_tokens', () => {
+    const body = { model: MODEL, messages: [{ role: 'user', content: 'Name three prime numbers.' }], max_tokens: 8, n: 3 };
+    const rr = routed('chat', body);
+    assert.equal(chargedTokens('chat', body as never, rr, 8), promptLength(rr) + 3 * 8);
+  });
+
+  it('a batch of prompts: every prompt and every answer, not the first alone', () => {
+    const text = 'the quick brown fox jumps over the lazy dog '.repeat(5);
+    const body = { model: MODEL, prompt: [text, text, text, text], max_tokens: 10, n: 2 };
+    const rr = routed('completions', body);
+    const one = promptLength(rr);
+    assert.equal(chargedTokens('completions', body as never, rr, 10), 4 * one + 4 * 2 * 10);
+    const ids = { model: MODEL, prompt: [[1, 2, 3], [4, 5, 6, 7, 8]], max_tokens: 4 };
+    assert.equal(chargedTokens('completions', ids as never, routed('completions', ids), 4), 3 + 5 + 2 * 4);
+  });
+
+  it('embeddings: every input, no answer tokens; other endpoints: the prompt routed on', () => {
+    const body = { model: MODEL, input: Array.from({ length: 50 }, () => 'a sentence of about ten tokens to embed here') };
+    const rr = routed('embeddings', body);
+    assert.equal(chargedTokens('embeddings', body as never, rr, 1), 50 * promptLength(rr));
+    const ids = { model: MODEL, input: [[1, 2], [3, 4, 5]] };
+    assert.equal(chargedTokens('embeddings', ids as never, routed('embeddings', ids), 1), 5);
+    const tok = { model: MODEL, prompt: 'count these words please' };
+    const trr = routed('passthrough', tok);
+    assert.equal(chargedTokens('passthrough', tok as never, trr, 1), promptLength(trr));
   });
 });
