@@ -143,6 +143,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
     const { url } = await gateway.start();
     const chat = JSON.stringify({ model, messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 64, temperature: 0 });
     const streamBody = JSON.stringify({ model, messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 64, temperature: 0, stream: true });
+    const embeddings = JSON.stringify({ model, input: ['KV caches hold attention keys and values.', 'Routers send prompts where their prefix is cached.'], dimensions: 8 });
     const cacheLine = cacheOn
       ? `  response cache: ${redis === undefined ? 'in memory' : `Redis at ${redactRedisUrl(redis)}`}. Send the first request twice with -i: the second answer\n` +
         `  comes from the cache (x-kvgate-cache: hit), as JSON or as a stream. Stats: ${url}/admin/cache\n\n`
@@ -151,6 +152,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
       `\nkvgate demo: ${n} simulated ${model} worker(s) on ${gpu} (speed ×${speed}) behind ${url}\n\n` +
         `  curl -s ${url}/v1/chat/completions -H 'content-type: application/json' -d '${chat}'\n\n` +
         `  curl -sN ${url}/v1/chat/completions -H 'content-type: application/json' -d '${streamBody}'\n\n` +
+        `  curl -s ${url}/v1/embeddings -H 'content-type: application/json' -d '${embeddings}'\n\n` +
         cacheLine +
         (draft
           ? `  speculative cascade: ${draftModel} drafts (acceptance ${draftAcceptance}), ${model} verifies; answers carry\n` +

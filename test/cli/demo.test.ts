@@ -10,6 +10,12 @@ test('demo prints the URL and curl lines, serves chat, and exits 0 on SIGINT', a
   try {
     assert.match(stdout(), /curl -s .*\/v1\/chat\/completions/);
     assert.match(stdout(), /"stream":true/);
+    // The printed embeddings line works as printed.
+    const line = /curl -s (\S+\/v1\/embeddings) -H 'content-type: application\/json' -d '([^']+)'/.exec(stdout());
+    assert.ok(line, 'an embeddings curl line');
+    const emb = await fetch(line[1]!, { method: 'POST', headers: { 'content-type': 'application/json' }, body: line[2]! });
+    assert.equal(emb.status, 200);
+    assert.equal(((await emb.json()) as { data: unknown[] }).data.length, 2);
     const ask = () =>
       fetch(url + '/v1/chat/completions', {
         method: 'POST',
