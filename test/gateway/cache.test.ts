@@ -1,10 +1,9 @@
 /** The response cache end to end, in memory: real simulated workers, a real gateway, loopback only. */
 import assert from 'node:assert/strict';
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import type { Gateway } from '../../src/gateway/gateway.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
-import { metricValue, MODEL, parseSse, post, startGateway, startSims, startStub, streamText } from './helpers.js';
+import { metricValue, MODEL, parseSse, post, startGateway, startSims, startStub, streamText, workerStandIn } from './helpers.js';
 
 const CHAT = '/v1/chat/completions';
 const chat = (content: string, extra: Record<string, unknown> = {}) => ({
@@ -260,48 +259,39 @@ describe('response cache (in memory)', () => {
  */
 function deterministicWorker(o: { tokens: number; gapMs: number }) {
   const state = { requests: 0, breakNext: false, breakAfter: 3 };
-  const handler = (req: IncomingMessage, res: ServerResponse): void => {
-    if (req.method === 'GET') {
-      res.writeHead(200, { 'content-type': 'text/plain' });
-      res.end(req.url === '/metrics' ? '' : 'ok');
+  const handler = workerStandIn((_req, raw, res) => {
+    state.requests++;
+    const body = JSON.parse(raw) as { stream?: boolean; stream_options?: { include_usage?: boolean } };
+    const base = { id: `chatcmpl-${state.requests}`, object: 'chat.completion.chunk', created: 1, model: MODEL };
+    const usage = { prompt_tokens: 5, completion_tokens: o.tokens, total_tokens: 5 + o.tokens };
+    if (!body.stream) {
+      setTimeout(() => {
+        const text = Array.from({ length: o.tokens }, (_, i) => `w${i} `).join('');
+        const out = JSON.stringify({ ...base, object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: 'length' }], usage });
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(out) });
+        res.end(out);
+      }, o.gapMs * o.tokens);
       return;
     }
-    let raw = '';
-    req.on('data', (d: Buffer) => (raw += d));
-    req.on('end', () => {
-      state.requests++;
-      const body = JSON.parse(raw) as { stream?: boolean; stream_options?: { include_usage?: boolean } };
-      const base = { id: `chatcmpl-${state.requests}`, object: 'chat.completion.chunk', created: 1, model: MODEL };
-      const usage = { prompt_tokens: 5, completion_tokens: o.tokens, total_tokens: 5 + o.tokens };
-      if (!body.stream) {
-        setTimeout(() => {
-          const text = Array.from({ length: o.tokens }, (_, i) => `w${i} `).join('');
-          const out = JSON.stringify({ ...base, object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: 'length' }], usage });
-          res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(out) });
-          res.end(out);
-        }, o.gapMs * o.tokens);
+    const cut = state.breakNext ? state.breakAfter : -1;
+    state.breakNext = false;
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write(`data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] })}\n\n`);
+    let i = 0;
+    const tick = (): void => {
+      if (i === cut) {
+        res.destroy();
         return;
       }
-      const cut = state.breakNext ? state.breakAfter : -1;
-      state.breakNext = false;
-      res.writeHead(200, { 'content-type': 'text/event-stream' });
-      res.write(`data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] })}\n\n`);
-      let i = 0;
-      const tick = (): void => {
-        if (i === cut) {
-          res.destroy();
-          return;
-        }
-        const last = i === o.tokens - 1;
-        res.write(`data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta: { content: `w${i} ` }, finish_reason: last ? 'length' : null }] })}\n\n`);
-        i++;
-        if (!last) return void setTimeout(tick, o.gapMs);
-        if (body.stream_options?.include_usage) res.write(`data: ${JSON.stringify({ ...base, choices: [], usage })}\n\n`);
-        res.end('data: [DONE]\n\n');
-      };
-      setTimeout(tick, o.gapMs);
-    });
-  };
+      const last = i === o.tokens - 1;
+      res.write(`data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta: { content: `w${i} ` }, finish_reason: last ? 'length' : null }] })}\n\n`);
+      i++;
+      if (!last) return void setTimeout(tick, o.gapMs);
+      if (body.stream_options?.include_usage) res.write(`data: ${JSON.stringify({ ...base, choices: [], usage })}\n\n`);
+      res.end('data: [DONE]\n\n');
+    };
+    setTimeout(tick, o.gapMs);
+  });
   return { state, handler };
 }
 

@@ -70,6 +70,23 @@ export function streamText(events: any[]): string {
   return s;
 }
 
+/**
+ * A handler for a worker stand-in: answers the gateway's health probes and scrapes (GET: 200, an
+ * empty metrics page) and hands each POST to `onPost` with its body read.
+ */
+export function workerStandIn(onPost: (req: IncomingMessage, body: string, res: ServerResponse) => void): (req: IncomingMessage, res: ServerResponse) => void {
+  return (req, res) => {
+    if (req.method === 'GET') {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.end(req.url === '/metrics' ? '' : 'ok');
+      return;
+    }
+    let raw = '';
+    req.on('data', (c: Buffer) => (raw += c));
+    req.on('end', () => onPost(req, raw, res));
+  };
+}
+
 /** A tiny real HTTP server standing in for a broken worker. */
 export async function startStub(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ url: string; server: Server; close(): Promise<void> }> {
   const server = createServer(handler);

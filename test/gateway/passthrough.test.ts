@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { MODEL, metricValue, post, startGateway, startSims, startStub } from './helpers.js';
+import { MODEL, metricValue, post, startGateway, startSims, startStub, workerStandIn } from './helpers.js';
 
 test('/tokenize and /detokenize reach a worker of the model and come back as it answers', async () => {
   const sims = await startSims(2);
@@ -30,15 +30,8 @@ test('/tokenize and /detokenize reach a worker of the model and come back as it 
 
 test('/v1/rerank, /score, /pooling, /classify: the body goes to the worker byte for byte, on its path', async () => {
   const seen: Array<{ path: string; body: string }> = [];
-  const stub = await startStub((req, res) => {
-    if (req.method === 'GET') {
-      res.writeHead(200, { 'content-type': 'text/plain' });
-      res.end(req.url === '/metrics' ? '' : 'ok');
-      return;
-    }
-    let raw = '';
-    req.on('data', (c) => (raw += c));
-    req.on('end', () => {
+  const stub = await startStub(
+    workerStandIn((req, raw, res) => {
       seen.push({ path: req.url ?? '', body: raw });
       if (req.url === '/classify') {
         // The worker refuses: relayed in OpenAI's shape, not retried elsewhere.
@@ -48,8 +41,8 @@ test('/v1/rerank, /score, /pooling, /classify: the body goes to the worker byte 
       }
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ id: 'rerank-1', results: [{ index: 1, relevance_score: 0.9 }], echo: req.url }));
-    });
-  });
+    }),
+  );
   const { gw, url } = await startGateway([stub.url]);
   try {
     const rerank = `{"model":"${MODEL}","query":"which river is longest?","documents":["the Nile","the Amazon"],"top_n":1}`;

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { Gateway } from '../../src/gateway/gateway.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
-import { MODEL, parseSse, post, startGateway, startSims, startStub, streamText } from './helpers.js';
+import { MODEL, parseSse, post, startGateway, startSims, startStub, streamText, workerStandIn } from './helpers.js';
 
 let sims: SimWorker[];
 let gw: Gateway;
@@ -106,15 +106,8 @@ test('worker 4xx (prompt too long): same status and message, in OpenAI’s shape
 });
 
 test('the routing policy learns how long answers run from the relayed bytes (usage, or a stream’s events)', async () => {
-  const stub = await startStub((req, res) => {
-    if (req.method === 'GET') {
-      res.writeHead(200, { 'content-type': 'text/plain' });
-      res.end(req.url === '/metrics' ? '' : 'ok');
-      return;
-    }
-    let raw = '';
-    req.on('data', (c) => (raw += c));
-    req.on('end', () => {
+  const stub = await startStub(
+    workerStandIn((_req, raw, res) => {
       const body = JSON.parse(raw);
       if (!body.stream) {
         res.writeHead(200, { 'content-type': 'application/json' });
@@ -131,8 +124,8 @@ test('the routing policy learns how long answers run from the relayed bytes (usa
         res.write('\n');
       }
       res.end('data: [DONE]\n\n');
-    });
-  });
+    }),
+  );
   const { gw, url } = await startGateway([stub.url]);
   const learned = async () => ((await (await fetch(url + '/admin/workers')).json()) as any[])[0].kvgate.outputLength;
   try {
