@@ -216,17 +216,18 @@ describe('config hot reload', () => {
       r.write(doc([{ id: 'a', url: sims[0]!.url }, { id: 'ev', url: ev.url, kvEvents: { endpoint: ev.kvEventsEndpoint! } } as any], { policy: { name: 'kvgate' } }));
       await waitVersion(r.url, 2);
       const describe = async () => ((await (await fetch(`${r.url}/admin/workers`, { headers: ADMIN })).json()) as any[]).find((w) => w.id === 'ev');
-      // Fresh prompts (no prefix draws them anywhere) until one lands on the new worker; its events then fill the index.
+      // Fresh prompts (no prefix draws them anywhere) until the new worker's events fill the index.
+      // Sent on while waiting: a publisher's first messages can go out before the subscription
+      // has joined (ZeroMQ PUB/SUB), so one request's events alone may never arrive.
       let i = 0;
+      let landed = false;
       await waitFor(async () => {
         const system = `Log ${i++}: reply like a ship captain noting the weather, every detail of it. `.repeat(30);
         const x = await post(`${r.url}/v1/chat/completions`, { model: MODEL, messages: [{ role: 'system', content: system }, { role: 'user', content: 'q' }], max_tokens: 2 }, ADMIN);
-        return x.headers.get('x-kvgate-worker') === 'ev';
-      }, 10_000);
-      await waitFor(async () => {
+        if (x.headers.get('x-kvgate-worker') === 'ev') landed = true;
         const d = await describe();
-        return d?.kvEvents?.source === 'events' && d.kvEvents.batches > 0 && d.prefixIndex?.blocks > 0;
-      }, 10_000).catch(async (e) => {
+        return landed && d?.kvEvents?.source === 'events' && d.kvEvents.batches > 0 && d.prefixIndex?.blocks > 0;
+      }, 15_000).catch(async (e) => {
         throw new Error(`${(e as Error).message}: ${JSON.stringify(await describe())}`);
       });
     } finally {
