@@ -124,7 +124,10 @@ describe('the adaptive controller in the gateway', () => {
     const target = await startTarget(200);
     const good = await startDraft({ fidelity: 0.95 });
     const poor = await startDraft({ fidelity: 0.02 });
-    const extra = { speculative: { cascades: [{ model: TARGET, targetPool: 'target', draftPool: 'draft', k: 4 }], controller: { mode: 'adaptive' as const, probeRate: 0.2, minEvidence: 20 } } };
+    // The test is about acceptance: the target never counts as busy. Both gateways share it, and
+    // the 40 rounds take about a second, so one scrape that catches two queued verification rounds
+    // on a loaded machine would send every later request down the plain path.
+    const extra = { speculative: { cascades: [{ model: TARGET, targetPool: 'target', draftPool: 'draft', k: 4 }], controller: { mode: 'adaptive' as const, probeRate: 0.2, minEvidence: 20, busyWaiting: 1000, busyRunning: 1000 } } };
     const g1 = await startCascade([target.url], [good.url], { extra, spec: { rng: seededRng(11) } });
     const g2 = await startCascade([target.url], [poor.url], { extra, spec: { rng: seededRng(11) } });
     try {
