@@ -69,6 +69,23 @@ describe('response cache on Redis', { skip }, () => {
     assert.ok(ttl > 290_000 && ttl <= 300_000, `TTL ${ttl}`);
   });
 
+  it('shares embeddings between gateways too', async () => {
+    // Another tenant's namespace: the next test looks through acme's entries for a compressed one.
+    const body = { model: MODEL, input: ['an embedding stored in Redis', 'and its neighbour'] };
+    const stored = async () => (await raw.keys('kvt:globex:*')).length;
+    const before = await stored();
+    const first = await post(a.url + '/v1/embeddings', body, GLOBEX);
+    assert.equal(first.status, 200);
+    assert.equal(first.headers.get('x-kvgate-cache'), 'miss');
+    // Stored once the response is on its way.
+    await waitFor(async () => (await stored()) > before);
+    const n = upstream();
+    const hit = await post(b.url + '/v1/embeddings', body, GLOBEX);
+    assert.equal(hit.headers.get('x-kvgate-cache'), 'hit', 'the second gateway hits what the first stored');
+    assert.equal(hit.text, first.text, 'the same vectors, byte for byte');
+    assert.equal(upstream(), n, 'no worker asked again');
+  });
+
   it('compresses large answers', async () => {
     const r = await post(a.url + CHAT, chat('a long one', { max_tokens: 600, ignore_eos: true }), ACME);
     assert.equal(r.status, 200);
