@@ -106,6 +106,16 @@ export type PassthroughRequest = z.infer<typeof passthroughRequestSchema>;
 export type EmbeddingsRequest = z.infer<typeof embeddingsRequestSchema>;
 export type CompletionRequest = z.infer<typeof completionRequestSchema>;
 
+/**
+ * The prompts of a completions `prompt` or an embeddings `input`, each as text or token ids: a
+ * string, an array of strings, one array of ids, or an array of such arrays (OpenAI's four forms).
+ */
+export function promptList(p: string | string[] | number[] | number[][]): Array<string | number[]> {
+  if (typeof p === 'string') return [p];
+  if (p.length > 0 && typeof p[0] === 'number') return [p as number[]];
+  return p as Array<string | number[]>;
+}
+
 export interface FieldProblem {
   param: string;
   message: string;

@@ -14,6 +14,7 @@ import {
   completionRequestSchema,
   embeddingsRequestSchema,
   passthroughRequestSchema,
+  promptList,
   validate,
   type ChatCompletionRequest,
   type CompletionRequest,
@@ -285,7 +286,7 @@ export function checkCaps(
   if (budget.explicit && budget.maxTokens > caps.maxTokens) {
     throw errors.capExceeded(tokensParam, `${tokensParam} is ${budget.maxTokens}, more than the ${caps.maxTokens} allowed`);
   }
-  const prompts = kind === 'completions' ? promptCount((body as CompletionRequest).prompt) : 1;
+  const prompts = kind === 'completions' ? Math.max(1, promptList((body as CompletionRequest).prompt).length) : 1;
   const perChoice = Math.min(budget.maxTokens, caps.maxTokens);
   const total = n * prompts * perChoice;
   if (total > caps.maxTotalTokens) {
@@ -295,10 +296,6 @@ export function checkCaps(
   }
 }
 
-function promptCount(p: CompletionRequest['prompt']): number {
-  if (typeof p === 'string' || p.length === 0) return 1;
-  return typeof p[0] === 'number' ? 1 : p.length;
-}
 
 /** Adds CORS headers when the request's Origin is allowed; true if it was. */
 function corsHeaders(cors: { origins: ReadonlySet<string> }, req: IncomingMessage, res: ServerResponse): boolean {

@@ -3,7 +3,7 @@
  * its tokens, the output budget, the session key and the deadline.
  */
 import type { IncomingMessage } from 'node:http';
-import type { ChatCompletionRequest, CompletionRequest, EmbeddingsRequest } from '../api/schemas.js';
+import { promptList, type ChatCompletionRequest, type CompletionRequest, type EmbeddingsRequest } from '../api/schemas.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import { promptLength, type RouteRequest } from '../scheduler/types.js';
 import { renderChat, type ChatRenderOptions } from '../tokenizer/chat-template.js';
@@ -193,15 +193,15 @@ export function chargedTokens(kind: InferenceKind, body: InferenceBody, rr: Rout
   const first = promptLength(rr);
   const n = generates(kind) ? ((body as { n?: number | null }).n ?? 1) : 0;
   if (kind !== 'completions' && kind !== 'embeddings') return first + n * maxTokens;
-  const p = kind === 'completions' ? (body as CompletionRequest).prompt : (body as EmbeddingsRequest).input;
-  if (typeof p === 'string' || p.length === 0 || typeof p[0] === 'number') return first + n * maxTokens;
-  // An array of prompts: the first is routed (`first` tokens); the rest are counted here.
+  const p = promptList(kind === 'completions' ? (body as CompletionRequest).prompt : (body as EmbeddingsRequest).input);
+  if (p.length <= 1) return first + n * maxTokens;
+  // Several prompts: the first is routed (`first` tokens); the rest are counted here.
   const f0 = p[0]!;
   const perChar = typeof f0 === 'string' ? first / Math.max(1, f0.length) : 0;
   let total = first;
   for (let i = 1; i < p.length; i++) {
     const x = p[i]!;
-    total += typeof x === 'string' ? Math.ceil(x.length * perChar) : (x as number[]).length;
+    total += typeof x === 'string' ? Math.ceil(x.length * perChar) : x.length;
   }
   return total + p.length * n * maxTokens;
 }

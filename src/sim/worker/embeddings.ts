@@ -26,13 +26,6 @@ export const embeddingsSchema = z.looseObject({
 
 export type EmbeddingsBody = z.infer<typeof embeddingsSchema>;
 
-/** The inputs of a request, each as text or token ids. */
-export function embeddingInputs(input: EmbeddingsBody['input']): Array<string | number[]> {
-  if (typeof input === 'string') return [input];
-  if (input.length > 0 && typeof input[0] === 'number') return [input as number[]];
-  return input as Array<string | number[]>;
-}
-
 /** One token id's fixed vector component `j`, in [-1, 1). */
 function component(token: number, j: number): number {
   let h = Math.imul(token + 0x9e3779b9, 0x85ebca6b) ^ Math.imul(j + 0x7f4a7c15, 0xc2b2ae35);

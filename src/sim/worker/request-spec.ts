@@ -4,6 +4,7 @@
  * the GenParams all of the request's sequences share. What vLLM refuses is refused here, with its
  * messages; the engine's own limits (context length) are checked by the server.
  */
+import { promptList } from '../../api/schemas.js';
 import { estimateTokenizer, renderChat } from '../../tokenizer/index.js';
 import { seedFromString } from '../../util/rng.js';
 import { MAX_LOGPROBS, badRequest, checkModel, stopList, type ChatBody, type CompletionBody } from './openai-protocol.js';
@@ -77,10 +78,7 @@ export function completionSpec(body: CompletionBody, served: ServedModel): Reque
       throw badRequest(`Requested prompt logprobs of ${promptLogprobs}, which is greater than max allowed: ${MAX_LOGPROBS}`, 'prompt_logprobs');
     }
   }
-  const p = body.prompt;
-  const prompts: Array<string | number[]> =
-    typeof p === 'string' ? [p] : p.length > 0 && typeof p[0] === 'number' ? [p as number[]] : (p as Array<string | number[]>);
-  const seqs = prompts.flatMap((x) =>
+  const seqs = promptList(body.prompt).flatMap((x) =>
     samples(body.n, typeof x === 'string' ? estimateTokenizer.encode(x) : x, typeof x === 'string' ? x : estimateTokenizer.decode(x), maxTokens),
   );
   return {

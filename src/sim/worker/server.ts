@@ -20,6 +20,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { readBody } from '../../api/body.js';
+import { promptList } from '../../api/schemas.js';
 import { Engine } from '../../engine/engine.js';
 import { buildEngineConfig, type WeightDtype } from '../../engine/profiles.js';
 import { createSampler, createSyntheticLm, fidelityForAcceptance, type SampledLogprob, type SyntheticLm } from '../../engine/synthetic-lm.js';
@@ -28,7 +29,7 @@ import type { KvEvent } from '../../kv/events.js';
 import { EOS_TOKEN_ID, estimateTokenizer, renderChat } from '../../tokenizer/index.js';
 import { seededRng } from '../../util/rng.js';
 import { EngineDriver } from './engine-driver.js';
-import { embed, EMBEDDING_DIM, embeddingInputs, embeddingsSchema, encodeEmbedding } from './embeddings.js';
+import { embed, EMBEDDING_DIM, embeddingsSchema, encodeEmbedding } from './embeddings.js';
 import { Exchange, type ExchangeHost, type SeqRun } from './exchange.js';
 import { Generation } from './generation.js';
 import { KvEventPublisher } from './kv-event-publisher.js';
@@ -500,7 +501,7 @@ class SimWorkerServer implements ExchangeHost {
     checkModel(body.model, this.model);
     const dims = body.dimensions ?? EMBEDDING_DIM;
     if (dims > EMBEDDING_DIM) throw badRequest(`dimensions must be at most ${EMBEDDING_DIM} for this model`, 'dimensions');
-    const prompts = embeddingInputs(body.input).map((x) => (typeof x === 'string' ? estimateTokenizer.encode(x) : x));
+    const prompts = promptList(body.input).map((x) => (typeof x === 'string' ? estimateTokenizer.encode(x) : x));
     for (const ids of prompts) {
       if (ids.length === 0) throw badRequest('The input cannot be empty.', 'input');
       const err = this.engine.check(ids.length, 1);
