@@ -78,10 +78,14 @@ export interface AdmissionRequest {
   id: string;
   model: string;
   cls: PriorityClass;
+  /** Every prompt's tokens (a batch's, all of them). */
   promptTokens: number;
   /** Prompt tokens expected to be served from some worker's prefix cache (default 0). */
   cachedTokens?: number;
+  /** The most output tokens of one sequence. */
   maxTokens: number;
+  /** Sequences the request starts (a batch's prompts × n; default 1), each with its own output. */
+  sequences?: number;
   /** Latest clock time at which the request may still start (Infinity: only queue.maxWaitMs). */
   latestStart: number;
 }
@@ -190,7 +194,7 @@ export class AdmissionController<W extends KvWorkerView = KvWorkerView> {
     const m = this.state(req.model);
     const workers = this.o.workersFor(req.model) ?? [];
     const kv = this.fleet(m, workers, now);
-    const blocks = requestBlocks(req.promptTokens, req.cachedTokens ?? 0, Math.min(req.maxTokens, this.s.reserveOutputCap), kv.blockSize);
+    const blocks = requestBlocks(req.promptTokens, req.cachedTokens ?? 0, Math.min(req.maxTokens, this.s.reserveOutputCap), kv.blockSize, req.sequences ?? 1);
     // Nobody of its class or above waits: it may start now if the fleet has room.
     const v = m.queue.depthAtOrAbove(req.cls) > 0 ? (req.cls === 'sheddable' ? SHED : WAIT) : this.verdict(req.cls, blocks, kv, m, workers, now);
     if (v.v === 'admit') return { kind: 'admitted', ticket: this.admit(m, req, blocks, 0, 'admitted', v.workers) };

@@ -76,8 +76,11 @@ export function fleetKv(workers: readonly KvWorkerView[], now: number, staleAfte
   return { totalBlocks: total, usedBlocks: used, maxFreeBlocks: maxFree, workers: n, blockSize };
 }
 
-/** Blocks a request will hold: its prompt (less what is expected cached) plus its reserved output. */
-export function requestBlocks(promptTokens: number, cachedTokens: number, outputTokens: number, blockSize: number): number {
+/**
+ * Blocks a request will hold: its prompt (less what is expected cached) plus its reserved output,
+ * `outputTokens` for each of its `sequences` (a batch's prompts × n, each writing its own).
+ */
+export function requestBlocks(promptTokens: number, cachedTokens: number, outputTokens: number, blockSize: number, sequences = 1): number {
   const uncached = Math.max(0, promptTokens - cachedTokens);
-  return Math.ceil(uncached / blockSize) + Math.ceil(outputTokens / blockSize);
+  return Math.ceil(uncached / blockSize) + sequences * Math.ceil(outputTokens / blockSize);
 }

@@ -147,6 +147,8 @@ export class WorkerRegistry {
       prefixHits: s?.prefixHits ?? null,
       preemptions: s?.preemptions ?? null,
       inflight: w.inflightCount,
+      // KV blocks this gateway has reserved for its requests in flight there (prompt and output).
+      reservedBlocks: w.inflightBlocks,
       routed: w.routed,
     };
     for (const d of this.describers) Object.assign(out, d(w));

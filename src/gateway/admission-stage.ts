@@ -30,7 +30,7 @@ import type { Registry } from 'prom-client';
 import type { Clock } from '../util/clock.js';
 import { stateKey } from '../util/state.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
-import { promptLength } from '../scheduler/types.js';
+import { promptLength, requestSequences } from '../scheduler/types.js';
 import type { RequestContext } from './context.js';
 import { chargedTokens } from './prepare.js';
 import type { GatewayStage, StageResult } from './stages.js';
@@ -139,7 +139,7 @@ export function setupAdmission(deps: {
 
       // 2. Rate limits (a shared limiter answers asynchronously).
       if (limiter.limits(ctx.tenant.id)) {
-        const tokens = chargedTokens(ctx.kind, ctx.body, ctx.routeRequest, ctx.maxTokens);
+        const tokens = chargedTokens(ctx.kind, ctx.routeRequest, ctx.maxTokens);
         const r = limiter.take(ctx.tenant.id, tokens, clock.now());
         const charged = (r: RateCheck): void => {
           Object.assign(ctx.headers, r.headers);
@@ -190,8 +190,9 @@ export function setupAdmission(deps: {
           id: ctx.id,
           model: ctx.model,
           cls,
-          promptTokens: promptLength(ctx.routeRequest),
+          promptTokens: ctx.routeRequest.batchPromptTokens ?? promptLength(ctx.routeRequest),
           maxTokens: ctx.maxTokens,
+          sequences: requestSequences(ctx.routeRequest),
           latestStart,
         },
         {

@@ -5,7 +5,7 @@
 import type { IncomingMessage } from 'node:http';
 import { promptList, type ChatCompletionRequest, type CompletionRequest, type EmbeddingsRequest } from '../api/schemas.js';
 import type { WorkerState } from '../fleet/worker-state.js';
-import { promptLength, type RouteRequest } from '../scheduler/types.js';
+import { promptLength, requestSequences, type RouteRequest } from '../scheduler/types.js';
 import { renderChat, type ChatRenderOptions } from '../tokenizer/chat-template.js';
 import { ChatTokenCache, DEFAULT_KEPT_IDS } from '../tokenizer/chat-tokens.js';
 import { estimateTokenizer } from '../tokenizer/estimate.js';
@@ -182,28 +182,44 @@ export function passthroughText(body: InferenceBody): string {
 }
 
 /**
- * The tokens a request asks the fleet for in all, as rate limits charge them: every prompt of a
- * batch (a completions `prompt` array, an embeddings `input` array) and every answer it may write
- * (`n` per prompt, each up to max_tokens). Routing reads the first prompt only; charging only it
- * would let a tenant pass any tokens-per-minute limit by batching. The first prompt's length is
- * the route request's; the others are the ids' count, or for text scaled from the first's tokens
- * per character (no tokenizing: a batch may hold thousands of inputs).
+ * Marks a request that starts more than one sequence at its worker (RouteRequest.sequences,
+ * batchPromptTokens): a batch of prompts (a completions `prompt` or embeddings `input` array), `n`
+ * answers to each, or both. The router reserves, the KV fit and admission count, and rate limits
+ * charge the whole request from these; routing itself reads the first prompt. The first prompt's
+ * length is the route request's; the others are the ids' count, or for text scaled from the
+ * first's tokens per character (no tokenizing: a batch may hold thousands of inputs). A single
+ * prompt with one answer is left as it is.
  */
-export function chargedTokens(kind: InferenceKind, body: InferenceBody, rr: RouteRequest, maxTokens: number): number {
-  const first = promptLength(rr);
-  const n = generates(kind) ? ((body as { n?: number | null }).n ?? 1) : 0;
-  if (kind !== 'completions' && kind !== 'embeddings') return first + n * maxTokens;
-  const p = promptList(kind === 'completions' ? (body as CompletionRequest).prompt : (body as EmbeddingsRequest).input);
-  if (p.length <= 1) return first + n * maxTokens;
-  // Several prompts: the first is routed (`first` tokens); the rest are counted here.
-  const f0 = p[0]!;
-  const perChar = typeof f0 === 'string' ? first / Math.max(1, f0.length) : 0;
-  let total = first;
-  for (let i = 1; i < p.length; i++) {
-    const x = p[i]!;
-    total += typeof x === 'string' ? Math.ceil(x.length * perChar) : x.length;
+export function describeSequences(kind: InferenceKind, body: InferenceBody, rr: RouteRequest): void {
+  const n = generates(kind) ? ((body as { n?: number | null }).n ?? 1) : 1;
+  if (kind === 'completions' || kind === 'embeddings') {
+    const p = promptList(kind === 'completions' ? (body as CompletionRequest).prompt : (body as EmbeddingsRequest).input);
+    if (p.length > 1) {
+      const first = promptLength(rr);
+      const f0 = p[0]!;
+      const perChar = typeof f0 === 'string' ? first / Math.max(1, f0.length) : 0;
+      let total = first;
+      for (let i = 1; i < p.length; i++) {
+        const x = p[i]!;
+        total += typeof x === 'string' ? Math.ceil(x.length * perChar) : x.length;
+      }
+      rr.batchPromptTokens = total;
+      rr.sequences = p.length * n;
+      return;
+    }
   }
-  return total + p.length * n * maxTokens;
+  if (n > 1) rr.sequences = n;
+}
+
+/**
+ * The tokens a request asks the fleet for in all, as rate limits charge them: every prompt of a
+ * batch and every answer it may write (each of its sequences up to max_tokens; embeddings and
+ * vLLM's other endpoints write none). Charging only the prompt routed on would let a tenant pass
+ * any tokens-per-minute limit by batching.
+ */
+export function chargedTokens(kind: InferenceKind, rr: RouteRequest, maxTokens: number): number {
+  const prompts = rr.batchPromptTokens ?? promptLength(rr);
+  return generates(kind) ? prompts + requestSequences(rr) * maxTokens : prompts;
 }
 
 /** How a chat request's prompt is rendered: vLLM's defaults for what the request leaves unset. */
@@ -296,6 +312,7 @@ function buildRouting(
   if (ctx.routeRequest !== undefined) return;
   const rr = buildRouteRequest(ctx.id, ctx.model, ctx.body, ctx.req, prompt, tokenizeNow);
   rr.tenant = ctx.tenant.id;
+  describeSequences(ctx.kind, ctx.body, rr);
   if (ctx.cacheSalt !== null) {
     // Isolated pool: token-hash indexes salt their block hashes (PROMPT_SALT); character-matching
     // policies see the salt as a prefix, so no two tenants ever share a matched prefix.
@@ -319,6 +336,8 @@ class LiveRouteRequest implements RouteRequest {
   tenant: string | undefined = undefined;
   priority: number | undefined = undefined;
   stream: boolean | undefined = undefined;
+  sequences: number | undefined = undefined;
+  batchPromptTokens: number | undefined = undefined;
   private ids: ArrayLike<number> | undefined;
   private count: number | undefined = undefined;
 

@@ -6,7 +6,7 @@
 import type { InflightRequest, WorkerState } from '../fleet/worker-state.js';
 import type { Clock } from '../util/clock.js';
 import type { Rng } from '../util/rng.js';
-import { promptLength, type Policy, type RouteDecision, type RouteOutcome, type RouteRequest, type RoutingContext } from './types.js';
+import { promptLength, requestSequences, type Policy, type RouteDecision, type RouteOutcome, type RouteRequest, type RoutingContext } from './types.js';
 
 export interface RouterOptions {
   policy: Policy;
@@ -59,15 +59,17 @@ export class Router {
     if (!out.ok) return out;
     const d = out.decision;
     const w = d.worker;
-    const prompt = promptLength(req);
+    // The whole request is charged: every prompt of a batch, and output for each of its sequences.
+    const prompt = req.batchPromptTokens ?? promptLength(req);
     const uncached = Math.round(prompt * (1 - d.expectedPrefixHit));
+    const sequences = requestSequences(req);
     const expectedOut = Math.min(req.maxTokens, RESERVE_OUTPUT_TOKENS_CAP);
     const charge: InflightRequest = {
       id: req.id,
       promptTokens: prompt,
       uncachedTokens: uncached,
-      maxTokens: req.maxTokens,
-      blocks: Math.ceil((uncached + expectedOut) / w.blockSize),
+      maxTokens: sequences * req.maxTokens,
+      blocks: Math.ceil((uncached + sequences * expectedOut) / w.blockSize),
       dispatchedAt: ctx.now,
     };
     w.begin(charge);
@@ -90,7 +92,8 @@ export class Router {
 
   /**
    * The request ended (ok=false: failed, cancelled or abandoned for a retry). Idempotent.
-   * `outputTokens`: the answer's length in tokens, when known (policies learn answer lengths).
+   * `outputTokens`: the answer's length in tokens, when known (policies learn answer lengths); for
+   * a request of several sequences, all of them (the policy is told the mean per sequence).
    */
   complete(reqId: string, ok: boolean, outputTokens?: number): void {
     const o = this.open.get(reqId);
@@ -98,7 +101,10 @@ export class Router {
     this.open.delete(reqId);
     o.decision.worker.end(reqId);
     this.loadObserver?.('end', o.decision.worker, o.charge);
-    this.policy.onComplete?.(o.req, o.decision.worker, ok, this.context(), outputTokens);
+    // Policies learn per sequence: a batch's or an `n` > 1 request's count is all its answers'.
+    const seqs = requestSequences(o.req);
+    const perSequence = outputTokens === undefined || seqs === 1 ? outputTokens : Math.round(outputTokens / seqs);
+    this.policy.onComplete?.(o.req, o.decision.worker, ok, this.context(), perSequence);
   }
 
   get openCount(): number {

@@ -27,7 +27,17 @@ export interface RouteRequest {
    * readers that need only the length use it (`promptLength`) rather than promptTokens.
    */
   readonly promptTokenCount?: number;
+  /** The most output tokens of one sequence (max_tokens, or the gateway's assumption). */
   maxTokens: number;
+  /**
+   * Sequences the request starts at its worker where that is more than one: a batch of prompts
+   * (a completions `prompt` or embeddings `input` array) times `n`. vLLM runs each as a request
+   * of its own, each holding its own output blocks. Unset: 1. The routing fields above describe
+   * the first prompt, which a batch is routed on.
+   */
+  sequences?: number;
+  /** Prompt tokens of every prompt of a batch. Unset: a single prompt (promptLength). */
+  batchPromptTokens?: number;
   /** Session affinity hint (`user` field or `x-session-id` header). */
   sessionKey?: string;
   tenant?: string;
@@ -209,3 +219,22 @@ export interface PolicyDefinition<O extends z.ZodObject = z.ZodObject> {
 export function promptLength(req: RouteRequest): number {
   return req.promptTokenCount ?? req.promptTokens.length;
 }
+
+/** Sequences the request starts at its worker (RouteRequest.sequences). */
+export function requestSequences(req: RouteRequest): number {
+  return req.sequences ?? 1;
+}
+
+/**
+ * Prompt tokens the whole request leaves a worker to compute, given `cachedTokens` of its first
+ * prompt (`prompt` tokens long) already cached there. A batch's other prompts are taken to be
+ * cached in the same proportion: they usually share the first's prefix (a few-shot header, a
+ * system prompt), and only the first is matched against the index.
+ */
+export function uncachedRequestTokens(req: RouteRequest, prompt: number, cachedTokens: number): number {
+  const uncached = Math.max(0, prompt - cachedTokens);
+  const all = req.batchPromptTokens;
+  if (all === undefined) return uncached;
+  return prompt > 0 ? Math.round(all * (uncached / prompt)) : all;
+}
+

@@ -82,6 +82,21 @@ test('a burst inside one scrape interval is seen: reservations since the scrape 
   assert.ok(Math.abs(c.usage('m') - 700 / 2000) < 1e-9, `usage ${c.usage('m')}`);
 });
 
+test('a request of several sequences counts output blocks for each: n = 8 is shed where n = 1 passes', () => {
+  const { c } = fleet([0.8, 0.8]); // 1600 of 2000 blocks used; sheddable is shed above 1700
+  const { l } = recorder();
+  // 20 prompt blocks and 64 output tokens (4 blocks) per sequence: 24 blocks alone, 52 with n = 8.
+  const big = (sequences?: number): AdmissionRequest => ({ ...req('sheddable', 21), maxTokens: 4 * BS, ...(sequences ? { sequences } : {}) });
+  const a = c.submit(big(), l);
+  assert.equal(a.kind, 'admitted');
+  assert.equal(a.kind === 'admitted' && a.ticket.blocks, 24);
+  // 1624 + 20 + 8 × 4 = 1676 fits; with a second such request 1728 does not.
+  const b = c.submit(big(8), l);
+  assert.equal(b.kind === 'admitted' && b.ticket.blocks, 52);
+  assert.equal(c.submit(big(8), l).kind, 'refused');
+  assert.equal(c.submit(big(), l).kind, 'admitted', '1676 + 24 = 1700: at the threshold, not above');
+});
+
 test('an admitted request’s ticket lists only the workers its blocks fit on', () => {
   const { c } = fleet([0.95, 0.2]);
   const { l } = recorder();

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { buildRouteRequest, chargedTokens, preparePrompt } from '../../src/gateway/prepare.js';
+import { buildRouteRequest, chargedTokens, describeSequences, preparePrompt } from '../../src/gateway/prepare.js';
 import { KvgatePolicy } from '../../src/scheduler/policies/kvgate.js';
 import { promptLength } from '../../src/scheduler/types.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
@@ -118,13 +118,15 @@ describe('chargedTokens: what rate limits charge a request', () => {
   const req = { headers: {} } as never;
   const routed = (kind: 'chat' | 'completions' | 'embeddings' | 'passthrough', body: Record<string, unknown>) => {
     const p = preparePrompt(kind, body as never, estimateTokenizer, 16);
-    return buildRouteRequest('id', MODEL, body as never, req, p as never);
+    const rr = buildRouteRequest('id', MODEL, body as never, req, p as never);
+    describeSequences(kind, body as never, rr);
+    return rr;
   };
 
   it('a single prompt: its tokens and n answers of max_tokens', () => {
     const body = { model: MODEL, messages: [{ role: 'user', content: 'Name three prime numbers.' }], max_tokens: 8, n: 3 };
     const rr = routed('chat', body);
-    assert.equal(chargedTokens('chat', body as never, rr, 8), promptLength(rr) + 3 * 8);
+    assert.equal(chargedTokens('chat', rr, 8), promptLength(rr) + 3 * 8);
   });
 
   it('a batch of prompts: every prompt and every answer, not the first alone', () => {
@@ -132,19 +134,34 @@ describe('chargedTokens: what rate limits charge a request', () => {
     const body = { model: MODEL, prompt: [text, text, text, text], max_tokens: 10, n: 2 };
     const rr = routed('completions', body);
     const one = promptLength(rr);
-    assert.equal(chargedTokens('completions', body as never, rr, 10), 4 * one + 4 * 2 * 10);
+    assert.equal(chargedTokens('completions', rr, 10), 4 * one + 4 * 2 * 10);
     const ids = { model: MODEL, prompt: [[1, 2, 3], [4, 5, 6, 7, 8]], max_tokens: 4 };
-    assert.equal(chargedTokens('completions', ids as never, routed('completions', ids), 4), 3 + 5 + 2 * 4);
+    assert.equal(chargedTokens('completions', routed('completions', ids), 4), 3 + 5 + 2 * 4);
+  });
+
+  it('marks the sequences a request starts and its batch prompt tokens; a single answer is left unmarked', () => {
+    const one = routed('chat', { model: MODEL, messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(one.sequences, undefined);
+    assert.equal(one.batchPromptTokens, undefined);
+    const n = routed('chat', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], n: 5 });
+    assert.equal(n.sequences, 5);
+    assert.equal(n.batchPromptTokens, undefined);
+    const batch = routed('completions', { model: MODEL, prompt: [[1, 2, 3], [4, 5, 6, 7, 8], [9]], n: 2 });
+    assert.equal(batch.sequences, 6);
+    assert.equal(batch.batchPromptTokens, 9);
+    const emb = routed('embeddings', { model: MODEL, input: ['a', 'b', 'c', 'd'] });
+    assert.equal(emb.sequences, 4);
+    assert.equal(routed('passthrough', { model: MODEL, prompt: 'x', n: 3 }).sequences, undefined);
   });
 
   it('embeddings: every input, no answer tokens; other endpoints: the prompt routed on', () => {
     const body = { model: MODEL, input: Array.from({ length: 50 }, () => 'a sentence of about ten tokens to embed here') };
     const rr = routed('embeddings', body);
-    assert.equal(chargedTokens('embeddings', body as never, rr, 1), 50 * promptLength(rr));
+    assert.equal(chargedTokens('embeddings', rr, 1), 50 * promptLength(rr));
     const ids = { model: MODEL, input: [[1, 2], [3, 4, 5]] };
-    assert.equal(chargedTokens('embeddings', ids as never, routed('embeddings', ids), 1), 5);
+    assert.equal(chargedTokens('embeddings', routed('embeddings', ids), 1), 5);
     const tok = { model: MODEL, prompt: 'count these words please' };
     const trr = routed('passthrough', tok);
-    assert.equal(chargedTokens('passthrough', tok as never, trr, 1), promptLength(trr));
+    assert.equal(chargedTokens('passthrough', trr, 1), promptLength(trr));
   });
 });

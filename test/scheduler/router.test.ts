@@ -43,6 +43,36 @@ test('the pick is charged to the worker at once: uncached prompt tokens and the 
   }
 });
 
+test('a request of several sequences is charged whole: every prompt of a batch, output for each sequence', () => {
+  const cases: Array<{ extra: Record<string, number>; hit: number; prefill: number; blocks: number }> = [
+    // n = 4 answers to one 1,000-token prompt: one prompt, four outputs.
+    { extra: { sequences: 4 }, hit: 0, prefill: 1000, blocks: Math.ceil((1000 + 4 * 100) / 16) },
+    // Three prompts of 3,000 tokens in all, two answers each, half of every prompt cached.
+    { extra: { sequences: 6, batchPromptTokens: 3000 }, hit: 0.5, prefill: 1500, blocks: Math.ceil((1500 + 6 * 100) / 16) },
+  ];
+  for (const c of cases) {
+    const { router: r } = router(scripted(c.hit, []));
+    const w = worker('a');
+    const out = r.route(request(seq(0, 1000), { maxTokens: 100, ...c.extra }), [w]);
+    assert.ok(out.ok);
+    assert.deepEqual(charged(w), { inflight: 1, prefill: c.prefill, blocks: c.blocks, sinceSnapshot: 1 }, JSON.stringify(c));
+  }
+});
+
+test('a policy learns output lengths per sequence: a request of n answers reports their mean', () => {
+  const told: Array<number | undefined> = [];
+  const policy: Policy = { ...scripted(0, []), onComplete: (_req, _w, _ok, _ctx, out) => told.push(out) };
+  const { router: r } = router(policy);
+  const w = worker('a');
+  const many = request(seq(0, 100), { maxTokens: 100, sequences: 4 });
+  const one = request(seq(0, 100), { maxTokens: 100 });
+  assert.ok(r.route(many, [w]).ok);
+  assert.ok(r.route(one, [w]).ok);
+  r.complete(many.id, true, 200);
+  r.complete(one.id, true, 70);
+  assert.deepEqual(told, [50, 70]);
+});
+
 test('the next decision sees the previous pick before any metrics arrive', () => {
   const { router: r } = router(createPolicy('least-load'));
   const ws = ['a', 'b', 'c'].map((id) => worker(id));

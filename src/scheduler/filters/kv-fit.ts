@@ -2,7 +2,8 @@
  * Filter `kv-fit`: drops workers that cannot take the request without evicting blocks in use.
  *
  *   need(w) = ⌈uncached prompt tokens / blockSize⌉
- *             + ⌈min(maxTokens, RESERVE_OUTPUT_TOKENS_CAP) / blockSize⌉
+ *             + sequences × ⌈min(maxTokens, RESERVE_OUTPUT_TOKENS_CAP) / blockSize⌉
+ *   (a batch's prompts all counted, each sequence — a prompt's n answers — its own output blocks)
  *   free(w) = free blocks of the last snapshot minus what was reserved there since
  *             (WorkerState.estimatedFreeBlocks; with stale metrics, capacity minus the gateway's
  *             own in-flight reservations, flagged USED_STALE_METRICS); exact: the engine's probe
@@ -29,7 +30,7 @@ import type { WorkerState } from '../../fleet/worker-state.js';
 import type { PrefixMatcher } from '../index/prefix-match.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../router.js';
 import { KV_OVERFULL, KV_ROOM, USED_STALE_METRICS } from '../state-keys.js';
-import type { Filter, RouteRequest, RoutingContext } from '../types.js';
+import { requestSequences, uncachedRequestTokens, type Filter, type RouteRequest, type RoutingContext } from '../types.js';
 
 export interface KvFitOptions {
   /**
@@ -54,8 +55,9 @@ export interface KvFitFilter extends Filter {
 /** Blocks a request needs at `w` given `cachedTokens` of its prompt already there. */
 export function blocksNeeded(req: RouteRequest, w: WorkerState, cachedTokens: number): number {
   const bs = w.blockSize;
-  const uncached = Math.max(0, req.promptTokens.length - cachedTokens);
-  return Math.ceil(uncached / bs) + Math.ceil(Math.min(req.maxTokens, RESERVE_OUTPUT_TOKENS_CAP) / bs);
+  // A batch's prompts and each of its sequences' output (RouteRequest.sequences).
+  const uncached = uncachedRequestTokens(req, req.promptTokens.length, cachedTokens);
+  return Math.ceil(uncached / bs) + requestSequences(req) * Math.ceil(Math.min(req.maxTokens, RESERVE_OUTPUT_TOKENS_CAP) / bs);
 }
 
 /** Can the prompt ever be held by `w` (the engine's own admission rule: prompt blocks + 1)? */

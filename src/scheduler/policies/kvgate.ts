@@ -85,13 +85,14 @@ import {
   kvgateSessionScorer,
   kvgateTtftScorer,
 } from '../scorers/kvgate.js';
-import type {
-  Policy,
-  PolicyDefinition,
-  RouteDecision,
-  RouteOutcome,
-  RouteRequest,
-  RoutingContext,
+import {
+  requestSequences,
+  type Policy,
+  type PolicyDefinition,
+  type RouteDecision,
+  type RouteOutcome,
+  type RouteRequest,
+  type RoutingContext,
 } from '../types.js';
 import { booleanKnob, choiceKnob, indexKnobs, numberKnob } from './knobs.js';
 
@@ -266,7 +267,7 @@ const DISPATCHED_AT = stateKey<number>('kvgate.dispatched-at');
 /** The request's first token came back: its prediction is confirmed. */
 const CONFIRMED = stateKey<true>('kvgate.confirmed');
 /** The context tokens this request added to its worker's in-flight context (released at completion). */
-const BATCH_CHARGED = stateKey<{ worker: string; contextTokens: number; stallShare: number; output: number }>('kvgate.batch-charged');
+const BATCH_CHARGED = stateKey<{ worker: string; contextTokens: number; stallShare: number; output: number; sequences: number }>('kvgate.batch-charged');
 
 export class KvgatePolicy implements Policy {
   readonly name: string;
@@ -585,11 +586,15 @@ export class KvgatePolicy implements Policy {
     req.state.set(DISPATCHED_AT, ctx.now);
     this.dispatches.set(w.id, (this.dispatches.get(w.id) ?? 0) + 1);
     const out = this.expectedOutput(req);
+    // Each sequence (a batch's prompts, n answers each) decodes in the worker's batch on its own;
+    // a batch's prompts are taken to be as long as the first.
+    const seqs = requestSequences(req);
     const charge = {
       worker: w.id,
-      contextTokens: req.promptTokens.length + out / 2,
-      stallShare: stallShare(out, this.params.tpotWorthMs),
+      contextTokens: seqs * (req.promptTokens.length + out / 2),
+      stallShare: seqs * stallShare(out, this.params.tpotWorthMs),
       output: out,
+      sequences: seqs,
     };
     req.state.set(BATCH_CHARGED, charge);
     let b = this.inflightBatch.get(w.id);
@@ -599,8 +604,8 @@ export class KvgatePolicy implements Policy {
     }
     b.contextTokens += charge.contextTokens;
     b.stallShare += charge.stallShare;
-    b.n++;
-    if (this.params.stallModel !== 'linear') insertSorted(b.outputs, out);
+    b.n += seqs;
+    if (this.params.stallModel !== 'linear') for (let i = 0; i < seqs; i++) insertSorted(b.outputs, out);
   }
 
   /** Confirm the prediction and learn the speed class's prefill rate from the time to first token. */
@@ -608,7 +613,8 @@ export class KvgatePolicy implements Policy {
     this.matcher.confirm(req, w, ctx.now);
     req.state.set(CONFIRMED, true);
     // A whole answer sent at once arrives at its end: neither its first token nor its TPOT is seen.
-    if (req.stream === false) return;
+    // Several sequences at once (a batch, n > 1) time no one prefill or decode: nothing is learned.
+    if (req.stream === false || requestSequences(req) > 1) return;
     if (this.params.stallModel === 'learned' || this.params.learnDecodeSpeed) req.state.set(FIRST_TOKEN_AT, ctx.now);
     if (this.params.learnDecodeSpeed) {
       req.state.set(CONTEXT_AT_FIRST_TOKEN, this.batchContext(w, ctx));
@@ -650,11 +656,11 @@ export class KvgatePolicy implements Policy {
     if (charged !== undefined) {
       req.state.delete(BATCH_CHARGED);
       const b = this.inflightBatch.get(charged.worker);
-      if (b && --b.n > 0) {
+      if (b && (b.n -= charged.sequences) > 0) {
         b.contextTokens -= charged.contextTokens;
         b.stallShare -= charged.stallShare;
         // Absent if it was dispatched under 'linear' (the model changed since): nothing to remove.
-        removeSorted(b.outputs, charged.output);
+        for (let i = 0; i < charged.sequences; i++) removeSorted(b.outputs, charged.output);
       } else this.inflightBatch.delete(charged.worker);
     }
     if (req.state.get(CONFIRMED) === true) return;

@@ -35,6 +35,21 @@ test('keeps the workers with room for the uncached prompt and the expected outpu
   assert.equal(f.filter(prompt(), ws, ctx()), ws);
 });
 
+test('a request of several sequences needs every prompt of its batch and output blocks for each sequence', () => {
+  const f = kvFitFilter(null, all);
+  // 20 prompt blocks + 1 output block alone; n = 4: 20 + 4; three such prompts with n = 2: 60 + 6.
+  const cases: Array<{ extra: Record<string, number>; need: number }> = [
+    { extra: {}, need: 21 },
+    { extra: { sequences: 4 }, need: 24 },
+    { extra: { sequences: 6, batchPromptTokens: 3 * 20 * 16 }, need: 66 },
+  ];
+  for (const c of cases) {
+    const ws = [withFree('short', c.need - 1), withFree('enough', c.need)];
+    const req = request(seq(0, 20 * 16), c.extra);
+    assert.deepEqual(f.filter(req, ws, ctx()).map((w) => w.id), ['enough'], JSON.stringify(c));
+  }
+});
+
 test('blocks reserved since the snapshot count against a worker, as do blocks the prompt has cached for it', () => {
   const index = new PrefixIndex();
   const matcher = new PrefixMatcher(index);
