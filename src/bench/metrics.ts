@@ -286,7 +286,8 @@ export function summarize(r: SimResult, o: SummaryOptions): PolicySummary {
       workerPromptTokens += c.promptTokens[i]!;
       cachedTokens += c.cachedTokens[i]!;
     }
-    outputTokens += out;
+    // Throughput and cost count every answer of n sampled ones; TPOT above is the longest's pace.
+    outputTokens += c.answeredTokens?.[i] ?? out;
     if (meetsSlo(slo, t, tp, c.promptTokens[i]!)) good++;
     else {
       const slowFirst = t > ttftBoundMs(slo, c.promptTokens[i]!);

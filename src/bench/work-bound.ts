@@ -63,8 +63,10 @@ export function workBound(
     memory += pre.memoryMs - weightsMs;
     // The first output token comes with the prefill; the k-th after it attends to p + k − 1
     // earlier tokens at least.
-    const steps = Math.max(0, r.maxTokens - 1);
-    if (steps > 0) {
+    // n answers (parallel sampling) share the prefill and decode each on its own.
+    for (const out of r.sampleTokens ?? [r.maxTokens]) {
+      const steps = Math.max(0, out - 1);
+      if (steps === 0) continue;
       const contexts = steps * p + (steps * (steps - 1)) / 2;
       const dec = model.breakdown({ prefill: [], decodeSeqs: steps, decodeContextTokens: contexts });
       compute += dec.computeMs;

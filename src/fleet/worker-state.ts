@@ -34,6 +34,8 @@ export interface InflightRequest {
   maxTokens: number;
   /** KV blocks reserved for this request at pick time (uncached prompt + expected output). */
   blocks: number;
+  /** Sequences it runs at the worker (a batch's prompts × n; RouteRequest.sequences). Absent: 1. */
+  sequences?: number;
   dispatchedAt: number;
   /** Set when the first token came back: the prefill is done. */
   firstTokenAt?: number;
@@ -165,6 +167,12 @@ export class WorkerState {
     return this.inflight.size;
   }
 
+  /**
+   * Sequences of this gateway's requests in flight here: inflightCount, but a request of n answers
+   * or a batch of prompts counts each (the engine runs and reports each as a request of its own).
+   */
+  inflightSequences = 0;
+
   /** True if the snapshot is missing or older than `staleAfterMs`. */
   isStale(now: number, staleAfterMs: number): boolean {
     return this.snapshot === null || now - this.snapshot.at > staleAfterMs;
@@ -192,7 +200,7 @@ export class WorkerState {
    * there is no usable snapshot.
    */
   estimatedQueue(now: number, staleAfterMs: number): { running: number; waiting: number } {
-    if (this.isStale(now, staleAfterMs)) return { running: this.inflightCount, waiting: 0 };
+    if (this.isStale(now, staleAfterMs)) return { running: this.inflightSequences, waiting: 0 };
     const s = this.snapshot!;
     return { running: s.running, waiting: s.waiting + this.dispatchedSinceSnapshot };
   }
@@ -209,7 +217,7 @@ export class WorkerState {
    * seen only at its end: it counts as queued until it leaves, which keeps the total right.
    */
   currentQueue(now: number, staleAfterMs: number): { running: number; waiting: number } {
-    if (this.isStale(now, staleAfterMs)) return { running: this.inflightCount, waiting: 0 };
+    if (this.isStale(now, staleAfterMs)) return { running: this.inflightSequences, waiting: 0 };
     const s = this.snapshot!;
     const waiting = Math.max(0, s.waiting + this.dispatchedSinceSnapshot - this.firstTokensSinceSnapshot);
     const running = Math.max(0, s.running + this.firstTokensSinceSnapshot - this.endedSinceSnapshot);
@@ -235,7 +243,9 @@ export class WorkerState {
     this.prefillTokensDispatched += r.uncachedTokens;
     this.inflightTokens += r.promptTokens + r.maxTokens;
     this.inflightBlocks += r.blocks;
-    this.dispatchedSinceSnapshot++;
+    const seqs = r.sequences ?? 1;
+    this.inflightSequences += seqs;
+    this.dispatchedSinceSnapshot += seqs;
     this.blocksReservedSinceSnapshot += r.blocks;
     if (!mirrored) this.routed++;
   }
@@ -246,7 +256,7 @@ export class WorkerState {
     if (!r || r.firstTokenAt !== undefined) return;
     r.firstTokenAt = now;
     this.inflightPrefillTokens -= r.uncachedTokens;
-    this.firstTokensSinceSnapshot++;
+    this.firstTokensSinceSnapshot += r.sequences ?? 1;
   }
 
   /** The request finished, failed or was cancelled: release everything charged for it. */
@@ -254,12 +264,14 @@ export class WorkerState {
     const r = this.inflight.get(id);
     if (!r) return undefined;
     this.inflight.delete(id);
+    const seqs = r.sequences ?? 1;
+    this.inflightSequences -= seqs;
     if (r.firstTokenAt === undefined) {
       // Ended before its first token (failed, cancelled, or non-streamed): it leaves the queue.
       this.inflightPrefillTokens -= r.uncachedTokens;
-      this.firstTokensSinceSnapshot++;
+      this.firstTokensSinceSnapshot += seqs;
     }
-    this.endedSinceSnapshot++;
+    this.endedSinceSnapshot += seqs;
     this.inflightTokens -= r.promptTokens + r.maxTokens;
     this.inflightBlocks -= r.blocks;
     if (this.snapshot !== null && r.dispatchedAt > this.snapshot.at) {

@@ -72,6 +72,7 @@ export class Router {
       blocks: Math.ceil((uncached + sequences * expectedOut) / w.blockSize),
       dispatchedAt: ctx.now,
     };
+    if (sequences > 1) charge.sequences = sequences;
     w.begin(charge);
     this.open.set(req.id, { req, decision: d, charge, firstToken: false });
     this.loadObserver?.('begin', w, charge);

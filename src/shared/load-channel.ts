@@ -36,8 +36,11 @@ export interface LoadChannelOptions {
   maxQueued?: number;
 }
 
-/** One event on the wire: [kind, worker, request, prompt, uncached, maxTokens, blocks] (the last four for 'b' only). */
-type Wire = ['b', string, string, number, number, number, number] | ['f' | 'e', string, string];
+/**
+ * One event on the wire: [kind, worker, request, prompt, uncached, maxTokens, blocks, sequences?]
+ * (the rest after the request for 'b' only; sequences only when more than one).
+ */
+type Wire = ['b', string, string, number, number, number, number] | ['b', string, string, number, number, number, number, number] | ['f' | 'e', string, string];
 
 interface Mirrored {
   worker: WorkerState;
@@ -67,7 +70,9 @@ export class LoadChannel {
       this.queue.shift();
       this.counts.dropped++;
     }
-    this.queue.push(ev === 'begin' ? ['b', w.id, r.id, r.promptTokens, r.uncachedTokens, r.maxTokens, r.blocks] : [ev === 'first' ? 'f' : 'e', w.id, r.id]);
+    if (ev !== 'begin') this.queue.push([ev === 'first' ? 'f' : 'e', w.id, r.id]);
+    else if (r.sequences === undefined) this.queue.push(['b', w.id, r.id, r.promptTokens, r.uncachedTokens, r.maxTokens, r.blocks]);
+    else this.queue.push(['b', w.id, r.id, r.promptTokens, r.uncachedTokens, r.maxTokens, r.blocks, r.sequences]);
   };
 
   async start(): Promise<void> {
@@ -135,12 +140,17 @@ export class LoadChannel {
       if (!w) continue;
       const id = `${m.replica}\u0000${e[2]}`;
       if (e[0] === 'b') {
-        const [, , , prompt, uncached, maxTokens, blocks] = e as unknown[];
-        if (![prompt, uncached, maxTokens, blocks].every((x) => typeof x === 'number' && Number.isFinite(x) && x >= 0)) {
+        const [, , , prompt, uncached, maxTokens, blocks, sequences] = e as unknown[];
+        if (
+          ![prompt, uncached, maxTokens, blocks].every((x) => typeof x === 'number' && Number.isFinite(x) && x >= 0) ||
+          !(sequences === undefined || (Number.isInteger(sequences) && (sequences as number) >= 1))
+        ) {
           this.counts.badMessages++;
           continue;
         }
-        w.begin({ id, promptTokens: prompt as number, uncachedTokens: uncached as number, maxTokens: maxTokens as number, blocks: blocks as number, dispatchedAt: now }, true);
+        const charge: InflightRequest = { id, promptTokens: prompt as number, uncachedTokens: uncached as number, maxTokens: maxTokens as number, blocks: blocks as number, dispatchedAt: now };
+        if (sequences !== undefined) charge.sequences = sequences as number;
+        w.begin(charge, true);
         peer.requests.set(id, { worker: w, at: now });
       } else if (e[0] === 'f') w.firstToken(id, now);
       else if (e[0] === 'e') {

@@ -72,7 +72,7 @@ import type { ResponseCache } from '../cache/response-cache.js';
 import type { KvEvent } from '../kv/events.js';
 import { Router } from '../scheduler/router.js';
 import type { Policy, RouteRequest } from '../scheduler/types.js';
-import { answerToken, answerTokens, synthText } from '../workload/tokens.js';
+import { answerToken, answerTokens, mix32, synthText } from '../workload/tokens.js';
 import type { BenchRequest } from '../workload/types.js';
 import { VirtualClock } from '../util/clock.js';
 import { seededRng } from '../util/rng.js';
@@ -205,7 +205,10 @@ export interface SimResult {
     firstToken: number[];
     finish: number[];
     promptTokens: number[];
+    /** Output tokens; of n sampled answers (BenchRequest.sampleTokens), the longest's. */
     outputTokens: number[];
+    /** Output tokens of every answer: outputTokens, but for n sampled answers their sum (absent: outputTokens). */
+    answeredTokens?: number[];
     cachedTokens: number[];
     /** Worker index, or -1 when the response cache answered it. */
     worker: number[];
@@ -282,6 +285,7 @@ class SimRouteRequest implements RouteRequest {
   sessionKey?: string;
   tenant?: string;
   priority?: number;
+  sequences?: number;
   private text: string | undefined;
   constructor(
     readonly id: string,
@@ -423,7 +427,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     rejected: 0,
     shed: 0,
     refusals: {},
-    completed: { arrival: [], firstToken: [], finish: [], promptTokens: [], outputTokens: [], cachedTokens: [], worker: [], fromCache: [], cls: [] },
+    completed: { arrival: [], firstToken: [], finish: [], promptTokens: [], outputTokens: [], answeredTokens: [], cachedTokens: [], worker: [], fromCache: [], cls: [] },
     byClass: { requests: [0, 0, 0], queued: [0, 0, 0], refused: { cls: [], latencyMs: [], status: [] } },
     cache: opts.cache ? { hits: 0, coalesced: 0, misses: 0, stored: 0, evictions: 0 } : null,
     itl: { durationMs: [], weight: [] },
@@ -460,6 +464,8 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   // With the cache: each in-flight request, to build the entry its answer fills.
   const requestOf = new Map<number, BenchRequest>();
   const firstTokenOf = new Map<number, number>();
+  /** Requests of n answers (dispatchSamples) with answers still running, and what is known of them. */
+  const samplesLeft = new Map<number, { left: number; outputTokens: number; allTokens: number; cachedTokens: number; aborted: boolean }>();
   // Closed-loop sessions: the continuation of each in-flight turn that has one, by request index.
   const nextOf = new Map<number, NonNullable<BenchRequest['next']>>();
   let pendingTurns = 0;
@@ -580,6 +586,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     c.finish.push(finish);
     c.promptTokens.push(req.promptTokens.length);
     c.outputTokens.push(outputTokens);
+    c.answeredTokens!.push(outputTokens);
     c.cachedTokens.push(cachedTokens);
     c.worker.push(worker);
     c.fromCache!.push(fromCache);
@@ -641,6 +648,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   };
 
   const dispatch = (w: number, idx: number, req: BenchRequest, now: number) => {
+    if (req.sampleTokens !== undefined && req.sampleTokens.length > 1) return dispatchSamples(w, idx, req, now);
     if (cascade) {
       workerOfRun.set(idx, w);
       if (cascade.start(idx, w, req)) return;
@@ -656,6 +664,29 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
       priority: req.priority ?? 0,
       ...(isolate ? { cacheSalt: saltOf(req) } : {}),
     }, now);
+  };
+
+  /**
+   * n answers to one prompt (BenchRequest.sampleTokens): one engine sequence per answer, added
+   * together, as vLLM adds a request's n children (the prompt's blocks shared through the prefix
+   * cache). Sequence k of request idx is `${idx}/${k}`; the request ends with its last answer.
+   * The cascade does not speculate for them (it cannot reproduce n answers exactly).
+   */
+  const dispatchSamples = (w: number, idx: number, req: BenchRequest, now: number) => {
+    const lens = req.sampleTokens!;
+    samplesLeft.set(idx, { left: lens.length, outputTokens: 0, allTokens: 0, cachedTokens: 0, aborted: false });
+    for (let k = 0; k < lens.length; k++) {
+      const seed = k === 0 ? req.outputSeed : mix32(req.outputSeed, k);
+      submit(w, {
+        id: `${idx}/${k}`,
+        prompt: req.promptTokens,
+        maxTokens: lens[k]!,
+        sampler: (ctx: TokenContext) => answerToken(seed, ctx.output.length),
+        ignoreEos: true,
+        priority: req.priority ?? 0,
+        ...(isolate ? { cacheSalt: saltOf(req) } : {}),
+      }, now);
+    }
   };
 
   /** Queue an engine request on worker w. */
@@ -681,6 +712,9 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     if (req.session !== undefined) rr.sessionKey = req.session;
     if (req.tenant !== undefined) rr.tenant = req.tenant;
     if (req.priority !== undefined) rr.priority = req.priority;
+    // n answers: as the gateway marks them (gateway/prepare.ts, describeSequences).
+    const samples = req.sampleTokens?.length ?? 1;
+    if (samples > 1) rr.sequences = samples;
     const cls = classOfVllmPriority(req.priority ?? prioMap.standard, prioMap);
     const rank = CLASS_RANK[cls];
     clsOf.set(idx, rank);
@@ -692,7 +726,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     }
     if (admission) {
       const r = admission.submit(
-        { id: rr.id, model, cls, promptTokens: req.promptTokens.length, maxTokens: declaredMax(req), latestStart: Infinity },
+        { id: rr.id, model, cls, promptTokens: req.promptTokens.length, maxTokens: declaredMax(req), sequences: samples, latestStart: Infinity },
         {
           onAdmit: (t) => {
             tickets.set(idx, t);
@@ -714,7 +748,8 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
 
   /** An admitted request: the response cache, then the router and a worker. */
   const proceed = (req: BenchRequest, idx: number, rr: SimRouteRequest, now: number) => {
-    if (cache && fromCache(req, idx, now)) return;
+    // n sampled answers are not the deterministic traffic a response cache answers.
+    if (cache && req.sampleTokens === undefined && fromCache(req, idx, now)) return;
     // Admission narrows the candidates to the workers the request fits on.
     const rep = replicas[replicaOf(idx, nReplicas)]!;
     const workers = tickets.get(idx)?.workers ?? rep.states;
@@ -773,17 +808,21 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
         mapper.apply(res.kvEvents, now);
       }
     }
-    for (const id of res.firstTokens) {
-      if (cascade?.owns(id)) {
-        cascade.targetFirstToken(id);
+    for (const seqId of res.firstTokens) {
+      if (cascade?.owns(seqId)) {
+        cascade.targetFirstToken(seqId);
         continue;
       }
-      firstTokenOf.set(Number(id), now);
-      const lf = leading.get(Number(id));
+      // One of n answers (`idx/k`): the request's first token is the first any of them produces.
+      const idx = parseInt(seqId, 10);
+      if (firstTokenOf.has(idx)) continue;
+      const id = String(idx);
+      firstTokenOf.set(idx, now);
+      const lf = leading.get(idx);
       if (lf) lf.firstToken = now;
       trace?.({ type: 'firstToken', t: now, id });
-      routerOf(Number(id)).firstToken(id);
-      if (shareLoad) mirrorLoad(replicaOf(Number(id), nReplicas), w, (s) => s.firstToken(id, clock.now()));
+      routerOf(idx).firstToken(id);
+      if (shareLoad) mirrorLoad(replicaOf(idx, nReplicas), w, (s) => s.firstToken(id, clock.now()));
     }
     if (res.decodeTokens > 0) {
       out.itl.durationMs.push(res.durationMs);
@@ -791,6 +830,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     }
     for (const f of res.finished) {
       if (cascade?.owns(f.id)) cascade.targetFinished(f, now);
+      else if (samplesLeft.size > 0 && f.id.includes('/')) finishSample(w, f, now);
       else finishOne(w, f, now);
     }
     startStep(w, now);
@@ -798,8 +838,26 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     if (admission && res.finished.length > 0) admission.pump();
   };
 
+  /**
+   * One of a request's n answers finished. The last one finishes the request: its output tokens
+   * are the longest answer's (so its TPOT is the pace of its slowest answer), its cached prompt
+   * tokens the first answer's.
+   */
+  const finishSample = (w: number, f: FinishedOutput, now: number) => {
+    const idx = parseInt(f.id, 10);
+    const s = samplesLeft.get(idx)!;
+    if (f.outputTokens > s.outputTokens) s.outputTokens = f.outputTokens;
+    s.allTokens += f.outputTokens;
+    if (f.id.endsWith('/0')) s.cachedTokens = f.cachedPromptTokens;
+    if (f.reason === 'abort') s.aborted = true;
+    if (--s.left > 0) return;
+    samplesLeft.delete(idx);
+    // The router is told every answer's tokens, as a worker's usage counts them.
+    finishOne(w, { ...f, id: String(idx), outputTokens: s.outputTokens, cachedPromptTokens: s.cachedTokens, reason: s.aborted ? 'abort' : f.reason }, now, s.allTokens);
+  };
+
   /** Request f.id finished on worker w at `now`: record it, tell the router, follow up. */
-  const finishOne = (w: number, f: FinishedOutput, now: number) => {
+  const finishOne = (w: number, f: FinishedOutput, now: number, answeredTokens = f.outputTokens) => {
     const idx = Number(f.id);
     const c = out.completed;
     c.arrival.push(arrivalOf.get(idx)!);
@@ -807,6 +865,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     c.finish.push(now);
     c.promptTokens.push(f.promptTokens);
     c.outputTokens.push(f.outputTokens);
+    c.answeredTokens!.push(answeredTokens);
     c.cachedTokens.push(f.cachedPromptTokens);
     c.worker.push(w);
     c.fromCache!.push(0);
@@ -818,8 +877,8 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     // A cache hit may have been answered (overheadMs) later than this.
     if (!(now <= out.lastFinishMs)) out.lastFinishMs = now;
     const finished = f.reason !== 'abort';
-    trace?.({ type: 'complete', t: now, id: f.id, ok: finished, ...(finished ? { outputTokens: f.outputTokens } : {}) });
-    routerOf(idx).complete(f.id, finished, finished ? f.outputTokens : undefined);
+    trace?.({ type: 'complete', t: now, id: f.id, ok: finished, ...(finished ? { outputTokens: answeredTokens } : {}) });
+    routerOf(idx).complete(f.id, finished, finished ? answeredTokens : undefined);
     if (shareLoad) mirrorLoad(replicaOf(idx, nReplicas), w, (s) => s.end(f.id));
     followUp(idx, now);
     if (cache) {

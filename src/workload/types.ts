@@ -26,6 +26,13 @@ export interface BenchRequest {
    */
   declaredMaxTokens?: number;
   /**
+   * Parallel sampling (`n` > 1): the output length of each of the request's answers, the longest
+   * `maxTokens` long; the first answer's tokens come from `outputSeed`. The engine runs each as a sequence of its own, the prompt's blocks shared
+   * through its prefix cache, as vLLM runs a request's n children. The request's first token is
+   * the first any answer produces, its end the last answer's. Absent: one answer.
+   */
+  sampleTokens?: readonly number[];
+  /**
    * Seed of the request's output tokens (see answerTokens): a workload that quotes an earlier
    * answer in a later prompt knows exactly what the engine generated.
    */

@@ -22,6 +22,8 @@
  *   loop with ~3 s of think (tool) time; see agentic() below.
  * - fewshot-bursts: on/off bursts of short classification-style queries over 3 long few-shot
  *   prefixes (5–7k tokens), alongside 20% long unique documents; see fewshotBursts() below.
+ * - rollouts: RL rollouts in waves of 32 problems asking n = 4–16 sampled answers each
+ *   (BenchRequest.sampleTokens), beside single-answer chat; see rollouts() below.
  *
  * For a closed-loop workload `rate` is the request rate once sessions overlap in steady state
  * (session starts × mean turns); a finite run ramps up and down around it, so the measured mean
@@ -221,6 +223,54 @@ function* fewshotBursts(seed: number, rate: number, burstiness: number, prefixes
   yield* merge([...Array.from({ length: prefixes }, (_, i) => queries(i)), documents()]);
 }
 
+/**
+ * rollouts: reinforcement-learning rollouts beside interactive chat. Half the requests are a
+ * trainer's, sent in waves as a trainer sends a batch of problems at once: 32 problems within
+ * 200 ms, a wave every 32 / (rate / 2) seconds. Each is a problem (100–800 tokens) under one of 4
+ * shared instruction templates (400–800 tokens) asking for n = 4, 8 or 16 sampled answers
+ * (BenchRequest.sampleTokens) of 100–4,000 tokens each (100 + exponential, mean 900: reasoning
+ * traces, long-tailed), with max_tokens 4,096 declared. A wave's last answer is what the trainer
+ * waits for. The other half are chat requests with a single answer (300–1,500-token prompts,
+ * 100–400-token answers), Poisson (Gamma with `burstiness`). A router that counts a request of
+ * 16 answers as one sequence piles a wave's large requests onto few workers.
+ */
+function* rollouts(seed: number, rate: number, burstiness: number, templates = 4, wave = 32): Generator<BenchRequest> {
+  const instructions = new Pool((i) => stream(mix32(seed ^ 0x2b7e1516, i), 400 + (mix32(seed ^ 0x28ae, i) % 401)));
+  const NS = [4, 8, 16];
+  function* trainer(): Generator<BenchRequest> {
+    const rng = seededRng(mix32(seed ^ 0x7e3779b9, 1));
+    const everyMs = (1000 * wave) / (rate / 2);
+    for (let c = 0, start = everyMs / 2; ; start += everyMs) {
+      const at = Array.from({ length: wave }, () => start + 200 * rng()).sort((a, b) => a - b);
+      for (const t of at) {
+        const outputSeed = mix32(seed ^ 0x1c6ef372, c++);
+        const tpl = uniformInt(rng, 0, templates - 1);
+        const n = NS[uniformInt(rng, 0, NS.length - 1)]!;
+        const samples = Array.from({ length: n }, () => Math.min(4000, 100 + Math.round(exponential(rng, 900))));
+        yield {
+          arrivalMs: t,
+          promptTokens: concat([instructions.get(tpl), stream(outputSeed ^ 0x9, uniformInt(rng, 100, 800))]),
+          maxTokens: Math.max(...samples),
+          sampleTokens: samples,
+          declaredMaxTokens: 4096,
+          outputSeed,
+          tenant: 'trainer',
+        };
+      }
+    }
+  }
+  function* chat(): Generator<BenchRequest> {
+    const rng = seededRng(mix32(seed ^ 0x3c6ef372, 2));
+    let t = 0;
+    for (let c = 0; ; c++) {
+      t += arrivalGapMs(rng, rate / 2, burstiness);
+      const outputSeed = mix32(seed ^ 0x5be0cd19, c);
+      yield { arrivalMs: t, promptTokens: stream(outputSeed ^ 0xa, uniformInt(rng, 300, 1500)), maxTokens: uniformInt(rng, 100, 400), outputSeed, tenant: 'chat' };
+    }
+  }
+  yield* merge([trainer(), chat()]);
+}
+
 function* rag(rng: Rng, seed: number, rate: number, burstiness: number, docs = 500): Generator<BenchRequest> {
   const instruction = stream(mix32(seed ^ 0x0d3a7f21, 0), 150);
   const pool = new Pool((d) => stream(mix32(seed ^ 0x4c1b9e07, d), 1000 + (mix32(seed ^ 0x99, d) % 2001)));
@@ -318,6 +368,13 @@ const SPECS: Record<string, WorkloadSpec> = {
     defaultRate: 65,
     defaultBurstiness: 1,
     generate: (rng, seed, rate, b) => agentic(rng, seed, rate, b ?? SPECS['agentic']!.defaultBurstiness),
+  },
+  rollouts: {
+    description: 'RL rollouts in waves of 32 problems, each asking n = 4–16 sampled answers of 100–4,000 tokens, beside as many single-answer chat requests',
+    defaultSize: 4000,
+    defaultRate: 9,
+    defaultBurstiness: 1,
+    generate: (_rng, seed, rate, b) => rollouts(seed, rate, b ?? 1),
   },
   'fewshot-bursts': {
     description: 'on/off bursts of short questions with 1–8 token answers on 3 shared 5–7k-token few-shot prefixes, plus 20% long unique documents',

@@ -38,4 +38,21 @@ describe('WorkerState.currentQueue', () => {
     w.begin(req('y', 4));
     assert.deepEqual(w.currentQueue(10_000, 5000), { running: 1, waiting: 0 });
   });
+
+  it('counts each sequence of a request of n answers, as the engine reports them', () => {
+    const w = worker();
+    w.applySnapshot({ at: 0, kvUsage: 0, running: 2, waiting: 0 });
+    w.begin({ ...req('n8', 1), sequences: 8 });
+    w.begin(req('one', 1));
+    assert.equal(w.inflightCount, 2);
+    assert.equal(w.inflightSequences, 9);
+    assert.deepEqual(w.currentQueue(2, 5000), { running: 2, waiting: 9 });
+    w.firstToken('n8', 3);
+    assert.deepEqual(w.currentQueue(4, 5000), { running: 10, waiting: 1 });
+    w.end('n8');
+    assert.deepEqual(w.currentQueue(5, 5000), { running: 2, waiting: 1 });
+    assert.equal(w.inflightSequences, 1);
+    w.begin({ ...req('n4', 6), sequences: 4 });
+    assert.deepEqual(w.currentQueue(10_000, 5000), { running: 5, waiting: 0 }, 'stale: the gateway’s own sequences');
+  });
 });

@@ -44,18 +44,20 @@ test('the pick is charged to the worker at once: uncached prompt tokens and the 
 });
 
 test('a request of several sequences is charged whole: every prompt of a batch, output for each sequence', () => {
-  const cases: Array<{ extra: Record<string, number>; hit: number; prefill: number; blocks: number }> = [
+  // The engine reports each sequence as a request: the worker counts them in its queue.
+  const cases: Array<{ extra: Record<string, number>; hit: number; prefill: number; blocks: number; sinceSnapshot: number }> = [
     // n = 4 answers to one 1,000-token prompt: one prompt, four outputs.
-    { extra: { sequences: 4 }, hit: 0, prefill: 1000, blocks: Math.ceil((1000 + 4 * 100) / 16) },
+    { extra: { sequences: 4 }, hit: 0, prefill: 1000, blocks: Math.ceil((1000 + 4 * 100) / 16), sinceSnapshot: 4 },
     // Three prompts of 3,000 tokens in all, two answers each, half of every prompt cached.
-    { extra: { sequences: 6, batchPromptTokens: 3000 }, hit: 0.5, prefill: 1500, blocks: Math.ceil((1500 + 6 * 100) / 16) },
+    { extra: { sequences: 6, batchPromptTokens: 3000 }, hit: 0.5, prefill: 1500, blocks: Math.ceil((1500 + 6 * 100) / 16), sinceSnapshot: 6 },
   ];
   for (const c of cases) {
     const { router: r } = router(scripted(c.hit, []));
     const w = worker('a');
     const out = r.route(request(seq(0, 1000), { maxTokens: 100, ...c.extra }), [w]);
     assert.ok(out.ok);
-    assert.deepEqual(charged(w), { inflight: 1, prefill: c.prefill, blocks: c.blocks, sinceSnapshot: 1 }, JSON.stringify(c));
+    assert.deepEqual(charged(w), { inflight: 1, prefill: c.prefill, blocks: c.blocks, sinceSnapshot: c.sinceSnapshot }, JSON.stringify(c));
+    assert.equal(w.inflightSequences, c.sinceSnapshot);
   }
 });
 

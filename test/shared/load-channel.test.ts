@@ -58,11 +58,25 @@ describe('load channel', { skip }, () => {
     assert.equal(a.load.counts.received, 0);
   });
 
+  it('mirrors the sequences of a request of n answers', async () => {
+    const a = await replica('a', 'lc:6');
+    const b = await replica('b', 'lc:6');
+    await waitFor(async () => ((await fx.raw.pubsub('NUMSUB', 'lc:6')) as [string, number])[1] === 2);
+    const r: InflightRequest = { ...request('r8'), sequences: 8 };
+    a.w0.begin(r);
+    a.load.observe('begin', a.w0, r);
+    await waitFor(() => b.w0.inflightCount === 1);
+    assert.equal(b.w0.inflightSequences, 8);
+    a.load.observe('end', a.w0, r);
+    await waitFor(() => b.w0.inflightCount === 0);
+    assert.equal(b.w0.inflightSequences, 0);
+  });
+
   it('ignores malformed messages and entries', async () => {
     const c = await replica('c', 'lc:2');
     await fx.raw.publish('lc:2', 'not json');
-    await fx.raw.publish('lc:2', JSON.stringify({ r: 'x', e: [['b', 'w0', 'q', -1, 0, 0, 0], ['z', 'w0', 'q'], [1, 2], ['b', 'w0', 'ok', 10, 10, 10, 1], ['b', 'nope', 'q2', 1, 1, 1, 1]] }));
-    await waitFor(() => c.load.counts.badMessages === 4);
+    await fx.raw.publish('lc:2', JSON.stringify({ r: 'x', e: [['b', 'w0', 'q', -1, 0, 0, 0], ['z', 'w0', 'q'], [1, 2], ['b', 'w0', 'ok', 10, 10, 10, 1], ['b', 'nope', 'q2', 1, 1, 1, 1], ['b', 'w0', 'q3', 1, 1, 1, 1, 0.5]] }));
+    await waitFor(() => c.load.counts.badMessages === 5);
     assert.equal(c.w0.inflightCount, 1);
     assert.equal(c.load.counts.received, 1);
   });

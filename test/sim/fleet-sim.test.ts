@@ -88,6 +88,40 @@ describe('fleet simulation', () => {
     assert.equal(r.workers[0]!.steps, 4);
   });
 
+  it('runs n sampled answers as n sequences sharing the prompt: first token of any, end of the last', async () => {
+    const one = { ...req(0, 1000, 40, 9), sampleTokens: [40, 10, 25] };
+    const told: Array<number | undefined> = [];
+    const policy = createPolicy('round-robin');
+    const spy: Policy = { ...policy, name: policy.name, route: policy.route.bind(policy), onComplete: (_r, _w, _ok, _c, out) => told.push(out) };
+    const routed: RouteRequest[] = [];
+    const r = await simulateFleet([one, req(5, 300, 5, 4)], {
+      workers: 1,
+      engineConfig: cfg,
+      policy: spy,
+      seed: 1,
+      routerTrace: (e) => {
+        if (e.type === 'route') routed.push(e.req);
+      },
+    });
+    const c = r.completed;
+    assert.equal(c.arrival.length, 2);
+    const i = c.arrival.indexOf(0);
+    // The prompt is computed once: the other two answers find its full blocks cached (each
+    // computes only the partial last block), so the first step costs one prefill, not three.
+    const prefill = cfg.timeModel.stepMs({ prefill: [{ newTokens: 1000, contextLen: 1000 }], decodeSeqs: 0, decodeContextTokens: 0 });
+    assert.ok(c.firstToken[i]! <= 1.1 * prefill, `first token at ${c.firstToken[i]} ms, one prefill is ${prefill} ms`);
+    assert.ok(c.cachedTokens[i] === 0, 'the first answer computed the prompt');
+    assert.equal(c.outputTokens[i], 40, 'TPOT is the longest answer’s');
+    assert.equal(c.answeredTokens![i], 75, 'throughput counts every answer');
+    assert.equal(r.workers[0]!.steps >= 40, true);
+    assert.equal(routed[0]!.sequences, 3);
+    assert.equal(routed[1]!.sequences, undefined);
+    // The policy learns the answers' mean length per sequence (Router.complete).
+    assert.deepEqual(told.sort((a, b) => a! - b!), [5, 25]);
+    const s = summarize(r, { tp: 1, gpuHourCost: 3.5 });
+    assert.equal(s.requests, 2);
+  });
+
   it('adds the constant overhead before the worker sees the request', async () => {
     const one = [req(0, 800, 3, 5)];
     const a = await simulateFleet(one, { workers: 1, engineConfig: cfg, policy: createPolicy('round-robin'), seed: 1 });

@@ -95,7 +95,7 @@ describe('workloads', () => {
   });
 
   it('rejects unknown names and bad knobs with clear errors', () => {
-    assert.throws(() => workloadSource('nope'), /unknown workload 'nope' \(known: shared-prefix, multi-turn, rag, bursty, mixed, agentic, fewshot-bursts\)/);
+    assert.throws(() => workloadSource('nope'), /unknown workload 'nope' \(known: shared-prefix, multi-turn, rag, bursty, mixed, agentic, rollouts, fewshot-bursts\)/);
     assert.throws(() => workloadSource('rag', { rate: 0 }), /rate must be a positive number/);
     assert.throws(() => workloadSource('rag', { size: 1.5 }), /size must be a non-negative integer/);
     assert.equal(describeWorkloads().length, workloadNames().length);
@@ -209,6 +209,41 @@ describe('agentic and fewshot-bursts workloads', () => {
     // The mean rate is the knob's.
     const measured = (rs.length - 1) / ((rs.at(-1)!.arrivalMs - rs[0]!.arrivalMs) / 1000);
     const nominal = describeWorkloads().find((w) => w.name === 'fewshot-bursts')!.rate;
+    assert.ok(Math.abs(measured / nominal - 1) < 0.2, `measured ${measured.toFixed(1)} req/s, nominal ${nominal}`);
+  });
+});
+
+describe('rollouts workload', () => {
+  it('waves of 32 problems asking 4, 8 or 16 sampled answers of 100–4,000 tokens, beside as many single-answer chat requests', () => {
+    const rs = [...workloadSource('rollouts', { size: 2000, seed: 5 }).open()];
+    const trainer = rs.filter((r) => r.tenant === 'trainer');
+    const chat = rs.filter((r) => r.tenant === 'chat');
+    assert.ok(Math.abs(trainer.length / rs.length - 0.5) < 0.1, `${trainer.length} of ${rs.length} from the trainer`);
+    for (const r of trainer) {
+      const n = r.sampleTokens!.length;
+      assert.ok(n === 4 || n === 8 || n === 16, `n = ${n}`);
+      assert.ok(r.sampleTokens!.every((x) => x >= 100 && x <= 4000));
+      assert.equal(r.maxTokens, Math.max(...r.sampleTokens!));
+      assert.equal(r.declaredMaxTokens, 4096);
+    }
+    assert.ok(chat.every((r) => r.sampleTokens === undefined && r.maxTokens >= 100 && r.maxTokens <= 400));
+    // Waves: 32 problems within 200 ms, then nothing from the trainer until the next wave.
+    const waves: number[][] = [];
+    for (const r of trainer) {
+      const last = waves.at(-1);
+      if (last && r.arrivalMs - last[0]! < 1000) last.push(r.arrivalMs);
+      else waves.push([r.arrivalMs]);
+    }
+    for (const w of waves.slice(0, -1)) {
+      assert.equal(w.length, 32);
+      assert.ok(w.at(-1)! - w[0]! <= 200);
+    }
+    // The 4 templates are shared: prompts of one template begin alike.
+    const heads = new Set(trainer.map((r) => Array.from(r.promptTokens).slice(0, 64).join(',')));
+    assert.equal(heads.size, 4);
+    // Its nominal rate, the two halves together.
+    const measured = (rs.length - 1) / ((rs.at(-1)!.arrivalMs - rs[0]!.arrivalMs) / 1000);
+    const nominal = describeWorkloads().find((w) => w.name === 'rollouts')!.rate;
     assert.ok(Math.abs(measured / nominal - 1) < 0.2, `measured ${measured.toFixed(1)} req/s, nominal ${nominal}`);
   });
 });

@@ -507,7 +507,7 @@ export class KvgatePolicy implements Policy {
    * context, scaled up to the batch the worker last reported when that is larger.
    */
   private batchContext(w: WorkerState, ctx: RoutingContext): number {
-    const mine = w.inflightCount;
+    const mine = w.inflightSequences;
     const ours = this.inflightBatch.get(w.id);
     if (mine === 0 || ours === undefined) return 0;
     const batch = reportedBatch(mine, w.isStale(ctx.now, ctx.staleAfterMs), w.currentQueue(ctx.now, ctx.staleAfterMs));

@@ -237,7 +237,7 @@ export interface KvgateEstimateOptions {
   /** Output tokens expected of the request (at most max_tokens, capped as for reservations). */
   expectedOutput(req: RouteRequest): number;
   /**
-   * This gateway's requests in flight at `w` (their number is w.inflightCount): their context
+   * This gateway's requests in flight at `w` (their sequences number w.inflightSequences): their context
    * tokens (prompt plus half the expected output), Σ stallShare(expected output) and the expected
    * outputs themselves, ascending (kept and read by the 'misses' and 'learned' stall models).
    */
@@ -298,7 +298,7 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           // may show more (other gateways' requests). Its context is the gateway's own in-flight
           // context, scaled up to the batch, or this request's own context per request when nothing
           // of ours is there.
-          const mine = w.inflightCount;
+          const mine = w.inflightSequences;
           const batch = probe
             ? probe.running() + probe.waiting()
             : reportedBatch(mine, stale, q);

@@ -389,6 +389,31 @@ test('decode-aware: a long answer avoids a batch of long-context decodes that wo
   assert.equal(noKv.worker.id, 'hot');
 });
 
+test('decode-aware: a request of 16 answers counts as 16 decodes in its worker’s batch', () => {
+  const scene = (sequences: number | undefined) => {
+    const { router: r, clock } = router(createPolicy('kvgate'), 3, 1000);
+    const a = worker('a', { snapshot: { at: 0, running: 0, waiting: 0 } });
+    const b = worker('b', { snapshot: { at: 0, running: 0, waiting: 0 } });
+    clock.set(10);
+    const many = request(seq(0, 400), { maxTokens: 2000, ...(sequences !== undefined ? { sequences } : {}) });
+    assert.ok(r.route(many, [a]).ok);
+    r.firstToken(many.id);
+    for (let i = 0; i < 3; i++) {
+      const one = request(seq(10_000 * (i + 1), 400), { maxTokens: 2000 });
+      assert.ok(r.route(one, [b]).ok);
+      r.firstToken(one.id);
+    }
+    clock.set(20);
+    const out = r.route(request(seq(90_000, 400), { maxTokens: 2000 }), [a, b]);
+    assert.ok(out.ok);
+    return out.ok ? out.decision.worker.id : '';
+  };
+  // Sixteen decodes at a against three at b.
+  assert.equal(scene(16), 'b');
+  // Counted as one request, a looked the lighter.
+  assert.equal(scene(undefined), 'a');
+});
+
 test('decode-aware: a long prefill avoids a worker whose batch has short answers to finish', () => {
   // Two workers with 10 requests each: at shortAnswers they have 4 tokens to generate, at
   // longAnswers 400. A 6,000-token uncached prompt stalls either batch 600 ms: 200 ms on each short
