@@ -47,13 +47,14 @@ Options:
                      kvgate's TTFT, TPOT, ITL and E2E p99 against the best peer's on each, its
                      prefix hit rate against the best peer's and the ideal, and preemptions.
                      Every probe of a built-in workload lasts at least 60 s of arrivals (kvgate
-                     bench --capacity-seconds), the common load replays round-robin's probe there,
+                     bench --capacity-seconds; rollouts 300 s), the common load replays round-robin's probe there,
                      and the table adds the work bound (the rate no policy can sustain beyond).
                      Wall time with --quick on a shared 2-core machine: 55 min at 8 workers
-                     (shared-prefix 7 min, multi-turn 9, agentic 10, Azure 11), 35 min for the
+                     (shared-prefix 7 min, multi-turn 9, agentic 10, Azure 11; rollouts 6 more), 35 min for the
                      four scenarios at 16 workers
   --quick            smaller sizes before lengthening (shared-prefix, rag, bursty, mixed 2,000;
-                     multi-turn 20,000; agentic 12,000; fewshot-bursts 3,000; Mooncake 1,500 at 8
+                     multi-turn 20,000; agentic 12,000; fewshot-bursts 3,000; rollouts 3,000;
+                     Mooncake 1,500 at 8
                      workers; Azure the whole trace in either mode)
   --workers LIST     fleet sizes (default 8,16)
   --only LIST        scenario names to run (default: all; see the table's first column)
@@ -77,6 +78,8 @@ Options:
 interface Scenario {
   name: string;
   args: string[];
+  /** Shortest capacity probe, s of arrivals (kvgate bench --capacity-seconds; default 60). */
+  capacitySeconds?: number;
 }
 
 /** Requests per scenario at 8 workers: [ordinary, capacity, capacity --quick]. */
@@ -88,6 +91,7 @@ const SIZES: Record<string, [number, number, number]> = {
   mixed: [5000, 5000, 2000],
   agentic: [12000, 12000, 12000],
   'fewshot-bursts': [8000, 8000, 3000],
+  rollouts: [4000, 4000, 3000],
   mooncake: [3993, 3993, 1500],
   azure: [8000, 20000, 20000],
 };
@@ -95,10 +99,12 @@ const SIZES: Record<string, [number, number, number]> = {
 function scenarios(workers: number, traces: string, mode: 0 | 1 | 2): Scenario[] {
   const scale = workers / 8;
   const size = (name: string) => String(Math.round(SIZES[name]![mode] * scale));
-  const out: Scenario[] = ['shared-prefix', 'multi-turn', 'rag', 'bursty', 'mixed', 'agentic', 'fewshot-bursts'].map((w) => ({
+  const out: Scenario[] = ['shared-prefix', 'multi-turn', 'rag', 'bursty', 'mixed', 'agentic', 'fewshot-bursts', 'rollouts'].map((w) => ({
     name: w,
     args: ['--workload', w, '--size', size(w), '--rate-scale', String(scale)],
   }));
+  // rollouts' answers run for minutes: a one-minute probe would end before its fleet is loaded.
+  out.find((x) => x.name === 'rollouts')!.capacitySeconds = 300;
   const mooncake = join(traces, 'mooncake_synthetic_trace.jsonl');
   const azure = join(traces, 'AzureLLMInferenceTrace_conv.csv');
   // Rates chosen so the trace keeps the fleet 60–90% busy under round-robin (see README).
@@ -264,7 +270,8 @@ function capacityMatrix(
         const t0 = performance.now();
         const slo = ['--slo-ttft', values['slo-ttft']!, '--slo-ttft-per-1k', values['slo-ttft-per-1k']!, '--slo-tpot', values['slo-tpot']!];
         const floor = values['min-band-attainment'] !== undefined ? ['--min-band-attainment', values['min-band-attainment']] : [];
-        const args = [...s.args, ...shaping, '--seed', values.seed!, '--workers', String(workers), '--policy', POLICIES.join(','), '--capacity', ...slo, ...floor, '--json', out, '--quiet'];
+        const probe = s.capacitySeconds !== undefined ? ['--capacity-seconds', String(s.capacitySeconds)] : [];
+        const args = [...s.args, ...shaping, '--seed', values.seed!, '--workers', String(workers), '--policy', POLICIES.join(','), '--capacity', ...probe, ...slo, ...floor, '--json', out, '--quiet'];
         const r = spawnSync(process.execPath, [cli, 'bench', ...args], { stdio: ['ignore', 'ignore', 'inherit'] });
         if (r.status !== 0) throw new Error(`kvgate bench failed for ${s.name} (exit ${r.status})`);
         const wall = (performance.now() - t0) / 1000;
