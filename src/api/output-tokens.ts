@@ -10,9 +10,13 @@
  *   chat stream's first (the assistant role, no token), and `data: [DONE]`. A stream whose stop
  *   string held text back sends it in one event later, so that count is a floor, close enough
  *   for a mean.
+ * - A Responses API answer (`/v1/responses`) says it in its `usage` as `"output_tokens":`: at the
+ *   end of a JSON answer, and in a stream's last event (`response.completed`). Its other events
+ *   are not one per token, so nothing is counted without it.
  */
 
 const USAGE_KEY = Buffer.from('"completion_tokens":');
+const RESPONSES_USAGE_KEY = Buffer.from('"output_tokens":');
 const DONE_MARK = Buffer.from('data: [DONE]\n\n');
 const LF = 0x0a;
 /** How far from the end of the body `usage` is looked for (vLLM's trails it by ~100 bytes). */
@@ -41,10 +45,11 @@ export class OutputTokenCounter {
   }
 
   /** Output tokens of the whole answer (all choices), or undefined when nothing says. */
-  total(kind: 'chat' | 'completions', stream: boolean): number | undefined {
+  total(kind: 'chat' | 'completions' | 'responses', stream: boolean): number | undefined {
     const tail = this.tailWindow();
     if (tail === null) return undefined;
-    const usage = usageTokens(tail);
+    if (kind === 'responses') return usageTokens(tail, RESPONSES_USAGE_KEY);
+    const usage = usageTokens(tail, USAGE_KEY);
     if (usage !== undefined || !stream) return usage;
     let n = this.events;
     if (kind === 'chat') n--;
@@ -60,11 +65,11 @@ export class OutputTokenCounter {
   }
 }
 
-/** The number after the last `"completion_tokens":` within USAGE_WINDOW of the end of `tail`. */
-function usageTokens(tail: Buffer): number | undefined {
-  const at = tail.lastIndexOf(USAGE_KEY);
+/** The number after the last `key` (`"completion_tokens":`) within USAGE_WINDOW of the end of `tail`. */
+function usageTokens(tail: Buffer, key: Buffer): number | undefined {
+  const at = tail.lastIndexOf(key);
   if (at === -1 || tail.length - at > USAGE_WINDOW) return undefined;
-  let i = at + USAGE_KEY.length;
+  let i = at + key.length;
   while (tail[i] === 0x20) i++;
   let n = 0;
   let digits = 0;

@@ -74,7 +74,9 @@ const route = (ctx: RequestContext): CacheRoute => ctx.kind as CacheRoute;
 
 async function handle(d: CacheStageDeps, ctx: RequestContext): Promise<StageResult> {
   const { cache } = d;
-  if (ctx.kind === 'passthrough') return 'continue';
+  // vLLM's other endpoints, and Responses API answers (a response may be stored on its worker and
+  // continued there by id: an answer from the cache would name a response no worker holds).
+  if (ctx.kind === 'passthrough' || ctx.kind === 'responses') return 'continue';
   const plan = cache.plan(ctx.tenant, ctx.kind, ctx.body as Record<string, unknown>, parseCacheControl(ctx.req.headers['cache-control']));
   ctx.state.set(CACHE_PLAN, plan);
   if (plan.action === 'bypass') {

@@ -5,27 +5,32 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Tenant } from '../admission/tenants.js';
 import type { ApiError } from '../api/errors.js';
+import type { ResponsesRequest } from '../api/responses.js';
 import type { ChatCompletionRequest, CompletionRequest, EmbeddingsRequest, PassthroughRequest } from '../api/schemas.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { RouteDecision, RouteRequest } from '../scheduler/types.js';
 import { RequestState } from '../util/state.js';
 
 /**
- * What an inference request asks for: generated text (chat, completions), embeddings, or one of
- * vLLM's other model-addressed endpoints (`passthrough`: tokenize, score, rerank, pooling,
- * classify), relayed as it is to a worker of the model it names.
+ * What an inference request asks for: generated text (chat, completions, responses: OpenAI's
+ * Responses API), embeddings, or one of vLLM's other model-addressed endpoints (`passthrough`:
+ * tokenize, score, rerank, pooling, classify), relayed as it is to a worker of the model it names.
  */
-export type InferenceKind = 'chat' | 'completions' | 'embeddings' | 'passthrough';
+export type InferenceKind = 'chat' | 'completions' | 'responses' | 'embeddings' | 'passthrough';
 
-/** The kinds whose answer is generated text: streamed or not, cached, drafted, its length learned. */
-export type GenerationKind = 'chat' | 'completions';
+/**
+ * The kinds whose answer is generated text: streamed or not, its length learned. Chat and
+ * completions are also cached and drafted; responses are neither (a response may be stored on
+ * its worker and continued there by id).
+ */
+export type GenerationKind = 'chat' | 'completions' | 'responses';
 
 export function generates(kind: InferenceKind): kind is GenerationKind {
-  return kind === 'chat' || kind === 'completions';
+  return kind === 'chat' || kind === 'completions' || kind === 'responses';
 }
 
 /** The request bodies the gateway validates, one per InferenceKind. */
-export type InferenceBody = ChatCompletionRequest | CompletionRequest | EmbeddingsRequest | PassthroughRequest;
+export type InferenceBody = ChatCompletionRequest | CompletionRequest | ResponsesRequest | EmbeddingsRequest | PassthroughRequest;
 
 export interface RequestContext {
   /** kvgate's id for the request (a UUID): the response's x-request-id and the upstream's. */

@@ -45,6 +45,7 @@ import { setupSharedState } from '../shared/setup.js';
 import { json } from './local-routes.js';
 import { ConfigReloader, type ReloadOutcome } from './config-reload.js';
 import { kvEventsService as createKvEventsService, type KvEventsService } from './kv-events-service.js';
+import { ResponseAffinity } from './response-affinity.js';
 
 export type { GatewayService };
 
@@ -303,6 +304,9 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   });
   stages.push(admission.stage);
   services.push(admission.service);
+  // After admission's narrowing: a Responses API continuation can only be served where its
+  // previous response is stored.
+  stages.push(new ResponseAffinity().stage());
   let closing = false;
   let draining = false;
   const cacheSaltFor = createCacheSalter(config, logger);

@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { RequestCapsOverride, TenantDirectory } from '../admission/tenants.js';
 import { readBody } from '../api/body.js';
+import { responsesRequestSchema, type ResponsesRequest } from '../api/responses.js';
 import { ApiError, echo, errors, sendError } from '../api/errors.js';
 import {
   chatCompletionRequestSchema,
@@ -75,6 +76,7 @@ const route = (kind: InferenceKind, label: string = kind): InferenceRoute => ({ 
 const INFERENCE: ReadonlyMap<string, InferenceRoute> = new Map([
   ['/v1/chat/completions', route('chat')],
   ['/v1/completions', route('completions')],
+  ['/v1/responses', route('responses')],
   ['/v1/embeddings', route('embeddings')],
   // vLLM's other model-addressed endpoints, relayed as they are; one label per endpoint, its
   // versioned paths together.
@@ -92,6 +94,7 @@ const INFERENCE: ReadonlyMap<string, InferenceRoute> = new Map([
 const SCHEMAS = {
   chat: chatCompletionRequestSchema,
   completions: completionRequestSchema,
+  responses: responsesRequestSchema,
   embeddings: embeddingsRequestSchema,
   passthrough: passthroughRequestSchema,
 } as const;
@@ -193,7 +196,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
         ctx.cacheSalt = salt;
       }
       const caps = capsFor(config, workers[0]?.pool, ctx.tenant.caps);
-      if (generates(kind)) checkCaps(kind, body as ChatCompletionRequest | CompletionRequest, budget, caps);
+      if (generates(kind)) checkCaps(kind, body as ChatCompletionRequest | CompletionRequest | ResponsesRequest, budget, caps);
       ctx.deadlineAt = startedAt + Math.min(requestBudgetMs(budget.maxTokens, config.timeouts), caps.maxRequestMs);
 
       // Early stages (the response cache) answer without the prompt's tokens: a hit never waits
@@ -276,13 +279,19 @@ export function capsFor(config: GatewayConfig, pool: string | undefined, tenant:
 /** 400 naming the parameter when a request asks for more than its caps allow. */
 export function checkCaps(
   kind: GenerationKind,
-  body: ChatCompletionRequest | CompletionRequest,
+  body: ChatCompletionRequest | CompletionRequest | ResponsesRequest,
   budget: { maxTokens: number; explicit: boolean },
   caps: RequestCaps,
 ): void {
-  const n = body.n ?? 1;
+  // A Responses API request has one answer.
+  const n = kind === 'responses' ? 1 : ((body as ChatCompletionRequest | CompletionRequest).n ?? 1);
   if (n > caps.maxN) throw errors.capExceeded('n', `n is ${n}, more than the ${caps.maxN} allowed`);
-  const tokensParam = kind === 'chat' && (body as ChatCompletionRequest).max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
+  const tokensParam =
+    kind === 'responses'
+      ? 'max_output_tokens'
+      : kind === 'chat' && (body as ChatCompletionRequest).max_completion_tokens != null
+        ? 'max_completion_tokens'
+        : 'max_tokens';
   if (budget.explicit && budget.maxTokens > caps.maxTokens) {
     throw errors.capExceeded(tokensParam, `${tokensParam} is ${budget.maxTokens}, more than the ${caps.maxTokens} allowed`);
   }

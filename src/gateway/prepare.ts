@@ -3,6 +3,7 @@
  * its tokens, the output budget, the session key and the deadline.
  */
 import type { IncomingMessage } from 'node:http';
+import { responsesMessages, type ResponsesRequest } from '../api/responses.js';
 import { promptList, type ChatCompletionRequest, type CompletionRequest, type EmbeddingsRequest } from '../api/schemas.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import { promptLength, requestSequences, type RouteRequest } from '../scheduler/types.js';
@@ -137,6 +138,12 @@ export function preparePrompt(
       render,
     };
   }
+  if (kind === 'responses') {
+    // What the worker renders: instructions and input as chat messages, through its template.
+    const b = body as ResponsesRequest;
+    const chat = { model: b.model, messages: responsesMessages(b), max_tokens: b.max_output_tokens } as ChatCompletionRequest;
+    return preparePrompt('chat', chat, tokenizer, assumedMaxTokens, isolationScope);
+  }
   if (kind === 'passthrough') {
     const promptText = passthroughText(body);
     return { promptText, promptTokens: encode(promptText), maxTokens: 1, maxTokensExplicit: true };
@@ -245,6 +252,10 @@ export function outputBudget(kind: InferenceKind, body: InferenceBody, assumedMa
     const explicit = b.max_completion_tokens ?? b.max_tokens ?? undefined;
     return { maxTokens: explicit ?? assumedMaxTokens, explicit: explicit !== undefined };
   }
+  if (kind === 'responses') {
+    const explicit = (body as ResponsesRequest).max_output_tokens ?? undefined;
+    return { maxTokens: explicit ?? assumedMaxTokens, explicit: explicit !== undefined };
+  }
   const explicit = (body as CompletionRequest).max_tokens ?? undefined;
   return { maxTokens: explicit ?? COMPLETIONS_DEFAULT_MAX_TOKENS, explicit: explicit !== undefined };
 }
@@ -271,7 +282,12 @@ export function prepareRouting(
     const any = ctx.candidates.find((w) => w.healthy && !w.circuitOpen) ?? ctx.candidates[0];
     const tctx: TokenizeContext = { model: ctx.model };
     if (any !== undefined) tctx.workerUrl = any.url;
-    const chat = ctx.kind === 'chat' ? (ctx.body as ChatCompletionRequest) : null;
+    const chat =
+      ctx.kind === 'chat'
+        ? (ctx.body as ChatCompletionRequest)
+        : ctx.kind === 'responses'
+          ? ({ messages: responsesMessages(ctx.body as ResponsesRequest) } as ChatCompletionRequest)
+          : null;
     // A chat prompt goes as its messages, to be rendered by the worker as the request will be; one
     // that brings its own template is tokenized as kvgate rendered it (see preparePrompt).
     if (chat !== null && chat.chat_template == null) {

@@ -95,8 +95,9 @@ async function serve(deps: CascadeDeps, cm: CascadeModel, ctx: RequestContext): 
     else ctx.logFields = { speculative: `plain:${reason}` };
     return 'continue';
   };
-  // Embeddings and vLLM's other endpoints have no output to draft.
-  if (!generates(ctx.kind)) return plain(ctx.kind);
+  // Embeddings and vLLM's other endpoints have no output to draft; a Responses API answer's
+  // events and stored state are the worker's own.
+  if (!generates(ctx.kind) || ctx.kind === 'responses') return plain(ctx.kind);
   const planned = planRequest(ctx.kind, ctx.body as ChatCompletionRequest | CompletionRequest);
   if (!planned.ok) return plain(planned.reason);
   // Without max_tokens a chat answer may fill the context: the cascade must know how large it is.

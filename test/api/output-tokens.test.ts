@@ -4,7 +4,7 @@ import { OutputTokenCounter } from '../../src/api/output-tokens.js';
 import { TAIL_AT_BOUNDARY, updateTail } from '../../src/api/sse.js';
 
 /** Feed `parts` as relayed chunks, as the relay does (the tail before each chunk). */
-function count(parts: string[], kind: 'chat' | 'completions', stream: boolean): number | undefined {
+function count(parts: string[], kind: 'chat' | 'completions' | 'responses', stream: boolean): number | undefined {
   const c = new OutputTokenCounter();
   let tail = TAIL_AT_BOUNDARY;
   for (const p of parts) {
@@ -38,6 +38,20 @@ describe('OutputTokenCounter', () => {
     for (let cut = 1; cut < whole.length; cut += 3) assert.equal(count([whole.slice(0, cut), whole.slice(cut)], 'chat', true), 20, `cut at ${cut}`);
     const completions = [...Array.from({ length: 5 }, (_, i) => ev({ choices: [{ text: `t${i}` }] })), 'data: [DONE]\n\n'];
     assert.equal(count(completions, 'completions', true), 5);
+  });
+
+  it('a Responses API answer: usage.output_tokens of the JSON or of the stream’s last event, nothing counted without it', () => {
+    const usage = { input_tokens: 12, input_tokens_details: { cached_tokens: 0 }, output_tokens: 9, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 21 };
+    const body = JSON.stringify({ id: 'resp_1', object: 'response', output: [{ content: [{ type: 'output_text', text: 'x "output_tokens": 55' }] }], usage, user: null });
+    assert.equal(count([body], 'responses', false), 9);
+    const sse = (type: string, o: object) => `event: ${type}\ndata: ${JSON.stringify({ type, ...o })}\n\n`;
+    const stream = [
+      sse('response.created', { response: { id: 'resp_1', usage: null } }),
+      ...Array.from({ length: 9 }, (_, i) => sse('response.output_text.delta', { delta: `t${i}` })),
+      sse('response.completed', { response: { id: 'resp_1', usage, user: null } }),
+    ];
+    assert.equal(count(stream, 'responses', true), 9);
+    assert.equal(count(stream.slice(0, -1), 'responses', true), undefined, 'no usage: its events are not one per token');
   });
 
   it('prefers a stream’s usage (include_usage) to its event count', () => {

@@ -17,6 +17,7 @@ import type { Generation } from './generation.js';
 import { chatLogprobs, completionLogprobs, type PromptLogprobEntry } from './logprobs.js';
 import { SSE_DONE, sendJson, sendJsonError, sseData, unavailable, usage } from './openai-protocol.js';
 import type { GenParams, SeqSpec } from './request-spec.js';
+import { ResponseEvents, responseObject, type ResponseState } from './responses-format.js';
 
 /** What an exchange needs from the worker that runs it. */
 export interface ExchangeHost {
@@ -76,6 +77,9 @@ export class Exchange {
   private readonly pending = new Set<SeqRun>();
   /** Every sequence finished while blocked: finish() runs on drain. */
   private finishPending = false;
+  /** A Responses API request's answer (params.kind 'responses'), and its stream's events. */
+  private readonly response: ResponseState | null;
+  private events: ResponseEvents | null = null;
 
   constructor(host: ExchangeHost, res: ServerResponse, id: string, params: GenParams, specs: SeqSpec[]) {
     this.host = host;
@@ -97,6 +101,18 @@ export class Exchange {
       first: true,
     }));
     this.remaining = specs.length;
+    this.response =
+      params.kind === 'responses'
+        ? {
+            id,
+            model: host.model,
+            createdAt: this.created,
+            instructions: params.responses?.instructions ?? null,
+            maxOutputTokens: params.responses?.maxOutputTokens ?? null,
+            temperature: params.temperature,
+            topP: params.topP,
+          }
+        : null;
   }
 
   /** Bytes written but not yet taken by the client's socket (bounded by backpressure). */
@@ -112,6 +128,10 @@ export class Exchange {
     if (this.params.stream) {
       res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' });
       res.flushHeaders();
+      if (this.response !== null) {
+        this.events = new ResponseEvents(this.response, (text) => this.writeText(text));
+        this.events.start();
+      }
     }
     for (const seq of this.seqs) this.host.submit(this, seq, this.params);
   }
@@ -170,6 +190,10 @@ export class Exchange {
     const delta = gen.takeDelta();
     const finished = gen.finished;
     const p = this.params;
+    if (this.events !== null) {
+      if (delta.text !== '') this.events.delta(delta.text);
+      return;
+    }
     if (p.kind === 'chat') {
       if (seq.first) {
         seq.first = false;
@@ -225,7 +249,11 @@ export class Exchange {
   }
 
   private write(obj: unknown): void {
-    if (!this.res.write(sseData(obj)) && !this.blocked) {
+    this.writeText(sseData(obj));
+  }
+
+  private writeText(text: string): void {
+    if (!this.res.write(text) && !this.blocked) {
       this.blocked = true;
       this.res.once('drain', this.onDrain);
     }
@@ -249,6 +277,18 @@ export class Exchange {
     this.ended = true;
     this.host.done(this);
     const res = this.res;
+    if (this.response !== null) {
+      // One answer; max_output_tokens reached is vLLM's `incomplete` status.
+      const gen = this.seqs[0]!.gen;
+      const status = gen.finishReason === 'length' ? 'incomplete' : 'completed';
+      if (this.events !== null) {
+        this.events.end(status, gen.text, this.usage());
+        res.end();
+      } else {
+        sendJson(res, 200, responseObject(this.response, status, gen.text, this.usage()));
+      }
+      return;
+    }
     if (this.params.stream) {
       if (this.params.includeUsage) {
         this.write({ id: this.id, object: this.object, created: this.created, model: this.host.model, choices: [], usage: this.usage() });

@@ -4,10 +4,11 @@
  * the GenParams all of the request's sequences share. What vLLM refuses is refused here, with its
  * messages; the engine's own limits (context length) are checked by the server.
  */
+import { responsesMessages, type ResponsesRequest } from '../../api/responses.js';
 import { promptList } from '../../api/schemas.js';
 import { estimateTokenizer, renderChat } from '../../tokenizer/index.js';
 import { seedFromString } from '../../util/rng.js';
-import { MAX_LOGPROBS, badRequest, checkModel, stopList, type ChatBody, type CompletionBody } from './openai-protocol.js';
+import { MAX_LOGPROBS, badRequest, chatSchema, checkModel, parseBody, stopList, type ChatBody, type CompletionBody } from './openai-protocol.js';
 
 /** What one generation request asks of the engine, after validation. */
 export interface SeqSpec {
@@ -20,7 +21,9 @@ export interface SeqSpec {
 }
 
 export interface GenParams {
-  kind: 'completion' | 'chat';
+  kind: 'completion' | 'chat' | 'responses';
+  /** A Responses API request's own fields, echoed in its answer. */
+  responses?: { instructions: string | null; maxOutputTokens: number | null };
   stream: boolean;
   includeUsage: boolean;
   continuousUsage: boolean;
@@ -92,6 +95,26 @@ export function completionSpec(body: CompletionBody, served: ServedModel): Reque
     },
     seqs,
   };
+}
+
+/**
+ * A Responses API request: its instructions and input as chat messages (api/responses.ts), run as
+ * that chat request would be, answered in the Responses shapes (responses-format.ts).
+ */
+export function responsesSpec(body: ResponsesRequest, served: ServedModel): RequestSpec {
+  const chat: Record<string, unknown> = {
+    model: body.model,
+    messages: responsesMessages(body),
+    max_tokens: body.max_output_tokens ?? null,
+    temperature: body.temperature ?? null,
+    top_p: body.top_p ?? null,
+    stream: body.stream === true,
+  };
+  for (const k of ['priority', 'cache_salt', 'seed'] as const) if ((body as Record<string, unknown>)[k] !== undefined) chat[k] = (body as Record<string, unknown>)[k];
+  const spec = chatSpec(parseBody(chatSchema, chat), served);
+  spec.params.kind = 'responses';
+  spec.params.responses = { instructions: body.instructions ?? null, maxOutputTokens: body.max_output_tokens ?? null };
+  return spec;
 }
 
 export function chatSpec(body: ChatBody, served: ServedModel): RequestSpec {

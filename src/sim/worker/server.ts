@@ -11,7 +11,8 @@
  *
  * This file starts a worker and holds its HTTP routes and engine side. Beside it: request-spec.ts
  * (a validated body → one sequence per prompt and sample, and their sampling parameters),
- * exchange.ts (one request's response: SSE chunks or a JSON body, stops, client gone, shutdown),
+ * exchange.ts (one request's response: SSE chunks or a JSON body, stops, client gone, shutdown;
+ * responses-format.ts for the Responses API's shapes),
  * logprobs.ts (vLLM's logprob formats), openai-protocol.ts (schemas, errors, writing answers),
  * generation.ts (incremental detokenization, stop strings), engine-driver.ts (real-time pacing),
  * vllm-metrics-exporter.ts (/metrics) and kv-event-publisher.ts (ZeroMQ).
@@ -47,7 +48,8 @@ import {
   tokenizeSchema,
   unavailable,
 } from './openai-protocol.js';
-import { chatSpec, completionSpec, sampleSeed, type GenParams, type ServedModel } from './request-spec.js';
+import { chatSpec, completionSpec, responsesSpec, sampleSeed, type GenParams, type ServedModel } from './request-spec.js';
+import { responsesRequestSchema } from '../../api/responses.js';
 import { VllmMetrics } from './vllm-metrics-exporter.js';
 
 /** The subset of a pino logger the worker uses. */
@@ -376,6 +378,8 @@ class SimWorkerServer implements ExchangeHost {
         return post((b) => this.generate(req, res, 'completion', b));
       case '/v1/chat/completions':
         return post((b) => this.generate(req, res, 'chat', b));
+      case '/v1/responses':
+        return post((b) => this.generate(req, res, 'responses', b));
       case '/reset_prefix_cache':
         // vLLM's development endpoint: drop every cached block no running request uses.
         if (method !== 'POST') return sendJson(res, 405, { detail: 'Method Not Allowed' }, { allow: 'POST' });
@@ -552,9 +556,14 @@ class SimWorkerServer implements ExchangeHost {
 
   // ---- generation ----
 
-  private generate(req: IncomingMessage, res: ServerResponse, kind: 'completion' | 'chat', raw: unknown): void {
+  private generate(req: IncomingMessage, res: ServerResponse, kind: 'completion' | 'chat' | 'responses', raw: unknown): void {
     if (this.shuttingDown) throw unavailable('The server is shutting down.');
-    const { params, seqs } = kind === 'completion' ? completionSpec(parseBody(completionSchema, raw), this.served) : chatSpec(parseBody(chatSchema, raw), this.served);
+    const { params, seqs } =
+      kind === 'completion'
+        ? completionSpec(parseBody(completionSchema, raw), this.served)
+        : kind === 'responses'
+          ? responsesSpec(parseBody(responsesRequestSchema, raw), this.served)
+          : chatSpec(parseBody(chatSchema, raw), this.served);
     for (const s of seqs) {
       if (s.promptIds.length === 0) throw badRequest('The prompt cannot be empty.', 'prompt');
       const err = this.engine.check(s.promptIds.length, s.maxTokens);
@@ -562,7 +571,7 @@ class SimWorkerServer implements ExchangeHost {
     }
     const headerId = req.headers['x-request-id'];
     const baseId = typeof headerId === 'string' && headerId.length > 0 && headerId.length <= 200 ? headerId : randomUUID().replaceAll('-', '');
-    const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${baseId}`;
+    const id = kind === 'responses' ? `resp_${baseId}` : `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${baseId}`;
     res.setHeader('x-request-id', baseId);
     const ex = new Exchange(this, res, id, params, seqs);
     this.exchanges.add(ex);

@@ -1,0 +1,79 @@
+/**
+ * Responses API continuations go to the worker that holds the response they continue.
+ *
+ * vLLM keeps a stored response (`store`, its default) in the memory of the worker that produced it,
+ * and answers a request naming it in `previous_response_id` only there: any other worker says 404
+ * "response not found". So this stage remembers which worker produced each response — the id is
+ * the first `"id"` of the answer: the top-level field of a JSON response, the `response.created`
+ * event's response in a stream — and routes a continuation only to that worker while it serves the
+ * model. A continuation of a response this gateway did not see (another replica's, or one
+ * forgotten) is routed as any request, and the worker's 404 is relayed.
+ *
+ * Memory: at most `capacity` ids (default 100,000), least recently used out first.
+ */
+import type { ResponsesRequest } from '../api/responses.js';
+import type { RequestContext } from './context.js';
+import type { GatewayStage } from './stages.js';
+
+/** The first `"id":"…"` of an answer (looked for in its first bytes only). */
+const ID = /"id"\s*:\s*"([^"\\]{1,256})"/;
+const LOOK_BYTES = 4096;
+
+export class ResponseAffinity {
+  private readonly workerOf = new Map<string, string>();
+
+  constructor(private readonly capacity = 100_000) {}
+
+  remember(responseId: string, workerId: string): void {
+    this.workerOf.delete(responseId);
+    this.workerOf.set(responseId, workerId);
+    if (this.workerOf.size > this.capacity) this.workerOf.delete(this.workerOf.keys().next().value!);
+  }
+
+  /** The worker that produced `responseId`, if this gateway saw it. */
+  workerFor(responseId: string): string | undefined {
+    const w = this.workerOf.get(responseId);
+    if (w !== undefined) {
+      this.workerOf.delete(responseId);
+      this.workerOf.set(responseId, w);
+    }
+    return w;
+  }
+
+  get size(): number {
+    return this.workerOf.size;
+  }
+
+  /** The gateway stage: pins continuations, and learns each answer's id and worker. */
+  stage(): GatewayStage {
+    return {
+      name: 'response-affinity',
+      handle: (ctx) => {
+        if (ctx.kind !== 'responses') return 'continue';
+        const previous = (ctx.body as ResponsesRequest).previous_response_id;
+        if (typeof previous === 'string') {
+          const id = this.workerFor(previous);
+          const w = id === undefined ? undefined : ctx.candidates.find((c) => c.id === id) ?? undefined;
+          if (w !== undefined) ctx.candidates = [w];
+        }
+        this.learn(ctx);
+        return 'continue';
+      },
+    };
+  }
+
+  /** Read the answer's id from its first bytes; remember it once the answer completed. */
+  private learn(ctx: RequestContext): void {
+    let head = '';
+    let id: string | null = null;
+    ctx.taps.push((chunk) => {
+      if (id !== null || head.length >= LOOK_BYTES) return;
+      head += chunk.toString('utf8', 0, Math.min(chunk.length, LOOK_BYTES - head.length));
+      const m = ID.exec(head);
+      if (m) id = m[1]!;
+    });
+    ctx.onFinish.push((c) => {
+      if (id !== null && c.status >= 200 && c.status < 300 && c.workerId !== null) this.remember(id, c.workerId);
+    });
+  }
+}

@@ -1,0 +1,105 @@
+/** OpenAI's Responses API (`POST /v1/responses`) through the gateway, against simulated vLLM workers. */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { MODEL, metricValue, post, startGateway, startSims } from './helpers.js';
+
+/** A Responses stream's events: [type, data] in order. */
+function events(text: string): Array<{ type: string; data: any }> {
+  const out: Array<{ type: string; data: any }> = [];
+  for (const block of text.split('\n\n')) {
+    if (block.trim() === '') continue;
+    const type = /^event: (.*)$/m.exec(block)?.[1];
+    const data = /^data: (.*)$/m.exec(block)?.[1];
+    assert.ok(type !== undefined && data !== undefined, `malformed event: ${block}`);
+    out.push({ type, data: JSON.parse(data) });
+  }
+  return out;
+}
+
+test('a response, whole and streamed, through the gateway: routed, relayed, counted', async () => {
+  const sims = await startSims(2);
+  const { gw, url } = await startGateway(sims.map((s) => s.url));
+  try {
+    const r = await post(url + '/v1/responses', { model: MODEL, instructions: 'Be brief.', input: 'Name a prime number.', max_output_tokens: 8 });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.object, 'response');
+    assert.match(r.json.id, /^resp_/);
+    assert.match(r.json.status, /^(completed|incomplete)$/);
+    const text = r.json.output[0].content[0].text;
+    assert.equal(typeof text, 'string');
+    assert.ok(r.json.usage.output_tokens >= 1 && r.json.usage.output_tokens <= 8);
+    assert.equal(r.json.instructions, 'Be brief.');
+    assert.match(r.headers.get('x-kvgate-worker') ?? '', /^w[01]$/);
+
+    const s = await post(url + '/v1/responses', { model: MODEL, input: [{ role: 'user', content: [{ type: 'input_text', text: 'Count to three.' }] }], max_output_tokens: 12, stream: true });
+    assert.equal(s.status, 200, s.text);
+    assert.match(s.headers.get('content-type') ?? '', /text\/event-stream/);
+    const ev = events(s.text);
+    assert.deepEqual(ev.slice(0, 4).map((e) => e.type), ['response.created', 'response.in_progress', 'response.output_item.added', 'response.content_part.added']);
+    const last = ev.at(-1)!;
+    assert.match(last.type, /^response\.(completed|incomplete)$/);
+    const deltas = ev.filter((e) => e.type === 'response.output_text.delta').map((e) => e.data.delta).join('');
+    assert.equal(deltas, last.data.response.output[0].content[0].text);
+    assert.deepEqual(ev.map((e) => e.data.sequence_number), ev.map((_, i) => i));
+    assert.equal(metricValue(await (await fetch(url + '/metrics')).text(), 'kvgate_requests_total', { route: 'responses', model: MODEL, status: '200' }), 2);
+  } finally {
+    await gw.close();
+    for (const s of sims) await s.close();
+  }
+});
+
+test('a continuation (previous_response_id) goes to the worker that produced the response', async () => {
+  const sims = await startSims(3);
+  const { gw, url } = await startGateway(sims.map((s) => s.url));
+  try {
+    const first = await post(url + '/v1/responses', { model: MODEL, input: 'Start a story.', max_output_tokens: 4 });
+    assert.equal(first.status, 200, first.text);
+    const home = first.headers.get('x-kvgate-worker');
+    const streamed = await post(url + '/v1/responses', { model: MODEL, input: 'Start another.', max_output_tokens: 4, stream: true });
+    const streamedId = events(streamed.text)[0]!.data.response.id as string;
+    const streamedHome = streamed.headers.get('x-kvgate-worker');
+    const seen = new Set<string>();
+    for (let i = 0; i < 12; i++) {
+      // Distinct inputs: nothing but the pin keeps them on one worker.
+      const r = await post(url + '/v1/responses', { model: MODEL, input: `Go on, part ${i} ${'x'.repeat(i * 40)}`, max_output_tokens: 2, previous_response_id: first.json.id });
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.headers.get('x-kvgate-worker'), home);
+      const t = await post(url + '/v1/responses', { model: MODEL, input: `And ${i}`, max_output_tokens: 2, previous_response_id: streamedId });
+      assert.equal(t.headers.get('x-kvgate-worker'), streamedHome);
+      // A response this gateway never saw is routed as any request.
+      const u = await post(url + '/v1/responses', { model: MODEL, input: `Other ${i} ${'y'.repeat(i * 50)}`, max_output_tokens: 2, previous_response_id: `resp_unknown${i}` });
+      assert.equal(u.status, 200, u.text);
+      seen.add(u.headers.get('x-kvgate-worker')!);
+    }
+    assert.ok(seen.size >= 2, `unpinned requests all went to ${[...seen]}`);
+  } finally {
+    await gw.close();
+    for (const s of sims) await s.close();
+  }
+});
+
+test('bad Responses requests are refused in OpenAI’s shape, naming the field', async () => {
+  const sims = await startSims(1);
+  const { gw, url } = await startGateway(sims.map((s) => s.url), { caps: { maxTokens: 100 } });
+  try {
+    const cases: Array<[unknown, number, string | null, string]> = [
+      [{ model: MODEL }, 400, 'input', 'invalid_value'],
+      [{ model: MODEL, input: [] }, 400, 'input', 'invalid_value'],
+      [{ model: MODEL, input: 'x', max_output_tokens: 0 }, 400, 'max_output_tokens', 'invalid_value'],
+      [{ model: MODEL, input: 'x', max_output_tokens: 1000 }, 400, 'max_output_tokens', 'limit_exceeded'],
+      [{ model: 'nope', input: 'x' }, 404, 'model', 'model_not_found'],
+    ];
+    for (const [body, status, param, code] of cases) {
+      const r = await post(url + '/v1/responses', body);
+      assert.equal(r.status, status, `${JSON.stringify(body)}: ${r.text}`);
+      assert.equal(r.json.error.param, param, JSON.stringify(body));
+      assert.equal(r.json.error.code, code, JSON.stringify(body));
+      assert.equal(typeof r.json.error.message, 'string');
+    }
+    const get = await fetch(url + '/v1/responses');
+    assert.equal(get.status, 405);
+  } finally {
+    await gw.close();
+    for (const s of sims) await s.close();
+  }
+});
