@@ -144,6 +144,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
     const chat = JSON.stringify({ model, messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 64, temperature: 0 });
     const streamBody = JSON.stringify({ model, messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 64, temperature: 0, stream: true });
     const embeddings = JSON.stringify({ model, input: ['KV caches hold attention keys and values.', 'Routers send prompts where their prefix is cached.'], dimensions: 8 });
+    const responses = JSON.stringify({ model, instructions: 'Answer briefly.', input: 'What does a KV cache hold?', max_output_tokens: 32 });
     const cacheLine = cacheOn
       ? `  response cache: ${redis === undefined ? 'in memory' : `Redis at ${redactRedisUrl(redis)}`}. Send the first request twice with -i: the second answer\n` +
         `  comes from the cache (x-kvgate-cache: hit), as JSON or as a stream. Stats: ${url}/admin/cache\n\n`
@@ -152,6 +153,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
       `\nkvgate demo: ${n} simulated ${model} worker(s) on ${gpu} (speed ×${speed}) behind ${url}\n\n` +
         `  curl -s ${url}/v1/chat/completions -H 'content-type: application/json' -d '${chat}'\n\n` +
         `  curl -sN ${url}/v1/chat/completions -H 'content-type: application/json' -d '${streamBody}'\n\n` +
+        `  curl -s ${url}/v1/responses -H 'content-type: application/json' -d '${responses}'\n\n` +
         `  curl -s ${url}/v1/embeddings -H 'content-type: application/json' -d '${embeddings}'\n\n` +
         cacheLine +
         (draft

@@ -16,6 +16,12 @@ test('demo prints the URL and curl lines, serves chat, and exits 0 on SIGINT', a
     const emb = await fetch(line[1]!, { method: 'POST', headers: { 'content-type': 'application/json' }, body: line[2]! });
     assert.equal(emb.status, 200);
     assert.equal(((await emb.json()) as { data: unknown[] }).data.length, 2);
+    // And the Responses API line.
+    const rline = /curl -s (\S+\/v1\/responses) -H 'content-type: application\/json' -d '([^']+)'/.exec(stdout());
+    assert.ok(rline, 'a responses curl line');
+    const resp = await fetch(rline[1]!, { method: 'POST', headers: { 'content-type': 'application/json' }, body: rline[2]! });
+    assert.equal(resp.status, 200);
+    assert.equal(((await resp.json()) as { object: string }).object, 'response');
     const ask = () =>
       fetch(url + '/v1/chat/completions', {
         method: 'POST',
