@@ -306,7 +306,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   services.push(admission.service);
   // After admission's narrowing: a Responses API continuation can only be served where its
   // previous response is stored.
-  stages.push(new ResponseAffinity().stage());
+  stages.push(new ResponseAffinity(100_000, shared?.responses ?? null).stage());
   let closing = false;
   let draining = false;
   const cacheSaltFor = createCacheSalter(config, logger);

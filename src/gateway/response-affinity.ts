@@ -7,13 +7,16 @@
  * the first `"id"` of the answer: the top-level field of a JSON response, the `response.created`
  * event's response in a stream — and routes a continuation only to that worker while it serves the
  * model. A continuation of a response this gateway did not see (another replica's, or one
- * forgotten) is routed as any request, and the worker's 404 is relayed.
+ * forgotten) is routed as any request, and the worker's 404 is relayed. With replicas sharing
+ * Redis (`shared.responses`), the ids this replica has not seen are asked of the shared directory
+ * (shared/response-directory.ts), and every id learned here is written to it.
  *
  * Memory: at most `capacity` ids (default 100,000), least recently used out first.
  */
 import type { ResponsesRequest } from '../api/responses.js';
+import type { ResponseDirectory } from '../shared/response-directory.js';
 import type { RequestContext } from './context.js';
-import type { GatewayStage } from './stages.js';
+import type { GatewayStage, StageResult } from './stages.js';
 
 /** The first `"id":"…"` of an answer (looked for in its first bytes only). */
 const ID = /"id"\s*:\s*"([^"\\]{1,256})"/;
@@ -22,7 +25,10 @@ const LOOK_BYTES = 4096;
 export class ResponseAffinity {
   private readonly workerOf = new Map<string, string>();
 
-  constructor(private readonly capacity = 100_000) {}
+  constructor(
+    private readonly capacity = 100_000,
+    private readonly shared: ResponseDirectory | null = null,
+  ) {}
 
   remember(responseId: string, workerId: string): void {
     this.workerOf.delete(responseId);
@@ -50,14 +56,15 @@ export class ResponseAffinity {
       name: 'response-affinity',
       handle: (ctx) => {
         if (ctx.kind !== 'responses') return 'continue';
-        const previous = (ctx.body as ResponsesRequest).previous_response_id;
-        if (typeof previous === 'string') {
-          const id = this.workerFor(previous);
-          const w = id === undefined ? undefined : ctx.candidates.find((c) => c.id === id) ?? undefined;
-          if (w !== undefined) ctx.candidates = [w];
-        }
         this.learn(ctx);
-        return 'continue';
+        const previous = (ctx.body as ResponsesRequest).previous_response_id;
+        if (typeof previous !== 'string') return 'continue';
+        const local = this.workerFor(previous);
+        if (local !== undefined || this.shared === null) return pin(ctx, local);
+        return this.shared.workerFor(previous).then((w): StageResult => {
+          if (w !== undefined) this.remember(previous, w);
+          return pin(ctx, w);
+        });
       },
     };
   }
@@ -73,7 +80,16 @@ export class ResponseAffinity {
       if (m) id = m[1]!;
     });
     ctx.onFinish.push((c) => {
-      if (id !== null && c.status >= 200 && c.status < 300 && c.workerId !== null) this.remember(id, c.workerId);
+      if (id === null || c.status < 200 || c.status >= 300 || c.workerId === null) return;
+      this.remember(id, c.workerId);
+      this.shared?.remember(id, c.workerId);
     });
   }
+}
+
+/** Route only to `workerId` while it serves the request's model (else as any request). */
+function pin(ctx: RequestContext, workerId: string | undefined): StageResult {
+  const w = workerId === undefined ? undefined : ctx.candidates.find((c) => c.id === workerId);
+  if (w !== undefined) ctx.candidates = [w];
+  return 'continue';
 }

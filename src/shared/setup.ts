@@ -9,14 +9,17 @@
  * - circuit breakers (`shared.breakers`): a breaker opened (or closed after a good probe) by one
  *   replica is applied by the others (BreakerChannel);
  * - in-flight load (`shared.load`): each replica's dispatches, first tokens and ends per worker are
- *   mirrored into the others' accounting (LoadChannel).
+ *   mirrored into the others' accounting (LoadChannel);
+ * - Responses API continuations (`shared.responses`): which worker holds each stored response
+ *   (RedisResponseDirectory), so `previous_response_id` finds it from any replica.
  *
  * Visible in /metrics (`kvgate_shared_*`) and at GET /admin/shared:
  *   {"redis": "redis://host:port", "up": true, "replica": "...", "reconnects": 0,
  *    "rate_limits": {"shared": N, "fallback": N} | null,
  *    "routing": {"published": N, "received": N, "dropped": N, ...} | null,
  *    "breakers": {"published": N, "opened": N, "closed": N, "stale": N, ..., "open": {worker: ms left}} | null,
- *    "load": {"published": N, "received": N, "dropped": N, "expired": N, "badMessages": N, "mirrored": N} | null}
+ *    "load": {"published": N, "received": N, "dropped": N, "expired": N, "badMessages": N, "mirrored": N} | null,
+ *    "responses": {"stored": N, "found": N, "notFound": N, "failed": N} | null}
  */
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
@@ -32,6 +35,7 @@ import { BreakerChannel } from './breaker-channel.js';
 import { LoadChannel } from './load-channel.js';
 import { RedisLink } from './redis-link.js';
 import { RedisRateLimiter } from './redis-rate-limit.js';
+import { RedisResponseDirectory, type ResponseDirectory } from './response-directory.js';
 import { RoutingChannel } from './routing-channel.js';
 
 export interface SharedConfig {
@@ -40,6 +44,7 @@ export interface SharedConfig {
   routing: boolean;
   breakers: boolean;
   load: boolean;
+  responses: boolean;
   publishIntervalMs: number;
   leaseMs: number;
 }
@@ -72,6 +77,8 @@ export interface SharedState {
    * (null: breakers stay local).
    */
   onBreakerTransition: ((worker: { id: string; url: string }, to: BreakerState, cause: TransitionCause, from: BreakerState) => void) | null;
+  /** Which worker holds each Responses API response, for every replica (null: kept per replica). */
+  responses: ResponseDirectory | null;
   readonly up: boolean;
   start(): Promise<void>;
   close(): Promise<void>;
@@ -154,6 +161,8 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
         })
       : null;
   if (load) d.router!.loadObserver = load.observe;
+  // A day: a conversation continued after that starts again from its input.
+  const responses = c.responses ? new RedisResponseDirectory({ link, keyPrefix: c.redis.keyPrefix, ttlS: 86_400 }) : null;
 
   new Gauge({
     name: 'kvgate_shared_redis_up',
@@ -239,8 +248,25 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
     },
   });
 
+  new Counter({
+    name: 'kvgate_shared_response_lookups_total',
+    help: 'Responses API continuations and answers shared with other replicas: stored (this replica wrote which worker holds a response), found and not_found (lookups of ids this replica had not seen), failed (Redis unavailable)',
+    labelNames: ['result'],
+    registers: [d.registry],
+    collect() {
+      this.reset();
+      if (!responses) return;
+      const k = responses.counts;
+      this.inc({ result: 'stored' }, k.stored);
+      this.inc({ result: 'found' }, k.found);
+      this.inc({ result: 'not_found' }, k.notFound);
+      this.inc({ result: 'failed' }, k.failed);
+    },
+  });
+
   return {
     rateLimiter,
+    responses,
     onBreakerTransition: breakers ? (w, to, cause, from) => breakers.onTransition(w, to, cause, from) : null,
     get up() {
       return link.up;
@@ -250,7 +276,7 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
       await channel?.start();
       await breakers?.start();
       await load?.start();
-      d.logger.info({ redis: shown, replica: replicaId, rateLimits: rateLimiter !== null, routing: channel !== null, breakers: breakers !== null, load: load !== null }, 'shared state on');
+      d.logger.info({ redis: shown, replica: replicaId, rateLimits: rateLimiter !== null, routing: channel !== null, breakers: breakers !== null, load: load !== null, responses: responses !== null }, 'shared state on');
     },
     async close() {
       channel?.close();
@@ -268,6 +294,7 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
         routing: channel ? { ...channel.counts, learned_runs: d.index?.learnedRuns ?? 0 } : null,
         breakers: breakers ? { ...breakers.counts, open: breakers.openHere(d.workerIds()) } : null,
         load: load ? { ...load.counts, mirrored: load.mirrored } : null,
+        responses: responses ? { ...responses.counts } : null,
       };
     },
   };

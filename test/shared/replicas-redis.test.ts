@@ -116,6 +116,22 @@ describe('gateway replicas sharing state through Redis', { skip }, () => {
     await waitFor(async () => (await inflightAt(b.url)) === 0, 5_000);
   });
 
+  it('continues a Responses API response through replica B at the worker that wrote it through replica A', async () => {
+    const ask = (url: string, body: Record<string, unknown>) => post(url + '/v1/responses', { model: MODEL, max_output_tokens: 2, ...body }, GLOBEX);
+    for (let i = 0; i < 4; i++) {
+      const first = await ask(a.url, { input: `Begin story ${i}.` });
+      assert.equal(first.status, 200, first.text);
+      const home = first.headers.get('x-kvgate-worker');
+      // Distinct long inputs: without the pin, B would spread them.
+      const next = await ask(b.url, { input: longPrompt(`cont${i}`), previous_response_id: first.json.id });
+      assert.equal(next.status, 200, next.text);
+      assert.equal(next.headers.get('x-kvgate-worker'), home, `continuation ${i}`);
+    }
+    const st = (await shared(b.url)).responses;
+    assert.ok(st.found >= 4, JSON.stringify(st));
+    assert.ok((await shared(a.url)).responses.stored >= 4);
+  });
+
   it('loses no request while Redis is down, shows it, and shares again when it returns', async () => {
     await redis.stop();
     await waitFor(async () => (await metric(a.url, 'kvgate_shared_redis_up')) === 0 && (await metric(b.url, 'kvgate_shared_redis_up')) === 0);

@@ -126,8 +126,15 @@ describe('the adaptive controller in the gateway', () => {
     const poor = await startDraft({ fidelity: 0.02 });
     // The test is about acceptance: the target never counts as busy. Both gateways share it, and
     // the 40 rounds take about a second, so one scrape that catches two queued verification rounds
-    // on a loaded machine would send every later request down the plain path.
-    const extra = { speculative: { cascades: [{ model: TARGET, targetPool: 'target', draftPool: 'draft', k: 4 }], controller: { mode: 'adaptive' as const, probeRate: 0.2, minEvidence: 20, busyWaiting: 1000, busyRunning: 1000 } } };
+    // on a loaded machine would send every later request down the plain path. Nor do the draft's
+    // measured costs decide (wall-clock round trips, inflated on a loaded machine): priced at a
+    // hundredth of the target's, the gain is the tokens a round yields, which acceptance sets.
+    const extra = {
+      speculative: {
+        cascades: [{ model: TARGET, targetPool: 'target', draftPool: 'draft', k: 4 }],
+        controller: { mode: 'adaptive' as const, probeRate: 0.2, minEvidence: 20, busyWaiting: 1000, busyRunning: 1000, draftPrice: 0.01 },
+      },
+    };
     const g1 = await startCascade([target.url], [good.url], { extra, spec: { rng: seededRng(11) } });
     const g2 = await startCascade([target.url], [poor.url], { extra, spec: { rng: seededRng(11) } });
     try {

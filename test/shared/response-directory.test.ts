@@ -1,0 +1,38 @@
+/** The shared directory of Responses API responses, on a real Redis and with Redis away. */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { RedisLink } from '../../src/shared/redis-link.js';
+import { RedisResponseDirectory } from '../../src/shared/response-directory.js';
+import { redisSkip } from '../redis-server.js';
+import { redisFixture } from './redis-fixture.js';
+import { waitFor } from '../support.js';
+
+describe('response directory', { skip: redisSkip() }, () => {
+  const fx = redisFixture();
+
+  it('stores which worker holds a response, for a day, and finds it from another link', async () => {
+    const links = [0, 1].map(() => new RedisLink({ url: fx.server.url, timeoutMs: 200, connectTimeoutMs: 1000 }));
+    for (const l of links) {
+      await l.start();
+      fx.closers.push(() => l.close());
+    }
+    const [a, b] = links.map((link) => new RedisResponseDirectory({ link, keyPrefix: 'rd:', ttlS: 86_400 }));
+    a!.remember('resp_1', 'w3');
+    await waitFor(() => a!.counts.stored === 1);
+    assert.equal(await b!.workerFor('resp_1'), 'w3');
+    assert.equal(await b!.workerFor('resp_2'), undefined);
+    assert.deepEqual(b!.counts, { stored: 0, found: 1, notFound: 1, failed: 0 });
+    const ttl = await fx.raw.ttl('rd:resp:resp_1');
+    assert.ok(ttl > 86_000 && ttl <= 86_400, `ttl ${ttl}`);
+  });
+
+  it('with Redis away, knows nothing and drops writes, counted, without throwing', async () => {
+    const link = new RedisLink({ url: 'redis://127.0.0.1:1', timeoutMs: 100, connectTimeoutMs: 200 });
+    await link.start();
+    fx.closers.push(() => link.close());
+    const d = new RedisResponseDirectory({ link, keyPrefix: 'rd:', ttlS: 60 });
+    d.remember('resp_x', 'w0');
+    assert.equal(await d.workerFor('resp_x'), undefined);
+    assert.equal(d.counts.failed, 2);
+  });
+});
