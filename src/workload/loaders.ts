@@ -238,6 +238,11 @@ function parseJsonlRow(text: string, no: number, seed: number): JsonlRow {
     else if (typeof o.priority === 'number' && Number.isInteger(o.priority)) r.priority = o.priority;
     else bad('"priority" must be an integer or one of critical, standard, sheddable');
   }
+  if (o.n !== undefined) {
+    // n sampled answers, each max_tokens long (the simulation runs one sequence per answer).
+    if (typeof o.n !== 'number' || !Number.isInteger(o.n) || o.n < 1 || o.n > 128) bad('"n" must be an integer from 1 to 128');
+    if (o.n > 1) r.sampleTokens = new Array<number>(o.n).fill(maxTokens);
+  }
   const row: JsonlRow = { req: r, timestampMs: arrivalMs, append: false };
   if (o.think_ms !== undefined) {
     if (o.session === undefined) bad('"think_ms" needs a "session"');
@@ -271,7 +276,8 @@ function sessionOf(text: string): string | null {
 
 /**
  * kvgate JSONL: {"timestamp_ms", one of "prompt" (text) | "prompt_tokens" (ids) | "messages"
- * (chat, rendered with the chat template), "max_tokens", "tenant"?, "priority"? (vLLM's integer, or critical | standard | sheddable read as 0 | 1 | 2), "session"?,
+ * (chat, rendered with the chat template), "max_tokens", "n"? (sampled answers, each max_tokens
+ * long), "tenant"?, "priority"? (vLLM's integer, or critical | standard | sheddable read as 0 | 1 | 2), "session"?,
  * "think_ms"?, "append"?}.
  *
  * Rows sharing a "session" are the turns of one conversation, in file order, replayed closed loop:

@@ -178,6 +178,12 @@ describe('kvgate jsonl loader', () => {
     assert.equal(reqs[2]!.promptText, undefined);
   });
 
+  it('reads "n" as that many sampled answers, each max_tokens long', () => {
+    const rows = [{ n: 4 }, { n: 1 }, {}].map((x, i) => JSON.stringify({ timestamp_ms: i, prompt: 'p', max_tokens: 5, ...x }));
+    const reqs = [...loadTrace(file(rows.join('\n')), 'jsonl').open()];
+    assert.deepEqual(reqs.map((r) => r.sampleTokens), [[5, 5, 5, 5], undefined, undefined]);
+  });
+
   it('reads "priority" as a vLLM integer or a class name', () => {
     const rows = ['critical', 'standard', 'sheddable', 7].map((priority, i) => JSON.stringify({ timestamp_ms: i, prompt: 'p', max_tokens: 1, priority }));
     const reqs = [...loadTrace(file(rows.join('\n')), 'jsonl').open()];
@@ -193,6 +199,8 @@ describe('kvgate jsonl loader', () => {
       [JSON.stringify({ timestamp_ms: 0, messages: [{ content: 'x' }], max_tokens: 1 }), /role/],
       [JSON.stringify({ timestamp_ms: 0, prompt: 'hi', max_tokens: 1, priority: 'high' }), /"priority" must be an integer/],
       [JSON.stringify({ timestamp_ms: 0, prompt: '', max_tokens: 1 }), /prompt is empty/],
+      [JSON.stringify({ timestamp_ms: 0, prompt: 'hi', max_tokens: 1, n: 0 }), /"n" must be an integer from 1 to 128/],
+      [JSON.stringify({ timestamp_ms: 0, prompt: 'hi', max_tokens: 1, n: 2.5 }), /"n" must be an integer/],
     ];
     for (const [row, re] of cases) {
       const path = file(JSON.stringify({ timestamp_ms: 0, prompt: 'ok', max_tokens: 1 }) + '\n' + row + '\n');
