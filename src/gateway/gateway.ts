@@ -46,6 +46,7 @@ import { json } from './local-routes.js';
 import { ConfigReloader, type ReloadOutcome } from './config-reload.js';
 import { kvEventsService as createKvEventsService, type KvEventsService } from './kv-events-service.js';
 import { ResponseAffinity } from './response-affinity.js';
+import { lookupResponse } from './response-lookup.js';
 
 export type { GatewayService };
 
@@ -306,7 +307,8 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   services.push(admission.service);
   // After admission's narrowing: a Responses API continuation can only be served where its
   // previous response is stored.
-  stages.push(new ResponseAffinity(100_000, shared?.responses ?? null).stage());
+  const affinity = new ResponseAffinity(100_000, shared?.responses ?? null);
+  stages.push(affinity.stage());
   let closing = false;
   let draining = false;
   const cacheSaltFor = createCacheSalter(config, logger);
@@ -326,6 +328,8 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     isClosing: () => closing,
     isDraining: () => draining || closing,
     cacheSaltFor,
+    responseLookup: (path, query, req, res) =>
+      lookupResponse({ affinity, fleet: registry, tenants, logger, firstByteMs: () => relay.firstByteMs }, path, query, req, res),
   });
 
   const sc = config.server;

@@ -57,6 +57,8 @@ export interface HandlerDeps {
   isDraining: () => boolean;
   /** The tenant's cache salt if `pool` isolates cached prompts per tenant, else null. */
   cacheSaltFor: (pool: string | undefined, tenant: string) => string | null;
+  /** `GET /v1/responses/{id}`, `POST /v1/responses/{id}/cancel` (gateway/response-lookup.ts). */
+  responseLookup?: (path: string, query: string, req: IncomingMessage, res: ServerResponse) => Promise<void>;
 }
 
 /** A client's own request id is echoed (x-client-request-id) and logged only if it looks like one. */
@@ -119,6 +121,10 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
     if (inference !== undefined) {
       if (req.method !== 'POST') return sendError(res, errors.methodNotAllowed(req.method ?? '?', path, 'POST'));
       void handleInference(deps, inference.kind, path, req, res);
+      return;
+    }
+    if (deps.responseLookup !== undefined && path.startsWith('/v1/responses/')) {
+      void deps.responseLookup(path, q === -1 ? '' : url.slice(q), req, res);
       return;
     }
     if (local(path, req, res)) return;

@@ -59,6 +59,11 @@ export class Relay {
     this.o.retryAfterSeconds = o.retryAfterSeconds;
   }
 
+  /** The first-byte timeout now in force (config reloads retune it). */
+  get firstByteMs(): number {
+    return this.o.firstByteMs;
+  }
+
   /** Serve the request at some worker. Resolves when the response is over; throws ApiError if no byte was sent. */
   async forward(ctx: RequestContext): Promise<void> {
     const { router, metrics } = this.o;

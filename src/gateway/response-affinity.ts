@@ -50,6 +50,15 @@ export class ResponseAffinity {
     return this.workerOf.size;
   }
 
+  /** The worker that produced `responseId`: this gateway's memory, else the shared directory. */
+  async locate(responseId: string): Promise<string | undefined> {
+    const local = this.workerFor(responseId);
+    if (local !== undefined || this.shared === null) return local;
+    const w = await this.shared.workerFor(responseId);
+    if (w !== undefined) this.remember(responseId, w);
+    return w;
+  }
+
   /** The gateway stage: pins continuations, and learns each answer's id and worker. */
   stage(): GatewayStage {
     return {
@@ -69,20 +78,23 @@ export class ResponseAffinity {
     };
   }
 
-  /** Read the answer's id from its first bytes; remember it once the answer completed. */
+  /**
+   * Read the answer's id from its first bytes and remember it at once: before those bytes reach
+   * the client, so a continuation sent the moment the answer ends finds it, through any replica.
+   * Taps see only the bodies relayed to the client (a worker's error body is not).
+   */
   private learn(ctx: RequestContext): void {
     let head = '';
-    let id: string | null = null;
+    let done = false;
     ctx.taps.push((chunk) => {
-      if (id !== null || head.length >= LOOK_BYTES) return;
+      if (done) return;
       head += chunk.toString('utf8', 0, Math.min(chunk.length, LOOK_BYTES - head.length));
       const m = ID.exec(head);
-      if (m) id = m[1]!;
-    });
-    ctx.onFinish.push((c) => {
-      if (id === null || c.status < 200 || c.status >= 300 || c.workerId === null) return;
-      this.remember(id, c.workerId);
-      this.shared?.remember(id, c.workerId);
+      if (m === null && head.length < LOOK_BYTES) return;
+      done = true;
+      if (m === null || ctx.workerId === null) return;
+      this.remember(m[1]!, ctx.workerId);
+      this.shared?.remember(m[1]!, ctx.workerId);
     });
   }
 }

@@ -1,7 +1,8 @@
 /** OpenAI's Responses API (`POST /v1/responses`) through the gateway, against simulated vLLM workers. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { MODEL, metricValue, post, startGateway, startSims } from './helpers.js';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { MODEL, metricValue, post, startGateway, startSims, startStub } from './helpers.js';
 
 /** A Responses stream's events: [type, data] in order. */
 function events(text: string): Array<{ type: string; data: any }> {
@@ -101,5 +102,72 @@ test('bad Responses requests are refused in OpenAI’s shape, naming the field',
   } finally {
     await gw.close();
     for (const s of sims) await s.close();
+  }
+});
+
+/** A worker stand-in that stores its responses, as vLLM does with its store on. */
+function storingWorker(name: string): (req: IncomingMessage, res: ServerResponse) => void {
+  const stored = new Set<string>();
+  let n = 0;
+  const json = (res: ServerResponse, status: number, body: unknown) => {
+    res.writeHead(status, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(body));
+  };
+  return (req, res) => {
+    const url = req.url ?? '/';
+    const m = /^\/v1\/responses\/([^/?]+)(\/cancel)?(\?.*)?$/.exec(url);
+    if (m) {
+      if (!stored.has(m[1]!)) return json(res, 404, { error: { message: `Response with id '${m[1]}' not found.`, type: 'NotFoundError', param: null, code: 404 } });
+      if (m[2]) return json(res, 200, { id: m[1], object: 'response', status: 'cancelled', from: name });
+      if (m[3]?.includes('stream=true')) {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        return res.end(`event: response.completed\ndata: ${JSON.stringify({ type: 'response.completed', response: { id: m[1], from: name } })}\n\n`);
+      }
+      return json(res, 200, { id: m[1], object: 'response', status: 'completed', from: name });
+    }
+    if (req.method === 'GET') {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      return res.end(url === '/metrics' ? '' : 'ok');
+    }
+    req.resume();
+    req.on('end', () => {
+      const id = `resp_${name}_${n++}`;
+      stored.add(id);
+      json(res, 200, { id, object: 'response', status: 'completed', output: [], usage: { input_tokens: 3, output_tokens: 1, total_tokens: 4 }, user: null });
+    });
+  };
+}
+
+test('a stored response is retrieved and cancelled at the worker that holds it', async () => {
+  const stubs = await Promise.all(['a', 'b', 'c'].map(async (name) => startStub(storingWorker(name))));
+  const { gw, url } = await startGateway(stubs.map((s) => s.url));
+  try {
+    const made: Array<{ id: string; worker: string }> = [];
+    for (let i = 0; i < 6; i++) {
+      const r = await post(url + '/v1/responses', { model: MODEL, input: `request ${i} ${'z'.repeat(i * 30)}`, max_output_tokens: 1 });
+      assert.equal(r.status, 200, r.text);
+      made.push({ id: r.json.id, worker: (r.json.id as string).split('_')[1]! });
+    }
+    for (const m of made) {
+      const g = await fetch(`${url}/v1/responses/${m.id}`);
+      assert.equal(g.status, 200);
+      assert.equal(((await g.json()) as { from: string }).from, m.worker);
+      const s = await fetch(`${url}/v1/responses/${m.id}?stream=true`);
+      assert.match(s.headers.get('content-type') ?? '', /text\/event-stream/);
+      assert.match(await s.text(), new RegExp(`"from":"${m.worker}"`));
+      const c = await fetch(`${url}/v1/responses/${m.id}/cancel`, { method: 'POST' });
+      assert.equal(((await c.json()) as { status: string }).status, 'cancelled');
+    }
+    const unknown = await fetch(`${url}/v1/responses/resp_never_made`);
+    assert.equal(unknown.status, 404);
+    const body = (await unknown.json()) as { error: { code: string; param: string } };
+    assert.equal(body.error.code, 'response_not_found');
+    assert.equal(body.error.param, 'response_id');
+    assert.equal((await fetch(`${url}/v1/responses/${made[0]!.id}`, { method: 'DELETE' })).status, 405);
+    assert.equal((await fetch(`${url}/v1/responses/${made[0]!.id}/cancel`)).status, 405);
+    assert.equal((await fetch(`${url}/v1/responses/x/y/z`)).status, 404);
+  } finally {
+    await gw.close();
+    for (const s of stubs) await s.close();
   }
 });

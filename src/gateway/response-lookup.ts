@@ -1,0 +1,78 @@
+/**
+ * `GET /v1/responses/{id}` (retrieve a stored or background response; `?stream=true` replays its
+ * events) and `POST /v1/responses/{id}/cancel` (cancel a background one), sent to the worker that
+ * holds the response — the one that wrote it, as ResponseAffinity learned — and relayed as it
+ * answers. A response this gateway (and, with `shared.responses`, every replica) never relayed is a
+ * 404: no other worker has it.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { pipeline } from 'node:stream/promises';
+import { request } from 'undici';
+import type { TenantDirectory } from '../admission/tenants.js';
+import { ApiError, echo, errors, sendError } from '../api/errors.js';
+import type { WorkerRegistry } from '../fleet/registry.js';
+import type { Logger } from '../telemetry/logger.js';
+import { normaliseWorkerError } from './relay-attempt.js';
+import type { ResponseAffinity } from './response-affinity.js';
+
+export interface ResponseLookupDeps {
+  affinity: ResponseAffinity;
+  fleet: WorkerRegistry;
+  tenants: TenantDirectory;
+  logger: Pick<Logger, 'warn'>;
+  /** The worker's answer must start within this long (timeouts.firstByteMs). */
+  firstByteMs: () => number;
+}
+
+const PATH = /^\/v1\/responses\/([^/]{1,256})(\/cancel)?$/;
+/** Most of a worker's error body read (to put it in OpenAI's shape). */
+const MAX_ERROR_TEXT = 4096;
+
+/** Handles a `/v1/responses/...` path; resolves when the answer is over. */
+export async function lookupResponse(d: ResponseLookupDeps, path: string, query: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  try {
+    const m = PATH.exec(path);
+    if (!m) throw errors.routeNotFound(path);
+    const cancel = m[2] !== undefined;
+    const method = cancel ? 'POST' : 'GET';
+    if (req.method !== method) throw errors.methodNotAllowed(req.method ?? '?', cancel ? '/v1/responses/{id}/cancel' : '/v1/responses/{id}', method);
+    d.tenants.authenticate(req.headers.authorization);
+    req.resume(); // a body, if any, is not read
+    let id: string;
+    try {
+      id = decodeURIComponent(m[1]!);
+    } catch {
+      id = m[1]!;
+    }
+    const workerId = await d.affinity.locate(id);
+    const w = workerId === undefined ? undefined : d.fleet.get(workerId);
+    if (w === undefined) {
+      throw new ApiError(404, 'not_found_error', 'response_not_found', `Response '${echo(id)}' was not relayed by this gateway, or its worker is gone`, 'response_id');
+    }
+    const url = new URL(w.url);
+    const base = url.pathname.replace(/\/$/, '');
+    let r: Awaited<ReturnType<typeof request>>;
+    try {
+      r = await request(`${url.origin}${base}${path}${query}`, {
+        method,
+        headers: { ...w.upstreamHeaders },
+        headersTimeout: d.firstByteMs(),
+        bodyTimeout: 0,
+      });
+    } catch (e) {
+      d.logger.warn({ worker: w.id, err: (e as Error).message }, 'response lookup: worker request failed');
+      throw errors.upstream(`worker ${w.id} is unreachable`, 'upstream_unreachable');
+    }
+    if (r.statusCode >= 400) {
+      let text = '';
+      for await (const chunk of r.body) if (text.length < MAX_ERROR_TEXT) text += (chunk as Buffer).toString('utf8');
+      throw normaliseWorkerError(r.statusCode, text, w.id);
+    }
+    const ct = r.headers['content-type'];
+    res.writeHead(r.statusCode, { 'content-type': typeof ct === 'string' ? ct : 'application/json' });
+    await pipeline(r.body, res);
+  } catch (e) {
+    if (!res.headersSent && !res.destroyed) sendError(res, e instanceof ApiError ? e : errors.upstream((e as Error).message, 'upstream_stream_error'));
+    else if (!res.writableEnded) res.destroy();
+  }
+}
