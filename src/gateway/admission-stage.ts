@@ -30,7 +30,7 @@ import type { Registry } from 'prom-client';
 import type { Clock } from '../util/clock.js';
 import { stateKey } from '../util/state.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
-import { promptLength, requestSequences } from '../scheduler/types.js';
+import { requestPromptTokens, requestSequences } from '../scheduler/types.js';
 import type { RequestContext } from './context.js';
 import { chargedTokens } from './prepare.js';
 import type { GatewayStage, StageResult } from './stages.js';
@@ -190,7 +190,7 @@ export function setupAdmission(deps: {
           id: ctx.id,
           model: ctx.model,
           cls,
-          promptTokens: ctx.routeRequest.batchPromptTokens ?? promptLength(ctx.routeRequest),
+          promptTokens: requestPromptTokens(ctx.routeRequest),
           maxTokens: ctx.maxTokens,
           sequences: requestSequences(ctx.routeRequest),
           latestStart,

@@ -6,7 +6,7 @@ import type { IncomingMessage } from 'node:http';
 import { responsesMessages, type ResponsesRequest } from '../api/responses.js';
 import { promptList, type ChatCompletionRequest, type CompletionRequest, type EmbeddingsRequest } from '../api/schemas.js';
 import type { WorkerState } from '../fleet/worker-state.js';
-import { promptLength, requestSequences, type RouteRequest } from '../scheduler/types.js';
+import { promptLength, requestPromptTokens, requestSequences, type RouteRequest } from '../scheduler/types.js';
 import { renderChat, type ChatRenderOptions } from '../tokenizer/chat-template.js';
 import { ChatTokenCache, DEFAULT_KEPT_IDS } from '../tokenizer/chat-tokens.js';
 import { estimateTokenizer } from '../tokenizer/estimate.js';
@@ -225,7 +225,7 @@ export function describeSequences(kind: InferenceKind, body: InferenceBody, rr: 
  * any tokens-per-minute limit by batching.
  */
 export function chargedTokens(kind: InferenceKind, rr: RouteRequest, maxTokens: number): number {
-  const prompts = rr.batchPromptTokens ?? promptLength(rr);
+  const prompts = requestPromptTokens(rr);
   return generates(kind) ? prompts + requestSequences(rr) * maxTokens : prompts;
 }
 

@@ -68,12 +68,10 @@ export class ResponseAffinity {
         this.learn(ctx);
         const previous = (ctx.body as ResponsesRequest).previous_response_id;
         if (typeof previous !== 'string') return 'continue';
+        // Known here (the usual case): no promise.
         const local = this.workerFor(previous);
         if (local !== undefined || this.shared === null) return pin(ctx, local);
-        return this.shared.workerFor(previous).then((w): StageResult => {
-          if (w !== undefined) this.remember(previous, w);
-          return pin(ctx, w);
-        });
+        return this.locate(previous).then((w) => pin(ctx, w));
       },
     };
   }

@@ -6,7 +6,7 @@
 import type { InflightRequest, WorkerState } from '../fleet/worker-state.js';
 import type { Clock } from '../util/clock.js';
 import type { Rng } from '../util/rng.js';
-import { promptLength, requestSequences, type Policy, type RouteDecision, type RouteOutcome, type RouteRequest, type RoutingContext } from './types.js';
+import { requestPromptTokens, requestSequences, type Policy, type RouteDecision, type RouteOutcome, type RouteRequest, type RoutingContext } from './types.js';
 
 export interface RouterOptions {
   policy: Policy;
@@ -60,7 +60,7 @@ export class Router {
     const d = out.decision;
     const w = d.worker;
     // The whole request is charged: every prompt of a batch, and output for each of its sequences.
-    const prompt = req.batchPromptTokens ?? promptLength(req);
+    const prompt = requestPromptTokens(req);
     const uncached = Math.round(prompt * (1 - d.expectedPrefixHit));
     const sequences = requestSequences(req);
     const expectedOut = Math.min(req.maxTokens, RESERVE_OUTPUT_TOKENS_CAP);

@@ -220,6 +220,11 @@ export function promptLength(req: RouteRequest): number {
   return req.promptTokenCount ?? req.promptTokens.length;
 }
 
+/** Prompt tokens of the whole request: every prompt of a batch (RouteRequest.batchPromptTokens). */
+export function requestPromptTokens(req: RouteRequest): number {
+  return req.batchPromptTokens ?? promptLength(req);
+}
+
 /** Sequences the request starts at its worker (RouteRequest.sequences). */
 export function requestSequences(req: RouteRequest): number {
   return req.sequences ?? 1;

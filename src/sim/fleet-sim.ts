@@ -309,6 +309,11 @@ class SimRouteRequest implements RouteRequest {
   }
 }
 
+/** A request of several sampled answers (BenchRequest.sampleTokens). */
+function sampled(req: BenchRequest): boolean {
+  return req.sampleTokens !== undefined && req.sampleTokens.length > 1;
+}
+
 /** Scrape interval a policy asks for, if it declares one. */
 export function policyScrapeInterval(policy: Policy): number | undefined {
   const v = (policy as { scrapeIntervalMs?: unknown }).scrapeIntervalMs;
@@ -647,23 +652,25 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     q.push(now + res.durationMs, { k: Kind.StepDone, w, res });
   };
 
+  /** The engine request that generates `maxTokens` tokens of `req`'s answer from `seed`. */
+  const engineRequest = (id: string, req: BenchRequest, maxTokens: number, seed: number): EngineRequest => ({
+    id,
+    prompt: req.promptTokens,
+    maxTokens,
+    sampler: (ctx: TokenContext) => answerToken(seed, ctx.output.length),
+    ignoreEos: true,
+    priority: req.priority ?? 0,
+    ...(isolate ? { cacheSalt: saltOf(req) } : {}),
+  });
+
   const dispatch = (w: number, idx: number, req: BenchRequest, now: number) => {
-    if (req.sampleTokens !== undefined && req.sampleTokens.length > 1) return dispatchSamples(w, idx, req, now);
+    if (sampled(req)) return dispatchSamples(w, idx, req, now);
     if (cascade) {
       workerOfRun.set(idx, w);
       if (cascade.start(idx, w, req)) return;
       workerOfRun.delete(idx);
     }
-    const seed = req.outputSeed;
-    submit(w, {
-      id: String(idx),
-      prompt: req.promptTokens,
-      maxTokens: req.maxTokens,
-      sampler: (ctx: TokenContext) => answerToken(seed, ctx.output.length),
-      ignoreEos: true,
-      priority: req.priority ?? 0,
-      ...(isolate ? { cacheSalt: saltOf(req) } : {}),
-    }, now);
+    submit(w, engineRequest(String(idx), req, req.maxTokens, req.outputSeed), now);
   };
 
   /**
@@ -676,16 +683,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     const lens = req.sampleTokens!;
     samplesLeft.set(idx, { left: lens.length, outputTokens: 0, allTokens: 0, cachedTokens: 0, aborted: false });
     for (let k = 0; k < lens.length; k++) {
-      const seed = k === 0 ? req.outputSeed : mix32(req.outputSeed, k);
-      submit(w, {
-        id: `${idx}/${k}`,
-        prompt: req.promptTokens,
-        maxTokens: lens[k]!,
-        sampler: (ctx: TokenContext) => answerToken(seed, ctx.output.length),
-        ignoreEos: true,
-        priority: req.priority ?? 0,
-        ...(isolate ? { cacheSalt: saltOf(req) } : {}),
-      }, now);
+      submit(w, engineRequest(`${idx}/${k}`, req, lens[k]!, k === 0 ? req.outputSeed : mix32(req.outputSeed, k)), now);
     }
   };
 
@@ -749,7 +747,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   /** An admitted request: the response cache, then the router and a worker. */
   const proceed = (req: BenchRequest, idx: number, rr: SimRouteRequest, now: number) => {
     // n sampled answers are not the deterministic traffic a response cache answers.
-    if (cache && req.sampleTokens === undefined && fromCache(req, idx, now)) return;
+    if (cache && !sampled(req) && fromCache(req, idx, now)) return;
     // Admission narrows the candidates to the workers the request fits on.
     const rep = replicas[replicaOf(idx, nReplicas)]!;
     const workers = tickets.get(idx)?.workers ?? rep.states;
