@@ -23,6 +23,7 @@ import {
 import type { GatewayConfig, RequestCaps } from '../config.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import { flatLineWriter, type FlatFields, type Logger } from '../telemetry/logger.js';
+import type { LookupOutcome } from './response-lookup.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 import type { Clock } from '../util/clock.js';
 import { generates, LiveRequestContext, type GenerationKind, type InferenceBody, type InferenceKind, type RequestContext } from './context.js';
@@ -58,7 +59,7 @@ export interface HandlerDeps {
   /** The tenant's cache salt if `pool` isolates cached prompts per tenant, else null. */
   cacheSaltFor: (pool: string | undefined, tenant: string) => string | null;
   /** `GET /v1/responses/{id}`, `POST /v1/responses/{id}/cancel` (gateway/response-lookup.ts). */
-  responseLookup?: (path: string, query: string, req: IncomingMessage, res: ServerResponse) => Promise<void>;
+  responseLookup?: (path: string, query: string, req: IncomingMessage, res: ServerResponse) => Promise<LookupOutcome>;
 }
 
 /** A client's own request id is echoed (x-client-request-id) and logged only if it looks like one. */
@@ -124,12 +125,44 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       return;
     }
     if (deps.responseLookup !== undefined && path.startsWith('/v1/responses/')) {
-      void deps.responseLookup(path, q === -1 ? '' : url.slice(q), req, res);
+      void lookup(deps.responseLookup, path, q === -1 ? '' : url.slice(q), req, res);
       return;
     }
     if (local(path, req, res)) return;
     sendError(res, errors.routeNotFound(path));
   };
+
+  /** A stored response retrieved or cancelled: relayed, then counted and logged as requests are. */
+  async function lookup(
+    run: NonNullable<HandlerDeps['responseLookup']>,
+    path: string,
+    query: string,
+    req: IncomingMessage,
+    res: ServerResponse,
+  ): Promise<void> {
+    const startedAt = deps.clock.now();
+    const id = randomUUID();
+    res.setHeader('x-request-id', id);
+    metrics.inflight++;
+    let o: LookupOutcome = { route: 'responses_lookup' };
+    try {
+      o = await run(path, query, req, res);
+    } finally {
+      metrics.inflight--;
+      const model = o.model ?? 'unknown';
+      const status = res.statusCode;
+      const durationMs = deps.clock.now() - startedAt;
+      metrics.requestsBy.series(o.route, model, String(status)).inc();
+      metrics.durationBy.series(o.route, model).observe(durationMs / 1000);
+      const clean = status >= 200 && status < 400 && res.writableFinished;
+      if (!clean || requestLog.take(config.log.requestSampleRate)) {
+        requestLine(
+          { id, route: o.route, model: o.model, worker: o.worker, status, durationMs: Math.round(durationMs * 100) / 100 },
+          'request',
+        );
+      }
+    }
+  }
 
   async function handleInference(
     d: HandlerDeps,

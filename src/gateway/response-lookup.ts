@@ -28,12 +28,23 @@ const PATH = /^\/v1\/responses\/([^/]{1,256})(\/cancel)?$/;
 /** Most of a worker's error body read (to put it in OpenAI's shape). */
 const MAX_ERROR_TEXT = 4096;
 
+/** What a lookup was, for its request line and metrics. */
+export interface LookupOutcome {
+  /** `responses_retrieve` or `responses_cancel` (`responses_lookup` for a path that is neither). */
+  route: string;
+  /** The model of the worker that holds the response; undefined when none was found. */
+  model?: string;
+  worker?: string;
+}
+
 /** Handles a `/v1/responses/...` path; resolves when the answer is over. */
-export async function lookupResponse(d: ResponseLookupDeps, path: string, query: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function lookupResponse(d: ResponseLookupDeps, path: string, query: string, req: IncomingMessage, res: ServerResponse): Promise<LookupOutcome> {
+  const outcome: LookupOutcome = { route: 'responses_lookup' };
   try {
     const m = PATH.exec(path);
     if (!m) throw errors.routeNotFound(path);
     const cancel = m[2] !== undefined;
+    outcome.route = cancel ? 'responses_cancel' : 'responses_retrieve';
     const method = cancel ? 'POST' : 'GET';
     if (req.method !== method) throw errors.methodNotAllowed(req.method ?? '?', cancel ? '/v1/responses/{id}/cancel' : '/v1/responses/{id}', method);
     d.tenants.authenticate(req.headers.authorization);
@@ -49,6 +60,8 @@ export async function lookupResponse(d: ResponseLookupDeps, path: string, query:
     if (w === undefined) {
       throw new ApiError(404, 'not_found_error', 'response_not_found', `Response '${echo(id)}' was not relayed by this gateway, or its worker is gone`, 'response_id');
     }
+    outcome.model = w.model;
+    outcome.worker = w.id;
     const url = new URL(w.url);
     const base = url.pathname.replace(/\/$/, '');
     let r: Awaited<ReturnType<typeof request>>;
@@ -75,4 +88,5 @@ export async function lookupResponse(d: ResponseLookupDeps, path: string, query:
     if (!res.headersSent && !res.destroyed) sendError(res, e instanceof ApiError ? e : errors.upstream((e as Error).message, 'upstream_stream_error'));
     else if (!res.writableEnded) res.destroy();
   }
+  return outcome;
 }

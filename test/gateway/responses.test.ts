@@ -166,6 +166,18 @@ test('a stored response is retrieved and cancelled at the worker that holds it',
     assert.equal((await fetch(`${url}/v1/responses/${made[0]!.id}`, { method: 'DELETE' })).status, 405);
     assert.equal((await fetch(`${url}/v1/responses/${made[0]!.id}/cancel`)).status, 405);
     assert.equal((await fetch(`${url}/v1/responses/x/y/z`)).status, 404);
+    assert.match(unknown.headers.get('x-request-id') ?? '', /^[0-9a-f-]{36}$/);
+    // Counted as requests are, by what they were: 12 retrievals and 6 cancels at the holding
+    // workers' model, the unknown id (and the DELETE) with no model, the bad path as a lookup.
+    await new Promise((r) => setTimeout(r, 20)); // the last answers' accounting runs after their end
+    const metrics = await (await fetch(url + '/metrics')).text();
+    const count = (route: string, model: string, status: string): number | undefined => metricValue(metrics, 'kvgate_requests_total', { route, model, status });
+    assert.equal(count('responses_retrieve', MODEL, '200'), 12);
+    assert.equal(count('responses_cancel', MODEL, '200'), 6);
+    assert.equal(count('responses_retrieve', 'unknown', '404'), 1);
+    assert.equal(count('responses_retrieve', 'unknown', '405'), 1);
+    assert.equal(count('responses_cancel', 'unknown', '405'), 1);
+    assert.equal(count('responses_lookup', 'unknown', '404'), 1);
   } finally {
     await gw.close();
     for (const s of stubs) await s.close();
