@@ -398,6 +398,8 @@ export const configSchema = z
     limits: z
       .strictObject({
         maxBodyBytes: z.int().positive().default(4 * 1024 * 1024),
+        /** The bound for a multipart upload (the audio routes): OpenAI's own limit for an audio file. */
+        maxUploadBytes: z.int().positive().default(25 * 1024 * 1024),
         retryAfterSeconds: z.int().positive().default(1),
       })
       .prefault({}),

@@ -53,6 +53,11 @@ export interface RequestContext {
 
   /** The client's body exactly as received: forwarded unchanged unless `bodyModified`. */
   rawBody: Buffer;
+  /**
+   * A multipart upload's Content-Type (boundary included), null for JSON. Such a body is always
+   * forwarded as received, with this type: `body` holds only the fields kvgate read from it.
+   */
+  uploadContentType: string | null;
   /** The validated body. A stage that changes it must set `bodyModified` (the relay re-serialises). */
   body: InferenceBody;
   bodyModified: boolean;
@@ -158,6 +163,7 @@ export class LiveRequestContext implements RequestContext {
   cacheSalt: string | null = null;
   tenant!: Tenant;
   rawBody: Buffer;
+  uploadContentType: string | null = null;
   body!: InferenceBody;
   bodyModified = false;
   model = '';

@@ -24,6 +24,7 @@ import type { GatewayConfig, RequestCaps } from '../config.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import { flatLineWriter, type FlatFields, type Logger } from '../telemetry/logger.js';
 import type { LookupOutcome } from './response-lookup.js';
+import { checkAudioForm, FORM_TYPE, formFields } from '../api/form.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 import type { Clock } from '../util/clock.js';
 import { generates, LiveRequestContext, type GenerationKind, type InferenceBody, type InferenceKind, type RequestContext } from './context.js';
@@ -72,9 +73,11 @@ const JSON_TYPE = /^application\/json\s*(;|$)/i;
 interface InferenceRoute {
   kind: InferenceKind;
   label: string;
+  /** The body is a multipart upload (api/form.ts), not JSON. */
+  form: boolean;
 }
 
-const route = (kind: InferenceKind, label: string = kind): InferenceRoute => ({ kind, label });
+const route = (kind: InferenceKind, label: string = kind, form = false): InferenceRoute => ({ kind, label, form });
 
 const INFERENCE: ReadonlyMap<string, InferenceRoute> = new Map([
   ['/v1/chat/completions', route('chat')],
@@ -92,6 +95,10 @@ const INFERENCE: ReadonlyMap<string, InferenceRoute> = new Map([
   ['/v2/rerank', route('passthrough', 'rerank')],
   ['/pooling', route('passthrough', 'pooling')],
   ['/classify', route('passthrough', 'classify')],
+  // Speech to text (a Whisper-class model served by vLLM): a multipart upload, routed by its model
+  // and relayed byte for byte.
+  ['/v1/audio/transcriptions', route('passthrough', 'audio_transcriptions', true)],
+  ['/v1/audio/translations', route('passthrough', 'audio_translations', true)],
 ]);
 
 const SCHEMAS = {
@@ -121,7 +128,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
     }
     if (inference !== undefined) {
       if (req.method !== 'POST') return sendError(res, errors.methodNotAllowed(req.method ?? '?', path, 'POST'));
-      void handleInference(deps, inference.kind, path, req, res);
+      void handleInference(deps, inference, path, req, res);
       return;
     }
     if (deps.responseLookup !== undefined && path.startsWith('/v1/responses/')) {
@@ -166,7 +173,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
 
   async function handleInference(
     d: HandlerDeps,
-    kind: InferenceKind,
+    { kind, form }: InferenceRoute,
     path: string,
     req: IncomingMessage,
     res: ServerResponse,
@@ -192,8 +199,9 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       // Who is asking comes first: an unauthenticated body is never read.
       ctx.tenant = d.tenants.authenticate(req.headers.authorization);
       if (!ctx.exposeRouting && isAdminCaller(d.tenants, req)) ctx.exposeRouting = true;
-      checkMediaType(req);
-      const read = await readBody(req, config.limits.maxBodyBytes, config.server.bodyTimeoutMs);
+      const contentType = checkMediaType(req, form);
+      const maxBytes = form ? config.limits.maxUploadBytes : config.limits.maxBodyBytes;
+      const read = await readBody(req, maxBytes, config.server.bodyTimeoutMs);
       if (!read.ok) {
         if (read.reason === 'aborted') {
           ctx.aborted = true;
@@ -205,14 +213,20 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
         }
         // The rest of the body is never read: close the connection after answering.
         throw new ApiError(413, 'invalid_request_error', 'request_too_large',
-          `request body exceeds the limit of ${config.limits.maxBodyBytes} bytes`, null, { connection: 'close' });
+          `request body exceeds the limit of ${maxBytes} bytes`, null, { connection: 'close' });
       }
       ctx.rawBody = read.body;
       let parsed: unknown;
-      try {
-        parsed = JSON.parse(read.body.toString('utf8'));
-      } catch (e) {
-        throw errors.invalidJson((e as Error).message);
+      if (form) {
+        // Relayed as it came: the worker gets the client's boundary, so the body is never rebuilt.
+        ctx.uploadContentType = contentType;
+        parsed = checkAudioForm(await formFields(read.body, contentType));
+      } else {
+        try {
+          parsed = JSON.parse(read.body.toString('utf8'));
+        } catch (e) {
+          throw errors.invalidJson((e as Error).message);
+        }
       }
       const v = validate<InferenceBody>(SCHEMAS[kind], parsed);
       if (!v.ok) throw errors.invalidField(v.param, v.message);
@@ -227,7 +241,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       const budget = outputBudget(kind, body, config.timeouts.assumedMaxTokens);
       ctx.maxTokens = budget.maxTokens;
       ctx.maxTokensExplicit = budget.explicit;
-      const salt = d.cacheSaltFor(workers[0]?.pool, ctx.tenant.id);
+      const salt = form ? null : d.cacheSaltFor(workers[0]?.pool, ctx.tenant.id);
       if (salt !== null) {
         // Always the gateway's, never the client's: a client must not pick another tenant's salt.
         (body as Record<string, unknown>).cache_salt = salt;
@@ -282,19 +296,22 @@ const EMPTY = Buffer.alloc(0);
 /**
  * Only JSON bodies, sent as such: a `text/plain` or form body is what a web page can make a
  * browser post cross-site without a preflight, so it is refused (415) before being read. So is a
- * compressed body (kvgate does not decompress, and a worker must not be handed one blind).
+ * compressed body (kvgate does not decompress, and a worker must not be handed one blind). The
+ * audio routes take the multipart upload OpenAI's API defines, and nothing else; a page could
+ * post one cross-site, so on a gateway reachable from browsers set API keys (a form cannot send
+ * an Authorization header). Returns the content type.
  */
-function checkMediaType(req: IncomingMessage): void {
+function checkMediaType(req: IncomingMessage, form: boolean): string {
   const ct = req.headers['content-type'];
-  if (ct === undefined || !JSON_TYPE.test(ct)) {
-    throw errors.unsupportedMediaType(
-      `Content-Type must be application/json${ct === undefined ? '' : `, got '${echo(ct)}'`}`,
-    );
+  if (ct === undefined || !(form ? FORM_TYPE : JSON_TYPE).test(ct)) {
+    const want = form ? 'multipart/form-data with a boundary' : 'application/json';
+    throw errors.unsupportedMediaType(`Content-Type must be ${want}${ct === undefined ? '' : `, got '${echo(ct)}'`}`);
   }
   const ce = req.headers['content-encoding'];
   if (ce !== undefined && ce.trim().toLowerCase() !== 'identity') {
     throw errors.unsupportedMediaType(`Content-Encoding '${echo(ce)}' is not supported: send the body uncompressed`);
   }
+  return ct;
 }
 
 /**

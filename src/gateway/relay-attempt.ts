@@ -266,12 +266,14 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
   private dispatch(): void {
     const { ctx, worker } = this;
     this.dispatchedAt = this.lastByteAt = this.env.clock.now();
-    const body = ctx.bodyModified ? Buffer.from(JSON.stringify(ctx.body)) : ctx.rawBody;
+    // An upload goes as it came (a stage's change to its fields, e.g. the priority, is not sent).
+    const upload = ctx.uploadContentType;
+    const body = ctx.bodyModified && upload === null ? Buffer.from(JSON.stringify(ctx.body)) : ctx.rawBody;
     this.env.upstreams.relayFor(worker.id, worker.url).dispatch(
       {
         method: 'POST',
         path: basePath(worker) + ctx.path,
-        headers: { ...worker.upstreamHeaders, 'content-type': 'application/json', 'x-request-id': ctx.id },
+        headers: { ...worker.upstreamHeaders, 'content-type': upload ?? 'application/json', 'x-request-id': ctx.id },
         body,
       },
       this,
