@@ -110,3 +110,34 @@ test('bad uploads are refused in OpenAI’s shape, naming what is wrong, and nev
     await worker.close();
   }
 });
+
+test('a streamed transcription is relayed as the worker writes it', async () => {
+  const worker = await startStub(
+    workerStandIn((_req, _body, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: {"object":"transcription.chunk","choices":[{"delta":{"content":"Hello"}}]}\n\n');
+      setTimeout(() => {
+        res.write('data: {"object":"transcription.chunk","choices":[{"delta":{"content":" world"}}]}\n\n');
+        res.end('data: [DONE]\n\n');
+      }, 400);
+    }),
+  );
+  const { gw, url } = await startGateway([worker.url]);
+  try {
+    const started = Date.now();
+    const r = await fetch(url + '/v1/audio/transcriptions', { method: 'POST', body: upload({ model: MODEL, stream: 'true' }, randomBytes(2000)) });
+    assert.equal(r.status, 200);
+    assert.match(r.headers.get('content-type') ?? '', /text\/event-stream/);
+    const reader = r.body!.getReader();
+    const first = await reader.read();
+    const firstAt = Date.now() - started;
+    assert.match(Buffer.from(first.value!).toString(), /Hello/);
+    assert.ok(firstAt < 350, `the first event came after ${firstAt} ms, not as it was written`);
+    let rest = '';
+    for (let c = await reader.read(); !c.done; c = await reader.read()) rest += Buffer.from(c.value).toString();
+    assert.match(rest, / world[\s\S]*\[DONE\]/);
+  } finally {
+    await gw.close();
+    await worker.close();
+  }
+});
