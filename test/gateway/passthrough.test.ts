@@ -86,10 +86,10 @@ test('passthrough endpoints: a model is needed to route, and it must be served',
     const get = await fetch(url + '/tokenize');
     assert.equal(get.status, 405);
     assert.equal(get.headers.get('allow'), 'POST');
-    // Still not routed: a 404 in OpenAI's shape.
-    const audio = await post(url + '/v1/audio/transcriptions', { model: MODEL });
-    assert.equal(audio.status, 404);
-    assert.equal(typeof audio.json.error.message, 'string');
+    // A path vLLM does not serve is a 404 in OpenAI's shape.
+    const none = await post(url + '/v1/audio/speech', { model: MODEL, input: 'x' });
+    assert.equal(none.status, 404);
+    assert.equal(typeof none.json.error.message, 'string');
   } finally {
     await gw.close();
     await Promise.all(sims.map((s) => s.close()));
