@@ -4,7 +4,8 @@
  */
 import { openSync, readSync, closeSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { listGpus, listModels } from '../engine/profiles.js';
+import { listGpus, listModels, resolveGpu, resolveModel } from '../engine/profiles.js';
+import { RooflineTimeModel } from '../engine/time-model.js';
 import { formatKnobValue } from '../scheduler/policies/knobs.js';
 import { describePolicies, policyDefinition, policyNames } from '../scheduler/registry.js';
 import { loadTrace, TRACE_FORMATS, TraceError, type AzureOptions, type TraceFormat } from '../workload/loaders.js';
@@ -326,6 +327,31 @@ export function parseSpecFlags(v: Partial<Record<'spec-mode' | (typeof SPEC_FLAG
 }
 
 /**
+ * --capacity searches for the highest rate at which requests meet the SLO; if an idle worker of
+ * every kind in the fleet decodes slower than the TPOT target, none does at any rate, and the
+ * search would only halve the rate until its probe budget ran out. Say so at once.
+ */
+function checkTpotReachable(gpuMix: readonly GpuShare[], modelName: string, tp: number, sloTpotMs: number): void {
+  let fastest: { gpu: string; ms: number } | null = null;
+  let model: ReturnType<typeof resolveModel>;
+  try {
+    model = resolveModel(modelName);
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+  for (const { gpu } of gpuMix) {
+    const ms = new RooflineTimeModel({ gpu: resolveGpu(gpu), model, tp }).stepMs({ prefill: [], decodeSeqs: 1, decodeContextTokens: 0 });
+    if (fastest === null || ms < fastest.ms) fastest = { gpu, ms };
+  }
+  if (fastest !== null && fastest.ms > sloTpotMs) {
+    throw new UsageError(
+      `--capacity: no rate meets a ${sloTpotMs} ms TPOT SLO here: an idle ${fastest.gpu} worker (tp ${tp}) takes ` +
+        `${fastest.ms.toFixed(1)} ms per decode step for ${modelName}. Raise --slo-tpot, or use faster GPUs or a larger --tp`,
+    );
+  }
+}
+
+/**
  * A policy that takes the SLO the fleet is run to (kvgate's tpotTargetMs and tpotWorthMs, the
  * ratio of the TTFT and TPOT targets) is given the run's, as an operator would configure it,
  * unless `--set` gives its own. Policies without such options (the peers) are left as they are.
@@ -522,6 +548,7 @@ export async function run(argv: string[]): Promise<number> {
       throw new UsageError('--slo-ttft-per-1k needs --slo-ttft (or --capacity)');
     }
     if (sloTpotMs !== undefined) runToSlo(policies, policyOptions, sloTpotMs, sloTtftMs);
+    if (capacity && sloTpotMs !== undefined) checkTpotReachable(gpuMix, model, intFlag(v.tp, 'tp', 1) ?? 1, sloTpotMs);
     if (v.cache !== undefined && v.cache !== 'on' && v.cache !== 'off') throw new UsageError(`--cache must be on or off, got '${v.cache}'`);
     const cacheOn = v.cache === 'on';
     for (const f of ['cache-ttl-ms', 'cache-max-bytes'] as const) {

@@ -186,6 +186,18 @@ describe('kvgate bench CLI', () => {
     assert.deepEqual([...new Set(html.match(/https?:\/\/[^"' ]+/g))], ['http://www.w3.org/2000/svg']);
   });
 
+  it('refuses --capacity at once when no worker of the fleet could meet the TPOT SLO even idle', () => {
+    const slow = bench('--workload', 'bursty', '--gpu', 'l4', '--capacity', '--policy', 'kvgate');
+    assert.equal(slow.code, 2);
+    assert.match(slow.stderr, /no rate meets a 50 ms TPOT SLO here: an idle l4 worker \(tp 1\) takes \d+\.\d ms per decode step for llama-3\.1-8b\. Raise --slo-tpot/);
+    // A fleet with one kind fast enough is searched as usual (here refused only for its size).
+    const mixed = bench('--workload', 'bursty', '--gpu', 'l4:1,h100:1', '--capacity', '--size', '0', '--policy', 'kvgate');
+    assert.doesNotMatch(mixed.stderr, /no rate meets/);
+    const unknown = bench('--workload', 'bursty', '--model', 'nope', '--capacity', '--policy', 'kvgate');
+    assert.equal(unknown.code, 2);
+    assert.match(unknown.stderr, /unknown model "nope"/);
+  });
+
   it('replays a Mooncake trace, reporting bad rows by line or skipping them with --skip-bad', () => {
     const rows = [
       { timestamp: 0, input_length: 600, output_length: 5, hash_ids: [1, 2] },
