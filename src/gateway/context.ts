@@ -2,6 +2,7 @@
  * Everything the gateway knows about one inference request as it moves through the pipeline.
  * Stages read and extend it; the relay consumes it.
  */
+import type { TraceContext } from '../http/trace-context.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Tenant } from '../admission/tenants.js';
 import type { ApiError } from '../api/errors.js';
@@ -58,6 +59,8 @@ export interface RequestContext {
    * forwarded as received, with this type: `body` holds only the fields kvgate read from it.
    */
   uploadContentType: string | null;
+  /** The client's W3C trace context, passed on to the worker (http/trace-context.ts); null without one. */
+  trace: TraceContext | null;
   /** The validated body. A stage that changes it must set `bodyModified` (the relay re-serialises). */
   body: InferenceBody;
   bodyModified: boolean;
@@ -164,6 +167,7 @@ export class LiveRequestContext implements RequestContext {
   tenant!: Tenant;
   rawBody: Buffer;
   uploadContentType: string | null = null;
+  trace: TraceContext | null = null;
   body!: InferenceBody;
   bodyModified = false;
   model = '';

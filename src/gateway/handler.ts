@@ -25,6 +25,7 @@ import type { WorkerRegistry } from '../fleet/registry.js';
 import { flatLineWriter, type FlatFields, type Logger } from '../telemetry/logger.js';
 import type { LookupOutcome } from './response-lookup.js';
 import { checkAudioForm, FORM_TYPE, formFields } from '../api/form.js';
+import { traceContextOf } from '../http/trace-context.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 import type { Clock } from '../util/clock.js';
 import { generates, LiveRequestContext, type GenerationKind, type InferenceBody, type InferenceKind, type RequestContext } from './context.js';
@@ -185,6 +186,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
     const given = req.headers['x-client-request-id'] ?? req.headers['x-request-id'];
     const clientRequestId = typeof given === 'string' && REQUEST_ID_OK.test(given) ? given : null;
     const ctx: RequestContext = new LiveRequestContext(id, clientRequestId, config.server.routingHeaders, kind, path, req, res, startedAt, EMPTY);
+    if (req.headers.traceparent !== undefined) ctx.trace = traceContextOf(req.headers);
     d.active.add(ctx);
     metrics.inflight++;
     const onClose = (): void => {
@@ -424,6 +426,7 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext, sampler: RequestLogS
     {
       id: ctx.id,
       clientRequestId: ctx.clientRequestId ?? undefined,
+      traceId: ctx.trace?.traceId,
       route,
       tenant: ctx.tenant?.id,
       model: ctx.model || undefined,

@@ -269,11 +269,13 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     // An upload goes as it came (a stage's change to its fields, e.g. the priority, is not sent).
     const upload = ctx.uploadContentType;
     const body = ctx.bodyModified && upload === null ? Buffer.from(JSON.stringify(ctx.body)) : ctx.rawBody;
+    const headers: Record<string, string> = { ...worker.upstreamHeaders, 'content-type': upload ?? 'application/json', 'x-request-id': ctx.id };
+    if (ctx.trace !== null) Object.assign(headers, ctx.trace.headers);
     this.env.upstreams.relayFor(worker.id, worker.url).dispatch(
       {
         method: 'POST',
         path: basePath(worker) + ctx.path,
-        headers: { ...worker.upstreamHeaders, 'content-type': upload ?? 'application/json', 'x-request-id': ctx.id },
+        headers,
         body,
       },
       this,

@@ -12,6 +12,7 @@ import type { TenantDirectory } from '../admission/tenants.js';
 import { ApiError, echo, errors, sendError } from '../api/errors.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { Logger } from '../telemetry/logger.js';
+import { traceContextOf } from '../http/trace-context.js';
 import { normaliseWorkerError } from './relay-attempt.js';
 import type { ResponseAffinity } from './response-affinity.js';
 
@@ -68,7 +69,7 @@ export async function lookupResponse(d: ResponseLookupDeps, path: string, query:
     try {
       r = await request(`${url.origin}${base}${path}${query}`, {
         method,
-        headers: { ...w.upstreamHeaders },
+        headers: { ...w.upstreamHeaders, ...traceContextOf(req.headers)?.headers },
         headersTimeout: d.firstByteMs(),
         bodyTimeout: 0,
       });

@@ -152,7 +152,9 @@ class CascadeRun {
   }
 
   private call(w: WorkerState, role: 'draft' | 'target'): CallTarget {
-    return { pool: this.deps.pools.for(w.id, w.url), workerId: w.id, requestId: `${this.ctx.id}-${role}` };
+    const t: CallTarget = { pool: this.deps.pools.for(w.id, w.url), workerId: w.id, requestId: `${this.ctx.id}-${role}` };
+    if (this.ctx.trace !== null) t.traceHeaders = this.ctx.trace.headers;
+    return t;
   }
 
   /** An abort signal for one call: the request's, plus the per-call timeout. */

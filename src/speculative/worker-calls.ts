@@ -43,6 +43,13 @@ export interface CallTarget {
   pool: Pool;
   workerId: string;
   requestId: string;
+  /** The client's trace context (traceparent, tracestate), passed on with every call. */
+  traceHeaders?: Record<string, string>;
+}
+
+function callHeaders(t: CallTarget): Record<string, string> {
+  const h: Record<string, string> = { 'content-type': 'application/json', 'x-request-id': t.requestId };
+  return t.traceHeaders === undefined ? h : Object.assign(h, t.traceHeaders);
 }
 
 /** POST a JSON body and parse the JSON answer; non-200 answers and bad bodies throw WorkerCallError. */
@@ -52,7 +59,7 @@ export async function postJson(t: CallTarget, path: string, body: unknown, signa
     r = await t.pool.request({
       method: 'POST',
       path,
-      headers: { 'content-type': 'application/json', 'x-request-id': t.requestId },
+      headers: callHeaders(t),
       body: JSON.stringify(body),
       signal,
     });
@@ -143,7 +150,7 @@ export async function* streamCompletion(
     r = await t.pool.request({
       method: 'POST',
       path: '/v1/completions',
-      headers: { 'content-type': 'application/json', 'x-request-id': t.requestId },
+      headers: callHeaders(t),
       body: JSON.stringify(body),
       signal,
     });
