@@ -222,7 +222,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       if (form) {
         // Relayed as it came: the worker gets the client's boundary, so the body is never rebuilt.
         ctx.uploadContentType = contentType;
-        parsed = checkAudioForm(await formFields(read.body, contentType));
+        parsed = checkAudioForm(formFields(read.body, contentType));
       } else {
         try {
           parsed = JSON.parse(read.body.toString('utf8'));
