@@ -2,13 +2,13 @@
  * Everything the gateway knows about one inference request as it moves through the pipeline.
  * Stages read and extend it; the relay consumes it.
  */
-import type { TraceContext } from '../http/trace-context.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Tenant } from '../admission/tenants.js';
 import type { ApiError } from '../api/errors.js';
 import type { ResponsesRequest } from '../api/responses.js';
 import type { ChatCompletionRequest, CompletionRequest, EmbeddingsRequest, PassthroughRequest } from '../api/schemas.js';
 import type { WorkerState } from '../fleet/worker-state.js';
+import type { TraceContext } from '../http/trace-context.js';
 import type { RouteDecision, RouteRequest } from '../scheduler/types.js';
 import { RequestState } from '../util/state.js';
 

@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { RequestCapsOverride, TenantDirectory } from '../admission/tenants.js';
 import { readBody } from '../api/body.js';
+import { checkAudioForm, FORM_TYPE, formFields } from '../api/form.js';
 import { responsesRequestSchema, type ResponsesRequest } from '../api/responses.js';
 import { ApiError, echo, errors, sendError } from '../api/errors.js';
 import {
@@ -22,16 +23,15 @@ import {
 } from '../api/schemas.js';
 import type { GatewayConfig, RequestCaps } from '../config.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
-import { flatLineWriter, type FlatFields, type Logger } from '../telemetry/logger.js';
-import type { LookupOutcome } from './response-lookup.js';
-import { checkAudioForm, FORM_TYPE, formFields } from '../api/form.js';
 import { traceContextOf } from '../http/trace-context.js';
+import { flatLineWriter, type FlatFields, type Logger } from '../telemetry/logger.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 import type { Clock } from '../util/clock.js';
 import { generates, LiveRequestContext, type GenerationKind, type InferenceBody, type InferenceKind, type RequestContext } from './context.js';
 import { createLocalRoutes, type LocalRoute } from './local-routes.js';
 import { outputBudget, requestBudgetMs } from './prepare.js';
 import type { Relay } from './relay.js';
+import type { LookupOutcome } from './response-lookup.js';
 import { runStages, type GatewayStage } from './stages.js';
 
 export interface HandlerDeps {
@@ -155,6 +155,11 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
     let o: LookupOutcome = { route: 'responses_lookup' };
     try {
       o = await run(path, query, req, res);
+    } catch (e) {
+      // run() answers its own failures; this is a bug, answered rather than left to crash the process.
+      deps.logger.error({ err: e, id }, 'unexpected error in a response lookup');
+      if (!res.headersSent && !res.destroyed) sendError(res, errors.internal((e as Error)?.message ?? String(e)));
+      else if (!res.writableEnded) res.destroy();
     } finally {
       metrics.inflight--;
       const model = o.model ?? 'unknown';

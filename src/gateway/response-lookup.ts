@@ -11,8 +11,8 @@ import { request } from 'undici';
 import type { TenantDirectory } from '../admission/tenants.js';
 import { ApiError, echo, errors, sendError } from '../api/errors.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
-import type { Logger } from '../telemetry/logger.js';
 import { traceContextOf } from '../http/trace-context.js';
+import type { Logger } from '../telemetry/logger.js';
 import { normaliseWorkerError } from './relay-attempt.js';
 import type { ResponseAffinity } from './response-affinity.js';
 
