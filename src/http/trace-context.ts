@@ -11,7 +11,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-[^\s]*)?$/;
 const ZERO_TRACE = '00000000000000000000000000000000';
 const ZERO_PARENT = '0000000000000000';
-/** The spec lets a proxy drop a tracestate longer than this (it then drops it whole). */
+/** The spec asks a participant to pass on at least this much of a tracestate; a longer one is dropped whole. */
 const MAX_TRACESTATE = 512;
 
 export interface TraceContext {
