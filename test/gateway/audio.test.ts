@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { test } from 'node:test';
-import { MODEL, metricValue, startGateway, startStub, workerStandIn } from './helpers.js';
+import { MODEL, metricValue, startGateway, startSims, startStub, workerStandIn } from './helpers.js';
 
 const sha = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex');
 
@@ -139,5 +139,22 @@ test('a streamed transcription is relayed as the worker writes it', async () => 
   } finally {
     await gw.close();
     await worker.close();
+  }
+});
+
+test('a fleet of text models answers an upload as vLLM does: 400, the model does not serve speech', async () => {
+  const sims = await startSims(1);
+  const { gw, url } = await startGateway(sims.map((s) => s.url));
+  try {
+    for (const [path, api] of [['/v1/audio/transcriptions', 'Transcriptions'], ['/v1/audio/translations', 'Translations']] as const) {
+      const r = await fetch(url + path, { method: 'POST', body: upload({ model: MODEL }, randomBytes(5000)) });
+      assert.equal(r.status, 400);
+      const body = (await r.json()) as { error: { message: string; type: string } };
+      assert.match(body.error.message, new RegExp(`does not support ${api} API`));
+      assert.equal(body.error.type, 'invalid_request_error');
+    }
+  } finally {
+    await gw.close();
+    for (const s of sims) await s.close();
   }
 });

@@ -392,6 +392,15 @@ class SimWorkerServer implements ExchangeHost {
         return post((b) => this.tokenize(res, b));
       case '/detokenize':
         return post((b) => this.detokenize(res, b));
+      case '/v1/audio/transcriptions':
+      case '/v1/audio/translations': {
+        // A text model: vLLM answers its speech routes with a 400 (the routes exist, the model
+        // does not serve them). The multipart body is drained unread.
+        if (method !== 'POST') return sendJson(res, 405, { detail: 'Method Not Allowed' }, { allow: 'POST' });
+        req.resume();
+        const api = path.endsWith('transcriptions') ? 'Transcriptions' : 'Translations';
+        return void req.on('end', () => sendJsonError(res, new SimError(400, 'BadRequestError', `The model does not support ${api} API`)));
+      }
       default:
         if (path.startsWith('/v1/models/')) {
           // vLLM's retrieve: the served model, or its 404 error body.
