@@ -11,7 +11,10 @@
  */
 import { ApiError, errors } from './errors.js';
 
-export const FORM_TYPE = /^multipart\/form-data\s*;\s*(?:.*;\s*)?boundary=/i;
+/** A multipart/form-data Content-Type with a boundary kvgate can read. */
+export function isFormType(contentType: string): boolean {
+  return /^multipart\/form-data\s*;/i.test(contentType) && boundaryOf(contentType) !== null;
+}
 
 export interface FormFields {
   /** Text fields by name (the first of a repeated name). */

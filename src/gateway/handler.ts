@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { RequestCapsOverride, TenantDirectory } from '../admission/tenants.js';
 import { readBody } from '../api/body.js';
-import { checkAudioForm, FORM_TYPE, formFields } from '../api/form.js';
+import { checkAudioForm, formFields, isFormType } from '../api/form.js';
 import { responsesRequestSchema, type ResponsesRequest } from '../api/responses.js';
 import { ApiError, echo, errors, sendError } from '../api/errors.js';
 import {
@@ -310,7 +310,7 @@ const EMPTY = Buffer.alloc(0);
  */
 function checkMediaType(req: IncomingMessage, form: boolean): string {
   const ct = req.headers['content-type'];
-  if (ct === undefined || !(form ? FORM_TYPE : JSON_TYPE).test(ct)) {
+  if (ct === undefined || !(form ? isFormType(ct) : JSON_TYPE.test(ct))) {
     const want = form ? 'multipart/form-data with a boundary' : 'application/json';
     throw errors.unsupportedMediaType(`Content-Type must be ${want}${ct === undefined ? '' : `, got '${echo(ct)}'`}`);
   }

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { boundaryOf, checkAudioForm, formFields } from '../../src/api/form.js';
+import { boundaryOf, checkAudioForm, formFields, isFormType } from '../../src/api/form.js';
 import { ApiError } from '../../src/api/errors.js';
 import { seededRng } from '../../src/util/rng.js';
 
@@ -46,6 +46,11 @@ test('boundaries quoted or not; malformed bodies are a 400 invalid_form', async 
   assert.equal(boundaryOf('multipart/form-data; boundary=abc'), 'abc');
   assert.equal(boundaryOf('multipart/form-data; charset=utf-8; boundary="a b:c"'), 'a b:c');
   assert.equal(boundaryOf('multipart/form-data'), null);
+  assert.equal(isFormType('multipart/form-data; boundary=abc'), true);
+  assert.equal(isFormType('Multipart/Form-Data;charset=utf-8; boundary="x y"'), true);
+  assert.equal(isFormType('multipart/form-data'), false);
+  assert.equal(isFormType('multipart/mixed; boundary=abc'), false);
+  assert.equal(isFormType('application/json; boundary=abc'), false);
   const { body, ct } = await serialise(Object.assign(new FormData(), {}) as FormData);
   assert.deepEqual(formFields(body, ct).files, []);
   const f = new FormData();
