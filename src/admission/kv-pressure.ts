@@ -4,9 +4,13 @@
  * Per worker, blocks in use = the larger of
  *   - the last scrape's `kv_cache_usage_perc` × capacity, plus the blocks reserved by requests
  *     the gateway dispatched since that scrape (prompt blocks not expected to be cached + output
- *     blocks, reserved by the router at pick time: a burst inside one scrape interval is seen);
- *   - the blocks reserved by every request the gateway has in flight there (its own accounting,
- *     which includes the output those requests will still write, which a scrape cannot show).
+ *     blocks, reserved by the router at pick time: a burst inside one scrape interval is seen),
+ *     less what the requests that ended since held when it was taken
+ *     (WorkerState.freeBlocksNow);
+ *   - the most blocks the requests the gateway has in flight there will hold at once as they
+ *     decode to their ends (its own accounting, which includes the output those requests will
+ *     still write, which a scrape cannot show; WorkerState.peakInflightBlocks). Not the sum of
+ *     their final sizes: they end at different steps.
  * A stale or missing scrape leaves only the second. The fleet's usage is Σ used / Σ capacity over
  * the workers that can take requests (healthy, circuit closed), plus blocks of requests admitted
  * but not yet routed (`pendingBlocks`), which no worker has been charged for yet.
@@ -21,12 +25,15 @@ export interface KvWorkerView {
   readonly circuitOpen: boolean;
   readonly numGpuBlocks: number;
   readonly blockSize: number;
-  /** Blocks reserved by every request in flight at the worker. */
-  readonly inflightBlocks: number;
+  /** The most blocks the requests in flight at the worker will hold at once (see above). */
+  peakInflightBlocks(now: number): number;
   /** Uncached prompt tokens of the requests in flight there that have no first token yet. */
   readonly inflightPrefillTokens: number;
-  /** Capacity minus (scraped usage + reservations since the scrape); in-flight reservations alone when stale. */
-  estimatedFreeBlocks(now: number, staleAfterMs: number): number;
+  /**
+   * Capacity minus (scraped usage + reservations since the scrape − what ended since held at it);
+   * capacity minus in-flight reservations when stale.
+   */
+  freeBlocksNow(now: number, staleAfterMs: number): number;
   /** Requests the gateway has in flight there, by id. */
   readonly inflight: { has(id: string): boolean };
 }
@@ -45,13 +52,14 @@ export interface FleetKv {
 }
 
 export function workerUsedBlocks(w: KvWorkerView, now: number, staleAfterMs: number): number {
-  return usedBlocks(w.numGpuBlocks, w.estimatedFreeBlocks(now, staleAfterMs), w.inflightBlocks);
+  return usedBlocks(w.numGpuBlocks, w.freeBlocksNow(now, staleAfterMs), w.peakInflightBlocks(now));
 }
 
 /**
  * Blocks in use at a worker of `total` blocks, as above: the larger of what its free blocks leave
  * (scraped, or exact in the simulation's oracle) and the gateway's in-flight reservations there.
- * The kvgate policy's preemption term reads the same figure.
+ * The kvgate policy's preemption term reads it with the sum of the reservations (inflightBlocks),
+ * the upper bound its weight was set against.
  */
 export function usedBlocks(total: number, freeBlocks: number, inflightBlocks: number): number {
   return Math.min(total, Math.max(total - freeBlocks, inflightBlocks));

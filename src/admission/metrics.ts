@@ -52,7 +52,7 @@ export class AdmissionMetrics implements AdmissionObserver {
     });
     new Gauge({
       name: 'kvgate_fleet_kv_usage',
-      help: 'Estimated KV-cache usage of the model’s routable workers (0..1): last scrape plus blocks reserved since',
+      help: 'Estimated KV-cache usage of the model’s routable workers (0..1): last scrape, plus blocks reserved since, less blocks freed since, or the peak of the gateway’s in-flight requests if higher',
       labelNames: ['model'],
       registers: [registry],
       collect() {

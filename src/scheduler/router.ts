@@ -105,7 +105,13 @@ export class Router {
     // Policies learn per sequence: a batch's or an `n` > 1 request's count is all its answers'.
     const seqs = requestSequences(o.req);
     const perSequence = outputTokens === undefined || seqs === 1 ? outputTokens : Math.round(outputTokens / seqs);
-    this.policy.onComplete?.(o.req, o.decision.worker, ok, this.context(), perSequence);
+    // A streamed answer's pace after its first token (a non-streamed one's first byte is its end).
+    const ctx = this.context();
+    const firstAt = o.charge.firstTokenAt;
+    if (ok && o.req.stream !== false && firstAt !== undefined && perSequence !== undefined && perSequence >= 2) {
+      o.decision.worker.learnDecode((ctx.now - firstAt) / (perSequence - 1));
+    }
+    this.policy.onComplete?.(o.req, o.decision.worker, ok, ctx, perSequence);
   }
 
   get openCount(): number {

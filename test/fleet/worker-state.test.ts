@@ -56,3 +56,90 @@ describe('WorkerState.currentQueue', () => {
     assert.deepEqual(w.currentQueue(10_000, 5000), { running: 5, waiting: 0 }, 'stale: the gateway’s own sequences');
   });
 });
+
+describe('WorkerState.peakInflightBlocks', () => {
+  const charge = (id: string, uncached: number, out: number, at: number): InflightRequest => ({
+    id,
+    promptTokens: uncached,
+    uncachedTokens: uncached,
+    maxTokens: out,
+    blocks: Math.ceil((uncached + out) / 16),
+    dispatchedAt: at,
+  });
+
+  it('is the sum of reservations for requests that end together, and counts what a request has written', () => {
+    const w = worker();
+    w.begin(charge('a', 1600, 160, 0)); // 110 blocks
+    w.begin(charge('b', 160, 160, 0)); // 20 blocks
+    assert.equal(w.peakInflightBlocks(0), 130, 'both at their ends at once');
+    w.firstToken('a', 10);
+    assert.equal(w.peakInflightBlocks(810), 130, 'no decode speed known yet: nothing written');
+    w.learnDecode(10); // 10 ms per token
+    // At t = 1010 a has written 100 of its 160 tokens and b, still without a first token, none.
+    // a ends in 60 steps, holding 1760 tokens, beside b's 160 + 60: 1980 tokens, 124 blocks.
+    assert.equal(w.peakInflightBlocks(1010), 124);
+    w.firstToken('b', 1010);
+    // At t = 1810 a has written all 160 (it ends now: 1760 tokens) and b 80 of its 160 (240
+    // tokens now, 320 at its end): the peak is now, 2000 tokens = 125 blocks.
+    assert.equal(w.peakInflightBlocks(1810), 125);
+    w.end('a');
+    assert.equal(w.peakInflightBlocks(1810), 20, 'recomputed when the in-flight set changes');
+    w.end('b');
+    assert.equal(w.peakInflightBlocks(1810), 0);
+  });
+
+  it('lets requests ending at different steps hold less than the sum of their reservations', () => {
+    const w = worker();
+    w.begin(charge('long', 1600, 1600, 0)); // 200 blocks, ends after 1600 steps
+    w.begin(charge('short', 160, 160, 0)); // 20 blocks, ends after 160
+    // The short one is gone long before the long one is at its end: 3200 tokens = 200 blocks.
+    assert.equal(w.peakInflightBlocks(0), 200);
+    assert.equal(w.inflightBlocks, 220);
+  });
+
+  it('learns the decode speed as a moving average and ignores nonsense', () => {
+    const w = worker();
+    w.learnDecode(Number.NaN);
+    w.learnDecode(0);
+    w.learnDecode(-3);
+    assert.equal(w.decodeMsPerToken, 0);
+    w.learnDecode(20);
+    assert.equal(w.decodeMsPerToken, 20);
+    w.learnDecode(10);
+    assert.ok(w.decodeMsPerToken < 20 && w.decodeMsPerToken > 10);
+  });
+});
+
+describe('WorkerState.freeBlocksNow', () => {
+  const charge = (id: string, uncached: number, out: number, at: number): InflightRequest => ({
+    id,
+    promptTokens: uncached,
+    uncachedTokens: uncached,
+    maxTokens: out,
+    blocks: Math.ceil((uncached + out) / 16),
+    dispatchedAt: at,
+  });
+
+  it('takes the scrape, less what was reserved since, plus what the scrape saw held by requests that ended since', () => {
+    const w = worker(); // 1000 blocks of 16 tokens
+    w.learnDecode(10);
+    w.begin(charge('decoding', 1600, 320, 0)); // 120 blocks
+    w.firstToken('decoding', 100);
+    w.begin(charge('waiting', 800, 160, 0)); // 60 blocks, no first token at the scrape
+    // At t = 1100 'decoding' has 100 prompt blocks and 100 tokens of output (6 full blocks).
+    w.applySnapshot({ at: 1100, kvUsage: 0.5, running: 1, waiting: 1 });
+    assert.equal(w.freeBlocksNow(1100, 5000), 500);
+    w.begin(charge('new', 320, 160, 1200)); // 30 blocks reserved since the scrape
+    assert.equal(w.freeBlocksNow(1200, 5000), 470);
+    w.end('decoding');
+    assert.equal(w.freeBlocksNow(1300, 5000), 470 + 106, 'it held 106 blocks at the scrape');
+    assert.equal(w.estimatedFreeBlocks(1300, 5000), 470, 'the routing policies’ figure does not count them back');
+    w.end('waiting');
+    assert.equal(w.freeBlocksNow(1300, 5000), 576, 'it held none: waiting at the engine');
+    w.end('new');
+    assert.equal(w.freeBlocksNow(1300, 5000), 606, 'its reservation is returned');
+    w.applySnapshot({ at: 1400, kvUsage: 0.1, running: 0, waiting: 0 });
+    assert.equal(w.freeBlocksNow(1400, 5000), 900, 'a new scrape starts over');
+    assert.equal(w.freeBlocksNow(9000, 5000), 1000, 'stale: the in-flight reservations alone');
+  });
+});

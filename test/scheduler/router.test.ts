@@ -128,3 +128,22 @@ test('a refusal charges nothing; excluded workers are never offered to the polic
   assert.ok(!none.ok && none.status === 503 && none.message === "no worker serves model 'm'");
   assert.equal(offered.length, 1);
 });
+
+test('a streamed answer teaches its worker the time per output token; a non-streamed, failed or one-token answer does not', () => {
+  const { router: r, clock } = router(scripted(0, []));
+  const w = worker('a');
+  const run = (extra: Parameters<typeof request>[1], ok: boolean, out: number) => {
+    const req = request(seq(0, 64), { maxTokens: 200, ...extra });
+    assert.ok(r.route(req, [w]).ok);
+    clock.advance(50);
+    r.firstToken(req.id);
+    clock.advance(990);
+    r.complete(req.id, ok, out);
+  };
+  run({ stream: false }, true, 100);
+  run({}, false, 100);
+  run({}, true, 1);
+  assert.equal(w.decodeMsPerToken, 0);
+  run({}, true, 100); // 990 ms over the 99 tokens after the first
+  assert.equal(w.decodeMsPerToken, 10);
+});

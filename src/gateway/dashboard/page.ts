@@ -162,7 +162,7 @@ ${tileHtml('responseCacheHit', 'response-cache hit')}
 <section><h2>Admission by priority (in the window)</h2><table>
 <thead><tr><th>model</th><th>priority</th><th class="num">waiting now</th><th class="num">admitted</th><th class="num">queued</th><th class="num">shed</th><th class="num">queue full / timed out</th><th class="num">rate limited</th></tr></thead>
 <tbody id="admission"></tbody></table></section>
-<section><h2>Fleet KV estimate</h2><table><thead><tr><th>model</th><th>usage (last scrape + reserved since)</th></tr></thead><tbody id="fleetKv"></tbody></table>
+<section><h2>Fleet KV estimate</h2><table><thead><tr><th>model</th><th>usage (last scrape + reserved − freed since, or in-flight peak)</th></tr></thead><tbody id="fleetKv"></tbody></table>
 <h2 style="margin-top:14px">Speculative acceptance</h2><table><thead><tr><th>series</th><th>labels</th><th class="num">acceptance</th></tr></thead><tbody id="spec"></tbody></table></section>
 </div>
 </main>
