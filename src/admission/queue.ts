@@ -86,10 +86,18 @@ export class ClassQueue<T> {
   /** Every live entry, in queue order. */
   entries(): QueueEntry<T>[] {
     const out: QueueEntry<T>[] = [];
-    for (const c of PRIORITY_CLASSES) {
-      const f = this.fifos[c];
-      for (let i = this.heads[c]; i < f.length; i++) if (f[i]!.live) out.push(f[i]!);
-    }
+    for (const c of PRIORITY_CLASSES) this.collect(c, out);
+    return out;
+  }
+
+  /** The live entries of one class, oldest first. */
+  entriesOf(cls: PriorityClass): QueueEntry<T>[] {
+    return this.collect(cls, []);
+  }
+
+  private collect(c: PriorityClass, out: QueueEntry<T>[]): QueueEntry<T>[] {
+    const f = this.fifos[c];
+    for (let i = this.heads[c]; i < f.length; i++) if (f[i]!.live) out.push(f[i]!);
     return out;
   }
 

@@ -113,7 +113,7 @@ test('the queue admits by class then arrival as capacity frees; strict priority 
   assert.equal(c.submit(req('standard', 10), l).kind, 'queued');
   // A sheddable request never waits, and never overtakes waiting ones.
   assert.equal(c.submit(req('sheddable', 1), l).kind, 'refused');
-  const full = c.submit(req('critical', 1), l);
+  const full = c.submit(req('critical', 100), l);
   assert.equal(full.kind === 'refused' && full.refusal.status, 429, 'queue bound 3');
   assert.equal(full.kind === 'refused' && full.refusal.code, 'queue_full');
   assert.equal(c.queueDepth('m'), 3);
@@ -131,6 +131,39 @@ test('the queue admits by class then arrival as capacity frees; strict priority 
   assert.deepEqual(out.admitted.map((t) => t.cls), ['critical', 'standard', 'standard']);
   assert.equal(c.queueDepth(), 0);
   assert.deepEqual(decisions.filter((d) => d.endsWith('dequeued')), ['critical:dequeued', 'standard:dequeued', 'standard:dequeued']);
+});
+
+test('a younger request that fits starts ahead of an older one of its class that does not, but not on the worker kept for it', () => {
+  const { c, workers, clock, decisions } = fleet([0.5, 0.5, 0.5], 1000);
+  const { out, l } = recorder();
+  // 600 blocks fit no worker (500 free each): it waits at the head of the standard queue.
+  const head = c.submit(req('standard', 600), l);
+  assert.equal(head.kind, 'queued');
+  // 100 blocks fit everywhere; the head's best worker (w0, the first of equals) is kept for it.
+  const small = c.submit(req('standard', 100), l);
+  assert.equal(small.kind, 'admitted');
+  assert.deepEqual(small.kind === 'admitted' && small.ticket.workers?.map((w) => w.id), ['w1', 'w2']);
+  // Only the kept worker has room now: the next one waits behind the head.
+  for (const i of [1, 2]) workers[i]!.applySnapshot({ at: 0, kvUsage: 0.95, running: 0, waiting: 0, numGpuBlocks: 1000, blockSize: BS });
+  assert.equal(c.submit(req('standard', 100), l).kind, 'queued');
+  // A critical request is not a backfill: it is admitted where it fits, w0 included.
+  const crit = c.submit(req('critical', 10), l);
+  assert.deepEqual(crit.kind === 'admitted' && crit.ticket.workers?.map((w) => w.id), ['w0']);
+  // w1 frees room: the queued 100-block request starts there, the head still fits nowhere.
+  clock.set(10);
+  workers[1]!.applySnapshot({ at: 10, kvUsage: 0.5, running: 0, waiting: 0, numGpuBlocks: 1000, blockSize: BS });
+  c.pump();
+  assert.equal(out.admitted.length, 1);
+  assert.deepEqual(out.admitted[0]!.workers?.map((w) => w.id), ['w1']);
+  assert.equal(c.queueDepth('m', 'standard'), 1);
+  // w0 frees room for the head: 850 blocks, less the 210 admitted and not yet routed.
+  clock.set(20);
+  workers[0]!.applySnapshot({ at: 20, kvUsage: 0.15, running: 0, waiting: 0, numGpuBlocks: 1000, blockSize: BS });
+  c.pump();
+  assert.equal(out.admitted.length, 2);
+  assert.equal(out.admitted[1]!.blocks, 600);
+  assert.equal(out.admitted[1]!.queuedMs, 20);
+  assert.deepEqual(decisions.filter((d) => d.startsWith('standard')), ['standard:queued', 'standard:admitted', 'standard:queued', 'standard:dequeued', 'standard:dequeued']);
 });
 
 test('a queued request that cannot start before its deadline is refused with 503 and Retry-After; a cancelled one leaves at once', () => {
