@@ -287,10 +287,14 @@ export class AdmissionController<W extends KvWorkerView = KvWorkerView> {
    */
   private backfill(m: ModelState<W>, head: QueueEntry<Waiting<W>>, workers: readonly W[], now: number): void {
     const kept = this.keptFor(m, workers, now);
+    // Whatever does not fit, nothing larger of the same class fits either: skip those unasked.
+    let refusedAt = Infinity;
     for (const e of m.queue.entriesOf(head.cls)) {
-      if (e === head) continue;
+      if (e === head || e.value.blocks >= refusedAt) continue;
+      // Read afresh: an admitted request may have been routed (charged to a worker) at once.
       const v = this.besides(kept, this.verdict(e.cls, e.value.blocks, this.fleet(m, workers, now), m, workers, now));
       if (v.v === 'admit') this.dequeue(m, e, v.workers, now);
+      else refusedAt = e.value.blocks;
     }
   }
 
