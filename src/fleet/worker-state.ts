@@ -75,8 +75,11 @@ export interface WorkerIdentity {
 /** Capacity assumed for a worker that has not said (llm-d's fallback, vLLM's block size). */
 export const DEFAULT_NUM_GPU_BLOCKS = 31_250;
 export const DEFAULT_BLOCK_SIZE = 16;
-/** How long peakInflightBlocks' answer stands while the in-flight set is unchanged, ms. */
-const PEAK_REFRESH_MS = 100;
+/**
+ * How long peakInflightBlocks' computation stands, ms (then only raised by what begins): at most a
+ * hundred sorts a second per worker, however fast requests come.
+ */
+const PEAK_REFRESH_MS = 10;
 /** Weight of the latest request in decodeMsPerToken's moving average. */
 const DECODE_ALPHA = 0.2;
 
@@ -148,10 +151,11 @@ export class WorkerState {
    */
   decodeMsPerToken = 0;
 
-  /** peakInflightBlocks' last answer, and the state it was computed for. */
-  private peak = { blocks: 0, at: -Infinity, version: -1 };
-  /** Bumped whenever `inflight` changes (begin, firstToken, end). */
-  private inflightVersion = 0;
+  /**
+   * peakInflightBlocks' last computation (at), plus the blocks of every request begun since (each
+   * can add no more than its reservation to the peak).
+   */
+  private peak = { blocks: 0, at: -Infinity };
   private growing: GrowingRequests = { held: new Float64Array(16), left: new Float64Array(16), sequences: new Float64Array(16), n: 0 };
   private order = new Uint32Array(16);
 
@@ -200,12 +204,14 @@ export class WorkerState {
    * to their reserved ends and nothing more is sent (fleet/peak-usage.ts). inflightBlocks counts
    * every one at its final size at once; requests end at different steps, so this is lower: a
    * request that has decoded for d ms at decodeMsPerToken has d / decodeMsPerToken of its output
-   * behind it (none before its first token, or before any decode speed is known). Cached until the
-   * in-flight set changes, or for PEAK_REFRESH_MS (progress moves it slowly).
+   * behind it (none before its first token, or before any decode speed is known). Computed at most
+   * every PEAK_REFRESH_MS: in between, a request begun adds its reservation and one ended takes
+   * nothing off, which can only overstate the peak, and never above inflightBlocks. So a request
+   * costs O(1) here, and the sort runs at most a hundred times a second per worker.
    */
   peakInflightBlocks(now: number): number {
     const p = this.peak;
-    if (p.version === this.inflightVersion && now - p.at < PEAK_REFRESH_MS) return p.blocks;
+    if (now - p.at < PEAK_REFRESH_MS) return Math.min(p.blocks, this.inflightBlocks);
     const bs = this.blockSize;
     const n = this.inflight.size;
     if (this.growing.held.length < n) {
@@ -230,7 +236,6 @@ export class WorkerState {
     g.n = n;
     p.blocks = Math.ceil(peakHeldTokens(g, this.order) / bs);
     p.at = now;
-    p.version = this.inflightVersion;
     return p.blocks;
   }
 
@@ -339,7 +344,7 @@ export class WorkerState {
   begin(r: InflightRequest, mirrored = false): void {
     if (this.inflight.has(r.id)) return;
     this.inflight.set(r.id, r);
-    this.inflightVersion++;
+    this.peak.blocks += r.blocks;
     this.inflightPrefillTokens += r.uncachedTokens;
     this.prefillTokensDispatched += r.uncachedTokens;
     this.inflightTokens += r.promptTokens + r.maxTokens;
@@ -356,7 +361,6 @@ export class WorkerState {
     const r = this.inflight.get(id);
     if (!r || r.firstTokenAt !== undefined) return;
     r.firstTokenAt = now;
-    this.inflightVersion++;
     this.inflightPrefillTokens -= r.uncachedTokens;
     this.firstTokensSinceSnapshot += r.sequences ?? 1;
   }
@@ -366,7 +370,6 @@ export class WorkerState {
     const r = this.inflight.get(id);
     if (!r) return undefined;
     this.inflight.delete(id);
-    this.inflightVersion++;
     const seqs = r.sequences ?? 1;
     this.inflightSequences -= seqs;
     if (r.firstTokenAt === undefined) {
