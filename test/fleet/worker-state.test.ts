@@ -4,6 +4,15 @@ import { WorkerState, type InflightRequest } from '../../src/fleet/worker-state.
 
 const worker = () => new WorkerState({ id: 'w0', url: 'http://127.0.0.1:1', pool: 'p', model: 'm', numGpuBlocks: 1000, blockSize: 16 });
 const req = (id: string, at: number): InflightRequest => ({ id, promptTokens: 100, uncachedTokens: 100, maxTokens: 10, blocks: 8, dispatchedAt: at });
+/** A request with `uncached` prompt tokens and `out` output tokens reserved, blocks of 16. */
+const charge = (id: string, uncached: number, out: number, at: number): InflightRequest => ({
+  id,
+  promptTokens: uncached,
+  uncachedTokens: uncached,
+  maxTokens: out,
+  blocks: Math.ceil((uncached + out) / 16),
+  dispatchedAt: at,
+});
 
 describe('WorkerState.currentQueue', () => {
   it('moves the last snapshot forward by the gateway’s own dispatches, first tokens and completions', () => {
@@ -58,15 +67,6 @@ describe('WorkerState.currentQueue', () => {
 });
 
 describe('WorkerState.peakInflightBlocks', () => {
-  const charge = (id: string, uncached: number, out: number, at: number): InflightRequest => ({
-    id,
-    promptTokens: uncached,
-    uncachedTokens: uncached,
-    maxTokens: out,
-    blocks: Math.ceil((uncached + out) / 16),
-    dispatchedAt: at,
-  });
-
   it('is the sum of reservations for requests that end together, and counts what a request has written', () => {
     const w = worker();
     w.begin(charge('a', 1600, 160, 0)); // 110 blocks
@@ -111,15 +111,6 @@ describe('WorkerState.peakInflightBlocks', () => {
 });
 
 describe('WorkerState.freeBlocksNow', () => {
-  const charge = (id: string, uncached: number, out: number, at: number): InflightRequest => ({
-    id,
-    promptTokens: uncached,
-    uncachedTokens: uncached,
-    maxTokens: out,
-    blocks: Math.ceil((uncached + out) / 16),
-    dispatchedAt: at,
-  });
-
   it('takes the scrape, less what was reserved since, plus what the scrape saw held by requests that ended since', () => {
     const w = worker(); // 1000 blocks of 16 tokens
     w.learnDecode(10);
