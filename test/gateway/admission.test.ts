@@ -233,6 +233,33 @@ describe('KV-pressure admission', () => {
     await waitFor(() => gw.inflight === 0);
   });
 
+  it('starts a small standard request that fits ahead of a larger one waiting, away from the worker kept for it', async () => {
+    const s = await sims(2, { speed: 1, numGpuBlocks: 64 });
+    // Standard requests (every request here: no tenants) wait above half the fleet's 128 blocks.
+    const { gw, url } = await gateway(s.map((w) => w.url), { server: { routingHeaders: true }, admission: { thresholds: { sheddable: 0.4, standard: 0.5 } } });
+    const u = `${url}/v1/chat/completions`;
+    // The first, on an idle fleet, holds more than a third of its blocks for seconds.
+    const big = post(u, chat(words(150, 'big'), 300));
+    await waitFor(() => gw.registry.workers.some((w) => w.inflightCount === 1));
+    const busy = gw.registry.workers.find((w) => w.inflightCount === 1)!;
+    // A larger standard request would take the fleet past half: it waits at the head.
+    const head = post(u, chat(words(100, 'head'), 300));
+    await waitFor(() => gw.admission!.queueDepth(MODEL, 'standard') === 1);
+    // A small one fits under the threshold: it starts at once, on the busy worker, since the idle
+    // one (the most room) is kept for the head.
+    const small = await post(u, chat(words(10, 'small'), 16));
+    assert.equal(small.status, 200, small.text);
+    assert.equal(gw.admission!.queueDepth(MODEL, 'standard'), 1, 'the head still waits');
+    assert.equal(small.headers.get('x-kvgate-worker'), busy.id);
+    assert.equal((await big).status, 200);
+    const r = await head;
+    assert.equal(r.status, 200, r.text);
+    const text = await metrics(url);
+    assert.equal(metricValue(text, 'kvgate_admission_total', { priority: 'standard', decision: 'admitted' }), 2);
+    assert.equal(metricValue(text, 'kvgate_admission_total', { priority: 'standard', decision: 'dequeued' }), 1);
+    await waitFor(() => gw.inflight === 0);
+  });
+
   it('answers 503 queue_timeout when a queued request cannot start within queue.maxWaitMs', async () => {
     const s = await sims(1, { speed: 1, numGpuBlocks: 64 });
     const { gw, url } = await gateway(s.map((w) => w.url), { admission: { queue: { maxWaitMs: 150 } } });
