@@ -1,11 +1,19 @@
 /**
  * Probes each worker's /health. `failuresToMarkDown` consecutive failures take a worker out of
  * routing (WorkerState.healthy = false); one success brings it back.
+ *
+ * After a worker's first passing probe, and again after it comes back, its /v1/models is read once
+ * for the model's `max_model_len` (vLLM lists it there; WorkerState.maxModelLen), which the
+ * gateway's own /v1/models shows. A worker that does not list it, or answers anything else, is
+ * not held against: the field is simply left out.
  */
 import { PerWorkerLoop } from './periodic.js';
 import { fetchText } from './scraper.js';
 import type { Upstreams } from './upstreams.js';
 import type { WorkerState } from './worker-state.js';
+
+/** A model list larger than this is not read. */
+const MODEL_LIST_MAX_BYTES = 1024 * 1024;
 
 export interface HealthProberOptions {
   intervalMs: number;
@@ -20,6 +28,8 @@ export interface HealthProberOptions {
 export class HealthProber {
   private readonly loop: PerWorkerLoop<WorkerState>;
   private readonly failures = new Map<string, number>();
+  /** Workers whose /v1/models has been read since they last came up. */
+  private readonly modelRead = new Set<string>();
 
   constructor(
     workers: readonly WorkerState[],
@@ -45,6 +55,7 @@ export class HealthProber {
   remove(id: string): void {
     this.loop.remove(id);
     this.failures.delete(id);
+    this.modelRead.delete(id);
   }
 
   /** New settings (config reload), from each worker's next probe on. */
@@ -72,7 +83,13 @@ export class HealthProber {
       this.opts.onResult?.(w, null);
       if (!w.healthy) {
         w.healthy = true;
+        // Back from a failure (perhaps restarted with other settings): read its limits again.
+        this.modelRead.delete(w.id);
         this.opts.onChange?.(w, true, null);
+      }
+      if (!this.modelRead.has(w.id)) {
+        this.modelRead.add(w.id);
+        await this.readModel(w);
       }
     } catch (e) {
       if (w.retired) return;
@@ -83,6 +100,19 @@ export class HealthProber {
         w.healthy = false;
         this.opts.onChange?.(w, false, (e as Error).message);
       }
+    }
+  }
+
+  /** The worker's max_model_len for its model from its /v1/models, if it lists one. */
+  private async readModel(w: WorkerState): Promise<void> {
+    try {
+      const body = JSON.parse(await fetchText(this.opts.upstreams, w, '/v1/models', this.opts.timeoutMs, MODEL_LIST_MAX_BYTES)) as { data?: unknown };
+      const list = Array.isArray(body?.data) ? (body.data as Array<{ id?: unknown; max_model_len?: unknown }>) : [];
+      const len = list.find((m) => m?.id === w.model)?.max_model_len;
+      w.maxModelLen = Number.isSafeInteger(len) && (len as number) > 0 ? (len as number) : null;
+    } catch {
+      // Not every server lists models the way vLLM does: leave the limit unknown.
+      w.maxModelLen = null;
     }
   }
 }

@@ -143,6 +143,7 @@ export class WorkerRegistry {
       waiting: s?.waiting ?? null,
       numGpuBlocks: w.numGpuBlocks,
       blockSize: w.blockSize,
+      maxModelLen: w.maxModelLen ?? null,
       prefixQueries: s?.prefixQueries ?? null,
       prefixHits: s?.prefixHits ?? null,
       preemptions: s?.preemptions ?? null,

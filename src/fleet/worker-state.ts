@@ -146,6 +146,11 @@ export class WorkerState {
   /** Decisions made for this worker (for /admin/workers and tests). */
   routed = 0;
   /**
+   * The longest prompt plus output the worker's model takes (`max_model_len` in its /v1/models,
+   * read by the health prober); null if it did not say, undefined until asked.
+   */
+  maxModelLen: number | null | undefined = undefined;
+  /**
    * Time per output token of this gateway's streamed requests here (a moving average, ms; 0 until
    * one has finished). It tells how far along its answer a decoding request is (peakInflightBlocks).
    */

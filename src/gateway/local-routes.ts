@@ -48,13 +48,20 @@ export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: In
     if (err) sendError(res, err);
     return err === null;
   };
-  const modelEntry = (id: string) => ({
-    id,
-    object: 'model',
-    created: 0,
-    owned_by: 'kvgate',
-    pools: [...new Set(fleet.forModel(id)!.map((w) => w.pool))],
-  });
+  const modelEntry = (id: string) => {
+    const workers = fleet.forModel(id)!;
+    // The smallest limit any worker reported: a request within it fits wherever it is routed.
+    let maxModelLen = Infinity;
+    for (const w of workers) if (typeof w.maxModelLen === 'number' && w.maxModelLen < maxModelLen) maxModelLen = w.maxModelLen;
+    return {
+      id,
+      object: 'model',
+      created: 0,
+      owned_by: 'kvgate',
+      pools: [...new Set(workers.map((w) => w.pool))],
+      ...(Number.isFinite(maxModelLen) ? { max_model_len: maxModelLen } : {}),
+    };
+  };
   const modelsBody = (): string => JSON.stringify({ object: 'list', data: fleet.models().map(modelEntry) });
 
   return (path, req, res) => {

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { Gateway } from '../../src/gateway/gateway.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
-import { MODEL, parseSse, post, startGateway, startSims, startStub, streamText, workerStandIn } from './helpers.js';
+import { MODEL, parseSse, post, startGateway, startSims, startStub, streamText, waitFor, workerStandIn } from './helpers.js';
 
 let sims: SimWorker[];
 let gw: Gateway;
@@ -84,12 +84,39 @@ test('load spreads over both workers and every decision is released', async () =
   for (const w of gw.registry.workers) assert.equal(w.inflightCount, 0);
 });
 
-test('GET /v1/models lists the fleet’s model in OpenAI list shape', async () => {
+test('GET /v1/models lists the fleet’s model in OpenAI list shape, with the max_model_len its workers report', async () => {
+  const direct = (await (await fetch(sims[0]!.url + '/v1/models')).json()) as any;
+  const limit = direct.data[0].max_model_len;
+  assert.ok(Number.isInteger(limit) && limit > 0);
+  await waitFor(() => gw.registry.workers.every((w) => w.maxModelLen === limit));
   const r = await fetch(url + '/v1/models');
   const body = (await r.json()) as any;
   assert.equal(body.object, 'list');
   assert.deepEqual(body.data.map((m: any) => m.id), [MODEL]);
   assert.equal(body.data[0].object, 'model');
+  assert.equal(body.data[0].max_model_len, limit);
+  const one = (await (await fetch(`${url}/v1/models/${MODEL}`)).json()) as any;
+  assert.equal(one.max_model_len, limit);
+});
+
+test('a worker that lists no max_model_len leaves it out; beside one that does, the reported one stands', async () => {
+  const standIn = await startStub(workerStandIn((_req, _raw, res) => res.end()));
+  const lone = await startGateway([standIn.url]);
+  const mixed = await startGateway([standIn.url, sims[0]!.url]);
+  try {
+    const limit = ((await (await fetch(sims[0]!.url + '/v1/models')).json()) as any).data[0].max_model_len;
+    await waitFor(() => lone.gw.registry.workers[0]!.maxModelLen === null && mixed.gw.registry.workers.every((w) => w.maxModelLen !== undefined));
+    const a = (await (await fetch(lone.url + '/v1/models')).json()) as any;
+    assert.equal('max_model_len' in a.data[0], false);
+    const b = (await (await fetch(mixed.url + '/v1/models')).json()) as any;
+    assert.equal(b.data[0].max_model_len, limit);
+    const admin = (await (await fetch(lone.url + '/admin/workers')).json()) as any[];
+    assert.equal(admin[0].maxModelLen, null);
+  } finally {
+    await lone.gw.close();
+    await mixed.gw.close();
+    await standIn.close();
+  }
 });
 
 test('worker 4xx (prompt too long): same status and message, in OpenAI’s shape with a string code', async () => {
