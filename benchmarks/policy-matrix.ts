@@ -252,8 +252,8 @@ function capacityMatrix(
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-matrix-'));
   const all: Array<{ scenario: string; workers: number; args: string[]; wall_s: number; results: CapacityJson; at_round_robin_capacity: LoadJson | null }> = [];
   const common: string[] = [
-    '| scenario | workers | kvgate capacity ÷ best peer (≥ 1) | ÷ round-robin | TTFT p99 ÷ best peer (≤ 1) | TPOT p99 ÷ best (≤ 1.1) | ITL p99 ÷ best (≤ 1.1) | E2E p99 ÷ best (≤ 1.1) | prefix hit ÷ best peer (≥ 0.9) | hit / ideal | preemptions kvgate / RR |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| scenario | workers | kvgate capacity ÷ best peer (≥ 1) | ÷ round-robin | TTFT p99 ÷ best peer (≤ 1) | TPOT p99 ÷ best (≤ 1.1) | ITL p99 ÷ best (≤ 1.1) | ITL p99.9 ÷ best | E2E p99 ÷ best (≤ 1.1) | prefix hit ÷ best peer (≥ 0.9) | hit / ideal | preemptions kvgate / RR |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   const verdict: string[] = [
     '| scenario | workers | round-robin req/s | best peer req/s | kvgate req/s | oracle req/s | work bound req/s | kvgate ÷ RR | kvgate ÷ best peer | best peer ÷ bound | wall s |',
@@ -339,6 +339,7 @@ interface LoadJson {
     ttft_ms: { p99: number };
     tpot_ms: { p99: number };
     itl_ms: { p99: number };
+    itl_tail_ms: { p99_9: number };
     e2e_ms: { p99: number };
   }>;
 }
@@ -377,7 +378,7 @@ function commonLoadRow(name: string, workers: number, cap: CapacityJson, load: L
   const peer = cap.capacity.best_peer;
   return (
     `| ${name} | ${workers} | ${f(cap.capacity.vs_best_peer.kvgate ?? NaN, 2)}${peer ? ` (${peer})` : ''} | ${f(cap.capacity.vs_round_robin.kvgate ?? NaN, 2)} | ` +
-    `${ratio((p) => p.ttft_ms.p99)} | ${ratio((p) => p.tpot_ms.p99)} | ${ratio((p) => p.itl_ms.p99)} | ${ratio((p) => p.e2e_ms.p99)} | ` +
+    `${ratio((p) => p.ttft_ms.p99)} | ${ratio((p) => p.tpot_ms.p99)} | ${ratio((p) => p.itl_ms.p99)} | ${ratio((p) => p.itl_tail_ms.p99_9)} | ${ratio((p) => p.e2e_ms.p99)} | ` +
     `${hitRatio} | ${f(k.prefix_hit_rate * 100, 1)}% / ${f(load.ideal_hit_rate * 100, 1)}% | ${k.preemptions} / ${rr.preemptions} |`
   );
 }

@@ -52,6 +52,8 @@ export interface PolicySummary {
   ttft_ms: Dist;
   tpot_ms: Dist;
   itl_ms: Dist;
+  /** The inter-token gaps' far tail (weightedTail). */
+  itl_tail_ms: { p99_9: number | null; max: number | null };
   e2e_ms: Dist;
   duration_s: number;
   throughput_rps: number;
@@ -139,6 +141,24 @@ export function distribution(values: ArrayLike<number>): Dist {
  * sequence), without expanding them. Percentiles interpolate on the expanded order statistics.
  */
 export function weightedDistribution(values: ArrayLike<number>, weights: ArrayLike<number>): Dist {
+  const q = weightedQuantiles(values, weights);
+  if (q === null) return { p50: null, p90: null, p99: null, mean: null };
+  return { p50: round(q.pct(50)), p90: round(q.pct(90)), p99: round(q.pct(99)), mean: round(q.mean) };
+}
+
+/**
+ * The far tail of weighted samples: p99.9 and the largest. Inter-token gaps need it beside the
+ * p99: a router that sends several uncached prompts to one worker at once makes fewer, longer
+ * stalls than one that spreads them, so its p99 can be the lower while its p99.9 is twice as high.
+ */
+export function weightedTail(values: ArrayLike<number>, weights: ArrayLike<number>): { p99_9: number | null; max: number | null } {
+  const q = weightedQuantiles(values, weights);
+  if (q === null) return { p99_9: null, max: null };
+  return { p99_9: round(q.pct(99.9)), max: round(q.pct(100)) };
+}
+
+/** Percentiles of `values` each counted `weights[i]` times, interpolated as `percentile` does; null when the weights sum to 0. */
+function weightedQuantiles(values: ArrayLike<number>, weights: ArrayLike<number>): { pct(p: number): number; mean: number } | null {
   const n = values.length;
   const order = new Uint32Array(n);
   for (let i = 0; i < n; i++) order[i] = i;
@@ -149,7 +169,7 @@ export function weightedDistribution(values: ArrayLike<number>, weights: ArrayLi
     total += weights[i]!;
     sum += values[i]! * weights[i]!;
   }
-  if (total === 0) return { p50: null, p90: null, p99: null, mean: null };
+  if (total === 0) return null;
   // Value at 0-based rank r of the expanded list.
   const cum = new Float64Array(n);
   let acc = 0;
@@ -174,7 +194,7 @@ export function weightedDistribution(values: ArrayLike<number>, weights: ArrayLi
     const b = at(Math.min(lo + 1, total - 1));
     return a + (b - a) * (pos - lo);
   };
-  return { p50: round(pct(50)), p90: round(pct(90)), p99: round(pct(99)), mean: round(sum / total) };
+  return { pct, mean: sum / total };
 }
 
 export function sloOf(o: SummaryOptions): Slo {
@@ -314,6 +334,7 @@ export function summarize(r: SimResult, o: SummaryOptions): PolicySummary {
     ttft_ms: distribution(ttft),
     tpot_ms: distribution(tpot),
     itl_ms: weightedDistribution(r.itl.durationMs, r.itl.weight),
+    itl_tail_ms: weightedTail(r.itl.durationMs, r.itl.weight),
     e2e_ms: distribution(e2e),
     duration_s: round(durationS),
     throughput_rps: round(per(n)),

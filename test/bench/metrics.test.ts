@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { attainmentByPrompt, attainmentOf, distribution, MIN_BAND_REQUESTS, percentile, sloOf, summarize, weightedDistribution, worstBandAttainment } from '../../src/bench/metrics.js';
+import { attainmentByPrompt, attainmentOf, distribution, MIN_BAND_REQUESTS, percentile, sloOf, summarize, weightedDistribution, weightedTail, worstBandAttainment } from '../../src/bench/metrics.js';
 import { describeSlo, hasSlo, meetsSlo, ttftBoundMs } from '../../src/bench/slo.js';
 import type { SimResult } from '../../src/sim/fleet-sim.js';
 
@@ -54,6 +54,19 @@ describe('summary statistics', () => {
     const expanded = values.flatMap((v, i) => Array<number>(weights[i]!).fill(v));
     assert.deepEqual(weightedDistribution(values, weights), distribution(expanded));
     assert.deepEqual(weightedDistribution([], []), { p50: null, p90: null, p99: null, mean: null });
+  });
+
+  it('weighted tail is the p99.9 and the largest of the expanded samples', () => {
+    // 2,000 gaps of 20 ms and 3 of 100 ms: the p99 sees none of the long ones, the p99.9 does.
+    const values = [20, 100];
+    const weights = [2000, 3];
+    const expanded = Float64Array.from(values.flatMap((v, i) => Array<number>(weights[i]!).fill(v))).sort();
+    const tail = weightedTail(values, weights);
+    assert.equal(weightedDistribution(values, weights).p99, 20);
+    assert.equal(tail.p99_9, Math.round(percentile(expanded, 99.9)! * 1000) / 1000);
+    assert.ok(tail.p99_9! > 20 && tail.p99_9! <= 100);
+    assert.equal(tail.max, 100);
+    assert.deepEqual(weightedTail([5, 7], [0, 0]), { p99_9: null, max: null });
   });
 
   it('computes TTFT, TPOT, E2E, throughput, hit rate, goodput and cost from hand-made requests', () => {
