@@ -7,7 +7,8 @@
  *   `stream_options.include_usage` or vLLM's `continuous_usage_stats`) says it exactly: the last
  *   `"completion_tokens":` in its final bytes.
  * - Otherwise a stream is counted by its events: vLLM sends one per generated token, plus a
- *   chat stream's first (the assistant role, no token), and `data: [DONE]`. A stream whose stop
+ *   chat stream's first for each of its `n` answers (the assistant role, no token), and
+ *   `data: [DONE]`. A stream whose stop
  *   string held text back sends it in one event later, so that count is a floor, close enough
  *   for a mean.
  * - A Responses API answer (`/v1/responses`) says it in its `usage` as `"output_tokens":`: at the
@@ -17,6 +18,8 @@
 
 const USAGE_KEY = Buffer.from('"completion_tokens":');
 const RESPONSES_USAGE_KEY = Buffer.from('"output_tokens":');
+const PROMPT_USAGE_KEY = Buffer.from('"prompt_tokens":');
+const RESPONSES_PROMPT_USAGE_KEY = Buffer.from('"input_tokens":');
 const DONE_MARK = Buffer.from('data: [DONE]\n\n');
 const LF = 0x0a;
 /** How far from the end of the body `usage` is looked for (vLLM's trails it by ~100 bytes). */
@@ -44,17 +47,31 @@ export class OutputTokenCounter {
     }
   }
 
-  /** Output tokens of the whole answer (all choices), or undefined when nothing says. */
-  total(kind: 'chat' | 'completions' | 'responses', stream: boolean): number | undefined {
+  /**
+   * Output tokens of the whole answer (all choices), or undefined when nothing says. `choices`:
+   * the answers a chat stream carries (its `n`), each opened by a role event.
+   */
+  total(kind: 'chat' | 'completions' | 'responses', stream: boolean, choices = 1): number | undefined {
     const tail = this.tailWindow();
     if (tail === null) return undefined;
     if (kind === 'responses') return usageTokens(tail, RESPONSES_USAGE_KEY);
     const usage = usageTokens(tail, USAGE_KEY);
     if (usage !== undefined || !stream) return usage;
     let n = this.events;
-    if (kind === 'chat') n--;
+    if (kind === 'chat') n -= choices;
     if (tail.lastIndexOf(DONE_MARK) !== -1) n--;
     return n >= 0 ? n : undefined;
+  }
+
+  /**
+   * Prompt tokens of the whole request as the answer's `usage` says (`prompt_tokens`; a Responses
+   * answer's `input_tokens`), or undefined when the answer carries no usage (a stream that did not
+   * ask for it).
+   */
+  promptTotal(kind: 'chat' | 'completions' | 'responses'): number | undefined {
+    const tail = this.tailWindow();
+    if (tail === null) return undefined;
+    return usageTokens(tail, kind === 'responses' ? RESPONSES_PROMPT_USAGE_KEY : PROMPT_USAGE_KEY);
   }
 
   /** The body's last bytes: the last chunk, with the end of the one before when it is short. */

@@ -129,6 +129,12 @@ export interface RequestContext {
   status: number;
   /** ms from arrival to the first body byte relayed. */
   ttftMs: number | null;
+  /**
+   * The answer's size in tokens, set when a generation ends well (a worker's answer relayed, or
+   * the cascade's): its output tokens, and its prompt tokens where the answer's usage says them
+   * (null otherwise: a stream that did not ask for usage).
+   */
+  usage: AnswerUsage | null;
   /** Set while an upstream attempt is running: aborts it. */
   abortUpstream: ((reason: 'client' | 'shutdown') => void) | null;
 }
@@ -136,8 +142,26 @@ export interface RequestContext {
 /** The fields a request's pipeline fills as it goes, as they are before it starts. */
 export type RequestOutcome = Pick<
   RequestContext,
-  'taps' | 'onFinish' | 'logFields' | 'aborted' | 'abortReason' | 'attempts' | 'decision' | 'workerId' | 'upstreamStatus' | 'status' | 'ttftMs' | 'abortUpstream'
+  | 'taps'
+  | 'onFinish'
+  | 'logFields'
+  | 'aborted'
+  | 'abortReason'
+  | 'attempts'
+  | 'decision'
+  | 'workerId'
+  | 'upstreamStatus'
+  | 'status'
+  | 'ttftMs'
+  | 'usage'
+  | 'abortUpstream'
 >;
+
+/** An answer's size in tokens (RequestContext.usage). */
+export interface AnswerUsage {
+  promptTokens: number | null;
+  outputTokens: number;
+}
 
 /** A fresh outcome: for a new request, or for a sub-request run through the pipeline on its behalf. */
 export function freshOutcome(): RequestOutcome {
@@ -153,6 +177,7 @@ export function freshOutcome(): RequestOutcome {
     upstreamStatus: null,
     status: 0,
     ttftMs: null,
+    usage: null,
     abortUpstream: null,
   };
 }
@@ -191,6 +216,7 @@ export class LiveRequestContext implements RequestContext {
   upstreamStatus: number | null = null;
   status = 0;
   ttftMs: number | null = null;
+  usage: AnswerUsage | null = null;
   abortUpstream: ((reason: 'client' | 'shutdown') => void) | null = null;
 
   constructor(

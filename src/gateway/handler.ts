@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { RequestCapsOverride, TenantDirectory } from '../admission/tenants.js';
+import { DEFAULT_TENANT_ID, type RequestCapsOverride, type TenantDirectory } from '../admission/tenants.js';
 import { readBody } from '../api/body.js';
 import { checkAudioForm, formFields, isFormType } from '../api/form.js';
 import { responsesRequestSchema, type ResponsesRequest } from '../api/responses.js';
@@ -29,7 +29,7 @@ import type { GatewayMetrics } from '../telemetry/metrics.js';
 import type { Clock } from '../util/clock.js';
 import { generates, LiveRequestContext, type GenerationKind, type InferenceBody, type InferenceKind, type RequestContext } from './context.js';
 import { createLocalRoutes, type LocalRoute } from './local-routes.js';
-import { outputBudget, requestBudgetMs } from './prepare.js';
+import { knownPromptLength, outputBudget, requestBudgetMs } from './prepare.js';
 import type { Relay } from './relay.js';
 import type { LookupOutcome } from './response-lookup.js';
 import { runStages, type GatewayStage } from './stages.js';
@@ -416,6 +416,19 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext, sampler: RequestLogS
   m.durationBy.series(route, model).observe(durationMs / 1000);
   // A non-streamed answer arrives all at once: its first byte is its last, not a TTFT.
   if (ctx.ttftMs !== null && ctx.stream) m.ttftBy.series(route, model).observe(ctx.ttftMs / 1000);
+  const usage = ctx.usage;
+  let promptTokens: number | undefined;
+  if (usage !== null) {
+    const tenant = ctx.tenant?.id ?? DEFAULT_TENANT_ID;
+    m.generationTokensBy.series(model, tenant).inc(usage.outputTokens);
+    promptTokens = usage.promptTokens ?? knownPromptLength(ctx.routeRequest);
+    if (promptTokens !== undefined) m.promptTokensBy.series(model, tenant).inc(promptTokens);
+    // Per output token of one sequence: with n answers (or a batch of prompts) the tokens are
+    // several sequences' together.
+    if (ctx.stream && ctx.ttftMs !== null && usage.outputTokens > 1 && (ctx.routeRequest?.sequences ?? 1) === 1) {
+      m.tpotBy.series(route, model).observe((durationMs - ctx.ttftMs) / (usage.outputTokens - 1) / 1000);
+    }
+  }
   for (const f of ctx.onFinish) {
     try {
       f(ctx);
@@ -441,6 +454,8 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext, sampler: RequestLogS
       status: ctx.status,
       ttftMs: ctx.ttftMs === null ? undefined : Math.round(ctx.ttftMs * 10) / 10,
       durationMs: Math.round(durationMs * 100) / 100,
+      promptTokens,
+      outputTokens: usage?.outputTokens,
       ...ctx.logFields,
       sampleRate: clean && rate < 1 ? (rate > 0 ? 1 / rate : undefined) : undefined,
     },

@@ -378,6 +378,21 @@ class LiveRouteRequest implements RouteRequest {
   get promptTokenCount(): number {
     return this.ids !== undefined ? this.ids.length : (this.count ??= (this.lazy as LazyTokens).count());
   }
+
+  /** The length if the prompt has been tokenized or counted already, else undefined (nothing is done for it). */
+  get knownTokenCount(): number | undefined {
+    return this.ids !== undefined ? this.ids.length : this.count;
+  }
+}
+
+/**
+ * The request's prompt tokens (every prompt of a batch) as far as the gateway has counted them
+ * already; undefined if it has not, and nothing is tokenized to find out (a policy that never
+ * reads tokens keeps costing no tokenization).
+ */
+export function knownPromptLength(rr: RouteRequest | undefined): number | undefined {
+  if (!(rr instanceof LiveRouteRequest)) return undefined;
+  return rr.batchPromptTokens ?? rr.knownTokenCount;
 }
 
 export function buildRouteRequest(

@@ -224,7 +224,10 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     // A 4xx is the request's fault, not the worker's.
     this.breaker.onSuccess();
     // The answer's length in tokens, which the policy learns (only generated text has one).
-    const answered = status < 400 && generates(ctx.kind) ? this.outputTokens.total(ctx.kind, ctx.stream) : undefined;
+    const kind = ctx.kind;
+    const choices = kind === 'chat' ? ((ctx.body as { n?: number | null }).n ?? 1) : 1;
+    const answered = status < 400 && generates(kind) ? this.outputTokens.total(kind, ctx.stream, choices) : undefined;
+    if (answered !== undefined && generates(kind)) ctx.usage = { promptTokens: this.outputTokens.promptTotal(kind) ?? null, outputTokens: answered };
     this.settle(DONE, status < 400, status < 400 ? 'ok' : 'client_error', answered);
   }
 

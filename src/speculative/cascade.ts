@@ -128,6 +128,8 @@ class CascadeRun {
   private readonly ac = new AbortController();
   private readonly rng: Rng;
   private out!: OutputText;
+  /** The prompt's token ids, counted by the model's own tokenizer. */
+  private promptLength = 0;
   private writer!: ResponseWriter;
   private draft: WorkerState | null;
   private readonly target: WorkerState;
@@ -190,6 +192,7 @@ class CascadeRun {
       // A chat request without max_tokens runs, on vLLM, until the context is full.
       const maxTokens = ctx.maxTokensExplicit || ctx.kind === 'completions' ? ctx.maxTokens : cm.maxModelLen! - ids.length;
       if (maxTokens < 1) return this.beforeOutputFailure(new WorkerCallError('the prompt fills the context', null));
+      this.promptLength = ids.length;
       this.out = new OutputText({ maxTokens, stop: this.plan.stop, stopTokenIds: new Set(this.plan.stopTokenIds), eosTokenIds: cm.eosTokenIds });
       this.writer = new ResponseWriter(ctx.res, {
         // serve() passes embeddings on before a run starts.
@@ -433,6 +436,7 @@ class CascadeRun {
     this.markFirstByte();
     this.ctx.status = 200;
     this.ctx.upstreamStatus = 200;
+    this.ctx.usage = { promptTokens: this.promptLength, outputTokens: this.out.tokens.length };
     return 'done';
   }
 

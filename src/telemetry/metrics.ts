@@ -11,6 +11,8 @@ import { RequestCounter, RequestHistogram } from './request-metrics.js';
 export const EVENT_LOOP_SAMPLE_MS = 100;
 
 const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+/** Time per output token: fine where TPOT targets are set (tens of ms). */
+const TPOT_BUCKETS = [0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5];
 
 export class GatewayMetrics {
   readonly registry = new Registry();
@@ -18,6 +20,9 @@ export class GatewayMetrics {
   readonly requestsBy: RequestCounter;
   readonly ttftBy: RequestHistogram;
   readonly durationBy: RequestHistogram;
+  readonly tpotBy: RequestHistogram;
+  readonly promptTokensBy: RequestCounter;
+  readonly generationTokensBy: RequestCounter;
   readonly attemptsBy: RequestCounter;
   readonly decisionsBy: RequestCounter;
   readonly prefixHitBy: RequestHistogram;
@@ -52,6 +57,22 @@ export class GatewayMetrics {
       help: 'Time from request arrival to the end of the response',
       labelNames: ['route', 'model'],
       buckets: LATENCY_BUCKETS,
+    });
+    this.tpotBy = new RequestHistogram(r, {
+      name: 'kvgate_request_tpot_seconds',
+      help: 'Streamed answers of one sequence and two or more tokens: time per output token after the first, (end − first byte) / (output tokens − 1)',
+      labelNames: ['route', 'model'],
+      buckets: TPOT_BUCKETS,
+    });
+    this.promptTokensBy = new RequestCounter(r, {
+      name: 'kvgate_prompt_tokens_total',
+      help: "Prompt tokens of answered generations, by model and tenant: the answer's usage, else the gateway's own count (the one it reserves KV by)",
+      labelNames: ['model', 'tenant'],
+    });
+    this.generationTokensBy = new RequestCounter(r, {
+      name: 'kvgate_generation_tokens_total',
+      help: "Output tokens of answered generations, by model and tenant: the answer's usage, else a stream's token events",
+      labelNames: ['model', 'tenant'],
     });
     const self = this;
     new Gauge({

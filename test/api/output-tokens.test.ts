@@ -38,6 +38,21 @@ describe('OutputTokenCounter', () => {
     for (let cut = 1; cut < whole.length; cut += 3) assert.equal(count([whole.slice(0, cut), whole.slice(cut)], 'chat', true), 20, `cut at ${cut}`);
     const completions = [...Array.from({ length: 5 }, (_, i) => ev({ choices: [{ text: `t${i}` }] })), 'data: [DONE]\n\n'];
     assert.equal(count(completions, 'completions', true), 5);
+    // n = 2: a role event opens each answer.
+    const two = [
+      ev({ choices: [{ index: 0, delta: { role: 'assistant', content: '' } }] }),
+      ev({ choices: [{ index: 1, delta: { role: 'assistant', content: '' } }] }),
+      ...Array.from({ length: 6 }, (_, i) => ev({ choices: [{ index: i % 2, delta: { content: `t${i}` } }] })),
+      'data: [DONE]\n\n',
+    ];
+    const c = new OutputTokenCounter();
+    let tail = TAIL_AT_BOUNDARY;
+    for (const p of two) {
+      const b = Buffer.from(p);
+      c.chunk(b, true, tail);
+      tail = updateTail(tail, b);
+    }
+    assert.equal(c.total('chat', true, 2), 6);
   });
 
   it('a Responses API answer: usage.output_tokens of the JSON or of the stream’s last event, nothing counted without it', () => {
@@ -57,5 +72,27 @@ describe('OutputTokenCounter', () => {
   it('prefers a stream’s usage (include_usage) to its event count', () => {
     const parts = [...chatStream(3, false).slice(0, -1), ev({ choices: [], usage: { prompt_tokens: 5, completion_tokens: 12, total_tokens: 17 } }), 'data: [DONE]\n\n'];
     assert.equal(count(parts, 'chat', true), 12);
+  });
+
+  it('reads the prompt tokens from usage (prompt_tokens, a Responses answer’s input_tokens), and none without usage', () => {
+    const prompt = (parts: string[], kind: 'chat' | 'completions' | 'responses', stream: boolean): number | undefined => {
+      const c = new OutputTokenCounter();
+      let tail = TAIL_AT_BOUNDARY;
+      for (const p of parts) {
+        const b = Buffer.from(p);
+        c.chunk(b, stream, tail);
+        tail = updateTail(tail, b);
+      }
+      return c.promptTotal(kind);
+    };
+    // vLLM's usage also names prompt_tokens_details, which must not be read as the count.
+    const body = JSON.stringify({ choices: [{ message: { content: 'x' } }], usage: { prompt_tokens: 4321, total_tokens: 4328, completion_tokens: 7, prompt_tokens_details: { cached_tokens: 4096 } } });
+    assert.equal(prompt([body], 'chat', false), 4321);
+    for (let cut = 1; cut < body.length; cut += 11) assert.equal(prompt([body.slice(0, cut), body.slice(cut)], 'completions', false), 4321, `cut at ${cut}`);
+    const withUsage = [...chatStream(3, false).slice(0, -1), ev({ choices: [], usage: { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 } }), 'data: [DONE]\n\n'];
+    assert.equal(prompt(withUsage, 'chat', true), 5);
+    assert.equal(prompt(chatStream(3, false), 'chat', true), undefined, 'a stream without usage says nothing');
+    const responses = JSON.stringify({ id: 'resp_1', output: [], usage: { input_tokens: 42, input_tokens_details: { cached_tokens: 0 }, output_tokens: 9, total_tokens: 51 } });
+    assert.equal(prompt([responses], 'responses', false), 42);
   });
 });

@@ -283,9 +283,11 @@ test('the Grafana dashboard has the panels operators need, with the 90% line on 
   assert.ok(kv.fieldConfig.defaults.thresholds.steps.some((s: any) => s.value === 0.9));
   assert.equal(kv.fieldConfig.defaults.custom.thresholdsStyle.mode, 'line');
   assert.match(JSON.stringify(byTitle(/^Running and waiting/).targets), /running.*waiting/);
-  const lat = JSON.stringify(byTitle(/^TTFT and end-to-end/).targets);
+  const lat = JSON.stringify(byTitle(/^TTFT, TPOT and end-to-end/).targets);
   assert.match(lat, /0\.99.*kvgate_request_ttft_seconds_bucket/);
+  assert.match(lat, /0\.99.*kvgate_request_tpot_seconds_bucket/);
   assert.match(lat, /0\.99.*kvgate_request_duration_seconds_bucket/);
+  assert.match(JSON.stringify(byTitle(/^Tokens \/ s by tenant$/).targets), /by \(tenant\).*kvgate_generation_tokens_total.*by \(tenant\).*kvgate_prompt_tokens_total/);
   assert.match(JSON.stringify(byTitle(/^Speculative acceptance$/).targets), /spec_decode_num_accepted_tokens/);
   assert.match(JSON.stringify(byTitle(/^Cache hit ratios$/).targets), /kvgate_cache_requests_total/);
   assert.match(JSON.stringify(byTitle(/^Shed and queued by priority$/).targets), /by \(priority, decision\)/);

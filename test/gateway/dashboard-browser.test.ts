@@ -78,6 +78,7 @@ test('the dashboard shows every worker and its numbers move with traffic, withou
   await page.waitForFunction(() => document.getElementById('requestRate')?.textContent === '0.0/s', null, { timeout: 10_000 });
   assert.deepEqual(await cellTexts(page, 'routed'), ['0', '0', '0']);
   assert.equal(await page.textContent('#ttftP50'), '—');
+  assert.equal(await page.textContent('#tpotP50'), '—');
 
   // Traffic: streamed requests with long shared prefixes, a few at a time, for a few seconds.
   let stop = false;
@@ -104,9 +105,11 @@ test('the dashboard shows every worker and its numbers move with traffic, withou
       () => {
         const rate = document.getElementById('requestRate')?.textContent ?? '';
         const ttft = document.getElementById('ttftP50')?.textContent ?? '—';
+        const tpot = document.getElementById('tpotP99')?.textContent ?? '—';
+        const tokens = document.getElementById('outputTokenRate')?.textContent ?? '';
         const routed = [...document.querySelectorAll('#workers tr[data-worker] td.routed')].map((t) => Number(t.textContent));
         const running = [...document.querySelectorAll('#workers tr[data-worker] td.running')].map((t) => Number(t.textContent));
-        return parseFloat(rate) > 0 && ttft !== '—' && routed.reduce((a, b) => a + b, 0) > 0 && running.some((r) => r > 0);
+        return parseFloat(rate) > 0 && ttft !== '—' && tpot !== '—' && parseFloat(tokens) > 0 && routed.reduce((a, b) => a + b, 0) > 0 && running.some((r) => r > 0);
       },
       null,
       { timeout: 20_000, polling: 100 },

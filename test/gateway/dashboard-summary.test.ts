@@ -22,19 +22,23 @@ function fixture() {
   const registry = new Registry();
   const requests = new Counter({ name: 'kvgate_requests_total', help: 'h', labelNames: ['route', 'model', 'status'], registers: [registry] });
   const ttft = new Histogram({ name: 'kvgate_request_ttft_seconds', help: 'h', labelNames: ['route', 'model'], buckets: [0.01, 0.1, 1], registers: [registry] });
+  const tpot = new Histogram({ name: 'kvgate_request_tpot_seconds', help: 'h', labelNames: ['route', 'model'], buckets: [0.01, 0.02, 0.05, 0.1], registers: [registry] });
+  const tokens = new Counter({ name: 'kvgate_generation_tokens_total', help: 'h', labelNames: ['model', 'tenant'], registers: [registry] });
   const admission = new Counter({ name: 'kvgate_admission_total', help: 'h', labelNames: ['model', 'priority', 'decision'], registers: [registry] });
   const depth = new Gauge({ name: 'kvgate_queue_depth', help: 'h', labelNames: ['model', 'priority'], registers: [registry] });
   const cache = new Counter({ name: 'kvgate_cache_requests_total', help: 'h', labelNames: ['result'], registers: [registry] });
   const workers = [{ id: 'w0', pool: 'main', model: 'm', healthy: true, circuitState: 'closed', stale: false, kvUsage: 0.5, running: 3, waiting: 1, inflight: 2, routed: 10, prefixQueries: 1000, prefixHits: 100, prefixIndex: { source: 'events', blocks: 42, capacity: 100 } }];
   let t = 1_000_000;
   const sampler = new DashboardSampler({ registry, describeWorkers: () => workers.map((w) => ({ ...w })), now: () => t, windowMs: 10_000, minIntervalMs: 100 });
-  return { registry, requests, ttft, admission, depth, cache, workers, sampler, advance: (ms: number) => (t += ms) };
+  return { registry, requests, ttft, tpot, tokens, admission, depth, cache, workers, sampler, advance: (ms: number) => (t += ms) };
 }
 
 test('rates, quantiles, hit ratios and admission counts cover the window between two samples', async () => {
   const f = fixture();
   f.requests.labels('chat', 'm', '200').inc(100);
   f.ttft.labels('chat', 'm').observe(5); // before the window: must not count
+  f.tpot.labels('chat', 'm').observe(0.09);
+  f.tokens.labels('m', 'acme').inc(1000);
   const first = await f.sampler.state();
   assert.equal(first.windowSeconds, 0);
   assert.equal(first.totals.requestRate, null, 'no rate from one sample');
@@ -44,6 +48,9 @@ test('rates, quantiles, hit ratios and admission counts cover the window between
   f.requests.labels('chat', 'm', '200').inc(18);
   f.requests.labels('chat', 'm', '503').inc(2);
   for (let i = 0; i < 10; i++) f.ttft.labels('chat', 'm').observe(0.05);
+  for (let i = 0; i < 10; i++) f.tpot.labels('chat', 'm').observe(0.015);
+  f.tokens.labels('m', 'acme').inc(300);
+  f.tokens.labels('m', 'globex').inc(100);
   f.admission.labels('m', 'sheddable', 'shed').inc(3);
   f.admission.labels('m', 'standard', 'admitted').inc(20);
   f.depth.labels('m', 'standard').set(4);
@@ -59,6 +66,9 @@ test('rates, quantiles, hit ratios and admission counts cover the window between
   assert.equal(s.totals.errorRatio, 0.1);
   assert.ok(s.totals.ttftP50! > 0.01 && s.totals.ttftP50! <= 0.1, `p50 ${s.totals.ttftP50}`);
   assert.ok(s.totals.ttftP99! <= 0.1, 'the 5 s observation is outside the window');
+  assert.ok(s.totals.tpotP50! > 0.01 && s.totals.tpotP50! <= 0.02, `TPOT p50 ${s.totals.tpotP50}`);
+  assert.ok(s.totals.tpotP99! <= 0.02, 'the 90 ms observation is outside the window');
+  assert.equal(s.totals.outputTokenRate, 200, 'every tenant, this window only');
   assert.equal(s.totals.responseCacheHit, 0.25, 'bypassed requests are not cacheable');
   assert.equal(s.workers[0]!.prefixHitRate, 0.75);
   assert.equal(s.totals.fleetPrefixHit, 0.75);

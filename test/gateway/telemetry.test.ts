@@ -5,7 +5,7 @@ import { Writable } from 'node:stream';
 import { DEFAULT_POLICY_NAME } from '../../src/config.js';
 import { startSimWorker } from '../../src/sim/worker/server.js';
 import { createLogger } from '../../src/telemetry/logger.js';
-import { MODEL, metricValue, post, startGateway, startSims, startStub, waitFor } from './helpers.js';
+import { MODEL, metricValue, parseSse, post, startGateway, startSims, startStub, waitFor } from './helpers.js';
 
 test('/metrics has the kvgate_ series after traffic; /admin/workers describes each worker', async () => {
   const sims = await startSims(2, { numGpuBlocks: 2048 });
@@ -121,6 +121,62 @@ test('log.requestSampleRate: one clean success in four gets a line; errors alway
     for (const l of bad) assert.equal(l.sampleRate, undefined);
     const m = await (await fetch(url + '/metrics')).text();
     assert.equal(metricValue(m, 'kvgate_requests_total', { route: 'chat', model: MODEL, status: '200' }), 8);
+  } finally {
+    await gw.close();
+    await Promise.all(sims.map((s) => s.close()));
+  }
+});
+
+test('tokens by model and tenant, and time per output token, from the answers relayed', async () => {
+  const sims = await startSims(2);
+  const lines: any[] = [];
+  const sink = new Writable({
+    write(chunk, _enc, cb) {
+      for (const l of String(chunk).split('\n')) if (l.trim() !== '') lines.push(JSON.parse(l));
+      cb();
+    },
+  });
+  const tenants = {
+    tenants: [
+      { id: 'acme', keys: [{ value: 'sk-acme-tokens-01' }] },
+      { id: 'globex', keys: [{ value: 'sk-globex-tokens-01' }] },
+    ],
+  };
+  const { gw, url } = await startGateway(sims.map((s) => s.url), tenants, { logger: createLogger({ level: 'info', destination: sink }) });
+  const as = (key: string) => ({ authorization: `Bearer ${key}` });
+  const messages = [{ role: 'user', content: 'Count the tokens of this question, please.' }];
+  try {
+    // acme: a JSON answer and a stream that asks for usage; both carry the worker's usage.
+    const a1 = await post(url + '/v1/chat/completions', { model: MODEL, messages, max_tokens: 5 }, as('sk-acme-tokens-01'));
+    assert.equal(a1.status, 200);
+    const a2 = await post(url + '/v1/chat/completions', { model: MODEL, messages, max_tokens: 6, stream: true, stream_options: { include_usage: true } }, as('sk-acme-tokens-01'));
+    const a2Usage = parseSse(a2.text).find((e) => e !== '[DONE]' && e.usage)?.usage;
+    assert.ok(a2Usage, 'the stream ends with its usage');
+    // globex: a stream without usage (prompt tokens from the gateway's own count), and one with n = 2.
+    const g1 = await post(url + '/v1/chat/completions', { model: MODEL, messages, max_tokens: 4, stream: true }, as('sk-globex-tokens-01'));
+    const g1Tokens = parseSse(g1.text).filter((e) => e !== '[DONE]' && e.choices?.[0]?.delta?.content).length;
+    const g2 = await post(url + '/v1/chat/completions', { model: MODEL, messages, max_tokens: 3, n: 2, stream: true }, as('sk-globex-tokens-01'));
+    const g2Tokens = parseSse(g2.text).filter((e) => e !== '[DONE]' && e.choices?.[0]?.delta?.content).length;
+    assert.ok(g1Tokens >= 1 && g2Tokens >= 2);
+
+    const m = await (await fetch(url + '/metrics')).text();
+    const prompt = a1.json.usage.prompt_tokens as number;
+    assert.equal(a2Usage.prompt_tokens, prompt);
+    assert.equal(metricValue(m, 'kvgate_generation_tokens_total', { model: MODEL, tenant: 'acme' }), a1.json.usage.completion_tokens + a2Usage.completion_tokens);
+    assert.equal(metricValue(m, 'kvgate_prompt_tokens_total', { model: MODEL, tenant: 'acme' }), 2 * prompt);
+    assert.equal(metricValue(m, 'kvgate_generation_tokens_total', { model: MODEL, tenant: 'globex' }), g1Tokens + g2Tokens);
+    // Without usage, the gateway's own count of the prompt (the one it reserves KV by): the same
+    // template and tokenizer as the simulated worker's.
+    assert.equal(metricValue(m, 'kvgate_prompt_tokens_total', { model: MODEL, tenant: 'globex' }), 2 * prompt);
+    // Two streams of one sequence: acme's second and globex's first (n = 2 is two sequences).
+    assert.equal(metricValue(m, 'kvgate_request_tpot_seconds_count', { route: 'chat', model: MODEL }), 2);
+    const tpotSum = metricValue(m, 'kvgate_request_tpot_seconds_sum', { route: 'chat', model: MODEL })!;
+    assert.ok(tpotSum > 0 && tpotSum < 2, `TPOT sum ${tpotSum} s`);
+
+    await waitFor(() => lines.filter((l) => l.msg === 'request').length === 4);
+    const first = lines.find((l) => l.msg === 'request' && l.stream === false)!;
+    assert.equal(first.promptTokens, prompt);
+    assert.equal(first.outputTokens, a1.json.usage.completion_tokens);
   } finally {
     await gw.close();
     await Promise.all(sims.map((s) => s.close()));

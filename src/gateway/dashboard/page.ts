@@ -78,6 +78,8 @@ function render(s) {
   var t = s.totals;
   tile('requestRate', t.requestRate === null ? '\\u2014' : t.requestRate.toFixed(1) + '/s');
   tile('ttftP50', ms(t.ttftP50)); tile('ttftP99', ms(t.ttftP99)); tile('e2eP99', ms(t.e2eP99));
+  tile('tpotP50', ms(t.tpotP50)); tile('tpotP99', ms(t.tpotP99));
+  tile('outputTokenRate', t.outputTokenRate === null ? '\\u2014' : t.outputTokenRate.toFixed(0) + '/s');
   tile('inflight', num(t.inflight)); tile('errorRatio', pct(t.errorRatio));
   tile('routedPrefixHit', pct(t.routedPrefixHit)); tile('fleetPrefixHit', pct(t.fleetPrefixHit));
   tile('responseCacheHit', pct(t.responseCacheHit));
@@ -148,7 +150,10 @@ export function dashboardPage(): string {
 ${tileHtml('requestRate', 'requests / s')}
 ${tileHtml('ttftP50', 'TTFT p50 (streamed)')}
 ${tileHtml('ttftP99', 'TTFT p99 (streamed)')}
+${tileHtml('tpotP50', 'TPOT p50 (streamed)')}
+${tileHtml('tpotP99', 'TPOT p99 (streamed)')}
 ${tileHtml('e2eP99', 'end-to-end p99')}
+${tileHtml('outputTokenRate', 'output tokens / s')}
 ${tileHtml('inflight', 'in flight')}
 ${tileHtml('errorRatio', '5xx share')}
 ${tileHtml('routedPrefixHit', 'prefix hit expected by the router')}

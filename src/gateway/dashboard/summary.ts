@@ -71,6 +71,11 @@ export interface DashboardState {
     /** Streamed requests' time to first byte (s), over the window. */
     ttftP50: number | null;
     ttftP99: number | null;
+    /** Streamed answers' time per output token (s), over the window. */
+    tpotP50: number | null;
+    tpotP99: number | null;
+    /** Output tokens answered per second, over the window. */
+    outputTokenRate: number | null;
     /** End-to-end duration p99 (s), over the window. */
     e2eP99: number | null;
     /** Mean share of each prompt the router expected the chosen worker to hold cached. */
@@ -265,6 +270,8 @@ export function summarize(cur: Sample, base: Sample | null): DashboardState {
   const cacheAll = delta('kvgate_cache_requests_total', (l) => l.result !== 'bypass' && l.result !== 'refresh');
   const ttft = base ? bucketDelta(cur, base, 'kvgate_request_ttft_seconds') : [];
   const e2e = base ? bucketDelta(cur, base, 'kvgate_request_duration_seconds') : [];
+  const tpot = base ? bucketDelta(cur, base, 'kvgate_request_tpot_seconds') : [];
+  const outputTokens = base ? delta('kvgate_generation_tokens_total') : 0;
 
   const fleetKv = values(cur, 'kvgate_fleet_kv_usage').map((v) => ({ model: String(v.labels.model), usage: v.value }));
 
@@ -298,6 +305,9 @@ export function summarize(cur: Sample, base: Sample | null): DashboardState {
       inflight: sum(cur, 'kvgate_inflight_requests'),
       ttftP50: histogramQuantile(0.5, ttft),
       ttftP99: histogramQuantile(0.99, ttft),
+      tpotP50: histogramQuantile(0.5, tpot),
+      tpotP99: histogramQuantile(0.99, tpot),
+      outputTokenRate: base && dt > 0 ? outputTokens / dt : null,
       e2eP99: histogramQuantile(0.99, e2e),
       routedPrefixHit: ratio(prefixSum, prefixCount),
       fleetPrefixHit: ratio(hitsAll, queriesAll),
