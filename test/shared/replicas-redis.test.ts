@@ -48,7 +48,10 @@ describe('gateway replicas sharing state through Redis', { skip }, () => {
       { id: 'globex', keys: [{ value: 'sk-globex-01' }] },
       { id: 'initech', keys: [{ value: 'sk-initech-1' }], limits: { requestsPerMinute: 2 } },
     ];
-    const extra = { ...CALM, tenants, admin: { keys: [{ value: 'sk-admin-001' }] }, shared: { redis: { url: redis.url, keyPrefix: 'kvs:' }, publishIntervalMs: 10 } };
+    // A generous command timeout: on a loaded test machine a lookup can take longer than the
+    // default 100 ms, and a timed-out lookup is (rightly) treated as "not known", which these
+    // tests of what is shared would read as a failure. Redis stopped still fails at once.
+    const extra = { ...CALM, tenants, admin: { keys: [{ value: 'sk-admin-001' }] }, shared: { redis: { url: redis.url, keyPrefix: 'kvs:', timeoutMs: 2_000 }, publishIntervalMs: 10 } };
     a = await startGateway(sims.map((s) => s.url), extra as never);
     b = await startGateway(sims.map((s) => s.url), extra as never);
     await waitFor(async () => (await metric(a.url, 'kvgate_shared_redis_up')) === 1 && (await metric(b.url, 'kvgate_shared_redis_up')) === 1);
@@ -125,7 +128,8 @@ describe('gateway replicas sharing state through Redis', { skip }, () => {
       // Distinct long inputs: without the pin, B would spread them.
       const next = await ask(b.url, { input: longPrompt(`cont${i}`), previous_response_id: first.json.id });
       assert.equal(next.status, 200, next.text);
-      assert.equal(next.headers.get('x-kvgate-worker'), home, `continuation ${i}`);
+      const got = next.headers.get('x-kvgate-worker');
+      if (got !== home) assert.fail(`continuation ${i}: ${got}, not ${home}; B's directory lookups ${JSON.stringify((await shared(b.url)).responses)}`);
     }
     const st = (await shared(b.url)).responses;
     assert.ok(st.found >= 4, JSON.stringify(st));
