@@ -8,9 +8,8 @@
  *   `"completion_tokens":` in its final bytes.
  * - Otherwise a stream is counted by its events: vLLM sends one per generated token, plus a
  *   chat stream's first for each of its `n` answers (the assistant role, no token), and
- *   `data: [DONE]`. A stream whose stop
- *   string held text back sends it in one event later, so that count is a floor, close enough
- *   for a mean.
+ *   `data: [DONE]`. A stream whose stop string held text back sends it in one event later, so
+ *   that count is a floor, close enough for a mean.
  * - A Responses API answer (`/v1/responses`) says it in its `usage` as `"output_tokens":`: at the
  *   end of a JSON answer, and in a stream's last event (`response.completed`). Its other events
  *   are not one per token, so nothing is counted without it.

@@ -60,7 +60,7 @@ export class GatewayMetrics {
     });
     this.tpotBy = new RequestHistogram(r, {
       name: 'kvgate_request_tpot_seconds',
-      help: 'Streamed answers of one sequence and two or more tokens: time per output token after the first, (end − first byte) / (output tokens − 1)',
+      help: 'Streamed chat and completions answers of one sequence and two or more tokens: time per output token after the first, (end − first byte) / (output tokens − 1)',
       labelNames: ['route', 'model'],
       buckets: TPOT_BUCKETS,
     });

@@ -173,7 +173,24 @@ test('tokens by model and tenant, and time per output token, from the answers re
     const tpotSum = metricValue(m, 'kvgate_request_tpot_seconds_sum', { route: 'chat', model: MODEL })!;
     assert.ok(tpotSum > 0 && tpotSum < 2, `TPOT sum ${tpotSum} s`);
 
-    await waitFor(() => lines.filter((l) => l.msg === 'request').length === 4);
+    // A Responses stream counts its tokens (its last event's usage) but no TPOT: its first bytes
+    // (response.created) come before its first token.
+    const r1 = await post(url + '/v1/responses', { model: MODEL, input: 'Count these too.', max_output_tokens: 4, stream: true }, as('sk-globex-tokens-01'));
+    assert.equal(r1.status, 200, r1.text);
+    const completed = r1.text
+      .split('\n\n')
+      .map((block) => block.split('\n').find((l) => l.startsWith('data: ')))
+      .filter((l): l is string => l !== undefined)
+      .map((l) => JSON.parse(l.slice(6)))
+      .find((e) => e.type === 'response.completed' || e.type === 'response.incomplete');
+    const r1Tokens = completed.response.usage.output_tokens as number;
+    assert.ok(r1Tokens >= 1);
+    const m2 = await (await fetch(url + '/metrics')).text();
+    assert.equal(metricValue(m2, 'kvgate_generation_tokens_total', { model: MODEL, tenant: 'globex' }), g1Tokens + g2Tokens + r1Tokens);
+    assert.equal(metricValue(m2, 'kvgate_request_tpot_seconds_count', { route: 'chat', model: MODEL }), 2);
+    assert.equal(metricValue(m2, 'kvgate_request_tpot_seconds_count', { route: 'responses', model: MODEL }), undefined);
+
+    await waitFor(() => lines.filter((l) => l.msg === 'request').length === 5);
     const first = lines.find((l) => l.msg === 'request' && l.stream === false)!;
     assert.equal(first.promptTokens, prompt);
     assert.equal(first.outputTokens, a1.json.usage.completion_tokens);
