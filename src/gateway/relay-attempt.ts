@@ -65,6 +65,8 @@ type AbortCause = FailReason | 'client' | 'shutdown';
 const DONE: AttemptResult = { done: true };
 /** Most of a worker's error body kept (for the log, or the normalised 4xx message). */
 const MAX_ERROR_TEXT = 4096;
+/** In a Responses stream, the first event after the response's announcement (`response.output_item.added`) comes with the first token. */
+const RESPONSES_OUTPUT_EVENT = Buffer.from('response.output_');
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
 export class RelayAttempt implements Dispatcher.DispatchHandler {
@@ -90,6 +92,12 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
   lastByteAt = 0;
   /** True once any byte reached the client: from then on nothing can be retried. */
   private sentBytes = false;
+  /**
+   * True once the answer's first token has passed (its TTFT taken, the router told). That is its
+   * first byte, except in a Responses stream, whose first events announce the response before the
+   * prompt is prefilled (vLLM's responses_stream_generator): there it is the first output event.
+   */
+  private firstTokenSeen = false;
   /** Last two bytes relayed (api/sse.ts), so an error event never lands inside a partial event. */
   private tail = TAIL_AT_BOUNDARY;
   /** The answer's length, counted as it passes (the routing policy learns answer lengths). */
@@ -189,6 +197,7 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     }
     const ctx = this.ctx;
     if (!this.sentBytes) this.onFirstByte();
+    if (!this.firstTokenSeen && chunk.indexOf(RESPONSES_OUTPUT_EVENT) !== -1) this.onFirstToken();
     this.outputTokens.chunk(chunk, ctx.stream, this.tail);
     if (ctx.stream) this.tail = updateTail(this.tail, chunk);
     if (ctx.taps.length > 0) runTaps(ctx, chunk);
@@ -217,7 +226,7 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
       ctx.ttftMs = this.env.clock.now() - ctx.startedAt;
       this.env.router.firstToken(ctx.id);
       ctx.res.writeHead(status, this.resHeaders ?? ctx.headers);
-    }
+    } else if (!this.firstTokenSeen) this.onFirstToken();
     if (this.env.batchWrites === true) endSoon(ctx.res);
     else ctx.res.end();
     ctx.status = status;
@@ -309,13 +318,20 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
   private onFirstByte(): void {
     const ctx = this.ctx;
     const now = this.env.clock.now();
-    ctx.ttftMs = now - ctx.startedAt;
     if (ctx.stream) this.env.watch?.onFirstByte(this.worker, now - this.dispatchedAt);
-    this.env.router.firstToken(ctx.id);
+    // A Responses stream's first token comes with its first output event (onResponseData).
+    if (!(ctx.stream && ctx.kind === 'responses')) this.onFirstToken();
     if (ctx.stream) this.armDeadline();
     this.stopWaiting();
     ctx.res.writeHead(this.status, this.resHeaders!);
     this.sentBytes = true;
+  }
+
+  /** The answer's first token: its TTFT, and the router learns the prefill is done. */
+  private onFirstToken(): void {
+    this.firstTokenSeen = true;
+    this.ctx.ttftMs = this.env.clock.now() - this.ctx.startedAt;
+    this.env.router.firstToken(this.ctx.id);
   }
 
   /** Cancel the upstream request and settle the attempt now (undici's error callback is then ignored). */

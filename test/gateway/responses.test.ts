@@ -183,3 +183,60 @@ test('a stored response is retrieved and cancelled at the worker that holds it',
     for (const s of stubs) await s.close();
   }
 });
+
+test('a Responses stream’s TTFT and the router’s first token come with its first output, not with the response’s announcement', async () => {
+  // Real-time workers: an 8,000-token input takes a visible time to prefill, and vLLM (as the
+  // simulated worker) announces the response before it starts.
+  const sims = await startSims(1, { speed: 1 });
+  const lines: any[] = [];
+  const { Writable } = await import('node:stream');
+  const { createLogger } = await import('../../src/telemetry/logger.js');
+  const sink = new Writable({
+    write(chunk, _enc, cb) {
+      for (const l of String(chunk).split('\n')) if (l.trim() !== '') lines.push(JSON.parse(l));
+      cb();
+    },
+  });
+  const { gw, url } = await startGateway(sims.map((s) => s.url), {}, { logger: createLogger({ level: 'info', destination: sink }) });
+  try {
+    const input = Array.from({ length: 8000 }, (_, i) => `w${i % 997}`).join(' ');
+    const t0 = performance.now();
+    const res = await fetch(url + '/v1/responses', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, input, max_output_tokens: 4, stream: true }),
+    });
+    assert.equal(res.status, 200);
+    let text = '';
+    let createdAt = -1;
+    let outputAt = -1;
+    let prefillPendingAtAnnouncement = -1;
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+      if (createdAt < 0 && text.includes('event: response.created')) {
+        createdAt = performance.now() - t0;
+        // The router still counts the prompt as waiting for its prefill.
+        prefillPendingAtAnnouncement = gw.registry.workers[0]!.inflightPrefillTokens;
+      }
+      if (outputAt < 0 && text.includes('event: response.output_item.added')) outputAt = performance.now() - t0;
+    }
+    assert.ok(createdAt >= 0 && outputAt >= 0, text.slice(0, 300));
+    const gap = outputAt - createdAt;
+    assert.ok(gap > 30, `the prefill between announcement and first output took ${gap.toFixed(1)} ms`);
+    assert.ok(prefillPendingAtAnnouncement >= 8000, `prefill tokens the router counted at the announcement: ${prefillPendingAtAnnouncement}`);
+    assert.equal(gw.registry.workers[0]!.inflightPrefillTokens, 0);
+    await new Promise((r) => setTimeout(r, 50));
+    const line = lines.find((l) => l.msg === 'request' && l.route === 'responses')!;
+    // The gateway's TTFT is the time to the first output (at least most of the prefill's gap),
+    // not to the announcement that came first.
+    assert.ok(line.ttftMs > createdAt + gap / 2, `TTFT ${line.ttftMs} ms; announced at ${createdAt.toFixed(1)}, first output at ${outputAt.toFixed(1)}`);
+    assert.ok(line.ttftMs <= outputAt + 5, `TTFT ${line.ttftMs} ms, first output seen at ${outputAt.toFixed(1)}`);
+  } finally {
+    await gw.close();
+    await Promise.all(sims.map((s) => s.close()));
+  }
+});

@@ -58,9 +58,15 @@ export function responseObject(r: ResponseState, status: ResponseStatus, text: s
   };
 }
 
-/** Writes one stream's events in order, numbering them. */
+/**
+ * Writes one stream's events in order, numbering them. As vLLM's responses_stream_generator does,
+ * the response is announced (created, in progress) as soon as the request is accepted, and its
+ * message and text part begin with the first generated token: a client (or a gateway) sees its
+ * first bytes before the prompt is prefilled, and its first output event at the first token.
+ */
 export class ResponseEvents {
   private seq = 0;
+  private opened = false;
 
   constructor(
     private readonly r: ResponseState,
@@ -71,22 +77,31 @@ export class ResponseEvents {
     this.write(`event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: this.seq++, ...fields })}\n\n`);
   }
 
-  /** The response exists and its message and text part begin. */
+  /** The response exists. */
   start(): void {
     const r = this.r;
-    const item = { id: messageId(r), type: 'message', status: 'in_progress', role: 'assistant', content: [] };
     this.event('response.created', { response: responseObject(r, 'in_progress', '', null) });
     this.event('response.in_progress', { response: responseObject(r, 'in_progress', '', null) });
+  }
+
+  /** Its message and text part begin (at the first token). */
+  private open(): void {
+    if (this.opened) return;
+    this.opened = true;
+    const r = this.r;
+    const item = { id: messageId(r), type: 'message', status: 'in_progress', role: 'assistant', content: [] };
     this.event('response.output_item.added', { output_index: 0, item });
     this.event('response.content_part.added', { item_id: messageId(r), output_index: 0, content_index: 0, part: { type: 'output_text', text: '', annotations: [] } });
   }
 
   delta(text: string): void {
+    this.open();
     this.event('response.output_text.delta', { item_id: messageId(this.r), output_index: 0, content_index: 0, delta: text, logprobs: [] });
   }
 
   /** The text is complete: close the part, the message and the response. */
   end(status: 'completed' | 'incomplete', text: string, usage: Usage): void {
+    this.open();
     const r = this.r;
     const part = { type: 'output_text', text, annotations: [], logprobs: null };
     this.event('response.output_text.done', { item_id: messageId(r), output_index: 0, content_index: 0, text, logprobs: [] });
