@@ -423,10 +423,11 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext, sampler: RequestLogS
     m.generationTokensBy.series(model, tenant).inc(usage.outputTokens);
     promptTokens = usage.promptTokens ?? knownPromptLength(ctx.routeRequest);
     if (promptTokens !== undefined) m.promptTokensBy.series(model, tenant).inc(promptTokens);
-    // Per output token of one sequence: with n answers (or a batch of prompts) the tokens are
-    // several sequences' together. A Responses stream's first bytes (response.created) come
-    // before its first token, so only chat and completions streams time it.
-    if (ctx.stream && ctx.kind !== 'responses' && ctx.ttftMs !== null && usage.outputTokens > 1 && (ctx.routeRequest?.sequences ?? 1) === 1) {
+    // Per output token of one sequence, of an answer that ended well: with n answers (or a batch
+    // of prompts) the tokens are several sequences' together. A Responses stream's first bytes
+    // (response.created) come before its first token, so only chat and completions streams time it.
+    const whole = !ctx.aborted && ctx.status < 400;
+    if (whole && ctx.stream && ctx.kind !== 'responses' && ctx.ttftMs !== null && usage.outputTokens > 1 && (ctx.routeRequest?.sequences ?? 1) === 1) {
       m.tpotBy.series(route, model).observe((durationMs - ctx.ttftMs) / (usage.outputTokens - 1) / 1000);
     }
   }

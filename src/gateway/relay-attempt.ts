@@ -426,6 +426,14 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     this.stopWaiting();
     if (this.timer) clearTimeout(this.timer);
     this.ctx.abortUpstream = null;
+    // A stream cut short (the client gone, the worker failing mid-way, the deadline) was generated
+    // as far as it was relayed: its tokens count as used.
+    const ctx = this.ctx;
+    if (!ok && this.sentBytes && ctx.stream && ctx.usage === null && generates(ctx.kind)) {
+      const choices = ctx.kind === 'chat' ? ((ctx.body as { n?: number | null }).n ?? 1) : 1;
+      const relayed = this.outputTokens.total(ctx.kind, true, choices);
+      if (relayed !== undefined && relayed > 0) ctx.usage = { promptTokens: null, outputTokens: relayed };
+    }
     this.env.router.complete(this.ctx.id, ok, outputTokens);
     this.env.metrics.attemptsBy.series(this.worker.id, outcome).inc();
     this.resolve!(result);

@@ -71,7 +71,7 @@ export class GatewayMetrics {
     });
     this.generationTokensBy = new RequestCounter(r, {
       name: 'kvgate_generation_tokens_total',
-      help: "Output tokens of answered generations, by model and tenant: the answer's usage, else a stream's token events",
+      help: "Output tokens of answered generations, by model and tenant: the answer's usage, else a stream's token events (as far as relayed, for a stream cut short)",
       labelNames: ['model', 'tenant'],
     });
     const self = this;

@@ -199,3 +199,37 @@ test('tokens by model and tenant, and time per output token, from the answers re
     await Promise.all(sims.map((s) => s.close()));
   }
 });
+
+test('a stream the client leaves counts the tokens it was sent, and no TPOT', async () => {
+  const sims = await startSims(1, { speed: 1 });
+  const { gw, url } = await startGateway(sims.map((s) => s.url));
+  try {
+    const ac = new AbortController();
+    const res = await fetch(url + '/v1/chat/completions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'a long answer' }], max_tokens: 500, ignore_eos: true, stream: true }),
+      signal: ac.signal,
+    });
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    while ((text.match(/"content":"[^"]+"/g) ?? []).length < 20) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+    }
+    ac.abort();
+    await reader.cancel().catch(() => {});
+    const metrics = async () => (await fetch(url + '/metrics')).text();
+    await waitFor(async () => metricValue(await metrics(), 'kvgate_requests_total', { route: 'chat', model: MODEL, status: '499' }) === 1);
+    const m = await metrics();
+    const tokens = metricValue(m, 'kvgate_generation_tokens_total', { model: MODEL, tenant: 'default' })!;
+    assert.ok(tokens >= 20 && tokens < 500, `${tokens} tokens counted for a stream left after about 20`);
+    assert.ok(metricValue(m, 'kvgate_prompt_tokens_total', { model: MODEL, tenant: 'default' })! > 0);
+    assert.equal(metricValue(m, 'kvgate_request_tpot_seconds_count', { route: 'chat', model: MODEL }), undefined, 'an unfinished answer has no TPOT');
+  } finally {
+    await gw.close();
+    await Promise.all(sims.map((s) => s.close()));
+  }
+});
