@@ -3,8 +3,8 @@ import { describe, it } from 'node:test';
 import { OutputTokenCounter } from '../../src/api/output-tokens.js';
 import { TAIL_AT_BOUNDARY, updateTail } from '../../src/api/sse.js';
 
-/** Feed `parts` as relayed chunks, as the relay does (the tail before each chunk). */
-function count(parts: string[], kind: 'chat' | 'completions' | 'responses', stream: boolean): number | undefined {
+/** A counter fed `parts` as relayed chunks, as the relay feeds it (the tail before each chunk). */
+function fed(parts: string[], stream: boolean): OutputTokenCounter {
   const c = new OutputTokenCounter();
   let tail = TAIL_AT_BOUNDARY;
   for (const p of parts) {
@@ -12,7 +12,11 @@ function count(parts: string[], kind: 'chat' | 'completions' | 'responses', stre
     c.chunk(b, stream, tail);
     tail = updateTail(tail, b);
   }
-  return c.total(kind, stream);
+  return c;
+}
+
+function count(parts: string[], kind: 'chat' | 'completions' | 'responses', stream: boolean): number | undefined {
+  return fed(parts, stream).total(kind, stream);
 }
 
 const ev = (o: unknown) => `data: ${JSON.stringify(o)}\n\n`;
@@ -45,14 +49,7 @@ describe('OutputTokenCounter', () => {
       ...Array.from({ length: 6 }, (_, i) => ev({ choices: [{ index: i % 2, delta: { content: `t${i}` } }] })),
       'data: [DONE]\n\n',
     ];
-    const c = new OutputTokenCounter();
-    let tail = TAIL_AT_BOUNDARY;
-    for (const p of two) {
-      const b = Buffer.from(p);
-      c.chunk(b, true, tail);
-      tail = updateTail(tail, b);
-    }
-    assert.equal(c.total('chat', true, 2), 6);
+    assert.equal(fed(two, true).total('chat', true, 2), 6);
   });
 
   it('a Responses API answer: usage.output_tokens of the JSON or of the stream’s last event, nothing counted without it', () => {
@@ -75,16 +72,7 @@ describe('OutputTokenCounter', () => {
   });
 
   it('reads the prompt tokens from usage (prompt_tokens, a Responses answer’s input_tokens), and none without usage', () => {
-    const prompt = (parts: string[], kind: 'chat' | 'completions' | 'responses', stream: boolean): number | undefined => {
-      const c = new OutputTokenCounter();
-      let tail = TAIL_AT_BOUNDARY;
-      for (const p of parts) {
-        const b = Buffer.from(p);
-        c.chunk(b, stream, tail);
-        tail = updateTail(tail, b);
-      }
-      return c.promptTotal(kind);
-    };
+    const prompt = (parts: string[], kind: 'chat' | 'completions' | 'responses', stream: boolean): number | undefined => fed(parts, stream).promptTotal(kind);
     // vLLM's usage also names prompt_tokens_details, which must not be read as the count.
     const body = JSON.stringify({ choices: [{ message: { content: 'x' } }], usage: { prompt_tokens: 4321, total_tokens: 4328, completion_tokens: 7, prompt_tokens_details: { cached_tokens: 4096 } } });
     assert.equal(prompt([body], 'chat', false), 4321);
