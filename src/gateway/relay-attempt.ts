@@ -234,9 +234,11 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     this.breaker.onSuccess();
     // The answer's length in tokens, which the policy learns (only generated text has one).
     const kind = ctx.kind;
-    const choices = kind === 'chat' ? ((ctx.body as { n?: number | null }).n ?? 1) : 1;
-    const answered = status < 400 && generates(kind) ? this.outputTokens.total(kind, ctx.stream, choices) : undefined;
-    if (answered !== undefined && generates(kind)) ctx.usage = { promptTokens: this.outputTokens.promptTotal(kind) ?? null, outputTokens: answered };
+    let answered: number | undefined;
+    if (status < 400 && generates(kind)) {
+      answered = this.outputTokens.total(kind, ctx.stream, chatChoices(ctx));
+      if (answered !== undefined) ctx.usage = { promptTokens: this.outputTokens.promptTotal(kind) ?? null, outputTokens: answered };
+    }
     this.settle(DONE, status < 400, status < 400 ? 'ok' : 'client_error', answered);
   }
 
@@ -430,8 +432,7 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     // as far as it was relayed: its tokens count as used.
     const ctx = this.ctx;
     if (!ok && this.sentBytes && ctx.stream && ctx.usage === null && generates(ctx.kind)) {
-      const choices = ctx.kind === 'chat' ? ((ctx.body as { n?: number | null }).n ?? 1) : 1;
-      const relayed = this.outputTokens.total(ctx.kind, true, choices);
+      const relayed = this.outputTokens.total(ctx.kind, true, chatChoices(ctx));
       if (relayed !== undefined && relayed > 0) ctx.usage = { promptTokens: null, outputTokens: relayed };
     }
     this.env.router.complete(this.ctx.id, ok, outputTokens);
@@ -470,6 +471,11 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
 }
 
 /** Path prefix of a worker URL ('' for a bare origin), cached per worker. */
+/** The answers a chat request asks for (`n`), each of whose streams opens with a role event; 1 otherwise. */
+function chatChoices(ctx: RequestContext): number {
+  return ctx.kind === 'chat' ? ((ctx.body as { n?: number | null }).n ?? 1) : 1;
+}
+
 const basePaths = new WeakMap<WorkerState, string>();
 function basePath(w: WorkerState): string {
   let b = basePaths.get(w);

@@ -128,7 +128,7 @@ class CascadeRun {
   private readonly ac = new AbortController();
   private readonly rng: Rng;
   private out!: OutputText;
-  /** The prompt's token ids, counted by the model's own tokenizer. */
+  /** The prompt's length in tokens, by the model's own tokenizer. */
   private promptLength = 0;
   private writer!: ResponseWriter;
   private draft: WorkerState | null;
