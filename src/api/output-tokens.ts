@@ -19,6 +19,8 @@ const USAGE_KEY = Buffer.from('"completion_tokens":');
 const RESPONSES_USAGE_KEY = Buffer.from('"output_tokens":');
 const PROMPT_USAGE_KEY = Buffer.from('"prompt_tokens":');
 const RESPONSES_PROMPT_USAGE_KEY = Buffer.from('"input_tokens":');
+/** `prompt_tokens_details` (a Responses answer's `input_tokens_details`) with vLLM's --enable-prompt-tokens-details. */
+const CACHED_USAGE_KEY = Buffer.from('"cached_tokens":');
 const DONE_MARK = Buffer.from('data: [DONE]\n\n');
 const LF = 0x0a;
 /** How far from the end of the body `usage` is looked for (vLLM's trails it by ~100 bytes). */
@@ -71,6 +73,15 @@ export class OutputTokenCounter {
     const tail = this.tailWindow();
     if (tail === null) return undefined;
     return usageTokens(tail, kind === 'responses' ? RESPONSES_PROMPT_USAGE_KEY : PROMPT_USAGE_KEY);
+  }
+
+  /**
+   * Prompt tokens the worker served from its prefix cache, as the usage's `cached_tokens` says
+   * (vLLM reports it with --enable-prompt-tokens-details), or undefined when it does not.
+   */
+  cachedPromptTotal(): number | undefined {
+    const tail = this.tailWindow();
+    return tail === null ? undefined : usageTokens(tail, CACHED_USAGE_KEY);
   }
 
   /** The body's last bytes: the last chunk, with the end of the one before when it is short. */

@@ -160,6 +160,8 @@ export type RequestOutcome = Pick<
 /** An answer's size in tokens (RequestContext.usage). */
 export interface AnswerUsage {
   promptTokens: number | null;
+  /** Of the prompt tokens, those the worker served from its prefix cache, where its usage says. */
+  cachedTokens?: number;
   outputTokens: number;
 }
 

@@ -423,6 +423,7 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext, sampler: RequestLogS
     m.generationTokensBy.series(model, tenant).inc(usage.outputTokens);
     promptTokens = usage.promptTokens ?? knownPromptLength(ctx.routeRequest);
     if (promptTokens !== undefined) m.promptTokensBy.series(model, tenant).inc(promptTokens);
+    if (usage.cachedTokens !== undefined) m.cachedPromptTokensBy.series(model, tenant).inc(usage.cachedTokens);
     // Per output token of one sequence, of an answer that ended well: with n answers (or a batch
     // of prompts) the tokens are several sequences' together. A Responses stream's first bytes
     // (response.created) come before its first token, so only chat and completions streams time it.
@@ -457,6 +458,7 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext, sampler: RequestLogS
       ttftMs: ctx.ttftMs === null ? undefined : Math.round(ctx.ttftMs * 10) / 10,
       durationMs: Math.round(durationMs * 100) / 100,
       promptTokens,
+      cachedTokens: usage?.cachedTokens,
       outputTokens: usage?.outputTokens,
       ...ctx.logFields,
       sampleRate: clean && rate < 1 ? (rate > 0 ? 1 / rate : undefined) : undefined,

@@ -237,7 +237,9 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     let answered: number | undefined;
     if (status < 400 && generates(kind)) {
       answered = this.outputTokens.total(kind, ctx.stream, chatChoices(ctx));
-      if (answered !== undefined) ctx.usage = { promptTokens: this.outputTokens.promptTotal(kind) ?? null, outputTokens: answered };
+      if (answered !== undefined) {
+        ctx.usage = { promptTokens: this.outputTokens.promptTotal(kind) ?? null, cachedTokens: this.outputTokens.cachedPromptTotal(), outputTokens: answered };
+      }
     }
     this.settle(DONE, status < 400, status < 400 ? 'ok' : 'client_error', answered);
   }

@@ -23,6 +23,7 @@ export class GatewayMetrics {
   readonly tpotBy: RequestHistogram;
   readonly promptTokensBy: RequestCounter;
   readonly generationTokensBy: RequestCounter;
+  readonly cachedPromptTokensBy: RequestCounter;
   readonly attemptsBy: RequestCounter;
   readonly decisionsBy: RequestCounter;
   readonly prefixHitBy: RequestHistogram;
@@ -67,6 +68,11 @@ export class GatewayMetrics {
     this.promptTokensBy = new RequestCounter(r, {
       name: 'kvgate_prompt_tokens_total',
       help: "Prompt tokens of answered generations, by model and tenant: the answer's usage, else the gateway's own count (the one it reserves KV by)",
+      labelNames: ['model', 'tenant'],
+    });
+    this.cachedPromptTokensBy = new RequestCounter(r, {
+      name: 'kvgate_prompt_cached_tokens_total',
+      help: "Of the prompt tokens, those the workers served from their prefix caches, by model and tenant, where the answer's usage says (vLLM: --enable-prompt-tokens-details)",
       labelNames: ['model', 'tenant'],
     });
     this.generationTokensBy = new RequestCounter(r, {

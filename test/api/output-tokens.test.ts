@@ -76,6 +76,8 @@ describe('OutputTokenCounter', () => {
     // vLLM's usage also names prompt_tokens_details, which must not be read as the count.
     const body = JSON.stringify({ choices: [{ message: { content: 'x' } }], usage: { prompt_tokens: 4321, total_tokens: 4328, completion_tokens: 7, prompt_tokens_details: { cached_tokens: 4096 } } });
     assert.equal(prompt([body], 'chat', false), 4321);
+    assert.equal(fed([body], false).cachedPromptTotal(), 4096);
+    assert.equal(fed([JSON.stringify({ usage: { prompt_tokens: 3, completion_tokens: 1 } })], false).cachedPromptTotal(), undefined, 'no details: unknown');
     for (let cut = 1; cut < body.length; cut += 11) assert.equal(prompt([body.slice(0, cut), body.slice(cut)], 'completions', false), 4321, `cut at ${cut}`);
     const withUsage = [...chatStream(3, false).slice(0, -1), ev({ choices: [], usage: { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 } }), 'data: [DONE]\n\n'];
     assert.equal(prompt(withUsage, 'chat', true), 5);

@@ -164,6 +164,11 @@ test('tokens by model and tenant, and time per output token, from the answers re
     assert.equal(a2Usage.prompt_tokens, prompt);
     assert.equal(metricValue(m, 'kvgate_generation_tokens_total', { model: MODEL, tenant: 'acme' }), a1.json.usage.completion_tokens + a2Usage.completion_tokens);
     assert.equal(metricValue(m, 'kvgate_prompt_tokens_total', { model: MODEL, tenant: 'acme' }), 2 * prompt);
+    // The worker's own count of the prompt tokens it had cached (usage.prompt_tokens_details): the
+    // second ask of the same prompt went where the first had left it.
+    const cached = a1.json.usage.prompt_tokens_details.cached_tokens + a2Usage.prompt_tokens_details.cached_tokens;
+    assert.ok(cached > 0, 'the repeated prompt was served partly from the prefix cache');
+    assert.equal(metricValue(m, 'kvgate_prompt_cached_tokens_total', { model: MODEL, tenant: 'acme' }), cached);
     assert.equal(metricValue(m, 'kvgate_generation_tokens_total', { model: MODEL, tenant: 'globex' }), g1Tokens + g2Tokens);
     // Without usage, the gateway's own count of the prompt (the one it reserves KV by): the same
     // template and tokenizer as the simulated worker's.
