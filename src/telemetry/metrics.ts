@@ -49,7 +49,7 @@ export class GatewayMetrics {
     });
     this.ttftBy = new RequestHistogram(r, {
       name: 'kvgate_request_ttft_seconds',
-      help: 'Streamed requests: time from arrival to the first response body byte relayed to the client',
+      help: "Streamed requests: time from arrival to the first token relayed to the client (the first body byte; a Responses stream's first output event)",
       labelNames: ['route', 'model'],
       buckets: LATENCY_BUCKETS,
     });
