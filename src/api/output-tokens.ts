@@ -69,7 +69,7 @@ export class OutputTokenCounter {
    * answer's `input_tokens`), or undefined when the answer carries no usage (a stream that did not
    * ask for it).
    */
-  promptTotal(kind: 'chat' | 'completions' | 'responses'): number | undefined {
+  promptTotal(kind: 'chat' | 'completions' | 'responses' | 'embeddings'): number | undefined {
     const tail = this.tailWindow();
     if (tail === null) return undefined;
     return usageTokens(tail, kind === 'responses' ? RESPONSES_PROMPT_USAGE_KEY : PROMPT_USAGE_KEY);

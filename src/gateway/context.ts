@@ -131,8 +131,9 @@ export interface RequestContext {
   ttftMs: number | null;
   /**
    * The answer's size in tokens, set when a generation ends well (a worker's answer relayed, or
-   * the cascade's): its output tokens, and its prompt tokens where the answer's usage says them
-   * (null otherwise: a stream that did not ask for usage).
+   * the cascade's) or is cut short mid-stream: its output tokens, and its prompt tokens where the
+   * answer's usage says them (null otherwise: a stream that did not ask for usage). An embeddings
+   * answer's usage gives its prompt tokens (and no output).
    */
   usage: AnswerUsage | null;
   /** Set while an upstream attempt is running: aborts it. */

@@ -420,7 +420,7 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext, sampler: RequestLogS
   let promptTokens: number | undefined;
   if (usage !== null) {
     const tenant = ctx.tenant?.id ?? DEFAULT_TENANT_ID;
-    m.generationTokensBy.series(model, tenant).inc(usage.outputTokens);
+    if (generates(ctx.kind)) m.generationTokensBy.series(model, tenant).inc(usage.outputTokens);
     promptTokens = usage.promptTokens ?? knownPromptLength(ctx.routeRequest);
     if (promptTokens !== undefined) m.promptTokensBy.series(model, tenant).inc(promptTokens);
     if (usage.cachedTokens !== undefined) m.cachedPromptTokensBy.series(model, tenant).inc(usage.cachedTokens);

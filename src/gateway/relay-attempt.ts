@@ -240,6 +240,10 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
       if (answered !== undefined) {
         ctx.usage = { promptTokens: this.outputTokens.promptTotal(kind) ?? null, cachedTokens: this.outputTokens.cachedPromptTotal(), outputTokens: answered };
       }
+    } else if (status < 400 && kind === 'embeddings') {
+      // Embeddings write nothing, but their inputs are tokens a tenant used.
+      const prompt = this.outputTokens.promptTotal(kind);
+      if (prompt !== undefined) ctx.usage = { promptTokens: prompt, outputTokens: 0 };
     }
     this.settle(DONE, status < 400, status < 400 ? 'ok' : 'client_error', answered);
   }

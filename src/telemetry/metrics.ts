@@ -67,7 +67,7 @@ export class GatewayMetrics {
     });
     this.promptTokensBy = new RequestCounter(r, {
       name: 'kvgate_prompt_tokens_total',
-      help: "Prompt tokens of answered generations, by model and tenant: the answer's usage, else the gateway's own count (the one it reserves KV by)",
+      help: "Prompt tokens of answered generations and embeddings, by model and tenant: the answer's usage, else the gateway's own count (the one it reserves KV by)",
       labelNames: ['model', 'tenant'],
     });
     this.cachedPromptTokensBy = new RequestCounter(r, {

@@ -30,6 +30,9 @@ test('/v1/embeddings: routed to a worker of the model and relayed as the worker 
 
     const m = await (await fetch(url + '/metrics')).text();
     assert.equal(metricValue(m, 'kvgate_requests_total', { route: 'embeddings', model: MODEL, status: '200' }), 2);
+    // Their inputs are counted as the workers' usage says; they write no output tokens.
+    assert.equal(metricValue(m, 'kvgate_prompt_tokens_total', { model: MODEL, tenant: 'default' }), r.json.usage.prompt_tokens + again.json.usage.prompt_tokens);
+    assert.equal(metricValue(m, 'kvgate_generation_tokens_total', { model: MODEL, tenant: 'default' }), undefined);
   } finally {
     await gw.close();
     await Promise.all(sims.map((s) => s.close()));
