@@ -184,6 +184,12 @@ const admissionSchema = z
         maxWaitMs: ms.default(ADMISSION_DEFAULTS.queue.maxWaitMs),
       })
       .prefault({}),
+    /**
+     * What a tenant's tokensPerMinute counts. `used`: a request reserves its prompt tokens plus
+     * max_tokens per answer when it starts, and the reservation is settled to the tokens its answer
+     * used when it ends. `reserved`: the reservation stands (as OpenAI counts).
+     */
+    tpmCounts: z.enum(['used', 'reserved']).default('used'),
     vllmPriority: z
       .strictObject({
         /** Pools whose workers run vLLM with --scheduling-policy priority ('*': every pool). */

@@ -1,6 +1,12 @@
 /**
- * Per-tenant rate limits: requests per minute, tokens per minute (prompt tokens + max_tokens, as
- * OpenAI counts a request before it runs) and concurrent requests.
+ * Per-tenant rate limits: requests per minute, tokens per minute and concurrent requests.
+ *
+ * A request's tokens are reserved when it starts, as OpenAI counts them: its prompt tokens plus
+ * max_tokens for every answer it may write. When it ends, the reservation can be settled to what
+ * it used (release(usedTokens)): the difference goes back into the bucket, or, if it used more,
+ * is taken too. Without settling, a client that leaves max_tokens unset (reserved at the gateway's
+ * assumption, 8,192 by default) would spend a tokens-per-minute limit tens of times faster than
+ * its answers do.
  *
  * RPM and TPM are token buckets holding at most a minute's allowance and refilled continuously
  * (limit / 60 s), so a tenant may burst its whole minute and then proceeds at the steady rate. A
@@ -45,6 +51,11 @@ class Bucket {
   take(n: number): void {
     this.level -= n;
   }
+  /** Gives `n` back (never past the limit), or takes −n: a reservation settled to what was used. */
+  settle(n: number, now: number): void {
+    this.refill(now);
+    this.level = Math.min(this.limit, this.level + n);
+  }
   /** ms until `n` are available (0 if they are). */
   waitFor(n: number, now: number): number {
     this.refill(now);
@@ -63,7 +74,10 @@ interface TenantState {
 export interface RateLimitStore {
   /** True if `tenant` has any limit. */
   limits(tenant: string): boolean;
-  /** Charge one request of `tokens` tokens to `tenant`, or refuse it; on ok, call release() when it ends. */
+  /**
+   * Charge one request of `tokens` tokens to `tenant`, or refuse it; on ok, call release() when it
+   * ends, with the tokens it used to settle the reservation.
+   */
   take(tenant: string, tokens: number, now: number): RateCheck | Promise<RateCheck>;
   /** New limits (config reload), in effect for the next request. */
   setLimits?(limits: ReadonlyMap<string, TenantLimits>, now: number): void;
@@ -97,8 +111,14 @@ export function bucketHeaders(h: Record<string, string>, kind: 'requests' | 'tok
   h[`x-ratelimit-reset-${kind}`] = formatReset(Math.ceil(((limit - level) * 60_000) / limit));
 }
 
+/**
+ * A request's end, for its rate limits: frees its concurrency slot and, given the tokens it used,
+ * settles its tokens-per-minute reservation to them (without: the reservation stands).
+ */
+export type RateRelease = (usedTokens?: number, now?: number) => void;
+
 export type RateCheck =
-  | { ok: true; headers: Record<string, string>; release: () => void }
+  | { ok: true; headers: Record<string, string>; release: RateRelease }
   | { ok: false; headers: Record<string, string>; kind: 'requests' | 'tokens'; message: string; retryAfterSeconds: number };
 
 /** OpenAI's duration format for the reset headers: "20ms", "1s", "1.5s", "6m0s". */
@@ -171,10 +191,12 @@ export class RateLimiter implements RateLimitStore {
     return {
       ok: true,
       headers: this.headers(t, now),
-      release: () => {
+      release: (usedTokens, at = now) => {
         if (released) return;
         released = true;
         t.active--;
+        // The bucket taken from, even if a reload has replaced it since (then this changes nothing).
+        if (k && usedTokens !== undefined && usedTokens !== tokens) k.settle(tokens - usedTokens, at);
       },
     };
   }

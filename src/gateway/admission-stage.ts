@@ -6,9 +6,10 @@
  *    A header that is neither is a 400. The class goes to routing as vLLM's integer
  *    (`admission.vllmPriority.values`) and, when every worker the request may go to is in a pool
  *    listed in `admission.vllmPriority.pools`, into the forwarded body as `priority`.
- * 2. Rate limits of the tenant (RPM, TPM = prompt tokens + max_tokens, concurrent): 429
- *    `rate_limit_exceeded` with OpenAI's x-ratelimit-* headers (sent on every answer to a limited
- *    tenant) and Retry-After.
+ * 2. Rate limits of the tenant (RPM, TPM, concurrent): 429 `rate_limit_exceeded` with OpenAI's
+ *    x-ratelimit-* headers (sent on every answer to a limited tenant) and Retry-After. TPM reserves
+ *    prompt tokens + max_tokens per answer at the start and, with `admission.tpmCounts: used`,
+ *    settles the reservation to the tokens the request used when it ends (usedTokens).
  * 3. KV-pressure admission (`admission.enabled`): admit (narrowing `ctx.candidates` to the workers
  *    the request fits on), queue (the promise below waits; a client
  *    that disconnects leaves the queue at once), or refuse with 503 + Retry-After (shed, or its
@@ -75,6 +76,7 @@ export function setupAdmission(deps: {
   const passPools = new Set(a.vllmPriority.pools);
   const limits = new Map<string, TenantLimits>(config.tenants.map((t) => [t.id, t.limits]));
   const localLimiter = new RateLimiter(limits, clock.now());
+  let settleTokens = a.tpmCounts === 'used';
   const limiter: RateLimitStore = deps.rateLimiter ? deps.rateLimiter(localLimiter) : localLimiter;
   let controller: AdmissionController<WorkerState> | null = null;
   const metrics = new AdmissionMetrics(deps.registry, () => fleet.models(), () => controller);
@@ -147,7 +149,12 @@ export function setupAdmission(deps: {
             metrics.decision(ctx.model, cls, 'rate_limited');
             throw new ApiError(429, r.kind, 'rate_limit_exceeded', r.message, null, { 'retry-after': String(r.retryAfterSeconds) });
           }
-          ctx.onFinish.push(r.release);
+          const release = r.release;
+          if (!settleTokens) ctx.onFinish.push(() => release());
+          else {
+            const prompt = requestPromptTokens(ctx.routeRequest);
+            ctx.onFinish.push((c) => release(usedTokens(c, prompt), clock.now()));
+          }
         };
         if (r instanceof Promise) {
           return r.then((x) => {
@@ -237,6 +244,7 @@ export function setupAdmission(deps: {
         retryAfterSeconds: next.limits.retryAfterSeconds,
         reserveOutputCap: RESERVE_OUTPUT_TOKENS_CAP,
       });
+      settleTokens = next.admission.tpmCounts === 'used';
       const nextLimits = new Map<string, TenantLimits>(next.tenants.map((t) => [t.id, t.limits]));
       localLimiter.setLimits(nextLimits, clock.now());
       if (limiter !== localLimiter) limiter.setLimits?.(nextLimits, clock.now());
@@ -249,4 +257,19 @@ export function setupAdmission(deps: {
       },
     },
   };
+}
+
+/**
+ * The tokens a finished request used, to settle its tokens-per-minute reservation with: the
+ * answer's usage where known (the prompt's tokens from it, else the count the request was reserved
+ * by; a stream cut short counts what it relayed). A request that got no answer (refused, shed,
+ * failed) used nothing, unless a worker had it and the client or the deadline ended it: then its
+ * prompt (the worker may have prefilled it). An answer relayed with no count of its tokens (vLLM's
+ * endpoints that write no usage) keeps its reservation (undefined).
+ */
+export function usedTokens(ctx: RequestContext, promptTokens: number): number | undefined {
+  const u = ctx.usage;
+  if (u) return (u.promptTokens ?? promptTokens) + u.outputTokens;
+  if (ctx.status < 400 && ctx.ttftMs !== null) return undefined;
+  return ctx.workerId !== null && (ctx.status === 499 || ctx.status === 504) ? promptTokens : 0;
 }

@@ -7,12 +7,13 @@
  * refilled continuously at limit/60 s, expiring two minutes after last use (a full bucket needs no
  * key); `rl:{tenant}:active`, a sorted set of the requests in flight scored by when their lease
  * runs out, so a replica that dies mid-request cannot hold a tenant's concurrency for longer than
- * `leaseMs`. The script reads Redis's own clock (TIME), so replicas' clocks need not agree.
+ * `leaseMs`. The script reads Redis's own clock (TIME), so replicas' clocks need not agree. A
+request's token reservation is settled to what it used by a second script at its end.
  *
  * When Redis is down or slow (the command fails or times out) the request is checked against the
  * replica's own in-process limiter instead — each replica then enforces the whole limit alone, the
  * documented degradation — and the fallback is counted. A release that cannot reach Redis is left
- * to the lease.
+ * to the lease, and its reservation stands.
  */
 import { bucketHeaders, describeRefusal, type RateCheck, type RateLimitStore, type RefusalReason, type TenantLimits } from '../admission/rate-limit.js';
 import type { RedisLink } from './redis-link.js';
@@ -64,6 +65,31 @@ if tpm > 0 then
   redis.call('PEXPIRE', KEYS[2], 120000)
 end
 return {refusal, tostring(rl), tostring(tl)}
+`;
+
+/**
+ * KEYS: tokens bucket. ARGV: tpm, tokens to give back (negative: to take). A reservation settled to
+ * what the request used, on the bucket refilled to now and never past the limit; a bucket whose key
+ * has expired is full, so giving back to it changes nothing.
+ */
+const SETTLE_SCRIPT = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local limit = tonumber(ARGV[1])
+local delta = tonumber(ARGV[2])
+local v = redis.call('HMGET', KEYS[1], 'l', 'a')
+local l = tonumber(v[1])
+local a = tonumber(v[2])
+if not l then
+  if delta >= 0 then return 0 end
+  l = limit
+elseif now > a then
+  l = math.min(limit, l + (now - a) * limit / 60000)
+end
+l = math.min(limit, l + delta)
+redis.call('HSET', KEYS[1], 'l', tostring(l), 'a', tostring(now))
+redis.call('PEXPIRE', KEYS[1], 120000)
+return 1
 `;
 
 const REASONS: readonly (RefusalReason | null)[] = [null, 'concurrent', 'requests', 'tokens'];
@@ -136,15 +162,21 @@ export class RedisRateLimiter implements RateLimitStore {
     if (l.tokensPerMinute !== undefined) bucketHeaders(headers, 'tokens', l.tokensPerMinute, tl);
     const reason = REASONS[code] ?? null;
     if (reason === null) {
-      let released = l.concurrentRequests === undefined;
+      let released = false;
+      const tpm = l.tokensPerMinute;
       return {
         ok: true,
         headers,
-        release: () => {
+        release: (usedTokens) => {
           if (released) return;
           released = true;
-          // Best effort: a release that fails is left to the lease.
-          if (this.o.link.up) this.o.link.client.zrem(`${key}active`, id).catch(() => undefined);
+          if (!this.o.link.up) return;
+          // Best effort: a release that fails is left to the lease, a settlement that fails leaves
+          // the reservation standing.
+          if (l.concurrentRequests !== undefined) this.o.link.client.zrem(`${key}active`, id).catch(() => undefined);
+          if (tpm !== undefined && usedTokens !== undefined && usedTokens !== tokens) {
+            this.o.link.client.eval(SETTLE_SCRIPT, 1, `${key}tok`, tpm, tokens - usedTokens).catch(() => undefined);
+          }
         },
       };
     }

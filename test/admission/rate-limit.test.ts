@@ -79,3 +79,35 @@ test('new limits (a config reload): unchanged ones keep their counters, changed 
   assert.ok(!rl.limits('acme'), 'limits removed');
   assert.ok(rl.take('acme', 1e9, 0).ok);
 });
+
+test('a token reservation settled to what was used: the difference back, never past the limit; more than reserved is taken', () => {
+  const rl = new RateLimiter(new Map([['acme', { tokensPerMinute: 1000, concurrentRequests: 5 }]]), 0);
+  const a = rl.take('acme', 900, 0);
+  assert.ok(a.ok);
+  assert.equal(a.headers['x-ratelimit-remaining-tokens'], '100');
+  assert.equal(rl.take('acme', 200, 0).ok, false, 'the reservation holds while the request runs');
+  if (a.ok) a.release(150, 0);
+  assert.equal(rl.active('acme'), 0);
+  const b = rl.take('acme', 800, 0);
+  assert.ok(b.ok, '750 given back');
+  assert.equal(b.headers['x-ratelimit-remaining-tokens'], '50');
+  // Used more than reserved (an answer longer than the assumed max_tokens): the rest is taken too.
+  if (b.ok) b.release(1000, 0);
+  const c = rl.take('acme', 1, 0);
+  assert.ok(!c.ok && c.kind === 'tokens');
+  assert.equal(!c.ok && c.headers['x-ratelimit-remaining-tokens'], '0');
+  assert.equal(!c.ok && c.retryAfterSeconds, 10, '150 in debt + 1: 151 tokens at 1000 a minute');
+  // Never past the limit: released once the bucket has refilled, its token does not overflow it;
+  // and a second release settles nothing.
+  const d = rl.take('acme', 1, 60_000);
+  assert.ok(d.ok);
+  if (d.ok) {
+    d.release(0, 120_000);
+    d.release(-5000, 120_000);
+  }
+  const e = rl.take('acme', 1, 120_000);
+  assert.ok(e.ok && e.headers['x-ratelimit-remaining-tokens'] === '999');
+  if (e.ok) e.release(undefined, 120_000);
+  const f = rl.take('acme', 0, 120_000);
+  assert.ok(f.ok && f.headers['x-ratelimit-remaining-tokens'] === '999', 'no count: the reservation stands');
+});

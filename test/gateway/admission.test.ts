@@ -105,6 +105,52 @@ describe('tenants, priorities and rate limits', () => {
     assert.match(batch.json.error.message, new RegExp(`needs ${used * 50} tokens`));
   });
 
+  it('settles a tokens-per-minute reservation to the tokens the answer used (tpmCounts: used), or keeps it (reserved)', async () => {
+    const [w] = await sims(1, {});
+    const tenants = [{ id: 'acme', keys: [{ value: 'sk-acme-00001' }], limits: { tokensPerMinute: 20_000 } }];
+    const used = await gateway([w!.url], { tenants });
+    const reserved = await gateway([w!.url], { tenants, admission: { tpmCounts: 'reserved' } } as never);
+    const h = { authorization: 'Bearer sk-acme-00001' };
+    // No max_tokens: each request reserves its prompt + the assumed 8,192 tokens of answer.
+    const ask = (url: string, stream = false) =>
+      post(`${url}/v1/chat/completions`, { model: MODEL, messages: [{ role: 'user', content: 'Say hello.' }], ...(stream ? { stream: true } : {}) }, h);
+    const remaining = (r: { headers: Headers }) => Number(r.headers.get('x-ratelimit-remaining-tokens'));
+    const statusesUsed: number[] = [];
+    const left: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      const r = await ask(used.url, i % 2 === 1);
+      statusesUsed.push(r.status);
+      left.push(remaining(r));
+    }
+    assert.deepEqual(statusesUsed, [200, 200, 200, 200, 200]);
+    // Each answer's header shows the bucket after its own reservation; the one before it was settled.
+    assert.ok(left[0]! < 20_000 - 8192 && left[4]! > left[0]! - 200, `remaining ${left.join(', ')}`);
+    const statusesReserved: number[] = [];
+    for (let i = 0; i < 3; i++) statusesReserved.push((await ask(reserved.url)).status);
+    assert.deepEqual(statusesReserved, [200, 200, 429]);
+  });
+
+  it('gives a tenant back the whole reservation of a request no worker answered', async () => {
+    const failing = await startStub((_req, res) => {
+      res.writeHead(500, { 'content-type': 'application/json' });
+      res.end('{"error":{"message":"engine died","type":"internal_server_error","param":null,"code":null}}');
+    });
+    closers.push(() => failing.close());
+    const { url } = await gateway([failing.url], {
+      tenants: [{ id: 'acme', keys: [{ value: 'sk-acme-00001' }], limits: { tokensPerMinute: 10_000 } }],
+      health: { intervalMs: 60_000, failuresToMarkDown: 100 },
+    } as never);
+    const h = { authorization: 'Bearer sk-acme-00001' };
+    const body = { model: MODEL, messages: [{ role: 'user', content: 'Say hello.' }], max_tokens: 6000 };
+    const first = await post(`${url}/v1/chat/completions`, body, h);
+    assert.equal(first.status, 502, first.text);
+    assert.match(first.text, /engine died|500/);
+    // 6,000 reserved and nothing used: the next reservation of 6,000 fits.
+    const second = await post(`${url}/v1/chat/completions`, body, h);
+    assert.ok(second.status >= 500, `status ${second.status}: not refused for tokens`);
+    assert.ok(Number(second.headers.get('x-ratelimit-remaining-tokens')) > 3000);
+  });
+
   it('protects /metrics with the admin key when asked to', async () => {
     const [w] = await sims(1, {});
     const { url } = await gateway([w!.url], { admin: { keys: [{ value: 'sk-admin-0001' }], protectMetrics: true } });

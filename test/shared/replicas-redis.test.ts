@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
 import { after, before, describe, it } from 'node:test';
+import { Redis } from 'ioredis';
 import { RateLimiter } from '../../src/admission/rate-limit.js';
 import type { Gateway } from '../../src/gateway/gateway.js';
 import { RedisLink } from '../../src/shared/redis-link.js';
@@ -47,6 +48,7 @@ describe('gateway replicas sharing state through Redis', { skip }, () => {
       { id: 'acme', keys: [{ value: 'sk-acme-0001' }], limits: { requestsPerMinute: 4 } },
       { id: 'globex', keys: [{ value: 'sk-globex-01' }] },
       { id: 'initech', keys: [{ value: 'sk-initech-1' }], limits: { requestsPerMinute: 2 } },
+      { id: 'hooli', keys: [{ value: 'sk-hooli-001' }], limits: { tokensPerMinute: 20_000 } },
     ];
     // A generous command timeout: on a loaded test machine a lookup can take longer than the
     // default 100 ms, and a timed-out lookup is (rightly) treated as "not known", which these
@@ -90,6 +92,27 @@ describe('gateway replicas sharing state through Redis', { skip }, () => {
     assert.equal(refused.headers.get('x-ratelimit-remaining-requests'), '0');
     assert.ok(Number(refused.headers.get('retry-after')) >= 1);
     assert.equal(await metric(a.url, 'kvgate_shared_rate_limit_checks_total', { store: 'local' }), 0);
+  });
+
+  it("settles a tenant's token reservations in the shared bucket, whichever replica served them", async () => {
+    const h = { authorization: 'Bearer sk-hooli-001' };
+    // No max_tokens: 8,192 reserved per request; two such reservations standing would leave no
+    // room for a third in 20,000 a minute.
+    const body = { model: MODEL, messages: [{ role: 'user', content: 'Say hello.' }] };
+    const left: number[] = [];
+    const raw = new Redis(redis.url).on('error', () => undefined);
+    try {
+      for (const g of [a, b, a, b, a]) {
+        const r = await post(g.url + CHAT, body, h);
+        assert.equal(r.status, 200, r.text);
+        left.push(Number(r.headers.get('x-ratelimit-remaining-tokens')));
+        // The settlement is sent after the answer: let it land before the next reservation.
+        await waitFor(async () => Number(await raw.hget('kvs:rl:{hooli}:tok', 'l')) > 19_000);
+      }
+    } finally {
+      raw.disconnect();
+    }
+    assert.ok(left.every((x) => x > 20_000 - 8192 - 300 && x < 20_000 - 8192), `remaining ${left.join(', ')}`);
   });
 
   it('sends a prompt routed through replica A to the same worker through replica B, which hits its prefix cache', async () => {
@@ -350,5 +373,33 @@ describe('Redis rate limiter', { skip }, () => {
     const more = await Promise.all(Array.from({ length: 6 }, (_, i) => (i % 2 === 0 ? x : y).take('t', 1, 0)));
     assert.equal(more.filter((c) => c.ok).length, 3, '10 a minute in all');
     assert.equal(x.counts.fallback + y.counts.fallback, 0);
+  });
+
+  it('settles a token reservation to what the request used, in the shared bucket', async () => {
+    const limits = new Map([['t', { tokensPerMinute: 1000 }]]);
+    const link = new RedisLink({ url: redis.url, timeoutMs: 1000, connectTimeoutMs: 1000 });
+    links.push(link);
+    await link.start();
+    const rl = new RedisRateLimiter({ link, limits, local: new RateLimiter(limits, 0), keyPrefix: 'rl-settle:', leaseMs: 60_000 });
+    const level = async () => Number(await link.client.hget('rl-settle:rl:{t}:tok', 'l'));
+    const a = await rl.take('t', 900, 0);
+    assert.ok(a.ok);
+    assert.ok((await level()) <= 100.5);
+    // 900 reserved, 150 used: 750 back.
+    a.release(150);
+    await waitFor(async () => (await level()) >= 849);
+    assert.ok((await level()) < 852, `level ${await level()}`);
+    // More than reserved: the rest is taken too, and the next reservation must wait for it.
+    const b = await rl.take('t', 800, 0);
+    assert.ok(b.ok);
+    b.release(1200);
+    await waitFor(async () => (await level()) < -340);
+    const c = await rl.take('t', 10, 0);
+    assert.ok(!c.ok && c.kind === 'tokens');
+    // Released once: a second release settles nothing.
+    b.release(0);
+    await new Promise((r) => setTimeout(r, 50));
+    assert.ok((await level()) < -330);
+    assert.equal(rl.counts.fallback, 0);
   });
 });
