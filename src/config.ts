@@ -163,6 +163,11 @@ const tenant = z.strictObject({
   priority: priorityClass.default('standard'),
   limits: tenantLimits.optional(),
   caps: capsOverride.optional(),
+  /**
+   * The models the tenant may use (unset: every model). Any other is answered as a model that does
+   * not exist (404 model_not_found), and /v1/models, asked with the tenant's key, lists these only.
+   */
+  models: z.array(z.string().min(1)).min(1).optional(),
 });
 
 const unitInterval = z.number().gt(0).max(1);
@@ -608,6 +613,9 @@ export const configSchema = z
       const prev = tenantIds.get(t.id);
       if (prev !== undefined) ctx.addIssue({ code: 'custom', path: ['tenants', i, 'id'], message: `duplicate tenant id '${t.id}' (also tenants[${prev}])` });
       else tenantIds.set(t.id, i);
+      t.models?.forEach((m, j) => {
+        if (!servedModels.has(m)) ctx.addIssue({ code: 'custom', path: ['tenants', i, 'models', j], message: `no pool serves model '${m}'` });
+      });
     });
   });
 
@@ -630,6 +638,8 @@ export interface TenantConfig {
   priority: PriorityClass;
   limits: TenantLimits;
   caps: RequestCapsOverride;
+  /** The models it may use; absent: every model. */
+  models?: string[];
 }
 
 /** Request caps; a narrower scope (pool, tenant) may only lower them. */
@@ -777,6 +787,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
     priority: t.priority,
     limits: t.limits ?? {},
     caps: t.caps ?? {},
+    ...(t.models ? { models: t.models } : {}),
   }));
   const admin = { digests: digestsOf(c.admin.keys, ['admin', 'keys']), protectMetrics: c.admin.protectMetrics };
   const owners = new Map<string, string>();

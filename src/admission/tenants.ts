@@ -67,6 +67,7 @@ export interface TenantSpec {
   priority?: PriorityClass;
   limits?: TenantLimits;
   caps?: TenantCaps;
+  models?: readonly string[];
 }
 
 export interface Tenant {
@@ -77,6 +78,13 @@ export interface Tenant {
   /** Rate limits (absent fields: unlimited). */
   readonly limits: Readonly<TenantLimits>;
   readonly caps: Readonly<TenantCaps>;
+  /** The models it may use; null: every model. */
+  readonly models: ReadonlySet<string> | null;
+}
+
+/** True if `tenant` may use `model` (any other is answered as a model that does not exist). */
+export function mayUse(tenant: Tenant, model: string): boolean {
+  return tenant.models === null || tenant.models.has(model);
 }
 
 /** A key source that could not be read: `path` names the field, `message` never holds the key. */
@@ -144,7 +152,15 @@ const INCORRECT = 'Incorrect API key provided.';
 
 /** Resolves a request's key to its tenant. Built once from the config; read-only afterwards. */
 /** A tenant as the directory is given it (config.ts's TenantConfig). */
-type TenantInput = { id: string; digests: Buffer[]; cache?: TenantCacheOverrides; priority?: PriorityClass; limits?: TenantLimits; caps?: TenantCaps };
+type TenantInput = {
+  id: string;
+  digests: Buffer[];
+  cache?: TenantCacheOverrides;
+  priority?: PriorityClass;
+  limits?: TenantLimits;
+  caps?: TenantCaps;
+  models?: readonly string[];
+};
 
 export class TenantDirectory {
   private tenants: Tenant[] = [];
@@ -174,6 +190,7 @@ export class TenantDirectory {
         priority: t.priority ?? 'standard',
         limits: Object.freeze({ ...(t.limits ?? {}) }),
         caps: Object.freeze({ ...(t.caps ?? {}) }),
+        models: t.models ? new Set(t.models) : null,
       }),
     );
     const byId = new Map(list.map((t) => [t.id, t]));
@@ -188,7 +205,7 @@ export class TenantDirectory {
     this.guarded = keys.length > 0;
     this.defaultTenant =
       byId.get(DEFAULT_TENANT_ID) ??
-      Object.freeze({ id: DEFAULT_TENANT_ID, cache: Object.freeze({}), priority: 'standard' as const, limits: Object.freeze({}), caps: Object.freeze({}) });
+      Object.freeze({ id: DEFAULT_TENANT_ID, cache: Object.freeze({}), priority: 'standard' as const, limits: Object.freeze({}), caps: Object.freeze({}), models: null });
   }
 
   /** True when no tenant key is configured: every request is tenant `default`. */
@@ -219,6 +236,14 @@ export class TenantDirectory {
     const owner = this.match(key);
     if (owner === null || owner < 0) throw invalidApiKey(INCORRECT);
     return this.tenants[owner]!;
+  }
+
+  /** The tenant of an Authorization header, or null (no key, an unknown one, an admin's); never throws. */
+  identify(authorization: string | string[] | undefined): Tenant | null {
+    if (this.open) return this.defaultTenant;
+    const key = bearerKey(authorization);
+    const owner = key === null ? null : this.match(key);
+    return owner === null || owner < 0 ? null : this.tenants[owner]!;
   }
 
   /** True if the Authorization header carries an admin key (routing headers are shown to admins). */

@@ -52,8 +52,9 @@ export const errors = {
     new ApiError(400, 'invalid_request_error', 'invalid_json', `request body is not valid JSON: ${echo(detail, 200)}`),
   invalidField: (param: string, message: string) =>
     new ApiError(400, 'invalid_request_error', 'invalid_value', echo(message, 300), param ? echo(param, 100) : null),
+  /** Also a model the caller's tenant may not use: the two are answered alike, as OpenAI does. */
   modelNotFound: (model: string) =>
-    new ApiError(404, 'invalid_request_error', 'model_not_found', `The model '${echo(model)}' does not exist`, 'model'),
+    new ApiError(404, 'invalid_request_error', 'model_not_found', `The model '${echo(model)}' does not exist or you do not have access to it`, 'model'),
   /** A request cap (caps.*): the parameter named, the limit stated. */
   capExceeded: (param: string, message: string) => new ApiError(400, 'invalid_request_error', 'limit_exceeded', message, param),
   /** The body is never read: the connection is closed after answering. */

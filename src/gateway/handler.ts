@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { DEFAULT_TENANT_ID, type RequestCapsOverride, type TenantDirectory } from '../admission/tenants.js';
+import { DEFAULT_TENANT_ID, mayUse, type RequestCapsOverride, type TenantDirectory } from '../admission/tenants.js';
 import { readBody } from '../api/body.js';
 import { checkAudioForm, formFields, isFormType } from '../api/form.js';
 import { responsesRequestSchema, type ResponsesRequest } from '../api/responses.js';
@@ -242,7 +242,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       ctx.model = body.model;
       // Only generated text is streamed (any other `stream` field passes through to the worker).
       ctx.stream = generates(kind) && (body as { stream?: unknown }).stream === true;
-      const workers = fleet.forModel(body.model);
+      const workers = mayUse(ctx.tenant, body.model) ? fleet.forModel(body.model) : undefined;
       if (!workers) throw errors.modelNotFound(body.model);
       ctx.candidates = workers;
       const budget = outputBudget(kind, body, config.timeouts.assumedMaxTokens);

@@ -1,7 +1,8 @@
 /**
  * The routes the gateway answers itself, never from a worker: liveness (/health), readiness
  * (/ready: up and not draining, and with `server.readyRequiresWorker` some worker routable; the
- * body says whether one is), the model list (/v1/models, from the configured pools), Prometheus metrics (/metrics)
+ * body says whether one is), the model list (/v1/models, from the configured pools; with a tenant's
+ * key, the models it may use), Prometheus metrics (/metrics)
  * and the per-worker admin view (/admin/workers), GET or HEAD; plus routes that parts of the
  * gateway add (`extra`: /admin/cache). They are not accounted as requests (no
  * kvgate_requests_total sample, no log line).
@@ -11,7 +12,7 @@
  * routes stay open (probes).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { TenantDirectory } from '../admission/tenants.js';
+import { mayUse, type TenantDirectory } from '../admission/tenants.js';
 import { errors, sendError } from '../api/errors.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
@@ -62,7 +63,16 @@ export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: In
       ...(Number.isFinite(maxModelLen) ? { max_model_len: maxModelLen } : {}),
     };
   };
-  const modelsBody = (): string => JSON.stringify({ object: 'list', data: fleet.models().map(modelEntry) });
+  /**
+   * The models the caller may use: with a tenant's key, that tenant's (tenants[].models); without
+   * one, every model (the list stays open, as the probes' routes do).
+   */
+  const visible = (req: IncomingMessage, id: string): boolean => {
+    const t = deps.tenants.identify(req.headers.authorization);
+    return t === null || mayUse(t, id);
+  };
+  const modelsBody = (req: IncomingMessage): string =>
+    JSON.stringify({ object: 'list', data: fleet.models().filter((id) => visible(req, id)).map(modelEntry) });
 
   return (path, req, res) => {
     // GET /v1/models/{id} (the OpenAI SDKs' models.retrieve); ids may contain '/' (org/name).
@@ -77,7 +87,7 @@ export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: In
       } catch {
         id = path.slice('/v1/models/'.length);
       }
-      if (fleet.forModel(id)) json(res, 200, JSON.stringify(modelEntry(id)));
+      if (fleet.forModel(id) && visible(req, id)) json(res, 200, JSON.stringify(modelEntry(id)));
       else sendError(res, errors.modelNotFound(id));
       return true;
     }
@@ -107,7 +117,7 @@ export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: In
         break;
       }
       case '/v1/models':
-        json(res, 200, modelsBody());
+        json(res, 200, modelsBody(req));
         break;
       case '/admin/workers':
         json(res, 200, JSON.stringify(fleet.describeAll()));

@@ -565,7 +565,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
   const tenantOf = (id: string | undefined): Tenant => {
     const k = id ?? 'default';
     let t = tenants.get(k);
-    if (!t) tenants.set(k, (t = { id: k, cache: {}, priority: 'standard', limits: {}, caps: {} }));
+    if (!t) tenants.set(k, (t = { id: k, cache: {}, priority: 'standard', limits: {}, caps: {}, models: null }));
     return t;
   };
   interface SimFlight {

@@ -194,3 +194,14 @@ test('a worker may declare its hardware: it reaches the worker’s state, its sp
     'pools[0].workers[0].hardware: Too small: expected string to have >=1 characters',
   ]);
 });
+
+test("a tenant's models must be served by some pool", () => {
+  const base = { workers: [{ url: 'http://a:1', model: 'm' }] };
+  const c = parseConfig({ ...base, tenants: [{ id: 't', keys: [{ value: 'sk-t-00000001' }], models: ['m'] }] });
+  assert.deepEqual(c.tenants[0]!.models, ['m']);
+  assert.equal(parseConfig({ ...base, tenants: [{ id: 't', keys: [{ value: 'sk-t-00000001' }] }] }).tenants[0]!.models, undefined);
+  assert.deepEqual(problems({ ...base, tenants: [{ id: 't', keys: [{ value: 'sk-t-00000001' }], models: ['m', 'llama-70b'] }] }), [
+    "tenants[0].models[1]: no pool serves model 'llama-70b'",
+  ]);
+  assert.match(problems({ ...base, tenants: [{ id: 't', keys: [{ value: 'sk-t-00000001' }], models: [] }] })[0]!, /^tenants\[0\]\.models: /);
+});

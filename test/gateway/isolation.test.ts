@@ -1,7 +1,8 @@
 /**
  * Tenant isolation of cached prompts (cacheIsolation: tenant): identical prompts from two tenants
  * share nothing, neither on the workers (vLLM's cache_salt, honoured by the simulated workers) nor
- * in the gateway's routing.
+ * in the gateway's routing. A tenant limited to some models (tenants[].models) can neither use nor list
+ * the others.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -92,5 +93,46 @@ test('a client cannot choose its cache_salt on an isolated pool', async () => {
   } finally {
     await gw.close();
     await sims[0]!.close();
+  }
+});
+
+test("a tenant limited to some models gets the others answered as models that do not exist, and lists only its own", async () => {
+  const [small, large] = await Promise.all([MODEL, 'llama-3-8b'].map((model) => startSimWorker({ port: 0, model, speed: 100 })));
+  const { gw, url } = await startGateway([], {
+    health: { intervalMs: 60_000 },
+    scrape: { intervalMs: 60_000 },
+    pools: [
+      { name: 'small', model: MODEL, workers: [{ url: small!.url, id: 's0' }] },
+      { name: 'large', model: 'llama-3-8b', workers: [{ url: large!.url, id: 'l0' }] },
+    ],
+    tenants: [
+      { id: 'a', keys: [{ value: 'sk-tenant-a1' }], models: [MODEL] },
+      { id: 'b', keys: [{ value: 'sk-tenant-b1' }] },
+    ],
+  });
+  try {
+    const chat = (model: string) => ({ model, max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
+    const denied = await post(url + '/v1/chat/completions', chat('llama-3-8b'), A);
+    const missing = await post(url + '/v1/chat/completions', chat('no-such-model'), A);
+    assert.equal(denied.status, 404);
+    assert.deepEqual(Object.keys(denied.json.error).sort(), ['code', 'message', 'param', 'type']);
+    assert.equal(denied.json.error.code, 'model_not_found');
+    assert.equal(denied.json.error.param, 'model');
+    // Told apart from a model that does not exist by nothing but its name.
+    assert.equal(denied.json.error.message.replace('llama-3-8b', 'X'), missing.json.error.message.replace('no-such-model', 'X'));
+    assert.equal((await post(url + '/v1/completions', { model: 'llama-3-8b', prompt: 'hi', max_tokens: 2 }, A)).status, 404);
+    assert.equal((await post(url + '/v1/chat/completions', chat(MODEL), A)).status, 200);
+    assert.equal((await post(url + '/v1/chat/completions', chat('llama-3-8b'), B)).status, 200);
+
+    const list = async (h: Record<string, string>) =>
+      ((await (await fetch(url + '/v1/models', { headers: h })).json()) as { data: Array<{ id: string }> }).data.map((m) => m.id).sort();
+    assert.deepEqual(await list(A), [MODEL]);
+    assert.deepEqual(await list(B), ['llama-3-8b', MODEL].sort());
+    assert.deepEqual(await list({}), ['llama-3-8b', MODEL].sort(), 'without a key the list stays open');
+    assert.equal((await fetch(url + '/v1/models/llama-3-8b', { headers: A })).status, 404);
+    assert.equal((await fetch(url + '/v1/models/llama-3-8b', { headers: B })).status, 200);
+  } finally {
+    await gw.close();
+    await Promise.all([small!.close(), large!.close()]);
   }
 });
