@@ -11,10 +11,16 @@
  * Redis (`shared.responses`), the ids this replica has not seen are asked of the shared directory
  * (shared/response-directory.ts), and every id learned here is written to it.
  *
+ * A response belongs to the tenant whose request wrote it: a continuation naming another tenant's
+ * response is answered 404 as vLLM answers an unknown one ("Response with id '…' not found."),
+ * without reaching a worker; the stored conversation it would continue is that tenant's. So is a
+ * retrieval or cancellation (gateway/response-lookup.ts).
+ *
  * Memory: at most `capacity` ids (default 100,000), least recently used out first.
  */
+import { ApiError, echo } from '../api/errors.js';
 import type { ResponsesRequest } from '../api/responses.js';
-import type { ResponseDirectory } from '../shared/response-directory.js';
+import type { ResponseDirectory, ResponseHolder } from '../shared/response-directory.js';
 import type { RequestContext } from './context.js';
 import type { GatewayStage, StageResult } from './stages.js';
 
@@ -23,40 +29,40 @@ const ID = /"id"\s*:\s*"([^"\\]{1,256})"/;
 const LOOK_BYTES = 4096;
 
 export class ResponseAffinity {
-  private readonly workerOf = new Map<string, string>();
+  private readonly holders = new Map<string, ResponseHolder>();
 
   constructor(
     private readonly capacity = 100_000,
     private readonly shared: ResponseDirectory | null = null,
   ) {}
 
-  remember(responseId: string, workerId: string): void {
-    this.workerOf.delete(responseId);
-    this.workerOf.set(responseId, workerId);
-    if (this.workerOf.size > this.capacity) this.workerOf.delete(this.workerOf.keys().next().value!);
+  remember(responseId: string, holder: ResponseHolder): void {
+    this.holders.delete(responseId);
+    this.holders.set(responseId, holder);
+    if (this.holders.size > this.capacity) this.holders.delete(this.holders.keys().next().value!);
   }
 
-  /** The worker that produced `responseId`, if this gateway saw it. */
-  workerFor(responseId: string): string | undefined {
-    const w = this.workerOf.get(responseId);
-    if (w !== undefined) {
-      this.workerOf.delete(responseId);
-      this.workerOf.set(responseId, w);
+  /** Who holds `responseId`, if this gateway saw it. */
+  holderFor(responseId: string): ResponseHolder | undefined {
+    const h = this.holders.get(responseId);
+    if (h !== undefined) {
+      this.holders.delete(responseId);
+      this.holders.set(responseId, h);
     }
-    return w;
+    return h;
   }
 
   get size(): number {
-    return this.workerOf.size;
+    return this.holders.size;
   }
 
-  /** The worker that produced `responseId`: this gateway's memory, else the shared directory. */
-  async locate(responseId: string): Promise<string | undefined> {
-    const local = this.workerFor(responseId);
+  /** Who holds `responseId`: this gateway's memory, else the shared directory. */
+  async locate(responseId: string): Promise<ResponseHolder | undefined> {
+    const local = this.holderFor(responseId);
     if (local !== undefined || this.shared === null) return local;
-    const w = await this.shared.workerFor(responseId);
-    if (w !== undefined) this.remember(responseId, w);
-    return w;
+    const h = await this.shared.holderOf(responseId);
+    if (h !== undefined) this.remember(responseId, h);
+    return h;
   }
 
   /** The gateway stage: pins continuations, and learns each answer's id and worker. */
@@ -69,9 +75,9 @@ export class ResponseAffinity {
         const previous = (ctx.body as ResponsesRequest).previous_response_id;
         if (typeof previous !== 'string') return 'continue';
         // Known here (the usual case): no promise.
-        const local = this.workerFor(previous);
-        if (local !== undefined || this.shared === null) return pin(ctx, local);
-        return this.locate(previous).then((w) => pin(ctx, w));
+        const local = this.holderFor(previous);
+        if (local !== undefined || this.shared === null) return pin(ctx, previous, local);
+        return this.locate(previous).then((h) => pin(ctx, previous, h));
       },
     };
   }
@@ -91,15 +97,31 @@ export class ResponseAffinity {
       if (m === null && head.length < LOOK_BYTES) return;
       done = true;
       if (m === null || ctx.workerId === null) return;
-      this.remember(m[1]!, ctx.workerId);
-      this.shared?.remember(m[1]!, ctx.workerId);
+      const holder = { workerId: ctx.workerId, tenantId: ctx.tenant.id };
+      this.remember(m[1]!, holder);
+      this.shared?.remember(m[1]!, holder);
     });
   }
 }
 
-/** Route only to `workerId` while it serves the request's model (else as any request). */
-function pin(ctx: RequestContext, workerId: string | undefined): StageResult {
-  const w = workerId === undefined ? undefined : ctx.candidates.find((c) => c.id === workerId);
+/**
+ * Route only to the holder's worker while it serves the request's model (else as any request); a
+ * response of another tenant's is one that does not exist.
+ */
+function pin(ctx: RequestContext, responseId: string, holder: ResponseHolder | undefined): StageResult {
+  if (holder === undefined) return 'continue';
+  if (!mayAccess(holder, ctx.tenant.id)) throw responseNotFound(responseId, 'previous_response_id');
+  const w = ctx.candidates.find((c) => c.id === holder.workerId);
   if (w !== undefined) ctx.candidates = [w];
   return 'continue';
+}
+
+/** True if `tenantId` may use a response `holder` holds (one whose tenant is not known: anyone). */
+export function mayAccess(holder: ResponseHolder, tenantId: string): boolean {
+  return holder.tenantId === null || holder.tenantId === tenantId;
+}
+
+/** vLLM's answer to a response id it does not hold (vllm/entrypoints/openai/responses/serving.py). */
+export function responseNotFound(responseId: string, param: string): ApiError {
+  return new ApiError(404, 'invalid_request_error', 'response_not_found', `Response with id '${echo(responseId)}' not found.`, param);
 }

@@ -3,7 +3,7 @@
  * events) and `POST /v1/responses/{id}/cancel` (cancel a background one), sent to the worker that
  * holds the response — the one that wrote it, as ResponseAffinity learned — and relayed as it
  * answers. A response this gateway (and, with `shared.responses`, every replica) never relayed is a
- * 404: no other worker has it.
+ * 404: no other worker has it; so is one another tenant's request wrote.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
@@ -14,7 +14,7 @@ import type { WorkerRegistry } from '../fleet/registry.js';
 import { traceContextOf } from '../http/trace-context.js';
 import type { Logger } from '../telemetry/logger.js';
 import { normaliseWorkerError } from './relay-attempt.js';
-import type { ResponseAffinity } from './response-affinity.js';
+import { mayAccess, type ResponseAffinity } from './response-affinity.js';
 
 export interface ResponseLookupDeps {
   affinity: ResponseAffinity;
@@ -48,7 +48,7 @@ export async function lookupResponse(d: ResponseLookupDeps, path: string, query:
     outcome.route = cancel ? 'responses_cancel' : 'responses_retrieve';
     const method = cancel ? 'POST' : 'GET';
     if (req.method !== method) throw errors.methodNotAllowed(req.method ?? '?', cancel ? '/v1/responses/{id}/cancel' : '/v1/responses/{id}', method);
-    d.tenants.authenticate(req.headers.authorization);
+    const tenant = d.tenants.authenticate(req.headers.authorization);
     req.resume(); // a body, if any, is not read
     let id: string;
     try {
@@ -56,8 +56,9 @@ export async function lookupResponse(d: ResponseLookupDeps, path: string, query:
     } catch {
       id = m[1]!;
     }
-    const workerId = await d.affinity.locate(id);
-    const w = workerId === undefined ? undefined : d.fleet.get(workerId);
+    const holder = await d.affinity.locate(id);
+    // Another tenant's response is answered as one never relayed.
+    const w = holder === undefined || !mayAccess(holder, tenant.id) ? undefined : d.fleet.get(holder.workerId);
     if (w === undefined) {
       throw new ApiError(404, 'not_found_error', 'response_not_found', `Response '${echo(id)}' was not relayed by this gateway, or its worker is gone`, 'response_id');
     }

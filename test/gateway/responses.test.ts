@@ -184,6 +184,46 @@ test('a stored response is retrieved and cancelled at the worker that holds it',
   }
 });
 
+test("a tenant can neither retrieve, cancel nor continue another tenant's response", async () => {
+  let posts = 0;
+  const store = storingWorker('a');
+  const stub = await startStub((req, res) => {
+    if (req.method === 'POST' && req.url === '/v1/responses') posts++;
+    store(req, res);
+  });
+  const A = { authorization: 'Bearer sk-tenant-a1' };
+  const B = { authorization: 'Bearer sk-tenant-b1' };
+  const { gw, url } = await startGateway([stub.url], {
+    tenants: [
+      { id: 'a', keys: [{ value: 'sk-tenant-a1' }] },
+      { id: 'b', keys: [{ value: 'sk-tenant-b1' }] },
+    ],
+  });
+  try {
+    const made = await post(url + '/v1/responses', { model: MODEL, input: 'A private conversation.', max_output_tokens: 1 }, A);
+    assert.equal(made.status, 200, made.text);
+    const id = made.json.id as string;
+    for (const [path, method] of [[`/v1/responses/${id}`, 'GET'], [`/v1/responses/${id}?stream=true`, 'GET'], [`/v1/responses/${id}/cancel`, 'POST']] as const) {
+      const r = await fetch(url + path, { method, headers: B });
+      assert.equal(r.status, 404, `${method} ${path}`);
+      const e = ((await r.json()) as { error: { code: string; param: string } }).error;
+      assert.deepEqual([e.code, e.param], ['response_not_found', 'response_id']);
+    }
+    const before = posts;
+    const stolen = await post(url + '/v1/responses', { model: MODEL, input: 'Go on.', max_output_tokens: 1, previous_response_id: id }, B);
+    assert.equal(stolen.status, 404, stolen.text);
+    assert.deepEqual([stolen.json.error.code, stolen.json.error.param], ['response_not_found', 'previous_response_id']);
+    assert.equal(stolen.json.error.message, `Response with id '${id}' not found.`);
+    assert.equal(posts, before, 'no worker was asked');
+    // Its own tenant still can.
+    assert.equal((await fetch(`${url}/v1/responses/${id}`, { headers: A })).status, 200);
+    assert.equal((await post(url + '/v1/responses', { model: MODEL, input: 'Go on.', max_output_tokens: 1, previous_response_id: id }, A)).status, 200);
+  } finally {
+    await gw.close();
+    await stub.close();
+  }
+});
+
 test('a Responses stream’s TTFT and the router’s first token come with its first output, not with the response’s announcement', async () => {
   // Real-time workers: an 8,000-token input takes a visible time to prefill, and vLLM (as the
   // simulated worker) announces the response before it starts.

@@ -10,18 +10,21 @@ import { waitFor } from '../support.js';
 describe('response directory', { skip: redisSkip() }, () => {
   const fx = redisFixture();
 
-  it('stores which worker holds a response, for a day, and finds it from another link', async () => {
+  it('stores which worker holds a response for which tenant, for a day, and finds it from another link', async () => {
     const links = [0, 1].map(() => new RedisLink({ url: fx.server.url, timeoutMs: 200, connectTimeoutMs: 1000 }));
     for (const l of links) {
       await l.start();
       fx.closers.push(() => l.close());
     }
     const [a, b] = links.map((link) => new RedisResponseDirectory({ link, keyPrefix: 'rd:', ttlS: 86_400 }));
-    a!.remember('resp_1', 'w3');
+    a!.remember('resp_1', { workerId: 'w3', tenantId: 'acme' });
     await waitFor(() => a!.counts.stored === 1);
-    assert.equal(await b!.workerFor('resp_1'), 'w3');
-    assert.equal(await b!.workerFor('resp_2'), undefined);
+    assert.deepEqual(await b!.holderOf('resp_1'), { workerId: 'w3', tenantId: 'acme' });
+    assert.equal(await b!.holderOf('resp_2'), undefined);
     assert.deepEqual(b!.counts, { stored: 0, found: 1, notFound: 1, failed: 0 });
+    // An entry that names only its worker (as older replicas wrote them): its tenant is not known.
+    await fx.raw.set('rd:resp:resp_old', 'w1');
+    assert.deepEqual(await b!.holderOf('resp_old'), { workerId: 'w1', tenantId: null });
     const ttl = await fx.raw.ttl('rd:resp:resp_1');
     assert.ok(ttl > 86_000 && ttl <= 86_400, `ttl ${ttl}`);
   });
@@ -31,8 +34,8 @@ describe('response directory', { skip: redisSkip() }, () => {
     await link.start();
     fx.closers.push(() => link.close());
     const d = new RedisResponseDirectory({ link, keyPrefix: 'rd:', ttlS: 60 });
-    d.remember('resp_x', 'w0');
-    assert.equal(await d.workerFor('resp_x'), undefined);
+    d.remember('resp_x', { workerId: 'w0', tenantId: 'default' });
+    assert.equal(await d.holderOf('resp_x'), undefined);
     assert.equal(d.counts.failed, 2);
   });
 });
