@@ -537,6 +537,14 @@ export const configSchema = z
         requestSampleRate: z.number().min(0).max(1).default(1),
       })
       .prefault({}),
+    /**
+     * Other names for served models, `alias: served model` (e.g. the OpenAI model name an
+     * application is configured with). A request naming an alias is served by that model's pools,
+     * its body's `model` rewritten to the served name (the one the workers know); /v1/models lists
+     * each alias with `root`, the model it names. Not for audio uploads, which are relayed byte for
+     * byte.
+     */
+    aliases: z.record(z.string().min(1).max(256), z.string().min(1)).default({}),
     /** API keys mapped to tenants; none: the gateway is open and every request is tenant `default`. */
     tenants: z.array(tenant).default([]),
     /** Keys for /admin/* (required there once any key is configured). */
@@ -608,6 +616,10 @@ export const configSchema = z
       if (perRequestModels.has(pr.model)) ctx.addIssue({ code: 'custom', path: at, message: `model '${pr.model}' is listed twice` });
       perRequestModels.add(pr.model);
     });
+    for (const [alias, model] of Object.entries(c.aliases)) {
+      if (servedModels.has(alias)) ctx.addIssue({ code: 'custom', path: ['aliases', alias], message: `'${alias}' is a served model's own name` });
+      else if (!servedModels.has(model)) ctx.addIssue({ code: 'custom', path: ['aliases', alias], message: `no pool serves model '${model}'` });
+    }
     const tenantIds = new Map<string, number>();
     c.tenants.forEach((t, i) => {
       const prev = tenantIds.get(t.id);
@@ -697,6 +709,11 @@ export interface GatewayConfig extends Omit<Parsed, 'pools' | 'workers' | 'scrap
     intervalExplicit: boolean;
   };
   health: Parsed['health'] & { timeoutMs: number };
+}
+
+/** The served model `name` is an alias of (config `aliases`), or undefined; own keys only. */
+export function aliasTarget(aliases: Readonly<Record<string, string>>, name: string): string | undefined {
+  return Object.hasOwn(aliases, name) ? aliases[name] : undefined;
 }
 
 export class ConfigError extends Error {

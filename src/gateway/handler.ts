@@ -21,7 +21,7 @@ import {
   type ChatCompletionRequest,
   type CompletionRequest,
 } from '../api/schemas.js';
-import type { GatewayConfig, RequestCaps } from '../config.js';
+import { aliasTarget, type GatewayConfig, type RequestCaps } from '../config.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import { traceContextOf } from '../http/trace-context.js';
 import { flatLineWriter, type FlatFields, type Logger } from '../telemetry/logger.js';
@@ -112,7 +112,7 @@ const SCHEMAS = {
 
 export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { config, fleet, metrics } = deps;
-  const local = createLocalRoutes({ ...deps, protectMetrics: config.admin.protectMetrics, readyRequiresWorker: config.server.readyRequiresWorker });
+  const local = createLocalRoutes({ ...deps, protectMetrics: config.admin.protectMetrics, readyRequiresWorker: config.server.readyRequiresWorker, aliases: () => config.aliases });
   const cors = { origins: new Set(config.server.corsOrigins) };
   const requestLog = new RequestLogSampler();
   const requestLine = flatLineWriter(deps.logger);
@@ -239,11 +239,19 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       if (!v.ok) throw errors.invalidField(v.param, v.message);
       const body = v.value;
       ctx.body = body;
+      const asked = body.model;
+      // An alias is served as the model it names, under that name at the worker (not in an upload,
+      // relayed byte for byte).
+      const served = form ? undefined : aliasTarget(config.aliases, asked);
+      if (served !== undefined) {
+        body.model = served;
+        ctx.bodyModified = true;
+      }
       ctx.model = body.model;
       // Only generated text is streamed (any other `stream` field passes through to the worker).
       ctx.stream = generates(kind) && (body as { stream?: unknown }).stream === true;
       const workers = mayUse(ctx.tenant, body.model) ? fleet.forModel(body.model) : undefined;
-      if (!workers) throw errors.modelNotFound(body.model);
+      if (!workers) throw errors.modelNotFound(asked);
       ctx.candidates = workers;
       const budget = outputBudget(kind, body, config.timeouts.assumedMaxTokens);
       ctx.maxTokens = budget.maxTokens;

@@ -2,7 +2,7 @@
  * The routes the gateway answers itself, never from a worker: liveness (/health), readiness
  * (/ready: up and not draining, and with `server.readyRequiresWorker` some worker routable; the
  * body says whether one is), the model list (/v1/models, from the configured pools; with a tenant's
- * key, the models it may use), Prometheus metrics (/metrics)
+ * key, the models it may use; and the aliases of those), Prometheus metrics (/metrics)
  * and the per-worker admin view (/admin/workers), GET or HEAD; plus routes that parts of the
  * gateway add (`extra`: /admin/cache). They are not accounted as requests (no
  * kvgate_requests_total sample, no log line).
@@ -14,6 +14,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { mayUse, type TenantDirectory } from '../admission/tenants.js';
 import { errors, sendError } from '../api/errors.js';
+import { aliasTarget } from '../config.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 
@@ -34,6 +35,8 @@ export interface LocalRoutesDeps {
   protectMetrics?: boolean;
   /** /ready answers 503 while no worker is routable (`server.readyRequiresWorker`). */
   readyRequiresWorker?: boolean;
+  /** Other names for served models (config `aliases`, read per request: reloads apply). */
+  aliases: () => Readonly<Record<string, string>>;
   /** More routes by path (read at request time, so they may be added after start). */
   extraRoutes?: ReadonlyMap<string, LocalRoute>;
 }
@@ -71,8 +74,17 @@ export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: In
     const t = deps.tenants.identify(req.headers.authorization);
     return t === null || mayUse(t, id);
   };
-  const modelsBody = (req: IncomingMessage): string =>
-    JSON.stringify({ object: 'list', data: fleet.models().filter((id) => visible(req, id)).map(modelEntry) });
+  /** A served model's entry, or an alias's (config `aliases`): its model's, named `root`. */
+  const entryOf = (req: IncomingMessage, id: string) => {
+    const served = aliasTarget(deps.aliases(), id);
+    const model = served ?? id;
+    if (!fleet.forModel(model) || !visible(req, model)) return undefined;
+    return served === undefined ? modelEntry(id) : { ...modelEntry(served), id, root: served };
+  };
+  const modelsBody = (req: IncomingMessage): string => {
+    const data = [...fleet.models(), ...Object.keys(deps.aliases())].map((id) => entryOf(req, id)).filter((e) => e !== undefined);
+    return JSON.stringify({ object: 'list', data });
+  };
 
   return (path, req, res) => {
     // GET /v1/models/{id} (the OpenAI SDKs' models.retrieve); ids may contain '/' (org/name).
@@ -87,7 +99,8 @@ export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: In
       } catch {
         id = path.slice('/v1/models/'.length);
       }
-      if (fleet.forModel(id) && visible(req, id)) json(res, 200, JSON.stringify(modelEntry(id)));
+      const entry = entryOf(req, id);
+      if (entry !== undefined) json(res, 200, JSON.stringify(entry));
       else sendError(res, errors.modelNotFound(id));
       return true;
     }
