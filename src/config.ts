@@ -236,6 +236,8 @@ const sharedSchema = z
     load: z.boolean().default(true),
     /** Share which worker holds each Responses API response (continuations by previous_response_id). */
     responses: z.boolean().default(true),
+    /** Share the workers drained for maintenance (/admin/workers/{id}/drain) with every replica. */
+    drains: z.boolean().default(true),
     /** How often queued routing knowledge and load are published, one message per batch. */
     publishIntervalMs: ms.default(25),
     /** Longest a request holds a shared concurrency slot if its release never reaches Redis. */

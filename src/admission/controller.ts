@@ -326,7 +326,7 @@ export class AdmissionController<W extends KvWorkerView = KvWorkerView> {
     let kept: W | null = null;
     let most = -Infinity;
     for (const w of workers) {
-      if (!w.healthy || w.circuitOpen) continue;
+      if (!w.routable) continue;
       const room = w.numGpuBlocks - workerUsedBlocks(w, now, this.o.staleAfterMs) - pending;
       if (room > most) {
         most = room;
@@ -387,7 +387,7 @@ export class AdmissionController<W extends KvWorkerView = KvWorkerView> {
     const ANY = { v: 'admit', workers: null } as const;
     if (kv.workers === 0) return ANY;
     let largest = 0;
-    for (const w of workers) if (w.healthy && !w.circuitOpen && w.numGpuBlocks > largest) largest = w.numGpuBlocks;
+    for (const w of workers) if (w.routable && w.numGpuBlocks > largest) largest = w.numGpuBlocks;
     if (blocks > largest) return ANY;
     const pending = pendingBlocks(m);
     const miss = cls === 'sheddable' ? SHED : WAIT;
@@ -398,7 +398,7 @@ export class AdmissionController<W extends KvWorkerView = KvWorkerView> {
     // Blocks admitted but not yet charged to a worker may land on any of them.
     const fit: W[] = [];
     for (const w of workers) {
-      if (!w.healthy || w.circuitOpen) continue;
+      if (!w.routable) continue;
       if (w.numGpuBlocks - workerUsedBlocks(w, now, this.o.staleAfterMs) - pending >= blocks) fit.push(w);
     }
     return fit.length > 0 ? { v: 'admit', workers: fit } : miss;

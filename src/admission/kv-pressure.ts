@@ -12,7 +12,7 @@
  *     still write, which a scrape cannot show; WorkerState.peakInflightBlocks). Not the sum of
  *     their final sizes: they end at different steps.
  * A stale or missing scrape leaves only the second. The fleet's usage is Σ used / Σ capacity over
- * the workers that can take requests (healthy, circuit closed), plus blocks of requests admitted
+ * the workers that can take requests (healthy, circuit closed, not draining), plus blocks of requests admitted
  * but not yet routed (`pendingBlocks`), which no worker has been charged for yet.
  *
  * Plain code over a structural view of the workers (fleet/worker-state.ts's WorkerState meets
@@ -21,8 +21,8 @@
 
 /** What admission reads of a worker (WorkerState has these). */
 export interface KvWorkerView {
-  readonly healthy: boolean;
-  readonly circuitOpen: boolean;
+  /** Healthy, circuit closed, not draining. */
+  readonly routable: boolean;
   readonly numGpuBlocks: number;
   readonly blockSize: number;
   /** The most blocks the requests in flight at the worker will hold at once (see above). */
@@ -72,7 +72,7 @@ export function fleetKv(workers: readonly KvWorkerView[], now: number, staleAfte
   let n = 0;
   let blockSize = 16;
   for (const w of workers) {
-    if (!w.healthy || w.circuitOpen) continue;
+    if (!w.routable) continue;
     if (n === 0) blockSize = w.blockSize;
     n++;
     const cap = w.numGpuBlocks;

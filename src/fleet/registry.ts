@@ -111,9 +111,9 @@ export class WorkerRegistry {
     return retired!;
   }
 
-  /** True when some model has at least one worker that is healthy and not circuit-open. */
+  /** True when some model has at least one routable worker (healthy, circuit closed, not draining). */
   anyRoutable(): boolean {
-    for (const w of this.workers) if (w.healthy && !w.circuitOpen) return true;
+    for (const w of this.workers) if (w.routable) return true;
     return false;
   }
 
@@ -133,6 +133,7 @@ export class WorkerRegistry {
       speedClass: describeSpeedClass(w.speedClass),
       healthy: w.healthy,
       circuitOpen: w.circuitOpen,
+      draining: w.draining,
       suspected: w.suspected,
       circuitState: this.breakers.get(w.id)?.state ?? 'closed',
       stale: w.isStale(now, this.opts.staleAfterMs),

@@ -110,6 +110,15 @@ export class WorkerState {
    * is routed around until a byte arrives from it again.
    */
   suspected = false;
+  /**
+   * Taken out of routing by an operator (POST /admin/workers/{id}/drain), for maintenance: it gets
+   * no new requests while those it is serving finish; its health probes and scrapes go on.
+   */
+  draining = false;
+  /** May be given new requests: health probes passing, circuit closed, not draining. */
+  get routable(): boolean {
+    return this.healthy && !this.circuitOpen && !this.draining;
+  }
   /** Clock time (ms) of the last byte received from the worker on any connection. */
   lastByteAt = -Infinity;
   /**

@@ -282,6 +282,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     workerIds: () => registry.workers.map((w) => w.id),
     router,
     workerOf: (id) => registry.get(id),
+    workers: () => registry.workers,
     maxRequestMs: config.caps.maxRequestMs,
     clock,
     logger,
@@ -330,6 +331,10 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     cacheSaltFor,
     responseLookup: (path, query, req, res) =>
       lookupResponse({ affinity, fleet: registry, tenants, logger, firstByteMs: () => relay.firstByteMs }, path, query, req, res),
+    onDrain: (w, on) => {
+      logger.info({ worker: w.id, draining: on, inflight: w.inflightCount }, on ? 'worker draining: no new requests' : 'worker back in routing');
+      shared?.drains?.set(w, on);
+    },
   });
 
   const sc = config.server;

@@ -23,6 +23,7 @@ import {
 } from '../api/schemas.js';
 import { aliasTarget, type GatewayConfig, type RequestCaps } from '../config.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
+import type { WorkerState } from '../fleet/worker-state.js';
 import { traceContextOf } from '../http/trace-context.js';
 import { flatLineWriter, type FlatFields, type Logger } from '../telemetry/logger.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
@@ -58,6 +59,8 @@ export interface HandlerDeps {
   isClosing: () => boolean;
   /** True while shutting down (drain delay included): /ready answers 503. */
   isDraining: () => boolean;
+  /** A worker drained or put back through /admin/workers/{id}/drain. */
+  onDrain?: (w: WorkerState, draining: boolean) => void;
   /** The tenant's cache salt if `pool` isolates cached prompts per tenant, else null. */
   cacheSaltFor: (pool: string | undefined, tenant: string) => string | null;
   /** `GET /v1/responses/{id}`, `POST /v1/responses/{id}/cancel` (gateway/response-lookup.ts). */

@@ -3,7 +3,9 @@
  * (/ready: up and not draining, and with `server.readyRequiresWorker` some worker routable; the
  * body says whether one is), the model list (/v1/models, from the configured pools; with a tenant's
  * key, the models it may use; and the aliases of those), Prometheus metrics (/metrics)
- * and the per-worker admin view (/admin/workers), GET or HEAD; plus routes that parts of the
+ * and the per-worker admin view (/admin/workers), GET or HEAD; draining a worker for maintenance
+ * (POST /admin/workers/{id}/drain: no new requests, those in flight finish; DELETE: back in
+ * routing; `draining` and `inflight` in /admin/workers say when it is idle); plus routes that parts of the
  * gateway add (`extra`: /admin/cache). They are not accounted as requests (no
  * kvgate_requests_total sample, no log line).
  *
@@ -13,9 +15,10 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { mayUse, type TenantDirectory } from '../admission/tenants.js';
-import { errors, sendError } from '../api/errors.js';
+import { ApiError, echo, errors, sendError } from '../api/errors.js';
 import { aliasTarget } from '../config.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
+import type { WorkerState } from '../fleet/worker-state.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 
 /** A route added by a part of the gateway: its methods and handler. */
@@ -37,9 +40,14 @@ export interface LocalRoutesDeps {
   readyRequiresWorker?: boolean;
   /** Other names for served models (config `aliases`, read per request: reloads apply). */
   aliases: () => Readonly<Record<string, string>>;
+  /** A worker drained or put back by an operator (POST / DELETE /admin/workers/{id}/drain). */
+  onDrain?: (w: WorkerState, draining: boolean) => void;
   /** More routes by path (read at request time, so they may be added after start). */
   extraRoutes?: ReadonlyMap<string, LocalRoute>;
 }
+
+/** POST: take the worker out of routing, its requests in flight finishing; DELETE: back in. */
+const DRAIN = /^\/admin\/workers\/([^/]{1,256})\/drain$/;
 
 const LOCAL_ROUTES = new Set(['/v1/models', '/health', '/ready', '/metrics', '/admin/workers']);
 
@@ -102,6 +110,30 @@ export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: In
       const entry = entryOf(req, id);
       if (entry !== undefined) json(res, 200, JSON.stringify(entry));
       else sendError(res, errors.modelNotFound(id));
+      return true;
+    }
+    const drain = path.startsWith('/admin/workers/') ? DRAIN.exec(path) : null;
+    if (drain !== null) {
+      if (req.method !== 'POST' && req.method !== 'DELETE') {
+        sendError(res, errors.methodNotAllowed(req.method ?? '?', '/admin/workers/{id}/drain', 'POST, DELETE'));
+        return true;
+      }
+      if (!guard(path, req, res)) return true;
+      req.resume(); // a body, if any, is not read
+      let id: string;
+      try {
+        id = decodeURIComponent(drain[1]!);
+      } catch {
+        id = drain[1]!;
+      }
+      const w = fleet.get(id);
+      if (w === undefined || w.retired) {
+        sendError(res, new ApiError(404, 'not_found_error', 'worker_not_found', `No worker '${echo(id)}' is configured`, null));
+        return true;
+      }
+      w.draining = req.method === 'POST';
+      deps.onDrain?.(w, w.draining);
+      json(res, 200, JSON.stringify(fleet.describe(w)));
       return true;
     }
     const extra = deps.extraRoutes?.get(path);

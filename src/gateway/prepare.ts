@@ -279,7 +279,7 @@ export function prepareRouting(
   if (ctx.routeRequest !== undefined) return undefined;
   const prompt = preparePrompt(ctx.kind, ctx.body, tokenizer.sync, assumedMaxTokens, ctx.cacheSalt ?? undefined);
   if (prompt.promptTokens === null) {
-    const any = ctx.candidates.find((w) => w.healthy && !w.circuitOpen) ?? ctx.candidates[0];
+    const any = ctx.candidates.find((w) => w.routable) ?? ctx.candidates[0];
     const tctx: TokenizeContext = { model: ctx.model };
     if (any !== undefined) tctx.workerUrl = any.url;
     const chat =

@@ -11,7 +11,9 @@
  * - in-flight load (`shared.load`): each replica's dispatches, first tokens and ends per worker are
  *   mirrored into the others' accounting (LoadChannel);
  * - Responses API continuations (`shared.responses`): which worker holds each stored response
- *   (RedisResponseDirectory), so `previous_response_id` finds it from any replica.
+ *   (RedisResponseDirectory), so `previous_response_id` finds it from any replica;
+ * - workers drained for maintenance (`shared.drains`): a drain sent to one replica applies to
+ *   every replica within a second (DrainSync).
  *
  * Visible in /metrics (`kvgate_shared_*`) and at GET /admin/shared:
  *   {"redis": "redis://host:port", "up": true, "replica": "...", "reconnects": 0,
@@ -19,7 +21,8 @@
  *    "routing": {"published": N, "received": N, "dropped": N, ...} | null,
  *    "breakers": {"published": N, "opened": N, "closed": N, "stale": N, ..., "open": {worker: ms left}} | null,
  *    "load": {"published": N, "received": N, "dropped": N, "expired": N, "badMessages": N, "mirrored": N} | null,
- *    "responses": {"stored": N, "found": N, "notFound": N, "failed": N} | null}
+ *    "responses": {"stored": N, "found": N, "notFound": N, "failed": N} | null,
+ *    "drains": {"written": N, "applied": N, "failed": N, "draining": [worker, ...]} | null}
  */
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
@@ -32,6 +35,7 @@ import type { Clock } from '../util/clock.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { Router } from '../scheduler/router.js';
 import { BreakerChannel } from './breaker-channel.js';
+import { DrainSync } from './drain-sync.js';
 import { LoadChannel } from './load-channel.js';
 import { RedisLink } from './redis-link.js';
 import { RedisRateLimiter } from './redis-rate-limit.js';
@@ -45,6 +49,7 @@ export interface SharedConfig {
   breakers: boolean;
   load: boolean;
   responses: boolean;
+  drains: boolean;
   publishIntervalMs: number;
   leaseMs: number;
 }
@@ -62,6 +67,8 @@ export interface SharedStateDeps {
   /** This replica's router (its charges are published) and WorkerState by id (others' are mirrored). */
   router?: Pick<Router, 'loadObserver'>;
   workerOf?: (id: string) => WorkerState | undefined;
+  /** This replica's workers (drains are applied to them). */
+  workers?: () => readonly WorkerState[];
   /** The longest a request may last: a mirrored request older than this is dropped. */
   maxRequestMs?: number;
   clock: Clock;
@@ -79,6 +86,8 @@ export interface SharedState {
   onBreakerTransition: ((worker: { id: string; url: string }, to: BreakerState, cause: TransitionCause, from: BreakerState) => void) | null;
   /** Which worker holds each Responses API response, for every replica (null: kept per replica). */
   responses: ResponseDirectory | null;
+  /** Workers drained through any replica (null: a drain applies to the replica it was sent to). */
+  drains: DrainSync | null;
   readonly up: boolean;
   start(): Promise<void>;
   close(): Promise<void>;
@@ -90,6 +99,9 @@ export interface SharedState {
 function redact(url: string): string {
   return url.replace(/\/\/[^@/]*@/, '//');
 }
+
+/** How often each replica reads the shared set of drained workers, ms. */
+const DRAIN_POLL_MS = 1_000;
 
 export function setupSharedState(d: SharedStateDeps): SharedState | null {
   const c = d.config;
@@ -161,6 +173,17 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
         })
       : null;
   if (load) d.router!.loadObserver = load.observe;
+  const drains =
+    c.drains && d.workers
+      ? new DrainSync({
+          link,
+          key: `${c.redis.keyPrefix}drained`,
+          workers: d.workers,
+          pollMs: DRAIN_POLL_MS,
+          onApplied: (w, draining) =>
+            d.logger.info({ worker: w.id, draining }, draining ? 'worker draining (from another replica): no new requests' : 'worker back in routing (from another replica)'),
+        })
+      : null;
   // A day: a conversation continued after that starts again from its input.
   const responses = c.responses ? new RedisResponseDirectory({ link, keyPrefix: c.redis.keyPrefix, ttlS: 86_400 }) : null;
 
@@ -267,6 +290,7 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
   return {
     rateLimiter,
     responses,
+    drains,
     onBreakerTransition: breakers ? (w, to, cause, from) => breakers.onTransition(w, to, cause, from) : null,
     get up() {
       return link.up;
@@ -276,12 +300,14 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
       await channel?.start();
       await breakers?.start();
       await load?.start();
-      d.logger.info({ redis: shown, replica: replicaId, rateLimits: rateLimiter !== null, routing: channel !== null, breakers: breakers !== null, load: load !== null, responses: responses !== null }, 'shared state on');
+      drains?.start();
+      d.logger.info({ redis: shown, replica: replicaId, rateLimits: rateLimiter !== null, routing: channel !== null, breakers: breakers !== null, load: load !== null, responses: responses !== null, drains: drains !== null }, 'shared state on');
     },
     async close() {
       channel?.close();
       breakers?.close();
       load?.close();
+      drains?.close();
       await link.close();
     },
     status() {
@@ -295,6 +321,7 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
         breakers: breakers ? { ...breakers.counts, open: breakers.openHere(d.workerIds()) } : null,
         load: load ? { ...load.counts, mirrored: load.mirrored } : null,
         responses: responses ? { ...responses.counts } : null,
+        drains: drains ? { ...drains.counts, draining: (d.workers?.() ?? []).filter((w) => w.draining).map((w) => w.id) } : null,
       };
     },
   };

@@ -29,7 +29,7 @@ export type SpecRoutingChoice = { group: 'speculating' | 'plain' | 'all'; reason
 
 /** Which group of workers a request should go to (pure: unit-tested). */
 export function chooseGroup(workers: readonly WorkerState[], o: SpecRoutingOptions): SpecRoutingChoice {
-  const usable = workers.filter((w) => w.healthy && !w.circuitOpen);
+  const usable = workers.filter((w) => w.routable);
   const spec = usable.filter((w) => w.snapshot?.specDrafts !== undefined);
   const plain = usable.filter((w) => w.snapshot?.specDrafts === undefined);
   if (spec.length === 0 || plain.length === 0) return { group: 'all', reason: 'one_kind' };

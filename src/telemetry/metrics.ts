@@ -130,8 +130,8 @@ export class GatewayMetrics {
       registers: [r],
     });
     const perWorker = this.gaugePerWorker.bind(this);
-    perWorker('kvgate_worker_healthy', '1 if the worker passes health probes, its circuit is closed and it is not suspected hung', (w) =>
-      w.healthy && !w.circuitOpen && !w.suspected ? 1 : 0,
+    perWorker('kvgate_worker_healthy', '1 if the worker passes health probes, its circuit is closed, it is not draining and not suspected hung', (w) =>
+      w.routable && !w.suspected ? 1 : 0,
     );
     perWorker('kvgate_worker_kv_usage_ratio', 'KV cache usage from the last scrape (0..1)', (w) => w.snapshot?.kvUsage ?? null);
     perWorker('kvgate_worker_stale', '1 if the worker’s metrics are missing or older than staleAfterMs', (w) =>

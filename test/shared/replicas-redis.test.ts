@@ -115,6 +115,22 @@ describe('gateway replicas sharing state through Redis', { skip }, () => {
     assert.ok(left.every((x) => x > 20_000 - 8192 - 300 && x < 20_000 - 8192), `remaining ${left.join(', ')}`);
   });
 
+  it('drains a worker through replica A in every replica, and puts it back through replica B', async () => {
+    const draining = async (url: string, id: string) =>
+      ((await (await fetch(url + '/admin/workers', { headers: ADMIN })).json()) as Array<{ id: string; draining: boolean }>).find((w) => w.id === id)!.draining;
+    assert.equal((await fetch(a.url + '/admin/workers/w3/drain', { method: 'POST', headers: ADMIN })).status, 200);
+    await waitFor(async () => await draining(b.url, 'w3'), 3_000);
+    for (let i = 0; i < 8; i++) {
+      const r = await post(b.url + CHAT, chat(`drained ${i} ${'q'.repeat(i * 20)}`), GLOBEX);
+      assert.equal(r.status, 200, r.text);
+      assert.notEqual(r.headers.get('x-kvgate-worker'), 'w3');
+    }
+    assert.deepEqual((await shared(b.url)).drains.draining, ['w3']);
+    assert.equal((await fetch(b.url + '/admin/workers/w3/drain', { method: 'DELETE', headers: ADMIN })).status, 200);
+    await waitFor(async () => !(await draining(a.url, 'w3')), 3_000);
+    assert.equal(await draining(b.url, 'w3'), false);
+  });
+
   it('sends a prompt routed through replica A to the same worker through replica B, which hits its prefix cache', async () => {
     for (const tag of ['alpha', 'bravo', 'charlie']) {
       const r = await aThenB(longPrompt(tag));

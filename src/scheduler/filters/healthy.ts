@@ -1,6 +1,6 @@
 /**
- * Filter `healthy`: keeps the workers whose health probes pass and whose circuit breaker is
- * closed; among them, those passive outlier detection does not suspect (WorkerState.suspected) —
+ * Filter `healthy`: keeps the workers whose health probes pass, whose circuit breaker is closed
+ * and which are not draining (WorkerState.routable); among them, those passive outlier detection does not suspect (WorkerState.suspected) —
  * unless it suspects them all, in which case they are kept: suspicion is a soft signal, never a
  * reason to refuse a request that a worker may yet serve (Envoy's outlier detection has the same
  * guard, max_ejection_percent). No options. Every built-in policy runs it first.
@@ -10,7 +10,7 @@ import type { Filter } from '../types.js';
 export const healthyFilter: Filter = {
   name: 'healthy',
   filter: (_req, workers) => {
-    const up = workers.filter((w) => w.healthy && !w.circuitOpen);
+    const up = workers.filter((w) => w.routable);
     if (!up.some((w) => w.suspected)) return up;
     const trusted = up.filter((w) => !w.suspected);
     return trusted.length > 0 ? trusted : up;
