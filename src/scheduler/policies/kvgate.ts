@@ -164,6 +164,13 @@ export const kvgateOptions = z.strictObject({
     'linear',
     "what a prefill's stall costs the worker's other requests: tpotWorthMs per ms of each one's TPOT (linear); a TPOT target's worth for each one it pushes past the target (misses: only answers short enough for one stall to break); or that worth times the share of the worker's recent TPOTs the stall would push past the target (learned)",
   ),
+  // Off by default: on Azure (seeds 5–7, at round-robin's capacity) it cut kvgate's TPOT p99 by
+  // 10–15%, but capacity at SLO fell 3.6–4.8% on bursty and 12% on the elephants trace, where it
+  // serves long prompts more evenly (README, "Capacity at SLO first").
+  readHeadroom: booleanKnob(
+    false,
+    "weigh the KV read a request adds to its neighbours' decode steps by the headroom their TPOT has left, as its prefill gap is (fewer long contexts gathered on a few workers, lower TPOT tails; less traffic carried where long prompts compete)",
+  ),
   // The preemption term's likelihood counts every request on the worker at its full length at
   // once, which they seldom reach together, so it is an upper bound weighed down. Capacity probes
   // of a few seconds hid what too little weight costs: replayed for a minute at round-robin's
@@ -381,6 +388,7 @@ export class KvgatePolicy implements Policy {
           tpotTargetMs: p.tpotTargetMs,
           stallWeight: p.stallWeight,
           stallModel: p.stallModel,
+          readHeadroom: p.readHeadroom,
           preemptionWeight: p.preemptionWeight,
           prefillRate: (w) => this.prefillRate(w),
           expectedOutput: (req) => this.expectedOutput(req),

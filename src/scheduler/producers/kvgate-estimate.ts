@@ -37,6 +37,7 @@
  *                                         the batch's TPOT is to the target with this request in it
  *              + N · overlap · k · (P + out/2)   and its KV is read in each step it shares with
  *                                         them, adding k · (P + out/2) ms to each of their steps
+ *                                         (with readHeadroom, divided by batchHeadroom too)
  *   overlap  = min(out, n̄ / 2)           the steps shared: at most the neighbour's remaining
  *                                         decode, on average half its expected output; n̄ = W · N / S
  *                                         (the batch's expected outputs, harmonic mean)
@@ -228,6 +229,11 @@ export interface KvgateEstimateOptions {
    * target it would break given the worker's recent TPOTs.
    */
   stallModel?: 'linear' | 'misses' | 'learned';
+  /**
+   * The KV read the request adds to its neighbours' steps is weighed, like its prefill gap, by the
+   * headroom their TPOT has left (default false: counted as it is).
+   */
+  readHeadroom?: boolean;
   /** TPOTs of the requests that recently finished at `w`, ascending ('learned'). */
   recentTpots?(w: WorkerState): readonly number[];
   /** What the expected cost of a preemption for lack of KV counts for (0: ignored). */
@@ -340,7 +346,7 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
               : null;
           const stallMs = batchMix
             ? missMs * missesOf(batchMix, msPerToken * uncached)
-            : (batchStall * msPerToken * uncached) / batchHeadroom + batch * overlap * kPerToken * ownCtx;
+            : (batchStall * msPerToken * uncached) / batchHeadroom + (batch * overlap * kPerToken * ownCtx) / (o.readHeadroom === true ? batchHeadroom : 1);
           const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
           const need = Math.ceil(uncached / w.blockSize);
           // Room for the request to the end of its answer, with every request there at its end.

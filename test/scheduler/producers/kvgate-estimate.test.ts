@@ -30,6 +30,7 @@ function producer(
   decode: { msPer1k: number; batch: Record<string, { contextTokens: number; stallShare: number; outputs?: number[] }> } = { msPer1k: 0, batch: {} },
   stallModel: 'linear' | 'misses' | 'learned' = 'linear',
   recent: Record<string, number[]> = {},
+  readHeadroom = false,
 ) {
   const matcher = new PrefixMatcher(new PrefixIndex());
   const opts: KvgateEstimateOptions = {
@@ -43,6 +44,7 @@ function producer(
     tpotTargetMs: 50,
     stallWeight: 1,
     stallModel,
+    readHeadroom,
     preemptionWeight: 0.5,
     prefillRate: (w) => rates[w.id] ?? 10_000,
     expectedOutput: (req) => Math.min(req.maxTokens, 1024),
@@ -132,6 +134,26 @@ test("a placement's KV read is counted for the steps it shares with the neighbou
   stall(1000, 49.5);
   // A 16-token answer shares its own 16.
   stall(16, 16);
+});
+
+test('readHeadroom: the KV read in the neighbours\' steps is weighed by their TPOT headroom, as the prefill gap is', () => {
+  const batch = { a: { contextTokens: 2000, stallShare: 20 / 99 } };
+  const a = worker('a', { snapshot: null });
+  a.begin({ id: 'y', promptTokens: 2000, uncachedTokens: 0, maxTokens: 100, blocks: 10, dispatchedAt: 0 });
+  a.applySnapshot({ at: 0, kvUsage: 0, running: 10, waiting: 0 });
+  const k = 0.06 / 1000;
+  const stallOf = (readHeadroom: boolean): number => {
+    const { p } = producer({}, {}, { msPer1k: 0.06, batch }, 'linear', {}, readHeadroom);
+    const req = request(seq(0, 1600), { maxTokens: 16 });
+    p.produce(req, [a], ctx(1));
+    return kvgateEstimate(req, a)!.stallMs;
+  };
+  const ownCtx = 1600 + 8;
+  const headroom = 1 - (7.5 + k * 20_000 + k * ownCtx) / 50;
+  const gap = (10 * (20 / 99) * 0.1 * 1600) / headroom;
+  const read = 10 * 16 * k * ownCtx;
+  assert.ok(Math.abs(stallOf(false) - (gap + read)) < 1e-6);
+  assert.ok(Math.abs(stallOf(true) - (gap + read / headroom)) < 1e-6);
 });
 
 test('the six scorers rate the candidates from the table', () => {
