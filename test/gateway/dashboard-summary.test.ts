@@ -127,3 +127,11 @@ test('a worker’s kind is its hardware, or its KV capacity where an unlabelled 
   assert.equal(row({ hardware: null, speedClass: 'main · 8000 blocks' }).kind, '8000 blocks');
   assert.equal(row({ hardware: null, speedClass: 'main' }).kind, null);
 });
+
+test('a worker drained for maintenance is shown as draining', async () => {
+  const f = fixture();
+  assert.equal((await f.sampler.state()).workers[0]!.draining, false);
+  (f.workers[0] as { draining?: boolean }).draining = true;
+  f.advance(1_000);
+  assert.equal((await f.sampler.state()).workers[0]!.draining, true);
+});

@@ -65,6 +65,7 @@ function badge(w) {
   if (!w.healthy) return el('span', 'badge bad', 'down');
   if (w.circuit === 'open') return el('span', 'badge bad', 'circuit open');
   if (w.circuit === 'half-open' || w.circuit === 'half_open') return el('span', 'badge warn', 'half-open');
+  if (w.draining) return el('span', 'badge warn', 'draining');
   if (w.stale) return el('span', 'badge warn', 'stale metrics');
   return el('span', 'badge ok', 'ok');
 }

@@ -26,6 +26,8 @@ export interface DashboardWorker {
   healthy: boolean;
   /** closed | open | half-open (the circuit breaker). */
   circuit: string;
+  /** Taken out of routing by an operator (/admin/workers/{id}/drain). */
+  draining: boolean;
   stale: boolean;
   kvUsage: number | null;
   running: number | null;
@@ -250,6 +252,7 @@ export function summarize(cur: Sample, base: Sample | null): DashboardState {
       model: String(w.model),
       healthy: w.healthy === true,
       circuit: String(w.circuitState ?? (w.circuitOpen ? 'open' : 'closed')),
+      draining: w.draining === true,
       stale: w.stale === true,
       kvUsage: num(w.kvUsage),
       running: num(w.running),
