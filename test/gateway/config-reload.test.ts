@@ -313,7 +313,7 @@ describe('config hot reload', () => {
     }
   });
 
-  it('keys, rate limits, policy weights, thresholds and timeouts take effect; restart-only settings are reported and kept', async () => {
+  it('keys, rate limits, aliases, policy weights, thresholds and timeouts take effect; restart-only settings are reported and kept', async () => {
     const tenants = (key: string, rpm: number) => [{ id: 'acme', keys: [{ value: key }], limits: { requestsPerMinute: rpm } }];
     const base = (key: string, rpm: number, extra: Record<string, unknown> = {}) =>
       doc([{ id: 'a', url: sims[0]!.url }, { id: 'b', url: sims[1]!.url }], { policy: { name: 'kvgate', options: { wPrefix: 3 } }, tenants: tenants(key, rpm), ...extra });
@@ -323,6 +323,8 @@ describe('config hot reload', () => {
       assert.equal((await ask('sk-acme-old-0001')).status, 200);
       assert.equal((await ask('sk-acme-old-0001')).status, 200);
       assert.equal((await ask('sk-acme-old-0001')).status, 429, 'two requests a minute');
+      const alias = (key: string) => post(`${r.url}/v1/completions`, { ...completion('hi'), model: 'gpt-4o-mini' }, { authorization: `Bearer ${key}` });
+      assert.equal((await alias('sk-acme-old-0001')).status, 404, 'no alias yet');
       const policy = r.gw.router.policy as KvgatePolicy;
       const index = policy.prefixIndex;
       r.write(
@@ -332,11 +334,13 @@ describe('config hot reload', () => {
           circuitBreaker: { failuresToOpen: 2, coolDownMs: 500 },
           timeouts: { firstByteMs: 7_000 },
           listen: { host: '127.0.0.1', port: 1 },
+          aliases: { 'gpt-4o-mini': MODEL },
         }),
       );
       const c = await waitVersion(r.url, 2);
       assert.equal((await ask('sk-acme-old-0001')).status, 401, 'the old key is gone');
       assert.equal((await ask('sk-acme-new-0001')).status, 200, 'the new key works and the limit was raised');
+      assert.equal((await alias('sk-acme-new-0001')).status, 200, 'the alias added by the reload');
       assert.equal(r.gw.router.policy, policy, 'the same policy, retuned in place');
       assert.equal(policy.prefixIndex, index, 'its prefix index is kept');
       assert.equal(policy.params.wPrefix, 5);
