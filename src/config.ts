@@ -152,6 +152,10 @@ const tenantLimits = z.strictObject({
   requestsPerMinute: z.int().positive().optional(),
   /** Prompt tokens + max_tokens of the requests started in a minute. */
   tokensPerMinute: z.int().positive().optional(),
+  /** Requests started in a day (OpenAI's RPD). */
+  requestsPerDay: z.int().positive().optional(),
+  /** Prompt tokens + max_tokens of the requests started in a day (TPD), settled as tokensPerMinute. */
+  tokensPerDay: z.int().positive().optional(),
   concurrentRequests: z.int().positive().optional(),
 });
 
@@ -190,9 +194,9 @@ const admissionSchema = z
       })
       .prefault({}),
     /**
-     * What a tenant's tokensPerMinute counts. `used`: a request reserves its prompt tokens plus
-     * max_tokens per answer when it starts, and the reservation is settled to the tokens its answer
-     * used when it ends. `reserved`: the reservation stands (as OpenAI counts).
+     * What a tenant's tokensPerMinute and tokensPerDay count. `used`: a request reserves its prompt
+     * tokens plus max_tokens per answer when it starts, and the reservation is settled to the
+     * tokens its answer used when it ends. `reserved`: the reservation stands (as OpenAI counts).
      */
     tpmCounts: z.enum(['used', 'reserved']).default('used'),
     vllmPriority: z

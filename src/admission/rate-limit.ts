@@ -1,5 +1,6 @@
 /**
- * Per-tenant rate limits: requests per minute, tokens per minute and concurrent requests.
+ * Per-tenant rate limits: requests and tokens per minute (OpenAI's RPM and TPM) and per day (RPD,
+ * TPD), and concurrent requests.
  *
  * A request's tokens are reserved when it starts, as OpenAI counts them: its prompt tokens plus
  * max_tokens for every answer it may write. When it ends, the reservation can be settled to what
@@ -8,13 +9,14 @@
  * assumption, 8,192 by default) would spend a tokens-per-minute limit tens of times faster than
  * its answers do.
  *
- * RPM and TPM are token buckets holding at most a minute's allowance and refilled continuously
- * (limit / 60 s), so a tenant may burst its whole minute and then proceeds at the steady rate. A
- * request is charged to both buckets only if both can take it. Headers follow OpenAI's:
+ * Each is a token bucket holding at most its window's allowance (a minute's, a day's) and refilled
+ * continuously (limit / window), so a tenant may burst its whole window and then proceeds at the
+ * steady rate. A request is charged to every bucket only if all can take it. Headers follow OpenAI's:
  * `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests`, `x-ratelimit-reset-requests`
  * (time until the bucket is full again, as "1s", "6m0s", "20ms") and the same for `-tokens`; they
- * go on every answer to a limited tenant. A refusal is 429, code `rate_limit_exceeded`, type
- * `requests` or `tokens` (as OpenAI sends), with Retry-After in seconds. The concurrency limit
+ * go on every answer to a limited tenant (for the per-minute buckets: OpenAI sends none for its
+ * daily limits). A refusal is 429, code `rate_limit_exceeded`, type `requests` or `tokens` (as
+ * OpenAI sends), with Retry-After in seconds. The concurrency limit
  * refuses the same way (type `requests`).
  *
  * Plain code with the time passed in. Several gateway replicas share their tenants' limits through
@@ -24,7 +26,23 @@
 export interface TenantLimits {
   requestsPerMinute?: number;
   tokensPerMinute?: number;
+  requestsPerDay?: number;
+  tokensPerDay?: number;
   concurrentRequests?: number;
+}
+
+export const MINUTE_MS = 60_000;
+export const DAY_MS = 86_400_000;
+
+/** True if `l` sets any limit. */
+export function hasLimits(l: TenantLimits): boolean {
+  return (
+    l.requestsPerMinute !== undefined ||
+    l.tokensPerMinute !== undefined ||
+    l.requestsPerDay !== undefined ||
+    l.tokensPerDay !== undefined ||
+    l.concurrentRequests !== undefined
+  );
 }
 
 class Bucket {
@@ -33,13 +51,14 @@ class Bucket {
   constructor(
     readonly limit: number,
     now: number,
+    readonly windowMs: number,
   ) {
     this.level = limit;
     this.at = now;
   }
   private refill(now: number): void {
     if (now > this.at) {
-      this.level = Math.min(this.limit, this.level + ((now - this.at) * this.limit) / 60_000);
+      this.level = Math.min(this.limit, this.level + ((now - this.at) * this.limit) / this.windowMs);
       this.at = now;
     }
   }
@@ -59,7 +78,7 @@ class Bucket {
   /** ms until `n` are available (0 if they are). */
   waitFor(n: number, now: number): number {
     this.refill(now);
-    return n <= this.level ? 0 : Math.ceil(((n - this.level) * 60_000) / this.limit);
+    return n <= this.level ? 0 : Math.ceil(((n - this.level) * this.windowMs) / this.limit);
   }
 }
 
@@ -67,6 +86,8 @@ interface TenantState {
   limits: TenantLimits;
   requests: Bucket | null;
   tokens: Bucket | null;
+  requestsDay: Bucket | null;
+  tokensDay: Bucket | null;
   active: number;
 }
 
@@ -83,8 +104,11 @@ export interface RateLimitStore {
   setLimits?(limits: ReadonlyMap<string, TenantLimits>, now: number): void;
 }
 
-/** Why a request is refused: too many in flight, no request left this minute, or not enough tokens. */
-export type RefusalReason = 'concurrent' | 'requests' | 'tokens';
+/**
+ * Why a request is refused: too many in flight, no request left this minute or day, or not enough
+ * tokens this minute or day.
+ */
+export type RefusalReason = 'concurrent' | 'requests' | 'tokens' | 'requestsPerDay' | 'tokensPerDay';
 
 /** The refusal a tenant gets, in OpenAI's words: its type, message and wait before a retry. */
 export function describeRefusal(
@@ -96,12 +120,14 @@ export function describeRefusal(
   if (reason === 'concurrent') {
     return { kind: 'requests', message: `Rate limit reached: at most ${limits.concurrentRequests} concurrent requests. Please try again when one has finished.`, waitMs: 1000 };
   }
-  if (reason === 'requests') {
-    return { kind: 'requests', message: `Rate limit reached for requests per min (RPM): Limit ${limits.requestsPerMinute}. Please try again in ${formatReset(waitMs)}.`, waitMs };
+  if (reason === 'requests' || reason === 'requestsPerDay') {
+    const [limit, name] = reason === 'requests' ? [limits.requestsPerMinute!, 'requests per min (RPM)'] : [limits.requestsPerDay!, 'requests per day (RPD)'];
+    return { kind: 'requests', message: `Rate limit reached for ${name}: Limit ${limit}. Please try again in ${formatReset(waitMs)}.`, waitMs };
   }
-  const limit = limits.tokensPerMinute!;
-  if (tokens > limit) return { kind: 'tokens', message: `Request too large: it needs ${tokens} tokens, the limit is ${limit} tokens per min (TPM).`, waitMs: 60_000 };
-  return { kind: 'tokens', message: `Rate limit reached for tokens per min (TPM): Limit ${limit}, Requested ${tokens}. Please try again in ${formatReset(waitMs)}.`, waitMs };
+  const [limit, name, windowMs] =
+    reason === 'tokens' ? [limits.tokensPerMinute!, 'tokens per min (TPM)', MINUTE_MS] : [limits.tokensPerDay!, 'tokens per day (TPD)', DAY_MS];
+  if (tokens > limit) return { kind: 'tokens', message: `Request too large: it needs ${tokens} tokens, the limit is ${limit} ${name}.`, waitMs: windowMs };
+  return { kind: 'tokens', message: `Rate limit reached for ${name}: Limit ${limit}, Requested ${tokens}. Please try again in ${formatReset(waitMs)}.`, waitMs };
 }
 
 /** OpenAI's x-ratelimit-* headers of one bucket (`requests` or `tokens`) at `level` of `limit`. */
@@ -113,7 +139,7 @@ export function bucketHeaders(h: Record<string, string>, kind: 'requests' | 'tok
 
 /**
  * A request's end, for its rate limits: frees its concurrency slot and, given the tokens it used,
- * settles its tokens-per-minute reservation to them (without: the reservation stands).
+ * settles its token reservations (per minute and per day) to them (without: they stand).
  */
 export type RateRelease = (usedTokens?: number, now?: number) => void;
 
@@ -121,14 +147,16 @@ export type RateCheck =
   | { ok: true; headers: Record<string, string>; release: RateRelease }
   | { ok: false; headers: Record<string, string>; kind: 'requests' | 'tokens'; message: string; retryAfterSeconds: number };
 
-/** OpenAI's duration format for the reset headers: "20ms", "1s", "1.5s", "6m0s". */
+/** OpenAI's duration format for the reset headers: "20ms", "1s", "1.5s", "6m0s", "2h30m0s". */
 export function formatReset(ms: number): string {
   if (ms <= 0) return '0s';
   if (ms < 1000) return `${Math.ceil(ms)}ms`;
   const s = ms / 1000;
   if (s < 60) return `${Math.round(s * 1000) / 1000}s`;
-  const m = Math.floor(s / 60);
-  return `${m}m${Math.round(s - m * 60)}s`;
+  const whole = Math.round(s);
+  const h = Math.floor(whole / 3600);
+  const m = Math.floor((whole % 3600) / 60);
+  return h > 0 ? `${h}h${m}m${whole % 60}s` : `${m}m${whole % 60}s`;
 }
 
 export class RateLimiter implements RateLimitStore {
@@ -146,18 +174,19 @@ export class RateLimiter implements RateLimitStore {
   setLimits(limits: ReadonlyMap<string, TenantLimits>, now: number): void {
     const seen = new Set<string>();
     for (const [id, l] of limits) {
-      if (l.requestsPerMinute === undefined && l.tokensPerMinute === undefined && l.concurrentRequests === undefined) continue;
+      if (!hasLimits(l)) continue;
       seen.add(id);
       const t = this.tenants.get(id);
-      const bucket = (limit: number | undefined, old: Bucket | null | undefined): Bucket | null =>
-        limit === undefined ? null : old && old.limit === limit ? old : new Bucket(limit, now);
-      if (t) {
-        t.limits = l;
-        t.requests = bucket(l.requestsPerMinute, t.requests);
-        t.tokens = bucket(l.tokensPerMinute, t.tokens);
-      } else {
-        this.tenants.set(id, { limits: l, requests: bucket(l.requestsPerMinute, null), tokens: bucket(l.tokensPerMinute, null), active: 0 });
-      }
+      const bucket = (limit: number | undefined, old: Bucket | null | undefined, windowMs: number): Bucket | null =>
+        limit === undefined ? null : old && old.limit === limit ? old : new Bucket(limit, now, windowMs);
+      const next = {
+        requests: bucket(l.requestsPerMinute, t?.requests, MINUTE_MS),
+        tokens: bucket(l.tokensPerMinute, t?.tokens, MINUTE_MS),
+        requestsDay: bucket(l.requestsPerDay, t?.requestsDay, DAY_MS),
+        tokensDay: bucket(l.tokensPerDay, t?.tokensDay, DAY_MS),
+      };
+      if (t) Object.assign(t, { limits: l }, next);
+      else this.tenants.set(id, { limits: l, ...next, active: 0 });
     }
     for (const id of [...this.tenants.keys()]) if (!seen.has(id)) this.tenants.delete(id);
   }
@@ -173,19 +202,27 @@ export class RateLimiter implements RateLimitStore {
     if (!t) return { ok: true, headers: {}, release: noop };
     const r = t.requests;
     const k = t.tokens;
+    const rd = t.requestsDay;
+    const kd = t.tokensDay;
     let refusal: { kind: 'requests' | 'tokens'; message: string; waitMs: number } | null = null;
     if (t.limits.concurrentRequests !== undefined && t.active >= t.limits.concurrentRequests) {
       refusal = describeRefusal('concurrent', t.limits, tokens, 1000);
     } else if (r && r.available(now) < 1) {
       refusal = describeRefusal('requests', t.limits, tokens, r.waitFor(1, now));
+    } else if (rd && rd.available(now) < 1) {
+      refusal = describeRefusal('requestsPerDay', t.limits, tokens, rd.waitFor(1, now));
     } else if (k && k.available(now) < tokens) {
-      refusal = describeRefusal('tokens', t.limits, tokens, tokens > k.limit ? 60_000 : k.waitFor(tokens, now));
+      refusal = describeRefusal('tokens', t.limits, tokens, tokens > k.limit ? MINUTE_MS : k.waitFor(tokens, now));
+    } else if (kd && kd.available(now) < tokens) {
+      refusal = describeRefusal('tokensPerDay', t.limits, tokens, tokens > kd.limit ? DAY_MS : kd.waitFor(tokens, now));
     }
     if (refusal) {
       return { ok: false, headers: this.headers(t, now), kind: refusal.kind, message: refusal.message, retryAfterSeconds: Math.max(1, Math.ceil(refusal.waitMs / 1000)) };
     }
     r?.take(1);
+    rd?.take(1);
     k?.take(tokens);
+    kd?.take(tokens);
     t.active++;
     let released = false;
     return {
@@ -195,8 +232,10 @@ export class RateLimiter implements RateLimitStore {
         if (released) return;
         released = true;
         t.active--;
-        // The bucket taken from, even if a reload has replaced it since (then this changes nothing).
-        if (k && usedTokens !== undefined && usedTokens !== tokens) k.settle(tokens - usedTokens, at);
+        // The buckets taken from, even if a reload has replaced them since (then this changes nothing).
+        if (usedTokens === undefined || usedTokens === tokens) return;
+        k?.settle(tokens - usedTokens, at);
+        kd?.settle(tokens - usedTokens, at);
       },
     };
   }

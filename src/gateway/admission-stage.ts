@@ -6,10 +6,11 @@
  *    A header that is neither is a 400. The class goes to routing as vLLM's integer
  *    (`admission.vllmPriority.values`) and, when every worker the request may go to is in a pool
  *    listed in `admission.vllmPriority.pools`, into the forwarded body as `priority`.
- * 2. Rate limits of the tenant (RPM, TPM, concurrent): 429 `rate_limit_exceeded` with OpenAI's
- *    x-ratelimit-* headers (sent on every answer to a limited tenant) and Retry-After. TPM reserves
- *    prompt tokens + max_tokens per answer at the start and, with `admission.tpmCounts: used`,
- *    settles the reservation to the tokens the request used when it ends (usedTokens).
+ * 2. Rate limits of the tenant (RPM, TPM, RPD, TPD, concurrent): 429 `rate_limit_exceeded` with
+ *    OpenAI's x-ratelimit-* headers (sent on every answer to a limited tenant) and Retry-After. TPM
+ *    and TPD reserve prompt tokens + max_tokens per answer at the start and, with
+ *    `admission.tpmCounts: used`, settle the reservation to the tokens the request used when it
+ *    ends (usedTokens).
  * 3. KV-pressure admission (`admission.enabled`): admit (narrowing `ctx.candidates` to the workers
  *    the request fits on), queue (the promise below waits; a client
  *    that disconnects leaves the queue at once), or refuse with 503 + Retry-After (shed, or its

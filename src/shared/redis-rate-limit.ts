@@ -1,38 +1,59 @@
 /**
- * Per-tenant rate limits shared by every gateway replica through Redis: the same RPM and TPM token
- * buckets and concurrency limit as src/admission/rate-limit.ts, kept in Redis and checked and
- * charged by one Lua script, so two replicas can never both spend a tenant's last request.
+ * Per-tenant rate limits shared by every gateway replica through Redis: the same RPM, TPM, RPD and
+ * TPD token buckets and concurrency limit as src/admission/rate-limit.ts, kept in Redis and
+ * checked and charged by one Lua script, so two replicas can never both spend a tenant's last
+ * request.
  *
  * Keys (under `keyPrefix`, per tenant): `rl:{tenant}:req` and `rl:{tenant}:tok` hashes (level, at),
  * refilled continuously at limit/60 s, expiring two minutes after last use (a full bucket needs no
- * key); `rl:{tenant}:active`, a sorted set of the requests in flight scored by when their lease
- * runs out, so a replica that dies mid-request cannot hold a tenant's concurrency for longer than
+ * key); `rl:{tenant}:req-day` and `rl:{tenant}:tok-day`, the same per day, expiring after two days;
+ * `rl:{tenant}:active`, a sorted set of the requests in flight scored by when their lease runs
+ * out, so a replica that dies mid-request cannot hold a tenant's concurrency for longer than
  * `leaseMs`. The script reads Redis's own clock (TIME), so replicas' clocks need not agree. A
-request's token reservation is settled to what it used by a second script at its end.
+ * request's token reservations are settled to what it used by a second script at its end.
  *
  * When Redis is down or slow (the command fails or times out) the request is checked against the
  * replica's own in-process limiter instead — each replica then enforces the whole limit alone, the
  * documented degradation — and the fallback is counted. A release that cannot reach Redis is left
  * to the lease, and its reservation stands.
  */
-import { bucketHeaders, describeRefusal, type RateCheck, type RateLimitStore, type RefusalReason, type TenantLimits } from '../admission/rate-limit.js';
+import {
+  bucketHeaders,
+  DAY_MS,
+  describeRefusal,
+  hasLimits,
+  MINUTE_MS,
+  type RateCheck,
+  type RateLimitStore,
+  type RefusalReason,
+  type TenantLimits,
+} from '../admission/rate-limit.js';
 import type { RedisLink } from './redis-link.js';
 
-/** KEYS: requests bucket, tokens bucket, active set. ARGV: rpm, tpm, concurrent (0 = none), tokens, request id, lease ms. */
+/**
+ * KEYS: requests and tokens buckets per minute, active set, requests and tokens buckets per day.
+ * ARGV: rpm, tpm, concurrent, tokens, request id, lease ms, rpd, tpd (a limit of 0: none).
+ * Returns the refusal (0 none, then REASONS' order) and the four buckets' levels.
+ */
 const SCRIPT = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local rpm = tonumber(ARGV[1])
-local tpm = tonumber(ARGV[2])
-local conc = tonumber(ARGV[3])
 local tokens = tonumber(ARGV[4])
+local conc = tonumber(ARGV[3])
 local lease = tonumber(ARGV[6])
-local function level(key, limit)
+-- key, limit, window ms, what one request takes
+local buckets = {
+  {KEYS[1], tonumber(ARGV[1]), 60000, 1, 2},
+  {KEYS[4], tonumber(ARGV[7]), 86400000, 1, 4},
+  {KEYS[2], tonumber(ARGV[2]), 60000, tokens, 3},
+  {KEYS[5], tonumber(ARGV[8]), 86400000, tokens, 5},
+}
+local function level(key, limit, window)
   local v = redis.call('HMGET', key, 'l', 'a')
   local l = tonumber(v[1])
   local a = tonumber(v[2])
   if not l then return limit end
-  if now > a then l = math.min(limit, l + (now - a) * limit / 60000) end
+  if now > a then l = math.min(limit, l + (now - a) * limit / window) end
   return l
 end
 local active = 0
@@ -40,59 +61,59 @@ if conc > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
   active = redis.call('ZCARD', KEYS[3])
 end
-local rl = 0
-local tl = 0
-if rpm > 0 then rl = level(KEYS[1], rpm) end
-if tpm > 0 then tl = level(KEYS[2], tpm) end
+local levels = {0, 0, 0, 0}
 local refusal = 0
-if conc > 0 and active >= conc then refusal = 1
-elseif rpm > 0 and rl < 1 then refusal = 2
-elseif tpm > 0 and tl < tokens then refusal = 3 end
-if refusal == 0 then
-  if rpm > 0 then rl = rl - 1 end
-  if tpm > 0 then tl = tl - tokens end
-  if conc > 0 then
-    redis.call('ZADD', KEYS[3], now + lease, ARGV[5])
-    redis.call('PEXPIRE', KEYS[3], lease)
+if conc > 0 and active >= conc then refusal = 1 end
+for i, b in ipairs(buckets) do
+  if b[2] > 0 then
+    levels[i] = level(b[1], b[2], b[3])
+    if refusal == 0 and levels[i] < b[4] then refusal = b[5] end
   end
 end
-if rpm > 0 then
-  redis.call('HSET', KEYS[1], 'l', tostring(rl), 'a', tostring(now))
-  redis.call('PEXPIRE', KEYS[1], 120000)
+for i, b in ipairs(buckets) do
+  if b[2] > 0 then
+    if refusal == 0 then levels[i] = levels[i] - b[4] end
+    redis.call('HSET', b[1], 'l', tostring(levels[i]), 'a', tostring(now))
+    redis.call('PEXPIRE', b[1], 2 * b[3])
+  end
 end
-if tpm > 0 then
-  redis.call('HSET', KEYS[2], 'l', tostring(tl), 'a', tostring(now))
-  redis.call('PEXPIRE', KEYS[2], 120000)
+if refusal == 0 and conc > 0 then
+  redis.call('ZADD', KEYS[3], now + lease, ARGV[5])
+  redis.call('PEXPIRE', KEYS[3], lease)
 end
-return {refusal, tostring(rl), tostring(tl)}
+return {refusal, tostring(levels[1]), tostring(levels[3]), tostring(levels[2]), tostring(levels[4])}
 `;
 
 /**
- * KEYS: tokens bucket. ARGV: tpm, tokens to give back (negative: to take). A reservation settled to
- * what the request used, on the bucket refilled to now and never past the limit; a bucket whose key
- * has expired is full, so giving back to it changes nothing.
+ * KEYS: tokens buckets per minute and per day. ARGV: tpm, tpd (0: none), tokens to give back
+ * (negative: to take). A reservation settled to what the request used, on each bucket refilled to
+ * now and never past its limit; a bucket whose key has expired is full, so giving back to it
+ * changes nothing.
  */
 const SETTLE_SCRIPT = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local limit = tonumber(ARGV[1])
-local delta = tonumber(ARGV[2])
-local v = redis.call('HMGET', KEYS[1], 'l', 'a')
-local l = tonumber(v[1])
-local a = tonumber(v[2])
-if not l then
-  if delta >= 0 then return 0 end
-  l = limit
-elseif now > a then
-  l = math.min(limit, l + (now - a) * limit / 60000)
+local delta = tonumber(ARGV[3])
+local function settle(key, limit, window)
+  local v = redis.call('HMGET', key, 'l', 'a')
+  local l = tonumber(v[1])
+  local a = tonumber(v[2])
+  if not l then
+    if delta >= 0 then return end
+    l = limit
+  elseif now > a then
+    l = math.min(limit, l + (now - a) * limit / window)
+  end
+  l = math.min(limit, l + delta)
+  redis.call('HSET', key, 'l', tostring(l), 'a', tostring(now))
+  redis.call('PEXPIRE', key, 2 * window)
 end
-l = math.min(limit, l + delta)
-redis.call('HSET', KEYS[1], 'l', tostring(l), 'a', tostring(now))
-redis.call('PEXPIRE', KEYS[1], 120000)
+if tonumber(ARGV[1]) > 0 then settle(KEYS[1], tonumber(ARGV[1]), 60000) end
+if tonumber(ARGV[2]) > 0 then settle(KEYS[2], tonumber(ARGV[2]), 86400000) end
 return 1
 `;
 
-const REASONS: readonly (RefusalReason | null)[] = [null, 'concurrent', 'requests', 'tokens'];
+const REASONS: readonly (RefusalReason | null)[] = [null, 'concurrent', 'requests', 'tokens', 'requestsPerDay', 'tokensPerDay'];
 
 export interface RedisRateLimiterOptions {
   link: RedisLink;
@@ -123,7 +144,7 @@ export class RedisRateLimiter implements RateLimitStore {
   setLimits(limits: ReadonlyMap<string, TenantLimits>): void {
     this.limited.clear();
     for (const [id, l] of limits) {
-      if (l.requestsPerMinute !== undefined || l.tokensPerMinute !== undefined || l.concurrentRequests !== undefined) this.limited.set(id, l);
+      if (hasLimits(l)) this.limited.set(id, l);
     }
   }
 
@@ -137,33 +158,37 @@ export class RedisRateLimiter implements RateLimitStore {
     if (!this.o.link.up) return this.fallback(tenant, tokens, now, new Error('redis is not connected'));
     const key = `${this.o.keyPrefix}rl:{${tenant}}:`;
     const id = `${this.instance}-${nextId++}`;
-    let reply: [number, string, string];
+    let reply: string[];
     try {
       reply = (await this.o.link.client.eval(
         SCRIPT,
-        3,
+        5,
         `${key}req`,
         `${key}tok`,
         `${key}active`,
+        `${key}req-day`,
+        `${key}tok-day`,
         l.requestsPerMinute ?? 0,
         l.tokensPerMinute ?? 0,
         l.concurrentRequests ?? 0,
         tokens,
         id,
         this.o.leaseMs,
-      )) as [number, string, string];
+        l.requestsPerDay ?? 0,
+        l.tokensPerDay ?? 0,
+      )) as string[];
     } catch (e) {
       return this.fallback(tenant, tokens, now, e as Error);
     }
     this.counts.shared++;
-    const [code, rl, tl] = [Number(reply[0]), Number(reply[1]), Number(reply[2])];
+    const [code, rl, tl, rdl, tdl] = reply.map(Number) as [number, number, number, number, number];
     const headers: Record<string, string> = {};
     if (l.requestsPerMinute !== undefined) bucketHeaders(headers, 'requests', l.requestsPerMinute, rl);
     if (l.tokensPerMinute !== undefined) bucketHeaders(headers, 'tokens', l.tokensPerMinute, tl);
     const reason = REASONS[code] ?? null;
     if (reason === null) {
       let released = false;
-      const tpm = l.tokensPerMinute;
+      const settles = l.tokensPerMinute !== undefined || l.tokensPerDay !== undefined;
       return {
         ok: true,
         headers,
@@ -174,20 +199,27 @@ export class RedisRateLimiter implements RateLimitStore {
           // Best effort: a release that fails is left to the lease, a settlement that fails leaves
           // the reservation standing.
           if (l.concurrentRequests !== undefined) this.o.link.client.zrem(`${key}active`, id).catch(() => undefined);
-          if (tpm !== undefined && usedTokens !== undefined && usedTokens !== tokens) {
-            this.o.link.client.eval(SETTLE_SCRIPT, 1, `${key}tok`, tpm, tokens - usedTokens).catch(() => undefined);
+          if (settles && usedTokens !== undefined && usedTokens !== tokens) {
+            this.o.link.client
+              .eval(SETTLE_SCRIPT, 2, `${key}tok`, `${key}tok-day`, l.tokensPerMinute ?? 0, l.tokensPerDay ?? 0, tokens - usedTokens)
+              .catch(() => undefined);
           }
         },
       };
     }
+    // The wait until the bucket that refused holds what the request needs.
+    const waitFor = (need: number, level: number, limit: number, windowMs: number): number =>
+      need > limit ? windowMs : Math.ceil(((need - level) * windowMs) / limit);
     const wait =
       reason === 'requests'
-        ? Math.ceil(((1 - rl) * 60_000) / l.requestsPerMinute!)
-        : reason === 'tokens'
-          ? tokens > l.tokensPerMinute!
-            ? 60_000
-            : Math.ceil(((tokens - tl) * 60_000) / l.tokensPerMinute!)
-          : 1000;
+        ? waitFor(1, rl, l.requestsPerMinute!, MINUTE_MS)
+        : reason === 'requestsPerDay'
+          ? waitFor(1, rdl, l.requestsPerDay!, DAY_MS)
+          : reason === 'tokens'
+            ? waitFor(tokens, tl, l.tokensPerMinute!, MINUTE_MS)
+            : reason === 'tokensPerDay'
+              ? waitFor(tokens, tdl, l.tokensPerDay!, DAY_MS)
+              : 1000;
     const r = describeRefusal(reason, l, tokens, wait);
     return { ok: false, headers, kind: r.kind, message: r.message, retryAfterSeconds: Math.max(1, Math.ceil(r.waitMs / 1000)) };
   }

@@ -54,6 +54,8 @@ test('reset durations are formatted as OpenAI sends them', () => {
   assert.equal(formatReset(1500), '1.5s');
   assert.equal(formatReset(360_000), '6m0s');
   assert.equal(formatReset(61_000), '1m1s');
+  assert.equal(formatReset(9_000_000), '2h30m0s');
+  assert.equal(formatReset(86_400_000), '24h0m0s');
 });
 
 test('new limits (a config reload): unchanged ones keep their counters, changed ones start at the new limit, requests in flight still count', () => {
@@ -110,4 +112,27 @@ test('a token reservation settled to what was used: the difference back, never p
   if (e.ok) e.release(undefined, 120_000);
   const f = rl.take('acme', 0, 120_000);
   assert.ok(f.ok && f.headers['x-ratelimit-remaining-tokens'] === '999', 'no count: the reservation stands');
+});
+
+test("requests and tokens per day: refused past the day's allowance, refilled over the day, settled like the minute", () => {
+  const rl = new RateLimiter(new Map([['acme', { requestsPerMinute: 100, requestsPerDay: 3, tokensPerDay: 10_000 }]]), 0);
+  for (let i = 0; i < 3; i++) assert.ok(rl.take('acme', 10, i).ok);
+  const r = rl.take('acme', 10, 10);
+  assert.ok(!r.ok && r.kind === 'requests');
+  assert.equal(!r.ok && r.message, 'Rate limit reached for requests per day (RPD): Limit 3. Please try again in 8h0m0s.');
+  assert.equal(!r.ok && r.retryAfterSeconds, 28_800, 'one request back after a third of a day');
+  // No x-ratelimit headers for daily limits (OpenAI sends none); the minute's are there.
+  assert.equal(!r.ok && r.headers['x-ratelimit-limit-requests'], '100');
+  assert.ok(rl.take('acme', 10, 28_800_000).ok);
+
+  const t = new RateLimiter(new Map([['acme', { tokensPerDay: 10_000 }]]), 0);
+  const a = t.take('acme', 9_000, 0);
+  assert.ok(a.ok);
+  const b = t.take('acme', 2_000, 0);
+  assert.ok(!b.ok && b.kind === 'tokens' && /tokens per day \(TPD\): Limit 10000, Requested 2000/.test(b.message));
+  if (a.ok) a.release(500, 0);
+  assert.ok(t.take('acme', 2_000, 0).ok, 'the day bucket was settled too');
+  const big = t.take('acme', 20_000, 0);
+  assert.ok(!big.ok && /Request too large: it needs 20000 tokens, the limit is 10000 tokens per day \(TPD\)/.test(big.message));
+  assert.equal(!big.ok && big.retryAfterSeconds, 86_400);
 });

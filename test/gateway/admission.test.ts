@@ -87,6 +87,20 @@ describe('tenants, priorities and rate limits', () => {
     assert.equal(metricValue(await metrics(url), 'kvgate_admission_total', { priority: 'standard', decision: 'rate_limited' }), 1);
   });
 
+  it('refuses past a tenant’s requests per day, saying so, with a Retry-After of hours', async () => {
+    const [w] = await sims(1, {});
+    const { url } = await gateway([w!.url], { tenants: [{ id: 'acme', keys: [{ value: 'sk-acme-00001' }], limits: { requestsPerDay: 2 } }] });
+    const h = { authorization: 'Bearer sk-acme-00001' };
+    const u = `${url}/v1/chat/completions`;
+    assert.equal((await post(u, chat('hello', 2), h)).status, 200);
+    assert.equal((await post(u, chat('hello', 2), h)).status, 200);
+    const r = await post(u, chat('hello', 2), h);
+    assert.equal(r.status, 429);
+    assert.deepEqual([r.json.error.code, r.json.error.type], ['rate_limit_exceeded', 'requests']);
+    assert.match(r.json.error.message, /requests per day \(RPD\): Limit 2\. Please try again in 12h0m0s\./);
+    assert.ok(Number(r.headers.get('retry-after')) > 43_000);
+  });
+
   it('charges tokens per minute for every prompt of a batch, so batching passes no limit', async () => {
     const [w] = await sims(1, {});
     const { url } = await gateway([w!.url], {

@@ -391,6 +391,31 @@ describe('Redis rate limiter', { skip }, () => {
     assert.equal(x.counts.fallback + y.counts.fallback, 0);
   });
 
+  it('holds daily limits in Redis too: requests and tokens per day, the tokens settled', async () => {
+    const limits = new Map<string, { requestsPerDay?: number; tokensPerDay?: number }>([
+      ['d', { requestsPerDay: 3 }],
+      ['u', { tokensPerDay: 1000 }],
+    ]);
+    const link = new RedisLink({ url: redis.url, timeoutMs: 1000, connectTimeoutMs: 1000 });
+    links.push(link);
+    await link.start();
+    const make = () => new RedisRateLimiter({ link, limits, local: new RateLimiter(limits, 0), keyPrefix: 'rl-day:', leaseMs: 60_000 });
+    const [x, y] = [make(), make()];
+    const takes = await Promise.all([x, y, x, y].map((l) => l.take('d', 1, 0)));
+    assert.equal(takes.filter((c) => c.ok).length, 3);
+    const refused = takes.find((c) => !c.ok);
+    assert.ok(refused && !refused.ok && refused.kind === 'requests');
+    assert.match(refused.message, /requests per day \(RPD\): Limit 3\. Please try again in 8h0m0s\./);
+    assert.ok(refused.retryAfterSeconds > 28_700 && refused.retryAfterSeconds <= 28_800);
+    const a = await x.take('u', 900, 0);
+    assert.ok(a.ok);
+    assert.ok(!(await y.take('u', 200, 0)).ok, 'the day holds 100 more');
+    a.release(100);
+    await waitFor(async () => Number(await link.client.hget('rl-day:rl:{u}:tok-day', 'l')) > 899);
+    assert.ok((await y.take('u', 200, 0)).ok);
+    assert.equal(x.counts.fallback + y.counts.fallback, 0);
+  });
+
   it('settles a token reservation to what the request used, in the shared bucket', async () => {
     const limits = new Map([['t', { tokensPerMinute: 1000 }]]);
     const link = new RedisLink({ url: redis.url, timeoutMs: 1000, connectTimeoutMs: 1000 });
