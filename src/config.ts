@@ -361,6 +361,18 @@ export const configSchema = z
       .strictObject({
         host: z.string().min(1).default('127.0.0.1'),
         port: z.int().min(0).max(65535).default(8080),
+        /**
+         * Serve HTTPS with this certificate and key (PEM files; read again at every reload, so a
+         * renewed certificate needs no restart). `clientCaFile`: clients must present a
+         * certificate this CA signed (mutual TLS). Unset: plain HTTP.
+         */
+        tls: z
+          .strictObject({
+            certFile: z.string().min(1),
+            keyFile: z.string().min(1),
+            clientCaFile: z.string().min(1).optional(),
+          })
+          .optional(),
       })
       .prefault({}),
     pools: z.array(pool).default([]),

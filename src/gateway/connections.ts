@@ -49,9 +49,12 @@ export class ConnectionGuard {
     return this.conns.size;
   }
 
-  /** Wire into a server (before it listens); its request handler must call `admit` first. */
-  attach(server: Server): void {
-    server.on('connection', (socket: Socket) => this.onConnection(socket));
+  /**
+   * Wire into a server (before it listens); its request handler must call `admit` first. An HTTPS
+   * server is watched at `secureConnection`: the TLS socket is the one its requests arrive on.
+   */
+  attach(server: Server, event: 'connection' | 'secureConnection' = 'connection'): void {
+    server.on(event, (socket: Socket) => this.onConnection(socket));
     server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => onClientError(err, socket));
   }
 

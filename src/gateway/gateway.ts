@@ -4,7 +4,8 @@
  * HTTP server. Embedded by `kvgate serve`, `kvgate demo` and the tests.
  */
 import { createHmac, randomBytes } from 'node:crypto';
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createTlsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { TenantDirectory } from '../admission/tenants.js';
 import type { ResponseCache } from '../cache/response-cache.js';
@@ -15,6 +16,7 @@ import type { HealthProber } from '../fleet/health.js';
 import { WorkerRegistry, type WorkerDescriber } from '../fleet/registry.js';
 import type { MetricsScraper } from '../fleet/scraper.js';
 import { Upstreams } from '../fleet/upstreams.js';
+import { readTls } from '../http/tls-files.js';
 import { SpeedClasses } from '../fleet/speed-classes.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import { createPolicy } from '../scheduler/registry.js';
@@ -339,22 +341,42 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
 
   const sc = config.server;
   const connections = new ConnectionGuard(sc);
-  const server = createServer(
-    {
-      keepAliveTimeout: sc.keepAliveTimeoutMs,
-      headersTimeout: sc.headersTimeoutMs,
-      // Node's own whole-request timer is off: the body has its own (server.bodyTimeoutMs, answered
-      // 408 in OpenAI's shape by the handler) and responses are bounded by the request deadline.
-      requestTimeout: 0,
-      // How often Node checks headersTimeout (default 30 s): a stalled client is closed within
-      // headersTimeoutMs plus this.
-      connectionsCheckingInterval: Math.min(1_000, sc.headersTimeoutMs),
-    },
-    (req, res) => {
-      if (connections.admit(req, res)) handler(req, res);
-    },
-  );
-  connections.attach(server);
+  const serverOptions = {
+    keepAliveTimeout: sc.keepAliveTimeoutMs,
+    headersTimeout: sc.headersTimeoutMs,
+    // Node's own whole-request timer is off: the body has its own (server.bodyTimeoutMs, answered
+    // 408 in OpenAI's shape by the handler) and responses are bounded by the request deadline.
+    requestTimeout: 0,
+    // How often Node checks headersTimeout (default 30 s): a stalled client is closed within
+    // headersTimeoutMs plus this.
+    connectionsCheckingInterval: Math.min(1_000, sc.headersTimeoutMs),
+  };
+  const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
+    if (connections.admit(req, res)) handler(req, res);
+  };
+  // HTTPS with listen.tls: the certificate is read again at every config reload (refreshTls).
+  const tlsFiles = config.listen.tls;
+  let server: Server;
+  let refreshTls = (): void => undefined;
+  if (tlsFiles) {
+    const tls = readTls(tlsFiles);
+    if (!tls.ok) throw new ConfigError([tls.problem]);
+    // A TLS handshake must finish as fast as the headers must arrive.
+    const https = createTlsServer({ ...serverOptions, ...tls.options, handshakeTimeout: sc.headersTimeoutMs }, onRequest);
+    server = https;
+    refreshTls = () => {
+      const next = readTls(tlsFiles);
+      if (!next.ok) {
+        logger.warn({ err: next.problem }, 'TLS certificate not reloaded: the one in use stays');
+        return;
+      }
+      https.setSecureContext(next.options);
+    };
+  } else {
+    server = createServer(serverOptions, onRequest);
+  }
+  // Over TLS a connection is counted once its handshake is done (its TLS socket is the request's).
+  connections.attach(server, tlsFiles ? 'secureConnection' : 'connection');
 
   // KV-event subscribers feed the policy's prefix index; created on first use by a reload when no
   // worker had kvEvents at start.
@@ -434,7 +456,11 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     get inflight() {
       return active.size;
     },
-    reloadConfig: (next, fileHash = null) => reloader.apply(next, fileHash),
+    reloadConfig: (next, fileHash = null) => {
+      const outcome = reloader.apply(next, fileHash);
+      refreshTls();
+      return outcome;
+    },
     rejectConfig: (errors, fileHash = null) => reloader.reject(errors, fileHash),
     configStatus: () => reloader.status(),
     async start() {
@@ -456,7 +482,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
       gatewayStarted = true;
       const addr = server.address() as AddressInfo;
       const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-      started = { url: `http://${host}:${addr.port}`, port: addr.port };
+      started = { url: `${tlsFiles ? 'https' : 'http'}://${host}:${addr.port}`, port: addr.port };
       logger.info({ url: started.url, workers: registry.workers.length, policy: policy.name }, 'kvgate listening');
       if (tenants.open && !isLoopback(addr.address)) {
         logger.warn(
