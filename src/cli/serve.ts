@@ -24,6 +24,10 @@ Options:
                       implies --cache redis)
       --log-level L   fatal|error|warn|info|debug|trace|silent (overrides log.level; default info)
       --pretty        human-readable logs instead of JSON lines
+      --check         validate FILE and exit, as \`nginx -t\` does: every field, the policy's
+                      options, the TLS files; nothing listens and no worker is contacted
+                      (speculative cascades' workers are checked at start only). Exit 0 if it
+                      would start, 2 with one line per problem if not
   -h, --help          this text
 
 Routing policies (policy.name): ${policyNames().join(', ')}; default ${DEFAULT_POLICY_NAME}.
@@ -37,7 +41,7 @@ whole file is read and validated. Invalid: one error line names the field and th
 the running config stays entirely. Valid: the difference is applied without a restart and
 without dropping in-flight requests: workers added, removed (they finish what they serve, then
 their connections close) or changed; policy weights and thresholds; admission thresholds and
-queue; tenants, API keys and rate limits; breaker thresholds; timeouts, caps, retries; health
+queue; tenants, API keys, their models and rate limits; model aliases; breaker thresholds; timeouts, caps, retries; health
 and scrape intervals; the log level. Settings that need a restart (listen, server, upstream,
 tokenizers, cache, speculative, shared, outlier, cacheSalt, reload, policy.name or a policy's
 index size, admission.enabled, admission.vllmPriority, admin.protectMetrics, log.pretty,
@@ -71,6 +75,7 @@ export async function run(argv: string[]): Promise<number> {
         pretty: { type: 'boolean' },
         cache: { type: 'string' },
         redis: { type: 'string' },
+        check: { type: 'boolean' },
       },
       strict: true,
       allowPositionals: false,
@@ -147,6 +152,7 @@ export async function run(argv: string[]): Promise<number> {
     throw e;
   }
   const initialHash = hashConfigText(text);
+  if (values.check === true) return check(file, config);
 
   // SIGHUP's default action ends the process: from here on it means "reload" (ignored until the
   // gateway listens).
@@ -222,4 +228,24 @@ export function waitForSignal(): Promise<NodeJS.Signals> {
     process.on('SIGINT', on);
     process.on('SIGTERM', on);
   });
+}
+
+/** --check: build the gateway from the config (what can fail before it listens), then drop it. */
+async function check(file: string, config: GatewayConfig): Promise<number> {
+  let gateway;
+  try {
+    gateway = createGateway(config, { watchFleet: false });
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`kvgate serve: ${file}: ${e.message}\n`);
+      return 2;
+    }
+    throw e;
+  }
+  await gateway.close();
+  const models = new Set(config.workers.map((w) => w.model));
+  process.stdout.write(
+    `kvgate serve: ${file}: configuration ok (${config.workers.length} workers, ${models.size} models, policy ${config.policy.name}, ${config.tenants.length} tenants)\n`,
+  );
+  return 0;
 }

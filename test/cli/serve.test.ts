@@ -55,6 +55,26 @@ test('bad flags, a missing --config and an unreadable file exit 2', async () => 
   assert.equal((await runCli(['serve', '--config', ok, '--port', 'x'])).code, 2);
 });
 
+test('--check validates the file and the gateway it describes, and exits without listening', async () => {
+  const ok = join(dir, 'check-ok.yaml');
+  writeFileSync(ok, 'listen: { port: 1 }\nworkers:\n  - { url: "http://127.0.0.1:9", model: m }\n  - { url: "http://127.0.0.1:10", model: n }\npolicy: { name: kvgate, options: { wPrefix: 2 } }\n');
+  const r = await runCli(['serve', '--config', ok, '--check']);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /configuration ok \(2 workers, 2 models, policy kvgate, 0 tenants\)/);
+  // A policy option out of range, and TLS files that cannot be read: what only building the
+  // gateway finds is found too.
+  const badPolicy = join(dir, 'check-policy.yaml');
+  writeFileSync(badPolicy, 'workers:\n  - { url: "http://127.0.0.1:9", model: m }\npolicy: { name: kvgate, options: { nearRelative: x } }\n');
+  const p = await runCli(['serve', '--config', badPolicy, '--check']);
+  assert.equal(p.code, 2);
+  assert.match(p.stderr, /policy\.options\.nearRelative/);
+  const badTls = join(dir, 'check-tls.yaml');
+  writeFileSync(badTls, `listen: { tls: { certFile: ${join(dir, 'no.crt')}, keyFile: ${join(dir, 'no.key')} } }\nworkers:\n  - { url: "http://127.0.0.1:9", model: m }\n`);
+  const t = await runCli(['serve', '--config', badTls, '--check']);
+  assert.equal(t.code, 2);
+  assert.match(t.stderr, /listen\.tls\.certFile: cannot read .*no\.crt \(ENOENT\)/);
+});
+
 test('--cache and --redis override the file and are checked like its fields', async () => {
   const ok = join(dir, 'cache.json');
   writeFileSync(ok, JSON.stringify({ workers: [{ url: 'http://127.0.0.1:9', model: 'm' }] }));
