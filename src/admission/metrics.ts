@@ -6,12 +6,17 @@
  *       admitted | queued | dequeued | shed | shed_backlog | queue_full | queue_timeout | cancelled |
  *       rate_limited   (shed_backlog: admitted, then shed for the picked worker's prefill backlog)
  *   kvgate_admission_queue_seconds{model,priority}  time spent queued (dequeued, expired or cancelled)
+ *   kvgate_rate_limited_total{tenant,limit}       requests refused by a tenant's rate limit, by the
+ *       limit that refused them: rpm | tpm | rpd | tpd | concurrent
  * The gauges are computed when Prometheus scrapes, from the controller's state.
  */
 import { Gauge, Histogram, type Registry } from 'prom-client';
 import { RequestCounter } from '../telemetry/request-metrics.js';
 import { PRIORITY_CLASSES, type PriorityClass } from './classes.js';
+import type { RefusalReason } from './rate-limit.js';
 import type { AdmissionController, AdmissionDecision, AdmissionObserver } from './controller.js';
+
+const LIMIT_LABEL: Record<RefusalReason, string> = { requests: 'rpm', tokens: 'tpm', requestsPerDay: 'rpd', tokensPerDay: 'tpd', concurrent: 'concurrent' };
 
 const QUEUE_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
@@ -21,6 +26,7 @@ export class AdmissionMetrics implements AdmissionObserver {
   /** Counted on every request (request-metrics.ts). */
   private readonly total: RequestCounter;
   private readonly queued: Histogram<'model' | 'priority'>;
+  private readonly limited: RequestCounter;
 
   constructor(
     registry: Registry,
@@ -32,6 +38,11 @@ export class AdmissionMetrics implements AdmissionObserver {
       name: 'kvgate_admission_total',
       help: 'Admission decisions, by model, priority class and decision (admitted, queued, dequeued, shed, shed_backlog, queue_full, queue_timeout, cancelled, rate_limited; shed_backlog follows an admitted or dequeued)',
       labelNames: ['model', 'priority', 'decision'],
+    });
+    this.limited = new RequestCounter(registry, {
+      name: 'kvgate_rate_limited_total',
+      help: "Requests refused (429) by a tenant's rate limit, by tenant and the limit that refused them (rpm, tpm, rpd, tpd, concurrent)",
+      labelNames: ['tenant', 'limit'],
     });
     this.queued = new Histogram({
       name: 'kvgate_admission_queue_seconds',
@@ -65,6 +76,10 @@ export class AdmissionMetrics implements AdmissionObserver {
 
   decision(model: string, cls: PriorityClass, d: AdmissionMetricDecision): void {
     this.total.series(model, cls, d).inc();
+  }
+
+  rateLimited(tenant: string, reason: RefusalReason): void {
+    this.limited.series(tenant, LIMIT_LABEL[reason]).inc();
   }
 
   waited(model: string, cls: PriorityClass, ms: number): void {

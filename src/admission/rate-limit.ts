@@ -130,6 +130,12 @@ export function describeRefusal(
   return { kind: 'tokens', message: `Rate limit reached for ${name}: Limit ${limit}, Requested ${tokens}. Please try again in ${formatReset(waitMs)}.`, waitMs };
 }
 
+/** The refusal of one request, for `reason`, with the headers to send. */
+export function refuse(reason: RefusalReason, limits: TenantLimits, tokens: number, waitMs: number, headers: Record<string, string>): RateCheck {
+  const r = describeRefusal(reason, limits, tokens, waitMs);
+  return { ok: false, headers, kind: r.kind, reason, message: r.message, retryAfterSeconds: Math.max(1, Math.ceil(r.waitMs / 1000)) };
+}
+
 /** OpenAI's x-ratelimit-* headers of one bucket (`requests` or `tokens`) at `level` of `limit`. */
 export function bucketHeaders(h: Record<string, string>, kind: 'requests' | 'tokens', limit: number, level: number): void {
   h[`x-ratelimit-limit-${kind}`] = String(limit);
@@ -145,7 +151,7 @@ export type RateRelease = (usedTokens?: number, now?: number) => void;
 
 export type RateCheck =
   | { ok: true; headers: Record<string, string>; release: RateRelease }
-  | { ok: false; headers: Record<string, string>; kind: 'requests' | 'tokens'; message: string; retryAfterSeconds: number };
+  | { ok: false; headers: Record<string, string>; kind: 'requests' | 'tokens'; reason: RefusalReason; message: string; retryAfterSeconds: number };
 
 /** OpenAI's duration format for the reset headers: "20ms", "1s", "1.5s", "6m0s", "2h30m0s". */
 export function formatReset(ms: number): string {
@@ -204,21 +210,20 @@ export class RateLimiter implements RateLimitStore {
     const k = t.tokens;
     const rd = t.requestsDay;
     const kd = t.tokensDay;
-    let refusal: { kind: 'requests' | 'tokens'; message: string; waitMs: number } | null = null;
+    let reason: RefusalReason | null = null;
+    let waitMs = 0;
     if (t.limits.concurrentRequests !== undefined && t.active >= t.limits.concurrentRequests) {
-      refusal = describeRefusal('concurrent', t.limits, tokens, 1000);
+      [reason, waitMs] = ['concurrent', 1000];
     } else if (r && r.available(now) < 1) {
-      refusal = describeRefusal('requests', t.limits, tokens, r.waitFor(1, now));
+      [reason, waitMs] = ['requests', r.waitFor(1, now)];
     } else if (rd && rd.available(now) < 1) {
-      refusal = describeRefusal('requestsPerDay', t.limits, tokens, rd.waitFor(1, now));
+      [reason, waitMs] = ['requestsPerDay', rd.waitFor(1, now)];
     } else if (k && k.available(now) < tokens) {
-      refusal = describeRefusal('tokens', t.limits, tokens, tokens > k.limit ? MINUTE_MS : k.waitFor(tokens, now));
+      [reason, waitMs] = ['tokens', tokens > k.limit ? MINUTE_MS : k.waitFor(tokens, now)];
     } else if (kd && kd.available(now) < tokens) {
-      refusal = describeRefusal('tokensPerDay', t.limits, tokens, tokens > kd.limit ? DAY_MS : kd.waitFor(tokens, now));
+      [reason, waitMs] = ['tokensPerDay', tokens > kd.limit ? DAY_MS : kd.waitFor(tokens, now)];
     }
-    if (refusal) {
-      return { ok: false, headers: this.headers(t, now), kind: refusal.kind, message: refusal.message, retryAfterSeconds: Math.max(1, Math.ceil(refusal.waitMs / 1000)) };
-    }
+    if (reason !== null) return refuse(reason, t.limits, tokens, waitMs, this.headers(t, now));
     r?.take(1);
     rd?.take(1);
     k?.take(tokens);

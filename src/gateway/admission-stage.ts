@@ -148,6 +148,7 @@ export function setupAdmission(deps: {
           Object.assign(ctx.headers, r.headers);
           if (!r.ok) {
             metrics.decision(ctx.model, cls, 'rate_limited');
+            metrics.rateLimited(ctx.tenant.id, r.reason);
             throw new ApiError(429, r.kind, 'rate_limit_exceeded', r.message, null, { 'retry-after': String(r.retryAfterSeconds) });
           }
           const release = r.release;

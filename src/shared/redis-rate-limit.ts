@@ -20,9 +20,9 @@
 import {
   bucketHeaders,
   DAY_MS,
-  describeRefusal,
   hasLimits,
   MINUTE_MS,
+  refuse,
   type RateCheck,
   type RateLimitStore,
   type RefusalReason,
@@ -220,8 +220,7 @@ export class RedisRateLimiter implements RateLimitStore {
             : reason === 'tokensPerDay'
               ? waitFor(tokens, tdl, l.tokensPerDay!, DAY_MS)
               : 1000;
-    const r = describeRefusal(reason, l, tokens, wait);
-    return { ok: false, headers, kind: r.kind, message: r.message, retryAfterSeconds: Math.max(1, Math.ceil(r.waitMs / 1000)) };
+    return refuse(reason, l, tokens, wait, headers);
   }
 
   private async fallback(tenant: string, tokens: number, now: number, err: Error): Promise<RateCheck> {

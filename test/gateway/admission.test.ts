@@ -85,6 +85,7 @@ describe('tenants, priorities and rate limits', () => {
     assert.equal(r.headers.get('x-ratelimit-remaining-requests'), '0');
     assert.ok(Number(r.headers.get('retry-after')) >= 1);
     assert.equal(metricValue(await metrics(url), 'kvgate_admission_total', { priority: 'standard', decision: 'rate_limited' }), 1);
+    assert.equal(metricValue(await metrics(url), 'kvgate_rate_limited_total', { tenant: 'acme', limit: 'rpm' }), 1);
   });
 
   it('refuses past a tenant’s requests per day, saying so, with a Retry-After of hours', async () => {
@@ -99,6 +100,7 @@ describe('tenants, priorities and rate limits', () => {
     assert.deepEqual([r.json.error.code, r.json.error.type], ['rate_limit_exceeded', 'requests']);
     assert.match(r.json.error.message, /requests per day \(RPD\): Limit 2\. Please try again in 12h0m0s\./);
     assert.ok(Number(r.headers.get('retry-after')) > 43_000);
+    assert.equal(metricValue(await metrics(url), 'kvgate_rate_limited_total', { tenant: 'acme', limit: 'rpd' }), 1);
   });
 
   it('charges tokens per minute for every prompt of a batch, so batching passes no limit', async () => {
