@@ -11,12 +11,12 @@
  *
  * Each is a token bucket holding at most its window's allowance (a minute's, a day's) and refilled
  * continuously (limit / window), so a tenant may burst its whole window and then proceeds at the
- * steady rate. A request is charged to every bucket only if all can take it. Headers follow OpenAI's:
- * `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests`, `x-ratelimit-reset-requests`
- * (time until the bucket is full again, as "1s", "6m0s", "20ms") and the same for `-tokens`; they
- * go on every answer to a limited tenant (for the per-minute buckets: OpenAI sends none for its
- * daily limits). A refusal is 429, code `rate_limit_exceeded`, type `requests` or `tokens` (as
- * OpenAI sends), with Retry-After in seconds. The concurrency limit
+ * steady rate. A request is charged to every bucket only if all can take it. Headers follow
+ * OpenAI's: `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests`,
+ * `x-ratelimit-reset-requests` (time until the bucket is full again, as "1s", "6m0s", "20ms") and
+ * the same for `-tokens`; they go on every answer to a limited tenant (for the per-minute buckets:
+ * OpenAI sends none for its daily limits). A refusal is 429, code `rate_limit_exceeded`, type
+ * `requests` or `tokens` (as OpenAI sends), with Retry-After in seconds. The concurrency limit
  * refuses the same way (type `requests`).
  *
  * Plain code with the time passed in. Several gateway replicas share their tenants' limits through
