@@ -13,8 +13,9 @@
  *
  * A response belongs to the tenant whose request wrote it: a continuation naming another tenant's
  * response is answered 404 as vLLM answers an unknown one ("Response with id '…' not found."),
- * without reaching a worker; the stored conversation it would continue is that tenant's. So is a
- * retrieval or cancellation (gateway/response-lookup.ts).
+ * without reaching a worker; the stored conversation it would continue is that tenant's. A
+ * retrieval or cancellation of another tenant's response is answered the same way
+ * (gateway/response-lookup.ts).
  *
  * Memory: at most `capacity` ids (default 100,000), least recently used out first.
  */
