@@ -1,11 +1,11 @@
 /**
  * The routes the gateway answers itself, never from a worker: liveness (/health), readiness
  * (/ready: up and not draining, and with `server.readyRequiresWorker` some worker routable; the
- * body says whether one is), the model list (/v1/models, from the configured pools; with a tenant's
- * key, the models it may use; and the aliases of those), Prometheus metrics (/metrics)
- * and the per-worker admin view (/admin/workers), GET or HEAD; draining a worker for maintenance
- * (POST /admin/workers/{id}/drain: no new requests, those in flight finish; DELETE: back in
- * routing; `draining` and `inflight` in /admin/workers say when it is idle); plus routes that parts of the
+ * body says whether one is), the model list (/v1/models, from the configured pools and their
+ * aliases; with a tenant's key, the models it may use), Prometheus metrics (/metrics) and the
+ * per-worker admin view (/admin/workers), GET or HEAD; draining a worker for maintenance (POST
+ * /admin/workers/{id}/drain: no new requests, those in flight finish; DELETE: back in routing;
+ * `draining` and `inflight` in /admin/workers say when it is idle); plus routes that parts of the
  * gateway add (`extra`: /admin/cache). They are not accounted as requests (no
  * kvgate_requests_total sample, no log line).
  *
