@@ -198,7 +198,7 @@ const admissionSchema = z
      * tokens plus max_tokens per answer when it starts, and the reservation is settled to the
      * tokens its answer used when it ends. `reserved`: the reservation stands (as OpenAI counts).
      */
-    tpmCounts: z.enum(['used', 'reserved']).default('used'),
+    tokensCounted: z.enum(['used', 'reserved']).default('used'),
     vllmPriority: z
       .strictObject({
         /** Pools whose workers run vLLM with --scheduling-policy priority ('*': every pool). */

@@ -9,7 +9,7 @@
  * 2. Rate limits of the tenant (RPM, TPM, RPD, TPD, concurrent): 429 `rate_limit_exceeded` with
  *    OpenAI's x-ratelimit-* headers (sent on every answer to a limited tenant) and Retry-After. TPM
  *    and TPD reserve prompt tokens + max_tokens per answer at the start and, with
- *    `admission.tpmCounts: used`, settle the reservation to the tokens the request used when it
+ *    `admission.tokensCounted: used`, settle the reservation to the tokens the request used when it
  *    ends (usedTokens).
  * 3. KV-pressure admission (`admission.enabled`): admit (narrowing `ctx.candidates` to the workers
  *    the request fits on), queue (the promise below waits; a client
@@ -77,7 +77,7 @@ export function setupAdmission(deps: {
   const passPools = new Set(a.vllmPriority.pools);
   const limits = new Map<string, TenantLimits>(config.tenants.map((t) => [t.id, t.limits]));
   const localLimiter = new RateLimiter(limits, clock.now());
-  let settleTokens = a.tpmCounts === 'used';
+  let settleTokens = a.tokensCounted === 'used';
   const limiter: RateLimitStore = deps.rateLimiter ? deps.rateLimiter(localLimiter) : localLimiter;
   let controller: AdmissionController<WorkerState> | null = null;
   const metrics = new AdmissionMetrics(deps.registry, () => fleet.models(), () => controller);
@@ -246,7 +246,7 @@ export function setupAdmission(deps: {
         retryAfterSeconds: next.limits.retryAfterSeconds,
         reserveOutputCap: RESERVE_OUTPUT_TOKENS_CAP,
       });
-      settleTokens = next.admission.tpmCounts === 'used';
+      settleTokens = next.admission.tokensCounted === 'used';
       const nextLimits = new Map<string, TenantLimits>(next.tenants.map((t) => [t.id, t.limits]));
       localLimiter.setLimits(nextLimits, clock.now());
       if (limiter !== localLimiter) limiter.setLimits?.(nextLimits, clock.now());

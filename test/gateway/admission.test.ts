@@ -121,11 +121,11 @@ describe('tenants, priorities and rate limits', () => {
     assert.match(batch.json.error.message, new RegExp(`needs ${used * 50} tokens`));
   });
 
-  it('settles a tokens-per-minute reservation to the tokens the answer used (tpmCounts: used), or keeps it (reserved)', async () => {
+  it('settles a tokens-per-minute reservation to the tokens the answer used (tokensCounted: used), or keeps it (reserved)', async () => {
     const [w] = await sims(1, {});
     const tenants = [{ id: 'acme', keys: [{ value: 'sk-acme-00001' }], limits: { tokensPerMinute: 20_000 } }];
     const used = await gateway([w!.url], { tenants });
-    const reserved = await gateway([w!.url], { tenants, admission: { tpmCounts: 'reserved' } } as never);
+    const reserved = await gateway([w!.url], { tenants, admission: { tokensCounted: 'reserved' } } as never);
     const h = { authorization: 'Bearer sk-acme-00001' };
     // No max_tokens: each request reserves its prompt + the assumed 8,192 tokens of answer.
     const ask = (url: string, stream = false) =>
