@@ -19,7 +19,7 @@
  *
  * Memory: at most `capacity` ids (default 100,000), least recently used out first.
  */
-import { ApiError, echo } from '../api/errors.js';
+import { ApiError, echo, errors } from '../api/errors.js';
 import type { ResponsesRequest } from '../api/responses.js';
 import type { ResponseDirectory, ResponseHolder } from '../shared/response-directory.js';
 import type { RequestContext } from './context.js';
@@ -107,13 +107,22 @@ export class ResponseAffinity {
 
 /**
  * Route only to the holder's worker while it serves the request's model (else as any request); a
- * response of another tenant's is one that does not exist.
+ * 503 while it takes no requests (down, circuit open, draining); a response of another tenant's is
+ * one that does not exist.
  */
 function pin(ctx: RequestContext, responseId: string, holder: ResponseHolder | undefined): StageResult {
   if (holder === undefined) return 'continue';
   if (!mayAccess(holder, ctx.tenant.id)) throw responseNotFound(responseId, 'previous_response_id');
   const w = ctx.candidates.find((c) => c.id === holder.workerId);
-  if (w !== undefined) ctx.candidates = [w];
+  if (w === undefined) return 'continue';
+  // No other worker holds the response: say which one does and why it is not asked.
+  if (!w.routable) {
+    throw errors.noWorker(
+      `the worker that holds response '${echo(responseId)}' (${w.id}) is not taking requests now (${w.draining ? 'draining' : 'down or failing'}); try again later`,
+      1,
+    );
+  }
+  ctx.candidates = [w];
   return 'continue';
 }
 

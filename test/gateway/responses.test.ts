@@ -218,6 +218,13 @@ test("a tenant can neither retrieve, cancel nor continue another tenant's respon
     // Its own tenant still can.
     assert.equal((await fetch(`${url}/v1/responses/${id}`, { headers: A })).status, 200);
     assert.equal((await post(url + '/v1/responses', { model: MODEL, input: 'Go on.', max_output_tokens: 1, previous_response_id: id }, A)).status, 200);
+    // While its worker is drained, a continuation is told so, not sent where the response is not.
+    gw.registry.get('w0')!.draining = true;
+    const drained = await post(url + '/v1/responses', { model: MODEL, input: 'Go on.', max_output_tokens: 1, previous_response_id: id }, A);
+    assert.equal(drained.status, 503, drained.text);
+    assert.equal(drained.json.error.code, 'no_worker_available');
+    assert.match(drained.json.error.message, /holds response .* \(w0\) is not taking requests now \(draining\)/);
+    assert.ok(Number(drained.headers.get('retry-after')) >= 1);
   } finally {
     await gw.close();
     await stub.close();
