@@ -20,6 +20,7 @@ import { aliasTarget } from '../config.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
+import { decodeSegment } from '../util/path-segment.js';
 
 /** A route added by a part of the gateway: its methods and handler. */
 export interface LocalRoute {
@@ -101,12 +102,7 @@ export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: In
         sendError(res, errors.methodNotAllowed(req.method ?? '?', '/v1/models/{model}', 'GET, HEAD'));
         return true;
       }
-      let id: string;
-      try {
-        id = decodeURIComponent(path.slice('/v1/models/'.length));
-      } catch {
-        id = path.slice('/v1/models/'.length);
-      }
+      const id = decodeSegment(path.slice('/v1/models/'.length));
       const entry = entryOf(req, id);
       if (entry !== undefined) json(res, 200, JSON.stringify(entry));
       else sendError(res, errors.modelNotFound(id));
@@ -120,12 +116,7 @@ export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: In
       }
       if (!guard(path, req, res)) return true;
       req.resume(); // a body, if any, is not read
-      let id: string;
-      try {
-        id = decodeURIComponent(drain[1]!);
-      } catch {
-        id = drain[1]!;
-      }
+      const id = decodeSegment(drain[1]!);
       const w = fleet.get(id);
       if (w === undefined || w.retired) {
         sendError(res, new ApiError(404, 'not_found_error', 'worker_not_found', `No worker '${echo(id)}' is configured`, null));

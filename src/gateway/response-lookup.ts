@@ -13,6 +13,7 @@ import { ApiError, echo, errors, sendError } from '../api/errors.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import { traceContextOf } from '../http/trace-context.js';
 import type { Logger } from '../telemetry/logger.js';
+import { decodeSegment } from '../util/path-segment.js';
 import { normaliseWorkerError } from './relay-attempt.js';
 import { mayAccess, type ResponseAffinity } from './response-affinity.js';
 
@@ -50,12 +51,7 @@ export async function lookupResponse(d: ResponseLookupDeps, path: string, query:
     if (req.method !== method) throw errors.methodNotAllowed(req.method ?? '?', cancel ? '/v1/responses/{id}/cancel' : '/v1/responses/{id}', method);
     const tenant = d.tenants.authenticate(req.headers.authorization);
     req.resume(); // a body, if any, is not read
-    let id: string;
-    try {
-      id = decodeURIComponent(m[1]!);
-    } catch {
-      id = m[1]!;
-    }
+    const id = decodeSegment(m[1]!);
     const holder = await d.affinity.locate(id);
     // Another tenant's response is answered as one never relayed.
     const w = holder === undefined || !mayAccess(holder, tenant.id) ? undefined : d.fleet.get(holder.workerId);
