@@ -162,7 +162,7 @@ export const kvgateOptions = z.strictObject({
   stallModel: choiceKnob(
     ['linear', 'misses', 'learned'],
     'linear',
-    "what a prefill's stall costs the worker's other requests: tpotWorthMs per ms of each one's TPOT (linear); a TPOT target's worth for each one it pushes past the target (misses: only answers short enough for one stall to break); or that worth times the share of the worker's recent TPOTs the stall would push past the target (learned)",
+    "what a prefill's stall costs the worker's other requests: tpotWorthMs per ms of each one's TPOT (linear); a TPOT target's worth for each one it pushes past the target, and at most that for the request's own TPOT (misses: only answers short enough for one stall to break); or that worth times the share of the worker's recent TPOTs the stall would push past the target (learned)",
   ),
   // Off by default: on Azure (seeds 5–7, at round-robin's capacity) it cut kvgate's TPOT p99 by
   // 10–15%, but capacity at SLO fell 3.6–4.8% on bursty and 12% on the elephants trace, where it

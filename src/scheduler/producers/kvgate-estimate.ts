@@ -67,8 +67,15 @@
  *              gateway's in-flight requests by their expected outputs and scaled up to N
  *   stallMs  = W · tpotTargetMs · misses(msPerToken · uncached)    a miss is worth the TTFT target
  *   preemptMs = pOver · (R + stallWeight · W · tpotTargetMs · misses(R)),  R = msPerToken · (P + out)
+ *   decodeMs = min(W · tpotTargetMs, W · k · C / headroom)   this request's own TPOT is worth at
+ *                                             most one miss too, as each neighbour's is
  *
- * and the neighbours' KV read enters only through slackMs. The stall of a long prompt spread over
+ * and the neighbours' KV read enters only through slackMs. Uncapped, the own term reached 16
+ * misses' worth (W · k · C / 0.05 with 40 ms of KV read) on a batch near the target, where the
+ * neighbours' misses count nothing for a small gap: on agentic (seed 21, 8 workers) the 1–2% of
+ * context between workers then outweighed a session's cached prefix, 12–21% of the turns left the
+ * worker that held it (linear: 1–2%), the fleet prefilled 35% more tokens and every worker's TPOT
+ * went past the target (capacity 0.91× linear's; capped, 0.96×). The stall of a long prompt spread over
  * a long answer's tokens (180 ms over 125 tokens: 1.4 ms of TPOT) breaks nothing there; over a
  * short answer's it does (60 ms over 4). A one-token answer has no TPOT, and its prefill runs
  * before a later arrival's: never a miss.
@@ -324,7 +331,11 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
           // candidate's, divided by the headroom) left the slow kind idle while the fast one
           // crowded past the target (4 A100s and 4 A10Gs, rag, seed 91: 0.91× llm-d-precise's
           // capacity at the SLO, 1.02× without it).
-          const decodeMs = out > 1 ? (o.tpotWorthMs * kvMs) / headroom : 0;
+          // 'misses' prices every TPOT by the targets it breaks: this request's own is worth at most
+          // one miss, as each neighbour's is (uncapped, 1 / headroom made a batch near the target
+          // cost many misses' worth, and sessions left their cached prefixes to spread context).
+          const decodeLinearMs = out > 1 ? (o.tpotWorthMs * kvMs) / headroom : 0;
+          const decodeMs = o.stallModel === 'misses' ? Math.min(missMs, decodeLinearMs) : decodeLinearMs;
           // What it does to the batch: its prefill's gap in their TPOT (stallShare), weighed by the
           // headroom the batch has left with it, and its KV read in the steps it shares with them.
           const ownCtx = prompt + out / 2;

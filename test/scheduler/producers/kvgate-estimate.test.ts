@@ -274,6 +274,29 @@ test("stallModel 'misses': a stall costs the TPOT targets it breaks, one per sho
   assert.ok(kvgateEstimate(req2, b)!.stallMs > 0);
 });
 
+test("stallModel 'misses': the request's own TPOT is worth at most one miss, as a neighbour's is", () => {
+  // a's batch holds 600,000 tokens of context of ours (two requests): at 0.06 ms per 1k tokens its
+  // decode steps read 36 ms of KV, 7.5 + 36 = 43.5 ms of the 50 ms target, headroom 0.13: the
+  // linear price of this request's TPOT there, 20 · 36 / 0.13, is some 5.5 s of TTFT, five and a
+  // half misses' worth. Under 'misses' it is one miss: 20 · 50 = 1,000 ms.
+  const batch = { a: { contextTokens: 600_000, stallShare: 0, outputs: [300, 300] } };
+  const [a] = decodingWorkers(2);
+  const req = request(seq(0, 100), { maxTokens: 100 });
+  const lin = producer({}, {}, { msPer1k: 0.06, batch }, 'linear').p;
+  lin.produce(req, [a], ctx(1));
+  assert.ok(kvgateEstimate(req, a)!.decodeMs > 5000);
+  const { p } = producer({}, {}, { msPer1k: 0.06, batch }, 'misses');
+  const req2 = request(seq(0, 100), { maxTokens: 100 });
+  p.produce(req2, [a], ctx(1));
+  assert.equal(kvgateEstimate(req2, a)!.decodeMs, 20 * 50);
+  // A light batch is priced as before, below one miss: 30,000 tokens, 1.8 ms of KV read.
+  const light = producer({}, {}, { msPer1k: 0.06, batch: { a: { contextTokens: 30_000, stallShare: 0, outputs: [300, 300] } } }, 'misses').p;
+  const req3 = request(seq(0, 100), { maxTokens: 100 });
+  light.produce(req3, [a], ctx(1));
+  const h = 1 - (7.5 + 1.8) / 50;
+  assert.ok(Math.abs(kvgateEstimate(req3, a)!.decodeMs - (20 * 1.8) / h) < 1e-6);
+});
+
 test("stallModel 'learned': a neighbour counts by the share of the worker's recent TPOTs the stall would push past the target", () => {
   // a decodes answers of ours of 3 and 300 tokens. Its last 40 requests finished at 20 ms per
   // token, 10 of them at 49.5 ms, just under the 50 ms target. k = 0.
