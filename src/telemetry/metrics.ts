@@ -133,6 +133,9 @@ export class GatewayMetrics {
     perWorker('kvgate_worker_healthy', '1 if the worker passes health probes, its circuit is closed, it is not draining and not suspected hung', (w) =>
       w.routable && !w.suspected ? 1 : 0,
     );
+    perWorker('kvgate_worker_draining', '1 while an operator has the worker drained (/admin/workers/{id}/drain): out of routing on purpose', (w) =>
+      w.draining ? 1 : 0,
+    );
     perWorker('kvgate_worker_kv_usage_ratio', 'KV cache usage from the last scrape (0..1)', (w) => w.snapshot?.kvUsage ?? null);
     perWorker('kvgate_worker_stale', '1 if the worker’s metrics are missing or older than staleAfterMs', (w) =>
       w.isStale(now(), staleAfterMs) ? 1 : 0,

@@ -43,7 +43,10 @@ test('a drained worker gets no new requests, finishes the ones it has, and comes
     assert.equal(done.status, 200);
     assert.match(done.text, /data: \[DONE\]/);
     assert.deepEqual([(await worker('w0')).draining, (await worker('w0')).inflight], [true, 0]);
-    assert.equal(metricValue(await (await fetch(url + '/metrics', { headers: ADMIN })).text(), 'kvgate_worker_healthy', { worker: 'w0' }), 0);
+    const m = await (await fetch(url + '/metrics', { headers: ADMIN })).text();
+    assert.equal(metricValue(m, 'kvgate_worker_healthy', { worker: 'w0' }), 0);
+    assert.equal(metricValue(m, 'kvgate_worker_draining', { worker: 'w0' }), 1, 'out of routing on purpose, for alerts to tell');
+    assert.equal(metricValue(m, 'kvgate_worker_draining', { worker: 'w1' }), 0);
 
     assert.equal((await drain('w0', 'DELETE')).status, 200);
     assert.equal((await worker('w0')).draining, false);
