@@ -15,6 +15,9 @@ Options:
   --model NAME           served model name and engine profile (default llama-3.1-8b;
                          profiles: ${listModels().map((m) => m.name).join(', ')})
   --profile NAME         engine profile when the served name is not one of the above
+  --adapters A,B         LoRA adapters served on top of --model (vLLM --enable-lora
+                         --lora-modules): listed in /v1/models with their parent, accepted as
+                         "model"; an adapter's blocks are cached (and KV events published) apart
   --gpu NAME             GPU profile: ${listGpus().map((g) => g.name).join(', ')} (default h100)
   --tp N                 tensor-parallel degree (default 1)
   --speed X              time compression: 10 runs steps ten times faster than modelled (default 1)
@@ -89,6 +92,16 @@ function parseAcceptance(v: string): number | ((nowMs: number) => number) {
   return a;
 }
 
+/** --adapters: comma-separated LoRA adapter names, none empty, none the base model's name. */
+function adapterList(spec: string | undefined, model: string): string[] | undefined {
+  if (spec === undefined) return undefined;
+  const names = spec.split(',').map((a) => a.trim());
+  if (names.some((a) => a === '')) throw new UsageError(`--adapters must be a comma-separated list of names, got '${spec}'`);
+  if (names.includes(model)) throw new UsageError(`--adapters: '${model}' is the base model's own name`);
+  if (new Set(names).size !== names.length) throw new UsageError(`--adapters lists a name twice: '${spec}'`);
+  return names;
+}
+
 /** 'A' or 'A1:A2@SECONDS' for a draft model's acceptance. */
 function parseDraftAcceptance(v: string): number | { before: number; after: number; atMs: number } {
   const ok = (x: number) => Number.isFinite(x) && x > 0 && x < 1;
@@ -117,6 +130,7 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
         port: { type: 'string' },
         model: { type: 'string' },
         profile: { type: 'string' },
+        adapters: { type: 'string' },
         gpu: { type: 'string' },
         tp: { type: 'string' },
         speed: { type: 'string' },
@@ -151,6 +165,7 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
     host,
     port,
     model: values.model ?? 'llama-3.1-8b',
+    adapters: adapterList(values.adapters, values.model ?? 'llama-3.1-8b'),
     profile: values.profile,
     gpu: values.gpu ?? 'h100',
     tp: int('tp', values.tp, 1),

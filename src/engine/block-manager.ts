@@ -264,8 +264,8 @@ export class BlockManager {
   }
 
   /** Append a BlockStored event (caller batches consecutive blocks of one request). */
-  emitStored(blockHashes: number[], parent: number | null, tokenIds: number[]): void {
-    this.events?.push({ type: 'BlockStored', blockHashes, parentBlockHash: parent, tokenIds, blockSize: this.blockSize });
+  emitStored(blockHashes: number[], parent: number | null, tokenIds: number[], loraName?: string): void {
+    this.events?.push({ type: 'BlockStored', blockHashes, parentBlockHash: parent, tokenIds, blockSize: this.blockSize, ...(loraName !== undefined ? { loraName } : {}) });
   }
 
   get recordsEvents(): boolean {

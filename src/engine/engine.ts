@@ -57,6 +57,8 @@ interface Seq {
   /** EOS id that stops this request, -1 for none. */
   readonly stopToken: number;
   readonly priority: number;
+  /** The LoRA adapter, if any (its blocks are keyed by it; see EngineRequest.lora). */
+  readonly lora: string | undefined;
   /** Never look the prompt up in the prefix cache (its blocks are still cached for others). */
   readonly skipPrefixCache: boolean;
   /** Admission order; ties on priority go to the earlier arrival. */
@@ -230,6 +232,7 @@ export class Engine implements EngineModel {
       sampler: req.sampler,
       stopToken: req.ignoreEos || req.eosTokenId === undefined ? -1 : req.eosTokenId,
       priority: req.priority ?? 0,
+      lora: req.lora === '' ? undefined : req.lora,
       skipPrefixCache: req.skipPrefixCache === true,
       arrival: this.arrivals++,
       output,
@@ -238,7 +241,7 @@ export class Engine implements EngineModel {
       blocks: [],
       numComputed: 0,
       hashes: [],
-      root: req.cacheSalt === undefined || req.cacheSalt === '' ? this.root : saltedRoot(this.root, req.cacheSalt),
+      root: this.requestRoot(req),
       numProcessed: 0,
       started: false,
       cachedPromptTokens: 0,
@@ -656,6 +659,17 @@ export class Engine implements EngineModel {
     return hs[b]!;
   }
 
+  /**
+   * Root of a request's hash chain: the engine's, keyed by its LoRA adapter and then its
+   * cache_salt (vLLM mixes both into the block hashes' extra keys).
+   */
+  private requestRoot(req: EngineRequest): number {
+    let root = this.root;
+    if (req.lora !== undefined && req.lora !== '') root = saltedRoot(root, `lora\u0000${req.lora}`);
+    if (req.cacheSalt !== undefined && req.cacheSalt !== '') root = saltedRoot(root, req.cacheSalt);
+    return root;
+  }
+
   private tokenAt(s: Seq, i: number): number {
     return i < s.promptLen ? s.prompt[i]! : s.output[i - s.promptLen]!;
   }
@@ -686,11 +700,11 @@ export class Engine implements EngineModel {
         const start = b * this.bs;
         for (let t = start; t < start + this.bs; t++) runTokens!.push(this.tokenAt(s, t));
       } else if (runHashes) {
-        bm.emitStored(runHashes, runParent, runTokens!);
+        bm.emitStored(runHashes, runParent, runTokens!, s.lora);
         runHashes = null;
       }
     }
-    if (runHashes) bm.emitStored(runHashes, runParent, runTokens!);
+    if (runHashes) bm.emitStored(runHashes, runParent, runTokens!, s.lora);
     s.numProcessed = full;
   }
 }

@@ -37,6 +37,12 @@ export interface EngineRequest {
    */
   cacheSalt?: string;
   /**
+   * The LoRA adapter the request runs with (vLLM's lora_request): every block it computes is keyed
+   * by the adapter's name, so it shares cached blocks only with requests of the same adapter; its
+   * BlockStored events carry the name.
+   */
+  lora?: string;
+  /**
    * Compute the whole prompt even if a prefix of it is cached. vLLM V1 does this for requests that
    * ask for prompt logprobs (vllm/v1/core/kv_cache_manager.py, get_computed_blocks): the logprob of
    * a cached position was never computed. The prompt's blocks are still cached for later requests.

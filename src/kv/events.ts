@@ -12,6 +12,11 @@ export type KvEvent =
       /** Token ids of all the stored blocks, concatenated (blockHashes.length × blockSize). */
       tokenIds: number[];
       blockSize: number;
+      /**
+       * The LoRA adapter the blocks were computed with (vLLM's lora_name), absent for the base
+       * model: an adapter's blocks are keyed by it, so they never match the base model's.
+       */
+      loraName?: string;
     }
   | { type: 'BlockRemoved'; blockHashes: number[] }
   | { type: 'AllBlocksCleared' };

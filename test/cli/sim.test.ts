@@ -14,7 +14,7 @@ function sink(): { stream: PassThrough; text: () => string } {
 }
 
 test('help names every option with its default', () => {
-  for (const flag of ['--host', '--port', '--model', '--gpu', '--tp', '--speed', '--kv-events-port', '--num-gpu-blocks', '--legacy-metrics']) {
+  for (const flag of ['--host', '--port', '--model', '--adapters', '--gpu', '--tp', '--speed', '--kv-events-port', '--num-gpu-blocks', '--legacy-metrics']) {
     assert.ok(help.includes(flag), flag);
   }
   assert.match(help, /default 8000/);
@@ -31,14 +31,16 @@ test('arguments map onto worker options', () => {
   assert.equal(o.numGpuBlocks, 900);
   assert.equal(o.legacyMetricNames, true);
   assert.deepEqual(o.kvEvents, { endpoint: 'tcp://127.0.0.1:*', topic: '', replayEndpoint: 'tcp://127.0.0.1:5600' });
+  assert.deepEqual(parseSimArgs(['--adapters', 'sql-lora, chat-lora']).adapters, ['sql-lora', 'chat-lora']);
   const d = parseSimArgs([]);
+  assert.equal(d.adapters, undefined);
   assert.equal(d.port, 8000);
   assert.equal(d.host, '127.0.0.1');
   assert.equal(d.kvEvents, undefined);
 });
 
 test('bad flags exit with code 2 and a message', async () => {
-  for (const argv of [['--bogus'], ['--port', 'abc'], ['--speed', '0'], ['--tp', '1.5'], ['extra'], ['--kv-replay-port', '5']]) {
+  for (const argv of [['--bogus'], ['--port', 'abc'], ['--speed', '0'], ['--tp', '1.5'], ['extra'], ['--kv-replay-port', '5'], ['--adapters', 'a,'], ['--adapters', 'llama-3.1-8b'], ['--adapters', 'a,a']]) {
     const err = sink();
     const code = await runSim(argv, { err: err.stream, out: new PassThrough() });
     assert.equal(code, 2, argv.join(' '));

@@ -365,3 +365,29 @@ test('an Engine serves as the oracle probe of the fleet simulation', () => {
   drain(e);
   assert.equal(probe.pendingPrefillTokens(), 0);
 });
+
+test('a LoRA adapter keys its blocks: no cached block is shared with the base model or another adapter', () => {
+  const e = new Engine(config());
+  const prompt = tokens(16, 7);
+  const run = (id: string, lora?: string) => {
+    e.add({ id, prompt, maxTokens: 1, sampler: hashSampler(id), ignoreEos: true, ...(lora !== undefined ? { lora } : {}) });
+    const events: KvEvent[] = [];
+    let cached = -1;
+    drain(e, (r) => {
+      events.push(...r.kvEvents);
+      for (const s of r.started) if (s.id === id) cached = s.cachedPromptTokens;
+    });
+    return { cached, stored: events.filter((ev): ev is Extract<KvEvent, { type: 'BlockStored' }> => ev.type === 'BlockStored') };
+  };
+  const base = run('base');
+  assert.equal(base.cached, 0);
+  assert.equal(base.stored[0]?.loraName, undefined);
+  const sql = run('sql', 'sql-lora');
+  assert.equal(sql.cached, 0, "the base model's blocks are not the adapter's");
+  assert.equal(sql.stored[0]?.loraName, 'sql-lora', 'its BlockStored events name the adapter');
+  assert.equal(sql.stored[0]?.parentBlockHash, null);
+  assert.notEqual(sql.stored[0]?.blockHashes[0], base.stored[0]?.blockHashes[0]);
+  assert.equal(run('chat', 'chat-lora').cached, 0, "nor are another adapter's");
+  assert.ok(run('sql2', 'sql-lora').cached >= 12, "the adapter's own blocks are");
+  assert.ok(run('base2').cached >= 12, "and the base model's its own");
+});

@@ -66,6 +66,8 @@ export class Exchange {
   private readonly res: ServerResponse;
   private readonly id: string;
   private readonly params: GenParams;
+  /** The `model` of every answer: the adapter the request named, else the served model (as vLLM). */
+  private readonly modelName: string;
   private readonly seqs: SeqRun[];
   private readonly created = Math.floor(Date.now() / 1000);
   private readonly object: string;
@@ -86,6 +88,7 @@ export class Exchange {
     this.res = res;
     this.id = id;
     this.params = params;
+    this.modelName = params.lora ?? host.model;
     this.object = params.kind === 'chat' ? (params.stream ? 'chat.completion.chunk' : 'chat.completion') : 'text_completion';
     this.seqs = specs.map((spec, index) => ({
       index,
@@ -105,7 +108,7 @@ export class Exchange {
       params.kind === 'responses'
         ? {
             id,
-            model: host.model,
+            model: this.modelName,
             createdAt: this.created,
             instructions: params.responses?.instructions ?? null,
             maxOutputTokens: params.responses?.maxOutputTokens ?? null,
@@ -243,7 +246,7 @@ export class Exchange {
   }
 
   private chunk(choices: unknown[]): Record<string, unknown> {
-    const c: Record<string, unknown> = { id: this.id, object: this.object, created: this.created, model: this.host.model, choices };
+    const c: Record<string, unknown> = { id: this.id, object: this.object, created: this.created, model: this.modelName, choices };
     if (this.params.continuousUsage) c.usage = this.usage();
     return c;
   }
@@ -291,7 +294,7 @@ export class Exchange {
     }
     if (this.params.stream) {
       if (this.params.includeUsage) {
-        this.write({ id: this.id, object: this.object, created: this.created, model: this.host.model, choices: [], usage: this.usage() });
+        this.write({ id: this.id, object: this.object, created: this.created, model: this.modelName, choices: [], usage: this.usage() });
       }
       res.end(SSE_DONE);
       return;
@@ -305,7 +308,7 @@ export class Exchange {
       id: this.id,
       object: 'chat.completion',
       created: this.created,
-      model: this.host.model,
+      model: this.modelName,
       choices: this.seqs.map((s) => ({
         index: s.index,
         message: { role: 'assistant', reasoning_content: null, content: s.gen.text, tool_calls: [] },
@@ -324,7 +327,7 @@ export class Exchange {
       id: this.id,
       object: 'text_completion',
       created: this.created,
-      model: this.host.model,
+      model: this.modelName,
       choices: this.seqs.map((s) => ({
         index: s.index,
         text: p.echo ? s.spec.promptText + s.gen.text : s.gen.text,

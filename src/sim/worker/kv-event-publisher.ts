@@ -6,7 +6,7 @@
  *     [topic, seq (8-byte big-endian), payload]
  *   with payload = msgpack of the array-like EventBatch `[ts, events, data_parallel_rank]` and each
  *   event a tagged array:
- *     ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium]
+ *     ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, lora_name]
  *     ["BlockRemoved", block_hashes, medium]
  *     ["AllBlocksCleared"]
  *   Hashes are msgpack integers (the engine's 53-bit hashes, encoded as uint64).
@@ -37,6 +37,8 @@ export interface KvEventPublisherOptions {
   dataParallelRank?: number;
   /** PUB high-water mark (vLLM's default 100,000). */
   hwm?: number;
+  /** The worker's LoRA adapters, in load order: their blocks' lora_id is the position from 1. */
+  adapters?: readonly string[];
 }
 
 export interface KvEventEndpoints {
@@ -55,11 +57,16 @@ export function seqBytes(seq: number): Buffer {
   return b;
 }
 
-/** The tagged-array form of one event, as msgspec encodes vLLM's array_like tagged structs. */
-export function wireEvent(e: KvEvent): unknown[] {
+/**
+ * The tagged-array form of one event, as msgspec encodes vLLM's array_like tagged structs.
+ * `loraIds`: the worker's adapters' lora_id (vLLM numbers them from 1 as it loads them).
+ */
+export function wireEvent(e: KvEvent, loraIds?: ReadonlyMap<string, number>): unknown[] {
   switch (e.type) {
-    case 'BlockStored':
-      return ['BlockStored', e.blockHashes, e.parentBlockHash, e.tokenIds, e.blockSize, null, MEDIUM_GPU];
+    case 'BlockStored': {
+      const lora = e.loraName ?? null;
+      return ['BlockStored', e.blockHashes, e.parentBlockHash, e.tokenIds, e.blockSize, lora === null ? null : (loraIds?.get(lora) ?? null), MEDIUM_GPU, lora];
+    }
     case 'BlockRemoved':
       return ['BlockRemoved', e.blockHashes, MEDIUM_GPU];
     case 'AllBlocksCleared':
@@ -68,8 +75,8 @@ export function wireEvent(e: KvEvent): unknown[] {
 }
 
 /** msgpack payload of one EventBatch. */
-export function encodeEventBatch(ts: number, events: readonly KvEvent[], dataParallelRank: number): Uint8Array {
-  return encode([ts, events.map(wireEvent), dataParallelRank]);
+export function encodeEventBatch(ts: number, events: readonly KvEvent[], dataParallelRank: number, loraIds?: ReadonlyMap<string, number>): Uint8Array {
+  return encode([ts, events.map((e) => wireEvent(e, loraIds)), dataParallelRank]);
 }
 
 /** 'tcp://127.0.0.1:0' → 'tcp://127.0.0.1:*' (zeromq's ephemeral-port form); 5557 → 'tcp://127.0.0.1:5557'. */
@@ -84,6 +91,7 @@ export class KvEventPublisher {
   private readonly topic: Buffer;
   private readonly bufferSteps: number;
   private readonly dpRank: number;
+  private readonly loraIds: ReadonlyMap<string, number>;
   private pub: zmq.Publisher | null = null;
   private replay: zmq.Router | null = null;
   private nextSeq = 0;
@@ -100,6 +108,7 @@ export class KvEventPublisher {
     this.topic = Buffer.from(opts.topic ?? '', 'utf8');
     this.bufferSteps = opts.bufferSteps ?? 10_000;
     this.dpRank = opts.dataParallelRank ?? 0;
+    this.loraIds = new Map((opts.adapters ?? []).map((a, i) => [a, i + 1]));
   }
 
   /** Bind the sockets. Resolves with the endpoints actually bound (real ports). */
@@ -129,7 +138,7 @@ export class KvEventPublisher {
   publish(events: readonly KvEvent[], ts = Date.now() / 1000): void {
     if (this.closed || events.length === 0) return;
     const seq = this.nextSeq++;
-    const payload = encodeEventBatch(ts, events, this.dpRank);
+    const payload = encodeEventBatch(ts, events, this.dpRank, this.loraIds);
     this.buffer.push({ seq, payload });
     if (this.buffer.length > this.bufferSteps) this.buffer.shift();
     const pub = this.pub;

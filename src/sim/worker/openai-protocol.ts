@@ -127,11 +127,14 @@ export const badRequest = (message: string, param: string | null = null) =>
 export const notFound = (message: string) => new SimError(404, 'NotFoundError', message);
 export const unavailable = (message: string) => new SimError(503, 'ServiceUnavailableError', message);
 
-/** A request naming a model other than the served one is a 404 (no `model` at all is fine). */
-export function checkModel(model: string | null | undefined, served: string): void {
-  if (model !== undefined && model !== null && model !== served) {
-    throw notFound(`The model \`${model}\` does not exist.`);
-  }
+/**
+ * A request naming a model other than the served one or one of its LoRA adapters is a 404 (no
+ * `model` at all is fine). Returns the adapter named, if one is.
+ */
+export function checkModel(model: string | null | undefined, served: string, adapters?: ReadonlySet<string>): string | undefined {
+  if (model === undefined || model === null || model === served) return undefined;
+  if (adapters?.has(model) === true) return model;
+  throw notFound(`The model \`${model}\` does not exist.`);
 }
 
 /** Parse a body with a schema; the first problem becomes a 400 naming the field. */

@@ -45,6 +45,8 @@ export interface GenParams {
   includeStopStrInOutput: boolean;
   priority: number;
   cacheSalt: string | undefined;
+  /** The LoRA adapter the request named, if any: its engine request runs with it. */
+  lora: string | undefined;
 }
 
 export interface RequestSpec {
@@ -54,8 +56,10 @@ export interface RequestSpec {
 
 /** What the worker serves, as far as validating a request goes. */
 export interface ServedModel {
-  /** Served model name: a request naming another one is a 404. */
+  /** Served model name: a request naming another one (or none of `adapters`) is a 404. */
   model: string;
+  /** LoRA adapters served on top of `model` (vLLM --lora-modules). */
+  adapters: ReadonlySet<string>;
   maxModelLen: number;
   /** Output budget of a chat request without max_tokens (at most what the context leaves). */
   defaultMaxChatTokens: number;
@@ -160,7 +164,7 @@ export function sampleSeed(seed: number | undefined, spec: SeqSpec): number | un
 type OwnParams = 'echo' | 'logprobs' | 'promptLogprobs' | 'tokensAsIds' | 'returnTokenIds';
 
 function commonParams(body: CompletionBody | ChatBody, kind: 'completion' | 'chat', served: ServedModel): Omit<GenParams, OwnParams> {
-  checkModel(body.model, served.model);
+  const lora = checkModel(body.model, served.model, served.adapters);
   if ((body.n ?? 1) > MAX_N) throw badRequest(`n must be at most ${MAX_N}, got ${body.n}.`, 'n');
   if (body.min_tokens !== undefined && body.min_tokens > 0) {
     // Accepted and ignored would change outputs silently; refuse instead.
@@ -180,6 +184,7 @@ function commonParams(body: CompletionBody | ChatBody, kind: 'completion' | 'cha
     includeStopStrInOutput: body.include_stop_str_in_output === true,
     priority: body.priority ?? 0,
     cacheSalt: body.cache_salt ?? undefined,
+    lora,
   };
 }
 

@@ -65,6 +65,11 @@ export interface SimWorkerOptions {
   port?: number;
   /** Served model name, checked against the request's `model`. Default 'llama-3.1-8b'. */
   model?: string;
+  /**
+   * LoRA adapters served on top of `model` (vLLM `--enable-lora --lora-modules NAME=PATH`): listed
+   * in /v1/models with `parent`, accepted as `model`, their requests' blocks keyed by the adapter.
+   */
+  adapters?: readonly string[];
   /** Engine profile (src/engine/profiles.ts) when the served name is not one. Default: `model`. */
   profile?: string;
   /** GPU profile: h100 (default), a100, a10g. */
@@ -193,6 +198,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
   }
   const sim = new SimWorkerServer({
     model,
+    adapters: opts.adapters ?? [],
     engine,
     lm,
     speed: opts.speed ?? 1,
@@ -210,6 +216,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
       endpoint: opts.kvEvents.endpoint,
       replayEndpoint: opts.kvEvents.replayEndpoint,
       topic: opts.kvEvents.topic,
+      adapters: opts.adapters,
     });
     try {
       kvEndpoints = await publisher.start();
@@ -277,6 +284,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
 
 interface ServerParts {
   model: string;
+  adapters: readonly string[];
   engine: EngineModel;
   lm: SyntheticLm | ((nowMs: number) => SyntheticLm);
   speed: number;
@@ -289,6 +297,7 @@ interface ServerParts {
 /** The worker's HTTP routes and its engine side: runs exchanges' sequences and observes their metrics. */
 class SimWorkerServer implements ExchangeHost {
   readonly model: string;
+  private readonly adapters: ReadonlySet<string>;
   readonly engine: EngineModel;
   readonly driver: EngineDriver;
   readonly metrics: VllmMetrics;
@@ -307,9 +316,10 @@ class SimWorkerServer implements ExchangeHost {
   constructor(p: ServerParts) {
     this.apiKey = p.apiKey ?? null;
     this.model = p.model;
+    this.adapters = new Set(p.adapters);
     this.engine = p.engine;
     this.lmAt = typeof p.lm === 'function' ? p.lm : () => p.lm as SyntheticLm;
-    this.served = { model: p.model, maxModelLen: p.engine.config.maxModelLen, defaultMaxChatTokens: p.defaultMaxChatTokens };
+    this.served = { model: p.model, adapters: this.adapters, maxModelLen: p.engine.config.maxModelLen, defaultMaxChatTokens: p.defaultMaxChatTokens };
     this.metrics = new VllmMetrics(p.engine, {
       modelName: p.model,
       legacyNames: p.legacyMetricNames,
@@ -407,7 +417,8 @@ class SimWorkerServer implements ExchangeHost {
           return this.get(method, res, () => {
             const id = decodeURIComponent(path.slice('/v1/models/'.length));
             const list = this.modelList() as { data: unknown[] };
-            if (id === this.model) return sendJson(res, 200, list.data[0]);
+            const entry = list.data.find((m) => (m as { id: string }).id === id);
+            if (entry !== undefined) return sendJson(res, 200, entry);
             sendJsonError(res, new SimError(404, 'NotFoundError', `The model \`${id.slice(0, 100)}\` does not exist.`));
           });
         }
@@ -454,41 +465,45 @@ class SimWorkerServer implements ExchangeHost {
   }
 
   private modelList(): unknown {
+    const card = (id: string, root: string, parent: string | null, maxModelLen: number | undefined) => ({
+      id,
+      object: 'model',
+      created: Math.floor(Date.now() / 1000),
+      owned_by: 'vllm',
+      root,
+      parent,
+      ...(maxModelLen !== undefined ? { max_model_len: maxModelLen } : {}),
+      permission: [
+        {
+          id: `modelperm-${randomUUID().replaceAll('-', '')}`,
+          object: 'model_permission',
+          created: Math.floor(Date.now() / 1000),
+          allow_create_engine: false,
+          allow_sampling: true,
+          allow_logprobs: true,
+          allow_search_indices: false,
+          allow_view: true,
+          allow_fine_tuning: false,
+          organization: '*',
+          group: null,
+          is_blocking: false,
+        },
+      ],
+    });
+    // vLLM lists a LoRA adapter with its path as `root`, its base model as `parent` and no
+    // max_model_len (vllm/entrypoints/openai/serving_models.py, show_available_models).
     return {
       object: 'list',
       data: [
-        {
-          id: this.model,
-          object: 'model',
-          created: Math.floor(Date.now() / 1000),
-          owned_by: 'vllm',
-          root: this.model,
-          parent: null,
-          max_model_len: this.engine.config.maxModelLen,
-          permission: [
-            {
-              id: `modelperm-${randomUUID().replaceAll('-', '')}`,
-              object: 'model_permission',
-              created: Math.floor(Date.now() / 1000),
-              allow_create_engine: false,
-              allow_sampling: true,
-              allow_logprobs: true,
-              allow_search_indices: false,
-              allow_view: true,
-              allow_fine_tuning: false,
-              organization: '*',
-              group: null,
-              is_blocking: false,
-            },
-          ],
-        },
+        card(this.model, this.model, null, this.engine.config.maxModelLen),
+        ...[...this.adapters].map((a) => card(a, `/adapters/${a}`, this.model, undefined)),
       ],
     };
   }
 
   private tokenize(res: ServerResponse, raw: unknown): void {
     const body = parseBody(tokenizeSchema, raw);
-    checkModel(body.model, this.model);
+    checkModel(body.model, this.model, this.adapters);
     const text =
       'prompt' in body ? body.prompt : renderChat(body.messages, (body as { add_generation_prompt?: boolean }).add_generation_prompt ?? true);
     const tokens = estimateTokenizer.encode(text as string);
@@ -497,7 +512,7 @@ class SimWorkerServer implements ExchangeHost {
 
   private detokenize(res: ServerResponse, raw: unknown): void {
     const body = parseBody(detokenizeSchema, raw);
-    checkModel(body.model, this.model);
+    checkModel(body.model, this.model, this.adapters);
     sendJson(res, 200, { prompt: estimateTokenizer.decode(body.tokens) });
   }
 
@@ -511,7 +526,7 @@ class SimWorkerServer implements ExchangeHost {
   private embeddings(req: IncomingMessage, res: ServerResponse, raw: unknown): void {
     if (this.shuttingDown) throw unavailable('The server is shutting down.');
     const body = parseBody(embeddingsSchema, raw);
-    checkModel(body.model, this.model);
+    const lora = checkModel(body.model, this.model, this.adapters);
     const dims = body.dimensions ?? EMBEDDING_DIM;
     if (dims > EMBEDDING_DIM) throw badRequest(`dimensions must be at most ${EMBEDDING_DIM} for this model`, 'dimensions');
     const prompts = promptList(body.input).map((x) => (typeof x === 'string' ? estimateTokenizer.encode(x) : x));
@@ -542,7 +557,7 @@ class SimWorkerServer implements ExchangeHost {
     prompts.forEach((prompt, i) => {
       this.requests++;
       this.driver.submit(
-        { id: ids[i]!, prompt, maxTokens: 1, sampler, ignoreEos: true, priority: body.priority ?? 0, cacheSalt: body.cache_salt ?? undefined },
+        { id: ids[i]!, prompt, maxTokens: 1, sampler, ignoreEos: true, priority: body.priority ?? 0, cacheSalt: body.cache_salt ?? undefined, lora },
         {
           onOutput: (_tokens, fin) => {
             if (fin === null || over || --left > 0) return;
@@ -553,7 +568,7 @@ class SimWorkerServer implements ExchangeHost {
               id: `embd-${baseId}`,
               object: 'list',
               created: Math.floor(Date.now() / 1000),
-              model: this.model,
+              model: lora ?? this.model,
               data: prompts.map((p, index) => ({ index, object: 'embedding', embedding: encodeEmbedding(embed(p, dims), format) })),
               usage: { prompt_tokens: promptTokens, total_tokens: promptTokens, completion_tokens: 0, prompt_tokens_details: null },
             });
@@ -617,6 +632,7 @@ class SimWorkerServer implements ExchangeHost {
         ignoreEos: params.ignoreEos,
         priority: params.priority,
         cacheSalt: params.cacheSalt,
+        lora: params.lora,
         // vLLM V1 computes the whole prompt of a request that wants prompt logprobs.
         skipPrefixCache: params.promptLogprobs !== null,
       },

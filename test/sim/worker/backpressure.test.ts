@@ -57,3 +57,25 @@ test('GET /v1/models/{id} and --api-key as vLLM has them', async () => {
     await w.close();
   }
 });
+
+test('LoRA adapters as vLLM serves them: listed with root and parent, accepted as model, named in answers', async () => {
+  const w = await startSimWorker({ model: MODEL, speed: 100, adapters: ['sql-lora'] });
+  try {
+    const list = (await (await fetch(w.url + '/v1/models')).json()) as { data: Array<{ id: string; root: string; parent: string | null; max_model_len?: number }> };
+    assert.deepEqual(list.data.map((m) => [m.id, m.root, m.parent, typeof m.max_model_len]), [
+      [MODEL, MODEL, null, 'number'],
+      ['sql-lora', '/adapters/sql-lora', MODEL, 'undefined'],
+    ]);
+    assert.equal(((await (await fetch(w.url + '/v1/models/sql-lora')).json()) as { parent: string }).parent, MODEL);
+    const post = (body: unknown, path = '/v1/completions') =>
+      fetch(w.url + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    const c = await post({ model: 'sql-lora', prompt: 'SELECT', max_tokens: 2 });
+    assert.equal(c.status, 200);
+    assert.equal(((await c.json()) as { model: string }).model, 'sql-lora');
+    const e = await post({ model: 'sql-lora', input: 'x' }, '/v1/embeddings');
+    assert.equal(((await e.json()) as { model: string }).model, 'sql-lora');
+    assert.equal((await post({ model: 'other-lora', prompt: 'SELECT', max_tokens: 2 })).status, 404);
+  } finally {
+    await w.close();
+  }
+});

@@ -75,7 +75,7 @@ test('PUB messages are [topic, 8-byte seq, msgpack EventBatch] with tagged-array
     assert.ok(Math.abs(ts - t0) < 5, 'ts is a unix time in seconds');
     assert.equal(rank, 0);
     assert.deepEqual(events, [
-      ['BlockStored', [2 ** 40 + 7, 2 ** 52 + 3], null, [0, 1, 2, 3, 4, 5, 6, 7], 4, null, 'GPU'],
+      ['BlockStored', [2 ** 40 + 7, 2 ** 52 + 3], null, [0, 1, 2, 3, 4, 5, 6, 7], 4, null, 'GPU', null],
       ['BlockRemoved', [2 ** 40 + 7], 'GPU'],
     ]);
     // Hashes travel as 64-bit integers (msgpack uint64), not floats or strings.
