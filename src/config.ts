@@ -75,15 +75,26 @@ const workerInPool = z.strictObject({
   ...upstreamAuth,
 });
 
+/**
+ * LoRA adapters the workers serve on top of their model (vLLM `--enable-lora --lora-modules
+ * NAME=PATH`): names clients may put in `model`, routed to these workers and relayed unchanged.
+ */
+const adapterList = z
+  .array(z.string().min(1).max(256))
+  .refine((a) => new Set(a).size === a.length, { message: 'an adapter is listed twice' })
+  .default([]);
+
 const flatWorker = workerInPool.extend({
   pool: z.string().min(1).default('default'),
   model: z.string().min(1),
+  adapters: adapterList,
   cacheIsolation: z.enum(['none', 'tenant']).default('none'),
 });
 
 const pool = z.strictObject({
   name: z.string().min(1),
   model: z.string().min(1),
+  adapters: adapterList,
   workers: z.array(workerInPool).min(1),
   /** `tenant`: each tenant's prompts get their own vLLM cache_salt and gateway block hashes. */
   cacheIsolation: z.enum(['none', 'tenant']).default('none'),
@@ -625,11 +636,31 @@ export const configSchema = z
       if (cascadeModels.has(sc.model)) ctx.addIssue({ code: 'custom', path: at('model'), message: `model '${sc.model}' has two cascades` });
       cascadeModels.add(sc.model);
     });
-    const servedModels = new Set([...poolModels.values()].flatMap((m) => [...m]));
+    const baseModels = new Set([...poolModels.values()].flatMap((m) => [...m]));
+    // An adapter is a model name of its own, always on the same base model.
+    const adapterBase = new Map<string, string>();
+    const checkAdapters = (adapters: readonly string[], base: string, at: Array<string | number>): void =>
+      adapters.forEach((a, j) => {
+        const prev = adapterBase.get(a);
+        if (baseModels.has(a)) ctx.addIssue({ code: 'custom', path: [...at, j], message: `'${a}' is a served model's own name` });
+        else if (prev !== undefined && prev !== base) {
+          ctx.addIssue({ code: 'custom', path: [...at, j], message: `adapter '${a}' is also served on model '${prev}': an adapter belongs to one base model` });
+        } else adapterBase.set(a, base);
+      });
+    c.pools.forEach((p, i) => checkAdapters(p.adapters, p.model, ['pools', i, 'adapters']));
+    c.workers.forEach((w, i) => checkAdapters(w.adapters, w.model, ['workers', i, 'adapters']));
+    for (const sc of c.speculative.cascades) {
+      for (const [i, p] of c.pools.entries()) {
+        if ((p.name === sc.targetPool || p.name === sc.draftPool) && p.adapters.length > 0) {
+          ctx.addIssue({ code: 'custom', path: ['pools', i, 'adapters'], message: `pool '${p.name}' is in a speculative cascade, which does not serve adapters` });
+        }
+      }
+    }
+    const servedModels = new Set([...baseModels, ...adapterBase.keys()]);
     const perRequestModels = new Set<string>();
     c.speculative.perRequest.forEach((pr, i) => {
       const at = ['speculative', 'perRequest', i, 'model'];
-      if (!servedModels.has(pr.model)) ctx.addIssue({ code: 'custom', path: at, message: `no pool serves model '${pr.model}'` });
+      if (!baseModels.has(pr.model)) ctx.addIssue({ code: 'custom', path: at, message: `no pool serves model '${pr.model}'` });
       if (cascadeModels.has(pr.model)) ctx.addIssue({ code: 'custom', path: at, message: `model '${pr.model}' is served by a cascade` });
       if (perRequestModels.has(pr.model)) ctx.addIssue({ code: 'custom', path: at, message: `model '${pr.model}' is listed twice` });
       perRequestModels.add(pr.model);
@@ -781,6 +812,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
         url: stripSlash(w.url),
         pool: p.name,
         model: p.model,
+        ...(p.adapters.length > 0 ? { adapters: p.adapters } : {}),
         numGpuBlocks: w.numGpuBlocks,
         blockSize: w.blockSize,
         ...(w.hardware !== undefined ? { hardware: w.hardware } : {}),
@@ -796,6 +828,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
       url: stripSlash(w.url),
       pool: w.pool,
       model: w.model,
+      ...(w.adapters.length > 0 ? { adapters: w.adapters } : {}),
       numGpuBlocks: w.numGpuBlocks,
       blockSize: w.blockSize,
       ...(w.hardware !== undefined ? { hardware: w.hardware } : {}),

@@ -30,6 +30,9 @@ Options:
       --gpu-labels on|off
                       with a mixed pool: off leaves the workers unlabelled, and the gateway
                       tells the kinds apart by the KV capacity each reports (default on)
+      --adapters A,B  LoRA adapters every worker serves on top of --model (as vLLM's
+                      --lora-modules): clients name them in "model"; an adapter's prompts are
+                      cached and routed apart from the base model's
       --policy NAME   routing policy (default: the gateway's default)
       --redis URL     keep the response cache in Redis at URL (redis://host:port) instead of memory
       --no-cache      turn the response cache off (default: on, in memory: a repeated
@@ -62,6 +65,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
         port: { type: 'string', short: 'p', default: '8080' },
         workers: { type: 'string', short: 'w' },
         speed: { type: 'string', default: '1' },
+        adapters: { type: 'string' },
         model: { type: 'string', default: 'llama-3.1-8b' },
         gpu: { type: 'string', default: 'h100' },
         'gpu-labels': { type: 'string' },
@@ -106,6 +110,10 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
   if (redis !== undefined && !/^rediss?:\/\/\S+$/.test(redis)) return usage(`--redis must be a redis:// or rediss:// URL, got '${redis}'`);
   if (redis !== undefined && v['no-cache'] === true) return usage('--redis and --no-cache contradict each other');
   const cacheOn = v['no-cache'] !== true;
+  const adapters = v.adapters === undefined ? [] : String(v.adapters).split(',').map((a) => a.trim());
+  if (adapters.some((a) => a === '')) return usage(`--adapters must be a comma-separated list of names, got '${v.adapters}'`);
+  if (adapters.includes(model)) return usage(`--adapters: '${model}' is the base model's own name`);
+  if (adapters.length > 0 && v['draft-acceptance'] !== undefined) return usage('--adapters and --draft-acceptance cannot be combined (a cascade serves the base model only)');
   const draftAcceptance = v['draft-acceptance'] === undefined ? undefined : Number(v['draft-acceptance']);
   if (draftAcceptance !== undefined && !(draftAcceptance > 0 && draftAcceptance < 1)) return usage(`--draft-acceptance must be in (0, 1), got '${v['draft-acceptance']}'`);
 
@@ -117,7 +125,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
     await Promise.all(sims.map((s) => s.close()));
   };
   try {
-    for (let i = 0; i < n; i++) sims.push(await startSimWorker({ host: '127.0.0.1', port: 0, model, gpu: gpus[i]!, speed }));
+    for (let i = 0; i < n; i++) sims.push(await startSimWorker({ host: '127.0.0.1', port: 0, model, adapters, gpu: gpus[i]!, speed }));
     const draftModel = `${model}-draft`;
     let draft: SimWorker | null = null;
     if (draftAcceptance !== undefined) {
@@ -127,7 +135,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
     const config = parseConfig({
       listen: { host: '127.0.0.1', port },
       pools: [
-        { name: 'demo', model, workers: sims.slice(0, n).map((s, i) => ({ url: s.url, id: `sim-${i}`, ...(labelled ? { hardware: gpus[i]! } : {}) })) },
+        { name: 'demo', model, adapters, workers: sims.slice(0, n).map((s, i) => ({ url: s.url, id: `sim-${i}`, ...(labelled ? { hardware: gpus[i]! } : {}) })) },
         ...(draft ? [{ name: 'draft', model: draftModel, workers: [{ url: draft.url, id: 'draft-0' }] }] : []),
       ],
       ...(draft ? { speculative: { cascades: [{ model, targetPool: 'demo', draftPool: 'draft' }] } } : {}),
@@ -144,6 +152,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
     const chat = JSON.stringify({ model, messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 64, temperature: 0 });
     const streamBody = JSON.stringify({ model, messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 64, temperature: 0, stream: true });
     const embeddings = JSON.stringify({ model, input: ['KV caches hold attention keys and values.', 'Routers send prompts where their prefix is cached.'], dimensions: 8 });
+    const adapterChat = adapters.length > 0 ? JSON.stringify({ model: adapters[0], messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 32 }) : null;
     const responses = JSON.stringify({ model, instructions: 'Answer briefly.', input: 'What does a KV cache hold?', max_output_tokens: 32 });
     const cacheLine = cacheOn
       ? `  response cache: ${redis === undefined ? 'in memory' : `Redis at ${redactRedisUrl(redis)}`}. Send the first request twice with -i: the second answer\n` +
@@ -155,6 +164,10 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
         `  curl -sN ${url}/v1/chat/completions -H 'content-type: application/json' -d '${streamBody}'\n\n` +
         `  curl -s ${url}/v1/responses -H 'content-type: application/json' -d '${responses}'\n\n` +
         `  curl -s ${url}/v1/embeddings -H 'content-type: application/json' -d '${embeddings}'\n\n` +
+        (adapterChat !== null
+          ? `  LoRA adapters on ${model}: ${adapters.join(', ')} (listed at ${url}/v1/models with their parent)\n` +
+            `  curl -s ${url}/v1/chat/completions -H 'content-type: application/json' -d '${adapterChat}'\n\n`
+          : '') +
         cacheLine +
         (draft
           ? `  speculative cascade: ${draftModel} drafts (acceptance ${draftAcceptance}), ${model} verifies; answers carry\n` +

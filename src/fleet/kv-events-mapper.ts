@@ -3,13 +3,14 @@
  * prefix index. The engine's chain is seeded per process, so its hashes cannot be recomputed; but
  * BlockStored carries the token ids, so each stored block's kvgate hash is the kvgate chain
  * continued from the parent's kvgate hash (or kvgate's root when the parent is null) over those
- * tokens. The engine → kvgate map is kept per worker so BlockRemoved can be applied.
+ * tokens (rooted in the adapter's chain for a LoRA adapter's blocks, as the prompts of requests
+ * naming it are). The engine → kvgate map is kept per worker so BlockRemoved can be applied.
  *
  * The subscriber (kv-events.ts) and the tests that drive a real Engine use this same code.
  */
 import { chainRoot, hashBlock } from '../kv/block-hash.js';
 import type { KvEvent } from '../kv/events.js';
-import { KVGATE_HASH_SEED } from '../kv/prompt-blocks.js';
+import { adapterRoot, KVGATE_HASH_SEED } from '../kv/prompt-blocks.js';
 import type { KvBlockSink } from './kv-block-sink.js';
 
 export interface KvEventMapperStats {
@@ -107,7 +108,9 @@ export class KvEventMapper {
     }
     this.lastForeignBlockSize = null;
     let parent: number;
-    if (e.parentBlockHash === null) parent = this.root;
+    // A sequence's first blocks: the adapter's chain for an adapter's blocks (a child's parent
+    // already carries it).
+    if (e.parentBlockHash === null) parent = e.loraName === undefined ? this.root : adapterRoot(this.root, e.loraName);
     else {
       const p = this.map.get(e.parentBlockHash);
       if (p === undefined) {

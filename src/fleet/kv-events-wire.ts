@@ -4,7 +4,7 @@
  * A ZeroMQ PUB message is `[topic, seq (8-byte big-endian), payload]`; the payload is msgpack of
  * `EventBatch = [ts, events, data_parallel_rank?]` (msgspec array_like structs). Each event is a
  * tagged array — `["BlockStored", block_hashes, parent_block_hash, token_ids, block_size,
- * lora_id?, medium?, ...]`, `["BlockRemoved", block_hashes, medium?, ...]`, `["AllBlocksCleared"]`
+ * lora_id?, medium?, lora_name?, ...]`, `["BlockRemoved", block_hashes, medium?, ...]`, `["AllBlocksCleared"]`
  * — or, in newer or other encoders, a map with named fields and a `type` (or `tag`) field.
  * Block hashes are bytes (sha256 digests) by default, or integers with an environment switch;
  * integers beyond 2^53 arrive as bigints. Every hash is folded to a 53-bit number, which is only
@@ -104,12 +104,17 @@ export function decodeEvent(e: unknown): KvEvent | null | 'other-medium' {
       const parent = field(fields, 1, 'parent_block_hash');
       const tokens = field(fields, 2, 'token_ids');
       if (!Array.isArray(tokens)) throw new Error('BlockStored.token_ids must be an array');
+      // vLLM names the LoRA adapter after `medium` (lora_name); lora_id, before it, is a number
+      // the engine gives adapters as it loads them, which no router can tell apart across workers.
+      const lora = field(fields, 6, 'lora_name');
+      if (lora !== null && lora !== undefined && typeof lora !== 'string') throw new Error('BlockStored.lora_name must be a string');
       return {
         type: 'BlockStored',
         blockHashes: hashList(field(fields, 0, 'block_hashes'), 'BlockStored.block_hashes'),
         parentBlockHash: parent === null || parent === undefined ? null : foldHash(parent),
         tokenIds: tokens.map((t) => toInt(t, 'token id')),
         blockSize: toInt(field(fields, 3, 'block_size'), 'BlockStored.block_size'),
+        ...(typeof lora === 'string' && lora !== '' ? { loraName: lora } : {}),
       };
     }
     case 'BlockRemoved':

@@ -24,7 +24,10 @@ export interface WorkerRegistryOptions {
 export class WorkerRegistry {
   readonly workers: WorkerState[];
   private readonly byId = new Map<string, WorkerState>();
+  /** Per model name — base models and LoRA adapters — the workers serving it. */
   private readonly byModel = new Map<string, WorkerState[]>();
+  /** LoRA adapter → the base model it is served on. */
+  private readonly adapterBase = new Map<string, string>();
   readonly breakers = new Map<string, CircuitBreaker>();
   /** Breakers of retired workers whose requests are still running. */
   private readonly retiredBreakers = new Map<WorkerState, CircuitBreaker>();
@@ -44,7 +47,8 @@ export class WorkerRegistry {
     const w = new WorkerState(identity);
     (this.workers as WorkerState[]).push(w);
     this.byId.set(w.id, w);
-    this.byModel.set(w.model, [...(this.byModel.get(w.model) ?? []), w]);
+    for (const name of [w.model, ...w.adapters]) this.byModel.set(name, [...(this.byModel.get(name) ?? []), w]);
+    for (const a of w.adapters) this.adapterBase.set(a, w.model);
     this.breakers.set(w.id, new CircuitBreaker(w, this.opts.breaker));
     return w;
   }
@@ -61,9 +65,14 @@ export class WorkerRegistry {
     const list = this.workers as WorkerState[];
     list.splice(list.indexOf(w), 1);
     this.byId.delete(id);
-    const rest = (this.byModel.get(w.model) ?? []).filter((x) => x !== w);
-    if (rest.length > 0) this.byModel.set(w.model, rest);
-    else this.byModel.delete(w.model);
+    for (const name of [w.model, ...w.adapters]) {
+      const rest = (this.byModel.get(name) ?? []).filter((x) => x !== w);
+      if (rest.length > 0) this.byModel.set(name, rest);
+      else {
+        this.byModel.delete(name);
+        this.adapterBase.delete(name);
+      }
+    }
     const b = this.breakers.get(id)!;
     this.breakers.delete(id);
     this.retiredBreakers.set(w, b);
@@ -98,8 +107,14 @@ export class WorkerRegistry {
     return this.byModel.get(model);
   }
 
+  /** Every model name served: base models and LoRA adapters. */
   models(): string[] {
     return [...this.byModel.keys()];
+  }
+
+  /** The base model `name` is a LoRA adapter of, or undefined (a base model, or not served). */
+  adapterOf(name: string): string | undefined {
+    return this.adapterBase.get(name);
   }
 
   /** The worker's breaker (a retired worker's while its requests run, found by id if not replaced). */

@@ -60,6 +60,8 @@ export interface WorkerIdentity {
   url: string;
   pool: string;
   model: string;
+  /** LoRA adapters the worker serves on top of `model` (vLLM --lora-modules): model names too. */
+  adapters?: readonly string[];
   /** KV capacity from configuration or a profile, until the worker reports its own. */
   numGpuBlocks?: number;
   blockSize?: number;
@@ -88,6 +90,8 @@ export class WorkerState {
   readonly url: string;
   readonly pool: string;
   readonly model: string;
+  /** LoRA adapters served on top of `model`; requests naming one come here too. */
+  readonly adapters: readonly string[];
   /** The worker's declared kind of hardware, or null (the pool's workers are alike). */
   readonly hardware: string | null;
   /**
@@ -183,6 +187,7 @@ export class WorkerState {
     this.url = identity.url;
     this.pool = identity.pool;
     this.model = identity.model;
+    this.adapters = identity.adapters ?? [];
     this.hardware = identity.hardware ?? null;
     this.speedClass = this.hardware === null ? this.pool : `${this.pool}\u0000${this.hardware}`;
     this.upstreamHeaders = identity.upstreamHeaders ?? {};

@@ -66,11 +66,14 @@ export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: In
     // The smallest limit any worker reported: a request within it fits wherever it is routed.
     let maxModelLen = Infinity;
     for (const w of workers) if (typeof w.maxModelLen === 'number' && w.maxModelLen < maxModelLen) maxModelLen = w.maxModelLen;
+    // A LoRA adapter names its base model as vLLM lists it: `parent`.
+    const parent = fleet.adapterOf(id);
     return {
       id,
       object: 'model',
       created: 0,
       owned_by: 'kvgate',
+      ...(parent !== undefined ? { parent } : {}),
       pools: [...new Set(workers.map((w) => w.pool))],
       ...(Number.isFinite(maxModelLen) ? { max_model_len: maxModelLen } : {}),
     };

@@ -11,7 +11,7 @@ import { renderChat, type ChatRenderOptions } from '../tokenizer/chat-template.j
 import { ChatTokenCache, DEFAULT_KEPT_IDS } from '../tokenizer/chat-tokens.js';
 import { estimateTokenizer } from '../tokenizer/estimate.js';
 import type { Tokenizer } from '../tokenizer/types.js';
-import { PROMPT_SALT } from '../kv/prompt-blocks.js';
+import { PROMPT_ADAPTER, PROMPT_SALT } from '../kv/prompt-blocks.js';
 import { RequestState } from '../util/state.js';
 import type { PromptTokenizer, TokenizeContext } from '../tokenizer/registry.js';
 import { generates, type InferenceBody, type InferenceKind, type RequestContext } from './context.js';
@@ -329,6 +329,14 @@ function buildRouting(
   const rr = buildRouteRequest(ctx.id, ctx.model, ctx.body, ctx.req, prompt, tokenizeNow);
   rr.tenant = ctx.tenant.id;
   describeSequences(ctx.kind, ctx.body, rr);
+  // A LoRA adapter's request (its candidates serve it on top of another model): its blocks are
+  // the adapter's, never the base model's or another adapter's, in the block hashes and in the
+  // text the character-matching policies see.
+  const base = ctx.candidates[0]?.model;
+  if (base !== undefined && base !== ctx.model) {
+    rr.state.set(PROMPT_ADAPTER, ctx.model);
+    rr.promptText = `\u0000lora:${ctx.model}\u0000${rr.promptText}`;
+  }
   if (ctx.cacheSalt !== null) {
     // Isolated pool: token-hash indexes salt their block hashes (PROMPT_SALT); character-matching
     // policies see the salt as a prefix, so no two tenants ever share a matched prefix.

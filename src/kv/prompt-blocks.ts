@@ -18,6 +18,19 @@ export const KVGATE_HASH_SEED = 0x6b766761; // 'kvga'
  */
 export const PROMPT_SALT = stateKey<string>('prompt.salt');
 
+/**
+ * The LoRA adapter a request names (gateway/prepare.ts sets it): vLLM keys every block computed
+ * with an adapter by the adapter's name, so the same prompt's blocks under the base model or
+ * another adapter are other blocks. kvgate roots the prompt's chain in the adapter (adapterRoot),
+ * and maps an adapter's KV events the same way (BlockStored's lora_name).
+ */
+export const PROMPT_ADAPTER = stateKey<string>('prompt.adapter');
+
+/** The root of an adapter's block-hash chain, from the base chain's root. */
+export function adapterRoot(root: number, adapter: string): number {
+  return saltedRoot(root, `lora\u0000${adapter}`);
+}
+
 /** A prompt's block hashes: a plain array, or a PromptBlocks that hashes on demand. */
 export interface BlockSeq {
   readonly length: number;
@@ -40,9 +53,11 @@ export class PromptBlocks implements BlockSeq {
     private readonly blockSize: number,
     seed: number,
     salt?: string,
+    adapter?: string,
   ) {
     this.length = Math.floor(tokens.length / blockSize);
-    this.parent = salt === undefined ? chainRoot(seed) : saltedRoot(chainRoot(seed), salt);
+    const root = adapter === undefined ? chainRoot(seed) : adapterRoot(chainRoot(seed), adapter);
+    this.parent = salt === undefined ? root : saltedRoot(root, salt);
   }
 
   at(i: number): number | undefined {
@@ -92,7 +107,7 @@ export function promptBlocks(
   const key = blocksKey(blockSize, seed);
   let b = state.get(key);
   if (!b) {
-    b = new PromptBlocks(tokens, blockSize, seed, state.get(PROMPT_SALT));
+    b = new PromptBlocks(tokens, blockSize, seed, state.get(PROMPT_SALT), state.get(PROMPT_ADAPTER));
     state.set(key, b);
   }
   return b;

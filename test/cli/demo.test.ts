@@ -95,8 +95,28 @@ test('demo --gpu h100:1,a10g:1 --gpu-labels off: unlabelled, the two are told ap
   }
 });
 
+test('demo --adapters: the workers serve LoRA adapters, listed and routed by the gateway', async () => {
+  const { url, child, stdout, exited } = await startDemo(['--port', '0', '--workers', '2', '--speed', '50', '--json-logs', '--adapters', 'sql-lora,chat-lora']);
+  try {
+    assert.match(stdout(), /LoRA adapters on llama-3\.1-8b: sql-lora, chat-lora/);
+    const models = (await (await fetch(url + '/v1/models')).json()) as { data: Array<{ id: string; parent?: string }> };
+    assert.deepEqual(models.data.map((m) => m.parent ?? null), [null, 'llama-3.1-8b', 'llama-3.1-8b']);
+    const r = await fetch(url + '/v1/chat/completions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'chat-lora', max_tokens: 3, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    assert.equal(r.status, 200);
+    assert.equal(((await r.json()) as { model: string }).model, 'chat-lora');
+    child.kill('SIGINT');
+    assert.equal(await exited, 0);
+  } finally {
+    child.kill('SIGKILL');
+  }
+});
+
 test('demo rejects bad flags with exit 2', async () => {
-  for (const args of [['--workers', '0'], ['--gpu', 'h100:2,a10g:2', '--workers', '3'], ['--gpu', 'tpu:2'], ['--gpu-labels', 'off'], ['--gpu', 'h100:1,a10g:1', '--gpu-labels', 'maybe'], ['--speed', 'fast'], ['--model', 'gpt-99'], ['--nope'], ['--port', '0', '--policy', 'no-such-policy'], ['--redis', 'localhost:6379'], ['--redis', 'redis://h', '--no-cache']]) {
+  for (const args of [['--workers', '0'], ['--gpu', 'h100:2,a10g:2', '--workers', '3'], ['--gpu', 'tpu:2'], ['--gpu-labels', 'off'], ['--gpu', 'h100:1,a10g:1', '--gpu-labels', 'maybe'], ['--speed', 'fast'], ['--model', 'gpt-99'], ['--nope'], ['--port', '0', '--policy', 'no-such-policy'], ['--redis', 'localhost:6379'], ['--redis', 'redis://h', '--no-cache'], ['--adapters', 'a,,b'], ['--adapters', 'llama-3.1-8b'], ['--port', '0', '--adapters', 'a,a'], ['--adapters', 'a', '--draft-acceptance', '0.7']]) {
     const child = spawn(process.execPath, [CLI, 'demo', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
     const code = await new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
     assert.equal(code, 2, args.join(' '));

@@ -8,7 +8,11 @@ import { Engine } from '../../src/engine/engine.js';
 import type { EngineConfig } from '../../src/engine/types.js';
 import { KvEventSubscriber } from '../../src/fleet/kv-events.js';
 import { decodeEventBatch, encodeSeq, foldHash } from '../../src/fleet/kv-events-wire.js';
-import { KVGATE_HASH_SEED } from '../../src/kv/prompt-blocks.js';
+import { KVGATE_HASH_SEED, PROMPT_ADAPTER, promptBlocks } from '../../src/kv/prompt-blocks.js';
+import { KvEventMapper } from '../../src/fleet/kv-events-mapper.js';
+import { encodeEventBatch } from '../../src/sim/worker/kv-event-publisher.js';
+import { hashSampler } from '../../src/engine/synthetic-lm.js';
+import { RequestState } from '../../src/util/state.js';
 import { PrefixIndex } from '../../src/scheduler/index/prefix-index.js';
 import { KvEventPublisher } from '../../src/sim/worker/kv-event-publisher.js';
 
@@ -338,4 +342,43 @@ test('subscriber state is exported as Prometheus gauges', async () => {
     await subs.closeAll();
     await p.close();
   }
+});
+
+test("a LoRA adapter's blocks are mapped onto the adapter's chain, by the lora_name vLLM publishes", () => {
+  const engine = new Engine(engineConfig());
+  const prompt = seq(500, 4 * BS);
+  let lastId = 0;
+  const run = (lora?: string): Uint8Array[] => {
+    const id = `r${lastId++}`;
+    engine.add({ id, prompt, maxTokens: 1, sampler: hashSampler(id), ignoreEos: true, ...(lora !== undefined ? { lora } : {}) });
+    const payloads: Uint8Array[] = [];
+    while (engine.hasWork()) {
+      const r = engine.step()!;
+      if (r.kvEvents.length > 0) payloads.push(encodeEventBatch(0, r.kvEvents, 0, new Map([['sql-lora', 1]])));
+    }
+    return payloads;
+  };
+  const index = new PrefixIndex();
+  index.addWorker('w', 1000);
+  const mapper = new KvEventMapper(index, 'w', { blockSize: BS });
+  const blocksOf = (adapter?: string) => {
+    const state = new RequestState();
+    if (adapter !== undefined) state.set(PROMPT_ADAPTER, adapter);
+    return promptBlocks(state, prompt, BS, KVGATE_HASH_SEED);
+  };
+  for (const p of run('sql-lora')) {
+    const batch = decodeEventBatch(p);
+    const st = batch.events.find((e) => e.type === 'BlockStored') as { loraName?: string } | undefined;
+    assert.equal(st?.loraName, 'sql-lora');
+    mapper.apply(batch.events, 0);
+  }
+  assert.equal(index.matchWorker(blocksOf('sql-lora'), 'w', 0), 4, "the adapter's prompt matches its blocks");
+  assert.equal(index.matchWorker(blocksOf(), 'w', 0), 0, "the base model's prompt does not");
+  assert.equal(index.matchWorker(blocksOf('chat-lora'), 'w', 0), 0, "nor another adapter's");
+  for (const p of run()) mapper.apply(decodeEventBatch(p).events, 0);
+  assert.equal(index.matchWorker(blocksOf(), 'w', 0), 4);
+  // The wire form is vLLM's: lora_id, medium, lora_name after block_size.
+  const wire = decodeEventBatch(encodeEventBatch(0, [{ type: 'BlockStored', blockHashes: [1], parentBlockHash: null, tokenIds: seq(0, BS), blockSize: BS, loraName: 'sql-lora' }], 0, new Map([['sql-lora', 1]])));
+  assert.deepEqual(wire.events[0], { type: 'BlockStored', blockHashes: [1], parentBlockHash: null, tokenIds: seq(0, BS), blockSize: BS, loraName: 'sql-lora' });
+  assert.throws(() => decodeEventBatch(encode([0, [['BlockStored', [1], null, seq(0, BS), BS, 1, 'GPU', 7]]])), /lora_name must be a string/);
 });

@@ -1,0 +1,98 @@
+/**
+ * LoRA adapters (pools[].adapters, vLLM --lora-modules): requests naming an adapter are routed to
+ * the workers serving it and relayed unchanged; the adapter's prompts are cached apart from the
+ * base model's, in the workers (vLLM keys the blocks by the adapter) and in the router's index.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ConfigError, parseConfig } from '../../src/config.js';
+import { startSimWorker } from '../../src/sim/worker/server.js';
+import { metricValue, MODEL, post, startGateway } from './helpers.js';
+
+const ADAPTERS = ['sql-lora', 'chat-lora'];
+
+test('an adapter is listed with its parent, routed, cached apart from the base model, and limited per tenant', async () => {
+  const sims = await Promise.all([0, 1].map(() => startSimWorker({ port: 0, model: MODEL, adapters: ADAPTERS, speed: 100 })));
+  const started = await startGateway([], {
+    pools: [{ name: 'main', model: MODEL, adapters: ADAPTERS, workers: sims.map((s, i) => ({ url: s.url, id: `w${i}` })) }],
+    tenants: [
+      { id: 'all', keys: [{ value: 'sk-all-tenant' }] },
+      { id: 'sql', keys: [{ value: 'sk-sql-tenant' }], models: ['sql-lora'] },
+    ],
+  } as never).catch(async (e: unknown) => {
+    for (const s of sims) await s.close();
+    throw e;
+  });
+  const { gw, url } = started;
+  const ALL = { authorization: 'Bearer sk-all-tenant' };
+  const SQL = { authorization: 'Bearer sk-sql-tenant' };
+  try {
+    const models = (await (await fetch(url + '/v1/models', { headers: ALL })).json()) as { data: Array<{ id: string; parent?: string }> };
+    assert.deepEqual(models.data.map((m) => [m.id, m.parent]), [[MODEL, undefined], ['sql-lora', MODEL], ['chat-lora', MODEL]]);
+    const one = await fetch(url + '/v1/models/chat-lora', { headers: ALL });
+    assert.equal(((await one.json()) as { parent: string }).parent, MODEL);
+    const sqlOnly = (await (await fetch(url + '/v1/models', { headers: SQL })).json()) as { data: Array<{ id: string }> };
+    assert.deepEqual(sqlOnly.data.map((m) => m.id), ['sql-lora']);
+
+    const system = 'You translate questions about the orders table into SQL. '.repeat(40);
+    const ask = (model: string, headers = ALL) =>
+      post(url + '/v1/chat/completions', { model, max_tokens: 3, messages: [{ role: 'system', content: system }, { role: 'user', content: 'orders today?' }] }, headers);
+    const first = await ask('sql-lora');
+    assert.equal(first.status, 200, first.text);
+    assert.equal(first.json.model, 'sql-lora', 'the worker ran the adapter the request named');
+    assert.equal(first.headers.get('x-kvgate-prefix-hit'), '0.000');
+    const again = await ask('sql-lora');
+    assert.equal(again.headers.get('x-kvgate-worker'), first.headers.get('x-kvgate-worker'), "the adapter's cached prefix draws it back");
+    assert.ok(Number(again.headers.get('x-kvgate-prefix-hit')) > 0.9);
+    assert.ok(again.json.usage.prompt_tokens_details.cached_tokens > 0);
+    // The same prompt under the base model or another adapter has nothing cached: the router
+    // expects no hit, and the worker has none.
+    for (const other of [MODEL, 'chat-lora']) {
+      const r = await ask(other);
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.headers.get('x-kvgate-prefix-hit'), '0.000', `${other} is not served from sql-lora's blocks`);
+      assert.equal(r.json.usage.prompt_tokens_details.cached_tokens, 0, `${other} found no cached block`);
+    }
+    const stream = await post(url + '/v1/chat/completions', { model: 'chat-lora', max_tokens: 3, stream: true, messages: [{ role: 'user', content: 'hi' }] }, ALL);
+    assert.match(stream.text, /"model":"chat-lora"/);
+    assert.match(stream.text, /data: \[DONE\]/);
+
+    // A tenant limited to one adapter: that adapter only.
+    assert.equal((await ask('sql-lora', SQL)).status, 200);
+    for (const denied of [MODEL, 'chat-lora', 'other-lora']) {
+      const r = await ask(denied, SQL);
+      assert.equal(r.status, 404, denied);
+      assert.equal(r.json.error.code, 'model_not_found');
+    }
+    const metrics = await (await fetch(url + '/metrics')).text();
+    assert.equal(metricValue(metrics, 'kvgate_requests_total', { route: 'chat', model: 'sql-lora', status: '200' }), 3);
+  } finally {
+    await gw.close();
+    for (const s of sims) await s.close();
+  }
+});
+
+test('adapters are checked: a base model\'s name, one adapter on two models, a cascade pool', () => {
+  const problems = (raw: unknown): string[] => {
+    try {
+      parseConfig(raw);
+      return [];
+    } catch (e) {
+      return (e as ConfigError).problems;
+    }
+  };
+  const pool = (name: string, model: string, adapters: string[]) => ({ name, model, adapters, workers: [{ url: `http://${name}:1` }] });
+  assert.deepEqual(problems({ pools: [pool('a', 'm', ['x', 'y']), pool('b', 'm', ['x'])] }), []);
+  assert.deepEqual(problems({ pools: [pool('a', 'm', ['n']), pool('b', 'n', [])] }), ["pools[0].adapters[0]: 'n' is a served model's own name"]);
+  assert.deepEqual(problems({ pools: [pool('a', 'm', ['x']), pool('b', 'n', ['x'])] }), [
+    "pools[1].adapters[0]: adapter 'x' is also served on model 'm': an adapter belongs to one base model",
+  ]);
+  assert.deepEqual(problems({ pools: [pool('a', 'm', ['x', 'x'])] }), ['pools[0].adapters: an adapter is listed twice']);
+  assert.deepEqual(problems({ workers: [{ url: 'http://w:1', model: 'm', adapters: ['m'] }] }), ["workers[0].adapters[0]: 'm' is a served model's own name"]);
+  // Aliases and tenants may name adapters.
+  assert.deepEqual(problems({ pools: [pool('a', 'm', ['x'])], aliases: { 'ft:gpt-4o-mini:x': 'x' }, tenants: [{ id: 't', keys: [{ value: 'sk-tenant-t' }], models: ['x'] }] }), []);
+  assert.deepEqual(
+    problems({ pools: [pool('t', 'm', ['x']), pool('d', 'm-draft', [])], speculative: { cascades: [{ model: 'm', targetPool: 't', draftPool: 'd' }] } }),
+    ["pools[0].adapters: pool 't' is in a speculative cascade, which does not serve adapters"],
+  );
+});
