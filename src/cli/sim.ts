@@ -18,6 +18,7 @@ Options:
   --adapters A,B         LoRA adapters served on top of --model (vLLM --enable-lora
                          --lora-modules): listed in /v1/models with their parent, accepted as
                          "model"; an adapter's blocks are cached (and KV events published) apart
+  --max-loras N          with --adapters: most adapters in one batch (vLLM --max-loras; default 1)
   --gpu NAME             GPU profile: ${listGpus().map((g) => g.name).join(', ')} (default h100)
   --tp N                 tensor-parallel degree (default 1)
   --speed X              time compression: 10 runs steps ten times faster than modelled (default 1)
@@ -131,6 +132,7 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
         model: { type: 'string' },
         profile: { type: 'string' },
         adapters: { type: 'string' },
+        'max-loras': { type: 'string' },
         gpu: { type: 'string' },
         tp: { type: 'string' },
         speed: { type: 'string' },
@@ -166,6 +168,7 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
     port,
     model: values.model ?? 'llama-3.1-8b',
     adapters: adapterList(values.adapters, values.model ?? 'llama-3.1-8b'),
+    maxLoras: int('max-loras', values['max-loras'], 1),
     profile: values.profile,
     gpu: values.gpu ?? 'h100',
     tp: int('tp', values.tp, 1),
@@ -184,6 +187,7 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
     draftAcceptance: values['draft-acceptance'] === undefined ? undefined : parseDraftAcceptance(values['draft-acceptance']),
     draftFidelity: num('draft-fidelity', values['draft-fidelity'], (n) => n >= 0 && n <= 1, 'in [0, 1]'),
   };
+  if (opts.maxLoras !== undefined && opts.adapters === undefined) throw new UsageError('--max-loras needs --adapters');
   const specK = int('spec-k', values['spec-k'], 1);
   if (specK === undefined && (values['spec-draft-model'] !== undefined || values['spec-acceptance'] !== undefined)) {
     throw new UsageError('--spec-draft-model and --spec-acceptance need --spec-k');

@@ -334,9 +334,19 @@ export class Engine implements EngineModel {
     if (preempted.length === 0) {
       let numRunning = this.countRunning();
       const maxSeqs = this.config.maxNumSeqs;
+      // vLLM's max_loras: the adapters of this step's batch; a waiting request that would bring
+      // one too many is passed over (vllm/v1/core/sched/scheduler.py) and waits for the next step.
+      const maxLoras = this.config.maxLoras;
+      const loras = maxLoras === undefined ? null : this.batchAdapters(sched);
+      let passedOver: Seq[] | null = null;
       while (budget > 0 && numRunning < maxSeqs) {
         const s = this.waitingQueue.peek();
         if (!s) break;
+        if (loras !== null && s.lora !== undefined && !loras.has(s.lora) && loras.size >= maxLoras!) {
+          this.waitingQueue.pop();
+          (passedOver ??= []).push(s);
+          continue;
+        }
         const numTokens = s.promptLen + s.output.length;
         if (Math.ceil(numTokens / bs) > bm.numBlocks) {
           // Only reachable by a preempted sequence that has outgrown the cache.
@@ -387,11 +397,13 @@ export class Engine implements EngineModel {
           started.push({ id: s.id, cachedPromptTokens: hitTokens });
         }
         if (this.caching) this.cacheFullBlocks(s, hitTokens + n);
+        if (loras !== null && s.lora !== undefined) loras.add(s.lora);
         s.slot = sched.length;
         sched.push(s);
         schedNew.push(n);
         budget -= n;
       }
+      if (passedOver !== null) for (const s of passedOver) this.waitingQueue.push(s);
     }
 
     // 3. Execute: advance computed tokens, sample where a sequence is fully computed.
@@ -575,6 +587,22 @@ export class Engine implements EngineModel {
   }
 
   // ---- internals ----
+
+  /** The LoRA adapters of this step's scheduled sequences. */
+  private batchAdapters(sched: ReadonlyArray<Seq | null>): Set<string> {
+    const loras = new Set<string>();
+    for (const s of sched) if (s !== null && s.lora !== undefined) loras.add(s.lora);
+    return loras;
+  }
+
+  /** Adapters of the running sequences and of the waiting ones (vllm:lora_requests_info). */
+  adapterState(): { running: string[]; waiting: string[] } {
+    const running = new Set<string>();
+    for (const s of this.runningSeqs) if (s.status === Status.Running && s.lora !== undefined) running.add(s.lora);
+    const waiting = new Set<string>();
+    for (const s of this.live.values()) if (s.status === Status.Waiting && s.lora !== undefined) waiting.add(s.lora);
+    return { running: [...running], waiting: [...waiting] };
+  }
 
   private countRunning(): number {
     let n = 0;

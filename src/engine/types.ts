@@ -136,6 +136,12 @@ export interface EngineConfig {
    */
   emitTokens?: boolean;
   timeModel: TimeModel;
+  /**
+   * Most LoRA adapters in one batch (vLLM --max-loras, default 1): a waiting request whose adapter
+   * would be one too many is passed over until a running adapter's requests are done. Applies only
+   * to requests with a `lora`; unset, adapters are not limited.
+   */
+  maxLoras?: number;
   /** In-engine speculative decoding (vLLM's --speculative-config with a draft model); off when absent. */
   speculative?: EngineSpeculation;
 }
@@ -203,4 +209,6 @@ export interface EngineModel {
   cachedPrefixTokens(prompt: ArrayLike<number>): number;
   /** Drop every cached block that no running request uses (emits AllBlocksCleared if empty). */
   resetPrefixCache(): void;
+  /** The LoRA adapters of the running and of the waiting requests (vllm:lora_requests_info). */
+  adapterState?(): { running: string[]; waiting: string[] };
 }

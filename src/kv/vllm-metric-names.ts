@@ -18,6 +18,8 @@ export const VLLM_METRICS = {
   generationTokens: 'vllm:generation_tokens',
   requestSuccess: 'vllm:request_success',
   cacheConfigInfo: 'vllm:cache_config_info',
+  /** A gauge set to the current time, labelled max_lora, running_lora_adapters, waiting_lora_adapters. */
+  loraInfo: 'vllm:lora_requests_info',
   specDrafts: 'vllm:spec_decode_num_drafts',
   specDraftTokens: 'vllm:spec_decode_num_draft_tokens',
   specAcceptedTokens: 'vllm:spec_decode_num_accepted_tokens',

@@ -32,6 +32,7 @@ test('arguments map onto worker options', () => {
   assert.equal(o.legacyMetricNames, true);
   assert.deepEqual(o.kvEvents, { endpoint: 'tcp://127.0.0.1:*', topic: '', replayEndpoint: 'tcp://127.0.0.1:5600' });
   assert.deepEqual(parseSimArgs(['--adapters', 'sql-lora, chat-lora']).adapters, ['sql-lora', 'chat-lora']);
+  assert.equal(parseSimArgs(['--adapters', 'a', '--max-loras', '2']).maxLoras, 2);
   const d = parseSimArgs([]);
   assert.equal(d.adapters, undefined);
   assert.equal(d.port, 8000);
@@ -40,7 +41,7 @@ test('arguments map onto worker options', () => {
 });
 
 test('bad flags exit with code 2 and a message', async () => {
-  for (const argv of [['--bogus'], ['--port', 'abc'], ['--speed', '0'], ['--tp', '1.5'], ['extra'], ['--kv-replay-port', '5'], ['--adapters', 'a,'], ['--adapters', 'llama-3.1-8b'], ['--adapters', 'a,a']]) {
+  for (const argv of [['--bogus'], ['--port', 'abc'], ['--speed', '0'], ['--tp', '1.5'], ['extra'], ['--kv-replay-port', '5'], ['--adapters', 'a,'], ['--adapters', 'llama-3.1-8b'], ['--adapters', 'a,a'], ['--max-loras', '2'], ['--adapters', 'a', '--max-loras', '0']]) {
     const err = sink();
     const code = await runSim(argv, { err: err.stream, out: new PassThrough() });
     assert.equal(code, 2, argv.join(' '));

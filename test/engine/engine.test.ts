@@ -391,3 +391,29 @@ test('a LoRA adapter keys its blocks: no cached block is shared with the base mo
   assert.ok(run('sql2', 'sql-lora').cached >= 12, "the adapter's own blocks are");
   assert.ok(run('base2').cached >= 12, "and the base model's its own");
 });
+
+test('max_loras: a request whose adapter would be one too many in the batch waits, others pass it', () => {
+  const e = new Engine(config({ maxLoras: 1 }));
+  const add = (id: string, lora: string | undefined, maxTokens: number) =>
+    e.add({ id, prompt: tokens(8, id.charCodeAt(0)), maxTokens, sampler: hashSampler(id), ignoreEos: true, ...(lora !== undefined ? { lora } : {}) });
+  add('a', 'x', 4);
+  add('b', 'y', 2);
+  add('c', 'x', 4);
+  add('d', undefined, 2);
+  const startedAt = new Map<string, number>();
+  const finishedAt = new Map<string, number>();
+  let step = 0;
+  drain(e, (r) => {
+    for (const s of r.started) startedAt.set(s.id, step);
+    for (const f of r.finished) finishedAt.set(f.id, step);
+    if (step === 0) assert.deepEqual(e.adapterState(), { running: ['x'], waiting: ['y'] });
+    step++;
+  });
+  assert.deepEqual([startedAt.get('a'), startedAt.get('c'), startedAt.get('d')], [0, 0, 0], 'the same adapter and the base model share the batch');
+  assert.ok(startedAt.get('b')! > Math.max(finishedAt.get('a')!, finishedAt.get('c')!), 'the other adapter waits until x is out of the batch');
+  // Unlimited without maxLoras.
+  const free = new Engine(config());
+  free.add({ id: 'p', prompt: tokens(8, 1), maxTokens: 2, sampler: hashSampler('p'), ignoreEos: true, lora: 'x' });
+  free.add({ id: 'q', prompt: tokens(8, 2), maxTokens: 2, sampler: hashSampler('q'), ignoreEos: true, lora: 'y' });
+  assert.equal(free.step()!.started.length, 2);
+});

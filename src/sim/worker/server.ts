@@ -70,6 +70,11 @@ export interface SimWorkerOptions {
    * in /v1/models with `parent`, accepted as `model`, their requests' blocks keyed by the adapter.
    */
   adapters?: readonly string[];
+  /**
+   * With adapters: most adapters in one batch (vLLM --max-loras; default 1, as vLLM's). A request
+   * whose adapter would be one too many waits until one is out of the batch.
+   */
+  maxLoras?: number;
   /** Engine profile (src/engine/profiles.ts) when the served name is not one. Default: `model`. */
   profile?: string;
   /** GPU profile: h100 (default), a100, a10g. */
@@ -180,6 +185,8 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
       speculative: { k: sp.k, draftTimeModel, acceptance: typeof acc === 'number' ? () => acc : () => acc(simNow()), rng: seededRng(sp.seed ?? 1) },
     };
   }
+  if ((opts.adapters?.length ?? 0) > 0) config = { ...config, maxLoras: opts.maxLoras ?? 1 };
+  else if (opts.maxLoras !== undefined) throw new Error('maxLoras needs adapters');
   const engine = new Engine(config);
   // A draft LM agrees with its target where it should; either way it is named by the served model.
   if (opts.draftFidelity !== undefined && opts.draftAcceptance !== undefined) throw new Error('give draftFidelity or draftAcceptance, not both');

@@ -95,6 +95,24 @@ export class VllmMetrics {
       },
     });
 
+    const maxLoras = engine.config.maxLoras;
+    if (maxLoras !== undefined && engine.adapterState !== undefined) {
+      // vLLM's LoRA state (vllm/v1/metrics/loggers.py, gauge_lora_info): one series set to the
+      // time of the update. vLLM keeps the series of earlier label sets too; this one only the last.
+      const adapters = engine.adapterState.bind(engine);
+      new Gauge({
+        name: V.loraInfo,
+        help: 'Running stats on lora requests.',
+        labelNames: ['max_lora', 'waiting_lora_adapters', 'running_lora_adapters'],
+        registers,
+        collect() {
+          this.reset();
+          const a = adapters();
+          this.set({ max_lora: String(maxLoras), waiting_lora_adapters: a.waiting.join(','), running_lora_adapters: a.running.join(',') }, Date.now() / 1000);
+        },
+      });
+    }
+
     // Engine counters mirrored at scrape time (the engine owns the counts).
     const mirror = (name: string, help: string, read: () => number): void => {
       new Counter({
