@@ -168,6 +168,13 @@ export class WorkerRegistry {
       reservedBlocks: w.inflightBlocks,
       routed: w.routed,
     };
+    if (w.adapters.length > 0) {
+      // The adapters it serves; from its last scrape, --max-loras and those running and waiting;
+      // this gateway's requests in flight per adapter.
+      out.adapters = w.adapters;
+      out.lora = s?.lora ?? null;
+      out.inflightAdapters = Object.fromEntries(w.inflightAdapters);
+    }
     for (const d of this.describers) Object.assign(out, d(w));
     return out;
   }

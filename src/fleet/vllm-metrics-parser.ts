@@ -35,6 +35,9 @@ export function snapshotFromSamples(samples: readonly Sample[], at: number): Met
   let sawKv = false;
   let sawNewKv = false;
   let blockSize: number | undefined;
+  // vLLM sets this gauge to the time of each update and keeps every label set it has used: the
+  // newest is the state now.
+  let lora: { at: number; info: NonNullable<MetricsSnapshot['lora']> } | undefined;
 
   for (const s of samples) {
     if (!s.name.startsWith('vllm:')) continue;
@@ -67,6 +70,13 @@ export function snapshotFromSamples(samples: readonly Sample[], at: number): Met
       case V.legacyPrefixHits:
         add('hits:' + n, s.value);
         break;
+      case V.loraInfo: {
+        const max = Number(s.labels['max_lora']);
+        if (!Number.isInteger(max) || max < 1 || (lora !== undefined && lora.at >= s.value)) break;
+        const list = (v: string | undefined): string[] => (v === undefined || v === '' ? [] : v.split(','));
+        lora = { at: s.value, info: { maxLoras: max, running: list(s.labels['running_lora_adapters']), waiting: list(s.labels['waiting_lora_adapters']) } };
+        break;
+      }
       case V.cacheConfigInfo: {
         const nb = Number(s.labels['num_gpu_blocks']);
         if (Number.isFinite(nb) && nb > 0) engine(s).blocks = nb;
@@ -101,6 +111,7 @@ export function snapshotFromSamples(samples: readonly Sample[], at: number): Met
   };
   if (allBlocksKnown && blocks > 0) snap.numGpuBlocks = blocks;
   if (blockSize !== undefined) snap.blockSize = blockSize;
+  if (lora !== undefined) snap.lora = lora.info;
   // Prefer the V1 counter names; fall back to the deprecated ones.
   const q = sums.get('queries:' + V.prefixQueries) ?? sums.get('queries:' + V.legacyPrefixQueries);
   const h = sums.get('hits:' + V.prefixHits) ?? sums.get('hits:' + V.legacyPrefixHits);

@@ -24,6 +24,11 @@ export interface MetricsSnapshot {
   specDrafts?: number;
   specDraftTokens?: number;
   specAcceptedTokens?: number;
+  /**
+   * vllm:lora_requests_info, on a worker serving LoRA adapters: its --max-loras and the adapters
+   * of its running and waiting requests.
+   */
+  lora?: { maxLoras: number; running: readonly string[]; waiting: readonly string[] };
 }
 
 /** A request the gateway has dispatched to this worker and not yet seen finish. */
@@ -38,6 +43,8 @@ export interface InflightRequest {
   /** Sequences it runs at the worker (a batch's prompts × n; RouteRequest.sequences). Absent: 1. */
   sequences?: number;
   dispatchedAt: number;
+  /** The LoRA adapter it runs with, if any. */
+  adapter?: string;
   /** Set when the first token came back: the prefill is done. */
   firstTokenAt?: number;
 }
@@ -137,6 +144,8 @@ export class WorkerState {
   lastScrapeAttemptAt = -Infinity;
 
   readonly inflight = new Map<string, InflightRequest>();
+  /** This gateway's requests in flight here, per LoRA adapter. */
+  readonly inflightAdapters = new Map<string, number>();
   /** Sums over `inflight`, kept incrementally so routing never iterates requests. */
   inflightPrefillTokens = 0;
   /** Uncached prompt tokens of every request charged here so far (only grows). */
@@ -370,9 +379,25 @@ export class WorkerState {
     this.inflightBlocks += r.blocks;
     const seqs = r.sequences ?? 1;
     this.inflightSequences += seqs;
+    if (r.adapter !== undefined) this.inflightAdapters.set(r.adapter, (this.inflightAdapters.get(r.adapter) ?? 0) + 1);
     this.dispatchedSinceSnapshot += seqs;
     this.blocksReservedSinceSnapshot += r.blocks;
     if (!mirrored) this.routed++;
+  }
+
+  /**
+   * Where LoRA `adapter` stands here: 'active' (running or waiting at the last scrape, or in flight
+   * from this gateway since), 'free' (not active, but fewer adapters are than the worker's
+   * --max-loras), 'taken' (as many others are active as the limit: a request for it would wait
+   * for one of them to finish), or 'unknown' (the worker reports no vllm:lora_requests_info).
+   */
+  adapterSlot(adapter: string): 'active' | 'free' | 'taken' | 'unknown' {
+    const lora = this.snapshot?.lora;
+    if (lora === undefined) return 'unknown';
+    if (this.inflightAdapters.has(adapter) || lora.running.includes(adapter) || lora.waiting.includes(adapter)) return 'active';
+    let active = this.inflightAdapters.size;
+    for (const a of lora.running) if (!this.inflightAdapters.has(a)) active++;
+    return active >= lora.maxLoras ? 'taken' : 'free';
   }
 
   /** The request's first token arrived: its prefill no longer loads this worker. */
@@ -391,6 +416,11 @@ export class WorkerState {
     this.inflight.delete(id);
     const seqs = r.sequences ?? 1;
     this.inflightSequences -= seqs;
+    if (r.adapter !== undefined) {
+      const n = (this.inflightAdapters.get(r.adapter) ?? 1) - 1;
+      if (n > 0) this.inflightAdapters.set(r.adapter, n);
+      else this.inflightAdapters.delete(r.adapter);
+    }
     if (r.firstTokenAt === undefined) {
       // Ended before its first token (failed, cancelled, or non-streamed): it leaves the queue.
       this.inflightPrefillTokens -= r.uncachedTokens;

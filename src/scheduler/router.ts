@@ -3,6 +3,7 @@
  * worker synchronously (pick-time reservation), so a burst that arrives between two metric scrapes
  * sees each earlier pick. The live gateway and the fleet simulation both route through this class.
  */
+import { PROMPT_ADAPTER } from '../kv/prompt-blocks.js';
 import type { InflightRequest, WorkerState } from '../fleet/worker-state.js';
 import type { Clock } from '../util/clock.js';
 import type { Rng } from '../util/rng.js';
@@ -73,6 +74,8 @@ export class Router {
       dispatchedAt: ctx.now,
     };
     if (sequences > 1) charge.sequences = sequences;
+    const adapter = req.state.get(PROMPT_ADAPTER);
+    if (adapter !== undefined) charge.adapter = adapter;
     w.begin(charge);
     this.open.set(req.id, { req, decision: d, charge, firstToken: false });
     this.loadObserver?.('begin', w, charge);

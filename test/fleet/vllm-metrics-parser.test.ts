@@ -63,3 +63,15 @@ test('a page without KV usage, or with an impossible value, is rejected', () => 
   assert.throws(() => snap('vllm:kv_cache_usage_perc 7\n'), MetricsShapeError);
   assert.throws(() => snap('vllm:kv_cache_usage_perc NaN\n'), MetricsShapeError);
 });
+
+test('vllm:lora_requests_info: the newest label set is the state now; absent or malformed, no lora', () => {
+  const s = snap(`
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.1
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="sql-lora",waiting_lora_adapters=""} 1.7e9
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="sql-lora,chat-lora",waiting_lora_adapters="x-lora"} 1.7000001e9
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="",waiting_lora_adapters=""} 1.6e9
+`);
+  assert.deepEqual(s.lora, { maxLoras: 2, running: ['sql-lora', 'chat-lora'], waiting: ['x-lora'] });
+  assert.equal(snap('vllm:kv_cache_usage_perc 0.1\n').lora, undefined);
+  assert.equal(snap('vllm:kv_cache_usage_perc 0.1\nvllm:lora_requests_info{max_lora="x",running_lora_adapters="a"} 1\n').lora, undefined);
+});

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ConfigError, parseConfig } from '../../src/config.js';
 import { startSimWorker } from '../../src/sim/worker/server.js';
-import { metricValue, MODEL, post, startGateway } from './helpers.js';
+import { metricValue, MODEL, post, startGateway, waitFor } from './helpers.js';
 
 const ADAPTERS = ['sql-lora', 'chat-lora'];
 
@@ -66,6 +66,38 @@ test('an adapter is listed with its parent, routed, cached apart from the base m
     }
     const metrics = await (await fetch(url + '/metrics')).text();
     assert.equal(metricValue(metrics, 'kvgate_requests_total', { route: 'chat', model: 'sql-lora', status: '200' }), 3);
+  } finally {
+    await gw.close();
+    for (const s of sims) await s.close();
+  }
+});
+
+test('max_loras: an adapter stays on the worker it runs on, the next adapter takes the other worker', async () => {
+  // vLLM's default --max-loras 1: a worker runs one adapter's requests at a time.
+  const sims = await Promise.all([0, 1].map(() => startSimWorker({ port: 0, model: MODEL, adapters: ADAPTERS, speed: 2 })));
+  const started = await startGateway([], {
+    pools: [{ name: 'main', model: MODEL, adapters: ADAPTERS, workers: sims.map((s, i) => ({ url: s.url, id: `w${i}` })) }],
+  } as never).catch(async (e: unknown) => {
+    for (const s of sims) await s.close();
+    throw e;
+  });
+  const { gw, url } = started;
+  try {
+    await waitFor(() => gw.registry.workers.every((w) => w.snapshot?.lora?.maxLoras === 1));
+    const ask = (model: string, i: number) =>
+      post(url + '/v1/chat/completions', { model, max_tokens: 20, messages: [{ role: 'user', content: `question ${i}` }] });
+    // Sent together, two of each: spread by load alone they would share both workers, and each
+    // worker would run one adapter while the other's request waited for its slot.
+    const answers = await Promise.all(['sql-lora', 'sql-lora', 'chat-lora', 'chat-lora'].map(ask));
+    for (const a of answers) assert.equal(a.status, 200, a.text);
+    const where = answers.map((a) => a.headers.get('x-kvgate-worker'));
+    assert.equal(where[0], where[1], 'both sql-lora requests on one worker');
+    assert.equal(where[2], where[3], 'both chat-lora requests on one worker');
+    assert.notEqual(where[0], where[2], 'the two adapters on different workers');
+    const admin = (await (await fetch(url + '/admin/workers')).json()) as Array<{ adapters: string[]; lora: { maxLoras: number } | null; inflightAdapters: Record<string, number> }>;
+    assert.deepEqual(admin[0]!.adapters, ADAPTERS);
+    assert.equal(admin[0]!.lora?.maxLoras, 1);
+    assert.deepEqual(admin[0]!.inflightAdapters, {}, 'nothing in flight once all are answered');
   } finally {
     await gw.close();
     for (const s of sims) await s.close();

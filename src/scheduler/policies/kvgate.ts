@@ -69,6 +69,7 @@ import { knownGpu, GPUS } from '../../hardware/gpus.js';
 import { stateKey } from '../../util/state.js';
 import { healthyFilter } from '../filters/healthy.js';
 import { kvFitFilter } from '../filters/kv-fit.js';
+import { loraAffinityFilter } from '../filters/lora-affinity.js';
 import { PREFIX_INDEX_DEFAULTS, PrefixIndex } from '../index/prefix-index.js';
 import { PrefixMatcher } from '../index/prefix-match.js';
 import { kvgatePicker } from '../pickers/kvgate.js';
@@ -167,6 +168,10 @@ export const kvgateOptions = z.strictObject({
   // Off by default: on Azure (seeds 5–7, at round-robin's capacity) it cut kvgate's TPOT p99 by
   // 10–15%, but capacity at SLO fell 3.6–4.8% on bursty and 12% on the elephants trace, where it
   // serves long prompts more evenly (README, "Capacity at SLO first").
+  loraAffinity: booleanKnob(
+    true,
+    'keep a LoRA adapter on the workers it runs on while they keep up, and off workers whose --max-loras slots other adapters hold (filters/lora-affinity.ts); off: place adapter requests by cost alone',
+  ),
   readHeadroom: booleanKnob(
     false,
     "weigh the KV read a request adds to its neighbours' decode steps by the headroom their TPOT has left, as its prefill gap is (fewer long contexts gathered on a few workers, lower TPOT tails; less traffic carried where long prompts compete)",
@@ -369,6 +374,7 @@ export class KvgatePolicy implements Policy {
       name,
       filters: [
         healthyFilter,
+        ...(p.loraAffinity ? [loraAffinityFilter] : []),
         kvFitFilter(this.matcher, {
           rule: p.kvFit === 'now' ? 'now' : 'ever',
           whenNoneFits: p.whenNoneFits,
