@@ -5,7 +5,8 @@
  * After a worker's first passing probe, and again after it comes back, its /v1/models is read once
  * for the model's `max_model_len` (vLLM lists it there; WorkerState.maxModelLen), which the
  * gateway's own /v1/models shows. A worker that does not list it, or answers anything else, is
- * not held against: the field is simply left out.
+ * not held against: the field is simply left out. The LoRA adapters the worker is configured with
+ * and does not list there are reported (WorkerState.unlistedAdapters, a warning in the log).
  */
 import { PerWorkerLoop } from './periodic.js';
 import { fetchText } from './scraper.js';
@@ -23,6 +24,8 @@ export interface HealthProberOptions {
   onChange?: (w: WorkerState, healthy: boolean, reason: string | null) => void;
   /** Every probe's outcome (error = null on success). */
   onResult?: (w: WorkerState, error: string | null) => void;
+  /** The worker's /v1/models does not list these of its configured LoRA adapters. */
+  onUnlistedAdapters?: (w: WorkerState, adapters: readonly string[]) => void;
 }
 
 export class HealthProber {
@@ -110,6 +113,11 @@ export class HealthProber {
       const list = Array.isArray(body?.data) ? (body.data as Array<{ id?: unknown; max_model_len?: unknown }>) : [];
       const len = list.find((m) => m?.id === w.model)?.max_model_len;
       w.maxModelLen = Number.isSafeInteger(len) && (len as number) > 0 ? (len as number) : null;
+      // vLLM lists its LoRA modules there too; a configured adapter it does not list would be
+      // answered 404 by it (loaded at run time since, it is served: so this is only reported).
+      const ids = new Set(list.map((m) => m?.id));
+      w.unlistedAdapters = w.adapters.filter((a) => !ids.has(a));
+      if (w.unlistedAdapters.length > 0) this.opts.onUnlistedAdapters?.(w, w.unlistedAdapters);
     } catch {
       // Not every server lists models the way vLLM does: leave the limit unknown.
       w.maxModelLen = null;

@@ -172,6 +172,7 @@ export class WorkerRegistry {
       // The adapters it serves; from its last scrape, --max-loras and those running and waiting;
       // this gateway's requests in flight per adapter.
       out.adapters = w.adapters;
+      out.unlistedAdapters = w.unlistedAdapters;
       out.lora = s?.lora ?? null;
       out.inflightAdapters = Object.fromEntries(w.inflightAdapters);
     }

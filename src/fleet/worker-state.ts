@@ -99,6 +99,8 @@ export class WorkerState {
   readonly model: string;
   /** LoRA adapters served on top of `model`; requests naming one come here too. */
   readonly adapters: readonly string[];
+  /** Of `adapters`, those the worker's /v1/models did not list when last read (fleet/health.ts). */
+  unlistedAdapters: readonly string[] = [];
   /** The worker's declared kind of hardware, or null (the pool's workers are alike). */
   readonly hardware: string | null;
   /**

@@ -63,6 +63,8 @@ export function createFleetWatch(o: FleetWatchOptions): FleetWatch {
     failuresToMarkDown: config.health.failuresToMarkDown,
     upstreams: o.upstreams,
     onResult: o.onCheck,
+    onUnlistedAdapters: (w, adapters) =>
+      logger.warn({ worker: w.id, adapters }, 'worker does not list these configured LoRA adapters in /v1/models: requests for them will fail there until it serves them (vLLM --lora-modules, or /v1/load_lora_adapter)'),
     onChange: (w, healthy, reason) => {
       logger[healthy ? 'info' : 'warn']({ worker: w.id, healthy, reason: reason ?? undefined }, 'worker health');
       if (!healthy) o.onWorkerDown(w.id);

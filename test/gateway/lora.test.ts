@@ -4,9 +4,11 @@
  * base model's, in the workers (vLLM keys the blocks by the adapter) and in the router's index.
  */
 import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { ConfigError, parseConfig } from '../../src/config.js';
 import { startSimWorker } from '../../src/sim/worker/server.js';
+import { createLogger } from '../../src/telemetry/logger.js';
 import { metricValue, MODEL, post, startGateway, waitFor } from './helpers.js';
 
 const ADAPTERS = ['sql-lora', 'chat-lora'];
@@ -94,13 +96,37 @@ test('max_loras: an adapter stays on the worker it runs on, the next adapter tak
     assert.equal(where[0], where[1], 'both sql-lora requests on one worker');
     assert.equal(where[2], where[3], 'both chat-lora requests on one worker');
     assert.notEqual(where[0], where[2], 'the two adapters on different workers');
-    const admin = (await (await fetch(url + '/admin/workers')).json()) as Array<{ adapters: string[]; lora: { maxLoras: number } | null; inflightAdapters: Record<string, number> }>;
+    const admin = (await (await fetch(url + '/admin/workers')).json()) as Array<{ adapters: string[]; unlistedAdapters: string[]; lora: { maxLoras: number } | null; inflightAdapters: Record<string, number> }>;
     assert.deepEqual(admin[0]!.adapters, ADAPTERS);
     assert.equal(admin[0]!.lora?.maxLoras, 1);
     assert.deepEqual(admin[0]!.inflightAdapters, {}, 'nothing in flight once all are answered');
+    assert.deepEqual(admin[0]!.unlistedAdapters, []);
   } finally {
     await gw.close();
     for (const s of sims) await s.close();
+  }
+});
+
+test('a configured adapter a worker does not list is reported, in /admin/workers and the log', async () => {
+  // The worker serves sql-lora only; the config also names chat-lora.
+  const sim = await startSimWorker({ port: 0, model: MODEL, adapters: ['sql-lora'], speed: 100 });
+  const lines: string[] = [];
+  const logger = createLogger({ level: 'warn', destination: new Writable({ write: (c, _e, cb) => (lines.push(String(c)), cb()) }) });
+  const started = await startGateway([], { pools: [{ name: 'main', model: MODEL, adapters: ADAPTERS, workers: [{ url: sim.url, id: 'w0' }] }] } as never, { logger }).catch(async (e: unknown) => {
+    await sim.close();
+    throw e;
+  });
+  const { gw, url } = started;
+  try {
+    await waitFor(() => gw.registry.workers[0]!.unlistedAdapters.length > 0);
+    const admin = (await (await fetch(url + '/admin/workers')).json()) as Array<{ unlistedAdapters: string[] }>;
+    assert.deepEqual(admin[0]!.unlistedAdapters, ['chat-lora']);
+    await waitFor(() => lines.some((l) => l.includes('configured LoRA adapters')));
+    const r = await post(url + '/v1/chat/completions', { model: 'chat-lora', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(r.status, 404, "the worker's own answer");
+  } finally {
+    await gw.close();
+    await sim.close();
   }
 });
 
