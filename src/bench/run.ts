@@ -67,6 +67,10 @@ export interface BenchOptions {
     minSeconds?: number;
   };
   gpuHourCost?: number;
+  /** vLLM's --max-loras on every worker (requests naming an adapter; BenchRequest.adapter). */
+  maxLoras?: number;
+  /** The LoRA adapters every worker serves (a pool's `adapters`). */
+  adapters?: readonly string[];
   overheadMs?: number;
   kvSampleMs?: number;
   omitWallTime?: boolean;
@@ -455,6 +459,7 @@ async function runFleet(
   }, minMs), {
     admission: o.kvAdmission ? { settings: o.kvAdmission } : undefined,
     cacheIsolation: isolated,
+    ...(o.adapters !== undefined ? { adapters: o.adapters } : {}),
     cache: withCache ? simCache(o.cache!) : undefined,
     workers: o.workers,
     engineConfig: ctx.engineConfig,
@@ -546,7 +551,10 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
     : null;
   if (cap && !hasSlo(slo)) throw new Error('the capacity search needs an SLO (TTFT and/or TPOT)');
   const engineOf = (gpu: string): EngineConfig =>
-    buildEngineConfig({ gpu, model: o.model, tp, hashSeed: mix32(o.seed, 0x4b56), emitTokens: false, kvEvents: false });
+    ({
+      ...buildEngineConfig({ gpu, model: o.model, tp, hashSeed: mix32(o.seed, 0x4b56), emitTokens: false, kvEvents: false }),
+      ...(o.maxLoras !== undefined ? { maxLoras: o.maxLoras } : {}),
+    });
   const engineConfig = engineOf(mix[0]!.gpu);
   const byGpu = new Map(mix.map((s) => [s.gpu, engineOf(s.gpu)]));
   const engineConfigs = mixed ? workerGpus(mix).map((g) => byGpu.get(g)!) : undefined;

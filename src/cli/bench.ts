@@ -20,7 +20,7 @@ import { parsePriorityMix } from '../admission/classes.js';
 import { ADMISSION_DEFAULTS } from '../admission/controller.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
 import type { BenchSource } from '../workload/types.js';
-import { describeWorkloads, workloadNames, workloadSource } from '../workload/workloads.js';
+import { describeWorkloads, LORA_WORKLOAD_ADAPTERS, workloadNames, workloadSource } from '../workload/workloads.js';
 
 const DEFAULT_POLICIES = ['round-robin', 'least-load', 'kvgate'];
 
@@ -55,6 +55,9 @@ Fleet:
                           told apart only by the KV capacity each reports)
   --model NAME            model profile: ${listModels().map((m) => m.name).join(', ')} (default llama-3.1-8b)
   --tp N                  tensor-parallel GPUs per worker (default 1)
+  --max-loras N           LoRA adapters one worker batches at once (vLLM --max-loras): a request
+                          whose adapter would be one too many waits (default 1 with --workload
+                          lora, else no limit; only requests naming an adapter are affected)
 
 Run:
   --policy a,b,c          policies to compare (default ${DEFAULT_POLICIES.join(',')}); known: see --list
@@ -214,6 +217,7 @@ Exit status: 0 on success, 1 if a run failed, 2 on bad arguments.
 
 const OPTIONS = {
   workload: { type: 'string' },
+  'max-loras': { type: 'string' },
   size: { type: 'string' },
   rate: { type: 'string' },
   burstiness: { type: 'string' },
@@ -619,6 +623,8 @@ export async function run(argv: string[]): Promise<number> {
       gpuLabels,
       model,
       tp: intFlag(v.tp, 'tp', 1) ?? 1,
+      maxLoras: intFlag(v['max-loras'], 'max-loras', 1) ?? (v.workload === 'lora' ? 1 : undefined),
+      ...(v.workload === 'lora' ? { adapters: LORA_WORKLOAD_ADAPTERS } : {}),
       seed,
       rateScale: numFlag(v['rate-scale'], 'rate-scale', { positive: true }) ?? 1,
       limit,

@@ -402,6 +402,26 @@ export class WorkerState {
     return active >= lora.maxLoras ? 'taken' : 'free';
   }
 
+  /**
+   * Adapter slots free here (--max-loras less the adapters active: running at the last scrape or
+   * in flight from this gateway); adds the active adapters to `active`. 0 without a report.
+   */
+  freeAdapterSlots(active: Set<string>): number {
+    const lora = this.snapshot?.lora;
+    if (lora === undefined) return 0;
+    let n = 0;
+    for (const a of this.inflightAdapters.keys()) {
+      active.add(a);
+      n++;
+    }
+    for (const a of lora.running) {
+      active.add(a);
+      if (!this.inflightAdapters.has(a)) n++;
+    }
+    for (const a of lora.waiting) active.add(a);
+    return Math.max(0, lora.maxLoras - n);
+  }
+
   /** The request's first token arrived: its prefill no longer loads this worker. */
   firstToken(id: string, now: number): void {
     const r = this.inflight.get(id);

@@ -66,7 +66,7 @@ import { KvEventMapper } from '../fleet/kv-events-mapper.js';
 import { SpeedClasses } from '../fleet/speed-classes.js';
 import { WorkerState, type MetricsSnapshot } from '../fleet/worker-state.js';
 import type { Tenant } from '../admission/tenants.js';
-import { PROMPT_SALT } from '../kv/prompt-blocks.js';
+import { PROMPT_ADAPTER, PROMPT_SALT } from '../kv/prompt-blocks.js';
 import type { CacheEntry } from '../cache/entry.js';
 import type { ResponseCache } from '../cache/response-cache.js';
 import type { KvEvent } from '../kv/events.js';
@@ -149,6 +149,8 @@ export interface FleetSimOptions {
    * match characters, prefixes its text), as the live gateway does.
    */
   cacheIsolation?: boolean;
+  /** The LoRA adapters every worker serves (as a pool's `adapters`), for requests naming one. */
+  adapters?: readonly string[];
   /** Receives every call made to the router and every snapshot applied, in order. */
   routerTrace?: (e: RouterTraceEvent) => void;
   progressEvery?: number;
@@ -298,10 +300,17 @@ class SimRouteRequest implements RouteRequest {
   }
   get promptText(): string {
     let t = (this.text ??= synthText(this.promptTokens));
+    if (this.adapterText !== undefined) t = this.adapterText + t;
     if (this.saltText !== undefined) t = this.saltText + t;
     return t;
   }
   private saltText: string | undefined;
+  private adapterText: string | undefined;
+  /** Route this request as one naming LoRA adapter `name` (as gateway/prepare.ts does). */
+  adapter(name: string): void {
+    this.state.set(PROMPT_ADAPTER, name);
+    this.adapterText = `\u0000lora:${name}\u0000`;
+  }
   /** Isolate this request's prefixes per tenant (as gateway/prepare.ts does). */
   salt(s: string): void {
     this.state.set(PROMPT_SALT, s);
@@ -320,8 +329,8 @@ export function policyScrapeInterval(policy: Policy): number | undefined {
   return typeof v === 'number' && v > 0 ? v : undefined;
 }
 
-function snapshotOf(s: EngineStats, at: number): MetricsSnapshot {
-  return {
+function snapshotOf(s: EngineStats, at: number, engine: Engine): MetricsSnapshot {
+  const snap: MetricsSnapshot = {
     at,
     kvUsage: s.kvUsage,
     running: s.running,
@@ -332,6 +341,10 @@ function snapshotOf(s: EngineStats, at: number): MetricsSnapshot {
     prefixHits: s.prefixHits,
     preemptions: s.preemptions,
   };
+  // vllm:lora_requests_info, from an engine that serves adapters (--max-loras set).
+  const maxLoras = engine.config.maxLoras;
+  if (maxLoras !== undefined) snap.lora = { maxLoras, ...engine.adapterState() };
+  return snap;
 }
 
 /** Replay `source` (time-ordered) against a fresh fleet. */
@@ -394,6 +407,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
         numGpuBlocks: cfgs[i]!.numGpuBlocks,
         blockSize: cfg.blockSize,
         ...(opts.hardware?.[i] !== undefined ? { hardware: opts.hardware[i] } : {}),
+        ...(opts.adapters !== undefined ? { adapters: opts.adapters } : {}),
       });
       // The engine implements OracleProbe; only a policy that declares usesOracle (`oracle`,
       // `oracle-greedy`) is given the live view.
@@ -661,6 +675,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     ignoreEos: true,
     priority: req.priority ?? 0,
     ...(isolate ? { cacheSalt: saltOf(req) } : {}),
+    ...(req.adapter !== undefined ? { lora: req.adapter } : {}),
   });
 
   const dispatch = (w: number, idx: number, req: BenchRequest, now: number) => {
@@ -706,6 +721,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
     out.lastArrivalMs = now;
     if (req.next !== undefined) nextOf.set(idx, req.next);
     const rr = new SimRouteRequest(String(idx), model, req.promptTokens, declaredMax(req), req.promptText);
+    if (req.adapter !== undefined) rr.adapter(req.adapter);
     if (isolate) rr.salt(saltOf(req));
     if (req.session !== undefined) rr.sessionKey = req.session;
     if (req.tenant !== undefined) rr.tenant = req.tenant;
@@ -895,7 +911,7 @@ export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetS
 
   const scrape = (now: number) => {
     for (let i = 0; i < n; i++) {
-      const snap = snapshotOf(engines[i]!.stats(), now);
+      const snap = snapshotOf(engines[i]!.stats(), now, engines[i]!);
       trace?.({ type: 'snapshot', t: now, worker: i, snapshot: snap });
       for (const r of replicas) {
         r.states[i]!.applySnapshot(snap);

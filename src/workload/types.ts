@@ -38,6 +38,12 @@ export interface BenchRequest {
    */
   outputSeed: number;
   tenant?: string;
+  /**
+   * The LoRA adapter the request names: its engine request runs with it (blocks keyed by it, at
+   * most --max-loras adapters per batch) and the router hashes its prompt in the adapter's chain,
+   * as the live gateway does.
+   */
+  adapter?: string;
   priority?: number;
   session?: string;
   /**

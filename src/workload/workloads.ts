@@ -307,6 +307,27 @@ function* bursty(rng: Rng, seed: number, rate: number, burstiness: number): Gene
   }
 }
 
+/**
+ * Requests for `adapters` LoRA adapters of one base model, drawn with Zipf weights (a few popular
+ * adapters, a long tail), each with its own 500–1,500-token system prompt and a 50–200-token
+ * question, answers of 50–300 tokens.
+ */
+/** The adapters of the `lora` workload. */
+export const LORA_WORKLOAD_ADAPTERS: readonly string[] = Array.from({ length: 16 }, (_, a) => `lora-${a}`);
+
+function* lora(rng: Rng, seed: number, rate: number, burstiness: number, adapters = LORA_WORKLOAD_ADAPTERS.length): Generator<BenchRequest> {
+  const system = new Pool((a) => stream(mix32(seed ^ 0x10a4d1c3, a), 500 + (mix32(seed ^ 0x2f, a) % 1001)));
+  const pick = new Zipf(adapters, 1.0);
+  let t = 0;
+  for (let n = 0; ; n++) {
+    t += arrivalGapMs(rng, rate, burstiness);
+    const a = pick.sample(rng);
+    const outputSeed = mix32(seed ^ 0x7e0a11d5, n);
+    const question = stream(outputSeed ^ 0x6, uniformInt(rng, 50, 200));
+    yield { arrivalMs: t, promptTokens: concat([system.get(a), question]), maxTokens: uniformInt(rng, 50, 300), outputSeed, adapter: LORA_WORKLOAD_ADAPTERS[a]! };
+  }
+}
+
 /** Merge time-ordered streams by arrival (ties: the earlier stream first). */
 function* merge(streams: Iterator<BenchRequest>[]): Generator<BenchRequest> {
   const heads = streams.map((s) => s.next().value as BenchRequest);
@@ -375,6 +396,13 @@ const SPECS: Record<string, WorkloadSpec> = {
     defaultRate: 9,
     defaultBurstiness: 1,
     generate: (_rng, seed, rate, b) => rollouts(seed, rate, b ?? 1),
+  },
+  lora: {
+    description: '16 LoRA adapters of one model (Zipf popularity), each with its own 500–1,500-token system prompt; 50–200 token questions, 50–300 token answers (with --max-loras, default 1)',
+    defaultSize: 5000,
+    defaultRate: 40,
+    defaultBurstiness: 1,
+    generate: (rng, seed, rate, b) => lora(rng, seed, rate, b ?? SPECS['lora']!.defaultBurstiness),
   },
   'fewshot-bursts': {
     description: 'on/off bursts of short questions with 1–8 token answers on 3 shared 5–7k-token few-shot prefixes, plus 20% long unique documents',

@@ -3,18 +3,22 @@
  * for a slot. vLLM batches at most --max-loras adapters at once (default 1) and passes over a
  * waiting request whose adapter would be one too many, however idle the worker is otherwise, until
  * the requests of an adapter in the batch are done (WorkerState.adapterSlot says where an adapter
- * stands on a worker). In order:
+ * stands on a worker). Kept, in order:
  *
- *   1. workers where the adapter is active, if one of them has at most a step of prompt tokens
- *      waiting (BACKLOG_TOKENS): an adapter stays where it runs, leaving the other workers' slots
- *      to other adapters;
- *   2. else those workers and the ones with a free slot: a busy adapter spreads;
- *   3. else (every slot taken by other adapters) every worker: the scorers pick.
+ *   1. while the workers' free slots outnumber the pool's adapters active nowhere (each may need
+ *      one when its next request comes), the workers where the adapter is active and those with
+ *      a free slot: spreading an adapter then takes no slot another adapter will miss;
+ *   2. else the workers where the adapter is active with at most a step of prompt tokens waiting
+ *      (BACKLOG_TOKENS): the adapter stays where it runs, leaving the other workers' slots to the
+ *      other adapters;
+ *   3. else the workers where it is active and those with a free slot: a busy adapter spreads;
+ *   4. else (every slot held by other adapters) every worker: the scorers pick.
  *
  * Requests of the base model pass untouched, as do all requests when no worker reports
  * vllm:lora_requests_info (its limit is unknown; a worker that does not report counts as having
  * a free slot). llm-d's LoRA affinity prefers active workers in the same way, choosing between the
- * two kinds at random; here the backlog decides, and the policy's scorers pick within the set.
+ * two kinds at random; here the slots left and the backlog decide, and the policy's scorers pick
+ * within the set.
  */
 import type { WorkerState } from '../../fleet/worker-state.js';
 import { PROMPT_ADAPTER } from '../../kv/prompt-blocks.js';
@@ -32,21 +36,29 @@ export const loraAffinityFilter: Filter = {
   filter: (req, workers) => {
     const adapter = req.state.get(PROMPT_ADAPTER);
     if (adapter === undefined) return workers as WorkerState[];
-    const active: WorkerState[] = [];
+    // Where the adapter is active: with room (at most a step of prompt tokens waiting) or backed up.
+    const room: WorkerState[] = [];
+    const busy: WorkerState[] = [];
     const free: WorkerState[] = [];
     let reported = false;
-    let roomActive = false;
+    let freeSlots = 0;
+    const activeAnywhere = new Set<string>();
     for (const w of workers) {
       const slot = w.adapterSlot(adapter);
-      if (slot !== 'unknown') reported = true;
-      if (slot === 'active') {
-        active.push(w);
-        if (w.inflightPrefillTokens <= BACKLOG_TOKENS) roomActive = true;
-      } else if (slot !== 'taken') free.push(w);
+      if (slot === 'unknown') {
+        free.push(w);
+        continue;
+      }
+      reported = true;
+      freeSlots += w.freeAdapterSlots(activeAnywhere);
+      if (slot === 'free') free.push(w);
+      else if (slot === 'active') (w.inflightPrefillTokens <= BACKLOG_TOKENS ? room : busy).push(w);
     }
     if (!reported) return workers as WorkerState[];
-    if (roomActive) return active;
-    const kept = active.concat(free);
+    let inactive = 0;
+    for (const a of workers[0]!.adapters) if (!activeAnywhere.has(a) && a !== adapter) inactive++;
+    if (room.length > 0 && freeSlots <= inactive) return room;
+    const kept = room.concat(busy, free);
     return kept.length > 0 ? kept : (workers as WorkerState[]);
   },
 };

@@ -40,6 +40,22 @@ test('an adapter stays on its workers while they keep up, spreads to free slots 
   assert.deepEqual(ids(loraAffinityFilter.filter(req('c'), [busy, worker('x', { maxLoras: 1, running: ['a'], waiting: [] })], ctx)), ['busy', 'x']);
 });
 
+test('while free slots outnumber the adapters active nowhere, an active adapter may spread', () => {
+  const ws = (adapters: string[], ...snaps: Array<MetricsSnapshot['lora']>) =>
+    snaps.map((lora, i) => {
+      const w = new WorkerState({ id: `w${i}`, url: `http://w${i}`, pool: 'p', model: 'm', adapters });
+      w.snapshot = { at: 0, kvUsage: 0, running: 0, waiting: 0, lora };
+      return w;
+    });
+  // 3 free slots, one adapter (b) active nowhere: a spreads.
+  const roomy = ws(['a', 'b'], { maxLoras: 2, running: ['a'], waiting: [] }, { maxLoras: 2, running: [], waiting: [] });
+  assert.deepEqual(ids(loraAffinityFilter.filter(req('a'), roomy, ctx)), ['w0', 'w1']);
+  // 1 free slot, and b, c, d active nowhere: a stays where it runs.
+  const tight = ws(['a', 'b', 'c', 'd'], { maxLoras: 2, running: ['a'], waiting: [] }, { maxLoras: 1, running: [], waiting: [] });
+  assert.deepEqual(ids(loraAffinityFilter.filter(req('a'), tight, ctx)), ['w0']);
+  assert.deepEqual(tight[0]!.freeAdapterSlots(new Set()), 1);
+});
+
 test("this gateway's own requests in flight count before the next scrape shows them", () => {
   const w = worker('w', { maxLoras: 1, running: [], waiting: [] });
   assert.equal(w.adapterSlot('a'), 'free');
