@@ -183,7 +183,7 @@ Speculative cascade (docs/speculative.md):
 Capacity at SLO:
   --capacity              find each policy's capacity: the highest --rate-scale at which at least
                           --attainment of the requests meet the SLO. Brackets by doubling or halving
-                          from --rate-scale, then bisects to 2% (relative); every probe is a fresh
+                          from --rate-scale, then bisects to --capacity-precision; every probe is a fresh
                           fleet on the same request stream (see --capacity-seconds); reports the highest probed scale that met the
                           target, and each policy's capacity over round-robin's and the best peer's
                           (peers: every policy run but kvgate, oracle, oracle-greedy), and the work
@@ -195,6 +195,10 @@ Capacity at SLO:
                           meet it, 0 < X ≤ 1 (default: no floor), so that no policy reaches its
                           capacity by letting the long prompts miss. Every probe's worst band is in
                           the JSON either way, and the table's attainment_by_prompt lines
+  --capacity-precision P  bisect until the bracket's high / low ≤ 1 + P (default 0.02). Attainment
+                          near capacity is not monotone in the rate (a probe 1% faster can meet
+                          the target where a slower one missed), so a finer search is not a more
+                          exact one: compare policies at several fixed --rate-scale values as well
   --max-probes N          at most N probes per policy (default 14; the run at --rate-scale is the
                           first); a search that runs out says so (capacity marked '?', converged false)
   --capacity-seconds S    every probe of a built-in workload replays its requests and then as many
@@ -264,6 +268,7 @@ const OPTIONS = {
   'min-band-attainment': { type: 'string' },
   'max-probes': { type: 'string' },
   'capacity-seconds': { type: 'string' },
+  'capacity-precision': { type: 'string' },
   'gpu-hour-cost': { type: 'string' },
   'spec-mode': { type: 'string' },
   'spec-acceptance': { type: 'string' },
@@ -530,7 +535,7 @@ export async function run(argv: string[]): Promise<number> {
     const workers = gpuMix.reduce((a, s) => a + s.count, 0);
     const model = v.model ?? 'llama-3.1-8b';
     const capacity = v.capacity === true;
-    for (const f of ['attainment', 'min-band-attainment', 'max-probes', 'capacity-seconds'] as const) {
+    for (const f of ['attainment', 'min-band-attainment', 'max-probes', 'capacity-seconds', 'capacity-precision'] as const) {
       if (!capacity && v[f] !== undefined) throw new UsageError(`--${f} applies to --capacity only`);
     }
     const attainment = numFlag(v.attainment, 'attainment', { positive: true });
@@ -541,6 +546,7 @@ export async function run(argv: string[]): Promise<number> {
     }
     const maxProbes = intFlag(v['max-probes'], 'max-probes', 1);
     const minSeconds = numFlag(v['capacity-seconds'], 'capacity-seconds');
+    const precision = numFlag(v['capacity-precision'], 'capacity-precision', { positive: true });
     let sloTtftMs = numFlag(v['slo-ttft'], 'slo-ttft', { positive: true });
     let sloTtftPer1kMs = numFlag(v['slo-ttft-per-1k'], 'slo-ttft-per-1k');
     let sloTpotMs = numFlag(v['slo-tpot'], 'slo-tpot', { positive: true });
@@ -633,7 +639,7 @@ export async function run(argv: string[]): Promise<number> {
       sloTtftMs,
       sloTtftPer1kMs,
       sloTpotMs,
-      capacity: capacity ? { target: attainment, maxProbes, minBandAttainment, minSeconds } : undefined,
+      capacity: capacity ? { target: attainment, precision, maxProbes, minBandAttainment, minSeconds } : undefined,
       gpuHourCost: numFlag(v['gpu-hour-cost'], 'gpu-hour-cost'),
       omitWallTime: v['omit-wall-time'] === true,
       policyOptions,
@@ -704,7 +710,7 @@ export async function run(argv: string[]): Promise<number> {
     if (c) {
       process.stdout.write(
         `\ncapacity: highest rate scale with ≥ ${(c.target_attainment * 100).toFixed(0)}% of requests within the SLO (${describeSlo({ ttftMs: opts.sloTtftMs, ttftPer1kMs: opts.sloTtftPer1kMs, tpotMs: opts.sloTpotMs })})` +
-          `; best peer: ${c.best_peer ?? 'none'}${out.results.policies.some((p) => p.capacity && !p.capacity.converged) ? "; '?' = probe budget ran out before 2% precision" : ''}\n`,
+          `; best peer: ${c.best_peer ?? 'none'}${out.results.policies.some((p) => p.capacity && !p.capacity.converged) ? `; '?' = probe budget ran out before ${+(c.precision * 100).toPrecision(3)}% precision` : ''}\n`,
       );
       const wb = out.results.work_bound;
       if (wb) {

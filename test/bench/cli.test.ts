@@ -24,7 +24,7 @@ describe('kvgate bench CLI', () => {
       'workload', 'size', 'rate', 'burstiness', 'trace', 'format', 'azure-shared-prefix', 'azure-prefix-groups', 'skip-bad',
       'workers', 'gpu', 'gpu-labels', 'model', 'tp', 'policy', 'rate-scale', 'limit', 'seed', 'scrape-interval', 'overhead-ms', 'slo-ttft',
       'slo-tpot', 'gpu-hour-cost', 'json', 'report', 'omit-wall-time', 'progress', 'quiet', 'list', 'help',
-      'slo-ttft-per-1k', 'capacity', 'attainment', 'min-band-attainment', 'max-probes', 'capacity-seconds', 'set', 'repeat-fraction', 'cache', 'cache-ttl-ms', 'cache-max-bytes',
+      'slo-ttft-per-1k', 'capacity', 'attainment', 'min-band-attainment', 'max-probes', 'capacity-seconds', 'capacity-precision', 'set', 'repeat-fraction', 'cache', 'cache-ttl-ms', 'cache-max-bytes',
       'admission', 'priority-mix', 'shed-above', 'queue-above', 'queue-max', 'queue-max-wait', 'declared-max-tokens',
     ];
     for (const f of flags) assert.ok(help.includes(`--${f}`), `--${f} missing from help`);
@@ -70,6 +70,8 @@ describe('kvgate bench CLI', () => {
       [['--workload', 'rag', '--max-probes', '5'], /--max-probes applies to --capacity only/],
       [['--workload', 'rag', '--capacity-seconds', '30'], /--capacity-seconds applies to --capacity only/],
       [['--workload', 'rag', '--capacity', '--capacity-seconds', 'soon'], /--capacity-seconds must be a non-negative number/],
+      [['--workload', 'rag', '--capacity-precision', '0.01'], /--capacity-precision applies to --capacity only/],
+      [['--workload', 'rag', '--capacity', '--capacity-precision', '0'], /--capacity-precision must be a positive number/],
       [['--workload', 'rag', '--min-band-attainment', '0.8'], /--min-band-attainment applies to --capacity only/],
       [['--workload', 'rag', '--capacity', '--min-band-attainment', '1.2'], /--min-band-attainment must be a fraction in \(0, 1\]/],
       [['--workload', 'rag', '--capacity', '--min-band-attainment', '0'], /--min-band-attainment must be a positive number/],
