@@ -397,19 +397,19 @@ const SPECS: Record<string, WorkloadSpec> = {
     defaultBurstiness: 1,
     generate: (_rng, seed, rate, b) => rollouts(seed, rate, b ?? 1),
   },
-  lora: {
-    description: '16 LoRA adapters of one model (Zipf popularity), each with its own 500–1,500-token system prompt; 50–200 token questions, 50–300 token answers (with --max-loras, default 1)',
-    defaultSize: 5000,
-    defaultRate: 40,
-    defaultBurstiness: 1,
-    generate: (rng, seed, rate, b) => lora(rng, seed, rate, b ?? SPECS['lora']!.defaultBurstiness),
-  },
   'fewshot-bursts': {
     description: 'on/off bursts of short questions with 1–8 token answers on 3 shared 5–7k-token few-shot prefixes, plus 20% long unique documents',
     defaultSize: 8000,
     defaultRate: 48,
     defaultBurstiness: 1,
     generate: (_rng, seed, rate, b) => fewshotBursts(seed, rate, b ?? SPECS['fewshot-bursts']!.defaultBurstiness),
+  },
+  lora: {
+    description: '16 LoRA adapters of one model (Zipf popularity), each with its own 500–1,500-token system prompt; 50–200 token questions, 50–300 token answers (with --max-loras, default 1)',
+    defaultSize: 5000,
+    defaultRate: 40,
+    defaultBurstiness: 1,
+    generate: (rng, seed, rate, b) => lora(rng, seed, rate, b ?? SPECS['lora']!.defaultBurstiness),
   },
 };
 

@@ -24,13 +24,26 @@ describe('kvgate bench CLI', () => {
       'workload', 'size', 'rate', 'burstiness', 'trace', 'format', 'azure-shared-prefix', 'azure-prefix-groups', 'skip-bad',
       'workers', 'gpu', 'gpu-labels', 'model', 'tp', 'policy', 'rate-scale', 'limit', 'seed', 'scrape-interval', 'overhead-ms', 'slo-ttft',
       'slo-tpot', 'gpu-hour-cost', 'json', 'report', 'omit-wall-time', 'progress', 'quiet', 'list', 'help',
-      'slo-ttft-per-1k', 'capacity', 'attainment', 'min-band-attainment', 'max-probes', 'capacity-seconds', 'capacity-precision', 'set', 'repeat-fraction', 'cache', 'cache-ttl-ms', 'cache-max-bytes',
+      'slo-ttft-per-1k', 'capacity', 'attainment', 'min-band-attainment', 'max-probes', 'capacity-seconds', 'capacity-precision', 'max-loras', 'set', 'repeat-fraction', 'cache', 'cache-ttl-ms', 'cache-max-bytes',
       'admission', 'priority-mix', 'shed-above', 'queue-above', 'queue-max', 'queue-max-wait', 'declared-max-tokens',
     ];
     for (const f of flags) assert.ok(help.includes(`--${f}`), `--${f} missing from help`);
     const r = bench('--help');
     assert.equal(r.code, 0);
     assert.equal(r.stdout, help);
+  });
+
+  it('--workload lora --max-loras: adapters wait for slots, and the LoRA affinity keeps them from it', () => {
+    const ttftP99 = (...extra: string[]): number => {
+      const out = join(dir, 'lora.json');
+      const r = bench('--workload', 'lora', '--size', '800', '--max-loras', '2', '--policy', 'kvgate', ...extra, '--json', out, '--quiet');
+      assert.equal(r.code, 0, r.stderr);
+      return JSON.parse(readFileSync(out, 'utf8')).policies[0].ttft_ms.p99;
+    };
+    const withAffinity = ttftP99();
+    const without = ttftP99('--set', 'kvgate.loraAffinity=false');
+    assert.ok(withAffinity * 10 < without, `TTFT p99 ${withAffinity} ms with the affinity, ${without} ms without`);
+    assert.equal(bench('--workload', 'lora', '--max-loras', '0').code, 2);
   });
 
   it('runs kvgate to the SLO it is judged by, unless told otherwise; the peers get nothing', () => {

@@ -88,6 +88,19 @@ describe('workloads', () => {
     assert.ok(firstDocs.size < rs.length / 2, `first documents: ${firstDocs.size} distinct of ${rs.length}`);
   });
 
+  it('lora: every request names one of 16 adapters, popular ones most, each with its own system prompt', () => {
+    const rs = [...workloadSource('lora', { size: 2000, seed: 9 }).open()];
+    const by = new Map<string, number>();
+    for (const r of rs) by.set(r.adapter!, (by.get(r.adapter!) ?? 0) + 1);
+    assert.ok(by.size > 10 && by.size <= 16, `${by.size} adapters`);
+    assert.ok((by.get('lora-0') ?? 0) > (by.get('lora-15') ?? 0) * 4, 'Zipf popularity');
+    // One system prompt per adapter: requests of an adapter share their first 500 tokens.
+    const heads = new Map<string, Set<string>>();
+    for (const r of rs) (heads.get(r.adapter!) ?? heads.set(r.adapter!, new Set()).get(r.adapter!)!).add(Array.from(r.promptTokens).slice(0, 500).join(','));
+    for (const [a, h] of heads) assert.equal(h.size, 1, a);
+    assert.equal(new Set([...heads.values()].map((h) => [...h][0])).size, heads.size, 'and no two adapters share one');
+  });
+
   it('bursty: mixes in long-context requests', () => {
     const rs = [...workloadSource('bursty', { size: 1000, seed: 8 }).open()];
     const long = rs.filter((r) => r.promptTokens.length >= 8000).length;
@@ -95,7 +108,7 @@ describe('workloads', () => {
   });
 
   it('rejects unknown names and bad knobs with clear errors', () => {
-    assert.throws(() => workloadSource('nope'), /unknown workload 'nope' \(known: shared-prefix, multi-turn, rag, bursty, mixed, agentic, rollouts, fewshot-bursts\)/);
+    assert.throws(() => workloadSource('nope'), /unknown workload 'nope' \(known: shared-prefix, multi-turn, rag, bursty, mixed, agentic, rollouts, fewshot-bursts, lora\)/);
     assert.throws(() => workloadSource('rag', { rate: 0 }), /rate must be a positive number/);
     assert.throws(() => workloadSource('rag', { size: 1.5 }), /size must be a non-negative integer/);
     assert.equal(describeWorkloads().length, workloadNames().length);

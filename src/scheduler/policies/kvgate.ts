@@ -170,7 +170,7 @@ export const kvgateOptions = z.strictObject({
   // serves long prompts more evenly (README, "Capacity at SLO first").
   loraAffinity: booleanKnob(
     true,
-    "place a LoRA adapter's requests by the workers' --max-loras slots: spread while free slots outnumber the adapters running nowhere, else stay on the workers running it while they keep up; never feed a worker where another adapter waits for its slot (filters/lora-affinity.ts); off: by cost alone",
+    "place a LoRA adapter's requests by the workers' --max-loras slots: spread while free slots outnumber the adapters running nowhere, else stay on the workers running it while they keep up, never where other adapters hold every slot while another worker will do (filters/lora-affinity.ts); off: by cost alone",
   ),
   readHeadroom: booleanKnob(
     false,
