@@ -17,7 +17,8 @@ Options:
   --profile NAME         engine profile when the served name is not one of the above
   --adapters A,B         LoRA adapters served on top of --model (vLLM --enable-lora
                          --lora-modules): listed in /v1/models with their parent, accepted as
-                         "model"; an adapter's blocks are cached (and KV events published) apart
+                         "model"; an adapter's blocks are cached (and KV events published)
+                         apart from the base model's and each other's
   --max-loras N          with --adapters: most adapters in one batch (vLLM --max-loras; default 1)
   --gpu NAME             GPU profile: ${listGpus().map((g) => g.name).join(', ')} (default h100)
   --tp N                 tensor-parallel degree (default 1)
