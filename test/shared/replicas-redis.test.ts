@@ -164,11 +164,17 @@ describe('gateway replicas sharing state through Redis', { skip }, () => {
       const first = await ask(a.url, { input: `Begin story ${i}.` });
       assert.equal(first.status, 200, first.text);
       const home = first.headers.get('x-kvgate-worker');
+      // A writes the id to Redis as the answer's first bytes pass (before the client has them);
+      // on a test process loaded by the whole suite the write's acknowledgement can trail the
+      // answer, so wait for it: what is tested is that B finds what A wrote.
+      await waitFor(async () => (await shared(a.url)).responses.stored >= i + 1, 5_000);
       // Distinct long inputs: without the pin, B would spread them.
       const next = await ask(b.url, { input: longPrompt(`cont${i}`), previous_response_id: first.json.id });
       assert.equal(next.status, 200, next.text);
       const got = next.headers.get('x-kvgate-worker');
-      if (got !== home) assert.fail(`continuation ${i}: ${got}, not ${home}; B's directory lookups ${JSON.stringify((await shared(b.url)).responses)}`);
+      if (got !== home) {
+        assert.fail(`continuation ${i}: ${got}, not ${home}; B's directory lookups ${JSON.stringify((await shared(b.url)).responses)}, A's ${JSON.stringify((await shared(a.url)).responses)}`);
+      }
     }
     const st = (await shared(b.url)).responses;
     assert.ok(st.found >= 4, JSON.stringify(st));
