@@ -23,6 +23,7 @@
 
 import { BlockManager } from './block-manager.js';
 import { chainRoot, hashBlock, saltedRoot } from '../kv/block-hash.js';
+import { adapterRoot } from '../kv/prompt-blocks.js';
 import type { KvEvent } from '../kv/events.js';
 import type {
   AdmissionError,
@@ -693,7 +694,7 @@ export class Engine implements EngineModel {
    */
   private requestRoot(req: EngineRequest): number {
     let root = this.root;
-    if (req.lora !== undefined && req.lora !== '') root = saltedRoot(root, `lora\u0000${req.lora}`);
+    if (req.lora !== undefined && req.lora !== '') root = adapterRoot(root, req.lora);
     if (req.cacheSalt !== undefined && req.cacheSalt !== '') root = saltedRoot(root, req.cacheSalt);
     return root;
   }

@@ -397,28 +397,27 @@ export class WorkerState {
     const lora = this.snapshot?.lora;
     if (lora === undefined) return 'unknown';
     if (this.inflightAdapters.has(adapter) || lora.running.includes(adapter) || lora.waiting.includes(adapter)) return 'active';
-    let active = this.inflightAdapters.size;
-    for (const a of lora.running) if (!this.inflightAdapters.has(a)) active++;
-    return active >= lora.maxLoras ? 'taken' : 'free';
+    return this.freeAdapterSlots() > 0 ? 'free' : 'taken';
   }
 
   /**
    * Adapter slots free here (--max-loras less the adapters active: running at the last scrape or
-   * in flight from this gateway); adds the active adapters to `active`. 0 without a report.
+   * in flight from this gateway); adds the active adapters, waiting ones too, to `active` if given.
+   * 0 without a report.
    */
-  freeAdapterSlots(active: Set<string>): number {
+  freeAdapterSlots(active?: Set<string>): number {
     const lora = this.snapshot?.lora;
     if (lora === undefined) return 0;
     let n = 0;
     for (const a of this.inflightAdapters.keys()) {
-      active.add(a);
+      active?.add(a);
       n++;
     }
     for (const a of lora.running) {
-      active.add(a);
+      active?.add(a);
       if (!this.inflightAdapters.has(a)) n++;
     }
-    for (const a of lora.waiting) active.add(a);
+    for (const a of lora.waiting) active?.add(a);
     return Math.max(0, lora.maxLoras - n);
   }
 
