@@ -19,7 +19,11 @@ Options:
                          --lora-modules): listed in /v1/models with their parent, accepted as
                          "model"; an adapter's blocks are cached (and KV events published)
                          apart from the base model's and each other's
-  --max-loras N          with --adapters: most adapters in one batch (vLLM --max-loras; default 1)
+  --runtime-lora         serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM with
+                         VLLM_ALLOW_RUNTIME_LORA_UPDATING=True): adapters loaded there are listed
+                         in /v1/models and served like --adapters ones
+  --max-loras N          with --adapters or --runtime-lora: most adapters in one batch (vLLM
+                         --max-loras; default 1)
   --gpu NAME             GPU profile: ${listGpus().map((g) => g.name).join(', ')} (default h100)
   --tp N                 tensor-parallel degree (default 1)
   --speed X              time compression: 10 runs steps ten times faster than modelled (default 1)
@@ -134,6 +138,7 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
         profile: { type: 'string' },
         adapters: { type: 'string' },
         'max-loras': { type: 'string' },
+        'runtime-lora': { type: 'boolean' },
         gpu: { type: 'string' },
         tp: { type: 'string' },
         speed: { type: 'string' },
@@ -170,6 +175,7 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
     model: values.model ?? 'llama-3.1-8b',
     adapters: adapterList(values.adapters, values.model ?? 'llama-3.1-8b'),
     maxLoras: int('max-loras', values['max-loras'], 1),
+    runtimeLoraUpdating: values['runtime-lora'] === true,
     profile: values.profile,
     gpu: values.gpu ?? 'h100',
     tp: int('tp', values.tp, 1),
@@ -188,7 +194,7 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
     draftAcceptance: values['draft-acceptance'] === undefined ? undefined : parseDraftAcceptance(values['draft-acceptance']),
     draftFidelity: num('draft-fidelity', values['draft-fidelity'], (n) => n >= 0 && n <= 1, 'in [0, 1]'),
   };
-  if (opts.maxLoras !== undefined && opts.adapters === undefined) throw new UsageError('--max-loras needs --adapters');
+  if (opts.maxLoras !== undefined && opts.adapters === undefined && !opts.runtimeLoraUpdating) throw new UsageError('--max-loras needs --adapters or --runtime-lora');
   const specK = int('spec-k', values['spec-k'], 1);
   if (specK === undefined && (values['spec-draft-model'] !== undefined || values['spec-acceptance'] !== undefined)) {
     throw new UsageError('--spec-draft-model and --spec-acceptance need --spec-k');

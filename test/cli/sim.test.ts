@@ -33,8 +33,11 @@ test('arguments map onto worker options', () => {
   assert.deepEqual(o.kvEvents, { endpoint: 'tcp://127.0.0.1:*', topic: '', replayEndpoint: 'tcp://127.0.0.1:5600' });
   assert.deepEqual(parseSimArgs(['--adapters', 'sql-lora, chat-lora']).adapters, ['sql-lora', 'chat-lora']);
   assert.equal(parseSimArgs(['--adapters', 'a', '--max-loras', '2']).maxLoras, 2);
+  const rt = parseSimArgs(['--runtime-lora', '--max-loras', '3']);
+  assert.deepEqual([rt.runtimeLoraUpdating, rt.maxLoras, rt.adapters], [true, 3, undefined]);
   const d = parseSimArgs([]);
   assert.equal(d.adapters, undefined);
+  assert.equal(d.runtimeLoraUpdating, false);
   assert.equal(d.port, 8000);
   assert.equal(d.host, '127.0.0.1');
   assert.equal(d.kvEvents, undefined);

@@ -91,7 +91,7 @@ export class KvEventPublisher {
   private readonly topic: Buffer;
   private readonly bufferSteps: number;
   private readonly dpRank: number;
-  private readonly loraIds: ReadonlyMap<string, number>;
+  private readonly loraIds: Map<string, number>;
   private pub: zmq.Publisher | null = null;
   private replay: zmq.Router | null = null;
   private nextSeq = 0;
@@ -127,6 +127,11 @@ export class KvEventPublisher {
     }
     this.endpoints = endpoints;
     return endpoints;
+  }
+
+  /** An adapter loaded at run time: its events carry the next lora_id (vLLM counts on from the last). */
+  addAdapter(name: string): void {
+    if (!this.loraIds.has(name)) this.loraIds.set(name, Math.max(0, ...this.loraIds.values()) + 1);
   }
 
   /** Sequence number the next batch will carry. */

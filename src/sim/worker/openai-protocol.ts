@@ -131,7 +131,7 @@ export const unavailable = (message: string) => new SimError(503, 'ServiceUnavai
  * A request naming a model other than the served one or one of its LoRA adapters is a 404 (no
  * `model` at all is fine). Returns the adapter named, if one is.
  */
-export function checkModel(model: string | null | undefined, served: string, adapters?: ReadonlySet<string>): string | undefined {
+export function checkModel(model: string | null | undefined, served: string, adapters?: { has(name: string): boolean }): string | undefined {
   if (model === undefined || model === null || model === served) return undefined;
   if (adapters?.has(model) === true) return model;
   throw notFound(`The model \`${model}\` does not exist.`);
@@ -184,6 +184,12 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, hea
   const payload = JSON.stringify(body);
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload), ...headers });
   res.end(payload);
+}
+
+/** A plain-text answer (vLLM's LoRA load and unload answer so on success). */
+export function sendText(res: ServerResponse, status: number, text: string): void {
+  res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
 }
 
 export function sendJsonError(res: ServerResponse, err: SimError): void {

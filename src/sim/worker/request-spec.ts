@@ -59,7 +59,7 @@ export interface ServedModel {
   /** Served model name: a request naming another one (or none of `adapters`) is a 404. */
   model: string;
   /** LoRA adapters served on top of `model` (vLLM --lora-modules). */
-  adapters: ReadonlySet<string>;
+  adapters: { has(name: string): boolean };
   maxModelLen: number;
   /** Output budget of a chat request without max_tokens (at most what the context leaves). */
   defaultMaxChatTokens: number;

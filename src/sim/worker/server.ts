@@ -45,6 +45,7 @@ import {
   parseBody,
   sendJson,
   sendJsonError,
+  sendText,
   tokenizeSchema,
   unavailable,
 } from './openai-protocol.js';
@@ -75,6 +76,12 @@ export interface SimWorkerOptions {
    * whose adapter would be one too many waits until one is out of the batch.
    */
   maxLoras?: number;
+  /**
+   * Serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter, as vLLM does with
+   * VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (and --enable-lora): adapters loaded there are listed,
+   * served and unloaded like the configured ones. Default false (the routes answer 404).
+   */
+  runtimeLoraUpdating?: boolean;
   /** Engine profile (src/engine/profiles.ts) when the served name is not one. Default: `model`. */
   profile?: string;
   /** GPU profile: h100 (default), a100, a10g. */
@@ -185,8 +192,8 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
       speculative: { k: sp.k, draftTimeModel, acceptance: typeof acc === 'number' ? () => acc : () => acc(simNow()), rng: seededRng(sp.seed ?? 1) },
     };
   }
-  if ((opts.adapters?.length ?? 0) > 0) config = { ...config, maxLoras: opts.maxLoras ?? 1 };
-  else if (opts.maxLoras !== undefined) throw new Error('maxLoras needs adapters');
+  if ((opts.adapters?.length ?? 0) > 0 || opts.runtimeLoraUpdating === true) config = { ...config, maxLoras: opts.maxLoras ?? 1 };
+  else if (opts.maxLoras !== undefined) throw new Error('maxLoras needs adapters or runtimeLoraUpdating');
   const engine = new Engine(config);
   // A draft LM agrees with its target where it should; either way it is named by the served model.
   if (opts.draftFidelity !== undefined && opts.draftAcceptance !== undefined) throw new Error('give draftFidelity or draftAcceptance, not both');
@@ -206,6 +213,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
   const sim = new SimWorkerServer({
     model,
     adapters: opts.adapters ?? [],
+    runtimeLoraUpdating: opts.runtimeLoraUpdating ?? false,
     engine,
     lm,
     speed: opts.speed ?? 1,
@@ -292,6 +300,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
 interface ServerParts {
   model: string;
   adapters: readonly string[];
+  runtimeLoraUpdating: boolean;
   engine: EngineModel;
   lm: SyntheticLm | ((nowMs: number) => SyntheticLm);
   speed: number;
@@ -304,7 +313,9 @@ interface ServerParts {
 /** The worker's HTTP routes and its engine side: runs exchanges' sequences and observes their metrics. */
 class SimWorkerServer implements ExchangeHost {
   readonly model: string;
-  private readonly adapters: ReadonlySet<string>;
+  /** Served adapters (configured, then loaded at run time), each with the path it was loaded from. */
+  private readonly adapters = new Map<string, string>();
+  private readonly runtimeLoraUpdating: boolean;
   readonly engine: EngineModel;
   readonly driver: EngineDriver;
   readonly metrics: VllmMetrics;
@@ -323,7 +334,8 @@ class SimWorkerServer implements ExchangeHost {
   constructor(p: ServerParts) {
     this.apiKey = p.apiKey ?? null;
     this.model = p.model;
-    this.adapters = new Set(p.adapters);
+    for (const a of p.adapters) this.adapters.set(a, `/adapters/${a}`);
+    this.runtimeLoraUpdating = p.runtimeLoraUpdating;
     this.engine = p.engine;
     this.lmAt = typeof p.lm === 'function' ? p.lm : () => p.lm as SyntheticLm;
     this.served = { model: p.model, adapters: this.adapters, maxModelLen: p.engine.config.maxModelLen, defaultMaxChatTokens: p.defaultMaxChatTokens };
@@ -405,6 +417,12 @@ class SimWorkerServer implements ExchangeHost {
         return void res.end();
       case '/v1/embeddings':
         return post((b) => this.embeddings(req, res, b));
+      case '/v1/load_lora_adapter':
+        if (!this.runtimeLoraUpdating) return sendJson(res, 404, { detail: 'Not Found' });
+        return post((b) => this.loadLora(res, b));
+      case '/v1/unload_lora_adapter':
+        if (!this.runtimeLoraUpdating) return sendJson(res, 404, { detail: 'Not Found' });
+        return post((b) => this.unloadLora(res, b));
       case '/tokenize':
         return post((b) => this.tokenize(res, b));
       case '/detokenize':
@@ -503,9 +521,33 @@ class SimWorkerServer implements ExchangeHost {
       object: 'list',
       data: [
         card(this.model, this.model, null, this.engine.config.maxModelLen),
-        ...[...this.adapters].map((a) => card(a, `/adapters/${a}`, this.model, undefined)),
+        ...[...this.adapters].map(([a, path]) => card(a, path, this.model, undefined)),
       ],
     };
+  }
+
+  // ---- LoRA adapters at run time (vllm/entrypoints/openai/serving_models.py) ----
+
+  /** Load an adapter: listed and served from now on; vLLM's checks, messages and plain-text answer. */
+  private loadLora(res: ServerResponse, raw: unknown): void {
+    const body = raw as { lora_name?: unknown; lora_path?: unknown };
+    const name = typeof body.lora_name === 'string' ? body.lora_name : '';
+    const path = typeof body.lora_path === 'string' ? body.lora_path : '';
+    if (name === '' || path === '') throw new SimError(400, 'InvalidUserInput', "Both 'lora_name' and 'lora_path' must be provided.");
+    if (this.adapters.has(name)) throw new SimError(400, 'InvalidUserInput', `The lora adapter '${name}' has already been loaded.`);
+    this.adapters.set(name, path);
+    this.kvPublisher?.addAdapter(name);
+    sendText(res, 200, `Success: LoRA adapter '${name}' added successfully.`);
+  }
+
+  /** Unload an adapter: no longer listed, new requests for it answered 404; those running finish. */
+  private unloadLora(res: ServerResponse, raw: unknown): void {
+    const body = raw as { lora_name?: unknown; lora_int_id?: unknown };
+    const name = typeof body.lora_name === 'string' ? body.lora_name : '';
+    if (name === '' && body.lora_int_id === undefined) throw new SimError(400, 'InvalidUserInput', "either 'lora_name' and 'lora_int_id' needs to be provided.");
+    if (!this.adapters.has(name)) throw new SimError(404, 'NotFoundError', `The lora adapter '${name}' cannot be found.`);
+    this.adapters.delete(name);
+    sendText(res, 200, `Success: LoRA adapter '${name}' removed successfully.`);
   }
 
   private tokenize(res: ServerResponse, raw: unknown): void {
