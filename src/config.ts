@@ -84,10 +84,17 @@ const adapterList = z
   .refine((a) => new Set(a).size === a.length, { message: 'an adapter is listed twice' })
   .default([]);
 
+/**
+ * Also serve the LoRA adapters a worker lists in its /v1/models under the pool's model (vLLM
+ * `--lora-modules`, or loaded at run time: /v1/load_lora_adapter, or kvgate's /admin/adapters).
+ */
+const discoverAdapters = z.boolean().default(true);
+
 const flatWorker = workerInPool.extend({
   pool: z.string().min(1).default('default'),
   model: z.string().min(1),
   adapters: adapterList,
+  discoverAdapters,
   cacheIsolation: z.enum(['none', 'tenant']).default('none'),
 });
 
@@ -95,6 +102,7 @@ const pool = z.strictObject({
   name: z.string().min(1),
   model: z.string().min(1),
   adapters: adapterList,
+  discoverAdapters,
   workers: z.array(workerInPool).min(1),
   /** `tenant`: each tenant's prompts get their own vLLM cache_salt and gateway block hashes. */
   cacheIsolation: z.enum(['none', 'tenant']).default('none'),
@@ -415,6 +423,11 @@ export const configSchema = z
         intervalMs: ms.default(2_000),
         timeoutMs: ms.optional(),
         failuresToMarkDown: z.int().positive().default(3),
+        /**
+         * Read each worker's /v1/models again this often: its max_model_len and the LoRA adapters
+         * it serves, which may be loaded and unloaded at run time.
+         */
+        modelsIntervalMs: ms.default(10_000),
       })
       .prefault({}),
     circuitBreaker: z
@@ -803,6 +816,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
     return Object.keys(h).length > 0 ? Object.fromEntries(Object.entries(h).map(([k, v]) => [k.toLowerCase(), v])) : undefined;
   };
   const poolSettings = new Map<string, PoolSettings>();
+  const cascadePools = new Set(c.speculative.cascades.flatMap((sc) => [sc.targetPool, sc.draftPool]));
   for (const [pi, p] of c.pools.entries()) {
     poolSettings.set(p.name, { cacheIsolation: p.cacheIsolation, caps: p.caps ?? {} });
     p.workers.forEach((w, j) => {
@@ -813,6 +827,8 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
         pool: p.name,
         model: p.model,
         ...(p.adapters.length > 0 ? { adapters: p.adapters } : {}),
+        // A speculative cascade's pools serve no adapters (checked above for configured ones).
+        discoverAdapters: p.discoverAdapters && !cascadePools.has(p.name),
         numGpuBlocks: w.numGpuBlocks,
         blockSize: w.blockSize,
         ...(w.hardware !== undefined ? { hardware: w.hardware } : {}),
@@ -829,6 +845,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
       pool: w.pool,
       model: w.model,
       ...(w.adapters.length > 0 ? { adapters: w.adapters } : {}),
+      discoverAdapters: w.discoverAdapters && !cascadePools.has(w.pool),
       numGpuBlocks: w.numGpuBlocks,
       blockSize: w.blockSize,
       ...(w.hardware !== undefined ? { hardware: w.hardware } : {}),

@@ -65,14 +65,7 @@ export class WorkerRegistry {
     const list = this.workers as WorkerState[];
     list.splice(list.indexOf(w), 1);
     this.byId.delete(id);
-    for (const name of [w.model, ...w.adapters]) {
-      const rest = (this.byModel.get(name) ?? []).filter((x) => x !== w);
-      if (rest.length > 0) this.byModel.set(name, rest);
-      else {
-        this.byModel.delete(name);
-        this.adapterBase.delete(name);
-      }
-    }
+    for (const name of [w.model, ...w.adapters]) this.unindex(name, w);
     const b = this.breakers.get(id)!;
     this.breakers.delete(id);
     this.retiredBreakers.set(w, b);
@@ -100,6 +93,56 @@ export class WorkerRegistry {
 
   get(id: string): WorkerState | undefined {
     return this.byId.get(id);
+  }
+
+  /**
+   * Why `name` cannot be served as a LoRA adapter of `base`, or null if it can: it is a served base
+   * model's own name, or an adapter of another base model (an adapter belongs to one, as config.ts
+   * checks for configured ones).
+   */
+  adapterConflict(name: string, base: string): string | null {
+    const other = this.adapterBase.get(name);
+    if (other === undefined && this.byModel.has(name)) return `'${name}' is a served model's own name`;
+    if (other !== undefined && other !== base) return `adapter '${name}' is served on model '${other}': an adapter belongs to one base model`;
+    return null;
+  }
+
+  /**
+   * The adapters served on `w` beyond its configured ones become `names` (those listed by its
+   * /v1/models, or loaded and unloaded through /admin/adapters); the model index follows. A name
+   * that conflicts (adapterConflict) is left out and returned in `refused`.
+   */
+  setLoadedAdapters(w: WorkerState, names: Iterable<string>): { added: string[]; removed: string[]; refused: Array<{ name: string; reason: string }> } {
+    const refused: Array<{ name: string; reason: string }> = [];
+    const keep = new Set<string>();
+    for (const name of names) {
+      if (name === w.model || keep.has(name)) continue;
+      const reason = this.adapterConflict(name, w.model);
+      if (reason === null) keep.add(name);
+      else refused.push({ name, reason });
+    }
+    const before = new Set(w.adapters);
+    w.replaceLoadedAdapters(keep);
+    const after = new Set(w.adapters);
+    const added = [...after].filter((a) => !before.has(a));
+    const removed = [...before].filter((a) => !after.has(a));
+    if (w.retired) return { added, removed, refused };
+    for (const a of added) {
+      this.byModel.set(a, [...(this.byModel.get(a) ?? []), w]);
+      this.adapterBase.set(a, w.model);
+    }
+    for (const a of removed) this.unindex(a, w);
+    return { added, removed, refused };
+  }
+
+  /** `w` no longer serves model `name`: drop it from the index (and the name, served nowhere now). */
+  private unindex(name: string, w: WorkerState): void {
+    const rest = (this.byModel.get(name) ?? []).filter((x) => x !== w);
+    if (rest.length > 0) this.byModel.set(name, rest);
+    else {
+      this.byModel.delete(name);
+      this.adapterBase.delete(name);
+    }
   }
 
   /** Workers serving `model`, or undefined if no pool serves it. */
@@ -169,9 +212,11 @@ export class WorkerRegistry {
       routed: w.routed,
     };
     if (w.adapters.length > 0) {
-      // The adapters it serves; from its last scrape, --max-loras and those running and waiting;
-      // this gateway's requests in flight per adapter.
+      // The adapters it serves (configured, then loaded: listed by its /v1/models or loaded
+      // through /admin/adapters); from its last scrape, --max-loras and those running and
+      // waiting; this gateway's requests in flight per adapter.
       out.adapters = w.adapters;
+      out.loadedAdapters = w.adapters.filter((a) => !w.configuredAdapters.includes(a));
       out.unlistedAdapters = w.unlistedAdapters;
       out.lora = s?.lora ?? null;
       out.inflightAdapters = Object.fromEntries(w.inflightAdapters);

@@ -69,6 +69,11 @@ export interface WorkerIdentity {
   model: string;
   /** LoRA adapters the worker serves on top of `model` (vLLM --lora-modules): model names too. */
   adapters?: readonly string[];
+  /**
+   * Also serve the adapters the worker lists in its /v1/models under `model` (loaded at start or at
+   * run time, vLLM /v1/load_lora_adapter). Default false here; the config turns it on per pool.
+   */
+  discoverAdapters?: boolean;
   /** KV capacity from configuration or a profile, until the worker reports its own. */
   numGpuBlocks?: number;
   blockSize?: number;
@@ -97,9 +102,23 @@ export class WorkerState {
   readonly url: string;
   readonly pool: string;
   readonly model: string;
-  /** LoRA adapters served on top of `model`; requests naming one come here too. */
-  readonly adapters: readonly string[];
-  /** Of `adapters`, those the worker's /v1/models did not list when last read (fleet/health.ts). */
+  /** LoRA adapters from the configuration (WorkerIdentity.adapters). */
+  readonly configuredAdapters: readonly string[];
+  /** Serve the adapters the worker lists in /v1/models too (WorkerIdentity.discoverAdapters). */
+  readonly discoverAdapters: boolean;
+  /**
+   * Adapters served beyond the configured ones: listed by the worker's /v1/models (discovery) or
+   * loaded through /admin/adapters. Changed only through the registry, which indexes them.
+   */
+  private loaded: ReadonlySet<string> = new Set();
+  /** configuredAdapters, then the loaded ones not configured; rebuilt when `loaded` changes. */
+  private served: readonly string[];
+  /**
+   * Bumped by every change to the loaded adapters made by an operator (/admin/adapters): a model
+   * list read that began before it is out of date and not applied (fleet/health.ts).
+   */
+  adapterEpoch = 0;
+  /** Of configuredAdapters, those the worker's /v1/models did not list when last read (fleet/health.ts). */
   unlistedAdapters: readonly string[] = [];
   /** The worker's declared kind of hardware, or null (the pool's workers are alike). */
   readonly hardware: string | null;
@@ -198,12 +217,31 @@ export class WorkerState {
     this.url = identity.url;
     this.pool = identity.pool;
     this.model = identity.model;
-    this.adapters = identity.adapters ?? [];
+    this.configuredAdapters = identity.adapters ?? [];
+    this.discoverAdapters = identity.discoverAdapters ?? false;
+    this.served = this.configuredAdapters;
     this.hardware = identity.hardware ?? null;
     this.speedClass = this.hardware === null ? this.pool : `${this.pool}\u0000${this.hardware}`;
     this.upstreamHeaders = identity.upstreamHeaders ?? {};
     this.configuredBlocks = identity.numGpuBlocks;
     this.configuredBlockSize = identity.blockSize;
+  }
+
+  /** LoRA adapters served on top of `model`, configured and loaded; requests naming one come here too. */
+  get adapters(): readonly string[] {
+    return this.served;
+  }
+
+  /** Adapters served beyond the configured ones (WorkerRegistry.setLoadedAdapters changes them). */
+  get loadedAdapters(): ReadonlySet<string> {
+    return this.loaded;
+  }
+
+  /** Registry only: replace the loaded adapters (the registry keeps its model index in step). */
+  replaceLoadedAdapters(names: ReadonlySet<string>): void {
+    this.loaded = names;
+    const configured = new Set(this.configuredAdapters);
+    this.served = [...this.configuredAdapters, ...[...names].filter((a) => !configured.has(a))];
   }
 
   get numGpuBlocks(): number {

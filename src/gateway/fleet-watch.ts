@@ -25,6 +25,8 @@ export interface FleetWatchOptions {
   onWorkerDown: (workerId: string) => void;
   /** Every scrape's and probe's outcome (outlier detection counts timeouts as suspicion). */
   onCheck?: (w: WorkerState, error: string | null) => void;
+  /** The LoRA adapters a worker's /v1/models lists (HealthProberOptions.onModelList). */
+  onModelList?: (w: WorkerState, adapters: string[], epoch: number) => void;
 }
 
 export interface FleetWatch {
@@ -61,8 +63,10 @@ export function createFleetWatch(o: FleetWatchOptions): FleetWatch {
     intervalMs: config.health.intervalMs,
     timeoutMs: config.health.timeoutMs,
     failuresToMarkDown: config.health.failuresToMarkDown,
+    modelsIntervalMs: config.health.modelsIntervalMs,
     upstreams: o.upstreams,
     onResult: o.onCheck,
+    onModelList: o.onModelList,
     onUnlistedAdapters: (w, adapters) =>
       logger.warn({ worker: w.id, adapters }, 'worker does not list these configured LoRA adapters in /v1/models: requests for them will fail there until it serves them (vLLM --lora-modules, or /v1/load_lora_adapter)'),
     onChange: (w, healthy, reason) => {

@@ -68,3 +68,31 @@ test('the per-worker loop runs an added worker and stops a removed one (a run in
   assert.equal(runs.filter((id) => id === 'a').length, n, 'no run after remove()');
   loop.stop();
 });
+
+test('loaded adapters join and leave the model index; a name that conflicts is refused', () => {
+  const reg = new WorkerRegistry(
+    [
+      { id: 'a', url: 'http://a:1', pool: 'p', model: 'm', adapters: ['conf'] },
+      { id: 'b', url: 'http://b:1', pool: 'p', model: 'm' },
+      { id: 'c', url: 'http://c:1', pool: 'q', model: 'n' },
+    ],
+    { staleAfterMs: 5000, now: () => 0, breaker: { failuresToOpen: 5, coolDownMs: 60_000 } },
+  );
+  const [a, b, c] = reg.workers;
+  const ids = (model: string) => reg.forModel(model)?.map((w) => w.id);
+  // The worker's own model, a base model's name and an adapter of another base are not routed.
+  const r = reg.setLoadedAdapters(a!, ['x', 'conf', 'm', 'n', 'x']);
+  assert.deepEqual(r, { added: ['x'], removed: [], refused: [{ name: 'n', reason: "'n' is a served model's own name" }] });
+  assert.deepEqual(a!.adapters, ['conf', 'x']);
+  reg.setLoadedAdapters(b!, ['x']);
+  assert.deepEqual([ids('x'), reg.adapterOf('x')], [['a', 'b'], 'm']);
+  assert.deepEqual(reg.setLoadedAdapters(c!, ['x']).refused, [{ name: 'x', reason: "adapter 'x' is served on model 'm': an adapter belongs to one base model" }]);
+  // Unloaded from one worker, then the other: the name leaves the index with the last.
+  assert.deepEqual(reg.setLoadedAdapters(a!, []), { added: [], removed: ['x'], refused: [] });
+  assert.deepEqual([ids('x'), ids('conf'), a!.adapters], [['b'], ['a'], ['conf']]);
+  reg.retire('b');
+  assert.deepEqual([ids('x'), reg.adapterOf('x'), reg.models().sort()], [undefined, undefined, ['conf', 'm', 'n']]);
+  // Now free, the name may serve another base model.
+  assert.deepEqual(reg.setLoadedAdapters(c!, ['x']).added, ['x']);
+  assert.equal(reg.adapterOf('x'), 'n');
+});

@@ -22,8 +22,8 @@ test('defaults fill everything but the workers', () => {
   const c = parseConfig({ pools: [{ name: 'target', model: 'm', workers: [{ url: 'http://127.0.0.1:8000/' }, { url: 'http://10.0.0.2:8000', id: 'b', numGpuBlocks: 100 }] }] });
   assert.deepEqual(c.listen, { host: '127.0.0.1', port: 8080 });
   assert.deepEqual(c.workers, [
-    { id: 'target-0', url: 'http://127.0.0.1:8000', pool: 'target', model: 'm', numGpuBlocks: undefined, blockSize: undefined, upstreamHeaders: undefined },
-    { id: 'b', url: 'http://10.0.0.2:8000', pool: 'target', model: 'm', numGpuBlocks: 100, blockSize: undefined, upstreamHeaders: undefined },
+    { id: 'target-0', url: 'http://127.0.0.1:8000', pool: 'target', model: 'm', discoverAdapters: true, numGpuBlocks: undefined, blockSize: undefined, upstreamHeaders: undefined },
+    { id: 'b', url: 'http://10.0.0.2:8000', pool: 'target', model: 'm', discoverAdapters: true, numGpuBlocks: 100, blockSize: undefined, upstreamHeaders: undefined },
   ]);
   assert.deepEqual(c.caps, { maxN: 16, maxTokens: 32_768, maxTotalTokens: 65_536, maxRequestMs: 1_800_000 });
   assert.equal(c.server.headersTimeoutMs, 10_000);
@@ -40,6 +40,7 @@ test('defaults fill everything but the workers', () => {
   assert.equal(c.scrape.timeoutMs, 800);
   assert.equal(c.scrape.staleAfterMs, 5000);
   assert.equal(c.health.failuresToMarkDown, 3);
+  assert.equal(c.health.modelsIntervalMs, 10_000);
   assert.equal(c.policy.name, DEFAULT_POLICY_NAME);
   assert.equal(c.limits.maxBodyBytes, 4 * 1024 * 1024);
   assert.equal(c.retry.attempts, 1);
