@@ -32,7 +32,8 @@ Options:
                       tells the kinds apart by the KV capacity each reports (default on)
       --adapters A,B  LoRA adapters every worker serves on top of --model (as vLLM's
                       --lora-modules): clients name them in "model"; an adapter's prompts are
-                      cached and routed apart from the base model's
+                      cached and routed apart from the base model's. The workers also load
+                      adapters at run time: POST /admin/adapters {"name","path","pool":"demo"}
       --policy NAME   routing policy (default: the gateway's default)
       --redis URL     keep the response cache in Redis at URL (redis://host:port) instead of memory
       --no-cache      turn the response cache off (default: on, in memory: a repeated
@@ -125,7 +126,8 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
     await Promise.all(sims.map((s) => s.close()));
   };
   try {
-    for (let i = 0; i < n; i++) sims.push(await startSimWorker({ host: '127.0.0.1', port: 0, model, adapters, gpu: gpus[i]!, speed }));
+    // The workers take LoRA adapters at run time too (POST /admin/adapters loads one on them).
+    for (let i = 0; i < n; i++) sims.push(await startSimWorker({ host: '127.0.0.1', port: 0, model, adapters, gpu: gpus[i]!, speed, runtimeLoraUpdating: true }));
     const draftModel = `${model}-draft`;
     let draft: SimWorker | null = null;
     if (draftAcceptance !== undefined) {
@@ -153,6 +155,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
     const streamBody = JSON.stringify({ model, messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 64, temperature: 0, stream: true });
     const embeddings = JSON.stringify({ model, input: ['KV caches hold attention keys and values.', 'Routers send prompts where their prefix is cached.'], dimensions: 8 });
     const adapterChat = adapters.length > 0 ? JSON.stringify({ model: adapters[0], messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 32 }) : null;
+    const adapterLoad = JSON.stringify({ name: 'support-lora', path: '/adapters/support-lora', pool: 'demo' });
     const responses = JSON.stringify({ model, instructions: 'Answer briefly.', input: 'What does a KV cache hold?', max_output_tokens: 32 });
     const cacheLine = cacheOn
       ? `  response cache: ${redis === undefined ? 'in memory' : `Redis at ${redactRedisUrl(redis)}`}. Send the first request twice with -i: the second answer\n` +
@@ -168,6 +171,10 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
           ? `  LoRA adapters on ${model}: ${adapters.join(', ')} (listed at ${url}/v1/models with their parent)\n` +
             `  curl -s ${url}/v1/chat/completions -H 'content-type: application/json' -d '${adapterChat}'\n\n`
           : '') +
+        (draft
+          ? ''
+          : `  load a LoRA adapter on the workers at run time (then name it in "model"; DELETE ${url}/admin/adapters?name=support-lora unloads it):\n` +
+            `  curl -s ${url}/admin/adapters -H 'content-type: application/json' -d '${adapterLoad}'\n\n`) +
         cacheLine +
         (draft
           ? `  speculative cascade: ${draftModel} drafts (acceptance ${draftAcceptance}), ${model} verifies; answers carry\n` +

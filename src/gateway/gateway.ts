@@ -28,6 +28,7 @@ import type { Tokenizer } from '../tokenizer/types.js';
 import { systemClock, type Clock } from '../util/clock.js';
 import { seededRng, type Rng } from '../util/rng.js';
 import type { RequestContext } from './context.js';
+import { createAdapterAdmin } from './adapter-admin.js';
 import { createFleetWatch } from './fleet-watch.js';
 import { createHandler } from './handler.js';
 import { keepMessageIds, keptMessageCounts, prepareRouting } from './prepare.js';
@@ -51,6 +52,9 @@ import { ResponseAffinity } from './response-affinity.js';
 import { lookupResponse } from './response-lookup.js';
 
 export type { GatewayService };
+
+/** How long a worker may take to load or unload a LoRA adapter for /admin/adapters (it may fetch it first). */
+const ADAPTER_CALL_TIMEOUT_MS = 120_000;
 
 export interface GatewayOptions {
   clock?: Clock;
@@ -197,6 +201,15 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
       })
     : null;
 
+  // LoRA adapters a worker lists or an operator loads at run time (/admin/adapters).
+  const adapterAdmin = createAdapterAdmin({
+    registry,
+    upstreams,
+    logger,
+    aliases: () => config.aliases,
+    cascadePools: () => new Set(config.speculative.cascades.flatMap((c) => [c.targetPool, c.draftPool])),
+    timeoutMs: ADAPTER_CALL_TIMEOUT_MS,
+  });
   const checkFailed = new Set<string>();
   const speedClasses = new SpeedClasses((fields, msg) => logger.warn(fields, msg));
   const { scraper, health } = createFleetWatch({
@@ -208,6 +221,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     metrics: m,
     policyScrapeIntervalMs: policy.scrapeIntervalMs,
     onWorkerDown: (id) => relay.workerDown(id),
+    onModelList: adapterAdmin.onModelList,
     onCheck: (w, error) => {
       if (w.retired) return; // a check still running when a reload removed the worker
       outliers?.onWatchResult(w, error);
@@ -250,7 +264,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   const services: GatewayService[] = [];
   const active = new Set<RequestContext>();
   const tenants = new TenantDirectory(config.tenants, config.admin.digests);
-  const extraRoutes = new Map<string, LocalRoute>();
+  const extraRoutes = new Map<string, LocalRoute>([['/admin/adapters', adapterAdmin.route]]);
   let cache: ResponseCache | null = null;
   // On for every tenant (cache.enabled), or only for the tenants that turn it on for themselves.
   if (config.cache.enabled || config.tenants.some((t) => t.cache.enabled === true)) {

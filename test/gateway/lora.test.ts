@@ -154,3 +154,150 @@ test('adapters are checked: a base model\'s name, one adapter on two models, a c
     ["pools[0].adapters: pool 't' is in a speculative cascade, which does not serve adapters"],
   );
 });
+
+test('/admin/adapters loads an adapter on a pool at run time, routes it, and unloads it', async () => {
+  // Two workers that take adapters at run time (vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING) and
+  // one configured sql-lora; a second pool whose worker does not.
+  const sims = await Promise.all([0, 1].map(() => startSimWorker({ port: 0, model: MODEL, adapters: ['sql-lora'], runtimeLoraUpdating: true, speed: 100 })));
+  const plain = await startSimWorker({ port: 0, model: 'other-model', profile: MODEL, speed: 100 });
+  const started = await startGateway([], {
+    pools: [
+      { name: 'main', model: MODEL, adapters: ['sql-lora'], workers: sims.map((s, i) => ({ url: s.url, id: `w${i}` })) },
+      { name: 'other', model: 'other-model', workers: [{ url: plain.url, id: 'o0' }] },
+    ],
+    aliases: { 'my-alias': MODEL },
+  } as never).catch(async (e: unknown) => {
+    for (const s of [...sims, plain]) await s.close();
+    throw e;
+  });
+  const { gw, url } = started;
+  const admin = url + '/admin/adapters';
+  const ask = (model: string) => post(url + '/v1/chat/completions', { model, max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
+  const del = async (query: string) => {
+    const r = await fetch(`${admin}?${query}`, { method: 'DELETE' });
+    return { status: r.status, json: (await r.json()) as any };
+  };
+  try {
+    assert.deepEqual(((await (await fetch(admin)).json()) as { data: unknown[] }).data, [
+      { id: 'sql-lora', parent: MODEL, workers: [{ id: 'w0', pool: 'main', configured: true }, { id: 'w1', pool: 'main', configured: true }] },
+    ]);
+    assert.equal((await ask('rt-lora')).status, 404, 'not loaded yet');
+
+    // Bad requests are refused before any worker is asked.
+    const bad = async (body: unknown, status: number, code: string, param: string | null) => {
+      const r = await post(admin, body);
+      assert.equal(r.status, status, r.text);
+      assert.equal(r.json.error.code, code, r.text);
+      assert.equal(r.json.error.param, param, r.text);
+    };
+    await bad('{not json', 400, 'invalid_json', null);
+    await bad({ name: 'rt-lora', pool: 'main' }, 400, 'invalid_value', 'path');
+    await bad({ name: 'rt-lora', path: '/a', pool: 'main', extra: 1 }, 400, 'invalid_value', 'body');
+    await bad({ name: 'rt-lora', path: '/a' }, 400, 'invalid_value', 'pool');
+    await bad({ name: 'rt-lora', path: '/a', pool: 'nope' }, 404, 'pool_not_found', 'pool');
+    await bad({ name: 'rt-lora', path: '/a', workers: ['w0', 'nope'] }, 404, 'worker_not_found', 'workers');
+    await bad({ name: 'rt-lora', path: '/a', workers: ['w0', 'o0'] }, 400, 'invalid_value', 'workers');
+    await bad({ name: 'other-model', path: '/a', pool: 'main' }, 409, 'adapter_conflict', 'name');
+    await bad({ name: 'my-alias', path: '/a', pool: 'main' }, 409, 'adapter_conflict', 'name');
+    assert.equal(gw.registry.forModel('rt-lora'), undefined);
+
+    // Loaded on the pool: routed at once, listed with its parent, by the workers with its path.
+    const load = await post(admin, { name: 'rt-lora', path: '/adapters/rt', pool: 'main' });
+    assert.equal(load.status, 200, load.text);
+    assert.deepEqual(load.json, { id: 'rt-lora', parent: MODEL, loaded: ['w0', 'w1'], failed: [] });
+    const r = await ask('rt-lora');
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.model, 'rt-lora');
+    const listed = (await (await fetch(url + '/v1/models/rt-lora')).json()) as { parent: string };
+    assert.equal(listed.parent, MODEL);
+    const workerCard = ((await (await fetch(sims[0]!.url + '/v1/models')).json()) as { data: Array<{ id: string; root: string; parent: string }> }).data.find((m) => m.id === 'rt-lora');
+    assert.deepEqual([workerCard?.root, workerCard?.parent], ['/adapters/rt', MODEL]);
+    const workers = (await (await fetch(url + '/admin/workers')).json()) as Array<{ adapters: string[]; loadedAdapters: string[] }>;
+    assert.deepEqual([workers[0]!.adapters, workers[0]!.loadedAdapters], [['sql-lora', 'rt-lora'], ['rt-lora']]);
+    // Loading it again is no error: vLLM's "already loaded" counts as loaded.
+    const again = await post(admin, { name: 'rt-lora', path: '/adapters/rt', workers: ['w1'] });
+    assert.deepEqual([again.status, again.json.loaded], [200, ['w1']]);
+
+    // A worker without the runtime routes: its 404 is reported, nothing is routed there.
+    const refused = await post(admin, { name: 'o-lora', path: '/a', pool: 'other' });
+    assert.equal(refused.status, 502, refused.text);
+    assert.equal(refused.json.error.code, 'adapter_load_failed');
+    assert.match(refused.json.error.message, /o0: 404/);
+    assert.equal(gw.registry.forModel('o-lora'), undefined);
+
+    // Unloaded: not routed, not listed; a configured adapter is not unloaded here.
+    assert.deepEqual((await del('name=sql-lora')).json.error.code, 'adapter_configured');
+    assert.equal((await del('name=sql-lora')).status, 409);
+    assert.deepEqual(await del('name=rt-lora&worker=w0'), { status: 200, json: { id: 'rt-lora', unloaded: ['w0'], failed: [], configured: [] } });
+    assert.deepEqual(gw.registry.forModel('rt-lora')?.map((w) => w.id), ['w1']);
+    assert.equal((await del('name=rt-lora')).status, 200);
+    assert.equal(gw.registry.forModel('rt-lora'), undefined);
+    const gone = await ask('rt-lora');
+    assert.deepEqual([gone.status, gone.json.error.code], [404, 'model_not_found']);
+    assert.equal((await del('name=rt-lora')).status, 404);
+    assert.equal((await del('')).status, 400);
+    const ids = ((await (await fetch(sims[1]!.url + '/v1/models')).json()) as { data: Array<{ id: string }> }).data.map((m) => m.id);
+    assert.deepEqual(ids, [MODEL, 'sql-lora']);
+    // The base model and the configured adapter were served throughout.
+    assert.equal((await ask('sql-lora')).status, 200);
+    assert.equal((await ask(MODEL)).status, 200);
+  } finally {
+    await gw.close();
+    for (const s of [...sims, plain]) await s.close();
+  }
+});
+
+test('adapters a worker loads or unloads by itself are followed through its /v1/models, unless discovery is off', async () => {
+  const sims = await Promise.all([0, 1].map(() => startSimWorker({ port: 0, model: MODEL, runtimeLoraUpdating: true, speed: 100 })));
+  const started = await startGateway([], {
+    pools: [
+      { name: 'found', model: MODEL, workers: [{ url: sims[0]!.url, id: 'w0' }] },
+      { name: 'fixed', model: MODEL, discoverAdapters: false, workers: [{ url: sims[1]!.url, id: 'w1' }] },
+    ],
+    health: { intervalMs: 50, modelsIntervalMs: 100 },
+  } as never).catch(async (e: unknown) => {
+    for (const s of sims) await s.close();
+    throw e;
+  });
+  const { gw, url } = started;
+  const onWorker = (s: { url: string }, path: string, body: unknown) => post(s.url + path, body);
+  try {
+    for (const s of sims) {
+      const r = await onWorker(s, '/v1/load_lora_adapter', { lora_name: 'self-lora', lora_path: '/adapters/self' });
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.text, "Success: LoRA adapter 'self-lora' added successfully.");
+    }
+    await waitFor(() => gw.registry.forModel('self-lora') !== undefined, 5000);
+    assert.deepEqual(gw.registry.forModel('self-lora')!.map((w) => w.id), ['w0'], "only the discovering pool's worker");
+    const r = await post(url + '/v1/chat/completions', { model: 'self-lora', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.headers.get('x-kvgate-worker'), 'w0');
+
+    const again = await onWorker(sims[0]!, '/v1/load_lora_adapter', { lora_name: 'self-lora', lora_path: '/adapters/self' });
+    assert.deepEqual([again.status, again.json.error.message], [400, "The lora adapter 'self-lora' has already been loaded."]);
+    const off = await onWorker(sims[0]!, '/v1/unload_lora_adapter', { lora_name: 'self-lora' });
+    assert.equal(off.status, 200, off.text);
+    await waitFor(() => gw.registry.forModel('self-lora') === undefined, 5000);
+    const missing = await onWorker(sims[0]!, '/v1/unload_lora_adapter', { lora_name: 'self-lora' });
+    assert.deepEqual([missing.status, missing.json.error.message], [404, "The lora adapter 'self-lora' cannot be found."]);
+    const gone = await post(url + '/v1/chat/completions', { model: 'self-lora', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
+    assert.deepEqual([gone.status, gone.json.error.code], [404, 'model_not_found']);
+  } finally {
+    await gw.close();
+    for (const s of sims) await s.close();
+  }
+});
+
+test('discovery is on by default, off where configured and in a speculative cascade\'s pools', () => {
+  const c = parseConfig({
+    pools: [
+      { name: 'a', model: 'm', workers: [{ url: 'http://a:1' }] },
+      { name: 'b', model: 'm', discoverAdapters: false, workers: [{ url: 'http://b:1' }] },
+      { name: 't', model: 't', workers: [{ url: 'http://t:1' }] },
+      { name: 'd', model: 't-draft', workers: [{ url: 'http://d:1' }] },
+    ],
+    speculative: { cascades: [{ model: 't', targetPool: 't', draftPool: 'd' }] },
+  });
+  assert.deepEqual(c.workers.map((w) => [w.pool, w.discoverAdapters]), [['a', true], ['b', false], ['t', false], ['d', false]]);
+  assert.equal(c.health.modelsIntervalMs, 10_000);
+});
