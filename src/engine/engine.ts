@@ -23,7 +23,7 @@
 
 import { BlockManager } from './block-manager.js';
 import { chainRoot, hashBlock, saltedRoot } from '../kv/block-hash.js';
-import { adapterRoot } from '../kv/prompt-blocks.js';
+import { adapterRoot, type BlockKeys } from '../kv/prompt-blocks.js';
 import type { KvEvent } from '../kv/events.js';
 import type {
   AdmissionError,
@@ -530,11 +530,11 @@ export class Engine implements EngineModel {
     };
   }
 
-  cachedPrefixTokens(prompt: ArrayLike<number>): number {
+  cachedPrefixTokens(prompt: ArrayLike<number>, keys?: BlockKeys): number {
     if (!this.caching) return 0;
     const bs = this.bs;
     const maxBlocks = Math.floor((prompt.length - 1) / bs);
-    let parent = this.root;
+    let parent = keys === undefined ? this.root : this.keyedRoot(keys.lora, keys.cacheSalt);
     let b = 0;
     for (; b < maxBlocks; b++) {
       parent = hashBlock(parent, prompt, b * bs, bs);
@@ -693,9 +693,13 @@ export class Engine implements EngineModel {
    * cache_salt (vLLM mixes both into the block hashes' extra keys).
    */
   private requestRoot(req: EngineRequest): number {
+    return this.keyedRoot(req.lora, req.cacheSalt);
+  }
+
+  private keyedRoot(lora: string | undefined, cacheSalt: string | undefined): number {
     let root = this.root;
-    if (req.lora !== undefined && req.lora !== '') root = adapterRoot(root, req.lora);
-    if (req.cacheSalt !== undefined && req.cacheSalt !== '') root = saltedRoot(root, req.cacheSalt);
+    if (lora !== undefined && lora !== '') root = adapterRoot(root, lora);
+    if (cacheSalt !== undefined && cacheSalt !== '') root = saltedRoot(root, cacheSalt);
     return root;
   }
 

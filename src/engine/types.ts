@@ -5,6 +5,7 @@
  */
 
 import type { KvEvent } from '../kv/events.js';
+import type { BlockKeys } from '../kv/prompt-blocks.js';
 
 /** Why a sequence stopped. 'abort' is reported for requests removed with `abort()`. */
 export type FinishReason = 'stop' | 'length' | 'abort';
@@ -204,9 +205,10 @@ export interface EngineModel {
   stats(): EngineStats;
   /**
    * Exact prefix-cache probe, for the `oracle` policy and for tests: how many leading prompt
-   * tokens would be served from cache if the prompt were scheduled now.
+   * tokens would be served from cache if the prompt were scheduled now, under the adapter and
+   * cache_salt in `keys` (none: the base model's unsalted blocks).
    */
-  cachedPrefixTokens(prompt: ArrayLike<number>): number;
+  cachedPrefixTokens(prompt: ArrayLike<number>, keys?: BlockKeys): number;
   /** Drop every cached block that no running request uses (emits AllBlocksCleared if empty). */
   resetPrefixCache(): void;
   /** The LoRA adapters of the running and of the waiting requests (vllm:lora_requests_info). */

@@ -5,6 +5,7 @@
  * the same interval. Policies read only this — never an engine's live state (except `oracle`).
  */
 import { peakHeldTokens, type GrowingRequests } from './peak-usage.js';
+import type { BlockKeys } from '../kv/prompt-blocks.js';
 
 /** One scrape of a worker's /metrics, reduced to what routing uses. */
 export interface MetricsSnapshot {
@@ -54,7 +55,7 @@ export interface InflightRequest {
  * the `oracle` policy (an upper bound, not a real router).
  */
 export interface OracleProbe {
-  cachedPrefixTokens(prompt: ArrayLike<number>): number;
+  cachedPrefixTokens(prompt: ArrayLike<number>, keys?: BlockKeys): number;
   running(): number;
   waiting(): number;
   freeBlocks(): number;

@@ -31,6 +31,17 @@ export function adapterRoot(root: number, adapter: string): number {
   return saltedRoot(root, `lora\u0000${adapter}`);
 }
 
+/** What an engine keys a request's blocks by besides its tokens: its LoRA adapter and cache_salt. */
+export interface BlockKeys {
+  lora?: string;
+  cacheSalt?: string;
+}
+
+/** The request's adapter and salt (PROMPT_ADAPTER, PROMPT_SALT), for an exact cache probe. */
+export function blockKeysOf(state: RequestState): BlockKeys {
+  return { lora: state.get(PROMPT_ADAPTER), cacheSalt: state.get(PROMPT_SALT) };
+}
+
 /** A prompt's block hashes: a plain array, or a PromptBlocks that hashes on demand. */
 export interface BlockSeq {
   readonly length: number;

@@ -76,6 +76,15 @@ test('EOS stops a request unless ignoreEos; stop counts in finished stats', () =
   assert.deepEqual(e.stats().finished, { stop: 1, length: 1, abort: 0 });
 });
 
+test('the exact cache probe keys by adapter and cache_salt, as the blocks are', () => {
+  const e = new Engine({ ...config(), maxLoras: 2 });
+  const prompt = tokens(17, 4);
+  e.add({ id: 'a', prompt, maxTokens: 2, sampler: hashSampler('a'), lora: 'x', cacheSalt: 's' });
+  drain(e);
+  assert.equal(e.cachedPrefixTokens(prompt, { lora: 'x', cacheSalt: 's' }), 16);
+  for (const keys of [undefined, {}, { lora: 'x' }, { cacheSalt: 's' }, { lora: 'y', cacheSalt: 's' }]) assert.equal(e.cachedPrefixTokens(prompt, keys), 0, JSON.stringify(keys));
+});
+
 test('identical prefixes hit the cache: counted in tokens, last prompt token always computed', () => {
   const e = new Engine(config());
   const prompt = tokens(17, 4); // 4 full blocks + 1 token

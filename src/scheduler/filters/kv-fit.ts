@@ -26,6 +26,7 @@
  *
  * Options: rule, whenNoneFits, overfullSlackBlocks, exact (set by the policy that uses it).
  */
+import { blockKeysOf } from '../../kv/prompt-blocks.js';
 import type { WorkerState } from '../../fleet/worker-state.js';
 import type { PrefixMatcher } from '../index/prefix-match.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../router.js';
@@ -79,7 +80,7 @@ export function kvFitFilter(matcher: PrefixMatcher | null, opts: KvFitOptions): 
         possible.push(w);
         const probe = opts.exact ? w.oracle : undefined;
         if (!probe && w.isStale(ctx.now, ctx.staleAfterMs)) stale = true;
-        const cached = probe ? probe.cachedPrefixTokens(req.promptTokens) : (matches?.get(w)?.tokens ?? 0);
+        const cached = probe ? probe.cachedPrefixTokens(req.promptTokens, blockKeysOf(req.state)) : (matches?.get(w)?.tokens ?? 0);
         const need = blocksNeeded(req, w, cached);
         const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
         over.push(need - free);

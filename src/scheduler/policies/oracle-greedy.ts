@@ -15,6 +15,7 @@
  */
 import { z } from 'zod';
 import type { WorkerState } from '../../fleet/worker-state.js';
+import { blockKeysOf } from '../../kv/prompt-blocks.js';
 import { healthyFilter } from '../filters/healthy.js';
 import { kvFitFilter } from '../filters/kv-fit.js';
 import { argminRandom } from '../pickers/argmin-random.js';
@@ -33,7 +34,7 @@ export function createOraclePolicy(o: OracleGreedyOptions): PipelinePolicy {
   const est = (req: RouteRequest, w: WorkerState) => {
     const prompt = req.promptTokens.length;
     const probe = w.oracle;
-    const cached = probe ? Math.min(prompt, probe.cachedPrefixTokens(req.promptTokens)) : 0;
+    const cached = probe ? Math.min(prompt, probe.cachedPrefixTokens(req.promptTokens, blockKeysOf(req.state))) : 0;
     const pending = probe ? probe.pendingPrefillTokens() : w.inflightPrefillTokens;
     const running = probe ? probe.running() : w.inflightCount;
     return { cached, ttft: (1000 * (pending + prompt - cached)) / rate + decodeMs * running };

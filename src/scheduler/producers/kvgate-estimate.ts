@@ -130,6 +130,7 @@
  */
 import { usedBlocks } from '../../admission/kv-pressure.js';
 import type { WorkerState } from '../../fleet/worker-state.js';
+import { blockKeysOf } from '../../kv/prompt-blocks.js';
 import { stateKey } from '../../util/state.js';
 import { blocksNeeded } from '../filters/kv-fit.js';
 import type { PrefixMatcher } from '../index/prefix-match.js';
@@ -291,7 +292,7 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
         for (const w of ws) {
           if (m.has(w)) continue;
           const probe = o.exact ? w.oracle : undefined;
-          const cached = Math.min(prompt, probe ? probe.cachedPrefixTokens(req.promptTokens) : (matches.get(w)?.tokens ?? 0));
+          const cached = Math.min(prompt, probe ? probe.cachedPrefixTokens(req.promptTokens, blockKeysOf(req.state)) : (matches.get(w)?.tokens ?? 0));
           const uncached = prompt - cached;
           const stale = !probe && w.isStale(ctx.now, ctx.staleAfterMs);
           if (stale) req.state.set(USED_STALE_METRICS, true);
