@@ -28,6 +28,11 @@ import type { GatewayStage, StageResult } from './stages.js';
 /** The first `"id":"…"` of an answer (looked for in its first bytes only). */
 const ID = /"id"\s*:\s*"([^"\\]{1,256})"/;
 const LOOK_BYTES = 4096;
+/**
+ * Wait before asking the shared directory again for an id it did not have: well above a Redis
+ * write's round trip on a loaded host, small beside a model's answer.
+ */
+const DIRECTORY_RETRY_MS = 50;
 
 export class ResponseAffinity {
   private readonly holders = new Map<string, ResponseHolder>();
@@ -35,6 +40,8 @@ export class ResponseAffinity {
   constructor(
     private readonly capacity = 100_000,
     private readonly shared: ResponseDirectory | null = null,
+    /** A miss in the shared directory is asked again this much later (ms; 0: not asked again). */
+    private readonly retryMs = DIRECTORY_RETRY_MS,
   ) {}
 
   remember(responseId: string, holder: ResponseHolder): void {
@@ -57,11 +64,20 @@ export class ResponseAffinity {
     return this.holders.size;
   }
 
-  /** Who holds `responseId`: this gateway's memory, else the shared directory. */
+  /**
+   * Who holds `responseId`: this gateway's memory, else the shared directory. Not there, the
+   * directory is asked once more `retryMs` later: the replica that relayed the answer writes its
+   * entry as the answer's first bytes pass, and a client may send the continuation through this
+   * replica before that write has landed. Only continuations of ids unknown everywhere wait.
+   */
   async locate(responseId: string): Promise<ResponseHolder | undefined> {
     const local = this.holderFor(responseId);
     if (local !== undefined || this.shared === null) return local;
-    const h = await this.shared.holderOf(responseId);
+    let h = await this.shared.holderOf(responseId);
+    if (h === undefined && this.retryMs > 0) {
+      await new Promise((r) => setTimeout(r, this.retryMs));
+      h = this.holderFor(responseId) ?? (await this.shared.holderOf(responseId));
+    }
     if (h !== undefined) this.remember(responseId, h);
     return h;
   }

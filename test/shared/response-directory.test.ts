@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { RedisLink } from '../../src/shared/redis-link.js';
 import { RedisResponseDirectory } from '../../src/shared/response-directory.js';
+import { ResponseAffinity } from '../../src/gateway/response-affinity.js';
 import { redisSkip } from '../redis-server.js';
 import { redisFixture } from './redis-fixture.js';
 import { waitFor } from '../support.js';
@@ -27,6 +28,23 @@ describe('response directory', { skip: redisSkip() }, () => {
     assert.deepEqual(await b!.holderOf('resp_old'), { workerId: 'w1', tenantId: null });
     const ttl = await fx.raw.ttl('rd:resp:resp_1');
     assert.ok(ttl > 86_000 && ttl <= 86_400, `ttl ${ttl}`);
+  });
+
+  it("a continuation's lookup that misses asks again a moment later: the other replica's write may still be landing", async () => {
+    const link = new RedisLink({ url: fx.server.url, timeoutMs: 200, connectTimeoutMs: 1000 });
+    await link.start();
+    fx.closers.push(() => link.close());
+    const dir = new RedisResponseDirectory({ link, keyPrefix: 'rl:', ttlS: 60 });
+    // The entry lands 20 ms after the lookup began (another replica's write, late).
+    const late = (id: string) => setTimeout(() => void fx.raw.set(`rl:resp:${id}`, `acme\u001fw2`), 20);
+    late('resp_late');
+    assert.deepEqual(await new ResponseAffinity(100, dir).locate('resp_late'), { workerId: 'w2', tenantId: 'acme' });
+    late('resp_late2');
+    assert.equal(await new ResponseAffinity(100, dir, 0).locate('resp_late2'), undefined, 'without the second look it is missed');
+    // An id nobody wrote: asked twice, then unknown.
+    const before = dir.counts.notFound;
+    assert.equal(await new ResponseAffinity(100, dir).locate('resp_none'), undefined);
+    assert.equal(dir.counts.notFound - before, 2);
   });
 
   it('with Redis away, knows nothing and drops writes, counted, without throwing', async () => {
