@@ -55,9 +55,11 @@ export const loraAffinityFilter: Filter = {
       else if (slot === 'active') (w.inflightPrefillTokens <= BACKLOG_TOKENS ? room : busy).push(w);
     }
     if (!reported) return workers as WorkerState[];
-    let inactive = 0;
-    for (const a of workers[0]!.adapters) if (!activeAnywhere.has(a) && a !== adapter) inactive++;
-    if (room.length > 0 && freeSlots <= inactive) return room;
+    // The other adapters these workers serve (each its own set, with adapters loaded at run time)
+    // that run nowhere: each may want a free slot.
+    const inactive = new Set<string>();
+    for (const w of workers) for (const a of w.adapters) if (!activeAnywhere.has(a) && a !== adapter) inactive.add(a);
+    if (room.length > 0 && freeSlots <= inactive.size) return room;
     const kept = room.concat(busy, free);
     return kept.length > 0 ? kept : (workers as WorkerState[]);
   },

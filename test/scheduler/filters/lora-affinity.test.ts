@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { WorkerRegistry } from '../../../src/fleet/registry.js';
 import { WorkerState, type MetricsSnapshot } from '../../../src/fleet/worker-state.js';
 import { PROMPT_ADAPTER } from '../../../src/kv/prompt-blocks.js';
 import { loraAffinityFilter } from '../../../src/scheduler/filters/lora-affinity.js';
@@ -54,6 +55,15 @@ test('while free slots outnumber the adapters active nowhere, an active adapter 
   const tight = ws(['a', 'b', 'c', 'd'], { maxLoras: 2, running: ['a'], waiting: [] }, { maxLoras: 1, running: [], waiting: [] });
   assert.deepEqual(ids(loraAffinityFilter.filter(req('a'), tight, ctx)), ['w0']);
   assert.deepEqual(tight[0]!.freeAdapterSlots(new Set()), 1);
+  // Workers serving different adapters (some loaded at run time on one only): every worker's
+  // adapters that run nowhere count, not the first worker's.
+  const [only, more] = ws(['a'], { maxLoras: 2, running: ['a'], waiting: [] }, { maxLoras: 1, running: [], waiting: [] });
+  assert.deepEqual(ids(loraAffinityFilter.filter(req('a'), [only!, more!], ctx)), ['w0', 'w1'], 'nothing else wants a slot: a spreads');
+  const registry = new WorkerRegistry([], { staleAfterMs: 5000, now: () => 0, breaker: { failuresToOpen: 5, coolDownMs: 1000 } });
+  const loaded = registry.add({ id: 'w1', url: 'http://w1', pool: 'p', model: 'm', adapters: ['a'] });
+  loaded.snapshot = { at: 0, kvUsage: 0, running: 0, waiting: 0, lora: { maxLoras: 1, running: [], waiting: [] } };
+  registry.setLoadedAdapters(loaded, ['b', 'c']);
+  assert.deepEqual(ids(loraAffinityFilter.filter(req('a'), [only!, loaded], ctx)), ['w0'], "w1's b and c, active nowhere, may want its slot");
 });
 
 test("this gateway's own requests in flight count before the next scrape shows them", () => {
