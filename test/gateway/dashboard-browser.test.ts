@@ -74,6 +74,11 @@ test('the dashboard shows every worker and its numbers move with traffic, withou
   await page.waitForFunction(() => document.querySelectorAll('#workers tr[data-worker]').length === 3, null, { timeout: 10_000 });
   const ids = await page.$$eval('#workers tr[data-worker]', (trs) => trs.map((t) => t.getAttribute('data-worker')));
   assert.deepEqual(ids.sort(), ['w0', 'w1', 'w2']);
+  // A worker's LoRA adapters (as /admin/adapters loads them) are named in its row.
+  gw.registry.setLoadedAdapters(gw.registry.get('w1')!, ['sql-lora', 'chat-lora', 'a-lora', 'b-lora']);
+  await page.waitForFunction(() => document.querySelector('#workers tr[data-worker="w1"] td:nth-child(2)')?.textContent?.includes('LoRA'), null, { timeout: 10_000 });
+  assert.match((await page.textContent('#workers tr[data-worker="w1"] td:nth-child(2)')) ?? '', /LoRA sql-lora, chat-lora, a-lora \+1$/);
+  assert.doesNotMatch((await page.textContent('#workers tr[data-worker="w0"] td:nth-child(2)')) ?? '', /LoRA/);
   // Idle: the second poll has a window, and nothing was requested yet.
   await page.waitForFunction(() => document.getElementById('requestRate')?.textContent === '0.0/s', null, { timeout: 10_000 });
   assert.deepEqual(await cellTexts(page, 'routed'), ['0', '0', '0']);

@@ -74,6 +74,7 @@ test('rates, quantiles, hit ratios and admission counts cover the window between
   assert.equal(s.totals.fleetPrefixHit, 0.75);
   assert.equal(s.workers[0]!.kvUsage, 0.93);
   assert.deepEqual(s.workers[0]!.prefixIndex, { source: 'events', blocks: 42, capacity: 100 });
+  assert.deepEqual(s.workers[0]!.adapters, [], 'no LoRA adapters');
   assert.equal(s.workers[0]!.hardware, null, 'no hardware declared');
   assert.equal(s.workers[0]!.kind, null, 'and the pool is one speed class');
   const std = s.admission.find((r) => r.priority === 'standard')!;

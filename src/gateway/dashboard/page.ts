@@ -53,6 +53,7 @@ function el(tag, cls, text) { var e = document.createElement(tag); if (cls) e.cl
 function pct(x) { return x === null || x === undefined ? '\\u2014' : (x * 100).toFixed(x >= 0.995 || x === 0 ? 0 : 1) + '%'; }
 function ms(s) { return s === null || s === undefined ? '\\u2014' : s < 1 ? Math.round(s * 1000) + ' ms' : s.toFixed(2) + ' s'; }
 function num(x, d) { return x === null || x === undefined ? '\\u2014' : x.toFixed(d || 0); }
+function loras(a) { return !a || a.length === 0 ? '' : ' \\u00b7 LoRA ' + a.slice(0, 3).join(', ') + (a.length > 3 ? ' +' + (a.length - 3) : ''); }
 function td(text, cls) { return el('td', cls, text); }
 function kvCell(u) {
   var c = el('td'); var w = el('div', 'kv'); var t = el('div', 'track'); var f = el('div', 'fill');
@@ -88,7 +89,7 @@ function render(s) {
   $('updated').textContent = 'updated ' + new Date(s.at).toLocaleTimeString();
   replace($('workers'), s.workers.map(function (w) {
     var tr = el('tr'); tr.setAttribute('data-worker', w.id);
-    tr.appendChild(td(w.id, 'id')); tr.appendChild(td(w.pool + ' \\u00b7 ' + w.model + (w.kind ? ' \\u00b7 ' + w.kind : '')));
+    tr.appendChild(td(w.id, 'id')); tr.appendChild(td(w.pool + ' \\u00b7 ' + w.model + (w.kind ? ' \\u00b7 ' + w.kind : '') + loras(w.adapters)));
     var b = el('td'); b.appendChild(badge(w)); tr.appendChild(b);
     tr.appendChild(kvCell(w.kvUsage));
     tr.appendChild(td(num(w.running), 'num running')); tr.appendChild(td(num(w.waiting), 'num waiting'));

@@ -23,6 +23,8 @@ export interface DashboardWorker {
    */
   kind: string | null;
   model: string;
+  /** LoRA adapters it serves (configured and loaded at run time). */
+  adapters: string[];
   healthy: boolean;
   /** closed | open | half-open (the circuit breaker). */
   circuit: string;
@@ -250,6 +252,7 @@ export function summarize(cur: Sample, base: Sample | null): DashboardState {
       hardware: typeof w.hardware === 'string' ? w.hardware : null,
       kind: kindOf(w),
       model: String(w.model),
+      adapters: Array.isArray(w.adapters) ? w.adapters.map(String) : [],
       healthy: w.healthy === true,
       circuit: String(w.circuitState ?? (w.circuitOpen ? 'open' : 'closed')),
       draining: w.draining === true,
