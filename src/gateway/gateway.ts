@@ -260,7 +260,8 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   m.counterFrom('kvgate_tokenizer_thread_fallbacks_total', 'Long prompts an hf: tokenizer encoded on the event loop because no tokenizer thread could take them', () => tokenizers.stats().threadFallbacks);
   const stages: GatewayStage[] = [];
   const earlyStages: GatewayStage[] = [];
-  const prepare = (ctx: RequestContext): Promise<void> | undefined => prepareRouting(ctx, tokenizers.for(ctx.model), config.timeouts.assumedMaxTokens, policy.readsPromptTokens !== false, policy.prepare && ((rr, ws) => policy.prepare!(rr, ws)));
+  // A LoRA adapter shares its base model's tokenizer (`tokenizers` names base models).
+  const prepare = (ctx: RequestContext): Promise<void> | undefined => prepareRouting(ctx, tokenizers.for(registry.adapterOf(ctx.model) ?? ctx.model), config.timeouts.assumedMaxTokens, policy.readsPromptTokens !== false, policy.prepare && ((rr, ws) => policy.prepare!(rr, ws)));
   const services: GatewayService[] = [];
   const active = new Set<RequestContext>();
   const tenants = new TenantDirectory(config.tenants, config.admin.digests);
