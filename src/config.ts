@@ -90,11 +90,34 @@ const adapterList = z
  */
 const discoverAdapters = z.boolean().default(true);
 
+/**
+ * LoRA adapters the workers load on demand (vLLM's LoRA resolver plugins, with
+ * VLLM_ALLOW_RUNTIME_LORA_UPDATING): a request naming a model no pool serves whose whole name this
+ * regular expression matches is routed to these workers, which load the adapter or answer 404.
+ */
+const resolveAdapters = z
+  .string()
+  .min(1)
+  .max(1000)
+  .refine(
+    (s) => {
+      try {
+        new RegExp(s);
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    { message: 'not a valid regular expression' },
+  )
+  .optional();
+
 const flatWorker = workerInPool.extend({
   pool: z.string().min(1).default('default'),
   model: z.string().min(1),
   adapters: adapterList,
   discoverAdapters,
+  resolveAdapters,
   cacheIsolation: z.enum(['none', 'tenant']).default('none'),
 });
 
@@ -103,6 +126,7 @@ const pool = z.strictObject({
   model: z.string().min(1),
   adapters: adapterList,
   discoverAdapters,
+  resolveAdapters,
   workers: z.array(workerInPool).min(1),
   /** `tenant`: each tenant's prompts get their own vLLM cache_salt and gateway block hashes. */
   cacheIsolation: z.enum(['none', 'tenant']).default('none'),
@@ -664,6 +688,9 @@ export const configSchema = z
     c.workers.forEach((w, i) => checkAdapters(w.adapters, w.model, ['workers', i, 'adapters']));
     for (const sc of c.speculative.cascades) {
       for (const [i, p] of c.pools.entries()) {
+        if ((p.name === sc.targetPool || p.name === sc.draftPool) && p.resolveAdapters !== undefined) {
+          ctx.addIssue({ code: 'custom', path: ['pools', i, 'resolveAdapters'], message: `pool '${p.name}' is in a speculative cascade, which does not serve adapters` });
+        }
         if ((p.name === sc.targetPool || p.name === sc.draftPool) && p.adapters.length > 0) {
           ctx.addIssue({ code: 'custom', path: ['pools', i, 'adapters'], message: `pool '${p.name}' is in a speculative cascade, which does not serve adapters` });
         }
@@ -829,6 +856,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
         ...(p.adapters.length > 0 ? { adapters: p.adapters } : {}),
         // A speculative cascade's pools serve no adapters (checked above for configured ones).
         discoverAdapters: p.discoverAdapters && !cascadePools.has(p.name),
+        ...(p.resolveAdapters !== undefined ? { resolveAdapters: p.resolveAdapters } : {}),
         numGpuBlocks: w.numGpuBlocks,
         blockSize: w.blockSize,
         ...(w.hardware !== undefined ? { hardware: w.hardware } : {}),
@@ -846,6 +874,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
       model: w.model,
       ...(w.adapters.length > 0 ? { adapters: w.adapters } : {}),
       discoverAdapters: w.discoverAdapters && !cascadePools.has(w.pool),
+      ...(w.resolveAdapters !== undefined ? { resolveAdapters: w.resolveAdapters } : {}),
       numGpuBlocks: w.numGpuBlocks,
       blockSize: w.blockSize,
       ...(w.hardware !== undefined ? { hardware: w.hardware } : {}),

@@ -22,6 +22,8 @@ Options:
   --runtime-lora         serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM with
                          VLLM_ALLOW_RUNTIME_LORA_UPDATING=True): adapters loaded there are listed
                          in /v1/models and served like --adapters ones
+  --lora-resolver REGEX  load an adapter on demand when a request names one whose whole name
+                         REGEX matches (vLLM's LoRA resolver plugins; implies --runtime-lora)
   --max-loras N          with --adapters or --runtime-lora: most adapters in one batch (vLLM
                          --max-loras; default 1)
   --gpu NAME             GPU profile: ${listGpus().map((g) => g.name).join(', ')} (default h100)
@@ -98,6 +100,17 @@ function parseAcceptance(v: string): number | ((nowMs: number) => number) {
   return a;
 }
 
+/** A regular expression option, checked. */
+function regex(name: string, v: string | undefined): string | undefined {
+  if (v === undefined) return undefined;
+  try {
+    new RegExp(v);
+  } catch (e) {
+    throw new UsageError(`--${name}: not a valid regular expression (${(e as Error).message})`);
+  }
+  return v;
+}
+
 /** --adapters: comma-separated LoRA adapter names, none empty, none the base model's name. */
 function adapterList(spec: string | undefined, model: string): string[] | undefined {
   if (spec === undefined) return undefined;
@@ -139,6 +152,7 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
         adapters: { type: 'string' },
         'max-loras': { type: 'string' },
         'runtime-lora': { type: 'boolean' },
+        'lora-resolver': { type: 'string' },
         gpu: { type: 'string' },
         tp: { type: 'string' },
         speed: { type: 'string' },
@@ -175,7 +189,8 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
     model: values.model ?? 'llama-3.1-8b',
     adapters: adapterList(values.adapters, values.model ?? 'llama-3.1-8b'),
     maxLoras: int('max-loras', values['max-loras'], 1),
-    runtimeLoraUpdating: values['runtime-lora'] === true,
+    runtimeLoraUpdating: values['runtime-lora'] === true || values['lora-resolver'] !== undefined,
+    loraResolver: regex('lora-resolver', values['lora-resolver']),
     profile: values.profile,
     gpu: values.gpu ?? 'h100',
     tp: int('tp', values.tp, 1),

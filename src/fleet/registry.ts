@@ -28,6 +28,8 @@ export class WorkerRegistry {
   private readonly byModel = new Map<string, WorkerState[]>();
   /** LoRA adapter → the base model it is served on. */
   private readonly adapterBase = new Map<string, string>();
+  /** Workers that load adapters on demand (WorkerState.resolveAdapters), in configuration order. */
+  private readonly resolvers: WorkerState[] = [];
   readonly breakers = new Map<string, CircuitBreaker>();
   /** Breakers of retired workers whose requests are still running. */
   private readonly retiredBreakers = new Map<WorkerState, CircuitBreaker>();
@@ -49,6 +51,7 @@ export class WorkerRegistry {
     this.byId.set(w.id, w);
     for (const name of [w.model, ...w.adapters]) this.byModel.set(name, [...(this.byModel.get(name) ?? []), w]);
     for (const a of w.adapters) this.adapterBase.set(a, w.model);
+    if (w.resolveAdapters !== null) this.resolvers.push(w);
     this.breakers.set(w.id, new CircuitBreaker(w, this.opts.breaker));
     return w;
   }
@@ -66,6 +69,8 @@ export class WorkerRegistry {
     list.splice(list.indexOf(w), 1);
     this.byId.delete(id);
     for (const name of [w.model, ...w.adapters]) this.unindex(name, w);
+    const r = this.resolvers.indexOf(w);
+    if (r >= 0) this.resolvers.splice(r, 1);
     const b = this.breakers.get(id)!;
     this.breakers.delete(id);
     this.retiredBreakers.set(w, b);
@@ -145,8 +150,23 @@ export class WorkerRegistry {
     }
   }
 
-  /** Workers serving `model`, or undefined if no pool serves it. */
+  /**
+   * Workers serving `model`, or undefined if no pool serves it: those serving it now, and for a
+   * name that is not a base model's, the workers that would load it on demand
+   * (WorkerState.resolveAdapters) — of the first such workers' base model.
+   */
   forModel(model: string): readonly WorkerState[] | undefined {
+    const known = this.byModel.get(model);
+    if (this.resolvers.length === 0 || (known !== undefined && !this.adapterBase.has(model))) return known;
+    const base = this.adapterBase.get(model) ?? this.resolvers.find((w) => w.resolveAdapters!.test(model))?.model;
+    if (base === undefined) return known;
+    const extra = this.resolvers.filter((w) => w.model === base && w.resolveAdapters!.test(model) && (known === undefined || !known.includes(w)));
+    if (extra.length === 0) return known;
+    return known === undefined ? extra : [...known, ...extra];
+  }
+
+  /** Workers known to serve `model` now (listed in /v1/models), not counting those that would load it. */
+  serving(model: string): readonly WorkerState[] | undefined {
     return this.byModel.get(model);
   }
 
@@ -155,9 +175,14 @@ export class WorkerRegistry {
     return [...this.byModel.keys()];
   }
 
-  /** The base model `name` is a LoRA adapter of, or undefined (a base model, or not served). */
+  /**
+   * The base model `name` is a LoRA adapter of (served, or one some worker would load on demand),
+   * or undefined (a base model, or not served).
+   */
   adapterOf(name: string): string | undefined {
-    return this.adapterBase.get(name);
+    const base = this.adapterBase.get(name);
+    if (base !== undefined || this.resolvers.length === 0 || this.byModel.has(name)) return base;
+    return this.resolvers.find((w) => w.resolveAdapters!.test(name))?.model;
   }
 
   /** The worker's breaker (a retired worker's while its requests run, found by id if not replaced). */

@@ -75,6 +75,11 @@ export interface WorkerIdentity {
    * run time, vLLM /v1/load_lora_adapter). Default false here; the config turns it on per pool.
    */
   discoverAdapters?: boolean;
+  /**
+   * A regular expression (the whole name must match): requests naming a model no pool serves that
+   * it matches come here too, as LoRA adapters the worker loads on demand (vLLM's LoRA resolvers).
+   */
+  resolveAdapters?: string;
   /** KV capacity from configuration or a profile, until the worker reports its own. */
   numGpuBlocks?: number;
   blockSize?: number;
@@ -107,6 +112,8 @@ export class WorkerState {
   readonly configuredAdapters: readonly string[];
   /** Serve the adapters the worker lists in /v1/models too (WorkerIdentity.discoverAdapters). */
   readonly discoverAdapters: boolean;
+  /** The names of adapters it loads on demand (WorkerIdentity.resolveAdapters, anchored), or null. */
+  readonly resolveAdapters: RegExp | null;
   /**
    * Adapters served beyond the configured ones: listed by the worker's /v1/models (discovery) or
    * loaded through /admin/adapters. Changed only through the registry, which indexes them.
@@ -220,6 +227,7 @@ export class WorkerState {
     this.model = identity.model;
     this.configuredAdapters = identity.adapters ?? [];
     this.discoverAdapters = identity.discoverAdapters ?? false;
+    this.resolveAdapters = identity.resolveAdapters === undefined ? null : new RegExp(`^(?:${identity.resolveAdapters})$`);
     this.served = this.configuredAdapters;
     this.hardware = identity.hardware ?? null;
     this.speedClass = this.hardware === null ? this.pool : `${this.pool}\u0000${this.hardware}`;

@@ -133,7 +133,7 @@ export function createAdapterAdmin(d: AdapterAdminDeps): AdapterAdmin {
     for (const id of registry.models()) {
       const parent = registry.adapterOf(id);
       if (parent === undefined) continue;
-      const workers = registry.forModel(id) ?? [];
+      const workers = registry.serving(id) ?? [];
       data.push({
         id,
         parent,
@@ -211,7 +211,7 @@ export function createAdapterAdmin(d: AdapterAdminDeps): AdapterAdmin {
     if (name === null || name === '') throw errors.invalidField('name', 'give the adapter to unload: DELETE /admin/adapters?name=NAME');
     const pool = url.searchParams.get('pool');
     const worker = url.searchParams.get('worker');
-    const serving = (registry.adapterOf(name) !== undefined ? registry.forModel(name) ?? [] : []).filter(
+    const serving = (registry.adapterOf(name) !== undefined ? registry.serving(name) ?? [] : []).filter(
       (w) => (pool === null || w.pool === pool) && (worker === null || w.id === worker),
     );
     if (serving.length === 0) {

@@ -95,6 +95,12 @@ export function setupAdmission(deps: {
       observer: metrics,
     });
   }
+  /**
+   * The model a request is admitted (queued, metered) under: its own once a worker serves it; a
+   * name routed to workers that would load it on demand, their base model's until then, so that a
+   * client's made-up names add neither queues nor metric series.
+   */
+  const admittedAs = (model: string): string => (fleet.serving(model) !== undefined ? model : (fleet.adapterOf(model) ?? model));
   let pumpTimer: NodeJS.Timeout | null = null;
   const pump = (): void => {
     if (!controller) return;
@@ -147,7 +153,7 @@ export function setupAdmission(deps: {
         const charged = (r: RateCheck): void => {
           Object.assign(ctx.headers, r.headers);
           if (!r.ok) {
-            metrics.decision(ctx.model, cls, 'rate_limited');
+            metrics.decision(admittedAs(ctx.model), cls, 'rate_limited');
             metrics.rateLimited(ctx.tenant.id, r.reason);
             throw new ApiError(429, r.kind, 'rate_limit_exceeded', r.message, null, { 'retry-after': String(r.retryAfterSeconds) });
           }
@@ -197,7 +203,7 @@ export function setupAdmission(deps: {
       const out = c.submit(
         {
           id: ctx.id,
-          model: ctx.model,
+          model: admittedAs(ctx.model),
           cls,
           promptTokens: requestPromptTokens(ctx.routeRequest),
           maxTokens: ctx.maxTokens,

@@ -420,8 +420,10 @@ function finishRequest(d: HandlerDeps, ctx: RequestContext, sampler: RequestLogS
   const m = d.metrics;
   m.inflight--;
   const route = INFERENCE.get(ctx.path)?.label ?? ctx.kind;
-  // Only configured models become label values: a client cannot blow up the series count.
-  const model = ctx.candidates !== undefined ? ctx.model : 'unknown';
+  // Only served models become label values: a client cannot blow up the series count. (A name
+  // routed to workers that load adapters on demand counts once it is served: it answered, or a
+  // worker lists it.)
+  const model = ctx.candidates !== undefined && (ctx.status < 400 || d.fleet.serving(ctx.model) !== undefined) ? ctx.model : 'unknown';
   const durationMs = d.clock.now() - ctx.startedAt;
   m.requestsBy.series(route, model, String(ctx.status)).inc();
   m.durationBy.series(route, model).observe(durationMs / 1000);

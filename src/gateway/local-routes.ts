@@ -62,7 +62,7 @@ export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: In
     return err === null;
   };
   const modelEntry = (id: string) => {
-    const workers = fleet.forModel(id)!;
+    const workers = fleet.serving(id)!;
     // The smallest limit any worker reported: a request within it fits wherever it is routed.
     let maxModelLen = Infinity;
     for (const w of workers) if (typeof w.maxModelLen === 'number' && w.maxModelLen < maxModelLen) maxModelLen = w.maxModelLen;
@@ -90,7 +90,7 @@ export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: In
   const entryOf = (req: IncomingMessage, id: string) => {
     const served = aliasTarget(deps.aliases(), id);
     const model = served ?? id;
-    if (!fleet.forModel(model) || !visible(req, model)) return undefined;
+    if (!fleet.serving(model) || !visible(req, model)) return undefined;
     return served === undefined ? modelEntry(id) : { ...modelEntry(served), id, root: served };
   };
   const modelsBody = (req: IncomingMessage): string => {

@@ -35,6 +35,9 @@ test('arguments map onto worker options', () => {
   assert.equal(parseSimArgs(['--adapters', 'a', '--max-loras', '2']).maxLoras, 2);
   const rt = parseSimArgs(['--runtime-lora', '--max-loras', '3']);
   assert.deepEqual([rt.runtimeLoraUpdating, rt.maxLoras, rt.adapters], [true, 3, undefined]);
+  const rs = parseSimArgs(['--lora-resolver', 'cust-[0-9]+']);
+  assert.deepEqual([rs.runtimeLoraUpdating, rs.loraResolver], [true, 'cust-[0-9]+']);
+  assert.throws(() => parseSimArgs(['--lora-resolver', '(']), /--lora-resolver: not a valid regular expression/);
   const d = parseSimArgs([]);
   assert.equal(d.adapters, undefined);
   assert.equal(d.runtimeLoraUpdating, false);

@@ -96,3 +96,26 @@ test('loaded adapters join and leave the model index; a name that conflicts is r
   assert.deepEqual(reg.setLoadedAdapters(c!, ['x']).added, ['x']);
   assert.equal(reg.adapterOf('x'), 'n');
 });
+
+test('workers that load adapters on demand are candidates for a matching name, never for a base model', () => {
+  const reg = new WorkerRegistry(
+    [
+      { id: 'a', url: 'http://a:1', pool: 'p', model: 'm', resolveAdapters: 'cust-.*' },
+      { id: 'b', url: 'http://b:1', pool: 'p', model: 'm', resolveAdapters: 'cust-.*' },
+      { id: 'c', url: 'http://c:1', pool: 'q', model: 'n' },
+      { id: 'd', url: 'http://d:1', pool: 'r', model: 'o', resolveAdapters: 'cust-.*|other' },
+    ],
+    { staleAfterMs: 5000, now: () => 0, breaker: { failuresToOpen: 5, coolDownMs: 60_000 } },
+  );
+  const ids = (model: string) => reg.forModel(model)?.map((w) => w.id);
+  // The first resolving pool's base model claims a name; the base models stay theirs.
+  assert.deepEqual([ids('cust-1'), reg.adapterOf('cust-1'), reg.serving('cust-1')], [['a', 'b'], 'm', undefined]);
+  assert.deepEqual([ids('other'), reg.adapterOf('other')], [['d'], 'o']);
+  assert.deepEqual([ids('m'), ids('n'), ids('x-1'), reg.adapterOf('n')], [['a', 'b'], ['c'], undefined, undefined]);
+  assert.deepEqual(reg.models().sort(), ['m', 'n', 'o']);
+  // Loaded on b: b is listed first, a may still load it.
+  reg.setLoadedAdapters(reg.get('b')!, ['cust-1']);
+  assert.deepEqual([ids('cust-1'), reg.serving('cust-1')?.map((w) => w.id)], [['b', 'a'], ['b']]);
+  reg.retire('a');
+  assert.deepEqual(ids('cust-2'), ['b']);
+});

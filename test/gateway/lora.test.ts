@@ -4,11 +4,16 @@
  * base model's, in the workers (vLLM keys the blocks by the adapter) and in the router's index.
  */
 import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { ConfigError, parseConfig } from '../../src/config.js';
 import { startSimWorker } from '../../src/sim/worker/server.js';
 import { createLogger } from '../../src/telemetry/logger.js';
+import { estimateTokenizer } from '../../src/tokenizer/index.js';
+import { bpeTokenizerJson, HELLO_WORLD_MERGES, HELLO_WORLD_VOCAB } from '../tokenizer/fixtures.js';
 import { metricValue, MODEL, post, startGateway, waitFor } from './helpers.js';
 
 const ADAPTERS = ['sql-lora', 'chat-lora'];
@@ -300,4 +305,87 @@ test('discovery is on by default, off where configured and in a speculative casc
   });
   assert.deepEqual(c.workers.map((w) => [w.pool, w.discoverAdapters]), [['a', true], ['b', false], ['t', false], ['d', false]]);
   assert.equal(c.health.modelsIntervalMs, 10_000);
+  const problems = (raw: unknown): string[] => {
+    try {
+      parseConfig(raw);
+      return [];
+    } catch (e) {
+      return (e as ConfigError).problems;
+    }
+  };
+  assert.deepEqual(problems({ pools: [{ name: 'a', model: 'm', resolveAdapters: '(', workers: [{ url: 'http://a:1' }] }] }), ['pools[0].resolveAdapters: not a valid regular expression']);
+  assert.deepEqual(
+    problems({
+      pools: [
+        { name: 't', model: 't', resolveAdapters: 'x-.*', workers: [{ url: 'http://t:1' }] },
+        { name: 'd', model: 't-draft', workers: [{ url: 'http://d:1' }] },
+      ],
+      speculative: { cascades: [{ model: 't', targetPool: 't', draftPool: 'd' }] },
+    }),
+    ["pools[0].resolveAdapters: pool 't' is in a speculative cascade, which does not serve adapters"],
+  );
+  assert.equal(parseConfig({ workers: [{ url: 'http://w:1', model: 'm', resolveAdapters: 'x-.*' }] }).workers[0]!.resolveAdapters, 'x-.*');
+});
+
+test('adapters loaded on demand (resolveAdapters): a matching name reaches the workers, which load it or answer 404', async () => {
+  // The workers resolve cust-<digits> (vLLM's LoRA resolvers); the pool routes any cust-* name there.
+  const sims = await Promise.all([0, 1].map(() => startSimWorker({ port: 0, model: MODEL, loraResolver: 'cust-[0-9]+', speed: 100 })));
+  const started = await startGateway([], {
+    pools: [{ name: 'main', model: MODEL, resolveAdapters: 'cust-.*', workers: sims.map((s, i) => ({ url: s.url, id: `w${i}` })) }],
+    health: { intervalMs: 50, modelsIntervalMs: 100 },
+  } as never).catch(async (e: unknown) => {
+    for (const s of sims) await s.close();
+    throw e;
+  });
+  const { gw, url } = started;
+  const system = 'You answer questions about this customer\'s orders. '.repeat(40);
+  const ask = (model: string) => post(url + '/v1/chat/completions', { model, max_tokens: 2, messages: [{ role: 'system', content: system }, { role: 'user', content: 'hi' }] });
+  try {
+    assert.equal((await fetch(url + '/v1/models/cust-7')).status, 404, 'not listed before a worker has it');
+    const first = await ask('cust-7');
+    assert.equal(first.status, 200, first.text);
+    assert.equal(first.json.model, 'cust-7');
+    const holder = first.headers.get('x-kvgate-worker')!;
+    // Listed once the worker that loaded it says so; still routable to both (either can load it).
+    await waitFor(() => gw.registry.serving('cust-7') !== undefined, 5000);
+    assert.deepEqual(gw.registry.serving('cust-7')!.map((w) => w.id), [holder]);
+    assert.deepEqual(gw.registry.forModel('cust-7')!.map((w) => w.id).sort(), ['w0', 'w1']);
+    const listed = (await (await fetch(url + '/v1/models/cust-7')).json()) as { parent: string; pools: string[] };
+    assert.deepEqual([listed.parent, listed.pools], [MODEL, ['main']]);
+    // Its cached prompt draws the next request to the worker that has it.
+    assert.equal((await ask('cust-7')).headers.get('x-kvgate-worker'), holder);
+    // A name the workers cannot resolve: their 404, counted without the name as a label.
+    const unknown = await ask('cust-abc');
+    assert.equal(unknown.status, 404, unknown.text);
+    assert.match(unknown.text, /cust-abc/);
+    // A name the pool does not resolve never reaches a worker.
+    const other = await ask('nope-1');
+    assert.deepEqual([other.status, other.json.error.code], [404, 'model_not_found']);
+    const metrics = await (await fetch(url + '/metrics')).text();
+    assert.equal(metricValue(metrics, 'kvgate_requests_total', { route: 'chat', model: 'cust-7', status: '200' }), 2);
+    assert.ok(!metrics.includes('cust-abc') && !metrics.includes('nope-1'), 'unserved names are not label values');
+    assert.equal(metricValue(metrics, 'kvgate_requests_total', { route: 'chat', model: 'unknown', status: '404' }), 2);
+  } finally {
+    await gw.close();
+    for (const s of sims) await s.close();
+  }
+});
+
+test("an adapter's prompts are tokenized with its base model's tokenizer (tokenizers.models names base models)", async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'kvgate-lora-tok-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const path = join(dir, 'tokenizer.json');
+  await writeFile(path, JSON.stringify(bpeTokenizerJson(HELLO_WORLD_VOCAB, HELLO_WORLD_MERGES, false)));
+  const sim = await startSimWorker({ port: 0, model: MODEL, adapters: ['sql-lora'], speed: 100 });
+  t.after(() => sim.close());
+  const { gw, url } = await startGateway([], {
+    pools: [{ name: 'main', model: MODEL, adapters: ['sql-lora'], workers: [{ url: sim.url, id: 'w0' }] }],
+    tokenizers: { models: { [MODEL]: `hf:${path}` }, threads: 0 },
+  } as never);
+  t.after(() => gw.close());
+  const seen = new Map<string, number[]>();
+  gw.use({ name: 'peek', handle: (ctx) => (seen.set(ctx.model, Array.from(ctx.routeRequest.promptTokens)), 'continue') });
+  for (const model of [MODEL, 'sql-lora']) assert.equal((await post(url + '/v1/completions', { model, prompt: 'hello world hello', max_tokens: 2 })).status, 200);
+  assert.deepEqual(seen.get('sql-lora'), seen.get(MODEL));
+  assert.notDeepEqual(seen.get(MODEL), estimateTokenizer.encode('hello world hello'), 'the hf: tokenizer, not the default estimate');
 });

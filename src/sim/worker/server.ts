@@ -82,6 +82,13 @@ export interface SimWorkerOptions {
    * served and unloaded like the configured ones. Default false (the routes answer 404).
    */
   runtimeLoraUpdating?: boolean;
+  /**
+   * Load an adapter on demand when a request names one not loaded whose whole name this regular
+   * expression matches (vLLM's LoRA resolver plugins, e.g. lora_filesystem_resolver finding it in
+   * VLLM_LORA_RESOLVER_CACHE_DIR); any other unknown name is answered 404. Implies
+   * runtimeLoraUpdating, which vLLM's resolvers need.
+   */
+  loraResolver?: string;
   /** Engine profile (src/engine/profiles.ts) when the served name is not one. Default: `model`. */
   profile?: string;
   /** GPU profile: h100 (default), a100, a10g. */
@@ -192,7 +199,8 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
       speculative: { k: sp.k, draftTimeModel, acceptance: typeof acc === 'number' ? () => acc : () => acc(simNow()), rng: seededRng(sp.seed ?? 1) },
     };
   }
-  if ((opts.adapters?.length ?? 0) > 0 || opts.runtimeLoraUpdating === true) config = { ...config, maxLoras: opts.maxLoras ?? 1 };
+  const runtimeLora = opts.runtimeLoraUpdating === true || opts.loraResolver !== undefined;
+  if ((opts.adapters?.length ?? 0) > 0 || runtimeLora) config = { ...config, maxLoras: opts.maxLoras ?? 1 };
   else if (opts.maxLoras !== undefined) throw new Error('maxLoras needs adapters or runtimeLoraUpdating');
   const engine = new Engine(config);
   // A draft LM agrees with its target where it should; either way it is named by the served model.
@@ -213,7 +221,8 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
   const sim = new SimWorkerServer({
     model,
     adapters: opts.adapters ?? [],
-    runtimeLoraUpdating: opts.runtimeLoraUpdating ?? false,
+    runtimeLoraUpdating: runtimeLora,
+    loraResolver: opts.loraResolver === undefined ? null : new RegExp(`^(?:${opts.loraResolver})$`),
     engine,
     lm,
     speed: opts.speed ?? 1,
@@ -301,6 +310,7 @@ interface ServerParts {
   model: string;
   adapters: readonly string[];
   runtimeLoraUpdating: boolean;
+  loraResolver: RegExp | null;
   engine: EngineModel;
   lm: SyntheticLm | ((nowMs: number) => SyntheticLm);
   speed: number;
@@ -316,6 +326,8 @@ class SimWorkerServer implements ExchangeHost {
   /** Served adapters (configured, then loaded at run time), each with the path it was loaded from. */
   private readonly adapters = new Map<string, string>();
   private readonly runtimeLoraUpdating: boolean;
+  /** The model names a request may use: the base model's aside, the adapters, resolved on demand. */
+  private readonly servable: { has(name: string): boolean };
   readonly engine: EngineModel;
   readonly driver: EngineDriver;
   readonly metrics: VllmMetrics;
@@ -336,9 +348,20 @@ class SimWorkerServer implements ExchangeHost {
     this.model = p.model;
     for (const a of p.adapters) this.adapters.set(a, `/adapters/${a}`);
     this.runtimeLoraUpdating = p.runtimeLoraUpdating;
+    const resolver = p.loraResolver;
+    this.servable = {
+      has: (name) => {
+        if (this.adapters.has(name)) return true;
+        if (resolver === null || !resolver.test(name) || name === this.model) return false;
+        // Found by the resolver: loaded as through /v1/load_lora_adapter, then served.
+        this.adapters.set(name, `/resolved/${name}`);
+        this.kvPublisher?.addAdapter(name);
+        return true;
+      },
+    };
     this.engine = p.engine;
     this.lmAt = typeof p.lm === 'function' ? p.lm : () => p.lm as SyntheticLm;
-    this.served = { model: p.model, adapters: this.adapters, maxModelLen: p.engine.config.maxModelLen, defaultMaxChatTokens: p.defaultMaxChatTokens };
+    this.served = { model: p.model, adapters: this.servable, maxModelLen: p.engine.config.maxModelLen, defaultMaxChatTokens: p.defaultMaxChatTokens };
     this.metrics = new VllmMetrics(p.engine, {
       modelName: p.model,
       legacyNames: p.legacyMetricNames,
@@ -552,7 +575,7 @@ class SimWorkerServer implements ExchangeHost {
 
   private tokenize(res: ServerResponse, raw: unknown): void {
     const body = parseBody(tokenizeSchema, raw);
-    checkModel(body.model, this.model, this.adapters);
+    checkModel(body.model, this.model, this.servable);
     const text =
       'prompt' in body ? body.prompt : renderChat(body.messages, (body as { add_generation_prompt?: boolean }).add_generation_prompt ?? true);
     const tokens = estimateTokenizer.encode(text as string);
@@ -561,7 +584,7 @@ class SimWorkerServer implements ExchangeHost {
 
   private detokenize(res: ServerResponse, raw: unknown): void {
     const body = parseBody(detokenizeSchema, raw);
-    checkModel(body.model, this.model, this.adapters);
+    checkModel(body.model, this.model, this.servable);
     sendJson(res, 200, { prompt: estimateTokenizer.decode(body.tokens) });
   }
 
@@ -575,7 +598,7 @@ class SimWorkerServer implements ExchangeHost {
   private embeddings(req: IncomingMessage, res: ServerResponse, raw: unknown): void {
     if (this.shuttingDown) throw unavailable('The server is shutting down.');
     const body = parseBody(embeddingsSchema, raw);
-    const lora = checkModel(body.model, this.model, this.adapters);
+    const lora = checkModel(body.model, this.model, this.servable);
     const dims = body.dimensions ?? EMBEDDING_DIM;
     if (dims > EMBEDDING_DIM) throw badRequest(`dimensions must be at most ${EMBEDDING_DIM} for this model`, 'dimensions');
     const prompts = promptList(body.input).map((x) => (typeof x === 'string' ? estimateTokenizer.encode(x) : x));
