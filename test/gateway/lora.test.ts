@@ -18,6 +18,16 @@ import { metricValue, MODEL, post, startGateway, waitFor } from './helpers.js';
 
 const ADAPTERS = ['sql-lora', 'chat-lora'];
 
+/** The problems parseConfig reports for `raw`, one line each ([] when it is valid). */
+function problems(raw: unknown): string[] {
+  try {
+    parseConfig(raw);
+    return [];
+  } catch (e) {
+    return (e as ConfigError).problems;
+  }
+}
+
 test('an adapter is listed with its parent, routed, cached apart from the base model, and limited per tenant', async () => {
   const sims = await Promise.all([0, 1].map(() => startSimWorker({ port: 0, model: MODEL, adapters: ADAPTERS, speed: 100 })));
   const started = await startGateway([], {
@@ -136,14 +146,6 @@ test('a configured adapter a worker does not list is reported, in /admin/workers
 });
 
 test('adapters are checked: a base model\'s name, one adapter on two models, a cascade pool', () => {
-  const problems = (raw: unknown): string[] => {
-    try {
-      parseConfig(raw);
-      return [];
-    } catch (e) {
-      return (e as ConfigError).problems;
-    }
-  };
   const pool = (name: string, model: string, adapters: string[]) => ({ name, model, adapters, workers: [{ url: `http://${name}:1` }] });
   assert.deepEqual(problems({ pools: [pool('a', 'm', ['x', 'y']), pool('b', 'm', ['x'])] }), []);
   assert.deepEqual(problems({ pools: [pool('a', 'm', ['n']), pool('b', 'n', [])] }), ["pools[0].adapters[0]: 'n' is a served model's own name"]);
@@ -305,14 +307,6 @@ test('discovery is on by default, off where configured and in a speculative casc
   });
   assert.deepEqual(c.workers.map((w) => [w.pool, w.discoverAdapters]), [['a', true], ['b', false], ['t', false], ['d', false]]);
   assert.equal(c.health.modelsIntervalMs, 10_000);
-  const problems = (raw: unknown): string[] => {
-    try {
-      parseConfig(raw);
-      return [];
-    } catch (e) {
-      return (e as ConfigError).problems;
-    }
-  };
   assert.deepEqual(problems({ pools: [{ name: 'a', model: 'm', resolveAdapters: '(', workers: [{ url: 'http://a:1' }] }] }), ['pools[0].resolveAdapters: not a valid regular expression']);
   assert.deepEqual(
     problems({
