@@ -39,9 +39,10 @@ Source (one of):
                           of the same tenant (drawn from the last 2,000; default 0)
   --trace FILE            replay a trace file, read line by line
   --format F              trace format: ${TRACE_FORMATS.join(' | ')}
-                          (default: azure for .csv; mooncake if the first row has hash_ids; else jsonl)
-  --azure-shared-prefix X give Azure prompts a synthetic shared prefix: X tokens, or the fraction X
-                          of each prompt when X < 1 (default: none)
+                          (default: for .csv, burstgpt if its header names Request tokens, else
+                          azure; mooncake if the first row has hash_ids; else jsonl)
+  --azure-shared-prefix X give Azure (or BurstGPT) prompts a synthetic shared prefix: X tokens, or
+                          the fraction X of each prompt when X < 1 (default: none)
   --azure-prefix-groups N distinct shared prefixes for --azure-shared-prefix (default 16)
   --skip-bad              skip and count malformed trace rows instead of failing
 
@@ -407,14 +408,17 @@ function numFlag(v: string | undefined, name: string, opts: { positive?: boolean
   return n;
 }
 
-/** Trace format from the file: .csv is Azure; a JSON first row with hash_ids is Mooncake. */
+/**
+ * Trace format from the file: .csv is BurstGPT when its header names `Request tokens`, else Azure;
+ * a JSON first row with hash_ids is Mooncake; else kvgate's JSONL.
+ */
 function sniffFormat(path: string): TraceFormat {
-  if (path.toLowerCase().endsWith('.csv')) return 'azure';
   const fd = openSync(path, 'r');
   try {
     const buf = Buffer.alloc(4096);
     const n = readSync(fd, buf, 0, buf.length, 0);
     const first = buf.subarray(0, n).toString('utf8').split('\n')[0] ?? '';
+    if (path.toLowerCase().endsWith('.csv')) return /(^|,)\s*request tokens\s*(,|$)/i.test(first) ? 'burstgpt' : 'azure';
     return first.includes('"hash_ids"') ? 'mooncake' : 'jsonl';
   } finally {
     closeSync(fd);
@@ -502,7 +506,9 @@ export async function run(argv: string[]): Promise<number> {
       const loaderOpts: AzureOptions = { skipBad: v['skip-bad'] === true, seed };
       const sp = numFlag(v['azure-shared-prefix'], 'azure-shared-prefix');
       const groups = intFlag(v['azure-prefix-groups'], 'azure-prefix-groups', 1);
-      if ((sp !== undefined || groups !== undefined) && format !== 'azure') throw new UsageError('--azure-shared-prefix applies to --format azure only');
+      if ((sp !== undefined || groups !== undefined) && format !== 'azure' && format !== 'burstgpt') {
+        throw new UsageError('--azure-shared-prefix applies to --format azure and burstgpt only');
+      }
       if (sp !== undefined) loaderOpts.sharedPrefix = sp < 1 ? { fraction: sp, groups } : { tokens: Math.floor(sp), groups };
       else if (groups !== undefined) throw new UsageError('--azure-prefix-groups needs --azure-shared-prefix');
       source = loadTrace(path, format, loaderOpts);

@@ -1,6 +1,6 @@
 /**
- * Trace loaders: Mooncake JSONL, Azure LLM inference CSV and kvgate's own JSONL, each read line by
- * line (never whole) into BenchRequests in arrival order.
+ * Trace loaders: Mooncake JSONL, Azure LLM inference CSV, BurstGPT CSV and kvgate's own JSONL, each
+ * read line by line (never whole) into BenchRequests in arrival order.
  *
  * A malformed row stops the load with a TraceError naming the file and line, or — with skipBad —
  * is skipped and counted (`source.skipped`).
@@ -12,8 +12,8 @@ import { readLineAt, readLines } from './line-reader.js';
 import { answerTokens, BlockTokenCache, concatTokens, fillStream, mix32, tokensFromBlocks } from './tokens.js';
 import type { BenchRequest, BenchSource } from './types.js';
 
-export type TraceFormat = 'mooncake' | 'azure' | 'jsonl';
-export const TRACE_FORMATS: readonly TraceFormat[] = ['mooncake', 'azure', 'jsonl'];
+export type TraceFormat = 'mooncake' | 'azure' | 'burstgpt' | 'jsonl';
+export const TRACE_FORMATS: readonly TraceFormat[] = ['mooncake', 'azure', 'burstgpt', 'jsonl'];
 
 export class TraceError extends Error {
   constructor(
@@ -35,7 +35,7 @@ export interface LoaderOptions {
 
 export interface AzureOptions extends LoaderOptions {
   /**
-   * Give prompts a synthetic shared prefix (Azure rows carry no prefix information): `tokens`
+   * Give prompts a synthetic shared prefix (Azure and BurstGPT rows carry no prefix information): `tokens`
    * leading tokens, or `fraction` of each prompt, taken from one of `groups` prefixes (default 16)
    * chosen per row. Always leaves at least one token of the prompt unshared.
    */
@@ -153,7 +153,6 @@ export function parseAzureTimestamp(s: string): number {
 export function azureSource(path: string, opts: AzureOptions = {}): BenchSource {
   const seed = opts.seed ?? 0;
   const sp = opts.sharedPrefix;
-  const groups = Math.max(1, sp?.groups ?? 16);
   let t0 = NaN;
   return new LineSource(
     `azure:${basename(path)}`,
@@ -169,21 +168,79 @@ export function azureSource(path: string, opts: AzureOptions = {}): BenchSource 
       const output = posInt(Number(cols[2]!.trim() || NaN), 'GeneratedTokens');
       if (Number.isNaN(t0)) t0 = ts;
       const rowSeed = mix32(seed ^ 0x68e31da4, no);
-      const tokens = new Int32Array(input);
-      let shared = 0;
-      if (sp) {
-        const want = sp.tokens ?? Math.floor((sp.fraction ?? 0) * input);
-        shared = Math.max(0, Math.min(want, input - 1));
-        const group = mix32(rowSeed, 1) % groups;
-        fillStream(tokens, 0, mix32(seed ^ 0x1b873593, group), shared);
-      }
-      fillStream(tokens, shared, rowSeed, input - shared);
-      return { arrivalMs: ts - t0, promptTokens: tokens, maxTokens: output, outputSeed: rowSeed };
+      return { arrivalMs: ts - t0, promptTokens: syntheticPrompt(input, rowSeed, seed, sp), maxTokens: output, outputSeed: rowSeed };
     },
     () => {
       t0 = NaN;
     },
   );
+}
+
+/**
+ * A prompt of `input` tokens for a row that gives only its length: its own tokens, after the
+ * shared prefix `sp` asks for (one of sp.groups prefixes, chosen per row).
+ */
+function syntheticPrompt(input: number, rowSeed: number, seed: number, sp: AzureOptions['sharedPrefix']): Int32Array {
+  const tokens = new Int32Array(input);
+  let shared = 0;
+  if (sp) {
+    const want = sp.tokens ?? Math.floor((sp.fraction ?? 0) * input);
+    shared = Math.max(0, Math.min(want, input - 1));
+    const group = mix32(rowSeed, 1) % Math.max(1, sp.groups ?? 16);
+    fillStream(tokens, 0, mix32(seed ^ 0x1b873593, group), shared);
+  }
+  fillStream(tokens, shared, rowSeed, input - shared);
+  return tokens;
+}
+
+/**
+ * BurstGPT (Wang et al., arXiv:2401.17644): CSV with a header naming `Timestamp` (seconds from the
+ * trace's start), `Request tokens` and `Response tokens` (and `Model`, `Total tokens`, `Log Type`,
+ * not needed here), in any order. A row whose response has 0 tokens is a failed request in that
+ * trace: it is left out and counted (`source.skipped`). Like Azure's rows, these carry no prompt
+ * content: the same synthetic prompts and shared-prefix option.
+ */
+export function burstgptSource(path: string, opts: AzureOptions = {}): BenchSource {
+  const seed = opts.seed ?? 0;
+  const sp = opts.sharedPrefix;
+  let cols: { ts: number; input: number; output: number; n: number } | null = null;
+  let t0 = NaN;
+  const src: LineSource = new LineSource(
+    `burstgpt:${basename(path)}`,
+    path,
+    opts,
+    (text, no) => {
+      const cells = text.split(',').map((c) => c.trim());
+      if (cols === null) {
+        const at = (name: string): number => cells.findIndex((c) => c.toLowerCase() === name.toLowerCase());
+        cols = { ts: at('Timestamp'), input: at('Request tokens'), output: at('Response tokens'), n: cells.length };
+        if (cols.ts < 0 || cols.input < 0 || cols.output < 0) {
+          const found = cells.join(',');
+          cols = null;
+          bad(`expected a header with Timestamp, Request tokens and Response tokens, got ${JSON.stringify(found.slice(0, 120))}`);
+        }
+        return null;
+      }
+      if (cells.length !== cols.n) bad(`expected ${cols.n} columns, got ${cells.length}`);
+      const ts = Number(cells[cols.ts] || NaN) * 1000;
+      if (!Number.isFinite(ts) || ts < 0) bad(`bad Timestamp ${JSON.stringify(cells[cols.ts])}`);
+      const output = Number(cells[cols.output] || NaN);
+      if (output === 0) {
+        src.skipped++;
+        return null;
+      }
+      const input = posInt(Number(cells[cols.input] || NaN), 'Request tokens');
+      posInt(output, 'Response tokens');
+      if (Number.isNaN(t0)) t0 = ts;
+      const rowSeed = mix32(seed ^ 0x0b5a7c11, no);
+      return { arrivalMs: ts - t0, promptTokens: syntheticPrompt(input, rowSeed, seed, sp), maxTokens: output, outputSeed: rowSeed };
+    },
+    () => {
+      cols = null;
+      t0 = NaN;
+    },
+  );
+  return src;
 }
 
 /** One parsed kvgate JSONL row: the request as written, and its session fields. */
@@ -371,6 +428,8 @@ export function loadTrace(path: string, format: TraceFormat, opts: AzureOptions 
       return mooncakeSource(path, opts);
     case 'azure':
       return azureSource(path, opts);
+    case 'burstgpt':
+      return burstgptSource(path, opts);
     case 'jsonl':
       return jsonlSource(path, opts);
   }

@@ -237,6 +237,23 @@ describe('kvgate bench CLI', () => {
     assert.ok(j.policies[0].prefix_hit_rate > 0.4);
   });
 
+  it('replays a BurstGPT trace, told from an Azure one by its header, failed rows left out', () => {
+    const trace = join(dir, 'burst.csv');
+    writeFileSync(trace, 'Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n0,ChatGPT,900,4,904,Conversation log\n0.5,ChatGPT,300,0,300,Conversation log\n1.25,GPT-4,900,6,906,API log\n');
+    const json = join(dir, 'burst.json');
+    const ok = bench('--trace', trace, '--azure-shared-prefix', '512', '--azure-prefix-groups', '1', '--policy', 'round-robin', '--workers', '1', '--json', json, '--quiet');
+    assert.equal(ok.code, 0, ok.stderr);
+    const j = JSON.parse(readFileSync(json, 'utf8'));
+    assert.equal(j.trace, 'burstgpt:burst.csv');
+    assert.equal(j.skipped_rows, 1);
+    assert.equal(j.policies[0].completed, 2);
+    assert.ok(j.policies[0].prefix_hit_rate > 0.2, 'the synthetic shared prefix is reused');
+    const other = join(dir, 'one.jsonl');
+    writeFileSync(other, JSON.stringify({ timestamp: 0, input_length: 600, output_length: 5, hash_ids: [1, 2] }) + '\n');
+    const mooncake = bench('--trace', other, '--azure-shared-prefix', '5', '--policy', 'round-robin');
+    assert.match(mooncake.stderr, /--azure-shared-prefix applies to --format azure and burstgpt only/);
+  });
+
   it('--capacity finds each policy’s capacity at SLO: JSON, table and report', () => {
     const json = join(dir, 'cap.json');
     const html = join(dir, 'cap.html');

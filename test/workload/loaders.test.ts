@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { azureSource, jsonlSource, loadTrace, mooncakeSource, parseAzureTimestamp, TraceError } from '../../src/workload/loaders.js';
+import { azureSource, burstgptSource, jsonlSource, loadTrace, mooncakeSource, parseAzureTimestamp, TraceError } from '../../src/workload/loaders.js';
 import { readLineAt, readLines } from '../../src/workload/line-reader.js';
 import { expandSessions } from '../../src/workload/sessions.js';
 import { answerTokens, synthText } from '../../src/workload/tokens.js';
@@ -148,6 +148,39 @@ describe('azure loader', () => {
     assert.throws(() => [...azureSource(bad).open()], (e: unknown) => e instanceof TraceError && e.line === 5 && /ContextTokens/.test(e.message));
     const src = azureSource(bad, { skipBad: true });
     assert.equal([...src.open()].length, 3);
+    assert.equal(src.skipped, 3);
+  });
+});
+
+describe('burstgpt loader', () => {
+  const csv = [
+    'Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type',
+    '5,ChatGPT,472,18,490,Conversation log',
+    '45,ChatGPT,1087,0,1087,Conversation log',
+    '118.5,GPT-4,417,276,693,API log',
+  ].join('\n');
+  const path = file(csv + '\n', 'csv');
+
+  it('reads its columns by name, seconds as ms from the first row, and leaves out failed requests', () => {
+    const src = burstgptSource(path);
+    const reqs = [...src.open()];
+    assert.deepEqual(reqs.map((r) => [r.arrivalMs, r.promptTokens.length, r.maxTokens]), [[0, 472, 18], [113_500, 417, 276]]);
+    assert.equal(src.skipped, 1, 'the row with 0 response tokens');
+    assert.equal(loadTrace(path, 'burstgpt').name, `burstgpt:${path.split('/').pop()}`);
+    // Columns in another order are read the same; shared prefixes as for Azure.
+    const moved = file('Log Type,Response tokens,Request tokens,Timestamp\nAPI log,18,472,5\nAPI log,276,417,118.5\n', 'csv');
+    assert.deepEqual([...burstgptSource(moved).open()].map((r) => [r.arrivalMs, r.promptTokens.length, r.maxTokens]), [[0, 472, 18], [113_500, 417, 276]]);
+    const shared = [...burstgptSource(path, { sharedPrefix: { tokens: 300, groups: 1 } }).open()];
+    assert.deepEqual(slice(shared[0]!.promptTokens, 0, 300), slice(shared[1]!.promptTokens, 0, 300));
+  });
+
+  it('reports a missing column or a bad row by line', () => {
+    const noHeader = file('5,ChatGPT,472,18,490,Conversation log\n', 'csv');
+    assert.throws(() => [...burstgptSource(noHeader).open()], (e: unknown) => e instanceof TraceError && e.line === 1 && /Request tokens/.test(e.message));
+    const bad = file(csv + '\nsoon,ChatGPT,10,5,15,API log\n130,ChatGPT,10,5\n', 'csv');
+    assert.throws(() => [...burstgptSource(bad).open()], (e: unknown) => e instanceof TraceError && e.line === 5 && /Timestamp/.test(e.message));
+    const src = burstgptSource(bad, { skipBad: true });
+    assert.equal([...src.open()].length, 2);
     assert.equal(src.skipped, 3);
   });
 });
