@@ -193,18 +193,29 @@ function syntheticPrompt(input: number, rowSeed: number, seed: number, sp: Azure
   return tokens;
 }
 
+/** BurstGPT sessions whose last prompt is kept (the most recently active). */
+const MAX_SESSIONS = 100_000;
+
 /**
  * BurstGPT (Wang et al., arXiv:2401.17644): CSV with a header naming `Timestamp` (seconds from the
  * trace's start), `Request tokens` and `Response tokens` (and `Model`, `Total tokens`, `Log Type`,
  * not needed here), in any order. A row whose response has 0 tokens is a failed request in that
  * trace: it is left out and counted (`source.skipped`). Like Azure's rows, these carry no prompt
  * content: the same synthetic prompts and shared-prefix option.
+ *
+ * Its later releases add `Session ID`: a conversation's turns, each request carrying the history.
+ * A turn whose prompt is at least as long as its session's previous prompt begins with that prompt
+ * (the history a chat client sends again), so prefix caching sees the conversation; a shorter one
+ * (a history cut short) is a prompt of its own. The last prompt of the 100,000 most recently active
+ * sessions is kept. Replayed at the recorded times (open loop).
  */
 export function burstgptSource(path: string, opts: AzureOptions = {}): BenchSource {
   const seed = opts.seed ?? 0;
   const sp = opts.sharedPrefix;
-  let cols: { ts: number; input: number; output: number; n: number } | null = null;
+  let cols: { ts: number; input: number; output: number; session: number; n: number } | null = null;
   let t0 = NaN;
+  /** Session id → its last prompt, least recently active first. */
+  let sessions = new Map<string, Int32Array>();
   const src: LineSource = new LineSource(
     `burstgpt:${basename(path)}`,
     path,
@@ -213,7 +224,7 @@ export function burstgptSource(path: string, opts: AzureOptions = {}): BenchSour
       const cells = text.split(',').map((c) => c.trim());
       if (cols === null) {
         const at = (name: string): number => cells.findIndex((c) => c.toLowerCase() === name.toLowerCase());
-        cols = { ts: at('Timestamp'), input: at('Request tokens'), output: at('Response tokens'), n: cells.length };
+        cols = { ts: at('Timestamp'), input: at('Request tokens'), output: at('Response tokens'), session: at('Session ID'), n: cells.length };
         if (cols.ts < 0 || cols.input < 0 || cols.output < 0) {
           const found = cells.join(',');
           cols = null;
@@ -233,11 +244,25 @@ export function burstgptSource(path: string, opts: AzureOptions = {}): BenchSour
       posInt(output, 'Response tokens');
       if (Number.isNaN(t0)) t0 = ts;
       const rowSeed = mix32(seed ^ 0x0b5a7c11, no);
-      return { arrivalMs: ts - t0, promptTokens: syntheticPrompt(input, rowSeed, seed, sp), maxTokens: output, outputSeed: rowSeed };
+      const id = cols.session >= 0 ? cells[cols.session]! : '';
+      const history = id === '' ? undefined : sessions.get(id);
+      let prompt: Int32Array;
+      if (history !== undefined && history.length <= input) {
+        prompt = new Int32Array(input);
+        prompt.set(history);
+        fillStream(prompt, history.length, rowSeed, input - history.length);
+      } else prompt = syntheticPrompt(input, rowSeed, seed, sp);
+      if (id !== '') {
+        sessions.delete(id);
+        sessions.set(id, prompt);
+        if (sessions.size > MAX_SESSIONS) sessions.delete(sessions.keys().next().value!);
+      }
+      return { arrivalMs: ts - t0, promptTokens: prompt, maxTokens: output, outputSeed: rowSeed };
     },
     () => {
       cols = null;
       t0 = NaN;
+      sessions = new Map();
     },
   );
   return src;

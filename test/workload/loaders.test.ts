@@ -174,6 +174,26 @@ describe('burstgpt loader', () => {
     assert.deepEqual(slice(shared[0]!.promptTokens, 0, 300), slice(shared[1]!.promptTokens, 0, 300));
   });
 
+  it("with Session ID, a turn's prompt begins with its session's previous prompt when it is as long", () => {
+    const sessions = file(
+      [
+        'Timestamp,Session ID,Elapsed time,Model,Request tokens,Response tokens,Total tokens,Log Type',
+        '1,s-a,2.0,ChatGPT,200,50,250,Conversation log',
+        '2,s-b,2.0,ChatGPT,200,50,250,Conversation log',
+        '9,s-a,2.0,ChatGPT,300,40,340,Conversation log',
+        '12,s-a,2.0,ChatGPT,120,40,160,Conversation log',
+        '15,,2.0,ChatGPT,200,40,240,API log',
+      ].join('\n') + '\n',
+      'csv',
+    );
+    const [a1, b1, a2, a3, none] = [...burstgptSource(sessions).open()].map((r) => r.promptTokens);
+    assert.deepEqual(slice(a2!, 0, 200), slice(a1!, 0, 200), 'the second turn carries the first as its history');
+    assert.notDeepEqual(slice(a2!, 200, 216), slice(b1!, 0, 16));
+    assert.notDeepEqual(slice(b1!, 0, 16), slice(a1!, 0, 16), 'another session shares nothing');
+    assert.notDeepEqual(slice(a3!, 0, 16), slice(a1!, 0, 16), 'a shorter turn (history cut) is a prompt of its own');
+    assert.notDeepEqual(slice(none!, 0, 16), slice(a1!, 0, 16));
+  });
+
   it('reports a missing column or a bad row by line', () => {
     const noHeader = file('5,ChatGPT,472,18,490,Conversation log\n', 'csv');
     assert.throws(() => [...burstgptSource(noHeader).open()], (e: unknown) => e instanceof TraceError && e.line === 1 && /Request tokens/.test(e.message));
