@@ -12,6 +12,14 @@
  *   kv     = 1 − KV usage
  *   prefix = matched blocks / prompt blocks
  *
+ * With loraWeight > 0 (0 in the default profile) a lora-affinity-scorer joins them, as in the
+ * profiles llm-d and the Gateway API Inference Extension configure for LoRA fleets (their
+ * integration tests' EndpointPickerConfig lists it beside the three, weight 1 when unspecified):
+ * per worker, from vllm:lora_requests_info, 1 if the request's model is a running adapter there,
+ * 0.8 if fewer adapters run and wait than --max-loras, 0.6 if it is a waiting one, else 0
+ * (gateway-api-inference-extension `pkg/epp/scheduling/framework/plugins/loraaffinityscorer/
+ * lora_affinity.go`).
+ *
  * The prefix scorer's index is approximate and learned only from its own picks: a per-pod LRU of
  * chained block hashes (seeded by model name) holding num_gpu_blocks entries per pod, over blocks
  * of blockSizeTokens tokens estimated at bytesPerToken characters each (so a block is
@@ -26,6 +34,7 @@
  * KV-event-fed profile.
  */
 import { z } from 'zod';
+import { PROMPT_ADAPTER } from '../../kv/prompt-blocks.js';
 import { seedFromString } from '../../util/rng.js';
 import { stateKey } from '../../util/state.js';
 import { healthyFilter } from '../filters/healthy.js';
@@ -68,6 +77,24 @@ export const llmdQueueScorer: Scorer = {
   },
 };
 
+/**
+ * The `lora-affinity-scorer`: the request's model (its adapter, or the base model) running there
+ * 1, room for one more adapter 0.8, waiting there 0.6, else 0; the last scrape as is.
+ */
+export const llmdLoraAffinityScorer: Scorer = {
+  name: 'lora-affinity',
+  score(req, ws) {
+    const target = req.state.get(PROMPT_ADAPTER) ?? req.model;
+    return ws.map((w) => {
+      const l = w.snapshot?.lora;
+      if (l === undefined) return 0;
+      if (l.running.includes(target)) return 1;
+      if (l.running.length + l.waiting.length < l.maxLoras) return 0.8;
+      return l.waiting.includes(target) ? 0.6 : 0;
+    });
+  },
+};
+
 /** llm-d's `kv-cache-utilization-scorer`: 1 − KV usage, from the last scrape as is. */
 export const llmdKvCacheScorer: Scorer = {
   name: 'kv-cache-utilization',
@@ -82,6 +109,7 @@ export const llmdOptions = z.strictObject({
   queueWeight: numberKnob(2, 'weight of queue-scorer (fewest waiting)'),
   kvCacheWeight: numberKnob(2, 'weight of kv-cache-utilization-scorer (1 − KV usage)'),
   prefixWeight: numberKnob(3, 'weight of prefix-cache-scorer (matched / prompt blocks)'),
+  loraWeight: numberKnob(0, 'weight of lora-affinity-scorer (adapter running there 1, a free slot 0.8, waiting 0.6); 0: not in the profile, as by default'),
   scrapeIntervalMs: numberKnob(50, 'metrics refresh interval the policy asks for, ms', { min: 1 }),
 });
 
@@ -114,6 +142,7 @@ export function createLlmdPolicy(o: LlmdOptions): PipelinePolicy {
     { scorer: llmdQueueScorer, weight: o.queueWeight },
     { scorer: llmdKvCacheScorer, weight: o.kvCacheWeight },
     { scorer: prefixScorer, weight: o.prefixWeight },
+    { scorer: llmdLoraAffinityScorer, weight: o.loraWeight },
   ];
   return new PipelinePolicy({
     name: 'llm-d',
@@ -122,7 +151,7 @@ export function createLlmdPolicy(o: LlmdOptions): PipelinePolicy {
     // The weights change in place; the block and index shape and the polling interval do not.
     retune(next) {
       if (!retuneInPlace(o, next, ['blockSizeTokens', 'bytesPerToken', 'indexMaxBytes', 'maxWorkers', 'scrapeIntervalMs'])) return false;
-      [scorers[0]!.weight, scorers[1]!.weight, scorers[2]!.weight] = [o.queueWeight, o.kvCacheWeight, o.prefixWeight];
+      [scorers[0]!.weight, scorers[1]!.weight, scorers[2]!.weight, scorers[3]!.weight] = [o.queueWeight, o.kvCacheWeight, o.prefixWeight, o.loraWeight];
       return true;
     },
     picker: maxScorePicker,

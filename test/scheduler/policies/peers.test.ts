@@ -1,6 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { WorkerState } from '../../../src/fleet/worker-state.js';
+import { PROMPT_ADAPTER } from '../../../src/kv/prompt-blocks.js';
+import { llmdLoraAffinityScorer } from '../../../src/scheduler/policies/llm-d.js';
 import { createPolicy } from '../../../src/scheduler/registry.js';
 import { request, router, seq, worker } from '../helpers.js';
 
@@ -115,6 +117,33 @@ test('llm-d: weights queue 2, kv 2, prefix 3 over stale-as-is metrics; prefix le
     const o = r.route(request([1], { promptText: `unrelated ${i} `.repeat(40) }), [c, d]);
     assert.ok(o.ok && o.decision.worker === c);
   }
+});
+
+test("llm-d with loraWeight: GIE's lora-affinity-scorer, 1 running, 0.8 a free slot, 0.6 waiting, 0 taken", () => {
+  const rate = (target: string, lora: { maxLoras: number; running: string[]; waiting: string[] } | undefined): number => {
+    const req = request([1], { model: 'm' });
+    req.state.set(PROMPT_ADAPTER, target);
+    return llmdLoraAffinityScorer.score(req, [worker('w', { snapshot: lora ? { lora } : {} })], {} as never)[0]!;
+  };
+  assert.equal(rate('a', { maxLoras: 1, running: ['a'], waiting: [] }), 1);
+  assert.equal(rate('a', { maxLoras: 2, running: ['b'], waiting: [] }), 0.8);
+  assert.equal(rate('a', { maxLoras: 1, running: ['b'], waiting: ['a'] }), 0.6);
+  assert.equal(rate('a', { maxLoras: 1, running: ['b'], waiting: [] }), 0);
+  assert.equal(rate('a', undefined), 0, 'no LoRA state reported');
+  // In the profile with a weight, it draws an adapter to where it runs over an emptier queue.
+  const { router: r } = router(createPolicy('llm-d', { loraWeight: 3 }), 3);
+  const runs = worker('runs', { snapshot: { waiting: 2, lora: { maxLoras: 1, running: ['a'], waiting: [] } } });
+  const other = worker('other', { snapshot: { waiting: 0, lora: { maxLoras: 1, running: ['b'], waiting: [] } } });
+  const req = request([1], { promptText: 'hello' });
+  req.state.set(PROMPT_ADAPTER, 'a');
+  const d = r.route(req, [other, runs]);
+  assert.ok(d.ok && d.decision.worker === runs);
+  // By default (weight 0) the queue decides.
+  const plain = router(createPolicy('llm-d'), 3).router;
+  const req2 = request([1], { promptText: 'hello' });
+  req2.state.set(PROMPT_ADAPTER, 'a');
+  const d2 = plain.route(req2, [other, runs]);
+  assert.ok(d2.ok && d2.decision.worker === other);
 });
 
 test('oracle-greedy: exact cache and queue through the probe, lowest estimated TTFT', () => {
