@@ -1,6 +1,7 @@
 /**
  * `npm run bench:lora`: requests for many LoRA adapters on workers that batch only a few at once
- * (vLLM --max-loras), placed by kvgate with and without its LoRA affinity, and by load alone.
+ * (vLLM --max-loras), placed by kvgate with and without its LoRA affinity, by llm-d with and
+ * without its lora-affinity-scorer, and by load alone.
  *
  * Simulated workers in real time (the modelled GPU's step times) serve a base model and N
  * adapters, --max-loras M each. Streamed chat requests arrive as a Poisson process; each names an
@@ -33,12 +34,19 @@ Options:
   --rate R         requests per second, Poisson (default 16)
   --seconds S      length of the arrival schedule (default 30)
   --seed N         seed of the schedule (default 1)
-  --policies LIST  comma-separated (default kvgate,kvgate-no-affinity,least-load,round-robin;
-                   kvgate-no-affinity is kvgate with policy.options.loraAffinity false)
+  --policies LIST  comma-separated (default kvgate,kvgate-no-affinity,llm-d,llm-d-lora,least-load,
+                   round-robin; kvgate-no-affinity is kvgate with loraAffinity false, llm-d-lora
+                   llm-d with its lora-affinity-scorer at weight 1, loraWeight 1)
   -h, --help       this text
 `;
 
 const MODEL = 'llama-3.1-8b';
+
+/** Named variants: a policy with options. */
+const VARIANTS: Record<string, { name: string; options: Record<string, unknown> }> = {
+  'kvgate-no-affinity': { name: 'kvgate', options: { loraAffinity: false } },
+  'llm-d-lora': { name: 'llm-d', options: { loraWeight: 1 } },
+};
 
 interface Planned {
   at: number;
@@ -98,12 +106,11 @@ async function send(url: string, p: Planned): Promise<Outcome> {
 async function runPolicy(policy: string, o: { workers: number; adapters: string[]; maxLoras: number }, schedule: Planned[]): Promise<Outcome[]> {
   const sims: SimWorker[] = [];
   for (let i = 0; i < o.workers; i++) sims.push(await startSimWorker({ port: 0, model: MODEL, adapters: o.adapters, maxLoras: o.maxLoras, speed: 1 }));
-  const name = policy === 'kvgate-no-affinity' ? 'kvgate' : policy;
   const gw = createGateway(
     parseConfig({
       listen: { host: '127.0.0.1', port: 0 },
       pools: [{ name: 'lora', model: MODEL, adapters: o.adapters, workers: sims.map((s, i) => ({ url: s.url, id: `w${i}` })) }],
-      policy: { name, ...(policy === 'kvgate-no-affinity' ? { options: { loraAffinity: false } } : {}) },
+      policy: VARIANTS[policy] ?? { name: policy },
       log: { level: 'silent' },
     }),
     { logger: createLogger({ level: 'silent' }) },
@@ -136,7 +143,7 @@ async function main(): Promise<number> {
       rate: { type: 'string', default: '16' },
       seconds: { type: 'string', default: '30' },
       seed: { type: 'string', default: '1' },
-      policies: { type: 'string', default: 'kvgate,kvgate-no-affinity,least-load,round-robin' },
+      policies: { type: 'string', default: 'kvgate,kvgate-no-affinity,llm-d,llm-d-lora,least-load,round-robin' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
