@@ -325,7 +325,8 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   services.push(admission.service);
   // After admission's narrowing: a Responses API continuation can only be served where its
   // previous response is stored.
-  const affinity = new ResponseAffinity(100_000, shared?.responses ?? null);
+  // With tenant keys configured, a continuation whose owner is not known is refused.
+  const affinity = new ResponseAffinity(100_000, shared?.responses ?? null, undefined, () => !tenants.open);
   stages.push(affinity.stage());
   let closing = false;
   let draining = false;

@@ -17,11 +17,21 @@
  * retrieval or cancellation of another tenant's response is answered the same way
  * (gateway/response-lookup.ts).
  *
+ * With tenant keys configured, a continuation whose owner cannot be checked is refused rather than
+ * sent on: the worker still holds the response after a gateway restart, and would continue it for
+ * whoever names it. An id neither this gateway nor the shared directory knows (or one whose entry
+ * names no tenant) is answered 404 `response_not_found`, as OpenAI answers an id the caller does
+ * not own — the gateway cannot tell "forgotten" from "never existed" from "someone else's", and
+ * must not say which. While the shared directory cannot be asked (Redis away), an id not known
+ * here is answered 503 `response_directory_unavailable` with Retry-After: the owner's conversation
+ * is not gone, and a 404 would tell them to start it again. With no keys configured (one tenant)
+ * an unknown continuation is routed as any request, and the worker's own 404 is relayed.
+ *
  * Memory: at most `capacity` ids (default 100,000), least recently used out first.
  */
 import { ApiError, echo, errors } from '../api/errors.js';
 import type { ResponsesRequest } from '../api/responses.js';
-import type { ResponseDirectory, ResponseHolder } from '../shared/response-directory.js';
+import { ResponseDirectoryUnreachable, type ResponseDirectory, type ResponseHolder } from '../shared/response-directory.js';
 import type { RequestContext } from './context.js';
 import type { GatewayStage, StageResult } from './stages.js';
 
@@ -42,6 +52,8 @@ export class ResponseAffinity {
     private readonly shared: ResponseDirectory | null = null,
     /** A miss in the shared directory is asked again this much later (ms; 0: not asked again). */
     private readonly retryMs = DIRECTORY_RETRY_MS,
+    /** True while tenant keys are configured: a continuation must be its owner's, known (read per request). */
+    private readonly ownersChecked: () => boolean = () => false,
   ) {}
 
   remember(responseId: string, holder: ResponseHolder): void {
@@ -69,6 +81,7 @@ export class ResponseAffinity {
    * directory is asked once more `retryMs` later: the replica that relayed the answer writes its
    * entry as the answer's first bytes pass, and a client may send the continuation through this
    * replica before that write has landed. Only continuations of ids unknown everywhere wait.
+   * Throws ResponseDirectoryUnreachable when the directory cannot be asked.
    */
   async locate(responseId: string): Promise<ResponseHolder | undefined> {
     const local = this.holderFor(responseId);
@@ -91,10 +104,18 @@ export class ResponseAffinity {
         this.learn(ctx);
         const previous = (ctx.body as ResponsesRequest).previous_response_id;
         if (typeof previous !== 'string') return 'continue';
+        const checked = this.ownersChecked();
         // Known here (the usual case): no promise.
         const local = this.holderFor(previous);
-        if (local !== undefined || this.shared === null) return pin(ctx, previous, local);
-        return this.locate(previous).then((h) => pin(ctx, previous, h));
+        if (local !== undefined || this.shared === null) return pin(ctx, previous, local, checked);
+        return this.locate(previous).then(
+          (h) => pin(ctx, previous, h, checked),
+          (e: unknown) => {
+            if (!(e instanceof ResponseDirectoryUnreachable)) throw e;
+            if (checked) throw directoryUnavailable(previous, 'previous_response_id');
+            return pin(ctx, previous, undefined, checked);
+          },
+        );
       },
     };
   }
@@ -124,11 +145,14 @@ export class ResponseAffinity {
 /**
  * Route only to the holder's worker while it serves the request's model (else as any request); a
  * 503 while it takes no requests (down, circuit open, draining); a response of another tenant's is
- * one that does not exist.
+ * one that does not exist, and so, with owners checked, is one whose owner is not known.
  */
-function pin(ctx: RequestContext, responseId: string, holder: ResponseHolder | undefined): StageResult {
-  if (holder === undefined) return 'continue';
-  if (!mayAccess(holder, ctx.tenant.id)) throw responseNotFound(responseId, 'previous_response_id');
+function pin(ctx: RequestContext, responseId: string, holder: ResponseHolder | undefined, ownersChecked: boolean): StageResult {
+  if (holder === undefined) {
+    if (ownersChecked) throw responseNotFound(responseId, 'previous_response_id');
+    return 'continue';
+  }
+  if (!mayAccess(holder, ctx.tenant.id, ownersChecked)) throw responseNotFound(responseId, 'previous_response_id');
   const w = ctx.candidates.find((c) => c.id === holder.workerId);
   if (w === undefined) return 'continue';
   // No other worker holds the response: say which one does and why it is not asked.
@@ -142,9 +166,24 @@ function pin(ctx: RequestContext, responseId: string, holder: ResponseHolder | u
   return 'continue';
 }
 
-/** True if `tenantId` may use a response `holder` holds (one whose tenant is not known: anyone). */
-export function mayAccess(holder: ResponseHolder, tenantId: string): boolean {
-  return holder.tenantId === null || holder.tenantId === tenantId;
+/**
+ * True if `tenantId` may use a response `holder` holds. One whose tenant is not known: anyone while
+ * owners are not checked (no tenant keys), no one while they are.
+ */
+export function mayAccess(holder: ResponseHolder, tenantId: string, ownersChecked: boolean): boolean {
+  return holder.tenantId === null ? !ownersChecked : holder.tenantId === tenantId;
+}
+
+/** The owner of `responseId` cannot be checked now: the shared directory is unreachable. */
+export function directoryUnavailable(responseId: string, param: string): ApiError {
+  return new ApiError(
+    503,
+    'overloaded_error',
+    'response_directory_unavailable',
+    `The owner of response '${echo(responseId)}' cannot be checked now (the shared response directory is unreachable); try again later`,
+    param,
+    { 'retry-after': '1' },
+  );
 }
 
 /** vLLM's answer to a response id it does not hold (vllm/entrypoints/openai/responses/serving.py). */

@@ -3,7 +3,8 @@
  * events) and `POST /v1/responses/{id}/cancel` (cancel a background one), sent to the worker that
  * holds the response — the one that wrote it, as ResponseAffinity learned — and relayed as it
  * answers. A response this gateway (and, with `shared.responses`, every replica) never relayed is a
- * 404: no other worker has it; so is one another tenant's request wrote.
+ * 404: no other worker has it; so is one another tenant's request wrote. While the shared directory
+ * cannot be asked, an id not known to this replica is a 503 (response_directory_unavailable).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
@@ -15,7 +16,8 @@ import { traceContextOf } from '../http/trace-context.js';
 import type { Logger } from '../telemetry/logger.js';
 import { decodeSegment } from '../util/path-segment.js';
 import { normaliseWorkerError } from './relay-attempt.js';
-import { mayAccess, type ResponseAffinity } from './response-affinity.js';
+import { ResponseDirectoryUnreachable, type ResponseHolder } from '../shared/response-directory.js';
+import { directoryUnavailable, mayAccess, type ResponseAffinity } from './response-affinity.js';
 
 export interface ResponseLookupDeps {
   affinity: ResponseAffinity;
@@ -52,9 +54,17 @@ export async function lookupResponse(d: ResponseLookupDeps, path: string, query:
     const tenant = d.tenants.authenticate(req.headers.authorization);
     req.resume(); // a body, if any, is not read
     const id = decodeSegment(m[1]!);
-    const holder = await d.affinity.locate(id);
-    // Another tenant's response is answered as one never relayed.
-    const w = holder === undefined || !mayAccess(holder, tenant.id) ? undefined : d.fleet.get(holder.workerId);
+    let holder: ResponseHolder | undefined;
+    try {
+      holder = await d.affinity.locate(id);
+    } catch (e) {
+      // No worker can be chosen without the directory: the response may well exist.
+      if (e instanceof ResponseDirectoryUnreachable) throw directoryUnavailable(id, 'response_id');
+      throw e;
+    }
+    // Another tenant's response (or, with tenant keys, one whose tenant is not known) is answered
+    // as one never relayed.
+    const w = holder === undefined || !mayAccess(holder, tenant.id, !d.tenants.open) ? undefined : d.fleet.get(holder.workerId);
     if (w === undefined) {
       throw new ApiError(404, 'not_found_error', 'response_not_found', `Response '${echo(id)}' was not relayed by this gateway, or its worker is gone`, 'response_id');
     }

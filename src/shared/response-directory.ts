@@ -6,8 +6,9 @@
  * (U+001F between them: a tenant id never holds it), kept `ttlS`. A value with no tenant (written
  * by an older replica) is a holder whose tenant is not known.
  *
- * Redis away or slow: the lookup answers "not known" (the request is routed as any other, and a
- * worker without the response answers 404) and the write is dropped; both are counted.
+ * Redis away or slow: the lookup throws ResponseDirectoryUnreachable (the owner cannot be checked,
+ * so the gateway does not guess: gateway/response-affinity.ts) and the write is dropped; both are
+ * counted.
  */
 import type { RedisLink } from './redis-link.js';
 
@@ -20,7 +21,16 @@ export interface ResponseHolder {
 
 export interface ResponseDirectory {
   remember(responseId: string, holder: ResponseHolder): void;
+  /** The holder, or undefined when the directory has no entry; throws ResponseDirectoryUnreachable. */
   holderOf(responseId: string): Promise<ResponseHolder | undefined>;
+}
+
+/** The directory could not be asked (Redis away, or slower than its command timeout). */
+export class ResponseDirectoryUnreachable extends Error {
+  constructor(cause: string) {
+    super(`the shared response directory is unreachable: ${cause}`);
+    this.name = 'ResponseDirectoryUnreachable';
+  }
 }
 
 const SEPARATOR = '\u001f';
@@ -56,20 +66,21 @@ export class RedisResponseDirectory implements ResponseDirectory {
   async holderOf(responseId: string): Promise<ResponseHolder | undefined> {
     if (!this.o.link.up) {
       this.counts.failed++;
-      return undefined;
+      throw new ResponseDirectoryUnreachable('redis is not connected');
     }
+    let v: string | null;
     try {
-      const v = await this.o.link.client.get(this.key(responseId));
-      if (v === null) {
-        this.counts.notFound++;
-        return undefined;
-      }
-      this.counts.found++;
-      const at = v.indexOf(SEPARATOR);
-      return at < 0 ? { workerId: v, tenantId: null } : { workerId: v.slice(at + 1), tenantId: v.slice(0, at) };
-    } catch {
+      v = await this.o.link.client.get(this.key(responseId));
+    } catch (e) {
       this.counts.failed++;
+      throw new ResponseDirectoryUnreachable((e as Error).message);
+    }
+    if (v === null) {
+      this.counts.notFound++;
       return undefined;
     }
+    this.counts.found++;
+    const at = v.indexOf(SEPARATOR);
+    return at < 0 ? { workerId: v, tenantId: null } : { workerId: v.slice(at + 1), tenantId: v.slice(0, at) };
   }
 }

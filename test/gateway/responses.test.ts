@@ -287,3 +287,44 @@ test('a Responses stream’s TTFT and the router’s first token come with its f
     await Promise.all(sims.map((s) => s.close()));
   }
 });
+
+test('after a gateway restart, a continuation whose owner is not known is refused, not sent to the worker that still holds it', async () => {
+  let posts = 0;
+  const store = storingWorker('a');
+  const stub = await startStub((req, res) => {
+    if (req.method === 'POST' && req.url === '/v1/responses') posts++;
+    store(req, res);
+  });
+  const A = { authorization: 'Bearer sk-tenant-a1' };
+  const B = { authorization: 'Bearer sk-tenant-b1' };
+  const tenants = [
+    { id: 'a', keys: [{ value: 'sk-tenant-a1' }] },
+    { id: 'b', keys: [{ value: 'sk-tenant-b1' }] },
+  ];
+  const first = await startGateway([stub.url], { tenants });
+  let made: Awaited<ReturnType<typeof post>>;
+  try {
+    made = await post(first.url + '/v1/responses', { model: MODEL, input: 'A private conversation.', max_output_tokens: 1 }, A);
+    assert.equal(made.status, 200, made.text);
+  } finally {
+    await first.gw.close();
+  }
+  // A new gateway process over the same worker: it has not seen the response.
+  const { gw, url } = await startGateway([stub.url], { tenants });
+  try {
+    const id = made.json.id as string;
+    const before = posts;
+    for (const who of [B, A]) {
+      const r = await post(url + '/v1/responses', { model: MODEL, input: 'Go on.', max_output_tokens: 1, previous_response_id: id }, who);
+      assert.equal(r.status, 404, r.text);
+      assert.deepEqual([r.json.error.code, r.json.error.param, r.json.error.type], ['response_not_found', 'previous_response_id', 'invalid_request_error']);
+      assert.equal(r.json.error.message, `Response with id '${id}' not found.`);
+    }
+    assert.equal(posts, before, 'no worker was asked');
+    // A fresh conversation still works.
+    assert.equal((await post(url + '/v1/responses', { model: MODEL, input: 'Hello again.', max_output_tokens: 1 }, A)).status, 200);
+  } finally {
+    await gw.close();
+    await stub.close();
+  }
+});

@@ -37,6 +37,7 @@ describe('gateway replicas sharing state through Redis', { skip }, () => {
   let sims: SimWorker[];
   let a: { gw: Gateway; url: string };
   let b: { gw: Gateway; url: string };
+  let extra: Record<string, unknown>;
   const metric = async (url: string, name: string, labels: Record<string, string> = {}) =>
     metricValue(await (await fetch(url + '/metrics')).text(), name, labels);
   const shared = async (url: string) => (await fetch(url + '/admin/shared', { headers: ADMIN })).json() as Promise<any>;
@@ -53,7 +54,7 @@ describe('gateway replicas sharing state through Redis', { skip }, () => {
     // A generous command timeout: on a loaded test machine a lookup can take longer than the
     // default 100 ms, and a timed-out lookup is (rightly) treated as "not known", which these
     // tests of what is shared would read as a failure. Redis stopped still fails at once.
-    const extra = { ...CALM, tenants, admin: { keys: [{ value: 'sk-admin-001' }] }, shared: { redis: { url: redis.url, keyPrefix: 'kvs:', timeoutMs: 2_000 }, publishIntervalMs: 10 } };
+    extra = { ...CALM, tenants, admin: { keys: [{ value: 'sk-admin-001' }] }, shared: { redis: { url: redis.url, keyPrefix: 'kvs:', timeoutMs: 2_000 }, publishIntervalMs: 10 } };
     a = await startGateway(sims.map((s) => s.url), extra as never);
     b = await startGateway(sims.map((s) => s.url), extra as never);
     await waitFor(async () => (await metric(a.url, 'kvgate_shared_redis_up')) === 1 && (await metric(b.url, 'kvgate_shared_redis_up')) === 1);
@@ -179,6 +180,48 @@ describe('gateway replicas sharing state through Redis', { skip }, () => {
     const st = (await shared(b.url)).responses;
     assert.ok(st.found >= 4, JSON.stringify(st));
     assert.ok((await shared(a.url)).responses.stored >= 4);
+  });
+
+  it("refuses another tenant's continuation through any replica: 404 with the owner on record, 503 while Redis is down; a restarted replica still serves the owner", async () => {
+    const HOOLI = { authorization: 'Bearer sk-hooli-001' };
+    const ask = (url: string, body: Record<string, unknown>, who: Record<string, string>) =>
+      post(url + '/v1/responses', { model: MODEL, input: 'Go on.', max_output_tokens: 2, ...body }, who);
+    const made: string[] = [];
+    for (let i = 0; i < 2; i++) {
+      const before = (await shared(a.url)).responses.stored;
+      const r = await ask(a.url, { input: `Owner's story ${i}.` }, GLOBEX);
+      assert.equal(r.status, 200, r.text);
+      made.push(r.json.id);
+      await waitFor(async () => (await shared(a.url)).responses.stored > before, 5_000);
+    }
+    const stolen = await ask(b.url, { previous_response_id: made[0] }, HOOLI);
+    assert.equal(stolen.status, 404, stolen.text);
+    assert.equal(stolen.json.error.code, 'response_not_found');
+    // Replica B restarts: the owners are in Redis, not only in its memory.
+    await b.gw.close();
+    b = await startGateway(sims.map((s) => s.url), extra as never);
+    await waitFor(async () => (await metric(b.url, 'kvgate_shared_redis_up')) === 1);
+    assert.equal((await ask(b.url, { previous_response_id: made[0] }, GLOBEX)).status, 200);
+    assert.equal((await ask(b.url, { previous_response_id: made[0] }, HOOLI)).status, 404);
+    // Redis down: B cannot check who owns the response it has not seen, and says so.
+    await redis.stop();
+    try {
+      await waitFor(async () => (await metric(b.url, 'kvgate_shared_redis_up')) === 0);
+      for (const who of [HOOLI, GLOBEX]) {
+        const r = await ask(b.url, { previous_response_id: made[1] }, who);
+        assert.equal(r.status, 503, r.text);
+        assert.deepEqual([r.json.error.code, r.json.error.param], ['response_directory_unavailable', 'previous_response_id']);
+        assert.equal(r.headers.get('retry-after'), '1');
+      }
+      // What B saw itself it still checks alone.
+      assert.equal((await ask(b.url, { previous_response_id: made[0] }, HOOLI)).status, 404);
+      assert.equal((await ask(b.url, { previous_response_id: made[0] }, GLOBEX)).status, 200);
+      const lookup = await fetch(`${b.url}/v1/responses/${made[1]}`, { headers: GLOBEX });
+      assert.equal(lookup.status, 503);
+    } finally {
+      await redis.start();
+      await waitFor(async () => (await metric(a.url, 'kvgate_shared_redis_up')) === 1 && (await metric(b.url, 'kvgate_shared_redis_up')) === 1, 10_000);
+    }
   });
 
   it('loses no request while Redis is down, shows it, and shares again when it returns', async () => {

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { RedisLink } from '../../src/shared/redis-link.js';
-import { RedisResponseDirectory } from '../../src/shared/response-directory.js';
+import { RedisResponseDirectory, ResponseDirectoryUnreachable } from '../../src/shared/response-directory.js';
 import { ResponseAffinity } from '../../src/gateway/response-affinity.js';
 import { redisSkip } from '../redis-server.js';
 import { redisFixture } from './redis-fixture.js';
@@ -47,13 +47,16 @@ describe('response directory', { skip: redisSkip() }, () => {
     assert.equal(dir.counts.notFound - before, 2);
   });
 
-  it('with Redis away, knows nothing and drops writes, counted, without throwing', async () => {
+  it('with Redis away, says it cannot answer (not "not found") and drops writes, counted', async () => {
     const link = new RedisLink({ url: 'redis://127.0.0.1:1', timeoutMs: 100, connectTimeoutMs: 200 });
     await link.start();
     fx.closers.push(() => link.close());
     const d = new RedisResponseDirectory({ link, keyPrefix: 'rd:', ttlS: 60 });
     d.remember('resp_x', { workerId: 'w0', tenantId: 'default' });
-    assert.equal(await d.holderOf('resp_x'), undefined);
+    await assert.rejects(d.holderOf('resp_x'), ResponseDirectoryUnreachable);
     assert.equal(d.counts.failed, 2);
+    // So does a continuation's lookup: not retried, not taken for an unknown id.
+    await assert.rejects(new ResponseAffinity(100, d).locate('resp_x'), ResponseDirectoryUnreachable);
+    assert.equal(d.counts.failed, 3);
   });
 });
