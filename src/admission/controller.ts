@@ -37,7 +37,8 @@
  * behind it until the fleet had room for all of its blocks: on bursty traffic at the capacity of
  * the fleet without admission, 2,609 of 4,000 requests queued and 41% met the SLO, against 91%
  * with backfill (README, "With one class", for the measurements and what it does to
- * long prompts). The queue is bounded (`queue.maxSize`; full: 429) and each entry carries the
+ * long prompts). The queue is bounded (`queue.maxSize`; full: 429, unless a
+ * less important request waits: the newest of those is evicted, 429, to make room) and each entry carries the
  * latest time it may still start (from the request's budget, at most `queue.maxWaitMs` after
  * arrival); past it the request is refused with 503 + Retry-After. `pump()` admits waiting
  * requests, head first, then backfills; callers pump when capacity may have been freed (a request
@@ -102,8 +103,10 @@ export interface AdmissionRequest {
  * What happened to a request at admission. `shed_backlog` follows an `admitted` (or `dequeued`):
  * the request passed the KV check, and checkPick then shed it for the picked worker's prefill
  * backlog; so requests admitted and served = admitted + dequeued − shed_backlog − cancelled ones.
+ * `evicted`: a queued request pushed out of a full queue by a more important one (answered 429
+ * queue_full); a queued request ends as exactly one of dequeued, queue_timeout, cancelled, evicted.
  */
-export type AdmissionDecision = 'admitted' | 'queued' | 'dequeued' | 'shed' | 'shed_backlog' | 'queue_full' | 'queue_timeout' | 'cancelled';
+export type AdmissionDecision = 'admitted' | 'queued' | 'dequeued' | 'shed' | 'shed_backlog' | 'queue_full' | 'queue_timeout' | 'cancelled' | 'evicted';
 
 export interface Refusal {
   status: 429 | 503;
@@ -212,6 +215,20 @@ export class AdmissionController<W extends KvWorkerView = KvWorkerView> {
     if (deadline <= now) {
       this.o.observer?.decision(req.model, req.cls, 'queue_timeout');
       return { kind: 'refused', refusal: this.timeout(req) };
+    }
+    // A full queue makes room for a more important request: the newest of the least important is
+    // told (429 queue_full, Retry-After) and leaves.
+    const evicted = m.queue.size >= m.queue.maxSize ? m.queue.evictFor(req.cls) : null;
+    if (evicted) {
+      const r = evicted.value.req;
+      this.o.observer?.decision(r.model, r.cls, 'evicted');
+      this.o.observer?.waited(r.model, r.cls, now - evicted.enqueuedAt);
+      evicted.value.listener.onRefuse({
+        status: 429,
+        code: 'queue_full',
+        message: `the admission queue of model '${r.model}' is full (${this.s.queue.maxSize} requests waiting): this ${r.cls} request was evicted to make room for a ${req.cls} one; retry later`,
+        retryAfterSeconds: this.s.retryAfterSeconds,
+      });
     }
     const entry = m.queue.push({ req, blocks, listener }, req.cls, now, deadline);
     if (!entry) {

@@ -2,6 +2,10 @@
  * A bounded admission queue for one model, ordered by class then arrival: the head is the oldest
  * entry of the most important class present. Insertion is O(classes) (one FIFO per class);
  * cancellation is O(1) (entries are marked and skipped, and counted out at once).
+ *
+ * A full queue makes room for a more important arrival by evicting the newest entry of the least
+ * important class present (evictFor): a tenant filling the queue with standard requests cannot
+ * keep a critical one out. The newest goes first, as it has waited least.
  */
 import { CLASS_RANK, PRIORITY_CLASSES, type PriorityClass } from './classes.js';
 
@@ -45,6 +49,32 @@ export class ClassQueue<T> {
     this.fifos[cls].push(e);
     this.counts[cls]++;
     return e;
+  }
+
+  /**
+   * Make room in a full queue for an arrival of `cls`: remove and return the newest entry of the
+   * least important class less important than `cls`. Null when there is none, or when the queue is
+   * not full, or is over its size by more than one entry (maxSize lowered by a reload: it turns
+   * arrivals away and evicts nobody).
+   */
+  evictFor(cls: PriorityClass): QueueEntry<T> | null {
+    if (this.size !== this.maxSize) return null;
+    for (let i = PRIORITY_CLASSES.length - 1; i >= 0; i--) {
+      const c = PRIORITY_CLASSES[i]!;
+      if (CLASS_RANK[c] <= CLASS_RANK[cls]) return null;
+      if (this.counts[c] === 0) continue;
+      const f = this.fifos[c];
+      for (let j = f.length - 1; j >= this.heads[c]; j--) {
+        const e = f[j]!;
+        if (!e.live) continue;
+        this.remove(e);
+        // Drop the dead tail, so the next eviction does not walk it again.
+        while (f.length > this.heads[c] && !f[f.length - 1]!.live) f.pop();
+        this.front(c);
+        return e;
+      }
+    }
+    return null;
   }
 
   /** The oldest live entry of the most important class, without removing it. */

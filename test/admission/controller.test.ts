@@ -113,7 +113,8 @@ test('the queue admits by class then arrival as capacity frees; strict priority 
   assert.equal(c.submit(req('standard', 10), l).kind, 'queued');
   // A sheddable request never waits, and never overtakes waiting ones.
   assert.equal(c.submit(req('sheddable', 1), l).kind, 'refused');
-  const full = c.submit(req('critical', 100), l);
+  // Full, and nothing less important than it waits: refused.
+  const full = c.submit(req('standard', 100), l);
   assert.equal(full.kind === 'refused' && full.refusal.status, 429, 'queue bound 3');
   assert.equal(full.kind === 'refused' && full.refusal.code, 'queue_full');
   assert.equal(c.queueDepth('m'), 3);
@@ -242,4 +243,35 @@ test('prefillBacklogTokens 0 turns the backlog check off', () => {
   workers[0]!.begin({ id: 'huge', promptTokens: 100_000, uncachedTokens: 100_000, maxTokens: 16, blocks: 2, dispatchedAt: 0 });
   const r = c.submit(req('sheddable', 4), recorder().l);
   assert.equal(r.kind === 'admitted' && c.checkPick(r.ticket, workers[0]!, 0), null);
+});
+
+test('a full queue makes room for a more important request: the newest of the least important class leaves, told 429', () => {
+  const { c, decisions } = fleet([0.95, 0.95], 1000);
+  const waiting = [recorder(), recorder(), recorder()];
+  // Full (bound 3): two standard requests and a critical one (a sheddable request never waits).
+  assert.equal(c.submit(req('standard', 60), waiting[0]!.l).kind, 'queued');
+  assert.equal(c.submit(req('standard', 60), waiting[1]!.l).kind, 'queued');
+  assert.equal(c.submit(req('critical', 60), waiting[2]!.l).kind, 'queued');
+  const { out, l } = recorder();
+  // A critical arrival: the newest standard request is evicted, answered at once.
+  assert.equal(c.submit(req('critical', 60), l).kind, 'queued');
+  assert.equal(waiting[0]!.out.refused.length, 0, 'the oldest standard request keeps its place');
+  assert.equal(waiting[1]!.out.refused.length, 1);
+  const r = waiting[1]!.out.refused[0]!;
+  assert.deepEqual([r.status, r.code], [429, 'queue_full']);
+  assert.match(r.message, /this standard request was evicted to make room for a critical one/);
+  assert.ok(r.retryAfterSeconds >= 1);
+  assert.equal(c.queueDepth('m'), 3);
+  assert.equal(c.queueDepth('m', 'critical'), 2);
+  // Another critical one: the last standard request goes too.
+  assert.equal(c.submit(req('critical', 60), l).kind, 'queued');
+  assert.equal(waiting[0]!.out.refused.length, 1);
+  // Now only critical requests wait: a critical or standard arrival is refused, nobody evicted.
+  for (const cls of ['critical', 'standard'] as const) {
+    const s = c.submit(req(cls, 60), l);
+    assert.equal(s.kind === 'refused' && s.refusal.code, 'queue_full');
+  }
+  assert.equal(out.refused.length, 0);
+  assert.equal(c.queueDepth('m', 'critical'), 3);
+  assert.deepEqual(decisions.filter((d) => d.endsWith('evicted')), ['standard:evicted', 'standard:evicted']);
 });

@@ -33,3 +33,29 @@ test('many pushes and removals keep the counts exact (compaction)', () => {
   assert.equal(q.size, 0);
   assert.equal(q.peek(), null);
 });
+
+test('evictFor takes the newest entry of the least important class below the arrival, only from a full queue', () => {
+  const q = new ClassQueue<string>(4);
+  q.push('s1', 'standard', 0, 100);
+  q.push('c1', 'critical', 1, 100);
+  assert.equal(q.evictFor('critical'), null, 'not full');
+  q.push('s2', 'standard', 2, 100);
+  q.push('x1', 'sheddable', 3, 100);
+  assert.equal(q.evictFor('sheddable'), null, 'nothing less important than sheddable');
+  assert.equal(q.evictFor('standard')!.value, 'x1');
+  assert.equal(q.size, 3);
+  q.push('s3', 'standard', 4, 100);
+  assert.equal(q.evictFor('standard'), null, 'equal class: none');
+  assert.equal(q.evictFor('critical')!.value, 's3');
+  q.push('c2', 'critical', 5, 100);
+  assert.equal(q.evictFor('critical')!.value, 's2');
+  q.push('c3', 'critical', 6, 100);
+  assert.deepEqual(q.entries().map((e) => e.value), ['c1', 'c2', 'c3', 's1']);
+  assert.equal(q.evictFor('critical')!.value, 's1');
+  assert.equal(q.depth('standard'), 0);
+  assert.equal(q.peek()!.value, 'c1');
+  // A queue over its (lowered) size evicts nobody.
+  q.push('s4', 'standard', 7, 100);
+  q.maxSize = 2;
+  assert.equal(q.evictFor('critical'), null);
+});
