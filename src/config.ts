@@ -287,8 +287,11 @@ const sharedSchema = z
     drains: z.boolean().default(true),
     /** How often queued routing knowledge and load are published, one message per batch. */
     publishIntervalMs: ms.default(25),
-    /** Longest a request holds a shared concurrency slot if its release never reaches Redis. */
-    leaseMs: ms.default(600_000),
+    /**
+     * A shared concurrency slot's lease: renewed every leaseMs / 3 while its request is in flight,
+     * so a replica killed (or cut off from Redis) mid-request frees its tenants' slots within this.
+     */
+    leaseMs: ms.min(1_000, 'must be at least 1000 ms: the lease is renewed every leaseMs / 3, and a shorter one lapses on one slow heartbeat').default(15_000),
   })
   .prefault({});
 

@@ -8,14 +8,17 @@
  * refilled continuously at limit/60 s, expiring two minutes after last use (a full bucket needs no
  * key); `rl:{tenant}:req-day` and `rl:{tenant}:tok-day`, the same per day, expiring after two days;
  * `rl:{tenant}:active`, a sorted set of the requests in flight scored by when their lease runs
- * out, so a replica that dies mid-request cannot hold a tenant's concurrency for longer than
- * `leaseMs`. The script reads Redis's own clock (TIME), so replicas' clocks need not agree. A
- * request's token reservations are settled to what it used by a second script at its end.
+ * out. Each replica renews the leases of its own requests still in flight every `leaseMs / 3`
+ * (the heartbeat, RENEW_SCRIPT), so a request lasting longer than the lease keeps its slot, and a
+ * replica that dies (or loses Redis) mid-request holds a tenant's concurrency for at most
+ * `leaseMs` after its last heartbeat — seconds, not the length of the longest request. The
+ * scripts read Redis's own clock (TIME), so replicas' clocks need not agree. A request's token
+ * reservations are settled to what it used by a third script at its end.
  *
  * When Redis is down or slow (the command fails or times out) the request is checked against the
  * replica's own in-process limiter instead — each replica then enforces the whole limit alone, the
  * documented degradation — and the fallback is counted. A release that cannot reach Redis is left
- * to the lease, and its reservation stands.
+ * to the lease (no longer renewed), and its reservation stands.
  */
 import {
   bucketHeaders,
@@ -113,6 +116,27 @@ if tonumber(ARGV[2]) > 0 then settle(KEYS[2], tonumber(ARGV[2]), 86400000) end
 return 1
 `;
 
+/**
+ * KEYS: one tenant's active set. ARGV: lease ms, then the request ids this replica still has in
+ * flight there. Each id still in the set gets a lease running `lease` ms from now (XX: one that
+ * already lapsed and was pruned is not put back — its slot may have gone to another request).
+ * Returns how many were renewed.
+ */
+const RENEW_SCRIPT = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[1])
+local renewed = 0
+for i = 2, #ARGV do
+  renewed = renewed + redis.call('ZADD', KEYS[1], 'XX', 'CH', now + lease, ARGV[i])
+end
+if renewed > 0 then redis.call('PEXPIRE', KEYS[1], lease) end
+return renewed
+`;
+
+/** Most request ids renewed by one script call. */
+const RENEW_BATCH = 500;
+
 const REASONS: readonly (RefusalReason | null)[] = [null, 'concurrent', 'requests', 'tokens', 'requestsPerDay', 'tokensPerDay'];
 
 export interface RedisRateLimiterOptions {
@@ -121,7 +145,10 @@ export interface RedisRateLimiterOptions {
   /** This replica's own limiter, used while Redis is unreachable. */
   local: RateLimitStore;
   keyPrefix: string;
-  /** Longest a request holds a concurrency slot if its release never reaches Redis, ms. */
+  /**
+   * A concurrency slot's lease, ms: renewed every leaseMs / 3 while its request is in flight here,
+   * so the longest a slot outlives its replica (killed, or cut off from Redis).
+   */
   leaseMs: number;
   /** Called when a check fell back to the local limiter. */
   onFallback?: (err: Error) => void;
@@ -133,11 +160,65 @@ export class RedisRateLimiter implements RateLimitStore {
   private readonly limited = new Map<string, TenantLimits>();
   /** Distinguishes this process's request ids from other replicas' in the active sets. */
   private readonly instance = `${process.pid}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
-  /** Checks answered by Redis and by the local fallback. */
-  readonly counts = { shared: 0, fallback: 0 };
+  /**
+   * Checks answered by Redis and by the local fallback; leases renewed by the heartbeat, and
+   * heartbeat calls that failed (Redis away: the leases run out unless a later one lands in time).
+   */
+  readonly counts = { shared: 0, fallback: 0, renewed: 0, renewFailed: 0 };
+  /** This replica's requests holding a concurrency slot, by active-set key. */
+  private readonly leases = new Map<string, Set<string>>();
+  private readonly heartbeat: NodeJS.Timeout;
+  private renewing = false;
 
   constructor(private readonly o: RedisRateLimiterOptions) {
     this.setLimits(o.limits);
+    this.heartbeat = setInterval(() => void this.renew(), Math.max(10, Math.floor(o.leaseMs / 3)));
+    this.heartbeat.unref();
+  }
+
+  /** Concurrency slots this replica holds now (its requests in flight with a lease). */
+  get leasesHeld(): number {
+    let n = 0;
+    for (const ids of this.leases.values()) n += ids.size;
+    return n;
+  }
+
+  /** Stop the heartbeat (the leases still held then run out after leaseMs). */
+  close(): void {
+    clearInterval(this.heartbeat);
+  }
+
+  /** The heartbeat: every lease this replica holds runs leaseMs from now again. */
+  private async renew(): Promise<void> {
+    if (this.renewing || this.leases.size === 0 || !this.o.link.up) return;
+    this.renewing = true;
+    try {
+      for (const [key, ids] of [...this.leases]) {
+        const all = [...ids];
+        for (let i = 0; i < all.length; i += RENEW_BATCH) {
+          try {
+            this.counts.renewed += Number(await this.o.link.client.eval(RENEW_SCRIPT, 1, key, this.o.leaseMs, ...all.slice(i, i + RENEW_BATCH)));
+          } catch {
+            this.counts.renewFailed++;
+          }
+        }
+      }
+    } finally {
+      this.renewing = false;
+    }
+  }
+
+  private hold(key: string, id: string): void {
+    let ids = this.leases.get(key);
+    if (!ids) this.leases.set(key, (ids = new Set()));
+    ids.add(id);
+  }
+
+  private drop(key: string, id: string): void {
+    const ids = this.leases.get(key);
+    if (!ids) return;
+    ids.delete(id);
+    if (ids.size === 0) this.leases.delete(key);
   }
 
   /** New limits (config reload), in effect for the next request (the local fallback is told apart). */
@@ -189,16 +270,20 @@ export class RedisRateLimiter implements RateLimitStore {
     if (reason === null) {
       let released = false;
       const settles = l.tokensPerMinute !== undefined || l.tokensPerDay !== undefined;
+      const leased = l.concurrentRequests !== undefined && l.concurrentRequests > 0;
+      if (leased) this.hold(`${key}active`, id);
       return {
         ok: true,
         headers,
         release: (usedTokens) => {
           if (released) return;
           released = true;
+          // No longer renewed, whether or not the release below reaches Redis.
+          if (leased) this.drop(`${key}active`, id);
           if (!this.o.link.up) return;
           // Best effort: a release that fails is left to the lease, a settlement that fails leaves
           // the reservation standing.
-          if (l.concurrentRequests !== undefined) this.o.link.client.zrem(`${key}active`, id).catch(() => undefined);
+          if (leased) this.o.link.client.zrem(`${key}active`, id).catch(() => undefined);
           if (settles && usedTokens !== undefined && usedTokens !== tokens) {
             this.o.link.client
               .eval(SETTLE_SCRIPT, 2, `${key}tok`, `${key}tok-day`, l.tokensPerMinute ?? 0, l.tokensPerDay ?? 0, tokens - usedTokens)

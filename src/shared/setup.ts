@@ -17,7 +17,7 @@
  *
  * Visible in /metrics (`kvgate_shared_*`) and at GET /admin/shared:
  *   {"redis": "redis://host:port", "up": true, "replica": "...", "reconnects": 0,
- *    "rate_limits": {"shared": N, "fallback": N} | null,
+ *    "rate_limits": {"shared": N, "fallback": N, "renewed": N, "renewFailed": N, "leases": N} | null,
  *    "routing": {"published": N, "received": N, "dropped": N, ...} | null,
  *    "breakers": {"published": N, "opened": N, "closed": N, "stale": N, ..., "open": {worker: ms left}} | null,
  *    "load": {"published": N, "received": N, "dropped": N, "expired": N, "badMessages": N, "mirrored": N} | null,
@@ -304,6 +304,7 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
       d.logger.info({ redis: shown, replica: replicaId, rateLimits: rateLimiter !== null, routing: channel !== null, breakers: breakers !== null, load: load !== null, responses: responses !== null, drains: drains !== null }, 'shared state on');
     },
     async close() {
+      limiter?.close();
       channel?.close();
       breakers?.close();
       load?.close();
@@ -316,7 +317,7 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
         up: link.up,
         replica: replicaId,
         reconnects: link.reconnects,
-        rate_limits: limiter ? { ...limiter.counts } : null,
+        rate_limits: limiter ? { ...limiter.counts, leases: limiter.leasesHeld } : null,
         routing: channel ? { ...channel.counts, learned_runs: d.index?.learnedRuns ?? 0 } : null,
         breakers: breakers ? { ...breakers.counts, open: breakers.openHere(d.workerIds()) } : null,
         load: load ? { ...load.counts, mirrored: load.mirrored } : null,

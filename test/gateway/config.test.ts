@@ -206,3 +206,9 @@ test("a tenant's models must be served by some pool", () => {
   ]);
   assert.match(problems({ ...base, tenants: [{ id: 't', keys: [{ value: 'sk-t-00000001' }], models: [] }] })[0]!, /^tenants\[0\]\.models: /);
 });
+
+test('shared.leaseMs: 15 s by default (renewed every 5 s while a request runs); under a second is refused', () => {
+  const pools = [{ name: 'p', model: 'm', workers: [{ url: 'http://a:1' }] }];
+  assert.equal(parseConfig({ pools }).shared.leaseMs, 15_000);
+  assert.match(problems({ pools, shared: { leaseMs: 500 } })[0]!, /^shared\.leaseMs: must be at least 1000 ms/);
+});

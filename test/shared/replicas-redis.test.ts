@@ -440,6 +440,48 @@ describe('Redis rate limiter', { skip }, () => {
     assert.equal(x.counts.fallback + y.counts.fallback, 0);
   });
 
+  it("keeps a long request's concurrency slot by the heartbeat, and frees a dead replica's within the lease", async () => {
+    const limits = new Map([['t', { concurrentRequests: 1 }]]);
+    const LEASE = 900;
+    const make = async () => {
+      const link = new RedisLink({ url: redis.url, timeoutMs: 1000, connectTimeoutMs: 1000 });
+      links.push(link);
+      await link.start();
+      return { link, rl: new RedisRateLimiter({ link, limits, local: new RateLimiter(limits, 0), keyPrefix: 'rl-lease:', leaseMs: LEASE }) };
+    };
+    const [x, y] = [await make(), await make()];
+    try {
+      const held = await x.rl.take('t', 1, 0);
+      assert.ok(held.ok);
+      assert.equal(x.rl.leasesHeld, 1);
+      // Three leases long: the heartbeat (every 300 ms) has kept the slot.
+      await new Promise((r) => setTimeout(r, 3 * LEASE));
+      const refused = await y.rl.take('t', 1, 0);
+      assert.ok(!refused.ok && refused.message.includes('at most 1 concurrent'), 'still held by the running request');
+      assert.ok(x.rl.counts.renewed >= 3, `renewed ${x.rl.counts.renewed}`);
+      // Replica X dies: no heartbeat, its connection gone, its request never released.
+      x.rl.close();
+      await x.link.close();
+      const t0 = performance.now();
+      assert.ok(!(await y.rl.take('t', 1, 0)).ok, 'the lease still runs');
+      let freed = await y.rl.take('t', 1, 0);
+      while (!freed.ok && performance.now() - t0 < 10 * LEASE) {
+        await new Promise((r) => setTimeout(r, 50));
+        freed = await y.rl.take('t', 1, 0);
+      }
+      const waited = performance.now() - t0;
+      assert.ok(freed.ok, 'the dead replica’s slot was freed');
+      assert.ok(waited <= LEASE + 500, `freed after ${waited.toFixed(0)} ms (lease ${LEASE} ms)`);
+      // A released request is no longer renewed.
+      freed.release();
+      assert.equal(y.rl.leasesHeld, 0);
+      assert.equal(x.rl.counts.fallback + y.rl.counts.fallback, 0);
+    } finally {
+      x.rl.close();
+      y.rl.close();
+    }
+  });
+
   it('holds daily limits in Redis too: requests and tokens per day, the tokens settled', async () => {
     const limits = new Map<string, { requestsPerDay?: number; tokensPerDay?: number }>([
       ['d', { requestsPerDay: 3 }],
