@@ -11,14 +11,18 @@
  *   or an answer that is neither of the above (a cut stream without an error event, a body that
  *   is not the documented shape). A scenario passes only with 0 of these.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseConfig, type RawConfig } from '../../src/config.js';
 import { sampleValue } from '../../src/fleet/prom-text.js';
 import { createGateway, type Gateway } from '../../src/gateway/gateway.js';
 import { createLogger, type Logger } from '../../src/telemetry/logger.js';
+import { startRedis, type RedisServer } from '../../test/redis-server.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const CLI = join(here, '..', '..', 'src', 'cli.js');
@@ -291,3 +295,88 @@ export function quantile(xs: number[], q: number): number {
 
 /** The value of the first sample `name` with (at least) `labels` in a /metrics text, or undefined. */
 export const metric = sampleValue;
+
+// ---- Redis and gateway processes ----
+
+/**
+ * A real redis-server on a free loopback port (test/redis-server.ts), or why there is none: a
+ * scenario that needs Redis then reports itself skipped (skipped() below).
+ */
+export async function redisForScenario(): Promise<RedisServer | string> {
+  const r = spawnSync('redis-server', ['--version'], { encoding: 'utf8' });
+  if (r.status !== 0) return 'redis-server is not installed (Debian: apt-get install redis-server)';
+  return startRedis();
+}
+
+/** The result of a scenario that could not run here, and why. */
+export function skipped(why: string): ScenarioResult {
+  return { tally: new Tally(), figures: { skipped: why }, checks: {} };
+}
+
+/** A free TCP port on 127.0.0.1. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const a = s.address();
+      const port = typeof a === 'object' && a ? a.port : 0;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export interface GatewayProcess {
+  url: string;
+  proc: ChildProcess;
+  /** SIGKILL: the replica dies at once, its sockets and Redis connection with it. */
+  kill(): Promise<void>;
+}
+
+/**
+ * `kvgate serve` in a child process (a replica that can be killed), with `config` written to a
+ * temporary file (workers given by URL, as in startGateway); resolves once /health answers.
+ */
+export async function spawnGateway(urls: string[], extra: Partial<RawConfig> = {}): Promise<GatewayProcess> {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'kvgate-faults-'));
+  const file = join(dir, 'kvgate.yaml');
+  const config = {
+    listen: { host: '127.0.0.1', port },
+    pools: [{ name: 'main', model: MODEL, workers: urls.map((url, i) => ({ url, id: `w${i}` })) }],
+    scrape: { intervalMs: 500 },
+    health: { intervalMs: 1_000 },
+    log: { level: 'silent' },
+    shutdown: { drainDelayMs: 0, graceMs: 2_000 },
+    ...extra,
+  };
+  // JSON is YAML.
+  writeFileSync(file, JSON.stringify(config));
+  const proc = spawn(process.execPath, [CLI, 'serve', '--config', file], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  proc.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  proc.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+  const url = `http://127.0.0.1:${port}`;
+  const end = Date.now() + 15_000;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`kvgate serve exited (${proc.exitCode}): ${out}`);
+    const ok = await fetch(url + '/health').then((r) => r.ok, () => false);
+    if (ok) break;
+    if (Date.now() > end) {
+      proc.kill('SIGKILL');
+      throw new Error(`kvgate serve did not answer /health: ${out}`);
+    }
+    await sleep(100);
+  }
+  return {
+    url,
+    proc,
+    async kill() {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        proc.kill('SIGKILL');
+        await once(proc, 'exit').catch(() => undefined);
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}

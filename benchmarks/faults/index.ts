@@ -8,6 +8,9 @@ import { allDown } from './scenarios/all-down.js';
 import { crossSitePost } from './scenarios/cross-site-post.js';
 import { crossTenantProbe } from './scenarios/cross-tenant-probe.js';
 import { oversizedAsks } from './scenarios/oversized-asks.js';
+import { queuePriority } from './scenarios/queue-priority.js';
+import { replicaKilled } from './scenarios/replica-killed.js';
+import { responsesOwner } from './scenarios/responses-owner.js';
 import { stalledClients } from './scenarios/stalled-clients.js';
 import { massDisconnect } from './scenarios/mass-disconnect.js';
 import { metricsGarbage } from './scenarios/metrics-garbage.js';
@@ -31,4 +34,8 @@ export const SCENARIOS: FaultScenario[] = [
   crossTenantProbe,
   crossSitePost,
   oversizedAsks,
+  // Shared state and priority (issue 48).
+  responsesOwner,
+  queuePriority,
+  replicaKilled,
 ];
