@@ -6,10 +6,9 @@
  * "response not found". So this stage remembers which worker produced each response — the id is
  * the first `"id"` of the answer: the top-level field of a JSON response, the `response.created`
  * event's response in a stream — and routes a continuation only to that worker while it serves the
- * model. A continuation of a response this gateway did not see (another replica's, or one
- * forgotten) is routed as any request, and the worker's 404 is relayed. With replicas sharing
- * Redis (`shared.responses`), the ids this replica has not seen are asked of the shared directory
- * (shared/response-directory.ts), and every id learned here is written to it.
+ * model. With replicas sharing Redis (`shared.responses`), the ids this replica has not seen are
+ * asked of the shared directory (shared/response-directory.ts), and every id learned here is
+ * written to it; that directory also keeps them across a replica's restart.
  *
  * A response belongs to the tenant whose request wrote it: a continuation naming another tenant's
  * response is answered 404 as vLLM answers an unknown one ("Response with id '…' not found."),
