@@ -107,7 +107,7 @@ function scenarios(workers: number, traces: string, mode: 0 | 1 | 2): Scenario[]
   out.find((x) => x.name === 'rollouts')!.capacitySeconds = 300;
   const mooncake = join(traces, 'mooncake_synthetic_trace.jsonl');
   const azure = join(traces, 'AzureLLMInferenceTrace_conv.csv');
-  // Rates chosen so the trace keeps the fleet 60–90% busy under round-robin (see README).
+  // Rates chosen so the trace keeps the fleet 60–90% busy under round-robin (docs/benchmarks.md).
   if (existsSync(mooncake)) {
     out.push({ name: 'mooncake', args: ['--trace', mooncake, '--rate-scale', String(1.5 * scale), ...(mode === 2 ? ['--limit', size('mooncake')] : [])] });
   }
