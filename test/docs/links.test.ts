@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { test } from 'node:test';
@@ -42,4 +42,27 @@ test('a missing file, a missing heading and a link inside code are told apart', 
   assert.match(brokenReason(readme, 'docs/b.md', dir) ?? '', /does not exist/);
   assert.match(brokenReason(readme, 'docs/a.md#unknown', dir) ?? '', /no heading/);
   assert.equal(brokenReason(readme, '#top', dir), null);
+});
+
+test('every docs/ page (and #anchor) named in the code, the benchmarks and the example configs exists', () => {
+  const files: string[] = [];
+  const walk = (dir: string): void => {
+    for (const name of readdirSync(dir)) {
+      const p = join(dir, name);
+      if (statSync(p).isDirectory()) walk(p);
+      else if (/\.(ts|ya?ml)$/.test(name)) files.push(p);
+    }
+  };
+  for (const dir of ['src', 'benchmarks', 'examples', 'deploy']) walk(join(ROOT, dir));
+  const broken: string[] = [];
+  let checked = 0;
+  for (const file of files) {
+    for (const m of readFileSync(file, 'utf8').matchAll(/(?<![\w/.-])docs\/[\w./-]+?\.md(?:#[\w-]+)?/g)) {
+      checked++;
+      const why = brokenReason(join(ROOT, 'README.md'), m[0]);
+      if (why) broken.push(`${relative(ROOT, file)}: ${m[0]} (${why})`);
+    }
+  }
+  assert.ok(checked >= 10, `only ${checked} references found`);
+  assert.deepEqual(broken, []);
 });
