@@ -1,11 +1,11 @@
 /**
  * `npm run bench:chart -- --out FILE.png [kvgate bench arguments]`: runs `kvgate bench --capacity`
  * with the given arguments, writes its HTML report, and saves the report's "SLO attainment vs
- * offered rate" chart as a PNG (the image in the README's routing comparison), rendered by a
+ * offered rate" chart as a PNG (the image in docs/benchmarks.md), rendered by a
  * headless Chromium driven by playwright-core — the browser the dashboard tests use
  * (KVGATE_CHROMIUM, else /usr/bin/chromium; Debian: apt-get install chromium).
  *
- * Example (the README's chart):
+ * Example (the chart in docs/benchmarks.md):
  *   npm run bench:chart -- --out docs/capacity.png --workload shared-prefix --size 2000 --seed 5 \
  *     --workers 8 --policy round-robin,sglang-cache-aware,llm-d,llm-d-precise,dynamo,kvgate,oracle
  */

@@ -6,7 +6,7 @@
  * Every request a scenario sends ends as exactly one of:
  * - ok: a 2xx whose body is complete (a stream ends with `data: [DONE]`);
  * - error: a documented error — a status with an OpenAI-shaped error body, or a stream that ends
- *   with an SSE error event (docs/gateway.md, "Failures");
+ *   with an SSE error event (docs/api.md#failures);
  * - unanswered: no response within the client's timeout, a connection reset before any answer,
  *   or an answer that is neither of the above (a cut stream without an error event, a body that
  *   is not the documented shape). A scenario passes only with 0 of these.

@@ -36,9 +36,9 @@
  * for the head. In strict arrival order one long prompt at the head held back every request
  * behind it until the fleet had room for all of its blocks: on bursty traffic at the capacity of
  * the fleet without admission, 2,609 of 4,000 requests queued and 41% met the SLO, against 91%
- * with backfill (README, "With one class", for the measurements and what it does to
- * long prompts). The queue is bounded (`queue.maxSize`; full: 429, unless a
- * less important request waits: the newest of those is evicted, 429, to make room) and each entry carries the
+ * with backfill (docs/admission.md#with-one-class, for the measurements and what it does to
+ * long prompts). The queue is bounded (`queue.maxSize`; full: 429, unless a less important
+ * request waits: the newest of those is evicted, 429, to make room) and each entry carries the
  * latest time it may still start (from the request's budget, at most `queue.maxWaitMs` after
  * arrival); past it the request is refused with 503 + Retry-After. `pump()` admits waiting
  * requests, head first, then backfills; callers pump when capacity may have been freed (a request

@@ -104,7 +104,7 @@ export interface BuildEngineOptions {
   maxModelLen?: number;
 }
 
-/** Sizing details behind an EngineConfig, for logs and the README. */
+/** Sizing details behind an EngineConfig, for logs and the docs. */
 export interface EngineSizing {
   gpu: GpuProfile;
   model: ModelProfile;

@@ -38,7 +38,7 @@ export interface GpuProfile {
  *     us-east-1, instance CPU and memory included, like the A10G's.
  * l4 and l40s are taken from NVIDIA's datasheets (bf16 tensor throughput without sparsity) and the
  * memory nvidia-smi reports; unlike the other three, the time model has not been checked against
- * published vLLM figures on them (README, "The time model, against published vLLM figures").
+ * published vLLM figures on them (docs/simulation.md#the-time-model-against-published-vllm-figures).
  */
 export const GPUS: Readonly<Record<string, GpuProfile>> = {
   h100: {

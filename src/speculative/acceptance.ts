@@ -6,7 +6,8 @@
  * round that proposes m tokens and accepts a of them tested a + 1 tokens if it rejected one and a
  * if it accepted all: α̂ = Σ accepted / Σ tested. (vLLM's "draft acceptance rate",
  * accepted/proposed, counts the tokens after a rejection as failures too and so reads lower than
- * α; REFERENCE §1.) Each class's counts decay with a half-life in tested tokens
+ * α: with i.i.d. acceptance it is (E − 1)/k, E = (1 − α^(k+1))/(1 − α); vllm-project/vllm
+ * vllm/v1/spec_decode/metrics.py.) Each class's counts decay with a half-life in tested tokens
  * (`controller.halfLifeTokens`), so the estimate follows a prompt domain whose acceptance shifts.
  */
 

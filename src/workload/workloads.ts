@@ -37,7 +37,7 @@
  *   workload        capacity (RR)   default rate
  *   shared-prefix   ~185 req/s      140 req/s
  *   multi-turn      ~450 req/s      350 req/s   (short prompts: 300-token preamble + turns; figures from the
- *                                                open-loop version, see src/bench/README.md)
+ *                                                open-loop version, see docs/simulation.md)
  *   rag             ~60 req/s       45 req/s
  *   bursty          ~40 req/s       35 req/s    (round-robin already preempts here; least-load barely)
  *   mixed           ~70 req/s       55 req/s

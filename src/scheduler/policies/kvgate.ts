@@ -55,7 +55,7 @@
  * capacity at SLO 4–16% lower on bursty traffic, but at round-robin's capacity a third of the
  * TTFT p99 (0.9 s against 2.6 s) and a tenth of the preemptions, at a TPOT p99 over the 50 ms
  * target (55–58 ms); `kvFit: 'ever'` ignores room (within about 2% of 'prefer' either way).
- * Measured in the README, "Capacity at SLO first".
+ * Measured: docs/policy.md#kv-fit.
  *
  * The picker (pickers/kvgate.ts) takes the best weighted score among the workers near the lowest
  * ttft, unless the best-cached worker is worth its extra wait ('prefix'); otherwise the prefix
@@ -167,7 +167,7 @@ export const kvgateOptions = z.strictObject({
   ),
   // Off by default: on Azure (seeds 5–7, at round-robin's capacity) it cut kvgate's TPOT p99 by
   // 10–15%, but capacity at SLO fell 3.6–4.8% on bursty and 12% on the elephants trace, where it
-  // serves long prompts more evenly (README, "Capacity at SLO first").
+  // serves long prompts more evenly (docs/policy.md#stall).
   loraAffinity: booleanKnob(
     true,
     "place a LoRA adapter's requests by the workers' --max-loras slots: spread while free slots outnumber the adapters running nowhere, else stay on the workers running it while they keep up, never where other adapters hold every slot while another worker will do (filters/lora-affinity.ts); off: by cost alone",
@@ -184,7 +184,7 @@ export const kvgateOptions = z.strictObject({
   // SLO as 0.5 on every built-in workload and both traces at 8 workers and on a KV-tight document
   // trace, and 5–7% less on bursty at 16 workers and on fresh seeds (still 1.03–1.07× dynamo),
   // where 0.5 reached its count by letting long prompts miss: its ≥ 8k-token band met the SLO for
-  // 60–68% of requests, 4's for 72–84% (README, "Capacity at SLO first").
+  // 60–68% of requests, 4's for 72–84% (docs/policy.md#stall).
   preemptionWeight: numberKnob(
     4,
     'what the expected cost of a preemption for lack of KV (its recompute and the stall that puts in the batch) counts for in the cost (0: ignored)',
@@ -454,7 +454,7 @@ export class KvgatePolicy implements Policy {
    * the queue and batch terms' business. A pool that mixes hardware learned as one class sends
    * its slow workers more than they can serve: on 4 H100 and 4 A10G workers (shared-prefix, seed
    * 83), kvgate then carried 0.27× llm-d-precise's traffic at the SLO, and 0.96× with the workers
-   * labelled or told apart by their KV capacity (README, "On mixed fleets").
+   * labelled or told apart by their KV capacity (docs/benchmarks.md#on-mixed-fleets).
    */
   prefillRate(w: WorkerState): number {
     return this.prefillRates.get(w.speedClass) ?? this.params.prefillTokensPerSec;

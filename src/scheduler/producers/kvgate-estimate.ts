@@ -87,8 +87,8 @@
  * finish near the target every neighbour counts, by how near. A worker with nothing finished yet
  * shows nobody near the target.
  *
- * What each model does on the built-in workloads, and why 'linear' stays the default, is in the
- * README ("Capacity at SLO first"): the other two come closer to the latency targets at the
+ * What each model does on the built-in workloads, and why 'linear' stays the default, is in
+ * docs/policy.md#stall: the other two come closer to the latency targets at the
  * common load and do not let long prompts miss for the short ones' sake, but give up part of the
  * lead on bursty and agentic traffic by the aggregate count.
  *
@@ -104,7 +104,7 @@
  * is bounded by the steps the neighbours have left: taking each to decode as long as this request
  * (N · out · k · (P + out/2)) priced the workers serving many short answers out of reach for a
  * long prompt with a long answer, and long prompts queued and preempted on the few workers full of
- * long contexts (bursty TTFT p99 7 s; README, "Capacity at SLO first"). The same stall term still
+ * long contexts (bursty TTFT p99 7 s; docs/policy.md#stall). The same stall term still
  * sends long prompts where few short answers decode, which are the workers already full of long
  * contexts; the preemption term is what stops that before their KV runs out. pOver is an upper
  * bound (requests seldom all reach their end at once), so its weight is below one; see the
