@@ -7,10 +7,12 @@ import { admissionBurst } from './scenarios/admission-burst.js';
 import { allDown } from './scenarios/all-down.js';
 import { crossSitePost } from './scenarios/cross-site-post.js';
 import { crossTenantProbe } from './scenarios/cross-tenant-probe.js';
+import { embeddingsFlood } from './scenarios/embeddings-flood.js';
 import { oversizedAsks } from './scenarios/oversized-asks.js';
 import { stalledClients } from './scenarios/stalled-clients.js';
 import { massDisconnect } from './scenarios/mass-disconnect.js';
 import { metricsGarbage } from './scenarios/metrics-garbage.js';
+import { nestedBodies } from './scenarios/nested-bodies.js';
 import { worker500s } from './scenarios/worker-500s.js';
 import { workerHung } from './scenarios/worker-hung.js';
 import { workerKilled } from './scenarios/worker-killed.js';
@@ -31,4 +33,7 @@ export const SCENARIOS: FaultScenario[] = [
   crossTenantProbe,
   crossSitePost,
   oversizedAsks,
+  // Request bodies (issue 48).
+  embeddingsFlood,
+  nestedBodies,
 ];
