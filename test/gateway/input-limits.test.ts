@@ -133,3 +133,40 @@ test('/v1/embeddings: an input over the worker\'s context is its 400, relayed on
     await Promise.all(sims.map((s) => s.close()));
   }
 });
+
+test('a pick whose request fails before its attempt settles is released: a body that cannot be serialised, a pick check that throws', async () => {
+  const sims = await startSims(2);
+  const { gw, url } = await startGateway(sims.map((s) => s.url));
+  try {
+    // A stage changes the body into something JSON.stringify refuses (a BigInt) on one request,
+    // and makes the pick's check throw on another: both fail after the stages, once routing is next.
+    gw.use({
+      name: 'test-faults',
+      handle(ctx) {
+        const fault = ctx.req.headers['x-test-fault'];
+        if (fault === 'serialise') {
+          (ctx.body as Record<string, unknown>).x_big = 10n;
+          ctx.bodyModified = true;
+        } else if (fault === 'check') {
+          ctx.checkPick = () => {
+            throw new Error('pick check failed');
+          };
+        }
+        return 'continue';
+      },
+    });
+    const chat = { model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: 'hi' }] };
+    for (const fault of ['serialise', 'check', 'serialise', 'check']) {
+      const r = await post(url + '/v1/chat/completions', chat, { 'x-test-fault': fault });
+      assert.equal(r.status, 500, r.text);
+      assert.equal(r.json.error.type, 'server_error');
+    }
+    assert.equal(gw.router.openCount, 0, 'no reservation left open');
+    for (const w of gw.registry.workers) assert.equal(w.inflightCount, 0, `${w.id} in flight`);
+    const ok = await post(url + '/v1/chat/completions', chat);
+    assert.equal(ok.status, 200, ok.text);
+  } finally {
+    await gw.close();
+    await Promise.all(sims.map((s) => s.close()));
+  }
+});
