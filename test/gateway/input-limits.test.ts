@@ -116,7 +116,7 @@ test('/v1/embeddings caps: too many inputs or too many tokens in all are 400 lim
   }
 });
 
-test('/v1/embeddings: an input over the worker\'s context is its 400, relayed once, and no worker dies', async () => {
+test('/v1/embeddings: an input over the worker\'s context is its 400, relayed as it is, and no worker dies', async () => {
   const sims = await startSims(2);
   const { gw, url } = await startGateway(sims.map((s) => s.url));
   try {
