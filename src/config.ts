@@ -57,6 +57,10 @@ const capsFields = {
   maxTotalTokens: z.int().positive().optional(),
   /** Longest request deadline (the derived deadline is clamped to it). */
   maxRequestMs: z.number().positive().optional(),
+  /** Most inputs in one embeddings request (`input` as an array of texts or of token-id arrays). */
+  maxEmbeddingInputs: z.int().positive().optional(),
+  /** Most prompt tokens in one embeddings request, every input's together. */
+  maxEmbeddingTokens: z.int().positive().optional(),
 };
 const capsOverride = z.strictObject(capsFields);
 
@@ -489,6 +493,10 @@ export const configSchema = z
         maxTokens: capsFields.maxTokens.default(32_768),
         maxTotalTokens: capsFields.maxTotalTokens.default(65_536),
         maxRequestMs: capsFields.maxRequestMs.default(1_800_000),
+        // OpenAI's own limits for /v1/embeddings: at most 2,048 inputs, 300,000 tokens summed
+        // over them (platform.openai.com/docs/api-reference/embeddings/create).
+        maxEmbeddingInputs: capsFields.maxEmbeddingInputs.default(2_048),
+        maxEmbeddingTokens: capsFields.maxEmbeddingTokens.default(300_000),
       })
       .prefault({}),
     /** The client side of the HTTP server: slow clients, connection caps, what responses reveal. */
@@ -752,6 +760,8 @@ export interface RequestCaps {
   maxTokens: number;
   maxTotalTokens: number;
   maxRequestMs: number;
+  maxEmbeddingInputs: number;
+  maxEmbeddingTokens: number;
 }
 export type RequestCapsOverride = Partial<RequestCaps>;
 

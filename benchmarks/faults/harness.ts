@@ -223,7 +223,9 @@ function classify(status: number, ct: string, text: string, done: (k: Outcome['k
   } catch {
     return done('unanswered', `${status} with a body that is not JSON`, status, text);
   }
-  if (status >= 200 && status < 300 && j?.choices !== undefined) return done('ok', 'ok', status, text);
+  // A completion has choices; an embeddings answer is a list of vectors.
+  const answered = j?.choices !== undefined || (j as { object?: unknown; data?: unknown } | null)?.object === 'list';
+  if (status >= 200 && status < 300 && answered) return done('ok', 'ok', status, text);
   if (status >= 400 && j?.error && typeof j.error.message === 'string' && typeof j.error.type === 'string') {
     return done('error', `${status} ${String(j.error.code)}`, status, text);
   }

@@ -7,6 +7,7 @@ import { admissionBurst } from './scenarios/admission-burst.js';
 import { allDown } from './scenarios/all-down.js';
 import { crossSitePost } from './scenarios/cross-site-post.js';
 import { crossTenantProbe } from './scenarios/cross-tenant-probe.js';
+import { embeddingsFlood } from './scenarios/embeddings-flood.js';
 import { oversizedAsks } from './scenarios/oversized-asks.js';
 import { queuePriority } from './scenarios/queue-priority.js';
 import { replicaKilled } from './scenarios/replica-killed.js';
@@ -14,6 +15,7 @@ import { responsesOwner } from './scenarios/responses-owner.js';
 import { stalledClients } from './scenarios/stalled-clients.js';
 import { massDisconnect } from './scenarios/mass-disconnect.js';
 import { metricsGarbage } from './scenarios/metrics-garbage.js';
+import { nestedBodies } from './scenarios/nested-bodies.js';
 import { worker500s } from './scenarios/worker-500s.js';
 import { workerHung } from './scenarios/worker-hung.js';
 import { workerKilled } from './scenarios/worker-killed.js';
@@ -38,4 +40,7 @@ export const SCENARIOS: FaultScenario[] = [
   responsesOwner,
   queuePriority,
   replicaKilled,
+  // Request bodies (issue 48).
+  embeddingsFlood,
+  nestedBodies,
 ];

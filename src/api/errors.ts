@@ -50,6 +50,9 @@ export function echo(value: string, max = ECHO_MAX_CHARS): string {
 export const errors = {
   invalidJson: (detail: string) =>
     new ApiError(400, 'invalid_request_error', 'invalid_json', `request body is not valid JSON: ${echo(detail, 200)}`),
+  /** A body nested deeper than api/json-depth.ts allows: refused before it is parsed. */
+  nestedTooDeep: (max: number) =>
+    new ApiError(400, 'invalid_request_error', 'nesting_too_deep', `request body nests arrays and objects more than ${max} levels deep`),
   invalidField: (param: string, message: string) =>
     new ApiError(400, 'invalid_request_error', 'invalid_value', echo(message, 300), param ? echo(param, 100) : null),
   /** Also a model the caller's tenant may not use: the two are answered alike, as OpenAI does. */

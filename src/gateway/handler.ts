@@ -6,8 +6,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { DEFAULT_TENANT_ID, mayUse, type RequestCapsOverride, type TenantDirectory } from '../admission/tenants.js';
+import { DEFAULT_TENANT_ID, mayUse, type TenantDirectory } from '../admission/tenants.js';
 import { readBody } from '../api/body.js';
+import { jsonNestsDeeperThan, MAX_JSON_DEPTH } from '../api/json-depth.js';
 import { checkAudioForm, formFields, isFormType } from '../api/form.js';
 import { responsesRequestSchema, type ResponsesRequest } from '../api/responses.js';
 import { ApiError, echo, errors, sendError } from '../api/errors.js';
@@ -20,8 +21,9 @@ import {
   validate,
   type ChatCompletionRequest,
   type CompletionRequest,
+  type EmbeddingsRequest,
 } from '../api/schemas.js';
-import { aliasTarget, type GatewayConfig, type RequestCaps } from '../config.js';
+import { aliasTarget, type GatewayConfig, type RequestCaps, type RequestCapsOverride } from '../config.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import { traceContextOf } from '../http/trace-context.js';
@@ -30,6 +32,7 @@ import type { GatewayMetrics } from '../telemetry/metrics.js';
 import type { Clock } from '../util/clock.js';
 import { generates, LiveRequestContext, type GenerationKind, type InferenceBody, type InferenceKind, type RequestContext } from './context.js';
 import { createLocalRoutes, type LocalRoute } from './local-routes.js';
+import { requestPromptTokens, type RouteRequest } from '../scheduler/types.js';
 import { knownPromptLength, outputBudget, requestBudgetMs } from './prepare.js';
 import type { Relay } from './relay.js';
 import type { LookupOutcome } from './response-lookup.js';
@@ -232,6 +235,9 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
         ctx.uploadContentType = contentType;
         parsed = checkAudioForm(formFields(read.body, contentType));
       } else {
+        // Before parsing: what the gateway does with a value (validation, re-serialising, the cache
+        // key) recurses, and must never meet a body that would overflow the stack.
+        if (jsonNestsDeeperThan(read.body)) throw errors.nestedTooDeep(MAX_JSON_DEPTH);
         try {
           parsed = JSON.parse(read.body.toString('utf8'));
         } catch (e) {
@@ -268,6 +274,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       }
       const caps = capsFor(config, workers[0]?.pool, ctx.tenant.caps);
       if (generates(kind)) checkCaps(kind, body as ChatCompletionRequest | CompletionRequest | ResponsesRequest, budget, caps);
+      else if (kind === 'embeddings') checkEmbeddingInputs(body as EmbeddingsRequest, caps);
       ctx.deadlineAt = startedAt + Math.min(requestBudgetMs(budget.maxTokens, config.timeouts), caps.maxRequestMs);
 
       // Early stages (the response cache) answer without the prompt's tokens: a hit never waits
@@ -282,6 +289,8 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       if (!handled) {
         const prepared = d.prepareRouting(ctx);
         if (prepared !== undefined) await prepared;
+        // Counted as routing counts them, before admission or routing charge anything.
+        if (kind === 'embeddings' && ctx.routeRequest !== undefined) checkEmbeddingTokens(ctx.routeRequest, caps);
         if (d.stages.length > 0) {
           const r = runStages(d.stages, ctx);
           handled = (typeof r === 'string' ? r : await r) === 'handled';
@@ -347,7 +356,33 @@ function isAdminCaller(tenants: TenantDirectory, req: IncomingMessage): boolean 
 export function capsFor(config: GatewayConfig, pool: string | undefined, tenant: RequestCapsOverride): RequestCaps {
   const p = pool !== undefined ? config.pools.get(pool)?.caps : undefined;
   const pick = (k: keyof RequestCaps): number => Math.min(config.caps[k], p?.[k] ?? Infinity, tenant[k] ?? Infinity);
-  return { maxN: pick('maxN'), maxTokens: pick('maxTokens'), maxTotalTokens: pick('maxTotalTokens'), maxRequestMs: pick('maxRequestMs') };
+  return {
+    maxN: pick('maxN'),
+    maxTokens: pick('maxTokens'),
+    maxTotalTokens: pick('maxTotalTokens'),
+    maxRequestMs: pick('maxRequestMs'),
+    maxEmbeddingInputs: pick('maxEmbeddingInputs'),
+    maxEmbeddingTokens: pick('maxEmbeddingTokens'),
+  };
+}
+
+/** 400 naming `input` when an embeddings request holds more inputs than its caps allow (no tokenizing). */
+export function checkEmbeddingInputs(body: EmbeddingsRequest, caps: RequestCaps): void {
+  const inputs = promptList(body.input).length;
+  if (inputs > caps.maxEmbeddingInputs) {
+    throw errors.capExceeded('input', `input holds ${inputs} inputs, more than the ${caps.maxEmbeddingInputs} allowed per request`);
+  }
+}
+
+/**
+ * 400 naming `input` when an embeddings request's inputs come to more prompt tokens than its caps
+ * allow: every input's tokens, as routing and rate limits count them (prepare.ts, describeSequences).
+ */
+export function checkEmbeddingTokens(rr: RouteRequest, caps: RequestCaps): void {
+  const tokens = requestPromptTokens(rr);
+  if (tokens > caps.maxEmbeddingTokens) {
+    throw errors.capExceeded('input', `input comes to ${tokens} tokens, more than the ${caps.maxEmbeddingTokens} allowed per request`);
+  }
 }
 
 /** 400 naming the parameter when a request asks for more than its caps allow. */

@@ -15,8 +15,9 @@
  * - Once bytes have reached the client nothing is retried: a failing stream ends with an SSE error
  *   event (see api/sse.ts), a failing JSON response is cut (the client sees a truncated body).
  * - The client going away aborts the upstream request, so the worker frees the sequence.
- * Router.complete is called exactly once per attempt on every path, Router.firstToken once when
- * the attempt's first body byte arrives.
+ * Router.complete is called exactly once per attempt on every path (the attempt's own call when it
+ * settles, else the relay's when the attempt ended any other way), Router.firstToken once when the
+ * attempt's first body byte arrives.
  */
 import { ApiError, errors } from '../api/errors.js';
 import type { RequestContext } from './context.js';
@@ -71,6 +72,12 @@ export class Relay {
     let exclude: Set<string> | undefined;
     let lastWorker = '';
     let lastError: ApiError | null = null;
+    // A body a stage changed is serialised once, here, before any worker is picked: if that fails
+    // nothing has been charged, and the attempts send the same bytes.
+    if (ctx.bodyModified && ctx.uploadContentType === null) {
+      ctx.rawBody = Buffer.from(JSON.stringify(ctx.body));
+      ctx.bodyModified = false;
+    }
     for (let attempt = 0; attempt <= this.o.retries; attempt++) {
       if (ctx.aborted) return;
       if (attempt > 0) {
@@ -84,26 +91,31 @@ export class Relay {
         throw errors.noWorker(out.message, this.o.retryAfterSeconds);
       }
       const d = out.decision;
-      const veto = attempt === 0 ? (ctx.checkPick?.(d) ?? null) : null;
-      if (veto) {
-        router.complete(ctx.id, false);
-        throw veto;
-      }
-      lastWorker = d.worker.id;
-      ctx.decision = d;
-      ctx.workerId = d.worker.id;
-      ctx.attempts++;
-      metrics.decisionsBy.series(d.policy, d.worker.id, d.reason).inc();
-      metrics.prefixHitBy.series(d.policy).observe(d.expectedPrefixHit);
-      this.o.fleet.breaker(d.worker.id).onDispatch();
-      const att = new RelayAttempt(this.o, ctx, d, this.waitingOn(d.worker.id));
-      const running = this.runningOn(d.worker.id);
-      running.add(att);
       let r: AttemptResult;
+      // The pick's reservation (the worker's in-flight entry, its KV estimate) is this block's:
+      // the attempt completes it when it settles, and whatever else ends the block (a veto, a
+      // throw before or during dispatch) releases it here. Router.complete is idempotent, so a
+      // settled attempt's release is not repeated.
       try {
-        r = await att.run();
+        const veto = attempt === 0 ? (ctx.checkPick?.(d) ?? null) : null;
+        if (veto) throw veto;
+        lastWorker = d.worker.id;
+        ctx.decision = d;
+        ctx.workerId = d.worker.id;
+        ctx.attempts++;
+        metrics.decisionsBy.series(d.policy, d.worker.id, d.reason).inc();
+        metrics.prefixHitBy.series(d.policy).observe(d.expectedPrefixHit);
+        this.o.fleet.breaker(d.worker.id).onDispatch();
+        const att = new RelayAttempt(this.o, ctx, d, this.waitingOn(d.worker.id));
+        const running = this.runningOn(d.worker.id);
+        running.add(att);
+        try {
+          r = await att.run();
+        } finally {
+          running.delete(att);
+        }
       } finally {
-        running.delete(att);
+        router.complete(ctx.id, false);
       }
       if (r.done) return;
       if (ctx.aborted) {

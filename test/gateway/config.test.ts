@@ -25,7 +25,7 @@ test('defaults fill everything but the workers', () => {
     { id: 'target-0', url: 'http://127.0.0.1:8000', pool: 'target', model: 'm', discoverAdapters: true, numGpuBlocks: undefined, blockSize: undefined, upstreamHeaders: undefined },
     { id: 'b', url: 'http://10.0.0.2:8000', pool: 'target', model: 'm', discoverAdapters: true, numGpuBlocks: 100, blockSize: undefined, upstreamHeaders: undefined },
   ]);
-  assert.deepEqual(c.caps, { maxN: 16, maxTokens: 32_768, maxTotalTokens: 65_536, maxRequestMs: 1_800_000 });
+  assert.deepEqual(c.caps, { maxN: 16, maxTokens: 32_768, maxTotalTokens: 65_536, maxRequestMs: 1_800_000, maxEmbeddingInputs: 2_048, maxEmbeddingTokens: 300_000 });
   assert.equal(c.server.headersTimeoutMs, 10_000);
   assert.equal(c.server.bodyTimeoutMs, 30_000);
   assert.equal(c.server.routingHeaders, false);

@@ -15,7 +15,7 @@ import type { SampledLogprob } from '../../engine/synthetic-lm.js';
 import type { FinishReason, FinishedOutput } from '../../engine/types.js';
 import type { Generation } from './generation.js';
 import { chatLogprobs, completionLogprobs, type PromptLogprobEntry } from './logprobs.js';
-import { SSE_DONE, sendJson, sendJsonError, sseData, unavailable, usage } from './openai-protocol.js';
+import { SimError, SSE_DONE, sendJson, sendJsonError, sseData, unavailable, usage } from './openai-protocol.js';
 import type { GenParams, SeqSpec } from './request-spec.js';
 import { ResponseEvents, responseObject, type ResponseState } from './responses-format.js';
 
@@ -288,7 +288,8 @@ export class Exchange {
         this.events.end(status, gen.text, this.usage());
         res.end();
       } else {
-        sendJson(res, 200, responseObject(this.response, status, gen.text, this.usage()));
+        const response = this.response;
+        this.sendWhole(() => responseObject(response, status, gen.text, this.usage()));
       }
       return;
     }
@@ -299,7 +300,21 @@ export class Exchange {
       res.end(SSE_DONE);
       return;
     }
-    sendJson(res, 200, this.params.kind === 'chat' ? this.chatBody() : this.completionBody());
+    this.sendWhole(() => (this.params.kind === 'chat' ? this.chatBody() : this.completionBody()));
+  }
+
+  /**
+   * A non-streamed answer, built and sent whole. Called from the engine loop: an answer too large
+   * to serialise (past V8's longest string, e.g. thousands of choices with logprobs) is a 500 for
+   * this request, never an exception that ends the process.
+   */
+  private sendWhole(build: () => unknown): void {
+    try {
+      sendJson(this.res, 200, build());
+    } catch (e) {
+      if (!this.res.headersSent) sendJsonError(this.res, new SimError(500, 'InternalServerError', `the answer could not be serialised: ${e instanceof Error ? e.message : String(e)}`));
+      else this.res.destroy();
+    }
   }
 
   private chatBody(): unknown {

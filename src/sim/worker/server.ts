@@ -30,7 +30,7 @@ import type { KvEvent } from '../../kv/events.js';
 import { EOS_TOKEN_ID, estimateTokenizer, renderChat } from '../../tokenizer/index.js';
 import { seededRng } from '../../util/rng.js';
 import { EngineDriver } from './engine-driver.js';
-import { embed, EMBEDDING_DIM, embeddingsSchema, encodeEmbedding } from './embeddings.js';
+import { EMBEDDING_DIM, embeddingsSchema, inputTooLongMessage, writeEmbeddingsAnswer } from './embeddings.js';
 import { Exchange, type ExchangeHost, type SeqRun } from './exchange.js';
 import { Generation } from './generation.js';
 import { KvEventPublisher } from './kv-event-publisher.js';
@@ -602,8 +602,11 @@ class SimWorkerServer implements ExchangeHost {
     const dims = body.dimensions ?? EMBEDDING_DIM;
     if (dims > EMBEDDING_DIM) throw badRequest(`dimensions must be at most ${EMBEDDING_DIM} for this model`, 'dimensions');
     const prompts = promptList(body.input).map((x) => (typeof x === 'string' ? estimateTokenizer.encode(x) : x));
+    const maxModelLen = this.engine.config.maxModelLen;
     for (const ids of prompts) {
       if (ids.length === 0) throw badRequest('The input cannot be empty.', 'input');
+      if (ids.length > maxModelLen) throw badRequest(inputTooLongMessage(maxModelLen, ids.length), 'input');
+      // The rest of the engine's own limits (its KV cache's size; the one token it decodes).
       const err = this.engine.check(ids.length, 1);
       if (err) throw badRequest(err.message, 'input');
     }
@@ -634,15 +637,11 @@ class SimWorkerServer implements ExchangeHost {
           onOutput: (_tokens, fin) => {
             if (fin === null || over || --left > 0) return;
             end();
-            const format = body.encoding_format ?? 'float';
-            const promptTokens = prompts.reduce((n, p) => n + p.length, 0);
-            sendJson(res, 200, {
-              id: `embd-${baseId}`,
-              object: 'list',
-              created: Math.floor(Date.now() / 1000),
-              model: lora ?? this.model,
-              data: prompts.map((p, index) => ({ index, object: 'embedding', embedding: encodeEmbedding(embed(p, dims), format) })),
-              usage: { prompt_tokens: promptTokens, total_tokens: promptTokens, completion_tokens: 0, prompt_tokens_details: null },
+            const answer = { id: `embd-${baseId}`, created: Math.floor(Date.now() / 1000), model: lora ?? this.model, prompts, dims, format: body.encoding_format ?? 'float' };
+            // Called from the engine loop: a failure here answers this request, never the process.
+            writeEmbeddingsAnswer(res, answer).catch((err: unknown) => {
+              if (!res.headersSent) sendJsonError(res, new SimError(500, 'InternalServerError', err instanceof Error ? err.message : String(err)));
+              else res.destroy();
             });
           },
         },

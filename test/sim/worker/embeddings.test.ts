@@ -1,7 +1,8 @@
 /** The simulated worker's /v1/embeddings: vLLM's shape, vectors from the tokens, engine time, errors. */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { embed, EMBEDDING_DIM } from '../../../src/sim/worker/embeddings.js';
+import type { ServerResponse } from 'node:http';
+import { embed, EMBEDDING_DIM, writeEmbeddingsAnswer } from '../../../src/sim/worker/embeddings.js';
 import { startSimWorker, type SimWorker } from '../../../src/sim/worker/server.js';
 import { estimateTokenizer } from '../../../src/tokenizer/index.js';
 import { metricValue, postJson, scrape } from './helpers.js';
@@ -59,9 +60,42 @@ test('errors: another model 404, empty input 400, too long 400, too many dimensi
   const empty = await postJson(w, '/v1/embeddings', { input: [] });
   assert.equal(empty.status, 400);
   assert.equal(empty.json.error.param, 'input');
-  const long = await postJson(w, '/v1/embeddings', { input: 'word '.repeat(2000) });
+  const long = await postJson(w, '/v1/embeddings', { input: ['short', 'word '.repeat(2000)] });
   assert.equal(long.status, 400);
+  // vLLM's wording for an embeddings input over max_model_len (serving_engine.py).
+  assert.match(long.json.error.message, /^This model's maximum context length is 512 tokens\. However, you requested \d+ tokens in the input for embedding generation\./);
   const dims = await postJson(w, '/v1/embeddings', { input: 'x', dimensions: EMBEDDING_DIM + 1 });
   assert.equal(dims.status, 400);
   assert.equal(dims.json.error.param, 'dimensions');
+});
+
+test('a large answer is written in pieces, never one string, and parses as one JSON answer', async () => {
+  const input = Array.from({ length: 2_000 }, (_, i) => `input ${i % 50}`);
+  const r = await fetch(w.url + '/v1/embeddings', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ input }) });
+  assert.equal(r.status, 200);
+  assert.equal(r.headers.get('content-length'), null, 'streamed, not sized up front');
+  const json = (await r.json()) as { data: Array<{ index: number; embedding: number[] }>; usage: { prompt_tokens: number } };
+  assert.equal(json.data.length, 2_000);
+  assert.deepEqual(json.data[1_999]!.embedding, Array.from(embed(estimateTokenizer.encode(input[1_999]!))));
+  assert.ok(json.usage.prompt_tokens > 0);
+  assert.equal((await fetch(w.url + '/health')).status, 200);
+});
+
+test('writeEmbeddingsAnswer: each write holds a bounded number of vectors', async () => {
+  const writes: string[] = [];
+  const fake = {
+    destroyed: false,
+    writeHead: () => fake,
+    write: (s: string) => (writes.push(s), true),
+    end: (s: string) => void writes.push(s),
+    on: () => fake,
+    off: () => fake,
+  };
+  const prompts = Array.from({ length: 1_000 }, (_, i) => [i + 1, i + 2]);
+  await writeEmbeddingsAnswer(fake as unknown as ServerResponse, { id: 'embd-x', created: 1, model: MODEL, prompts, dims: EMBEDDING_DIM, format: 'float' });
+  assert.ok(writes.length >= 1_000 / 64, `${writes.length} writes`);
+  assert.ok(Math.max(...writes.map((s) => s.length)) < 1_000_000);
+  const whole = JSON.parse(writes.join(''));
+  assert.equal(whole.data.length, 1_000);
+  assert.deepEqual(Object.keys(whole), ['id', 'object', 'created', 'model', 'data', 'usage']);
 });
