@@ -58,6 +58,8 @@ export interface TenantCaps {
   maxTokens?: number;
   maxTotalTokens?: number;
   maxRequestMs?: number;
+  maxEmbeddingInputs?: number;
+  maxEmbeddingTokens?: number;
 }
 
 export interface TenantSpec {
