@@ -8,6 +8,7 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { formatPath } from './util/field-path.js';
 import type { WorkerIdentity } from './fleet/worker-state.js';
+import { adapterNameProblem } from './fleet/adapter-name.js';
 import { BUILTIN_POLICIES, unknownPolicyMessage, type PolicyDefinition } from './scheduler/registry.js';
 import { DEFAULT_KEPT_IDS } from './tokenizer/chat-tokens.js';
 import { parseTokenizerSpec } from './tokenizer/registry.js';
@@ -78,9 +79,13 @@ const workerInPool = z.strictObject({
 /**
  * LoRA adapters the workers serve on top of their model (vLLM `--enable-lora --lora-modules
  * NAME=PATH`): names clients may put in `model`, routed to these workers and relayed unchanged.
+ * Each name has the safe form of fleet/adapter-name.ts (the same check as /admin/adapters).
  */
 const adapterList = z
-  .array(z.string().min(1).max(256))
+  .array(z.string().superRefine((name, ctx) => {
+    const problem = adapterNameProblem(name);
+    if (problem !== null) ctx.addIssue({ code: 'custom', message: problem });
+  }))
   .refine((a) => new Set(a).size === a.length, { message: 'an adapter is listed twice' })
   .default([]);
 
