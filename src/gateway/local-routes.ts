@@ -11,7 +11,8 @@
  *
  * Once any API key is configured, /admin/* needs an admin key (`admin.keys`), sent as
  * `Authorization: Bearer <key>`, and so does /metrics with `admin.protectMetrics`; the other
- * routes stay open (probes).
+ * routes stay open (probes). Whatever the keys, /admin/* and /dashboard refuse what a page on
+ * another site can make a browser send (cross-site.ts).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { mayUse, type TenantDirectory } from '../admission/tenants.js';
@@ -21,6 +22,7 @@ import type { WorkerRegistry } from '../fleet/registry.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 import { decodeSegment } from '../util/path-segment.js';
+import { crossSiteProblem } from './cross-site.js';
 
 /** A route added by a part of the gateway: its methods and handler. */
 export interface LocalRoute {
@@ -56,6 +58,14 @@ const LOCAL_ROUTES = new Set(['/v1/models', '/health', '/ready', '/metrics', '/a
 export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: IncomingMessage, res: ServerResponse) => boolean {
   const { fleet, metrics } = deps;
   const guard = (path: string, req: IncomingMessage, res: ServerResponse): boolean => {
+    const admin = path.startsWith('/admin/') || path === '/dashboard' || path.startsWith('/dashboard/');
+    if (admin) {
+      const crossSite = crossSiteProblem(req);
+      if (crossSite !== null) {
+        sendError(res, crossSite);
+        return false;
+      }
+    }
     if (!path.startsWith('/admin/') && !(path === '/metrics' && deps.protectMetrics === true)) return true;
     const err = deps.tenants.checkAdmin(req.headers.authorization);
     if (err) sendError(res, err);
