@@ -123,6 +123,7 @@ const flatWorker = workerInPool.extend({
   adapters: adapterList,
   discoverAdapters,
   resolveAdapters,
+  /** As a pool's `cacheIsolation` (below): `none` lets tenants learn of each other's prompts. */
   cacheIsolation: z.enum(['none', 'tenant']).default('none'),
 });
 
@@ -133,7 +134,13 @@ const pool = z.strictObject({
   discoverAdapters,
   resolveAdapters,
   workers: z.array(workerInPool).min(1),
-  /** `tenant`: each tenant's prompts get their own vLLM cache_salt and gateway block hashes. */
+  /**
+   * `tenant`: each tenant's prompts get their own vLLM cache_salt and gateway block hashes.
+   * `none` (the default): tenants share cached prefixes, so one tenant can learn whether another
+   * sent a prompt: `usage.prompt_tokens_details.cached_tokens` (and a faster first token) shows a
+   * prefix already in the cache. Use `tenant` wherever tenants must not learn of each other's
+   * prompts; the gateway warns at start when `none` is used with more than one tenant.
+   */
   cacheIsolation: z.enum(['none', 'tenant']).default('none'),
   caps: capsOverride.optional(),
   ...upstreamAuth,
@@ -622,8 +629,14 @@ export const configSchema = z
     admin: z
       .strictObject({
         keys: z.array(keySource).default([]),
-        /** Also require an admin key for /metrics (once any key is configured). */
-        protectMetrics: z.boolean().default(false),
+        /**
+         * Keys that may read /metrics and nothing else (a Prometheus scrape token). Once any key
+         * is configured (tenant, admin or metrics), /metrics needs an admin or a metrics key: its
+         * series name the tenants and count their tokens.
+         */
+        metricsKeys: z.array(keySource).default([]),
+        /** true: /metrics needs no key even when keys are configured. */
+        openMetrics: z.boolean().default(false),
       })
       .prefault({}),
     cache: cacheSchema,
@@ -785,7 +798,7 @@ export type CacheConfig = Parsed['cache'] & { redis: Parsed['cache']['redis'] & 
 
 export interface GatewayConfig extends Omit<Parsed, 'pools' | 'workers' | 'scrape' | 'health' | 'tenants' | 'admin' | 'cache' | 'cacheSalt'> {
   tenants: TenantConfig[];
-  admin: { digests: Buffer[]; protectMetrics: boolean };
+  admin: { digests: Buffer[]; metricsDigests: Buffer[]; openMetrics: boolean };
   /** `cache.redis.url` falls back to REDIS_URL. */
   cache: CacheConfig;
   /** Every worker, pools flattened, ids resolved. */
@@ -908,7 +921,11 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
     caps: t.caps ?? {},
     ...(t.models ? { models: t.models } : {}),
   }));
-  const admin = { digests: digestsOf(c.admin.keys, ['admin', 'keys']), protectMetrics: c.admin.protectMetrics };
+  const admin = {
+    digests: digestsOf(c.admin.keys, ['admin', 'keys']),
+    metricsDigests: digestsOf(c.admin.metricsKeys, ['admin', 'metricsKeys']),
+    openMetrics: c.admin.openMetrics,
+  };
   const owners = new Map<string, string>();
   const claim = (d: Buffer, who: string) => {
     const hex = d.toString('hex');
@@ -918,6 +935,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
   };
   tenants.forEach((t, i) => t.digests.forEach((d) => claim(d, `tenants[${i}]`)));
   admin.digests.forEach((d) => claim(d, 'admin.keys'));
+  admin.metricsDigests.forEach((d) => claim(d, 'admin.metricsKeys'));
   const redisUrl = c.cache.redis.url ?? (env.REDIS_URL !== undefined && env.REDIS_URL !== '' ? env.REDIS_URL : undefined);
   if (c.cache.enabled && c.cache.store === 'redis') {
     if (redisUrl === undefined) problems.push('cache.redis.url: required when cache.store is redis (or set REDIS_URL)');

@@ -115,7 +115,7 @@ const SCHEMAS = {
 
 export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { config, fleet, metrics } = deps;
-  const local = createLocalRoutes({ ...deps, protectMetrics: config.admin.protectMetrics, readyRequiresWorker: config.server.readyRequiresWorker, aliases: () => config.aliases });
+  const local = createLocalRoutes({ ...deps, metricsAccess: () => config.admin, readyRequiresWorker: config.server.readyRequiresWorker, aliases: () => config.aliases });
   const cors = { origins: new Set(config.server.corsOrigins) };
   const requestLog = new RequestLogSampler();
   const requestLine = flatLineWriter(deps.logger);
