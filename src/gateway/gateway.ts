@@ -505,6 +505,13 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
           'kvgate listens on a non-loopback address with no client API keys configured: anyone who can reach it can use the workers (configure tenants[].keys)',
         );
       }
+      const sharedCache = [...config.pools].filter(([, p]) => p.cacheIsolation === 'none').map(([name]) => name);
+      if (sharedCache.length > 0 && config.tenants.length > 1) {
+        logger.warn(
+          { pools: sharedCache, tenants: config.tenants.length },
+          "cacheIsolation: none on pools several tenants use: a tenant can tell from usage.prompt_tokens_details.cached_tokens (and from timing) whether another tenant sent the same prompt (set cacheIsolation: tenant)",
+        );
+      }
       return started;
     },
     shutdown() {
