@@ -516,6 +516,12 @@ export const configSchema = z
         /** Connections beyond maxConnections kept for /health and /ready when nothing idle can be closed. */
         probeReserve: z.int().min(0).default(32),
         /**
+         * The share of maxConnections one tenant's requests may hold while their bodies are still
+         * arriving (counted from the key read); past it, its next request is refused with 429 and
+         * the connection closed, so a tenant stalling its bodies leaves room for the others.
+         */
+        tenantPendingBodyShare: z.number().gt(0).max(1).default(0.25),
+        /**
          * /ready answers 503 also while no worker is routable. Off by default: several replicas
          * behind one Service would all leave it together, and clients would meet refused
          * connections instead of a 503 with Retry-After from the gateway.

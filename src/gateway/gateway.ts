@@ -43,6 +43,7 @@ import { Relay } from './relay.js';
 import type { GatewayStage } from './stages.js';
 import type { GatewayService } from './types.js';
 import { setupAdmission } from './admission-stage.js';
+import { TenantSlots } from './tenant-slots.js';
 import type { AdmissionController } from '../admission/controller.js';
 import { setupSharedState } from '../shared/setup.js';
 import { json } from './local-routes.js';
@@ -111,6 +112,8 @@ export interface Gateway {
   readonly draining: boolean;
   /** Client connection caps (counts of open, evicted and refused connections). */
   readonly connections: ConnectionGuard;
+  /** Each tenant's requests counted from its key read (refusals of stalled bodies past a bound). */
+  readonly tenantSlots: TenantSlots;
   /** Passive outlier detection (hung workers). */
   readonly outliers: OutlierDetector | null;
   /**
@@ -330,8 +333,11 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   let closing = false;
   let draining = false;
   const cacheSaltFor = createCacheSalter(config, logger);
+  // A tenant's pending bodies may hold this share of the connection budget (server is restart-only).
+  const tenantSlots = new TenantSlots(() => Math.max(1, Math.floor(config.server.tenantPendingBodyShare * config.server.maxConnections)));
   const handler = createHandler({
     config,
+    tenantSlots,
     fleet: registry,
     relay,
     metrics: m,
@@ -458,6 +464,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     cache,
     admission: admission.controller,
     connections,
+    tenantSlots,
     outliers,
     get draining() {
       return draining;

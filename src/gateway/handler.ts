@@ -34,6 +34,7 @@ import { knownPromptLength, outputBudget, requestBudgetMs } from './prepare.js';
 import type { Relay } from './relay.js';
 import type { LookupOutcome } from './response-lookup.js';
 import { runStages, type GatewayStage } from './stages.js';
+import type { TenantSlot, TenantSlots } from './tenant-slots.js';
 
 export interface HandlerDeps {
   config: GatewayConfig;
@@ -52,6 +53,8 @@ export interface HandlerDeps {
   prepareRouting: (ctx: RequestContext) => Promise<void> | undefined;
   /** API keys → tenants; consulted before the body is read. */
   tenants: TenantDirectory;
+  /** Each tenant's requests counted from its key read, before the body (tenant-slots.ts). */
+  tenantSlots?: TenantSlots;
   /** Routes added by parts of the gateway (/admin/cache). */
   extraRoutes: ReadonlyMap<string, LocalRoute>;
   /** Requests in progress (for graceful shutdown). */
@@ -204,14 +207,18 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       ctx.abortUpstream?.('client');
     };
     res.on('close', onClose);
+    let slot: TenantSlot | undefined;
     try {
       if (d.isClosing()) throw errors.shuttingDown();
       // Who is asking comes first: an unauthenticated body is never read.
       ctx.tenant = d.tenants.authenticate(req.headers.authorization);
+      // Counted against its tenant from now, while its body arrives (a stalled body included).
+      slot = d.tenantSlots?.enter(ctx.tenant);
       if (!ctx.exposeRouting && isAdminCaller(d.tenants, req)) ctx.exposeRouting = true;
       const contentType = checkMediaType(req, form);
       const maxBytes = form ? config.limits.maxUploadBytes : config.limits.maxBodyBytes;
       const read = await readBody(req, maxBytes, config.server.bodyTimeoutMs);
+      slot?.bodyRead();
       if (!read.ok) {
         if (read.reason === 'aborted') {
           ctx.aborted = true;
@@ -303,6 +310,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       if (!res.headersSent && !res.destroyed) sendError(res, err, ctx.headers);
       else if (!res.writableEnded) res.destroy();
     } finally {
+      slot?.end();
       res.off('close', onClose);
       finishRequest(d, ctx, requestLog, requestLine);
     }
