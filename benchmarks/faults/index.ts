@@ -4,12 +4,14 @@
  */
 import type { FaultScenario } from './harness.js';
 import { admissionBurst } from './scenarios/admission-burst.js';
+import { adminNames } from './scenarios/admin-names.js';
 import { allDown } from './scenarios/all-down.js';
 import { crossSitePost } from './scenarios/cross-site-post.js';
 import { crossTenantProbe } from './scenarios/cross-tenant-probe.js';
 import { oversizedAsks } from './scenarios/oversized-asks.js';
 import { stalledClients } from './scenarios/stalled-clients.js';
 import { massDisconnect } from './scenarios/mass-disconnect.js';
+import { metricsAuth } from './scenarios/metrics-auth.js';
 import { metricsGarbage } from './scenarios/metrics-garbage.js';
 import { worker500s } from './scenarios/worker-500s.js';
 import { workerHung } from './scenarios/worker-hung.js';
@@ -31,4 +33,7 @@ export const SCENARIOS: FaultScenario[] = [
   crossTenantProbe,
   crossSitePost,
   oversizedAsks,
+  // Abuse, round two (issue 48).
+  adminNames,
+  metricsAuth,
 ];
