@@ -8,6 +8,7 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { formatPath } from './util/field-path.js';
 import type { WorkerIdentity } from './fleet/worker-state.js';
+import { adapterNameProblem } from './fleet/adapter-name.js';
 import { BUILTIN_POLICIES, unknownPolicyMessage, type PolicyDefinition } from './scheduler/registry.js';
 import { DEFAULT_KEPT_IDS } from './tokenizer/chat-tokens.js';
 import { parseTokenizerSpec } from './tokenizer/registry.js';
@@ -82,9 +83,13 @@ const workerInPool = z.strictObject({
 /**
  * LoRA adapters the workers serve on top of their model (vLLM `--enable-lora --lora-modules
  * NAME=PATH`): names clients may put in `model`, routed to these workers and relayed unchanged.
+ * Each name has the safe form of fleet/adapter-name.ts (the same check as /admin/adapters).
  */
 const adapterList = z
-  .array(z.string().min(1).max(256))
+  .array(z.string().superRefine((name, ctx) => {
+    const problem = adapterNameProblem(name);
+    if (problem !== null) ctx.addIssue({ code: 'custom', message: problem });
+  }))
   .refine((a) => new Set(a).size === a.length, { message: 'an adapter is listed twice' })
   .default([]);
 
@@ -122,6 +127,7 @@ const flatWorker = workerInPool.extend({
   adapters: adapterList,
   discoverAdapters,
   resolveAdapters,
+  /** As a pool's `cacheIsolation` (below): `none` lets tenants learn of each other's prompts. */
   cacheIsolation: z.enum(['none', 'tenant']).default('none'),
 });
 
@@ -132,7 +138,13 @@ const pool = z.strictObject({
   discoverAdapters,
   resolveAdapters,
   workers: z.array(workerInPool).min(1),
-  /** `tenant`: each tenant's prompts get their own vLLM cache_salt and gateway block hashes. */
+  /**
+   * `tenant`: each tenant's prompts get their own vLLM cache_salt and gateway block hashes.
+   * `none` (the default): tenants share cached prefixes, so one tenant can learn whether another
+   * sent a prompt: `usage.prompt_tokens_details.cached_tokens` (and a faster first token) shows a
+   * prefix already in the cache. Use `tenant` wherever tenants must not learn of each other's
+   * prompts; the gateway warns at start when `none` is used with more than one tenant.
+   */
   cacheIsolation: z.enum(['none', 'tenant']).default('none'),
   caps: capsOverride.optional(),
   ...upstreamAuth,
@@ -515,6 +527,12 @@ export const configSchema = z
         /** Connections beyond maxConnections kept for /health and /ready when nothing idle can be closed. */
         probeReserve: z.int().min(0).default(32),
         /**
+         * The share of maxConnections one tenant's requests may hold while their bodies are still
+         * arriving (counted from the key read); past it, its next request is refused with 429 and
+         * the connection closed, so a tenant stalling its bodies leaves room for the others.
+         */
+        tenantPendingBodyShare: z.number().gt(0).max(1).default(0.25),
+        /**
          * /ready answers 503 also while no worker is routable. Off by default: several replicas
          * behind one Service would all leave it together, and clients would meet refused
          * connections instead of a 503 with Retry-After from the gateway.
@@ -628,8 +646,14 @@ export const configSchema = z
     admin: z
       .strictObject({
         keys: z.array(keySource).default([]),
-        /** Also require an admin key for /metrics (once any key is configured). */
-        protectMetrics: z.boolean().default(false),
+        /**
+         * Keys that may read /metrics and nothing else (a Prometheus scrape token). Once any key
+         * is configured (tenant, admin or metrics), /metrics needs an admin or a metrics key: its
+         * series name the tenants and count their tokens.
+         */
+        metricsKeys: z.array(keySource).default([]),
+        /** true: /metrics needs no key even when keys are configured. */
+        openMetrics: z.boolean().default(false),
       })
       .prefault({}),
     cache: cacheSchema,
@@ -793,7 +817,7 @@ export type CacheConfig = Parsed['cache'] & { redis: Parsed['cache']['redis'] & 
 
 export interface GatewayConfig extends Omit<Parsed, 'pools' | 'workers' | 'scrape' | 'health' | 'tenants' | 'admin' | 'cache' | 'cacheSalt'> {
   tenants: TenantConfig[];
-  admin: { digests: Buffer[]; protectMetrics: boolean };
+  admin: { digests: Buffer[]; metricsDigests: Buffer[]; openMetrics: boolean };
   /** `cache.redis.url` falls back to REDIS_URL. */
   cache: CacheConfig;
   /** Every worker, pools flattened, ids resolved. */
@@ -916,7 +940,11 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
     caps: t.caps ?? {},
     ...(t.models ? { models: t.models } : {}),
   }));
-  const admin = { digests: digestsOf(c.admin.keys, ['admin', 'keys']), protectMetrics: c.admin.protectMetrics };
+  const admin = {
+    digests: digestsOf(c.admin.keys, ['admin', 'keys']),
+    metricsDigests: digestsOf(c.admin.metricsKeys, ['admin', 'metricsKeys']),
+    openMetrics: c.admin.openMetrics,
+  };
   const owners = new Map<string, string>();
   const claim = (d: Buffer, who: string) => {
     const hex = d.toString('hex');
@@ -926,6 +954,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
   };
   tenants.forEach((t, i) => t.digests.forEach((d) => claim(d, `tenants[${i}]`)));
   admin.digests.forEach((d) => claim(d, 'admin.keys'));
+  admin.metricsDigests.forEach((d) => claim(d, 'admin.metricsKeys'));
   const redisUrl = c.cache.redis.url ?? (env.REDIS_URL !== undefined && env.REDIS_URL !== '' ? env.REDIS_URL : undefined);
   if (c.cache.enabled && c.cache.store === 'redis') {
     if (redisUrl === undefined) problems.push('cache.redis.url: required when cache.store is redis (or set REDIS_URL)');

@@ -4,6 +4,7 @@
  */
 import type { FaultScenario } from './harness.js';
 import { admissionBurst } from './scenarios/admission-burst.js';
+import { adminNames } from './scenarios/admin-names.js';
 import { allDown } from './scenarios/all-down.js';
 import { crossSitePost } from './scenarios/cross-site-post.js';
 import { crossTenantProbe } from './scenarios/cross-tenant-probe.js';
@@ -14,6 +15,7 @@ import { replicaKilled } from './scenarios/replica-killed.js';
 import { responsesOwner } from './scenarios/responses-owner.js';
 import { stalledClients } from './scenarios/stalled-clients.js';
 import { massDisconnect } from './scenarios/mass-disconnect.js';
+import { metricsAuth } from './scenarios/metrics-auth.js';
 import { metricsGarbage } from './scenarios/metrics-garbage.js';
 import { nestedBodies } from './scenarios/nested-bodies.js';
 import { worker500s } from './scenarios/worker-500s.js';
@@ -43,4 +45,7 @@ export const SCENARIOS: FaultScenario[] = [
   // Request bodies (issue 48).
   embeddingsFlood,
   nestedBodies,
+  // Abuse, round two (issue 48).
+  adminNames,
+  metricsAuth,
 ];

@@ -44,7 +44,7 @@ their connections close) or changed; policy weights and thresholds; admission th
 queue; tenants, API keys, their models and rate limits; model aliases; breaker thresholds; timeouts, caps, retries; health
 and scrape intervals; the log level. Settings that need a restart (listen, server, upstream,
 tokenizers, cache, speculative, shared, outlier, cacheSalt, reload, policy.name or a policy's
-index size, admission.enabled, admission.vllmPriority, admin.protectMetrics, log.pretty,
+index size, admission.enabled, admission.vllmPriority, log.pretty,
 scrape.staleAfterMs, circuitBreaker.failureRate.windowMs; a tenant turning the response cache on
 when it was off for everyone) are logged as "needs a restart" and keep their old values. The
 flags above apply to every reload too. GET /admin/config shows the active version, when it was

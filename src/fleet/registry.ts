@@ -7,6 +7,7 @@
  * and a retired worker in it is marked unhealthy, so no retry goes there). A retired worker's
  * breaker stays reachable through breaker() until its requests are done (dropRetired()).
  */
+import { adapterNameProblem } from './adapter-name.js';
 import { CircuitBreaker, type CircuitBreakerOptions } from './circuit-breaker.js';
 import { describeSpeedClass } from './speed-classes.js';
 import { WorkerState, type WorkerIdentity } from './worker-state.js';
@@ -115,14 +116,16 @@ export class WorkerRegistry {
   /**
    * The adapters served on `w` beyond its configured ones become `names` (those listed by its
    * /v1/models, or loaded and unloaded through /admin/adapters); the model index follows. A name
-   * that conflicts (adapterConflict) is left out and returned in `refused`.
+   * that conflicts (adapterConflict) or is not in the safe form (adapter-name.ts) is left out and
+   * returned in `refused`.
    */
   setLoadedAdapters(w: WorkerState, names: Iterable<string>): { added: string[]; removed: string[]; refused: Array<{ name: string; reason: string }> } {
     const refused: Array<{ name: string; reason: string }> = [];
     const keep = new Set<string>();
     for (const name of names) {
       if (name === w.model || keep.has(name)) continue;
-      const reason = this.adapterConflict(name, w.model);
+      // A worker may list any name vLLM took; only the safe form becomes a model name here.
+      const reason = adapterNameProblem(name) ?? this.adapterConflict(name, w.model);
       if (reason === null) keep.add(name);
       else refused.push({ name, reason });
     }

@@ -21,16 +21,27 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { z } from 'zod';
 import { readBody } from '../api/body.js';
 import { ApiError, echo, errors, sendError } from '../api/errors.js';
+import { adapterNameProblem } from '../fleet/adapter-name.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { Upstreams } from '../fleet/upstreams.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { Logger } from '../telemetry/logger.js';
 import { json, type LocalRoute } from './local-routes.js';
 
-/** A load names an adapter and where the workers find it; an unload only the name. */
+/** An adapter name in the safe form of fleet/adapter-name.ts. */
+const adapterName = z.string().superRefine((name, ctx) => {
+  const problem = adapterNameProblem(name);
+  if (problem !== null) ctx.addIssue({ code: 'custom', message: problem });
+});
+
+/**
+ * A load names an adapter and where the workers find it; an unload only the name. The path is
+ * the admin's, passed to the workers as given (vLLM resolves it: a local directory or a Hugging
+ * Face repository), but never with control characters, which would end up in logs.
+ */
 const loadSchema = z.strictObject({
-  name: z.string().min(1).max(256),
-  path: z.string().min(1).max(4096),
+  name: adapterName,
+  path: z.string().min(1).max(4096).regex(/^[^\p{Cc}\p{Cf}]+$/u, 'a path has no control or invisible formatting characters'),
   pool: z.string().min(1).max(256).optional(),
   workers: z.array(z.string().min(1).max(256)).min(1).max(1024).optional(),
 });
@@ -209,6 +220,8 @@ export function createAdapterAdmin(d: AdapterAdminDeps): AdapterAdmin {
     req.resume(); // a body, if any, is not read
     const name = url.searchParams.get('name');
     if (name === null || name === '') throw errors.invalidField('name', 'give the adapter to unload: DELETE /admin/adapters?name=NAME');
+    const problem = adapterNameProblem(name);
+    if (problem !== null) throw errors.invalidField('name', problem);
     const pool = url.searchParams.get('pool');
     const worker = url.searchParams.get('worker');
     const serving = (registry.adapterOf(name) !== undefined ? registry.serving(name) ?? [] : []).filter(

@@ -292,7 +292,6 @@ function keepRestartOnly(old: GatewayConfig, next: GatewayConfig, policyRetuned:
     log: { ...next.log, pretty: old.log.pretty },
     scrape: { ...next.scrape, staleAfterMs: old.scrape.staleAfterMs },
     admission: { ...next.admission, enabled: old.admission.enabled, vllmPriority: old.admission.vllmPriority },
-    admin: { ...next.admin, protectMetrics: old.admin.protectMetrics },
     circuitBreaker: { ...next.circuitBreaker, failureRate: { ...next.circuitBreaker.failureRate, windowMs: old.circuitBreaker.failureRate.windowMs } },
     policy: policyRetuned ? next.policy : old.policy,
   };
@@ -326,7 +325,7 @@ export function configView(c: GatewayConfig, redact: boolean): Record<string, un
     })),
     pools: Object.fromEntries(c.pools),
     tenants: c.tenants.map((t) => ({ ...t, digests: undefined, keys: keys(t.digests) })),
-    admin: { keys: keys(c.admin.digests), protectMetrics: c.admin.protectMetrics },
+    admin: { keys: keys(c.admin.digests), metricsKeys: keys(c.admin.metricsDigests), openMetrics: c.admin.openMetrics },
     cacheSaltSecret: c.cacheSaltSecret === null ? null : secret(c.cacheSaltSecret),
     cache: { ...c.cache, redis: { ...c.cache.redis, url: url(c.cache.redis.url) } },
     shared: { ...c.shared, redis: { ...c.shared.redis, url: url(c.shared.redis.url) } },

@@ -43,6 +43,7 @@ import { Relay } from './relay.js';
 import type { GatewayStage } from './stages.js';
 import type { GatewayService } from './types.js';
 import { setupAdmission } from './admission-stage.js';
+import { TenantSlots } from './tenant-slots.js';
 import type { AdmissionController } from '../admission/controller.js';
 import { setupSharedState } from '../shared/setup.js';
 import { json } from './local-routes.js';
@@ -111,6 +112,8 @@ export interface Gateway {
   readonly draining: boolean;
   /** Client connection caps (counts of open, evicted and refused connections). */
   readonly connections: ConnectionGuard;
+  /** Each tenant's requests counted from its key read (refusals of stalled bodies past a bound). */
+  readonly tenantSlots: TenantSlots;
   /** Passive outlier detection (hung workers). */
   readonly outliers: OutlierDetector | null;
   /**
@@ -331,8 +334,11 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   let closing = false;
   let draining = false;
   const cacheSaltFor = createCacheSalter(config, logger);
+  // A tenant's pending bodies may hold this share of the connection budget (server is restart-only).
+  const tenantSlots = new TenantSlots(() => Math.max(1, Math.floor(config.server.tenantPendingBodyShare * config.server.maxConnections)));
   const handler = createHandler({
     config,
+    tenantSlots,
     fleet: registry,
     relay,
     metrics: m,
@@ -459,6 +465,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     cache,
     admission: admission.controller,
     connections,
+    tenantSlots,
     outliers,
     get draining() {
       return draining;
@@ -504,6 +511,13 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
         logger.warn(
           { listen: started.url },
           'kvgate listens on a non-loopback address with no client API keys configured: anyone who can reach it can use the workers (configure tenants[].keys)',
+        );
+      }
+      const sharedCache = [...config.pools].filter(([, p]) => p.cacheIsolation === 'none').map(([name]) => name);
+      if (sharedCache.length > 0 && config.tenants.length > 1) {
+        logger.warn(
+          { pools: sharedCache, tenants: config.tenants.length },
+          "cacheIsolation: none on pools several tenants use: a tenant can tell from usage.prompt_tokens_details.cached_tokens (and from timing) whether another tenant sent the same prompt (set cacheIsolation: tenant)",
         );
       }
       return started;

@@ -37,6 +37,7 @@ import { knownPromptLength, outputBudget, requestBudgetMs } from './prepare.js';
 import type { Relay } from './relay.js';
 import type { LookupOutcome } from './response-lookup.js';
 import { runStages, type GatewayStage } from './stages.js';
+import type { TenantSlot, TenantSlots } from './tenant-slots.js';
 
 export interface HandlerDeps {
   config: GatewayConfig;
@@ -55,6 +56,8 @@ export interface HandlerDeps {
   prepareRouting: (ctx: RequestContext) => Promise<void> | undefined;
   /** API keys → tenants; consulted before the body is read. */
   tenants: TenantDirectory;
+  /** Each tenant's requests counted from its key read, before the body (tenant-slots.ts). */
+  tenantSlots?: TenantSlots;
   /** Routes added by parts of the gateway (/admin/cache). */
   extraRoutes: ReadonlyMap<string, LocalRoute>;
   /** Requests in progress (for graceful shutdown). */
@@ -118,7 +121,7 @@ const SCHEMAS = {
 
 export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { config, fleet, metrics } = deps;
-  const local = createLocalRoutes({ ...deps, protectMetrics: config.admin.protectMetrics, readyRequiresWorker: config.server.readyRequiresWorker, aliases: () => config.aliases });
+  const local = createLocalRoutes({ ...deps, metricsAccess: () => config.admin, readyRequiresWorker: config.server.readyRequiresWorker, aliases: () => config.aliases });
   const cors = { origins: new Set(config.server.corsOrigins) };
   const requestLog = new RequestLogSampler();
   const requestLine = flatLineWriter(deps.logger);
@@ -207,14 +210,18 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       ctx.abortUpstream?.('client');
     };
     res.on('close', onClose);
+    let slot: TenantSlot | undefined;
     try {
       if (d.isClosing()) throw errors.shuttingDown();
       // Who is asking comes first: an unauthenticated body is never read.
       ctx.tenant = d.tenants.authenticate(req.headers.authorization);
+      // Counted against its tenant from now, while its body arrives (a stalled body included).
+      slot = d.tenantSlots?.enter(ctx.tenant);
       if (!ctx.exposeRouting && isAdminCaller(d.tenants, req)) ctx.exposeRouting = true;
       const contentType = checkMediaType(req, form);
       const maxBytes = form ? config.limits.maxUploadBytes : config.limits.maxBodyBytes;
       const read = await readBody(req, maxBytes, config.server.bodyTimeoutMs);
+      slot?.bodyRead();
       if (!read.ok) {
         if (read.reason === 'aborted') {
           ctx.aborted = true;
@@ -312,6 +319,7 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       if (!res.headersSent && !res.destroyed) sendError(res, err, ctx.headers);
       else if (!res.writableEnded) res.destroy();
     } finally {
+      slot?.end();
       res.off('close', onClose);
       finishRequest(d, ctx, requestLog, requestLine);
     }

@@ -10,8 +10,9 @@
  * kvgate_requests_total sample, no log line).
  *
  * Once any API key is configured, /admin/* needs an admin key (`admin.keys`), sent as
- * `Authorization: Bearer <key>`, and so does /metrics with `admin.protectMetrics`; the other
- * routes stay open (probes).
+ * `Authorization: Bearer <key>`, and /metrics an admin or a metrics key unless
+ * `admin.openMetrics` (metrics-access.ts); the other routes stay open (probes). Whatever the keys, /admin/* and /dashboard refuse what a page on
+ * another site can make a browser send (cross-site.ts).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { mayUse, type TenantDirectory } from '../admission/tenants.js';
@@ -21,6 +22,8 @@ import type { WorkerRegistry } from '../fleet/registry.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 import { decodeSegment } from '../util/path-segment.js';
+import { crossSiteProblem } from './cross-site.js';
+import { metricsAccessError, type MetricsAccess } from './metrics-access.js';
 
 /** A route added by a part of the gateway: its methods and handler. */
 export interface LocalRoute {
@@ -35,8 +38,8 @@ export interface LocalRoutesDeps {
   /** True while shutting down (drain delay included): /ready answers 503. */
   isDraining?: () => boolean;
   tenants: TenantDirectory;
-  /** /metrics needs an admin key too (`admin.protectMetrics`). */
-  protectMetrics?: boolean;
+  /** Who may read /metrics (metrics-access.ts; read per request: reloads apply). Absent: open. */
+  metricsAccess?: () => MetricsAccess;
   /** /ready answers 503 while no worker is routable (`server.readyRequiresWorker`). */
   readyRequiresWorker?: boolean;
   /** Other names for served models (config `aliases`, read per request: reloads apply). */
@@ -56,8 +59,19 @@ const LOCAL_ROUTES = new Set(['/v1/models', '/health', '/ready', '/metrics', '/a
 export function createLocalRoutes(deps: LocalRoutesDeps): (path: string, req: IncomingMessage, res: ServerResponse) => boolean {
   const { fleet, metrics } = deps;
   const guard = (path: string, req: IncomingMessage, res: ServerResponse): boolean => {
-    if (!path.startsWith('/admin/') && !(path === '/metrics' && deps.protectMetrics === true)) return true;
-    const err = deps.tenants.checkAdmin(req.headers.authorization);
+    const admin = path.startsWith('/admin/') || path === '/dashboard' || path.startsWith('/dashboard/');
+    if (admin) {
+      const crossSite = crossSiteProblem(req);
+      if (crossSite !== null) {
+        sendError(res, crossSite);
+        return false;
+      }
+    }
+    const err = path.startsWith('/admin/')
+      ? deps.tenants.checkAdmin(req.headers.authorization)
+      : path === '/metrics' && deps.metricsAccess !== undefined
+        ? metricsAccessError(deps.tenants, deps.metricsAccess(), req.headers.authorization)
+        : null;
     if (err) sendError(res, err);
     return err === null;
   };

@@ -23,7 +23,9 @@ import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1';
 import { PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
+import { TenantDirectory } from '../../src/admission/tenants.js';
 import { parseConfig } from '../../src/config.js';
+import { metricsAccessError } from '../../src/gateway/metrics-access.js';
 import { VLLM_METRICS } from '../../src/kv/vllm-metric-names.js';
 import { startGateway, startSims, MODEL, post } from '../gateway/helpers.js';
 import type { Gateway } from '../../src/gateway/gateway.js';
@@ -154,6 +156,20 @@ function matches(selector: Record<string, string>, labels: Record<string, string
   return Object.entries(selector).every(([k, v]) => labels[k] === v);
 }
 
+/** The gateway's config as the Deployment gives it: the ConfigMap's file, the Secret's keys in its environment. */
+function deployedConfig(): ReturnType<typeof parseConfig> {
+  const c = podOf(find('Deployment', 'kvgate')).containers[0];
+  const secret = find('Secret', 'kvgate-keys');
+  const env: Record<string, string> = {};
+  for (const e of c.env) {
+    if (e.value !== undefined) env[e.name] = e.value;
+    else if (e.valueFrom?.secretKeyRef) env[e.name] = secret.stringData[e.valueFrom.secretKeyRef.key];
+  }
+  const cm = find('ConfigMap', 'kvgate-config');
+  const configArg: string = c.args[c.args.indexOf('--config') + 1];
+  return parseConfig(parseYaml(cm.data[configArg.slice(configArg.lastIndexOf('/') + 1)]), env);
+}
+
 test('the gateway Deployment, its config, Secret, Service, PDB and Redis agree with each other and with kvgate', () => {
   const dep = find('Deployment', 'kvgate');
   const pod = podOf(dep);
@@ -226,8 +242,7 @@ test('the ScaledObject scales the vLLM StatefulSet whose pods kvgate lists, up t
   const headless = find('Service', sts.spec.serviceName);
   assert.equal(headless.spec.clusterIP, 'None');
   assert.ok(matches(headless.spec.selector, sts.spec.template.metadata.labels));
-  const cm = find('ConfigMap', 'kvgate-config');
-  const config = parseConfig(parseYaml(cm.data['kvgate.yaml']), { REDIS_URL: 'redis://x:6379', KVGATE_ADMIN_KEY: 'a', KVGATE_TENANT_KEY: 't' });
+  const config = deployedConfig();
   const urls = config.workers.map((w) => w.url).sort();
   const want = Array.from(
     { length: so.spec.maxReplicaCount },
@@ -239,14 +254,21 @@ test('the ScaledObject scales the vLLM StatefulSet whose pods kvgate lists, up t
   for (const t of so.spec.triggers) assert.match(t.metadata.query, new RegExp(`model="${config.workers[0]!.model}"`));
 });
 
-test('the ServiceMonitors select the Services and ports they scrape, with the admin key where /metrics needs it', () => {
+test('the ServiceMonitors select the Services and ports they scrape, with the metrics key /metrics needs', () => {
   const gw = find('ServiceMonitor', 'kvgate');
   const svc = find('Service', 'kvgate');
   assert.ok(matches(gw.spec.selector.matchLabels, svc.metadata.labels));
   assert.ok(svc.spec.ports.some((p: any) => p.name === gw.spec.endpoints[0].port));
   assert.equal(gw.spec.endpoints[0].path, '/metrics');
   assert.equal(gw.spec.endpoints[0].authorization.credentials.name, 'kvgate-keys');
-  assert.ok(find('Secret', 'kvgate-keys').stringData[gw.spec.endpoints[0].authorization.credentials.key] !== undefined);
+  const token = find('Secret', 'kvgate-keys').stringData[gw.spec.endpoints[0].authorization.credentials.key];
+  assert.ok(token !== undefined);
+  // The scrape's token opens /metrics, which is closed without it, and no admin route.
+  const config = deployedConfig();
+  const tenants = new TenantDirectory(config.tenants, config.admin.digests);
+  assert.equal(metricsAccessError(tenants, config.admin, undefined)?.status, 401);
+  assert.equal(metricsAccessError(tenants, config.admin, `Bearer ${token}`), null);
+  assert.equal(tenants.checkAdmin(`Bearer ${token}`)?.status, 401, 'the scrape token is not an admin key');
   const vllm = find('ServiceMonitor', 'vllm');
   const vsvc = find('Service', 'vllm-llama-3-1-8b');
   assert.ok(matches(vllm.spec.selector.matchLabels, vsvc.metadata.labels));

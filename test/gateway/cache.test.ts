@@ -227,7 +227,7 @@ describe('response cache (in memory)', () => {
     assert.equal((await fetch(url + '/admin/cache', { method: 'DELETE', headers: ACME })).status, 403);
     const admin = { authorization: 'Bearer sk-admin-001' };
     assert.equal((await fetch(url + '/admin/workers', { headers: admin })).status, 200);
-    assert.equal((await fetch(url + '/metrics')).status, 200, '/metrics stays open');
+    assert.equal((await fetch(url + '/metrics')).status, 200, '/metrics open (admin.openMetrics, as the test helpers set it)');
     const st = (await (await fetch(url + '/admin/cache', { headers: admin })).json()) as Record<string, any>;
     assert.equal(st.store, 'memory');
     assert.ok(st.entries > 0);

@@ -140,7 +140,7 @@ describe('config hot reload', () => {
       const added = r.lines.find((l) => l.msg === 'worker added');
       assert.equal(added?.worker, 'b');
       assert.deepEqual(r.lines.find((l) => /^config reload applied/.test(l.msg))?.changes, ['workers.b (added)']);
-      const m = await (await fetch(`${r.url}/metrics`)).text();
+      const m = await (await fetch(`${r.url}/metrics`, { headers: ADMIN })).text();
       assert.equal(metricValue(m, 'kvgate_config_version'), 2);
       assert.equal(metricValue(m, 'kvgate_config_reloads_total', { result: 'applied' }), 1);
     } finally {
@@ -300,7 +300,7 @@ describe('config hot reload', () => {
       writeFileSync(r.file, 'pools: [oops');
       await waitFor(() => r.lines.filter((l) => l.level === 50).length === 2);
       assert.match(r.lines.filter((l) => l.level === 50)[1].msg, /is not valid YAML\/JSON/);
-      const m = await (await fetch(`${r.url}/metrics`)).text();
+      const m = await (await fetch(`${r.url}/metrics`, { headers: ADMIN })).text();
       assert.equal(metricValue(m, 'kvgate_config_reloads_total', { result: 'rejected' }), 2);
       assert.equal(metricValue(m, 'kvgate_config_version'), 1);
       // Fixed: applied, and the last rejection is still shown.

@@ -31,6 +31,8 @@ export function configFor(urls: string[], extra: Partial<RawConfig> = {}) {
     // The tests check routing through these headers; off by default (see hardening.test.ts).
     server: { routingHeaders: true },
     ...extra,
+    // The tests read /metrics without a key; those about its protection set openMetrics: false.
+    admin: { openMetrics: true, ...(extra.admin ?? {}) },
   });
 }
 

@@ -8,6 +8,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { MODEL, post, startGateway, startSims } from './helpers.js';
 import { startSimWorker } from '../../src/sim/worker/server.js';
+import { Writable } from 'node:stream';
+import { createLogger } from '../../src/telemetry/logger.js';
 
 const SYSTEM = 'You are the support assistant of ACME Corp. '.repeat(40) + 'Internal escalation code: 7731.';
 const ask = (q: string) => ({ model: MODEL, max_tokens: 2, temperature: 0, messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: q }] });
@@ -134,5 +136,34 @@ test("a tenant limited to some models gets the others answered as models that do
   } finally {
     await gw.close();
     await Promise.all([small!.close(), large!.close()]);
+  }
+});
+
+test('cacheIsolation: none with more than one tenant is warned about at start, naming the pools; tenant isolation or one tenant is not', async () => {
+  const sims = await startSims(1);
+  const tenants = [
+    { id: 'a', keys: [{ value: 'sk-tenant-a-0001' }] },
+    { id: 'b', keys: [{ value: 'sk-tenant-b-0001' }] },
+  ];
+  const warnings = async (isolation: 'none' | 'tenant', n: number): Promise<Array<{ msg: string; pools?: string[] }>> => {
+    const lines: string[] = [];
+    const logger = createLogger({ level: 'warn', destination: new Writable({ write: (c, _e, cb) => (lines.push(String(c)), cb()) }) });
+    const { gw } = await startGateway(
+      [],
+      { pools: [{ name: 'main', model: MODEL, cacheIsolation: isolation, workers: [{ url: sims[0]!.url, id: 'w0' }] }], tenants: tenants.slice(0, n) } as never,
+      { logger },
+    );
+    await gw.close();
+    return lines.map((l) => JSON.parse(l)).filter((l) => /cacheIsolation: none/.test(l.msg));
+  };
+  try {
+    const warned = await warnings('none', 2);
+    assert.equal(warned.length, 1);
+    assert.deepEqual(warned[0]!.pools, ['main']);
+    assert.match(warned[0]!.msg, /cached_tokens/);
+    assert.deepEqual(await warnings('tenant', 2), []);
+    assert.deepEqual(await warnings('none', 1), []);
+  } finally {
+    for (const s of sims) await s.close();
   }
 });

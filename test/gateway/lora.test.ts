@@ -383,3 +383,59 @@ test("an adapter's prompts are tokenized with its base model's tokenizer (tokeni
   assert.deepEqual(seen.get('sql-lora'), seen.get(MODEL));
   assert.notDeepEqual(seen.get(MODEL), estimateTokenizer.encode('hello world hello'), 'the hf: tokenizer, not the default estimate');
 });
+
+/** Names vLLM would take (it checks only that lora_name is non-empty) that must not become model names. */
+const HOSTILE_NAMES = ['__proto__', '../../etc/passwd', 'a/../b', 'org//name', 'line\nbreak', 'bidi\u202Egnp.exe', 'zero\u200Bwidth', ' lead', 'x'.repeat(129), '-dash', ''];
+
+test('hostile adapter names are refused: at /admin/adapters (load and unload), at config load, and in a worker\'s model list', async () => {
+  const pool = (adapters: string[]) => ({ name: 'a', model: 'm', adapters, workers: [{ url: 'http://a:1' }] });
+  for (const name of HOSTILE_NAMES) {
+    const p = problems({ pools: [pool([name])] });
+    assert.equal(p.length, 1, `${JSON.stringify(name)}: ${p.join('; ')}`);
+    assert.match(p[0]!, /^pools\[0\]\.adapters\[0\]: an adapter name/);
+  }
+  assert.deepEqual(problems({ pools: [pool(['org/sql-lora', 'sql-lora:v2', 'a.b_c-d', 'x'.repeat(128)])] }), []);
+
+  const sim = await startSimWorker({ port: 0, model: MODEL, runtimeLoraUpdating: true, speed: 100 });
+  const started = await startGateway([], {
+    pools: [{ name: 'main', model: MODEL, workers: [{ url: sim.url, id: 'w0' }] }],
+    health: { intervalMs: 50, modelsIntervalMs: 100 },
+  } as never).catch(async (e: unknown) => {
+    await sim.close();
+    throw e;
+  });
+  const { gw, url } = started;
+  try {
+    for (const name of HOSTILE_NAMES) {
+      const r = await post(url + '/admin/adapters', { name, path: '/adapters/x', pool: 'main' });
+      assert.equal(r.status, 400, `${JSON.stringify(name)}: ${r.text}`);
+      assert.deepEqual([r.json.error.code, r.json.error.param], ['invalid_value', 'name']);
+      if (name === '') continue;
+      const d = await fetch(`${url}/admin/adapters?name=${encodeURIComponent(name)}`, { method: 'DELETE' });
+      assert.equal(d.status, 400, JSON.stringify(name));
+    }
+    const badPath = await post(url + '/admin/adapters', { name: 'ok-lora', path: '/adapters/x\n[INFO] forged', pool: 'main' });
+    assert.deepEqual([badPath.status, badPath.json.error.param], [400, 'path']);
+    // Nothing reached the worker.
+    const listed = ((await (await fetch(sim.url + '/v1/models')).json()) as { data: Array<{ id: string }> }).data.map((m) => m.id);
+    assert.deepEqual(listed, [MODEL]);
+
+    // Loaded on the worker behind the gateway's back: listed there, never routed.
+    for (const name of ['__proto__', '../../etc/passwd', 'good-lora']) {
+      const r = await post(sim.url + '/v1/load_lora_adapter', { lora_name: name, lora_path: '/adapters/x' });
+      assert.equal(r.status, 200, r.text);
+    }
+    await waitFor(() => gw.registry.forModel('good-lora') !== undefined, 5000);
+    assert.equal(gw.registry.forModel('__proto__'), undefined);
+    assert.equal(gw.registry.forModel('../../etc/passwd'), undefined);
+    for (const model of ['__proto__', '../../etc/passwd', 'constructor', 'toString']) {
+      const r = await post(url + '/v1/chat/completions', { model, max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
+      assert.deepEqual([r.status, r.json.error.code], [404, 'model_not_found'], model);
+    }
+    const models = ((await (await fetch(url + '/v1/models')).json()) as { data: Array<{ id: string }> }).data.map((m) => m.id);
+    assert.deepEqual(models, [MODEL, 'good-lora']);
+  } finally {
+    await gw.close();
+    await sim.close();
+  }
+});
