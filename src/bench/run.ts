@@ -18,7 +18,7 @@ import { idealHitRate } from './ideal-hit.js';
 import { workBound, type WorkBound } from './work-bound.js';
 import { gpuMixLabel, meanHourCost, parseGpuMix, workerGpus } from './gpu-mix.js';
 import { RooflineTimeModel } from '../engine/time-model.js';
-import { attainmentByPrompt, attainmentOf, distribution, sloOf, summarize, worstBandAttainment, type BandAttainment, type Dist, type PolicySummary } from './metrics.js';
+import { attainmentByPrompt, attainmentOf, distribution, sloOf, summarize, worstBandAttainment, type BandAttainment, type Dist, type PolicySummary, type SummaryOptions } from './metrics.js';
 import { VirtualClock } from '../util/clock.js';
 import { hasSlo, type Slo } from './slo.js';
 import { draftEngineConfig, simSpeculation, summarizeSpec, type BenchSpecOptions, type SpecSummary } from './spec.js';
@@ -430,14 +430,19 @@ function simCache(c: NonNullable<BenchOptions['cache']>): { cache: ResponseCache
   return { cache, clock };
 }
 
-async function runFleet(
-  ctx: RunContext,
-  name: string,
-  rateScale: number,
-  withCache = ctx.o.cache !== undefined,
-  isolated = ctx.o.isolation !== undefined,
-  minMs = 0,
-): Promise<SimResult> {
+/** How one run of a policy differs from the bench's plain run. */
+interface FleetRun {
+  rateScale: number;
+  /** With the response cache (default: when the bench has one); false for the run without it. */
+  withCache?: boolean;
+  /** Tenant-isolated (default: when the bench isolates); false for the shared run beside it. */
+  isolated?: boolean;
+  /** A capacity probe's least span of arrivals, ms (benchRequests; default 0: the source as is). */
+  minMs?: number;
+}
+
+async function runFleet(ctx: RunContext, name: string, run: FleetRun): Promise<SimResult> {
+  const { rateScale, withCache = ctx.o.cache !== undefined, isolated = ctx.o.isolation !== undefined, minMs = 0 } = run;
   const o = ctx.o;
   const label = !withCache && o.cache !== undefined ? `${name} (no cache)` : !isolated && o.isolation !== undefined ? `${name} (shared)` : name;
   o.onPolicyStart?.(label, rateScale);
@@ -568,122 +573,15 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
     if (mixed) return null;
     return tm instanceof RooflineTimeModel ? workBound(expandSessions(benchRequests(o.source, o.limit, scale, {}, minMs)), tm, o.workers, engineConfig.blockSize) : null;
   };
-  const rps = (b: WorkBound | null): number | null => (b ? Math.round(b.requestsPerS * 1000) / 1000 : null);
   const hardware = mixed && o.gpuLabels !== false ? workerGpus(mix) : undefined;
   const ctx: RunContext = { o, engineConfig, engineConfigs, hardware, draftEngine: o.speculative ? draftEngineConfig(o.speculative, mix32(o.seed, 0x4b57)) : null };
+  const run: PolicyRunContext = { ...ctx, rateScale, summaryOpts, slo, cap, tp, gpus: workerGpus(mix), gpuHourCost, boundAt };
   const policies: PolicyResult[] = [];
   const curves: RunCurves[] = [];
   for (const name of o.policies) {
-    const sim = await runFleet(ctx, name, rateScale);
-    const summary = summarize(sim, summaryOpts);
-    o.onPolicyDone?.(summary);
-    let capacity: CapacityResult | null = null;
-    if (cap) {
-      capacity = await searchCapacity(
-        async (scale) => {
-          // The first probe is the run above, unless probes must last longer than it did.
-          const r = scale === rateScale && !lengthens(o, rateScale, cap.minMs) ? sim : await runFleet(ctx, name, scale, undefined, undefined, cap.minMs);
-          if (r !== sim) o.onPolicyDone?.(summarize(r, summaryOpts));
-          const p = probeOf(r, slo);
-          o.onProbe?.(name, { rate_scale: scale, ...p });
-          return p;
-        },
-        { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes, minBandAttainment: cap.minBandAttainment },
-      );
-      if (capacity.rate_scale !== null) capacity.work_bound_rps = rps(boundAt(capacity.rate_scale, cap.minMs));
-    }
-    const c = sim.completed;
-    const n = c.arrival.length;
-    const ttft = new Float64Array(n);
-    const e2e = new Float64Array(n);
-    for (let i = 0; i < n; i++) {
-      ttft[i] = c.firstToken[i]! - c.arrival[i]!;
-      e2e[i] = c.finish[i]! - c.arrival[i]!;
-    }
-    const gpus = workerGpus(mix);
-    const workers: WorkerSummary[] = sim.workers.map((w, i) => {
-      let sum = 0;
-      let max = 0;
-      for (const u of w.kvUsage) {
-        sum += u;
-        if (u > max) max = u;
-      }
-      return {
-        id: w.id,
-        gpu: gpus[i]!,
-        routed: w.routed,
-        preemptions: w.preemptions,
-        preemptions_in_prefill: w.prefillPreemptions,
-        busy_gpu_s: Math.round((w.busyMs * tp) / 10) / 100,
-        kv_usage_mean: w.kvUsage.length > 0 ? Math.round((sum / w.kvUsage.length) * 10000) / 10000 : 0,
-        kv_usage_max: Math.round(max * 10000) / 10000,
-      };
-    });
-    const kv = sim.workers.map((w) => downsample(w.kvUsage, 300));
-    curves.push({
-      name,
-      ttftQuantiles: quantiles(ttft),
-      e2eQuantiles: quantiles(e2e),
-      kvIntervalMs: sim.kvSampleMs * (kv[0]?.factor ?? 1),
-      kvUsage: kv.map((k) => k.points),
-    });
-    let cacheRun: CacheRunSummary | null = null;
-    if (o.cache && sim.cache) {
-      const baseSim = await runFleet(ctx, name, rateScale, false);
-      const base = summarize(baseSim, summaryOpts);
-      o.onPolicyDone?.(base);
-      const workerTtft: number[] = [];
-      let answeredTokens = 0;
-      let answeredOutput = 0;
-      const miss = 1 - base.prefix_hit_rate;
-      for (let i = 0; i < n; i++) {
-        if ((c.fromCache?.[i] ?? 0) === 0) workerTtft.push(ttft[i]!);
-        else {
-          answeredOutput += c.outputTokens[i]!;
-          answeredTokens += c.promptTokens[i]! * miss + c.outputTokens[i]!;
-        }
-      }
-      const bc = baseSim.completed;
-      let baseTokens = 0;
-      for (let i = 0; i < bc.arrival.length; i++) baseTokens += bc.promptTokens[i]! - bc.cachedTokens[i]! + bc.outputTokens[i]!;
-      const r3 = (x: number) => Math.round(x * 1000) / 1000;
-      cacheRun = {
-        ...sim.cache,
-        gpu_seconds_saved: baseTokens > 0 ? r3((base.busy_gpu_seconds * answeredTokens) / baseTokens) : 0,
-        output_tokens_saved: answeredOutput,
-        busy_gpu_seconds_without_cache: base.busy_gpu_seconds,
-        busy_gpu_seconds_delta: r3(summary.busy_gpu_seconds - base.busy_gpu_seconds),
-        ttft_ms_without_cache: base.ttft_ms,
-        tpot_ms_without_cache: base.tpot_ms,
-        e2e_ms_without_cache: base.e2e_ms,
-        ttft_ms_workers: distribution(workerTtft),
-      };
-    }
-    let isolation: IsolationSummary | null = null;
-    if (o.isolation) {
-      const sharedSim = await runFleet(ctx, name, rateScale, undefined, false);
-      const shared = summarize(sharedSim, summaryOpts);
-      o.onPolicyDone?.(shared);
-      let sharedCapacity: CapacityResult | null = null;
-      if (cap) {
-        sharedCapacity = await searchCapacity(
-          async (scale) => {
-            const r = scale === rateScale && !lengthens(o, rateScale, cap.minMs) ? sharedSim : await runFleet(ctx, name, scale, undefined, false, cap.minMs);
-            return probeOf(r, slo);
-          },
-          { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes, minBandAttainment: cap.minBandAttainment },
-        );
-      }
-      isolation = {
-        tenants: o.isolation.tenants ?? null,
-        prefix_hit_rate_shared: shared.prefix_hit_rate,
-        ttft_ms_shared: shared.ttft_ms,
-        busy_gpu_seconds_shared: shared.busy_gpu_seconds,
-        capacity_rate_scale_shared: sharedCapacity?.rate_scale ?? null,
-      };
-    }
-    const speculative = o.speculative ? summarizeSpec(sim, o.speculative, { tp, targetGpu: o.gpu, targetHourUsd: gpuHourCost }) : null;
-    policies.push({ ...summary, workers, capacity, cache: cacheRun, isolation, speculative });
+    const r = await runPolicy(run, name);
+    policies.push(r.result);
+    curves.push(r.curves);
   }
   // One pass over the run's requests gives both the work bound and the ideal hit rate.
   const bound = boundAt(rateScale, 0);
@@ -727,5 +625,173 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       policies,
     },
     curves,
+  };
+}
+
+/** Requests-per-second of a work bound, rounded for the JSON. */
+function rps(b: WorkBound | null): number | null {
+  return b ? Math.round(b.requestsPerS * 1000) / 1000 : null;
+}
+
+/** The capacity search's settings, defaults applied. */
+interface CapacitySearch {
+  target: number;
+  precision: number;
+  maxProbes: number;
+  minBandAttainment: number | undefined;
+  /** Least span of a probe's arrivals, ms. */
+  minMs: number;
+}
+
+/** What running one policy needs beyond the fleet: the bench-wide settings runBench derives. */
+interface PolicyRunContext extends RunContext {
+  rateScale: number;
+  summaryOpts: SummaryOptions;
+  slo: Slo;
+  cap: CapacitySearch | null;
+  tp: number;
+  /** Each worker's GPU. */
+  gpus: string[];
+  gpuHourCost: number;
+  /** The work bound of the requests a probe at `scale` of least span `minMs` replays (null: none). */
+  boundAt: (scale: number, minMs: number) => WorkBound | null;
+}
+
+/** One policy's runs: the plain run, its capacity search, and the runs beside it (no cache, shared). */
+async function runPolicy(run: PolicyRunContext, name: string): Promise<{ result: PolicyResult; curves: RunCurves }> {
+  const { o, rateScale, summaryOpts, cap, tp } = run;
+  const sim = await runFleet(run, name, { rateScale });
+  const summary = summarize(sim, summaryOpts);
+  o.onPolicyDone?.(summary);
+  let capacity: CapacityResult | null = null;
+  if (cap) {
+    capacity = await searchPolicyCapacity(run, name, sim, {}, true);
+    if (capacity.rate_scale !== null) capacity.work_bound_rps = rps(run.boundAt(capacity.rate_scale, cap.minMs));
+  }
+  const { ttft, e2e } = latencies(sim);
+  // quantiles() sorts its argument in place: cacheRunOf below is given the sorted TTFTs.
+  const kv = sim.workers.map((w) => downsample(w.kvUsage, 300));
+  const curves: RunCurves = {
+    name,
+    ttftQuantiles: quantiles(ttft),
+    e2eQuantiles: quantiles(e2e),
+    kvIntervalMs: sim.kvSampleMs * (kv[0]?.factor ?? 1),
+    kvUsage: kv.map((k) => k.points),
+  };
+  const cache = o.cache && sim.cache ? await cacheRunOf(run, name, sim, summary, ttft) : null;
+  const isolation = o.isolation ? await isolationOf(run, name) : null;
+  const speculative = o.speculative ? summarizeSpec(sim, o.speculative, { tp, targetGpu: o.gpu, targetHourUsd: run.gpuHourCost }) : null;
+  return { result: { ...summary, workers: workerSummaries(sim, run.gpus, tp), capacity, cache, isolation, speculative }, curves };
+}
+
+/**
+ * The capacity search of policy `name` on runs like `variant` (the plain run, or the shared one beside
+ * an isolated bench). Its first probe is `first` (the run at the bench's rate scale) unless probes
+ * must last longer than it did; `report` says whether each probe is reported (onPolicyDone for a
+ * fresh run, onProbe).
+ */
+function searchPolicyCapacity(run: PolicyRunContext, name: string, first: SimResult, variant: Pick<FleetRun, 'isolated'>, report: boolean): Promise<CapacityResult> {
+  const { o, rateScale, slo, summaryOpts } = run;
+  const cap = run.cap!;
+  return searchCapacity(
+    async (scale) => {
+      const r = scale === rateScale && !lengthens(o, rateScale, cap.minMs) ? first : await runFleet(run, name, { ...variant, rateScale: scale, minMs: cap.minMs });
+      const p = probeOf(r, slo);
+      if (report) {
+        if (r !== first) o.onPolicyDone?.(summarize(r, summaryOpts));
+        o.onProbe?.(name, { rate_scale: scale, ...p });
+      }
+      return p;
+    },
+    { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes, minBandAttainment: cap.minBandAttainment },
+  );
+}
+
+/** Each completed request's TTFT and E2E, ms, in completion order. */
+function latencies(sim: SimResult): { ttft: Float64Array; e2e: Float64Array } {
+  const c = sim.completed;
+  const n = c.arrival.length;
+  const ttft = new Float64Array(n);
+  const e2e = new Float64Array(n);
+  for (let i = 0; i < n; i++) {
+    ttft[i] = c.firstToken[i]! - c.arrival[i]!;
+    e2e[i] = c.finish[i]! - c.arrival[i]!;
+  }
+  return { ttft, e2e };
+}
+
+function workerSummaries(sim: SimResult, gpus: readonly string[], tp: number): WorkerSummary[] {
+  return sim.workers.map((w, i) => {
+    let sum = 0;
+    let max = 0;
+    for (const u of w.kvUsage) {
+      sum += u;
+      if (u > max) max = u;
+    }
+    return {
+      id: w.id,
+      gpu: gpus[i]!,
+      routed: w.routed,
+      preemptions: w.preemptions,
+      preemptions_in_prefill: w.prefillPreemptions,
+      busy_gpu_s: Math.round((w.busyMs * tp) / 10) / 100,
+      kv_usage_mean: w.kvUsage.length > 0 ? Math.round((sum / w.kvUsage.length) * 10000) / 10000 : 0,
+      kv_usage_max: Math.round(max * 10000) / 10000,
+    };
+  });
+}
+
+/**
+ * The response cache's effect on policy `name`: the same run once more without the cache, and
+ * what the cache saved against it. `ttft` is the cached run's, by completed request.
+ */
+async function cacheRunOf(run: PolicyRunContext, name: string, sim: SimResult, summary: PolicySummary, ttft: Float64Array): Promise<CacheRunSummary> {
+  const { o, rateScale, summaryOpts } = run;
+  const c = sim.completed;
+  const n = c.arrival.length;
+  const baseSim = await runFleet(run, name, { rateScale, withCache: false });
+  const base = summarize(baseSim, summaryOpts);
+  o.onPolicyDone?.(base);
+  const workerTtft: number[] = [];
+  let answeredTokens = 0;
+  let answeredOutput = 0;
+  const miss = 1 - base.prefix_hit_rate;
+  for (let i = 0; i < n; i++) {
+    if ((c.fromCache?.[i] ?? 0) === 0) workerTtft.push(ttft[i]!);
+    else {
+      answeredOutput += c.outputTokens[i]!;
+      answeredTokens += c.promptTokens[i]! * miss + c.outputTokens[i]!;
+    }
+  }
+  const bc = baseSim.completed;
+  let baseTokens = 0;
+  for (let i = 0; i < bc.arrival.length; i++) baseTokens += bc.promptTokens[i]! - bc.cachedTokens[i]! + bc.outputTokens[i]!;
+  const r3 = (x: number) => Math.round(x * 1000) / 1000;
+  return {
+    ...sim.cache!,
+    gpu_seconds_saved: baseTokens > 0 ? r3((base.busy_gpu_seconds * answeredTokens) / baseTokens) : 0,
+    output_tokens_saved: answeredOutput,
+    busy_gpu_seconds_without_cache: base.busy_gpu_seconds,
+    busy_gpu_seconds_delta: r3(summary.busy_gpu_seconds - base.busy_gpu_seconds),
+    ttft_ms_without_cache: base.ttft_ms,
+    tpot_ms_without_cache: base.tpot_ms,
+    e2e_ms_without_cache: base.e2e_ms,
+    ttft_ms_workers: distribution(workerTtft),
+  };
+}
+
+/** Tenant isolation's effect on policy `name`: the same run once more shared (and its capacity). */
+async function isolationOf(run: PolicyRunContext, name: string): Promise<IsolationSummary> {
+  const { o, rateScale, summaryOpts } = run;
+  const sharedSim = await runFleet(run, name, { rateScale, isolated: false });
+  const shared = summarize(sharedSim, summaryOpts);
+  o.onPolicyDone?.(shared);
+  const sharedCapacity = run.cap ? await searchPolicyCapacity(run, name, sharedSim, { isolated: false }, false) : null;
+  return {
+    tenants: o.isolation!.tenants ?? null,
+    prefix_hit_rate_shared: shared.prefix_hit_rate,
+    ttft_ms_shared: shared.ttft_ms,
+    busy_gpu_seconds_shared: shared.busy_gpu_seconds,
+    capacity_rate_scale_shared: sharedCapacity?.rate_scale ?? null,
   };
 }
