@@ -669,11 +669,11 @@ async function runPolicy(run: PolicyRunContext, name: string): Promise<{ result:
     if (capacity.rate_scale !== null) capacity.work_bound_rps = rps(run.boundAt(capacity.rate_scale, cap.minMs));
   }
   const { ttft, e2e } = latencies(sim);
-  // quantiles() sorts its argument in place: cacheRunOf below is given the sorted TTFTs.
   const kv = sim.workers.map((w) => downsample(w.kvUsage, 300));
   const curves: RunCurves = {
     name,
-    ttftQuantiles: quantiles(ttft),
+    // quantiles() sorts in place; cacheRunOf reads ttft in completion order.
+    ttftQuantiles: quantiles(ttft.slice()),
     e2eQuantiles: quantiles(e2e),
     kvIntervalMs: sim.kvSampleMs * (kv[0]?.factor ?? 1),
     kvUsage: kv.map((k) => k.points),
