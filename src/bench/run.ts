@@ -282,18 +282,24 @@ export interface RequestShaping {
   declaredMaxTokens?: number;
 }
 
+/** Which of a source's requests a run replays, and how they are shaped. */
+export interface RunRequests extends RequestShaping {
+  /** Arrival rate multiplier (--rate-scale). */
+  rateScale: number;
+  /** At most this many requests, sessions counted whole (--limit; default: the whole source). */
+  limit?: number;
+  /** A capacity probe's least span of arrivals, ms (default 0: the source as is). */
+  minMs?: number;
+}
+
 /**
  * The requests of one run: the first `limit` of the source (sessions counted whole), at rate ×
  * scale. With `minMs`, a source that can go on (openUnbounded) gives more, until its arrivals
  * last that long (capacity probes; see CAPACITY_MIN_SECONDS).
  */
-export function benchRequests(
-  source: BenchSource,
-  limit: number | undefined,
-  rateScale: number,
-  shaping: RequestShaping = {},
-  minMs = 0,
-): Iterable<BenchRequest> {
+export function benchRequests(source: BenchSource, run: RunRequests): Iterable<BenchRequest> {
+  const { limit, rateScale, minMs = 0 } = run;
+  const shaping: RequestShaping = run;
   let out: Iterable<BenchRequest>;
   if (minMs > 0 && limit === undefined && source.openUnbounded && source.size !== undefined) {
     // A probe that must last: the run's own requests, then as many more as arrive by minMs.
@@ -457,11 +463,15 @@ async function runFleet(ctx: RunContext, name: string, run: FleetRun): Promise<S
           shareLoad: o.replicas.shareLoad === true,
         }
       : undefined;
-  return simulateFleet(benchRequests(o.source, o.limit, rateScale, {
+  const requests = benchRequests(o.source, {
+    limit: o.limit,
+    rateScale,
+    minMs,
     mix: o.priorityMix ? { mix: o.priorityMix, seed: o.seed } : undefined,
     tenants: o.isolation?.tenants ?? o.tenants,
     declaredMaxTokens: o.declaredMaxTokens,
-  }, minMs), {
+  });
+  return simulateFleet(requests, {
     admission: o.kvAdmission ? { settings: o.kvAdmission } : undefined,
     cacheIsolation: isolated,
     ...(o.adapters !== undefined ? { adapters: o.adapters } : {}),
@@ -509,7 +519,7 @@ export const CAPACITY_MIN_SECONDS = 60;
 function lengthens(o: BenchOptions, scale: number, minMs: number): boolean {
   if (!(minMs > 0 && o.limit === undefined && o.source.openUnbounded !== undefined)) return false;
   let lastStart = -Infinity;
-  for (const r of benchRequests(o.source, undefined, scale)) lastStart = r.arrivalMs;
+  for (const r of benchRequests(o.source, { rateScale: scale })) lastStart = r.arrivalMs;
   return lastStart < minMs;
 }
 
@@ -571,7 +581,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
   const boundAt = (scale: number, minMs: number): WorkBound | null => {
     const tm = engineConfig.timeModel;
     if (mixed) return null;
-    return tm instanceof RooflineTimeModel ? workBound(expandSessions(benchRequests(o.source, o.limit, scale, {}, minMs)), tm, o.workers, engineConfig.blockSize) : null;
+    return tm instanceof RooflineTimeModel ? workBound(expandSessions(benchRequests(o.source, { limit: o.limit, rateScale: scale, minMs })), tm, o.workers, engineConfig.blockSize) : null;
   };
   const hardware = mixed && o.gpuLabels !== false ? workerGpus(mix) : undefined;
   const ctx: RunContext = { o, engineConfig, engineConfigs, hardware, draftEngine: o.speculative ? draftEngineConfig(o.speculative, mix32(o.seed, 0x4b57)) : null };
@@ -585,7 +595,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
   }
   // One pass over the run's requests gives both the work bound and the ideal hit rate.
   const bound = boundAt(rateScale, 0);
-  const ideal = bound?.ideal ?? idealHitRate(expandSessions(benchRequests(o.source, o.limit, rateScale)), engineConfig.blockSize);
+  const ideal = bound?.ideal ?? idealHitRate(expandSessions(benchRequests(o.source, { limit: o.limit, rateScale })), engineConfig.blockSize);
   return {
     results: {
       trace: o.source.name,
@@ -665,7 +675,10 @@ async function runPolicy(run: PolicyRunContext, name: string): Promise<{ result:
   o.onPolicyDone?.(summary);
   let capacity: CapacityResult | null = null;
   if (cap) {
-    capacity = await searchPolicyCapacity(run, name, sim, {}, true);
+    capacity = await searchPolicyCapacity(run, name, sim, {}, (r, probe) => {
+      if (r !== sim) o.onPolicyDone?.(summarize(r, summaryOpts));
+      o.onProbe?.(name, probe);
+    });
     if (capacity.rate_scale !== null) capacity.work_bound_rps = rps(run.boundAt(capacity.rate_scale, cap.minMs));
   }
   const { ttft, e2e } = latencies(sim);
@@ -687,20 +700,22 @@ async function runPolicy(run: PolicyRunContext, name: string): Promise<{ result:
 /**
  * The capacity search of policy `name` on runs like `variant` (the plain run, or the shared one beside
  * an isolated bench). Its first probe is `first` (the run at the bench's rate scale) unless probes
- * must last longer than it did; `report` says whether each probe is reported (onPolicyDone for a
- * fresh run, onProbe).
+ * must last longer than it did; `onProbe` sees each probe's run and figures.
  */
-function searchPolicyCapacity(run: PolicyRunContext, name: string, first: SimResult, variant: Pick<FleetRun, 'isolated'>, report: boolean): Promise<CapacityResult> {
-  const { o, rateScale, slo, summaryOpts } = run;
+function searchPolicyCapacity(
+  run: PolicyRunContext,
+  name: string,
+  first: SimResult,
+  variant: Pick<FleetRun, 'isolated'>,
+  onProbe?: (r: SimResult, probe: CapacityProbe) => void,
+): Promise<CapacityResult> {
+  const { o, rateScale, slo } = run;
   const cap = run.cap!;
   return searchCapacity(
     async (scale) => {
       const r = scale === rateScale && !lengthens(o, rateScale, cap.minMs) ? first : await runFleet(run, name, { ...variant, rateScale: scale, minMs: cap.minMs });
       const p = probeOf(r, slo);
-      if (report) {
-        if (r !== first) o.onPolicyDone?.(summarize(r, summaryOpts));
-        o.onProbe?.(name, { rate_scale: scale, ...p });
-      }
+      onProbe?.(r, { rate_scale: scale, ...p });
       return p;
     },
     { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes, minBandAttainment: cap.minBandAttainment },
@@ -786,7 +801,7 @@ async function isolationOf(run: PolicyRunContext, name: string): Promise<Isolati
   const sharedSim = await runFleet(run, name, { rateScale, isolated: false });
   const shared = summarize(sharedSim, summaryOpts);
   o.onPolicyDone?.(shared);
-  const sharedCapacity = run.cap ? await searchPolicyCapacity(run, name, sharedSim, { isolated: false }, false) : null;
+  const sharedCapacity = run.cap ? await searchPolicyCapacity(run, name, sharedSim, { isolated: false }) : null;
   return {
     tenants: o.isolation!.tenants ?? null,
     prefix_hit_rate_shared: shared.prefix_hit_rate,
