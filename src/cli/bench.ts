@@ -530,6 +530,39 @@ function admissionFromFlags(v: BenchFlags): { admissionOn: boolean; kvAdmission:
   return { admissionOn, kvAdmission };
 }
 
+/** --capacity and its search flags, and the SLO (with --capacity, its defaults filled in). */
+function capacityFromFlags(v: BenchFlags): { capacity: BenchOptions['capacity']; sloTtftMs?: number; sloTtftPer1kMs?: number; sloTpotMs?: number } {
+  const capacity = v.capacity === true;
+  for (const f of ['attainment', 'min-band-attainment', 'max-probes', 'capacity-seconds', 'capacity-precision'] as const) {
+    if (!capacity && v[f] !== undefined) throw new UsageError(`--${f} applies to --capacity only`);
+  }
+  const attainment = numFlag(v.attainment, 'attainment', { positive: true });
+  if (attainment !== undefined && attainment > 1) throw new UsageError(`--attainment must be a fraction in (0, 1], got '${v.attainment}'`);
+  const minBandAttainment = numFlag(v['min-band-attainment'], 'min-band-attainment', { positive: true });
+  if (minBandAttainment !== undefined && minBandAttainment > 1) {
+    throw new UsageError(`--min-band-attainment must be a fraction in (0, 1], got '${v['min-band-attainment']}'`);
+  }
+  const maxProbes = intFlag(v['max-probes'], 'max-probes', 1);
+  const minSeconds = numFlag(v['capacity-seconds'], 'capacity-seconds');
+  const precision = numFlag(v['capacity-precision'], 'capacity-precision', { positive: true });
+  let sloTtftMs = numFlag(v['slo-ttft'], 'slo-ttft', { positive: true });
+  let sloTtftPer1kMs = numFlag(v['slo-ttft-per-1k'], 'slo-ttft-per-1k');
+  let sloTpotMs = numFlag(v['slo-tpot'], 'slo-tpot', { positive: true });
+  if (capacity) {
+    sloTtftMs ??= 1000;
+    sloTtftPer1kMs ??= 100;
+    sloTpotMs ??= 50;
+  } else if (sloTtftPer1kMs !== undefined && sloTtftMs === undefined) {
+    throw new UsageError('--slo-ttft-per-1k needs --slo-ttft (or --capacity)');
+  }
+  return {
+    capacity: capacity ? { target: attainment, precision, maxProbes, minBandAttainment, minSeconds } : undefined,
+    sloTtftMs,
+    sloTtftPer1kMs,
+    sloTpotMs,
+  };
+}
+
 /** --replicas and its sharing flags. */
 function replicasFromFlags(v: BenchFlags, admissionOn: boolean): BenchOptions['replicas'] {
   const replicaCount = intFlag(v.replicas, 'replicas', 1);
@@ -595,29 +628,7 @@ export async function run(argv: string[]): Promise<number> {
     const gpuLabels = gl !== 'off';
     const workers = gpuMix.reduce((a, s) => a + s.count, 0);
     const model = v.model ?? 'llama-3.1-8b';
-    const capacity = v.capacity === true;
-    for (const f of ['attainment', 'min-band-attainment', 'max-probes', 'capacity-seconds', 'capacity-precision'] as const) {
-      if (!capacity && v[f] !== undefined) throw new UsageError(`--${f} applies to --capacity only`);
-    }
-    const attainment = numFlag(v.attainment, 'attainment', { positive: true });
-    if (attainment !== undefined && attainment > 1) throw new UsageError(`--attainment must be a fraction in (0, 1], got '${v.attainment}'`);
-    const minBandAttainment = numFlag(v['min-band-attainment'], 'min-band-attainment', { positive: true });
-    if (minBandAttainment !== undefined && minBandAttainment > 1) {
-      throw new UsageError(`--min-band-attainment must be a fraction in (0, 1], got '${v['min-band-attainment']}'`);
-    }
-    const maxProbes = intFlag(v['max-probes'], 'max-probes', 1);
-    const minSeconds = numFlag(v['capacity-seconds'], 'capacity-seconds');
-    const precision = numFlag(v['capacity-precision'], 'capacity-precision', { positive: true });
-    let sloTtftMs = numFlag(v['slo-ttft'], 'slo-ttft', { positive: true });
-    let sloTtftPer1kMs = numFlag(v['slo-ttft-per-1k'], 'slo-ttft-per-1k');
-    let sloTpotMs = numFlag(v['slo-tpot'], 'slo-tpot', { positive: true });
-    if (capacity) {
-      sloTtftMs ??= 1000;
-      sloTtftPer1kMs ??= 100;
-      sloTpotMs ??= 50;
-    } else if (sloTtftPer1kMs !== undefined && sloTtftMs === undefined) {
-      throw new UsageError('--slo-ttft-per-1k needs --slo-ttft (or --capacity)');
-    }
+    const { capacity, sloTtftMs, sloTtftPer1kMs, sloTpotMs } = capacityFromFlags(v);
     if (sloTpotMs !== undefined) runToSlo(policies, policyOptions, sloTpotMs, sloTtftMs);
     if (capacity && sloTpotMs !== undefined) checkTpotReachable(gpuMix, model, intFlag(v.tp, 'tp', 1) ?? 1, sloTpotMs);
     if (v.cache !== undefined && v.cache !== 'on' && v.cache !== 'off') throw new UsageError(`--cache must be on or off, got '${v.cache}'`);
@@ -667,7 +678,7 @@ export async function run(argv: string[]): Promise<number> {
       sloTtftMs,
       sloTtftPer1kMs,
       sloTpotMs,
-      capacity: capacity ? { target: attainment, precision, maxProbes, minBandAttainment, minSeconds } : undefined,
+      capacity,
       gpuHourCost: numFlag(v['gpu-hour-cost'], 'gpu-hour-cost'),
       omitWallTime: v['omit-wall-time'] === true,
       policyOptions,
