@@ -1,5 +1,5 @@
 /**
- * `npm run bench:ab -- --baseline DIR`: this checkout's gateway against another build, side by
+ * `npm run bench -- ab --baseline DIR`: this checkout's gateway against another build, side by
  * side, in CPU time per request (or one build under two configs: --config, --baseline-config).
  *
  * On a small shared machine two runs of the same build one after the other differ by 10–15% in
@@ -17,7 +17,7 @@ import { median, quantile, treeCpuMs } from './harness.js';
 import type { RateResult } from './overhead/client.js';
 import { nodeClient, promptBody, setUpTools, startKvgate, startStandIn, wrk, BODY, type Target } from './overhead/targets.js';
 
-const HELP = `npm run bench:ab -- --baseline DIR [options]
+const HELP = `npm run bench -- ab --baseline DIR [options]
 
 This checkout's kvgate against the build in DIR (a checkout with dist/ built: npm run build),
 both at once, each under the same paced wrk load, in front of the same stand-in worker.
@@ -76,16 +76,16 @@ async function main(): Promise<number> {
   }
   const [rounds, seconds, connections, delayMs] = [values.rounds, values.seconds, values.connections, values['delay-ms']].map(Number) as [number, number, number, number];
   if (![rounds, seconds, connections].every((x) => Number.isInteger(x) && x > 0) || !(Number.isInteger(delayMs) && delayMs >= 0)) {
-    process.stderr.write('bench:ab: --rounds, --seconds and --connections take positive whole numbers, --delay-ms a whole number ≥ 0\n');
+    process.stderr.write('bench ab: --rounds, --seconds and --connections take positive whole numbers, --delay-ms a whole number ≥ 0\n');
     return 2;
   }
   if (!values.baseline) {
-    process.stderr.write('bench:ab: --baseline DIR is required (a kvgate checkout with dist/ built)\n');
+    process.stderr.write('bench ab: --baseline DIR is required (a kvgate checkout with dist/ built)\n');
     return 2;
   }
   const baselineCli = resolve(values.baseline, 'dist', 'src', 'cli.js');
   if (!existsSync(baselineCli)) {
-    process.stderr.write(`bench:ab: ${baselineCli} not found: build the baseline first (npm run build in ${values.baseline})\n`);
+    process.stderr.write(`bench ab: ${baselineCli} not found: build the baseline first (npm run build in ${values.baseline})\n`);
     return 2;
   }
   const configs: Array<Record<string, unknown> | undefined> = [];
@@ -94,11 +94,11 @@ async function main(): Promise<number> {
     try {
       parsed = text === undefined ? undefined : JSON.parse(text);
     } catch (e) {
-      process.stderr.write(`bench:ab: ${flag} is not JSON: ${(e as Error).message}\n`);
+      process.stderr.write(`bench ab: ${flag} is not JSON: ${(e as Error).message}\n`);
       return 2;
     }
     if (parsed !== undefined && (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))) {
-      process.stderr.write(`bench:ab: ${flag} takes a JSON object of config keys\n`);
+      process.stderr.write(`bench ab: ${flag} takes a JSON object of config keys\n`);
       return 2;
     }
     configs.push(parsed as Record<string, unknown> | undefined);
@@ -107,16 +107,16 @@ async function main(): Promise<number> {
   const flags = (v: string | undefined): string[] => (v ?? '').split(/\s+/).filter((f) => f !== '');
   const streamRate = values.stream === undefined ? 0 : Number(values.stream);
   if (values.stream !== undefined && !(Number.isFinite(streamRate) && streamRate > 0)) {
-    process.stderr.write('bench:ab: --stream takes a rate in streams per second, > 0\n');
+    process.stderr.write('bench ab: --stream takes a rate in streams per second, > 0\n');
     return 2;
   }
   const promptTokens = values['prompt-tokens'] === undefined ? 0 : Number(values['prompt-tokens']);
   if (values['prompt-tokens'] !== undefined && !(Number.isInteger(promptTokens) && promptTokens > 0 && promptTokens <= 20_000)) {
-    process.stderr.write('bench:ab: --prompt-tokens takes a whole number of tokens from 1 to 20000\n');
+    process.stderr.write('bench ab: --prompt-tokens takes a whole number of tokens from 1 to 20000\n');
     return 2;
   }
   if (promptTokens > 0 && streamRate > 0) {
-    process.stderr.write('bench:ab: --prompt-tokens applies to the non-streaming load only\n');
+    process.stderr.write('bench ab: --prompt-tokens applies to the non-streaming load only\n');
     return 2;
   }
   const body = promptTokens > 0 ? promptBody(promptTokens) : BODY;
@@ -133,7 +133,7 @@ async function main(): Promise<number> {
   };
   const tools = setUpTools(!values['no-install']);
   if (!tools.useWrk) {
-    process.stderr.write('bench:ab: needs wrk (Debian: apt-get install wrk)\n');
+    process.stderr.write('bench ab: needs wrk (Debian: apt-get install wrk)\n');
     return 2;
   }
   const direct = await startStandIn(tools.cUpstream);
@@ -173,7 +173,7 @@ async function main(): Promise<number> {
       : `${connections} connections × ${delayMs} ms pauses per gateway${promptTokens > 0 ? `, ${promptTokens}-token prompts` : ''}`;
   const lat = streamRate > 0;
   process.stdout.write(
-    `\nbench:ab: ${rounds} round(s) × ${seconds} s, ${loadText}, stand-in ${tools.cUpstream ? 'nginx (C)' : 'Node'}\n\n` +
+    `\nbench ab: ${rounds} round(s) × ${seconds} s, ${loadText}, stand-in ${tools.cUpstream ? 'nginx (C)' : 'Node'}\n\n` +
       (lat
         ? '| round | baseline streams | baseline CPU µs/stream | TTFB / total p50 ms | this streams | this CPU µs/stream | TTFB / total p50 ms | this / baseline |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n'
         : '| round | baseline req | baseline CPU µs/req | p50 ms | this req | this CPU µs/req | p50 ms | this / baseline |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n') +
@@ -192,7 +192,7 @@ async function main(): Promise<number> {
 main().then(
   (code) => (process.exitCode = code),
   (err: unknown) => {
-    process.stderr.write(`bench:ab: ${(err as Error).stack ?? String(err)}\n`);
+    process.stderr.write(`bench ab: ${(err as Error).stack ?? String(err)}\n`);
     process.exitCode = 1;
   },
 );

@@ -1,5 +1,5 @@
 /**
- * `npm run bench:cache`: the response cache's hit path against its miss path, per store.
+ * `npm run bench -- cache`: the response cache's hit path against its miss path, per store.
  *
  * One zero-delay stand-in upstream (benchmarks/overhead/upstream.ts), and in front of it one
  * `kvgate serve` per store with the response cache on: in memory, and in a real redis-server this
@@ -36,7 +36,7 @@ import { CorePlan, freePort, median, processCpuMs, quantile, stopChild, waitRead
 const here = dirname(fileURLToPath(import.meta.url));
 const cliPath = join(here, '..', 'src', 'cli.js');
 
-const HELP = `npm run bench:cache -- [options]
+const HELP = `npm run bench -- cache [options]
 
 Latency of the response cache's hit path against its miss path, in memory and in Redis, through
 kvgate serve in front of a zero-delay stand-in upstream, with a load generator in its own process.
@@ -174,17 +174,17 @@ async function main(): Promise<number> {
   const durationMs = Number(values.seconds) * 1000;
   const rate = Number(values.rate);
   if (![rounds, durationMs, rate].every((x) => Number.isFinite(x) && x > 0)) {
-    process.stderr.write('bench:cache: --rounds, --seconds and --rate take positive numbers\n');
+    process.stderr.write('bench cache: --rounds, --seconds and --rate take positive numbers\n');
     return 2;
   }
   if (!['gateway', 'load', 'any'].includes(values['redis-cpu']!)) {
-    process.stderr.write(`bench:cache: --redis-cpu takes gateway, load or any, got '${values['redis-cpu']}'\n`);
+    process.stderr.write(`bench cache: --redis-cpu takes gateway, load or any, got '${values['redis-cpu']}'\n`);
     return 2;
   }
   const wanted = values.stores!.split(',').map((s) => s.trim());
   for (const s of wanted) {
     if (s !== 'memory' && s !== 'redis') {
-      process.stderr.write(`bench:cache: unknown store '${s}' (memory, redis)\n`);
+      process.stderr.write(`bench cache: unknown store '${s}' (memory, redis)\n`);
       return 2;
     }
   }
@@ -240,7 +240,7 @@ async function main(): Promise<number> {
     const loadAfter = loadavg()[0]!;
     // Other processes on the machine show up in every tail figure: say how busy it was.
     process.stdout.write(
-      `\nbench:cache: ${rate} req/s, ${rounds} round(s) × ${values.seconds} s per measurement, medians over rounds (ms); ` +
+      `\nbench cache: ${rate} req/s, ${rounds} round(s) × ${values.seconds} s per measurement, medians over rounds (ms); ` +
         `machine load average ${loadBefore.toFixed(1)} → ${loadAfter.toFixed(1)} on ${cores.cores} cores; ${cores.describe(!values['pin-process'])}; redis-server: ${values['redis-cpu'] === 'any' ? 'not pinned' : `with the ${values['redis-cpu']}`}\n`,
     );
     for (const g of gateways) {
@@ -278,7 +278,7 @@ async function main(): Promise<number> {
 main().then(
   (code) => (process.exitCode = code),
   (e: Error) => {
-    process.stderr.write(`bench:cache: ${e.stack ?? e.message}\n`);
+    process.stderr.write(`bench cache: ${e.stack ?? e.message}\n`);
     process.exitCode = 1;
   },
 );

@@ -1,6 +1,6 @@
 /**
  * Prints the time model's calibration against published measurements as a markdown table.
- * Usage: npx tsc -p . && node dist/benchmarks/calibration.js
+ * Usage: npm run bench -- calibration
  */
 
 import { calibrationTable } from '../src/engine/calibration.js';

@@ -1,5 +1,5 @@
 /**
- * `npm run bench:cascade`: the speculative cascade against target-only generation, live, on
+ * `npm run bench -- cascade`: the speculative cascade against target-only generation, live, on
  * simulated workers — one target (llama-3.1-70b, TP 4 on H100) and one draft (llama-3.1-8b, int4
  * weights by default, on an A10G) whose acceptance at temperature 1 is set to each α in turn — through a real gateway.
  *
@@ -31,7 +31,7 @@ import { installSpeculative } from '../src/speculative/install.js';
 import { createLogger } from '../src/telemetry/logger.js';
 import { estimateTokenizer } from '../src/tokenizer/index.js';
 
-const HELP = `npm run bench:cascade -- [options]
+const HELP = `npm run bench -- cascade [options]
 
 The speculative cascade against target-only generation on simulated workers (modelled GPU time).
 

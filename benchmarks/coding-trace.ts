@@ -1,5 +1,5 @@
 /**
- * Writes a coding-assistant trace in kvgate's JSONL format (`npm run bench:coding-trace -- --out F`),
+ * Writes a coding-assistant trace in kvgate's JSONL format (`npm run bench -- coding-trace --out F`),
  * for checking routing changes on traffic the built-in workloads do not model: closed-loop
  * sessions over large shared contexts with long answers. 10 repositories of 6–16k tokens
  * (Zipf-popular); each session works on one of them for 2–10 turns, every turn appending a 60–400
@@ -32,7 +32,7 @@ const { values } = parseArgs({
 });
 if (values.help || !values.out) {
   console.log(
-    'npm run bench:coding-trace -- --out FILE [--seed N] [--sessions N] [--max-repo-tokens N]\n\n' +
+    'npm run bench -- coding-trace --out FILE [--seed N] [--sessions N] [--max-repo-tokens N]\n\n' +
       'Writes a kvgate JSONL trace of coding-assistant sessions over shared repository contexts\n' +
       '(see benchmarks/coding-trace.ts); replay it with kvgate bench --trace FILE --format jsonl.',
   );

@@ -1,5 +1,5 @@
 /**
- * Writes a trace of mice and elephants in Mooncake's format (`npm run bench:elephants-trace --
+ * Writes a trace of mice and elephants in Mooncake's format (`npm run bench -- elephants-trace
  * --out F`), for checking admission's queue order on traffic where the KV cache, not compute, runs
  * out first: unique short prompts (1–3k tokens, 100–600 output tokens, 30 req/s) and unique long
  * documents (24–32k tokens, 200–1,000 output tokens, 1 req/s), both Poisson, no prefix shared.
@@ -26,7 +26,7 @@ const { values } = parseArgs({
 });
 if (values.help || !values.out) {
   console.log(
-    'npm run bench:elephants-trace -- --out FILE [--seed N] [--seconds S]\n\n' +
+    'npm run bench -- elephants-trace --out FILE [--seed N] [--seconds S]\n\n' +
       'Writes a Mooncake-format trace of unique short prompts (30 req/s) and unique 24-32k-token\n' +
       'documents (1 req/s) (see benchmarks/elephants-trace.ts); replay it with kvgate bench --trace FILE.',
   );

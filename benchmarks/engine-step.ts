@@ -1,7 +1,7 @@
 /**
  * Cost of the engine model itself: steps/s and generated tokens/s of a busy engine, with token
  * reporting on (the live worker) and off (the fleet simulation).
- * Usage: npx tsc -p . && node dist/benchmarks/engine-step.js [running=256] [steps=20000]
+ * Usage: npm run bench -- engine-step [running=256] [steps=20000]
  */
 
 import { Engine } from '../src/engine/engine.js';

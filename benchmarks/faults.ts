@@ -1,5 +1,5 @@
 /**
- * `npm run bench:faults`: the fault matrix. Each scenario (benchmarks/faults/scenarios/) starts
+ * `npm run bench -- faults`: the fault matrix. Each scenario (benchmarks/faults/scenarios/) starts
  * its own simulated workers (child processes) and gateway on 127.0.0.1, breaks something on
  * purpose, and counts every request it sent: answered OK, answered with a documented error,
  * never answered. Bounded and self-stopping; exits 1 if any request went unanswered or a
@@ -11,7 +11,7 @@ import { parseArgs } from 'node:util';
 import { Tally } from './faults/harness.js';
 import { SCENARIOS } from './faults/index.js';
 
-const HELP = `npm run bench:faults -- [options]
+const HELP = `npm run bench -- faults [options]
 
 Runs the fault matrix against simulated workers and a gateway on 127.0.0.1, and reports for each
 scenario the requests sent, answered OK, answered with a documented error and never answered

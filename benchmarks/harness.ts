@@ -1,5 +1,5 @@
 /**
- * What the live benchmarks (bench:cache, bench:overhead) share: free ports, waiting for a server,
+ * What the live benchmarks (bench cache, bench overhead) share: free ports, waiting for a server,
  * stopping children, quantiles, a process's CPU time, and pinning processes to cores.
  *
  * Pinning: on a machine with few cores, a load generator scheduled on the gateway's core steals

@@ -1,5 +1,5 @@
 /**
- * Writes a KV-tight document trace in Mooncake's format (`npm run bench:kv-tight-trace -- --out F`),
+ * Writes a KV-tight document trace in Mooncake's format (`npm run bench -- kv-tight-trace --out F`),
  * for checking routing changes on traffic the built-in workloads do not model: 20 documents of
  * 4–28k tokens (Zipf-popular) asked about in 10 s on / 10 s off bursts (30 req/s, then 3), half of
  * the requests a new question on a document, 15% a follow-up that grows an earlier document
@@ -30,7 +30,7 @@ const { values } = parseArgs({
 });
 if (values.help || !values.out) {
   console.log(
-    'npm run bench:kv-tight-trace -- --out FILE [--seed N] [--seconds S] [--max-doc-tokens N]\n\n' +
+    'npm run bench -- kv-tight-trace --out FILE [--seed N] [--seconds S] [--max-doc-tokens N]\n\n' +
       'Writes a Mooncake-format trace of bursty questions on popular long documents, growing\n' +
       'follow-ups and short chat (see benchmarks/kv-tight-trace.ts); replay it with kvgate bench --trace FILE.',
   );

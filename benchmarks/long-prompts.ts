@@ -1,5 +1,5 @@
 /**
- * `npm run bench:long-prompts -- --hf PATH`: what long prompts tokenized by an `hf:` tokenizer do to
+ * `npm run bench -- long-prompts --hf PATH`: what long prompts tokenized by an `hf:` tokenizer do to
  * every other request, with `tokenizers.threads: 0` (on the event loop) and with tokenizer threads.
  *
  * Each round starts kvgate twice, one configuration after the other (not both at once: a
@@ -13,7 +13,7 @@ import { parseArgs } from 'node:util';
 import { median } from './harness.js';
 import { promptBody, setUpTools, startKvgate, startStandIn, wrk, BODY, type WrkResult } from './overhead/targets.js';
 
-const HELP = `npm run bench:long-prompts -- --hf PATH [options]
+const HELP = `npm run bench -- long-prompts --hf PATH [options]
 
 Short requests beside a stream of long prompts, through kvgate with an hf: tokenizer: with the
 prompts tokenized on the event loop (tokenizers.threads: 0) and on tokenizer threads.
@@ -53,20 +53,20 @@ async function main(): Promise<number> {
   }
   const [threads, rounds, seconds, promptTokens, longDelay] = [values.threads, values.rounds, values.seconds, values['prompt-tokens'], values['long-delay-ms']].map(Number) as [number, number, number, number, number];
   if (![threads, rounds, seconds].every((x) => Number.isInteger(x) && x > 0) || !(Number.isInteger(longDelay) && longDelay >= 0)) {
-    process.stderr.write('bench:long-prompts: --threads, --rounds and --seconds take positive whole numbers, --long-delay-ms a whole number ≥ 0\n');
+    process.stderr.write('bench long-prompts: --threads, --rounds and --seconds take positive whole numbers, --long-delay-ms a whole number ≥ 0\n');
     return 2;
   }
   if (!(Number.isInteger(promptTokens) && promptTokens > 0 && promptTokens <= 20_000)) {
-    process.stderr.write('bench:long-prompts: --prompt-tokens takes a whole number of tokens from 1 to 20000\n');
+    process.stderr.write('bench long-prompts: --prompt-tokens takes a whole number of tokens from 1 to 20000\n');
     return 2;
   }
   if (values.hf === undefined || !existsSync(values.hf)) {
-    process.stderr.write(`bench:long-prompts: --hf PATH is required: an existing tokenizer.json${values.hf === undefined ? '' : ` (${values.hf} not found)`}\n`);
+    process.stderr.write(`bench long-prompts: --hf PATH is required: an existing tokenizer.json${values.hf === undefined ? '' : ` (${values.hf} not found)`}\n`);
     return 2;
   }
   const tools = setUpTools(!values['no-install']);
   if (!tools.useWrk) {
-    process.stderr.write('bench:long-prompts: needs wrk (Debian: apt-get install wrk)\n');
+    process.stderr.write('bench long-prompts: needs wrk (Debian: apt-get install wrk)\n');
     return 2;
   }
   const longBody = promptBody(promptTokens);
@@ -97,7 +97,7 @@ async function main(): Promise<number> {
   const p99s = (xs: Side[]): number => median(xs.map((x) => x.short.p99_us));
   const p50s = (xs: Side[]): number => median(xs.map((x) => x.short.p50_us));
   process.stdout.write(
-    `\nbench:long-prompts: ${rounds} round(s) × ${seconds} s; short requests 4 connections × 20 ms pauses, ` +
+    `\nbench long-prompts: ${rounds} round(s) × ${seconds} s; short requests 4 connections × 20 ms pauses, ` +
       `${promptTokens}-token prompts 1 connection × ${longDelay} ms pauses; hf:${values.hf}\n\n` +
       '| tokenized | round | short req | short p50 ms | short p99 ms | long req | long p50 ms | long p99 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|\n' +
       row('on the event loop', results[0]!) +
@@ -112,7 +112,7 @@ async function main(): Promise<number> {
 main().then(
   (code) => (process.exitCode = code),
   (err: unknown) => {
-    process.stderr.write(`bench:long-prompts: ${(err as Error).stack ?? String(err)}\n`);
+    process.stderr.write(`bench long-prompts: ${(err as Error).stack ?? String(err)}\n`);
     process.exitCode = 1;
   },
 );

@@ -1,5 +1,5 @@
 /**
- * `npm run bench:lora`: requests for many LoRA adapters on workers that batch only a few at once
+ * `npm run bench -- lora`: requests for many LoRA adapters on workers that batch only a few at once
  * (vLLM --max-loras), placed by kvgate with and without its LoRA affinity, by llm-d with and
  * without its lora-affinity-scorer, and by load alone.
  *
@@ -22,7 +22,7 @@ import { createLogger } from '../src/telemetry/logger.js';
 import { seededRng } from '../src/util/rng.js';
 import { quantile } from './harness.js';
 
-const HELP = `npm run bench:lora -- [options]
+const HELP = `npm run bench -- lora [options]
 
 LoRA adapter placement: kvgate with its LoRA affinity, without it, and policies that place by
 load alone, on simulated workers with vLLM's --max-loras.
@@ -154,13 +154,13 @@ async function main(): Promise<number> {
   const [workers, nAdapters, maxLoras, seed] = [values.workers, values.adapters, values['max-loras'], values.seed].map(Number) as [number, number, number, number];
   const [rate, seconds] = [Number(values.rate), Number(values.seconds)];
   if (![workers, nAdapters, maxLoras].every((x) => Number.isInteger(x) && x > 0) || !Number.isInteger(seed) || !(rate > 0) || !(seconds > 0)) {
-    process.stderr.write('bench:lora: --workers, --adapters and --max-loras take positive whole numbers, --seed a whole number, --rate and --seconds positive numbers\n');
+    process.stderr.write('bench lora: --workers, --adapters and --max-loras take positive whole numbers, --seed a whole number, --rate and --seconds positive numbers\n');
     return 2;
   }
   const policies = values.policies.split(',').map((p) => p.trim());
   const adapters = Array.from({ length: nAdapters }, (_, i) => `lora-${i}`);
   const schedule = plan(adapters, rate, seconds, seed);
-  process.stdout.write(`bench:lora: ${workers} workers (${MODEL}, H100, real time), ${nAdapters} adapters (Zipf), --max-loras ${maxLoras}, ${schedule.length} streamed requests at ${rate}/s over ${seconds} s, seed ${seed}\n\n`);
+  process.stdout.write(`bench lora: ${workers} workers (${MODEL}, H100, real time), ${nAdapters} adapters (Zipf), --max-loras ${maxLoras}, ${schedule.length} streamed requests at ${rate}/s over ${seconds} s, seed ${seed}\n\n`);
   const rows: Array<{ policy: string; ttft: number[]; e2e: number[]; failed: number }> = [];
   for (const policy of policies) {
     const out = await runPolicy(policy, { workers, adapters, maxLoras }, schedule);
@@ -183,7 +183,7 @@ async function main(): Promise<number> {
 main().then(
   (code) => process.exit(code),
   (e: unknown) => {
-    process.stderr.write(`bench:lora: ${(e as Error).stack ?? String(e)}\n`);
+    process.stderr.write(`bench lora: ${(e as Error).stack ?? String(e)}\n`);
     process.exit(1);
   },
 );

@@ -1,5 +1,5 @@
 /**
- * `npm run bench:overhead`: what the gateway's request path costs, beside nginx and a bare Node hop.
+ * `npm run bench -- overhead`: what the gateway's request path costs, beside nginx and a bare Node hop.
  *
  * Targets, all in front of the same stand-in worker (so only the proxy is measured):
  *   direct   — the stand-in itself: nginx with the echo module (C, a few µs per request) where
@@ -34,7 +34,7 @@ import type { MaxResult, RateResult } from './overhead/client.js';
 import { proxyConf } from './overhead/nginx.js';
 import { forkServer, nodeClient, setUpTools, startKvgate, startNginx, startStandIn, wrk, type Target } from './overhead/targets.js';
 
-const HELP = `npm run bench:overhead -- [options]
+const HELP = `npm run bench -- overhead [options]
 
 What kvgate's request path costs in front of a worker, beside nginx and a bare node:http
 pass-through (nodehop), all in front of the same stand-in worker on 127.0.0.1. Uses wrk and an
@@ -138,14 +138,14 @@ async function main(): Promise<number> {
   const rounds = Number(values.rounds);
   const seconds = Number(values.seconds);
   if (![rounds, seconds].every((x) => Number.isInteger(x) && x > 0)) {
-    process.stderr.write('bench:overhead: --rounds and --seconds take positive whole numbers\n');
+    process.stderr.write('bench overhead: --rounds and --seconds take positive whole numbers\n');
     return 2;
   }
   const known = ['direct', 'nginx', 'nodehop', 'undicihop', 'poolhop', 'partshop', 'kvgate'];
   const wanted = new Set(values.targets!.split(',').map((s) => s.trim()));
   for (const w of wanted) {
     if (!known.includes(w)) {
-      process.stderr.write(`bench:overhead: unknown target '${w}' (${known.join(', ')})\n`);
+      process.stderr.write(`bench overhead: unknown target '${w}' (${known.join(', ')})\n`);
       return 2;
     }
   }
@@ -227,7 +227,7 @@ function report(
     ),
   ];
   process.stdout.write(
-    `\nbench:overhead: ${rounds} round(s) × ${seconds} s; load ${useWrk ? 'wrk' : 'Node client'}, stand-in worker ${cUpstream ? 'nginx (C)' : 'Node'}; ` +
+    `\nbench overhead: ${rounds} round(s) × ${seconds} s; load ${useWrk ? 'wrk' : 'Node client'}, stand-in worker ${cUpstream ? 'nginx (C)' : 'Node'}; ` +
       `latency at ${LAT_CONNECTIONS} connections × ${LAT_DELAY_MS} ms pauses (≈200 req/s), SSE at ${SSE_RATE} req/s, throughput at ${TP_CONNECTIONS} connections\n\n` +
       lines.join('\n') +
       '\n' +
@@ -252,7 +252,7 @@ function report(
 main().then(
   (code) => (process.exitCode = code),
   (err: unknown) => {
-    process.stderr.write(`bench:overhead: ${(err as Error).stack ?? String(err)}\n`);
+    process.stderr.write(`bench overhead: ${(err as Error).stack ?? String(err)}\n`);
     process.exitCode = 1;
   },
 );

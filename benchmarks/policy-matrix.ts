@@ -1,5 +1,5 @@
 /**
- * `npm run bench:policies`: kvgate's routing policy against round-robin, the peer routers'
+ * `npm run bench -- policies`: kvgate's routing policy against round-robin, the peer routers'
  * policies and the oracle, on every built-in workload and on the public Mooncake and Azure traces,
  * at 8 and 16 simulated H100 workers serving Llama-3.1-8B. Every scenario is one `kvgate bench`
  * run (all policies on the identical request sequence); this script prints each policy's figures
@@ -35,7 +35,7 @@ const POLICIES = ['round-robin', ...PEERS, 'kvgate', 'oracle'];
 /** Flags every `kvgate bench` run of the matrix gets (--declared-max-tokens). */
 let shaping: string[] = [];
 
-const HELP = `npm run bench:policies -- [options]
+const HELP = `npm run bench -- policies [options]
 
 Runs kvgate bench on every built-in workload and on the Mooncake and Azure traces, with the
 policies ${POLICIES.join(', ')}, and prints kvgate's ratios against its targets.
@@ -181,22 +181,22 @@ function main(): number {
   }
   const only = values.only ? new Set(values.only.split(',')) : null;
   if (!/^\d+$/.test(values.seed!)) {
-    process.stderr.write(`bench:policies: --seed must be a non-negative integer, got ${JSON.stringify(values.seed)}\n`);
+    process.stderr.write(`bench policies: --seed must be a non-negative integer, got ${JSON.stringify(values.seed)}\n`);
     return 2;
   }
   const declared = values['declared-max-tokens'];
   if (declared !== undefined && !/^[1-9]\d*$/.test(declared)) {
-    process.stderr.write(`bench:policies: --declared-max-tokens must be a positive integer, got ${JSON.stringify(declared)}\n`);
+    process.stderr.write(`bench policies: --declared-max-tokens must be a positive integer, got ${JSON.stringify(declared)}\n`);
     return 2;
   }
   shaping = declared !== undefined ? ['--declared-max-tokens', declared] : [];
   const floor = values['min-band-attainment'];
   if (floor !== undefined && !(Number(floor) > 0 && Number(floor) <= 1)) {
-    process.stderr.write(`bench:policies: --min-band-attainment must be a fraction in (0, 1], got ${JSON.stringify(floor)}\n`);
+    process.stderr.write(`bench policies: --min-band-attainment must be a fraction in (0, 1], got ${JSON.stringify(floor)}\n`);
     return 2;
   }
   if (floor !== undefined && !values.capacity) {
-    process.stderr.write('bench:policies: --min-band-attainment applies to --capacity only\n');
+    process.stderr.write('bench policies: --min-band-attainment applies to --capacity only\n');
     return 2;
   }
   if (values.capacity) return capacityMatrix(values, only);

@@ -1,5 +1,5 @@
 /**
- * `npm run bench:profile`: where kvgate's time per request goes, under the load bench:overhead
+ * `npm run bench -- profile`: where kvgate's time per request goes, under the load bench overhead
  * uses (wrk, 64 connections, in front of the stand-in worker).
  *
  * Runs kvgate with `--cpu-prof` and `--trace-gc` and prints:
@@ -22,7 +22,7 @@ import { parseArgs } from 'node:util';
 import { median, treeCpuMs } from './harness.js';
 import { setUpTools, startKvgate, startStandIn, wrk, type Target } from './overhead/targets.js';
 
-const HELP = `npm run bench:profile -- [options]
+const HELP = `npm run bench -- profile [options]
 
 Profiles kvgate under load in front of a stand-in worker and prints where the time per request
 goes (per stage), GC pauses, and the latency tail with and without periodic work.
@@ -122,12 +122,12 @@ async function main(): Promise<number> {
   }
   const seconds = Number(values.seconds);
   if (!Number.isInteger(seconds) || seconds <= 0) {
-    process.stderr.write('bench:profile: --seconds takes a positive whole number\n');
+    process.stderr.write('bench profile: --seconds takes a positive whole number\n');
     return 2;
   }
   const tools = setUpTools(!values['no-install']);
   if (!tools.useWrk) {
-    process.stderr.write('bench:profile: needs wrk (Debian: apt-get install wrk)\n');
+    process.stderr.write('bench profile: needs wrk (Debian: apt-get install wrk)\n');
     return 2;
   }
   const direct = await startStandIn(tools.cUpstream);
@@ -165,7 +165,7 @@ async function main(): Promise<number> {
     const total = [...stages.values()].reduce((a, b) => a + b, 0);
     const busy = total - (stages.get('idle') ?? 0);
     process.stdout.write(
-      `\nbench:profile: kvgate${values.policy ? ` (policy ${values.policy})` : ''} under wrk, 64 connections, ${seconds} s, stand-in worker ${tools.cUpstream ? 'nginx (C)' : 'Node'}\n` +
+      `\nbench profile: kvgate${values.policy ? ` (policy ${values.policy})` : ''} under wrk, 64 connections, ${seconds} s, stand-in worker ${tools.cUpstream ? 'nginx (C)' : 'Node'}\n` +
         `  ${Math.round(rps)} req/s, CPU ${cpuUs.toFixed(1)} µs per request (user + system, /proc)\n` +
         `  profile: ${join(profDir, file)} (${(total / 1000).toFixed(1)} s, busy ${((100 * busy) / total).toFixed(0)}%)\n\n` +
         `  stage (innermost frame wins)         ms      share of busy\n`,
@@ -213,7 +213,7 @@ async function main(): Promise<number> {
 main().then(
   (code) => (process.exitCode = code),
   (err: unknown) => {
-    process.stderr.write(`bench:profile: ${(err as Error).stack ?? String(err)}\n`);
+    process.stderr.write(`bench profile: ${(err as Error).stack ?? String(err)}\n`);
     process.exitCode = 1;
   },
 );

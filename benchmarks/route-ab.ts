@@ -1,8 +1,8 @@
 /**
- * `npm run bench:route-ab -- --baseline DIR`: this checkout's routing decision against another
+ * `npm run bench -- route-ab --baseline DIR`: this checkout's routing decision against another
  * build's, in one process, decisions interleaved. Both builds route the same requests (an
  * 8,000-token prompt, a 6,000-token prefix shared by its group of 64 plus 2,000 unique tokens,
- * as in bench:route) over their own 16 workers with warm indexes, the prompt tokenized again
+ * as in bench route) over their own 16 workers with warm indexes, the prompt tokenized again
  * before each side's decision so both start equally cache-cold, and which side goes first
  * alternates. The host's noise (2 shared cores) then falls on both alike, and the ratio of their
  * p50, p99 and mean is what the change did; `--baseline .` measures the method's own spread.
@@ -39,7 +39,7 @@ const { values } = parseArgs({
 });
 if (values.help || !values.baseline) {
   console.log(
-    'npm run bench:route-ab -- --baseline DIR [--policy NAME] [--decisions N] [--warmup N] [--rounds N]\n\n' +
+    'npm run bench -- route-ab --baseline DIR [--policy NAME] [--decisions N] [--warmup N] [--rounds N]\n\n' +
       "This checkout's routing decision against the build in DIR (its dist/), in one process, decisions\n" +
       'interleaved on the same requests; prints each side\'s p50, p99 and mean and their ratios per round.',
   );

@@ -1,5 +1,5 @@
 /**
- * Routing micro-benchmark (`npm run bench:route`): time to route one 8,000-token prompt over 16
+ * Routing micro-benchmark (`npm run bench -- route`): time to route one 8,000-token prompt over 16
  * workers with warm indexes, per policy — the whole Router.route call (block hashing, index
  * lookup, filters, scorers, picker, reservation, pick-time index insert), tokenization excluded
  * and reported on its own — and the prefix index's memory per million blocks.

@@ -1,5 +1,5 @@
 /**
- * The prompts the routing benchmarks route (bench:route, bench:route-ab): made-up prose of exactly
+ * The prompts the routing benchmarks route (bench route, bench route-ab): made-up prose of exactly
  * `promptTokens` tokens with the estimate tokenizer, a `sharedTokens` prefix shared by one of
  * `groups` groups plus a unique rest, drawn from `rng`.
  */

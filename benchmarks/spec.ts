@@ -1,5 +1,5 @@
 /**
- * `npm run bench:spec`: the speculative cascade under load, in the discrete-event fleet
+ * `npm run bench -- spec`: the speculative cascade under load, in the discrete-event fleet
  * simulation (`kvgate bench --spec-mode`): the gateway's own round logic and controller on the
  * virtual clock, the draft and target engines modelled by the roofline time model, every call
  * queued and batched with the other traffic on its engine.
@@ -26,7 +26,7 @@ import { arrivalGapMs, uniformInt } from '../src/workload/random.js';
 import { fillStream } from '../src/workload/tokens.js';
 import type { BenchRequest, BenchSource } from '../src/workload/types.js';
 
-const HELP = `npm run bench:spec -- [options]
+const HELP = `npm run bench -- spec [options]
 
 The speculative cascade against target-only generation under load, in the fleet simulation.
 
@@ -235,7 +235,7 @@ class UsageError extends Error {}
 
 main().catch((e) => {
   if (e instanceof UsageError) {
-    process.stderr.write(`bench:spec: ${e.message}\n`);
+    process.stderr.write(`bench spec: ${e.message}\n`);
     process.exit(2);
   }
   process.stderr.write(`${(e as Error).stack ?? e}\n`);

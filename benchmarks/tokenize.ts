@@ -1,5 +1,5 @@
 /**
- * `npm run bench:tokenize`: what tokenizing chat prompts costs the gateway (the `estimate`
+ * `npm run bench -- tokenize`: what tokenizing chat prompts costs the gateway (the `estimate`
  * tokenizer), and what keeping the ids of long messages (ChatTokenCache, as the gateway does)
  * saves on a conversation and costs on prompts never seen before.
  *
@@ -14,7 +14,7 @@ import { loadHfTokenizer } from '../src/tokenizer/hf.js';
 import { createPromptTokenizer, type PromptTokenizer } from '../src/tokenizer/registry.js';
 import { proseText } from './overhead/targets.js';
 
-const HELP = `npm run bench:tokenize -- [options]
+const HELP = `npm run bench -- tokenize [options]
 
 Times the estimate tokenizer on chat prompts, tokenizing the rendered prompt whole ('whole') and
 message by message with the ids of long messages kept ('kept', as the gateway does):
@@ -63,7 +63,7 @@ async function main(): Promise<number> {
   const turns = Number(values.turns);
   const rounds = Number(values.rounds);
   if (!(Number.isInteger(turns) && turns > 0 && turns <= 200) || !(Number.isInteger(rounds) && rounds > 0)) {
-    process.stderr.write('bench:tokenize: --turns takes a whole number from 1 to 200, --rounds a positive whole number\n');
+    process.stderr.write('bench tokenize: --turns takes a whole number from 1 to 200, --rounds a positive whole number\n');
     return 2;
   }
   const whole = (msgs: readonly ChatMessageLike[]): number[] => estimateTokenizer.encode(renderChat(msgs));
@@ -118,7 +118,7 @@ async function main(): Promise<number> {
     try {
       hf = await loadHfTokenizer(values.hf);
     } catch (e) {
-      process.stderr.write(`bench:tokenize: ${(e as Error).message}\n`);
+      process.stderr.write(`bench tokenize: ${(e as Error).message}\n`);
       return 2;
     }
     const text = renderChat(prose);
@@ -146,7 +146,7 @@ async function main(): Promise<number> {
 
   const f = (x: number): string => x.toFixed(0).padStart(9);
   process.stdout.write(
-    `bench:tokenize: estimate tokenizer, medians of ${rounds} rounds\n\n` +
+    `bench tokenize: estimate tokenizer, medians of ${rounds} rounds\n\n` +
       `prose, ${proseTokens} tokens: ${p50.toFixed(0)} µs per prompt, ${((p50 * 1000) / proseTokens).toFixed(1)} ns per token\n\n` +
       hfLine +
       `conversation, ${turns} turns (the last request ${lastTokens} tokens), µs per request:\n` +
@@ -200,7 +200,7 @@ async function loopUnderLongPrompts(
 main().then(
   (code) => (process.exitCode = code),
   (err: unknown) => {
-    process.stderr.write(`bench:tokenize: ${(err as Error).stack ?? String(err)}\n`);
+    process.stderr.write(`bench tokenize: ${(err as Error).stack ?? String(err)}\n`);
     process.exitCode = 1;
   },
 );

@@ -1,5 +1,5 @@
 /**
- * The fault matrix: every scenario `npm run bench:faults` runs, in order. Adding one is a file
+ * The fault matrix: every scenario `npm run bench -- faults` runs, in order. Adding one is a file
  * under scenarios/ exporting a FaultScenario (see harness.ts) and a line here.
  */
 import type { FaultScenario } from './harness.js';

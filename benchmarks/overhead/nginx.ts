@@ -1,5 +1,5 @@
 /**
- * nginx configurations for bench:overhead: the C stand-in worker (nginx with the echo module,
+ * nginx configurations for bench overhead: the C stand-in worker (nginx with the echo module,
  * answering exactly what the Node stand-in answers, each SSE event flushed on its own) and nginx
  * as a plain reverse proxy, the reference for what a proxy costs.
  */

@@ -10,7 +10,7 @@
  * it in request metrics and a pino request line through the gateway's log batcher. It skips
  * everything a demanding user relies on besides: authentication, caps, deadlines, retries, error
  * shapes, client aborts, admission. So it is a floor for kvgate's design with these parts, not a
- * gateway. Run as a child process (bench:overhead); it reports its port over IPC. Env:
+ * gateway. Run as a child process (bench overhead); it reports its port over IPC. Env:
  * UPSTREAM_URL; PORT (default: any free one), to run it by hand under a profiler.
  */
 import { randomUUID } from 'node:crypto';

@@ -1,5 +1,5 @@
 /**
- * The processes bench:overhead and bench:profile measure: the stand-in worker (nginx with the echo
+ * The processes bench overhead and bench profile measure: the stand-in worker (nginx with the echo
  * module, or the Node one), nginx as a proxy, the bare Node hop, kvgate; and the load generators
  * (wrk, or the Node client).
  */
@@ -35,7 +35,7 @@ export function proseText(tokens: number, seed = 7): string {
     for (let i = 0; i < n; i++) w += letters[Math.min(25, Math.floor(-Math.log(1 - lexiconRand()) * 6))];
     return w;
   });
-  // Seed 7 draws on from the lexicon's generator (the prompt bench:ab --prompt-tokens has sent).
+  // Seed 7 draws on from the lexicon's generator (the prompt bench ab --prompt-tokens has sent).
   const rand = seed === 7 ? lexiconRand : seededRng(seed);
   const word = (): string => lexicon[Math.min(lexicon.length - 1, Math.floor(Math.exp(rand() * Math.log(lexicon.length))) - 1)]!;
   const parts: string[] = [];

@@ -1,4 +1,4 @@
--- wrk script for bench:overhead: POSTs one chat completion request and prints one JSON line
+-- wrk script for bench overhead: POSTs one chat completion request and prints one JSON line
 -- ("WRKJSON {...}") with the request count, duration, errors and latency percentiles (µs).
 -- Env: BODY (request body), DELAY_MS (> 0: each connection waits this long before each request,
 -- which paces the load to about connections × 1000 / (DELAY_MS + latency) requests per second).

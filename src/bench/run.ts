@@ -18,7 +18,7 @@ import { idealHitRate } from './ideal-hit.js';
 import { workBound, type WorkBound } from './work-bound.js';
 import { gpuMixLabel, meanHourCost, parseGpuMix, workerGpus } from './gpu-mix.js';
 import { RooflineTimeModel } from '../engine/time-model.js';
-import { attainmentByPrompt, attainmentOf, distribution, sloOf, summarize, worstBandAttainment, type BandAttainment, type Dist, type PolicySummary } from './metrics.js';
+import { attainmentByPrompt, attainmentOf, distribution, sloOf, summarize, worstBandAttainment, type BandAttainment, type Dist, type PolicySummary, type SummaryOptions } from './metrics.js';
 import { VirtualClock } from '../util/clock.js';
 import { hasSlo, type Slo } from './slo.js';
 import { draftEngineConfig, simSpeculation, summarizeSpec, type BenchSpecOptions, type SpecSummary } from './spec.js';
@@ -282,18 +282,24 @@ export interface RequestShaping {
   declaredMaxTokens?: number;
 }
 
+/** Which of a source's requests a run replays, and how they are shaped. */
+export interface RunRequests extends RequestShaping {
+  /** Arrival rate multiplier (--rate-scale). */
+  rateScale: number;
+  /** At most this many requests, sessions counted whole (--limit; default: the whole source). */
+  limit?: number;
+  /** A capacity probe's least span of arrivals, ms (default 0: the source as is). */
+  minMs?: number;
+}
+
 /**
  * The requests of one run: the first `limit` of the source (sessions counted whole), at rate ×
  * scale. With `minMs`, a source that can go on (openUnbounded) gives more, until its arrivals
  * last that long (capacity probes; see CAPACITY_MIN_SECONDS).
  */
-export function benchRequests(
-  source: BenchSource,
-  limit: number | undefined,
-  rateScale: number,
-  shaping: RequestShaping = {},
-  minMs = 0,
-): Iterable<BenchRequest> {
+export function benchRequests(source: BenchSource, run: RunRequests): Iterable<BenchRequest> {
+  const { limit, rateScale, minMs = 0 } = run;
+  const shaping: RequestShaping = run;
   let out: Iterable<BenchRequest>;
   if (minMs > 0 && limit === undefined && source.openUnbounded && source.size !== undefined) {
     // A probe that must last: the run's own requests, then as many more as arrive by minMs.
@@ -430,14 +436,19 @@ function simCache(c: NonNullable<BenchOptions['cache']>): { cache: ResponseCache
   return { cache, clock };
 }
 
-async function runFleet(
-  ctx: RunContext,
-  name: string,
-  rateScale: number,
-  withCache = ctx.o.cache !== undefined,
-  isolated = ctx.o.isolation !== undefined,
-  minMs = 0,
-): Promise<SimResult> {
+/** How one run of a policy differs from the bench's plain run. */
+interface FleetRun {
+  rateScale: number;
+  /** With the response cache (default: when the bench has one); false for the run without it. */
+  withCache?: boolean;
+  /** Tenant-isolated (default: when the bench isolates); false for the shared run beside it. */
+  isolated?: boolean;
+  /** A capacity probe's least span of arrivals, ms (benchRequests; default 0: the source as is). */
+  minMs?: number;
+}
+
+async function runFleet(ctx: RunContext, name: string, run: FleetRun): Promise<SimResult> {
+  const { rateScale, withCache = ctx.o.cache !== undefined, isolated = ctx.o.isolation !== undefined, minMs = 0 } = run;
   const o = ctx.o;
   const label = !withCache && o.cache !== undefined ? `${name} (no cache)` : !isolated && o.isolation !== undefined ? `${name} (shared)` : name;
   o.onPolicyStart?.(label, rateScale);
@@ -452,11 +463,15 @@ async function runFleet(
           shareLoad: o.replicas.shareLoad === true,
         }
       : undefined;
-  return simulateFleet(benchRequests(o.source, o.limit, rateScale, {
+  const requests = benchRequests(o.source, {
+    limit: o.limit,
+    rateScale,
+    minMs,
     mix: o.priorityMix ? { mix: o.priorityMix, seed: o.seed } : undefined,
     tenants: o.isolation?.tenants ?? o.tenants,
     declaredMaxTokens: o.declaredMaxTokens,
-  }, minMs), {
+  });
+  return simulateFleet(requests, {
     admission: o.kvAdmission ? { settings: o.kvAdmission } : undefined,
     cacheIsolation: isolated,
     ...(o.adapters !== undefined ? { adapters: o.adapters } : {}),
@@ -504,7 +519,7 @@ export const CAPACITY_MIN_SECONDS = 60;
 function lengthens(o: BenchOptions, scale: number, minMs: number): boolean {
   if (!(minMs > 0 && o.limit === undefined && o.source.openUnbounded !== undefined)) return false;
   let lastStart = -Infinity;
-  for (const r of benchRequests(o.source, undefined, scale)) lastStart = r.arrivalMs;
+  for (const r of benchRequests(o.source, { rateScale: scale })) lastStart = r.arrivalMs;
   return lastStart < minMs;
 }
 
@@ -566,128 +581,21 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
   const boundAt = (scale: number, minMs: number): WorkBound | null => {
     const tm = engineConfig.timeModel;
     if (mixed) return null;
-    return tm instanceof RooflineTimeModel ? workBound(expandSessions(benchRequests(o.source, o.limit, scale, {}, minMs)), tm, o.workers, engineConfig.blockSize) : null;
+    return tm instanceof RooflineTimeModel ? workBound(expandSessions(benchRequests(o.source, { limit: o.limit, rateScale: scale, minMs })), tm, o.workers, engineConfig.blockSize) : null;
   };
-  const rps = (b: WorkBound | null): number | null => (b ? Math.round(b.requestsPerS * 1000) / 1000 : null);
   const hardware = mixed && o.gpuLabels !== false ? workerGpus(mix) : undefined;
   const ctx: RunContext = { o, engineConfig, engineConfigs, hardware, draftEngine: o.speculative ? draftEngineConfig(o.speculative, mix32(o.seed, 0x4b57)) : null };
+  const run: PolicyRunContext = { ...ctx, rateScale, summaryOpts, slo, cap, tp, gpus: workerGpus(mix), gpuHourCost, boundAt };
   const policies: PolicyResult[] = [];
   const curves: RunCurves[] = [];
   for (const name of o.policies) {
-    const sim = await runFleet(ctx, name, rateScale);
-    const summary = summarize(sim, summaryOpts);
-    o.onPolicyDone?.(summary);
-    let capacity: CapacityResult | null = null;
-    if (cap) {
-      capacity = await searchCapacity(
-        async (scale) => {
-          // The first probe is the run above, unless probes must last longer than it did.
-          const r = scale === rateScale && !lengthens(o, rateScale, cap.minMs) ? sim : await runFleet(ctx, name, scale, undefined, undefined, cap.minMs);
-          if (r !== sim) o.onPolicyDone?.(summarize(r, summaryOpts));
-          const p = probeOf(r, slo);
-          o.onProbe?.(name, { rate_scale: scale, ...p });
-          return p;
-        },
-        { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes, minBandAttainment: cap.minBandAttainment },
-      );
-      if (capacity.rate_scale !== null) capacity.work_bound_rps = rps(boundAt(capacity.rate_scale, cap.minMs));
-    }
-    const c = sim.completed;
-    const n = c.arrival.length;
-    const ttft = new Float64Array(n);
-    const e2e = new Float64Array(n);
-    for (let i = 0; i < n; i++) {
-      ttft[i] = c.firstToken[i]! - c.arrival[i]!;
-      e2e[i] = c.finish[i]! - c.arrival[i]!;
-    }
-    const gpus = workerGpus(mix);
-    const workers: WorkerSummary[] = sim.workers.map((w, i) => {
-      let sum = 0;
-      let max = 0;
-      for (const u of w.kvUsage) {
-        sum += u;
-        if (u > max) max = u;
-      }
-      return {
-        id: w.id,
-        gpu: gpus[i]!,
-        routed: w.routed,
-        preemptions: w.preemptions,
-        preemptions_in_prefill: w.prefillPreemptions,
-        busy_gpu_s: Math.round((w.busyMs * tp) / 10) / 100,
-        kv_usage_mean: w.kvUsage.length > 0 ? Math.round((sum / w.kvUsage.length) * 10000) / 10000 : 0,
-        kv_usage_max: Math.round(max * 10000) / 10000,
-      };
-    });
-    const kv = sim.workers.map((w) => downsample(w.kvUsage, 300));
-    curves.push({
-      name,
-      ttftQuantiles: quantiles(ttft),
-      e2eQuantiles: quantiles(e2e),
-      kvIntervalMs: sim.kvSampleMs * (kv[0]?.factor ?? 1),
-      kvUsage: kv.map((k) => k.points),
-    });
-    let cacheRun: CacheRunSummary | null = null;
-    if (o.cache && sim.cache) {
-      const baseSim = await runFleet(ctx, name, rateScale, false);
-      const base = summarize(baseSim, summaryOpts);
-      o.onPolicyDone?.(base);
-      const workerTtft: number[] = [];
-      let answeredTokens = 0;
-      let answeredOutput = 0;
-      const miss = 1 - base.prefix_hit_rate;
-      for (let i = 0; i < n; i++) {
-        if ((c.fromCache?.[i] ?? 0) === 0) workerTtft.push(ttft[i]!);
-        else {
-          answeredOutput += c.outputTokens[i]!;
-          answeredTokens += c.promptTokens[i]! * miss + c.outputTokens[i]!;
-        }
-      }
-      const bc = baseSim.completed;
-      let baseTokens = 0;
-      for (let i = 0; i < bc.arrival.length; i++) baseTokens += bc.promptTokens[i]! - bc.cachedTokens[i]! + bc.outputTokens[i]!;
-      const r3 = (x: number) => Math.round(x * 1000) / 1000;
-      cacheRun = {
-        ...sim.cache,
-        gpu_seconds_saved: baseTokens > 0 ? r3((base.busy_gpu_seconds * answeredTokens) / baseTokens) : 0,
-        output_tokens_saved: answeredOutput,
-        busy_gpu_seconds_without_cache: base.busy_gpu_seconds,
-        busy_gpu_seconds_delta: r3(summary.busy_gpu_seconds - base.busy_gpu_seconds),
-        ttft_ms_without_cache: base.ttft_ms,
-        tpot_ms_without_cache: base.tpot_ms,
-        e2e_ms_without_cache: base.e2e_ms,
-        ttft_ms_workers: distribution(workerTtft),
-      };
-    }
-    let isolation: IsolationSummary | null = null;
-    if (o.isolation) {
-      const sharedSim = await runFleet(ctx, name, rateScale, undefined, false);
-      const shared = summarize(sharedSim, summaryOpts);
-      o.onPolicyDone?.(shared);
-      let sharedCapacity: CapacityResult | null = null;
-      if (cap) {
-        sharedCapacity = await searchCapacity(
-          async (scale) => {
-            const r = scale === rateScale && !lengthens(o, rateScale, cap.minMs) ? sharedSim : await runFleet(ctx, name, scale, undefined, false, cap.minMs);
-            return probeOf(r, slo);
-          },
-          { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes, minBandAttainment: cap.minBandAttainment },
-        );
-      }
-      isolation = {
-        tenants: o.isolation.tenants ?? null,
-        prefix_hit_rate_shared: shared.prefix_hit_rate,
-        ttft_ms_shared: shared.ttft_ms,
-        busy_gpu_seconds_shared: shared.busy_gpu_seconds,
-        capacity_rate_scale_shared: sharedCapacity?.rate_scale ?? null,
-      };
-    }
-    const speculative = o.speculative ? summarizeSpec(sim, o.speculative, { tp, targetGpu: o.gpu, targetHourUsd: gpuHourCost }) : null;
-    policies.push({ ...summary, workers, capacity, cache: cacheRun, isolation, speculative });
+    const r = await runPolicy(run, name);
+    policies.push(r.result);
+    curves.push(r.curves);
   }
   // One pass over the run's requests gives both the work bound and the ideal hit rate.
   const bound = boundAt(rateScale, 0);
-  const ideal = bound?.ideal ?? idealHitRate(expandSessions(benchRequests(o.source, o.limit, rateScale)), engineConfig.blockSize);
+  const ideal = bound?.ideal ?? idealHitRate(expandSessions(benchRequests(o.source, { limit: o.limit, rateScale })), engineConfig.blockSize);
   return {
     results: {
       trace: o.source.name,
@@ -727,5 +635,178 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       policies,
     },
     curves,
+  };
+}
+
+/** Requests-per-second of a work bound, rounded for the JSON. */
+function rps(b: WorkBound | null): number | null {
+  return b ? Math.round(b.requestsPerS * 1000) / 1000 : null;
+}
+
+/** The capacity search's settings, defaults applied. */
+interface CapacitySearch {
+  target: number;
+  precision: number;
+  maxProbes: number;
+  minBandAttainment: number | undefined;
+  /** Least span of a probe's arrivals, ms. */
+  minMs: number;
+}
+
+/** What running one policy needs beyond the fleet: the bench-wide settings runBench derives. */
+interface PolicyRunContext extends RunContext {
+  rateScale: number;
+  summaryOpts: SummaryOptions;
+  slo: Slo;
+  cap: CapacitySearch | null;
+  tp: number;
+  /** Each worker's GPU. */
+  gpus: string[];
+  gpuHourCost: number;
+  /** The work bound of the requests a probe at `scale` of least span `minMs` replays (null: none). */
+  boundAt: (scale: number, minMs: number) => WorkBound | null;
+}
+
+/** One policy's runs: the plain run, its capacity search, and the runs beside it (no cache, shared). */
+async function runPolicy(run: PolicyRunContext, name: string): Promise<{ result: PolicyResult; curves: RunCurves }> {
+  const { o, rateScale, summaryOpts, cap, tp } = run;
+  const sim = await runFleet(run, name, { rateScale });
+  const summary = summarize(sim, summaryOpts);
+  o.onPolicyDone?.(summary);
+  let capacity: CapacityResult | null = null;
+  if (cap) {
+    capacity = await searchPolicyCapacity(run, name, sim, {}, (r, probe) => {
+      if (r !== sim) o.onPolicyDone?.(summarize(r, summaryOpts));
+      o.onProbe?.(name, probe);
+    });
+    if (capacity.rate_scale !== null) capacity.work_bound_rps = rps(run.boundAt(capacity.rate_scale, cap.minMs));
+  }
+  const { ttft, e2e } = latencies(sim);
+  const kv = sim.workers.map((w) => downsample(w.kvUsage, 300));
+  const curves: RunCurves = {
+    name,
+    // quantiles() sorts in place; cacheRunOf reads ttft in completion order.
+    ttftQuantiles: quantiles(ttft.slice()),
+    e2eQuantiles: quantiles(e2e),
+    kvIntervalMs: sim.kvSampleMs * (kv[0]?.factor ?? 1),
+    kvUsage: kv.map((k) => k.points),
+  };
+  const cache = o.cache && sim.cache ? await cacheRunOf(run, name, sim, summary, ttft) : null;
+  const isolation = o.isolation ? await isolationOf(run, name) : null;
+  const speculative = o.speculative ? summarizeSpec(sim, o.speculative, { tp, targetGpu: o.gpu, targetHourUsd: run.gpuHourCost }) : null;
+  return { result: { ...summary, workers: workerSummaries(sim, run.gpus, tp), capacity, cache, isolation, speculative }, curves };
+}
+
+/**
+ * The capacity search of policy `name` on runs like `variant` (the plain run, or the shared one beside
+ * an isolated bench). Its first probe is `first` (the run at the bench's rate scale) unless probes
+ * must last longer than it did; `onProbe` sees each probe's run and figures.
+ */
+function searchPolicyCapacity(
+  run: PolicyRunContext,
+  name: string,
+  first: SimResult,
+  variant: Pick<FleetRun, 'isolated'>,
+  onProbe?: (r: SimResult, probe: CapacityProbe) => void,
+): Promise<CapacityResult> {
+  const { o, rateScale, slo } = run;
+  const cap = run.cap!;
+  return searchCapacity(
+    async (scale) => {
+      const r = scale === rateScale && !lengthens(o, rateScale, cap.minMs) ? first : await runFleet(run, name, { ...variant, rateScale: scale, minMs: cap.minMs });
+      const p = probeOf(r, slo);
+      onProbe?.(r, { rate_scale: scale, ...p });
+      return p;
+    },
+    { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes, minBandAttainment: cap.minBandAttainment },
+  );
+}
+
+/** Each completed request's TTFT and E2E, ms, in completion order. */
+function latencies(sim: SimResult): { ttft: Float64Array; e2e: Float64Array } {
+  const c = sim.completed;
+  const n = c.arrival.length;
+  const ttft = new Float64Array(n);
+  const e2e = new Float64Array(n);
+  for (let i = 0; i < n; i++) {
+    ttft[i] = c.firstToken[i]! - c.arrival[i]!;
+    e2e[i] = c.finish[i]! - c.arrival[i]!;
+  }
+  return { ttft, e2e };
+}
+
+function workerSummaries(sim: SimResult, gpus: readonly string[], tp: number): WorkerSummary[] {
+  return sim.workers.map((w, i) => {
+    let sum = 0;
+    let max = 0;
+    for (const u of w.kvUsage) {
+      sum += u;
+      if (u > max) max = u;
+    }
+    return {
+      id: w.id,
+      gpu: gpus[i]!,
+      routed: w.routed,
+      preemptions: w.preemptions,
+      preemptions_in_prefill: w.prefillPreemptions,
+      busy_gpu_s: Math.round((w.busyMs * tp) / 10) / 100,
+      kv_usage_mean: w.kvUsage.length > 0 ? Math.round((sum / w.kvUsage.length) * 10000) / 10000 : 0,
+      kv_usage_max: Math.round(max * 10000) / 10000,
+    };
+  });
+}
+
+/**
+ * The response cache's effect on policy `name`: the same run once more without the cache, and
+ * what the cache saved against it. `ttft` is the cached run's, by completed request.
+ */
+async function cacheRunOf(run: PolicyRunContext, name: string, sim: SimResult, summary: PolicySummary, ttft: Float64Array): Promise<CacheRunSummary> {
+  const { o, rateScale, summaryOpts } = run;
+  const c = sim.completed;
+  const n = c.arrival.length;
+  const baseSim = await runFleet(run, name, { rateScale, withCache: false });
+  const base = summarize(baseSim, summaryOpts);
+  o.onPolicyDone?.(base);
+  const workerTtft: number[] = [];
+  let answeredTokens = 0;
+  let answeredOutput = 0;
+  const miss = 1 - base.prefix_hit_rate;
+  for (let i = 0; i < n; i++) {
+    if ((c.fromCache?.[i] ?? 0) === 0) workerTtft.push(ttft[i]!);
+    else {
+      answeredOutput += c.outputTokens[i]!;
+      answeredTokens += c.promptTokens[i]! * miss + c.outputTokens[i]!;
+    }
+  }
+  const bc = baseSim.completed;
+  let baseTokens = 0;
+  for (let i = 0; i < bc.arrival.length; i++) baseTokens += bc.promptTokens[i]! - bc.cachedTokens[i]! + bc.outputTokens[i]!;
+  const r3 = (x: number) => Math.round(x * 1000) / 1000;
+  return {
+    ...sim.cache!,
+    gpu_seconds_saved: baseTokens > 0 ? r3((base.busy_gpu_seconds * answeredTokens) / baseTokens) : 0,
+    output_tokens_saved: answeredOutput,
+    busy_gpu_seconds_without_cache: base.busy_gpu_seconds,
+    busy_gpu_seconds_delta: r3(summary.busy_gpu_seconds - base.busy_gpu_seconds),
+    ttft_ms_without_cache: base.ttft_ms,
+    tpot_ms_without_cache: base.tpot_ms,
+    e2e_ms_without_cache: base.e2e_ms,
+    ttft_ms_workers: distribution(workerTtft),
+  };
+}
+
+/** Tenant isolation's effect on policy `name`: the same run once more shared (and its capacity). */
+async function isolationOf(run: PolicyRunContext, name: string): Promise<IsolationSummary> {
+  const { o, rateScale, summaryOpts } = run;
+  const sharedSim = await runFleet(run, name, { rateScale, isolated: false });
+  const shared = summarize(sharedSim, summaryOpts);
+  o.onPolicyDone?.(shared);
+  const sharedCapacity = run.cap ? await searchPolicyCapacity(run, name, sharedSim, { isolated: false }) : null;
+  return {
+    tenants: o.isolation!.tenants ?? null,
+    prefix_hit_rate_shared: shared.prefix_hit_rate,
+    ttft_ms_shared: shared.ttft_ms,
+    busy_gpu_seconds_shared: shared.busy_gpu_seconds,
+    capacity_rate_scale_shared: sharedCapacity?.rate_scale ?? null,
   };
 }

@@ -11,13 +11,13 @@ import { describePolicies, policyDefinition, policyNames } from '../scheduler/re
 import { loadTrace, TRACE_FORMATS, TraceError, type AzureOptions, type TraceFormat } from '../workload/loaders.js';
 import { createProgressBar, type ProgressBar } from '../bench/progress.js';
 import { renderReport } from '../bench/report.js';
-import { checkPolicies, GPU_HOUR_COST, runBench } from '../bench/run.js';
+import { checkPolicies, GPU_HOUR_COST, runBench, type BenchOptions, type BenchOutput } from '../bench/run.js';
 import { gpuMixLabel, parseGpuMix, type GpuShare } from '../bench/gpu-mix.js';
 import { describeSlo } from '../bench/slo.js';
 import { parseAcceptance, parseAcceptanceByTenant, parseAcceptanceShift, parseSpecMode, specModeName, type BenchSpecOptions, type SpecAcceptance } from '../bench/spec.js';
 import { bandLines, cacheLines, gpuLines, isolationLines, priorityLines, specLines, summaryTable } from '../bench/table.js';
 import { parsePriorityMix } from '../admission/classes.js';
-import { ADMISSION_DEFAULTS } from '../admission/controller.js';
+import { ADMISSION_DEFAULTS, type AdmissionSettings } from '../admission/controller.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
 import type { BenchSource } from '../workload/types.js';
 import { describeWorkloads, LORA_WORKLOAD_ADAPTERS, workloadNames, workloadSource } from '../workload/workloads.js';
@@ -441,11 +441,147 @@ function listing(): string {
   return lines.join('\n') + '\n';
 }
 
+const parseFlags = (args: string[]) => parseArgs({ args, options: OPTIONS, strict: true, allowPositionals: false }).values;
+type BenchFlags = ReturnType<typeof parseFlags>;
+
+/** The request source the flags name (a built-in workload or a trace), and its size if known. */
+function sourceFromFlags(v: BenchFlags, seed: number): { source: BenchSource; total: number | undefined } {
+  let source: BenchSource;
+  let total: number | undefined;
+  if ((v.workload === undefined) === (v.trace === undefined)) throw new UsageError('give exactly one of --workload NAME or --trace FILE');
+  if (v.workload !== undefined) {
+    for (const f of ['format', 'azure-shared-prefix', 'azure-prefix-groups'] as const) {
+      if (v[f] !== undefined) throw new UsageError(`--${f} applies to --trace only`);
+    }
+    const size = intFlag(v.size, 'size', 1);
+    const repeatFraction = numFlag(v['repeat-fraction'], 'repeat-fraction');
+    if (repeatFraction !== undefined && repeatFraction >= 1) throw new UsageError(`--repeat-fraction must be in [0, 1), got '${v['repeat-fraction']}'`);
+    try {
+      source = workloadSource(v.workload, {
+        size,
+        rate: numFlag(v.rate, 'rate', { positive: true }),
+        burstiness: numFlag(v.burstiness, 'burstiness', { positive: true }),
+        repeatFraction,
+        seed,
+      });
+    } catch (e) {
+      throw new UsageError((e as Error).message);
+    }
+    total = size ?? describeWorkloads().find((w) => w.name === v.workload)!.size;
+  } else {
+    for (const f of ['size', 'rate', 'burstiness', 'repeat-fraction'] as const) {
+      if (v[f] !== undefined) throw new UsageError(`--${f} applies to --workload only (use --rate-scale and --limit with a trace)`);
+    }
+    const path = v.trace!;
+    let format: TraceFormat;
+    if (v.format !== undefined) {
+      if (!TRACE_FORMATS.includes(v.format as TraceFormat)) {
+        throw new UsageError(`--format must be one of ${TRACE_FORMATS.join(', ')}, got '${v.format}'`);
+      }
+      format = v.format as TraceFormat;
+    } else {
+      try {
+        format = sniffFormat(path);
+      } catch (e) {
+        throw new UsageError(`cannot read trace ${path}: ${(e as Error).message}`);
+      }
+    }
+    const loaderOpts: AzureOptions = { skipBad: v['skip-bad'] === true, seed };
+    const sp = numFlag(v['azure-shared-prefix'], 'azure-shared-prefix');
+    const groups = intFlag(v['azure-prefix-groups'], 'azure-prefix-groups', 1);
+    if ((sp !== undefined || groups !== undefined) && format !== 'azure' && format !== 'burstgpt') {
+      throw new UsageError('--azure-shared-prefix applies to --format azure and burstgpt only');
+    }
+    if (sp !== undefined) loaderOpts.sharedPrefix = sp < 1 ? { fraction: sp, groups } : { tokens: Math.floor(sp), groups };
+    else if (groups !== undefined) throw new UsageError('--azure-prefix-groups needs --azure-shared-prefix');
+    source = loadTrace(path, format, loaderOpts);
+    total = undefined;
+  }
+  return { source, total };
+}
+
+/** --admission and its thresholds as the bench's KV-pressure admission settings. */
+function admissionFromFlags(v: BenchFlags): { admissionOn: boolean; kvAdmission: AdmissionSettings | undefined } {
+  if (v.admission !== undefined && v.admission !== 'on' && v.admission !== 'off') throw new UsageError(`--admission must be on or off, got '${v.admission}'`);
+  const admissionOn = v.admission === 'on';
+  for (const f of ['shed-above', 'shed-prefill-backlog', 'queue-above', 'queue-max', 'queue-max-wait'] as const) {
+    if (!admissionOn && v[f] !== undefined) throw new UsageError(`--${f} applies to --admission on only`);
+  }
+  const fraction = (f: 'shed-above' | 'queue-above', d: number): number => {
+    const x = numFlag(v[f], f, { positive: true }) ?? d;
+    if (x > 1) throw new UsageError(`--${f} must be a fraction in (0, 1], got '${v[f]}'`);
+    return x;
+  };
+  const kvAdmission = admissionOn
+    ? {
+        thresholds: {
+          sheddable: fraction('shed-above', ADMISSION_DEFAULTS.thresholds.sheddable),
+          standard: fraction('queue-above', ADMISSION_DEFAULTS.thresholds.standard),
+          prefillBacklogTokens: intFlag(v['shed-prefill-backlog'], 'shed-prefill-backlog', 0) ?? ADMISSION_DEFAULTS.thresholds.prefillBacklogTokens,
+        },
+        queue: {
+          maxSize: intFlag(v['queue-max'], 'queue-max', 0) ?? ADMISSION_DEFAULTS.queue.maxSize,
+          maxWaitMs: numFlag(v['queue-max-wait'], 'queue-max-wait', { positive: true }) ?? ADMISSION_DEFAULTS.queue.maxWaitMs,
+        },
+        retryAfterSeconds: ADMISSION_DEFAULTS.retryAfterSeconds,
+        reserveOutputCap: RESERVE_OUTPUT_TOKENS_CAP,
+      }
+    : undefined;
+  return { admissionOn, kvAdmission };
+}
+
+/** --capacity and its search flags, and the SLO (with --capacity, its defaults filled in). */
+function capacityFromFlags(v: BenchFlags): { capacity: BenchOptions['capacity']; sloTtftMs?: number; sloTtftPer1kMs?: number; sloTpotMs?: number } {
+  const capacity = v.capacity === true;
+  for (const f of ['attainment', 'min-band-attainment', 'max-probes', 'capacity-seconds', 'capacity-precision'] as const) {
+    if (!capacity && v[f] !== undefined) throw new UsageError(`--${f} applies to --capacity only`);
+  }
+  const attainment = numFlag(v.attainment, 'attainment', { positive: true });
+  if (attainment !== undefined && attainment > 1) throw new UsageError(`--attainment must be a fraction in (0, 1], got '${v.attainment}'`);
+  const minBandAttainment = numFlag(v['min-band-attainment'], 'min-band-attainment', { positive: true });
+  if (minBandAttainment !== undefined && minBandAttainment > 1) {
+    throw new UsageError(`--min-band-attainment must be a fraction in (0, 1], got '${v['min-band-attainment']}'`);
+  }
+  const maxProbes = intFlag(v['max-probes'], 'max-probes', 1);
+  const minSeconds = numFlag(v['capacity-seconds'], 'capacity-seconds');
+  const precision = numFlag(v['capacity-precision'], 'capacity-precision', { positive: true });
+  let sloTtftMs = numFlag(v['slo-ttft'], 'slo-ttft', { positive: true });
+  let sloTtftPer1kMs = numFlag(v['slo-ttft-per-1k'], 'slo-ttft-per-1k');
+  let sloTpotMs = numFlag(v['slo-tpot'], 'slo-tpot', { positive: true });
+  if (capacity) {
+    sloTtftMs ??= 1000;
+    sloTtftPer1kMs ??= 100;
+    sloTpotMs ??= 50;
+  } else if (sloTtftPer1kMs !== undefined && sloTtftMs === undefined) {
+    throw new UsageError('--slo-ttft-per-1k needs --slo-ttft (or --capacity)');
+  }
+  return {
+    capacity: capacity ? { target: attainment, precision, maxProbes, minBandAttainment, minSeconds } : undefined,
+    sloTtftMs,
+    sloTtftPer1kMs,
+    sloTpotMs,
+  };
+}
+
+/** --replicas and its sharing flags. */
+function replicasFromFlags(v: BenchFlags, admissionOn: boolean): BenchOptions['replicas'] {
+  const replicaCount = intFlag(v.replicas, 'replicas', 1);
+  const rs = v['replica-sharing'];
+  if (rs !== undefined && rs !== 'on' && rs !== 'off') throw new UsageError(`--replica-sharing must be on or off, got '${rs}'`);
+  const sharingDelayMs = numFlag(v['sharing-delay-ms'], 'sharing-delay-ms');
+  if (replicaCount === undefined && (rs !== undefined || sharingDelayMs !== undefined)) throw new UsageError('--replica-sharing and --sharing-delay-ms apply to --replicas only');
+  if (sharingDelayMs !== undefined && rs !== 'on') throw new UsageError('--sharing-delay-ms applies to --replica-sharing on only');
+  const sl = v['share-load'];
+  if (sl !== undefined && sl !== 'on' && sl !== 'off') throw new UsageError(`--share-load must be on or off, got '${sl}'`);
+  if (sl !== undefined && rs !== 'on') throw new UsageError('--share-load applies to --replica-sharing on only');
+  if (replicaCount !== undefined && replicaCount > 1 && admissionOn) throw new UsageError('--replicas above 1 is not simulated with --admission on');
+  return replicaCount !== undefined ? { count: replicaCount, sharing: rs === 'on', sharingDelayMs: sharingDelayMs ?? 0, shareLoad: sl === 'on' } : undefined;
+}
+
 export async function run(argv: string[]): Promise<number> {
-  let v: ReturnType<typeof parse>;
-  const parse = (args: string[]) => parseArgs({ args, options: OPTIONS, strict: true, allowPositionals: false }).values;
+  let v: BenchFlags;
   try {
-    v = parse(argv);
+    v = parseFlags(argv);
   } catch (e) {
     process.stderr.write(`kvgate bench: ${(e as Error).message}\nRun 'kvgate bench --help' for the options.\n`);
     return 2;
@@ -461,59 +597,11 @@ export async function run(argv: string[]): Promise<number> {
   const quiet = v.quiet === true;
   let source: BenchSource;
   let total: number | undefined;
-  let opts: Parameters<typeof runBench>[0];
+  let opts: BenchOptions;
   try {
     const seed = intFlag(v.seed, 'seed', 0) ?? 0;
     const limit = intFlag(v.limit, 'limit', 1);
-    if ((v.workload === undefined) === (v.trace === undefined)) throw new UsageError('give exactly one of --workload NAME or --trace FILE');
-    if (v.workload !== undefined) {
-      for (const f of ['format', 'azure-shared-prefix', 'azure-prefix-groups'] as const) {
-        if (v[f] !== undefined) throw new UsageError(`--${f} applies to --trace only`);
-      }
-      const size = intFlag(v.size, 'size', 1);
-      const repeatFraction = numFlag(v['repeat-fraction'], 'repeat-fraction');
-      if (repeatFraction !== undefined && repeatFraction >= 1) throw new UsageError(`--repeat-fraction must be in [0, 1), got '${v['repeat-fraction']}'`);
-      try {
-        source = workloadSource(v.workload, {
-          size,
-          rate: numFlag(v.rate, 'rate', { positive: true }),
-          burstiness: numFlag(v.burstiness, 'burstiness', { positive: true }),
-          repeatFraction,
-          seed,
-        });
-      } catch (e) {
-        throw new UsageError((e as Error).message);
-      }
-      total = size ?? describeWorkloads().find((w) => w.name === v.workload)!.size;
-    } else {
-      for (const f of ['size', 'rate', 'burstiness', 'repeat-fraction'] as const) {
-        if (v[f] !== undefined) throw new UsageError(`--${f} applies to --workload only (use --rate-scale and --limit with a trace)`);
-      }
-      const path = v.trace!;
-      let format: TraceFormat;
-      if (v.format !== undefined) {
-        if (!TRACE_FORMATS.includes(v.format as TraceFormat)) {
-          throw new UsageError(`--format must be one of ${TRACE_FORMATS.join(', ')}, got '${v.format}'`);
-        }
-        format = v.format as TraceFormat;
-      } else {
-        try {
-          format = sniffFormat(path);
-        } catch (e) {
-          throw new UsageError(`cannot read trace ${path}: ${(e as Error).message}`);
-        }
-      }
-      const loaderOpts: AzureOptions = { skipBad: v['skip-bad'] === true, seed };
-      const sp = numFlag(v['azure-shared-prefix'], 'azure-shared-prefix');
-      const groups = intFlag(v['azure-prefix-groups'], 'azure-prefix-groups', 1);
-      if ((sp !== undefined || groups !== undefined) && format !== 'azure' && format !== 'burstgpt') {
-        throw new UsageError('--azure-shared-prefix applies to --format azure and burstgpt only');
-      }
-      if (sp !== undefined) loaderOpts.sharedPrefix = sp < 1 ? { fraction: sp, groups } : { tokens: Math.floor(sp), groups };
-      else if (groups !== undefined) throw new UsageError('--azure-prefix-groups needs --azure-shared-prefix');
-      source = loadTrace(path, format, loaderOpts);
-      total = undefined;
-    }
+    ({ source, total } = sourceFromFlags(v, seed));
     if (limit !== undefined) total = total === undefined ? limit : Math.min(total, limit);
     const policies = (v.policy ?? DEFAULT_POLICIES.filter((p) => policyNames().includes(p)).join(','))
       .split(',')
@@ -540,29 +628,7 @@ export async function run(argv: string[]): Promise<number> {
     const gpuLabels = gl !== 'off';
     const workers = gpuMix.reduce((a, s) => a + s.count, 0);
     const model = v.model ?? 'llama-3.1-8b';
-    const capacity = v.capacity === true;
-    for (const f of ['attainment', 'min-band-attainment', 'max-probes', 'capacity-seconds', 'capacity-precision'] as const) {
-      if (!capacity && v[f] !== undefined) throw new UsageError(`--${f} applies to --capacity only`);
-    }
-    const attainment = numFlag(v.attainment, 'attainment', { positive: true });
-    if (attainment !== undefined && attainment > 1) throw new UsageError(`--attainment must be a fraction in (0, 1], got '${v.attainment}'`);
-    const minBandAttainment = numFlag(v['min-band-attainment'], 'min-band-attainment', { positive: true });
-    if (minBandAttainment !== undefined && minBandAttainment > 1) {
-      throw new UsageError(`--min-band-attainment must be a fraction in (0, 1], got '${v['min-band-attainment']}'`);
-    }
-    const maxProbes = intFlag(v['max-probes'], 'max-probes', 1);
-    const minSeconds = numFlag(v['capacity-seconds'], 'capacity-seconds');
-    const precision = numFlag(v['capacity-precision'], 'capacity-precision', { positive: true });
-    let sloTtftMs = numFlag(v['slo-ttft'], 'slo-ttft', { positive: true });
-    let sloTtftPer1kMs = numFlag(v['slo-ttft-per-1k'], 'slo-ttft-per-1k');
-    let sloTpotMs = numFlag(v['slo-tpot'], 'slo-tpot', { positive: true });
-    if (capacity) {
-      sloTtftMs ??= 1000;
-      sloTtftPer1kMs ??= 100;
-      sloTpotMs ??= 50;
-    } else if (sloTtftPer1kMs !== undefined && sloTtftMs === undefined) {
-      throw new UsageError('--slo-ttft-per-1k needs --slo-ttft (or --capacity)');
-    }
+    const { capacity, sloTtftMs, sloTtftPer1kMs, sloTpotMs } = capacityFromFlags(v);
     if (sloTpotMs !== undefined) runToSlo(policies, policyOptions, sloTpotMs, sloTtftMs);
     if (capacity && sloTpotMs !== undefined) checkTpotReachable(gpuMix, model, intFlag(v.tp, 'tp', 1) ?? 1, sloTpotMs);
     if (v.cache !== undefined && v.cache !== 'on' && v.cache !== 'off') throw new UsageError(`--cache must be on or off, got '${v.cache}'`);
@@ -577,31 +643,7 @@ export async function run(argv: string[]): Promise<number> {
       throw new UsageError('--tenants applies to --cache-isolation tenant and --spec-acceptance-by-tenant only');
     }
     const cacheTtlMs = numFlag(v['cache-ttl-ms'], 'cache-ttl-ms', { positive: true });
-    if (v.admission !== undefined && v.admission !== 'on' && v.admission !== 'off') throw new UsageError(`--admission must be on or off, got '${v.admission}'`);
-    const admissionOn = v.admission === 'on';
-    for (const f of ['shed-above', 'shed-prefill-backlog', 'queue-above', 'queue-max', 'queue-max-wait'] as const) {
-      if (!admissionOn && v[f] !== undefined) throw new UsageError(`--${f} applies to --admission on only`);
-    }
-    const fraction = (f: 'shed-above' | 'queue-above', d: number): number => {
-      const x = numFlag(v[f], f, { positive: true }) ?? d;
-      if (x > 1) throw new UsageError(`--${f} must be a fraction in (0, 1], got '${v[f]}'`);
-      return x;
-    };
-    const kvAdmission = admissionOn
-      ? {
-          thresholds: {
-            sheddable: fraction('shed-above', ADMISSION_DEFAULTS.thresholds.sheddable),
-            standard: fraction('queue-above', ADMISSION_DEFAULTS.thresholds.standard),
-            prefillBacklogTokens: intFlag(v['shed-prefill-backlog'], 'shed-prefill-backlog', 0) ?? ADMISSION_DEFAULTS.thresholds.prefillBacklogTokens,
-          },
-          queue: {
-            maxSize: intFlag(v['queue-max'], 'queue-max', 0) ?? ADMISSION_DEFAULTS.queue.maxSize,
-            maxWaitMs: numFlag(v['queue-max-wait'], 'queue-max-wait', { positive: true }) ?? ADMISSION_DEFAULTS.queue.maxWaitMs,
-          },
-          retryAfterSeconds: ADMISSION_DEFAULTS.retryAfterSeconds,
-          reserveOutputCap: RESERVE_OUTPUT_TOKENS_CAP,
-        }
-      : undefined;
+    const { admissionOn, kvAdmission } = admissionFromFlags(v);
     let priorityMix: ReturnType<typeof parsePriorityMix> | undefined;
     if (v['priority-mix'] !== undefined) {
       try {
@@ -611,16 +653,7 @@ export async function run(argv: string[]): Promise<number> {
       }
     }
     const cacheMaxBytes = intFlag(v['cache-max-bytes'], 'cache-max-bytes', 1);
-    const replicaCount = intFlag(v.replicas, 'replicas', 1);
-    const rs = v['replica-sharing'];
-    if (rs !== undefined && rs !== 'on' && rs !== 'off') throw new UsageError(`--replica-sharing must be on or off, got '${rs}'`);
-    const sharingDelayMs = numFlag(v['sharing-delay-ms'], 'sharing-delay-ms');
-    if (replicaCount === undefined && (rs !== undefined || sharingDelayMs !== undefined)) throw new UsageError('--replica-sharing and --sharing-delay-ms apply to --replicas only');
-    if (sharingDelayMs !== undefined && rs !== 'on') throw new UsageError('--sharing-delay-ms applies to --replica-sharing on only');
-    const sl = v['share-load'];
-    if (sl !== undefined && sl !== 'on' && sl !== 'off') throw new UsageError(`--share-load must be on or off, got '${sl}'`);
-    if (sl !== undefined && rs !== 'on') throw new UsageError('--share-load applies to --replica-sharing on only');
-    if (replicaCount !== undefined && replicaCount > 1 && admissionOn) throw new UsageError('--replicas above 1 is not simulated with --admission on');
+    const replicas = replicasFromFlags(v, admissionOn);
     const speculative = parseSpecFlags(v);
     if (speculative && gpuMix.length > 1) throw new UsageError('--spec-mode is not simulated on a mixed fleet (--gpu NAME:COUNT,…)');
     if (speculative && cacheOn) throw new UsageError('--spec-mode is not simulated with --cache on');
@@ -645,7 +678,7 @@ export async function run(argv: string[]): Promise<number> {
       sloTtftMs,
       sloTtftPer1kMs,
       sloTpotMs,
-      capacity: capacity ? { target: attainment, precision, maxProbes, minBandAttainment, minSeconds } : undefined,
+      capacity,
       gpuHourCost: numFlag(v['gpu-hour-cost'], 'gpu-hour-cost'),
       omitWallTime: v['omit-wall-time'] === true,
       policyOptions,
@@ -654,7 +687,7 @@ export async function run(argv: string[]): Promise<number> {
       declaredMaxTokens: intFlag(v['declared-max-tokens'], 'declared-max-tokens', 1),
       byPriority: v.admission !== undefined || priorityMix !== undefined,
       speculative,
-      replicas: replicaCount !== undefined ? { count: replicaCount, sharing: rs === 'on', sharingDelayMs: sharingDelayMs ?? 0, shareLoad: sl === 'on' } : undefined,
+      replicas,
     };
   } catch (e) {
     if (!(e instanceof UsageError)) throw e;
@@ -688,7 +721,7 @@ export async function run(argv: string[]): Promise<number> {
     );
   }
   const wallStart = performance.now();
-  let out: Awaited<ReturnType<typeof runBench>>;
+  let out: BenchOutput;
   try {
     out = await runBench(opts);
   } catch (e) {
@@ -700,52 +733,55 @@ export async function run(argv: string[]): Promise<number> {
   const wallS = (performance.now() - wallStart) / 1000;
   if (v.json) writeFileSync(v.json, JSON.stringify(out.results, null, 2) + '\n');
   if (v.report) writeFileSync(v.report, renderReport(out.results, out.curves));
-  if (!quiet) {
-    process.stdout.write('\n' + summaryTable(out.results.policies, { idealHitRate: out.results.ideal_hit_rate, capacity: out.results.capacity }));
-    const gl = gpuLines(out.results.policies);
-    if (gl) process.stdout.write('\n' + gl);
-    const cl = cacheLines(out.results.policies);
-    if (cl) process.stdout.write('\n' + cl);
-    const pl = priorityLines(out.results.policies);
-    if (pl) process.stdout.write('\n' + pl);
-    const il = isolationLines(out.results.policies);
-    if (il) process.stdout.write('\n' + il);
-    const sl = specLines(out.results.policies);
-    if (sl) process.stdout.write('\n' + sl);
-    const c = out.results.capacity;
-    if (c) {
-      process.stdout.write(
-        `\ncapacity: highest rate scale with ≥ ${(c.target_attainment * 100).toFixed(0)}% of requests within the SLO (${describeSlo({ ttftMs: opts.sloTtftMs, ttftPer1kMs: opts.sloTtftPer1kMs, tpotMs: opts.sloTpotMs })})` +
-          `; best peer: ${c.best_peer ?? 'none'}${out.results.policies.some((p) => p.capacity && !p.capacity.converged) ? `; '?' = probe budget ran out before ${+(c.precision * 100).toPrecision(3)}% precision` : ''}\n`,
-      );
-      const wb = out.results.work_bound;
-      if (wb) {
-        const probes = out.results.policies.flatMap((p) => p.capacity?.probes ?? []);
-        const shortest = Math.min(...probes.map((q) => q.span_s ?? Infinity));
-        const atCapacity = out.results.policies
-          .filter((p) => p.capacity?.work_bound_rps != null && p.capacity.requests_per_s !== null)
-          .map((p) => `${p.name} ${(p.capacity!.requests_per_s! / p.capacity!.work_bound_rps!).toFixed(2)}`);
-        process.stdout.write(
-          `work bound: ${wb.requests_per_s.toFixed(1)} req/s (no policy sustains more: the requests' least GPU time, ${wb.busy_gpu_seconds} GPU s, on ${out.results.workers} workers)` +
-            (Number.isFinite(shortest) ? `; shortest probe ${shortest.toFixed(1)} s of arrivals` : '') +
-            (atCapacity.length > 0 ? `\ncapacity ÷ the work bound of the requests replayed there: ${atCapacity.join(', ')}` : '') +
-            '\n',
-        );
-      }
-      const bl = bandLines(out.results.policies, c.min_band_attainment);
-      if (bl) process.stdout.write(bl);
-      const unbounded = out.results.policies.filter((p) => p.capacity && p.capacity.bracket[1] === null).map((p) => p.name);
-      if (unbounded.length > 0) {
-        process.stdout.write(
-          `note: no probe of ${unbounded.join(', ')} missed the target, so its capacity is a lower bound. With closed-loop sessions ` +
-            'the load cannot exceed what the workload\'s sessions send with one request each in flight: raise --size for more sessions.\n',
-        );
-      }
-    }
-    const skipped = out.results.skipped_rows > 0 ? `, ${out.results.skipped_rows} malformed rows skipped` : '';
-    process.stdout.write(`\n${out.results.policies.length} run(s) of ${out.results.policies[0]?.requests ?? 0} requests in ${wallS.toFixed(1)} s wall time${skipped}\n`);
-    if (v.json) process.stdout.write(`results: ${v.json}\n`);
-    if (v.report) process.stdout.write(`report: ${v.report}\n`);
-  }
+  if (!quiet) printResults(out, v, opts, wallS);
   return 0;
+}
+
+/** The summary table and the lines beside it. */
+function printResults(out: BenchOutput, v: BenchFlags, opts: BenchOptions, wallS: number): void {
+  process.stdout.write('\n' + summaryTable(out.results.policies, { idealHitRate: out.results.ideal_hit_rate, capacity: out.results.capacity }));
+  const gl = gpuLines(out.results.policies);
+  if (gl) process.stdout.write('\n' + gl);
+  const cl = cacheLines(out.results.policies);
+  if (cl) process.stdout.write('\n' + cl);
+  const pl = priorityLines(out.results.policies);
+  if (pl) process.stdout.write('\n' + pl);
+  const il = isolationLines(out.results.policies);
+  if (il) process.stdout.write('\n' + il);
+  const sl = specLines(out.results.policies);
+  if (sl) process.stdout.write('\n' + sl);
+  const c = out.results.capacity;
+  if (c) {
+    process.stdout.write(
+      `\ncapacity: highest rate scale with ≥ ${(c.target_attainment * 100).toFixed(0)}% of requests within the SLO (${describeSlo({ ttftMs: opts.sloTtftMs, ttftPer1kMs: opts.sloTtftPer1kMs, tpotMs: opts.sloTpotMs })})` +
+        `; best peer: ${c.best_peer ?? 'none'}${out.results.policies.some((p) => p.capacity && !p.capacity.converged) ? `; '?' = probe budget ran out before ${+(c.precision * 100).toPrecision(3)}% precision` : ''}\n`,
+    );
+    const wb = out.results.work_bound;
+    if (wb) {
+      const probes = out.results.policies.flatMap((p) => p.capacity?.probes ?? []);
+      const shortest = Math.min(...probes.map((q) => q.span_s ?? Infinity));
+      const atCapacity = out.results.policies
+        .filter((p) => p.capacity?.work_bound_rps != null && p.capacity.requests_per_s !== null)
+        .map((p) => `${p.name} ${(p.capacity!.requests_per_s! / p.capacity!.work_bound_rps!).toFixed(2)}`);
+      process.stdout.write(
+        `work bound: ${wb.requests_per_s.toFixed(1)} req/s (no policy sustains more: the requests' least GPU time, ${wb.busy_gpu_seconds} GPU s, on ${out.results.workers} workers)` +
+          (Number.isFinite(shortest) ? `; shortest probe ${shortest.toFixed(1)} s of arrivals` : '') +
+          (atCapacity.length > 0 ? `\ncapacity ÷ the work bound of the requests replayed there: ${atCapacity.join(', ')}` : '') +
+          '\n',
+      );
+    }
+    const bl = bandLines(out.results.policies, c.min_band_attainment);
+    if (bl) process.stdout.write(bl);
+    const unbounded = out.results.policies.filter((p) => p.capacity && p.capacity.bracket[1] === null).map((p) => p.name);
+    if (unbounded.length > 0) {
+      process.stdout.write(
+        `note: no probe of ${unbounded.join(', ')} missed the target, so its capacity is a lower bound. With closed-loop sessions ` +
+          'the load cannot exceed what the workload\'s sessions send with one request each in flight: raise --size for more sessions.\n',
+      );
+    }
+  }
+  const skipped = out.results.skipped_rows > 0 ? `, ${out.results.skipped_rows} malformed rows skipped` : '';
+  process.stdout.write(`\n${out.results.policies.length} run(s) of ${out.results.policies[0]?.requests ?? 0} requests in ${wallS.toFixed(1)} s wall time${skipped}\n`);
+  if (v.json) process.stdout.write(`results: ${v.json}\n`);
+  if (v.report) process.stdout.write(`report: ${v.report}\n`);
 }

@@ -143,6 +143,19 @@ class WaitingQueue {
   }
 }
 
+
+/** One step's batch as the scheduler builds it. */
+interface StepBatch {
+  /** Tokens the step may still schedule (max_num_batched_tokens less what is scheduled). */
+  budget: number;
+  /** Scheduled sequences, by slot (null: preempted after being scheduled). */
+  sched: Array<Seq | null>;
+  /** New tokens scheduled for each slot. */
+  schedNew: number[];
+  preempted: string[];
+  started: Array<{ id: string; cachedPromptTokens: number }>;
+  finished: FinishedOutput[];
+}
 /** Shared by every step when emitTokens is false; frozen so a stray push fails loudly. */
 const NO_TOKENS = Object.freeze([]) as unknown as TokenOutput[];
 
@@ -273,22 +286,57 @@ export class Engine implements EngineModel {
 
   step(): StepResult | null {
     if (!this.hasWork()) return null;
+    const b: StepBatch = { budget: this.config.maxNumBatchedTokens, sched: [], schedNew: [], preempted: [], started: [], finished: [] };
+    // 1. Running requests, in order.
+    this.scheduleRunning(b);
+    // Register the blocks this step fills, now rather than after the step, as vLLM does at
+    // allocation time: a waiting request admitted below can already hit them.
+    const bs = this.bs;
+    if (this.caching) {
+      for (let k = 0; k < b.sched.length; k++) {
+        const s = b.sched[k];
+        if (s && s.numComputed + b.schedNew[k]! >= (s.numProcessed + 1) * bs) this.cacheFullBlocks(s, s.numComputed + b.schedNew[k]!);
+      }
+    }
+
+    // 2. Waiting requests, unless this step had to preempt (vLLM admits nothing then).
+    if (b.preempted.length === 0) this.scheduleWaiting(b);
+    // 3. Execute: advance computed tokens, sample where a sequence is fully computed.
+    const { shape, draftShape, prefillTokens, decodeTokens, tokens, firstTokens } = this.execute(b);
+    const running = this.runningSeqs;
+    // Drop finished and preempted requests from the running list, keeping order.
+    let w = 0;
+    for (let i = 0; i < running.length; i++) {
+      const s = running[i]!;
+      if (s.status === Status.Running) running[w++] = s;
+    }
+    running.length = w;
+
+    let durationMs = this.config.timeModel.stepMs(shape);
+    if (draftShape && draftShape.decodeSeqs > 0) durationMs += this.spec!.k * this.spec!.draftTimeModel.stepMs(draftShape);
+    return {
+      durationMs,
+      tokens,
+      firstTokens,
+      finished: b.finished,
+      preempted: b.preempted,
+      started: b.started,
+      prefillTokens,
+      decodeTokens,
+      kvEvents: this.bm.takeEvents(),
+    };
+  }
+
+  /** Schedule the running sequences' next tokens, in order, preempting for blocks as vLLM does. */
+  private scheduleRunning(b: StepBatch): void {
+    const running = this.runningSeqs;
     const bm = this.bm;
     const bs = this.bs;
-    let budget = this.config.maxNumBatchedTokens;
-    const sched: Array<Seq | null> = [];
-    const schedNew: number[] = [];
-    const preempted: string[] = [];
-    const started: Array<{ id: string; cachedPromptTokens: number }> = [];
-    const finished: FinishedOutput[] = [];
-
-    // 1. Running requests, in order.
-    const running = this.runningSeqs;
-    for (let i = 0; i < running.length && budget > 0; i++) {
+    for (let i = 0; i < running.length && b.budget > 0; i++) {
       const s = running[i]!;
       if (s.status !== Status.Running) continue; // preempted earlier in this loop
       const numTokens = s.promptLen + s.output.length;
-      const n = Math.min(numTokens - s.numComputed, budget);
+      const n = Math.min(numTokens - s.numComputed, b.budget);
       if (n <= 0) continue;
       // A speculating decode also holds slots for its k draft tokens (vLLM's lookahead slots).
       const lookahead = this.spec && n === 1 && s.output.length > 0 && s.numComputed === numTokens - 1 ? Math.min(this.spec.k, s.maxTokens - s.output.length) : 0;
@@ -300,114 +348,109 @@ export class Engine implements EngineModel {
           if (this.countRunning() === 1) {
             // Alone and still out of blocks: the sequence has outgrown the whole cache. vLLM
             // would spin forever here; end it as a length stop instead.
-            this.finishRunning(s, 'length', finished);
+            this.finishRunning(s, 'length', b.finished);
           } else {
-            this.preempt(s, preempted);
+            this.preempt(s, b.preempted);
           }
           ok = false;
           break;
         }
         if (victim.slot >= 0) {
-          budget += schedNew[victim.slot]!;
-          sched[victim.slot] = null;
+          b.budget += b.schedNew[victim.slot]!;
+          b.sched[victim.slot] = null;
           victim.slot = -1;
         }
-        this.preempt(victim, preempted);
+        this.preempt(victim, b.preempted);
       }
       if (!ok) break;
       for (let k = 0; k < need; k++) s.blocks.push(bm.allocate());
-      s.slot = sched.length;
-      sched.push(s);
-      schedNew.push(n);
-      budget -= n;
+      s.slot = b.sched.length;
+      b.sched.push(s);
+      b.schedNew.push(n);
+      b.budget -= n;
     }
+  }
 
-    // Register the blocks this step fills, now rather than after the step, as vLLM does at
-    // allocation time: a waiting request admitted below can already hit them.
-    if (this.caching) {
-      for (let k = 0; k < sched.length; k++) {
-        const s = sched[k];
-        if (s && s.numComputed + schedNew[k]! >= (s.numProcessed + 1) * bs) this.cacheFullBlocks(s, s.numComputed + schedNew[k]!);
+  /** Admit waiting sequences while the token budget, the sequence limit and the free blocks allow. */
+  private scheduleWaiting(b: StepBatch): void {
+    const bm = this.bm;
+    const bs = this.bs;
+    let numRunning = this.countRunning();
+    const maxSeqs = this.config.maxNumSeqs;
+    // vLLM's max_loras: the adapters of this step's batch; a waiting request that would bring
+    // one too many is passed over (vllm/v1/core/sched/scheduler.py) and waits for the next step.
+    const maxLoras = this.config.maxLoras;
+    const loras = maxLoras === undefined ? null : this.batchAdapters(b.sched);
+    let passedOver: Seq[] | null = null;
+    while (b.budget > 0 && numRunning < maxSeqs) {
+      const s = this.waitingQueue.peek();
+      if (!s) break;
+      if (loras !== null && s.lora !== undefined && !loras.has(s.lora) && loras.size >= maxLoras!) {
+        this.waitingQueue.pop();
+        (passedOver ??= []).push(s);
+        continue;
       }
-    }
-
-    // 2. Waiting requests, unless this step had to preempt (vLLM admits nothing then).
-    if (preempted.length === 0) {
-      let numRunning = this.countRunning();
-      const maxSeqs = this.config.maxNumSeqs;
-      // vLLM's max_loras: the adapters of this step's batch; a waiting request that would bring
-      // one too many is passed over (vllm/v1/core/sched/scheduler.py) and waits for the next step.
-      const maxLoras = this.config.maxLoras;
-      const loras = maxLoras === undefined ? null : this.batchAdapters(sched);
-      let passedOver: Seq[] | null = null;
-      while (budget > 0 && numRunning < maxSeqs) {
-        const s = this.waitingQueue.peek();
-        if (!s) break;
-        if (loras !== null && s.lora !== undefined && !loras.has(s.lora) && loras.size >= maxLoras!) {
-          this.waitingQueue.pop();
-          (passedOver ??= []).push(s);
-          continue;
-        }
-        const numTokens = s.promptLen + s.output.length;
-        if (Math.ceil(numTokens / bs) > bm.numBlocks) {
-          // Only reachable by a preempted sequence that has outgrown the cache.
-          this.waitingQueue.pop();
-          this.numWaiting--;
-          this.retire(s, 'length', finished);
-          continue;
-        }
-        const hits = this.hitScratch;
-        hits.length = 0;
-        let hitFree = 0;
-        if (this.caching && !s.skipPrefixCache) {
-          const maxBlocks = Math.floor((numTokens - 1) / bs);
-          for (let b = 0; b < maxBlocks; b++) {
-            const blk = bm.lookup(this.hashAt(s, b));
-            if (blk < 0) break;
-            hits.push(blk);
-            if (bm.isFree(blk)) hitFree++;
-          }
-        }
-        const hitTokens = hits.length * bs;
-        const n = Math.min(numTokens - hitTokens, budget);
-        const need = Math.ceil((hitTokens + n) / bs) - hits.length;
-        if (need > bm.numFree - hitFree) break;
-
+      const numTokens = s.promptLen + s.output.length;
+      if (Math.ceil(numTokens / bs) > bm.numBlocks) {
+        // Only reachable by a preempted sequence that has outgrown the cache.
         this.waitingQueue.pop();
         this.numWaiting--;
-        const pendingBefore = this.pendingOf(s);
-        for (let k = 0; k < hits.length; k++) {
-          bm.touch(hits[k]!);
-          s.blocks.push(hits[k]!);
-        }
-        for (let k = 0; k < need; k++) s.blocks.push(bm.allocate());
-        s.numComputed = hitTokens;
-        s.numProcessed = hits.length;
-        this.pendingPrefill += this.pendingOf(s) - pendingBefore;
-        s.status = Status.Running;
-        running.push(s);
-        numRunning++;
-        if (!s.started) {
-          s.started = true;
-          s.cachedPromptTokens = hitTokens;
-          this.counters.promptTokens += s.promptLen;
-          if (this.caching && !s.skipPrefixCache) {
-            this.counters.prefixQueries += s.promptLen;
-            this.counters.prefixHits += hitTokens;
-          }
-          started.push({ id: s.id, cachedPromptTokens: hitTokens });
-        }
-        if (this.caching) this.cacheFullBlocks(s, hitTokens + n);
-        if (loras !== null && s.lora !== undefined) loras.add(s.lora);
-        s.slot = sched.length;
-        sched.push(s);
-        schedNew.push(n);
-        budget -= n;
+        this.retire(s, 'length', b.finished);
+        continue;
       }
-      if (passedOver !== null) for (const s of passedOver) this.waitingQueue.push(s);
-    }
+      const hits = this.hitScratch;
+      hits.length = 0;
+      let hitFree = 0;
+      if (this.caching && !s.skipPrefixCache) {
+        const maxBlocks = Math.floor((numTokens - 1) / bs);
+        for (let i = 0; i < maxBlocks; i++) {
+          const blk = bm.lookup(this.hashAt(s, i));
+          if (blk < 0) break;
+          hits.push(blk);
+          if (bm.isFree(blk)) hitFree++;
+        }
+      }
+      const hitTokens = hits.length * bs;
+      const n = Math.min(numTokens - hitTokens, b.budget);
+      const need = Math.ceil((hitTokens + n) / bs) - hits.length;
+      if (need > bm.numFree - hitFree) break;
 
-    // 3. Execute: advance computed tokens, sample where a sequence is fully computed.
+      this.waitingQueue.pop();
+      this.numWaiting--;
+      const pendingBefore = this.pendingOf(s);
+      for (let k = 0; k < hits.length; k++) {
+        bm.touch(hits[k]!);
+        s.blocks.push(hits[k]!);
+      }
+      for (let k = 0; k < need; k++) s.blocks.push(bm.allocate());
+      s.numComputed = hitTokens;
+      s.numProcessed = hits.length;
+      this.pendingPrefill += this.pendingOf(s) - pendingBefore;
+      s.status = Status.Running;
+      this.runningSeqs.push(s);
+      numRunning++;
+      if (!s.started) {
+        s.started = true;
+        s.cachedPromptTokens = hitTokens;
+        this.counters.promptTokens += s.promptLen;
+        if (this.caching && !s.skipPrefixCache) {
+          this.counters.prefixQueries += s.promptLen;
+          this.counters.prefixHits += hitTokens;
+        }
+        b.started.push({ id: s.id, cachedPromptTokens: hitTokens });
+      }
+      if (this.caching) this.cacheFullBlocks(s, hitTokens + n);
+      if (loras !== null && s.lora !== undefined) loras.add(s.lora);
+      s.slot = b.sched.length;
+      b.sched.push(s);
+      b.schedNew.push(n);
+      b.budget -= n;
+    }
+    if (passedOver !== null) for (const s of passedOver) this.waitingQueue.push(s);
+  }
+
+  /** Run the scheduled batch: advance computed tokens, sample where a sequence is fully computed. */
+  private execute(b: StepBatch): { shape: StepShape; draftShape: StepShape | null; prefillTokens: number; decodeTokens: number; tokens: TokenOutput[]; firstTokens: string[] } {
     const shape: StepShape = { prefill: [], decodeSeqs: 0, decodeContextTokens: 0 };
     const spec = this.spec;
     const draftShape: StepShape | null = spec ? { prefill: [], decodeSeqs: 0, decodeContextTokens: 0 } : null;
@@ -415,11 +458,11 @@ export class Engine implements EngineModel {
     let decodeTokens = 0;
     const tokens = this.emitTokens ? ([] as TokenOutput[]) : NO_TOKENS;
     const firstTokens: string[] = [];
-    for (let k = 0; k < sched.length; k++) {
-      const s = sched[k];
+    for (let k = 0; k < b.sched.length; k++) {
+      const s = b.sched[k];
       if (!s) continue;
       s.slot = -1;
-      const n = schedNew[k]!;
+      const n = b.schedNew[k]!;
       const numTokens = s.promptLen + s.output.length;
       const pendingBefore = this.pendingOf(s);
       const isDecode = n === 1 && s.output.length > 0 && s.numComputed === numTokens - 1;
@@ -451,33 +494,12 @@ export class Engine implements EngineModel {
       const index = s.output.length - 1;
       if (this.emitTokens) tokens.push({ id: s.id, token: tok, index });
       if (index === 0) firstTokens.push(s.id);
-      if (tok === s.stopToken) this.finishRunning(s, 'stop', finished);
-      else if (s.output.length >= s.maxTokens) this.finishRunning(s, 'length', finished);
-      else if (kHere > 0) this.speculate(s, kHere, tokens, finished);
+      if (tok === s.stopToken) this.finishRunning(s, 'stop', b.finished);
+      else if (s.output.length >= s.maxTokens) this.finishRunning(s, 'length', b.finished);
+      else if (kHere > 0) this.speculate(s, kHere, tokens, b.finished);
       if (kHere > 0) this.countDraft(kHere);
     }
-
-    // Drop finished and preempted requests from the running list, keeping order.
-    let w = 0;
-    for (let i = 0; i < running.length; i++) {
-      const s = running[i]!;
-      if (s.status === Status.Running) running[w++] = s;
-    }
-    running.length = w;
-
-    let durationMs = this.config.timeModel.stepMs(shape);
-    if (draftShape && draftShape.decodeSeqs > 0) durationMs += spec!.k * spec!.draftTimeModel.stepMs(draftShape);
-    return {
-      durationMs,
-      tokens,
-      firstTokens,
-      finished,
-      preempted,
-      started,
-      prefillTokens,
-      decodeTokens,
-      kvEvents: bm.takeEvents(),
-    };
+    return { shape, draftShape, prefillTokens, decodeTokens, tokens, firstTokens };
   }
 
   /**

@@ -63,7 +63,7 @@ export type FlatFields = Record<string, string | number | boolean | undefined>;
  * createLogger it writes the line pino would (`{"level":30,"time":…,<fields>,"msg":…}`) straight to
  * the logger's destination; for any other logger it calls `logger.info`. pino's generic
  * serializer (lib/tools.js `_asJson`: a for-in over the record with a serializer and a stringifier
- * looked up per key) took 4.6 µs of a request's ≈105 µs of CPU in `npm run bench:profile`; a flat
+ * looked up per key) took 4.6 µs of a request's ≈105 µs of CPU in `npm run bench -- profile`; a flat
  * record needs none of that. The logger's level is read per line, so a config reload applies.
  */
 export function flatLineWriter(logger: Logger): (fields: FlatFields, msg: string) => void {

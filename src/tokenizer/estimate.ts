@@ -78,7 +78,7 @@ if ((HASHED_ID_RANGE & HASHED_ID_MASK) !== 0) throw new Error('HASHED_ID_RANGE m
 
 /**
  * The vocabulary as an open-addressing hash table: slot → vocabulary id (−1: empty), probed
- * linearly from the piece's hash. With this table and the signed hash above, `npm run bench:route`
+ * linearly from the piece's hash. With this table and the signed hash above, `npm run bench -- route`
  * tokenized its 8,000-token prompt in 951–1,025 µs, against 1,250–1,480 with a Map<hash, ids[]> and
  * an unsigned hash (docs/performance.md, "Tokenizing long prompts").
  */

@@ -170,8 +170,8 @@ describe('capacity search (real fleet)', () => {
     // The run itself (not a probe) keeps --size: 12 requests.
     assert.equal(results.policies[0]!.requests, 12);
     // The lengthened stream starts with the run's own requests.
-    const own = [...benchRequests(source, undefined, 2)];
-    const longer = [...benchRequests(source, undefined, 2, {}, 40_000)];
+    const own = [...benchRequests(source, { rateScale: 2 })];
+    const longer = [...benchRequests(source, { rateScale: 2, minMs: 40_000 })];
     assert.ok(longer.length > own.length);
     assert.deepEqual(longer.slice(0, own.length).map((r) => [r.arrivalMs, r.promptTokens.length]), own.map((r) => [r.arrivalMs, r.promptTokens.length]));
     assert.ok(longer.at(-1)!.arrivalMs < 40_000);
@@ -187,7 +187,7 @@ describe('capacity search (real fleet)', () => {
     // think time apart, arrive for long after 20 s. The probe at ×1 must still take sessions that
     // start until 20 s, as every other probe does, not replay the run's ramp up and drain.
     const source = workloadSource('multi-turn', { size: 60, seed: 3 });
-    const starts = [...benchRequests(source, undefined, 1)].map((r) => r.arrivalMs);
+    const starts = [...benchRequests(source, { rateScale: 1 })].map((r) => r.arrivalMs);
     assert.ok(starts.at(-1)! < 2_000, `sessions start until ${starts.at(-1)} ms`);
     const base = { policies: ['round-robin'], workers: 1, gpu: 'h100', model: 'llama-3.1-8b', seed: 1, sloTtftMs: 1000, sloTtftPer1kMs: 100, sloTpotMs: 50, omitWallTime: true };
     const { results } = await runBench({ ...base, source, capacity: { maxProbes: 1, minSeconds: 20 } });
@@ -195,7 +195,7 @@ describe('capacity search (real fleet)', () => {
     const probe = results.policies[0]!.capacity!.probes[0]!;
     assert.equal(probe.rate_scale, 1);
     let turns = 0;
-    for (const r of benchRequests(source, undefined, 1, {}, 20_000)) turns += r.turns ?? 1;
+    for (const r of benchRequests(source, { rateScale: 1, minMs: 20_000 })) turns += r.turns ?? 1;
     assert.ok(turns > 60);
     assert.equal(probe.requests, turns);
   });

@@ -146,6 +146,16 @@ describe('kvgate bench CLI', () => {
     }
   });
 
+  it('--cache on: the TTFT of the requests a worker answered leaves out the cache hits (answered at once)', () => {
+    const out = join(dir, 'cache-workers.json');
+    const r = bench('--workload', 'rag', '--size', '600', '--workers', '2', '--seed', '1', '--policy', 'round-robin', '--cache', 'on', '--repeat-fraction', '0.9', '--json', out, '--quiet');
+    assert.equal(r.code, 0, r.stderr);
+    const p = JSON.parse(readFileSync(out, 'utf8')).policies[0];
+    // Most requests are hits with a TTFT of 0 (no --overhead-ms); a worker's first token takes a step.
+    assert.equal(p.ttft_ms.p50, 0);
+    assert.ok(p.cache.misses > 0 && p.cache.ttft_ms_workers.p50 > 0, JSON.stringify(p.cache.ttft_ms_workers));
+  });
+
   it('--cache on answers repeats from the response cache: cache_hit_rate in the JSON, a line per policy, same seed same bytes', () => {
     const a = join(dir, 'cache-a.json');
     const b = join(dir, 'cache-b.json');
