@@ -30,6 +30,10 @@
  * once nothing it owed is left waiting).
  *
  * Non-streamed requests are not judged by silence: their whole answer comes at the end.
+ *
+ * A speculative cascade's draft calls are not relayed attempts: the cascade gives each a deadline
+ * of its own (src/speculative/draft-deadline.ts) and reports one it missed (onCallTimedOut), which
+ * suspects the worker at once; its answers count as bytes (onBytes).
  */
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { Clock } from '../util/clock.js';
@@ -98,6 +102,14 @@ export class OutlierDetector implements AttemptWatch {
     let busy = false;
     for (const _ of this.o.attemptsOn(w.id)) busy = true;
     if (busy || repeated) this.suspect(w, `a check of the worker timed out (${error})`);
+  }
+
+  /**
+   * A call made to the worker outside the relay (a speculative cascade's draft call) got no answer
+   * by its deadline: suspected at once, as a worker silent past its allowance is.
+   */
+  onCallTimedOut(w: WorkerState, reason: string): void {
+    this.suspect(w, reason);
   }
 
   /** The worker's allowed silence now (ms). */
