@@ -33,7 +33,7 @@
  *
  * A speculative cascade's draft calls are not relayed attempts: the cascade gives each a deadline
  * of its own (src/speculative/draft-deadline.ts) and reports one it missed (onCallTimedOut), which
- * suspects the worker at once; its answers count as bytes (onBytes).
+ * suspects a worker also silent for minSilenceMs; its answers count as bytes (onBytes).
  */
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { Clock } from '../util/clock.js';
@@ -106,10 +106,16 @@ export class OutlierDetector implements AttemptWatch {
 
   /**
    * A call made to the worker outside the relay (a speculative cascade's draft call) got no answer
-   * by its deadline: suspected at once, as a worker silent past its allowance is.
+   * by its deadline. The deadline is short (a few tokens' time), so one missed deadline alone is
+   * a slow answer, not a hung worker: the worker is suspected if, besides, nothing at all has come
+   * from it for minSilenceMs (its scrapes and probes answer every few hundred ms while it is up).
+   * Returns whether it is suspected now.
    */
-  onCallTimedOut(w: WorkerState, reason: string): void {
-    this.suspect(w, reason);
+  onCallTimedOut(w: WorkerState, reason: string): boolean {
+    const silentFor = this.o.clock.now() - w.lastByteAt;
+    if (silentFor < this.o.minSilenceMs) return w.suspected;
+    this.suspect(w, `${reason}; no byte from it for ${Math.round(silentFor)} ms`);
+    return true;
   }
 
   /** The worker's allowed silence now (ms). */

@@ -94,6 +94,8 @@ export function chiSquared(counts: Map<number, number>, probs: Map<number, numbe
 export interface FreezableProxy {
   url: string;
   freeze(): void;
+  /** Freeze when the n-th request from now for `path` arrives (it is held, unanswered). */
+  freezeAt(n: number, path: string): void;
   thaw(): void;
   close(): Promise<void>;
 }
@@ -103,8 +105,13 @@ export async function freezableProxy(target: string): Promise<FreezableProxy> {
   let frozen = false;
   const held: Array<() => void> = [];
   const sockets = new Set<Socket>();
-  const pass = (from: Socket, to: Socket) => {
+  let trigger: { left: number; line: string } | null = null;
+  const pass = (from: Socket, to: Socket, fromClient: boolean) => {
     from.on('data', (chunk: Buffer) => {
+      if (fromClient && trigger && chunk.includes(trigger.line) && --trigger.left === 0) {
+        trigger = null;
+        frozen = true;
+      }
       if (frozen) held.push(() => to.write(chunk));
       else to.write(chunk);
     });
@@ -117,14 +124,15 @@ export async function freezableProxy(target: string): Promise<FreezableProxy> {
     sockets.add(upstream);
     client.on('close', () => sockets.delete(client));
     upstream.on('close', () => sockets.delete(upstream));
-    pass(client, upstream);
-    pass(upstream, client);
+    pass(client, upstream, true);
+    pass(upstream, client, false);
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const { port } = server.address() as AddressInfo;
   return {
     url: `http://127.0.0.1:${port}`,
     freeze: () => void (frozen = true),
+    freezeAt: (n, path) => void (trigger = { left: n, line: `POST ${path} ` }),
     thaw: () => {
       frozen = false;
       for (const f of held.splice(0)) f();
