@@ -6,6 +6,7 @@ import type { FaultScenario } from './harness.js';
 import { admissionBurst } from './scenarios/admission-burst.js';
 import { allDown } from './scenarios/all-down.js';
 import { crossSitePost } from './scenarios/cross-site-post.js';
+import { draftHung } from './scenarios/draft-hung.js';
 import { crossTenantProbe } from './scenarios/cross-tenant-probe.js';
 import { oversizedAsks } from './scenarios/oversized-asks.js';
 import { stalledClients } from './scenarios/stalled-clients.js';
@@ -31,4 +32,6 @@ export const SCENARIOS: FaultScenario[] = [
   crossTenantProbe,
   crossSitePost,
   oversizedAsks,
+  // Speculative cascade (issue 48).
+  draftHung,
 ];
