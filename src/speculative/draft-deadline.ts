@@ -38,12 +38,12 @@ export class DraftDeadlines {
 
   constructor(private readonly o: DraftDeadlineOptions) {}
 
-  /** The deadline (ms) of a call asking the draft pool `pool` for k tokens. */
+  /** The deadline (whole ms, as timers take them) of a call asking the draft pool `pool` for k tokens. */
   deadlineMs(pool: string, k: number): number {
     const o = this.o;
     const perToken = this.msPerToken.get(pool) ?? o.initialMsPerToken ?? 10;
     const cap = o.tpotBudgetMs === null ? o.callTimeoutMs : Math.min(o.callTimeoutMs, Math.max(1, k) * o.tpotBudgetMs);
-    return Math.min(cap, Math.max(o.floorMs, o.factor * Math.max(1, k) * perToken));
+    return Math.ceil(Math.min(cap, Math.max(o.floorMs, o.factor * Math.max(1, k) * perToken)));
   }
 
   /** A draft call to `pool` for k tokens answered in `ms`. */

@@ -163,5 +163,10 @@ describe('draft deadlines', () => {
     budget.observe('p', 2, 10);
     assert.equal(budget.deadlineMs('p', 2), 100, 'cap k × budget');
     assert.equal(budget.measuredMsPerToken('q'), null);
+    const fractional = new DraftDeadlines({ floorMs: 10, factor: 3, callTimeoutMs: 10_000, tpotBudgetMs: null });
+    fractional.observe('p', 3, 100);
+    assert.equal(fractional.deadlineMs('p', 3), 300);
+    fractional.observe('p', 3, 101.3);
+    assert.ok(Number.isInteger(fractional.deadlineMs('p', 3)), 'a whole number of ms (AbortSignal.timeout takes no fractions)');
   });
 });
