@@ -3,7 +3,7 @@
  * worker, 16 closed-loop streaming clients at temperature 0; the draft is stopped for 4 s, then
  * continued. Targets (issue 48, item 12): completions keep flowing in every one-second window of
  * the stop; no request waits longer than one draft deadline (k × the TPOT budget at most) beyond
- * twice the p99 of before; the draft worker is suspected and skipped, and taken back after.
+ * 1.5 × the steady p99 of before, nor anywhere near the 10 s call timeout; the draft worker is suspected and skipped, and taken back after.
  */
 import { createGateway } from '../../../src/gateway/gateway.js';
 import { parseConfig } from '../../../src/config.js';
@@ -30,7 +30,7 @@ function streamTarget(client: number, n: number): Ask {
 
 export const draftHung: FaultScenario = {
   name: 'draft-hung',
-  description: 'SIGSTOP the draft worker of a speculative cascade for 4 s under 16 streaming clients',
+  description: 'SIGSTOP the draft worker of a speculative cascade for 4 s under 8 streaming clients',
   async run() {
     const [target, draft] = await Promise.all([
       spawnSim(['--model', TARGET, '--tp', '4']),
@@ -59,7 +59,7 @@ export const draftHung: FaultScenario = {
     try {
       const victim = gw.registry.get('d0')!;
       const t0 = performance.now();
-      const load = closedLoop({ base: url, clients: 16, durationMs: 13_000, next: streamTarget });
+      const load = closedLoop({ base: url, clients: 8, durationMs: 13_000, next: streamTarget });
       await sleep(6_000);
       const m0 = await metrics();
       const stoppedAt = performance.now();
@@ -75,11 +75,12 @@ export const draftHung: FaultScenario = {
       const before = perSecond(outcomes, t0 + 2_000, stoppedAt);
       const stoppedWindows = perSecond(outcomes, stoppedAt, contAt);
       const after = perSecond(outcomes, contAt + 1_000, performance.now());
-      const p99Before = quantile(outcomes.filter((o) => o.end > t0 + 2_000 && o.end < stoppedAt).map((o) => o.ms), 0.99);
+      // Steady state: the requests that started 2 s in or later and ended before the stop.
+      const p99Before = quantile(outcomes.filter((o) => o.end - o.ms > t0 + 2_000 && o.end < stoppedAt).map((o) => o.ms), 0.99);
       const during = outcomes.filter((o) => o.end > stoppedAt && o.end - o.ms < contAt);
       const maxDuring = Math.max(...during.map((o) => o.ms));
       const deadlineCap = Math.min(config.speculative.callTimeoutMs, K * TPOT_BUDGET_MS);
-      const bound = Math.round(2 * p99Before + deadlineCap);
+      const bound = Math.round(1.5 * p99Before + deadlineCap);
       const timeouts = count(m1, 'kvgate_spec_draft_timeouts_total', { model: TARGET, worker: 'd0' }) - count(m0, 'kvgate_spec_draft_timeouts_total', { model: TARGET, worker: 'd0' });
       const skipped = count(m1, 'kvgate_spec_requests_total', { model: TARGET, path: 'plain', reason: 'no_draft_worker' }) - count(m0, 'kvgate_spec_requests_total', { model: TARGET, path: 'plain', reason: 'no_draft_worker' });
       const cascadeAfter = count(m2, 'kvgate_spec_requests_total', { model: TARGET, path: 'cascade', reason: 'ok' }) - count(m1, 'kvgate_spec_requests_total', { model: TARGET, path: 'cascade', reason: 'ok' });
@@ -98,7 +99,8 @@ export const draftHung: FaultScenario = {
         },
         checks: {
           'no one-second window with 0 completions while stopped': stoppedWindows.every((n) => n > 0),
-          [`no request overlapping the stop took longer than 2 × the p99 of before + k × the TPOT budget (${bound} ms)`]: maxDuring <= bound,
+          [`no request overlapping the stop took longer than 1.5 × the steady p99 of before + k × the TPOT budget (${bound} ms)`]: maxDuring <= bound,
+          [`no request overlapping the stop waited out the ${config.speculative.callTimeoutMs} ms call timeout`]: maxDuring < config.speculative.callTimeoutMs,
           'the stopped draft worker was suspected and skipped': suspectedWhileStopped && skipped > 0,
           'the cascade took the draft back after SIGCONT': cascadeAfter > 0,
         },
