@@ -148,6 +148,58 @@ describe('a hung draft worker', () => {
   });
 });
 
+describe('a draft worker that hangs at any moment of a stream', () => {
+  let target: SimWorker;
+  let draft: SimWorker;
+  let proxy: FreezableProxy;
+  let gw: Gateway;
+  let url: string;
+
+  before(async () => {
+    target = await startTarget();
+    draft = await startDraft({ fidelity: 0.9 });
+    proxy = await freezableProxy(draft.url);
+    const g = await startCascade([target.url], [proxy.url], { k: K, extra: { speculative: { cascades: [{ model: TARGET, targetPool: 'target', draftPool: 'draft', k: K }], controller: { tpotBudgetMs: TPOT_BUDGET_MS } } } });
+    gw = g.gw;
+    url = g.url;
+  });
+
+  after(async () => {
+    proxy.thaw();
+    await gw.close();
+    await proxy.close();
+    await draft.close();
+    await target.close();
+  });
+
+  it('loses nothing: the target-only rest, in whatever chunks it streams, completes the target’s output', async () => {
+    const d0 = gw.registry.get('d0')!;
+    for (let n = 0; n < 6; n++) {
+      await waitFor(() => !d0.suspected && d0.routable, 10_000);
+      const body = chat(`Write a short story ${n} about a lighthouse keeper.`, 160, true);
+      const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const reader = res.body!.getReader();
+      const dec = new TextDecoder();
+      let text = '';
+      // Freeze the draft as the client reads the first event: wherever the cascade is by then.
+      while (!text.includes('\n\n')) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += dec.decode(value, { stream: true });
+      }
+      proxy.freeze();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += dec.decode(value, { stream: true });
+      }
+      proxy.thaw();
+      const direct = await post(`${target.url}/v1/chat/completions`, body);
+      assert.equal(streamText(parseSse(text)), answerText(direct, true), `request ${n}`);
+    }
+  });
+});
+
 describe('draft deadlines', () => {
   it('scale with k and the measured speed, within a floor and the TPOT budget', async () => {
     const { DraftDeadlines } = await import('../../src/speculative/draft-deadline.js');
