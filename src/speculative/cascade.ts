@@ -23,9 +23,9 @@
  * target alone at once, invisibly; a draft worker that missed a deadline and is otherwise silent
  * is suspected hung by the gateway's outlier detection (src/gateway/outliers.ts), which routes
  * every later request around it until it answers again, and its circuit breaker counts the
- * failure. A target that fails before any byte reached
- * the client sends the request down the plain path (with its retries); after bytes, a stream ends
- * with an error event and no [DONE], as the relay does. A client that goes away aborts the calls
+ * failure. A target that fails before any byte reached the client sends the request down the
+ * plain path (with its retries); after bytes, a stream ends with an error event and no [DONE], as
+ * the relay does. A client that goes away aborts the calls
  * in flight on both workers and no further round is started.
  */
 import { randomInt } from 'node:crypto';
@@ -299,9 +299,10 @@ class CascadeRun {
       let draftMs: number | null = null;
       if (k > 0) {
         const draft = this.draft!;
-        if (draft.suspected || !draft.routable) {
-          // Another request found it hung (or its probes or breaker took it out): do not wait on it.
-          this.dropDraft(new Error(`draft worker ${draft.id} is ${draft.suspected ? 'suspected hung' : 'out of routing'}`), 'draft_suspected');
+        // Another request found it hung, or its health probes failed: do not wait on it. (Not its
+        // breaker: a half-open breaker marks the worker open while this very request probes it.)
+        if (draft.suspected || !draft.healthy) {
+          this.dropDraft(new Error(`draft worker ${draft.id} is ${draft.suspected ? 'suspected hung' : 'down'}`), 'draft_suspected');
           continue;
         }
         const deadlineMs = deps.draftDeadlines.deadlineMs(cm.draftPool, k);
