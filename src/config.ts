@@ -410,8 +410,20 @@ const speculativeSchema = z
         }),
       )
       .default([]),
-    /** Timeout of one draft or verification call; a draft that misses it is dropped for the request. */
+    /** Timeout of one verification or tokenize call, and the longest a draft call may take. */
     callTimeoutMs: ms.default(10_000),
+    /**
+     * Deadline of one draft call (src/speculative/draft-deadline.ts): factor × k × the draft pool's
+     * measured time per token, at least floorMs, at most k × controller.tpotBudgetMs and
+     * callTimeoutMs. A draft that misses it is dropped for the request (the target finishes it
+     * alone at once) and its worker is suspected hung (routed around until it answers again).
+     */
+    draftDeadline: z
+      .strictObject({
+        floorMs: ms.default(250),
+        factor: z.number().min(1).default(4),
+      })
+      .prefault({}),
     /** Timeout of each start-up capability probe. */
     probeTimeoutMs: ms.default(5_000),
   })

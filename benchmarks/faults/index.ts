@@ -7,6 +7,7 @@ import { admissionBurst } from './scenarios/admission-burst.js';
 import { adminNames } from './scenarios/admin-names.js';
 import { allDown } from './scenarios/all-down.js';
 import { crossSitePost } from './scenarios/cross-site-post.js';
+import { draftHung } from './scenarios/draft-hung.js';
 import { crossTenantProbe } from './scenarios/cross-tenant-probe.js';
 import { embeddingsFlood } from './scenarios/embeddings-flood.js';
 import { oversizedAsks } from './scenarios/oversized-asks.js';
@@ -48,4 +49,6 @@ export const SCENARIOS: FaultScenario[] = [
   // Abuse, round two (issue 48).
   adminNames,
   metricsAuth,
+  // Speculative cascade (issue 48).
+  draftHung,
 ];

@@ -30,6 +30,10 @@
  * once nothing it owed is left waiting).
  *
  * Non-streamed requests are not judged by silence: their whole answer comes at the end.
+ *
+ * A speculative cascade's draft calls are not relayed attempts: the cascade gives each a deadline
+ * of its own (src/speculative/draft-deadline.ts) and reports one it missed (onCallTimedOut), which
+ * suspects a worker also silent for minSilenceMs; its answers count as bytes (onBytes).
  */
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { Clock } from '../util/clock.js';
@@ -98,6 +102,20 @@ export class OutlierDetector implements AttemptWatch {
     let busy = false;
     for (const _ of this.o.attemptsOn(w.id)) busy = true;
     if (busy || repeated) this.suspect(w, `a check of the worker timed out (${error})`);
+  }
+
+  /**
+   * A call made to the worker outside the relay (a speculative cascade's draft call) got no answer
+   * by its deadline. The deadline is short (a few tokens' time), so one missed deadline alone is
+   * a slow answer, not a hung worker: the worker is suspected if, besides, nothing at all has come
+   * from it for minSilenceMs (its scrapes and probes answer every few hundred ms while it is up).
+   * Returns whether it is suspected now.
+   */
+  onCallTimedOut(w: WorkerState, reason: string): boolean {
+    const silentFor = this.o.clock.now() - w.lastByteAt;
+    if (silentFor < this.o.minSilenceMs) return w.suspected;
+    this.suspect(w, `${reason}; no byte from it for ${Math.round(silentFor)} ms`);
+    return true;
   }
 
   /** The worker's allowed silence now (ms). */

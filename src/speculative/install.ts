@@ -15,6 +15,7 @@ import { EOS_TOKEN_ID } from '../tokenizer/vocabulary.js';
 import { systemClock, type Clock } from '../util/clock.js';
 import { AcceptanceTracker } from './acceptance.js';
 import { cascadeStage, type CascadeModel } from './cascade.js';
+import { DraftDeadlines } from './draft-deadline.js';
 import { AdaptiveK, FixedK, type KChooser } from './controller.js';
 import { seededRng, type Rng } from '../util/rng.js';
 import { SpecMetrics } from './metrics.js';
@@ -119,6 +120,8 @@ export async function installSpeculative(gw: Gateway, opts: SpeculativeOptions =
       tracker,
       controller,
       callTimeoutMs: sc.callTimeoutMs,
+      draftDeadlines: new DraftDeadlines({ ...sc.draftDeadline, callTimeoutMs: sc.callTimeoutMs, tpotBudgetMs: cc.tpotBudgetMs ?? null }),
+      outliers: gw.outliers,
       tpotBudgetMs: cc.tpotBudgetMs ?? null,
       classBy: cc.classBy,
     }),

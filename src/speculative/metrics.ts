@@ -16,8 +16,12 @@
  *                                                   bonus, or target-only continuation)
  *   kvgate_spec_fallbacks_total{model,reason}       requests that left the cascade mid-way
  *                                                   (draft_error: continued on the target alone;
- *                                                   target_error: restarted on the plain path
+ *                                                   draft_timeout: the same after a draft call
+ *                                                   missed its deadline; draft_suspected: the same
+ *                                                   because another request found the draft worker
+ *                                                   hung; target_error: restarted on the plain path
  *                                                   before any byte, or ended with an error event)
+ *   kvgate_spec_draft_timeouts_total{model,worker}  draft calls that missed their deadline
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { AcceptanceTracker } from './acceptance.js';
@@ -31,6 +35,7 @@ export class SpecMetrics {
   readonly acceptedTokens: Counter<'model' | 'class'>;
   readonly tokens: Counter<'model' | 'source'>;
   readonly fallbacks: Counter<'model' | 'reason'>;
+  readonly draftTimeouts: Counter<'model' | 'worker'>;
 
   constructor(registry: Registry, tracker: AcceptanceTracker) {
     const registers = [registry];
@@ -48,6 +53,7 @@ export class SpecMetrics {
     this.acceptedTokens = new Counter({ name: 'kvgate_spec_accepted_tokens_total', help: 'Draft tokens accepted by verification', labelNames: ['model', 'class'], registers });
     this.tokens = new Counter({ name: 'kvgate_spec_tokens_total', help: 'Tokens served by cascades, by who produced them (draft: accepted draft token; target: correction, bonus or target-only)', labelNames: ['model', 'source'], registers });
     this.fallbacks = new Counter({ name: 'kvgate_spec_fallbacks_total', help: 'Cascade requests that left the cascade mid-way, by reason', labelNames: ['model', 'reason'], registers });
+    this.draftTimeouts = new Counter({ name: 'kvgate_spec_draft_timeouts_total', help: 'Draft calls that missed their deadline (the request went on without the draft; the worker was suspected hung)', labelNames: ['model', 'worker'], registers });
     new Gauge({
       name: 'kvgate_spec_acceptance_rate',
       help: 'Estimated per-token acceptance probability of draft tokens (alpha), by model and prompt class',

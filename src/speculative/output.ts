@@ -49,6 +49,12 @@ export class OutputText {
    * when the output ended among them.
    */
   append(ids: readonly number[], texts: readonly string[] | string): number {
+    // One text for a group of tokens belongs to its last token that has text of its own: an
+    // end-of-sequence or stop token id that ends the group has none (vLLM gives it none).
+    let textAt = ids.length - 1;
+    if (typeof texts === 'string') {
+      while (textAt > 0 && (this.rules.eosTokenIds.has(ids[textAt]!) || this.rules.stopTokenIds.has(ids[textAt]!))) textAt--;
+    }
     for (let i = 0; i < ids.length; i++) {
       if (this.finished) return i;
       const t = ids[i]!;
@@ -61,7 +67,7 @@ export class OutputText {
         this.finish('stop', null);
         return i + 1;
       }
-      const piece = typeof texts === 'string' ? (i === ids.length - 1 ? texts : '') : (texts[i] ?? '');
+      const piece = typeof texts === 'string' ? (i === textAt ? texts : '') : (texts[i] ?? '');
       const from = this.text.length;
       this.text += piece;
       if (this.rules.stop.length > 0 && this.checkStop(from)) return i + 1;

@@ -40,3 +40,20 @@ test('a cascade must name existing pools, the target serving its model, and dist
     /model 'big' has two cascades/,
   );
 });
+
+test('a draft call’s deadline: defaults, and a clear error for a bad value', () => {
+  assert.deepEqual(parseConfig({ pools }).speculative.draftDeadline, { floorMs: 250, factor: 4 });
+  assert.deepEqual(parseConfig({ pools, speculative: { draftDeadline: { floorMs: 100 } } }).speculative.draftDeadline, { floorMs: 100, factor: 4 });
+  const bad = (draftDeadline: unknown): string[] => {
+    try {
+      parseConfig({ pools, speculative: { draftDeadline } as never });
+      return [];
+    } catch (e) {
+      if (e instanceof ConfigError) return e.problems;
+      throw e;
+    }
+  };
+  assert.match(bad({ factor: 0.5 })[0]!, /^speculative\.draftDeadline\.factor: /);
+  assert.match(bad({ floorMs: -1 })[0]!, /^speculative\.draftDeadline\.floorMs: /);
+  assert.match(bad({ floor: 10 })[0]!, /^speculative\.draftDeadline: .*floor/);
+});

@@ -1,4 +1,5 @@
 /** A draft pool and a target pool of simulated workers behind a gateway with a cascade. */
+import { connect, createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import { parseConfig, type RawConfig } from '../../src/config.js';
 import { createGateway, type Gateway } from '../../src/gateway/gateway.js';
 import { startSimWorker, type SimWorker } from '../../src/sim/worker/server.js';
@@ -83,4 +84,62 @@ export function chiSquared(counts: Map<number, number>, probs: Map<number, numbe
     cells++;
   }
   return { stat, df: Math.max(1, cells - 1) };
+}
+
+/**
+ * A TCP proxy in front of a worker that can be frozen, as SIGSTOP freezes a process: while
+ * frozen, connections are still accepted (by the kernel, for a stopped process) and bytes are
+ * taken in, but nothing is passed on in either direction; thawing passes on what was held.
+ */
+export interface FreezableProxy {
+  url: string;
+  freeze(): void;
+  /** Freeze when the n-th request from now for `path` arrives (it is held, unanswered). */
+  freezeAt(n: number, path: string): void;
+  thaw(): void;
+  close(): Promise<void>;
+}
+
+export async function freezableProxy(target: string): Promise<FreezableProxy> {
+  const { port: targetPort, hostname } = new URL(target);
+  let frozen = false;
+  const held: Array<() => void> = [];
+  const sockets = new Set<Socket>();
+  let trigger: { left: number; line: string } | null = null;
+  const pass = (from: Socket, to: Socket, fromClient: boolean) => {
+    from.on('data', (chunk: Buffer) => {
+      if (fromClient && trigger && chunk.includes(trigger.line) && --trigger.left === 0) {
+        trigger = null;
+        frozen = true;
+      }
+      if (frozen) held.push(() => to.write(chunk));
+      else to.write(chunk);
+    });
+    from.on('close', () => (frozen ? held.push(() => to.destroy()) : to.destroy()));
+    from.on('error', () => undefined);
+  };
+  const server = createNetServer((client) => {
+    const upstream = connect(Number(targetPort), hostname);
+    sockets.add(client);
+    sockets.add(upstream);
+    client.on('close', () => sockets.delete(client));
+    upstream.on('close', () => sockets.delete(upstream));
+    pass(client, upstream, true);
+    pass(upstream, client, false);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    freeze: () => void (frozen = true),
+    freezeAt: (n, path) => void (trigger = { left: n, line: `POST ${path} ` }),
+    thaw: () => {
+      frozen = false;
+      for (const f of held.splice(0)) f();
+    },
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+  };
 }
