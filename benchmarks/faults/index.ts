@@ -7,6 +7,7 @@ import { admissionBurst } from './scenarios/admission-burst.js';
 import { allDown } from './scenarios/all-down.js';
 import { crossSitePost } from './scenarios/cross-site-post.js';
 import { crossTenantProbe } from './scenarios/cross-tenant-probe.js';
+import { longPrompt } from './scenarios/long-prompt.js';
 import { oversizedAsks } from './scenarios/oversized-asks.js';
 import { stalledClients } from './scenarios/stalled-clients.js';
 import { massDisconnect } from './scenarios/mass-disconnect.js';
@@ -31,4 +32,6 @@ export const SCENARIOS: FaultScenario[] = [
   crossTenantProbe,
   crossSitePost,
   oversizedAsks,
+  // Hardening round two (issue 48).
+  longPrompt,
 ];

@@ -192,6 +192,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
         checkIntervalMs: config.outlier.checkIntervalMs,
         clock,
         attemptsOn: (id) => relay.attemptsOn(id),
+        prefillRate: policy.prefillRate ? (w) => policy.prefillRate!(w) : undefined,
         onSuspect: (w, reason) => {
           m.outlierSuspicions.labels(w.id).inc();
           registry.breaker(w.id).onFailure();

@@ -7,10 +7,14 @@
  * the later of its last byte (on any connection: requests, scrapes, probes) and the dispatch of
  * the oldest stream it owes. Silence longer than its allowance —
  *
- *     allowance = max(minSilenceMs, ttftFactor × max(its recent TTFT, the median of its peers'))
+ *     allowance = max(minSilenceMs,
+ *                     ttftFactor × max(its recent TTFT, the median of its peers'),
+ *                     ttftFactor × its prefill backlog / its prefill rate)
  *
- * (recent TTFT: an exponentially weighted mean of dispatch → first streamed byte) — makes it
- * *suspected*, at once:
+ * (recent TTFT: an exponentially weighted mean of dispatch → first streamed byte; prefill
+ * backlog: the uncached prompt tokens the gateway has sent it whose first token has not come,
+ * WorkerState.inflightPrefillTokens; prefill rate: the routing policy's measured or configured
+ * tokens/s for the worker) — makes it *suspected*, at once:
  * - it gets no new requests (the `healthy` filter skips suspected workers);
  * - every attempt on it that has not sent the client a byte (streamed or not) and has waited
  *   longer than the allowance is abandoned and retried on another worker: the client has seen
@@ -30,6 +34,10 @@
  * once nothing it owed is left waiting).
  *
  * Non-streamed requests are not judged by silence: their whole answer comes at the end.
+ *
+ * A worker prefilling a long prompt sends nothing until it is done (58,000 uncached tokens take a
+ * simulated H100 about 2 s): its silence is judged against that work, never against a fixed time,
+ * so a long prompt on a healthy worker is neither retried elsewhere nor counted against it.
  */
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { Clock } from '../util/clock.js';
@@ -42,12 +50,23 @@ export interface OutlierOptions {
   clock: Clock;
   /** Attempts in flight on a worker (the relay's). */
   attemptsOn: (workerId: string) => Iterable<RelayAttempt>;
+  /**
+   * The worker's prefill throughput, tokens/s: measured by the routing policy, or its configured
+   * default (KvgatePolicy.prefillRate). Absent: DEFAULT_PREFILL_TOKENS_PER_SEC.
+   */
+  prefillRate?: (w: WorkerState) => number;
   onSuspect?: (w: WorkerState, reason: string) => void;
   onClear?: (w: WorkerState) => void;
 }
 
 /** Weight of the newest sample in the TTFT mean. */
 const EWMA_ALPHA = 0.2;
+/**
+ * Prefill throughput assumed for a worker whose routing policy measures none, tokens/s: the
+ * kvgate policy's default `prefillTokensPerSec` (scheduler/policies/kvgate.ts). Erring slow only
+ * lengthens the allowance while a long prompt is in flight.
+ */
+export const DEFAULT_PREFILL_TOKENS_PER_SEC = 10_000;
 
 export class OutlierDetector implements AttemptWatch {
   private readonly ttft = new Map<string, number>();
@@ -79,6 +98,9 @@ export class OutlierDetector implements AttemptWatch {
   }
 
   onFirstByte(w: WorkerState, ms: number): void {
+    // A first byte that a long prefill explains says how long the prompt was, not how responsive
+    // the worker is: it would stretch the allowance of every short request after it.
+    if (this.o.ttftFactor * this.prefillMs(w) > this.o.minSilenceMs) return;
     const prev = this.ttft.get(w.id);
     this.ttft.set(w.id, prev === undefined ? ms : prev + EWMA_ALPHA * (ms - prev));
   }
@@ -94,7 +116,7 @@ export class OutlierDetector implements AttemptWatch {
     if (!/timed out/.test(error)) return;
     const repeated = this.timedOut.has(w.id);
     this.timedOut.add(w.id);
-    if (this.o.clock.now() - w.lastByteAt < this.o.minSilenceMs) return;
+    if (this.o.clock.now() - w.lastByteAt < this.allowanceMs(w)) return;
     let busy = false;
     for (const _ of this.o.attemptsOn(w.id)) busy = true;
     if (busy || repeated) this.suspect(w, `a check of the worker timed out (${error})`);
@@ -111,7 +133,15 @@ export class OutlierDetector implements AttemptWatch {
     }
     peers.sort((a, b) => a - b);
     const median = peers.length > 0 ? peers[Math.floor(peers.length / 2)]! : 0;
-    return Math.max(this.o.minSilenceMs, this.o.ttftFactor * Math.max(own, median));
+    return Math.max(this.o.minSilenceMs, this.o.ttftFactor * Math.max(own, median), this.o.ttftFactor * this.prefillMs(w));
+  }
+
+  /** How long the worker needs to prefill what the gateway has sent it and not had a first token for (ms). */
+  prefillMs(w: WorkerState): number {
+    const backlog = w.inflightPrefillTokens;
+    if (backlog <= 0) return 0;
+    const rate = this.o.prefillRate?.(w) ?? DEFAULT_PREFILL_TOKENS_PER_SEC;
+    return rate > 0 && Number.isFinite(rate) ? (1000 * backlog) / rate : (1000 * backlog) / DEFAULT_PREFILL_TOKENS_PER_SEC;
   }
 
   /** One pass over the fleet (run every checkIntervalMs; tests may call it). */
