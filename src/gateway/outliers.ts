@@ -9,12 +9,12 @@
  *
  *     allowance = max(minSilenceMs,
  *                     ttftFactor × max(its recent TTFT, the median of its peers'),
- *                     ttftFactor × its prefill backlog / its prefill rate)
+ *                     ttftFactor × its longest prefill / its prefill rate)
  *
- * (recent TTFT: an exponentially weighted mean of dispatch → first streamed byte; prefill
- * backlog: the uncached prompt tokens the gateway has sent it whose first token has not come,
- * WorkerState.inflightPrefillTokens; prefill rate: the routing policy's measured or configured
- * tokens/s for the worker) — makes it *suspected*, at once:
+ * (recent TTFT: an exponentially weighted mean of dispatch → first streamed byte; longest prefill:
+ * the most uncached prompt tokens of one attempt on it still waiting for its first byte; prefill
+ * rate: the routing policy's measured or configured tokens/s for the worker) — makes it
+ * *suspected*, at once:
  * - it gets no new requests (the `healthy` filter skips suspected workers);
  * - every attempt on it that has not sent the client a byte (streamed or not) and has waited
  *   longer than the allowance is abandoned and retried on another worker: the client has seen
@@ -37,7 +37,11 @@
  *
  * A worker prefilling a long prompt sends nothing until it is done (58,000 uncached tokens take a
  * simulated H100 about 2 s): its silence is judged against that work, never against a fixed time,
- * so a long prompt on a healthy worker is neither retried elsewhere nor counted against it.
+ * so a long prompt on a healthy worker is neither retried elsewhere nor counted against it. The
+ * longest single prefill, not the sum of all waiting: an engine schedules first come, first served
+ * (vLLM's scheduler), so each first token follows the one before by at most its own prefill; and a
+ * hung worker that keeps being sent short prompts until it is suspected does not earn itself more
+ * silence with each of them.
  */
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { Clock } from '../util/clock.js';
@@ -136,9 +140,10 @@ export class OutlierDetector implements AttemptWatch {
     return Math.max(this.o.minSilenceMs, this.o.ttftFactor * Math.max(own, median), this.o.ttftFactor * this.prefillMs(w));
   }
 
-  /** How long the worker needs to prefill what the gateway has sent it and not had a first token for (ms). */
+  /** How long the worker needs for the longest prefill it was sent and has not answered a byte for (ms). */
   prefillMs(w: WorkerState): number {
-    const backlog = w.inflightPrefillTokens;
+    let backlog = 0;
+    for (const a of this.o.attemptsOn(w.id)) if (!a.relaying && a.uncachedTokens > backlog) backlog = a.uncachedTokens;
     if (backlog <= 0) return 0;
     const rate = this.o.prefillRate?.(w) ?? DEFAULT_PREFILL_TOKENS_PER_SEC;
     return rate > 0 && Number.isFinite(rate) ? (1000 * backlog) / rate : (1000 * backlog) / DEFAULT_PREFILL_TOKENS_PER_SEC;

@@ -20,8 +20,9 @@ function setup(prefillRate?: (w: WorkerState) => number) {
     ...(prefillRate ? { prefillRate } : {}),
     onSuspect: (w) => suspected.push(w.id),
   });
-  const attempt = (worker: string, o: { stream: boolean; relaying: boolean; at: number }) => {
+  const attempt = (worker: string, o: { stream: boolean; relaying: boolean; at: number; uncached?: number }) => {
     const a = {
+      uncachedTokens: o.uncached ?? 0,
       given: [] as string[],
       isStream: o.stream,
       relaying: o.relaying,
@@ -98,20 +99,16 @@ test('non-streamed requests alone are not judged by silence; a timed-out check a
   assert.equal(b.suspected, true);
 });
 
-/** Charge `w` with a request of `uncached` prompt tokens still waiting for its first token (as Router.route does). */
-function charge(w: WorkerState, id: string, uncached: number): void {
-  w.begin({ id, promptTokens: uncached, uncachedTokens: uncached, maxTokens: 8, blocks: 1, dispatchedAt: 0 });
-}
-
 test('a worker prefilling a long prompt is allowed the factor times that prefill at its measured rate', () => {
   // 20,000 tokens/s measured: 40,000 uncached tokens are 2 s of prefill, 8 s allowed at factor 4.
   const { d, workers, attempt, suspected, set } = setup(() => 20_000);
   const a = workers[0]!;
   d.onFirstByte(a, 50);
   assert.equal(d.allowanceMs(a), 500);
-  charge(a, 'long', 40_000);
+  const waiting = attempt('a', { stream: true, relaying: false, at: 0, uncached: 40_000 });
+  // Short prompts sent after it do not add to it: the longest prefill counts.
+  attempt('a', { stream: false, relaying: false, at: 0, uncached: 300 });
   assert.equal(d.allowanceMs(a), 8_000);
-  const waiting = attempt('a', { stream: true, relaying: false, at: 0 });
   set(2_100);
   d.check();
   assert.equal(a.suspected, false, 'silent through its prefill: not suspected');
@@ -124,19 +121,17 @@ test('a worker prefilling a long prompt is allowed the factor times that prefill
   d.check();
   assert.deepEqual(suspected, ['a']);
   assert.deepEqual(waiting.given, ['retry']);
-  // The first token came: the prefill no longer stretches the allowance.
-  a.firstToken('long', 8_200);
-  assert.equal(d.allowanceMs(a), 500);
+  assert.equal(d.allowanceMs(a), 500, 'given up and gone: its prefill no longer stretches the allowance');
 });
 
 test('without a measured rate the default prefill rate applies; a TTFT its prefill explains is not learned as slowness', () => {
-  const { d, workers } = setup();
+  const { d, workers, attempt } = setup();
   const [a, b] = workers as [WorkerState, WorkerState];
-  charge(a, 'long', 58_000);
+  const long = attempt('a', { stream: true, relaying: false, at: 0, uncached: 58_000 });
   assert.equal(d.allowanceMs(a), (4 * 1000 * 58_000) / DEFAULT_PREFILL_TOKENS_PER_SEC);
   assert.equal(d.allowanceMs(b), 500, 'a peer’s prefill is its own');
   d.onFirstByte(a, 2_080);
-  a.firstToken('long', 2_080);
+  long.relaying = true;
   assert.equal(d.allowanceMs(a), 500, 'the long first token did not stretch later allowances');
   assert.equal(d.allowanceMs(b), 500);
 });
@@ -145,8 +140,7 @@ test('a timed-out check during a long prefill does not suspect the worker', () =
   const { d, workers, attempt, set } = setup(() => 20_000);
   const c = workers[2]!;
   d.onWatchResult(c, null);
-  charge(c, 'long', 40_000);
-  attempt('c', { stream: true, relaying: false, at: 0 });
+  attempt('c', { stream: true, relaying: false, at: 0, uncached: 40_000 });
   set(1_500);
   d.onWatchResult(c, '/metrics timed out after 160 ms');
   assert.equal(c.suspected, false);
