@@ -481,9 +481,11 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
 
   /** Keep the stream's last bytes (copying only chunks shorter than the window) and note a Responses stream's closing event. */
   private trackEnd(chunk: Buffer): void {
-    if (this.ctx.kind === 'responses') {
-      if (!this.responsesEnded) for (const e of RESPONSES_END_EVENTS) if (chunk.indexOf(e) !== -1) this.responsesEnded = true;
-      return;
+    if (this.ctx.kind === 'responses' && !this.responsesEnded) {
+      // The event's name may be split between this chunk and the last: look across the seam too.
+      const prev = this.endBytes;
+      const seam = prev.length > 0 ? Buffer.concat([prev.subarray(Math.max(0, prev.length - END_WINDOW)), chunk.subarray(0, END_WINDOW)]) : EMPTY;
+      for (const e of RESPONSES_END_EVENTS) if (chunk.indexOf(e) !== -1 || seam.indexOf(e) !== -1) this.responsesEnded = true;
     }
     const n = chunk.length;
     if (n >= END_WINDOW) this.endBytes = chunk;
