@@ -8,6 +8,8 @@ import { allDown } from './scenarios/all-down.js';
 import { crossSitePost } from './scenarios/cross-site-post.js';
 import { crossTenantProbe } from './scenarios/cross-tenant-probe.js';
 import { longPrompt } from './scenarios/long-prompt.js';
+import { requestKillsWorker } from './scenarios/request-kills-worker.js';
+import { truncatedStream } from './scenarios/truncated-stream.js';
 import { oversizedAsks } from './scenarios/oversized-asks.js';
 import { stalledClients } from './scenarios/stalled-clients.js';
 import { massDisconnect } from './scenarios/mass-disconnect.js';
@@ -34,4 +36,6 @@ export const SCENARIOS: FaultScenario[] = [
   oversizedAsks,
   // Hardening round two (issue 48).
   longPrompt,
+  requestKillsWorker,
+  truncatedStream,
 ];

@@ -58,6 +58,44 @@ test('a request whose worker dies serving it alone is not retried on another: 50
   }
 });
 
+test('a worker that exits on a request sent over a kept-alive connection: not retried elsewhere either', async () => {
+  // The gateway's pool sends a request again once when a reused connection closes unanswered (an
+  // idle-timeout race); here the resend finds the worker gone, and the request stays unretried.
+  const mk = async () => {
+    let got = 0;
+    const w: { got: () => number; exited: boolean; stub?: Awaited<ReturnType<typeof startStub>> } = { got: () => got, exited: false };
+    w.stub = await startStub(
+      workerStandIn((req, body, res) => {
+        got++;
+        if (body.includes('POISON')) {
+          w.exited = true;
+          w.stub!.server.close();
+          w.stub!.server.closeAllConnections();
+          return;
+        }
+        completion(res);
+      }),
+    );
+    return w;
+  };
+  const a = await mk();
+  const b = await mk();
+  const { gw, url } = await startGateway([a.stub!.url, b.stub!.url], { ...quietFleet, retry: { attempts: 2 } });
+  try {
+    for (let i = 0; i < 4; i++) assert.equal((await post(url + '/v1/completions', { model: MODEL, prompt: `warm ${i}`, max_tokens: 4 })).status, 200);
+    const before = a.got() + b.got();
+    const r = await post(url + '/v1/completions', { model: MODEL, prompt: 'POISON pill', max_tokens: 4 });
+    assert.equal(r.status, 502, r.text);
+    assert.equal(r.json.error.code, 'upstream_worker_failed_on_request');
+    assert.equal(a.got() + b.got(), before + 1);
+    assert.equal([a, b].filter((w) => w.exited).length, 1);
+    assert.equal(gw.router.openCount, 0);
+  } finally {
+    await gw.close();
+    for (const w of [a, b]) if (!w.exited) await w.stub!.close();
+  }
+});
+
 test('a worker dropping a connection while it has other requests is not blamed on one: the request is retried', async () => {
   // w0 drops every POST once it holds two; w1 answers.
   const held: ServerResponse[] = [];
