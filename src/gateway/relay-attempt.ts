@@ -38,8 +38,13 @@ export interface AttemptEnv {
   upstreams: Upstreams;
   metrics: GatewayMetrics;
   clock: Clock;
-  /** Streams only: no first body byte within this many ms abandons the attempt. */
+  /**
+   * Streams only: no first body byte within this many ms abandons the attempt (or within the time
+   * prefillAllowanceMs allows the attempt's prompt, if longer).
+   */
   firstByteMs: number;
+  /** How long a worker may take to prefill `uncachedTokens` before its first byte, safety multiple included (ms). */
+  prefillAllowanceMs?: (worker: WorkerState, uncachedTokens: number) => number;
   /** Where a worker's raw error text and address go (never to the client). */
   logger?: Pick<Logger, 'warn'>;
   /** Told of bytes from workers and of streamed first bytes (outlier detection). */
@@ -108,6 +113,8 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
   lastByteAt = 0;
   /** Prompt tokens the worker is expected to compute for this attempt (what the router charged it). */
   readonly uncachedTokens: number;
+  /** The first-byte timeout of this attempt: env.firstByteMs, or longer for a long prefill. */
+  private readonly firstByteMs: number;
   /** True once any byte reached the client: from then on nothing can be retried. */
   private sentBytes = false;
   /**
@@ -144,6 +151,8 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     this.worker = decision.worker;
     this.breaker = env.fleet.breaker(decision.worker.id);
     this.uncachedTokens = decision.worker.inflight.get(ctx.id)?.uncachedTokens ?? 0;
+    const prefill = this.uncachedTokens > 0 ? (env.prefillAllowanceMs?.(decision.worker, this.uncachedTokens) ?? 0) : 0;
+    this.firstByteMs = Math.min(MAX_TIMER_MS, Math.max(env.firstByteMs, prefill));
   }
 
   /** Arm the timers, make the attempt cancellable, dispatch; resolves when the attempt settles. */
@@ -152,8 +161,8 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
       this.resolve = resolve;
       // Before the first byte of a stream the first-byte timeout applies too (whichever is sooner).
       // A non-streaming answer comes all at once at the end, so only the deadline bounds it.
-      if (this.ctx.stream && this.env.firstByteMs < this.remainingMs()) {
-        this.timer = setTimeout(() => this.abort('first_byte_timeout'), this.env.firstByteMs);
+      if (this.ctx.stream && this.firstByteMs < this.remainingMs()) {
+        this.timer = setTimeout(() => this.abort('first_byte_timeout'), this.firstByteMs);
       } else {
         this.armDeadline();
       }
@@ -426,7 +435,7 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
       case 'deadline':
         return errors.deadline(`worker ${id} did not finish within the request deadline`);
       case 'first_byte_timeout':
-        return errors.deadline(`worker ${id} sent nothing within ${this.env.firstByteMs} ms`);
+        return errors.deadline(`worker ${id} sent nothing within ${this.firstByteMs} ms`);
       case 'overloaded':
         return new ApiError(503, 'overloaded_error', 'upstream_overloaded', message, null, {
           'retry-after': String(Math.max(1, Math.ceil((this.retryAfterMs ?? 1000) / 1000))),

@@ -183,3 +183,30 @@ test('a worker’s huge Retry-After is clamped before it reaches the client', as
     await stub.close();
   }
 });
+
+test('the first-byte timeout stretches to a long prompt’s prefill; a short prompt still times out', async () => {
+  // Every stream's first byte comes 800 ms after its request.
+  const slow = await startStub(
+    workerStandIn((_req, _body, res) => {
+      setTimeout(() => {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.end('data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"ok"}}]}\n\ndata: [DONE]\n\n');
+      }, 800);
+    }),
+  );
+  const { gw, url } = await startGateway([slow.url], { ...quietFleet, outlier: { enabled: false }, timeouts: { firstByteMs: 300 }, retry: { attempts: 0 } });
+  try {
+    // About 6,000 tokens: 0.6 s of prefill at the default 10,000 tokens/s, 2.4 s allowed (factor 4).
+    const long = 'the of and to in is was for on that '.repeat(600);
+    const r = await post(url + '/v1/chat/completions', { model: MODEL, stream: true, messages: [{ role: 'user', content: long }] });
+    assert.equal(r.status, 200, r.text);
+    assert.ok(r.text.endsWith('data: [DONE]\n\n'));
+    const short = await post(url + '/v1/chat/completions', { model: MODEL, stream: true, messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(short.status, 504, short.text);
+    assert.match(short.json.error.message, /within 300 ms/);
+    assert.equal(gw.router.openCount, 0);
+  } finally {
+    await gw.close();
+    await slow.close();
+  }
+});
