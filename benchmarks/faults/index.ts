@@ -10,6 +10,9 @@ import { crossSitePost } from './scenarios/cross-site-post.js';
 import { draftHung } from './scenarios/draft-hung.js';
 import { crossTenantProbe } from './scenarios/cross-tenant-probe.js';
 import { embeddingsFlood } from './scenarios/embeddings-flood.js';
+import { longPrompt } from './scenarios/long-prompt.js';
+import { requestKillsWorker } from './scenarios/request-kills-worker.js';
+import { truncatedStream } from './scenarios/truncated-stream.js';
 import { oversizedAsks } from './scenarios/oversized-asks.js';
 import { queuePriority } from './scenarios/queue-priority.js';
 import { replicaKilled } from './scenarios/replica-killed.js';
@@ -51,4 +54,8 @@ export const SCENARIOS: FaultScenario[] = [
   metricsAuth,
   // Speculative cascade (issue 48).
   draftHung,
+  // Hardening round two (issue 48).
+  longPrompt,
+  requestKillsWorker,
+  truncatedStream,
 ];

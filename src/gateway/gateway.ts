@@ -38,7 +38,7 @@ import { setupCache } from './cache-setup.js';
 import { dashboardRoutes } from './dashboard/routes.js';
 import type { LocalRoute } from './local-routes.js';
 import { ConnectionGuard } from './connections.js';
-import { OutlierDetector } from './outliers.js';
+import { DEFAULT_PREFILL_TOKENS_PER_SEC, OutlierDetector } from './outliers.js';
 import { Relay } from './relay.js';
 import type { GatewayStage } from './stages.js';
 import type { GatewayService } from './types.js';
@@ -195,6 +195,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
         checkIntervalMs: config.outlier.checkIntervalMs,
         clock,
         attemptsOn: (id) => relay.attemptsOn(id),
+        prefillRate: (w) => prefillRateOf(policy, w),
         onSuspect: (w, reason) => {
           m.outlierSuspicions.labels(w.id).inc();
           registry.breaker(w.id).onFailure();
@@ -245,6 +246,9 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
     metrics: m,
     clock,
     firstByteMs: config.timeouts.firstByteMs,
+    // A long prompt's first token comes after its prefill: the first-byte timeout stretches to the
+    // same allowance outlier detection gives it (outlier.ttftFactor × its prefill at the worker's rate).
+    prefillAllowanceMs: (w, tokens) => (config.outlier.ttftFactor * 1000 * tokens) / prefillRateOf(policy, w),
     batchWrites: config.server.batchWrites,
     retries: config.retry.attempts,
     retryAfterSeconds: config.limits.retryAfterSeconds,
@@ -601,4 +605,10 @@ function isLoopback(address: string): boolean {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
+}
+
+/** The prefill rate the policy measures or assumes for the worker, tokens/s (outliers.ts's default if it has none). */
+function prefillRateOf(policy: Policy, w: WorkerState): number {
+  const r = policy.prefillRate?.(w);
+  return r !== undefined && r > 0 && Number.isFinite(r) ? r : DEFAULT_PREFILL_TOKENS_PER_SEC;
 }

@@ -7,9 +7,13 @@
  * the later of its last byte (on any connection: requests, scrapes, probes) and the dispatch of
  * the oldest stream it owes. Silence longer than its allowance —
  *
- *     allowance = max(minSilenceMs, ttftFactor × max(its recent TTFT, the median of its peers'))
+ *     allowance = max(minSilenceMs,
+ *                     ttftFactor × max(its recent TTFT, the median of its peers'),
+ *                     ttftFactor × its longest prefill / its prefill rate)
  *
- * (recent TTFT: an exponentially weighted mean of dispatch → first streamed byte) — makes it
+ * (recent TTFT: an exponentially weighted mean of dispatch → first streamed byte; longest prefill:
+ * the most uncached prompt tokens of one attempt on it still waiting for its first byte; prefill
+ * rate: the routing policy's measured or configured tokens/s for the worker) — makes it
  * *suspected*, at once:
  * - it gets no new requests (the `healthy` filter skips suspected workers);
  * - every attempt on it that has not sent the client a byte (streamed or not) and has waited
@@ -31,6 +35,14 @@
  *
  * Non-streamed requests are not judged by silence: their whole answer comes at the end.
  *
+ * A worker prefilling a long prompt sends nothing until it is done (58,000 uncached tokens take a
+ * simulated H100 about 2 s): its silence is judged against that work, never against a fixed time,
+ * so a long prompt on a healthy worker is neither retried elsewhere nor counted against it. The
+ * longest single prefill, not the sum of all waiting: an engine schedules first come, first served
+ * (vLLM's scheduler), so each first token follows the one before by at most its own prefill; and a
+ * hung worker that keeps being sent short prompts until it is suspected does not earn itself more
+ * silence with each of them.
+ *
  * A speculative cascade's draft calls are not relayed attempts: the cascade gives each a deadline
  * of its own (src/speculative/draft-deadline.ts) and reports one it missed (onCallTimedOut), which
  * suspects a worker also silent for minSilenceMs; its answers count as bytes (onBytes).
@@ -46,12 +58,23 @@ export interface OutlierOptions {
   clock: Clock;
   /** Attempts in flight on a worker (the relay's). */
   attemptsOn: (workerId: string) => Iterable<RelayAttempt>;
+  /**
+   * The worker's prefill throughput, tokens/s: measured by the routing policy, or its configured
+   * default (KvgatePolicy.prefillRate). Absent: DEFAULT_PREFILL_TOKENS_PER_SEC.
+   */
+  prefillRate?: (w: WorkerState) => number;
   onSuspect?: (w: WorkerState, reason: string) => void;
   onClear?: (w: WorkerState) => void;
 }
 
 /** Weight of the newest sample in the TTFT mean. */
 const EWMA_ALPHA = 0.2;
+/**
+ * Prefill throughput assumed for a worker whose routing policy measures none, tokens/s: the
+ * kvgate policy's default `prefillTokensPerSec` (scheduler/policies/kvgate.ts). Erring slow only
+ * lengthens the allowance while a long prompt is in flight.
+ */
+export const DEFAULT_PREFILL_TOKENS_PER_SEC = 10_000;
 
 export class OutlierDetector implements AttemptWatch {
   private readonly ttft = new Map<string, number>();
@@ -83,6 +106,9 @@ export class OutlierDetector implements AttemptWatch {
   }
 
   onFirstByte(w: WorkerState, ms: number): void {
+    // A first byte that a long prefill explains says how long the prompt was, not how responsive
+    // the worker is: it would stretch the allowance of every short request after it.
+    if (this.o.ttftFactor * this.prefillMs(w) > this.o.minSilenceMs) return;
     const prev = this.ttft.get(w.id);
     this.ttft.set(w.id, prev === undefined ? ms : prev + EWMA_ALPHA * (ms - prev));
   }
@@ -98,7 +124,7 @@ export class OutlierDetector implements AttemptWatch {
     if (!/timed out/.test(error)) return;
     const repeated = this.timedOut.has(w.id);
     this.timedOut.add(w.id);
-    if (this.o.clock.now() - w.lastByteAt < this.o.minSilenceMs) return;
+    if (this.o.clock.now() - w.lastByteAt < this.allowanceMs(w)) return;
     let busy = false;
     for (const _ of this.o.attemptsOn(w.id)) busy = true;
     if (busy || repeated) this.suspect(w, `a check of the worker timed out (${error})`);
@@ -129,7 +155,16 @@ export class OutlierDetector implements AttemptWatch {
     }
     peers.sort((a, b) => a - b);
     const median = peers.length > 0 ? peers[Math.floor(peers.length / 2)]! : 0;
-    return Math.max(this.o.minSilenceMs, this.o.ttftFactor * Math.max(own, median));
+    return Math.max(this.o.minSilenceMs, this.o.ttftFactor * Math.max(own, median), this.o.ttftFactor * this.prefillMs(w));
+  }
+
+  /** How long the worker needs for the longest prefill it was sent and has not answered a byte for (ms). */
+  prefillMs(w: WorkerState): number {
+    let backlog = 0;
+    for (const a of this.o.attemptsOn(w.id)) if (!a.relaying && a.uncachedTokens > backlog) backlog = a.uncachedTokens;
+    if (backlog <= 0) return 0;
+    const rate = this.o.prefillRate?.(w) ?? DEFAULT_PREFILL_TOKENS_PER_SEC;
+    return rate > 0 && Number.isFinite(rate) ? (1000 * backlog) / rate : (1000 * backlog) / DEFAULT_PREFILL_TOKENS_PER_SEC;
   }
 
   /** One pass over the fleet (run every checkIntervalMs; tests may call it). */

@@ -38,8 +38,13 @@ export interface AttemptEnv {
   upstreams: Upstreams;
   metrics: GatewayMetrics;
   clock: Clock;
-  /** Streams only: no first body byte within this many ms abandons the attempt. */
+  /**
+   * Streams only: no first body byte within this many ms abandons the attempt (or within the time
+   * prefillAllowanceMs allows the attempt's prompt, if longer).
+   */
   firstByteMs: number;
+  /** How long a worker may take to prefill `uncachedTokens` before its first byte, safety multiple included (ms). */
+  prefillAllowanceMs?: (worker: WorkerState, uncachedTokens: number) => number;
   /** Where a worker's raw error text and address go (never to the client). */
   logger?: Pick<Logger, 'warn'>;
   /** Told of bytes from workers and of streamed first bytes (outlier detection). */
@@ -56,18 +61,34 @@ export interface AttemptWatch {
   onFirstByte(worker: WorkerState, ms: number): void;
 }
 
-/** done: the response is over (whatever it was); otherwise nothing reached the client yet. */
-export type AttemptResult = { done: true } | { done: false; error: ApiError };
+/**
+ * done: the response is over (whatever it was); otherwise nothing reached the client yet, and the
+ * relay may try another worker unless `final` (the request itself may have brought its worker down).
+ */
+export type AttemptResult = { done: true } | { done: false; error: ApiError; final?: boolean };
 
-type FailReason = 'connect' | 'status_5xx' | 'overloaded' | 'first_byte_timeout' | 'deadline' | 'stream_error' | 'worker_down' | 'suspected' | 'stalled';
+type FailReason = 'connect' | 'status_5xx' | 'overloaded' | 'first_byte_timeout' | 'deadline' | 'stream_error' | 'worker_down' | 'suspected' | 'stalled' | 'truncated' | 'worker_died';
 type AbortCause = FailReason | 'client' | 'shutdown';
 
 const DONE: AttemptResult = { done: true };
+const EMPTY = Buffer.alloc(0);
 /** Most of a worker's error body kept (for the log, or the normalised 4xx message). */
 const MAX_ERROR_TEXT = 4096;
 /** In a Responses stream, the first event after the response's announcement (`response.output_item.added`) comes with the first token. */
 const RESPONSES_OUTPUT_EVENT = Buffer.from('response.output_');
 const MAX_TIMER_MS = 2 ** 31 - 1;
+/**
+ * The longest Retry-After taken from a worker, seconds: a worker's larger value (a misconfigured
+ * or hostile `Retry-After: 999999`) is clamped to it before it backs the worker off or reaches a
+ * client. A worker that needs longer fails its health probes instead.
+ */
+export const MAX_UPSTREAM_RETRY_AFTER_SECONDS = 60;
+/** How a chat or completions stream ends (vLLM serving_chat.py / serving_completion.py). */
+const SSE_DONE_MARK = Buffer.from('data: [DONE]');
+/** Bytes of a stream's end kept to find SSE_DONE_MARK in (it may arrive split over chunks). */
+const END_WINDOW = 32;
+/** The events that end a Responses stream (vLLM's responses_stream_generator); it sends no [DONE]. */
+const RESPONSES_END_EVENTS = [Buffer.from('response.completed'), Buffer.from('response.incomplete'), Buffer.from('response.failed')];
 
 export class RelayAttempt implements Dispatcher.DispatchHandler {
   private readonly worker: WorkerState;
@@ -90,6 +111,10 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
   /** Clock time of dispatch and of the last byte from the worker (outlier detection reads them). */
   dispatchedAt = 0;
   lastByteAt = 0;
+  /** Prompt tokens the worker is expected to compute for this attempt (what the router charged it). */
+  readonly uncachedTokens: number;
+  /** The first-byte timeout of this attempt: env.firstByteMs, or longer for a long prefill. */
+  private readonly firstByteMs: number;
   /** True once any byte reached the client: from then on nothing can be retried. */
   private sentBytes = false;
   /**
@@ -98,6 +123,10 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
    * prompt is prefilled (vLLM's responses_stream_generator): there it is the first output event.
    */
   private firstTokenSeen = false;
+  /** A stream's last bytes relayed (at least END_WINDOW of them once that many came): did it end with [DONE]? */
+  private endBytes: Buffer = EMPTY;
+  /** A Responses stream relayed its closing event. */
+  private responsesEnded = false;
   /** Last two bytes relayed (api/sse.ts), so an error event never lands inside a partial event. */
   private tail = TAIL_AT_BOUNDARY;
   /** The answer's length, counted as it passes (the routing policy learns answer lengths). */
@@ -121,6 +150,9 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
   ) {
     this.worker = decision.worker;
     this.breaker = env.fleet.breaker(decision.worker.id);
+    this.uncachedTokens = decision.worker.inflight.get(ctx.id)?.uncachedTokens ?? 0;
+    const prefill = this.uncachedTokens > 0 ? (env.prefillAllowanceMs?.(decision.worker, this.uncachedTokens) ?? 0) : 0;
+    this.firstByteMs = Math.min(MAX_TIMER_MS, Math.max(env.firstByteMs, prefill));
   }
 
   /** Arm the timers, make the attempt cancellable, dispatch; resolves when the attempt settles. */
@@ -129,8 +161,8 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
       this.resolve = resolve;
       // Before the first byte of a stream the first-byte timeout applies too (whichever is sooner).
       // A non-streaming answer comes all at once at the end, so only the deadline bounds it.
-      if (this.ctx.stream && this.env.firstByteMs < this.remainingMs()) {
-        this.timer = setTimeout(() => this.abort('first_byte_timeout'), this.env.firstByteMs);
+      if (this.ctx.stream && this.firstByteMs < this.remainingMs()) {
+        this.timer = setTimeout(() => this.abort('first_byte_timeout'), this.firstByteMs);
       } else {
         this.armDeadline();
       }
@@ -199,7 +231,10 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     if (!this.sentBytes) this.onFirstByte();
     if (!this.firstTokenSeen && chunk.indexOf(RESPONSES_OUTPUT_EVENT) !== -1) this.onFirstToken();
     this.outputTokens.chunk(chunk, ctx.stream, this.tail);
-    if (ctx.stream) this.tail = updateTail(this.tail, chunk);
+    if (ctx.stream) {
+      this.tail = updateTail(this.tail, chunk);
+      this.trackEnd(chunk);
+    }
     if (ctx.taps.length > 0) runTaps(ctx, chunk);
     const res = ctx.res;
     if (this.env.batchWrites === true) holdWrites(res.socket);
@@ -219,6 +254,12 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     }
     if (status >= 400) {
       this.relayClientError();
+      return;
+    }
+    if (ctx.stream && !this.streamFinished()) {
+      // The worker closed the stream cleanly but before its end: the answer is cut short.
+      this.env.logger?.warn({ id: ctx.id, worker: this.worker.id, kind: ctx.kind }, 'worker ended a stream without its closing event');
+      this.fail('truncated', `worker ${this.worker.id} ended the stream before the answer was complete`);
       return;
     }
     if (!this.sentBytes) {
@@ -252,7 +293,9 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     if (this.settled || this.abortedBy !== null) return;
     // The raw error names the worker's address: it goes to the log, the client gets the worker's id.
     this.env.logger?.warn({ id: this.ctx.id, worker: this.worker.id, err: errMessage(err) }, 'worker request failed');
-    if (this.status === 0) this.fail('connect', `worker ${this.worker.id} is unreachable`);
+    if (!this.sentBytes && droppedConnection(err) && this.aloneOnWorker()) {
+      this.fail('worker_died', `worker ${this.worker.id} dropped the connection while serving this request alone`);
+    } else if (this.status === 0) this.fail('connect', `worker ${this.worker.id} is unreachable`);
     else this.fail('stream_error', 'the connection to the worker failed');
   }
 
@@ -366,8 +409,9 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     if (!this.sentBytes) {
       const err = this.errorBeforeBytes(reason, message);
       ctx.status = err.status;
-      // The relay tries another worker unless the deadline has passed.
-      this.settle({ done: false, error: err }, false, reason);
+      // The relay tries another worker unless the deadline has passed, or the request may be what
+      // killed this one: sent on, it could kill the next (a prompt that crashes the engine).
+      this.settle(reason === 'worker_died' ? { done: false, error: err, final: true } : { done: false, error: err }, false, reason);
       return;
     }
     // Bytes are out: end the response honestly, never as a clean success.
@@ -376,7 +420,9 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
         ? errors.deadline('the request deadline passed mid-response')
         : reason === 'stalled'
           ? errors.upstream(`worker ${worker.id} stopped responding mid-response`, 'upstream_stream_error')
-          : errors.upstream(`worker ${worker.id} failed mid-response: ${message}`, 'upstream_stream_error');
+          : reason === 'truncated'
+            ? errors.upstream(message, 'upstream_stream_truncated')
+            : errors.upstream(`worker ${worker.id} failed mid-response: ${message}`, 'upstream_stream_error');
     ctx.status = err.status;
     if (ctx.stream && !ctx.res.destroyed) this.endWithErrorEvent(err);
     else ctx.res.destroy();
@@ -389,7 +435,7 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
       case 'deadline':
         return errors.deadline(`worker ${id} did not finish within the request deadline`);
       case 'first_byte_timeout':
-        return errors.deadline(`worker ${id} sent nothing within ${this.env.firstByteMs} ms`);
+        return errors.deadline(`worker ${id} sent nothing within ${this.firstByteMs} ms`);
       case 'overloaded':
         return new ApiError(503, 'overloaded_error', 'upstream_overloaded', message, null, {
           'retry-after': String(Math.max(1, Math.ceil((this.retryAfterMs ?? 1000) / 1000))),
@@ -398,6 +444,11 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
         return errors.upstream(`worker ${id} was taken out of service (failing health probes)`, 'upstream_unreachable');
       case 'suspected':
         return errors.deadline(`worker ${id} stopped responding`);
+      case 'worker_died':
+        return errors.upstream(
+          `worker ${id} failed while serving this request and no other (its connection dropped); it was not retried on another worker, in case the request itself brought the worker down`,
+          'upstream_worker_failed_on_request',
+        );
       default:
         return errors.upstream(message, reason === 'connect' ? 'upstream_unreachable' : 'upstream_error');
     }
@@ -420,6 +471,43 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     }
     ctx.status = why === 'client' ? 499 : 503;
     this.settle(DONE, false, why === 'client' ? 'client_abort' : 'shutdown');
+  }
+
+  /**
+   * Whether this attempt was the only request the worker had when its connection dropped. A worker
+   * that dies with several requests drops them all at once: each then settles in turn, the later
+   * ones finding fewer left in flight, so a drop on the same worker within SIBLING_DROP_MS of
+   * another makes none of them the one to blame.
+   */
+  private aloneOnWorker(): boolean {
+    const w = this.worker;
+    const now = this.env.clock.now();
+    const last = lastDropAt.get(w);
+    lastDropAt.set(w, now);
+    if (last !== undefined && now - last < SIBLING_DROP_MS) return false;
+    return w.inflight.size <= 1;
+  }
+
+  /** Keep the stream's last bytes (copying only chunks shorter than the window) and note a Responses stream's closing event. */
+  private trackEnd(chunk: Buffer): void {
+    if (this.ctx.kind === 'responses' && !this.responsesEnded) {
+      // The event's name may be split between this chunk and the last: look across the seam too.
+      const prev = this.endBytes;
+      const seam = prev.length > 0 ? Buffer.concat([prev.subarray(Math.max(0, prev.length - END_WINDOW)), chunk.subarray(0, END_WINDOW)]) : EMPTY;
+      for (const e of RESPONSES_END_EVENTS) if (chunk.indexOf(e) !== -1 || seam.indexOf(e) !== -1) this.responsesEnded = true;
+    }
+    const n = chunk.length;
+    if (n >= END_WINDOW) this.endBytes = chunk;
+    else if (n > 0) this.endBytes = Buffer.concat([this.endBytes.subarray(Math.max(0, this.endBytes.length - (END_WINDOW - n))), chunk]);
+  }
+
+  /** The stream reached its own end: [DONE] for chat and completions, a closing event for Responses. */
+  private streamFinished(): boolean {
+    const kind = this.ctx.kind;
+    if (kind === 'responses') return this.responsesEnded;
+    if (kind !== 'chat' && kind !== 'completions') return true;
+    const b = this.endBytes;
+    return b.subarray(Math.max(0, b.length - END_WINDOW)).indexOf(SSE_DONE_MARK) !== -1;
   }
 
   /** Ends a stream with an error event, first terminating a partially relayed event. */
@@ -503,6 +591,21 @@ function runTaps(ctx: RequestContext, chunk: Buffer): void {
   }
 }
 
+/** Clock time of each worker's last dropped connection (RelayAttempt.aloneOnWorker). */
+const lastDropAt = new WeakMap<WorkerState, number>();
+/** Drops on one worker this close together (ms) are one event: the worker went down with all of them. */
+const SIBLING_DROP_MS = 1000;
+
+/**
+ * The worker's end of an established connection closed under the request (undici's SocketError
+ * "other side closed", a reset, a broken pipe): unlike a refused or timed-out connect, the worker
+ * had the request.
+ */
+function droppedConnection(e: Error): boolean {
+  const code = (e as { code?: string }).code;
+  return code === 'UND_ERR_SOCKET' || code === 'ECONNRESET' || code === 'EPIPE';
+}
+
 function errMessage(e: Error): string {
   const code = (e as { code?: string }).code;
   return code ? `${code} ${e.message}` : e.message;
@@ -513,11 +616,11 @@ function failsAttempt(status: number): boolean {
   return status >= 500 || status === 429;
 }
 
-/** A Retry-After header in seconds (HTTP dates are not followed), as ms. */
-function retryAfterMs(v: string | string[] | undefined): number | undefined {
+/** A Retry-After header in seconds (HTTP dates are not followed), as ms, at most MAX_UPSTREAM_RETRY_AFTER_SECONDS. */
+export function retryAfterMs(v: string | string[] | undefined): number | undefined {
   const s = Array.isArray(v) ? v[0] : v;
   if (s === undefined || !/^\s*\d+\s*$/.test(s)) return undefined;
-  return Number(s) * 1000;
+  return Math.min(Number(s), MAX_UPSTREAM_RETRY_AFTER_SECONDS) * 1000;
 }
 
 /** A worker's 4xx body → an ApiError in OpenAI's shape (see RelayAttempt.relayClientError). */

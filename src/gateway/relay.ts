@@ -12,6 +12,9 @@
  *   the worker is overloaded, so the worker is backed off (its circuit breaker, not counted as a
  *   failure) and the request tried elsewhere; when every attempt met an overloaded worker the client gets 503
  *   `upstream_overloaded` with Retry-After (a real failure among them: its error).
+ * - A request whose worker dropped its connection while serving it and no other request is not
+ *   retried: it may be what brought the worker down (a prompt that crashes the engine), and sent on
+ *   it could take the next worker down too. The client gets 502 `upstream_worker_failed_on_request`.
  * - Once bytes have reached the client nothing is retried: a failing stream ends with an SSE error
  *   event (see api/sse.ts), a failing JSON response is cut (the client sees a truncated body).
  * - The client going away aborts the upstream request, so the worker frees the sequence.
@@ -123,6 +126,7 @@ export class Relay {
         if (ctx.abortReason === 'shutdown') throw r.error;
         return;
       }
+      if (r.final === true) throw r.error;
       // A real failure says more than a worker being busy: answer with it if there was one.
       if (!(lastError && r.error.code === 'upstream_overloaded')) lastError = r.error;
     }

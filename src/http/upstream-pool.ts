@@ -154,6 +154,12 @@ class Exchange implements ExchangeController, ResponseSink {
     this.settled = true;
     this.conn = null;
     this.pool.settled();
+    // Sent again after its connection closed unanswered, and the worker now refuses connections:
+    // it went away with the request. What the caller learns is the first failure, the drop.
+    const code = (err as { code?: string }).code;
+    if (this.retried && (code === 'ECONNREFUSED' || code === 'UND_ERR_CONNECT_TIMEOUT')) {
+      err = new UpstreamError(`the worker closed the connection before answering, then refused it sent again (${code})`, 'UND_ERR_SOCKET');
+    }
     this.handler.onResponseError?.(this, err);
   }
 

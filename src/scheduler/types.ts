@@ -181,6 +181,11 @@ export interface Policy {
    * length, when the relay could count it (a finished answer).
    */
   onComplete?(req: RouteRequest, worker: WorkerState, ok: boolean, ctx: RoutingContext, outputTokens?: number): void;
+  /**
+   * The prefill throughput the policy assumes for the worker, tokens/s (measured, or its configured
+   * default). Outlier detection judges a silent worker against the prefill it was sent with it.
+   */
+  prefillRate?(worker: WorkerState): number;
   /** Extra per-worker fields for /admin/workers (e.g. a learned prefill rate). */
   describeWorker?(worker: WorkerState): Record<string, unknown>;
   /**

@@ -2,10 +2,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { WorkerState } from '../../src/fleet/worker-state.js';
-import { OutlierDetector } from '../../src/gateway/outliers.js';
+import { DEFAULT_PREFILL_TOKENS_PER_SEC, OutlierDetector } from '../../src/gateway/outliers.js';
 import type { RelayAttempt } from '../../src/gateway/relay-attempt.js';
 
-function setup() {
+function setup(prefillRate?: (w: WorkerState) => number) {
   let now = 0;
   const clock = { now: () => now };
   const workers = ['a', 'b', 'c'].map((id) => new WorkerState({ id, url: `http://${id}:1`, pool: 'p', model: 'm' }));
@@ -17,10 +17,12 @@ function setup() {
     checkIntervalMs: 100,
     clock,
     attemptsOn: (id) => (attempts.get(id) ?? []) as unknown as RelayAttempt[],
+    ...(prefillRate ? { prefillRate } : {}),
     onSuspect: (w) => suspected.push(w.id),
   });
-  const attempt = (worker: string, o: { stream: boolean; relaying: boolean; at: number }) => {
+  const attempt = (worker: string, o: { stream: boolean; relaying: boolean; at: number; uncached?: number }) => {
     const a = {
+      uncachedTokens: o.uncached ?? 0,
       given: [] as string[],
       isStream: o.stream,
       relaying: o.relaying,
@@ -95,4 +97,54 @@ test('non-streamed requests alone are not judged by silence; a timed-out check a
   assert.equal(b.suspected, true);
   d.onWatchResult(b, 'connect ECONNREFUSED');
   assert.equal(b.suspected, true);
+});
+
+test('a worker prefilling a long prompt is allowed the factor times that prefill at its measured rate', () => {
+  // 20,000 tokens/s measured: 40,000 uncached tokens are 2 s of prefill, 8 s allowed at factor 4.
+  const { d, workers, attempt, suspected, set } = setup(() => 20_000);
+  const a = workers[0]!;
+  d.onFirstByte(a, 50);
+  assert.equal(d.allowanceMs(a), 500);
+  const waiting = attempt('a', { stream: true, relaying: false, at: 0, uncached: 40_000 });
+  // Short prompts sent after it do not add to it: the longest prefill counts.
+  attempt('a', { stream: false, relaying: false, at: 0, uncached: 300 });
+  assert.equal(d.allowanceMs(a), 8_000);
+  set(2_100);
+  d.check();
+  assert.equal(a.suspected, false, 'silent through its prefill: not suspected');
+  assert.deepEqual(waiting.given, []);
+  set(7_900);
+  d.check();
+  assert.equal(a.suspected, false);
+  // Still nothing long past any prefill that long: a hung worker is still found.
+  set(8_200);
+  d.check();
+  assert.deepEqual(suspected, ['a']);
+  assert.deepEqual(waiting.given, ['retry']);
+  assert.equal(d.allowanceMs(a), 500, 'given up and gone: its prefill no longer stretches the allowance');
+});
+
+test('without a measured rate the default prefill rate applies; a TTFT its prefill explains is not learned as slowness', () => {
+  const { d, workers, attempt } = setup();
+  const [a, b] = workers as [WorkerState, WorkerState];
+  const long = attempt('a', { stream: true, relaying: false, at: 0, uncached: 58_000 });
+  assert.equal(d.allowanceMs(a), (4 * 1000 * 58_000) / DEFAULT_PREFILL_TOKENS_PER_SEC);
+  assert.equal(d.allowanceMs(b), 500, 'a peer’s prefill is its own');
+  d.onFirstByte(a, 2_080);
+  long.relaying = true;
+  assert.equal(d.allowanceMs(a), 500, 'the long first token did not stretch later allowances');
+  assert.equal(d.allowanceMs(b), 500);
+});
+
+test('a timed-out check during a long prefill does not suspect the worker', () => {
+  const { d, workers, attempt, set } = setup(() => 20_000);
+  const c = workers[2]!;
+  d.onWatchResult(c, null);
+  attempt('c', { stream: true, relaying: false, at: 0, uncached: 40_000 });
+  set(1_500);
+  d.onWatchResult(c, '/metrics timed out after 160 ms');
+  assert.equal(c.suspected, false);
+  set(8_500);
+  d.onWatchResult(c, '/metrics timed out after 160 ms');
+  assert.equal(c.suspected, true);
 });
