@@ -2,7 +2,9 @@
  * The deployment kit in deploy/ cannot rot silently:
  * - every manifest is validated against the Kubernetes schemas (kubernetes-models, and the KEDA and
  *   prometheus-operator packages for the custom resources), and a field the schema does not know
- *   (a typo such as `livenesProbe`) fails too;
+ *   (a typo such as `livenesProbe`) fails too. package.json holds these packages at their last
+ *   releases that run on Node 20 (kubernetes-models 4.x, keda 0.4, prometheus-operator 4.x): their
+ *   next majors declare `engines: node >=22`, which kvgate does not require;
  * - the pieces agree with each other and with kvgate: the ConfigMap's config passes kvgate's own
  *   config parser with the Deployment's environment, probes hit /health and /ready on the port
  *   kvgate listens on, the termination grace covers kvgate's drain, selectors select, the
