@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { formatPath } from './util/field-path.js';
+import { unknownFieldMessage } from './config-known-keys.js';
 import type { WorkerIdentity } from './fleet/worker-state.js';
 import { BUILTIN_POLICIES, unknownPolicyMessage, type PolicyDefinition } from './scheduler/registry.js';
 import { DEFAULT_KEPT_IDS } from './tokenizer/chat-tokens.js';
@@ -816,9 +817,11 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
   const r = configSchema.safeParse(input ?? {});
   if (!r.success) {
     throw new ConfigError(
-      r.error.issues.map((i) => {
+      r.error.issues.flatMap((i) => {
         const path = formatPath(i.path);
-        return path ? `${path}: ${i.message}` : i.message;
+        // One line per unknown key, with the nearest field the object does have.
+        const messages = i.code === 'unrecognized_keys' ? i.keys.map((k) => unknownFieldMessage(configSchema, i.path, k, input)) : [i.message];
+        return messages.map((m) => (path ? `${path}: ${m}` : m));
       }),
     );
   }

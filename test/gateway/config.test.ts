@@ -146,9 +146,9 @@ test('policy options are checked at load against the named policy’s own option
     'policy.options.whenNoneFits: expected one of all, least-overfull, got "some"',
   ]);
   // An option of another policy is unknown to this one.
-  assert.deepEqual(problems({ ...base, policy: { name: 'llm-d', options: { wPrefix: 2 } } }), ['policy.options: Unrecognized key: "wPrefix"']);
+  assert.deepEqual(problems({ ...base, policy: { name: 'llm-d', options: { wPrefix: 2 } } }), ["policy.options: unknown field 'wPrefix'"]);
   assert.deepEqual(problems({ ...base, policy: { name: 'round-robin', options: { queueWeight: 1 } } }), [
-    'policy.options: Unrecognized key: "queueWeight"',
+    "policy.options: unknown field 'queueWeight'",
   ]);
 });
 
@@ -173,7 +173,7 @@ test('the response cache: defaults, tenant overrides, and Redis settings checked
   assert.match(problems({ ...base, cache: { redis: { url: 'http://x' } } })[0]!, /^cache\.redis\.url: expected redis:\/\//);
   assert.match(problems({ ...base, cache: { redis: { keyPrefix: 'a*' } } })[0]!, /^cache\.redis\.keyPrefix: must not contain/);
   assert.match(problems({ ...base, cache: { ttlMs: 0 } })[0]!, /^cache\.ttlMs: /);
-  assert.match(problems({ ...base, tenants: [{ id: 'a', keys: [{ value: 'sk-abcdefgh' }], cache: { ttl: 5 } }] })[0]!, /^tenants\[0\]\.cache: Unrecognized key/);
+  assert.match(problems({ ...base, tenants: [{ id: 'a', keys: [{ value: 'sk-abcdefgh' }], cache: { ttl: 5 } }] })[0]!, /^tenants\[0\]\.cache: unknown field 'ttl'; did you mean 'ttlMs'\?$/);
 });
 
 test('a worker may declare its hardware: it reaches the worker’s state, its speed class and /admin/workers', () => {
@@ -205,4 +205,21 @@ test("a tenant's models must be served by some pool", () => {
     "tenants[0].models[1]: no pool serves model 'llama-70b'",
   ]);
   assert.match(problems({ ...base, tenants: [{ id: 't', keys: [{ value: 'sk-t-00000001' }], models: [] }] })[0]!, /^tenants\[0\]\.models: /);
+});
+
+test('an unknown field names the nearest field its object has', () => {
+  const base = { workers: [{ url: 'http://a:1', model: 'm' }] };
+  assert.deepEqual(problems({ ...base, cache: { ttl: 5 } }), ["cache: unknown field 'ttl'; did you mean 'ttlMs'?"]);
+  // Through arrays, defaults and the policy's alternatives: each object's own fields.
+  assert.deepEqual(problems({ pools: [{ name: 'p', model: 'm', workers: [{ url: 'http://a:1', ulr: 'x' }] }] }), ["pools[0].workers[0]: unknown field 'ulr'; did you mean 'url'?"]);
+  assert.deepEqual(problems({ ...base, health: { intervalMS: 100, failuresToMarkdown: 2 } }), [
+    "health: unknown field 'intervalMS'; did you mean 'intervalMs'?",
+    "health: unknown field 'failuresToMarkdown'; did you mean 'failuresToMarkDown'?",
+  ]);
+  assert.deepEqual(problems({ ...base, policy: { name: 'kvgate', options: { wprefix: 2 } } }), ["policy.options: unknown field 'wprefix'; did you mean 'wPrefix'?"]);
+  // A knob of the default policy is not suggested for another policy's options.
+  assert.deepEqual(problems({ ...base, policy: { name: 'round-robin', options: { wPrefx: 1 } } }), ["policy.options: unknown field 'wPrefx'"]);
+  // Nothing close: no guess.
+  assert.deepEqual(problems({ ...base, listen: { banana: 1 } }), ["listen: unknown field 'banana'"]);
+  assert.deepEqual(problems({ ...base, cahce: {} }), ["unknown field 'cahce'; did you mean 'cache'?"]);
 });
