@@ -22,7 +22,7 @@ test('defaults fill everything but the workers', () => {
   const c = parseConfig({ pools: [{ name: 'target', model: 'm', workers: [{ url: 'http://127.0.0.1:8000/' }, { url: 'http://10.0.0.2:8000', id: 'b', numGpuBlocks: 100 }] }] });
   assert.deepEqual(c.listen, { host: '127.0.0.1', port: 8080 });
   assert.deepEqual(c.workers, [
-    { id: 'target-0', url: 'http://127.0.0.1:8000', pool: 'target', model: 'm', discoverAdapters: true, numGpuBlocks: undefined, blockSize: undefined, upstreamHeaders: undefined },
+    { id: '127.0.0.1:8000', url: 'http://127.0.0.1:8000', pool: 'target', model: 'm', discoverAdapters: true, numGpuBlocks: undefined, blockSize: undefined, upstreamHeaders: undefined },
     { id: 'b', url: 'http://10.0.0.2:8000', pool: 'target', model: 'm', discoverAdapters: true, numGpuBlocks: 100, blockSize: undefined, upstreamHeaders: undefined },
   ]);
   assert.deepEqual(c.caps, { maxN: 16, maxTokens: 32_768, maxTotalTokens: 65_536, maxRequestMs: 1_800_000 });
@@ -50,7 +50,7 @@ test('a flat workers list works too', () => {
   const c = parseConfig({ workers: [{ url: 'http://a:1', model: 'm' }, { url: 'http://b:1', model: 'd', pool: 'draft', id: 'x' }] });
   assert.deepEqual(
     c.workers.map((w) => [w.id, w.pool, w.model]),
-    [['default-w0', 'default', 'm'], ['x', 'draft', 'd']],
+    [['a:1', 'default', 'm'], ['x', 'draft', 'd']],
   );
 });
 
@@ -95,7 +95,7 @@ test('per-worker KV-event endpoints are collected by worker id and checked', () 
     workers: [{ url: 'http://c:1', model: 'm', id: 'c', kvEvents: { endpoint: 'tcp://c:5557', topic: 'kv' } }],
   });
   assert.deepEqual(c.kvEvents, [
-    { workerId: 'p-0', endpoint: 'tcp://a:5557', replayEndpoint: 'tcp://a:5558' },
+    { workerId: 'a:1', endpoint: 'tcp://a:5557', replayEndpoint: 'tcp://a:5558' },
     { workerId: 'c', endpoint: 'tcp://c:5557', topic: 'kv' },
   ]);
   assert.match(
@@ -222,4 +222,21 @@ test('an unknown field names the nearest field its object has', () => {
   // Nothing close: no guess.
   assert.deepEqual(problems({ ...base, listen: { banana: 1 } }), ["listen: unknown field 'banana'"]);
   assert.deepEqual(problems({ ...base, cahce: {} }), ["unknown field 'cahce'; did you mean 'cache'?"]);
+});
+
+test('a worker without an id is named by its URL, so a change to the list renames no other worker', () => {
+  const ids = (urls: string[]) => parseConfig({ pools: [{ name: 'p', model: 'm', workers: urls.map((url) => ({ url })) }] }).workers.map((w) => w.id);
+  assert.deepEqual(ids(['http://10.0.0.1:8000', 'http://10.0.0.2:8000']), ['10.0.0.1:8000', '10.0.0.2:8000']);
+  // A worker inserted first leaves the others' ids (their metric series, KV-event subscriptions) as they were.
+  assert.deepEqual(ids(['http://10.0.0.9:8000', 'http://10.0.0.1:8000', 'http://10.0.0.2:8000']), ['10.0.0.9:8000', '10.0.0.1:8000', '10.0.0.2:8000']);
+  // Default ports, a path, IPv6, and characters a label value is better without.
+  assert.deepEqual(ids(['https://vllm.example.com/', 'http://gw.local/v1/', 'http://[::1]:8001', 'http://h:1/x~y']), [
+    'vllm.example.com:443',
+    'gw.local:80-v1',
+    '::1:8001',
+    'h:1-x-y',
+  ]);
+  // Named workers keep their names; two workers at one address must be named apart.
+  assert.deepEqual(parseConfig({ workers: [{ url: 'http://a:1', model: 'm', id: 'first' }, { url: 'http://a:1', model: 'm' }] }).workers.map((w) => w.id), ['first', 'a:1']);
+  assert.match(problems({ workers: [{ url: 'http://a:1', model: 'm' }, { url: 'http://a:1/', model: 'm' }] })[0]!, /^workers\[1\]\.url: duplicate worker id 'a:1'/);
 });
