@@ -241,6 +241,8 @@ export interface BenchResults {
    * GPU time, busy_gpu_seconds, against the fleet's GPUs. Null for a time model it cannot read.
    */
   work_bound: { requests_per_s: number; busy_gpu_seconds: number } | null;
+  /** Arrivals per second of the run's requests (offeredRate), the same for every policy; capacity probes report their own. */
+  offered_rps: number;
   capacity: CapacitySummary | null;
   policies: PolicyResult[];
 }
@@ -573,8 +575,10 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
   const ctx: RunContext = { o, engineConfig, engineConfigs, hardware, draftEngine: o.speculative ? draftEngineConfig(o.speculative, mix32(o.seed, 0x4b57)) : null };
   const policies: PolicyResult[] = [];
   const curves: RunCurves[] = [];
+  let offered = 0;
   for (const name of o.policies) {
     const sim = await runFleet(ctx, name, rateScale);
+    offered = offeredRate(sim);
     const summary = summarize(sim, summaryOpts);
     o.onPolicyDone?.(summary);
     let capacity: CapacityResult | null = null;
@@ -714,6 +718,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       replicas: o.replicas ? { count: o.replicas.count, sharing: o.replicas.sharing, sharing_delay_ms: o.replicas.sharingDelayMs, share_load: o.replicas.shareLoad === true } : null,
       ideal_hit_rate: Math.round(ideal.rate * 10000) / 10000,
       work_bound: bound && { requests_per_s: rps(bound)!, busy_gpu_seconds: Math.round((bound.busyMs * tp) / 10) / 100 },
+      offered_rps: Math.round(offered * 1000) / 1000,
       capacity: cap
         ? {
             target_attainment: cap.target,
