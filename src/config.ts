@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { formatPath } from './util/field-path.js';
+import { unknownFieldMessage } from './config-known-keys.js';
 import type { WorkerIdentity } from './fleet/worker-state.js';
 import { adapterNameProblem } from './fleet/adapter-name.js';
 import { BUILTIN_POLICIES, unknownPolicyMessage, type PolicyDefinition } from './scheduler/registry.js';
@@ -149,6 +150,48 @@ const pool = z.strictObject({
   caps: capsOverride.optional(),
   ...upstreamAuth,
 });
+
+/**
+ * A worker's id when the config names none: its URL's host and port (`http://10.0.0.2:8000/v1`
+ * → `10.0.0.2:8000-v1`, the path only when there is one), so adding or removing a worker never
+ * renames another (the id names its metric series, its KV-event subscription, its breaker).
+ * Characters other than letters, digits, `.`, `_`, `:` and `-` become `-`.
+ */
+export function workerIdFromUrl(url: string): string {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    // Not a URL (its own error is reported): any id will do for the other checks.
+    return url;
+  }
+  const port = u.port || (u.protocol === 'https:' ? '443' : '80');
+  const path = u.pathname.replace(/\/+$/, '');
+  return `${u.hostname.replace(/^\[|\]$/g, '')}:${port}${path}`.replace(/[^A-Za-z0-9._:-]+/g, '-');
+}
+
+/** One configured worker, from a pool or from the flat list, with where it sits in the config. */
+interface ConfiguredWorker {
+  w: z.output<typeof workerInPool>;
+  id: string;
+  path: Array<string | number>;
+  /** The pool's fields a worker inherits, and the pool's own path (flat workers: undefined). */
+  pool: { name: string; model: string; adapters: string[]; discoverAdapters: boolean; resolveAdapters?: string; apiKey?: SecretSource; headers?: Record<string, string> };
+  poolPath: Array<string | number> | undefined;
+}
+
+/** Every worker of the config, pools first, each with its id (named, or from its URL). */
+function configuredWorkers(c: { pools: z.output<typeof pool>[]; workers: z.output<typeof flatWorker>[] }): ConfiguredWorker[] {
+  const out: ConfiguredWorker[] = [];
+  c.pools.forEach((p, i) =>
+    p.workers.forEach((w, j) => out.push({ w, id: w.id ?? workerIdFromUrl(w.url), path: ['pools', i, 'workers', j], pool: p, poolPath: ['pools', i] })),
+  );
+  c.workers.forEach((w, i) =>
+    out.push({ w, id: w.id ?? workerIdFromUrl(w.url), path: ['workers', i], pool: { ...w, name: w.pool, apiKey: undefined, headers: undefined }, poolPath: undefined }),
+  );
+  return out;
+}
+
 
 const ms = z.number().positive();
 
@@ -689,10 +732,7 @@ export const configSchema = z
       if (prev) ctx.addIssue({ code: 'custom', path, message: `duplicate worker id '${id}' (also ${prev})` });
       else seen.set(id, formatPath(path));
     };
-    c.pools.forEach((p, i) =>
-      p.workers.forEach((w, j) => check(w.id ?? `${p.name}-${j}`, ['pools', i, 'workers', j, 'id'])),
-    );
-    c.workers.forEach((w, i) => check(w.id ?? `${w.pool}-w${i}`, ['workers', i, 'id']));
+    for (const cw of configuredWorkers(c)) check(cw.id, [...cw.path, cw.w.id !== undefined ? 'id' : 'url']);
     const t = c.admission.thresholds;
     if (t.sheddable > t.standard) {
       ctx.addIssue({ code: 'custom', path: ['admission', 'thresholds', 'sheddable'], message: 'must not be above admission.thresholds.standard' });
@@ -865,9 +905,11 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
   const r = configSchema.safeParse(input ?? {});
   if (!r.success) {
     throw new ConfigError(
-      r.error.issues.map((i) => {
+      r.error.issues.flatMap((i) => {
         const path = formatPath(i.path);
-        return path ? `${path}: ${i.message}` : i.message;
+        // One line per unknown key, with the nearest field the object does have.
+        const messages = i.code === 'unrecognized_keys' ? i.keys.map((k) => unknownFieldMessage(configSchema, i.path, k, input)) : [i.message];
+        return messages.map((m) => (path ? `${path}: ${m}` : m));
       }),
     );
   }
@@ -893,43 +935,27 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
   };
   const poolSettings = new Map<string, PoolSettings>();
   const cascadePools = new Set(c.speculative.cascades.flatMap((sc) => [sc.targetPool, sc.draftPool]));
-  for (const [pi, p] of c.pools.entries()) {
-    poolSettings.set(p.name, { cacheIsolation: p.cacheIsolation, caps: p.caps ?? {} });
-    p.workers.forEach((w, j) => {
-      if (w.kvEvents) kv.push({ workerId: w.id ?? `${p.name}-${j}`, ...w.kvEvents });
-      workers.push({
-        id: w.id ?? `${p.name}-${j}`,
-        url: stripSlash(w.url),
-        pool: p.name,
-        model: p.model,
-        ...(p.adapters.length > 0 ? { adapters: p.adapters } : {}),
-        // A speculative cascade's pools serve no adapters (checked above for configured ones).
-        discoverAdapters: p.discoverAdapters && !cascadePools.has(p.name),
-        ...(p.resolveAdapters !== undefined ? { resolveAdapters: p.resolveAdapters } : {}),
-        numGpuBlocks: w.numGpuBlocks,
-        blockSize: w.blockSize,
-        ...(w.hardware !== undefined ? { hardware: w.hardware } : {}),
-        upstreamHeaders: headersOf(w, p, ['pools', pi, 'workers', j], ['pools', pi]),
-      });
-    });
-  }
-  c.workers.forEach((w, i) => {
-    if (w.kvEvents) kv.push({ workerId: w.id ?? `${w.pool}-w${i}`, ...w.kvEvents });
+  for (const p of c.pools) poolSettings.set(p.name, { cacheIsolation: p.cacheIsolation, caps: p.caps ?? {} });
+  for (const w of c.workers) {
     if (!poolSettings.has(w.pool) || w.cacheIsolation === 'tenant') poolSettings.set(w.pool, { cacheIsolation: w.cacheIsolation, caps: poolSettings.get(w.pool)?.caps ?? {} });
+  }
+  for (const { w, id, path, pool: p, poolPath } of configuredWorkers(c)) {
+    if (w.kvEvents) kv.push({ workerId: id, ...w.kvEvents });
     workers.push({
-      id: w.id ?? `${w.pool}-w${i}`,
+      id,
       url: stripSlash(w.url),
-      pool: w.pool,
-      model: w.model,
-      ...(w.adapters.length > 0 ? { adapters: w.adapters } : {}),
-      discoverAdapters: w.discoverAdapters && !cascadePools.has(w.pool),
-      ...(w.resolveAdapters !== undefined ? { resolveAdapters: w.resolveAdapters } : {}),
+      pool: p.name,
+      model: p.model,
+      ...(p.adapters.length > 0 ? { adapters: p.adapters } : {}),
+      // A speculative cascade's pools serve no adapters (checked above for configured ones).
+      discoverAdapters: p.discoverAdapters && !cascadePools.has(p.name),
+      ...(p.resolveAdapters !== undefined ? { resolveAdapters: p.resolveAdapters } : {}),
       numGpuBlocks: w.numGpuBlocks,
       blockSize: w.blockSize,
       ...(w.hardware !== undefined ? { hardware: w.hardware } : {}),
-      upstreamHeaders: headersOf(w, undefined, ['workers', i], undefined),
+      upstreamHeaders: headersOf(w, poolPath ? p : undefined, path, poolPath),
     });
-  });
+  }
   let cacheSaltSecret: string | null = null;
   if (c.cacheSalt.secret !== undefined) {
     const r = readSecret(c.cacheSalt.secret, env);

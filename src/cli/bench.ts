@@ -10,12 +10,13 @@ import { formatKnobValue } from '../scheduler/policies/knobs.js';
 import { describePolicies, policyDefinition, policyNames } from '../scheduler/registry.js';
 import { loadTrace, TRACE_FORMATS, TraceError, type AzureOptions, type TraceFormat } from '../workload/loaders.js';
 import { createProgressBar, type ProgressBar } from '../bench/progress.js';
-import { renderReport } from '../bench/report.js';
+import { offeredLine, renderReport } from '../bench/report.js';
 import { checkPolicies, GPU_HOUR_COST, runBench, type BenchOptions, type BenchOutput } from '../bench/run.js';
 import { gpuMixLabel, parseGpuMix, type GpuShare } from '../bench/gpu-mix.js';
 import { describeSlo } from '../bench/slo.js';
 import { parseAcceptance, parseAcceptanceByTenant, parseAcceptanceShift, parseSpecMode, specModeName, type BenchSpecOptions, type SpecAcceptance } from '../bench/spec.js';
 import { bandLines, cacheLines, gpuLines, isolationLines, priorityLines, specLines, summaryTable } from '../bench/table.js';
+import { boundsAtCapacity, describeBoundsAtCapacity } from '../bench/work-bound.js';
 import { parsePriorityMix } from '../admission/classes.js';
 import { ADMISSION_DEFAULTS, type AdmissionSettings } from '../admission/controller.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
@@ -740,6 +741,7 @@ export async function run(argv: string[]): Promise<number> {
 /** The summary table and the lines beside it. */
 function printResults(out: BenchOutput, v: BenchFlags, opts: BenchOptions, wallS: number): void {
   process.stdout.write('\n' + summaryTable(out.results.policies, { idealHitRate: out.results.ideal_hit_rate, capacity: out.results.capacity }));
+  process.stdout.write(offeredLine(out.results.offered_rps) + '\n');
   const gl = gpuLines(out.results.policies);
   if (gl) process.stdout.write('\n' + gl);
   const cl = cacheLines(out.results.policies);
@@ -760,13 +762,11 @@ function printResults(out: BenchOutput, v: BenchFlags, opts: BenchOptions, wallS
     if (wb) {
       const probes = out.results.policies.flatMap((p) => p.capacity?.probes ?? []);
       const shortest = Math.min(...probes.map((q) => q.span_s ?? Infinity));
-      const atCapacity = out.results.policies
-        .filter((p) => p.capacity?.work_bound_rps != null && p.capacity.requests_per_s !== null)
-        .map((p) => `${p.name} ${(p.capacity!.requests_per_s! / p.capacity!.work_bound_rps!).toFixed(2)}`);
+      const atCapacity = describeBoundsAtCapacity(boundsAtCapacity(out.results.policies));
       process.stdout.write(
-        `work bound: ${wb.requests_per_s.toFixed(1)} req/s (no policy sustains more: the requests' least GPU time, ${wb.busy_gpu_seconds} GPU s, on ${out.results.workers} workers)` +
+        `work bound of the plain run's requests: ${wb.requests_per_s.toFixed(1)} req/s (their least GPU time, ${wb.busy_gpu_seconds} GPU s, on ${out.results.workers} workers)` +
           (Number.isFinite(shortest) ? `; shortest probe ${shortest.toFixed(1)} s of arrivals` : '') +
-          (atCapacity.length > 0 ? `\ncapacity ÷ the work bound of the requests replayed there: ${atCapacity.join(', ')}` : '') +
+          (atCapacity ? `\n${atCapacity}` : '') +
           '\n',
       );
     }

@@ -22,7 +22,7 @@ test('defaults fill everything but the workers', () => {
   const c = parseConfig({ pools: [{ name: 'target', model: 'm', workers: [{ url: 'http://127.0.0.1:8000/' }, { url: 'http://10.0.0.2:8000', id: 'b', numGpuBlocks: 100 }] }] });
   assert.deepEqual(c.listen, { host: '127.0.0.1', port: 8080 });
   assert.deepEqual(c.workers, [
-    { id: 'target-0', url: 'http://127.0.0.1:8000', pool: 'target', model: 'm', discoverAdapters: true, numGpuBlocks: undefined, blockSize: undefined, upstreamHeaders: undefined },
+    { id: '127.0.0.1:8000', url: 'http://127.0.0.1:8000', pool: 'target', model: 'm', discoverAdapters: true, numGpuBlocks: undefined, blockSize: undefined, upstreamHeaders: undefined },
     { id: 'b', url: 'http://10.0.0.2:8000', pool: 'target', model: 'm', discoverAdapters: true, numGpuBlocks: 100, blockSize: undefined, upstreamHeaders: undefined },
   ]);
   assert.deepEqual(c.caps, { maxN: 16, maxTokens: 32_768, maxTotalTokens: 65_536, maxRequestMs: 1_800_000, maxEmbeddingInputs: 2_048, maxEmbeddingTokens: 300_000 });
@@ -50,7 +50,7 @@ test('a flat workers list works too', () => {
   const c = parseConfig({ workers: [{ url: 'http://a:1', model: 'm' }, { url: 'http://b:1', model: 'd', pool: 'draft', id: 'x' }] });
   assert.deepEqual(
     c.workers.map((w) => [w.id, w.pool, w.model]),
-    [['default-w0', 'default', 'm'], ['x', 'draft', 'd']],
+    [['a:1', 'default', 'm'], ['x', 'draft', 'd']],
   );
 });
 
@@ -95,7 +95,7 @@ test('per-worker KV-event endpoints are collected by worker id and checked', () 
     workers: [{ url: 'http://c:1', model: 'm', id: 'c', kvEvents: { endpoint: 'tcp://c:5557', topic: 'kv' } }],
   });
   assert.deepEqual(c.kvEvents, [
-    { workerId: 'p-0', endpoint: 'tcp://a:5557', replayEndpoint: 'tcp://a:5558' },
+    { workerId: 'a:1', endpoint: 'tcp://a:5557', replayEndpoint: 'tcp://a:5558' },
     { workerId: 'c', endpoint: 'tcp://c:5557', topic: 'kv' },
   ]);
   assert.match(
@@ -146,9 +146,9 @@ test('policy options are checked at load against the named policy’s own option
     'policy.options.whenNoneFits: expected one of all, least-overfull, got "some"',
   ]);
   // An option of another policy is unknown to this one.
-  assert.deepEqual(problems({ ...base, policy: { name: 'llm-d', options: { wPrefix: 2 } } }), ['policy.options: Unrecognized key: "wPrefix"']);
+  assert.deepEqual(problems({ ...base, policy: { name: 'llm-d', options: { wPrefix: 2 } } }), ["policy.options: unknown field 'wPrefix'"]);
   assert.deepEqual(problems({ ...base, policy: { name: 'round-robin', options: { queueWeight: 1 } } }), [
-    'policy.options: Unrecognized key: "queueWeight"',
+    "policy.options: unknown field 'queueWeight'",
   ]);
 });
 
@@ -173,7 +173,7 @@ test('the response cache: defaults, tenant overrides, and Redis settings checked
   assert.match(problems({ ...base, cache: { redis: { url: 'http://x' } } })[0]!, /^cache\.redis\.url: expected redis:\/\//);
   assert.match(problems({ ...base, cache: { redis: { keyPrefix: 'a*' } } })[0]!, /^cache\.redis\.keyPrefix: must not contain/);
   assert.match(problems({ ...base, cache: { ttlMs: 0 } })[0]!, /^cache\.ttlMs: /);
-  assert.match(problems({ ...base, tenants: [{ id: 'a', keys: [{ value: 'sk-abcdefgh' }], cache: { ttl: 5 } }] })[0]!, /^tenants\[0\]\.cache: Unrecognized key/);
+  assert.match(problems({ ...base, tenants: [{ id: 'a', keys: [{ value: 'sk-abcdefgh' }], cache: { ttl: 5 } }] })[0]!, /^tenants\[0\]\.cache: unknown field 'ttl'; did you mean 'ttlMs'\?$/);
 });
 
 test('a worker may declare its hardware: it reaches the worker’s state, its speed class and /admin/workers', () => {
@@ -211,4 +211,38 @@ test('shared.leaseMs: 15 s by default (renewed every 5 s while a request runs); 
   const pools = [{ name: 'p', model: 'm', workers: [{ url: 'http://a:1' }] }];
   assert.equal(parseConfig({ pools }).shared.leaseMs, 15_000);
   assert.match(problems({ pools, shared: { leaseMs: 500 } })[0]!, /^shared\.leaseMs: must be at least 1000 ms/);
+});
+
+test('an unknown field names the nearest field its object has', () => {
+  const base = { workers: [{ url: 'http://a:1', model: 'm' }] };
+  assert.deepEqual(problems({ ...base, cache: { ttl: 5 } }), ["cache: unknown field 'ttl'; did you mean 'ttlMs'?"]);
+  // Through arrays, defaults and the policy's alternatives: each object's own fields.
+  assert.deepEqual(problems({ pools: [{ name: 'p', model: 'm', workers: [{ url: 'http://a:1', ulr: 'x' }] }] }), ["pools[0].workers[0]: unknown field 'ulr'; did you mean 'url'?"]);
+  assert.deepEqual(problems({ ...base, health: { intervalMS: 100, failuresToMarkdown: 2 } }), [
+    "health: unknown field 'intervalMS'; did you mean 'intervalMs'?",
+    "health: unknown field 'failuresToMarkdown'; did you mean 'failuresToMarkDown'?",
+  ]);
+  assert.deepEqual(problems({ ...base, policy: { name: 'kvgate', options: { wprefix: 2 } } }), ["policy.options: unknown field 'wprefix'; did you mean 'wPrefix'?"]);
+  // A knob of the default policy is not suggested for another policy's options.
+  assert.deepEqual(problems({ ...base, policy: { name: 'round-robin', options: { wPrefx: 1 } } }), ["policy.options: unknown field 'wPrefx'"]);
+  // Nothing close: no guess.
+  assert.deepEqual(problems({ ...base, listen: { banana: 1 } }), ["listen: unknown field 'banana'"]);
+  assert.deepEqual(problems({ ...base, cahce: {} }), ["unknown field 'cahce'; did you mean 'cache'?"]);
+});
+
+test('a worker without an id is named by its URL, so a change to the list renames no other worker', () => {
+  const ids = (urls: string[]) => parseConfig({ pools: [{ name: 'p', model: 'm', workers: urls.map((url) => ({ url })) }] }).workers.map((w) => w.id);
+  assert.deepEqual(ids(['http://10.0.0.1:8000', 'http://10.0.0.2:8000']), ['10.0.0.1:8000', '10.0.0.2:8000']);
+  // A worker inserted first leaves the others' ids (their metric series, KV-event subscriptions) as they were.
+  assert.deepEqual(ids(['http://10.0.0.9:8000', 'http://10.0.0.1:8000', 'http://10.0.0.2:8000']), ['10.0.0.9:8000', '10.0.0.1:8000', '10.0.0.2:8000']);
+  // Default ports, a path, IPv6, and characters a label value is better without.
+  assert.deepEqual(ids(['https://vllm.example.com/', 'http://gw.local/v1/', 'http://[::1]:8001', 'http://h:1/x~y']), [
+    'vllm.example.com:443',
+    'gw.local:80-v1',
+    '::1:8001',
+    'h:1-x-y',
+  ]);
+  // Named workers keep their names; two workers at one address must be named apart.
+  assert.deepEqual(parseConfig({ workers: [{ url: 'http://a:1', model: 'm', id: 'first' }, { url: 'http://a:1', model: 'm' }] }).workers.map((w) => w.id), ['first', 'a:1']);
+  assert.match(problems({ workers: [{ url: 'http://a:1', model: 'm' }, { url: 'http://a:1/', model: 'm' }] })[0]!, /^workers\[1\]\.url: duplicate worker id 'a:1'/);
 });
