@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
-import { kvgateOptions, type KvgatePolicy } from '../../src/scheduler/policies/kvgate.js';
+import { kvgateOptions, type KvgatePolicy } from '../../src/scheduler/policies/kvgate/index.js';
 import { BUILTIN_POLICIES, createPolicy, describePolicies, policyDefinition, policyNames } from '../../src/scheduler/registry.js';
 
 test('the built-in policies are listed once each, by name, and each creates a policy of that name', () => {

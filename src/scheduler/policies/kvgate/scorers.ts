@@ -15,9 +15,9 @@
  *
  * No options of their own.
  */
-import type { WorkerState } from '../../fleet/worker-state.js';
-import { kvgateEstimateTable, type KvgateEstimate, type KvgateEstimateTable } from '../producers/kvgate-estimate.js';
-import type { RouteRequest, Scorer } from '../types.js';
+import type { WorkerState } from '../../../fleet/worker-state.js';
+import { kvgateEstimateTable, type KvgateEstimate, type KvgateEstimateTable } from './estimate.js';
+import type { RouteRequest, Scorer } from '../../types.js';
 
 function rate(
   req: RouteRequest,

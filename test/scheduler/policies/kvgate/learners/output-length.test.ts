@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { OutputLengthModel } from '../../src/scheduler/output-length.js';
-import { request, seq } from './helpers.js';
+import { OutputLengthModel } from '../../../../../src/scheduler/policies/kvgate/learners/output-length.js';
+import { request, seq } from '../../../helpers.js';
 
 const model = (maxClasses = 100) => new OutputLengthModel({ alpha: 0.1, maxClasses });
 /** A prompt of `template` (its first 64 tokens name its class) and a suffix of its own. */

@@ -1,14 +1,14 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { WorkerState } from '../../../src/fleet/worker-state.js';
-import { PrefixIndex } from '../../../src/scheduler/index/prefix-index.js';
-import { PrefixMatcher } from '../../../src/scheduler/index/prefix-match.js';
+import type { WorkerState } from '../../../../src/fleet/worker-state.js';
+import { PrefixIndex } from '../../../../src/scheduler/index/prefix-index.js';
+import { PrefixMatcher } from '../../../../src/scheduler/index/prefix-match.js';
 import {
   KVGATE_ESTIMATE_TABLE,
   kvgateEstimate,
   kvgateEstimateProducer,
   type KvgateEstimateOptions,
-} from '../../../src/scheduler/producers/kvgate-estimate.js';
+} from '../../../../src/scheduler/policies/kvgate/estimate.js';
 import {
   kvgateHeadroomScorer,
   kvgateLoadScorer,
@@ -16,11 +16,11 @@ import {
   kvgateQueueScorer,
   kvgateSessionScorer,
   kvgateTtftScorer,
-} from '../../../src/scheduler/scorers/kvgate.js';
-import { USED_STALE_METRICS } from '../../../src/scheduler/state-keys.js';
-import type { RoutingContext } from '../../../src/scheduler/types.js';
-import { seededRng } from '../../../src/util/rng.js';
-import { request, seq, worker } from '../helpers.js';
+} from '../../../../src/scheduler/policies/kvgate/scorers.js';
+import { USED_STALE_METRICS } from '../../../../src/scheduler/state-keys.js';
+import type { RoutingContext } from '../../../../src/scheduler/types.js';
+import { seededRng } from '../../../../src/util/rng.js';
+import { request, seq, worker } from '../../helpers.js';
 
 const ctx = (now = 0): RoutingContext => ({ now, rng: seededRng(1), staleAfterMs: 5000 });
 

@@ -128,16 +128,16 @@
  * Estimates are kept for the request's lifetime: a retry over other workers estimates only the
  * workers not seen before.
  */
-import { usedBlocks } from '../../admission/kv-pressure.js';
-import type { WorkerState } from '../../fleet/worker-state.js';
-import { blockKeysOf } from '../../kv/prompt-blocks.js';
-import { stateKey } from '../../util/state.js';
-import { blocksNeeded } from '../filters/kv-fit.js';
-import type { PrefixMatcher } from '../index/prefix-match.js';
-import { clamp01 } from '../pipeline.js';
-import { USED_STALE_METRICS } from '../state-keys.js';
-import { countInRange, lowerBound, upperBound } from '../../util/sorted.js';
-import type { Producer, RouteRequest } from '../types.js';
+import { usedBlocks } from '../../../admission/kv-pressure.js';
+import type { WorkerState } from '../../../fleet/worker-state.js';
+import { blockKeysOf } from '../../../kv/prompt-blocks.js';
+import { stateKey } from '../../../util/state.js';
+import { blocksNeeded } from '../../filters/kv-fit.js';
+import type { PrefixMatcher } from '../../index/prefix-match.js';
+import { clamp01 } from '../../pipeline.js';
+import { USED_STALE_METRICS } from '../../state-keys.js';
+import { countInRange, lowerBound, upperBound } from '../../../util/sorted.js';
+import type { Producer, RouteRequest } from '../../types.js';
 
 /** What kvgate estimated for one worker. */
 export interface KvgateEstimate {

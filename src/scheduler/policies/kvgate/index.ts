@@ -64,20 +64,20 @@
  * synchronous reservation makes each pick visible to the next.
  */
 import { z } from 'zod';
-import type { WorkerState } from '../../fleet/worker-state.js';
-import { knownGpu, GPUS } from '../../hardware/gpus.js';
-import { stateKey } from '../../util/state.js';
-import { healthyFilter } from '../filters/healthy.js';
-import { kvFitFilter } from '../filters/kv-fit.js';
-import { loraAffinityFilter } from '../filters/lora-affinity.js';
-import { PREFIX_INDEX_DEFAULTS, PrefixIndex } from '../index/prefix-index.js';
-import { PrefixMatcher } from '../index/prefix-match.js';
-import { kvgatePicker } from '../pickers/kvgate.js';
-import { PipelinePolicy } from '../pipeline.js';
-import { RESERVE_OUTPUT_TOKENS_CAP } from '../router.js';
-import { OutputLengthModel } from '../output-length.js';
-import { kvgateEstimate, kvgateEstimateProducer, reportedBatch, stallShare, type InflightBatch } from '../producers/kvgate-estimate.js';
-import { insertSorted, RecentWindow, removeSorted } from '../../util/sorted.js';
+import type { WorkerState } from '../../../fleet/worker-state.js';
+import { knownGpu, GPUS } from '../../../hardware/gpus.js';
+import { stateKey } from '../../../util/state.js';
+import { healthyFilter } from '../../filters/healthy.js';
+import { kvFitFilter } from '../../filters/kv-fit.js';
+import { loraAffinityFilter } from '../../filters/lora-affinity.js';
+import { PREFIX_INDEX_DEFAULTS, PrefixIndex } from '../../index/prefix-index.js';
+import { PrefixMatcher } from '../../index/prefix-match.js';
+import { kvgatePicker } from './picker.js';
+import { PipelinePolicy } from '../../pipeline.js';
+import { RESERVE_OUTPUT_TOKENS_CAP } from '../../router.js';
+import { OutputLengthModel } from './learners/output-length.js';
+import { kvgateEstimate, kvgateEstimateProducer, reportedBatch, stallShare, type InflightBatch } from './estimate.js';
+import { insertSorted, RecentWindow, removeSorted } from '../../../util/sorted.js';
 import {
   kvgateHeadroomScorer,
   kvgateLoadScorer,
@@ -85,7 +85,7 @@ import {
   kvgateQueueScorer,
   kvgateSessionScorer,
   kvgateTtftScorer,
-} from '../scorers/kvgate.js';
+} from './scorers.js';
 import {
   requestSequences,
   type Policy,
@@ -94,8 +94,8 @@ import {
   type RouteOutcome,
   type RouteRequest,
   type RoutingContext,
-} from '../types.js';
-import { booleanKnob, choiceKnob, indexKnobs, numberKnob } from './knobs.js';
+} from '../../types.js';
+import { booleanKnob, choiceKnob, indexKnobs, numberKnob } from '../knobs.js';
 
 /**
  * The kvgate policy's options, with their defaults.

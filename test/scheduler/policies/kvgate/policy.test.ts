@@ -1,11 +1,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createPolicy, policyNames } from '../../../src/scheduler/registry.js';
-import { kvgateOptions, type KvgatePolicy } from '../../../src/scheduler/policies/kvgate.js';
-import { WorkerState } from '../../../src/fleet/worker-state.js';
-import { request, router, seq, worker } from '../helpers.js';
-import { runBench } from '../../../src/bench/run.js';
-import { workloadSource } from '../../../src/workload/workloads.js';
+import { createPolicy, policyNames } from '../../../../src/scheduler/registry.js';
+import { kvgateOptions, type KvgatePolicy } from '../../../../src/scheduler/policies/kvgate/index.js';
+import { WorkerState } from '../../../../src/fleet/worker-state.js';
+import { request, router, seq, worker } from '../../helpers.js';
+import { runBench } from '../../../../src/bench/run.js';
+import { workloadSource } from '../../../../src/workload/workloads.js';
 
 test('every KV-aware policy is registered', () => {
   for (const n of ['kvgate', 'sglang-cache-aware', 'llm-d', 'dynamo', 'oracle']) assert.ok(policyNames().includes(n), n);

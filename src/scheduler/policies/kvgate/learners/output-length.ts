@@ -18,8 +18,8 @@
  * or a client that knows), answers end at it, every ratio stays 1 and nothing changes. Until a
  * class has an answer, and before anything is learned, the ratio is 1 (max_tokens as declared).
  */
-import { promptBlocks } from '../kv/prompt-blocks.js';
-import type { RouteRequest } from './types.js';
+import { promptBlocks } from '../../../../kv/prompt-blocks.js';
+import type { RouteRequest } from '../../../types.js';
 
 /** Leading blocks that name a prompt's class (64 tokens at vLLM's default block size of 16). */
 const CLASS_BLOCKS = 4;
