@@ -45,7 +45,7 @@ import { kvgateEstimateProducer } from './estimate.js';
 import { KVGATE_KNOB_GROUPS, kvgateOptions, type KvgateOptions } from './knobs.js';
 import { DecodeFloorLearner } from './learners/decode-floor.js';
 import { DecodeSpeedLearner } from './learners/decode-speed.js';
-import { OutputLengthModel } from './learners/output-length.js';
+import { OutputLengthLearner } from './learners/output-length.js';
 import { PrefillRateLearner } from './learners/prefill-rate.js';
 import { kvgatePicker } from './picker.js';
 import {
@@ -87,7 +87,7 @@ export class KvgatePolicy implements Policy {
     (w) => this.prefillRate(w),
   );
   /** Answer lengths learned from finished requests (used while `learnOutputLength`). */
-  readonly outputLength = new OutputLengthModel({ alpha: 0.1, maxClasses: 10_000 });
+  readonly outputLength = new OutputLengthLearner({ alpha: 0.1, maxClasses: 10_000 });
   /** hardwarePrior per declared hardware label (cleared when decodeFiguresGpu is retuned). */
   private readonly hardwarePriors = new Map<string, number>();
   /** Session key → worker id of its last pick (insertion-ordered, bounded). */
@@ -283,7 +283,7 @@ export class KvgatePolicy implements Policy {
 
   onComplete(req: RouteRequest, w: WorkerState, ok: boolean, ctx: RoutingContext, outputTokens?: number): void {
     if (ok && outputTokens !== undefined) {
-      this.outputLength.learn(req, outputTokens);
+      this.outputLength.onComplete(req, outputTokens);
       if (this.params.learnDecodeSpeed) {
         this.decodeSpeed.onComplete(req, w, ctx, outputTokens);
         this.decodeFloor.onComplete(req, w, ctx, outputTokens);
