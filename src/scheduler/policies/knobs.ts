@@ -11,8 +11,6 @@ import { z } from 'zod';
 import { PREFIX_INDEX_DEFAULTS } from '../index/prefix-index.js';
 import type { KnobGroup } from '../types.js';
 
-export type { KnobGroup };
-
 /** A numeric string as its number; anything else (including text that is not a number) as is. */
 function numeric(v: unknown): unknown {
   if (typeof v !== 'string' || v.trim() === '') return v;

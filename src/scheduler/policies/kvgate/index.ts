@@ -57,7 +57,7 @@ import {
   kvgateTtftScorer,
 } from './scorers.js';
 
-export { KVGATE_KNOB_GROUPS, kvgateOptions, type KvgateOptions };
+export { kvgateOptions };
 
 /** The output tokens expected of the request (expectedOutput). */
 const EXPECTED_OUTPUT = stateKey<number>('kvgate.expected-output');

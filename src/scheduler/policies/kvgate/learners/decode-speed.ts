@@ -33,7 +33,7 @@ export const DECODE_MIN_OUTPUT = 4;
 /** The quantile of the ratios taken as the class's figure (stalls only add: below the median). */
 export const DECODE_QUANTILE = 0.25;
 /** The learned scale stays within these bounds of the configured figures. */
-export const DECODE_SCALE_MIN = 0.1;
+const DECODE_SCALE_MIN = 0.1;
 export const DECODE_SCALE_MAX = 20;
 
 /** The batch context at `w` as the estimate counts it (InflightBatches.contextAt). */
