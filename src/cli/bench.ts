@@ -435,7 +435,13 @@ function listing(): string {
   for (const p of describePolicies()) {
     lines.push(`  ${p.name.padEnd(20)} ${p.description}`);
     if (p.sameOptionsAs !== undefined) lines.push(`      (the options of ${p.sameOptionsAs})`);
-    else for (const k of p.options) lines.push(`      ${`${k.name}: ${formatKnobValue(k.default)}`.padEnd(34)} ${k.description}`);
+    else {
+      let group: string | undefined;
+      for (const k of p.options) {
+        if (k.group !== undefined && k.group !== group) lines.push(`    ${(group = k.group)}`);
+        lines.push(`      ${`${k.name}: ${formatKnobValue(k.default)}`.padEnd(34)} ${k.description}`);
+      }
+    }
   }
   lines.push('GPUs:', ...listGpus().map((g) => `  ${g.name.padEnd(8)} ${g.description}`));
   lines.push('Models:', ...listModels().map((m) => `  ${m.name}`));

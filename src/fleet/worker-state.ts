@@ -134,7 +134,7 @@ export class WorkerState {
    * What the worker shares its learned speed with: its pool's workers of the same declared
    * hardware, or, unlabelled, its pool's workers of about the same KV capacity (set by
    * fleet/speed-classes.ts; the pool until a capacity is known). A policy learns prefill and decode
-   * speed per speed class, not per worker (see KvgatePolicy.prefillRate for why).
+   * speed per speed class, not per worker (see scheduler/policies/kvgate/learners/prefill-rate.ts for why).
    */
   speedClass: string;
   /** Headers sent with every request to the worker (credentials); never shown in /admin/workers. */

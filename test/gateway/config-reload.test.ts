@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { parseConfigText } from '../../src/config.js';
 import { ConfigWatcher, hashConfigText } from '../../src/gateway/config-watch.js';
 import { createGateway, type Gateway } from '../../src/gateway/gateway.js';
-import type { KvgatePolicy } from '../../src/scheduler/policies/kvgate.js';
+import type { KvgatePolicy } from '../../src/scheduler/policies/kvgate/index.js';
 import { startSimWorker, type SimWorker } from '../../src/sim/worker/server.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { MODEL, metricValue, parseSse, post, startSims, streamText, waitFor } from './helpers.js';

@@ -1,5 +1,6 @@
 /**
- * How long a request's answer is expected to be, learned from the answers of earlier requests.
+ * Learner `output-length`: how long a request's answer is expected to be, learned from the
+ * answers of earlier requests (hook: onComplete, with the answer's length as the relay counted it).
  *
  * Most clients send a fixed max_tokens (or none, when the gateway assumes one), and the answer
  * ends at its EOS long before it: max_tokens alone says nothing about whether a request will
@@ -18,8 +19,8 @@
  * or a client that knows), answers end at it, every ratio stays 1 and nothing changes. Until a
  * class has an answer, and before anything is learned, the ratio is 1 (max_tokens as declared).
  */
-import { promptBlocks } from '../kv/prompt-blocks.js';
-import type { RouteRequest } from './types.js';
+import { promptBlocks } from '../../../../kv/prompt-blocks.js';
+import type { RouteRequest } from '../../../types.js';
 
 /** Leading blocks that name a prompt's class (64 tokens at vLLM's default block size of 16). */
 const CLASS_BLOCKS = 4;
@@ -38,7 +39,7 @@ export interface OutputLengthOptions {
   maxClasses: number;
 }
 
-export class OutputLengthModel {
+export class OutputLengthLearner {
   private readonly classes = new Map<number, Learned>();
   private readonly unseen: Learned = { ratio: 1, answers: 0 };
 
@@ -52,8 +53,8 @@ export class OutputLengthModel {
     return Math.max(1, Math.min(req.maxTokens, Math.round(ratio * req.maxTokens)));
   }
 
-  /** `req` finished with `outputTokens` of its max_tokens. */
-  learn(req: RouteRequest, outputTokens: number): void {
+  /** Hook: `req` finished with `outputTokens` of its max_tokens. */
+  onComplete(req: RouteRequest, outputTokens: number): void {
     if (!(outputTokens >= 0) || !(req.maxTokens > 0)) return;
     const ratio = Math.min(1, outputTokens / req.maxTokens);
     const key = classOf(req);

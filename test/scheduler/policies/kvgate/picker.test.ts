@@ -1,12 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { WorkerState } from '../../../src/fleet/worker-state.js';
-import { kvgatePicker, type KvgatePickerOptions } from '../../../src/scheduler/pickers/kvgate.js';
-import { KVGATE_ESTIMATES, type KvgateEstimate } from '../../../src/scheduler/producers/kvgate-estimate.js';
-import { KV_OVERFULL } from '../../../src/scheduler/state-keys.js';
-import type { RouteRequest, RoutingContext, ScoredWorker } from '../../../src/scheduler/types.js';
-import { seededRng } from '../../../src/util/rng.js';
-import { request, seq, worker } from '../helpers.js';
+import type { WorkerState } from '../../../../src/fleet/worker-state.js';
+import { kvgatePicker, type KvgatePickerOptions } from '../../../../src/scheduler/policies/kvgate/picker.js';
+import { KVGATE_ESTIMATES, type KvgateEstimate } from '../../../../src/scheduler/policies/kvgate/estimate.js';
+import { KV_OVERFULL } from '../../../../src/scheduler/state-keys.js';
+import type { RouteRequest, RoutingContext, ScoredWorker } from '../../../../src/scheduler/types.js';
+import { seededRng } from '../../../../src/util/rng.js';
+import { request, seq, worker } from '../../helpers.js';
 
 const DEFAULTS: KvgatePickerOptions = {
   nearRelative: 0.25,

@@ -1,14 +1,14 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { WorkerState } from '../../../src/fleet/worker-state.js';
-import { PrefixIndex } from '../../../src/scheduler/index/prefix-index.js';
-import { PrefixMatcher } from '../../../src/scheduler/index/prefix-match.js';
+import type { WorkerState } from '../../../../src/fleet/worker-state.js';
+import { PrefixIndex } from '../../../../src/scheduler/index/prefix-index.js';
+import { PrefixMatcher } from '../../../../src/scheduler/index/prefix-match.js';
 import {
   KVGATE_ESTIMATE_TABLE,
   kvgateEstimate,
   kvgateEstimateProducer,
   type KvgateEstimateOptions,
-} from '../../../src/scheduler/producers/kvgate-estimate.js';
+} from '../../../../src/scheduler/policies/kvgate/estimate.js';
 import {
   kvgateHeadroomScorer,
   kvgateLoadScorer,
@@ -16,11 +16,11 @@ import {
   kvgateQueueScorer,
   kvgateSessionScorer,
   kvgateTtftScorer,
-} from '../../../src/scheduler/scorers/kvgate.js';
-import { USED_STALE_METRICS } from '../../../src/scheduler/state-keys.js';
-import type { RoutingContext } from '../../../src/scheduler/types.js';
-import { seededRng } from '../../../src/util/rng.js';
-import { request, seq, worker } from '../helpers.js';
+} from '../../../../src/scheduler/policies/kvgate/scorers.js';
+import { USED_STALE_METRICS } from '../../../../src/scheduler/state-keys.js';
+import type { RoutingContext } from '../../../../src/scheduler/types.js';
+import { seededRng } from '../../../../src/util/rng.js';
+import { request, seq, worker } from '../../helpers.js';
 
 const ctx = (now = 0): RoutingContext => ({ now, rng: seededRng(1), staleAfterMs: 5000 });
 
@@ -28,9 +28,7 @@ function producer(
   rates: Record<string, number> = {},
   sessions: Record<string, string> = {},
   decode: { msPer1k: number; batch: Record<string, { contextTokens: number; stallShare: number; outputs?: number[] }> } = { msPer1k: 0, batch: {} },
-  stallModel: 'linear' | 'misses' | 'learned' = 'linear',
-  recent: Record<string, number[]> = {},
-  readHeadroom = false,
+  stallModel: 'linear' | 'misses' = 'linear',
 ) {
   const matcher = new PrefixMatcher(new PrefixIndex());
   const opts: KvgateEstimateOptions = {
@@ -44,7 +42,6 @@ function producer(
     tpotTargetMs: 50,
     stallWeight: 1,
     stallModel,
-    readHeadroom,
     preemptionWeight: 0.5,
     prefillRate: (w) => rates[w.id] ?? 10_000,
     expectedOutput: (req) => Math.min(req.maxTokens, 1024),
@@ -53,7 +50,6 @@ function producer(
       return b ? { ...b, outputs: b.outputs ?? [] } : { contextTokens: 0, stallShare: 0, outputs: [] };
     },
     sessionWorker: (k) => sessions[k],
-    recentTpots: (w) => recent[w.id] ?? [],
   };
   return { matcher, p: kvgateEstimateProducer(opts) };
 }
@@ -134,26 +130,6 @@ test("a placement's KV read is counted for the steps it shares with the neighbou
   stall(1000, 49.5);
   // A 16-token answer shares its own 16.
   stall(16, 16);
-});
-
-test('readHeadroom: the KV read in the neighbours\' steps is weighed by their TPOT headroom, as the prefill gap is', () => {
-  const batch = { a: { contextTokens: 2000, stallShare: 20 / 99 } };
-  const a = worker('a', { snapshot: null });
-  a.begin({ id: 'y', promptTokens: 2000, uncachedTokens: 0, maxTokens: 100, blocks: 10, dispatchedAt: 0 });
-  a.applySnapshot({ at: 0, kvUsage: 0, running: 10, waiting: 0 });
-  const k = 0.06 / 1000;
-  const stallOf = (readHeadroom: boolean): number => {
-    const { p } = producer({}, {}, { msPer1k: 0.06, batch }, 'linear', {}, readHeadroom);
-    const req = request(seq(0, 1600), { maxTokens: 16 });
-    p.produce(req, [a], ctx(1));
-    return kvgateEstimate(req, a)!.stallMs;
-  };
-  const ownCtx = 1600 + 8;
-  const headroom = 1 - (7.5 + k * 20_000 + k * ownCtx) / 50;
-  const gap = (10 * (20 / 99) * 0.1 * 1600) / headroom;
-  const read = 10 * 16 * k * ownCtx;
-  assert.ok(Math.abs(stallOf(false) - (gap + read)) < 1e-6);
-  assert.ok(Math.abs(stallOf(true) - (gap + read / headroom)) < 1e-6);
 });
 
 test('the six scorers rate the candidates from the table', () => {
@@ -295,20 +271,4 @@ test("stallModel 'misses': the request's own TPOT is worth at most one miss, as 
   light.produce(req3, [a], ctx(1));
   const h = 1 - (7.5 + 1.8) / 50;
   assert.ok(Math.abs(kvgateEstimate(req3, a)!.decodeMs - (20 * 1.8) / h) < 1e-6);
-});
-
-test("stallModel 'learned': a neighbour counts by the share of the worker's recent TPOTs the stall would push past the target", () => {
-  // a decodes answers of ours of 3 and 300 tokens. Its last 40 requests finished at 20 ms per
-  // token, 10 of them at 49.5 ms, just under the 50 ms target. k = 0.
-  const batch = { a: { contextTokens: 0, stallShare: 0, outputs: [3, 300] }, b: { contextTokens: 0, stallShare: 0, outputs: [3, 300] } };
-  const recent = { a: [...Array(30).fill(20), ...Array(10).fill(49.5)] };
-  const { p } = producer({}, {}, { msPer1k: 0, batch }, 'learned', recent);
-  const [a, b] = decodingWorkers(2);
-  // A 200 ms stall: +100 ms on the 3-token answer's TPOT, past the target from any recent TPOT
-  // (share 1); +0.67 ms on the 300-token one's, past it only from the 10 at 49.5 ms (share 1/4).
-  const req = request(seq(0, 2000));
-  p.produce(req, [a, b], ctx(1));
-  assert.equal(kvgateEstimate(req, a)!.stallMs, 1.25 * 20 * 50);
-  // b has finished nothing yet: nothing is known to be near the target there.
-  assert.equal(kvgateEstimate(req, b)!.stallMs, 0);
 });

@@ -32,9 +32,9 @@
  * Options: nearRelative, nearAbsoluteMs, spillRelative, spillAbsoluteMs, spillSavedFraction,
  * minHitGain, wSession, preferRoom (the kvgate policy's).
  */
-import { KVGATE_ESTIMATES, type KvgateEstimate } from '../producers/kvgate-estimate.js';
-import { KV_OVERFULL, KV_ROOM } from '../state-keys.js';
-import type { Picker, ScoredWorker } from '../types.js';
+import { KVGATE_ESTIMATES, type KvgateEstimate } from './estimate.js';
+import { KV_OVERFULL, KV_ROOM } from '../../state-keys.js';
+import type { Picker, ScoredWorker } from '../../types.js';
 
 export interface KvgatePickerOptions {
   nearRelative: number;

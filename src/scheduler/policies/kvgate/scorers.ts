@@ -1,6 +1,6 @@
 /**
  * The kvgate policy's six scorers. Each reads the candidates' estimates that the
- * `kvgate-estimate` producer wrote (producers/kvgate-estimate.ts) and rates them in [0,1], higher
+ * `kvgate-estimate` producer wrote (estimate.ts) and rates them in [0,1], higher
  * better; the policy weighs them (wPrefix, wTtft, wHeadroom, wQueue, wLoad, wSession) and its
  * picker uses the weighted sum inside its near-least-loaded band.
  *
@@ -15,9 +15,9 @@
  *
  * No options of their own.
  */
-import type { WorkerState } from '../../fleet/worker-state.js';
-import { kvgateEstimateTable, type KvgateEstimate, type KvgateEstimateTable } from '../producers/kvgate-estimate.js';
-import type { RouteRequest, Scorer } from '../types.js';
+import type { WorkerState } from '../../../fleet/worker-state.js';
+import { kvgateEstimateTable, type KvgateEstimate, type KvgateEstimateTable } from './estimate.js';
+import type { RouteRequest, Scorer } from '../../types.js';
 
 function rate(
   req: RouteRequest,

@@ -1,11 +1,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createPolicy, policyNames } from '../../../src/scheduler/registry.js';
-import { kvgateOptions, type KvgatePolicy } from '../../../src/scheduler/policies/kvgate.js';
-import { WorkerState } from '../../../src/fleet/worker-state.js';
-import { request, router, seq, worker } from '../helpers.js';
-import { runBench } from '../../../src/bench/run.js';
-import { workloadSource } from '../../../src/workload/workloads.js';
+import { createPolicy, policyNames } from '../../../../src/scheduler/registry.js';
+import { kvgateOptions, type KvgatePolicy } from '../../../../src/scheduler/policies/kvgate/index.js';
+import { WorkerState } from '../../../../src/fleet/worker-state.js';
+import { request, router, seq, worker } from '../../helpers.js';
+import { runBench } from '../../../../src/bench/run.js';
+import { workloadSource } from '../../../../src/workload/workloads.js';
 
 test('every KV-aware policy is registered', () => {
   for (const n of ['kvgate', 'sglang-cache-aware', 'llm-d', 'dynamo', 'oracle']) assert.ok(policyNames().includes(n), n);
@@ -208,7 +208,7 @@ test('the first token confirms predictions and teaches the pool’s prefill rate
   clock.advance(100); // 2,000 tokens in 100 ms = 20,000 tokens/s
   r.firstToken(req.id);
   r.complete(req.id, true);
-  const learned = policy.prefillRates.get(w.pool)!;
+  const learned = policy.prefillRates.rates.get(w.pool)!;
   assert.ok(learned > 10_000 && learned < 20_000, String(learned));
   // A whole answer sent at once: its first byte comes with its last, no first token to learn from.
   const whole = request(seq(500_000, 2000), { stream: false });
@@ -216,7 +216,7 @@ test('the first token confirms predictions and teaches the pool’s prefill rate
   clock.advance(5000);
   r.firstToken(whole.id);
   r.complete(whole.id, true);
-  assert.equal(policy.prefillRates.get(w.pool), learned);
+  assert.equal(policy.prefillRates.rates.get(w.pool), learned);
   clock.advance(60_000);
   const blocks = Math.floor(2000 / 16);
   assert.equal(policy.prefixIndex.matchWorker(policy.matcher.hashesFor(request(seq(0, 2000)), w), w.id, clock.now()), blocks);
@@ -258,7 +258,7 @@ test('answers teach the pool how fast it decodes; whole answers sent at once tea
     r.complete(req.id, true, out);
   };
   for (let i = 0; i < 31; i++) answer(predicted * (i % 5 === 0 ? 7 : 4));
-  assert.equal(policy.decodeScales.size, 0, 'not before 32 answers');
+  assert.equal(policy.decodeSpeed.scales.size, 0, 'not before 32 answers');
   assert.equal(policy.decodeScale(w), 1);
   answer(predicted * 4);
   assert.ok(Math.abs(policy.decodeScale(w) - 4) < 0.05, String(policy.decodeScale(w)));
@@ -308,7 +308,7 @@ test('a slower pool’s decode speed makes a crowded batch dearer', () => {
     const { router: r } = router(policy);
     const hot = worker('hot');
     const cold = worker('cold');
-    if (scale !== 1) policy.decodeScales.set(hot.pool, scale);
+    if (scale !== 1) policy.decodeSpeed.scales.set(hot.pool, scale);
     const prefix = seq(0, 3000);
     for (let i = 0; i < 4; i++) {
       const out = r.route(request([...prefix, ...seq(100_000 + i * 100, 100)], { maxTokens: 400 }), [hot]);
@@ -541,9 +541,9 @@ test('a worker that names a known GPU starts from its bandwidth’s decode speed
   assert.equal(policy.decodeScale(kind('p')), 1);
   // A learned speed replaces the prior; configured figures of another GPU move every prior.
   const g = kind('g2', 'a10g');
-  policy.decodeScales.set(g.speedClass, 4.2);
+  policy.decodeSpeed.scales.set(g.speedClass, 4.2);
   assert.equal(policy.decodeScale(g), 4.2);
-  policy.decodeScales.clear();
+  policy.decodeSpeed.scales.clear();
   assert.equal(policy.retune({ ...policy.params, decodeFiguresGpu: 'a100' }), true);
   assert.ok(Math.abs(policy.decodeScale(kind('g3', 'a10g')) - 2039 / 600) < 1e-9);
   assert.ok(Math.abs(policy.decodeScale(kind('h2', 'h100')) - 2039 / 3350) < 1e-9);
@@ -643,21 +643,10 @@ test("stallModel 'misses': long prompts no longer queue to spare long answers a 
   assert.ok(none.tpot_ms.p99! > 2 * fewshot.tpot_ms.p99!, `without the stall term TPOT p99 ${none.tpot_ms.p99} ms`);
 });
 
-test("stallModel 'learned': each worker keeps the TPOTs of its last finished requests; the other models keep none", () => {
-  for (const model of ['learned', 'linear'] as const) {
-    const policy = createPolicy('kvgate', { stallModel: model }) as KvgatePolicy;
-    const { router: r, clock } = router(policy);
-    const w = worker('w');
-    for (let i = 0; i < 3; i++) {
-      const req = request(seq(i * 1000, 64));
-      const out = r.route(req, [w]);
-      assert.ok(out.ok);
-      clock.advance(100);
-      r.firstToken(req.id);
-      // 11 tokens in 200 ms after the first: 20 ms per token.
-      clock.advance(200);
-      r.complete(req.id, true, 11);
-    }
-    assert.deepEqual(policy.recentTpotsAt('w'), model === 'learned' ? [20, 20, 20] : []);
-  }
+test('a config naming a removed knob or choice fails, saying it was removed', () => {
+  assert.throws(() => createPolicy('kvgate', { readHeadroom: false }), /readHeadroom: readHeadroom was removed/);
+  assert.throws(() => createPolicy('kvgate', { stallModel: 'learned' }), /stallModel: stallModel 'learned' was removed/);
+  // Neither is listed or defaulted; the kept choices still parse.
+  assert.equal('readHeadroom' in kvgateOptions.parse({}), false);
+  assert.equal((createPolicy('kvgate', { stallModel: 'misses' }) as KvgatePolicy).params.stallModel, 'misses');
 });
