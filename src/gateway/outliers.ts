@@ -71,7 +71,7 @@ export interface OutlierOptions {
 const EWMA_ALPHA = 0.2;
 /**
  * Prefill throughput assumed for a worker whose routing policy measures none, tokens/s: the
- * kvgate policy's default `prefillTokensPerSec` (scheduler/policies/kvgate.ts). Erring slow only
+ * kvgate policy's default `prefillTokensPerSec` (scheduler/policies/kvgate/knobs.ts). Erring slow only
  * lengthens the allowance while a long prompt is in flight.
  */
 export const DEFAULT_PREFILL_TOKENS_PER_SEC = 10_000;
