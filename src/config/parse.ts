@@ -6,6 +6,7 @@
  * names the nearest field the object does have.
  */
 import type { z } from 'zod';
+import type { WorkerIdentity } from '../fleet/worker-state.js';
 import { formatPath } from '../util/field-path.js';
 import { nearestName } from '../util/nearest-name.js';
 import { resolveKeys, type AdminKeys } from './keys.js';
@@ -14,13 +15,10 @@ import { configSchema, type ParsedConfig } from './schema/index.js';
 import { readSecret } from './secrets.js';
 import type { PoolSettings, TenantConfig, WorkerKvEvents } from './types.js';
 import { resolveWorkers } from './workers.js';
-import type { WorkerIdentity } from '../fleet/worker-state.js';
 
-type Parsed = ParsedConfig;
+export type CacheConfig = ParsedConfig['cache'] & { redis: ParsedConfig['cache']['redis'] & { url?: string } };
 
-export type CacheConfig = Parsed['cache'] & { redis: Parsed['cache']['redis'] & { url?: string } };
-
-export interface GatewayConfig extends Omit<Parsed, 'pools' | 'workers' | 'scrape' | 'health' | 'tenants' | 'admin' | 'cache' | 'cacheSalt'> {
+export interface GatewayConfig extends Omit<ParsedConfig, 'pools' | 'workers' | 'scrape' | 'health' | 'tenants' | 'admin' | 'cache' | 'cacheSalt'> {
   tenants: TenantConfig[];
   admin: AdminKeys;
   /** `cache.redis.url` falls back to REDIS_URL. */
@@ -33,15 +31,14 @@ export interface GatewayConfig extends Omit<Parsed, 'pools' | 'workers' | 'scrap
   cacheSaltSecret: string | null;
   /** Workers that publish KV-cache events, and where. */
   kvEvents: WorkerKvEvents[];
-  scrape: Parsed['scrape'] & {
+  scrape: ParsedConfig['scrape'] & {
     intervalMs: number;
     timeoutMs: number;
     /** False when the interval is the default (a policy may then bring its own). */
     intervalExplicit: boolean;
   };
-  health: Parsed['health'] & { timeoutMs: number };
+  health: ParsedConfig['health'] & { timeoutMs: number };
 }
-
 
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {

@@ -1,6 +1,6 @@
 /**
- * `caps`: request caps, and the override a pool or a tenant may give (config/parse.ts resolves
- * the narrowest).
+ * `caps`: request caps, and the override a pool or a tenant may give (a narrower scope may only
+ * lower them).
  */
 import { z } from 'zod';
 
