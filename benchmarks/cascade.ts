@@ -24,7 +24,7 @@
  * the target.
  */
 import { parseArgs } from 'node:util';
-import { parseConfig } from '../src/config.js';
+import { parseConfig } from '../src/config/index.js';
 import { createGateway } from '../src/gateway/gateway.js';
 import { startSimWorker, type SimWorker } from '../src/sim/worker/server.js';
 import { installSpeculative } from '../src/speculative/install.js';

@@ -107,7 +107,7 @@ export function cycles(g: Graph): string[][] {
   return out;
 }
 
-/** `src/scheduler/index/prefix-index.ts` → `scheduler`; `src/config.ts` → `config`. */
+/** `src/scheduler/index/prefix-index.ts` → `scheduler`; `src/cli.ts` → `cli`. */
 function folderOf(file: string): string {
   return relative(SRC, file).split(/[\\/]/)[0]!.replace(/\.ts$/, '');
 }

@@ -18,7 +18,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseConfig, type RawConfig } from '../../src/config.js';
+import { parseConfig, type RawConfig } from '../../src/config/index.js';
 import { sampleValue } from '../../src/fleet/prom-text.js';
 import { createGateway, type Gateway } from '../../src/gateway/gateway.js';
 import { createLogger, type Logger } from '../../src/telemetry/logger.js';

@@ -3,7 +3,7 @@
  * request path, no GPU. Runs until Ctrl-C, then shuts down cleanly.
  */
 import { parseArgs } from 'node:util';
-import { ConfigError, parseConfig } from '../config.js';
+import { ConfigError, parseConfig } from '../config/index.js';
 import { listGpus, listModels } from '../engine/profiles.js';
 import { createGateway, type Gateway } from '../gateway/gateway.js';
 import { redactRedisUrl } from '../cache/redis-store.js';

@@ -3,7 +3,7 @@
  */
 import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
-import { ConfigError, DEFAULT_POLICY_NAME, parseConfigText, type GatewayConfig } from '../config.js';
+import { ConfigError, DEFAULT_POLICY_NAME, parseConfigText, type GatewayConfig } from '../config/index.js';
 import { ConfigWatcher, hashConfigText } from '../gateway/config-watch.js';
 import { policyNames } from '../scheduler/registry.js';
 import { createGateway } from '../gateway/gateway.js';

@@ -25,7 +25,7 @@ import { AdmissionController, type AdmissionTicket, type Refusal } from '../admi
 import { AdmissionMetrics } from '../admission/metrics.js';
 import { RateLimiter, type RateCheck, type RateLimitStore, type TenantLimits } from '../admission/rate-limit.js';
 import { ApiError } from '../api/errors.js';
-import type { GatewayConfig } from '../config.js';
+import type { GatewayConfig } from '../config/index.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { Registry } from 'prom-client';

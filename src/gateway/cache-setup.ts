@@ -14,7 +14,7 @@ import { CacheMetrics } from '../cache/metrics.js';
 import { redactRedisUrl, RedisStore } from '../cache/redis-store.js';
 import { ResponseCache } from '../cache/response-cache.js';
 import type { CacheStore } from '../cache/store.js';
-import type { CacheConfig } from '../config.js';
+import type { CacheConfig } from '../config/index.js';
 import type { Logger } from '../telemetry/logger.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 import type { Clock } from '../util/clock.js';

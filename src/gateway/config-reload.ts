@@ -26,7 +26,7 @@
 import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { GatewayConfig, WorkerKvEvents } from '../config.js';
+import type { GatewayConfig, WorkerKvEvents } from '../config/index.js';
 import type { HealthProber } from '../fleet/health.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { MetricsScraper } from '../fleet/scraper.js';

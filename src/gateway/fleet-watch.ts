@@ -4,7 +4,7 @@
  * the probes take out of routing is passed to `onWorkerDown` (the relay gives up the attempts
  * still waiting on it). The circuit breakers are the registry's own.
  */
-import type { GatewayConfig } from '../config.js';
+import type { GatewayConfig } from '../config/index.js';
 import { HealthProber } from '../fleet/health.js';
 import { MetricsScraper } from '../fleet/scraper.js';
 import type { Upstreams } from '../fleet/upstreams.js';

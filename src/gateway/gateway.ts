@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import { TenantDirectory } from '../admission/tenants.js';
 import type { ResponseCache } from '../cache/response-cache.js';
 import type { CacheStore } from '../cache/store.js';
-import { ConfigError, type GatewayConfig } from '../config.js';
+import { ConfigError, type GatewayConfig } from '../config/index.js';
 import type { BreakerState, TransitionCause } from '../fleet/circuit-breaker.js';
 import type { HealthProber } from '../fleet/health.js';
 import { WorkerRegistry, type WorkerDescriber } from '../fleet/registry.js';

@@ -23,7 +23,7 @@ import {
   type CompletionRequest,
   type EmbeddingsRequest,
 } from '../api/schemas.js';
-import { aliasTarget, type GatewayConfig, type RequestCaps, type RequestCapsOverride } from '../config.js';
+import { aliasTarget, type GatewayConfig, type RequestCaps, type RequestCapsOverride } from '../config/index.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import { traceContextOf } from '../http/trace-context.js';

@@ -4,7 +4,7 @@
  * a subscriber is resynchronising) the index stays approximate for that worker, as the policy
  * expects; a subscriber's state is shown per worker in /admin/workers.
  */
-import type { WorkerKvEvents } from '../config.js';
+import type { WorkerKvEvents } from '../config/index.js';
 import { KvEventSubscribers } from '../fleet/kv-events.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { MetricsScraper } from '../fleet/scraper.js';

@@ -17,7 +17,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { mayUse, type TenantDirectory } from '../admission/tenants.js';
 import { ApiError, echo, errors, sendError } from '../api/errors.js';
-import { aliasTarget } from '../config.js';
+import { aliasTarget } from '../config/index.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';

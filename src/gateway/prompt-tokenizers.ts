@@ -4,7 +4,7 @@
  * `hf:<tokenizer.json>`, `remote`), built by load() because `hf:` tokenizers read their files
  * asynchronously.
  */
-import { ConfigError, type GatewayConfig } from '../config.js';
+import { ConfigError, type GatewayConfig } from '../config/index.js';
 import { TokenizerRegistry, type PromptTokenizer, type TokenizerStats } from '../tokenizer/registry.js';
 import type { Tokenizer } from '../tokenizer/types.js';
 

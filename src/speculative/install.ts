@@ -9,7 +9,7 @@
  *
  * Called by `kvgate serve` before the gateway starts; a gateway without either is left untouched.
  */
-import { ConfigError } from '../config.js';
+import { ConfigError } from '../config/index.js';
 import type { Gateway } from '../gateway/gateway.js';
 import { EOS_TOKEN_ID } from '../tokenizer/vocabulary.js';
 import { systemClock, type Clock } from '../util/clock.js';

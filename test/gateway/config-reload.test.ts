@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
-import { parseConfigText } from '../../src/config.js';
+import { parseConfigText } from '../../src/config/index.js';
 import { ConfigWatcher, hashConfigText } from '../../src/gateway/config-watch.js';
 import { createGateway, type Gateway } from '../../src/gateway/gateway.js';
 import type { KvgatePolicy } from '../../src/scheduler/policies/kvgate/index.js';

@@ -1,7 +1,7 @@
 /** Shared set-up for the gateway's end-to-end tests: real simulated workers, a real gateway, loopback only. */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { parseConfig, type RawConfig } from '../../src/config.js';
+import { parseConfig, type RawConfig } from '../../src/config/index.js';
 import { createGateway, type Gateway, type GatewayOptions } from '../../src/gateway/gateway.js';
 import { startSimWorker, type SimWorker } from '../../src/sim/worker/server.js';
 import { createLogger } from '../../src/telemetry/logger.js';

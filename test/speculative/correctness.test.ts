@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { ConfigError } from '../../src/config.js';
+import { ConfigError } from '../../src/config/index.js';
 import { createSyntheticLm } from '../../src/engine/synthetic-lm.js';
 import { createGateway } from '../../src/gateway/gateway.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';

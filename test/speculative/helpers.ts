@@ -1,6 +1,6 @@
 /** A draft pool and a target pool of simulated workers behind a gateway with a cascade. */
 import { connect, createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
-import { parseConfig, type RawConfig } from '../../src/config.js';
+import { parseConfig, type RawConfig } from '../../src/config/index.js';
 import { createGateway, type Gateway } from '../../src/gateway/gateway.js';
 import { startSimWorker, type SimWorker } from '../../src/sim/worker/server.js';
 import { installSpeculative, type SpeculativeInstall, type SpeculativeOptions } from '../../src/speculative/install.js';

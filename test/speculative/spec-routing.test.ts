@@ -1,7 +1,7 @@
 /** Routing between workers that speculate inside the engine and plain ones. */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { parseConfig } from '../../src/config.js';
+import { parseConfig } from '../../src/config/index.js';
 import { WorkerState, type MetricsSnapshot } from '../../src/fleet/worker-state.js';
 import { createGateway } from '../../src/gateway/gateway.js';
 import { startSimWorker } from '../../src/sim/worker/server.js';

@@ -6,7 +6,7 @@
  * 1.5 × the steady p99 of before, nor anywhere near the 10 s call timeout; the draft worker is suspected and skipped, and taken back after.
  */
 import { createGateway } from '../../../src/gateway/gateway.js';
-import { parseConfig } from '../../../src/config.js';
+import { parseConfig } from '../../../src/config/index.js';
 import { installSpeculative } from '../../../src/speculative/install.js';
 import { createLogger } from '../../../src/telemetry/logger.js';
 import { closedLoop, metric, perSecond, quantile, sleep, spawnSim, type Ask, type FaultScenario } from '../harness.js';

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { ConfigError, DEFAULT_POLICY_NAME, loadConfigFile, parseConfig } from '../../src/config.js';
+import { ConfigError, DEFAULT_POLICY_NAME, loadConfigFile, parseConfig } from '../../src/config/index.js';
 import { WorkerRegistry } from '../../src/fleet/registry.js';
 import { createGateway } from '../../src/gateway/gateway.js';
 import { createLogger } from '../../src/telemetry/logger.js';
