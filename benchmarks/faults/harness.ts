@@ -150,7 +150,24 @@ export async function spawnSims(n: number, args: string[] = []): Promise<SimProc
 // ---- the gateway ----
 
 /** A gateway in this process in front of `urls` (worker ids w0, w1, ...); `extra` overrides. */
+/**
+ * The scrape token the harness's gateways accept on /metrics once a scenario configures tenant
+ * keys (then /metrics is closed to anyone without an admin or metrics key); fetchMetrics sends it.
+ */
+export const METRICS_KEY = 'sk-faults-metrics-0001';
+
+/** `admin.metricsKeys` with METRICS_KEY where a scenario configures tenants and no admin section of its own. */
+function withMetricsKey(extra: Partial<RawConfig>): Partial<RawConfig> {
+  return extra.tenants && !extra.admin ? { ...extra, admin: { metricsKeys: [{ value: METRICS_KEY }] } } : extra;
+}
+
+/** A gateway's (or a worker's) /metrics text, read with the harness's scrape token. */
+export async function fetchMetrics(base: string): Promise<string> {
+  return (await fetch(base + '/metrics', { headers: { authorization: `Bearer ${METRICS_KEY}` } })).text();
+}
+
 export async function startGateway(urls: string[], extra: Partial<RawConfig> = {}, logger?: Logger): Promise<{ gw: Gateway; url: string }> {
+  extra = withMetricsKey(extra);
   const config = parseConfig({
     listen: { host: '127.0.0.1', port: 0 },
     pools: urls.length > 0 ? [{ name: 'main', model: MODEL, workers: urls.map((url, i) => ({ url, id: `w${i}` })) }] : [],
@@ -340,6 +357,7 @@ export interface GatewayProcess {
  * temporary file (workers given by URL, as in startGateway); resolves once /health answers.
  */
 export async function spawnGateway(urls: string[], extra: Partial<RawConfig> = {}): Promise<GatewayProcess> {
+  extra = withMetricsKey(extra);
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-faults-'));
   const file = join(dir, 'kvgate.yaml');
