@@ -22,7 +22,9 @@ import { parseConfig, type RawConfig } from '../../src/config/index.js';
 import { sampleValue } from '../../src/fleet/prom-text.js';
 import { createGateway, type Gateway } from '../../src/gateway/gateway.js';
 import { createLogger, type Logger } from '../../src/telemetry/logger.js';
-import { startRedis, type RedisServer } from '../../test/redis-server.js';
+import { freePort, startRedis, type RedisServer } from '../../test/redis-server.js';
+
+export { freePort };
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const CLI = join(here, '..', '..', 'src', 'cli.js');
@@ -332,18 +334,6 @@ export function skipped(why: string): ScenarioResult {
   return { tally: new Tally(), figures: { skipped: why }, checks: {} };
 }
 
-/** A free TCP port on 127.0.0.1. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const a = s.address();
-      const port = typeof a === 'object' && a ? a.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 export interface GatewayProcess {
   url: string;
