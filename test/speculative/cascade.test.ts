@@ -83,7 +83,7 @@ describe('cascade at temperature 0 is the target, token for token', () => {
           assert.equal(direct.status, 200, direct.text);
           const got = outcome(kind, viaCascade, stream);
           assert.deepEqual(got, outcome(kind, direct, stream), `${kind} prompt ${pi} fidelity ${fidelities[gi]}`);
-          answered[gi] += got.tokens as number;
+          answered[gi]! += got.tokens as number;
           cases++;
         }
       }
