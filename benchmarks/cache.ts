@@ -177,11 +177,11 @@ async function main(): Promise<number> {
     process.stderr.write('bench cache: --rounds, --seconds and --rate take positive numbers\n');
     return 2;
   }
-  if (!['gateway', 'load', 'any'].includes(values['redis-cpu']!)) {
+  if (!['gateway', 'load', 'any'].includes(values['redis-cpu'])) {
     process.stderr.write(`bench cache: --redis-cpu takes gateway, load or any, got '${values['redis-cpu']}'\n`);
     return 2;
   }
-  const wanted = values.stores!.split(',').map((s) => s.trim());
+  const wanted = values.stores.split(',').map((s) => s.trim());
   for (const s of wanted) {
     if (s !== 'memory' && s !== 'redis') {
       process.stderr.write(`bench cache: unknown store '${s}' (memory, redis)\n`);
@@ -203,7 +203,7 @@ async function main(): Promise<number> {
   try {
     if (wanted.includes('memory')) gateways.push(await startKvgate(cores, 'memory', upstreamPort));
     if (wanted.includes('redis')) {
-      redis = await startRedis(cores, values['redis-cpu']!);
+      redis = await startRedis(cores, values['redis-cpu']);
       if (redis) gateways.push(await startKvgate(cores, 'redis', upstreamPort, redis.url));
       else notes.push('redis: skipped (redis-server is not installed; Debian: apt-get install redis-server)');
     }
@@ -225,8 +225,8 @@ async function main(): Promise<number> {
           const logged = g.take();
           const key = `${g.store}:${mode}`;
           checks[key] ??= {};
-          for (const [h, n] of Object.entries(r.headers)) checks[key]![h] = (checks[key]![h] ?? 0) + n;
-          checks[key]!.errors = (checks[key]!.errors ?? 0) + r.errors;
+          for (const [h, n] of Object.entries(r.headers)) checks[key][h] = (checks[key][h] ?? 0) + n;
+          checks[key].errors = (checks[key].errors ?? 0) + r.errors;
           ((client[g.store] ??= { hit: [], miss: [] })[mode]).push({ p50: quantile(r.latencies, 0.5), p99: quantile(r.latencies, 0.99), cpu: cpuPer });
           // Gateway side: the measured requests only (the client's warm-up and first 10% left out).
           const own = logged[mode] ?? [];

@@ -142,7 +142,7 @@ async function main(): Promise<number> {
     return 2;
   }
   const known = ['direct', 'nginx', 'nodehop', 'undicihop', 'poolhop', 'partshop', 'kvgate'];
-  const wanted = new Set(values.targets!.split(',').map((s) => s.trim()));
+  const wanted = new Set(values.targets.split(',').map((s) => s.trim()));
   for (const w of wanted) {
     if (!known.includes(w)) {
       process.stderr.write(`bench overhead: unknown target '${w}' (${known.join(', ')})\n`);

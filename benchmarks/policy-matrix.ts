@@ -180,7 +180,7 @@ function main(): number {
     return 0;
   }
   const only = values.only ? new Set(values.only.split(',')) : null;
-  if (!/^\d+$/.test(values.seed!)) {
+  if (!/^\d+$/.test(values.seed)) {
     process.stderr.write(`bench policies: --seed must be a non-negative integer, got ${JSON.stringify(values.seed)}\n`);
     return 2;
   }
@@ -208,14 +208,14 @@ function main(): number {
     '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   try {
-    for (const workers of values.workers!.split(',').map(Number)) {
-      for (const s of scenarios(workers, values.traces!, values.quick ? 2 : 0)) {
+    for (const workers of values.workers.split(',').map(Number)) {
+      for (const s of scenarios(workers, values.traces, values.quick ? 2 : 0)) {
         if (only && !only.has(s.name)) continue;
         const out = join(dir, `${s.name}-${workers}.json`);
         process.stderr.write(`${s.name}, ${workers} workers...\n`);
         const r = spawnSync(
           process.execPath,
-          [cli, 'bench', ...s.args, ...shaping, '--seed', values.seed!, '--workers', String(workers), '--policy', POLICIES.join(','), '--slo-ttft', values['slo-ttft']!, '--slo-tpot', values['slo-tpot']!, '--json', out, '--quiet'],
+          [cli, 'bench', ...s.args, ...shaping, '--seed', values.seed, '--workers', String(workers), '--policy', POLICIES.join(','), '--slo-ttft', values['slo-ttft'], '--slo-tpot', values['slo-tpot'], '--json', out, '--quiet'],
           { stdio: ['ignore', 'ignore', 'inherit'] },
         );
         if (r.status !== 0) throw new Error(`kvgate bench failed for ${s.name} (exit ${r.status})`);

@@ -80,7 +80,7 @@ const quantile = (a: Float64Array, q: number): number => a[Math.min(a.length - 1
 for (let round = 1; round <= ROUNDS; round++) {
   const runs = sides.map(({ build: b }) => {
     const clock = new b.VirtualClock(0);
-    const policy = b.createPolicy(values.policy!);
+    const policy = b.createPolicy(values.policy);
     const router = new b.Router({ policy, clock, rng: b.seededRng(7), staleAfterMs: 1e12 });
     const workers = Array.from({ length: WORKERS }, (_, i) => {
       const w = new b.WorkerState({ id: `w${i}`, url: `http://127.0.0.1:${9000 + i}`, pool: 'target', model: 'm', numGpuBlocks: 30_000, blockSize: 16 });

@@ -76,8 +76,8 @@ export async function startRedis(): Promise<RedisServer> {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     child = c;
-    c.stdout!.on('data', (d: Buffer) => (output += d.toString()));
-    c.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+    c.stdout.on('data', (d: Buffer) => (output += d.toString()));
+    c.stderr.on('data', (d: Buffer) => (output += d.toString()));
     const exited = new Promise<never>((_, reject) => c.once('exit', (code) => reject(new Error(`redis-server exited with ${code}: ${output.trim()}`))));
     await Promise.race([waitPong(port, 10_000), exited]);
     exited.catch(() => undefined);

@@ -99,7 +99,7 @@ export async function spawnSim(args: string[] = [], port = 0): Promise<SimProces
     let out = '';
     const url = await new Promise<string>((resolve, reject) => {
       const t = setTimeout(() => reject(new Error(`sim did not start: ${out}`)), 15_000);
-      proc.stdout!.on('data', (d: Buffer) => {
+      proc.stdout.on('data', (d: Buffer) => {
         out += d.toString();
         const m = /worker: (http:\/\/\S+)/.exec(out);
         if (m) {
@@ -107,13 +107,13 @@ export async function spawnSim(args: string[] = [], port = 0): Promise<SimProces
           resolve(m[1]!);
         }
       });
-      proc.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+      proc.stderr.on('data', (d: Buffer) => (out += d.toString()));
       proc.once('exit', (code) => {
         clearTimeout(t);
         reject(new Error(`sim exited (${code}): ${out}`));
       });
     });
-    proc.stdout!.resume();
+    proc.stdout.resume();
     return { proc, url };
   };
   const first = await start(port);
@@ -363,8 +363,8 @@ export async function spawnGateway(urls: string[], extra: Partial<RawConfig> = {
   writeFileSync(file, JSON.stringify(config));
   const proc = spawn(process.execPath, [CLI, 'serve', '--config', file], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
-  proc.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-  proc.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+  proc.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  proc.stderr.on('data', (d: Buffer) => (out += d.toString()));
   const url = `http://127.0.0.1:${port}`;
   const end = Date.now() + 15_000;
   for (;;) {

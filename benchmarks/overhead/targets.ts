@@ -141,8 +141,8 @@ export async function startKvgate(upstreamUrl: string, opts: KvgateOptions = {})
   const onLine = opts.onLine;
   if (onLine) {
     let buf = '';
-    child.stdout!.setEncoding('utf8');
-    child.stdout!.on('data', (d: string) => {
+    child.stdout.setEncoding('utf8');
+    child.stdout.on('data', (d: string) => {
       buf += d;
       let i: number;
       while ((i = buf.indexOf('\n')) >= 0) {
@@ -150,7 +150,7 @@ export async function startKvgate(upstreamUrl: string, opts: KvgateOptions = {})
         buf = buf.slice(i + 1);
       }
     });
-  } else child.stdout!.resume();
+  } else child.stdout.resume();
   const url = `http://127.0.0.1:${port}`;
   await waitReady(url + '/ready', 15_000);
   return {
@@ -168,7 +168,7 @@ export function nodeClient<T>(spec: Spec): Promise<T> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [join(here, 'client.js'), JSON.stringify(spec)], { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
-    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out) as T) : reject(new Error(`load client exited with ${code}`))));
   });
 }
@@ -189,7 +189,7 @@ export function wrk(url: string, connections: number, seconds: number, delayMs: 
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     let out = '';
-    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.on('exit', (code) => {
       const line = out.split('\n').find((l) => l.startsWith('WRKJSON '));
       if (code !== 0 || !line) return reject(new Error(`wrk exited with ${code}: ${out.slice(-300)}`));

@@ -124,7 +124,7 @@ export function percentile(sorted: ArrayLike<number>, p: number): number | null 
 }
 
 export function distribution(values: ArrayLike<number>): Dist {
-  const s = Float64Array.from(values as ArrayLike<number>).sort();
+  const s = Float64Array.from(values).sort();
   if (s.length === 0) return { p50: null, p90: null, p99: null, mean: null };
   let sum = 0;
   for (let i = 0; i < s.length; i++) sum += s[i]!;

@@ -92,7 +92,7 @@ export function summaryTable(rows: readonly Row[], o: TableOptions = {}): string
   return [fmt(header), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(fmt)].join('\n') + '\n';
 }
 
-const ms = (d: Dist, k: 'p50' | 'p90' | 'p99'): string => (d[k] === null ? '-' : d[k]!.toFixed(0));
+const ms = (d: Dist, k: 'p50' | 'p90' | 'p99'): string => (d[k] === null ? '-' : d[k].toFixed(0));
 
 /** What the response cache did, per policy: hit rate, GPU time saved, TTFT with and without it. */
 export function cacheLines(rows: readonly Row[]): string {

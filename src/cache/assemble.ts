@@ -280,8 +280,8 @@ export function remainderChunks(sent: CompletionBody, full: CompletionBody, rout
         if (rest === null) return null;
         if (rest !== '' || (k === 'content' && sm === null)) delta[k] = rest;
       }
-      const ft = (fm.tool_calls ?? []) as ToolCall[];
-      const st = (sm?.tool_calls ?? []) as ToolCall[];
+      const ft = (fm.tool_calls ?? []);
+      const st = (sm?.tool_calls ?? []);
       if (st.length > ft.length) return null;
       const calls: unknown[] = [];
       for (let i = 0; i < ft.length; i++) {

@@ -714,7 +714,7 @@ export async function run(argv: string[]): Promise<number> {
   }
   if (opts.capacity && !quiet) {
     opts.onProbe = (name, p) => {
-      (bar as ProgressBar | null)?.finish();
+      (bar)?.finish();
       const worst = p.worst_band_attainment !== undefined ? `, worst prompt band ${(p.worst_band_attainment * 100).toFixed(1)}%` : '';
       process.stderr.write(`${name}: rate ×${+p.rate_scale.toFixed(4)} (${p.requests_per_s.toFixed(1)} req/s offered): attainment ${(p.attainment * 100).toFixed(1)}%${worst}\n`);
     };

@@ -48,7 +48,7 @@ export class WorkerRegistry {
   add(identity: WorkerIdentity): WorkerState {
     if (this.byId.has(identity.id)) throw new Error(`worker '${identity.id}' is already registered`);
     const w = new WorkerState(identity);
-    (this.workers as WorkerState[]).push(w);
+    (this.workers).push(w);
     this.byId.set(w.id, w);
     for (const name of [w.model, ...w.adapters]) this.byModel.set(name, [...(this.byModel.get(name) ?? []), w]);
     for (const a of w.adapters) this.adapterBase.set(a, w.model);
@@ -66,7 +66,7 @@ export class WorkerRegistry {
     if (!w) return undefined;
     w.retired = true;
     w.healthy = false;
-    const list = this.workers as WorkerState[];
+    const list = this.workers;
     list.splice(list.indexOf(w), 1);
     this.byId.delete(id);
     for (const name of [w.model, ...w.adapters]) this.unindex(name, w);

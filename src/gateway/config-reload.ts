@@ -195,7 +195,7 @@ export class ConfigReloader {
     const old = this.t.config.policy;
     if (next.policy.name !== old.name) return false;
     if (JSON.stringify(next.policy.options) === JSON.stringify(old.options)) return true;
-    return this.t.policy.retune?.(next.policy.options as Record<string, unknown>) ?? false;
+    return this.t.policy.retune?.(next.policy.options) ?? false;
   }
 
   /** Retire, replace and add workers; returns what changed, one entry per worker. */

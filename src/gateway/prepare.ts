@@ -162,7 +162,7 @@ export function preparePrompt(
   if (typeof first === 'string') {
     return { promptText: first, promptTokens: encode(first), maxTokens, maxTokensExplicit: explicit !== undefined };
   }
-  const ids = typeof first === 'number' ? (p as number[]) : (first as number[]);
+  const ids = typeof first === 'number' ? (p as number[]) : (first);
   // Token ids need no tokenizer; their text is only for policies that match characters.
   return { promptText: estimateTokenizer.decode(ids), promptTokens: ids, maxTokens, maxTokensExplicit: explicit !== undefined };
 }

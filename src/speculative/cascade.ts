@@ -29,7 +29,8 @@
  * in flight on both workers and no further round is started.
  */
 import { randomInt } from 'node:crypto';
-import { ApiError, errors } from '../api/errors.js';
+import type { ApiError} from '../api/errors.js';
+import { errors } from '../api/errors.js';
 import { sseErrorEvent } from '../api/sse.js';
 import type { ChatCompletionRequest, CompletionRequest } from '../api/schemas.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
@@ -254,7 +255,7 @@ class CascadeRun {
     if (ctx.kind === 'completions') {
       const p = (ctx.body as CompletionRequest).prompt;
       if (Array.isArray(p) && typeof p[0] === 'number') return (p as number[]).slice();
-      if (Array.isArray(p) && Array.isArray(p[0])) return (p[0] as number[]).slice();
+      if (Array.isArray(p) && Array.isArray(p[0])) return (p[0]).slice();
       const text = typeof p === 'string' ? p : (p[0] as string);
       const r = await postJson(this.call(this.target, 'target'), '/tokenize', { model: ctx.model, prompt: text }, this.signal());
       return checkTokens(r);

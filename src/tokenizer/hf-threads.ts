@@ -124,7 +124,7 @@ export class HfTokenizerThreads {
     this.closed = true;
     if (this.watchdog !== null) clearInterval(this.watchdog);
     this.watchdog = null;
-    await Promise.all(this.slots.map((s) => s.worker?.terminate()));
+    await Promise.all(this.slots.map(async (s) => { await s.worker?.terminate(); }));
   }
 
   /**

@@ -268,7 +268,7 @@ export class TokenizerRegistry {
 
   /** Stop the tokenizers' threads. */
   async close(): Promise<void> {
-    await Promise.all(this.all.map((t) => t.close?.()));
+    await Promise.all(this.all.map(async (t) => { await t.close?.(); }));
   }
 
   for(model: string): PromptTokenizer {

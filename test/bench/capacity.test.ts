@@ -23,8 +23,8 @@ describe('capacity search (fake fleet)', () => {
     assert.ok(hi / lo <= 1.02 + 1e-9, `bracket ${lo}–${hi}`);
     assert.ok(lo <= 3.7 && hi > 3.7);
     assert.equal(r.rate_scale, lo);
-    assert.ok(r.rate_scale! >= 3.7 / 1.02 && r.rate_scale! <= 3.7);
-    assert.equal(r.requests_per_s, Math.round(10 * r.rate_scale! * 1000) / 1000);
+    assert.ok(r.rate_scale >= 3.7 / 1.02 && r.rate_scale <= 3.7);
+    assert.equal(r.requests_per_s, Math.round(10 * r.rate_scale * 1000) / 1000);
     assert.equal(r.attainment, 0.95);
     assert.equal(r.probes.length, calls.length);
     assert.ok(r.probes.length <= 14);
@@ -50,7 +50,7 @@ describe('capacity search (fake fleet)', () => {
     const att = (s: number) => (s <= 2 || (s >= 2.5 && s <= 3) ? 0.92 : 0.6);
     const r = await searchCapacity(fake(att), { start: 1 });
     assert.ok(r.rate_scale !== null);
-    assert.ok(att(r.rate_scale!) >= 0.9, 'the reported scale met the target');
+    assert.ok(att(r.rate_scale) >= 0.9, 'the reported scale met the target');
     const met = r.probes.filter((p) => p.attainment >= 0.9).map((p) => p.rate_scale);
     assert.equal(r.rate_scale, Math.max(...met));
   });
@@ -141,8 +141,8 @@ describe('capacity search (real fleet)', () => {
       assert.equal(c.probes[0]!.attainment, p.attainment);
       assert.ok(c.rate_scale !== null && c.bracket[1] !== null, `${p.name}: no bracket`);
       assert.ok(c.attainment! >= 0.9);
-      for (const q of c.probes) if (q.rate_scale > c.rate_scale!) assert.ok(q.attainment < 0.9 || !c.converged);
-      if (c.converged) assert.ok(c.bracket[1]! / c.bracket[0]! <= 1.02 + 1e-9);
+      for (const q of c.probes) if (q.rate_scale > c.rate_scale) assert.ok(q.attainment < 0.9 || !c.converged);
+      if (c.converged) assert.ok(c.bracket[1] / c.bracket[0]! <= 1.02 + 1e-9);
       assert.ok(c.requests_per_s! > 0);
       assert.equal(probes.filter(([n]) => n === p.name).length, c.probes.length);
     }

@@ -64,7 +64,7 @@ describe('summary statistics', () => {
     const tail = weightedTail(values, weights);
     assert.equal(weightedDistribution(values, weights).p99, 20);
     assert.equal(tail.p99_9, Math.round(percentile(expanded, 99.9)! * 1000) / 1000);
-    assert.ok(tail.p99_9! > 20 && tail.p99_9! <= 100);
+    assert.ok(tail.p99_9 > 20 && tail.p99_9 <= 100);
     assert.equal(tail.max, 100);
     assert.deepEqual(weightedTail([5, 7], [0, 0]), { p99_9: null, max: null });
   });

@@ -4,7 +4,7 @@ import { idealHitRate } from '../../src/bench/ideal-hit.js';
 import { runBench } from '../../src/bench/run.js';
 import { workBound } from '../../src/bench/work-bound.js';
 import { buildEngineConfig } from '../../src/engine/profiles.js';
-import { RooflineTimeModel } from '../../src/engine/time-model.js';
+import type { RooflineTimeModel } from '../../src/engine/time-model.js';
 import type { BenchRequest } from '../../src/workload/types.js';
 import { workloadSource } from '../../src/workload/workloads.js';
 

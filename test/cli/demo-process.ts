@@ -19,7 +19,7 @@ export interface DemoProcess {
 export async function startDemo(args: string[]): Promise<DemoProcess> {
   const child = spawn(process.execPath, [CLI, 'demo', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
-  child.stdout!.on('data', (d: Buffer) => (stdout += d));
+  child.stdout.on('data', (d: Buffer) => (stdout += d));
   const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
   const deadline = Date.now() + 15_000;
   while (!stdout.includes('Ctrl-C') && Date.now() < deadline && child.exitCode === null) await new Promise((r) => setTimeout(r, 20));

@@ -101,7 +101,7 @@ test('speculation flags: a draft model tuned to an acceptance rate, and in-engin
   const s = parseSimArgs(['--model', 'llama-3.1-70b', '--tp', '4', '--spec-k', '4', '--spec-acceptance', '0.8:0.3@60']);
   assert.equal(s.speculative?.k, 4);
   assert.equal(s.speculative?.draftModel, 'llama-3.1-8b');
-  const acc = s.speculative!.acceptance as (ms: number) => number;
+  const acc = s.speculative.acceptance as (ms: number) => number;
   assert.equal(acc(59_000), 0.8);
   assert.equal(acc(61_000), 0.3);
   assert.equal(parseSimArgs(['--spec-k', '2']).speculative?.acceptance, 0.7);

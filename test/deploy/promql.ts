@@ -14,7 +14,7 @@ export function metricNames(expr: string): string[] {
   const out = new Set<string>();
   for (const m of s.matchAll(/(?<![\w.$:])[a-zA-Z_:][a-zA-Z0-9_:]*/g)) {
     const name = m[0];
-    const after = s.slice(m.index! + name.length).trimStart();
+    const after = s.slice(m.index + name.length).trimStart();
     if (after.startsWith('(') || KEYWORDS.has(name)) continue;
     out.add(name);
   }

@@ -270,7 +270,7 @@ test('check() refuses what can never run, with vLLM-shaped messages', () => {
   const e = new Engine(config({ maxModelLen: 1000, numGpuBlocks: 10 }));
   const long = e.check(900, 200);
   assert.equal(long?.code, 'context_length_exceeded');
-  assert.match(long!.message, /^This model's maximum context length is 1000 tokens\. However, you requested 1100 tokens \(900 in the messages, 200 in the completion\)/);
+  assert.match(long.message, /^This model's maximum context length is 1000 tokens\. However, you requested 1100 tokens \(900 in the messages, 200 in the completion\)/);
   const big = e.check(40, 10);
   assert.equal(big?.code, 'exceeds_kv_capacity');
   assert.equal(e.check(36, 10), null);

@@ -279,7 +279,7 @@ test('end to end with the simulated worker’s publisher: join mid-stream via re
     // Keep the new worker publishing until the subscriber has reconnected and noticed.
     for (let i = 0; sub.status().restarts === 0; i++) {
       if (i > 200) throw new Error('no restart detected');
-      runEngine(fresh, second!, [[...other[0]!, 9000 + i]], `c${i}`);
+      runEngine(fresh, second, [[...other[0]!, 9000 + i]], `c${i}`);
       await sleep(20);
     }
     await until(() => sub.status().lastSeq === second!.sequence - 1, 'caught up after restart');

@@ -52,12 +52,12 @@ test('garbage, errors and timeouts mark the scrape failed and the data goes stal
   try {
     await scraper.scrape(w);
     assert.equal(w.snapshot?.kvUsage, 0.5);
-    const goodAt = w.snapshot!.at;
+    const goodAt = w.snapshot.at;
     for (const m of ['garbage', 'error', 'slow'] as const) {
       mode = m;
       await scraper.scrape(w);
       assert.ok(w.lastScrapeError, `${m}: error noted`);
-      assert.equal(w.snapshot!.at, goodAt, `${m}: old snapshot kept`);
+      assert.equal(w.snapshot.at, goodAt, `${m}: old snapshot kept`);
     }
     assert.match(w.lastScrapeError!, /timed out/);
     await sleep(60);

@@ -155,7 +155,7 @@ test('not holding, the pool still sends a request head and body in one write', a
   const proto = Socket.prototype as unknown as Record<'_write' | '_writev', (...a: unknown[]) => unknown>;
   const calls: string[] = [];
   for (const m of ['_write', '_writev'] as const) {
-    const orig = proto[m]!;
+    const orig = proto[m];
     proto[m] = function (this: Socket, ...a: unknown[]) {
       if (this.remotePort === port) calls.push(m);
       return orig.apply(this, a);

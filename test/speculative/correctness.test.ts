@@ -61,7 +61,7 @@ async function proxy(
   intercept: (path: string, body: any, n: number, res: ServerResponse) => boolean,
 ): Promise<{ url: string; calls: () => number; close(): Promise<void> }> {
   let n = 0;
-  const server = createServer(async (req: IncomingMessage, res: ServerResponse) => {
+  const relay = async (req: IncomingMessage, res: ServerResponse) => {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
     const raw = Buffer.concat(chunks).toString('utf8');
@@ -78,7 +78,8 @@ async function proxy(
       // scrape was passing through): the caller sees a reset, as it would from a dead worker.
       res.destroy();
     }
-  });
+  };
+  const server = createServer((req, res) => void relay(req, res).catch((err: unknown) => res.destroy(err as Error)));
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
@@ -323,7 +324,7 @@ describe('shutdown', () => {
       const first = await reader.read();
       assert.ok(!first.done);
       const closing = c.gw.close();
-      let text = Buffer.from(first.value!).toString('utf8');
+      let text = Buffer.from(first.value).toString('utf8');
       for (;;) {
         const x = await reader.read();
         if (x.done) break;

@@ -39,8 +39,8 @@ export const draftHung: FaultScenario = {
     const config = parseConfig({
       listen: { host: '127.0.0.1', port: 0 },
       pools: [
-        { name: 'target', model: TARGET, workers: [{ url: target!.url, id: 't0' }] },
-        { name: 'draft', model: DRAFT, workers: [{ url: draft!.url, id: 'd0' }] },
+        { name: 'target', model: TARGET, workers: [{ url: target.url, id: 't0' }] },
+        { name: 'draft', model: DRAFT, workers: [{ url: draft.url, id: 'd0' }] },
       ],
       scrape: { intervalMs: 500 },
       health: { intervalMs: 1_000 },
@@ -63,11 +63,11 @@ export const draftHung: FaultScenario = {
       await sleep(6_000);
       const m0 = await metrics();
       const stoppedAt = performance.now();
-      draft!.signal('SIGSTOP');
+      draft.signal('SIGSTOP');
       await sleep(4_000);
       const suspectedWhileStopped = victim.suspected;
       const m1 = await metrics();
-      draft!.signal('SIGCONT');
+      draft.signal('SIGCONT');
       const contAt = performance.now();
       const { tally, outcomes } = await load;
       const m2 = await metrics();
@@ -107,7 +107,7 @@ export const draftHung: FaultScenario = {
       };
     } finally {
       await gw.close();
-      await Promise.all([target!.stop(), draft!.stop()]);
+      await Promise.all([target.stop(), draft.stop()]);
     }
   },
 };

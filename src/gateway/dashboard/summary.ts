@@ -151,7 +151,7 @@ export class DashboardSampler {
       try {
         // prom-client hands out its live value objects: copy them, or every sample would read now.
         const json = structuredClone(await this.o.registry.getMetricsAsJSON());
-        const s: Sample = { at: this.now(), metrics: new Map(json.map((m) => [m.name, m as MetricObjectWithValues<MetricValue<string>>])), workers: this.o.describeWorkers() };
+        const s: Sample = { at: this.now(), metrics: new Map(json.map((m) => [m.name, m])), workers: this.o.describeWorkers() };
         this.samples.push(s);
         // Keep one sample older than the window as the baseline when polling is slow.
         while (this.samples.length > 2 && s.at - this.samples[1]!.at > this.windowMs) this.samples.shift();

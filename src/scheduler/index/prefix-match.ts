@@ -4,9 +4,10 @@
  * hold" once per request, kept in the request's state for every plugin of the pipeline.
  */
 import type { WorkerState } from '../../fleet/worker-state.js';
-import { KVGATE_HASH_SEED, PromptBlocks, promptBlocks } from '../../kv/prompt-blocks.js';
+import type { PromptBlocks} from '../../kv/prompt-blocks.js';
+import { KVGATE_HASH_SEED, promptBlocks } from '../../kv/prompt-blocks.js';
 import { stateKey, type StateKey } from '../../util/state.js';
-import { PrefixIndex } from './prefix-index.js';
+import type { PrefixIndex } from './prefix-index.js';
 import type { RouteRequest, RoutingContext } from '../types.js';
 
 export interface PrefixMatch {

@@ -130,7 +130,7 @@ export interface KnobInfo {
  * when `groups` is given (knobs in no group last). Removed knobs are left out.
  */
 export function knobsOf(schema: z.ZodObject, groups: readonly KnobGroup[] = []): KnobInfo[] {
-  const defaults = schema.parse({}) as Record<string, unknown>;
+  const defaults = schema.parse({});
   const knobs: KnobInfo[] = Object.entries(schema.shape)
     .filter(([, s]) => !REMOVED_KNOBS.has(s as z.ZodType))
     .map(([name, s]) => ({

@@ -13,7 +13,7 @@
  * information) is the other. Workers without a probe count as holding nothing, with the gateway's
  * own in-flight prefill and count as their queue.
  */
-import { z } from 'zod';
+import type { z } from 'zod';
 import type { WorkerState } from '../../fleet/worker-state.js';
 import { blockKeysOf } from '../../kv/prompt-blocks.js';
 import { healthyFilter } from '../filters/healthy.js';

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import { BUILTIN_POLICIES, createPolicy, policyDefinition } from '../../../src/scheduler/registry.js';
 import { request, router, seq, worker } from '../helpers.js';
 
-const parsed = (name: string, raw: Record<string, unknown> = {}): Record<string, unknown> => policyDefinition(name).options.parse(raw) as Record<string, unknown>;
+const parsed = (name: string, raw: Record<string, unknown> = {}): Record<string, unknown> => policyDefinition(name).options.parse(raw);
 
 test('every policy with options either retunes its defaults in place or says it cannot', () => {
   const inPlace = new Set(['kvgate', 'oracle', 'sglang-cache-aware', 'llm-d', 'llm-d-precise', 'dynamo', 'dynamo-approx']);

@@ -95,7 +95,7 @@ test('the replay socket returns buffered batches from a sequence number, then -1
   assert.ok(replayEndpoint);
   for (let i = 0; i < 5; i++) pub.publish([{ type: 'BlockRemoved', blockHashes: [i] }]);
   const dealer = new zmq.Dealer({ receiveTimeout: 2000, linger: 0 });
-  dealer.connect(replayEndpoint!);
+  dealer.connect(replayEndpoint);
   try {
     // REQ-style framing: an empty delimiter before the start sequence.
     await dealer.send([Buffer.alloc(0), Buffer.from([0, 0, 0, 0, 0, 0, 0, 3])]);
@@ -185,7 +185,7 @@ test('a simulated worker publishes BlockStored for a prompt, with the prompt\'s 
     assert.deepEqual(hashes, blockHashes(ids, 16, 1234));
     // The same batch is in the replay buffer under the same sequence number.
     const n = seqOf(seq!);
-    await dealer.connect(w.kvReplayEndpoint);
+    dealer.connect(w.kvReplayEndpoint);
     await dealer.send([Buffer.alloc(0), seq!]);
     const [, rseq, rpayload] = await dealer.receive();
     assert.equal(seqOf(rseq!), n);

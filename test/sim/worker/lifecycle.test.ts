@@ -97,7 +97,7 @@ test('close() ends in-flight streams and releases the port', async () => {
   for (;;) {
     const { value, done } = await reader.read().catch(() => ({ value: undefined, done: true }));
     if (done) break;
-    rest += Buffer.from(value!).toString('utf8');
+    rest += Buffer.from(value).toString('utf8');
   }
   const all = head + rest;
   assert.ok(!all.includes('[DONE]'), 'a cut stream does not claim completion');

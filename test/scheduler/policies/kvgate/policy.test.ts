@@ -192,7 +192,7 @@ test('session key is a hint: it breaks near-ties but does not override load', ()
   assert.ok(again.ok && again.decision.worker === home);
   if (again.ok) assert.equal(again.decision.reason, 'session');
   // Make the session's worker far busier: load wins.
-  home!.begin({ id: 'x', promptTokens: 50_000, uncachedTokens: 50_000, maxTokens: 1, blocks: 1, dispatchedAt: 0 });
+  home.begin({ id: 'x', promptTokens: 50_000, uncachedTokens: 50_000, maxTokens: 1, blocks: 1, dispatchedAt: 0 });
   const busy = r.route(request(seq(90_000, 100), { sessionKey: 's1' }), ws);
   assert.ok(busy.ok && busy.decision.worker !== home);
 });
@@ -496,10 +496,10 @@ test('a pool that mixes hardware learns per declared kind: slow workers do not m
   const kind = (id: string, hardware?: string): WorkerState =>
     new WorkerState({ id, url: `http://127.0.0.1:1/${id}`, pool: 'target', model: 'm', numGpuBlocks: 10_000, blockSize: 16, ...(hardware ? { hardware } : {}) });
   const [fast1, fast2, slow, plain] = [kind('f1', 'h100'), kind('f2', 'h100'), kind('s', 'a10g'), kind('p')];
-  for (const w of [fast1!, fast2!, slow!, plain!]) w.applySnapshot({ at: 0, kvUsage: 0, running: 0, waiting: 0 });
-  assert.notEqual(fast1!.speedClass, slow!.speedClass);
-  assert.equal(fast1!.speedClass, fast2!.speedClass);
-  assert.equal(plain!.speedClass, 'target', 'an unlabelled worker shares the pool’s class');
+  for (const w of [fast1, fast2, slow, plain]) w.applySnapshot({ at: 0, kvUsage: 0, running: 0, waiting: 0 });
+  assert.notEqual(fast1.speedClass, slow.speedClass);
+  assert.equal(fast1.speedClass, fast2.speedClass);
+  assert.equal(plain.speedClass, 'target', 'an unlabelled worker shares the pool’s class');
   // 2,000 tokens to a first token: in 50 ms on the H100, in 800 ms on the A10G.
   const first = (w: WorkerState, ms: number, base: number): void => {
     const x = request(seq(base, 2000));
@@ -508,25 +508,25 @@ test('a pool that mixes hardware learns per declared kind: slow workers do not m
     r.firstToken(x.id);
     r.complete(x.id, true);
   };
-  first(fast1!, 50, 0);
-  first(slow!, 800, 10_000);
+  first(fast1, 50, 0);
+  first(slow, 800, 10_000);
   // 10,000 → 16,000 for the H100s (40,000/s at weight 0.2), 10,000 → 8,500 for the A10G (2,500/s).
-  assert.ok(Math.abs(policy.prefillRate(fast2!) - 16_000) < 1e-6, String(policy.prefillRate(fast2!)));
-  assert.ok(Math.abs(policy.prefillRate(slow!) - 8_500) < 1e-6, String(policy.prefillRate(slow!)));
-  assert.equal(policy.prefillRate(plain!), 10_000, 'the unlabelled workers learned nothing from either');
+  assert.ok(Math.abs(policy.prefillRate(fast2) - 16_000) < 1e-6, String(policy.prefillRate(fast2)));
+  assert.ok(Math.abs(policy.prefillRate(slow) - 8_500) < 1e-6, String(policy.prefillRate(slow)));
+  assert.equal(policy.prefillRate(plain), 10_000, 'the unlabelled workers learned nothing from either');
   // Decode speed likewise: 32 answers at 4× the configured TPOT on the A10G leave the H100s at 1.
   const predicted = 7.5 + (0.06 * 1025) / 1000;
   for (let i = 0; i < 32; i++) {
     const req = request(seq(100_000 + i * 2000, 1000), { maxTokens: 50 });
-    assert.ok(r.route(req, [slow!]).ok);
+    assert.ok(r.route(req, [slow]).ok);
     clock.advance(50);
     r.firstToken(req.id);
     clock.advance(predicted * 4 * 50);
     r.complete(req.id, true, 51);
   }
-  assert.ok(Math.abs(policy.decodeScale(slow!) - 4) < 0.05, String(policy.decodeScale(slow!)));
-  assert.equal(policy.decodeScale(fast1!), 1);
-  assert.equal(policy.decodeScale(plain!), 1);
+  assert.ok(Math.abs(policy.decodeScale(slow) - 4) < 0.05, String(policy.decodeScale(slow)));
+  assert.equal(policy.decodeScale(fast1), 1);
+  assert.equal(policy.decodeScale(plain), 1);
 });
 
 test('a worker that names a known GPU starts from its bandwidth’s decode speed, until its kind’s own is learned', () => {
