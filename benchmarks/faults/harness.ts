@@ -23,7 +23,6 @@ import { createGateway, type Gateway } from '../../src/gateway/gateway.js';
 import { createLogger, type Logger } from '../../src/telemetry/logger.js';
 import { freePort, startRedis, type RedisServer } from '../../test/redis-server.js';
 
-export { freePort };
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const CLI = join(here, '..', '..', 'src', 'cli.js');
@@ -155,7 +154,7 @@ export async function spawnSims(n: number, args: string[] = []): Promise<SimProc
  * The scrape token the harness's gateways accept on /metrics once a scenario configures tenant
  * keys (then /metrics is closed to anyone without an admin or metrics key); fetchMetrics sends it.
  */
-export const METRICS_KEY = 'sk-faults-metrics-0001';
+const METRICS_KEY = 'sk-faults-metrics-0001';
 
 /** `admin.metricsKeys` with METRICS_KEY where a scenario configures tenants and no admin section of its own. */
 function withMetricsKey(extra: Partial<RawConfig>): Partial<RawConfig> {

@@ -3,7 +3,7 @@
  * (nginx.ts): a chat completion, a 64-chunk SSE stream, and the vLLM metrics a gateway scrapes.
  */
 export const MODEL = process.env.OVERHEAD_MODEL ?? 'bench-model';
-export const SSE_CHUNKS = 64;
+const SSE_CHUNKS = 64;
 
 export const completion = JSON.stringify({
   id: 'cmpl-bench',

@@ -62,16 +62,16 @@ export interface Target {
   stop(): Promise<void>;
 }
 
-export function have(cmd: string): boolean {
+function have(cmd: string): boolean {
   return spawnSync('sh', ['-c', `command -v ${cmd} || test -x /usr/sbin/${cmd}`], { stdio: 'ignore' }).status === 0;
 }
 
-export function nginxBin(): string {
+function nginxBin(): string {
   return existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx';
 }
 
 /** Installs Debian packages when running as root; true if they are there afterwards. */
-export function aptInstall(pkgs: string[], check: () => boolean, allowed: boolean): boolean {
+function aptInstall(pkgs: string[], check: () => boolean, allowed: boolean): boolean {
   if (check()) return true;
   if (!allowed || process.getuid?.() !== 0 || !existsSync('/usr/bin/apt-get')) return false;
   process.stderr.write(`installing ${pkgs.join(' ')} from Debian packages...\n`);

@@ -52,7 +52,6 @@ export interface TenantCacheOverrides {
 }
 
 /** Per-tenant request caps (config `tenants[].caps`); they can only lower the pool's and global ones. */
-export type RequestCapsOverride = TenantCaps;
 export interface TenantCaps {
   maxN?: number;
   maxTokens?: number;
@@ -60,16 +59,6 @@ export interface TenantCaps {
   maxRequestMs?: number;
   maxEmbeddingInputs?: number;
   maxEmbeddingTokens?: number;
-}
-
-export interface TenantSpec {
-  id: string;
-  keys: KeySource[];
-  cache?: TenantCacheOverrides;
-  priority?: PriorityClass;
-  limits?: TenantLimits;
-  caps?: TenantCaps;
-  models?: readonly string[];
 }
 
 export interface Tenant {
@@ -87,12 +76,6 @@ export interface Tenant {
 /** True if `tenant` may use `model` (any other is answered as a model that does not exist). */
 export function mayUse(tenant: Tenant, model: string): boolean {
   return tenant.models === null || tenant.models.has(model);
-}
-
-/** A key source that could not be read: `path` names the field, `message` never holds the key. */
-export interface KeyProblem {
-  path: Array<string | number>;
-  message: string;
 }
 
 export function sha256(text: string): Buffer {

@@ -39,7 +39,7 @@ export class ApiError extends Error {
 }
 
 /** Longest client-supplied value echoed back in an error message. */
-export const ECHO_MAX_CHARS = 64;
+const ECHO_MAX_CHARS = 64;
 
 /** A client-supplied value as it may appear in a message: truncated, control characters escaped. */
 export function echo(value: string, max = ECHO_MAX_CHARS): string {

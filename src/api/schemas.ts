@@ -38,9 +38,9 @@ const messageContent = z.union([z.string(), z.array(z.looseObject({ type: z.stri
 });
 
 /** OpenAI's message roles (`developer` is the newer name of `system`; `function` is legacy). */
-export const CHAT_ROLES = ['system', 'developer', 'user', 'assistant', 'tool', 'function'] as const;
+const CHAT_ROLES = ['system', 'developer', 'user', 'assistant', 'tool', 'function'] as const;
 
-export const chatMessageSchema = z.looseObject({
+const chatMessageSchema = z.looseObject({
   role: z.enum(CHAT_ROLES, { error: `role is required and must be one of ${CHAT_ROLES.join(', ')}` }),
   content: messageContent.optional(),
   name: z.string().optional(),

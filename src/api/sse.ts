@@ -10,8 +10,6 @@
  */
 import type { ApiError } from './errors.js';
 
-export const SSE_DONE = 'data: [DONE]\n\n';
-
 export function sseErrorEvent(err: ApiError): string {
   return `data: ${JSON.stringify(err.body())}\n\n`;
 }

@@ -145,7 +145,7 @@ export async function searchCapacity(probe: ProbeFn, o: CapacitySearchOptions = 
 }
 
 /** Policies that are not peers: kvgate itself and the oracles. */
-export const NOT_PEERS: readonly string[] = ['kvgate', 'oracle', 'oracle-greedy'];
+const NOT_PEERS: readonly string[] = ['kvgate', 'oracle', 'oracle-greedy'];
 
 export interface CapacityRatios {
   /** The peer with the highest capacity among the policies run (null if no peer ran or none met the target). */

@@ -216,7 +216,7 @@ function metSlo(c: SimResult['completed'], i: number, slo: Slo): boolean {
 }
 
 /** Requests of a run that met the SLO (completed ones only: refusals never meet it). */
-export function countMeetingSlo(r: SimResult, slo: Slo): number {
+function countMeetingSlo(r: SimResult, slo: Slo): number {
   const c = r.completed;
   let good = 0;
   for (let i = 0; i < c.arrival.length; i++) if (metSlo(c, i, slo)) good++;

@@ -376,7 +376,7 @@ function hashString(s: string): number {
 }
 
 /** Arrivals per second between a run's first and last arrival (0 with fewer than two). */
-export function offeredRate(sim: SimResult): number {
+function offeredRate(sim: SimResult): number {
   const span = sim.lastArrivalMs - sim.firstArrivalMs;
   return sim.requests > 1 && span > 0 ? ((sim.requests - 1) * 1000) / span : 0;
 }
@@ -419,7 +419,7 @@ interface RunContext {
   draftEngine: EngineConfig | null;
 }
 
-export const BENCH_CACHE_DEFAULTS = { ttlMs: 300_000, maxBytes: 256 * 1024 * 1024 };
+const BENCH_CACHE_DEFAULTS = { ttlMs: 300_000, maxBytes: 256 * 1024 * 1024 };
 
 /** A fresh response cache on a MemoryStore in its own virtual time. */
 function simCache(c: NonNullable<BenchOptions['cache']>): { cache: ResponseCache; clock: VirtualClock } {
@@ -507,7 +507,7 @@ async function runFleet(ctx: RunContext, name: string, run: FleetRun): Promise<S
  * of the requests at less than a third of that rate. A minute is many lifetimes of every built-in workload's requests
  * at their capacity, so the queue a rate builds has time to show.
  */
-export const CAPACITY_MIN_SECONDS = 60;
+const CAPACITY_MIN_SECONDS = 60;
 
 /**
  * Whether a capacity probe at `scale` needs more requests than the run's own (see benchRequests).

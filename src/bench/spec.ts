@@ -249,7 +249,7 @@ function byTenant(s: NonNullable<SimResult['speculative']>, o: BenchSpecOptions)
 }
 
 /** A window's mean k may differ this much from the steady value and count as settled. */
-export const SETTLE_TOLERANCE_K = 0.5;
+const SETTLE_TOLERANCE_K = 0.5;
 
 interface Window {
   start: number;

@@ -125,7 +125,7 @@ function messageDelta(m: NonNullable<CompletionChoice['message']>): Record<strin
 }
 
 /** The chunk objects of the entry as a stream, without usage or [DONE]. */
-export function streamChunks(e: CacheEntry): Array<Record<string, unknown>> {
+function streamChunks(e: CacheEntry): Array<Record<string, unknown>> {
   const base = chunkBase(e);
   const out: Array<Record<string, unknown>> = [];
   // Only generated text is streamed: an embeddings entry is only ever answered as JSON.

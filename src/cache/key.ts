@@ -22,7 +22,7 @@
 import { createHash } from 'node:crypto';
 
 /** Bump to orphan every stored entry when the key derivation changes. */
-export const KEY_VERSION = 1;
+const KEY_VERSION = 1;
 
 /** Body fields that do not change the answer and are left out of the key. */
 export const IGNORED_FIELDS: ReadonlySet<string> = new Set(['stream', 'stream_options', 'user', 'priority', 'metadata', 'store', 'request_id']);
@@ -67,7 +67,7 @@ function write(v: unknown, out: string[]): void {
 }
 
 /** The part of a request body that determines its answer, as canonical JSON. */
-export function answerDefiningJson(body: Readonly<Record<string, unknown>>): string {
+function answerDefiningJson(body: Readonly<Record<string, unknown>>): string {
   const kept: Record<string, unknown> = {};
   for (const k of Object.keys(body)) {
     const v = body[k];

@@ -17,7 +17,7 @@ import type { CacheEntry } from './entry.js';
 import type { CacheStore, StoreStats } from './store.js';
 
 /** Bookkeeping bytes charged per entry (Map slots, node object, strings' headers). */
-export const ENTRY_OVERHEAD_BYTES = 128;
+const ENTRY_OVERHEAD_BYTES = 128;
 
 interface Node<V> {
   key: string;

@@ -19,7 +19,7 @@
  */
 
 import { seedFromString, seededRng } from '../util/rng.js';
-import { COMMA_ID, EOS_TOKEN_ID, NEWLINE_ID, PERIOD_ID, VOCAB_SIZE } from '../tokenizer/vocabulary.js';
+import { COMMA_ID, EOS_TOKEN_ID, NEWLINE_ID, PERIOD_ID } from '../tokenizer/vocabulary.js';
 import type { TokenContext, TokenSampler } from './types.js';
 
 /** Candidates per distribution. */
@@ -199,7 +199,7 @@ export function createSyntheticLm(name: string, opts: SyntheticLmOptions = {}): 
  * that a token drawn from the draft's q survives Leviathan et al.'s test, Σ_x min(p(x), q(x)) over
  * the temperature-scaled distributions (at temperature 0: 1 if both argmaxes agree, else 0).
  */
-export function tokenAcceptance(p: Distribution, q: Distribution, temperature: number): number {
+function tokenAcceptance(p: Distribution, q: Distribution, temperature: number): number {
   if (temperature === 0) return p.tokens[0] === q.tokens[0] ? 1 : 0;
   const pp = scaled(p, temperature);
   const qq = scaled(q, temperature);
@@ -378,7 +378,3 @@ export function hashSampler(id: string): TokenSampler {
   const seed = seedFromString(id);
   return (ctx) => fin(mix(seed, ctx.output.length)) % NUM_WORDS;
 }
-
-/** Ids of the vocabulary's word tokens (everything but punctuation and EOS). */
-export const SYNTHETIC_WORD_TOKENS = NUM_WORDS;
-export { EOS_TOKEN_ID, VOCAB_SIZE };

@@ -96,7 +96,7 @@ function field(fields: unknown[] | Record<string, unknown>, pos: number, key: st
 }
 
 /** Decode one event; null for events this gateway does not track (other media, unknown tags). */
-export function decodeEvent(e: unknown): KvEvent | null | 'other-medium' {
+function decodeEvent(e: unknown): KvEvent | null | 'other-medium' {
   const { tag, fields } = tagOf(e);
   switch (tag) {
     case 'BlockStored': {

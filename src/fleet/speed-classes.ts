@@ -22,7 +22,7 @@
 import type { WorkerState } from './worker-state.js';
 
 /** Capacities further apart than this ratio are taken for different hardware. */
-export const CAPACITY_RATIO = 1.25;
+const CAPACITY_RATIO = 1.25;
 
 type Warn = (fields: Record<string, unknown>, msg: string) => void;
 

@@ -93,8 +93,8 @@ export interface WorkerIdentity {
 }
 
 /** Capacity assumed for a worker that has not said (llm-d's fallback, vLLM's block size). */
-export const DEFAULT_NUM_GPU_BLOCKS = 31_250;
-export const DEFAULT_BLOCK_SIZE = 16;
+const DEFAULT_NUM_GPU_BLOCKS = 31_250;
+const DEFAULT_BLOCK_SIZE = 16;
 /**
  * How long peakInflightBlocks' computation stands, ms (then only raised by what begins): at most a
  * hundred sorts a second per worker, however fast requests come.

@@ -42,9 +42,9 @@ import type { GatewayService } from './types.js';
 const PUMP_MS = 20;
 
 /** The request's priority class, for later stages and hooks. */
-export const ADMISSION_CLASS = stateKey<PriorityClass>('admission.class');
+const ADMISSION_CLASS = stateKey<PriorityClass>('admission.class');
 /** The request's admission ticket (absent when admission is off or refused it). */
-export const ADMISSION_TICKET = stateKey<AdmissionTicket<WorkerState>>('admission.ticket');
+const ADMISSION_TICKET = stateKey<AdmissionTicket<WorkerState>>('admission.ticket');
 
 export interface AdmissionSetup {
   stage: GatewayStage;

@@ -44,7 +44,7 @@ export interface CacheSetupDeps {
   store?: CacheStore;
 }
 
-export function createStore(c: CacheConfig, logger: Logger, clock: Clock): CacheStore {
+function createStore(c: CacheConfig, logger: Logger, clock: Clock): CacheStore {
   if (c.store === 'memory') return new MemoryStore({ maxBytes: c.memory.maxBytes, now: () => clock.now(), sweepEveryMs: 1000 });
   const url = c.redis.url!;
   const shown = redactRedisUrl(url);

@@ -39,9 +39,9 @@ import type { GatewayStage, StageResult } from './stages.js';
 type KeyedPlan = Extract<CachePlan, { key: string }>;
 
 /** The request's cache plan (bypass, or lookup/refresh with its key), for later stages and hooks. */
-export const CACHE_PLAN = stateKey<CachePlan>('cache.plan');
+const CACHE_PLAN = stateKey<CachePlan>('cache.plan');
 
-export const CACHE_HEADER = 'x-kvgate-cache';
+const CACHE_HEADER = 'x-kvgate-cache';
 
 export interface CacheStageDeps {
   cache: ResponseCache;

@@ -304,7 +304,7 @@ const REDACTED = '[redacted]';
  * Redis passwords are not shown (a key's count is); without it, secrets are fingerprinted so a
  * change of one is still seen as a change.
  */
-export function configView(c: GatewayConfig, redact: boolean): Record<string, unknown> {
+function configView(c: GatewayConfig, redact: boolean): Record<string, unknown> {
   const secret = (v: string): string => (redact ? REDACTED : `sha256:${createHash('sha256').update(v).digest('hex')}`);
   const keys = (digests: readonly Buffer[]): unknown => (redact ? digests.length : digests.map((d) => d.toString('hex')));
   const url = (u: string | undefined): string | null => {
@@ -333,7 +333,7 @@ export function configView(c: GatewayConfig, redact: boolean): Record<string, un
 }
 
 /** Dotted paths where two JSON values differ (arrays compared whole, by their path). */
-export function diffPaths(a: unknown, b: unknown, prefix = ''): string[] {
+function diffPaths(a: unknown, b: unknown, prefix = ''): string[] {
   const plain = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
   if (plain(a) && plain(b)) {
     const out: string[] = [];

@@ -361,7 +361,7 @@ function isAdminCaller(tenants: TenantDirectory, req: IncomingMessage): boolean 
 }
 
 /** The caps that apply: global, lowered by the pool's, lowered by the tenant's. */
-export function capsFor(config: GatewayConfig, pool: string | undefined, tenant: RequestCapsOverride): RequestCaps {
+function capsFor(config: GatewayConfig, pool: string | undefined, tenant: RequestCapsOverride): RequestCaps {
   const p = pool !== undefined ? config.pools.get(pool)?.caps : undefined;
   const pick = (k: keyof RequestCaps): number => Math.min(config.caps[k], p?.[k] ?? Infinity, tenant[k] ?? Infinity);
   return {
@@ -375,7 +375,7 @@ export function capsFor(config: GatewayConfig, pool: string | undefined, tenant:
 }
 
 /** 400 naming `input` when an embeddings request holds more inputs than its caps allow (no tokenizing). */
-export function checkEmbeddingInputs(body: EmbeddingsRequest, caps: RequestCaps): void {
+function checkEmbeddingInputs(body: EmbeddingsRequest, caps: RequestCaps): void {
   const inputs = promptList(body.input).length;
   if (inputs > caps.maxEmbeddingInputs) {
     throw errors.capExceeded('input', `input holds ${inputs} inputs, more than the ${caps.maxEmbeddingInputs} allowed per request`);
@@ -386,7 +386,7 @@ export function checkEmbeddingInputs(body: EmbeddingsRequest, caps: RequestCaps)
  * 400 naming `input` when an embeddings request's inputs come to more prompt tokens than its caps
  * allow: every input's tokens, as routing and rate limits count them (prepare.ts, describeSequences).
  */
-export function checkEmbeddingTokens(rr: RouteRequest, caps: RequestCaps): void {
+function checkEmbeddingTokens(rr: RouteRequest, caps: RequestCaps): void {
   const tokens = requestPromptTokens(rr);
   if (tokens > caps.maxEmbeddingTokens) {
     throw errors.capExceeded('input', `input comes to ${tokens} tokens, more than the ${caps.maxEmbeddingTokens} allowed per request`);
@@ -394,7 +394,7 @@ export function checkEmbeddingTokens(rr: RouteRequest, caps: RequestCaps): void 
 }
 
 /** 400 naming the parameter when a request asks for more than its caps allow. */
-export function checkCaps(
+function checkCaps(
   kind: GenerationKind,
   body: ChatCompletionRequest | CompletionRequest | ResponsesRequest,
   budget: { maxTokens: number; explicit: boolean },
@@ -445,7 +445,7 @@ function corsHeaders(cors: { origins: ReadonlySet<string> }, req: IncomingMessag
  * is exact over any window and no random draw is made. Read per request: a config reload applies
  * at once.
  */
-export class RequestLogSampler {
+class RequestLogSampler {
   private credit = 0;
 
   /** True if this request's line is written; `rate` is the configured share (1: every request). */

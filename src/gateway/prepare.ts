@@ -17,7 +17,7 @@ import type { PromptTokenizer, TokenizeContext } from '../tokenizer/registry.js'
 import { generates, type InferenceBody, type InferenceKind, type RequestContext } from './context.js';
 
 /** vLLM's default max_tokens for /v1/completions. */
-export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
+const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
 
 export interface DeadlinePolicy {
   firstByteMs: number;
@@ -174,7 +174,7 @@ export function preparePrompt(
  * with kvgate's template — or '' when it sends none (detokenize). Routed as a prompt with a
  * one-token answer, as embeddings are.
  */
-export function passthroughText(body: InferenceBody): string {
+function passthroughText(body: InferenceBody): string {
   const b = body as Record<string, unknown>;
   for (const k of ['prompt', 'input', 'query', 'text_1', 'data_1']) {
     const v = b[k];
@@ -230,7 +230,7 @@ export function chargedTokens(kind: InferenceKind, rr: RouteRequest, maxTokens: 
 }
 
 /** How a chat request's prompt is rendered: vLLM's defaults for what the request leaves unset. */
-export function chatRenderOptions(b: ChatCompletionRequest): ChatRenderOptions {
+function chatRenderOptions(b: ChatCompletionRequest): ChatRenderOptions {
   const opts: ChatRenderOptions = {
     addGenerationPrompt: b.add_generation_prompt ?? true,
     continueFinalMessage: b.continue_final_message === true,

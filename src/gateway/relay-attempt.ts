@@ -617,7 +617,7 @@ function failsAttempt(status: number): boolean {
 }
 
 /** A Retry-After header in seconds (HTTP dates are not followed), as ms, at most MAX_UPSTREAM_RETRY_AFTER_SECONDS. */
-export function retryAfterMs(v: string | string[] | undefined): number | undefined {
+function retryAfterMs(v: string | string[] | undefined): number | undefined {
   const s = Array.isArray(v) ? v[0] : v;
   if (s === undefined || !/^\s*\d+\s*$/.test(s)) return undefined;
   return Math.min(Number(s), MAX_UPSTREAM_RETRY_AFTER_SECONDS) * 1000;

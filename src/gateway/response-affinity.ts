@@ -186,6 +186,6 @@ export function directoryUnavailable(responseId: string, param: string): ApiErro
 }
 
 /** vLLM's answer to a response id it does not hold (vllm/entrypoints/openai/responses/serving.py). */
-export function responseNotFound(responseId: string, param: string): ApiError {
+function responseNotFound(responseId: string, param: string): ApiError {
   return new ApiError(404, 'invalid_request_error', 'response_not_found', `Response with id '${echo(responseId)}' not found.`, param);
 }

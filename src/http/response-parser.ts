@@ -30,7 +30,7 @@ export interface ResponseSink {
 }
 
 /** The largest response head accepted (status line and headers). */
-export const MAX_HEAD_BYTES = 64 * 1024;
+const MAX_HEAD_BYTES = 64 * 1024;
 const MAX_CHUNK_LINE = 1024;
 
 const enum State {

@@ -66,7 +66,7 @@ export interface RelayDispatcher {
 }
 
 /** An error with a code, like the ones Node and undici raise (the relay logs `code message`). */
-export class UpstreamError extends Error {
+class UpstreamError extends Error {
   constructor(message: string, readonly code: string) {
     super(message);
   }

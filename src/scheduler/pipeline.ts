@@ -186,7 +186,7 @@ export class PipelinePolicy implements Policy {
 }
 
 /** The real reason a filter removed every worker, in words a client or operator can act on. */
-export function unavailableCause(workers: readonly WorkerState[], filter: string): string {
+function unavailableCause(workers: readonly WorkerState[], filter: string): string {
   if (filter !== 'healthy') return filter === 'kv-fit' ? 'every worker is full (no KV-cache room)' : `every worker was filtered out (${filter})`;
   let down = 0;
   let open = 0;

@@ -38,8 +38,6 @@ export interface ReplicaOptions {
   shareLoad?: boolean;
 }
 
-export const REPLICA_DEFAULTS = { sharing: false, sharingDelayMs: 0, shareLoad: false } as const;
-
 /** Replica that takes the n-th arrival (0-based) of N: round-robin, as a Service spreads them. */
 export function replicaOf(arrival: number, replicas: number): number {
   return arrival % replicas;

@@ -97,7 +97,7 @@ export interface AdaptiveOptions {
   initialVerifyMs: number;
 }
 
-export const DEFAULT_ADAPTIVE: AdaptiveOptions = {
+const DEFAULT_ADAPTIVE: AdaptiveOptions = {
   kMax: 8,
   priorAcceptance: 0.6,
   minEvidence: 50,

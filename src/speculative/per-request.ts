@@ -64,7 +64,7 @@ export function chooseRequestK(alpha: number, m: PerRequestModel, c: PerRequestC
 }
 
 /** True when the candidates' batches are full enough that speculation only slows them. */
-export function workersBusy(ws: readonly WorkerState[], c: PerRequestControl): boolean {
+function workersBusy(ws: readonly WorkerState[], c: PerRequestControl): boolean {
   if (ws.length === 0) return false;
   let running = 0;
   let waiting = 0;

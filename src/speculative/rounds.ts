@@ -191,7 +191,7 @@ export class CascadeRounds {
 }
 
 /** What the controller sees of a round: the target worker's load (scraped, or in flight if more). */
-export function roundContext(model: string, cls: string, target: WorkerState | null, tpotBudgetMs: number | null, firstRound: boolean, probing: boolean): RoundContext {
+function roundContext(model: string, cls: string, target: WorkerState | null, tpotBudgetMs: number | null, firstRound: boolean, probing: boolean): RoundContext {
   const s = target?.snapshot ?? null;
   // Between scrapes, the gateway's own in-flight count is the better lower bound on running.
   const targetLoad = target ? { running: Math.max(s?.running ?? 0, target.inflightCount), waiting: s?.waiting ?? 0 } : null;

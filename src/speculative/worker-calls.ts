@@ -81,7 +81,7 @@ export async function postJson(t: CallTarget, path: string, body: unknown, signa
 }
 
 /** 'token_id:123' → 123. */
-export function tokenIdOf(name: unknown): number {
+function tokenIdOf(name: unknown): number {
   if (typeof name === 'string' && name.startsWith('token_id:')) {
     const n = Number(name.slice(9));
     if (Number.isInteger(n) && n >= 0) return n;

@@ -8,7 +8,7 @@ import type { WorkerRegistry } from '../fleet/registry.js';
 import { RequestCounter, RequestHistogram } from './request-metrics.js';
 
 /** How often the event-loop lag metric samples the loop, ms (prom-client's default is 10). */
-export const EVENT_LOOP_SAMPLE_MS = 100;
+const EVENT_LOOP_SAMPLE_MS = 100;
 
 const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 /** Time per output token: fine where TPOT targets are set (tens of ms). */

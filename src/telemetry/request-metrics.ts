@@ -22,7 +22,7 @@ interface Exported {
 }
 
 /** One counter series. */
-export class CounterSeries {
+class CounterSeries {
   value = 0;
   constructor(readonly labels: Readonly<Record<string, string>>) {}
   inc(v = 1): void {
@@ -31,7 +31,7 @@ export class CounterSeries {
 }
 
 /** One histogram series: counts per bucket (not cumulative), sum and count. */
-export class HistogramSeries {
+class HistogramSeries {
   readonly counts: Float64Array;
   sum = 0;
   count = 0;

@@ -23,14 +23,14 @@ const RESTART_CAP_MS = 30_000;
 export class ThreadLostError extends Error {}
 
 /** Longest a thread may spend on one prompt by default (an 8,000-token prompt takes 14–30 ms with a Llama tokenizer). */
-export const THREAD_TIMEOUT_MS = 10_000;
+const THREAD_TIMEOUT_MS = 10_000;
 
 /**
  * The heap a thread may grow to by default, MB. A Llama tokenizer and a prompt at the body-size
  * limit take about 60 MB; a thread that outgrows this is ended (and started again) alone, where an
  * unbounded one could take the gateway's memory with it.
  */
-export const THREAD_HEAP_MB = 512;
+const THREAD_HEAP_MB = 512;
 
 export interface HfThreadsOptions {
   /** The tokenizer.json every thread loads. */

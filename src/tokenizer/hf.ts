@@ -57,7 +57,7 @@ export function withSentencePieceWords(json: Record<string, unknown>): Record<st
  * without adding special tokens; a gateway that rendered them its own way would compute ids, and
  * so prefix-block hashes, that never match the blocks the worker reports in its KV events.
  */
-export class ChatTemplate {
+class ChatTemplate {
   private readonly template: Template;
   private readonly specials: Record<string, string>;
 
@@ -114,7 +114,7 @@ export function openFinalMessage(rendered: string, finalText: string): string | 
 }
 
 /** The template in a tokenizer_config.json: a string, or named templates (the 'default' one). */
-export function chatTemplateSource(config: Record<string, unknown>): string | null {
+function chatTemplateSource(config: Record<string, unknown>): string | null {
   const t = config.chat_template;
   if (typeof t === 'string') return t;
   if (Array.isArray(t)) {

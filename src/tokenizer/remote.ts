@@ -16,7 +16,7 @@ export interface RemoteTokenizeOptions {
   signal?: AbortSignal;
 }
 
-export class RemoteTokenizeError extends Error {
+class RemoteTokenizeError extends Error {
   constructor(message: string) {
     super(message);
     this.name = 'RemoteTokenizeError';

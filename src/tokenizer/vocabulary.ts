@@ -32,7 +32,7 @@ function syllableWords(count: number): string[] {
   return out;
 }
 
-export const PUNCTUATION = ['.', ',', '\n'];
+const PUNCTUATION = ['.', ',', '\n'];
 
 /** Token pieces by id. Word pieces carry their leading space. */
 export const VOCAB: readonly string[] = (() => {
@@ -44,8 +44,8 @@ export const VOCAB_SIZE = VOCAB.length;
 /** Ids at or above this come from hashing text outside the vocabulary. */
 export const HASHED_ID_BASE = 1 << 16;
 export const HASHED_ID_RANGE = 1 << 24;
-/** End of sequence; never produced by encoding text. */
-export const EOS_TOKEN_ID = VOCAB_SIZE;
+/** End of sequence: the first id past the vocabulary, so never produced by encoding text. */
+export const EOS_TOKEN_ID = VOCAB.length;
 /** Ids of the punctuation tokens, for the synthetic model's sentence structure. */
 export const PERIOD_ID = VOCAB_SIZE - 3;
 export const COMMA_ID = VOCAB_SIZE - 2;

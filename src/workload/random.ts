@@ -12,7 +12,7 @@ export function exponential(rng: Rng, mean: number): number {
   return -Math.log(1 - rng()) * mean;
 }
 
-export function normal(rng: Rng): number {
+function normal(rng: Rng): number {
   // Box–Muller; 1 - u keeps the log argument in (0, 1].
   const u = 1 - rng();
   const v = rng();
@@ -20,7 +20,7 @@ export function normal(rng: Rng): number {
 }
 
 /** Gamma(shape, scale) by Marsaglia–Tsang, with the shape < 1 boost. */
-export function gamma(rng: Rng, shape: number, scale: number): number {
+function gamma(rng: Rng, shape: number, scale: number): number {
   if (shape < 1) {
     const u = 1 - rng();
     return gamma(rng, shape + 1, scale) * Math.pow(u, 1 / shape);

@@ -17,7 +17,7 @@ import { estimateTokenizer, VOCAB_SIZE } from '../tokenizer/index.js';
 /** Ids 0 .. WORD_IDS-1 are plain words of the vocabulary. */
 const WORD_IDS = VOCAB_SIZE - 3;
 
-export const MOONCAKE_BLOCK_TOKENS = 512;
+const MOONCAKE_BLOCK_TOKENS = 512;
 
 /** 32-bit integer mix (Murmur3 finaliser): a cheap, well-spread hash of (seed, index). */
 export function mix32(a: number, b: number): number {
@@ -31,7 +31,7 @@ export function mix32(a: number, b: number): number {
 }
 
 /** The i-th token of the stream named `seed`. */
-export function streamToken(seed: number, i: number): number {
+function streamToken(seed: number, i: number): number {
   return mix32(seed, i) % WORD_IDS;
 }
 

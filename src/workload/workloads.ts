@@ -414,10 +414,10 @@ const SPECS: Record<string, WorkloadSpec> = {
 };
 
 /** Requests a repeat is drawn from: the most recent this many. */
-export const REPEAT_WINDOW = 2000;
+const REPEAT_WINDOW = 2000;
 
 /** Replace `fraction` of a stream's requests by exact repeats of recent earlier ones (see above). */
-export function* withRepeats(src: Iterator<BenchRequest>, fraction: number, seed: number, window = REPEAT_WINDOW): Generator<BenchRequest> {
+function* withRepeats(src: Iterator<BenchRequest>, fraction: number, seed: number, window = REPEAT_WINDOW): Generator<BenchRequest> {
   const rng = seededRng(mix32(seed, 0x7e9ea7));
   const recent: BenchRequest[] = [];
   let next = 0;

@@ -10,7 +10,7 @@ import { ask, MODEL, sleep, spawnSims, startGateway, streamChat, type FaultScena
 const WORDS = 'the of and to in is was for on that with as by at from his her they this had not are but one which have were all their there been has when who will more would about some into only other time could new these two may first then any like over such'.split(' ');
 
 /** About `tokens` tokens of text no earlier request shares (common words: about one token each). */
-export function freshPrompt(seed: number, tokens: number): string {
+function freshPrompt(seed: number, tokens: number): string {
   const words: string[] = [`request ${seed}:`];
   let x = seed * 2654435761 + 1;
   for (let i = 0; i < tokens; i++) {

@@ -25,7 +25,7 @@ export interface DashboardRoutesDeps {
 }
 
 /** `Basic base64(user:key)` → `Bearer key`; anything else unchanged. */
-export function basicAsBearer(header: string | string[] | undefined): string | string[] | undefined {
+function basicAsBearer(header: string | string[] | undefined): string | string[] | undefined {
   if (typeof header !== 'string') return header;
   const m = /^\s*basic\s+([A-Za-z0-9+/=]+)\s*$/i.exec(header);
   if (!m) return header;

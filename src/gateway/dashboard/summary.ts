@@ -358,11 +358,6 @@ function speculativeSeries(cur: Sample, base: Sample | null): DashboardSpecSerie
   return out;
 }
 
-/** For tests: a sample from a registry's JSON, as the sampler takes it. */
-export function sampleOf(at: number, json: MetricObjectWithValues<MetricValue<string>>[], workers: Record<string, unknown>[]): Sample {
-  return { at, metrics: new Map(json.map((m) => [m.name, m])), workers };
-}
-
 /** DashboardWorker.kind from /admin/workers' `hardware` and `speedClass` ("pool · 8000 blocks"). */
 function kindOf(w: Record<string, unknown>): string | null {
   if (typeof w.hardware === 'string') return w.hardware;

@@ -62,7 +62,7 @@ export function blocksNeeded(req: RouteRequest, w: WorkerState, cachedTokens: nu
 }
 
 /** Can the prompt ever be held by `w` (the engine's own admission rule: prompt blocks + 1)? */
-export function couldEverFit(req: RouteRequest, w: WorkerState): boolean {
+function couldEverFit(req: RouteRequest, w: WorkerState): boolean {
   return Math.ceil(req.promptTokens.length / w.blockSize) + 1 <= w.numGpuBlocks;
 }
 

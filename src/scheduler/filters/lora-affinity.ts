@@ -29,7 +29,7 @@ import type { Filter } from '../types.js';
  * past which an adapter's worker counts as backed up: one engine step at vLLM's default
  * max_num_batched_tokens, the line the admission's prefill backlog draws too.
  */
-export const BACKLOG_TOKENS = 8192;
+const BACKLOG_TOKENS = 8192;
 
 export const loraAffinityFilter: Filter = {
   name: 'lora-affinity',

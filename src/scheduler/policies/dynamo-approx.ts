@@ -40,7 +40,7 @@ export const dynamoApproxOptions = z.strictObject({
 
 export type DynamoApproxOptions = z.output<typeof dynamoApproxOptions>;
 
-export function createDynamoApproxPolicy(o: DynamoApproxOptions): PipelinePolicy {
+function createDynamoApproxPolicy(o: DynamoApproxOptions): PipelinePolicy {
   const index = new PrefixIndex({
     maxBytes: o.indexMaxBytes,
     maxWorkers: o.maxWorkers,

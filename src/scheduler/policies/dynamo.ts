@@ -217,7 +217,7 @@ export function dynamoPipeline(
   });
 }
 
-export function createDynamoPolicy(o: DynamoOptions): PipelinePolicy {
+function createDynamoPolicy(o: DynamoOptions): PipelinePolicy {
   const index = new PrefixIndex({ maxBytes: o.indexMaxBytes, maxWorkers: o.maxWorkers, predictedTtlMs: 0 });
   return dynamoPipeline('dynamo', o, new PrefixMatcher(index), { usesKvEvents: true, fixed: ['indexMaxBytes', 'maxWorkers'] });
 }

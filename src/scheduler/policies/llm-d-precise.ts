@@ -54,7 +54,7 @@ export const llmdPreciseOptions = z.strictObject({
 
 export type LlmdPreciseOptions = z.output<typeof llmdPreciseOptions>;
 
-export function createLlmdPrecisePolicy(o: LlmdPreciseOptions): PipelinePolicy {
+function createLlmdPrecisePolicy(o: LlmdPreciseOptions): PipelinePolicy {
   const index = new PrefixIndex({
     maxBytes: o.indexMaxBytes,
     maxWorkers: o.maxWorkers,

@@ -115,7 +115,7 @@ export const llmdOptions = z.strictObject({
 
 export type LlmdOptions = z.output<typeof llmdOptions>;
 
-export function createLlmdPolicy(o: LlmdOptions): PipelinePolicy {
+function createLlmdPolicy(o: LlmdOptions): PipelinePolicy {
   const blockChars = Math.round(Math.max(64, o.blockSizeTokens) * o.bytesPerToken);
   const index = new PrefixIndex({
     maxBytes: o.indexMaxBytes,

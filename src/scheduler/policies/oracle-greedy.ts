@@ -28,7 +28,7 @@ export const oracleGreedyOptions = kvgateOptions.pick({ prefillTokensPerSec: tru
 
 export type OracleGreedyOptions = z.output<typeof oracleGreedyOptions>;
 
-export function createOraclePolicy(o: OracleGreedyOptions): PipelinePolicy {
+function createOraclePolicy(o: OracleGreedyOptions): PipelinePolicy {
   const rate = o.prefillTokensPerSec;
   const decodeMs = o.decodeMsPerRunning;
   const est = (req: RouteRequest, w: WorkerState) => {

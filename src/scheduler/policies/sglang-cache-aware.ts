@@ -76,7 +76,7 @@ function leastLoaded(candidates: readonly ScoredWorker[]): ScoredWorker | null {
 
 const pickOf = (c: ScoredWorker | null, reason: string): Pick | null => c && { worker: c, reason };
 
-export function createSglangPolicy(p: SglangOptions): PipelinePolicy {
+function createSglangPolicy(p: SglangOptions): PipelinePolicy {
   const trees = new Map<string, CharRadixTree>();
   const tree = (model: string) => {
     let t = trees.get(model);

@@ -11,7 +11,7 @@ import type { WorkerState } from '../../fleet/worker-state.js';
 import type { RoutingContext, Scorer } from '../types.js';
 
 /** Requests at the worker as best known: snapshot running + waiting (+ dispatched since), or in-flight. */
-export function queueLoad(w: WorkerState, ctx: RoutingContext): number {
+function queueLoad(w: WorkerState, ctx: RoutingContext): number {
   const q = w.estimatedQueue(ctx.now, ctx.staleAfterMs);
   return q.running + q.waiting;
 }
@@ -32,7 +32,7 @@ export const leastLoadScorer: Scorer = {
 };
 
 /** Map values to [0,1] so the lowest value scores 1 and the highest 0; all equal → all 1. */
-export function minMaxLow(values: readonly number[]): number[] {
+function minMaxLow(values: readonly number[]): number[] {
   let min = Infinity;
   let max = -Infinity;
   for (const v of values) {

@@ -25,8 +25,6 @@ export const embeddingsSchema = z.looseObject({
   cache_salt: z.string().nullable().optional(),
 });
 
-export type EmbeddingsBody = z.infer<typeof embeddingsSchema>;
-
 /** One token id's fixed vector component `j`, in [-1, 1). */
 function component(token: number, j: number): number {
   let h = Math.imul(token + 0x9e3779b9, 0x85ebca6b) ^ Math.imul(j + 0x7f4a7c15, 0xc2b2ae35);
@@ -51,7 +49,7 @@ export function embed(ids: ArrayLike<number>, dims = EMBEDDING_DIM): Float32Arra
 }
 
 /** A vector as the response carries it: numbers, or vLLM's base64 of little-endian float32s. */
-export function encodeEmbedding(v: Float32Array, format: 'float' | 'base64'): number[] | string {
+function encodeEmbedding(v: Float32Array, format: 'float' | 'base64'): number[] | string {
   if (format === 'float') return Array.from(v);
   const b = Buffer.alloc(v.length * 4);
   for (let j = 0; j < v.length; j++) b.writeFloatLE(v[j]!, j * 4);

@@ -51,7 +51,7 @@ const MEDIUM_GPU = 'GPU';
 const END_SEQ = seqBytes(-1);
 
 /** 8-byte big-endian signed sequence number. */
-export function seqBytes(seq: number): Buffer {
+function seqBytes(seq: number): Buffer {
   const b = Buffer.allocUnsafe(8);
   b.writeBigInt64BE(BigInt(seq));
   return b;
@@ -61,7 +61,7 @@ export function seqBytes(seq: number): Buffer {
  * The tagged-array form of one event, as msgspec encodes vLLM's array_like tagged structs.
  * `loraIds`: the worker's adapters' lora_id (vLLM numbers them from 1 as it loads them).
  */
-export function wireEvent(e: KvEvent, loraIds?: ReadonlyMap<string, number>): unknown[] {
+function wireEvent(e: KvEvent, loraIds?: ReadonlyMap<string, number>): unknown[] {
   switch (e.type) {
     case 'BlockStored': {
       const lora = e.loraName ?? null;

@@ -65,7 +65,7 @@ export const completionSchema = z.looseObject({
   return_token_ids: z.boolean().nullable().optional(),
 });
 
-export const chatMessageSchema = z.looseObject({
+const chatMessageSchema = z.looseObject({
   role: z.string(),
   content: z.union([z.string(), z.array(z.looseObject({ type: z.string() })), z.null()]).optional(),
   name: z.string().optional(),
@@ -124,7 +124,7 @@ export class SimError extends Error {
 
 export const badRequest = (message: string, param: string | null = null) =>
   new SimError(400, 'BadRequestError', message, param);
-export const notFound = (message: string) => new SimError(404, 'NotFoundError', message);
+const notFound = (message: string) => new SimError(404, 'NotFoundError', message);
 export const unavailable = (message: string) => new SimError(503, 'ServiceUnavailableError', message);
 
 /**

@@ -21,7 +21,7 @@ export interface ResponseState {
 export type ResponseStatus = 'in_progress' | 'completed' | 'incomplete';
 
 /** The output message's id, derived from the response's. */
-export const messageId = (r: ResponseState): string => `msg_${r.id.replace(/^resp_/, '')}`;
+const messageId = (r: ResponseState): string => `msg_${r.id.replace(/^resp_/, '')}`;
 
 /** The response object; `text` and `usage` once it is over. */
 export function responseObject(r: ResponseState, status: ResponseStatus, text: string, usage: Usage | null): Record<string, unknown> {
