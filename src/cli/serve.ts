@@ -4,7 +4,7 @@
 import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { ConfigError, DEFAULT_POLICY_NAME, parseConfigText, type GatewayConfig } from '../config.js';
-import { ConfigWatcher, hashConfigText } from '../gateway/config-watch.js';
+import { ConfigWatcher, hashConfigText } from '../gateway/admin/config-watch.js';
 import { policyNames } from '../scheduler/registry.js';
 import { createGateway } from '../gateway/gateway.js';
 import { installSpeculative } from '../speculative/install.js';

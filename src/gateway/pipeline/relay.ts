@@ -22,7 +22,7 @@
  * settles, else the relay's when the attempt ended any other way), Router.firstToken once when the
  * attempt's first body byte arrives.
  */
-import { ApiError, errors } from '../api/errors.js';
+import { ApiError, errors } from '../../api/errors.js';
 import type { RequestContext } from './context.js';
 import { RelayAttempt, type AttemptEnv, type AttemptResult } from './relay-attempt.js';
 

@@ -6,12 +6,12 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { DEFAULT_TENANT_ID, mayUse, type TenantDirectory } from '../admission/tenants.js';
-import { readBody } from '../api/body.js';
-import { jsonNestsDeeperThan, MAX_JSON_DEPTH } from '../api/json-depth.js';
-import { checkAudioForm, formFields, isFormType } from '../api/form.js';
-import { responsesRequestSchema, type ResponsesRequest } from '../api/responses.js';
-import { ApiError, echo, errors, sendError } from '../api/errors.js';
+import { DEFAULT_TENANT_ID, mayUse, type TenantDirectory } from '../../admission/tenants.js';
+import { readBody } from '../../api/body.js';
+import { jsonNestsDeeperThan, MAX_JSON_DEPTH } from '../../api/json-depth.js';
+import { checkAudioForm, formFields, isFormType } from '../../api/form.js';
+import { responsesRequestSchema, type ResponsesRequest } from '../../api/responses.js';
+import { ApiError, echo, errors, sendError } from '../../api/errors.js';
 import {
   chatCompletionRequestSchema,
   completionRequestSchema,
@@ -22,20 +22,20 @@ import {
   type ChatCompletionRequest,
   type CompletionRequest,
   type EmbeddingsRequest,
-} from '../api/schemas.js';
-import { aliasTarget, type GatewayConfig, type RequestCaps, type RequestCapsOverride } from '../config.js';
-import type { WorkerRegistry } from '../fleet/registry.js';
-import type { WorkerState } from '../fleet/worker-state.js';
-import { traceContextOf } from '../http/trace-context.js';
-import { flatLineWriter, type FlatFields, type Logger } from '../telemetry/logger.js';
-import type { GatewayMetrics } from '../telemetry/metrics.js';
-import type { Clock } from '../util/clock.js';
+} from '../../api/schemas.js';
+import { aliasTarget, type GatewayConfig, type RequestCaps, type RequestCapsOverride } from '../../config.js';
+import type { WorkerRegistry } from '../../fleet/registry.js';
+import type { WorkerState } from '../../fleet/worker-state.js';
+import { traceContextOf } from '../../http/trace-context.js';
+import { flatLineWriter, type FlatFields, type Logger } from '../../telemetry/logger.js';
+import type { GatewayMetrics } from '../../telemetry/metrics.js';
+import type { Clock } from '../../util/clock.js';
 import { generates, LiveRequestContext, type GenerationKind, type InferenceBody, type InferenceKind, type RequestContext } from './context.js';
-import { createLocalRoutes, type LocalRoute } from './local-routes.js';
-import { requestPromptTokens, type RouteRequest } from '../scheduler/types.js';
+import { createLocalRoutes, type LocalRoute } from '../admin/local-routes.js';
+import { requestPromptTokens, type RouteRequest } from '../../scheduler/types.js';
 import { knownPromptLength, outputBudget, requestBudgetMs } from './prepare.js';
 import type { Relay } from './relay.js';
-import type { LookupOutcome } from './response-lookup.js';
+import type { LookupOutcome } from '../responses/response-lookup.js';
 import { runStages, type GatewayStage } from './stages.js';
 import type { TenantSlot, TenantSlots } from './tenant-slots.js';
 
@@ -69,7 +69,7 @@ export interface HandlerDeps {
   onDrain?: (w: WorkerState, draining: boolean) => void;
   /** The tenant's cache salt if `pool` isolates cached prompts per tenant, else null. */
   cacheSaltFor: (pool: string | undefined, tenant: string) => string | null;
-  /** `GET /v1/responses/{id}`, `POST /v1/responses/{id}/cancel` (gateway/response-lookup.ts). */
+  /** `GET /v1/responses/{id}`, `POST /v1/responses/{id}/cancel` (gateway/responses/response-lookup.ts). */
   responseLookup?: (path: string, query: string, req: IncomingMessage, res: ServerResponse) => Promise<LookupOutcome>;
 }
 

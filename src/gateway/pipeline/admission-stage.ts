@@ -20,23 +20,23 @@
  * before any other stage added with gateway.use(). The queue is pumped when an admitted request
  * ends and every `PUMP_MS` while anything waits (scrapes free capacity; deadlines pass).
  */
-import { classOfVllmPriority, lowerOnly, parsePriority, type PriorityClass } from '../admission/classes.js';
-import { AdmissionController, type AdmissionTicket, type Refusal } from '../admission/controller.js';
-import { AdmissionMetrics } from '../admission/metrics.js';
-import { RateLimiter, type RateCheck, type RateLimitStore, type TenantLimits } from '../admission/rate-limit.js';
-import { ApiError } from '../api/errors.js';
-import type { GatewayConfig } from '../config.js';
-import type { WorkerRegistry } from '../fleet/registry.js';
-import type { WorkerState } from '../fleet/worker-state.js';
+import { classOfVllmPriority, lowerOnly, parsePriority, type PriorityClass } from '../../admission/classes.js';
+import { AdmissionController, type AdmissionTicket, type Refusal } from '../../admission/controller.js';
+import { AdmissionMetrics } from '../../admission/metrics.js';
+import { RateLimiter, type RateCheck, type RateLimitStore, type TenantLimits } from '../../admission/rate-limit.js';
+import { ApiError } from '../../api/errors.js';
+import type { GatewayConfig } from '../../config.js';
+import type { WorkerRegistry } from '../../fleet/registry.js';
+import type { WorkerState } from '../../fleet/worker-state.js';
 import type { Registry } from 'prom-client';
-import type { Clock } from '../util/clock.js';
-import { stateKey } from '../util/state.js';
-import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
-import { requestPromptTokens, requestSequences } from '../scheduler/types.js';
+import type { Clock } from '../../util/clock.js';
+import { stateKey } from '../../util/state.js';
+import { RESERVE_OUTPUT_TOKENS_CAP } from '../../scheduler/router.js';
+import { requestPromptTokens, requestSequences } from '../../scheduler/types.js';
 import type { RequestContext } from './context.js';
 import { chargedTokens } from './prepare.js';
 import type { GatewayStage, StageResult } from './stages.js';
-import type { GatewayService } from './types.js';
+import type { GatewayService } from '../types.js';
 
 /** How often the queue is pumped while requests wait, ms. */
 const PUMP_MS = 20;
