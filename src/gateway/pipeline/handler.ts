@@ -119,7 +119,10 @@ const SCHEMAS = {
   passthrough: passthroughRequestSchema,
 } as const;
 
-export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
+/** Answers one client request (the server's request listener, behind the connection guard). */
+export type Handler = (req: IncomingMessage, res: ServerResponse) => void;
+
+export function createHandler(deps: HandlerDeps): Handler {
   const { config, fleet, metrics } = deps;
   const local = createLocalRoutes({ ...deps, metricsAccess: () => config.admin, readyRequiresWorker: config.server.readyRequiresWorker, aliases: () => config.aliases });
   const cors = { origins: new Set(config.server.corsOrigins) };
