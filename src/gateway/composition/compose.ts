@@ -42,7 +42,7 @@ import { lookupResponse } from '../responses/response-lookup.js';
 import type { GatewayService } from '../types.js';
 import { createCacheSalter } from './cache-salt.js';
 import { setupCache } from './cache-setup.js';
-import { buildFleet, buildRouting, prefillRateOf } from './fleet.js';
+import { buildFleet, buildRouting, prefillRateOf, type Fleet } from './fleet.js';
 
 /** How long a worker may take to load or unload a LoRA adapter for /admin/adapters (it may fetch it first). */
 const ADAPTER_CALL_TIMEOUT_MS = 120_000;
@@ -204,30 +204,7 @@ export function composeGateway(config: GatewayConfig, o: CompositionOptions): Ga
     routes.set('/admin/cache', c.route);
   }
   // Replicas share rate limits and routing knowledge through Redis when a URL is configured.
-  const shared = setupSharedState({
-    config: config.shared,
-    limits: new Map(config.tenants.map((t) => [t.id, t.limits])),
-    index: policy.prefixIndex,
-    capacityOf: (id) => registry.get(id)?.numGpuBlocks,
-    breakerOf: (id) => {
-      const w = registry.get(id);
-      const breaker = registry.breakers.get(id);
-      return w && breaker ? { breaker, url: w.url } : undefined;
-    },
-    workerIds: () => registry.workers.map((w) => w.id),
-    router,
-    workerOf: (id) => registry.get(id),
-    workers: () => registry.workers,
-    maxRequestMs: config.caps.maxRequestMs,
-    clock,
-    logger,
-    registry: m.registry,
-  });
-  if (shared) {
-    if (shared.onBreakerTransition) fleet.shareBreakers(shared.onBreakerTransition);
-    services.push({ name: 'shared-state', start: () => shared.start(), close: () => shared.close() });
-    routes.set('/admin/shared', { methods: ['GET', 'HEAD'], handle: (_req, res) => json(res, 200, JSON.stringify(shared.status())) });
-  }
+  const shared = shareState(config, { fleet, router, policy, clock, logger, services, routes });
   // The live dashboard: /dashboard and /dashboard/state (admin key when keys are configured).
   for (const [path, route] of dashboardRoutes({ tenants, registry: m.registry, describeWorkers: () => registry.describeAll() })) routes.set(path, route);
   const admission = setupAdmission({
@@ -300,6 +277,39 @@ export function composeGateway(config: GatewayConfig, o: CompositionOptions): Ga
   routes.set('/admin/config', reloader.route());
 
   return { config, clock, logger, registry, metrics: m, policy, router, upstreams, scraper, health, outliers, relay, tokenizers, tenants, tenantSlots, cache, shared, admission, pipeline, services, active, handler, reloader, life };
+}
+
+/** Shared state through Redis (shared.url): its service, /admin/shared and the breakers it publishes. */
+function shareState(
+  config: GatewayConfig,
+  d: { fleet: Fleet; router: Router; policy: Policy; clock: Clock; logger: Logger; services: GatewayService[]; routes: Map<string, LocalRoute> },
+): SharedState | null {
+  const { registry } = d.fleet;
+  const shared = setupSharedState({
+    config: config.shared,
+    limits: new Map(config.tenants.map((t) => [t.id, t.limits])),
+    index: d.policy.prefixIndex,
+    capacityOf: (id) => registry.get(id)?.numGpuBlocks,
+    breakerOf: (id) => {
+      const w = registry.get(id);
+      const breaker = registry.breakers.get(id);
+      return w && breaker ? { breaker, url: w.url } : undefined;
+    },
+    workerIds: () => registry.workers.map((w) => w.id),
+    router: d.router,
+    workerOf: (id) => registry.get(id),
+    workers: () => registry.workers,
+    maxRequestMs: config.caps.maxRequestMs,
+    clock: d.clock,
+    logger: d.logger,
+    registry: d.fleet.metrics.registry,
+  });
+  if (shared) {
+    if (shared.onBreakerTransition) d.fleet.shareBreakers(shared.onBreakerTransition);
+    d.services.push({ name: 'shared-state', start: () => shared.start(), close: () => shared.close() });
+    d.routes.set('/admin/shared', { methods: ['GET', 'HEAD'], handle: (_req, res) => json(res, 200, JSON.stringify(shared.status())) });
+  }
+  return shared;
 }
 
 /**

@@ -123,28 +123,7 @@ export function setupAdmission(deps: {
     name: 'admission',
     handle(ctx: RequestContext): StageResult | Promise<StageResult> {
       // 1. The class.
-      const header = ctx.req.headers['x-kvgate-priority'];
-      let asked: PriorityClass | null = null;
-      if (typeof header === 'string' && header.trim() !== '') {
-        asked = parsePriority(header, values);
-        if (asked === null) {
-          throw new ApiError(400, 'invalid_request_error', 'invalid_value',
-            `x-kvgate-priority must be critical, standard, sheddable or an integer, got '${header.slice(0, 40)}'`, 'x-kvgate-priority');
-        }
-      }
-      const bodyPriority = ctx.body.priority;
-      let cls = lowerOnly(ctx.tenant.priority, asked);
-      if (typeof bodyPriority === 'number') cls = lowerOnly(cls, classOfVllmPriority(bodyPriority, values));
-      ctx.state.set(ADMISSION_CLASS, cls);
-      ctx.routeRequest.priority = values[cls];
-      if (passAll || (passPools.size > 0 && ctx.candidates.every((w) => passPools.has(w.pool)))) {
-        if (ctx.body.priority !== values[cls]) {
-          ctx.body.priority = values[cls];
-          ctx.bodyModified = true;
-        }
-      }
-      ctx.logFields = { ...ctx.logFields, priority: cls };
-      ctx.headers['x-kvgate-priority'] = cls;
+      const cls = decideClass(ctx, values, passAll, passPools);
 
       // 2. Rate limits (a shared limiter answers asynchronously).
       if (limiter.limits(ctx.tenant.id)) {
@@ -265,6 +244,36 @@ export function setupAdmission(deps: {
       },
     },
   };
+}
+
+/**
+ * The request's priority class: the tenant's, lowered (never raised) by an x-kvgate-priority
+ * header or a numeric body `priority`; written back as vLLM's priority where its pools take it.
+ */
+function decideClass(ctx: RequestContext, values: GatewayConfig['admission']['vllmPriority']['values'], passAll: boolean, passPools: ReadonlySet<string>): PriorityClass {
+  const header = ctx.req.headers['x-kvgate-priority'];
+  let asked: PriorityClass | null = null;
+  if (typeof header === 'string' && header.trim() !== '') {
+    asked = parsePriority(header, values);
+    if (asked === null) {
+      throw new ApiError(400, 'invalid_request_error', 'invalid_value',
+        `x-kvgate-priority must be critical, standard, sheddable or an integer, got '${header.slice(0, 40)}'`, 'x-kvgate-priority');
+    }
+  }
+  const bodyPriority = ctx.body.priority;
+  let cls = lowerOnly(ctx.tenant.priority, asked);
+  if (typeof bodyPriority === 'number') cls = lowerOnly(cls, classOfVllmPriority(bodyPriority, values));
+  ctx.state.set(ADMISSION_CLASS, cls);
+  ctx.routeRequest.priority = values[cls];
+  if (passAll || (passPools.size > 0 && ctx.candidates.every((w) => passPools.has(w.pool)))) {
+    if (ctx.body.priority !== values[cls]) {
+      ctx.body.priority = values[cls];
+      ctx.bodyModified = true;
+    }
+  }
+  ctx.logFields = { ...ctx.logFields, priority: cls };
+  ctx.headers['x-kvgate-priority'] = cls;
+  return cls;
 }
 
 /**

@@ -145,49 +145,12 @@ export function createHandler(deps: HandlerDeps): Handler {
       return;
     }
     if (deps.responseLookup !== undefined && path.startsWith('/v1/responses/')) {
-      void lookup(deps.responseLookup, path, q === -1 ? '' : url.slice(q), req, res);
+      void lookup(deps, requestLog, requestLine, deps.responseLookup, path, q === -1 ? '' : url.slice(q), req, res);
       return;
     }
     if (local(path, req, res)) return;
     sendError(res, errors.routeNotFound(path));
   };
-
-  /** A stored response retrieved or cancelled: relayed, then counted and logged as requests are. */
-  async function lookup(
-    run: NonNullable<HandlerDeps['responseLookup']>,
-    path: string,
-    query: string,
-    req: IncomingMessage,
-    res: ServerResponse,
-  ): Promise<void> {
-    const startedAt = deps.clock.now();
-    const id = randomUUID();
-    res.setHeader('x-request-id', id);
-    metrics.inflight++;
-    let o: LookupOutcome = { route: 'responses_lookup' };
-    try {
-      o = await run(path, query, req, res);
-    } catch (e) {
-      // run() answers its own failures; this is a bug, answered rather than left to crash the process.
-      deps.logger.error({ err: e, id }, 'unexpected error in a response lookup');
-      if (!res.headersSent && !res.destroyed) sendError(res, errors.internal((e as Error)?.message ?? String(e)));
-      else if (!res.writableEnded) res.destroy();
-    } finally {
-      metrics.inflight--;
-      const model = o.model ?? 'unknown';
-      const status = res.statusCode;
-      const durationMs = deps.clock.now() - startedAt;
-      metrics.requestsBy.series(o.route, model, String(status)).inc();
-      metrics.durationBy.series(o.route, model).observe(durationMs / 1000);
-      const clean = status >= 200 && status < 400 && res.writableFinished;
-      if (!clean || requestLog.take(config.log.requestSampleRate)) {
-        requestLine(
-          { id, route: o.route, model: o.model, worker: o.worker, status, durationMs: Math.round(durationMs * 100) / 100 },
-          'request',
-        );
-      }
-    }
-  }
 
   async function handleInference(
     d: HandlerDeps,
@@ -325,6 +288,46 @@ export function createHandler(deps: HandlerDeps): Handler {
       slot?.end();
       res.off('close', onClose);
       finishRequest(d, ctx, requestLog, requestLine);
+    }
+  }
+}
+
+/** A stored response retrieved or cancelled: relayed, then counted and logged as requests are. */
+async function lookup(
+  deps: HandlerDeps,
+  requestLog: RequestLogSampler,
+  requestLine: ReturnType<typeof flatLineWriter>,
+  run: NonNullable<HandlerDeps['responseLookup']>,
+  path: string,
+  query: string,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
+  const startedAt = deps.clock.now();
+  const id = randomUUID();
+  res.setHeader('x-request-id', id);
+  deps.metrics.inflight++;
+  let o: LookupOutcome = { route: 'responses_lookup' };
+  try {
+    o = await run(path, query, req, res);
+  } catch (e) {
+    // run() answers its own failures; this is a bug, answered rather than left to crash the process.
+    deps.logger.error({ err: e, id }, 'unexpected error in a response lookup');
+    if (!res.headersSent && !res.destroyed) sendError(res, errors.internal((e as Error)?.message ?? String(e)));
+    else if (!res.writableEnded) res.destroy();
+  } finally {
+    deps.metrics.inflight--;
+    const model = o.model ?? 'unknown';
+    const status = res.statusCode;
+    const durationMs = deps.clock.now() - startedAt;
+    deps.metrics.requestsBy.series(o.route, model, String(status)).inc();
+    deps.metrics.durationBy.series(o.route, model).observe(durationMs / 1000);
+    const clean = status >= 200 && status < 400 && res.writableFinished;
+    if (!clean || requestLog.take(deps.config.log.requestSampleRate)) {
+      requestLine(
+        { id, route: o.route, model: o.model, worker: o.worker, status, durationMs: Math.round(durationMs * 100) / 100 },
+        'request',
+      );
     }
   }
 }
