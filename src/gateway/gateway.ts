@@ -25,7 +25,7 @@ import type { ReloadOutcome } from './admin/config-reload.js';
 import { composeGateway } from './composition/compose.js';
 import type { OutlierDetector } from './fleet-watch/outliers.js';
 import { createLifecycle } from './lifecycle.js';
-import type { GatewayStage } from './pipeline/stages.js';
+import type { GatewayStage } from '../request/stage.js';
 import type { TenantSlots } from './pipeline/tenant-slots.js';
 import { createGatewayServer } from './server/http-server.js';
 import type { ConnectionGuard } from './server/connections.js';

@@ -14,15 +14,14 @@
 import { ConfigError } from '../config.js';
 import type { Registry } from 'prom-client';
 import type { GatewayConfig } from '../config.js';
-import type { OutlierDetector } from '../gateway/fleet-watch/outliers.js';
-import type { GatewayStage } from '../gateway/pipeline/stages.js';
+import type { GatewayStage } from '../request/stage.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { Router } from '../scheduler/router.js';
 import type { Logger } from '../telemetry/logger.js';
 import { EOS_TOKEN_ID } from '../tokenizer/vocabulary.js';
 import { systemClock, type Clock } from '../util/clock.js';
 import { AcceptanceTracker } from './acceptance.js';
-import { cascadeStage, type CascadeModel } from './cascade.js';
+import { cascadeStage, type CascadeModel, type DraftWatch } from './cascade.js';
 import { DraftDeadlines } from './draft-deadline.js';
 import { AdaptiveK, FixedK, type KChooser } from './controller.js';
 import { seededRng, type Rng } from '../util/rng.js';
@@ -54,7 +53,8 @@ export interface SpeculativeHost {
   readonly registry: WorkerRegistry;
   readonly router: Router;
   readonly logger: Logger;
-  readonly outliers: OutlierDetector | null;
+  /** The gateway's outlier detection, told of draft calls. */
+  readonly outliers: DraftWatch | null;
   /** The gateway's Prometheus registry. */
   readonly metricsRegistry: Registry;
   /** Put a stage in its place in STAGE_ORDER. */

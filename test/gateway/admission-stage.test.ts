@@ -1,7 +1,7 @@
 /** What a finished request counts against its tenant's tokens per minute (usedTokens). */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { RequestContext } from '../../src/gateway/pipeline/context.js';
+import type { RequestContext } from '../../src/request/context.js';
 import { usedTokens } from '../../src/gateway/pipeline/admission-stage.js';
 
 const ended = (o: Partial<RequestContext>): RequestContext =>

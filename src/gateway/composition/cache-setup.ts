@@ -19,9 +19,9 @@ import type { Logger } from '../../telemetry/logger.js';
 import type { GatewayMetrics } from '../../telemetry/metrics.js';
 import type { Clock } from '../../util/clock.js';
 import { cacheStage } from '../pipeline/cache-stage.js';
-import type { RequestContext } from '../pipeline/context.js';
+import type { RequestContext } from '../../request/context.js';
 import { json, type LocalRoute } from '../admin/local-routes.js';
-import type { GatewayStage } from '../pipeline/stages.js';
+import type { GatewayStage } from '../../request/stage.js';
 import type { GatewayService } from '../types.js';
 
 export interface CacheSetup {

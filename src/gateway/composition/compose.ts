@@ -30,7 +30,7 @@ import { createFleetWatch } from '../fleet-watch/fleet-watch.js';
 import { kvEventsService as createKvEventsService, type KvEventsService } from '../fleet-watch/kv-events-service.js';
 import { OutlierDetector } from '../fleet-watch/outliers.js';
 import { setupAdmission, type AdmissionSetup } from '../pipeline/admission-stage.js';
-import type { RequestContext } from '../pipeline/context.js';
+import type { RequestContext } from '../../request/context.js';
 import { createHandler, type Handler } from '../pipeline/handler.js';
 import { prepareRouting } from '../pipeline/prepare.js';
 import { PromptTokenizers } from '../pipeline/prompt-tokenizers.js';

@@ -33,9 +33,9 @@ import type { Clock } from '../../util/clock.js';
 import { stateKey } from '../../util/state.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../../scheduler/router.js';
 import { requestPromptTokens, requestSequences } from '../../scheduler/types.js';
-import type { RequestContext } from './context.js';
+import type { RequestContext } from '../../request/context.js';
 import { chargedTokens } from './prepare.js';
-import type { GatewayStage, StageResult } from './stages.js';
+import type { GatewayStage, StageResult } from '../../request/stage.js';
 import type { GatewayService } from '../types.js';
 
 /** How often the queue is pumped while requests wait, ms. */

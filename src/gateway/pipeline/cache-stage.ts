@@ -33,8 +33,8 @@ import type { Logger } from '../../telemetry/logger.js';
 import type { Clock } from '../../util/clock.js';
 import { stateKey } from '../../util/state.js';
 import { CaptureResponse } from './capture-response.js';
-import { freshOutcome, type RequestContext } from './context.js';
-import type { GatewayStage, StageResult } from './stages.js';
+import { freshOutcome, type RequestContext } from '../../request/context.js';
+import type { GatewayStage, StageResult } from '../../request/stage.js';
 
 type KeyedPlan = Extract<CachePlan, { key: string }>;
 

@@ -30,13 +30,13 @@ import { traceContextOf } from '../../http/trace-context.js';
 import { flatLineWriter, type FlatFields, type Logger } from '../../telemetry/logger.js';
 import type { GatewayMetrics } from '../../telemetry/metrics.js';
 import type { Clock } from '../../util/clock.js';
-import { generates, LiveRequestContext, type GenerationKind, type InferenceBody, type InferenceKind, type RequestContext } from './context.js';
+import { generates, LiveRequestContext, type GenerationKind, type InferenceBody, type InferenceKind, type RequestContext } from '../../request/context.js';
 import { createLocalRoutes, type LocalRoute } from '../admin/local-routes.js';
 import { requestPromptTokens, type RouteRequest } from '../../scheduler/types.js';
 import { knownPromptLength, outputBudget, requestBudgetMs } from './prepare.js';
 import type { Relay } from './relay.js';
 import type { LookupOutcome } from '../responses/response-lookup.js';
-import { runStages, type GatewayStage } from './stages.js';
+import { runStages, type GatewayStage } from '../../request/stage.js';
 import type { TenantSlot, TenantSlots } from './tenant-slots.js';
 
 export interface HandlerDeps {

@@ -14,7 +14,7 @@ import type { Tokenizer } from '../../tokenizer/types.js';
 import { PROMPT_ADAPTER, PROMPT_SALT } from '../../kv/prompt-blocks.js';
 import { RequestState } from '../../util/state.js';
 import type { PromptTokenizer, TokenizeContext } from '../../tokenizer/registry.js';
-import { generates, type InferenceBody, type InferenceKind, type RequestContext } from './context.js';
+import { generates, type InferenceBody, type InferenceKind, type RequestContext } from '../../request/context.js';
 
 /** vLLM's default max_tokens for /v1/completions. */
 export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;

@@ -29,7 +29,7 @@ import type { RouteDecision } from '../../scheduler/types.js';
 import type { GatewayMetrics } from '../../telemetry/metrics.js';
 import type { Logger } from '../../telemetry/logger.js';
 import type { Clock } from '../../util/clock.js';
-import { generates, type RequestContext } from './context.js';
+import { generates, type RequestContext } from '../../request/context.js';
 
 /** What an attempt uses of the gateway (the relay passes its own options). */
 export interface AttemptEnv {

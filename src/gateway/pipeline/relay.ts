@@ -23,7 +23,7 @@
  * attempt's first body byte arrives.
  */
 import { ApiError, errors } from '../../api/errors.js';
-import type { RequestContext } from './context.js';
+import type { RequestContext } from '../../request/context.js';
 import { RelayAttempt, type AttemptEnv, type AttemptResult } from './relay-attempt.js';
 
 export interface RelayOptions extends AttemptEnv {

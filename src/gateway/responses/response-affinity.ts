@@ -31,8 +31,8 @@
 import { ApiError, echo, errors } from '../../api/errors.js';
 import type { ResponsesRequest } from '../../api/responses.js';
 import { ResponseDirectoryUnreachable, type ResponseDirectory, type ResponseHolder } from '../../shared/response-directory.js';
-import type { RequestContext } from '../pipeline/context.js';
-import type { GatewayStage, StageResult } from '../pipeline/stages.js';
+import type { RequestContext } from '../../request/context.js';
+import type { GatewayStage, StageResult } from '../../request/stage.js';
 
 /** The first `"id":"…"` of an answer (looked for in its first bytes only). */
 const ID = /"id"\s*:\s*"([^"\\]{1,256})"/;

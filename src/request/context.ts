@@ -3,14 +3,14 @@
  * Stages read and extend it; the relay consumes it.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Tenant } from '../../admission/tenants.js';
-import type { ApiError } from '../../api/errors.js';
-import type { ResponsesRequest } from '../../api/responses.js';
-import type { ChatCompletionRequest, CompletionRequest, EmbeddingsRequest, PassthroughRequest } from '../../api/schemas.js';
-import type { WorkerState } from '../../fleet/worker-state.js';
-import type { TraceContext } from '../../http/trace-context.js';
-import type { RouteDecision, RouteRequest } from '../../scheduler/types.js';
-import { RequestState } from '../../util/state.js';
+import type { Tenant } from '../admission/tenants.js';
+import type { ApiError } from '../api/errors.js';
+import type { ResponsesRequest } from '../api/responses.js';
+import type { ChatCompletionRequest, CompletionRequest, EmbeddingsRequest, PassthroughRequest } from '../api/schemas.js';
+import type { WorkerState } from '../fleet/worker-state.js';
+import type { TraceContext } from '../http/trace-context.js';
+import type { RouteDecision, RouteRequest } from '../scheduler/types.js';
+import { RequestState } from '../util/state.js';
 
 /**
  * What an inference request asks for: generated text (chat, completions, responses: OpenAI's
