@@ -21,7 +21,7 @@ export const STAGE_ORDER = [
   'speculative-cascade',
 ] as const;
 
-export type StageName = (typeof STAGE_ORDER)[number];
+type StageName = (typeof STAGE_ORDER)[number];
 
 /**
  * The stages of one gateway: the declared ones in STAGE_ORDER, then those added with use(). The
