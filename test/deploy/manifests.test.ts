@@ -28,7 +28,7 @@ import { ScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1';
 import { PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 import { TenantDirectory } from '../../src/admission/tenants.js';
 import { parseConfig } from '../../src/config/index.js';
-import { metricsAccessError } from '../../src/gateway/metrics-access.js';
+import { metricsAccessError } from '../../src/gateway/admin/metrics-access.js';
 import { VLLM_METRICS } from '../../src/kv/vllm-metric-names.js';
 import { startGateway, startSims, MODEL, post } from '../gateway/helpers.js';
 import type { Gateway } from '../../src/gateway/gateway.js';

@@ -19,13 +19,13 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { z } from 'zod';
-import { readBody } from '../api/body.js';
-import { ApiError, echo, errors, sendError } from '../api/errors.js';
-import { adapterNameProblem } from '../fleet/adapter-name.js';
-import type { WorkerRegistry } from '../fleet/registry.js';
-import type { Upstreams } from '../fleet/upstreams.js';
-import type { WorkerState } from '../fleet/worker-state.js';
-import type { Logger } from '../telemetry/logger.js';
+import { readBody } from '../../api/body.js';
+import { ApiError, echo, errors, sendError } from '../../api/errors.js';
+import { adapterNameProblem } from '../../fleet/adapter-name.js';
+import type { WorkerRegistry } from '../../fleet/registry.js';
+import type { Upstreams } from '../../fleet/upstreams.js';
+import type { WorkerState } from '../../fleet/worker-state.js';
+import type { Logger } from '../../telemetry/logger.js';
 import { json, type LocalRoute } from './local-routes.js';
 
 /** An adapter name in the safe form of fleet/adapter-name.ts. */

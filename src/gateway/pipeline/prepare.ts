@@ -3,18 +3,18 @@
  * its tokens, the output budget, the session key and the deadline.
  */
 import type { IncomingMessage } from 'node:http';
-import { responsesMessages, type ResponsesRequest } from '../api/responses.js';
-import { promptList, type ChatCompletionRequest, type CompletionRequest, type EmbeddingsRequest } from '../api/schemas.js';
-import type { WorkerState } from '../fleet/worker-state.js';
-import { promptLength, requestPromptTokens, requestSequences, type RouteRequest } from '../scheduler/types.js';
-import { renderChat, type ChatRenderOptions } from '../tokenizer/chat-template.js';
-import { ChatTokenCache, DEFAULT_KEPT_IDS } from '../tokenizer/chat-tokens.js';
-import { estimateTokenizer } from '../tokenizer/estimate.js';
-import type { Tokenizer } from '../tokenizer/types.js';
-import { PROMPT_ADAPTER, PROMPT_SALT } from '../kv/prompt-blocks.js';
-import { RequestState } from '../util/state.js';
-import type { PromptTokenizer, TokenizeContext } from '../tokenizer/registry.js';
-import { generates, type InferenceBody, type InferenceKind, type RequestContext } from './context.js';
+import { responsesMessages, type ResponsesRequest } from '../../api/responses.js';
+import { promptList, type ChatCompletionRequest, type CompletionRequest, type EmbeddingsRequest } from '../../api/schemas.js';
+import type { WorkerState } from '../../fleet/worker-state.js';
+import { promptLength, requestPromptTokens, requestSequences, type RouteRequest } from '../../scheduler/types.js';
+import { renderChat, type ChatRenderOptions } from '../../tokenizer/chat-template.js';
+import { ChatTokenCache, DEFAULT_KEPT_IDS } from '../../tokenizer/chat-tokens.js';
+import { estimateTokenizer } from '../../tokenizer/estimate.js';
+import type { Tokenizer } from '../../tokenizer/types.js';
+import { PROMPT_ADAPTER, PROMPT_SALT } from '../../kv/prompt-blocks.js';
+import { RequestState } from '../../util/state.js';
+import type { PromptTokenizer, TokenizeContext } from '../../tokenizer/registry.js';
+import { generates, type InferenceBody, type InferenceKind, type RequestContext } from '../../request/context.js';
 
 /** vLLM's default max_tokens for /v1/completions. */
 export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;

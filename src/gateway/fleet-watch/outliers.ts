@@ -47,9 +47,9 @@
  * of its own (src/speculative/draft-deadline.ts) and reports one it missed (onCallTimedOut), which
  * suspects a worker also silent for minSilenceMs; its answers count as bytes (onBytes).
  */
-import type { WorkerState } from '../fleet/worker-state.js';
-import type { Clock } from '../util/clock.js';
-import type { AttemptWatch, RelayAttempt } from './relay-attempt.js';
+import type { WorkerState } from '../../fleet/worker-state.js';
+import type { Clock } from '../../util/clock.js';
+import type { AttemptWatch, RelayAttempt } from '../pipeline/relay-attempt.js';
 
 export interface OutlierOptions {
   minSilenceMs: number;

@@ -4,9 +4,9 @@
  * `hf:<tokenizer.json>`, `remote`), built by load() because `hf:` tokenizers read their files
  * asynchronously.
  */
-import { ConfigError, type GatewayConfig } from '../config/index.js';
-import { TokenizerRegistry, type PromptTokenizer, type TokenizerStats } from '../tokenizer/registry.js';
-import type { Tokenizer } from '../tokenizer/types.js';
+import { ConfigError, type GatewayConfig } from '../../config/index.js';
+import { TokenizerRegistry, type PromptTokenizer, type TokenizerStats } from '../../tokenizer/registry.js';
+import type { Tokenizer } from '../../tokenizer/types.js';
 
 export class PromptTokenizers {
   private registry: TokenizerRegistry | null = null;

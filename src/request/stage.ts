@@ -10,10 +10,14 @@
  * To observe the outcome a stage registers `ctx.taps` (relayed body chunks) and `ctx.onFinish`.
  * What a stage derives for later stages or hooks goes into `ctx.state` under a typed key that the
  * stage declares (see `RequestContext.state`).
- * Stages run in the order they were added with `gateway.use(stage)`. An `early` stage runs
- * before the prompt is tokenized — `ctx.routeRequest` is not built yet and it must not read it —
- * so that a stage that answers without routing (the response cache) does not wait for
+ * The gateway's own stages run in the one order STAGE_ORDER declares (gateway/pipeline/stages.ts);
+ * a stage added with `gateway.use(stage)` runs after them, in the order added. An `early` stage
+ * runs before the prompt is tokenized — `ctx.routeRequest` is not built yet and it must not read
+ * it — so that a stage that answers without routing (the response cache) does not wait for
  * tokenization; early stages run before all others.
+ *
+ * This folder (src/request/) is the contract between the gateway and the stages that plug into
+ * it: the gateway and the speculative stages both import it, neither imports the other's inside.
  */
 import type { RequestContext } from './context.js';
 

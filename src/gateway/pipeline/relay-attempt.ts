@@ -16,20 +16,20 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
-import { ApiError, echo, errors } from '../api/errors.js';
-import { OutputTokenCounter } from '../api/output-tokens.js';
-import { atEventBoundary, sseErrorEvent, TAIL_AT_BOUNDARY, updateTail } from '../api/sse.js';
-import { endSoon, holdWrites } from '../http/write-batch.js';
-import type { CircuitBreaker } from '../fleet/circuit-breaker.js';
-import type { WorkerRegistry } from '../fleet/registry.js';
-import type { Upstreams } from '../fleet/upstreams.js';
-import type { WorkerState } from '../fleet/worker-state.js';
-import type { Router } from '../scheduler/router.js';
-import type { RouteDecision } from '../scheduler/types.js';
-import type { GatewayMetrics } from '../telemetry/metrics.js';
-import type { Logger } from '../telemetry/logger.js';
-import type { Clock } from '../util/clock.js';
-import { generates, type RequestContext } from './context.js';
+import { ApiError, echo, errors } from '../../api/errors.js';
+import { OutputTokenCounter } from '../../api/output-tokens.js';
+import { atEventBoundary, sseErrorEvent, TAIL_AT_BOUNDARY, updateTail } from '../../api/sse.js';
+import { endSoon, holdWrites } from '../../http/write-batch.js';
+import type { CircuitBreaker } from '../../fleet/circuit-breaker.js';
+import type { WorkerRegistry } from '../../fleet/registry.js';
+import type { Upstreams } from '../../fleet/upstreams.js';
+import type { WorkerState } from '../../fleet/worker-state.js';
+import type { Router } from '../../scheduler/router.js';
+import type { RouteDecision } from '../../scheduler/types.js';
+import type { GatewayMetrics } from '../../telemetry/metrics.js';
+import type { Logger } from '../../telemetry/logger.js';
+import type { Clock } from '../../util/clock.js';
+import { generates, type RequestContext } from '../../request/context.js';
 
 /** What an attempt uses of the gateway (the relay passes its own options). */
 export interface AttemptEnv {

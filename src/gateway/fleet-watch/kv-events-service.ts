@@ -4,14 +4,14 @@
  * a subscriber is resynchronising) the index stays approximate for that worker, as the policy
  * expects; a subscriber's state is shown per worker in /admin/workers.
  */
-import type { WorkerKvEvents } from '../config/index.js';
-import { KvEventSubscribers } from '../fleet/kv-events.js';
-import type { WorkerRegistry } from '../fleet/registry.js';
-import type { MetricsScraper } from '../fleet/scraper.js';
-import type { PrefixIndex } from '../scheduler/index/prefix-index.js';
-import type { Logger } from '../telemetry/logger.js';
-import type { Clock } from '../util/clock.js';
-import type { GatewayService } from './types.js';
+import type { WorkerKvEvents } from '../../config/index.js';
+import { KvEventSubscribers } from '../../fleet/kv-events.js';
+import type { WorkerRegistry } from '../../fleet/registry.js';
+import type { MetricsScraper } from '../../fleet/scraper.js';
+import type { PrefixIndex } from '../../scheduler/index/prefix-index.js';
+import type { Logger } from '../../telemetry/logger.js';
+import type { Clock } from '../../util/clock.js';
+import type { GatewayService } from '../types.js';
 
 export interface KvEventsServiceOptions {
   endpoints: readonly WorkerKvEvents[];

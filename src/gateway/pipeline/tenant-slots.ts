@@ -16,9 +16,9 @@
  * The rate limiter's count (shared between replicas through Redis when configured) still applies
  * once the body is in; this count is the local bound a stalled body cannot get around.
  */
-import type { Tenant } from '../admission/tenants.js';
-import { describeRefusal } from '../admission/rate-limit.js';
-import { ApiError } from '../api/errors.js';
+import type { Tenant } from '../../admission/tenants.js';
+import { describeRefusal } from '../../admission/rate-limit.js';
+import { ApiError } from '../../api/errors.js';
 
 /** One request's place in its tenant's counts; each method may be called more than once. */
 export interface TenantSlot {

@@ -6,8 +6,8 @@
  * at all, the gateway is open and so is /metrics.
  */
 import { timingSafeEqual } from 'node:crypto';
-import { bearerKey, invalidApiKey, sha256, type TenantDirectory } from '../admission/tenants.js';
-import type { ApiError } from '../api/errors.js';
+import { bearerKey, invalidApiKey, sha256, type TenantDirectory } from '../../admission/tenants.js';
+import type { ApiError } from '../../api/errors.js';
 
 export interface MetricsAccess {
   /** SHA-256 digests of the keys that may read /metrics only. */

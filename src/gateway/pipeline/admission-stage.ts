@@ -20,23 +20,23 @@
  * before any other stage added with gateway.use(). The queue is pumped when an admitted request
  * ends and every `PUMP_MS` while anything waits (scrapes free capacity; deadlines pass).
  */
-import { classOfVllmPriority, lowerOnly, parsePriority, type PriorityClass } from '../admission/classes.js';
-import { AdmissionController, type AdmissionTicket, type Refusal } from '../admission/controller.js';
-import { AdmissionMetrics } from '../admission/metrics.js';
-import { RateLimiter, type RateCheck, type RateLimitStore, type TenantLimits } from '../admission/rate-limit.js';
-import { ApiError } from '../api/errors.js';
-import type { GatewayConfig } from '../config/index.js';
-import type { WorkerRegistry } from '../fleet/registry.js';
-import type { WorkerState } from '../fleet/worker-state.js';
+import { classOfVllmPriority, lowerOnly, parsePriority, type PriorityClass } from '../../admission/classes.js';
+import { AdmissionController, type AdmissionTicket, type Refusal } from '../../admission/controller.js';
+import { AdmissionMetrics } from '../../admission/metrics.js';
+import { RateLimiter, type RateCheck, type RateLimitStore, type TenantLimits } from '../../admission/rate-limit.js';
+import { ApiError } from '../../api/errors.js';
+import type { GatewayConfig } from '../../config/index.js';
+import type { WorkerRegistry } from '../../fleet/registry.js';
+import type { WorkerState } from '../../fleet/worker-state.js';
 import type { Registry } from 'prom-client';
-import type { Clock } from '../util/clock.js';
-import { stateKey } from '../util/state.js';
-import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
-import { requestPromptTokens, requestSequences } from '../scheduler/types.js';
-import type { RequestContext } from './context.js';
+import type { Clock } from '../../util/clock.js';
+import { stateKey } from '../../util/state.js';
+import { RESERVE_OUTPUT_TOKENS_CAP } from '../../scheduler/router.js';
+import { requestPromptTokens, requestSequences } from '../../scheduler/types.js';
+import type { RequestContext } from '../../request/context.js';
 import { chargedTokens } from './prepare.js';
-import type { GatewayStage, StageResult } from './stages.js';
-import type { GatewayService } from './types.js';
+import type { GatewayStage, StageResult } from '../../request/stage.js';
+import type { GatewayService } from '../types.js';
 
 /** How often the queue is pumped while requests wait, ms. */
 const PUMP_MS = 20;
@@ -123,28 +123,7 @@ export function setupAdmission(deps: {
     name: 'admission',
     handle(ctx: RequestContext): StageResult | Promise<StageResult> {
       // 1. The class.
-      const header = ctx.req.headers['x-kvgate-priority'];
-      let asked: PriorityClass | null = null;
-      if (typeof header === 'string' && header.trim() !== '') {
-        asked = parsePriority(header, values);
-        if (asked === null) {
-          throw new ApiError(400, 'invalid_request_error', 'invalid_value',
-            `x-kvgate-priority must be critical, standard, sheddable or an integer, got '${header.slice(0, 40)}'`, 'x-kvgate-priority');
-        }
-      }
-      const bodyPriority = ctx.body.priority;
-      let cls = lowerOnly(ctx.tenant.priority, asked);
-      if (typeof bodyPriority === 'number') cls = lowerOnly(cls, classOfVllmPriority(bodyPriority, values));
-      ctx.state.set(ADMISSION_CLASS, cls);
-      ctx.routeRequest.priority = values[cls];
-      if (passAll || (passPools.size > 0 && ctx.candidates.every((w) => passPools.has(w.pool)))) {
-        if (ctx.body.priority !== values[cls]) {
-          ctx.body.priority = values[cls];
-          ctx.bodyModified = true;
-        }
-      }
-      ctx.logFields = { ...ctx.logFields, priority: cls };
-      ctx.headers['x-kvgate-priority'] = cls;
+      const cls = decideClass(ctx, values, passAll, passPools);
 
       // 2. Rate limits (a shared limiter answers asynchronously).
       if (limiter.limits(ctx.tenant.id)) {
@@ -265,6 +244,36 @@ export function setupAdmission(deps: {
       },
     },
   };
+}
+
+/**
+ * The request's priority class: the tenant's, lowered (never raised) by an x-kvgate-priority
+ * header or a numeric body `priority`; written back as vLLM's priority where its pools take it.
+ */
+function decideClass(ctx: RequestContext, values: GatewayConfig['admission']['vllmPriority']['values'], passAll: boolean, passPools: ReadonlySet<string>): PriorityClass {
+  const header = ctx.req.headers['x-kvgate-priority'];
+  let asked: PriorityClass | null = null;
+  if (typeof header === 'string' && header.trim() !== '') {
+    asked = parsePriority(header, values);
+    if (asked === null) {
+      throw new ApiError(400, 'invalid_request_error', 'invalid_value',
+        `x-kvgate-priority must be critical, standard, sheddable or an integer, got '${header.slice(0, 40)}'`, 'x-kvgate-priority');
+    }
+  }
+  const bodyPriority = ctx.body.priority;
+  let cls = lowerOnly(ctx.tenant.priority, asked);
+  if (typeof bodyPriority === 'number') cls = lowerOnly(cls, classOfVllmPriority(bodyPriority, values));
+  ctx.state.set(ADMISSION_CLASS, cls);
+  ctx.routeRequest.priority = values[cls];
+  if (passAll || (passPools.size > 0 && ctx.candidates.every((w) => passPools.has(w.pool)))) {
+    if (ctx.body.priority !== values[cls]) {
+      ctx.body.priority = values[cls];
+      ctx.bodyModified = true;
+    }
+  }
+  ctx.logFields = { ...ctx.logFields, priority: cls };
+  ctx.headers['x-kvgate-priority'] = cls;
+  return cls;
 }
 
 /**

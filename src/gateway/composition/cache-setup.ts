@@ -7,22 +7,22 @@
  *   DELETE /admin/cache               drop every entry       → {"deleted": N, "tenant": null}
  *   DELETE /admin/cache?tenant=ID     drop one tenant's      → {"deleted": N, "tenant": "ID"}
  */
-import type { TenantDirectory } from '../admission/tenants.js';
-import { ApiError, sendError } from '../api/errors.js';
-import { MemoryStore } from '../cache/memory-store.js';
-import { CacheMetrics } from '../cache/metrics.js';
-import { redactRedisUrl, RedisStore } from '../cache/redis-store.js';
-import { ResponseCache } from '../cache/response-cache.js';
-import type { CacheStore } from '../cache/store.js';
-import type { CacheConfig } from '../config/index.js';
-import type { Logger } from '../telemetry/logger.js';
-import type { GatewayMetrics } from '../telemetry/metrics.js';
-import type { Clock } from '../util/clock.js';
-import { cacheStage } from './cache-stage.js';
-import type { RequestContext } from './context.js';
-import { json, type LocalRoute } from './local-routes.js';
-import type { GatewayStage } from './stages.js';
-import type { GatewayService } from './types.js';
+import type { TenantDirectory } from '../../admission/tenants.js';
+import { ApiError, sendError } from '../../api/errors.js';
+import { MemoryStore } from '../../cache/memory-store.js';
+import { CacheMetrics } from '../../cache/metrics.js';
+import { redactRedisUrl, RedisStore } from '../../cache/redis-store.js';
+import { ResponseCache } from '../../cache/response-cache.js';
+import type { CacheStore } from '../../cache/store.js';
+import type { CacheConfig } from '../../config/index.js';
+import type { Logger } from '../../telemetry/logger.js';
+import type { GatewayMetrics } from '../../telemetry/metrics.js';
+import type { Clock } from '../../util/clock.js';
+import { cacheStage } from '../pipeline/cache-stage.js';
+import type { RequestContext } from '../../request/context.js';
+import { json, type LocalRoute } from '../admin/local-routes.js';
+import type { GatewayStage } from '../../request/stage.js';
+import type { GatewayService } from '../types.js';
 
 export interface CacheSetup {
   cache: ResponseCache;

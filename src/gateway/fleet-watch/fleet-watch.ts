@@ -4,14 +4,14 @@
  * the probes take out of routing is passed to `onWorkerDown` (the relay gives up the attempts
  * still waiting on it). The circuit breakers are the registry's own.
  */
-import type { GatewayConfig } from '../config/index.js';
-import { HealthProber } from '../fleet/health.js';
-import { MetricsScraper } from '../fleet/scraper.js';
-import type { Upstreams } from '../fleet/upstreams.js';
-import type { WorkerState } from '../fleet/worker-state.js';
-import type { Logger } from '../telemetry/logger.js';
-import type { GatewayMetrics } from '../telemetry/metrics.js';
-import type { Clock } from '../util/clock.js';
+import type { GatewayConfig } from '../../config/index.js';
+import { HealthProber } from '../../fleet/health.js';
+import { MetricsScraper } from '../../fleet/scraper.js';
+import type { Upstreams } from '../../fleet/upstreams.js';
+import type { WorkerState } from '../../fleet/worker-state.js';
+import type { Logger } from '../../telemetry/logger.js';
+import type { GatewayMetrics } from '../../telemetry/metrics.js';
+import type { Clock } from '../../util/clock.js';
 
 export interface FleetWatchOptions {
   config: Pick<GatewayConfig, 'scrape' | 'health'>;

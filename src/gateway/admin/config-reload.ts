@@ -26,21 +26,21 @@
 import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { GatewayConfig, WorkerKvEvents } from '../config/index.js';
-import type { HealthProber } from '../fleet/health.js';
-import type { WorkerRegistry } from '../fleet/registry.js';
-import type { MetricsScraper } from '../fleet/scraper.js';
-import type { Upstreams } from '../fleet/upstreams.js';
-import type { WorkerIdentity, WorkerState } from '../fleet/worker-state.js';
-import type { PrefixIndex } from '../scheduler/index/prefix-index.js';
-import type { Policy } from '../scheduler/types.js';
-import type { TenantDirectory } from '../admission/tenants.js';
-import type { Logger } from '../telemetry/logger.js';
-import type { AdmissionSetup } from './admission-stage.js';
-import { scrapeTiming } from './fleet-watch.js';
-import type { KvEventsService } from './kv-events-service.js';
+import type { GatewayConfig, WorkerKvEvents } from '../../config/index.js';
+import type { HealthProber } from '../../fleet/health.js';
+import type { WorkerRegistry } from '../../fleet/registry.js';
+import type { MetricsScraper } from '../../fleet/scraper.js';
+import type { Upstreams } from '../../fleet/upstreams.js';
+import type { WorkerIdentity, WorkerState } from '../../fleet/worker-state.js';
+import type { PrefixIndex } from '../../scheduler/index/prefix-index.js';
+import type { Policy } from '../../scheduler/types.js';
+import type { TenantDirectory } from '../../admission/tenants.js';
+import type { Logger } from '../../telemetry/logger.js';
+import type { AdmissionSetup } from '../pipeline/admission-stage.js';
+import { scrapeTiming } from '../fleet-watch/fleet-watch.js';
+import type { KvEventsService } from '../fleet-watch/kv-events-service.js';
 import { json, type LocalRoute } from './local-routes.js';
-import type { Relay } from './relay.js';
+import type { Relay } from '../pipeline/relay.js';
 
 /** What a reload changes: the running parts of the gateway. */
 export interface ReloadTargets {

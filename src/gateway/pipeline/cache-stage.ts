@@ -21,20 +21,20 @@
  * A store that fails or times out is counted and the request is served as if there were no cache
  * (`x-kvgate-cache: bypass`); no request fails because of the cache.
  */
-import { ApiError, errors } from '../api/errors.js';
-import { sseErrorEvent } from '../api/sse.js';
-import { remainderChunks, StreamAssembler } from '../cache/assemble.js';
-import { incompleteReason, renderJson, renderSse, SSE_DONE, sseEvent, usageChunk, type CacheEntry, type CompletionBody } from '../cache/entry.js';
-import type { Flight, FlightFollower } from '../cache/flight.js';
-import { parseCacheControl, type CacheRoute } from '../cache/key.js';
-import type { CacheResult } from '../cache/metrics.js';
-import type { CachePlan, ResponseCache } from '../cache/response-cache.js';
-import type { Logger } from '../telemetry/logger.js';
-import type { Clock } from '../util/clock.js';
-import { stateKey } from '../util/state.js';
+import { ApiError, errors } from '../../api/errors.js';
+import { sseErrorEvent } from '../../api/sse.js';
+import { remainderChunks, StreamAssembler } from '../../cache/assemble.js';
+import { incompleteReason, renderJson, renderSse, SSE_DONE, sseEvent, usageChunk, type CacheEntry, type CompletionBody } from '../../cache/entry.js';
+import type { Flight, FlightFollower } from '../../cache/flight.js';
+import { parseCacheControl, type CacheRoute } from '../../cache/key.js';
+import type { CacheResult } from '../../cache/metrics.js';
+import type { CachePlan, ResponseCache } from '../../cache/response-cache.js';
+import type { Logger } from '../../telemetry/logger.js';
+import type { Clock } from '../../util/clock.js';
+import { stateKey } from '../../util/state.js';
 import { CaptureResponse } from './capture-response.js';
-import { freshOutcome, type RequestContext } from './context.js';
-import type { GatewayStage, StageResult } from './stages.js';
+import { freshOutcome, type RequestContext } from '../../request/context.js';
+import type { GatewayStage, StageResult } from '../../request/stage.js';
 
 type KeyedPlan = Extract<CachePlan, { key: string }>;
 

@@ -9,14 +9,14 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
 import { request } from 'undici';
-import type { TenantDirectory } from '../admission/tenants.js';
-import { ApiError, echo, errors, sendError } from '../api/errors.js';
-import type { WorkerRegistry } from '../fleet/registry.js';
-import { traceContextOf } from '../http/trace-context.js';
-import type { Logger } from '../telemetry/logger.js';
-import { decodeSegment } from '../util/path-segment.js';
-import { normaliseWorkerError } from './relay-attempt.js';
-import { ResponseDirectoryUnreachable, type ResponseHolder } from '../shared/response-directory.js';
+import type { TenantDirectory } from '../../admission/tenants.js';
+import { ApiError, echo, errors, sendError } from '../../api/errors.js';
+import type { WorkerRegistry } from '../../fleet/registry.js';
+import { traceContextOf } from '../../http/trace-context.js';
+import type { Logger } from '../../telemetry/logger.js';
+import { decodeSegment } from '../../util/path-segment.js';
+import { normaliseWorkerError } from '../pipeline/relay-attempt.js';
+import { ResponseDirectoryUnreachable, type ResponseHolder } from '../../shared/response-directory.js';
 import { directoryUnavailable, mayAccess, type ResponseAffinity } from './response-affinity.js';
 
 export interface ResponseLookupDeps {

@@ -13,8 +13,8 @@
 import { createHash } from 'node:crypto';
 import { watch, readFileSync, type FSWatcher } from 'node:fs';
 import { basename, dirname } from 'node:path';
-import { ConfigError, type GatewayConfig } from '../config/index.js';
-import type { Logger } from '../telemetry/logger.js';
+import { ConfigError, type GatewayConfig } from '../../config/index.js';
+import type { Logger } from '../../telemetry/logger.js';
 import type { ReloadOutcome } from './config-reload.js';
 
 export interface ConfigWatchOptions {

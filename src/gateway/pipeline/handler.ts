@@ -6,12 +6,12 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { DEFAULT_TENANT_ID, mayUse, type TenantDirectory } from '../admission/tenants.js';
-import { readBody } from '../api/body.js';
-import { jsonNestsDeeperThan, MAX_JSON_DEPTH } from '../api/json-depth.js';
-import { checkAudioForm, formFields, isFormType } from '../api/form.js';
-import { responsesRequestSchema, type ResponsesRequest } from '../api/responses.js';
-import { ApiError, echo, errors, sendError } from '../api/errors.js';
+import { DEFAULT_TENANT_ID, mayUse, type TenantDirectory } from '../../admission/tenants.js';
+import { readBody } from '../../api/body.js';
+import { jsonNestsDeeperThan, MAX_JSON_DEPTH } from '../../api/json-depth.js';
+import { checkAudioForm, formFields, isFormType } from '../../api/form.js';
+import { responsesRequestSchema, type ResponsesRequest } from '../../api/responses.js';
+import { ApiError, echo, errors, sendError } from '../../api/errors.js';
 import {
   chatCompletionRequestSchema,
   completionRequestSchema,
@@ -22,21 +22,21 @@ import {
   type ChatCompletionRequest,
   type CompletionRequest,
   type EmbeddingsRequest,
-} from '../api/schemas.js';
-import { aliasTarget, type GatewayConfig, type RequestCaps, type RequestCapsOverride } from '../config/index.js';
-import type { WorkerRegistry } from '../fleet/registry.js';
-import type { WorkerState } from '../fleet/worker-state.js';
-import { traceContextOf } from '../http/trace-context.js';
-import { flatLineWriter, type FlatFields, type Logger } from '../telemetry/logger.js';
-import type { GatewayMetrics } from '../telemetry/metrics.js';
-import type { Clock } from '../util/clock.js';
-import { generates, LiveRequestContext, type GenerationKind, type InferenceBody, type InferenceKind, type RequestContext } from './context.js';
-import { createLocalRoutes, type LocalRoute } from './local-routes.js';
-import { requestPromptTokens, type RouteRequest } from '../scheduler/types.js';
+} from '../../api/schemas.js';
+import { aliasTarget, type GatewayConfig, type RequestCaps, type RequestCapsOverride } from '../../config/index.js';
+import type { WorkerRegistry } from '../../fleet/registry.js';
+import type { WorkerState } from '../../fleet/worker-state.js';
+import { traceContextOf } from '../../http/trace-context.js';
+import { flatLineWriter, type FlatFields, type Logger } from '../../telemetry/logger.js';
+import type { GatewayMetrics } from '../../telemetry/metrics.js';
+import type { Clock } from '../../util/clock.js';
+import { generates, LiveRequestContext, type GenerationKind, type InferenceBody, type InferenceKind, type RequestContext } from '../../request/context.js';
+import { createLocalRoutes, type LocalRoute } from '../admin/local-routes.js';
+import { requestPromptTokens, type RouteRequest } from '../../scheduler/types.js';
 import { knownPromptLength, outputBudget, requestBudgetMs } from './prepare.js';
 import type { Relay } from './relay.js';
-import type { LookupOutcome } from './response-lookup.js';
-import { runStages, type GatewayStage } from './stages.js';
+import type { LookupOutcome } from '../responses/response-lookup.js';
+import { runStages, type GatewayStage } from '../../request/stage.js';
 import type { TenantSlot, TenantSlots } from './tenant-slots.js';
 
 export interface HandlerDeps {
@@ -69,7 +69,7 @@ export interface HandlerDeps {
   onDrain?: (w: WorkerState, draining: boolean) => void;
   /** The tenant's cache salt if `pool` isolates cached prompts per tenant, else null. */
   cacheSaltFor: (pool: string | undefined, tenant: string) => string | null;
-  /** `GET /v1/responses/{id}`, `POST /v1/responses/{id}/cancel` (gateway/response-lookup.ts). */
+  /** `GET /v1/responses/{id}`, `POST /v1/responses/{id}/cancel` (gateway/responses/response-lookup.ts). */
   responseLookup?: (path: string, query: string, req: IncomingMessage, res: ServerResponse) => Promise<LookupOutcome>;
 }
 
@@ -119,7 +119,10 @@ const SCHEMAS = {
   passthrough: passthroughRequestSchema,
 } as const;
 
-export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
+/** Answers one client request (the server's request listener, behind the connection guard). */
+export type Handler = (req: IncomingMessage, res: ServerResponse) => void;
+
+export function createHandler(deps: HandlerDeps): Handler {
   const { config, fleet, metrics } = deps;
   const local = createLocalRoutes({ ...deps, metricsAccess: () => config.admin, readyRequiresWorker: config.server.readyRequiresWorker, aliases: () => config.aliases });
   const cors = { origins: new Set(config.server.corsOrigins) };
@@ -142,49 +145,12 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       return;
     }
     if (deps.responseLookup !== undefined && path.startsWith('/v1/responses/')) {
-      void lookup(deps.responseLookup, path, q === -1 ? '' : url.slice(q), req, res);
+      void lookup(deps, requestLog, requestLine, deps.responseLookup, path, q === -1 ? '' : url.slice(q), req, res);
       return;
     }
     if (local(path, req, res)) return;
     sendError(res, errors.routeNotFound(path));
   };
-
-  /** A stored response retrieved or cancelled: relayed, then counted and logged as requests are. */
-  async function lookup(
-    run: NonNullable<HandlerDeps['responseLookup']>,
-    path: string,
-    query: string,
-    req: IncomingMessage,
-    res: ServerResponse,
-  ): Promise<void> {
-    const startedAt = deps.clock.now();
-    const id = randomUUID();
-    res.setHeader('x-request-id', id);
-    metrics.inflight++;
-    let o: LookupOutcome = { route: 'responses_lookup' };
-    try {
-      o = await run(path, query, req, res);
-    } catch (e) {
-      // run() answers its own failures; this is a bug, answered rather than left to crash the process.
-      deps.logger.error({ err: e, id }, 'unexpected error in a response lookup');
-      if (!res.headersSent && !res.destroyed) sendError(res, errors.internal((e as Error)?.message ?? String(e)));
-      else if (!res.writableEnded) res.destroy();
-    } finally {
-      metrics.inflight--;
-      const model = o.model ?? 'unknown';
-      const status = res.statusCode;
-      const durationMs = deps.clock.now() - startedAt;
-      metrics.requestsBy.series(o.route, model, String(status)).inc();
-      metrics.durationBy.series(o.route, model).observe(durationMs / 1000);
-      const clean = status >= 200 && status < 400 && res.writableFinished;
-      if (!clean || requestLog.take(config.log.requestSampleRate)) {
-        requestLine(
-          { id, route: o.route, model: o.model, worker: o.worker, status, durationMs: Math.round(durationMs * 100) / 100 },
-          'request',
-        );
-      }
-    }
-  }
 
   async function handleInference(
     d: HandlerDeps,
@@ -322,6 +288,46 @@ export function createHandler(deps: HandlerDeps): (req: IncomingMessage, res: Se
       slot?.end();
       res.off('close', onClose);
       finishRequest(d, ctx, requestLog, requestLine);
+    }
+  }
+}
+
+/** A stored response retrieved or cancelled: relayed, then counted and logged as requests are. */
+async function lookup(
+  deps: HandlerDeps,
+  requestLog: RequestLogSampler,
+  requestLine: ReturnType<typeof flatLineWriter>,
+  run: NonNullable<HandlerDeps['responseLookup']>,
+  path: string,
+  query: string,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
+  const startedAt = deps.clock.now();
+  const id = randomUUID();
+  res.setHeader('x-request-id', id);
+  deps.metrics.inflight++;
+  let o: LookupOutcome = { route: 'responses_lookup' };
+  try {
+    o = await run(path, query, req, res);
+  } catch (e) {
+    // run() answers its own failures; this is a bug, answered rather than left to crash the process.
+    deps.logger.error({ err: e, id }, 'unexpected error in a response lookup');
+    if (!res.headersSent && !res.destroyed) sendError(res, errors.internal((e as Error)?.message ?? String(e)));
+    else if (!res.writableEnded) res.destroy();
+  } finally {
+    deps.metrics.inflight--;
+    const model = o.model ?? 'unknown';
+    const status = res.statusCode;
+    const durationMs = deps.clock.now() - startedAt;
+    deps.metrics.requestsBy.series(o.route, model, String(status)).inc();
+    deps.metrics.durationBy.series(o.route, model).observe(durationMs / 1000);
+    const clean = status >= 200 && status < 400 && res.writableFinished;
+    if (!clean || requestLog.take(deps.config.log.requestSampleRate)) {
+      requestLine(
+        { id, route: o.route, model: o.model, worker: o.worker, status, durationMs: Math.round(durationMs * 100) / 100 },
+        'request',
+      );
     }
   }
 }

@@ -15,13 +15,13 @@
  * another site can make a browser send (cross-site.ts).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { mayUse, type TenantDirectory } from '../admission/tenants.js';
-import { ApiError, echo, errors, sendError } from '../api/errors.js';
-import { aliasTarget } from '../config/index.js';
-import type { WorkerRegistry } from '../fleet/registry.js';
-import type { WorkerState } from '../fleet/worker-state.js';
-import type { GatewayMetrics } from '../telemetry/metrics.js';
-import { decodeSegment } from '../util/path-segment.js';
+import { mayUse, type TenantDirectory } from '../../admission/tenants.js';
+import { ApiError, echo, errors, sendError } from '../../api/errors.js';
+import { aliasTarget } from '../../config/index.js';
+import type { WorkerRegistry } from '../../fleet/registry.js';
+import type { WorkerState } from '../../fleet/worker-state.js';
+import type { GatewayMetrics } from '../../telemetry/metrics.js';
+import { decodeSegment } from '../../util/path-segment.js';
 import { crossSiteProblem } from './cross-site.js';
 import { metricsAccessError, type MetricsAccess } from './metrics-access.js';
 

@@ -14,7 +14,7 @@
  * response is answered 404 as vLLM answers an unknown one ("Response with id '…' not found."),
  * without reaching a worker; the stored conversation it would continue is that tenant's. A
  * retrieval or cancellation of another tenant's response is answered the same way
- * (gateway/response-lookup.ts).
+ * (gateway/responses/response-lookup.ts).
  *
  * With tenant keys configured, a continuation whose owner cannot be checked is refused rather than
  * sent on: the worker still holds the response after a gateway restart, and would continue it for
@@ -28,11 +28,11 @@
  *
  * Memory: at most `capacity` ids (default 100,000), least recently used out first.
  */
-import { ApiError, echo, errors } from '../api/errors.js';
-import type { ResponsesRequest } from '../api/responses.js';
-import { ResponseDirectoryUnreachable, type ResponseDirectory, type ResponseHolder } from '../shared/response-directory.js';
-import type { RequestContext } from './context.js';
-import type { GatewayStage, StageResult } from './stages.js';
+import { ApiError, echo, errors } from '../../api/errors.js';
+import type { ResponsesRequest } from '../../api/responses.js';
+import { ResponseDirectoryUnreachable, type ResponseDirectory, type ResponseHolder } from '../../shared/response-directory.js';
+import type { RequestContext } from '../../request/context.js';
+import type { GatewayStage, StageResult } from '../../request/stage.js';
 
 /** The first `"id":"…"` of an answer (looked for in its first bytes only). */
 const ID = /"id"\s*:\s*"([^"\\]{1,256})"/;

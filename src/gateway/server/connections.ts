@@ -16,7 +16,7 @@
  */
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import { ApiError } from '../api/errors.js';
+import { ApiError } from '../../api/errors.js';
 
 export interface ConnectionLimits {
   maxConnections: number;

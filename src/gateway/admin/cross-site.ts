@@ -14,7 +14,7 @@
  * Tools (curl, Prometheus, kubectl) send none of these headers and are not affected.
  */
 import type { IncomingMessage } from 'node:http';
-import { ApiError, echo, errors } from '../api/errors.js';
+import { ApiError, echo, errors } from '../../api/errors.js';
 
 const JSON_TYPE = /^application\/json\s*(;|$)/i;
 const WRITES = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);

@@ -22,8 +22,8 @@
  * settles, else the relay's when the attempt ended any other way), Router.firstToken once when the
  * attempt's first body byte arrives.
  */
-import { ApiError, errors } from '../api/errors.js';
-import type { RequestContext } from './context.js';
+import { ApiError, errors } from '../../api/errors.js';
+import type { RequestContext } from '../../request/context.js';
 import { RelayAttempt, type AttemptEnv, type AttemptResult } from './relay-attempt.js';
 
 export interface RelayOptions extends AttemptEnv {
