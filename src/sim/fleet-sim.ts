@@ -611,7 +611,7 @@ class FleetSim {
     if (req.session !== undefined) rr.sessionKey = req.session;
     if (req.tenant !== undefined) rr.tenant = req.tenant;
     if (req.priority !== undefined) rr.priority = req.priority;
-    // n answers: as the gateway marks them (gateway/prepare.ts, describeSequences).
+    // n answers: as the gateway marks them (gateway/pipeline/prepare.ts, describeSequences).
     const samples = req.sampleTokens?.length ?? 1;
     if (samples > 1) rr.sequences = samples;
     const cls = classOfVllmPriority(req.priority ?? this.prioMap.standard, this.prioMap);
