@@ -411,7 +411,7 @@ export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}):
   const ensureKvEvents = (endpoints: GatewayConfig['kvEvents']): KvEventsService | null => {
     if (!index) return null;
     if (!kvEvents) {
-      kvEvents = createKvEventsService({ endpoints, index, fleet: registry, scraper, clock, logger });
+      kvEvents = createKvEventsService({ endpoints, index, fleet: registry, scraper, clock, logger, tokenizers, strictParity: config.tokenizers.strictParity, registry: m.registry });
       registerKvEventMetrics(m.registry, kvEvents.subscribers);
       services.push(kvEvents);
     }
