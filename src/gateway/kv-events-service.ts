@@ -41,8 +41,10 @@ export interface KvEventsServiceOptions {
   strictParity?: boolean;
   /** Where the parity metrics go. */
   registry?: Registry;
-  /** How often workers are checked for coming back up (to probe them again), ms (default 2,000). */
+  /** How often workers are checked for coming back up (to probe them again), ms (default 250). */
   upCheckMs?: number;
+  /** A worker whose probe could not run ('unknown') is probed again this often while up, ms (default 30,000). */
+  retryUnknownMs?: number;
   /** Per request of a probe, ms (default 3,000). */
   probeTimeoutMs?: number;
 }
@@ -197,17 +199,32 @@ export function kvEventsService(o: KvEventsServiceOptions): KvEventsService {
     }
     return report;
   };
-  // Workers coming back up (a restart may bring another model or tokenizer) are probed again.
+  // Workers coming back up (a restart may bring another model or tokenizer) are probed again, and
+  // so, now and then, is a worker up whose last probe could not run. Reading a flag per worker.
   const wasUp = new Map<string, boolean>();
+  const probing = new Set<string>();
   let upTimer: NodeJS.Timeout | null = null;
   const checkUp = (): void => {
+    const now = Date.now();
     for (const id of endpoints.keys()) {
       const w = o.fleet.get(id);
       if (!w) continue;
       const up = w.healthy;
       const prev = wasUp.get(id);
       wasUp.set(id, up);
-      if (up && prev === false) void probe(id);
+      const last = parity.get(id);
+      const retry = last?.verdict === 'unknown' && now - last.at >= (o.retryUnknownMs ?? 30_000);
+      if (up && (prev === false || retry)) void probeOnce(id);
+    }
+  };
+  /** probe(), unless one of this worker is under way. */
+  const probeOnce = async (id: string): Promise<ParityReport | null> => {
+    if (probing.has(id)) return null;
+    probing.add(id);
+    try {
+      return await probe(id);
+    } finally {
+      probing.delete(id);
     }
   };
   return {
@@ -220,13 +237,13 @@ export function kvEventsService(o: KvEventsServiceOptions): KvEventsService {
       await o.scraper.scrapeAll();
       for (const e of o.endpoints) subscribe(e);
       if (o.tokenizers) {
-        const probes = Promise.all(o.endpoints.map((e) => probe(e.workerId)));
+        const probes = Promise.all(o.endpoints.map((e) => probeOnce(e.workerId)));
         if (o.strictParity) {
           const refused = (await probes).filter((r) => r?.verdict === 'mismatch');
           if (refused.length > 0) throw new ConfigError(refused.map((r) => `tokenizers (strictParity): ${r!.message}`));
         } else void probes;
         for (const e of o.endpoints) wasUp.set(e.workerId, o.fleet.get(e.workerId)?.healthy ?? false);
-        upTimer = setInterval(checkUp, o.upCheckMs ?? 2_000);
+        upTimer = setInterval(checkUp, o.upCheckMs ?? 250);
         upTimer.unref();
       }
     },
@@ -235,7 +252,7 @@ export function kvEventsService(o: KvEventsServiceOptions): KvEventsService {
       if (w) await o.scraper.scrape(w);
       parity.delete(e.workerId);
       subscribe(e);
-      void probe(e.workerId);
+      void probeOnce(e.workerId);
     },
     removeWorker: async (id) => {
       endpoints.delete(id);

@@ -6,6 +6,8 @@
  * the Responses API and completions.
  */
 import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { join } from 'node:path';
@@ -180,5 +182,31 @@ test('strictParity refuses to start with a tokenizer that disagrees, naming the 
     await gw.close();
   } finally {
     await Promise.all(sims.map((s) => s.close()));
+  }
+});
+
+test('a worker that was down at start is probed when it comes up', async () => {
+  // Two ports nothing listens on yet: the worker's HTTP and its KV-event socket.
+  const free = async (): Promise<number> => {
+    const s = createServer();
+    await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+    const p = (s.address() as AddressInfo).port;
+    await new Promise<void>((r) => s.close(() => r()));
+    return p;
+  };
+  const [httpPort, eventsPort] = [await free(), await free()];
+  const endpoint = `tcp://127.0.0.1:${eventsPort}`;
+  const { gw, url } = await startGateway([], {
+    pools: [{ name: 'main', model: MODEL, workers: [{ url: `http://127.0.0.1:${httpPort}`, id: 'late', kvEvents: { endpoint } }] }],
+  });
+  let sim: SimWorker | undefined;
+  try {
+    await waitFor(async () => (await admin(url, 'late'))?.tokenParity?.verdict === 'unknown' && (await admin(url, 'late')).healthy === false, 5000);
+    await new Promise((r) => setTimeout(r, 600)); // the service sees it down (it looks every 250 ms)
+    sim = await startSimWorker({ port: httpPort, model: MODEL, speed: 100, kvEvents: { endpoint } });
+    await waitFor(async () => (await admin(url, 'late'))?.tokenParity?.verdict === 'match', 10_000);
+  } finally {
+    await gw.close();
+    await sim?.close();
   }
 });
