@@ -244,3 +244,24 @@ test('the kvgate binary runs doctor and exits 1 on a failed check', async () => 
   assert.equal(code, 1);
   assert.match(out, /reachable\s+FAIL/);
 });
+
+test("a tokenizer other than the worker's fails the token checks and the KV-event token check, with the tokenizer to set", async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'kvgate-doctor-tok-'));
+  try {
+    const tok = join(dir, 'tokenizer.json');
+    const vocab = Object.fromEntries([...'abcdefghijklmnopqrstuvwxyz'].map((c, i) => [c, i]));
+    await writeFile(tok, JSON.stringify({ version: '1.0', added_tokens: [], normalizer: null, pre_tokenizer: { type: 'Whitespace' }, post_processor: null, decoder: null, model: { type: 'BPE', unk_token: null, vocab, merges: [] } }));
+    const r = await doctor(['--worker', withEvents.url, '--kv-events', withEvents.events!, '--tokenizer', `hf:${tok}`, '--events-seconds', '2', '--json']);
+    assert.equal(r.code, 1);
+    const w = r.json!.workers[0]!;
+    for (const c of ['tokens: completion', 'tokens: chat-tools', 'tokens: chat-multipart', 'tokens: responses', 'kv events tokens']) {
+      const x = w.checks.find((y) => y.check === c)!;
+      assert.equal(x.status, 'fail', c);
+      assert.match(x.fix!, /tokenizers\.models\.llama-3\.1-8b to 'hf:<path to the model's tokenizer\.json>' or 'remote'/, c);
+    }
+    assert.equal(statusOf(w, 'kv events arrive'), 'ok');
+    assert.equal(statusOf(w, 'kv events decode'), 'ok');
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
