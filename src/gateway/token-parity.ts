@@ -9,7 +9,8 @@
  *   request takes (gateway/prepare.ts), so a chat is rendered as kvgate would render it;
  * - the worker's side asks the engine: `POST /v1/chat/completions/render` (the whole chat request,
  *   tools included, rendered and tokenized by the engine; answers a GenerateRequest whose
- *   `token_ids` are the prompt's: vllm-project/vllm `vllm/entrypoints/serve/render/api_router.py`),
+ *   `token_ids` are the prompt's: vllm-project/vllm `vllm/entrypoints/serve/render/api_router.py`,
+ *   `vllm/entrypoints/serve/disagg/protocol.py`),
  *   else `POST /tokenize` (TokenizeChatRequest `{model, messages, tools, add_generation_prompt,
  *   chat_template_kwargs}` or TokenizeCompletionRequest `{model, prompt}`, answering `{tokens,
  *   count, max_model_len}`: `vllm/entrypoints/serve/tokenize/protocol.py`).
