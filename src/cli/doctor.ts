@@ -3,7 +3,7 @@
  * fix per failure; exit status 1 when a check fails.
  */
 import { parseArgs } from 'node:util';
-import { ConfigError, loadConfigFile } from '../config.js';
+import { ConfigError, loadConfigFile } from '../config/index.js';
 import { TokenizerRegistry } from '../tokenizer/registry.js';
 import { checkWorker, type CheckResult, type DoctorTarget, type WorkerReport } from './doctor-checks.js';
 

@@ -11,7 +11,7 @@ import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { join } from 'node:path';
-import { ConfigError } from '../../src/config.js';
+import { ConfigError } from '../../src/config/index.js';
 import { createGateway } from '../../src/gateway/gateway.js';
 import { probeTokenParity, PARITY_SAMPLES } from '../../src/gateway/token-parity.js';
 import { startSimWorker, type SimWorker } from '../../src/sim/worker/server.js';
