@@ -291,25 +291,32 @@ async function checkKvEvents(
     })().catch(() => {});
     // A ZeroMQ subscription takes a moment to reach the publisher: messages before that are lost.
     await new Promise((r) => setTimeout(r, Math.min(500, o.eventsMs / 4)));
-    // A prompt no cache holds (a random head), a few blocks long: the worker stores its blocks.
-    const prompt = `doctor ${randomBytes(6).toString('hex')}: ${PROBE_TEXT}`;
+    // Prompts no cache holds (a random head), a few blocks long, one after the other: the worker
+    // stores their blocks in batches of its own, whose sequence numbers must follow each other.
+    const prompts = [0, 1, 2].map(() => `doctor ${randomBytes(6).toString('hex')}: ${PROBE_TEXT}`);
+    const prompt = prompts[0]!;
     let requestProblem: string | null = null;
+    const storedCount = (): number => got.reduce((a, g) => a + g.events.filter((e) => e.type === 'BlockStored').length, 0);
+    const until = Date.now() + o.eventsMs;
     if (model !== null) {
-      try {
-        const r = await fetch(`${base}/v1/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', ...t.headers },
-          body: JSON.stringify({ model, prompt, max_tokens: 1, temperature: 0 }),
-          signal: AbortSignal.timeout(Math.max(o.timeoutMs, o.eventsMs)),
-        });
-        if (r.status !== 200) requestProblem = `POST /v1/completions answered ${r.status}`;
-        await r.arrayBuffer();
-      } catch (err) {
-        requestProblem = `POST /v1/completions: ${why(err)}`;
+      for (const p of prompts) {
+        const before = storedCount();
+        try {
+          const r = await fetch(`${base}/v1/completions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', ...t.headers },
+            body: JSON.stringify({ model, prompt: p, max_tokens: 1, temperature: 0 }),
+            signal: AbortSignal.timeout(Math.max(o.timeoutMs, o.eventsMs)),
+          });
+          if (r.status !== 200) requestProblem ??= `POST /v1/completions answered ${r.status}`;
+          await r.arrayBuffer();
+        } catch (err) {
+          requestProblem ??= `POST /v1/completions: ${why(err)}`;
+        }
+        while (Date.now() < until && storedCount() === before) await new Promise((r) => setTimeout(r, 20));
       }
     } else requestProblem = 'no model to send a request to';
-    const until = Date.now() + o.eventsMs;
-    while (Date.now() < until && !got.some((g) => g.events.some((e) => e.type === 'BlockStored'))) await new Promise((r) => setTimeout(r, 50));
+    while (Date.now() < until && storedCount() === 0) await new Promise((r) => setTimeout(r, 50));
     await new Promise((r) => setTimeout(r, 200)); // the rest of the step's messages
     sub.close();
     await loop;

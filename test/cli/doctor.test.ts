@@ -16,6 +16,8 @@ import { help, runDoctor } from '../../src/cli/doctor.js';
 import type { WorkerReport } from '../../src/cli/doctor-checks.js';
 import { CLI } from './demo-process.js';
 import { estimateTokenizer } from '../../src/tokenizer/estimate.js';
+import { encode } from '@msgpack/msgpack';
+import * as zmq from 'zeromq';
 
 interface SimProcess {
   url: string;
@@ -263,5 +265,59 @@ test("a tokenizer other than the worker's fails the token checks and the KV-even
     assert.equal(statusOf(w, 'kv events decode'), 'ok');
   } finally {
     await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('a publisher whose sequence numbers skip, or whose payload is not an EventBatch, fails those checks', async () => {
+  const pub = new zmq.Publisher({ linger: 0 });
+  await pub.bind('tcp://127.0.0.1:*');
+  const endpoint = pub.lastEndpoint!;
+  let seq = 10;
+  let garbage = false;
+  const frame = (n: number): Buffer => {
+    const b = Buffer.alloc(8);
+    b.writeBigInt64BE(BigInt(n));
+    return b;
+  };
+  const batch = (tokens: number[]): Uint8Array => encode([Date.now() / 1000, [['BlockStored', [seq * 100 + 1], null, tokens, 16, null, null]]]);
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', () => {
+      if (req.url === '/v1/models') {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        return res.end(JSON.stringify({ data: [{ id: 'gappy' }] }));
+      }
+      if (req.url === '/v1/completions') {
+        const ids = estimateTokenizer.encode((JSON.parse(body) as { prompt: string }).prompt);
+        // One batch per request, every other sequence number: a gap before each.
+        void pub.send(['', frame(seq), garbage ? Buffer.from('not msgpack at all') : batch(ids.slice(0, 16))]);
+        seq += 2;
+        res.writeHead(200, { 'content-type': 'application/json' });
+        return res.end('{}');
+      }
+      res.writeHead(404);
+      res.end();
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  try {
+    const r = await doctor(['--worker', url, '--kv-events', endpoint, '--events-seconds', '2', '--json']);
+    const w = r.json!.workers[0]!;
+    assert.equal(statusOf(w, 'kv events arrive'), 'ok');
+    assert.equal(statusOf(w, 'kv events decode'), 'ok');
+    const s = w.checks.find((c) => c.check === 'kv events sequence')!;
+    assert.equal(s.status, 'fail');
+    assert.match(s.detail, /2 gaps in 10,12,14/);
+    assert.match(s.fix!, /raise hwm .* replay_endpoint/);
+    assert.equal(statusOf(w, 'kv events tokens'), 'ok', 'the blocks carry the ids the estimate gives');
+    garbage = true;
+    const g = (await doctor(['--worker', url, '--kv-events', endpoint, '--events-seconds', '1', '--json'])).json!.workers[0]!;
+    assert.equal(statusOf(g, 'kv events decode'), 'fail');
+    assert.match(g.checks.find((c) => c.check === 'kv events decode')!.fix!, /EventBatch/);
+  } finally {
+    await new Promise<void>((r) => server.close(() => r()));
+    pub.close();
   }
 });
