@@ -163,3 +163,30 @@ test('a stall of the gateway’s own event loop is not counted against a worker 
     await server.terminate();
   }
 });
+
+test('a worker that never answers still times out when the gateway’s loop stalls again and again', async () => {
+  const silent = await startStub(() => {
+    // Never answers.
+  });
+  const ups = new Upstreams(upstreamOpts);
+  try {
+    const w = new WorkerState({ id: 'w0', url: silent.url, pool: 'p', model: 'm' });
+    const answer = fetchText(ups, w, '/health', 50, 1024).then(
+      () => 'answered',
+      (e: Error) => e.message,
+    );
+    // Every turn of the loop blocks it for 100 ms, twice the timeout: each time the timer runs late.
+    let stalls = 0;
+    const stall = setInterval(() => {
+      stalls++;
+      const until = performance.now() + 100;
+      while (performance.now() < until);
+    }, 1);
+    const message = await answer.finally(() => clearInterval(stall));
+    assert.equal(message, '/health timed out after 50 ms');
+    assert.ok(stalls >= 3, `${stalls} stalls`);
+  } finally {
+    await ups.close();
+    await silent.close();
+  }
+});
