@@ -12,10 +12,13 @@
  * request's output blocks too, exactly as on the engine.
  *
  * Token-weighted like prefix_hit_rate: Σ hit tokens / Σ prompt tokens. Cost: one pass of hashing
- * over the prompt tokens and a Set of the distinct block hashes.
+ * over the prompt tokens and a set of the distinct block hashes (util/hash-set53.ts, 16–32 bytes
+ * per hash): the one structure of a run that grows with its tokens, as the figure needs every
+ * block ever computed.
  */
 import { blockHashes, chainRoot, hashBlock } from '../kv/block-hash.js';
 import { answerToken } from '../workload/tokens.js';
+import { HashSet53 } from '../util/hash-set53.js';
 import type { BenchRequest } from '../workload/types.js';
 
 export interface IdealHit {
@@ -36,7 +39,7 @@ export function idealHitRate(
   each?: (r: BenchRequest, hitTokens: number) => void,
 ): IdealHit {
   const bs = blockSize;
-  const seen = new Set<number>();
+  const seen = new HashSet53();
   let promptTokens = 0;
   let hitTokens = 0;
   const tail: number[] = [];
