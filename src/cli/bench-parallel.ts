@@ -1,5 +1,7 @@
 /**
- * `kvgate bench --jobs N`: the policies of one bench on worker threads, at most N at a time.
+ * `kvgate bench --jobs N`: the policies of one bench on worker threads, at most N at a time, and
+ * the run-wide figures on this thread meanwhile (with one policy too: they cost a pass over the
+ * source's prompts, a fifth of a round-robin run).
  *
  * Each policy's runs (its plain run, its capacity probes, its runs without the cache or shared)
  * stay on one thread, in the order a serial bench makes them, on a fleet and a request stream
@@ -10,6 +12,7 @@
 import { Worker } from 'node:worker_threads';
 import { capacityRatios } from '../bench/capacity.js';
 import { runBench, type BenchOptions, type BenchOutput } from '../bench/run.js';
+import { TraceError } from '../workload/loaders.js';
 import type { BenchWorkerMessage } from './bench-worker.js';
 
 /** A status line on stderr for runs in parallel, redrawn at most every 200 ms. */
@@ -86,9 +89,13 @@ export async function runBenchParallel(argv: readonly string[], opts: BenchOptio
   const outputs = new Map<string, BenchOutput>();
   const queue = [...names];
   const workerUrl = new URL('./bench-worker.js', import.meta.url);
+  const threads = new Set<Worker>();
+  let failed = false;
   const runOne = (policy: string): Promise<void> =>
     new Promise((resolve, reject) => {
       const w = new Worker(workerUrl, { workerData: { argv: [...argv], policy } });
+      threads.add(w);
+      w.once('exit', () => threads.delete(w));
       let settled = false;
       w.on('message', (m: BenchWorkerMessage) => {
         switch (m.type) {
@@ -110,7 +117,7 @@ export async function runBenchParallel(argv: readonly string[], opts: BenchOptio
             break;
           case 'error':
             settled = true;
-            reject(new Error(m.message));
+            reject(m.trace ? new TraceError(m.trace.file, m.trace.line, m.trace.reason) : new Error(m.message));
             break;
         }
       });
@@ -124,12 +131,19 @@ export async function runBenchParallel(argv: readonly string[], opts: BenchOptio
       });
     });
   const lanes = Array.from({ length: Math.min(jobs, names.length) }, async () => {
-    for (let p = queue.shift(); p !== undefined; p = queue.shift()) await runOne(p);
+    for (let p = queue.shift(); p !== undefined && !failed; p = queue.shift()) await runOne(p);
   });
   // The run-wide figures on this thread while the policies run on theirs.
   const wide = runBench({ ...opts, policies: [], onPolicyStart: undefined, onProgress: undefined, onPolicyDone: undefined, onProbe: undefined });
+  // Its failure (a bad trace row) is read below, after the policies' (the same row fails them).
+  wide.catch(() => undefined);
   try {
     await Promise.all(lanes);
+  } catch (e) {
+    // One policy failed: the others' threads stop with it.
+    failed = true;
+    for (const w of threads) void w.terminate();
+    throw e;
   } finally {
     progress?.clear();
   }

@@ -4,6 +4,7 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { runBench, type BenchOutput } from '../bench/run.js';
+import { TraceError } from '../workload/loaders.js';
 import { benchFromFlags, parseFlags } from './bench.js';
 
 export type BenchWorkerMessage =
@@ -11,7 +12,8 @@ export type BenchWorkerMessage =
   | { type: 'progress'; arrivals: number }
   | { type: 'probe'; line: string }
   | { type: 'done'; out: BenchOutput }
-  | { type: 'error'; message: string };
+  /** `trace`: a malformed trace row (TraceError), with its file and line. */
+  | { type: 'error'; message: string; trace?: { file: string; line: number; reason: string } };
 
 const post = (m: BenchWorkerMessage): void => parentPort!.postMessage(m);
 
@@ -40,4 +42,8 @@ async function main(): Promise<void> {
   post({ type: 'done', out });
 }
 
-main().catch((e: unknown) => post({ type: 'error', message: (e as Error).message ?? String(e) }));
+main().catch((e: unknown) => {
+  const message = e instanceof Error ? e.message : String(e);
+  if (e instanceof TraceError) post({ type: 'error', message, trace: { file: e.file, line: e.line, reason: message.slice(`${e.file}:${e.line}: `.length) } });
+  else post({ type: 'error', message });
+});

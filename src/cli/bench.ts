@@ -73,8 +73,9 @@ Run:
   --seed S                seed for workloads, synthetic tokens and tie-breaks (default 0)
   --jobs N                run the policies on N worker threads at once (default: the machine's
                           cores, ${availableParallelism()} here); each policy's runs, capacity probes included,
-                          stay on one thread, so the results are those of --jobs 1 (the run-wide
-                          figures, ideal hit rate and work bound, are computed beside them)
+                          stay on one thread, so the results are those of --jobs 1; the run-wide
+                          figures (ideal hit rate, work bound) are computed beside them, even for
+                          one policy. --jobs 1: everything in turn on the main thread
   --declared-max-tokens N every request sends max_tokens = max(N, its output length), capped by the
                           context left after its prompt, and its answer ends at its EOS: as clients
                           send a fixed cap, so routers and admission cannot read each answer's
@@ -748,7 +749,7 @@ export async function run(argv: string[]): Promise<number> {
   const wallStart = performance.now();
   let out: BenchOutput;
   try {
-    out = jobs > 1 && opts.policies.length > 1 ? await runBenchParallel(argv, opts, jobs, showProgress ? total : null) : await runBench(opts);
+    out = jobs > 1 ? await runBenchParallel(argv, opts, jobs, showProgress ? total : null) : await runBench(opts);
   } catch (e) {
     (bar as ProgressBar | null)?.finish();
     const msg = e instanceof TraceError ? `${e.message}${v['skip-bad'] ? '' : ' (use --skip-bad to skip malformed rows)'}` : (e as Error).message;
