@@ -13,6 +13,11 @@ export interface KvBlockSink {
   setSource(workerId: string, source: IndexSource, reason: string, now: number): void;
   /** Record blocks (kvgate hashes, in chain order) the worker reported storing. */
   insert(workerId: string, hashes: BlockSeq, source: 'event', now: number): void;
+  /**
+   * Told before insert() of blocks that start a sequence (BlockStored with no parent: the first
+   * blocks of a prompt the worker held nothing of). Optional: read by the parity watch.
+   */
+  sequenceStart?(workerId: string, hashes: BlockSeq): void;
   /** The worker evicted the block with kvgate hash `hash`. */
   remove(workerId: string, hash: number): void;
   /** Forget what the worker holds (all of it, or only what came from events). */

@@ -128,6 +128,7 @@ export class KvEventMapper {
       this.map.delete(eh); // re-insert at the end: insertion order is the age order for the bound
       this.map.set(eh, parent);
     }
+    if (e.parentBlockHash === null) this.index.sequenceStart?.(this.workerId, kv);
     this.index.insert(this.workerId, kv, 'event', now);
     this.counters.stored += n;
     while (this.map.size > this.maxMapped) this.map.delete(this.map.keys().next().value!);

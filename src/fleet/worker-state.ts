@@ -145,7 +145,7 @@ export class WorkerState {
   /** Set by the circuit breaker after repeated upstream failures. */
   circuitOpen = false;
   /**
-   * Set by passive outlier detection (gateway/outliers.ts): the worker owes bytes and has been
+   * Set by passive outlier detection (gateway/fleet-watch/outliers.ts): the worker owes bytes and has been
    * silent for longer than its expected time to first token, or a scrape or probe timed out. It
    * is routed around until a byte arrives from it again.
    */

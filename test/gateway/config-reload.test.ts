@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 import { parseConfigText } from '../../src/config/index.js';
-import { ConfigWatcher, hashConfigText } from '../../src/gateway/config-watch.js';
+import { ConfigWatcher, hashConfigText } from '../../src/gateway/admin/config-watch.js';
 import { createGateway, type Gateway } from '../../src/gateway/gateway.js';
 import type { KvgatePolicy } from '../../src/scheduler/policies/kvgate/index.js';
 import { startSimWorker, type SimWorker } from '../../src/sim/worker/server.js';
