@@ -25,7 +25,7 @@ import { HashSet53 } from '../util/hash-set53.js';
 import type { BenchRequest } from '../workload/types.js';
 
 /** Distinct blocks the ideal cache holds exactly; beyond, two generations of this many (above). */
-export const IDEAL_MAX_BLOCKS = 1 << 24;
+const IDEAL_MAX_BLOCKS = 1 << 24;
 
 /** A set of block hashes that keeps, past `max`, the last two generations of `max` each. */
 class RecentBlocks {

@@ -31,7 +31,7 @@ const sims: SimProcess[] = [];
 async function startSim(args: string[]): Promise<SimProcess> {
   const child = spawn(process.execPath, [CLI, 'sim', '--port', '0', '--speed', '50', '--num-gpu-blocks', '600', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
-  child.stdout!.on('data', (d: Buffer) => (out += d));
+  child.stdout.on('data', (d: Buffer) => (out += d));
   const wantEvents = args.includes('--kv-events-port');
   const deadline = Date.now() + 15_000;
   while (Date.now() < deadline && child.exitCode === null && !(out.includes('http://') && (!wantEvents || out.includes('kv events:')))) await new Promise((r) => setTimeout(r, 20));
@@ -241,7 +241,7 @@ test('an unreachable worker fails one check and stops there', async () => {
 test('the kvgate binary runs doctor and exits 1 on a failed check', async () => {
   const child = spawn(process.execPath, [CLI, 'doctor', '--worker', 'http://127.0.0.1:1', '--timeout-ms', '1000'], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
-  child.stdout!.on('data', (d: Buffer) => (out += d));
+  child.stdout.on('data', (d: Buffer) => (out += d));
   const code = await new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
   assert.equal(code, 1);
   assert.match(out, /reachable\s+FAIL/);

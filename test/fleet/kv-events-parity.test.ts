@@ -70,7 +70,7 @@ test('only sequence starts count: blocks that continue a sequence (generated tok
   const first = stored(prompt(1));
   mapper.apply([first], 1);
   // The next block holds generated tokens no prediction covers: its parent is the prompt's last block.
-  mapper.apply([stored([7, 7, 7, 7], first.blockHashes[2]!)], 2);
+  mapper.apply([stored([7, 7, 7, 7], first.blockHashes[2])], 2);
   assert.deepEqual(parity.totals('w'), { blocks: 3, matched: 3 });
 });
 

@@ -204,7 +204,7 @@ function intArray(v: unknown): number[] | null {
  * The worker's ids for a sample. A chat goes to the render endpoint first (the engine renders the
  * very request, tools and all); a worker without it (404/405) is asked its /tokenize.
  */
-export async function workerIds(
+async function workerIds(
   workerUrl: string,
   kind: ParitySampleKind,
   body: CompletionRequest | ChatCompletionRequest | ResponsesRequest,

@@ -230,7 +230,7 @@ export function chargedTokens(kind: InferenceKind, rr: RouteRequest, maxTokens: 
 }
 
 /** How a chat request's prompt is rendered: vLLM's defaults for what the request leaves unset. */
-function chatRenderOptions(b: ChatCompletionRequest): ChatRenderOptions {
+export function chatRenderOptions(b: ChatCompletionRequest): ChatRenderOptions {
   const opts: ChatRenderOptions = {
     addGenerationPrompt: b.add_generation_prompt ?? true,
     continueFinalMessage: b.continue_final_message === true,
