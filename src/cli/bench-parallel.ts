@@ -13,7 +13,16 @@ import { Worker } from 'node:worker_threads';
 import { capacityRatios } from '../bench/capacity.js';
 import { runBench, type BenchOptions, type BenchOutput } from '../bench/run.js';
 import { TraceError } from '../workload/loaders.js';
-import type { BenchWorkerMessage } from './bench-worker.js';
+
+/** What a bench worker thread (bench-worker.ts) tells the main thread. */
+export type BenchWorkerMessage =
+  | { type: 'start'; label: string }
+  | { type: 'progress'; arrivals: number }
+  | { type: 'probe'; line: string }
+  | { type: 'done'; out: BenchOutput }
+  /** `trace`: a malformed trace row (TraceError), with its file and line. */
+  | { type: 'error'; message: string; trace?: { file: string; line: number; reason: string } };
+
 
 /** A status line on stderr for runs in parallel, redrawn at most every 200 ms. */
 class ParallelProgress {

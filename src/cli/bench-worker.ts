@@ -3,17 +3,10 @@
  * rebuilt from the same flags, run for that policy only, its progress and probes posted back.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { runBench, type BenchOutput } from '../bench/run.js';
+import { runBench } from '../bench/run.js';
 import { TraceError } from '../workload/loaders.js';
 import { benchFromFlags, parseFlags } from './bench.js';
-
-export type BenchWorkerMessage =
-  | { type: 'start'; label: string }
-  | { type: 'progress'; arrivals: number }
-  | { type: 'probe'; line: string }
-  | { type: 'done'; out: BenchOutput }
-  /** `trace`: a malformed trace row (TraceError), with its file and line. */
-  | { type: 'error'; message: string; trace?: { file: string; line: number; reason: string } };
+import type { BenchWorkerMessage } from './bench-parallel.js';
 
 const post = (m: BenchWorkerMessage): void => parentPort!.postMessage(m);
 
