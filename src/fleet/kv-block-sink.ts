@@ -4,6 +4,7 @@
  * the scheduler.
  */
 import type { BlockSeq } from '../kv/prompt-blocks.js';
+import type { KvTier } from '../kv/tiers.js';
 
 /** Where a worker's view of its cache comes from, as shown in /admin/workers and the metrics. */
 export type IndexSource = 'events' | 'approximate';
@@ -11,10 +12,10 @@ export type IndexSource = 'events' | 'approximate';
 export interface KvBlockSink {
   /** Say whether `workerId`'s view is event-fed or approximate, and why. */
   setSource(workerId: string, source: IndexSource, reason: string, now: number): void;
-  /** Record blocks (kvgate hashes, in chain order) the worker reported storing. */
-  insert(workerId: string, hashes: BlockSeq, source: 'event', now: number): void;
-  /** The worker evicted the block with kvgate hash `hash`. */
-  remove(workerId: string, hash: number): void;
+  /** Record blocks (kvgate hashes, in chain order) the worker reported storing on `tier`. */
+  insertEvent(workerId: string, hashes: BlockSeq, tier: KvTier, now: number): void;
+  /** The worker evicted the block with kvgate hash `hash` from `tier`. */
+  remove(workerId: string, hash: number, tier?: KvTier): boolean;
   /** Forget what the worker holds (all of it, or only what came from events). */
   clearWorker(workerId: string, sources?: readonly 'event'[]): void;
 }
