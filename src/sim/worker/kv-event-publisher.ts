@@ -49,10 +49,20 @@ export interface KvEventPublisherOptions {
   /**
    * Share of batches not sent on the PUB socket (0..1), to test a subscriber's gap repair: they
    * still take a sequence number and stay in the replay buffer, as a batch dropped past the
-   * high-water mark does. Random, from `random` (Math.random by default).
+   * high-water mark does. Which batches is a fixed function of the sequence number
+   * (dropsBatch), so a run drops the same ones every time.
    */
   dropRate?: number;
-  random?: () => number;
+}
+
+/** Whether batch `seq` is one of the share `rate` of batches a lossy publisher drops. */
+export function dropsBatch(seq: number, rate: number): boolean {
+  if (rate <= 0) return false;
+  let h = Math.imul(seq ^ 0x9e3779b9, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  h ^= h >>> 16;
+  return (h >>> 0) / 4294967296 < rate;
 }
 
 export type KvEventEncoding = 'map' | 'array';
@@ -188,8 +198,7 @@ export class KvEventPublisher {
     if (this.buffer.length > this.bufferSteps) this.buffer.shift();
     const pub = this.pub;
     if (!pub) return; // not started: kept for replay only
-    const drop = this.opts.dropRate ?? 0;
-    if (drop > 0 && (this.opts.random ?? Math.random)() < drop) {
+    if (dropsBatch(seq, this.opts.dropRate ?? 0)) {
       this.dropped++;
       return;
     }
