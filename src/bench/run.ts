@@ -69,6 +69,8 @@ export interface BenchOptions {
   gpuHourCost?: number;
   /** vLLM's --max-loras on every worker (requests naming an adapter; BenchRequest.adapter). */
   maxLoras?: number;
+  /** Host-memory KV offload tier on every worker, GiB (EngineConfig.cpuOffload). */
+  cpuOffloadGib?: number;
   /** The LoRA adapters every worker serves (a pool's `adapters`). */
   adapters?: readonly string[];
   overheadMs?: number;
@@ -567,7 +569,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
   if (cap && !hasSlo(slo)) throw new Error('the capacity search needs an SLO (TTFT and/or TPOT)');
   const engineOf = (gpu: string): EngineConfig =>
     ({
-      ...buildEngineConfig({ gpu, model: o.model, tp, hashSeed: mix32(o.seed, 0x4b56), emitTokens: false, kvEvents: false }),
+      ...buildEngineConfig({ gpu, model: o.model, tp, hashSeed: mix32(o.seed, 0x4b56), emitTokens: false, kvEvents: false, cpuOffloadGib: o.cpuOffloadGib }),
       ...(o.maxLoras !== undefined ? { maxLoras: o.maxLoras } : {}),
     });
   const engineConfig = engineOf(mix[0]!.gpu);

@@ -59,6 +59,10 @@ Fleet:
   --max-loras N           LoRA adapters one worker batches at once (vLLM --max-loras): a request
                           whose adapter would be one too many waits (default 1 with --workload
                           lora, else no limit; only requests naming an adapter are affected)
+  --cpu-offload-gib N     give every worker a host-memory KV tier of N GiB (vLLM's CPU offloading
+                          connector): prefix blocks evicted from the GPU are loaded back at PCIe
+                          speed instead of recomputed, and KV events carry their medium, so
+                          policies that read events credit such hits by tier (default none)
 
 Run:
   --policy a,b,c          policies to compare (default ${DEFAULT_POLICIES.join(',')}); known: see --list
@@ -223,6 +227,7 @@ Exit status: 0 on success, 1 if a run failed, 2 on bad arguments.
 const OPTIONS = {
   workload: { type: 'string' },
   'max-loras': { type: 'string' },
+  'cpu-offload-gib': { type: 'string' },
   size: { type: 'string' },
   rate: { type: 'string' },
   burstiness: { type: 'string' },
@@ -669,6 +674,7 @@ export async function run(argv: string[]): Promise<number> {
       model,
       tp: intFlag(v.tp, 'tp', 1) ?? 1,
       maxLoras: intFlag(v['max-loras'], 'max-loras', 1) ?? (v.workload === 'lora' ? 1 : undefined),
+      cpuOffloadGib: numFlag(v['cpu-offload-gib'], 'cpu-offload-gib', { positive: true }),
       ...(v.workload === 'lora' ? { adapters: LORA_WORKLOAD_ADAPTERS } : {}),
       seed,
       rateScale: numFlag(v['rate-scale'], 'rate-scale', { positive: true }) ?? 1,
