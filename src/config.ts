@@ -29,6 +29,14 @@ const kvEvents = z.strictObject({
     .regex(/^(tcp|ipc|inproc):\/\/.+/, 'expected a ZeroMQ endpoint such as tcp://10.0.0.5:5558')
     .optional(),
   topic: z.string().optional(),
+  /**
+   * vLLM's --data-parallel-size behind this worker's URL: rank r publishes on the endpoint's port
+   * + r (and its replay socket likewise), as vLLM offsets them; kvgate subscribes to every rank.
+   */
+  dataParallelSize: z.number().int().min(1).max(256).optional(),
+}).refine((k) => (k.dataParallelSize ?? 1) === 1 || /^(tcp|inproc):\/\//.test(k.endpoint), {
+  message: 'dataParallelSize above 1 needs a tcp:// or inproc:// endpoint (ranks publish on the port plus their rank)',
+  path: ['dataParallelSize'],
 });
 
 /** A secret kvgate itself sends or uses (not a client key): where to read it. */
@@ -775,6 +783,8 @@ export interface WorkerKvEvents {
   endpoint: string;
   replayEndpoint?: string;
   topic?: string;
+  /** Data-parallel ranks publishing at endpoint + rank (default 1). */
+  dataParallelSize?: number;
 }
 
 /** A tenant with its keys read and hashed. */
