@@ -24,10 +24,9 @@
  * the target.
  */
 import { parseArgs } from 'node:util';
-import { parseConfig } from '../src/config.js';
+import { parseConfig } from '../src/config/index.js';
 import { createGateway } from '../src/gateway/gateway.js';
 import { startSimWorker, type SimWorker } from '../src/sim/worker/server.js';
-import { installSpeculative } from '../src/speculative/install.js';
 import { createLogger } from '../src/telemetry/logger.js';
 import { estimateTokenizer } from '../src/tokenizer/index.js';
 
@@ -144,7 +143,6 @@ async function main(): Promise<void> {
       }),
       { logger: createLogger({ level: 'silent' }) },
     );
-    await installSpeculative(gw);
     const { url } = await gw.start();
     tm.reset();
     dm.reset();

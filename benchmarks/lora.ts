@@ -15,7 +15,7 @@
  * the workers run at the modelled speed), the requests that failed, and TTFT p99 ÷ kvgate's.
  */
 import { parseArgs } from 'node:util';
-import { parseConfig } from '../src/config.js';
+import { parseConfig } from '../src/config/index.js';
 import { createGateway } from '../src/gateway/gateway.js';
 import { startSimWorker, type SimWorker } from '../src/sim/worker/server.js';
 import { createLogger } from '../src/telemetry/logger.js';

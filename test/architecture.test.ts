@@ -39,7 +39,10 @@ const FORBIDDEN: Record<string, readonly string[]> = {
   shared: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway', 'api', 'cache'],
   cache: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway', 'scheduler', 'fleet', 'config', 'telemetry'],
   // The cascade runs on the live path: no engine, simulator or bench.
-  speculative: ['engine', 'sim', 'bench', 'workload', 'cli'],
+  // The gateway installs the speculative stages; they meet it only through src/request/.
+  speculative: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway'],
+  // The request context and the stage contract: what the gateway and its stages share.
+  request: ['engine', 'sim', 'bench', 'workload', 'cli', 'gateway', 'speculative', 'cache', 'shared'],
   // The relay's HTTP client is transport only: it knows nothing of workers, routing or requests.
   http: ['admission', 'api', 'bench', 'cache', 'cli', 'config', 'engine', 'fleet', 'gateway', 'kv', 'scheduler', 'shared', 'sim', 'speculative', 'telemetry', 'tokenizer', 'workload'],
   // Request sources are data: they know nothing of who replays them.
@@ -107,7 +110,7 @@ export function cycles(g: Graph): string[][] {
   return out;
 }
 
-/** `src/scheduler/index/prefix-index.ts` → `scheduler`; `src/config.ts` → `config`. */
+/** `src/scheduler/index/prefix-index.ts` → `scheduler`; `src/cli.ts` → `cli`. */
 function folderOf(file: string): string {
   return relative(SRC, file).split(/[\\/]/)[0]!.replace(/\.ts$/, '');
 }
@@ -166,5 +169,50 @@ describe('module graph', () => {
     ]);
     assert.deepEqual(cycles(g), [['a', 'b', 'c'], ['e']]);
     assert.deepEqual(cycles(new Map([['a', ['b']], ['b', []]])), []);
+  });
+});
+
+/** The longest a function in src/ may be, in lines from its first to its last (nested functions included). */
+const MAX_FUNCTION_LINES = 200;
+
+/** Every function with a body in `text` (declarations, methods, arrows, constructors) and its length in lines. */
+export function functionLengths(file: string, text: string): { name: string; line: number; lines: number }[] {
+  const src = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true);
+  const out: { name: string; line: number; lines: number }[] = [];
+  const visit = (n: ts.Node): void => {
+    if (ts.isFunctionLike(n) && 'body' in n && n.body !== undefined) {
+      const first = src.getLineAndCharacterOfPosition(n.getStart()).line;
+      const last = src.getLineAndCharacterOfPosition(n.end).line;
+      const p = n.parent;
+      const name =
+        n.name !== undefined ? n.name.getText() : ts.isConstructorDeclaration(n) ? 'constructor' : p && (ts.isVariableDeclaration(p) || ts.isPropertyAssignment(p)) ? p.name.getText() : '<anonymous>';
+      out.push({ name, line: first + 1, lines: last - first + 1 });
+    }
+    ts.forEachChild(n, visit);
+  };
+  visit(src);
+  return out;
+}
+
+describe('function length', () => {
+  it(`has no function in src/ longer than ${MAX_FUNCTION_LINES} lines`, () => {
+    const long = sourceFiles(SRC).flatMap((f) =>
+      functionLengths(f, readFileSync(f, 'utf8'))
+        .filter((fn) => fn.lines > MAX_FUNCTION_LINES)
+        .map((fn) => `${rel(f)}:${fn.line} ${fn.name} (${fn.lines} lines)`),
+    );
+    assert.deepEqual(long, []);
+  });
+
+  it('measures functions of every form, nested ones included (the checker itself can fail)', () => {
+    const body = (n: number) => Array.from({ length: n }, (_, i) => `  x${i}();`).join('\n');
+    const text = [
+      `function decl() {\n${body(3)}\n}`,
+      `const arrow = () => {\n${body(201)}\n};`,
+      `class C {\n  constructor() {\n${body(1)}\n  }\n  method() {\n    return () => 1;\n  }\n}`,
+      `const o = { prop: function () {\n${body(2)}\n} };`,
+    ].join('\n');
+    const got = functionLengths('t.ts', text).map((f) => `${f.name}:${f.lines}`);
+    assert.deepEqual(got, ['decl:5', 'arrow:203', 'constructor:3', 'method:3', '<anonymous>:1', 'prop:4']);
   });
 });

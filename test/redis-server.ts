@@ -33,7 +33,8 @@ export function redisSkip(): string | false {
   return (checked = why);
 }
 
-function freePort(): Promise<number> {
+/** A free TCP port on 127.0.0.1. */
+export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = createServer();
     s.once('error', reject);

@@ -14,15 +14,16 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseConfig, type RawConfig } from '../../src/config.js';
+import { parseConfig, type RawConfig } from '../../src/config/index.js';
 import { sampleValue } from '../../src/fleet/prom-text.js';
 import { createGateway, type Gateway } from '../../src/gateway/gateway.js';
 import { createLogger, type Logger } from '../../src/telemetry/logger.js';
-import { startRedis, type RedisServer } from '../../test/redis-server.js';
+import { freePort, startRedis, type RedisServer } from '../../test/redis-server.js';
+
+export { freePort };
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const CLI = join(here, '..', '..', 'src', 'cli.js');
@@ -150,7 +151,24 @@ export async function spawnSims(n: number, args: string[] = []): Promise<SimProc
 // ---- the gateway ----
 
 /** A gateway in this process in front of `urls` (worker ids w0, w1, ...); `extra` overrides. */
+/**
+ * The scrape token the harness's gateways accept on /metrics once a scenario configures tenant
+ * keys (then /metrics is closed to anyone without an admin or metrics key); fetchMetrics sends it.
+ */
+export const METRICS_KEY = 'sk-faults-metrics-0001';
+
+/** `admin.metricsKeys` with METRICS_KEY where a scenario configures tenants and no admin section of its own. */
+function withMetricsKey(extra: Partial<RawConfig>): Partial<RawConfig> {
+  return extra.tenants && !extra.admin ? { ...extra, admin: { metricsKeys: [{ value: METRICS_KEY }] } } : extra;
+}
+
+/** A gateway's (or a worker's) /metrics text, read with the harness's scrape token. */
+export async function fetchMetrics(base: string): Promise<string> {
+  return (await fetch(base + '/metrics', { headers: { authorization: `Bearer ${METRICS_KEY}` } })).text();
+}
+
 export async function startGateway(urls: string[], extra: Partial<RawConfig> = {}, logger?: Logger): Promise<{ gw: Gateway; url: string }> {
+  extra = withMetricsKey(extra);
   const config = parseConfig({
     listen: { host: '127.0.0.1', port: 0 },
     pools: urls.length > 0 ? [{ name: 'main', model: MODEL, workers: urls.map((url, i) => ({ url, id: `w${i}` })) }] : [],
@@ -315,18 +333,6 @@ export function skipped(why: string): ScenarioResult {
   return { tally: new Tally(), figures: { skipped: why }, checks: {} };
 }
 
-/** A free TCP port on 127.0.0.1. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const a = s.address();
-      const port = typeof a === 'object' && a ? a.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 export interface GatewayProcess {
   url: string;
@@ -340,6 +346,7 @@ export interface GatewayProcess {
  * temporary file (workers given by URL, as in startGateway); resolves once /health answers.
  */
 export async function spawnGateway(urls: string[], extra: Partial<RawConfig> = {}): Promise<GatewayProcess> {
+  extra = withMetricsKey(extra);
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-faults-'));
   const file = join(dir, 'kvgate.yaml');

@@ -18,7 +18,7 @@ import { createServer, type ServerResponse } from 'node:http';
 import { Registry } from 'prom-client';
 import { chatCompletionRequestSchema, validate, type ChatCompletionRequest } from '../../src/api/schemas.js';
 import { WorkerState } from '../../src/fleet/worker-state.js';
-import { preparePrompt } from '../../src/gateway/prepare.js';
+import { preparePrompt } from '../../src/gateway/pipeline/prepare.js';
 import { UpstreamPool, type RelayDispatcher } from '../../src/http/upstream-pool.js';
 import { createPolicy } from '../../src/scheduler/registry.js';
 import { Router } from '../../src/scheduler/router.js';

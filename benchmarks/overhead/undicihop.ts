@@ -1,7 +1,7 @@
 /**
  * The "undici hop" baseline: kvgate's own HTTP stack with nothing on top — a node:http server that
  * reads the body and hands it to an undici Pool through a dispatch handler (as kvgate's relay
- * does, src/gateway/relay-attempt.ts), relaying the worker's status, content type and body bytes
+ * does, src/gateway/pipeline/relay-attempt.ts), relaying the worker's status, content type and body bytes
  * as they arrive. What it costs is the floor of any gateway built on these two parts; what kvgate
  * costs above it is its own pipeline (validation, tokenization, routing, admission, logs,
  * metrics). Run as a child process; it reports its port to the parent over IPC. Env: UPSTREAM_URL,

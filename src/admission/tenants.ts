@@ -153,7 +153,7 @@ const MISSING = "Missing API key: send it as 'Authorization: Bearer <key>'.";
 const INCORRECT = 'Incorrect API key provided.';
 
 /** Resolves a request's key to its tenant. Built once from the config; read-only afterwards. */
-/** A tenant as the directory is given it (config.ts's TenantConfig). */
+/** A tenant as the directory is given it (config/types.ts's TenantConfig). */
 type TenantInput = {
   id: string;
   digests: Buffer[];

@@ -1,6 +1,6 @@
 /**
  * The length of a relayed answer in tokens, read off the bytes as they pass (for the routing
- * policy, which learns how long answers run: scheduler/output-length.ts). Nothing is parsed or
+ * policy, which learns how long answers run: scheduler/policies/kvgate/learners/output-length.ts). Nothing is parsed or
  * copied per chunk; the relay keeps references to the last two chunks and counts event ends.
  *
  * - A response carrying `usage` (every JSON answer; a stream with

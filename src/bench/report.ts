@@ -8,6 +8,7 @@ import type { Dist } from './metrics.js';
 import type { BenchResults, RunCurves } from './run.js';
 import { describeSlo } from './slo.js';
 import { barChart, esc, lineChart, PALETTE, type Series } from './svg.js';
+import { boundsAtCapacity, describeBoundsAtCapacity } from './work-bound.js';
 
 const CSS = `
 body{font:14px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1200px}
@@ -64,6 +65,11 @@ function summaryTableHtml(r: BenchResults): string {
   return `<table><thead><tr>${head.map((h) => `<th>${h}</th>`).join('')}</tr></thead><tbody>${rows.map((r) => `<tr>${r}</tr>`).join('')}</tbody></table>`;
 }
 
+/** The plain run's offered rate, and what its throughput figures are not. */
+export function offeredLine(offeredRps: number): string {
+  return `offered rate: ${offeredRps.toFixed(1)} req/s of arrivals, the same for every policy; req/s and throughput are what completed at that rate, not what a fleet can carry (that is --capacity)`;
+}
+
 export function renderReport(r: BenchResults, curves: readonly RunCurves[]): string {
   const colors = new Map(curves.map((c, i) => [c.name, PALETTE[i % PALETTE.length]!]));
   const color = (name: string) => colors.get(name) ?? PALETTE[0]!;
@@ -77,7 +83,7 @@ export function renderReport(r: BenchResults, curves: readonly RunCurves[]): str
       `${r.skipped_rows > 0 ? `, ${r.skipped_rows} malformed rows skipped` : ''}, $${r.gpu_hour_cost.toFixed(2)}/GPU-hour` +
       `${slo ? `, goodput SLO: ${esc(slo)}` : ''}. Simulated in virtual time; latencies are modelled, not measured.</div>`,
   );
-  parts.push('<h2>Summary</h2>', `<div class="scroll">${summaryTableHtml(r)}</div>`);
+  parts.push('<h2>Summary</h2>', `<div class="meta">${esc(offeredLine(r.offered_rps))}</div>`, `<div class="scroll">${summaryTableHtml(r)}</div>`);
   parts.push(
     `<div class="meta">Ideal hit rate ${(r.ideal_hit_rate * 100).toFixed(1)}%: one worker with unlimited KV cache on the same requests (the workload's inherent prefix reuse).</div>`,
   );
@@ -114,11 +120,12 @@ export function renderReport(r: BenchResults, curves: readonly RunCurves[]): str
   const cap = r.capacity;
   if (cap) {
     const target = cap.target_attainment;
+    const boundLine = describeBoundsAtCapacity(boundsAtCapacity(r.policies));
     parts.push(
       `<h2>Capacity at SLO</h2><div class="meta">Capacity: the highest arrival rate at which ≥ ${(target * 100).toFixed(0)}% of requests meet ${esc(slo)} ` +
         `(rejected and shed requests miss it). Every probe is a fresh fleet on the same request stream` +
         `${cap.min_seconds > 0 ? `, at least ${cap.min_seconds} s of arrivals for a built-in workload` : ''}; each dot is one probe. ` +
-        `${r.work_bound ? `No policy can sustain more than ${r.work_bound.requests_per_s.toFixed(1)} req/s (the work bound: the requests' least GPU time). ` : ''}` +
+        `${boundLine ? `${esc(boundLine[0]!.toUpperCase() + boundLine.slice(1))} (the work bound: the requests' least GPU time). ` : ''}` +
         `Best peer: ${esc(cap.best_peer ?? 'none')}.</div><div class="row">`,
     );
     const series: Series[] = r.policies.map((p) => ({
@@ -147,7 +154,7 @@ export function renderReport(r: BenchResults, curves: readonly RunCurves[]): str
   parts.push('</div>');
 
   parts.push('<h2>Throughput and cache</h2><div class="row">');
-  parts.push(barChart(r.policies.map((p) => ({ label: p.name, value: p.throughput_rps, color: color(p.name) })), { title: 'Throughput', unit: 'req/s' }));
+  parts.push(barChart(r.policies.map((p) => ({ label: p.name, value: p.throughput_rps, color: color(p.name) })), { title: `Throughput (offered ${r.offered_rps.toFixed(1)} req/s)`, unit: 'req/s' }));
   parts.push(barChart(r.policies.map((p) => ({ label: p.name, value: p.output_tokens_per_s, color: color(p.name) })), { title: 'Output tokens', unit: 'tok/s' }));
   parts.push(barChart(r.policies.map((p) => ({ label: p.name, value: p.prefix_hit_rate, color: color(p.name) })), { title: 'Prefix-cache hit rate (token-weighted)', unit: '', percent: true }));
   parts.push(barChart(r.policies.map((p) => ({ label: p.name, value: p.goodput_rps, color: color(p.name) })), { title: `Goodput${slo ? ` (${slo})` : ''}`, unit: 'req/s' }));

@@ -243,6 +243,8 @@ export interface BenchResults {
    * GPU time, busy_gpu_seconds, against the fleet's GPUs. Null for a time model it cannot read.
    */
   work_bound: { requests_per_s: number; busy_gpu_seconds: number } | null;
+  /** Arrivals per second of the run's requests (offeredRate), the same for every policy; capacity probes report their own. */
+  offered_rps: number;
   capacity: CapacitySummary | null;
   policies: PolicyResult[];
 }
@@ -590,8 +592,10 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
   const run: PolicyRunContext = { ...ctx, rateScale, summaryOpts, slo, cap, tp, gpus: workerGpus(mix), gpuHourCost, boundAt };
   const policies: PolicyResult[] = [];
   const curves: RunCurves[] = [];
+  let offered = 0;
   for (const name of o.policies) {
     const r = await runPolicy(run, name);
+    offered = r.offered;
     policies.push(r.result);
     curves.push(r.curves);
   }
@@ -624,6 +628,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       replicas: o.replicas ? { count: o.replicas.count, sharing: o.replicas.sharing, sharing_delay_ms: o.replicas.sharingDelayMs, share_load: o.replicas.shareLoad === true } : null,
       ideal_hit_rate: Math.round(ideal.rate * 10000) / 10000,
       work_bound: bound && { requests_per_s: rps(bound)!, busy_gpu_seconds: Math.round((bound.busyMs * tp) / 10) / 100 },
+      offered_rps: Math.round(offered * 1000) / 1000,
       capacity: cap
         ? {
             target_attainment: cap.target,
@@ -670,7 +675,7 @@ interface PolicyRunContext extends RunContext {
 }
 
 /** One policy's runs: the plain run, its capacity search, and the runs beside it (no cache, shared). */
-async function runPolicy(run: PolicyRunContext, name: string): Promise<{ result: PolicyResult; curves: RunCurves }> {
+async function runPolicy(run: PolicyRunContext, name: string): Promise<{ result: PolicyResult; curves: RunCurves; offered: number }> {
   const { o, rateScale, summaryOpts, cap, tp } = run;
   const sim = await runFleet(run, name, { rateScale });
   const summary = summarize(sim, summaryOpts);
@@ -696,7 +701,7 @@ async function runPolicy(run: PolicyRunContext, name: string): Promise<{ result:
   const cache = o.cache && sim.cache ? await cacheRunOf(run, name, sim, summary, ttft) : null;
   const isolation = o.isolation ? await isolationOf(run, name) : null;
   const speculative = o.speculative ? summarizeSpec(sim, o.speculative, { tp, targetGpu: o.gpu, targetHourUsd: run.gpuHourCost }) : null;
-  return { result: { ...summary, workers: workerSummaries(sim, run.gpus, tp), capacity, cache, isolation, speculative }, curves };
+  return { result: { ...summary, workers: workerSummaries(sim, run.gpus, tp), capacity, cache, isolation, speculative }, curves, offered: offeredRate(sim) };
 }
 
 /**

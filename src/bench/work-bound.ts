@@ -84,3 +84,35 @@ export function workBound(
     ideal,
   };
 }
+
+/** A policy's capacity beside the work bound of the requests its capacity probe replayed. */
+export interface BoundAtCapacity {
+  name: string;
+  capacityRps: number;
+  boundRps: number;
+}
+
+/**
+ * The work bound at each policy's capacity: a capacity probe replays requests of its own (a longer
+ * probe reuses more of its earlier prompts, and its bound is higher), so a capacity is set beside
+ * the bound of those requests — never beside the bound of the plain run's requests, which may be
+ * lower. The bound holds for sustained load: a capacity above it means probes too short for the
+ * queues to build, and the line says so.
+ */
+export function boundsAtCapacity(policies: readonly { name: string; capacity: { requests_per_s: number | null; work_bound_rps?: number | null } | null }[]): BoundAtCapacity[] {
+  return policies.flatMap((p) =>
+    p.capacity && p.capacity.requests_per_s !== null && p.capacity.work_bound_rps != null && Number.isFinite(p.capacity.work_bound_rps)
+      ? [{ name: p.name, capacityRps: p.capacity.requests_per_s, boundRps: p.capacity.work_bound_rps }]
+      : [],
+  );
+}
+
+/** One line: each policy's bound at its capacity, and its capacity as a fraction of it; null if none. */
+export function describeBoundsAtCapacity(bounds: readonly BoundAtCapacity[]): string | null {
+  if (bounds.length === 0) return null;
+  const parts = bounds.map((b) => {
+    const of = b.capacityRps / b.boundRps;
+    return `${b.name} ${b.boundRps.toFixed(1)} req/s (capacity ${b.capacityRps.toFixed(1)}, ${of.toFixed(2)} of it${of > 1 ? ': above the bound, so its probes were too short for queues to build' : ''})`;
+  });
+  return `work bound of the requests each capacity replayed (no policy sustains more on them): ${parts.join('; ')}`;
+}

@@ -2,7 +2,7 @@
  * The response cache's decisions and bookkeeping, independent of HTTP: which requests are cached
  * and under which key, looking entries up and storing them through a CacheStore (timing, failure
  * counting, skipping a failing store), invalidation, and the single-flight table. The gateway's
- * cache stage (src/gateway/cache-stage.ts) drives it per request; `kvgate bench --cache on` uses
+ * cache stage (src/gateway/pipeline/cache-stage.ts) drives it per request; `kvgate bench --cache on` uses
  * the same plan and key derivation with a MemoryStore in virtual time.
  *
  * Policy:

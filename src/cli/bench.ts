@@ -10,12 +10,13 @@ import { formatKnobValue } from '../scheduler/policies/knobs.js';
 import { describePolicies, policyDefinition, policyNames } from '../scheduler/registry.js';
 import { loadTrace, TRACE_FORMATS, TraceError, type AzureOptions, type TraceFormat } from '../workload/loaders.js';
 import { createProgressBar, type ProgressBar } from '../bench/progress.js';
-import { renderReport } from '../bench/report.js';
+import { offeredLine, renderReport } from '../bench/report.js';
 import { checkPolicies, GPU_HOUR_COST, runBench, type BenchOptions, type BenchOutput } from '../bench/run.js';
 import { gpuMixLabel, parseGpuMix, type GpuShare } from '../bench/gpu-mix.js';
 import { describeSlo } from '../bench/slo.js';
 import { parseAcceptance, parseAcceptanceByTenant, parseAcceptanceShift, parseSpecMode, specModeName, type BenchSpecOptions, type SpecAcceptance } from '../bench/spec.js';
 import { bandLines, cacheLines, gpuLines, isolationLines, priorityLines, specLines, summaryTable } from '../bench/table.js';
+import { boundsAtCapacity, describeBoundsAtCapacity } from '../bench/work-bound.js';
 import { parsePriorityMix } from '../admission/classes.js';
 import { ADMISSION_DEFAULTS, type AdmissionSettings } from '../admission/controller.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
@@ -439,7 +440,13 @@ function listing(): string {
   for (const p of describePolicies()) {
     lines.push(`  ${p.name.padEnd(20)} ${p.description}`);
     if (p.sameOptionsAs !== undefined) lines.push(`      (the options of ${p.sameOptionsAs})`);
-    else for (const k of p.options) lines.push(`      ${`${k.name}: ${formatKnobValue(k.default)}`.padEnd(34)} ${k.description}`);
+    else {
+      let group: string | undefined;
+      for (const k of p.options) {
+        if (k.group !== undefined && k.group !== group) lines.push(`    ${(group = k.group)}`);
+        lines.push(`      ${`${k.name}: ${formatKnobValue(k.default)}`.padEnd(34)} ${k.description}`);
+      }
+    }
   }
   lines.push('GPUs:', ...listGpus().map((g) => `  ${g.name.padEnd(8)} ${g.description}`));
   lines.push('Models:', ...listModels().map((m) => `  ${m.name}`));
@@ -746,6 +753,7 @@ export async function run(argv: string[]): Promise<number> {
 /** The summary table and the lines beside it. */
 function printResults(out: BenchOutput, v: BenchFlags, opts: BenchOptions, wallS: number): void {
   process.stdout.write('\n' + summaryTable(out.results.policies, { idealHitRate: out.results.ideal_hit_rate, capacity: out.results.capacity }));
+  process.stdout.write(offeredLine(out.results.offered_rps) + '\n');
   const gl = gpuLines(out.results.policies);
   if (gl) process.stdout.write('\n' + gl);
   const cl = cacheLines(out.results.policies);
@@ -766,13 +774,11 @@ function printResults(out: BenchOutput, v: BenchFlags, opts: BenchOptions, wallS
     if (wb) {
       const probes = out.results.policies.flatMap((p) => p.capacity?.probes ?? []);
       const shortest = Math.min(...probes.map((q) => q.span_s ?? Infinity));
-      const atCapacity = out.results.policies
-        .filter((p) => p.capacity?.work_bound_rps != null && p.capacity.requests_per_s !== null)
-        .map((p) => `${p.name} ${(p.capacity!.requests_per_s! / p.capacity!.work_bound_rps!).toFixed(2)}`);
+      const atCapacity = describeBoundsAtCapacity(boundsAtCapacity(out.results.policies));
       process.stdout.write(
-        `work bound: ${wb.requests_per_s.toFixed(1)} req/s (no policy sustains more: the requests' least GPU time, ${wb.busy_gpu_seconds} GPU s, on ${out.results.workers} workers)` +
+        `work bound of the plain run's requests: ${wb.requests_per_s.toFixed(1)} req/s (their least GPU time, ${wb.busy_gpu_seconds} GPU s, on ${out.results.workers} workers)` +
           (Number.isFinite(shortest) ? `; shortest probe ${shortest.toFixed(1)} s of arrivals` : '') +
-          (atCapacity.length > 0 ? `\ncapacity ÷ the work bound of the requests replayed there: ${atCapacity.join(', ')}` : '') +
+          (atCapacity ? `\n${atCapacity}` : '') +
           '\n',
       );
     }

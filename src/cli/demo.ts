@@ -3,14 +3,13 @@
  * request path, no GPU. Runs until Ctrl-C, then shuts down cleanly.
  */
 import { parseArgs } from 'node:util';
-import { ConfigError, parseConfig } from '../config.js';
+import { ConfigError, parseConfig } from '../config/index.js';
 import { listGpus, listModels } from '../engine/profiles.js';
 import { createGateway, type Gateway } from '../gateway/gateway.js';
 import { redactRedisUrl } from '../cache/redis-store.js';
 import { startSimWorker, type SimWorker } from '../sim/worker/server.js';
 import { gpuMixLabel, parseGpuMix, workerGpus, type GpuShare } from '../bench/gpu-mix.js';
 import { createLogger } from '../telemetry/logger.js';
-import { installSpeculative } from '../speculative/install.js';
 import { waitForSignal } from './serve.js';
 
 export const help = `Usage: kvgate demo [options]
@@ -149,7 +148,6 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
       cache: { enabled: cacheOn, store: redis === undefined ? 'memory' : 'redis', ...(redis === undefined ? {} : { redis: { url: redis } }) },
     });
     gateway = createGateway(config, { logger });
-    await installSpeculative(gateway);
     const { url } = await gateway.start();
     const chat = JSON.stringify({ model, messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 64, temperature: 0 });
     const streamBody = JSON.stringify({ model, messages: [{ role: 'user', content: 'Tell me about KV caches.' }], max_tokens: 64, temperature: 0, stream: true });

@@ -3,11 +3,10 @@
  */
 import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
-import { ConfigError, DEFAULT_POLICY_NAME, parseConfigText, type GatewayConfig } from '../config.js';
-import { ConfigWatcher, hashConfigText } from '../gateway/config-watch.js';
+import { ConfigError, DEFAULT_POLICY_NAME, parseConfigText, type GatewayConfig } from '../config/index.js';
+import { ConfigWatcher, hashConfigText } from '../gateway/admin/config-watch.js';
 import { policyNames } from '../scheduler/registry.js';
 import { createGateway } from '../gateway/gateway.js';
-import { installSpeculative } from '../speculative/install.js';
 
 export const help = `Usage: kvgate serve --config FILE [options]
 
@@ -171,16 +170,6 @@ export async function run(argv: string[]): Promise<number> {
   }
   try {
     // Speculative cascades (speculative.cascades) are checked against their workers first.
-    await installSpeculative(gateway);
-  } catch (e) {
-    await gateway.close();
-    if (e instanceof ConfigError) {
-      process.stderr.write(`kvgate serve: ${values.config}: ${e.message}\n`);
-      return 2;
-    }
-    throw e;
-  }
-  try {
     await gateway.start();
   } catch (e) {
     if (e instanceof ConfigError) {

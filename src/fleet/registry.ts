@@ -103,8 +103,8 @@ export class WorkerRegistry {
 
   /**
    * Why `name` cannot be served as a LoRA adapter of `base`, or null if it can: it is a served base
-   * model's own name, or an adapter of another base model (an adapter belongs to one, as config.ts
-   * checks for configured ones).
+   * model's own name, or an adapter of another base model (an adapter belongs to one, as
+   * config/schema/checks.ts checks for configured ones).
    */
   adapterConflict(name: string, base: string): string | null {
     const other = this.adapterBase.get(name);

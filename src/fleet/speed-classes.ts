@@ -2,7 +2,7 @@
  * Speed classes: which workers share what a policy learns of their speed.
  *
  * The kvgate policy learns prefill and decode speed per speed class (WorkerState.speedClass), not
- * per worker (see KvgatePolicy.prefillRate for why). A worker that declares its `hardware` is in
+ * per worker (see scheduler/policies/kvgate/learners/prefill-rate.ts for why). A worker that declares its `hardware` is in
  * its pool's class for that label. An unlabelled pool used to be one class, and a pool of two GPU
  * kinds was then learned as one speed: its slower workers were sent more than they could serve
  * (4 H100s and 4 A10Gs, shared-prefix, seed 83: 0.27× llm-d-precise's capacity at the SLO).

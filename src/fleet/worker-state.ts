@@ -134,7 +134,7 @@ export class WorkerState {
    * What the worker shares its learned speed with: its pool's workers of the same declared
    * hardware, or, unlabelled, its pool's workers of about the same KV capacity (set by
    * fleet/speed-classes.ts; the pool until a capacity is known). A policy learns prefill and decode
-   * speed per speed class, not per worker (see KvgatePolicy.prefillRate for why).
+   * speed per speed class, not per worker (see scheduler/policies/kvgate/learners/prefill-rate.ts for why).
    */
   speedClass: string;
   /** Headers sent with every request to the worker (credentials); never shown in /admin/workers. */
@@ -145,7 +145,7 @@ export class WorkerState {
   /** Set by the circuit breaker after repeated upstream failures. */
   circuitOpen = false;
   /**
-   * Set by passive outlier detection (gateway/outliers.ts): the worker owes bytes and has been
+   * Set by passive outlier detection (gateway/fleet-watch/outliers.ts): the worker owes bytes and has been
    * silent for longer than its expected time to first token, or a scrape or probe timed out. It
    * is routed around until a byte arrives from it again.
    */

@@ -12,14 +12,14 @@ import { chainRoot, hashBlock, saltedRoot } from './block-hash.js';
 export const KVGATE_HASH_SEED = 0x6b766761; // 'kvga'
 
 /**
- * The tenant salt of a request routed to a pool with `cacheIsolation: tenant` (gateway/prepare.ts
+ * The tenant salt of a request routed to a pool with `cacheIsolation: tenant` (gateway/pipeline/prepare.ts
  * sets it): every block hash of the prompt is salted with it, as vLLM salts its own with the
  * request's cache_salt, so the prefix index never matches one tenant's prompt against another's.
  */
 export const PROMPT_SALT = stateKey<string>('prompt.salt');
 
 /**
- * The LoRA adapter a request names (gateway/prepare.ts sets it): vLLM keys every block computed
+ * The LoRA adapter a request names (gateway/pipeline/prepare.ts sets it): vLLM keys every block computed
  * with an adapter by the adapter's name, so the same prompt's blocks under the base model or
  * another adapter are other blocks. kvgate roots the prompt's chain in the adapter (adapterRoot),
  * and maps an adapter's KV events the same way (BlockStored's lora_name).

@@ -5,7 +5,7 @@
 import { formatPath } from '../util/field-path.js';
 import { dynamoApproxPolicy } from './policies/dynamo-approx.js';
 import { dynamoPolicy } from './policies/dynamo.js';
-import { kvgatePolicy, oraclePolicy } from './policies/kvgate.js';
+import { kvgatePolicy, oraclePolicy } from './policies/kvgate/index.js';
 import { leastLoadPolicy } from './policies/least-load.js';
 import { knobsOf, type KnobInfo } from './policies/knobs.js';
 import { llmdPrecisePolicy } from './policies/llm-d-precise.js';
@@ -75,7 +75,7 @@ export interface PolicyListing {
 /** Every policy with its description and its options' defaults, for listings. */
 export function describePolicies(): PolicyListing[] {
   return BUILTIN_POLICIES.map((d, i) => {
-    const listing: PolicyListing = { name: d.name, description: d.description, options: knobsOf(d.options) };
+    const listing: PolicyListing = { name: d.name, description: d.description, options: knobsOf(d.options, d.knobGroups) };
     const same = BUILTIN_POLICIES.slice(0, i).find((e) => e.options === d.options);
     if (same) listing.sameOptionsAs = same.name;
     return listing;

@@ -203,6 +203,15 @@ export interface Policy {
   forgetWorker?(worker: WorkerState): void;
 }
 
+/** A named set of a policy's knobs, listed together (`kvgate bench --list`, the policy's README). */
+export interface KnobGroup {
+  /** Short name, e.g. `weights`. */
+  readonly name: string;
+  /** What the group's knobs set, one line. */
+  readonly title: string;
+  readonly knobs: readonly string[];
+}
+
 /** Options a policy is created from, as written in the config (`policy.options`). */
 export type PolicyOptions = Record<string, unknown>;
 
@@ -216,6 +225,8 @@ export interface PolicyDefinition<O extends z.ZodObject = z.ZodObject> {
    * declared, checked at config load and by createPolicy.
    */
   readonly options: O;
+  /** The options in named groups, as listings show them (optional; in declaration order otherwise). */
+  readonly knobGroups?: readonly KnobGroup[];
   /** A fresh policy from parsed options. */
   create(options: z.output<O>): Policy;
 }

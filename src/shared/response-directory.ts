@@ -1,13 +1,13 @@
 /**
  * Which worker holds each stored Responses API response, shared by gateway replicas: a
  * continuation (`previous_response_id`) that reaches another replica than the one that relayed the
- * response still goes to the worker that has it (gateway/response-affinity.ts asks here for the ids
+ * response still goes to the worker that has it (gateway/responses/response-affinity.ts asks here for the ids
  * it has not seen itself). One key per response, `<prefix>resp:<id>` → `<tenant id>␟<worker id>`
  * (U+001F between them: a tenant id never holds it), kept `ttlS`. A value with no tenant (written
  * by an older replica) is a holder whose tenant is not known.
  *
  * Redis away or slow: the lookup throws ResponseDirectoryUnreachable (the owner cannot be checked,
- * so the gateway does not guess: gateway/response-affinity.ts) and the write is dropped; both are
+ * so the gateway does not guess: gateway/responses/response-affinity.ts) and the write is dropped; both are
  * counted.
  */
 import type { RedisLink } from './redis-link.js';

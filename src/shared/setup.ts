@@ -187,105 +187,7 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
   // A day: a conversation continued after that starts again from its input.
   const responses = c.responses ? new RedisResponseDirectory({ link, keyPrefix: c.redis.keyPrefix, ttlS: 86_400 }) : null;
 
-  new Gauge({
-    name: 'kvgate_shared_redis_up',
-    help: '1 while the Redis that gateway replicas share state through is reachable; 0 while this replica uses its own state',
-    registers: [d.registry],
-    collect() {
-      this.set(link.up ? 1 : 0);
-    },
-  });
-  new Counter({
-    name: 'kvgate_shared_redis_reconnects_total',
-    help: 'Times the shared Redis came back after being unreachable',
-    registers: [d.registry],
-    collect() {
-      this.reset();
-      this.inc(link.reconnects);
-    },
-  });
-  new Counter({
-    name: 'kvgate_shared_rate_limit_checks_total',
-    help: 'Rate-limit checks of limited tenants, by where they were counted: redis (shared) or local (Redis unavailable)',
-    labelNames: ['store'],
-    registers: [d.registry],
-    collect() {
-      this.reset();
-      if (!limiter) return;
-      this.inc({ store: 'redis' }, limiter.counts.shared);
-      this.inc({ store: 'local' }, limiter.counts.fallback);
-    },
-  });
-  new Counter({
-    name: 'kvgate_shared_routing_blocks_total',
-    help: 'Routing knowledge (block-hash runs) published to and received from other replicas, and dropped while Redis was unavailable',
-    labelNames: ['direction'],
-    registers: [d.registry],
-    collect() {
-      this.reset();
-      if (!channel) return;
-      this.inc({ direction: 'published' }, channel.counts.published);
-      this.inc({ direction: 'received' }, channel.counts.received);
-      this.inc({ direction: 'dropped' }, channel.counts.dropped);
-    },
-  });
-
-  new Counter({
-    name: 'kvgate_shared_breaker_transitions_total',
-    help: 'Circuit-breaker openings and closings shared with other replicas: published by this replica, dropped (Redis unavailable), applied here (opened, closed), or ignored (stale, unchanged, unknown_worker, bad); reasserted: own transitions put back after an older one of another replica overtook them',
-    labelNames: ['outcome'],
-    registers: [d.registry],
-    collect() {
-      this.reset();
-      if (!breakers) return;
-      const k = breakers.counts;
-      this.inc({ outcome: 'published' }, k.published);
-      this.inc({ outcome: 'dropped' }, k.dropped);
-      this.inc({ outcome: 'opened' }, k.opened);
-      this.inc({ outcome: 'closed' }, k.closed);
-      this.inc({ outcome: 'stale' }, k.stale);
-      this.inc({ outcome: 'unchanged' }, k.unchanged);
-      this.inc({ outcome: 'unknown_worker' }, k.unknownWorker);
-      this.inc({ outcome: 'bad' }, k.badMessages);
-      this.inc({ outcome: 'reasserted' }, k.reasserted);
-    },
-  });
-
-  new Counter({
-    name: 'kvgate_shared_load_events_total',
-    help: "In-flight load events (dispatch, first token, end) shared with other replicas: published, received, dropped (Redis unavailable), expired (mirrored requests ended because their replica went silent or they outlived the longest request)",
-    labelNames: ['direction'],
-    registers: [d.registry],
-    collect() {
-      this.reset();
-      if (!load) return;
-      for (const k of ['published', 'received', 'dropped', 'expired'] as const) this.inc({ direction: k }, load.counts[k]);
-    },
-  });
-  new Gauge({
-    name: 'kvgate_shared_load_mirrored_requests',
-    help: "Other replicas' in-flight requests counted in this replica's worker accounting",
-    registers: [d.registry],
-    collect() {
-      this.set(load?.mirrored ?? 0);
-    },
-  });
-
-  new Counter({
-    name: 'kvgate_shared_response_lookups_total',
-    help: 'Responses API continuations and answers shared with other replicas: stored (this replica wrote which worker holds a response), found and not_found (lookups of ids this replica had not seen), failed (Redis unavailable)',
-    labelNames: ['result'],
-    registers: [d.registry],
-    collect() {
-      this.reset();
-      if (!responses) return;
-      const k = responses.counts;
-      this.inc({ result: 'stored' }, k.stored);
-      this.inc({ result: 'found' }, k.found);
-      this.inc({ result: 'not_found' }, k.notFound);
-      this.inc({ result: 'failed' }, k.failed);
-    },
-  });
+  registerSharedMetrics(d.registry, { link, limiter: () => limiter, channel, breakers, load, responses });
 
   return {
     rateLimiter,
@@ -326,4 +228,119 @@ export function setupSharedState(d: SharedStateDeps): SharedState | null {
       };
     },
   };
+}
+
+/** The kvgate_shared_* metrics, read from the pieces at each scrape. */
+function registerSharedMetrics(
+  registry: Registry,
+  p: {
+    link: RedisLink;
+    /** Made when the admission stage wraps its limiter (after this). */
+    limiter: () => RedisRateLimiter | null;
+    channel: RoutingChannel | null;
+    breakers: BreakerChannel | null;
+    load: LoadChannel | null;
+    responses: RedisResponseDirectory | null;
+  },
+): void {
+  new Gauge({
+    name: 'kvgate_shared_redis_up',
+    help: '1 while the Redis that gateway replicas share state through is reachable; 0 while this replica uses its own state',
+    registers: [registry],
+    collect() {
+      this.set(p.link.up ? 1 : 0);
+    },
+  });
+  new Counter({
+    name: 'kvgate_shared_redis_reconnects_total',
+    help: 'Times the shared Redis came back after being unreachable',
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(p.link.reconnects);
+    },
+  });
+  new Counter({
+    name: 'kvgate_shared_rate_limit_checks_total',
+    help: 'Rate-limit checks of limited tenants, by where they were counted: redis (shared) or local (Redis unavailable)',
+    labelNames: ['store'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      const limiter = p.limiter();
+      if (!limiter) return;
+      this.inc({ store: 'redis' }, limiter.counts.shared);
+      this.inc({ store: 'local' }, limiter.counts.fallback);
+    },
+  });
+  new Counter({
+    name: 'kvgate_shared_routing_blocks_total',
+    help: 'Routing knowledge (block-hash runs) published to and received from other replicas, and dropped while Redis was unavailable',
+    labelNames: ['direction'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      if (!p.channel) return;
+      this.inc({ direction: 'published' }, p.channel.counts.published);
+      this.inc({ direction: 'received' }, p.channel.counts.received);
+      this.inc({ direction: 'dropped' }, p.channel.counts.dropped);
+    },
+  });
+
+  new Counter({
+    name: 'kvgate_shared_breaker_transitions_total',
+    help: 'Circuit-breaker openings and closings shared with other replicas: published by this replica, dropped (Redis unavailable), applied here (opened, closed), or ignored (stale, unchanged, unknown_worker, bad); reasserted: own transitions put back after an older one of another replica overtook them',
+    labelNames: ['outcome'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      if (!p.breakers) return;
+      const k = p.breakers.counts;
+      this.inc({ outcome: 'published' }, k.published);
+      this.inc({ outcome: 'dropped' }, k.dropped);
+      this.inc({ outcome: 'opened' }, k.opened);
+      this.inc({ outcome: 'closed' }, k.closed);
+      this.inc({ outcome: 'stale' }, k.stale);
+      this.inc({ outcome: 'unchanged' }, k.unchanged);
+      this.inc({ outcome: 'unknown_worker' }, k.unknownWorker);
+      this.inc({ outcome: 'bad' }, k.badMessages);
+      this.inc({ outcome: 'reasserted' }, k.reasserted);
+    },
+  });
+
+  new Counter({
+    name: 'kvgate_shared_load_events_total',
+    help: "In-flight load events (dispatch, first token, end) shared with other replicas: published, received, dropped (Redis unavailable), expired (mirrored requests ended because their replica went silent or they outlived the longest request)",
+    labelNames: ['direction'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      if (!p.load) return;
+      for (const k of ['published', 'received', 'dropped', 'expired'] as const) this.inc({ direction: k }, p.load.counts[k]);
+    },
+  });
+  new Gauge({
+    name: 'kvgate_shared_load_mirrored_requests',
+    help: "Other replicas' in-flight requests counted in this replica's worker accounting",
+    registers: [registry],
+    collect() {
+      this.set(p.load?.mirrored ?? 0);
+    },
+  });
+
+  new Counter({
+    name: 'kvgate_shared_response_lookups_total',
+    help: 'Responses API continuations and answers shared with other replicas: stored (this replica wrote which worker holds a response), found and not_found (lookups of ids this replica had not seen), failed (Redis unavailable)',
+    labelNames: ['result'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      if (!p.responses) return;
+      const k = p.responses.counts;
+      this.inc({ result: 'stored' }, k.stored);
+      this.inc({ result: 'found' }, k.found);
+      this.inc({ result: 'not_found' }, k.notFound);
+      this.inc({ result: 'failed' }, k.failed);
+    },
+  });
 }

@@ -7,14 +7,21 @@
  * speculate inside the engine and plain ones (spec-routing.ts); with `speculative.perRequest`, the
  * stage that sets llama.cpp's per-request speculation settings (per-request.ts).
  *
- * Called by `kvgate serve` before the gateway starts; a gateway without either is left untouched.
+ * Called by the gateway's start() (src/gateway/lifecycle.ts) before it listens, which places the
+ * stages where STAGE_ORDER (src/gateway/pipeline/stages.ts) says; a gateway configured with none
+ * of these gets no stage.
  */
-import { ConfigError } from '../config.js';
-import type { Gateway } from '../gateway/gateway.js';
+import { ConfigError } from '../config/index.js';
+import type { Registry } from 'prom-client';
+import type { GatewayConfig } from '../config/index.js';
+import type { GatewayStage } from '../request/stage.js';
+import type { WorkerRegistry } from '../fleet/registry.js';
+import type { Router } from '../scheduler/router.js';
+import type { Logger } from '../telemetry/logger.js';
 import { EOS_TOKEN_ID } from '../tokenizer/vocabulary.js';
 import { systemClock, type Clock } from '../util/clock.js';
 import { AcceptanceTracker } from './acceptance.js';
-import { cascadeStage, type CascadeModel } from './cascade.js';
+import { cascadeStage, type CascadeModel, type DraftWatch } from './cascade.js';
 import { DraftDeadlines } from './draft-deadline.js';
 import { AdaptiveK, FixedK, type KChooser } from './controller.js';
 import { seededRng, type Rng } from '../util/rng.js';
@@ -40,10 +47,26 @@ export interface SpeculativeInstall {
   metrics: SpecMetrics;
 }
 
+/** What the speculative stages need of the gateway that runs them. */
+export interface SpeculativeHost {
+  readonly config: GatewayConfig;
+  readonly registry: WorkerRegistry;
+  readonly router: Router;
+  readonly logger: Logger;
+  /** The gateway's outlier detection, told of draft calls. */
+  readonly outliers: DraftWatch | null;
+  /** The gateway's Prometheus registry. */
+  readonly metricsRegistry: Registry;
+  /** Put a stage in its place in STAGE_ORDER. */
+  place(stage: GatewayStage): void;
+  /** Close this with the gateway. */
+  onClose(close: () => Promise<void>): void;
+}
+
 /** Install the configured cascades; throws ConfigError naming what a pool's workers cannot do. */
-export async function installSpeculative(gw: Gateway, opts: SpeculativeOptions = {}): Promise<SpeculativeInstall | null> {
+export async function installSpeculative(gw: SpeculativeHost, opts: SpeculativeOptions = {}): Promise<SpeculativeInstall | null> {
   const sc = gw.config.speculative;
-  if (sc.routing.enabled) gw.use(specRoutingStage(sc.routing, gw.metrics.registry));
+  if (sc.routing.enabled) gw.place(specRoutingStage(sc.routing, gw.metricsRegistry));
   if (sc.cascades.length === 0 && sc.perRequest.length === 0) return null;
   const problems: string[] = [];
   const models = new Map<string, CascadeModel>();
@@ -85,10 +108,10 @@ export async function installSpeculative(gw: Gateway, opts: SpeculativeOptions =
   }
   const cc = sc.controller;
   const tracker = new AcceptanceTracker(cc.halfLifeTokens);
-  const metrics = new SpecMetrics(gw.metrics.registry, tracker);
+  const metrics = new SpecMetrics(gw.metricsRegistry, tracker);
   const rng = opts.rng ?? seededRng(gw.config.policy.seed ?? (Math.random() * 2 ** 32) >>> 0);
   if (sc.perRequest.length > 0) {
-    gw.use(
+    gw.place(
       perRequestSpeculationStage({
         models: new Map(sc.perRequest.map((m) => [m.model, m])),
         control: cc,
@@ -108,7 +131,7 @@ export async function installSpeculative(gw: Gateway, opts: SpeculativeOptions =
     (cc.mode === 'adaptive'
       ? new AdaptiveK(tracker, rng, { ...adaptive, targetTokenMs: targetTokenMs ?? null })
       : new FixedK(ks));
-  gw.use(
+  gw.place(
     cascadeStage({
       models,
       router: gw.router,
@@ -126,6 +149,6 @@ export async function installSpeculative(gw: Gateway, opts: SpeculativeOptions =
       classBy: cc.classBy,
     }),
   );
-  gw.addService({ name: 'speculative', close: () => pools.close() });
+  gw.onClose(() => pools.close());
   return { models, tracker, metrics };
 }

@@ -23,7 +23,7 @@
  * tracker as the cascade (kvgate_spec_acceptance_rate{model,class}).
  */
 import type { WorkerState } from '../fleet/worker-state.js';
-import type { GatewayStage } from '../gateway/stages.js';
+import type { GatewayStage } from '../request/stage.js';
 import type { Rng } from '../util/rng.js';
 import { expectedTokensPerRound, type AcceptanceTracker } from './acceptance.js';
 import type { AdaptiveOptions } from './controller.js';

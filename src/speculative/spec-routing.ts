@@ -14,7 +14,7 @@
  * not per prompt class: vLLM reports its counters per engine, not per request.
  */
 import type { WorkerState } from '../fleet/worker-state.js';
-import type { GatewayStage } from '../gateway/stages.js';
+import type { GatewayStage } from '../request/stage.js';
 import { Counter, type Registry } from 'prom-client';
 
 export interface SpecRoutingOptions {

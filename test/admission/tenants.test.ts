@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { bearerKey, keyDigests, sha256, TenantDirectory } from '../../src/admission/tenants.js';
 import { ApiError } from '../../src/api/errors.js';
-import { ConfigError, parseConfig } from '../../src/config.js';
+import { ConfigError, parseConfig } from '../../src/config/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvgate-tenants-'));
 after(() => rmSync(dir, { recursive: true, force: true }));

@@ -283,7 +283,9 @@ describe('kvgate bench CLI', () => {
     assert.equal(j.capacity.min_band_attainment, null);
     assert.equal(j.capacity.min_seconds, 30);
     assert.ok(j.work_bound.requests_per_s > 0 && j.work_bound.busy_gpu_seconds > 0);
-    assert.match(r.stdout, /work bound: [\d.]+ req\/s/);
+    assert.match(r.stdout, /work bound of the plain run's requests: [\d.]+ req\/s/);
+    assert.match(r.stdout, /work bound of the requests each capacity replayed \(no policy sustains more on them\): round-robin [\d.]+ req\/s \(capacity [\d.]+, [\d.]+ of it/);
+    assert.match(r.stdout, /^offered rate: [\d.]+ req\/s of arrivals/m);
     assert.equal(j.capacity.max_probes, 6);
     assert.equal(j.capacity.vs_round_robin['round-robin'], 1);
     for (const p of j.policies) {

@@ -2,7 +2,9 @@
  * The deployment kit in deploy/ cannot rot silently:
  * - every manifest is validated against the Kubernetes schemas (kubernetes-models, and the KEDA and
  *   prometheus-operator packages for the custom resources), and a field the schema does not know
- *   (a typo such as `livenesProbe`) fails too;
+ *   (a typo such as `livenesProbe`) fails too. package.json holds these packages at their last
+ *   releases that run on Node 20 (kubernetes-models 4.x, keda 0.4, prometheus-operator 4.x): their
+ *   next majors declare `engines: node >=22`, which kvgate does not require;
  * - the pieces agree with each other and with kvgate: the ConfigMap's config passes kvgate's own
  *   config parser with the Deployment's environment, probes hit /health and /ready on the port
  *   kvgate listens on, the termination grace covers kvgate's drain, selectors select, the
@@ -10,7 +12,8 @@
  *   pod expects;
  * - every metric the Grafana dashboard, the alert rules and the KEDA scaler query exists in
  *   kvgate's exports (read from a running gateway's /metrics) or vLLM's (a simulated worker's
- *   /metrics and src/kv/vllm-metric-names.ts).
+ *   /metrics and src/kv/vllm-metric-names.ts), or is one of the kube-state-metrics series named here.
+ *   What the alerts do is tested by alert-rules.test.ts (promtool).
  */
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
@@ -24,8 +27,8 @@ import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1';
 import { PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 import { TenantDirectory } from '../../src/admission/tenants.js';
-import { parseConfig } from '../../src/config.js';
-import { metricsAccessError } from '../../src/gateway/metrics-access.js';
+import { parseConfig } from '../../src/config/index.js';
+import { metricsAccessError } from '../../src/gateway/admin/metrics-access.js';
 import { VLLM_METRICS } from '../../src/kv/vllm-metric-names.js';
 import { startGateway, startSims, MODEL, post } from '../gateway/helpers.js';
 import type { Gateway } from '../../src/gateway/gateway.js';
@@ -390,6 +393,8 @@ test('every metric the dashboard, the alert rules and the scaler query exists in
     used.set(m, `grafana variable ${v.name}`);
   }
   assert.ok(used.size >= 15, `only ${used.size} metrics found: is the extraction broken?`);
-  const unknown = [...used].filter(([n]) => !kvgate.has(n) && !vllm.has(n)).map(([n, where]) => `${n} (${where})`);
-  assert.deepEqual(unknown, [], 'queried but exported by neither kvgate nor vLLM');
+  // kube-state-metrics series the kit reads (KvgateWorkerLost: the replicas the StatefulSet should run).
+  const kubeState = new Set(['kube_statefulset_replicas']);
+  const unknown = [...used].filter(([n]) => !kvgate.has(n) && !vllm.has(n) && !kubeState.has(n)).map(([n, where]) => `${n} (${where})`);
+  assert.deepEqual(unknown, [], 'queried but exported by neither kvgate, vLLM nor kube-state-metrics');
 });

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
-import { ConfigError, loadConfigFile, parseConfig, parseConfigText } from '../../src/config.js';
+import { ConfigError, loadConfigFile, parseConfig, parseConfigText } from '../../src/config/index.js';
 
 const EXAMPLES = fileURLToPath(new URL('../../../examples/', import.meta.url));
 const files = readdirSync(EXAMPLES).filter((f) => /\.(ya?ml|json)$/.test(f)).sort();

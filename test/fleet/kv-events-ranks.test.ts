@@ -8,7 +8,7 @@ import { RankMergingSink, rankEndpoint, rankSubscriberId } from '../../src/fleet
 import { PrefixIndex } from '../../src/scheduler/index/prefix-index.js';
 import { KvEventPublisher } from '../../src/sim/worker/kv-event-publisher.js';
 import { startSimWorker } from '../../src/sim/worker/server.js';
-import { parseConfig as loadConfig } from '../../src/config.js';
+import { parseConfig as loadConfig } from '../../src/config/index.js';
 import { MODEL, startGateway, waitFor } from '../gateway/helpers.js';
 
 const seq = (start: number, n: number) => Array.from({ length: n }, (_, i) => start + i);

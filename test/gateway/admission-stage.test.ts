@@ -1,8 +1,8 @@
 /** What a finished request counts against its tenant's tokens per minute (usedTokens). */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { RequestContext } from '../../src/gateway/context.js';
-import { usedTokens } from '../../src/gateway/admission-stage.js';
+import type { RequestContext } from '../../src/request/context.js';
+import { usedTokens } from '../../src/gateway/pipeline/admission-stage.js';
 
 const ended = (o: Partial<RequestContext>): RequestContext =>
   ({ usage: null, status: 200, ttftMs: null, workerId: null, ...o }) as RequestContext;

@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ConfigError, parseConfig } from '../../src/config.js';
+import { ConfigError, parseConfig } from '../../src/config/index.js';
 import { metricValue, MODEL, post, startGateway, startSims } from './helpers.js';
 
 test('an alias is served as the model it names, listed with its root, and counted under the served name', async () => {

@@ -1,7 +1,7 @@
 /** Shared set-up for the gateway's end-to-end tests: real simulated workers, a real gateway, loopback only. */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { parseConfig, type RawConfig } from '../../src/config.js';
+import { parseConfig, type RawConfig } from '../../src/config/index.js';
 import { createGateway, type Gateway, type GatewayOptions } from '../../src/gateway/gateway.js';
 import { startSimWorker, type SimWorker } from '../../src/sim/worker/server.js';
 import { createLogger } from '../../src/telemetry/logger.js';
@@ -16,17 +16,22 @@ export async function startSims(n: number, opts: { speed?: number; numGpuBlocks?
 }
 
 /**
- * A gateway config for these worker URLs, fast scrapes, quiet logs; `extra` overrides. Scrapes
- * allow 160 ms, health probes 200 ms and three misses before a worker is taken out: the simulated workers share
- * the test's process and two cores, and a tighter probe marks healthy workers down whenever the
- * machine is busy. Routing headers are on (the tests read x-kvgate-worker).
+ * A gateway config for these worker URLs, fast scrapes, quiet logs; `extra` overrides. The simulated
+ * workers share the test's process (and its event loop) with the gateway, so on a loaded machine a
+ * probe or scrape can time out only because the loop was busy: what the gateway then measures is
+ * the test process, not the worker. Health probes therefore allow 400 ms and six misses in a row
+ * (3 s of unanswered probes) before a worker is taken out, and passive outlier detection suspects a
+ * worker only after 5 s of silence (tests of outlier detection set their own). A worker that is
+ * really gone refuses connections at once and is still taken out within about 3 s. Routing headers
+ * are on (the tests read x-kvgate-worker).
  */
 export function configFor(urls: string[], extra: Partial<RawConfig> = {}) {
   return parseConfig({
     listen: { host: '127.0.0.1', port: 0 },
     pools: urls.length > 0 ? [{ name: 'main', model: MODEL, workers: urls.map((url, i) => ({ url, id: `w${i}` })) }] : [],
     scrape: { intervalMs: 200 },
-    health: { intervalMs: 250, failuresToMarkDown: 3 },
+    health: { intervalMs: 500, failuresToMarkDown: 6 },
+    outlier: { minSilenceMs: 5_000 },
     log: { level: 'silent' },
     // The tests check routing through these headers; off by default (see hardening.test.ts).
     server: { routingHeaders: true },

@@ -4,7 +4,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import type { RawConfig } from '../../src/config.js';
+import type { RawConfig } from '../../src/config/index.js';
 import { bpeTokenizerJson, HELLO_WORLD_MERGES, HELLO_WORLD_VOCAB } from '../tokenizer/fixtures.js';
 import { MODEL, metricValue, post, startGateway, startSims } from './helpers.js';
 

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
-import { ConfigError, parseConfig } from '../../src/config.js';
+import { ConfigError, parseConfig } from '../../src/config/index.js';
 import { startSimWorker } from '../../src/sim/worker/server.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { estimateTokenizer } from '../../src/tokenizer/index.js';

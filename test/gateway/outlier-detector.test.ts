@@ -2,8 +2,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { WorkerState } from '../../src/fleet/worker-state.js';
-import { DEFAULT_PREFILL_TOKENS_PER_SEC, OutlierDetector } from '../../src/gateway/outliers.js';
-import type { RelayAttempt } from '../../src/gateway/relay-attempt.js';
+import { DEFAULT_PREFILL_TOKENS_PER_SEC, OutlierDetector } from '../../src/gateway/fleet-watch/outliers.js';
+import type { RelayAttempt } from '../../src/gateway/pipeline/relay-attempt.js';
 
 function setup(prefillRate?: (w: WorkerState) => number) {
   let now = 0;

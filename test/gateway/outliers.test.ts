@@ -82,6 +82,7 @@ test('scrapes that time out twice in a row make an idle worker suspected; an ans
   const { gw } = await startGateway([sims[0]!.url, flaky.url], {
     health: { intervalMs: 60_000 },
     scrape: { intervalMs: 60_000, timeoutMs: 100 },
+    outlier: { minSilenceMs: 750 },
   }, { watchFleet: false });
   try {
     const w1 = gw.registry.get('w1')!;

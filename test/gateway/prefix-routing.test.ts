@@ -31,7 +31,7 @@ test('two requests with the same long system prompt land on one worker; the seco
       });
 
     const first = await ask('How do I resize a volume?');
-    assert.equal(first.status, 200);
+    assert.equal(first.status, 200, first.text);
     const home = first.headers.get('x-kvgate-worker')!;
     assert.ok(home, 'routed responses name their worker');
     assert.equal(Number(first.headers.get('x-kvgate-prefix-hit')), 0, 'nothing is cached anywhere yet');
@@ -39,7 +39,7 @@ test('two requests with the same long system prompt land on one worker; the seco
     const hitsBefore = await prefixHits(homeUrl);
 
     const second = await ask('What is the snapshot retention?');
-    assert.equal(second.status, 200);
+    assert.equal(second.status, 200, second.text);
     assert.equal(second.headers.get('x-kvgate-worker'), home, 'the shared prefix draws the second request to the same worker');
     assert.ok(Number(second.headers.get('x-kvgate-prefix-hit')) > 0.8, `expected a high prefix hit, got ${second.headers.get('x-kvgate-prefix-hit')}`);
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { buildRouteRequest, chargedTokens, describeSequences, preparePrompt } from '../../src/gateway/prepare.js';
-import { KvgatePolicy } from '../../src/scheduler/policies/kvgate.js';
+import { buildRouteRequest, chargedTokens, describeSequences, preparePrompt } from '../../src/gateway/pipeline/prepare.js';
+import { KvgatePolicy } from '../../src/scheduler/policies/kvgate/index.js';
 import { promptLength } from '../../src/scheduler/types.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
 import { estimateTokenizer } from '../../src/tokenizer/estimate.js';

@@ -1,7 +1,7 @@
 /** Both relay clients (kvgate's own pool, the default, and undici's) serve the same answers. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parseConfig } from '../../src/config.js';
+import { parseConfig } from '../../src/config/index.js';
 import { MODEL, parseSse, post, startGateway, startSims, streamText } from './helpers.js';
 
 const chat = { model: MODEL, messages: [{ role: 'user', content: 'Name three rivers.' }], max_tokens: 16, temperature: 0 };

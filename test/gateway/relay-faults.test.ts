@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import type { ServerResponse } from 'node:http';
 import { test } from 'node:test';
-import { MAX_UPSTREAM_RETRY_AFTER_SECONDS } from '../../src/gateway/relay-attempt.js';
+import { MAX_UPSTREAM_RETRY_AFTER_SECONDS } from '../../src/gateway/pipeline/relay-attempt.js';
 import { MODEL, metricValue, post, startGateway, startStub, workerStandIn } from './helpers.js';
 
 const quietFleet = { health: { intervalMs: 60_000 }, scrape: { intervalMs: 60_000 }, policy: { name: 'round-robin' } };

@@ -4,6 +4,7 @@ import { after, before, test } from 'node:test';
 import { ApiError } from '../../src/api/errors.js';
 import type { Gateway } from '../../src/gateway/gateway.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
+import { Pipeline, STAGE_ORDER } from '../../src/gateway/pipeline/stages.js';
 import { stateKey } from '../../src/util/state.js';
 import { MODEL, post, startGateway, startSims } from './helpers.js';
 
@@ -187,4 +188,46 @@ test('an early stage runs before tokenization and may answer without it', async 
   } finally {
     await g.gw.close();
   }
+});
+
+test('createGateway alone places the configured stages in the one declared order, speculation included', async () => {
+  const g = await startGateway(sims.map((s) => s.url), {
+    cache: { enabled: true },
+    speculative: { routing: { enabled: true }, perRequest: [{ model: MODEL, kMax: 4, draftCost: 0.1 }] },
+  });
+  try {
+    g.gw.use({ name: 'added-late', handle: () => 'continue' });
+    g.gw.use({ name: 'added-early', early: true, handle: () => 'continue' });
+    assert.deepEqual(g.gw.stageNames(), [
+      'response-cache',
+      'added-early',
+      'admission',
+      'response-affinity',
+      'speculation-aware-routing',
+      'per-request-speculation',
+      'added-late',
+    ]);
+    assert.deepEqual(
+      STAGE_ORDER.filter((n) => g.gw.stageNames().includes(n)),
+      g.gw.stageNames().filter((n) => !n.startsWith('added-')),
+      'the gateway runs its own stages in STAGE_ORDER',
+    );
+    const r = await post(g.url + '/v1/completions', { model: MODEL, prompt: 'one two', max_tokens: 2 });
+    assert.equal(r.status, 200, r.text);
+  } finally {
+    await g.gw.close();
+  }
+});
+
+test('a pipeline keeps the declared order whatever order stages are placed in, and refuses one with no place', () => {
+  const p = new Pipeline();
+  const stage = (name: string, early = false) => ({ name, early, handle: () => 'continue' as const });
+  p.place(stage('speculative-cascade'));
+  p.add(stage('mine'));
+  p.place(stage('admission'));
+  p.place(stage('response-cache', true));
+  assert.deepEqual(p.names(), ['response-cache', 'admission', 'speculative-cascade', 'mine']);
+  assert.deepEqual(p.early.map((s) => s.name), ['response-cache']);
+  assert.throws(() => p.place(stage('nowhere')), /no place in STAGE_ORDER/);
+  assert.throws(() => p.place(stage('admission')), /placed twice/);
 });

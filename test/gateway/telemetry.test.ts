@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Writable } from 'node:stream';
-import { DEFAULT_POLICY_NAME } from '../../src/config.js';
+import { DEFAULT_POLICY_NAME } from '../../src/config/index.js';
 import { startSimWorker } from '../../src/sim/worker/server.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { MODEL, metricValue, parseSse, post, startGateway, startSims, startStub, waitFor } from './helpers.js';

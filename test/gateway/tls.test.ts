@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { connect, type PeerCertificate } from 'node:tls';
 import { after, test } from 'node:test';
 import { Agent, request } from 'undici';
-import { ConfigError } from '../../src/config.js';
+import { ConfigError } from '../../src/config/index.js';
 import { createGateway } from '../../src/gateway/gateway.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { configFor, MODEL, startSims } from './helpers.js';

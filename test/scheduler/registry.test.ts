@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
-import { kvgateOptions, type KvgatePolicy } from '../../src/scheduler/policies/kvgate.js';
+import { kvgateOptions, type KvgatePolicy } from '../../src/scheduler/policies/kvgate/index.js';
 import { BUILTIN_POLICIES, createPolicy, describePolicies, policyDefinition, policyNames } from '../../src/scheduler/registry.js';
 
 test('the built-in policies are listed once each, by name, and each creates a policy of that name', () => {
@@ -54,7 +54,12 @@ test('an unknown or bad option is an error naming the policy and the option', ()
 test('listings show each policy’s options with their defaults; oracle shares kvgate’s', () => {
   const listed = new Map(describePolicies().map((p) => [p.name, p]));
   const kvgate = listed.get('kvgate')!;
-  assert.equal(kvgate.options.length, Object.keys(kvgateOptions.shape).length);
+  // Every knob but the removed one (readHeadroom), each in one of the seven groups, group by group.
+  assert.equal(kvgate.options.length, Object.keys(kvgateOptions.shape).length - 1);
+  assert.ok(!kvgate.options.some((k) => k.name === 'readHeadroom'));
+  const groups = kvgate.options.map((k) => k.group!.split(':')[0]);
+  assert.deepEqual([...new Set(groups)], ['weights', 'picker', 'decode', 'stall', 'kvFit', 'learning', 'index']);
+  assert.deepEqual(kvgate.options.slice(0, 2).map((k) => k.name), ['wPrefix', 'wTtft']);
   assert.deepEqual(kvgate.options.find((k) => k.name === 'predictedTtlMs')?.default, 15_000);
   assert.ok(kvgate.options.every((k) => k.description.length > 0));
   assert.equal(listed.get('oracle')!.sameOptionsAs, 'kvgate');

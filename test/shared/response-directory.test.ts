@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { RedisLink } from '../../src/shared/redis-link.js';
 import { RedisResponseDirectory, ResponseDirectoryUnreachable } from '../../src/shared/response-directory.js';
-import { ResponseAffinity } from '../../src/gateway/response-affinity.js';
+import { ResponseAffinity } from '../../src/gateway/responses/response-affinity.js';
 import { redisSkip } from '../redis-server.js';
 import { redisFixture } from './redis-fixture.js';
 import { waitFor } from '../support.js';

@@ -1,7 +1,7 @@
 /** speculative.cascades in the config: pools checked at load, defaults filled in. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ConfigError, parseConfig } from '../../src/config.js';
+import { ConfigError, parseConfig } from '../../src/config/index.js';
 
 const pools = [
   { name: 'target', model: 'big', workers: [{ url: 'http://127.0.0.1:9001' }] },

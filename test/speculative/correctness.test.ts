@@ -13,11 +13,10 @@ import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { ConfigError } from '../../src/config.js';
+import { ConfigError } from '../../src/config/index.js';
 import { createSyntheticLm } from '../../src/engine/synthetic-lm.js';
 import { createGateway } from '../../src/gateway/gateway.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
-import { installSpeculative } from '../../src/speculative/install.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { estimateTokenizer } from '../../src/tokenizer/index.js';
 import { metricValue, parseSse, waitFor } from '../support.js';
@@ -359,7 +358,7 @@ describe('start-up refusal', () => {
     });
     const gw = createGateway(cascadeConfig([noScores.url], [draft.url]), { logger: createLogger({ level: 'silent' }) });
     try {
-      await assert.rejects(installSpeculative(gw), (e: unknown) => {
+      await assert.rejects(gw.start(), (e: unknown) => {
         assert.ok(e instanceof ConfigError);
         assert.match(e.message, /speculative\.cascades\[0\]\.targetPool: worker t0 of pool 'target' cannot score prompts/);
         assert.match(e.message, /prompt_logprobs/);
@@ -384,10 +383,10 @@ describe('start-up refusal', () => {
     });
     try {
       const gw = createGateway(cascadeConfig([target.url], [otherTokenizer.url]), { logger: createLogger({ level: 'silent' }) });
-      await assert.rejects(installSpeculative(gw), /do not share a tokenizer/);
+      await assert.rejects(gw.start(), /do not share a tokenizer/);
       await gw.close();
       const gw2 = createGateway(cascadeConfig([target.url], ['http://127.0.0.1:9']), { logger: createLogger({ level: 'silent' }) });
-      await assert.rejects(installSpeculative(gw2), /draftPool: no worker of pool 'draft' answered the capability probe/);
+      await assert.rejects(gw2.start(), /draftPool: no worker of pool 'draft' answered the capability probe/);
       await gw2.close();
     } finally {
       await otherTokenizer.close();

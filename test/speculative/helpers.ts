@@ -1,9 +1,9 @@
 /** A draft pool and a target pool of simulated workers behind a gateway with a cascade. */
 import { connect, createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
-import { parseConfig, type RawConfig } from '../../src/config.js';
+import { parseConfig, type RawConfig } from '../../src/config/index.js';
 import { createGateway, type Gateway } from '../../src/gateway/gateway.js';
 import { startSimWorker, type SimWorker } from '../../src/sim/worker/server.js';
-import { installSpeculative, type SpeculativeInstall, type SpeculativeOptions } from '../../src/speculative/install.js';
+import type { SpeculativeInstall, SpeculativeOptions } from '../../src/speculative/install.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 
 export const TARGET = 'llama-3.1-70b';
@@ -45,10 +45,9 @@ export async function startCascade(
   draftUrls: string[],
   opts: { extra?: Partial<RawConfig>; k?: number; spec?: SpeculativeOptions } = {},
 ): Promise<{ gw: Gateway; url: string; spec: SpeculativeInstall }> {
-  const gw = createGateway(cascadeConfig(targetUrls, draftUrls, opts.extra, opts.k), { logger: createLogger({ level: 'silent' }) });
-  const spec = await installSpeculative(gw, opts.spec);
+  const gw = createGateway(cascadeConfig(targetUrls, draftUrls, opts.extra, opts.k), { logger: createLogger({ level: 'silent' }), speculative: opts.spec });
   const { url } = await gw.start();
-  return { gw, url, spec: spec! };
+  return { gw, url, spec: gw.speculative! };
 }
 
 /** Upper critical value of chi-squared with df degrees of freedom at significance 0.001 (Wilson–Hilferty). */

@@ -6,7 +6,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Gateway } from '../../src/gateway/gateway.js';
-import { installSpeculative } from '../../src/speculative/install.js';
 import { alphaFromTimings, chooseRequestK, draftCounts, type PerRequestControl } from '../../src/speculative/per-request.js';
 import { expectedTokensPerRound } from '../../src/speculative/acceptance.js';
 import { seededRng } from '../../src/util/rng.js';
@@ -110,8 +109,7 @@ describe('per-request speculation end to end (stand-in llama.cpp server)', () =>
     ({ gw, url } = await startGateway([], {
       pools: [{ name: 'llamacpp', model: MODEL, workers: [{ url: stub.url, id: 'l0' }] }],
       speculative: { perRequest: [{ model: MODEL, kMax: 8, draftCost: 0.1 }], controller: { minEvidence: 30, halfLifeTokens: 150, probeRate: 0.1 } },
-    }));
-    await installSpeculative(gw, { rng: seededRng(3) });
+    }, { speculative: { rng: seededRng(3) } }));
   });
 
   after(async () => {

@@ -1,11 +1,10 @@
 /** Routing between workers that speculate inside the engine and plain ones. */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { parseConfig } from '../../src/config.js';
+import { parseConfig } from '../../src/config/index.js';
 import { WorkerState, type MetricsSnapshot } from '../../src/fleet/worker-state.js';
 import { createGateway } from '../../src/gateway/gateway.js';
 import { startSimWorker } from '../../src/sim/worker/server.js';
-import { installSpeculative } from '../../src/speculative/install.js';
 import { chooseGroup } from '../../src/speculative/spec-routing.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { metricValue, waitFor } from '../support.js';
@@ -57,7 +56,6 @@ describe('speculation-aware routing in the gateway', () => {
       }),
       { logger: createLogger({ level: 'silent' }) },
     );
-    await installSpeculative(gw);
     const { url } = await gw.start();
     const ask = (maxTokens: number) =>
       fetch(`${url}/v1/completions`, {

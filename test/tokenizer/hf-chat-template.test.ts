@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { preparePrompt } from '../../src/gateway/prepare.js';
+import { preparePrompt } from '../../src/gateway/pipeline/prepare.js';
 import { DEFAULT_CHAT_RENDER, renderChat, type ChatMessageLike } from '../../src/tokenizer/chat-template.js';
 import { loadHfTokenizer, openFinalMessage } from '../../src/tokenizer/hf.js';
 import { TokenizerRegistry } from '../../src/tokenizer/registry.js';

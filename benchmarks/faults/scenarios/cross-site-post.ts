@@ -9,7 +9,7 @@
  * and method, sent a simple form POST or marked cross-site by Origin / Sec-Fetch-Site, is refused
  * (415 or 403); no worker is drained, no adapter loaded, the cache not cleared.
  */
-import type { RawConfig } from '../../../src/config.js';
+import type { RawConfig } from '../../../src/config/index.js';
 import { ask, MODEL, spawnSims, startGateway, Tally, type FaultScenario, type Outcome } from '../harness.js';
 
 const ATTACKER = 'https://attacker.example';

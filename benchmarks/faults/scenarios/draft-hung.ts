@@ -6,8 +6,7 @@
  * 1.5 × the steady p99 of before, nor anywhere near the 10 s call timeout; the draft worker is suspected and skipped, and taken back after.
  */
 import { createGateway } from '../../../src/gateway/gateway.js';
-import { parseConfig } from '../../../src/config.js';
-import { installSpeculative } from '../../../src/speculative/install.js';
+import { parseConfig } from '../../../src/config/index.js';
 import { createLogger } from '../../../src/telemetry/logger.js';
 import { closedLoop, metric, perSecond, quantile, sleep, spawnSim, type Ask, type FaultScenario } from '../harness.js';
 
@@ -52,7 +51,6 @@ export const draftHung: FaultScenario = {
       },
     });
     const gw = createGateway(config, { logger: createLogger({ level: 'silent' }) });
-    await installSpeculative(gw);
     const { url } = await gw.start();
     const metrics = async () => (await fetch(`${url}/metrics`)).text();
     const count = (text: string, name: string, labels: Record<string, string>) => metric(text, name, labels) ?? 0;

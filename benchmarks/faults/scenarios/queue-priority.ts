@@ -5,7 +5,7 @@
  * request to make room: that one is answered 429 queue_full with Retry-After), and every request
  * is answered: served, 429 queue_full, or 503 queue_timeout when its wait runs out.
  */
-import { metric, MODEL, sleep, spawnSims, startGateway, Tally, type FaultScenario, type Outcome } from '../harness.js';
+import { metric, MODEL, sleep, spawnSims, startGateway, Tally, type FaultScenario, type Outcome, fetchMetrics } from '../harness.js';
 
 const KEYS = { standard: 'sk-bulk-queue-01', critical: 'sk-front-queue-01' } as const;
 const FLOOD = 320;
@@ -58,7 +58,7 @@ export const queuePriority: FaultScenario = {
     });
     const tally = new Tally();
     try {
-      const depth = async () => metric(await (await fetch(url + '/metrics')).text(), 'kvgate_queue_depth', { model: MODEL, priority: 'standard' }) ?? 0;
+      const depth = async () => metric(await fetchMetrics(url), 'kvgate_queue_depth', { model: MODEL, priority: 'standard' }) ?? 0;
       const flood = Array.from({ length: FLOOD }, (_, i) => chat(url, 'standard', i));
       let full = 0;
       for (let i = 0; i < 100 && (full = await depth()) < 256; i++) await sleep(50);

@@ -5,7 +5,7 @@
  * replica's heartbeat while its requests run) must lapse, so the surviving replica serves the
  * tenant again within seconds, not after the longest request could have run.
  */
-import { ask, metric, MODEL, redisForScenario, skipped, sleep, spawnGateway, spawnSims, startGateway, Tally, type FaultScenario } from '../harness.js';
+import { ask, metric, MODEL, redisForScenario, skipped, sleep, spawnGateway, spawnSims, startGateway, Tally, type FaultScenario, fetchMetrics } from '../harness.js';
 
 const KEY = 'sk-acme-replica-01';
 const CONCURRENT = 4;
@@ -30,7 +30,7 @@ export const replicaKilled: FaultScenario = {
       // Both replicas count in Redis (until connected, a replica counts alone).
       for (const base of [doomed.url, survivor.url]) {
         for (let i = 0; i < 100; i++) {
-          if (metric(await (await fetch(base + '/metrics')).text(), 'kvgate_shared_redis_up') === 1) break;
+          if (metric(await fetchMetrics(base), 'kvgate_shared_redis_up') === 1) break;
           await sleep(100);
         }
       }

@@ -7,7 +7,7 @@
  * unknown or is A, 503 `response_directory_unavailable` (Retry-After) while Redis is away. A keeps
  * its conversation through a restarted replica (the owners are in Redis).
  */
-import { metric, MODEL, redisForScenario, skipped, sleep, spawnSims, startGateway, Tally, type FaultScenario, type Outcome } from '../harness.js';
+import { metric, MODEL, redisForScenario, skipped, sleep, spawnSims, startGateway, Tally, type FaultScenario, type Outcome, fetchMetrics } from '../harness.js';
 
 const A = { authorization: 'Bearer sk-owner-aaaa-01' };
 const B = { authorization: 'Bearer sk-thief-bbbb-01' };
@@ -19,7 +19,7 @@ const N = 5;
 
 /** A gateway's metric (0 when absent). */
 async function metricOf(base: string, name: string, labels: Record<string, string> = {}): Promise<number> {
-  return metric(await (await fetch(base + '/metrics')).text(), name, labels) ?? 0;
+  return metric(await fetchMetrics(base), name, labels) ?? 0;
 }
 
 /** Wait (at most 10 s) until `f()` holds. */

@@ -10,7 +10,7 @@
  * tenant's 10 streaming clients are served throughout.
  */
 import { connect, type Socket } from 'node:net';
-import type { RawConfig } from '../../../src/config.js';
+import type { RawConfig } from '../../../src/config/index.js';
 import { closedLoop, sleep, spawnSims, startGateway, streamChat, Tally, type FaultScenario, type ScenarioResult, type SimProcess } from '../harness.js';
 
 const STALLED = 3_000;

@@ -3,9 +3,9 @@
  * `data: [DONE]` (a crash between events, a proxy closing early); one answers 429 with
  * `Retry-After: 999999`. Targets: every cut stream ends with an SSE error event
  * (`upstream_stream_truncated`), never passed off as complete; the client's Retry-After is at
- * most MAX_UPSTREAM_RETRY_AFTER_SECONDS (src/gateway/relay-attempt.ts).
+ * most MAX_UPSTREAM_RETRY_AFTER_SECONDS (src/gateway/pipeline/relay-attempt.ts).
  */
-import { MAX_UPSTREAM_RETRY_AFTER_SECONDS } from '../../../src/gateway/relay-attempt.js';
+import { MAX_UPSTREAM_RETRY_AFTER_SECONDS } from '../../../src/gateway/pipeline/relay-attempt.js';
 import { ask, MODEL, startGateway, streamChat, Tally, type FaultScenario } from '../harness.js';
 import { startStandIn } from './standin-worker.js';
 

@@ -13,7 +13,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
 import type { TenantDirectory } from '../../admission/tenants.js';
 import { errors, sendError } from '../../api/errors.js';
-import type { LocalRoute } from '../local-routes.js';
+import type { LocalRoute } from '../admin/local-routes.js';
 import { DASHBOARD_CSP, dashboardPage } from './page.js';
 import { DashboardSampler } from './summary.js';
 

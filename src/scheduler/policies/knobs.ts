@@ -9,6 +9,7 @@
  */
 import { z } from 'zod';
 import { PREFIX_INDEX_DEFAULTS } from '../index/prefix-index.js';
+import type { KnobGroup } from '../types.js';
 
 /** A numeric string as its number; anything else (including text that is not a number) as is. */
 function numeric(v: unknown): unknown {
@@ -52,11 +53,37 @@ export function booleanKnob(dflt: boolean, description: string) {
     .describe(description);
 }
 
-export function choiceKnob<const T extends readonly [string, ...string[]]>(choices: T, dflt: T[number], description: string) {
+/**
+ * One of `choices`. `removed`: choices that no longer exist, each with the error to give a config
+ * that still names it.
+ */
+export function choiceKnob<const T extends readonly [string, ...string[]]>(
+  choices: T,
+  dflt: T[number],
+  description: string,
+  removed: Readonly<Record<string, string>> = {},
+) {
   return z
-    .enum(choices, { error: (iss) => `expected one of ${choices.join(', ')}, got ${show(iss.input)}` })
+    .enum(choices, {
+      error: (iss) =>
+        (typeof iss.input === 'string' && Object.hasOwn(removed, iss.input) ? removed[iss.input] : undefined) ??
+        `expected one of ${choices.join(', ')}, got ${show(iss.input)}`,
+    })
     .default(dflt)
     .describe(description);
+}
+
+/** Knobs that no longer exist, so that knobsOf leaves them out of listings. */
+const REMOVED_KNOBS = new WeakSet<z.ZodType>();
+
+/**
+ * A knob that was removed: absent is fine, any value fails with `message` (which should say what
+ * to do instead), rather than with "unrecognized key".
+ */
+export function removedKnob(message: string) {
+  const s = z.custom<never>(() => false, { error: () => message }).optional();
+  REMOVED_KNOBS.add(s);
+  return s;
 }
 
 /** Knobs of a policy that keeps a PrefixIndex, with the index's defaults. */
@@ -78,7 +105,6 @@ function show(v: unknown): string {
   }
 }
 
-/** One knob as listings show it. */
 /**
  * Policy.retune for a policy that reads its options object at decision time: the new values are
  * copied into `current` unless one of `fixed` (knobs that shaped the policy's structures when it
@@ -90,20 +116,40 @@ export function retuneInPlace<O extends object>(current: O, next: Record<string,
   return true;
 }
 
+/** One knob as listings show it. */
 export interface KnobInfo {
   name: string;
   default: unknown;
   description: string;
+  /** The title of the knob's group, for a policy that groups its knobs (PolicyDefinition.knobGroups). */
+  group?: string;
 }
 
-/** The knobs of an option schema with their defaults, in declaration order. */
-export function knobsOf(schema: z.ZodObject): KnobInfo[] {
+/**
+ * The knobs of an option schema with their defaults, in declaration order, or group by group
+ * when `groups` is given (knobs in no group last). Removed knobs are left out.
+ */
+export function knobsOf(schema: z.ZodObject, groups: readonly KnobGroup[] = []): KnobInfo[] {
   const defaults = schema.parse({}) as Record<string, unknown>;
-  return Object.entries(schema.shape).map(([name, s]) => ({
-    name,
-    default: defaults[name],
-    description: (s as z.ZodType).description ?? '',
-  }));
+  const knobs: KnobInfo[] = Object.entries(schema.shape)
+    .filter(([, s]) => !REMOVED_KNOBS.has(s as z.ZodType))
+    .map(([name, s]) => ({
+      name,
+      default: defaults[name],
+      description: (s as z.ZodType).description ?? '',
+    }));
+  if (groups.length === 0) return knobs;
+  const byName = new Map(knobs.map((k) => [k.name, k]));
+  const grouped: KnobInfo[] = [];
+  for (const g of groups) {
+    for (const name of g.knobs) {
+      const k = byName.get(name);
+      if (!k) throw new Error(`knob group ${g.name} names ${name}, which is no knob`);
+      byName.delete(name);
+      grouped.push({ ...k, group: `${g.name}: ${g.title}` });
+    }
+  }
+  return [...grouped, ...byName.values()];
 }
 
 /** A default as YAML would write it (Infinity as .inf, strings unquoted). */

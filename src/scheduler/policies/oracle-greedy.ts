@@ -21,7 +21,7 @@ import { kvFitFilter } from '../filters/kv-fit.js';
 import { argminRandom } from '../pickers/argmin-random.js';
 import { PipelinePolicy } from '../pipeline.js';
 import type { Picker, PolicyDefinition, RouteRequest } from '../types.js';
-import { kvgateOptions } from './kvgate.js';
+import { kvgateOptions } from './kvgate/index.js';
 
 /** The same TTFT constants as kvgate's estimate, with the same defaults. */
 export const oracleGreedyOptions = kvgateOptions.pick({ prefillTokensPerSec: true, decodeMsPerRunning: true });

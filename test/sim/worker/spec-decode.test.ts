@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { startSimWorker } from '../../../src/sim/worker/server.js';
-import { parseConfig } from '../../../src/config.js';
+import { parseConfig } from '../../../src/config/index.js';
 import { createGateway } from '../../../src/gateway/gateway.js';
 import { createLogger } from '../../../src/telemetry/logger.js';
 import { metricValue, waitFor } from '../../support.js';

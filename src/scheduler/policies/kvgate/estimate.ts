@@ -1,0 +1,332 @@
+/**
+ * Producer `kvgate-estimate`: what the kvgate policy expects of each candidate for this request,
+ * written to the request's state for the kvgate scorers (scorers.ts), its picker (picker.ts) and
+ * its first-token hook. The formula, term by term, is in README.md beside this file.
+ *
+ * Per candidate w:
+ *
+ *   cached   = leading prompt tokens w holds (prefix index match; exact: the engine's probe)
+ *   uncached = prompt tokens − cached
+ *   ahead    = prefill tokens queued at w before this request: the gateway's own dispatched and
+ *              not-yet-first-token prompt tokens (exact: the larger of that and the engine's
+ *              pending prefill)
+ *   ttftMs   = 1000 / prefillRate(w) · (ahead + uncached)
+ *              + queueMsPerWaiting · waiting + decodeMsPerRunning · running
+ *   headroom = clamp01((free blocks − blocks for the uncached tokens) / numGpuBlocks)
+ *   session  = the request's session key was last routed to w
+ *
+ * and what the placement does to decoding, from the engine's step mechanics (vLLM V1, chunked
+ * prefill): every step has one token budget; running decodes take one token each and prefill
+ * chunks the rest, and a step's time grows by about 1 / prefill rate per prefill token in it
+ * (compute) and by k = decodeMsPer1kContext / 1000 per context token of the decodes in it (each
+ * reads its whole KV). With N = the requests in w's batch (running + waiting: the larger of the
+ * last report and this gateway's own in-flight count), C = their context tokens (the gateway's
+ * in-flight prompts plus half their expected outputs), S = Σ stallShare(their expected outputs)
+ * (both scaled up from this gateway's requests to N), P = this prompt, out = its expected output,
+ * W = tpotWorthMs, k and decodeStepMs scaled by the speed class's decodeScale:
+ *
+ *   decodeMs = W · k · C / headroom       each of this request's decode steps reads the batch's KV
+ *              (0 for a one-token answer)
+ *   headroom = max(0.05, 1 − (decodeStepMs + k · C) / tpotTargetMs)
+ *   stallMs  = what its prefill (and its KV read) costs the batch: stall.ts (stallModel)
+ *   overlap  = min(out, n̄ / 2)           the steps shared with a neighbour: at most its remaining
+ *                                         decode, on average half its expected output; n̄ = W · N / S
+ *   batchHeadroom = max(0.05, 1 − (decodeStepMs + k · (C + P + out/2)) / tpotTargetMs)
+ *
+ * and what it risks if w runs out of KV before its requests finish (vLLM then preempts the latest
+ * arrival, frees its blocks and recomputes it from scratch):
+ *
+ *   inUse    = the larger of the blocks in use as last reported (plus what was reserved since) and
+ *              the blocks this gateway reserved for everything it has in flight at w (admission's
+ *              usedBlocks)
+ *   need     = blocks of the uncached prompt + reserved output (as the kv-fit filter counts them)
+ *   pOver    = min(1, max(0, inUse + need − numGpuBlocks) / need)
+ *   preemptMs = pOver · (R + stallWeight · recompute stall(R)),  R = msPerToken · (P + out)
+ *   costMs   = ttftMs + decodeMs + stallWeight · stallMs + preemptionWeight · preemptMs
+ *
+ * All terms are in milliseconds of TTFT (W converts TPOT: the ratio of the TTFT and TPOT
+ * targets). The SLO is a threshold: a step 1 ms slower costs little at 10 ms of a 50 ms target and
+ * everything at 45, so this request's TPOT is divided by the headroom left to it, and the gap it
+ * puts in its neighbours' TPOT by theirs. A slower kind's longer bare step is not charged as such:
+ * an idle worker of it still meets the target for one more request.
+ *
+ * waiting/running come from the last snapshot moved forward by this gateway's dispatches, first
+ * tokens and completions since (WorkerState.currentQueue), free blocks from the last snapshot less
+ * what was reserved since, or both from the gateway's in-flight accounting once the snapshot is
+ * stale (flagged USED_STALE_METRICS); in exact mode from the probe. The table adds the candidates'
+ * ranges (min ttft, min cost, min/max waiting and running) that the relative scorers normalise with.
+ *
+ * Estimates are kept for the request's lifetime: a retry over other workers estimates only the
+ * workers not seen before.
+ */
+import { usedBlocks } from '../../../admission/kv-pressure.js';
+import type { WorkerState } from '../../../fleet/worker-state.js';
+import { blockKeysOf } from '../../../kv/prompt-blocks.js';
+import { stateKey } from '../../../util/state.js';
+import { blocksNeeded } from '../../filters/kv-fit.js';
+import type { PrefixMatcher } from '../../index/prefix-match.js';
+import { clamp01 } from '../../pipeline.js';
+import { USED_STALE_METRICS } from '../../state-keys.js';
+import type { Producer, RouteRequest, RoutingContext } from '../../types.js';
+import { linearStall, missesStall, type BatchView, type StallModel } from './stall.js';
+
+/** What kvgate estimated for one worker. */
+export interface KvgateEstimate {
+  /** Expected prefix hit: cachedTokens / prompt tokens. */
+  hit: number;
+  cachedTokens: number;
+  uncachedTokens: number;
+  aheadTokens: number;
+  ttftMs: number;
+  /** Milliseconds per prefill token at this worker (1000 / its prefill rate). */
+  msPerToken: number;
+  headroom: number;
+  waiting: number;
+  running: number;
+  session: boolean;
+  /** Output tokens expected (the policy's expectedOutput). */
+  outputTokens: number;
+  /** Context tokens of the requests in w's batch (this request's decode steps read their KV). */
+  batchContextTokens: number;
+  /** What the batch's KV reads cost this request's TPOT at w, in ms of TTFT. */
+  decodeMs: number;
+  /** What this request costs w's batch: its prefill stall weighted by stallShare, its KV read. */
+  stallMs: number;
+  /** What a preemption for lack of KV at w would cost, times its likelihood, in ms of TTFT. */
+  preemptMs: number;
+  /** ttftMs + decodeMs + stallWeight · stallMs + preemptionWeight · preemptMs, in ms of TTFT. */
+  costMs: number;
+}
+
+/** The candidates of one decision, their estimates in the same order, and the ranges. */
+export interface KvgateEstimateTable {
+  ws: readonly WorkerState[];
+  est: KvgateEstimate[];
+  minTtft: number;
+  minCost: number;
+  minWait: number;
+  maxWait: number;
+  minRun: number;
+  maxRun: number;
+}
+
+/**
+ * The least TPOT headroom (1 − expected TPOT / target) the decode term divides by: past the target
+ * the request misses it anyway, and 1/20 keeps a worker far past it costlier than one just past.
+ */
+const MIN_TPOT_HEADROOM = 0.05;
+
+/**
+ * What a one-off stall of 1 ms costs a request in the middle of its decode, in milliseconds of
+ * TTFT: its TTFT is behind it, and its TPOT grows by 1 / (n − 1) ms, worth tpotWorthMs each, so
+ * tpotWorthMs / (n − 1) for n > 1 output tokens. A one-token answer is still waiting for that
+ * token (1: the stall is TTFT to it).
+ */
+export function stallShare(out: number, tpotWorthMs: number): number {
+  return out > 1 ? tpotWorthMs / (out - 1) : 1;
+}
+
+/** Every worker estimated for the request so far, by worker. */
+export const KVGATE_ESTIMATES = stateKey<Map<WorkerState, KvgateEstimate>>('kvgate.estimates');
+/** The current decision's candidates and their estimates. */
+export const KVGATE_ESTIMATE_TABLE = stateKey<KvgateEstimateTable>('kvgate.estimate-table');
+
+/** This gateway's requests in flight at a worker, as the estimate reads them. */
+export interface InflightBatch {
+  contextTokens: number;
+  stallShare: number;
+  /** Expected output tokens of each, ascending. */
+  outputs: readonly number[];
+}
+
+export interface KvgateEstimateOptions {
+  matcher: PrefixMatcher;
+  /** Read cache, queue and free blocks from WorkerState.oracle where present. */
+  exact: boolean;
+  queueMsPerWaiting: number;
+  decodeMsPerRunning: number;
+  /**
+   * How much a decode step lengthens per 1,000 context tokens in the batch, ms (the KV each step
+   * reads); 0 drops the KV-read terms.
+   */
+  decodeMsPer1kContext: number;
+  /** What a millisecond of TPOT is worth in milliseconds of TTFT (see stallShare). */
+  tpotWorthMs: number;
+  /** A decode step with nothing in the batch (reading the weights), ms. */
+  decodeStepMs: number;
+  /**
+   * How much slower (> 1) or faster `w`'s pool decodes than decodeStepMs and decodeMsPer1kContext
+   * say: both are memory reads, so other hardware scales both (default 1).
+   */
+  decodeScale?(w: WorkerState): number;
+  /** The TPOT the fleet is run to, ms: this request's TPOT is weighed by the headroom left to it. */
+  tpotTargetMs: number;
+  /** What the delay of the other requests counts for against this request's own. */
+  stallWeight: number;
+  /** How the stall is priced (stall.ts; default linear). */
+  stallModel?: 'linear' | 'misses';
+  /** What the expected cost of a preemption for lack of KV counts for (0: ignored). */
+  preemptionWeight: number;
+  /** Prefill throughput assumed for `w`, tokens/s. */
+  prefillRate(w: WorkerState): number;
+  /** Output tokens expected of the request (at most max_tokens, capped as for reservations). */
+  expectedOutput(req: RouteRequest): number;
+  /**
+   * This gateway's requests in flight at `w` (their sequences number w.inflightSequences): their context
+   * tokens (prompt plus half the expected output), Σ stallShare(expected output) and the expected
+   * outputs themselves, ascending (kept for stallModel 'misses').
+   */
+  inflightBatch(w: WorkerState): InflightBatch;
+  /** Worker id the session key was last routed to. */
+  sessionWorker(sessionKey: string): string | undefined;
+}
+
+/**
+ * The requests batched at a worker: this gateway's own in flight there (`mine`, exact for its
+ * traffic), or the last report moved forward when that shows more (other gateways' requests),
+ * unless the report is stale.
+ */
+export function reportedBatch(mine: number, stale: boolean, q: { running: number; waiting: number }): number {
+  return Math.max(mine, stale ? 0 : q.running + q.waiting);
+}
+
+export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
+  const stall = o.stallModel === 'misses' ? missesStall(o.tpotWorthMs, o.tpotTargetMs) : linearStall;
+  return {
+    name: 'kvgate-estimate',
+    produce(req, ws, ctx) {
+      const m = estimatesOf(req);
+      if (ws.some((w) => !m.has(w))) {
+        const matches = o.matcher.matches(req, ws, ctx);
+        const sessionWorker = req.sessionKey !== undefined ? o.sessionWorker(req.sessionKey) : undefined;
+        const out = o.expectedOutput(req);
+        for (const w of ws) {
+          if (m.has(w)) continue;
+          m.set(w, estimateWorker(req, w, ctx, { o, stall, out, indexTokens: matches.get(w)?.tokens ?? 0, session: sessionWorker === w.id }));
+        }
+      }
+      const est = ws.map((w) => m.get(w)!);
+      const t: KvgateEstimateTable = { ws, est, minTtft: Infinity, minCost: Infinity, minWait: Infinity, maxWait: -Infinity, minRun: Infinity, maxRun: -Infinity };
+      for (const e of est) {
+        if (e.ttftMs < t.minTtft) t.minTtft = e.ttftMs;
+        if (e.costMs < t.minCost) t.minCost = e.costMs;
+        if (e.waiting < t.minWait) t.minWait = e.waiting;
+        if (e.waiting > t.maxWait) t.maxWait = e.waiting;
+        if (e.running < t.minRun) t.minRun = e.running;
+        if (e.running > t.maxRun) t.maxRun = e.running;
+      }
+      req.state.set(KVGATE_ESTIMATE_TABLE, t);
+    },
+  };
+}
+
+interface WorkerInputs {
+  o: KvgateEstimateOptions;
+  stall: StallModel;
+  /** This request's expected output tokens. */
+  out: number;
+  /** Leading prompt tokens the prefix index says w holds (unless exact reads the engine's). */
+  indexTokens: number;
+  /** w is the session's last worker. */
+  session: boolean;
+}
+
+/** The estimate for one candidate (the formula above). */
+function estimateWorker(req: RouteRequest, w: WorkerState, ctx: RoutingContext, i: WorkerInputs): KvgateEstimate {
+  const { o, out } = i;
+  const prompt = req.promptTokens.length;
+  const probe = o.exact ? w.oracle : undefined;
+  const cached = Math.min(prompt, probe ? probe.cachedPrefixTokens(req.promptTokens, blockKeysOf(req.state)) : i.indexTokens);
+  const uncached = prompt - cached;
+  const stale = !probe && w.isStale(ctx.now, ctx.staleAfterMs);
+  if (stale) req.state.set(USED_STALE_METRICS, true);
+  const q = probe ? { running: probe.running(), waiting: probe.waiting() } : w.currentQueue(ctx.now, ctx.staleAfterMs);
+  // The engine's pending prefill counts every gateway's traffic but not the chunk of the step in
+  // flight (taken off at the step's start, its first token due only at the step's end); the
+  // gateway's own in-flight prefill still counts that step. Take the larger.
+  const ahead = Math.max(0, probe ? Math.max(probe.pendingPrefillTokens(), w.inflightPrefillTokens) : w.inflightPrefillTokens);
+  const msPerToken = 1000 / o.prefillRate(w);
+  const decodeScale = o.decodeScale?.(w) ?? 1;
+  const kPerToken = (o.decodeMsPer1kContext / 1000) * decodeScale;
+  const stepMs = o.decodeStepMs * decodeScale;
+  const ttftMs = msPerToken * (ahead + uncached) + o.queueMsPerWaiting * q.waiting + o.decodeMsPerRunning * q.running;
+  // The batch this request joins: what runs and waits there now. This gateway's own in-flight
+  // count is exact for its traffic; the last report may show more (other gateways' requests). Its
+  // context is the gateway's own in-flight context, scaled up to the batch, or this request's own
+  // context per request when nothing of ours is there.
+  const mine = w.inflightSequences;
+  const batch = probe ? probe.running() + probe.waiting() : reportedBatch(mine, stale, q);
+  const ours = o.inflightBatch(w);
+  const scale = mine > 0 ? Math.max(1, batch / mine) : 0;
+  const batchCtx = mine > 0 ? ours.contextTokens * scale : batch * (prompt + out / 2);
+  const batchStall = mine > 0 ? ours.stallShare * scale : batch * stallShare(out, o.tpotWorthMs);
+  const kvMs = kPerToken * batchCtx;
+  const headroom = Math.max(MIN_TPOT_HEADROOM, 1 - (stepMs + kvMs) / o.tpotTargetMs);
+  const decodeMs = i.stall.ownDecodeMs(out > 1 ? (o.tpotWorthMs * kvMs) / headroom : 0);
+  const ownCtx = prompt + out / 2;
+  const batchHeadroom = Math.max(MIN_TPOT_HEADROOM, 1 - (stepMs + kvMs + kPerToken * ownCtx) / o.tpotTargetMs);
+  const view: BatchView = {
+    batch,
+    mine,
+    scale,
+    stallShare: batchStall,
+    outputs: ours.outputs,
+    out,
+    batchHeadroom,
+    overlap: batchStall > 0 ? Math.min(out, (o.tpotWorthMs * batch) / (2 * batchStall)) : 0,
+    kPerToken,
+    ownCtx,
+    slackMs: o.tpotTargetMs * batchHeadroom,
+  };
+  const stallMs = i.stall.prefillStallMs(view, msPerToken, uncached);
+  const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
+  const need = Math.ceil(uncached / w.blockSize);
+  // Room for the request to the end of its answer, with every request there at its end.
+  const total = w.numGpuBlocks;
+  const footprint = blocksNeeded(req, w, cached);
+  const overflow = usedBlocks(total, free, w.inflightBlocks) + footprint - total;
+  const recomputeMs = msPerToken * (prompt + out);
+  const preemptMs =
+    overflow > 0
+      ? Math.min(1, overflow / Math.max(1, footprint)) * (recomputeMs + o.stallWeight * i.stall.recomputeStallMs(view, recomputeMs))
+      : 0;
+  return {
+    hit: prompt > 0 ? cached / prompt : 0,
+    cachedTokens: cached,
+    uncachedTokens: uncached,
+    aheadTokens: ahead,
+    ttftMs,
+    msPerToken,
+    headroom: clamp01((free - need) / Math.max(1, w.numGpuBlocks)),
+    waiting: q.waiting,
+    running: q.running,
+    session: i.session,
+    outputTokens: out,
+    batchContextTokens: batchCtx,
+    decodeMs,
+    stallMs,
+    preemptMs,
+    costMs: ttftMs + decodeMs + o.stallWeight * stallMs + o.preemptionWeight * preemptMs,
+  };
+}
+
+function estimatesOf(req: RouteRequest): Map<WorkerState, KvgateEstimate> {
+  let m = req.state.get(KVGATE_ESTIMATES);
+  if (!m) {
+    m = new Map();
+    req.state.set(KVGATE_ESTIMATES, m);
+  }
+  return m;
+}
+
+/** The estimate table the producer wrote for exactly these candidates. */
+export function kvgateEstimateTable(req: RouteRequest, ws: readonly WorkerState[]): KvgateEstimateTable {
+  const t = req.state.get(KVGATE_ESTIMATE_TABLE);
+  if (!t || t.ws !== ws) throw new Error('the kvgate scorers need the kvgate-estimate producer to run first, over the same candidates');
+  return t;
+}
+
+/** The estimate for `w` the producer wrote for this request. */
+export function kvgateEstimate(req: RouteRequest, w: WorkerState): KvgateEstimate | undefined {
+  return req.state.get(KVGATE_ESTIMATES)?.get(w);
+}

@@ -1,0 +1,93 @@
+/**
+ * Learner `output-length`: how long a request's answer is expected to be, learned from the
+ * answers of earlier requests (hook: onComplete, with the answer's length as the relay counted it).
+ *
+ * Most clients send a fixed max_tokens (or none, when the gateway assumes one), and the answer
+ * ends at its EOS long before it: max_tokens alone says nothing about whether a request will
+ * decode for 5 tokens or 500, which is what decode-aware placement weighs. So the model learns,
+ * per prompt class, the share of max_tokens that answers actually use, and expects
+ *
+ *   expected(req) = clamp(ratio(class) · max_tokens, 1, max_tokens)
+ *
+ * A class is the prompt's first CLASS_BLOCKS blocks (their chained hash): requests built on the
+ * same system prompt, few-shot template or tool specification share it, and an application's
+ * answers are alike in length (a classifier's few tokens, a summariser's hundreds). Prompts seen
+ * for the first time learn and use a ratio of their own (`unseen`): they are the unique documents
+ * and one-off prompts, whose answers differ from those of the templated traffic beside them.
+ *
+ * Where max_tokens is the answer's exact length (the simulation without --declared-max-tokens,
+ * or a client that knows), answers end at it, every ratio stays 1 and nothing changes. Until a
+ * class has an answer, and before anything is learned, the ratio is 1 (max_tokens as declared).
+ */
+import { promptBlocks } from '../../../../kv/prompt-blocks.js';
+import type { RouteRequest } from '../../../types.js';
+
+/** Leading blocks that name a prompt's class (64 tokens at vLLM's default block size of 16). */
+const CLASS_BLOCKS = 4;
+/** Block size of the class hash: independent of the workers', so a class is a class everywhere. */
+const CLASS_BLOCK_SIZE = 16;
+
+interface Learned {
+  ratio: number;
+  answers: number;
+}
+
+export interface OutputLengthOptions {
+  /** Weight of a new answer in a class's ratio (after the first few, which average evenly). */
+  alpha: number;
+  /** Classes remembered (least recently used forgotten first). */
+  maxClasses: number;
+}
+
+export class OutputLengthLearner {
+  private readonly classes = new Map<number, Learned>();
+  private readonly unseen: Learned = { ratio: 1, answers: 0 };
+
+  constructor(private readonly o: OutputLengthOptions) {}
+
+  /** Output tokens expected of `req`: at least 1, at most its max_tokens. */
+  expected(req: RouteRequest): number {
+    const key = classOf(req);
+    const c = key === undefined ? undefined : this.classes.get(key);
+    const ratio = c !== undefined ? c.ratio : this.unseen.answers > 0 ? this.unseen.ratio : 1;
+    return Math.max(1, Math.min(req.maxTokens, Math.round(ratio * req.maxTokens)));
+  }
+
+  /** Hook: `req` finished with `outputTokens` of its max_tokens. */
+  onComplete(req: RouteRequest, outputTokens: number): void {
+    if (!(outputTokens >= 0) || !(req.maxTokens > 0)) return;
+    const ratio = Math.min(1, outputTokens / req.maxTokens);
+    const key = classOf(req);
+    let c = key === undefined ? undefined : this.classes.get(key);
+    if (c === undefined) {
+      // A prompt not seen before: it teaches what first-seen prompts answer, and starts its class.
+      update(this.unseen, ratio, this.o.alpha);
+      if (key === undefined) return;
+      c = { ratio, answers: 0 };
+      if (this.classes.size >= this.o.maxClasses) this.classes.delete(this.classes.keys().next().value!);
+    } else this.classes.delete(key!);
+    update(c, ratio, this.o.alpha);
+    this.classes.set(key!, c);
+  }
+
+  /** Classes with a learned ratio, and the first-seen prompts' ratio (for /admin and tests). */
+  describe(): { classes: number; unseenRatio: number | null } {
+    return { classes: this.classes.size, unseenRatio: this.unseen.answers > 0 ? round3(this.unseen.ratio) : null };
+  }
+}
+
+/** A running mean over the first 1/alpha answers, then an exponential average. */
+function update(l: Learned, ratio: number, alpha: number): void {
+  l.answers++;
+  const w = Math.max(alpha, 1 / l.answers);
+  l.ratio += w * (ratio - l.ratio);
+}
+
+/** The hash of the prompt's first CLASS_BLOCKS blocks (fewer for a shorter prompt); none under one block. */
+function classOf(req: RouteRequest): number | undefined {
+  const b = promptBlocks(req.state, req.promptTokens, CLASS_BLOCK_SIZE);
+  if (b.length === 0) return undefined;
+  return b.at(Math.min(CLASS_BLOCKS, b.length) - 1);
+}
+
+const round3 = (x: number): number => Math.round(x * 1000) / 1000;

@@ -1,0 +1,83 @@
+/**
+ * How the kvgate estimate prices what a placement does to the decodes batched at the worker
+ * (stallModel). Both models see the same batch (BatchView) and differ in what a stall is worth.
+ *
+ * `linear` (default): every millisecond a prefill adds to a neighbour's TPOT costs tpotWorthMs /
+ * (n − 1) for a neighbour with n tokens to generate (stallShare), weighed by the TPOT headroom the
+ * batch has left; the request's KV is read in every step it shares with them.
+ *
+ *   prefill stall   = S · msPerToken · uncached / batchHeadroom + N · overlap · k · (P + out/2)
+ *   recompute stall = R · S / batchHeadroom
+ *   own decode      = as the estimate computes it
+ *
+ * `misses`: a stall costs a TPOT target's worth (tpotWorthMs · tpotTargetMs, the TTFT target) for
+ * each neighbour it pushes past the target: answers of n ≥ 2 tokens with
+ * T / (n − 1) > slack = tpotTargetMs · batchHeadroom, counted in this gateway's in-flight requests
+ * by their expected outputs and scaled up to N. A long answer spreads a stall over its tokens and
+ * is no miss; a short one is. The request's own TPOT is worth at most one miss too, as each
+ * neighbour's is (uncapped, a batch near the target made it worth many, and sessions left their
+ * cached prefixes to spread context). The request's KV read reaches the neighbours only through
+ * the slack it leaves them. A one-token answer has no TPOT: never a miss.
+ */
+import { countInRange } from '../../../util/sorted.js';
+
+/** The batch at a worker as the stall models read it. */
+export interface BatchView {
+  /** Requests in the batch (N). */
+  batch: number;
+  /** This gateway's sequences there, and N over that (0 when none). */
+  mine: number;
+  scale: number;
+  /** Σ stallShare over the batch (S). */
+  stallShare: number;
+  /** This gateway's in-flight expected outputs there, ascending ('misses'). */
+  outputs: readonly number[];
+  /** This request's expected output: the stand-in for the batch's when none of ours is there. */
+  out: number;
+  /** 1 − the batch's expected TPOT with this request in it / the target, floored. */
+  batchHeadroom: number;
+  /** Steps this request shares with an average neighbour. */
+  overlap: number;
+  /** ms a decode step lengthens per context token (k). */
+  kPerToken: number;
+  /** This request's context, P + out / 2. */
+  ownCtx: number;
+  /** The TPOT a neighbour has left below the target, ms. */
+  slackMs: number;
+}
+
+export interface StallModel {
+  /** This request's own decode cost from the linear figure (what the batch's KV reads cost its TPOT). */
+  ownDecodeMs(linearMs: number): number;
+  /** What its prefill of `uncached` tokens at `msPerToken` costs the batch. */
+  prefillStallMs(b: BatchView, msPerToken: number, uncached: number): number;
+  /** What a recompute of `recomputeMs` (after a preemption) costs the batch. */
+  recomputeStallMs(b: BatchView, recomputeMs: number): number;
+}
+
+export const linearStall: StallModel = {
+  ownDecodeMs: (linearMs) => linearMs,
+  prefillStallMs: (b, msPerToken, uncached) =>
+    (b.stallShare * msPerToken * uncached) / b.batchHeadroom + b.batch * b.overlap * b.kPerToken * b.ownCtx,
+  recomputeStallMs: (b, recomputeMs) => (recomputeMs * b.stallShare) / b.batchHeadroom,
+};
+
+export function missesStall(tpotWorthMs: number, tpotTargetMs: number): StallModel {
+  const missMs = tpotWorthMs * tpotTargetMs;
+  return {
+    ownDecodeMs: (linearMs) => Math.min(missMs, linearMs),
+    prefillStallMs: (b, msPerToken, uncached) => missMs * missesOf(b, msPerToken * uncached),
+    recomputeStallMs: (b, recomputeMs) => missMs * missesOf(b, recomputeMs),
+  };
+}
+
+/**
+ * The neighbours a gap of `gapMs` pushes past the TPOT target: answers of n ≥ 2 tokens with
+ * gapMs / (n − 1) > slackMs, counted in this gateway's requests and scaled up to the batch.
+ * Without requests of ours there to count, the batch is taken to answer like this one.
+ */
+function missesOf(b: BatchView, gapMs: number): number {
+  const below = 1 + gapMs / b.slackMs;
+  if (b.mine > 0) return countInRange(b.outputs, 2, below) * b.scale;
+  return b.out >= 2 && b.out < below ? b.batch : 0;
+}
