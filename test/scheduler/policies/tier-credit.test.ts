@@ -87,3 +87,21 @@ test('prefix index: blocks held only off the GPU do not count against its GPU ca
   index.remove('w', 5, 'gpu');
   assert.ok(!index.holds('w', 5));
 });
+
+test('kvgate: a host-memory block counts hostHitWeight of a cached token in the estimate', () => {
+  const sys = seq(10, 32 * 16);
+  const prompt = [...sys, ...seq(9000, 16)]; // 33 blocks, 528 tokens
+  const hitAt = (where: 'gpu' | 'host', options: PolicyOptions = {}) => {
+    const policy = createPolicy('kvgate', options);
+    const { router: r } = router(policy);
+    const a = worker('a');
+    feed(policy, a, sys, where);
+    const o = r.route(request(prompt), [a]);
+    assert.ok(o.ok);
+    return o.decision.expectedPrefixHit;
+  };
+  assert.equal(hitAt('gpu'), 512 / 528);
+  assert.equal(hitAt('host'), 384 / 528); // 0.75 · 512
+  assert.equal(hitAt('host', { hostHitWeight: 1 }), 512 / 528);
+  assert.equal(hitAt('host', { hostHitWeight: 0 }), 0);
+});
