@@ -71,6 +71,8 @@ export interface BenchOptions {
   maxLoras?: number;
   /** Host-memory KV offload tier on every worker, GiB (EngineConfig.cpuOffload). */
   cpuOffloadGib?: number;
+  /** Feed every policy with a prefix index from the engines' KV events (FleetSimOptions.kvEvents). */
+  kvEvents?: boolean;
   /** The LoRA adapters every worker serves (a pool's `adapters`). */
   adapters?: readonly string[];
   overheadMs?: number;
@@ -479,6 +481,7 @@ async function runFleet(ctx: RunContext, name: string, run: FleetRun): Promise<S
     admission: o.kvAdmission ? { settings: o.kvAdmission } : undefined,
     cacheIsolation: isolated,
     ...(o.adapters !== undefined ? { adapters: o.adapters } : {}),
+    ...(o.kvEvents ? { kvEvents: true } : {}),
     cache: withCache ? simCache(o.cache!) : undefined,
     workers: o.workers,
     engineConfig: ctx.engineConfig,

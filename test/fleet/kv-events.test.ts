@@ -339,6 +339,12 @@ test('subscriber state is exported as Prometheus gauges', async () => {
     text = await registry.metrics();
     assert.match(text, /kvgate_kv_events_source\{worker="w",source="events"\} 1/);
     assert.match(text, /kvgate_kv_events_batches\{worker="w"\} 1/);
+    // A sliding-window group's store is counted as skipped, not applied.
+    await p.publish(1, [['BlockStored', [digest(9)], null, seq(1, BS), BS, null, 'GPU', null, null, 1, 'sliding_window', 64]]);
+    await until(() => sub.status().batches === 2, 'second batch');
+    text = await registry.metrics();
+    assert.match(text, /kvgate_kv_events_skipped\{worker="w",reason="other_group"\} 1/);
+    assert.match(text, /kvgate_kv_events_skipped\{worker="w",reason="other_medium"\} 0/);
   } finally {
     await subs.closeAll();
     await p.close();
