@@ -56,7 +56,7 @@ const STAGES: Array<[string, (f: string, url: string) => boolean]> = [
   ['JSON.parse', (f, u) => u === '' && f === 'parse'],
   ['read body', (_f, u) => u.includes('/src/api/body')],
   ['response cache', (_f, u) => u.includes('/src/cache/')],
-  ['relay (kvgate)', (_f, u) => u.includes('/src/gateway/relay')],
+  ['relay (kvgate)', (_f, u) => u.includes('/src/gateway/pipeline/relay')],
   ['upstream client (kvgate)', (_f, u) => u.includes('/src/http/')],
   ['upstream client (undici)', (_f, u) => u.includes('node_modules/undici') || u.startsWith('wasm')],
   ['fleet state', (_f, u) => u.includes('/src/fleet/')],

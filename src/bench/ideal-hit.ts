@@ -12,11 +12,42 @@
  * request's output blocks too, exactly as on the engine.
  *
  * Token-weighted like prefix_hit_rate: Σ hit tokens / Σ prompt tokens. Cost: one pass of hashing
- * over the prompt tokens and a Set of the distinct block hashes.
+ * over the prompt tokens and a set of the distinct block hashes (util/hash-set53.ts, 16–32 bytes
+ * per hash), the one structure of a run that grows with its tokens. It is bounded: past
+ * IDEAL_MAX_BLOCKS distinct blocks the set keeps two generations of that many (the blocks seen or
+ * hit most recently), so the figure becomes that of a cache of at least IDEAL_MAX_BLOCKS blocks —
+ * 2^24 blocks of 16 tokens, 268M tokens, over a hundred times the KV of 64 H100 workers — and the
+ * memory at most two tables of 256 MiB. Every built-in workload at its default sizes stays far below.
  */
 import { blockHashes, chainRoot, hashBlock } from '../kv/block-hash.js';
 import { answerToken } from '../workload/tokens.js';
+import { HashSet53 } from '../util/hash-set53.js';
 import type { BenchRequest } from '../workload/types.js';
+
+/** Distinct blocks the ideal cache holds exactly; beyond, two generations of this many (above). */
+export const IDEAL_MAX_BLOCKS = 1 << 24;
+
+/** A set of block hashes that keeps, past `max`, the last two generations of `max` each. */
+class RecentBlocks {
+  private current = new HashSet53();
+  private previous: HashSet53 | null = null;
+  constructor(private readonly max: number) {}
+
+  /** Whether `h` is held; a hit in the older generation moves to the current one. */
+  has(h: number): boolean {
+    if (this.current.has(h)) return true;
+    if (this.previous === null || !this.previous.has(h)) return false;
+    this.add(h);
+    return true;
+  }
+
+  add(h: number): void {
+    if (this.current.add(h) && this.current.size >= this.max) {
+      this.previous = this.current;
+      this.current = new HashSet53();
+    }
+  }
+}
 
 export interface IdealHit {
   promptTokens: number;
@@ -34,9 +65,10 @@ export function idealHitRate(
   blockSize = 16,
   seed = 0,
   each?: (r: BenchRequest, hitTokens: number) => void,
+  maxBlocks = IDEAL_MAX_BLOCKS,
 ): IdealHit {
   const bs = blockSize;
-  const seen = new Set<number>();
+  const seen = new RecentBlocks(maxBlocks);
   let promptTokens = 0;
   let hitTokens = 0;
   const tail: number[] = [];

@@ -134,6 +134,11 @@ export interface BenchOptions {
   onPolicyDone?: (summary: PolicySummary) => void;
   /** Called after each capacity probe. */
   onProbe?: (name: string, probe: CapacityProbe) => void;
+  /**
+   * Compute the run-wide figures, ideal_hit_rate and work_bound (default true); false leaves them
+   * 0 and null, for a run of some of the policies whose figures join another's (--jobs).
+   */
+  runWide?: boolean;
 }
 
 export interface WorkerSummary {
@@ -603,8 +608,9 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
     curves.push(r.curves);
   }
   // One pass over the run's requests gives both the work bound and the ideal hit rate.
-  const bound = boundAt(rateScale, 0);
-  const ideal = bound?.ideal ?? idealHitRate(expandSessions(benchRequests(o.source, { limit: o.limit, rateScale })), engineConfig.blockSize);
+  const runWide = o.runWide !== false;
+  const bound = runWide ? boundAt(rateScale, 0) : null;
+  const ideal = bound?.ideal ?? (runWide ? idealHitRate(expandSessions(benchRequests(o.source, { limit: o.limit, rateScale })), engineConfig.blockSize) : { rate: 0 });
   return {
     results: {
       trace: o.source.name,

@@ -3,6 +3,7 @@
  * policy, and compare them.
  */
 import { openSync, readSync, closeSync, writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { parseArgs } from 'node:util';
 import { listGpus, listModels, resolveGpu, resolveModel } from '../engine/profiles.js';
 import { RooflineTimeModel } from '../engine/time-model.js';
@@ -11,6 +12,7 @@ import { describePolicies, policyDefinition, policyNames } from '../scheduler/re
 import { loadTrace, TRACE_FORMATS, TraceError, type AzureOptions, type TraceFormat } from '../workload/loaders.js';
 import { createProgressBar, type ProgressBar } from '../bench/progress.js';
 import { offeredLine, renderReport } from '../bench/report.js';
+import { runBenchParallel } from './bench-parallel.js';
 import { checkPolicies, GPU_HOUR_COST, runBench, type BenchOptions, type BenchOutput } from '../bench/run.js';
 import { gpuMixLabel, parseGpuMix, type GpuShare } from '../bench/gpu-mix.js';
 import { describeSlo } from '../bench/slo.js';
@@ -76,6 +78,11 @@ Run:
                           times, not answer times; default 1)
   --limit N               replay at most N requests (sessions' later turns counted)
   --seed S                seed for workloads, synthetic tokens and tie-breaks (default 0)
+  --jobs N                run the policies on N worker threads at once (default: the machine's
+                          cores, ${availableParallelism()} here); each policy's runs, capacity probes included,
+                          stay on one thread, so the results are those of --jobs 1; the run-wide
+                          figures (ideal hit rate, work bound) are computed beside them, even for
+                          one policy. --jobs 1: everything in turn on the main thread
   --declared-max-tokens N every request sends max_tokens = max(N, its output length), capped by the
                           context left after its prompt, and its answer ends at its EOS: as clients
                           send a fixed cap, so routers and admission cannot read each answer's
@@ -294,12 +301,13 @@ const OPTIONS = {
   report: { type: 'string' },
   'omit-wall-time': { type: 'boolean' },
   progress: { type: 'boolean' },
+  jobs: { type: 'string' },
   quiet: { type: 'boolean' },
   list: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
-class UsageError extends Error {}
+export class UsageError extends Error {}
 
 const SPEC_FLAGS = ['spec-acceptance', 'spec-acceptance-shift', 'spec-acceptance-by-tenant', 'draft-model', 'draft-quant', 'draft-gpu', 'draft-workers', 'spec-verify-cache'] as const;
 
@@ -457,8 +465,8 @@ function listing(): string {
   return lines.join('\n') + '\n';
 }
 
-const parseFlags = (args: string[]) => parseArgs({ args, options: OPTIONS, strict: true, allowPositionals: false }).values;
-type BenchFlags = ReturnType<typeof parseFlags>;
+export const parseFlags = (args: string[]) => parseArgs({ args, options: OPTIONS, strict: true, allowPositionals: false }).values;
+export type BenchFlags = ReturnType<typeof parseFlags>;
 
 /** The request source the flags name (a built-in workload or a trace), and its size if known. */
 function sourceFromFlags(v: BenchFlags, seed: number): { source: BenchSource; total: number | undefined } {
@@ -594,6 +602,106 @@ function replicasFromFlags(v: BenchFlags, admissionOn: boolean): BenchOptions['r
   return replicaCount !== undefined ? { count: replicaCount, sharing: rs === 'on', sharingDelayMs: sharingDelayMs ?? 0, shareLoad: sl === 'on' } : undefined;
 }
 
+/** The bench's options from its flags, with its source and that source's size if known. Throws UsageError. */
+export function benchFromFlags(v: BenchFlags): { opts: BenchOptions; source: BenchSource; total: number | undefined } {
+  let source: BenchSource;
+  let total: number | undefined;
+  let opts: BenchOptions;
+  const seed = intFlag(v.seed, 'seed', 0) ?? 0;
+  const limit = intFlag(v.limit, 'limit', 1);
+  ({ source, total } = sourceFromFlags(v, seed));
+  if (limit !== undefined) total = total === undefined ? limit : Math.min(total, limit);
+  const policies = (v.policy ?? DEFAULT_POLICIES.filter((p) => policyNames().includes(p)).join(','))
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+  if (policies.length === 0) throw new UsageError('--policy needs at least one policy name');
+  const policyOptions = parsePolicySets(v.set ?? [], policies);
+  try {
+    checkPolicies(policies, policyOptions);
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+  const workersFlag = intFlag(v.workers, 'workers', 1);
+  let gpuMix: GpuShare[];
+  try {
+    gpuMix = parseGpuMix(v.gpu ?? 'h100', workersFlag ?? (v.gpu?.includes(':') ? undefined : 8));
+  } catch (e) {
+    throw new UsageError(`--gpu: ${(e as Error).message}`);
+  }
+  const gpu = gpuMixLabel(gpuMix);
+  const gl = v['gpu-labels'];
+  if (gl !== undefined && gl !== 'on' && gl !== 'off') throw new UsageError(`--gpu-labels must be on or off, got '${gl}'`);
+  if (gl !== undefined && gpuMix.length < 2) throw new UsageError('--gpu-labels applies to a mixed fleet (--gpu NAME:COUNT,…) only');
+  const gpuLabels = gl !== 'off';
+  const workers = gpuMix.reduce((a, s) => a + s.count, 0);
+  const model = v.model ?? 'llama-3.1-8b';
+  const { capacity, sloTtftMs, sloTtftPer1kMs, sloTpotMs } = capacityFromFlags(v);
+  if (sloTpotMs !== undefined) runToSlo(policies, policyOptions, sloTpotMs, sloTtftMs);
+  if (capacity && sloTpotMs !== undefined) checkTpotReachable(gpuMix, model, intFlag(v.tp, 'tp', 1) ?? 1, sloTpotMs);
+  if (v.cache !== undefined && v.cache !== 'on' && v.cache !== 'off') throw new UsageError(`--cache must be on or off, got '${v.cache}'`);
+  const cacheOn = v.cache === 'on';
+  for (const f of ['cache-ttl-ms', 'cache-max-bytes'] as const) {
+    if (!cacheOn && v[f] !== undefined) throw new UsageError(`--${f} applies to --cache on only`);
+  }
+  const iso = v['cache-isolation'];
+  if (iso !== undefined && iso !== 'tenant' && iso !== 'none') throw new UsageError(`--cache-isolation must be tenant or none, got '${iso}'`);
+  const tenants = intFlag(v.tenants, 'tenants', 1);
+  if (tenants !== undefined && iso !== 'tenant' && v['spec-acceptance-by-tenant'] === undefined) {
+    throw new UsageError('--tenants applies to --cache-isolation tenant and --spec-acceptance-by-tenant only');
+  }
+  const cacheTtlMs = numFlag(v['cache-ttl-ms'], 'cache-ttl-ms', { positive: true });
+  const { admissionOn, kvAdmission } = admissionFromFlags(v);
+  let priorityMix: ReturnType<typeof parsePriorityMix> | undefined;
+  if (v['priority-mix'] !== undefined) {
+    try {
+      priorityMix = parsePriorityMix(v['priority-mix']);
+    } catch (e) {
+      throw new UsageError(`--priority-mix: ${(e as Error).message}`);
+    }
+  }
+  const cacheMaxBytes = intFlag(v['cache-max-bytes'], 'cache-max-bytes', 1);
+  const replicas = replicasFromFlags(v, admissionOn);
+  const speculative = parseSpecFlags(v);
+  if (speculative && gpuMix.length > 1) throw new UsageError('--spec-mode is not simulated on a mixed fleet (--gpu NAME:COUNT,…)');
+  if (speculative && cacheOn) throw new UsageError('--spec-mode is not simulated with --cache on');
+  opts = {
+    source,
+    policies,
+    cache: cacheOn ? { ttlMs: cacheTtlMs, maxBytes: cacheMaxBytes } : undefined,
+    isolation: iso === 'tenant' ? { tenants } : undefined,
+    ...(iso !== 'tenant' && tenants !== undefined ? { tenants } : {}),
+    workers,
+    gpu,
+    gpuLabels,
+    model,
+    tp: intFlag(v.tp, 'tp', 1) ?? 1,
+    maxLoras: intFlag(v['max-loras'], 'max-loras', 1) ?? (v.workload === 'lora' ? 1 : undefined),
+      cpuOffloadGib: numFlag(v['cpu-offload-gib'], 'cpu-offload-gib', { positive: true }),
+      ...(v['kv-events'] === true ? { kvEvents: true } : {}),
+    ...(v.workload === 'lora' ? { adapters: LORA_WORKLOAD_ADAPTERS } : {}),
+    seed,
+    rateScale: numFlag(v['rate-scale'], 'rate-scale', { positive: true }) ?? 1,
+    limit,
+    scrapeIntervalMs: numFlag(v['scrape-interval'], 'scrape-interval', { positive: true }),
+    overheadMs: numFlag(v['overhead-ms'], 'overhead-ms'),
+    sloTtftMs,
+    sloTtftPer1kMs,
+    sloTpotMs,
+    capacity,
+    gpuHourCost: numFlag(v['gpu-hour-cost'], 'gpu-hour-cost'),
+    omitWallTime: v['omit-wall-time'] === true,
+    policyOptions,
+    kvAdmission,
+    priorityMix,
+    declaredMaxTokens: intFlag(v['declared-max-tokens'], 'declared-max-tokens', 1),
+    byPriority: v.admission !== undefined || priorityMix !== undefined,
+    speculative,
+    replicas,
+  };
+  return { opts, source, total };
+}
+
 export async function run(argv: string[]): Promise<number> {
   let v: BenchFlags;
   try {
@@ -614,99 +722,10 @@ export async function run(argv: string[]): Promise<number> {
   let source: BenchSource;
   let total: number | undefined;
   let opts: BenchOptions;
+  let jobs: number;
   try {
-    const seed = intFlag(v.seed, 'seed', 0) ?? 0;
-    const limit = intFlag(v.limit, 'limit', 1);
-    ({ source, total } = sourceFromFlags(v, seed));
-    if (limit !== undefined) total = total === undefined ? limit : Math.min(total, limit);
-    const policies = (v.policy ?? DEFAULT_POLICIES.filter((p) => policyNames().includes(p)).join(','))
-      .split(',')
-      .map((s) => s.trim())
-      .filter((s) => s !== '');
-    if (policies.length === 0) throw new UsageError('--policy needs at least one policy name');
-    const policyOptions = parsePolicySets(v.set ?? [], policies);
-    try {
-      checkPolicies(policies, policyOptions);
-    } catch (e) {
-      throw new UsageError((e as Error).message);
-    }
-    const workersFlag = intFlag(v.workers, 'workers', 1);
-    let gpuMix: GpuShare[];
-    try {
-      gpuMix = parseGpuMix(v.gpu ?? 'h100', workersFlag ?? (v.gpu?.includes(':') ? undefined : 8));
-    } catch (e) {
-      throw new UsageError(`--gpu: ${(e as Error).message}`);
-    }
-    const gpu = gpuMixLabel(gpuMix);
-    const gl = v['gpu-labels'];
-    if (gl !== undefined && gl !== 'on' && gl !== 'off') throw new UsageError(`--gpu-labels must be on or off, got '${gl}'`);
-    if (gl !== undefined && gpuMix.length < 2) throw new UsageError('--gpu-labels applies to a mixed fleet (--gpu NAME:COUNT,…) only');
-    const gpuLabels = gl !== 'off';
-    const workers = gpuMix.reduce((a, s) => a + s.count, 0);
-    const model = v.model ?? 'llama-3.1-8b';
-    const { capacity, sloTtftMs, sloTtftPer1kMs, sloTpotMs } = capacityFromFlags(v);
-    if (sloTpotMs !== undefined) runToSlo(policies, policyOptions, sloTpotMs, sloTtftMs);
-    if (capacity && sloTpotMs !== undefined) checkTpotReachable(gpuMix, model, intFlag(v.tp, 'tp', 1) ?? 1, sloTpotMs);
-    if (v.cache !== undefined && v.cache !== 'on' && v.cache !== 'off') throw new UsageError(`--cache must be on or off, got '${v.cache}'`);
-    const cacheOn = v.cache === 'on';
-    for (const f of ['cache-ttl-ms', 'cache-max-bytes'] as const) {
-      if (!cacheOn && v[f] !== undefined) throw new UsageError(`--${f} applies to --cache on only`);
-    }
-    const iso = v['cache-isolation'];
-    if (iso !== undefined && iso !== 'tenant' && iso !== 'none') throw new UsageError(`--cache-isolation must be tenant or none, got '${iso}'`);
-    const tenants = intFlag(v.tenants, 'tenants', 1);
-    if (tenants !== undefined && iso !== 'tenant' && v['spec-acceptance-by-tenant'] === undefined) {
-      throw new UsageError('--tenants applies to --cache-isolation tenant and --spec-acceptance-by-tenant only');
-    }
-    const cacheTtlMs = numFlag(v['cache-ttl-ms'], 'cache-ttl-ms', { positive: true });
-    const { admissionOn, kvAdmission } = admissionFromFlags(v);
-    let priorityMix: ReturnType<typeof parsePriorityMix> | undefined;
-    if (v['priority-mix'] !== undefined) {
-      try {
-        priorityMix = parsePriorityMix(v['priority-mix']);
-      } catch (e) {
-        throw new UsageError(`--priority-mix: ${(e as Error).message}`);
-      }
-    }
-    const cacheMaxBytes = intFlag(v['cache-max-bytes'], 'cache-max-bytes', 1);
-    const replicas = replicasFromFlags(v, admissionOn);
-    const speculative = parseSpecFlags(v);
-    if (speculative && gpuMix.length > 1) throw new UsageError('--spec-mode is not simulated on a mixed fleet (--gpu NAME:COUNT,…)');
-    if (speculative && cacheOn) throw new UsageError('--spec-mode is not simulated with --cache on');
-    opts = {
-      source,
-      policies,
-      cache: cacheOn ? { ttlMs: cacheTtlMs, maxBytes: cacheMaxBytes } : undefined,
-      isolation: iso === 'tenant' ? { tenants } : undefined,
-      ...(iso !== 'tenant' && tenants !== undefined ? { tenants } : {}),
-      workers,
-      gpu,
-      gpuLabels,
-      model,
-      tp: intFlag(v.tp, 'tp', 1) ?? 1,
-      maxLoras: intFlag(v['max-loras'], 'max-loras', 1) ?? (v.workload === 'lora' ? 1 : undefined),
-      cpuOffloadGib: numFlag(v['cpu-offload-gib'], 'cpu-offload-gib', { positive: true }),
-      ...(v['kv-events'] === true ? { kvEvents: true } : {}),
-      ...(v.workload === 'lora' ? { adapters: LORA_WORKLOAD_ADAPTERS } : {}),
-      seed,
-      rateScale: numFlag(v['rate-scale'], 'rate-scale', { positive: true }) ?? 1,
-      limit,
-      scrapeIntervalMs: numFlag(v['scrape-interval'], 'scrape-interval', { positive: true }),
-      overheadMs: numFlag(v['overhead-ms'], 'overhead-ms'),
-      sloTtftMs,
-      sloTtftPer1kMs,
-      sloTpotMs,
-      capacity,
-      gpuHourCost: numFlag(v['gpu-hour-cost'], 'gpu-hour-cost'),
-      omitWallTime: v['omit-wall-time'] === true,
-      policyOptions,
-      kvAdmission,
-      priorityMix,
-      declaredMaxTokens: intFlag(v['declared-max-tokens'], 'declared-max-tokens', 1),
-      byPriority: v.admission !== undefined || priorityMix !== undefined,
-      speculative,
-      replicas,
-    };
+    ({ source, total, opts } = benchFromFlags(v));
+    jobs = intFlag(v.jobs, 'jobs', 1) ?? availableParallelism();
   } catch (e) {
     if (!(e instanceof UsageError)) throw e;
     process.stderr.write(`kvgate bench: ${e.message}\n`);
@@ -741,7 +760,7 @@ export async function run(argv: string[]): Promise<number> {
   const wallStart = performance.now();
   let out: BenchOutput;
   try {
-    out = await runBench(opts);
+    out = jobs > 1 ? await runBenchParallel(argv, opts, jobs, showProgress ? total : null) : await runBench(opts);
   } catch (e) {
     (bar as ProgressBar | null)?.finish();
     const msg = e instanceof TraceError ? `${e.message}${v['skip-bad'] ? '' : ' (use --skip-bad to skip malformed rows)'}` : (e as Error).message;

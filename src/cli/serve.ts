@@ -23,6 +23,9 @@ Options:
                       implies --cache redis)
       --log-level L   fatal|error|warn|info|debug|trace|silent (overrides log.level; default info)
       --pretty        human-readable logs instead of JSON lines
+      --strict-parity refuse to start (exit 2) when a worker with kvEvents tokenizes the probe
+                      prompts differently from kvgate's tokenizer for its model (overrides
+                      tokenizers.strictParity; without it such a worker's events are not used)
       --check         validate FILE and exit, as \`nginx -t\` does: every field, the policy's
                       options, the TLS files; nothing listens and no worker is contacted
                       (speculative cascades' workers are checked at start only). Exit 0 if it
@@ -75,6 +78,7 @@ export async function run(argv: string[]): Promise<number> {
         cache: { type: 'string' },
         redis: { type: 'string' },
         check: { type: 'boolean' },
+        'strict-parity': { type: 'boolean' },
       },
       strict: true,
       allowPositionals: false,
@@ -132,6 +136,7 @@ export async function run(argv: string[]): Promise<number> {
     if (typeof values.host === 'string') c.listen.host = values.host;
     if (level !== undefined) c.log.level = level;
     if (values.pretty === true) c.log.pretty = true;
+    if (values['strict-parity'] === true) c.tokenizers.strictParity = true;
     return c;
   };
   let config: GatewayConfig;

@@ -14,8 +14,13 @@ export interface KvBlockSink {
   setSource(workerId: string, source: IndexSource, reason: string, now: number): void;
   /** Record blocks (kvgate hashes, in chain order) the worker reported storing on `tier`. */
   insertEvent(workerId: string, hashes: BlockSeq, tier: KvTier, now: number): void;
-  /** The worker evicted the block with kvgate hash `hash` from `tier`. */
-  remove(workerId: string, hash: number, tier?: KvTier): boolean;
+  /**
+   * Told before insertEvent() of GPU blocks that start a sequence (BlockStored with no parent: the
+   * first blocks of a prompt the worker held nothing of). Optional: read by the parity watch.
+   */
+  sequenceStart?(workerId: string, hashes: BlockSeq): void;
+  /** The worker evicted the block with kvgate hash `hash` from `tier` (every tier when absent). */
+  remove(workerId: string, hash: number, tier?: KvTier): boolean | void;
   /** Forget what the worker holds (all of it, or only what came from events). */
   clearWorker(workerId: string, sources?: readonly 'event'[]): void;
 }

@@ -218,6 +218,7 @@ export class KvEventMapper {
       kv[i] = parent;
       this.remember(e.blockHashes[i]!, parent, tier);
     }
+    if (e.parentBlockHash === null) this.index.sequenceStart?.(this.workerId, kv);
     this.index.insertEvent(this.workerId, kv, tier, now);
     this.counters.stored += n;
     this.bound();

@@ -69,6 +69,11 @@ export class RankMergingSink implements KvBlockSink {
     this.index.setSource(this.workerId, next.source, next.reason, now);
   }
 
+  sequenceStart(id: string, hashes: BlockSeq): void {
+    this.rank(id);
+    this.index.sequenceStart?.(this.workerId, hashes);
+  }
+
   insertEvent(id: string, hashes: BlockSeq, tier: KvTier, now: number): void {
     const held = this.held[this.rank(id)]!;
     const b = BIT[tier];

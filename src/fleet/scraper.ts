@@ -4,6 +4,7 @@
  * the gateway's own accounting); it never throws into the request path.
  */
 import type { Clock } from '../util/clock.js';
+import { checkDeadline } from './check-deadline.js';
 import { PerWorkerLoop } from './periodic.js';
 import { parsePromText } from './prom-text.js';
 import type { Upstreams } from './upstreams.js';
@@ -84,7 +85,9 @@ export async function fetchText(
   timeoutMs: number,
   maxBytes: number,
 ): Promise<string> {
-  const signal = AbortSignal.timeout(timeoutMs);
+  // Not AbortSignal.timeout: a stall of the gateway's own loop is not the worker's (check-deadline.ts).
+  const deadline = checkDeadline(timeoutMs);
+  const signal = deadline.signal;
   const base = new URL(w.url).pathname.replace(/\/$/, '');
   try {
     const r = await upstreams.for(w.id, w.url).request({ method: 'GET', path: base + path, signal, headers: w.upstreamHeaders });
@@ -106,5 +109,7 @@ export async function fetchText(
   } catch (e) {
     if (signal.aborted) throw new Error(`${path} timed out after ${timeoutMs} ms`);
     throw e;
+  } finally {
+    deadline.clear();
   }
 }

@@ -61,6 +61,7 @@ import type { Policy, RouteRequest } from '../scheduler/types.js';
 import { answerToken } from '../workload/tokens.js';
 import type { BenchRequest } from '../workload/types.js';
 import { VirtualClock } from '../util/clock.js';
+import { LatencyHistogram } from '../util/latency-histogram.js';
 import { classOfVllmPriority, CLASS_RANK, DEFAULT_VLLM_PRIORITY, type VllmPriorityMap } from '../admission/classes.js';
 import type { AdmissionSettings } from '../admission/controller.js';
 import { releaseTicket, SimAdmission } from './admission-sim.js';
@@ -219,8 +220,11 @@ export interface SimResult {
   cache?: SimCacheCounts | null;
   /** What the speculative cascade did (absent without `speculative`). */
   speculative?: SimSpecResult;
-  /** Step durations (ms) and the number of decode tokens each produced: weighted ITL samples. */
-  itl: { durationMs: number[]; weight: number[] };
+  /**
+   * Inter-token gaps: each step's duration (ms), weighted by the decode tokens it produced, in a
+   * fixed-size histogram (one sample per step would grow past V8's array limit in a long replay).
+   */
+  itl: LatencyHistogram;
   firstArrivalMs: number;
   /** Arrival time of the last request (of the source or a later session turn). */
   lastArrivalMs: number;
@@ -327,7 +331,7 @@ function emptyResult(policy: string, scrapeIntervalMs: number, kvSampleMs: numbe
     completed: { arrival: [], firstToken: [], finish: [], promptTokens: [], outputTokens: [], answeredTokens: [], cachedTokens: [], worker: [], fromCache: [], cls: [] },
     byClass: { requests: [0, 0, 0], queued: [0, 0, 0], refused: { cls: [], latencyMs: [], status: [] } },
     cache: null,
-    itl: { durationMs: [], weight: [] },
+    itl: new LatencyHistogram(),
     firstArrivalMs: NaN,
     lastArrivalMs: NaN,
     lastFinishMs: NaN,
@@ -617,7 +621,7 @@ class FleetSim {
     if (req.session !== undefined) rr.sessionKey = req.session;
     if (req.tenant !== undefined) rr.tenant = req.tenant;
     if (req.priority !== undefined) rr.priority = req.priority;
-    // n answers: as the gateway marks them (gateway/prepare.ts, describeSequences).
+    // n answers: as the gateway marks them (gateway/pipeline/prepare.ts, describeSequences).
     const samples = req.sampleTokens?.length ?? 1;
     if (samples > 1) rr.sequences = samples;
     const cls = classOfVllmPriority(req.priority ?? this.prioMap.standard, this.prioMap);
@@ -748,8 +752,7 @@ class FleetSim {
       this.mirror?.mirror(this.replicaIndex(idx), w, (s) => s.firstToken(rec.id, this.clock.now()));
     }
     if (res.decodeTokens > 0) {
-      this.out.itl.durationMs.push(res.durationMs);
-      this.out.itl.weight.push(res.decodeTokens);
+      this.out.itl.add(res.durationMs, res.decodeTokens);
     }
     for (const f of res.finished) {
       if (this.cascade?.owns(f.id)) this.cascade.targetFinished(f, now);

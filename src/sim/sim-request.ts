@@ -36,12 +36,12 @@ export class SimRouteRequest implements RouteRequest {
   }
   private saltText: string | undefined;
   private adapterText: string | undefined;
-  /** Route this request as one naming LoRA adapter `name` (as gateway/prepare.ts does). */
+  /** Route this request as one naming LoRA adapter `name` (as gateway/pipeline/prepare.ts does). */
   adapter(name: string): void {
     this.state.set(PROMPT_ADAPTER, name);
     this.adapterText = `\u0000lora:${name}\u0000`;
   }
-  /** Isolate this request's prefixes per tenant (as gateway/prepare.ts does). */
+  /** Isolate this request's prefixes per tenant (as gateway/pipeline/prepare.ts does). */
   salt(s: string): void {
     this.state.set(PROMPT_SALT, s);
     this.saltText = `\u0000${s}\u0000`;

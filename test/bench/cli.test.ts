@@ -25,7 +25,7 @@ describe('kvgate bench CLI', () => {
       'workers', 'gpu', 'gpu-labels', 'model', 'tp', 'policy', 'rate-scale', 'limit', 'seed', 'scrape-interval', 'overhead-ms', 'slo-ttft',
       'slo-tpot', 'gpu-hour-cost', 'json', 'report', 'omit-wall-time', 'progress', 'quiet', 'list', 'help',
       'slo-ttft-per-1k', 'capacity', 'attainment', 'min-band-attainment', 'max-probes', 'capacity-seconds', 'capacity-precision', 'max-loras', 'set', 'repeat-fraction', 'cache', 'cache-ttl-ms', 'cache-max-bytes',
-      'admission', 'priority-mix', 'shed-above', 'queue-above', 'queue-max', 'queue-max-wait', 'declared-max-tokens',
+      'admission', 'priority-mix', 'shed-above', 'queue-above', 'queue-max', 'queue-max-wait', 'declared-max-tokens', 'jobs',
     ];
     for (const f of flags) assert.ok(help.includes(`--${f}`), `--${f} missing from help`);
     const r = bench('--help');
@@ -305,6 +305,21 @@ describe('kvgate bench CLI', () => {
     const again = join(dir, 'cap2.json');
     assert.equal(bench(...args, '--json', again, '--quiet').code, 0);
     assert.equal(readFileSync(again, 'utf8'), readFileSync(json, 'utf8'));
+  });
+
+  it('--jobs runs the policies on worker threads with the figures of a serial run, capacity probes included', () => {
+    const serial = join(dir, 'jobs-1.json');
+    const parallel = join(dir, 'jobs-3.json');
+    const args = ['--workload', 'shared-prefix', '--size', '150', '--rate', '10', '--workers', '2', '--policy', 'round-robin,kvgate,least-load', '--capacity', '--max-probes', '3', '--capacity-seconds', '20', '--omit-wall-time'];
+    const one = bench(...args, '--jobs', '1', '--json', serial);
+    assert.equal(one.code, 0, one.stderr);
+    const three = bench(...args, '--jobs', '3', '--json', parallel, '--progress');
+    assert.equal(three.code, 0, three.stderr);
+    assert.equal(readFileSync(parallel, 'utf8'), readFileSync(serial, 'utf8'));
+    // Every probe's line once, whichever thread ran it; the status line counts the policies done.
+    for (const name of ['round-robin', 'kvgate', 'least-load']) assert.match(three.stderr, new RegExp(`${name}: rate ×1 \\(`));
+    assert.match(three.stderr, /3\/3 policies done/);
+    assert.equal(bench(...args, '--jobs', '0').code, 2);
   });
 
   it('closed-loop workloads give byte-identical JSON for the same seed', () => {

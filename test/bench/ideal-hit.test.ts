@@ -15,6 +15,21 @@ const range = (a: number, n: number) => Array.from({ length: n }, (_, i) => a + 
 const req = (promptTokens: number[], maxTokens = 1, outputSeed = 0): BenchRequest => ({ arrivalMs: 0, promptTokens, maxTokens, outputSeed });
 
 describe('ideal_hit_rate', () => {
+  it('past its block bound keeps the blocks seen or hit most recently, in at most two generations', () => {
+    // Block size 4, one full block per 5-token prompt: prompt k is block k.
+    const p = (k: number) => req([k, k, k, k, 0]);
+    // Bound 2: blocks 1, 2 fill a generation and 3, 4 the next, which drops 1 and 2: 3 is still
+    // held when asked again, 1 is not.
+    const seq = [1, 2, 3, 4, 5, 3, 1].map(p);
+    const hits: number[] = [];
+    idealHitRate(seq, 4, 0, (_r, hit) => hits.push(hit), 2);
+    assert.deepEqual(hits, [0, 0, 0, 0, 0, 4, 0]);
+    // Unbounded (the default bound is far above): every repeat hits.
+    const all: number[] = [];
+    idealHitRate(seq, 4, 0, (_r, hit) => all.push(hit));
+    assert.deepEqual(all, [0, 0, 0, 0, 0, 4, 4]);
+  });
+
   it('counts the longest run of full blocks seen before, capped so the last prompt token is computed', () => {
     // Block size 4.
     const e = req(range(30, 8), 5, 77); // 8 prompt tokens + 5 generated: blocks of 12 computed tokens

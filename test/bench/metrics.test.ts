@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import { attainmentByPrompt, attainmentOf, distribution, MIN_BAND_REQUESTS, percentile, sloOf, summarize, weightedDistribution, weightedTail, worstBandAttainment } from '../../src/bench/metrics.js';
 import { describeSlo, hasSlo, meetsSlo, ttftBoundMs } from '../../src/bench/slo.js';
 import type { SimResult } from '../../src/sim/fleet-sim.js';
+import { LatencyHistogram } from '../../src/util/latency-histogram.js';
 
 function result(rows: Array<{ arrival: number; first: number; finish: number; prompt: number; out: number; cached: number }>, extra: Partial<SimResult> = {}): SimResult {
   const c = { arrival: [] as number[], firstToken: [] as number[], finish: [] as number[], promptTokens: [] as number[], outputTokens: [] as number[], cachedTokens: [] as number[], worker: [] as number[] };
@@ -25,7 +26,7 @@ function result(rows: Array<{ arrival: number; first: number; finish: number; pr
     shed: 0,
     refusals: {},
     completed: c,
-    itl: { durationMs: [], weight: [] },
+    itl: new LatencyHistogram(),
     firstArrivalMs: rows[0]?.arrival ?? NaN,
     lastArrivalMs: rows.at(-1)?.arrival ?? NaN,
     lastFinishMs: Math.max(...rows.map((r) => r.finish)),

@@ -97,6 +97,7 @@ test('--help prints usage with defaults', async () => {
   assert.match(r.stdout, /default 8080/);
   assert.match(r.stdout, /--cache MODE/);
   assert.match(r.stdout, /--redis URL/);
+  assert.match(r.stdout, /--strict-parity/);
 });
 
 test('serves a worker from a config file; on SIGTERM /ready answers 503 for the drain delay, then it exits 0', async () => {
@@ -201,5 +202,27 @@ test('SIGHUP reloads the file (watching off): a worker added is served, the --po
   } finally {
     if (child.exitCode === null) child.kill('SIGKILL');
     await Promise.all(sims.map((s) => s.close()));
+  }
+});
+
+test('--strict-parity refuses to start when a KV-event worker tokenizes differently, naming the fix (exit 2)', async () => {
+  const sim = await startSimWorker({ port: 0, speed: 100, kvEvents: { endpoint: 'tcp://127.0.0.1:0' } });
+  try {
+    // A tokenizer.json of its own (letters only): not the ids the simulated worker gives.
+    const tok = join(dir, 'letters.json');
+    const vocab = Object.fromEntries([...'abcdefghijklmnopqrstuvwxyz'].map((c, i) => [c, i]));
+    writeFileSync(tok, JSON.stringify({ version: '1.0', added_tokens: [], normalizer: null, pre_tokenizer: { type: 'Whitespace' }, post_processor: null, decoder: null, model: { type: 'BPE', unk_token: null, vocab, merges: [] } }));
+    const file = join(dir, 'parity.yaml');
+    writeFileSync(
+      file,
+      `pools:\n  - name: p\n    model: ${sim.model}\n    workers:\n      - { url: ${sim.url}, id: w0, kvEvents: { endpoint: "${sim.kvEventsEndpoint}" } }\n` +
+        `tokenizers: { models: { ${sim.model}: "hf:${tok}" }, threads: 0 }\nlisten: { port: 0 }\nlog: { level: silent }\nshutdown: { drainDelayMs: 0 }\n`,
+    );
+    const r = await runCli(['serve', '--config', file, '--strict-parity']);
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(r.stderr, /tokenizers \(strictParity\): pool p: tokenizer 'hf:.*letters\.json' gives different ids than worker w0's \/tokenize/);
+    assert.match(r.stderr, /set tokenizers\.models\.llama-3\.1-8b to 'hf:<path to the model's tokenizer\.json>'/);
+  } finally {
+    await sim.close();
   }
 });

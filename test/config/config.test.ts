@@ -106,7 +106,9 @@ test('per-worker KV-event endpoints are collected by worker id and checked', () 
 
 test('tokenizer specs are checked per model', () => {
   const c = parseConfig({ workers: [{ url: 'http://a:1', model: 'm' }], tokenizers: { models: { m: 'remote' } } });
-  assert.deepEqual(c.tokenizers, { default: 'estimate', models: { m: 'remote' }, remoteTimeoutMs: 250, threads: 1, keptIds: 1 << 20 });
+  assert.deepEqual(c.tokenizers, { default: 'estimate', models: { m: 'remote' }, remoteTimeoutMs: 250, threads: 1, keptIds: 1 << 20, strictParity: false });
+  assert.equal(parseConfig({ workers: [{ url: 'http://a:1', model: 'm' }], tokenizers: { strictParity: true } }).tokenizers.strictParity, true);
+  assert.match(problems({ workers: [{ url: 'http://a:1', model: 'm' }], tokenizers: { strictParity: 'yes' } })[0]!, /^tokenizers\.strictParity: /);
   assert.match(problems({ workers: [{ url: 'http://a:1', model: 'm' }], tokenizers: { threads: 1.5 } })[0]!, /^tokenizers\.threads: /);
   assert.match(problems({ workers: [{ url: 'http://a:1', model: 'm' }], tokenizers: { models: { m: 'sentencepiece' } } })[0]!, /^tokenizers\.models\.m: unknown tokenizer/);
   assert.match(problems({ workers: [{ url: 'http://a:1', model: 'm' }], tokenizers: { default: 'hf:' } })[0]!, /^tokenizers\.default: /);

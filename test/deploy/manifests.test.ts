@@ -398,3 +398,50 @@ test('every metric the dashboard, the alert rules and the scaler query exists in
   const unknown = [...used].filter(([n]) => !kvgate.has(n) && !vllm.has(n) && !kubeState.has(n)).map(([n, where]) => `${n} (${where})`);
   assert.deepEqual(unknown, [], 'queried but exported by neither kvgate, vLLM nor kube-state-metrics');
 });
+
+test('vLLM publishes KV events with a replay socket, and kvgate subscribes to each pod with an exact tokenizer', () => {
+  const sts = find('StatefulSet', 'vllm-llama-3-1-8b');
+  const vllm = podOf(sts).containers[0];
+  const arg: string | undefined = vllm.args.find((a: string) => a.startsWith('--kv-events-config='));
+  assert.ok(arg, 'vLLM runs with --kv-events-config');
+  const kv = JSON.parse(arg.slice('--kv-events-config='.length));
+  // Only fields vLLM's KVEventsConfig has (vllm/config/kv_events.py): a typo would fail vLLM's start.
+  const fields = ['enable_kv_cache_events', 'publisher', 'endpoint', 'replay_endpoint', 'buffer_steps', 'hwm', 'max_queue_size', 'topic'];
+  assert.deepEqual(Object.keys(kv).filter((k) => !fields.includes(k)), []);
+  assert.equal(kv.enable_kv_cache_events, true);
+  assert.equal(kv.publisher, 'zmq');
+  const port = (name: string): number => vllm.ports.find((p: any) => p.name === name).containerPort;
+  assert.equal(kv.endpoint, `tcp://*:${port('kv-events')}`);
+  assert.equal(kv.replay_endpoint, `tcp://*:${port('kv-replay')}`);
+  assert.ok(vllm.args.includes('--enable-prefix-caching'));
+  const headless = find('Service', sts.spec.serviceName);
+  for (const name of ['kv-events', 'kv-replay']) assert.equal(headless.spec.ports.find((p: any) => p.name === name)?.targetPort, name);
+
+  // Every worker kvgate lists subscribes to its own pod's sockets.
+  const config = deployedConfig();
+  assert.equal(config.kvEvents.length, config.workers.length);
+  for (const w of config.workers) {
+    const e = config.kvEvents.find((x) => x.workerId === w.id);
+    assert.ok(e, `${w.id} has kvEvents`);
+    const host = new URL(w.url).hostname;
+    assert.equal(e.endpoint, `tcp://${host}:${port('kv-events')}`);
+    assert.equal(e.replayEndpoint, `tcp://${host}:${port('kv-replay')}`);
+    assert.equal(e.topic ?? '', kv.topic);
+  }
+  // The model's exact tokenizer (hf:), from the repository vLLM serves, in a volume kvgate reads.
+  const spec = config.tokenizers.models[config.workers[0]!.model] ?? config.tokenizers.default;
+  assert.match(spec, /^hf:\/.+\/tokenizer\.json$/);
+  const path = spec.slice(3);
+  const dep = find('Deployment', 'kvgate');
+  const gw = podOf(dep).containers[0];
+  const mount = gw.volumeMounts.find((m: any) => path.startsWith(m.mountPath + '/'));
+  assert.ok(mount, `no volume mounted for ${path}`);
+  const init = podOf(dep).initContainers.find((c: any) => c.volumeMounts.some((m: any) => m.name === mount.name && !m.readOnly));
+  assert.ok(init, 'an init container writes the tokenizer volume');
+  const script: string = init.args.join(' ');
+  const dir = path.slice(0, path.lastIndexOf('/'));
+  assert.ok(script.includes(`dir=${dir};`), `the init container writes ${dir}`);
+  for (const f of ['tokenizer.json', 'tokenizer_config.json']) assert.ok(script.includes(f), f);
+  const repo = init.env.find((e: any) => e.name === 'MODEL_REPO').value;
+  assert.equal(`--model=${repo}`, vllm.args.find((a: string) => a.startsWith('--model=')), 'the tokenizer comes from the model vLLM serves');
+});

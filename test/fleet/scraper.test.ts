@@ -1,9 +1,11 @@
 /** Metrics scraping and health probing against real servers on loopback. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { once } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { Worker } from 'node:worker_threads';
 import { HealthProber } from '../../src/fleet/health.js';
-import { MetricsScraper } from '../../src/fleet/scraper.js';
+import { fetchText, MetricsScraper } from '../../src/fleet/scraper.js';
 import { Upstreams } from '../../src/fleet/upstreams.js';
 import { WorkerState } from '../../src/fleet/worker-state.js';
 import { startSimWorker } from '../../src/sim/worker/server.js';
@@ -127,5 +129,64 @@ test('health: N consecutive failures mark a worker down, one success brings it b
     prober.stop();
     await ups.close();
     await stub.close();
+  }
+});
+
+test('a stall of the gateway’s own event loop is not counted against a worker whose answer arrived during it', async () => {
+  // The worker runs on its own thread, so it answers while the test's loop is blocked: 30 ms
+  // after each request, saying when the request arrived.
+  const server = new Worker(
+    `const { parentPort } = require('node:worker_threads');
+     const s = require('node:http').createServer((req, res) => { parentPort.postMessage('request'); setTimeout(() => res.end('ok'), 30); });
+     s.listen(0, '127.0.0.1', () => parentPort.postMessage(s.address().port));`,
+    { eval: true },
+  );
+  const ups = new Upstreams(upstreamOpts);
+  try {
+    const [port] = (await once(server, 'message')) as [number];
+    const w = new WorkerState({ id: 'w0', url: `http://127.0.0.1:${port}`, pool: 'p', model: 'm' });
+    for (let i = 0; i < 3; i++) {
+      const received = once(server, 'message');
+      const answer = fetchText(ups, w, '/health', 100, 1024).then(
+        (text) => text,
+        (e: Error) => e.message,
+      );
+      await received;
+      // The gateway's loop is blocked for 400 ms: the answer arrives after 30, the 100 ms timer
+      // is due long before the loop next reads the socket.
+      const until = performance.now() + 400;
+      while (performance.now() < until);
+      assert.equal(await answer, 'ok');
+    }
+  } finally {
+    await ups.close();
+    await server.terminate();
+  }
+});
+
+test('a worker that never answers still times out when the gateway’s loop stalls again and again', async () => {
+  const silent = await startStub(() => {
+    // Never answers.
+  });
+  const ups = new Upstreams(upstreamOpts);
+  try {
+    const w = new WorkerState({ id: 'w0', url: silent.url, pool: 'p', model: 'm' });
+    const answer = fetchText(ups, w, '/health', 50, 1024).then(
+      () => 'answered',
+      (e: Error) => e.message,
+    );
+    // Every turn of the loop blocks it for 100 ms, twice the timeout: each time the timer runs late.
+    let stalls = 0;
+    const stall = setInterval(() => {
+      stalls++;
+      const until = performance.now() + 100;
+      while (performance.now() < until);
+    }, 1);
+    const message = await answer.finally(() => clearInterval(stall));
+    assert.equal(message, '/health timed out after 50 ms');
+    assert.ok(stalls >= 3, `${stalls} stalls`);
+  } finally {
+    await ups.close();
+    await silent.close();
   }
 });

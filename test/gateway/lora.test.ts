@@ -261,7 +261,9 @@ test('adapters a worker loads or unloads by itself are followed through its /v1/
       { name: 'found', model: MODEL, workers: [{ url: sims[0]!.url, id: 'w0' }] },
       { name: 'fixed', model: MODEL, discoverAdapters: false, workers: [{ url: sims[1]!.url, id: 'w1' }] },
     ],
-    health: { intervalMs: 50, modelsIntervalMs: 100 },
+    // Frequent probes re-read the model lists soon; a worker is taken out only after 2 s of missed
+    // probes (not a few slow ones on a busy machine: the test is not about health).
+    health: { intervalMs: 50, timeoutMs: 45, failuresToMarkDown: 40, modelsIntervalMs: 100 },
   } as never).catch(async (e: unknown) => {
     for (const s of sims) await s.close();
     throw e;
@@ -326,7 +328,9 @@ test('adapters loaded on demand (resolveAdapters): a matching name reaches the w
   const sims = await Promise.all([0, 1].map(() => startSimWorker({ port: 0, model: MODEL, loraResolver: 'cust-[0-9]+', speed: 100 })));
   const started = await startGateway([], {
     pools: [{ name: 'main', model: MODEL, resolveAdapters: 'cust-.*', workers: sims.map((s, i) => ({ url: s.url, id: `w${i}` })) }],
-    health: { intervalMs: 50, modelsIntervalMs: 100 },
+    // Frequent probes re-read the model lists soon; a worker is taken out only after 2 s of missed
+    // probes (not a few slow ones on a busy machine: the test is not about health).
+    health: { intervalMs: 50, timeoutMs: 45, failuresToMarkDown: 40, modelsIntervalMs: 100 },
   } as never).catch(async (e: unknown) => {
     for (const s of sims) await s.close();
     throw e;
@@ -399,7 +403,9 @@ test('hostile adapter names are refused: at /admin/adapters (load and unload), a
   const sim = await startSimWorker({ port: 0, model: MODEL, runtimeLoraUpdating: true, speed: 100 });
   const started = await startGateway([], {
     pools: [{ name: 'main', model: MODEL, workers: [{ url: sim.url, id: 'w0' }] }],
-    health: { intervalMs: 50, modelsIntervalMs: 100 },
+    // Frequent probes re-read the model lists soon; a worker is taken out only after 2 s of missed
+    // probes (not a few slow ones on a busy machine: the test is not about health).
+    health: { intervalMs: 50, timeoutMs: 45, failuresToMarkDown: 40, modelsIntervalMs: 100 },
   } as never).catch(async (e: unknown) => {
     await sim.close();
     throw e;

@@ -43,8 +43,10 @@ describe('choosing speculating or plain workers', () => {
 
 describe('speculation-aware routing in the gateway', () => {
   it('routes to the speculating worker while idle, to the plain one once the pool is busy', async () => {
-    const spec = await startSimWorker({ model: 'llama-3.1-70b', tp: 4, speed: 20, speculative: { k: 4, draftModel: 'llama-3.1-8b', acceptance: 0.8 } });
-    const plain = await startSimWorker({ model: 'llama-3.1-70b', tp: 4, speed: 20 });
+    // Slow enough (speed 5) that the long requests below run for seconds, however busy the machine,
+    // while the gateway's scrapes see them.
+    const spec = await startSimWorker({ model: 'llama-3.1-70b', tp: 4, speed: 5, speculative: { k: 4, draftModel: 'llama-3.1-8b', acceptance: 0.8 } });
+    const plain = await startSimWorker({ model: 'llama-3.1-70b', tp: 4, speed: 5 });
     const gw = createGateway(
       parseConfig({
         listen: { host: '127.0.0.1', port: 0 },
@@ -64,7 +66,7 @@ describe('speculation-aware routing in the gateway', () => {
         body: JSON.stringify({ model: 'llama-3.1-70b', prompt: 'Tell me about tides.', max_tokens: maxTokens, ignore_eos: true }),
       });
     try {
-      await waitFor(() => gw.registry.workers.every((w) => w.snapshot !== null), 5_000);
+      await waitFor(() => gw.registry.workers.every((w) => w.snapshot !== null), 30_000);
       for (let i = 0; i < 3; i++) {
         const r = await ask(8);
         await r.text();
@@ -72,7 +74,7 @@ describe('speculation-aware routing in the gateway', () => {
       }
       // Load the pool with long requests; once the workers report it busy, requests go plain.
       const long = Array.from({ length: 8 }, () => ask(2000).then((r) => r.text()));
-      await waitFor(() => gw.registry.workers.reduce((a, w) => a + (w.snapshot?.running ?? 0), 0) >= 6, 10_000);
+      await waitFor(() => gw.registry.workers.reduce((a, w) => a + (w.snapshot?.running ?? 0), 0) >= 6, 30_000);
       const where: string[] = [];
       for (let i = 0; i < 3; i++) {
         const r = await ask(4);

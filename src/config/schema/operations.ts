@@ -1,7 +1,7 @@
 /** Running the process: `reload` (hot reload), `shutdown` (draining), `log`. */
 import { z } from 'zod';
 
-/** Configuration hot reload (src/gateway/config-reload.ts): on SIGHUP, and on a change of the file unless watch is off. */
+/** Configuration hot reload (src/gateway/admin/config-reload.ts): on SIGHUP, and on a change of the file unless watch is off. */
 export const reloadSection = z
   .strictObject({
     /** Reload when the config file changes (also when an editor or a ConfigMap replaces it). */

@@ -31,5 +31,11 @@ export const tokenizersSection = z
      * sends them again (the `estimate` tokenizer; 8 bytes each, plus the text). 0 keeps none.
      */
     keptIds: z.int().min(0).default(DEFAULT_KEPT_IDS),
+    /**
+     * Refuse to start when a worker with kvEvents tokenizes the probe prompts differently from
+     * kvgate's tokenizer for its model. Off: that worker's events are not used (its prefix
+     * index stays approximate), an error is logged and /admin/workers shows tokenParity.
+     */
+    strictParity: z.boolean().default(false),
   })
   .prefault({});

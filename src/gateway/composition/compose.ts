@@ -252,7 +252,7 @@ export function composeGateway(config: GatewayConfig, o: CompositionOptions): Ga
     },
   });
 
-  const kvEvents = kvEventsFor(config, { policy, registry, scraper, metrics: m, services, life, clock, logger });
+  const kvEvents = kvEventsFor(config, { policy, registry, scraper, metrics: m, tokenizers, services, life, clock, logger });
   const reloader = new ConfigReloader({
     config,
     registry,
@@ -319,14 +319,24 @@ function shareState(
  */
 function kvEventsFor(
   config: GatewayConfig,
-  d: { policy: Policy; registry: WorkerRegistry; scraper: MetricsScraper; metrics: GatewayMetrics; services: GatewayService[]; life: LifeState; clock: Clock; logger: Logger },
+  d: { policy: Policy; registry: WorkerRegistry; scraper: MetricsScraper; metrics: GatewayMetrics; tokenizers: PromptTokenizers; services: GatewayService[]; life: LifeState; clock: Clock; logger: Logger },
 ): () => KvEventsService | null {
   const index = d.policy.prefixIndex;
   let kvEvents: KvEventsService | null = null;
   const ensure = (endpoints: GatewayConfig['kvEvents']): KvEventsService | null => {
     if (!index) return null;
     if (!kvEvents) {
-      kvEvents = createKvEventsService({ endpoints, index, fleet: d.registry, scraper: d.scraper, clock: d.clock, logger: d.logger });
+      kvEvents = createKvEventsService({
+        endpoints,
+        index,
+        fleet: d.registry,
+        scraper: d.scraper,
+        clock: d.clock,
+        logger: d.logger,
+        tokenizers: d.tokenizers,
+        strictParity: config.tokenizers.strictParity,
+        registry: d.metrics.registry,
+      });
       registerKvEventMetrics(d.metrics.registry, kvEvents.subscribers);
       d.services.push(kvEvents);
     }

@@ -1,0 +1,77 @@
+/**
+ * A set of 53-bit block hashes (kv/block-hash.ts) in one Float64Array, open addressing with
+ * linear probing, doubling at half full: 16–32 bytes per hash, no object per entry for the
+ * collector to trace. A JS Set of the same hashes boxes each one (it is past the small-integer
+ * range) and stops at 2^24 entries, which a day-long replay's distinct blocks pass.
+ *
+ * 0 marks an empty slot, so the hash 0 is kept in a flag of its own.
+ */
+export class HashSet53 {
+  private slots: Float64Array;
+  private mask: number;
+  private hasZero = false;
+  size = 0;
+
+  constructor(capacity = 1 << 16) {
+    let n = 16;
+    while (n < capacity * 2) n *= 2;
+    this.slots = new Float64Array(n);
+    this.mask = n - 1;
+  }
+
+  /** Bytes the table holds. */
+  get bytes(): number {
+    return this.slots.byteLength;
+  }
+
+  has(h: number): boolean {
+    if (h === 0) return this.hasZero;
+    const s = this.slots;
+    for (let i = slotOf(h) & this.mask; ; i = (i + 1) & this.mask) {
+      const v = s[i]!;
+      if (v === h) return true;
+      if (v === 0) return false;
+    }
+  }
+
+  /** Add `h`; false if it was there already. */
+  add(h: number): boolean {
+    if (h === 0) {
+      if (this.hasZero) return false;
+      this.hasZero = true;
+      this.size++;
+      return true;
+    }
+    if (this.insert(this.slots, this.mask, h)) {
+      this.size++;
+      if (this.size * 2 > this.slots.length) this.grow();
+      return true;
+    }
+    return false;
+  }
+
+  private insert(s: Float64Array, mask: number, h: number): boolean {
+    for (let i = slotOf(h) & mask; ; i = (i + 1) & mask) {
+      const v = s[i]!;
+      if (v === h) return false;
+      if (v === 0) {
+        s[i] = h;
+        return true;
+      }
+    }
+  }
+
+  private grow(): void {
+    const old = this.slots;
+    const next = new Float64Array(old.length * 2);
+    const mask = next.length - 1;
+    for (let i = 0; i < old.length; i++) if (old[i] !== 0) this.insert(next, mask, old[i]!);
+    this.slots = next;
+    this.mask = mask;
+  }
+}
+
+/** A slot from the hash's low 32 bits (already well mixed: fmix in block-hash.ts), scrambled once more. */
+function slotOf(h: number): number {
+  return Math.imul((h % 4294967296) ^ Math.floor(h / 4294967296), 0x9e3779b1) >>> 0;
+}
