@@ -102,71 +102,10 @@ export function kvEventsService(o: KvEventsServiceOptions): KvEventsService {
     }
     return out;
   });
-  if (o.registry) {
-    const verdicts = ['match', 'mismatch', 'unknown'] as const;
-    new Gauge({
-      name: 'kvgate_token_parity',
-      help: "1 for the verdict of each KV-event worker's token-parity probe (match, mismatch: its events are not used, unknown: not asked yet), 0 for the others",
-      labelNames: ['worker', 'verdict'],
-      registers: [o.registry],
-      collect() {
-        this.reset();
-        for (const [id, p] of parity) for (const v of verdicts) this.set({ worker: id, verdict: v }, p.verdict === v ? 1 : 0);
-      },
-    });
-    if (watch)
-      new Gauge({
-        name: 'kvgate_kv_events_parity_ratio',
-        help: "Share of the blocks a worker's KV events report at the start of a prompt that kvgate predicted for it (near 1: kvgate tokenizes as the engine does)",
-        labelNames: ['worker'],
-        registers: [o.registry],
-        collect() {
-          this.reset();
-          for (const id of watch.ids()) {
-            const r = watch.ratio(id);
-            if (r !== null) this.set({ worker: id }, r);
-          }
-        },
-      });
-  }
+  if (o.registry) registerParityMetrics(o.registry, parity, watch);
   /** Subscriber ids per worker: the worker's own, or one per data-parallel rank. */
   const subscriberIds = new Map<string, string[]>();
-  const view = (s: KvEventSubscriberStatus) => ({
-    endpoint: s.endpoint,
-    source: s.source,
-    reason: s.reason,
-    lastSeq: s.lastSeq,
-    batches: s.batches,
-    gaps: s.gaps,
-    replays: s.replays,
-    resyncs: s.resyncs,
-    restarts: s.restarts,
-    errors: s.errors,
-    // Events deliberately not indexed: other KV-cache groups of a hybrid model, other media.
-    skippedOtherGroup: s.mapper.otherGroup,
-    skippedOtherMedium: s.mapper.otherMedium,
-  });
-  o.fleet.addDescriber((w) => {
-    const ids = subscriberIds.get(w.id) ?? [w.id];
-    const all = ids.map((id) => subscribers.get(id)?.status()).filter((s): s is KvEventSubscriberStatus => s !== undefined);
-    if (all.length === 0) return {};
-    if (ids.length === 1) return { kvEvents: view(all[0]!) };
-    const st = o.index.workerStatus(w.id);
-    const sum = (k: 'batches' | 'gaps' | 'replays' | 'resyncs' | 'restarts' | 'errors') => all.reduce((n, s) => n + s[k], 0);
-    return {
-      kvEvents: {
-        source: st?.source ?? 'approximate',
-        reason: st?.reason ?? '',
-        batches: sum('batches'),
-        gaps: sum('gaps'),
-        replays: sum('replays'),
-        resyncs: sum('resyncs'),
-        restarts: sum('restarts'),
-        errors: sum('errors'),
-        ranks: all.map(view),
-      },
-    };
-  });
+  o.fleet.addDescriber((w) => describeSubscribers(w.id, subscriberIds.get(w.id) ?? [w.id], subscribers, o.index));
   /** Stop every subscriber of a worker (its ranks'). */
   const unsubscribe = async (workerId: string): Promise<void> => {
     const ids = subscriberIds.get(workerId) ?? [workerId];
@@ -304,6 +243,72 @@ export function kvEventsService(o: KvEventsServiceOptions): KvEventsService {
     close: async () => {
       if (upTimer) clearInterval(upTimer);
       await subscribers.closeAll();
+    },
+  };
+}
+
+/** kvgate_token_parity and, where parity is watched, kvgate_kv_events_parity_ratio. */
+function registerParityMetrics(registry: Registry, parity: ReadonlyMap<string, ParityReport>, watch: KvEventsParity | null): void {
+  const verdicts = ['match', 'mismatch', 'unknown'] as const;
+  new Gauge({
+    name: 'kvgate_token_parity',
+    help: "1 for the verdict of each KV-event worker's token-parity probe (match, mismatch: its events are not used, unknown: not asked yet), 0 for the others",
+    labelNames: ['worker', 'verdict'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [id, p] of parity) for (const v of verdicts) this.set({ worker: id, verdict: v }, p.verdict === v ? 1 : 0);
+    },
+  });
+  if (watch)
+    new Gauge({
+      name: 'kvgate_kv_events_parity_ratio',
+      help: "Share of the blocks a worker's KV events report at the start of a prompt that kvgate predicted for it (near 1: kvgate tokenizes as the engine does)",
+      labelNames: ['worker'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const id of watch.ids()) {
+          const r = watch.ratio(id);
+          if (r !== null) this.set({ worker: id }, r);
+        }
+      },
+    });
+}
+
+/** What /admin/workers shows of a worker's KV-event subscribers: one, or one per data-parallel rank. */
+function describeSubscribers(workerId: string, ids: readonly string[], subscribers: KvEventSubscribers, index: PrefixIndex): Record<string, unknown> {
+  const view = (s: KvEventSubscriberStatus) => ({
+    endpoint: s.endpoint,
+    source: s.source,
+    reason: s.reason,
+    lastSeq: s.lastSeq,
+    batches: s.batches,
+    gaps: s.gaps,
+    replays: s.replays,
+    resyncs: s.resyncs,
+    restarts: s.restarts,
+    errors: s.errors,
+    // Events deliberately not indexed: other KV-cache groups of a hybrid model, other media.
+    skippedOtherGroup: s.mapper.otherGroup,
+    skippedOtherMedium: s.mapper.otherMedium,
+  });
+  const all = ids.map((id) => subscribers.get(id)?.status()).filter((s): s is KvEventSubscriberStatus => s !== undefined);
+  if (all.length === 0) return {};
+  if (ids.length === 1) return { kvEvents: view(all[0]!) };
+  const st = index.workerStatus(workerId);
+  const sum = (k: 'batches' | 'gaps' | 'replays' | 'resyncs' | 'restarts' | 'errors') => all.reduce((n, s) => n + s[k], 0);
+  return {
+    kvEvents: {
+      source: st?.source ?? 'approximate',
+      reason: st?.reason ?? '',
+      batches: sum('batches'),
+      gaps: sum('gaps'),
+      replays: sum('replays'),
+      resyncs: sum('resyncs'),
+      restarts: sum('restarts'),
+      errors: sum('errors'),
+      ranks: all.map(view),
     },
   };
 }
