@@ -111,3 +111,16 @@ test('block table: leading run in ⌊(i+1)·100/n⌋ percent, one shared LRU of 
   assert.equal(t.size, 2);
   assert.deepEqual(Object.fromEntries(t.match([4, 5], ['d'])), { d: 100 });
 });
+
+test('block table: the LRU order survives many re-stamps (the stamp queue compacts)', () => {
+  const t = new BlockLruTable(4, Infinity);
+  t.add([7], 'x', 0);
+  for (let i = 0; i < 3000; i++) t.add([1, 2, 3], 'a', i);
+  // 7 is the least recently stamped, then 1, 2, 3.
+  t.add([4], 'b', 3000);
+  assert.deepEqual(Object.fromEntries(t.match([7], ['x'])), {});
+  assert.deepEqual(Object.fromEntries(t.match([1, 2, 3], ['a'])), { a: 100 });
+  t.add([5], 'b', 3001);
+  assert.deepEqual(Object.fromEntries(t.match([1, 2, 3], ['a'])), {});
+  assert.deepEqual(Object.fromEntries(t.match([2, 3], ['a'])), { a: 100 });
+});
