@@ -69,6 +69,10 @@ export interface BenchOptions {
   gpuHourCost?: number;
   /** vLLM's --max-loras on every worker (requests naming an adapter; BenchRequest.adapter). */
   maxLoras?: number;
+  /** Host-memory KV offload tier on every worker, GiB (EngineConfig.cpuOffload). */
+  cpuOffloadGib?: number;
+  /** Feed every policy with a prefix index from the engines' KV events (FleetSimOptions.kvEvents). */
+  kvEvents?: boolean;
   /** The LoRA adapters every worker serves (a pool's `adapters`). */
   adapters?: readonly string[];
   overheadMs?: number;
@@ -482,6 +486,7 @@ async function runFleet(ctx: RunContext, name: string, run: FleetRun): Promise<S
     admission: o.kvAdmission ? { settings: o.kvAdmission } : undefined,
     cacheIsolation: isolated,
     ...(o.adapters !== undefined ? { adapters: o.adapters } : {}),
+    ...(o.kvEvents ? { kvEvents: true } : {}),
     cache: withCache ? simCache(o.cache!) : undefined,
     workers: o.workers,
     engineConfig: ctx.engineConfig,
@@ -574,7 +579,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
   if (cap && !hasSlo(slo)) throw new Error('the capacity search needs an SLO (TTFT and/or TPOT)');
   const engineOf = (gpu: string): EngineConfig =>
     ({
-      ...buildEngineConfig({ gpu, model: o.model, tp, hashSeed: mix32(o.seed, 0x4b56), emitTokens: false, kvEvents: false }),
+      ...buildEngineConfig({ gpu, model: o.model, tp, hashSeed: mix32(o.seed, 0x4b56), emitTokens: false, kvEvents: false, cpuOffloadGib: o.cpuOffloadGib }),
       ...(o.maxLoras !== undefined ? { maxLoras: o.maxLoras } : {}),
     });
   const engineConfig = engineOf(mix[0]!.gpu);

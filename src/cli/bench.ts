@@ -62,6 +62,13 @@ Fleet:
   --max-loras N           LoRA adapters one worker batches at once (vLLM --max-loras): a request
                           whose adapter would be one too many waits (default 1 with --workload
                           lora, else no limit; only requests naming an adapter are affected)
+  --kv-events             feed every policy that keeps a prefix index (kvgate too) from the
+                          engines' KV events, as a gateway whose workers have kvEvents does
+                          (default: only policies built on events, dynamo and llm-d-precise)
+  --cpu-offload-gib N     give every worker a host-memory KV tier of N GiB (vLLM's CPU offloading
+                          connector): prefix blocks evicted from the GPU are loaded back at PCIe
+                          speed instead of recomputed, and KV events carry their medium, so
+                          policies that read events credit such hits by tier (default none)
 
 Run:
   --policy a,b,c          policies to compare (default ${DEFAULT_POLICIES.join(',')}); known: see --list
@@ -231,6 +238,8 @@ Exit status: 0 on success, 1 if a run failed, 2 on bad arguments.
 const OPTIONS = {
   workload: { type: 'string' },
   'max-loras': { type: 'string' },
+  'cpu-offload-gib': { type: 'string' },
+  'kv-events': { type: 'boolean' },
   size: { type: 'string' },
   rate: { type: 'string' },
   burstiness: { type: 'string' },
@@ -668,6 +677,8 @@ export function benchFromFlags(v: BenchFlags): { opts: BenchOptions; source: Ben
     model,
     tp: intFlag(v.tp, 'tp', 1) ?? 1,
     maxLoras: intFlag(v['max-loras'], 'max-loras', 1) ?? (v.workload === 'lora' ? 1 : undefined),
+      cpuOffloadGib: numFlag(v['cpu-offload-gib'], 'cpu-offload-gib', { positive: true }),
+      ...(v['kv-events'] === true ? { kvEvents: true } : {}),
     ...(v.workload === 'lora' ? { adapters: LORA_WORKLOAD_ADAPTERS } : {}),
     seed,
     rateScale: numFlag(v['rate-scale'], 'rate-scale', { positive: true }) ?? 1,

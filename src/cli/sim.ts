@@ -41,6 +41,12 @@ Options:
   --kv-events-port P     publish KV-cache events on tcp://HOST:P (ZeroMQ PUB, vLLM's format)
   --kv-replay-port P     serve KV-event replays on tcp://HOST:P (ZeroMQ ROUTER)
   --kv-topic TOPIC       topic of KV-event messages (default empty)
+  --kv-events-encoding E map (current vLLM: events are maps tagged "type", the default) or
+                         array (older vLLM: msgspec array_like tagged arrays)
+  --kv-events-drop P     drop a share P (0..1) of event batches on the PUB socket (they stay in
+                         the replay buffer), to test a subscriber's gap repair
+  --cpu-offload-gib N    keep GPU-evicted prefix blocks in N GiB of host memory (LRU), loaded
+                         back at PCIe speed instead of recomputed; events carry medium "CPU"
   --hash-seed N          block-hash seed (default: random per process, like vLLM)
   --legacy-metrics       emit pre-0.9 metric names (vllm:gpu_cache_usage_perc, ...)
   --api-key KEY          require 'Authorization: Bearer KEY' on /v1/* (vLLM's --api-key;
@@ -166,6 +172,9 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
         'kv-events-port': { type: 'string' },
         'kv-replay-port': { type: 'string' },
         'kv-topic': { type: 'string' },
+        'kv-events-encoding': { type: 'string' },
+        'kv-events-drop': { type: 'string' },
+        'cpu-offload-gib': { type: 'string' },
         'hash-seed': { type: 'string' },
         'legacy-metrics': { type: 'boolean' },
         'api-key': { type: 'string' },
@@ -229,7 +238,18 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
     const ep = (p: number) => `tcp://${zhost}:${p === 0 ? '*' : p}`;
     opts.kvEvents = { endpoint: ep(kvPort), topic: values['kv-topic'] ?? '' };
     if (replayPort !== undefined) opts.kvEvents.replayEndpoint = ep(replayPort);
+    const encoding = values['kv-events-encoding'];
+    if (encoding !== undefined) {
+      if (encoding !== 'map' && encoding !== 'array') throw new UsageError(`--kv-events-encoding must be map or array, got "${encoding}"`);
+      opts.kvEvents.encoding = encoding;
+    }
+    const drop = num('kv-events-drop', values['kv-events-drop'], (n) => n >= 0 && n <= 1, 'in [0, 1]');
+    if (drop !== undefined) opts.kvEvents.dropRate = drop;
+  } else if (values['kv-events-encoding'] !== undefined || values['kv-events-drop'] !== undefined) {
+    throw new UsageError('--kv-events-encoding and --kv-events-drop need --kv-events-port');
   }
+  const offload = num('cpu-offload-gib', values['cpu-offload-gib'], (n) => n >= 0, 'a non-negative number');
+  if (offload !== undefined && offload > 0) opts.cpuOffloadGib = offload;
   return opts;
 }
 

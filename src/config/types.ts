@@ -9,6 +9,8 @@ export interface WorkerKvEvents {
   endpoint: string;
   replayEndpoint?: string;
   topic?: string;
+  /** Data-parallel ranks publishing at endpoint + rank (default 1). */
+  dataParallelSize?: number;
 }
 
 /** A tenant with its keys read and hashed. */

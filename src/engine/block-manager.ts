@@ -18,12 +18,23 @@
  *
  * Everything is O(1) per block touched: typed arrays for the per-block state, an intrusive
  * doubly linked list for the free queue, one open-addressing table from hash to block.
+ *
+ * Optional host-memory offload tier (vLLM's CPU offloading connector, `--kv-offloading-size`;
+ * LMCache's local CPU backend): a cached block evicted from the GPU is kept in host memory, an LRU
+ * of `numHostBlocks` blocks, and a later prompt that reaches it loads it back over PCIe instead
+ * of recomputing it (engine.ts prices the load). Its KV events carry the medium, as vLLM's do: the
+ * copy to host is published as BlockStored(medium "CPU") before the GPU's BlockRemoved, so a
+ * subscriber knows the block by its hash when the host copy arrives without token ids; a host
+ * eviction is BlockRemoved(medium "CPU").
  */
 
 import type { KvEvent } from '../kv/events.js';
 
 const NO_HASH = -1;
 const NIL = -1;
+/** vLLM's medium strings (vllm/distributed/kv_events.py MEDIUM_GPU; the offloading connector's CPU). */
+export const MEDIUM_GPU = 'GPU';
+export const MEDIUM_CPU = 'CPU';
 
 /**
  * Open-addressing map from block hash to block id. Block hashes are 53-bit integers, too wide
@@ -130,8 +141,11 @@ export class BlockManager {
   private readonly byHash: HashIndex;
   /** KV events in the order the operations happened; null when events are off. */
   private readonly events: KvEvent[] | null;
+  /** Hashes held in host memory, least recently used first (Map insertion order); null: no tier. */
+  private readonly host: Map<number, true> | null;
+  readonly numHostBlocks: number;
 
-  constructor(numBlocks: number, blockSize: number, recordEvents: boolean) {
+  constructor(numBlocks: number, blockSize: number, recordEvents: boolean, numHostBlocks = 0) {
     if (!Number.isInteger(numBlocks) || numBlocks < 1) throw new Error(`numGpuBlocks must be a positive integer, got ${numBlocks}`);
     if (!Number.isInteger(blockSize) || blockSize < 1) throw new Error(`blockSize must be a positive integer, got ${blockSize}`);
     this.numBlocks = numBlocks;
@@ -143,6 +157,42 @@ export class BlockManager {
     this.byHash = new HashIndex(numBlocks);
     for (let b = 0; b < numBlocks; b++) this.pushTail(b);
     this.events = recordEvents ? [] : null;
+    if (!Number.isInteger(numHostBlocks) || numHostBlocks < 0) throw new Error(`numHostBlocks must be a non-negative integer, got ${numHostBlocks}`);
+    this.numHostBlocks = numHostBlocks;
+    this.host = numHostBlocks > 0 ? new Map() : null;
+  }
+
+  /** True if `hash` can be loaded from host memory. */
+  inHost(hash: number): boolean {
+    return this.host !== null && this.host.has(hash);
+  }
+
+  /** Blocks held in host memory. */
+  get numHostCached(): number {
+    return this.host?.size ?? 0;
+  }
+
+  /** Mark a host block as just used (it is being loaded back), so evictions take others first. */
+  touchHost(hash: number): void {
+    const host = this.host;
+    if (host === null || !host.delete(hash)) return;
+    host.set(hash, true);
+  }
+
+  /** Keep an evicted GPU block in host memory, making room by evicting the LRU host block. */
+  private offload(hash: number): void {
+    const host = this.host!;
+    if (host.delete(hash)) {
+      host.set(hash, true); // already there (loaded back earlier): now the most recent
+      return;
+    }
+    if (host.size >= this.numHostBlocks) {
+      const old = host.keys().next().value!;
+      host.delete(old);
+      this.emitRemoved(old, MEDIUM_CPU);
+    }
+    host.set(hash, true);
+    this.events?.push({ type: 'BlockStored', blockHashes: [hash], parentBlockHash: null, tokenIds: [], blockSize: this.blockSize, medium: MEDIUM_CPU });
   }
 
   /** Blocks in the free queue (including evictable cached ones). */
@@ -206,6 +256,7 @@ export class BlockManager {
       this.cachedFree--;
       this.byHash.delete(h);
       this.hashOf[b] = NO_HASH;
+      if (this.host !== null) this.offload(h);
       this.emitRemoved(h);
     }
     this.refCount[b] = 1;
@@ -256,9 +307,15 @@ export class BlockManager {
       }
     }
     this.cachedFree = 0;
+    // The host tier is dropped too (vLLM resets its offloading connector with the prefix cache).
+    const hostDropped = this.host ? [...this.host.keys()] : [];
+    this.host?.clear();
     if (this.events) {
       if (this.byHash.size === 0) this.events.push({ type: 'AllBlocksCleared' });
-      else if (dropped.length > 0) this.events.push({ type: 'BlockRemoved', blockHashes: dropped });
+      else {
+        if (dropped.length > 0) this.events.push({ type: 'BlockRemoved', blockHashes: dropped });
+        if (hostDropped.length > 0) this.events.push({ type: 'BlockRemoved', blockHashes: hostDropped, medium: MEDIUM_CPU });
+      }
     }
     return dropped.length;
   }
@@ -283,14 +340,15 @@ export class BlockManager {
     return new Set(this.byHash.keysIter());
   }
 
-  private emitRemoved(h: number): void {
+  private emitRemoved(h: number, medium?: string): void {
     const ev = this.events;
     if (!ev) return;
-    // Merge with an immediately preceding BlockRemoved to keep event batches small while still
-    // preserving the order of operations (a hash may be removed and stored again in one step).
+    // Merge with an immediately preceding BlockRemoved of the same medium to keep event batches
+    // small while still preserving the order of operations (a hash may be removed and stored
+    // again in one step).
     const last = ev[ev.length - 1];
-    if (last && last.type === 'BlockRemoved') last.blockHashes.push(h);
-    else ev.push({ type: 'BlockRemoved', blockHashes: [h] });
+    if (last && last.type === 'BlockRemoved' && last.medium === medium) last.blockHashes.push(h);
+    else ev.push(medium === undefined ? { type: 'BlockRemoved', blockHashes: [h] } : { type: 'BlockRemoved', blockHashes: [h], medium });
   }
 
   private pushTail(b: number): void {

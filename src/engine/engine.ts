@@ -175,9 +175,13 @@ export class Engine implements EngineModel {
   private pendingPrefill = 0;
   private readonly scratch: Int32Array;
   private readonly hitScratch: number[] = [];
+  /** Blocks admitted this step from the host-memory tier (their load is priced into the step). */
+  private hostLoadBlocks = 0;
   private readonly counters = {
     prefixQueries: 0,
     prefixHits: 0,
+    /** Prompt tokens loaded back from the host-memory tier instead of recomputed. */
+    hostHits: 0,
     preemptions: 0,
     prefillPreemptions: 0,
     promptTokens: 0,
@@ -193,7 +197,7 @@ export class Engine implements EngineModel {
     }
     this.config = config;
     this.bs = config.blockSize;
-    this.bm = new BlockManager(config.numGpuBlocks, config.blockSize, config.kvEvents);
+    this.bm = new BlockManager(config.numGpuBlocks, config.blockSize, config.kvEvents, config.cpuOffload?.numBlocks ?? 0);
     this.root = chainRoot(config.hashSeed);
     this.caching = config.enablePrefixCaching;
     this.emitTokens = config.emitTokens !== false;
@@ -312,7 +316,9 @@ export class Engine implements EngineModel {
     }
     running.length = w;
 
-    let durationMs = this.config.timeModel.stepMs(shape);
+    // Blocks loaded back from host memory this step cross PCIe before the forward pass uses them.
+    let durationMs = this.config.timeModel.stepMs(shape) + this.hostLoadBlocks * (this.config.cpuOffload?.loadMsPerBlock ?? 0);
+    this.hostLoadBlocks = 0;
     if (draftShape && draftShape.decodeSeqs > 0) durationMs += this.spec!.k * this.spec!.draftTimeModel.stepMs(draftShape);
     return {
       durationMs,
@@ -401,16 +407,20 @@ export class Engine implements EngineModel {
       const hits = this.hitScratch;
       hits.length = 0;
       let hitFree = 0;
+      let hostHits = 0;
       if (this.caching && !s.skipPrefixCache) {
         const maxBlocks = Math.floor((numTokens - 1) / bs);
-        for (let i = 0; i < maxBlocks; i++) {
+        let i = 0;
+        for (; i < maxBlocks; i++) {
           const blk = bm.lookup(this.hashAt(s, i));
           if (blk < 0) break;
           hits.push(blk);
           if (bm.isFree(blk)) hitFree++;
         }
+        // Past the GPU's prefix, the host tier's: loaded into fresh GPU blocks, not recomputed.
+        if (bm.numHostBlocks > 0) while (i + hostHits < maxBlocks && bm.inHost(this.hashAt(s, i + hostHits))) hostHits++;
       }
-      const hitTokens = hits.length * bs;
+      const hitTokens = (hits.length + hostHits) * bs;
       const n = Math.min(numTokens - hitTokens, b.budget);
       const need = Math.ceil((hitTokens + n) / bs) - hits.length;
       if (need > bm.numFree - hitFree) break;
@@ -422,7 +432,10 @@ export class Engine implements EngineModel {
         bm.touch(hits[k]!);
         s.blocks.push(hits[k]!);
       }
+      // The host blocks being loaded are the most recently used: the allocations below evict others.
+      for (let k = 0; k < hostHits; k++) bm.touchHost(this.hashAt(s, hits.length + k));
       for (let k = 0; k < need; k++) s.blocks.push(bm.allocate());
+      this.hostLoadBlocks += hostHits;
       s.numComputed = hitTokens;
       s.numProcessed = hits.length;
       this.pendingPrefill += this.pendingOf(s) - pendingBefore;
@@ -435,7 +448,8 @@ export class Engine implements EngineModel {
         this.counters.promptTokens += s.promptLen;
         if (this.caching && !s.skipPrefixCache) {
           this.counters.prefixQueries += s.promptLen;
-          this.counters.prefixHits += hitTokens;
+          this.counters.prefixHits += hits.length * bs;
+          this.counters.hostHits += hostHits * bs;
         }
         b.started.push({ id: s.id, cachedPromptTokens: hitTokens });
       }
@@ -544,6 +558,7 @@ export class Engine implements EngineModel {
       cachedFreeBlocks: bm.numCachedFree,
       prefixQueries: c.prefixQueries,
       prefixHits: c.prefixHits,
+      ...(bm.numHostBlocks > 0 ? { hostHits: c.hostHits, hostBlocks: bm.numHostBlocks, hostCachedBlocks: bm.numHostCached } : {}),
       preemptions: c.preemptions,
       prefillPreemptions: c.prefillPreemptions,
       promptTokens: c.promptTokens,

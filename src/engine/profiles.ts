@@ -102,7 +102,15 @@ export interface BuildEngineOptions {
   kvEvents?: boolean;
   emitTokens?: boolean;
   maxModelLen?: number;
+  /** Host memory for the KV offload tier, GiB (vLLM's --kv-offloading-size); 0 or absent: none. */
+  cpuOffloadGib?: number;
 }
+
+/**
+ * Host → GPU copy bandwidth for loading offloaded KV blocks, bytes/s: PCIe 4.0 ×16 moves about
+ * 25 GB/s of pinned memory in practice (of 32 GB/s raw); a PCIe 5.0 host roughly doubles it.
+ */
+export const HOST_LOAD_BYTES_PER_S = 25e9;
 
 /** Sizing details behind an EngineConfig, for logs and the docs. */
 export interface EngineSizing {
@@ -169,6 +177,7 @@ export function buildEngineConfig(opts: BuildEngineOptions): EngineConfig {
     hashSeed: opts.hashSeed ?? PROCESS_HASH_SEED,
     kvEvents: opts.kvEvents ?? false,
     emitTokens: opts.emitTokens ?? true,
+    ...cpuOffloadOf(opts.cpuOffloadGib, sizing.kvBytesPerToken * (opts.blockSize ?? 16)),
     timeModel: new RooflineTimeModel({
       gpu: sizing.gpu,
       model,
@@ -177,4 +186,11 @@ export function buildEngineConfig(opts: BuildEngineOptions): EngineConfig {
       kvCacheDtype: sizing.kvCacheDtype,
     }),
   };
+}
+
+/** The host offload tier of `gib` GiB for blocks of `blockBytes` bytes, as EngineConfig.cpuOffload. */
+export function cpuOffloadOf(gib: number | undefined, blockBytes: number): { cpuOffload?: { numBlocks: number; loadMsPerBlock: number } } {
+  if (gib === undefined || gib === 0) return {};
+  if (!(gib > 0) || !Number.isFinite(gib)) throw new Error(`cpuOffloadGib must be a positive number, got ${gib}`);
+  return { cpuOffload: { numBlocks: Math.floor((gib * GiB) / blockBytes), loadMsPerBlock: (blockBytes / HOST_LOAD_BYTES_PER_S) * 1000 } };
 }

@@ -98,6 +98,11 @@ export interface EngineStats {
   cachedFreeBlocks: number;
   prefixQueries: number; // vllm:prefix_cache_queries (tokens)
   prefixHits: number; // vllm:prefix_cache_hits (tokens)
+  /** With a host-memory tier: prompt tokens loaded from it instead of recomputed. */
+  hostHits?: number;
+  /** With a host-memory tier: its size and the blocks it holds. */
+  hostBlocks?: number;
+  hostCachedBlocks?: number;
   preemptions: number; // vllm:num_preemptions
   /**
    * Of those, requests preempted while still prefilling their prompt (simulation only: vLLM has
@@ -126,6 +131,12 @@ export interface EngineConfig {
   /** Per-step token budget shared by decodes and prefill chunks (max_num_batched_tokens). */
   maxNumBatchedTokens: number;
   enablePrefixCaching: boolean;
+  /**
+   * Host-memory offload tier (vLLM's CPU offloading connector): GPU blocks evicted from the prefix
+   * cache are kept in `numBlocks` blocks of host memory (LRU) and loaded back at `loadMsPerBlock`
+   * (one block's KV bytes over PCIe) instead of being recomputed. Absent: no tier.
+   */
+  cpuOffload?: { numBlocks: number; loadMsPerBlock: number };
   /** Seed of the block-hash chain (vLLM: random per process unless PYTHONHASHSEED is set). */
   hashSeed: number;
   /** Produce KvEvent records in StepResult (costs time; off in large benches). */

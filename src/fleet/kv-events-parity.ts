@@ -11,6 +11,7 @@
  * (`holds`, before the event's blocks go in) and passes every call through.
  */
 import type { IndexSource, KvBlockSink } from './kv-block-sink.js';
+import type { KvTier } from '../kv/tiers.js';
 import type { BlockSeq } from '../kv/prompt-blocks.js';
 
 /** The index as the watch reads it. */
@@ -67,8 +68,8 @@ export class KvEventsParity {
         if (hashes.length > 0) this.observe(id, hashes);
         inner.sequenceStart?.(id, hashes);
       },
-      insert: (id: string, hashes: BlockSeq, source: 'event', now: number) => inner.insert(id, hashes, source, now),
-      remove: (id: string, hash: number) => inner.remove(id, hash),
+      insertEvent: (id: string, hashes: BlockSeq, tier: KvTier, now: number) => inner.insertEvent(id, hashes, tier, now),
+      remove: (id: string, hash: number, tier?: KvTier) => inner.remove(id, hash, tier),
       clearWorker: (id: string, sources?: readonly 'event'[]) => inner.clearWorker(id, sources),
     };
   }

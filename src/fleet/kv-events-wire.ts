@@ -1,11 +1,20 @@
 /**
- * vLLM's KV-event wire format (vllm/distributed/kv_events.py), decoded liberally.
+ * vLLM's KV-event wire format (vllm/distributed/kv_events.py), decoded in both of its encodings.
  *
  * A ZeroMQ PUB message is `[topic, seq (8-byte big-endian), payload]`; the payload is msgpack of
- * `EventBatch = [ts, events, data_parallel_rank?]` (msgspec array_like structs). Each event is a
- * tagged array — `["BlockStored", block_hashes, parent_block_hash, token_ids, block_size,
- * lora_id?, medium?, lora_name?, ...]`, `["BlockRemoved", block_hashes, medium?, ...]`, `["AllBlocksCleared"]`
- * — or, in newer or other encoders, a map with named fields and a `type` (or `tag`) field.
+ * an `EventBatch {ts, events, data_parallel_rank?}`. The events are msgspec structs declared with
+ * `tag=True` (KVCacheEvent), which msgspec encodes:
+ * - as a map tagged `"type"` in current vLLM: `{"type": "BlockStored", "block_hashes": …,
+ *   "parent_block_hash": …, "token_ids": …, "block_size": …, "lora_id": …, "medium": …,
+ *   "lora_name": …, "extra_keys"?, "group_idx"?, "kv_cache_spec_kind"?,
+ *   "kv_cache_spec_sliding_window"?}`, `{"type": "BlockRemoved", "block_hashes", "medium",
+ *   "group_idx"?}`, `{"type": "AllBlocksCleared"}`; fields with defaults (extra_keys onwards,
+ *   data_parallel_rank) are left out when unset (`omit_defaults=True`), and the batch is a map;
+ * - as a tagged array in older vLLM (`array_like=True`): `["BlockStored", block_hashes,
+ *   parent_block_hash, token_ids, block_size, lora_id, medium, lora_name, extra_keys, group_idx,
+ *   kv_cache_spec_kind, kv_cache_spec_sliding_window]` — fields in declaration order, trailing
+ *   defaults left out — and the batch `[ts, events, data_parallel_rank]`.
+ * Either form is accepted per batch and per event; a map may also name its tag `tag`.
  * Block hashes are bytes (sha256 digests) by default, or integers with an environment switch;
  * integers beyond 2^53 arrive as bigints. Every hash is folded to a 53-bit number, which is only
  * ever used as a lookup key (collisions at 53 bits are negligible for a cache's worth of blocks).
@@ -17,8 +26,8 @@ export interface KvEventBatch {
   ts: number;
   events: KvEvent[];
   dpRank?: number;
-  /** Events skipped because they concern another storage medium (CPU/disk offload). */
-  skippedOtherMedium: number;
+  /** Events of a type this gateway does not know (a newer vLLM's), skipped. */
+  skippedUnknown: number;
 }
 
 const decoder = new Decoder({ useBigInt64: true });
@@ -72,10 +81,6 @@ function hashList(v: unknown, what: string): number[] {
   return v.map(foldHash);
 }
 
-function isGpuMedium(m: unknown): boolean {
-  return m === undefined || m === null || (typeof m === 'string' && m.toUpperCase() === 'GPU');
-}
-
 function tagOf(e: unknown): { tag: string; fields: unknown[] | Record<string, unknown> } {
   if (Array.isArray(e)) {
     if (typeof e[0] !== 'string') throw new Error('event array must start with its tag');
@@ -95,31 +100,71 @@ function field(fields: unknown[] | Record<string, unknown>, pos: number, key: st
   return Array.isArray(fields) ? fields[pos] : fields[key];
 }
 
-/** Decode one event; null for events this gateway does not track (other media, unknown tags). */
-function decodeEvent(e: unknown): KvEvent | null | 'other-medium' {
+function optString(v: unknown, what: string): string | undefined {
+  if (v === null || v === undefined) return undefined;
+  if (typeof v !== 'string') throw new Error(`${what} must be a string`);
+  return v;
+}
+
+function optInt(v: unknown, what: string): number | undefined {
+  if (v === null || v === undefined) return undefined;
+  return toInt(v, what);
+}
+
+/** extra_keys: one entry per block, each a tuple (array) or null. */
+function extraKeys(v: unknown): Array<unknown[] | null> | undefined {
+  if (v === null || v === undefined) return undefined;
+  if (!Array.isArray(v)) throw new Error('BlockStored.extra_keys must be an array');
+  return v.map((k) => {
+    if (k === null || k === undefined) return null;
+    if (!Array.isArray(k)) throw new Error('BlockStored.extra_keys entries must be arrays or null');
+    return k;
+  });
+}
+
+/**
+ * Decode one event; null for an event type this gateway does not know. Positions are those of
+ * the array form after its tag (BlockStored's fields in vllm/distributed/kv_events.py order).
+ */
+function decodeEvent(e: unknown): KvEvent | null {
   const { tag, fields } = tagOf(e);
   switch (tag) {
     case 'BlockStored': {
-      if (!isGpuMedium(field(fields, 5, 'medium'))) return 'other-medium';
       const parent = field(fields, 1, 'parent_block_hash');
       const tokens = field(fields, 2, 'token_ids');
       if (!Array.isArray(tokens)) throw new Error('BlockStored.token_ids must be an array');
-      // vLLM names the LoRA adapter after `medium` (lora_name); lora_id, before it, is a number
-      // the engine gives adapters as it loads them, which no router can tell apart across workers.
-      const lora = field(fields, 6, 'lora_name');
-      if (lora !== null && lora !== undefined && typeof lora !== 'string') throw new Error('BlockStored.lora_name must be a string');
+      // lora_id (position 4) is deprecated upstream and numbered per process as adapters load, so
+      // no router can tell adapters apart by it across workers: lora_name keys the blocks.
+      const lora = optString(field(fields, 6, 'lora_name'), 'BlockStored.lora_name');
+      const medium = optString(field(fields, 5, 'medium'), 'BlockStored.medium');
+      const extra = extraKeys(field(fields, 7, 'extra_keys'));
+      const group = optInt(field(fields, 8, 'group_idx'), 'BlockStored.group_idx');
+      const kind = optString(field(fields, 9, 'kv_cache_spec_kind'), 'BlockStored.kv_cache_spec_kind');
+      const window = optInt(field(fields, 10, 'kv_cache_spec_sliding_window'), 'BlockStored.kv_cache_spec_sliding_window');
       return {
         type: 'BlockStored',
         blockHashes: hashList(field(fields, 0, 'block_hashes'), 'BlockStored.block_hashes'),
         parentBlockHash: parent === null || parent === undefined ? null : foldHash(parent),
         tokenIds: tokens.map((t) => toInt(t, 'token id')),
         blockSize: toInt(field(fields, 3, 'block_size'), 'BlockStored.block_size'),
-        ...(typeof lora === 'string' && lora !== '' ? { loraName: lora } : {}),
+        ...(lora !== undefined && lora !== '' ? { loraName: lora } : {}),
+        ...(medium !== undefined ? { medium } : {}),
+        ...(extra !== undefined ? { extraKeys: extra } : {}),
+        ...(group !== undefined ? { groupIdx: group } : {}),
+        ...(kind !== undefined ? { kvCacheSpecKind: kind } : {}),
+        ...(window !== undefined ? { slidingWindow: window } : {}),
       };
     }
-    case 'BlockRemoved':
-      if (!isGpuMedium(field(fields, 1, 'medium'))) return 'other-medium';
-      return { type: 'BlockRemoved', blockHashes: hashList(field(fields, 0, 'block_hashes'), 'BlockRemoved.block_hashes') };
+    case 'BlockRemoved': {
+      const medium = optString(field(fields, 1, 'medium'), 'BlockRemoved.medium');
+      const group = optInt(field(fields, 2, 'group_idx'), 'BlockRemoved.group_idx');
+      return {
+        type: 'BlockRemoved',
+        blockHashes: hashList(field(fields, 0, 'block_hashes'), 'BlockRemoved.block_hashes'),
+        ...(medium !== undefined ? { medium } : {}),
+        ...(group !== undefined ? { groupIdx: group } : {}),
+      };
+    }
     case 'AllBlocksCleared':
       return { type: 'AllBlocksCleared' };
     default:
@@ -145,10 +190,10 @@ export function decodeEventBatch(payload: Uint8Array): KvEventBatch {
   let skipped = 0;
   for (const e of events) {
     const d = decodeEvent(e);
-    if (d === 'other-medium') skipped++;
-    else if (d !== null) out.push(d);
+    if (d === null) skipped++;
+    else out.push(d);
   }
-  const batch: KvEventBatch = { ts: typeof ts === 'number' ? ts : Number(ts ?? 0), events: out, skippedOtherMedium: skipped };
+  const batch: KvEventBatch = { ts: typeof ts === 'number' ? ts : Number(ts ?? 0), events: out, skippedUnknown: skipped };
   if (dp !== undefined && dp !== null) batch.dpRank = toInt(dp, 'data_parallel_rank');
   return batch;
 }

@@ -3,6 +3,7 @@
  * (`policy.name` in the config) and `kvgate bench --policy` find them by the same name.
  */
 import { formatPath } from '../util/field-path.js';
+import { aibrixPolicy } from './policies/aibrix.js';
 import { dynamoApproxPolicy } from './policies/dynamo-approx.js';
 import { dynamoPolicy } from './policies/dynamo.js';
 import { kvgatePolicy, oraclePolicy } from './policies/kvgate/index.js';
@@ -25,6 +26,7 @@ export const BUILTIN_POLICIES: readonly PolicyDefinition[] = [
   llmdPrecisePolicy,
   dynamoPolicy,
   dynamoApproxPolicy,
+  aibrixPolicy,
   oraclePolicy,
   oracleGreedyPolicy,
   roundRobinPolicy,

@@ -143,6 +143,12 @@ export interface FleetSimOptions {
   cacheIsolation?: boolean;
   /** The LoRA adapters every worker serves (as a pool's `adapters`), for requests naming one. */
   adapters?: readonly string[];
+  /**
+   * Feed every policy that keeps a prefix index from the engines' KV events, as a gateway whose
+   * workers have `kvEvents` configured does (kvgate's view is then event-fed); by default only
+   * policies that declare usesKvEvents get them.
+   */
+  kvEvents?: boolean;
   /** Receives every call made to the router and every snapshot applied, in order. */
   routerTrace?: (e: RouterTraceEvent) => void;
   progressEvery?: number;
@@ -394,12 +400,12 @@ class FleetSim {
     if (policies.length < 1 || policies[0] !== opts.policy) throw new Error('replicas.policies[0] must be the run\'s policy');
     if (policies.length > 1 && opts.admission) throw new Error('admission control is not simulated with several replicas');
     const staleAfterMs = opts.staleAfterMs ?? Math.max(5000, 5 * scrapeMs);
-    const usesEvents = opts.policy.usesKvEvents === true && opts.policy.prefixIndex !== undefined;
+    const usesEvents = (opts.policy.usesKvEvents === true || opts.kvEvents === true) && opts.policy.prefixIndex !== undefined;
     this.cfg = { ...opts.engineConfig, emitTokens: false, kvEvents: usesEvents };
     const cfgs = workerConfigs(opts, this.cfg);
     this.engines = cfgs.map((c) => new Engine(c));
     this.blocksOf = new Map(cfgs.map((c, i) => [`w${i}`, c.numGpuBlocks]));
-    const fleet = { model: this.model, seed: opts.seed, clock: this.clock, staleAfterMs, engines: this.engines, configs: cfgs, blockSize: this.cfg.blockSize, hardware: opts.hardware, adapters: opts.adapters };
+    const fleet = { model: this.model, seed: opts.seed, clock: this.clock, staleAfterMs, engines: this.engines, configs: cfgs, blockSize: this.cfg.blockSize, hardware: opts.hardware, adapters: opts.adapters, kvEvents: opts.kvEvents === true };
     this.replicas = policies.map((policy, r) => createReplica(policy, r, fleet));
     const states = this.replicas[0]!.states;
     this.workerIndex = new Map(states.map((w, i) => [w.id, i]));

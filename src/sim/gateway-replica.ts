@@ -36,12 +36,14 @@ export interface ReplicaFleet {
   hardware?: readonly string[];
   /** The LoRA adapters every worker serves. */
   adapters?: readonly string[];
+  /** Feed the policy's prefix index from KV events even if it does not declare usesKvEvents. */
+  kvEvents?: boolean;
 }
 
 /** Replica r of the run, routing with `policy`. */
 export function createReplica(policy: Policy, r: number, f: ReplicaFleet): SimReplica {
   const router = new Router({ policy, clock: f.clock, rng: seededRng(r === 0 ? f.seed : f.seed + r * 0x9e37), staleAfterMs: f.staleAfterMs });
-  const eventIndex = policy.usesKvEvents === true ? policy.prefixIndex : undefined;
+  const eventIndex = policy.usesKvEvents === true || f.kvEvents === true ? policy.prefixIndex : undefined;
   const states: WorkerState[] = [];
   const mappers: (KvEventMapper | null)[] = [];
   const useOracle = policy.usesOracle === true;

@@ -44,10 +44,15 @@ test('arguments map onto worker options', () => {
   assert.equal(d.port, 8000);
   assert.equal(d.host, '127.0.0.1');
   assert.equal(d.kvEvents, undefined);
+  const kv = parseSimArgs(['--kv-events-port', '0', '--kv-events-encoding', 'array', '--kv-events-drop', '0.25', '--cpu-offload-gib', '8']);
+  assert.equal(kv.kvEvents?.encoding, 'array');
+  assert.equal(kv.kvEvents?.dropRate, 0.25);
+  assert.equal(kv.cpuOffloadGib, 8);
+  assert.equal(parseSimArgs(['--kv-events-port', '0']).kvEvents?.encoding, undefined, "the publisher's default (map) applies");
 });
 
 test('bad flags exit with code 2 and a message', async () => {
-  for (const argv of [['--bogus'], ['--port', 'abc'], ['--speed', '0'], ['--tp', '1.5'], ['extra'], ['--kv-replay-port', '5'], ['--adapters', 'a,'], ['--adapters', 'llama-3.1-8b'], ['--adapters', 'a,a'], ['--max-loras', '2'], ['--adapters', 'a', '--max-loras', '0']]) {
+  for (const argv of [['--bogus'], ['--port', 'abc'], ['--speed', '0'], ['--tp', '1.5'], ['extra'], ['--kv-replay-port', '5'], ['--adapters', 'a,'], ['--adapters', 'llama-3.1-8b'], ['--adapters', 'a,a'], ['--max-loras', '2'], ['--adapters', 'a', '--max-loras', '0'], ['--kv-events-encoding', 'map'], ['--kv-events-port', '0', '--kv-events-encoding', 'json'], ['--kv-events-port', '0', '--kv-events-drop', '1.5'], ['--cpu-offload-gib', '-1']]) {
     const err = sink();
     const code = await runSim(argv, { err: err.stream, out: new PassThrough() });
     assert.equal(code, 2, argv.join(' '));

@@ -80,7 +80,7 @@ const digest = (i: number) => {
   return b;
 };
 
-test('wire decoding is liberal: arrays or maps, int/bigint/bytes hashes, other media skipped', () => {
+test('wire decoding is liberal: arrays or maps, int/bigint/bytes hashes, media kept, unknown events skipped', () => {
   const big = 2n ** 63n + 12345n;
   const batch = decodeEventBatch(
     encode({
@@ -96,8 +96,9 @@ test('wire decoding is liberal: arrays or maps, int/bigint/bytes hashes, other m
     }, { useBigInt64: true }),
   );
   assert.equal(batch.dpRank, 2);
-  assert.equal(batch.skippedOtherMedium, 1);
-  assert.deepEqual(batch.events.map((e) => e.type), ['BlockStored', 'BlockRemoved', 'AllBlocksCleared']);
+  assert.equal(batch.skippedUnknown, 1);
+  assert.deepEqual(batch.events.map((e) => e.type), ['BlockStored', 'BlockStored', 'BlockRemoved', 'AllBlocksCleared']);
+  assert.equal((batch.events[1] as { medium?: string }).medium, 'CPU');
   const h = (batch.events[0] as { blockHashes: number[] }).blockHashes[0]!;
   assert.equal(h, foldHash(big));
   assert.ok(Number.isSafeInteger(h));
@@ -338,6 +339,12 @@ test('subscriber state is exported as Prometheus gauges', async () => {
     text = await registry.metrics();
     assert.match(text, /kvgate_kv_events_source\{worker="w",source="events"\} 1/);
     assert.match(text, /kvgate_kv_events_batches\{worker="w"\} 1/);
+    // A sliding-window group's store is counted as skipped, not applied.
+    await p.publish(1, [['BlockStored', [digest(9)], null, seq(1, BS), BS, null, 'GPU', null, null, 1, 'sliding_window', 64]]);
+    await until(() => sub.status().batches === 2, 'second batch');
+    text = await registry.metrics();
+    assert.match(text, /kvgate_kv_events_skipped\{worker="w",reason="other_group"\} 1/);
+    assert.match(text, /kvgate_kv_events_skipped\{worker="w",reason="other_medium"\} 0/);
   } finally {
     await subs.closeAll();
     await p.close();
@@ -379,6 +386,6 @@ test("a LoRA adapter's blocks are mapped onto the adapter's chain, by the lora_n
   assert.equal(index.matchWorker(blocksOf(), 'w', 0), 4);
   // The wire form is vLLM's: lora_id, medium, lora_name after block_size.
   const wire = decodeEventBatch(encodeEventBatch(0, [{ type: 'BlockStored', blockHashes: [1], parentBlockHash: null, tokenIds: seq(0, BS), blockSize: BS, loraName: 'sql-lora' }], 0, new Map([['sql-lora', 1]])));
-  assert.deepEqual(wire.events[0], { type: 'BlockStored', blockHashes: [1], parentBlockHash: null, tokenIds: seq(0, BS), blockSize: BS, loraName: 'sql-lora' });
+  assert.deepEqual(wire.events[0], { type: 'BlockStored', blockHashes: [1], parentBlockHash: null, tokenIds: seq(0, BS), blockSize: BS, loraName: 'sql-lora', medium: 'GPU' });
   assert.throws(() => decodeEventBatch(encode([0, [['BlockStored', [1], null, seq(0, BS), BS, 1, 'GPU', 7]]])), /lora_name must be a string/);
 });

@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import { buildEngineConfig } from '../../src/engine/profiles.js';
 import { KvEventMapper } from '../../src/fleet/kv-events-mapper.js';
 import { WorkerState } from '../../src/fleet/worker-state.js';
+import type { EngineConfig } from '../../src/engine/types.js';
 import { PrefixIndex } from '../../src/scheduler/index/prefix-index.js';
 import { PrefixMatcher } from '../../src/scheduler/index/prefix-match.js';
 import { createPolicy, policyNames } from '../../src/scheduler/registry.js';
@@ -228,6 +229,53 @@ describe('fleet simulation', () => {
     await simulateFleet(reqs, { workers: 1, engineConfig: cfg, policy: unfed.policy, seed: 1, routerTrace: (e) => kinds2.add(e.type) });
     assert.deepEqual(unfed.seen, [0, 0, 0]);
     assert.ok(!kinds2.has('kvEvents'));
+    // kvEvents: true feeds it anyway, as a gateway whose workers have kvEvents does.
+    const forced = spy(false);
+    await simulateFleet(reqs, { workers: 1, engineConfig: cfg, policy: forced.policy, seed: 1, kvEvents: true });
+    assert.equal(forced.seen[0], 0);
+    assert.ok(forced.seen[1]! >= 62, `${forced.seen[1]}`);
+    assert.equal(forced.index.source('w0'), 'events');
+  });
+
+  it('models the host-memory tier: a prefix evicted from a small GPU comes back from host memory, credited by tier', async () => {
+    // One worker whose GPU holds one prompt; two prompts alternate, so each evicts the other.
+    const prompt = (seed: number) => {
+      const p = new Int32Array(1200);
+      fillStream(p, 0, seed, 1200);
+      return p;
+    };
+    const a = prompt(7);
+    const b = prompt(8);
+    const reqs: BenchRequest[] = [a, b, a, b].map((p, i) => ({ arrivalMs: i * 5_000, promptTokens: p, maxTokens: 3, outputSeed: i }));
+    const small = { ...cfg, numGpuBlocks: 90 };
+    const run = async (cpuOffload?: EngineConfig['cpuOffload']) => {
+      const index = new PrefixIndex({ predictedTtlMs: 0 });
+      const matcher = new PrefixMatcher(index);
+      const rr = createPolicy('round-robin');
+      const tiers: Array<[number, number, number]> = [];
+      const policy: Policy = {
+        name: 'tier-spy',
+        prefixIndex: index,
+        usesKvEvents: true,
+        route: (r, ws, c) => {
+          tiers.push(matcher.matches(r, ws, c).get(ws[0]!)!.tiers);
+          return rr.route(r, ws, c);
+        },
+      };
+      const summary = await simulateFleet(reqs, { workers: 1, engineConfig: cpuOffload ? { ...small, cpuOffload } : small, policy, seed: 1 });
+      return { tiers, summary };
+    };
+    const plain = await run();
+    // Without the tier only the head the second prompt left on the GPU is still there.
+    const [left, , ] = plain.tiers[2]!;
+    assert.ok(left < 20, `${left}`);
+    assert.deepEqual(plain.tiers[2], [left, 0, 0]);
+    const offload = await run({ numBlocks: 1000, loadMsPerBlock: 0.1 });
+    const [gpu, host] = offload.tiers[2]!;
+    assert.equal(gpu, left);
+    assert.ok(gpu + host >= 74, `the third request finds the rest of its prompt in host memory (${host} blocks)`);
+    const cached = (r: typeof plain) => r.summary.completed.cachedTokens.reduce((x, y) => x + y, 0);
+    assert.ok(cached(offload) > cached(plain) + 1500, `${cached(offload)} vs ${cached(plain)} cached prompt tokens`);
   });
 
   it('is deterministic: same seed, same summary', async () => {

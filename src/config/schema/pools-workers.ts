@@ -15,6 +15,14 @@ const kvEvents = z.strictObject({
     .regex(/^(tcp|ipc|inproc):\/\/.+/, 'expected a ZeroMQ endpoint such as tcp://10.0.0.5:5558')
     .optional(),
   topic: z.string().optional(),
+  /**
+   * vLLM's --data-parallel-size behind this worker's URL: rank r publishes on the endpoint's port
+   * + r (and its replay socket likewise), as vLLM offsets them; kvgate subscribes to every rank.
+   */
+  dataParallelSize: z.number().int().min(1).max(256).optional(),
+}).refine((k) => (k.dataParallelSize ?? 1) === 1 || /^(tcp|inproc):\/\//.test(k.endpoint), {
+  message: 'dataParallelSize above 1 needs a tcp:// or inproc:// endpoint (ranks publish on the port plus their rank)',
+  path: ['dataParallelSize'],
 });
 
 /** What kvgate sends to a worker started with vLLM's --api-key (or behind a proxy that wants headers). */

@@ -2,7 +2,9 @@
  * Feeds the routing policy's prefix index from the workers' KV-cache events: one subscriber per
  * worker listed with `kvEvents` in the config, run as a gateway service. Without events (or while
  * a subscriber is resynchronising) the index stays approximate for that worker, as the policy
- * expects; a subscriber's state is shown per worker in /admin/workers.
+ * expects; a subscriber's state is shown per worker in /admin/workers. A worker with
+ * `dataParallelSize` N gets one subscriber per rank (fleet/kv-events-ranks.ts), merged into the
+ * worker's view.
  *
  * Events are only worth their name if kvgate tokenizes prompts as the engine does (token-parity.ts).
  * Each worker is probed when its subscriber starts and whenever it comes back up: a tokenizer that
@@ -18,7 +20,8 @@
 import { Gauge, type Registry } from 'prom-client';
 import { ConfigError, type WorkerKvEvents } from '../../config/index.js';
 import { KvEventsParity } from '../../fleet/kv-events-parity.js';
-import { KvEventSubscribers } from '../../fleet/kv-events.js';
+import { KvEventSubscribers, type KvEventSubscriberStatus } from '../../fleet/kv-events.js';
+import { RankMergingSink, rankEndpoint, rankSubscriberId } from '../../fleet/kv-events-ranks.js';
 import type { WorkerRegistry } from '../../fleet/registry.js';
 import type { MetricsScraper } from '../../fleet/scraper.js';
 import type { PrefixIndex } from '../../scheduler/index/prefix-index.js';
@@ -99,51 +102,16 @@ export function kvEventsService(o: KvEventsServiceOptions): KvEventsService {
     }
     return out;
   });
-  if (o.registry) {
-    const verdicts = ['match', 'mismatch', 'unknown'] as const;
-    new Gauge({
-      name: 'kvgate_token_parity',
-      help: "1 for the verdict of each KV-event worker's token-parity probe (match, mismatch: its events are not used, unknown: not asked yet), 0 for the others",
-      labelNames: ['worker', 'verdict'],
-      registers: [o.registry],
-      collect() {
-        this.reset();
-        for (const [id, p] of parity) for (const v of verdicts) this.set({ worker: id, verdict: v }, p.verdict === v ? 1 : 0);
-      },
-    });
-    if (watch)
-      new Gauge({
-        name: 'kvgate_kv_events_parity_ratio',
-        help: "Share of the blocks a worker's KV events report at the start of a prompt that kvgate predicted for it (near 1: kvgate tokenizes as the engine does)",
-        labelNames: ['worker'],
-        registers: [o.registry],
-        collect() {
-          this.reset();
-          for (const id of watch.ids()) {
-            const r = watch.ratio(id);
-            if (r !== null) this.set({ worker: id }, r);
-          }
-        },
-      });
-  }
-  o.fleet.addDescriber((w) => {
-    const s = subscribers.get(w.id)?.status();
-    if (!s) return {};
-    return {
-      kvEvents: {
-        endpoint: s.endpoint,
-        source: s.source,
-        reason: s.reason,
-        lastSeq: s.lastSeq,
-        batches: s.batches,
-        gaps: s.gaps,
-        replays: s.replays,
-        resyncs: s.resyncs,
-        restarts: s.restarts,
-        errors: s.errors,
-      },
-    };
-  });
+  if (o.registry) registerParityMetrics(o.registry, parity, watch);
+  /** Subscriber ids per worker: the worker's own, or one per data-parallel rank. */
+  const subscriberIds = new Map<string, string[]>();
+  o.fleet.addDescriber((w) => describeSubscribers(w.id, subscriberIds.get(w.id) ?? [w.id], subscribers, o.index));
+  /** Stop every subscriber of a worker (its ranks'). */
+  const unsubscribe = async (workerId: string): Promise<void> => {
+    const ids = subscriberIds.get(workerId) ?? [workerId];
+    subscriberIds.delete(workerId);
+    await Promise.all(ids.map((id) => subscribers.remove(id)));
+  };
   const subscribe = (e: WorkerKvEvents): void => {
     endpoints.set(e.workerId, e);
     const w = o.fleet.get(e.workerId);
@@ -153,20 +121,29 @@ export function kvEventsService(o: KvEventsServiceOptions): KvEventsService {
       o.index.setSource(w.id, 'approximate', `token parity: ${parity.get(w.id)!.message}`, o.clock.now());
       return;
     }
-    if (subscribers.get(w.id)) return;
-    subscribers.add({
-      workerId: w.id,
-      endpoint: e.endpoint,
-      ...(e.replayEndpoint !== undefined ? { replayEndpoint: e.replayEndpoint } : {}),
-      ...(e.topic !== undefined ? { topic: e.topic } : {}),
-      index: watch ? watch.sink(o.index) : o.index,
-      blockSize: w.blockSize,
-      clock: o.clock,
-      // Silence only means trouble while the worker has work.
-      isBusy: () => w.inflightCount > 0 || (w.snapshot?.running ?? 0) > 0,
-      onStatus: (s) =>
-        o.logger[s.source === 'events' ? 'info' : 'warn']({ worker: s.workerId, source: s.source, reason: s.reason }, 'kv events'),
-    });
+    if (subscriberIds.has(w.id)) return;
+    const ranks = e.dataParallelSize ?? 1;
+    const watched = watch ? watch.sink(o.index) : o.index;
+    const sink = ranks > 1 ? new RankMergingSink(watched, w.id, ranks) : watched;
+    const ids: string[] = [];
+    for (let r = 0; r < ranks; r++) {
+      const id = ranks > 1 ? rankSubscriberId(w.id, r) : w.id;
+      ids.push(id);
+      subscribers.add({
+        workerId: id,
+        endpoint: rankEndpoint(e.endpoint, r),
+        ...(e.replayEndpoint !== undefined ? { replayEndpoint: rankEndpoint(e.replayEndpoint, r) } : {}),
+        ...(e.topic !== undefined ? { topic: e.topic } : {}),
+        index: sink,
+        blockSize: w.blockSize,
+        clock: o.clock,
+        // Silence only means trouble while the worker has work.
+        isBusy: () => w.inflightCount > 0 || (w.snapshot?.running ?? 0) > 0,
+        onStatus: (s) =>
+          o.logger[s.source === 'events' ? 'info' : 'warn']({ worker: s.workerId, source: s.source, reason: s.reason }, 'kv events'),
+      });
+    }
+    subscriberIds.set(w.id, ids);
   };
   /**
    * Probe worker `id` and act on the verdict: a mismatch stops its subscriber and leaves the index
@@ -189,7 +166,7 @@ export function kvEventsService(o: KvEventsServiceOptions): KvEventsService {
     parity.set(id, report);
     if (report.verdict === 'mismatch') {
       if (before !== 'mismatch') o.logger.error({ worker: id, tokenizer: report.tokenizer, samples: report.samples }, `kv events refused: ${report.message}`);
-      if (subscribers.get(id)) await subscribers.remove(id);
+      if (subscriberIds.has(id)) await unsubscribe(id);
       o.index.clearWorker(id, ['event']);
       o.index.setSource(id, 'approximate', `token parity: ${report.message}`, o.clock.now());
     } else {
@@ -251,6 +228,8 @@ export function kvEventsService(o: KvEventsServiceOptions): KvEventsService {
       const w = o.fleet.get(e.workerId);
       if (w) await o.scraper.scrape(w);
       parity.delete(e.workerId);
+      // A changed worker may have changed its number of ranks: its old subscribers go first.
+      if (subscriberIds.has(e.workerId)) await unsubscribe(e.workerId);
       subscribe(e);
       void probeOnce(e.workerId);
     },
@@ -259,11 +238,77 @@ export function kvEventsService(o: KvEventsServiceOptions): KvEventsService {
       parity.delete(id);
       wasUp.delete(id);
       watch?.forget(id);
-      await subscribers.remove(id);
+      await unsubscribe(id);
     },
     close: async () => {
       if (upTimer) clearInterval(upTimer);
       await subscribers.closeAll();
+    },
+  };
+}
+
+/** kvgate_token_parity and, where parity is watched, kvgate_kv_events_parity_ratio. */
+function registerParityMetrics(registry: Registry, parity: ReadonlyMap<string, ParityReport>, watch: KvEventsParity | null): void {
+  const verdicts = ['match', 'mismatch', 'unknown'] as const;
+  new Gauge({
+    name: 'kvgate_token_parity',
+    help: "1 for the verdict of each KV-event worker's token-parity probe (match, mismatch: its events are not used, unknown: not asked yet), 0 for the others",
+    labelNames: ['worker', 'verdict'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [id, p] of parity) for (const v of verdicts) this.set({ worker: id, verdict: v }, p.verdict === v ? 1 : 0);
+    },
+  });
+  if (watch)
+    new Gauge({
+      name: 'kvgate_kv_events_parity_ratio',
+      help: "Share of the blocks a worker's KV events report at the start of a prompt that kvgate predicted for it (near 1: kvgate tokenizes as the engine does)",
+      labelNames: ['worker'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const id of watch.ids()) {
+          const r = watch.ratio(id);
+          if (r !== null) this.set({ worker: id }, r);
+        }
+      },
+    });
+}
+
+/** What /admin/workers shows of a worker's KV-event subscribers: one, or one per data-parallel rank. */
+function describeSubscribers(workerId: string, ids: readonly string[], subscribers: KvEventSubscribers, index: PrefixIndex): Record<string, unknown> {
+  const view = (s: KvEventSubscriberStatus) => ({
+    endpoint: s.endpoint,
+    source: s.source,
+    reason: s.reason,
+    lastSeq: s.lastSeq,
+    batches: s.batches,
+    gaps: s.gaps,
+    replays: s.replays,
+    resyncs: s.resyncs,
+    restarts: s.restarts,
+    errors: s.errors,
+    // Events deliberately not indexed: other KV-cache groups of a hybrid model, other media.
+    skippedOtherGroup: s.mapper.otherGroup,
+    skippedOtherMedium: s.mapper.otherMedium,
+  });
+  const all = ids.map((id) => subscribers.get(id)?.status()).filter((s): s is KvEventSubscriberStatus => s !== undefined);
+  if (all.length === 0) return {};
+  if (ids.length === 1) return { kvEvents: view(all[0]!) };
+  const st = index.workerStatus(workerId);
+  const sum = (k: 'batches' | 'gaps' | 'replays' | 'resyncs' | 'restarts' | 'errors') => all.reduce((n, s) => n + s[k], 0);
+  return {
+    kvEvents: {
+      source: st?.source ?? 'approximate',
+      reason: st?.reason ?? '',
+      batches: sum('batches'),
+      gaps: sum('gaps'),
+      replays: sum('replays'),
+      resyncs: sum('resyncs'),
+      restarts: sum('restarts'),
+      errors: sum('errors'),
+      ranks: all.map(view),
     },
   };
 }

@@ -12,6 +12,9 @@
  * - routed: the worker produced a first token for a prompt routed there, so its prefill is done;
  *   ages out with a capacity model of the worker (and optionally `approxTtlMs`).
  * - event: the worker said so in a BlockStored event; removed by BlockRemoved / AllBlocksCleared.
+ *   An event-fed block also records the media holding it (GPU, host memory, disk: vLLM's
+ *   `medium`), so a policy can credit a hit in a slower tier less (`tierCounts`). A block on
+ *   host memory or disk only still matches — the engine reloads it instead of recomputing it.
  *
  * Every worker's nodes sit on an LRU list bounded by the worker's KV capacity (numGpuBlocks), so
  * the index never believes in more blocks than the worker can hold. A prompt's blocks are touched
@@ -30,6 +33,7 @@
  */
 import type { IndexSource } from '../../fleet/kv-block-sink.js';
 import type { BlockSeq } from '../../kv/prompt-blocks.js';
+import type { KvTier } from '../../kv/tiers.js';
 
 export type { IndexSource };
 
@@ -47,6 +51,17 @@ const F_PREDICTED = 1;
 const F_ROUTED = 2;
 const F_EVENT = 4;
 const FLAG: Record<BlockSource, number> = { predicted: F_PREDICTED, routed: F_ROUTED, event: F_EVENT };
+/** Media of an event-fed block, in the high bits of its flags (set only with F_EVENT). */
+const M_GPU = 8;
+const M_HOST = 16;
+const M_DISK = 32;
+const M_ALL = M_GPU | M_HOST | M_DISK;
+const MEDIUM_BIT: Record<KvTier, number> = { gpu: M_GPU, host: M_HOST, disk: M_DISK };
+
+/** True for a node whose block the worker holds only off the GPU (host memory or disk). */
+function offGpu(flags: number): boolean {
+  return (flags & (F_PREDICTED | F_ROUTED | M_GPU)) === 0 && (flags & (M_HOST | M_DISK)) !== 0;
+}
 
 const NIL = -1;
 
@@ -179,6 +194,11 @@ export class PrefixIndex {
   private wTail: Int32Array;
   private wCount: Int32Array;
   private wCap: Float64Array;
+  /**
+   * Blocks each worker holds only off the GPU: they do not count against its GPU capacity, so
+   * the worker's LRU bound is its capacity plus these.
+   */
+  private wOff: Int32Array;
   private readonly slots = new Map<string, WorkerSlot>();
   private readonly freeSlots: number[] = [];
 
@@ -243,6 +263,7 @@ export class PrefixIndex {
     this.wTail = new Int32Array(this.maxWorkers).fill(NIL);
     this.wCount = new Int32Array(this.maxWorkers);
     this.wCap = new Float64Array(this.maxWorkers);
+    this.wOff = new Int32Array(this.maxWorkers);
     for (let s = this.maxWorkers - 1; s >= 0; s--) this.freeSlots.push(s);
   }
 
@@ -667,8 +688,12 @@ export class PrefixIndex {
     }
   }
 
-  /** Worker `id` no longer holds `hash` (BlockRemoved). */
-  remove(id: string, hash: number): boolean {
+  /**
+   * Worker `id` no longer holds `hash` (BlockRemoved) — on `tier` only when given: a block it
+   * still holds on another medium stays, credited at that medium. Off the GPU, what routing
+   * alone believed of the block goes too.
+   */
+  remove(id: string, hash: number, tier?: KvTier): boolean {
     this.flush();
     const w = this.slots.get(id);
     if (!w) return false;
@@ -676,8 +701,53 @@ export class PrefixIndex {
     if (e < 0) return false;
     const node = this.findNode(e, w.slot);
     if (node === NIL) return false;
-    this.freeNode(node);
+    if (tier === undefined) {
+      this.freeNode(node);
+      return true;
+    }
+    let f = this.nFlags[node]! & ~MEDIUM_BIT[tier];
+    if (tier === 'gpu') f &= ~(F_PREDICTED | F_ROUTED);
+    if ((f & M_ALL) === 0) f &= ~F_EVENT;
+    if ((f & (F_PREDICTED | F_ROUTED | F_EVENT)) === 0) this.freeNode(node);
+    else this.setFlags(w.slot, node, f);
     return true;
+  }
+
+  /**
+   * Record that worker `id` reported storing blocks `hashes` (in chain order) on `tier`
+   * (BlockStored with its medium). Like insert(…, 'event', …) for the GPU.
+   */
+  insertEvent(id: string, hashes: BlockSeq, tier: KvTier, now: number): void {
+    this.flush();
+    const w = this.slots.get(id);
+    if (!w) return;
+    const m = MEDIUM_BIT[tier];
+    for (let i = hashes.length - 1; i >= 0; i--) this.upsert(w.slot, hashes.at(i)!, F_EVENT, now, m);
+    this.trimWorker(w.slot);
+  }
+
+  /**
+   * Of the first `n` blocks of `hashes`, how many worker `id` holds at best on the GPU, in host
+   * memory and on disk only ([gpu, host, disk]). Blocks it does not hold count nowhere. Blocks
+   * known from routing alone are on the GPU. Cheap when the worker holds nothing off the GPU.
+   */
+  tierCounts(hashes: BlockSeq, id: string, n: number): [number, number, number] {
+    this.flush();
+    const w = this.slots.get(id);
+    if (!w || n <= 0) return [0, 0, 0];
+    if (this.wOff[w.slot] === 0) return [n, 0, 0];
+    const out: [number, number, number] = [0, 0, 0];
+    for (let i = 0; i < n && i < hashes.length; i++) {
+      const e = this.find(hashes.at(i)!);
+      if (e < 0) continue;
+      const node = this.findNode(e, w.slot);
+      if (node === NIL) continue;
+      const f = this.nFlags[node]!;
+      if (!offGpu(f)) out[0]++;
+      else if (f & M_HOST) out[1]++;
+      else out[2]++;
+    }
+    return out;
   }
 
   /**
@@ -759,7 +829,7 @@ export class PrefixIndex {
 
   // ---------------------------------------------------------------- internals
 
-  private upsert(slot: number, hash: number, flag: number, now: number): void {
+  private upsert(slot: number, hash: number, flag: number, now: number, medium = flag === F_EVENT ? M_GPU : 0): void {
     let e = this.find(hash);
     let node = NIL;
     if (e >= 0) node = this.findNode(e, slot);
@@ -782,8 +852,8 @@ export class PrefixIndex {
     }
     let flags = this.nFlags[node]!;
     if (flag === F_ROUTED) flags &= ~F_PREDICTED;
-    flags |= flag;
-    this.nFlags[node] = flags;
+    flags |= flag | medium;
+    this.setFlags(slot, node, flags);
     if (flags & F_EVENT) this.nExpires[node] = Infinity;
     else if (flags & F_ROUTED) this.nExpires[node] = now + this.approxTtlMs;
     else {
@@ -813,16 +883,25 @@ export class PrefixIndex {
     let node = this.wHead[slot]!;
     while (node !== NIL) {
       const next = this.nNext[node]!;
-      const f = this.nFlags[node]! & ~mask;
+      let f = this.nFlags[node]! & ~mask;
+      if ((f & F_EVENT) === 0) f &= ~M_ALL;
       // A prediction whose expiry record is gone (it was event-backed) cannot expire: drop it.
       if (f === 0 || (f === F_PREDICTED && this.nExpires[node] === Infinity)) this.freeNode(node);
-      else this.nFlags[node] = f;
+      else this.setFlags(slot, node, f);
       node = next;
     }
   }
 
+  /** Set a node's flags, keeping its worker's count of off-GPU blocks in step. */
+  private setFlags(slot: number, node: number, flags: number): void {
+    const was = offGpu(this.nFlags[node]!);
+    const is = offGpu(flags);
+    if (was !== is) this.wOff[slot]! += is ? 1 : -1;
+    this.nFlags[node] = flags;
+  }
+
   private trimWorker(slot: number): void {
-    const cap = this.wCap[slot]!;
+    const cap = this.wCap[slot]! + this.wOff[slot]!;
     while (this.wCount[slot]! > cap) {
       this.freeNode(this.wTail[slot]!);
       this.evictedForCapacity++;
@@ -881,6 +960,7 @@ export class PrefixIndex {
     if (slot < 32) this.tabI[4 * this.eSlot[e]! + 3] = this.eMask[e * this.words]!;
     if (this.eFirst[e] === NIL) this.removeEntry(e);
     this.unlink(slot, node);
+    if (offGpu(this.nFlags[node]!)) this.wOff[slot]!--;
     this.nFlags[node] = 0;
     this.nNext[node] = this.nFree;
     this.nFree = node;

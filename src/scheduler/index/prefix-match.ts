@@ -21,6 +21,12 @@ export interface PrefixMatch {
   /** Full blocks in the prompt at this worker's block size. */
   promptBlocks: number;
   blockSize: number;
+  /**
+   * Where the matched blocks are, [gpu, host memory, disk] (each block counted at its fastest
+   * medium, from the workers' KV events; all on the GPU without offload tiers). A policy weights
+   * a hit by it (src/kv/tiers.ts, tierCredit).
+   */
+  tiers: [number, number, number];
 }
 
 let nextMatcherId = 0;
@@ -104,7 +110,8 @@ export class PrefixMatcher {
       const usable = Math.max(0, Math.floor((req.promptTokens.length - 1) / bs));
       for (let i = 0; i < ws.length; i++) {
         const blocks = out[i]!;
-        known.set(ws[i]!, { blocks, tokens: Math.min(blocks, usable) * bs, promptBlocks: hashes.length, blockSize: bs });
+        const tiers = slots[i]! < 0 ? ([0, 0, 0] as [number, number, number]) : this.index.tierCounts(hashes, ws[i]!.id, blocks);
+        known.set(ws[i]!, { blocks, tokens: Math.min(blocks, usable) * bs, promptBlocks: hashes.length, blockSize: bs, tiers });
       }
     }
     return known;

@@ -21,18 +21,21 @@
  *   (`potential_decode_blocks`). With assumeKvReuse false every request's blocks count apart, as
  *   Dynamo's random per-request hashes make them;
  * - overlap blocks: the leading full prompt blocks the worker holds, from an index fed by the
- *   workers' KV events (`use_kv_events=true`, usesKvEvents). Nothing is predicted at pick time
- *   (`router_predicted_ttl_secs` is unset by default).
+ *   workers' KV events (`use_kv_events=true`, usesKvEvents), each weighted by the tier it is on:
+ *   1 on the GPU, hostCacheHitWeight in host memory, diskCacheHitWeight on disk (Dynamo's
+ *   effective overlap, `cache_hit_estimates_from_tiered_matches`). Nothing is predicted at pick
+ *   time (`router_predicted_ttl_secs` is unset by default).
  *
  * Defaults and rules as published in ai-dynamo/dynamo:
  * - `lib/kv-router/src/scheduling/config.rs` (KvRouterConfig::default): overlap_score_credit 1.0,
  *   prefill_load_scale 1.0, router_temperature 0.0, use_kv_events true, router_track_active_blocks
  *   true, router_track_output_blocks false, router_assume_kv_reuse true,
  *   router_track_prefill_tokens true, router_predicted_ttl_secs None, router_ttl_secs 120 (approximate
- *   mode only); overlap_score_credit_decay 0 and decode_active_request_weight 0 (newer versions).
+ *   mode only); overlap_score_credit_decay 0 and decode_active_request_weight 0 (newer versions);
+ *   host_cache_hit_weight 0.75, disk_cache_hit_weight 0.25 (media mapped by
+ *   `lib/kv-router/src/protocols.rs` StorageTier::from_kv_medium; src/kv/tiers.ts).
  * - `lib/kv-router/src/scheduling/selector/default.rs` (worker_logit, minimum_cost_index): the cost
- *   above; host/disk/shared-tier credits are zero without offload tiers; random choice among equal
- *   lowest costs.
+ *   above; random choice among equal lowest costs.
  * - `lib/kv-router/src/scheduling/selector/mod.rs` (worker load input): raw prefill blocks =
  *   (active prefill tokens + uncached + cached prompt tokens) / block size; decode cost =
  *   potential decode blocks.
@@ -43,14 +46,16 @@
  *   blocks = active blocks + query blocks − the depth of the longest active prefix; added prefill
  *   tokens = ISL − overlap · block size.
  * Not modelled: the router queue (`router_queue_threshold`, requests held while every worker's
- * prefill backlog exceeds 16× its batch budget), softmax sampling at temperature > 0, offload tiers.
+ * prefill backlog exceeds 16× its batch budget), softmax sampling at temperature > 0, the shared
+ * (fleet-wide) cache tier.
  */
 import { z } from 'zod';
 import type { WorkerState } from '../../fleet/worker-state.js';
 import { stateKey } from '../../util/state.js';
 import { healthyFilter } from '../filters/healthy.js';
 import { PrefixIndex } from '../index/prefix-index.js';
-import { PrefixMatcher } from '../index/prefix-match.js';
+import { PrefixMatcher, type PrefixMatch } from '../index/prefix-match.js';
+import { tierCredit } from '../../kv/tiers.js';
 import { argminRandom } from '../pickers/argmin-random.js';
 import { PipelinePolicy } from '../pipeline.js';
 import type { Picker, PolicyDefinition, RouteRequest } from '../types.js';
@@ -64,6 +69,8 @@ export const dynamoCostKnobs = {
     'share of each cached prompt block credited against the prefill blocks (overlap_score_credit)',
     { max: 1 },
   ),
+  hostCacheHitWeight: numberKnob(0.75, 'credit of a cached block in host memory, a GPU block being 1 (host_cache_hit_weight)', { max: 1 }),
+  diskCacheHitWeight: numberKnob(0.25, 'credit of a cached block on disk, a GPU block being 1 (disk_cache_hit_weight)', { max: 1 }),
   assumeKvReuse: booleanKnob(
     true,
     'count a prompt block shared by several active requests of a worker once (router_assume_kv_reuse)',
@@ -144,11 +151,13 @@ export function dynamoPipeline(
     const rawPrefill = (prefillTokens + req.promptTokens.length) / bs;
     return o.prefillLoadScale * Math.max(rawPrefill - o.overlapScoreCredit * overlap, 0) + active + newBlocks;
   };
+  /** Dynamo's effective overlap: matched blocks weighted by their tier. */
+  const overlapOf = (x: PrefixMatch): number => tierCredit(x.tiers, { host: o.hostCacheHitWeight, disk: o.diskCacheHitWeight });
   const picker: Picker = {
     name: 'dynamo',
     pick(req, candidates, ctx) {
       const m = matcher.matches(req, candidates.map((c) => c.worker), ctx);
-      const best = argminRandom(candidates, (c) => cost(req, c.worker, m.get(c.worker)!.blocks), ctx.rng);
+      const best = argminRandom(candidates, (c) => cost(req, c.worker, overlapOf(m.get(c.worker)!)), ctx.rng);
       if (!best) return null;
       const x = m.get(best.worker)!;
       return {
@@ -185,7 +194,7 @@ export function dynamoPipeline(
     retune: (next) => retuneInPlace(o as unknown as Record<string, unknown>, next, extra.fixed),
     onDispatch(req, d, ctx) {
       const w = d.worker;
-      const overlap = matcher.matches(req, [w], ctx).get(w)!.blocks;
+      const overlap = overlapOf(matcher.matches(req, [w], ctx).get(w)!);
       const bs = matcher.blockSizeOf(w);
       const hashes = matcher.hashesFor(req, w);
       const load = loadOf(w.id);
@@ -193,7 +202,7 @@ export function dynamoPipeline(
         worker: w.id,
         hashes: null,
         blockCount: hashes.length,
-        prefillTokens: Math.max(0, req.promptTokens.length - overlap * bs),
+        prefillTokens: Math.max(0, req.promptTokens.length - Math.round(overlap * bs)),
         prefillDone: false,
       };
       if (o.assumeKvReuse) {

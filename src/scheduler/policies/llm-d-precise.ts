@@ -7,8 +7,9 @@
  *   healthy → prefix-cache-scorer · prefixWeight + kv-cache-utilization-scorer · kvCacheWeight
  *             + queue-scorer · queueWeight → max-score picker (random tie-break)
  *
- *   prefix = leading full prompt blocks the worker holds / the prompt's full blocks, from the
- *            KV-event-fed index (usesKvEvents), at the workers' block size
+ *   prefix = leading full prompt blocks the worker holds, each weighted by its tier (gpu 1,
+ *            cpuWeight in host memory, storageWeight on disk), / the prompt's full blocks, from
+ *            the KV-event-fed index (usesKvEvents), at the workers' block size
  *   kv     = 1 − KV usage;   queue = (max waiting − waiting) / (max − min), 1 if all equal
  *
  * The metrics are the last scrape as is, polled every scrapeIntervalMs. With speculativeIndexing
@@ -25,7 +26,9 @@
  *   blocks; matchLengthWeight 0);
  * - llm-d/llm-d-kv-cache `pkg/kvcache/kvblock/token_processor.go` (block size 16 by default, full
  *   blocks only) and `pkg/kvcache/kvblock_scorer.go` (LongestPrefix: consecutive matches from the
- *   first block; GPU tier weight 1);
+ *   first block, each matched block adding its medium's weight) with the tier weights of
+ *   `DefaultKVCacheBackendConfig` (pkg/kvcache: gpu 1.0, cpu 0.8, storage 0.3, by the lowercased
+ *   event medium);
  * - llm-d/llm-d-router `pkg/epp/datalayer/runtime.go` (metrics refreshed every 50 ms).
  * The sample profile hashes 64-token blocks from the events' token ids whatever the engine's block
  * size; here blocks are the workers' own (16 on vLLM), the library default.
@@ -45,6 +48,8 @@ export const llmdPreciseOptions = z.strictObject({
   prefixWeight: numberKnob(2, 'weight of prefix-cache-scorer (matched / prompt blocks, from KV events)'),
   kvCacheWeight: numberKnob(1, 'weight of kv-cache-utilization-scorer (1 − KV usage)'),
   queueWeight: numberKnob(1, 'weight of queue-scorer (fewest waiting)'),
+  cpuWeight: numberKnob(0.8, 'prefix credit of a block held in host memory, a GPU block being 1 (kvCacheBackendConfigs "cpu")', { max: 1 }),
+  storageWeight: numberKnob(0.3, 'prefix credit of a block held on disk, a GPU block being 1 (kvCacheBackendConfigs "storage")', { max: 1 }),
   speculativeIndexing: booleanKnob(false, "enter the prompt's blocks at the chosen worker at pick time (speculativeIndexing)"),
   speculativeTtlMs: numberKnob(2000, 'lifetime of a speculative entry, ms (speculativeTTL)', { min: 1, infinite: true }),
   indexMaxBytes: indexKnobs.indexMaxBytes,
@@ -61,7 +66,7 @@ function createLlmdPrecisePolicy(o: LlmdPreciseOptions): PipelinePolicy {
     predictedTtlMs: o.speculativeTtlMs,
   });
   const matcher = new PrefixMatcher(index);
-  const prefixScorer = prefixFractionScorer((req, ws, ctx) => matcher.matches(req, ws, ctx));
+  const prefixScorer = prefixFractionScorer((req, ws, ctx) => matcher.matches(req, ws, ctx), () => ({ host: o.cpuWeight, disk: o.storageWeight }));
   const scorers = [
     { scorer: prefixScorer, weight: o.prefixWeight },
     { scorer: llmdKvCacheScorer, weight: o.kvCacheWeight },

@@ -4,12 +4,17 @@
  *
  * - a ZeroMQ PUB socket sends one multipart message per batch:
  *     [topic, seq (8-byte big-endian), payload]
- *   with payload = msgpack of the array-like EventBatch `[ts, events, data_parallel_rank]` and each
- *   event a tagged array:
- *     ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, lora_name]
- *     ["BlockRemoved", block_hashes, medium]
- *     ["AllBlocksCleared"]
- *   Hashes are msgpack integers (the engine's 53-bit hashes, encoded as uint64).
+ *   with payload = msgpack of an EventBatch in one of vLLM's two encodings (msgspec structs with
+ *   tag=True, see src/fleet/kv-events-wire.ts):
+ *   - 'map' (current vLLM): `{ts, events, data_parallel_rank}` with each event a map tagged
+ *     "type": {"type": "BlockStored", "block_hashes", "parent_block_hash", "token_ids",
+ *     "block_size", "lora_id", "medium", "lora_name"}, {"type": "BlockRemoved", "block_hashes",
+ *     "medium"}, {"type": "AllBlocksCleared"} — fields in declaration order, the optional ones
+ *     (extra_keys, group_idx, kv_cache_spec_*) left out as msgspec's omit_defaults does;
+ *   - 'array' (older vLLM, array_like): `[ts, events, data_parallel_rank]` with tagged arrays
+ *     ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, lora_name].
+ *   Hashes are msgpack integers (the engine's 53-bit hashes, encoded as uint64). `medium` is "GPU",
+ *   or "CPU" for blocks of the engine's host-memory offload tier.
  * - an optional ROUTER socket serves replays: a client (DEALER, or REQ) sends the first sequence
  *   number it wants as 8 big-endian bytes and receives one `(seq, payload)` message per buffered
  *   batch from there, then `(-1, "")`.
@@ -39,7 +44,28 @@ export interface KvEventPublisherOptions {
   hwm?: number;
   /** The worker's LoRA adapters, in load order: their blocks' lora_id is the position from 1. */
   adapters?: readonly string[];
+  /** Payload encoding: 'map' (current vLLM, the default) or 'array' (older vLLM). */
+  encoding?: KvEventEncoding;
+  /**
+   * Share of batches not sent on the PUB socket (0..1), to test a subscriber's gap repair: they
+   * still take a sequence number and stay in the replay buffer, as a batch dropped past the
+   * high-water mark does. Which batches is a fixed function of the sequence number
+   * (dropsBatch), so a run drops the same ones every time.
+   */
+  dropRate?: number;
 }
+
+/** Whether batch `seq` is one of the share `rate` of batches a lossy publisher drops. */
+export function dropsBatch(seq: number, rate: number): boolean {
+  if (rate <= 0) return false;
+  let h = Math.imul(seq ^ 0x9e3779b9, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  h ^= h >>> 16;
+  return (h >>> 0) / 4294967296 < rate;
+}
+
+export type KvEventEncoding = 'map' | 'array';
 
 export interface KvEventEndpoints {
   /** The bound PUB endpoint, with the real port (e.g. tcp://127.0.0.1:41235). */
@@ -58,25 +84,47 @@ function seqBytes(seq: number): Buffer {
 }
 
 /**
- * The tagged-array form of one event, as msgspec encodes vLLM's array_like tagged structs.
- * `loraIds`: the worker's adapters' lora_id (vLLM numbers them from 1 as it loads them).
+ * One event as msgspec encodes vLLM's tagged structs: a map tagged "type" (current vLLM), or a
+ * tagged array (array_like). `loraIds`: the worker's adapters' lora_id (vLLM numbers them from 1
+ * as it loads them).
  */
-function wireEvent(e: KvEvent, loraIds?: ReadonlyMap<string, number>): unknown[] {
+function wireEvent(e: KvEvent, loraIds?: ReadonlyMap<string, number>, encoding: KvEventEncoding = 'array'): unknown {
   switch (e.type) {
     case 'BlockStored': {
       const lora = e.loraName ?? null;
-      return ['BlockStored', e.blockHashes, e.parentBlockHash, e.tokenIds, e.blockSize, lora === null ? null : (loraIds?.get(lora) ?? null), MEDIUM_GPU, lora];
+      const loraId = lora === null ? null : (loraIds?.get(lora) ?? null);
+      const medium = e.medium ?? MEDIUM_GPU;
+      if (encoding === 'array') return ['BlockStored', e.blockHashes, e.parentBlockHash, e.tokenIds, e.blockSize, loraId, medium, lora];
+      return {
+        type: 'BlockStored',
+        block_hashes: e.blockHashes,
+        parent_block_hash: e.parentBlockHash,
+        token_ids: e.tokenIds,
+        block_size: e.blockSize,
+        lora_id: loraId,
+        medium,
+        lora_name: lora,
+      };
     }
-    case 'BlockRemoved':
-      return ['BlockRemoved', e.blockHashes, MEDIUM_GPU];
+    case 'BlockRemoved': {
+      const medium = e.medium ?? MEDIUM_GPU;
+      return encoding === 'array' ? ['BlockRemoved', e.blockHashes, medium] : { type: 'BlockRemoved', block_hashes: e.blockHashes, medium };
+    }
     case 'AllBlocksCleared':
-      return ['AllBlocksCleared'];
+      return encoding === 'array' ? ['AllBlocksCleared'] : { type: 'AllBlocksCleared' };
   }
 }
 
-/** msgpack payload of one EventBatch. */
-export function encodeEventBatch(ts: number, events: readonly KvEvent[], dataParallelRank: number, loraIds?: ReadonlyMap<string, number>): Uint8Array {
-  return encode([ts, events.map((e) => wireEvent(e, loraIds)), dataParallelRank]);
+/** msgpack payload of one EventBatch, in `encoding` (array by default, for the tests' fixtures). */
+export function encodeEventBatch(
+  ts: number,
+  events: readonly KvEvent[],
+  dataParallelRank: number,
+  loraIds?: ReadonlyMap<string, number>,
+  encoding: KvEventEncoding = 'array',
+): Uint8Array {
+  const wire = events.map((e) => wireEvent(e, loraIds, encoding));
+  return encode(encoding === 'array' ? [ts, wire, dataParallelRank] : { ts, events: wire, data_parallel_rank: dataParallelRank });
 }
 
 /** 'tcp://127.0.0.1:0' → 'tcp://127.0.0.1:*' (zeromq's ephemeral-port form); 5557 → 'tcp://127.0.0.1:5557'. */
@@ -95,6 +143,8 @@ export class KvEventPublisher {
   private pub: zmq.Publisher | null = null;
   private replay: zmq.Router | null = null;
   private nextSeq = 0;
+  /** Batches not sent live (dropRate). */
+  dropped = 0;
   /** Recent batches for replay, oldest first (a ring would save the shift; 10k entries is cheap). */
   private readonly buffer: Array<{ seq: number; payload: Uint8Array }> = [];
   /** zeromq.js allows one send in flight per socket: sends are chained. */
@@ -143,11 +193,15 @@ export class KvEventPublisher {
   publish(events: readonly KvEvent[], ts = Date.now() / 1000): void {
     if (this.closed || events.length === 0) return;
     const seq = this.nextSeq++;
-    const payload = encodeEventBatch(ts, events, this.dpRank, this.loraIds);
+    const payload = encodeEventBatch(ts, events, this.dpRank, this.loraIds, this.opts.encoding ?? 'map');
     this.buffer.push({ seq, payload });
     if (this.buffer.length > this.bufferSteps) this.buffer.shift();
     const pub = this.pub;
     if (!pub) return; // not started: kept for replay only
+    if (dropsBatch(seq, this.opts.dropRate ?? 0)) {
+      this.dropped++;
+      return;
+    }
     const frames = [this.topic, seqBytes(seq), payload];
     this.pubChain = this.pubChain.then(
       () => pub.send(frames),

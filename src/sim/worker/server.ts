@@ -33,7 +33,7 @@ import { EngineDriver } from './engine-driver.js';
 import { EMBEDDING_DIM, embeddingsSchema, inputTooLongMessage, writeEmbeddingsAnswer } from './embeddings.js';
 import { Exchange, type ExchangeHost, type SeqRun } from './exchange.js';
 import { Generation } from './generation.js';
-import { KvEventPublisher } from './kv-event-publisher.js';
+import { KvEventPublisher, type KvEventEncoding } from './kv-event-publisher.js';
 import { promptLogprobs, vllmPromptLogprobs, type PromptLogprobEntry } from './logprobs.js';
 import {
   SimError,
@@ -109,7 +109,17 @@ export interface SimWorkerOptions {
   /** Seed of the engine's block-hash chain (random per process otherwise, like vLLM). */
   hashSeed?: number;
   /** Publish KV-cache events on ZeroMQ (vLLM's --kv-events-config). */
-  kvEvents?: { endpoint: string | number; replayEndpoint?: string | number; topic?: string };
+  kvEvents?: {
+    endpoint: string | number;
+    replayEndpoint?: string | number;
+    topic?: string;
+    /** Payload encoding: 'map' (current vLLM, the default) or 'array' (older vLLM). */
+    encoding?: KvEventEncoding;
+    /** Share of batches not sent live (kept for replay), for tests of gap repair. */
+    dropRate?: number;
+  };
+  /** Host memory for the KV offload tier, GiB (vLLM's CPU offloading connector); absent: none. */
+  cpuOffloadGib?: number;
   /** Emit pre-0.9 metric names (vllm:gpu_cache_usage_perc, vllm:gpu_prefix_cache_*). */
   legacyMetricNames?: boolean;
   /**
@@ -185,6 +195,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
     kvEvents: opts.kvEvents !== undefined,
     emitTokens: true,
     maxModelLen: opts.maxModelLen,
+    cpuOffloadGib: opts.cpuOffloadGib,
   });
   let config: EngineConfig = opts.numGpuBlocks !== undefined ? { ...built, numGpuBlocks: opts.numGpuBlocks } : built;
   // The engine's clock for a shifting acceptance: set once the driver exists.
@@ -241,6 +252,8 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
       replayEndpoint: opts.kvEvents.replayEndpoint,
       topic: opts.kvEvents.topic,
       adapters: opts.adapters,
+      ...(opts.kvEvents.encoding !== undefined ? { encoding: opts.kvEvents.encoding } : {}),
+      ...(opts.kvEvents.dropRate !== undefined ? { dropRate: opts.kvEvents.dropRate } : {}),
     });
     try {
       kvEndpoints = await publisher.start();

@@ -31,7 +31,7 @@ test('each worker matches the leading blocks it holds; a fully cached prompt sti
     hold(matcher, a, tokens, k.held);
     hold(matcher, b, tokens, 1);
     const m = matcher.matches(request(tokens), [a, b, c], ctx());
-    assert.deepEqual(m.get(a), { blocks: k.blocks, tokens: k.cachedTokens, promptBlocks: Math.floor(k.tokens / 16), blockSize: 16 }, JSON.stringify(k));
+    assert.deepEqual(m.get(a), { blocks: k.blocks, tokens: k.cachedTokens, promptBlocks: Math.floor(k.tokens / 16), blockSize: 16, tiers: [k.blocks, 0, 0] }, JSON.stringify(k));
     assert.equal(m.get(b)!.blocks, 1);
     assert.equal(m.get(c)!.blocks, 0, 'a worker seen for the first time holds nothing');
   }
@@ -79,8 +79,8 @@ test('workers are matched at their own block size', () => {
   hold(matcher, small, tokens, 20);
   hold(matcher, large, tokens, 10);
   const m = matcher.matches(request(tokens), [small, large], ctx());
-  assert.deepEqual(m.get(small), { blocks: 20, tokens: 304, promptBlocks: 20, blockSize: 16 });
-  assert.deepEqual(m.get(large), { blocks: 10, tokens: 288, promptBlocks: 10, blockSize: 32 });
+  assert.deepEqual(m.get(small), { blocks: 20, tokens: 304, promptBlocks: 20, blockSize: 16, tiers: [20, 0, 0] });
+  assert.deepEqual(m.get(large), { blocks: 10, tokens: 288, promptBlocks: 10, blockSize: 32, tiers: [10, 0, 0] });
 });
 
 test('a fixed block size and seed (llm-d’s 256-character blocks) ignore the workers’ own and kvgate’s hash space', () => {
@@ -90,7 +90,7 @@ test('a fixed block size and seed (llm-d’s 256-character blocks) ignore the wo
   const a = worker('a');
   const tokens = seq(0, 1024);
   hold(chars, a, tokens, 4);
-  assert.deepEqual(chars.matches(request(tokens), [a], ctx()).get(a), { blocks: 4, tokens: 768, promptBlocks: 4, blockSize: 256 });
+  assert.deepEqual(chars.matches(request(tokens), [a], ctx()).get(a), { blocks: 4, tokens: 768, promptBlocks: 4, blockSize: 256, tiers: [4, 0, 0] });
   assert.equal(kvgate.matches(request(tokens), [a], ctx()).get(a)!.blocks, 0);
 });
 

@@ -7,7 +7,7 @@ import { request, router, seq, worker } from '../helpers.js';
 const parsed = (name: string, raw: Record<string, unknown> = {}): Record<string, unknown> => policyDefinition(name).options.parse(raw);
 
 test('every policy with options either retunes its defaults in place or says it cannot', () => {
-  const inPlace = new Set(['kvgate', 'oracle', 'sglang-cache-aware', 'llm-d', 'llm-d-precise', 'dynamo', 'dynamo-approx']);
+  const inPlace = new Set(['kvgate', 'oracle', 'sglang-cache-aware', 'llm-d', 'llm-d-precise', 'dynamo', 'dynamo-approx', 'aibrix']);
   for (const d of BUILTIN_POLICIES) {
     const p = createPolicy(d.name);
     const index = p.prefixIndex;

@@ -53,8 +53,8 @@ test('bind addresses: port 0 and bare ports', () => {
   assert.equal(bindAddress('tcp://*:5557'), 'tcp://*:5557');
 });
 
-test('PUB messages are [topic, 8-byte seq, msgpack EventBatch] with tagged-array events', async () => {
-  const pub = new KvEventPublisher({ endpoint: 'tcp://127.0.0.1:0', topic: 'kv@w0' });
+test('PUB messages are [topic, 8-byte seq, msgpack EventBatch] with tagged-array events (array encoding)', async () => {
+  const pub = new KvEventPublisher({ endpoint: 'tcp://127.0.0.1:0', topic: 'kv@w0', encoding: 'array' });
   const { endpoint } = await pub.start();
   assert.match(endpoint, /^tcp:\/\/127\.0\.0\.1:\d+$/);
   assert.doesNotMatch(endpoint, /:0$/);
@@ -89,8 +89,29 @@ test('PUB messages are [topic, 8-byte seq, msgpack EventBatch] with tagged-array
   }
 });
 
+test('map encoding (the default): the batch and each event are maps in vLLM field order', async () => {
+  const pub = new KvEventPublisher({ endpoint: 'tcp://127.0.0.1:0', dataParallelRank: 2 });
+  const { endpoint } = await pub.start();
+  const sub = await joinedSubscriber(pub, endpoint);
+  try {
+    pub.publish([stored, { type: 'BlockRemoved', blockHashes: [5], medium: 'CPU' }, cleared]);
+    const [, , payload] = await sub.receive();
+    const batch = decode(payload!) as Record<string, unknown>;
+    assert.deepEqual(Object.keys(batch), ['ts', 'events', 'data_parallel_rank']);
+    assert.equal(batch['data_parallel_rank'], 2);
+    assert.deepEqual(batch['events'], [
+      { type: 'BlockStored', block_hashes: [2 ** 40 + 7, 2 ** 52 + 3], parent_block_hash: null, token_ids: [0, 1, 2, 3, 4, 5, 6, 7], block_size: 4, lora_id: null, medium: 'GPU', lora_name: null },
+      { type: 'BlockRemoved', block_hashes: [5], medium: 'CPU' },
+      { type: 'AllBlocksCleared' },
+    ]);
+  } finally {
+    sub.close();
+    await pub.close();
+  }
+});
+
 test('the replay socket returns buffered batches from a sequence number, then -1', async () => {
-  const pub = new KvEventPublisher({ endpoint: 'tcp://127.0.0.1:0', replayEndpoint: 'tcp://127.0.0.1:0', bufferSteps: 3 });
+  const pub = new KvEventPublisher({ endpoint: 'tcp://127.0.0.1:0', replayEndpoint: 'tcp://127.0.0.1:0', bufferSteps: 3, encoding: 'array' });
   const { replayEndpoint } = await pub.start();
   assert.ok(replayEndpoint);
   for (let i = 0; i < 5; i++) pub.publish([{ type: 'BlockRemoved', blockHashes: [i] }]);
@@ -171,10 +192,19 @@ test('a simulated worker publishes BlockStored for a prompt, with the prompt\'s 
     await postJson(w, '/v1/completions', { prompt, max_tokens: 2, ignore_eos: true });
     const [topic, seq, payload] = await sub.receive();
     assert.equal(topic!.length, 0);
-    const [, events] = decode(payload!) as [number, unknown[][]];
-    const st = events.find((e) => e[0] === 'BlockStored')!;
+    // The default encoding is current vLLM's: the batch and its events are maps, tagged "type".
+    const { events } = decode(payload!) as { events: Array<Record<string, unknown>> };
+    const st = events.find((e) => e['type'] === 'BlockStored')!;
     assert.ok(st, 'a BlockStored event');
-    const [, hashes, parent, tokenIds, blockSize, loraId, medium] = st as [string, number[], number | null, number[], number, null, string];
+    assert.deepEqual(Object.keys(st), ['type', 'block_hashes', 'parent_block_hash', 'token_ids', 'block_size', 'lora_id', 'medium', 'lora_name']);
+    const { block_hashes: hashes, parent_block_hash: parent, token_ids: tokenIds, block_size: blockSize, lora_id: loraId, medium } = st as {
+      block_hashes: number[];
+      parent_block_hash: number | null;
+      token_ids: number[];
+      block_size: number;
+      lora_id: null;
+      medium: string;
+    };
     const full = Math.floor(ids.length / 16);
     assert.equal(blockSize, 16);
     assert.equal(parent, null);
@@ -198,7 +228,7 @@ test('a simulated worker publishes BlockStored for a prompt, with the prompt\'s 
     let sawClear = false;
     while (!sawClear) {
       const [, , p] = await sub.receive();
-      sawClear = (decode(p!) as [number, unknown[][]])[1].some((e) => e[0] === 'AllBlocksCleared');
+      sawClear = (decode(p!) as { events: Array<Record<string, unknown>> }).events.some((e) => e['type'] === 'AllBlocksCleared');
     }
     assert.equal(w.engine.stats().cachedFreeBlocks, 0);
   } finally {

@@ -5,7 +5,9 @@
  *
  * Per candidate w:
  *
- *   cached   = leading prompt tokens w holds (prefix index match; exact: the engine's probe)
+ *   cached   = leading prompt tokens w holds (prefix index match; exact: the engine's probe), a
+ *              block held only in host memory or on disk (KV events' medium) counted at
+ *              hostHitWeight or diskHitWeight of a GPU block: loading it back is not free
  *   uncached = prompt tokens − cached
  *   ahead    = prefill tokens queued at w before this request: the gateway's own dispatched and
  *              not-yet-first-token prompt tokens (exact: the larger of that and the engine's
@@ -62,6 +64,7 @@
 import { usedBlocks } from '../../../admission/kv-pressure.js';
 import type { WorkerState } from '../../../fleet/worker-state.js';
 import { blockKeysOf } from '../../../kv/prompt-blocks.js';
+import { DEFAULT_TIER_WEIGHTS, tierCredit, type TierWeights } from '../../../kv/tiers.js';
 import { stateKey } from '../../../util/state.js';
 import { blocksNeeded } from '../../filters/kv-fit.js';
 import type { PrefixMatcher } from '../../index/prefix-match.js';
@@ -167,6 +170,8 @@ export interface KvgateEstimateOptions {
   stallModel?: 'linear' | 'misses';
   /** What the expected cost of a preemption for lack of KV counts for (0: ignored). */
   preemptionWeight: number;
+  /** Credit of a cached block in host memory and on disk, a GPU block being 1 (default Dynamo's). */
+  tierWeights?: TierWeights;
   /** Prefill throughput assumed for `w`, tokens/s. */
   prefillRate(w: WorkerState): number;
   /** Output tokens expected of the request (at most max_tokens, capped as for reservations). */
@@ -202,7 +207,10 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
         const out = o.expectedOutput(req);
         for (const w of ws) {
           if (m.has(w)) continue;
-          m.set(w, estimateWorker(req, w, ctx, { o, stall, out, indexTokens: matches.get(w)?.tokens ?? 0, session: sessionWorker === w.id }));
+          const x = matches.get(w);
+          // Tokens cached at the worker, each block weighed by its tier (all GPU without offload).
+          const indexTokens = x && x.blocks > 0 ? Math.round((x.tokens * tierCredit(x.tiers, o.tierWeights ?? DEFAULT_TIER_WEIGHTS)) / x.blocks) : 0;
+          m.set(w, estimateWorker(req, w, ctx, { o, stall, out, indexTokens, session: sessionWorker === w.id }));
         }
       }
       const est = ws.map((w) => m.get(w)!);

@@ -152,6 +152,7 @@ export class KvgatePolicy implements Policy {
           stallWeight: p.stallWeight,
           stallModel: p.stallModel,
           preemptionWeight: p.preemptionWeight,
+          tierWeights: { host: p.hostHitWeight, disk: p.diskHitWeight },
           prefillRate: (w) => this.prefillRate(w),
           expectedOutput: (req) => this.expectedOutput(req),
           inflightBatch: (w) => this.batches.of(w),

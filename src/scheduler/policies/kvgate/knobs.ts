@@ -3,6 +3,7 @@
  * this file gives the formula each one enters and the evidence for its default.
  */
 import { z } from 'zod';
+import { DEFAULT_TIER_WEIGHTS } from '../../../kv/tiers.js';
 import { GPUS } from '../../../hardware/gpus.js';
 import { PREFIX_INDEX_DEFAULTS } from '../../index/prefix-index.js';
 import type { KnobGroup } from '../../types.js';
@@ -148,6 +149,12 @@ const index = {
   ),
   maxWorkers: indexKnobs.maxWorkers,
   sessionCapacity: numberKnob(100_000, 'session keys remembered for affinity', { min: 1 }),
+  hostHitWeight: numberKnob(
+    DEFAULT_TIER_WEIGHTS.host,
+    "share of a prompt block held in the worker's host memory (KV events with medium CPU) counted as cached; the rest is counted as if recomputed",
+    { max: 1 },
+  ),
+  diskHitWeight: numberKnob(DEFAULT_TIER_WEIGHTS.disk, 'share of a prompt block held on the worker\'s disk tier counted as cached', { max: 1 }),
 };
 
 /** Knobs that no longer exist: a config that names one fails with the message. */
