@@ -32,9 +32,8 @@ import type { KvEvent } from '../kv/events.js';
 
 const NO_HASH = -1;
 const NIL = -1;
-/** vLLM's medium strings (vllm/distributed/kv_events.py MEDIUM_GPU; the offloading connector's CPU). */
-export const MEDIUM_GPU = 'GPU';
-export const MEDIUM_CPU = 'CPU';
+/** vLLM's medium string for blocks in host memory (the offloading connector's CPU; vllm/distributed/kv_events.py). */
+const MEDIUM_CPU = 'CPU';
 
 /**
  * Open-addressing map from block hash to block id. Block hashes are 53-bit integers, too wide

@@ -189,7 +189,7 @@ export function buildEngineConfig(opts: BuildEngineOptions): EngineConfig {
 }
 
 /** The host offload tier of `gib` GiB for blocks of `blockBytes` bytes, as EngineConfig.cpuOffload. */
-export function cpuOffloadOf(gib: number | undefined, blockBytes: number): { cpuOffload?: { numBlocks: number; loadMsPerBlock: number } } {
+function cpuOffloadOf(gib: number | undefined, blockBytes: number): { cpuOffload?: { numBlocks: number; loadMsPerBlock: number } } {
   if (gib === undefined || gib === 0) return {};
   if (!(gib > 0) || !Number.isFinite(gib)) throw new Error(`cpuOffloadGib must be a positive number, got ${gib}`);
   return { cpuOffload: { numBlocks: Math.floor((gib * GiB) / blockBytes), loadMsPerBlock: (blockBytes / HOST_LOAD_BYTES_PER_S) * 1000 } };

@@ -100,7 +100,7 @@ function leastRunning(candidates: readonly ScoredWorker[], ctx: RoutingContext):
   return least.length > 0 ? least[Math.floor(ctx.rng() * least.length)]! : null;
 }
 
-export function createAibrixPolicy(o: AibrixOptions): PipelinePolicy {
+function createAibrixPolicy(o: AibrixOptions): PipelinePolicy {
   const table = new BlockLruTable(o.blockNumber, o.evictionDurationMs);
   let lastEviction = -Infinity;
   const blocksOf = (req: RouteRequest): PromptBlocks => {
