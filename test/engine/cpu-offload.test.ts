@@ -85,7 +85,7 @@ test('cpuOffloadGib sizes the tier in blocks of the model and prices a block at 
   const cfg = buildEngineConfig({ gpu: 'h100', model: 'llama-3.1-8b', cpuOffloadGib: 8 });
   const blockBytes = sizing.kvBytesPerToken * 16;
   assert.equal(cfg.cpuOffload?.numBlocks, Math.floor((8 * 1024 ** 3) / blockBytes));
-  assert.ok(Math.abs(cfg.cpuOffload!.loadMsPerBlock - (blockBytes / HOST_LOAD_BYTES_PER_S) * 1000) < 1e-12);
+  assert.ok(Math.abs(cfg.cpuOffload.loadMsPerBlock - (blockBytes / HOST_LOAD_BYTES_PER_S) * 1000) < 1e-12);
   assert.equal(buildEngineConfig({ gpu: 'h100', model: 'llama-3.1-8b' }).cpuOffload, undefined);
   assert.throws(() => buildEngineConfig({ gpu: 'h100', model: 'llama-3.1-8b', cpuOffloadGib: -1 }), /cpuOffloadGib/);
 });
