@@ -392,14 +392,7 @@ function headlineRow(
   mark: (c: CapacityJson['policies'][number]['capacity']) => string,
 ): string {
   const capOf = new Map(cap.policies.map((p) => [p.name, p.capacity]));
-  const by = new Map(load.policies.map((p) => [p.name, p]));
-  const k = by.get('kvgate')!;
-  const rr = by.get('round-robin')!;
-  const peers = PEERS.map((n) => by.get(n)).filter((p): p is LoadJson['policies'][number] => p !== undefined);
-  const ratio = (get: (p: LoadJson['policies'][number]) => number): string => {
-    const best = Math.min(...peers.map(get));
-    return `${f(get(k) / best, 2)} (${peers.find((p) => get(p) === best)!.name})`;
-  };
+  const { k, rr, peers, ratio } = kvgateAgainstPeers(load);
   const bestHit = Math.max(...peers.map((p) => p.prefix_hit_rate));
   const peer = cap.capacity.best_peer;
   return (
@@ -412,15 +405,7 @@ function headlineRow(
 
 /** One row of the capacity-first table: capacity ratios, then kvgate against the best peer on each metric at the common load. */
 function commonLoadRow(name: string, workers: number, cap: CapacityJson, load: LoadJson): string {
-  const by = new Map(load.policies.map((p) => [p.name, p]));
-  const k = by.get('kvgate')!;
-  const rr = by.get('round-robin')!;
-  const peers = PEERS.map((n) => by.get(n)).filter((p): p is LoadJson['policies'][number] => p !== undefined);
-  const ratio = (get: (p: LoadJson['policies'][number]) => number): string => {
-    const best = Math.min(...peers.map(get));
-    const who = peers.find((p) => get(p) === best)!.name;
-    return `${f(get(k) / best, 2)} (${who})`;
-  };
+  const { k, rr, peers, ratio } = kvgateAgainstPeers(load);
   const bestHit = Math.max(...peers.map((p) => p.prefix_hit_rate));
   const hitRatio = bestHit > 0 ? f(k.prefix_hit_rate / bestHit, 2) : '—';
   const peer = cap.capacity.best_peer;
@@ -432,3 +417,20 @@ function commonLoadRow(name: string, workers: number, cap: CapacityJson, load: L
 }
 
 process.exitCode = main();
+
+/** kvgate's, round-robin's and the peers' rows of a load run, and kvgate ÷ the best peer on a metric (lower is better), naming it. */
+function kvgateAgainstPeers(load: LoadJson): {
+  k: LoadJson['policies'][number];
+  rr: LoadJson['policies'][number];
+  peers: LoadJson['policies'][number][];
+  ratio: (get: (p: LoadJson['policies'][number]) => number) => string;
+} {
+  const by = new Map(load.policies.map((p) => [p.name, p]));
+  const k = by.get('kvgate')!;
+  const peers = PEERS.map((n) => by.get(n)).filter((p): p is LoadJson['policies'][number] => p !== undefined);
+  const ratio = (get: (p: LoadJson['policies'][number]) => number): string => {
+    const best = Math.min(...peers.map(get));
+    return `${f(get(k) / best, 2)} (${peers.find((p) => get(p) === best)!.name})`;
+  };
+  return { k, rr: by.get('round-robin')!, peers, ratio };
+}
