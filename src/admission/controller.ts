@@ -46,7 +46,9 @@
  *
  * A request that can never fit any worker (more blocks than the largest one has) and a model with
  * no routable worker are admitted: the router answers them (400 / 503) as it does without
- * admission control.
+ * admission control. A standard or sheddable request larger than its threshold's share of the
+ * whole fleet (one long prompt on a small fleet) starts alone, on a worker with nothing of the
+ * gateway's in flight, rather than waiting for a usage it can never reach.
  *
  * Plain code with an injected clock: the live gateway's admission stage and `kvgate bench` (the
  * fleet simulation, virtual time) run this same class.
@@ -408,14 +410,22 @@ export class AdmissionController<W extends KvWorkerView = KvWorkerView> {
     if (blocks > largest) return ANY;
     const pending = pendingBlocks(m);
     const miss = cls === 'sheddable' ? SHED : WAIT;
+    let aloneOnly = false;
     if (cls !== 'critical') {
-      const after = (kv.usedBlocks + pending + blocks) / kv.totalBlocks;
-      if (after > (cls === 'standard' ? this.s.thresholds.standard : this.s.thresholds.sheddable)) return miss;
+      const limit = cls === 'standard' ? this.s.thresholds.standard : this.s.thresholds.sheddable;
+      if ((kv.usedBlocks + pending + blocks) / kv.totalBlocks > limit) {
+        // A request larger than the threshold's share of the whole fleet could never pass it, and
+        // would wait until it timed out on an idle fleet: it starts alone instead, on a worker the
+        // gateway has nothing in flight at, once nothing else is waiting to be placed.
+        if (blocks <= limit * kv.totalBlocks || pending > 0) return miss;
+        aloneOnly = true;
+      }
     }
     // Blocks admitted but not yet charged to a worker may land on any of them.
     const fit: W[] = [];
     for (const w of workers) {
       if (!w.routable) continue;
+      if (aloneOnly && w.peakInflightBlocks(now) > 0) continue;
       if (w.numGpuBlocks - workerUsedBlocks(w, now, this.o.staleAfterMs) - pending >= blocks) fit.push(w);
     }
     return fit.length > 0 ? { v: 'admit', workers: fit } : miss;

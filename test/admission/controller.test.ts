@@ -201,6 +201,28 @@ test('no routable worker, or a request no worker could ever hold: admitted for t
   assert.equal(c.submit(req('sheddable', 10), l).kind, 'admitted');
 });
 
+test('a request larger than its threshold’s share of the fleet starts alone, on a worker with nothing in flight', () => {
+  const { c, workers, clock } = fleet([0], 1000); // standard passes up to 920 blocks, sheddable 850
+  const { out, l } = recorder();
+  // 930 blocks could never pass 0.92 of this fleet: alone on it, it starts rather than waiting out its deadline.
+  const first = c.submit(req('standard', 930), l);
+  assert.equal(first.kind, 'admitted');
+  assert.deepEqual(first.kind === 'admitted' && first.ticket.workers!.map((w) => w.id), ['w0']);
+  const t = first.kind === 'admitted' ? first.ticket : undefined;
+  workers[0]!.begin({ id: t!.id, promptTokens: 929 * BS, uncachedTokens: 929 * BS, maxTokens: BS, blocks: 930, dispatchedAt: 0 });
+  // Beside a request in flight it waits (standard) or is refused (sheddable)…
+  assert.equal(c.submit(req('standard', 930), l).kind, 'queued');
+  assert.equal(c.submit(req('sheddable', 900), l).kind, 'refused');
+  // …and starts when the worker has emptied.
+  workers[0]!.end(t!.id);
+  t!.release();
+  clock.advance(20);
+  workers[0]!.applySnapshot({ at: 20, kvUsage: 0, running: 0, waiting: 0, numGpuBlocks: 1000, blockSize: BS });
+  c.pump();
+  assert.equal(out.admitted.length, 1);
+  assert.equal(out.admitted[0]!.blocks, 930);
+});
+
 test('checkPick: a sheddable request is shed when its picked worker has more than one step of prefill waiting before it', () => {
   const { c, workers, decisions } = fleet([0.2, 0.2]);
   const { l } = recorder();
