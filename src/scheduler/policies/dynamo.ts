@@ -58,9 +58,9 @@
  * wspt, `lib/kv-router/src/scheduling/queue.rs`): a request is held only while every worker's
  * active prefill tokens exceed 16 × its max_num_batched_tokens (131,072 at vLLM's 8,192; workers
  * that report none count as 10,000,000, DEFAULT_MAX_BATCHED_TOKENS), which needs a router-side
- * hold the pipeline has no seam for. `queueThreshold` below says when it would hold
- * (dynamoQueueHolds). Also not modelled: softmax sampling at temperature > 0, the shared
- * (fleet-wide) cache tier, session affinity headers.
+ * hold the pipeline has no seam for; a worker that far behind is seconds past any TTFT target, so
+ * the queue only acts beyond capacity. Also not modelled: softmax sampling at temperature > 0,
+ * the shared (fleet-wide) cache tier, session affinity headers.
  */
 import { z } from 'zod';
 import type { WorkerState } from '../../fleet/worker-state.js';
