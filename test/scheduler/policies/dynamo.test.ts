@@ -113,8 +113,8 @@ test('dynamo: decodeActiveRequestWeight charges each request active at the worke
   // a runs two 2-block requests past their prefill (4 active blocks), b one 5-block request (5).
   // A fresh 2-block prompt: a = 2 + 4 + 2 = 8, b = 2 + 5 + 2 = 9 at the default weight 0;
   // with weight 1: a = 8 + 2 = 10, b = 9 + 1 = 10 (a tie); with weight 2: a = 12 > b = 11.
-  const place = (options: PolicyOptions): string => {
-    const { router: r } = router(createPolicy('dynamo', options));
+  const place = (options: PolicyOptions, name = 'dynamo'): string => {
+    const { router: r } = router(createPolicy(name, options));
     const a = worker('a');
     const b = worker('b');
     for (const [w, q] of [[a, request(seq(100, 32))], [a, request(seq(200, 32))], [b, request(seq(300, 80))]] as const) {
@@ -125,6 +125,9 @@ test('dynamo: decodeActiveRequestWeight charges each request active at the worke
   };
   assert.equal(place({}), 'a load');
   assert.equal(place({ decodeActiveRequestWeight: 2 }), 'b load');
+  // dynamo-approx shares the cost (its own index holds nothing of these unrelated prompts).
+  assert.equal(place({}, 'dynamo-approx'), 'a load');
+  assert.equal(place({ decodeActiveRequestWeight: 2 }, 'dynamo-approx'), 'b load');
   // A completed request no longer counts: without b's request, a (12) still loses to an idle b (4).
   const { router: r } = router(createPolicy('dynamo', { decodeActiveRequestWeight: 2 }));
   const a = worker('a');
