@@ -277,7 +277,7 @@ function createDynamoPolicy(o: DynamoOptions): PipelinePolicy {
 export const dynamoPolicy: PolicyDefinition<typeof dynamoOptions> = {
   name: 'dynamo',
   description:
-    "NVIDIA Dynamo KV router, defaults: lowest prefill_load_scale·(prefill blocks − KV-event overlap) + active decode blocks (shared blocks once) + the prompt's new blocks.",
+    "NVIDIA Dynamo KV router, defaults: lowest prefill_load_scale·(prefill blocks − KV-event overlap, the credit decayed with the prefill backlog) + active decode blocks (shared blocks once) + the prompt's new blocks + decode_active_request_weight·active requests (decay and weight 0 by default).",
   options: dynamoOptions,
   create: createDynamoPolicy,
 };

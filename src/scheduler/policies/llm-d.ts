@@ -193,7 +193,7 @@ function createLlmdPolicy(o: LlmdOptions): PipelinePolicy {
 
 export const llmdPolicy: PolicyDefinition<typeof llmdOptions> = {
   name: 'llm-d',
-  description: 'llm-d router default profile: queue, kv-cache-utilization and approximate prefix-cache scorers (token blocks estimated from text), max-score picker, fast metrics polling.',
+  description: 'llm-d router built-in profile (the weighted blend): queue, kv-cache-utilization and approximate prefix-cache scorers (token blocks estimated from text), max-score picker, fast metrics polling.',
   options: llmdOptions,
   create: createLlmdPolicy,
 };
