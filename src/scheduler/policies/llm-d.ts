@@ -31,7 +31,8 @@
  * kv-cache-utilization-scorer 2, prefix-cache-scorer 3), `pkg/epp/server/options.go`
  * (RefreshMetricsInterval 50 ms), `pkg/epp/framework/plugins/scheduling/picker/maxscore/picker.go`
  * (shuffled before the max: random tie-break). `llm-d-precise` (llm-d-precise.ts) is the
- * KV-event-fed profile.
+ * KV-event-fed profile; `llm-d-affinity` (llm-d-affinity.ts) the sticky-until-saturated
+ * configuration llm-d's guides ship since August 2026, which calls this blend its legacy profile.
  */
 import { z } from 'zod';
 import { PROMPT_ADAPTER } from '../../kv/prompt-blocks.js';
