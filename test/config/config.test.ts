@@ -135,6 +135,8 @@ test('policy options are checked at load against the named policy’s own option
   assert.deepEqual(c.policy.options, {
     prefillLoadScale: 2,
     overlapScoreCredit: 1,
+    overlapScoreCreditDecay: 0,
+    decodeActiveRequestWeight: 0,
     hostCacheHitWeight: 0.75,
     diskCacheHitWeight: 0.25,
     assumeKvReuse: true,

@@ -31,7 +31,8 @@
  * kv-cache-utilization-scorer 2, prefix-cache-scorer 3), `pkg/epp/server/options.go`
  * (RefreshMetricsInterval 50 ms), `pkg/epp/framework/plugins/scheduling/picker/maxscore/picker.go`
  * (shuffled before the max: random tie-break). `llm-d-precise` (llm-d-precise.ts) is the
- * KV-event-fed profile.
+ * KV-event-fed profile; `llm-d-affinity` (llm-d-affinity.ts) the sticky-until-saturated
+ * configuration llm-d's guides ship since August 2026, which calls this blend its legacy profile.
  */
 import { z } from 'zod';
 import { PROMPT_ADAPTER } from '../../kv/prompt-blocks.js';
@@ -39,11 +40,12 @@ import { seedFromString } from '../../util/rng.js';
 import { stateKey } from '../../util/state.js';
 import { healthyFilter } from '../filters/healthy.js';
 import { PrefixIndex } from '../index/prefix-index.js';
-import { PrefixMatcher } from '../index/prefix-match.js';
+import { PrefixMatcher, type PrefixMatch } from '../index/prefix-match.js';
 import { maxScorePicker } from '../pickers/max-score.js';
 import { PipelinePolicy } from '../pipeline.js';
 import { prefixFractionScorer } from '../scorers/prefix-fraction.js';
-import type { PolicyDefinition, RouteRequest, Scorer } from '../types.js';
+import type { PolicyDefinition, RouteRequest, RoutingContext, Scorer } from '../types.js';
+import type { WorkerState } from '../../fleet/worker-state.js';
 import { indexKnobs, numberKnob, retuneInPlace } from './knobs.js';
 
 /** The prompt text's UTF-16 code units, llm-d's stand-in for tokens. */
@@ -115,7 +117,24 @@ export const llmdOptions = z.strictObject({
 
 export type LlmdOptions = z.output<typeof llmdOptions>;
 
-function createLlmdPolicy(o: LlmdOptions): PipelinePolicy {
+/** What shapes llm-d's approximate prefix index. */
+export type LlmdApproxOptions = Pick<LlmdOptions, 'blockSizeTokens' | 'bytesPerToken' | 'indexMaxBytes' | 'maxWorkers'>;
+
+/** llm-d's approximate prefix index over a request's characters, learned from its own picks. */
+export interface LlmdApproxPrefix {
+  readonly index: PrefixIndex;
+  /** Each worker's leading matched blocks of the request's text. */
+  matches(req: RouteRequest, ws: readonly WorkerState[], ctx: RoutingContext): Map<WorkerState, PrefixMatch>;
+  /** The request was sent to w: its blocks are w's now. */
+  record(req: RouteRequest, w: WorkerState, now: number): void;
+}
+
+/**
+ * llm-d's `approx-prefix-cache-producer` (also the index behind its `prefix-cache-scorer`):
+ * chained block hashes seeded by the model name over blocks of max(64, blockSizeTokens) tokens,
+ * estimated at bytesPerToken characters each, one LRU per pod, entered at dispatch.
+ */
+export function llmdApproxPrefix(o: LlmdApproxOptions): LlmdApproxPrefix {
   const blockChars = Math.round(Math.max(64, o.blockSizeTokens) * o.bytesPerToken);
   const index = new PrefixIndex({
     maxBytes: o.indexMaxBytes,
@@ -137,7 +156,17 @@ function createLlmdPolicy(o: LlmdOptions): PipelinePolicy {
     }
     return r;
   };
-  const prefixScorer = prefixFractionScorer((req, ws, ctx) => matcherFor(req.model).matches(asChars(req), ws, ctx));
+  return {
+    index,
+    matches: (req, ws, ctx) => matcherFor(req.model).matches(asChars(req), ws, ctx),
+    record: (req, w, now) => matcherFor(req.model).record(asChars(req), w, now),
+  };
+}
+
+function createLlmdPolicy(o: LlmdOptions): PipelinePolicy {
+  const approx = llmdApproxPrefix(o);
+  const index = approx.index;
+  const prefixScorer = prefixFractionScorer(approx.matches);
   const scorers = [
     { scorer: llmdQueueScorer, weight: o.queueWeight },
     { scorer: llmdKvCacheScorer, weight: o.kvCacheWeight },
@@ -158,14 +187,14 @@ function createLlmdPolicy(o: LlmdOptions): PipelinePolicy {
     scrapeIntervalMs: o.scrapeIntervalMs,
     prefixIndex: index,
     onDispatch(req, d, ctx) {
-      matcherFor(req.model).record(asChars(req), d.worker, ctx.now);
+      approx.record(req, d.worker, ctx.now);
     },
   });
 }
 
 export const llmdPolicy: PolicyDefinition<typeof llmdOptions> = {
   name: 'llm-d',
-  description: 'llm-d router default profile: queue, kv-cache-utilization and approximate prefix-cache scorers (token blocks estimated from text), max-score picker, fast metrics polling.',
+  description: 'llm-d router built-in profile (the weighted blend): queue, kv-cache-utilization and approximate prefix-cache scorers (token blocks estimated from text), max-score picker, fast metrics polling.',
   options: llmdOptions,
   create: createLlmdPolicy,
 };

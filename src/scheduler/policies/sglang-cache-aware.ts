@@ -5,9 +5,13 @@
  *
  *   healthy → sglang-cache-aware picker
  *
- * Load is the router's own in-flight count per worker. If the load is imbalanced (max − min >
- * balanceAbsThreshold and max > balanceRelThreshold · min) the least loaded worker wins outright
- * ('least-load'). Otherwise the prompt's characters are matched against one radix tree per model
+ * Load is the router's own in-flight count per worker. If the pool is imbalanced the least loaded
+ * worker wins outright ('least-load'). Imbalanced is any of three triggers (#1621):
+ * - overload: the highest KV usage among the workers' last scrapes > overloadTokenUsageThreshold;
+ * - KV spread: the highest KV usage − the lowest > balanceTokenUsageThreshold;
+ * - count spread: max − min in-flight > balanceAbsThreshold and max > balanceRelThreshold · min.
+ * The two KV triggers read only workers with a scrape, and are off at their default 1.0 (usage is
+ * at most 1, so "> 1" never holds). Otherwise the prompt's characters are matched against one radix tree per model
  * shared by all workers (index/char-radix-tree.ts): a match rate above cacheThreshold sends the
  * request to the worker the match resolves to — the owner of the deepest matched node, i.e. the
  * worker that first sent that prefix, for as long as it still holds it ('prefix'; sticky: among
@@ -24,16 +28,19 @@
  * - `model_gateway/src/main.rs` (CLI defaults): cache_threshold 0.3, balance_abs_threshold 64,
  *   balance_rel_threshold 1.5, eviction_interval 120 s, max_tree_size 2^26 (the library's
  *   CacheAwareConfig::default in `model_gateway/src/policies/mod.rs` is 0.5/32/1.1/30 s/10,000,
- *   but the router binary and the Python launcher start from the CLI's); the KV-usage imbalance
- *   triggers default to 1.0, i.e. off.
- * - `model_gateway/src/policies/cache_aware.rs` (select_worker, select_worker_with_text,
- *   select_worker_min_load): the imbalance rule, the match-rate rule, the (load, processed
+ *   but the router binary and the Python launcher start from the CLI's);
+ *   balance_token_usage_threshold 1.0 and overload_token_usage_threshold 1.0, i.e. off.
+ * - `model_gateway/src/policies/cache_aware.rs` @ 73da68ca9472 (select_worker, is_imbalanced,
+ *   backend_token_usage_bounds, select_worker_with_text, select_worker_min_load): the three
+ *   imbalance triggers (KV usage from the workers' load poll, lightseekorg/smg#1621), the match-rate rule, the (load, processed
  *   requests, index) tie-break of the least loaded (#1714), the first-healthy fallback, insert for
  *   the chosen worker also when imbalanced.
  * - `crates/kv_index/src/string_tree.rs` (and sgl-project/sglang
  *   `sgl-model-gateway/src/policies/tree.rs`): the shared tree, the node's cached `last_tenant`
  *   set by the node's creator and inherited on split, the 1-in-8 match stamp,
  *   `evict_tenant_by_size`.
+ * Load stays the router's own in-flight count: reading the backends' running + waiting instead (a
+ * "global backlog", smg#1863) was proposed and closed unmerged; it is not in smg's main branch.
  */
 import { z } from 'zod';
 import { stateKey } from '../../util/state.js';
@@ -52,6 +59,14 @@ export const sglangOptions = z.strictObject({
   cacheThreshold: numberKnob(0.3, 'matched / prompt characters above this send the request to the matched worker (cache_threshold)'),
   evictionIntervalMs: numberKnob(120_000, 'trim every tree this often, ms (eviction_interval)', { infinite: true }),
   maxTreeSize: numberKnob(2 ** 26, 'characters each worker keeps in a tree when trimmed (max_tree_size)', { infinite: true }),
+  balanceTokenUsageThreshold: numberKnob(
+    1,
+    'imbalanced when the highest KV usage − the lowest exceeds this, from the last scrapes (balance_token_usage_threshold; ≥ 1: off)',
+  ),
+  overloadTokenUsageThreshold: numberKnob(
+    1,
+    "imbalanced when any worker's KV usage exceeds this, from the last scrapes (overload_token_usage_threshold; ≥ 1: off)",
+  ),
 });
 
 export type SglangOptions = z.output<typeof sglangOptions>;
@@ -76,6 +91,25 @@ function leastLoaded(candidates: readonly ScoredWorker[]): ScoredWorker | null {
 
 const pickOf = (c: ScoredWorker | null, reason: string): Pick | null => c && { worker: c, reason };
 
+/** smg's is_imbalanced: the KV overload and spread triggers, then the in-flight count spread. */
+function imbalanced(candidates: readonly ScoredWorker[], p: SglangOptions): boolean {
+  let minUsage = Infinity;
+  let maxUsage = -Infinity;
+  let min = Infinity;
+  let max = -Infinity;
+  for (const c of candidates) {
+    const usage = c.worker.snapshot?.kvUsage;
+    if (usage !== undefined) {
+      minUsage = Math.min(minUsage, usage);
+      maxUsage = Math.max(maxUsage, usage);
+    }
+    min = Math.min(min, c.worker.inflightCount);
+    max = Math.max(max, c.worker.inflightCount);
+  }
+  if (maxUsage > p.overloadTokenUsageThreshold || maxUsage - minUsage > p.balanceTokenUsageThreshold) return true;
+  return max - min > p.balanceAbsThreshold && max > p.balanceRelThreshold * min;
+}
+
 function createSglangPolicy(p: SglangOptions): PipelinePolicy {
   const trees = new Map<string, CharRadixTree>();
   const tree = (model: string) => {
@@ -88,15 +122,7 @@ function createSglangPolicy(p: SglangOptions): PipelinePolicy {
     name: 'sglang-cache-aware',
     pick(req, candidates) {
       if (candidates.length === 0) return null;
-      let min = Infinity;
-      let max = -Infinity;
-      for (const c of candidates) {
-        min = Math.min(min, c.worker.inflightCount);
-        max = Math.max(max, c.worker.inflightCount);
-      }
-      if (max - min > p.balanceAbsThreshold && max > p.balanceRelThreshold * min) {
-        return pickOf(leastLoaded(candidates), 'least-load');
-      }
+      if (imbalanced(candidates, p)) return pickOf(leastLoaded(candidates), 'least-load');
       const text = req.promptText;
       const m = tree(req.model).match(text);
       const rate = text.length > 0 ? m.matched / text.length : 0;
@@ -135,7 +161,7 @@ function createSglangPolicy(p: SglangOptions): PipelinePolicy {
 export const sglangCacheAwarePolicy: PolicyDefinition<typeof sglangOptions> = {
   name: 'sglang-cache-aware',
   description:
-    'SGLang router cache_aware: shared character radix tree, least in-flight when imbalanced, else the worker that first sent the best match above a threshold.',
+    'SGLang router cache_aware: shared character radix tree, least in-flight when imbalanced (in-flight spread, or KV usage when its triggers are set), else the worker that first sent the best match above a threshold.',
   options: sglangOptions,
   create: createSglangPolicy,
 };

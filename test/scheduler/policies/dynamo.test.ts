@@ -2,8 +2,9 @@
  * The Dynamo KV router's rules as `dynamo` and `dynamo-approx` model them, on hand-built cases
  * (block size 16; a 32-block shared prefix; prompts of 33 full blocks):
  *
- *   cost = prefillLoadScale · max((active prefill tokens + prompt tokens)/16 − overlap, 0)
+ *   cost = prefillLoadScale · max((active prefill tokens + prompt tokens)/16 − decay · overlap, 0)
  *          + active decode blocks (each shared block once) + the prompt's blocks not active
+ *          + decodeActiveRequestWeight · active requests
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -106,4 +107,70 @@ test('dynamo-approx: overlap from its own decisions, each block kept 120 s since
   clock2.advance(121_000);
   const later = r2.route(request(prompt(3)), [c, d]);
   assert.ok(later.ok && later.decision.expectedPrefixHit === 0);
+});
+
+test('dynamo: decodeActiveRequestWeight charges each request active at the worker (0 by default)', () => {
+  // a runs two 2-block requests past their prefill (4 active blocks), b one 5-block request (5).
+  // A fresh 2-block prompt: a = 2 + 4 + 2 = 8, b = 2 + 5 + 2 = 9 at the default weight 0;
+  // with weight 1: a = 8 + 2 = 10, b = 9 + 1 = 10 (a tie); with weight 2: a = 12 > b = 11.
+  const place = (options: PolicyOptions, name = 'dynamo'): string => {
+    const { router: r } = router(createPolicy(name, options));
+    const a = worker('a');
+    const b = worker('b');
+    for (const [w, q] of [[a, request(seq(100, 32))], [a, request(seq(200, 32))], [b, request(seq(300, 80))]] as const) {
+      assert.ok(r.route(q, [w]).ok);
+      r.firstToken(q.id);
+    }
+    return picked(r.route(request(seq(400, 32)), [a, b]));
+  };
+  assert.equal(place({}), 'a load');
+  assert.equal(place({ decodeActiveRequestWeight: 2 }), 'b load');
+  // dynamo-approx shares the cost (its own index holds nothing of these unrelated prompts).
+  assert.equal(place({}, 'dynamo-approx'), 'a load');
+  assert.equal(place({ decodeActiveRequestWeight: 2 }, 'dynamo-approx'), 'b load');
+  // A completed request no longer counts: without b's request, a (12) still loses to an idle b (4).
+  const { router: r } = router(createPolicy('dynamo', { decodeActiveRequestWeight: 2 }));
+  const a = worker('a');
+  const b = worker('b');
+  const gone = request(seq(300, 80));
+  assert.ok(r.route(gone, [b]).ok);
+  r.complete(gone.id, true);
+  assert.ok(r.route(request(seq(100, 32)), [a]).ok);
+  assert.equal(picked(r.route(request(seq(400, 32)), [a, b])), 'b load');
+});
+
+test('dynamo: overlapScoreCreditDecay fades the GPU credit with the prefill backlog above the least loaded', () => {
+  // a holds the 32-block prefix (KV events) and is prefilling one 16-token request; b is idle.
+  // The query is the prefix and a one-block tail: 33 blocks (528 tokens).
+  const place = (decay: number): string => {
+    const policy = createPolicy('dynamo', { overlapScoreCreditDecay: decay });
+    const { router: r } = router(policy);
+    const a = worker('a');
+    const b = worker('b');
+    feedKvEvents(policy, a, sys);
+    // a: one 16-token request still prefilling (1 active block, 16 prefill tokens).
+    assert.ok(r.route(request(seq(60_000, 16)), [a]).ok);
+    return picked(r.route(request(prompt(8000)), [a, b]));
+  };
+  // decay(a) = 1 / (1 + d · 1 / 33).  a = max((16 + 528)/16 − 32 · decay(a), 0) + 1 + 33
+  //   = 34 − 32 · decay(a) + 34;  b = 33 + 33 = 66.
+  // d = 0: a = 2 + 34 = 36 < 66 → a.  d = 33: decay ½, a = 18 + 34 = 52 < 66 → a.
+  // d = 330: decay 1/11, a = 34 − 2.909 + 34 = 65.09 < 66 → a.  d = 3300: decay 1/101,
+  // a = 34 − 0.317 + 34 = 67.68 > 66 → b.
+  assert.equal(place(0), 'a prefix');
+  assert.equal(place(330), 'a prefix');
+  assert.equal(place(3300), 'b load');
+});
+
+test('dynamo: the decay spares the least loaded worker', () => {
+  // Both workers hold the prefix; a is prefilling 16 tokens more than b. Decay applies to a only.
+  const policy = createPolicy('dynamo', { overlapScoreCreditDecay: 1e9 });
+  const { router: r } = router(policy);
+  const a = worker('a');
+  const b = worker('b');
+  feedKvEvents(policy, a, sys);
+  feedKvEvents(policy, b, sys);
+  assert.ok(r.route(request(seq(60_000, 16)), [a]).ok);
+  // a ≈ 34 − 0 + 34 = 68 (credit gone); b = max(33 − 32, 0) + 0 + 33 = 34 → b, on its cache.
+  assert.equal(picked(r.route(request(prompt(8000)), [a, b])), 'b prefix');
 });

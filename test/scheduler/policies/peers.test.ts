@@ -88,6 +88,37 @@ test('sglang-cache-aware: equally loaded workers go to the one routed the fewest
   assert.deepEqual(picks, ['a', 'b', 'c', 'a', 'b', 'c', 'a']);
 });
 
+test('sglang-cache-aware: KV-usage triggers (off at 1.0): overload above the ceiling, or spread hottest − coolest', () => {
+  const sys = 'You are a helpful assistant. '.repeat(20);
+  /** Where the second prompt with the prefix goes when the first's worker reports `hot` KV usage. */
+  const place = (hot: number, cool: number, options: Record<string, number>): string => {
+    const { router: r } = router(createPolicy('sglang-cache-aware', options));
+    const a = worker('a', { snapshot: { kvUsage: cool } });
+    const b = worker('b', { snapshot: { kvUsage: cool } });
+    const first = r.route(request([1], { promptText: sys + 'question one' }), [a, b]);
+    assert.ok(first.ok && first.decision.worker === a);
+    // a (the prefix's home) runs one request; its engine reports `hot`.
+    a.applySnapshot({ at: 0, kvUsage: hot, running: 1, waiting: 0 });
+    const o = r.route(request([1], { promptText: sys + 'question two' }), [a, b]);
+    return o.ok ? `${o.decision.worker.id} ${o.decision.reason}` : 'refused';
+  };
+  // Defaults: in-flight 1 against 0 is balanced, and the KV triggers are off even at 0.99.
+  assert.equal(place(0.99, 0, {}), 'a prefix');
+  // Overload: max usage 0.95 > 0.9 → least loaded (b); 0.85 ≤ 0.9 → the match.
+  assert.equal(place(0.95, 0.9, { overloadTokenUsageThreshold: 0.9 }), 'b least-load');
+  assert.equal(place(0.85, 0.85, { overloadTokenUsageThreshold: 0.9 }), 'a prefix');
+  // Spread: 0.7 − 0.2 = 0.5 > 0.4 → b; 0.5 − 0.2 = 0.3 ≤ 0.4 → the match.
+  assert.equal(place(0.7, 0.2, { balanceTokenUsageThreshold: 0.4 }), 'b least-load');
+  assert.equal(place(0.5, 0.2, { balanceTokenUsageThreshold: 0.4 }), 'a prefix');
+  // Workers without a scrape are left out of the KV bounds: b alone has one, so no spread.
+  const { router: r } = router(createPolicy('sglang-cache-aware', { balanceTokenUsageThreshold: 0.1 }));
+  const a = worker('a', { snapshot: null });
+  const b = worker('b', { snapshot: { kvUsage: 0.9 } });
+  assert.ok(r.route(request([1], { promptText: sys + 'question one' }), [a, b]).ok);
+  const o = r.route(request([1], { promptText: sys + 'question two' }), [a, b]);
+  assert.ok(o.ok && o.decision.reason === 'prefix');
+});
+
 test('llm-d: weights queue 2, kv 2, prefix 3 over stale-as-is metrics; prefix learned from its own picks', () => {
   const policy = createPolicy('llm-d');
   assert.equal(policy.scrapeIntervalMs, 50);

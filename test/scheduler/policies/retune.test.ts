@@ -7,7 +7,7 @@ import { request, router, seq, worker } from '../helpers.js';
 const parsed = (name: string, raw: Record<string, unknown> = {}): Record<string, unknown> => policyDefinition(name).options.parse(raw);
 
 test('every policy with options either retunes its defaults in place or says it cannot', () => {
-  const inPlace = new Set(['kvgate', 'oracle', 'sglang-cache-aware', 'llm-d', 'llm-d-precise', 'dynamo', 'dynamo-approx', 'aibrix']);
+  const inPlace = new Set(['kvgate', 'oracle', 'sglang-cache-aware', 'llm-d', 'llm-d-precise', 'llm-d-affinity', 'dynamo', 'dynamo-approx', 'aibrix']);
   for (const d of BUILTIN_POLICIES) {
     const p = createPolicy(d.name);
     const index = p.prefixIndex;
@@ -17,7 +17,7 @@ test('every policy with options either retunes its defaults in place or says it 
 });
 
 test('an index knob cannot change in place: refused, the old options stay', () => {
-  for (const name of ['kvgate', 'llm-d', 'llm-d-precise', 'dynamo', 'dynamo-approx']) {
+  for (const name of ['kvgate', 'llm-d', 'llm-d-precise', 'llm-d-affinity', 'dynamo', 'dynamo-approx']) {
     const p = createPolicy(name);
     assert.equal(p.retune!(parsed(name, { indexMaxBytes: 123_456 })), false, name);
     // The weights of a refused retune are not taken either.
