@@ -69,7 +69,7 @@ const PREFILL_PARAMS = {
 };
 
 /** The client's body as the prefill worker gets it. */
-export function prefillBody(body: Record<string, unknown>): Record<string, unknown> {
+function prefillBody(body: Record<string, unknown>): Record<string, unknown> {
   const b: Record<string, unknown> = { ...body, kv_transfer_params: PREFILL_PARAMS, stream: false, max_tokens: 1 };
   if ('max_completion_tokens' in b) b.max_completion_tokens = 1;
   delete b.stream_options;

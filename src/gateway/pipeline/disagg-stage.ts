@@ -14,6 +14,7 @@
  * during the prefill aborts it; during the decode the relay aborts that; each worker's
  * reservation is released when its part ends.
  */
+import { customKvLink, transferMs } from '../../engine/kv-link.js';
 import type { WorkerState } from '../../fleet/worker-state.js';
 import { generates, type RequestContext } from '../../request/context.js';
 import type { GatewayStage, StageResult } from '../../request/stage.js';
@@ -36,9 +37,9 @@ export interface DisaggStageEnv extends PrefillEnv {
   options(): DisaggOptions;
 }
 
-/** The KV transfer the decider assumes: latency plus the prompt's KV bytes over the link, ms. */
-export function linkTransferMs(o: Pick<DisaggOptions, 'kvBytesPerToken' | 'linkGbps' | 'linkLatencyMs'>, tokens: number): number {
-  return o.linkLatencyMs + (tokens * o.kvBytesPerToken * 8) / (o.linkGbps * 1e6);
+/** The KV transfer the decider assumes: the prompt's KV bytes over the configured link (src/engine/kv-link.ts), ms. */
+function linkTransferMs(o: Pick<DisaggOptions, 'kvBytesPerToken' | 'linkGbps' | 'linkLatencyMs'>, tokens: number): number {
+  return transferMs(customKvLink(o.linkGbps, o.linkLatencyMs * 1000), tokens * o.kvBytesPerToken);
 }
 
 export function disaggregationStage(env: DisaggStageEnv): GatewayStage {
