@@ -61,7 +61,7 @@ describe('fleet simulation: prefill/decode disaggregation', () => {
     assert.ok(ttft >= ttftPlain + xfer, `TTFT ${ttft} < local ${ttftPlain} + transfer ${xfer}`);
     assert.ok(ttft < ttftPlain + xfer + 30, `TTFT ${ttft} far above local ${ttftPlain} + transfer ${xfer}`);
     assert.equal(r.completed.worker[0], 1);
-    const handoff = r.disagg!.handoffMs.percentiles([0.5])[0]!;
+    const handoff = r.disagg!.handoffMs.percentiles([50])[0]!;
     assert.ok(handoff >= xfer * 0.99, `handoff ${handoff}`);
   });
 
