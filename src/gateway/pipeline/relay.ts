@@ -86,6 +86,7 @@ export class Relay {
       if (attempt > 0) {
         if (this.o.clock.now() >= ctx.deadlineAt) break;
         (exclude ??= new Set()).add(lastWorker);
+        ctx.beforeRetry?.();
       }
       const out = router.route(ctx.routeRequest, ctx.candidates, exclude);
       if (!out.ok) {
