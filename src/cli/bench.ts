@@ -26,7 +26,7 @@ import type { BenchSource } from '../workload/types.js';
 import { describeWorkloads, LORA_WORKLOAD_ADAPTERS, workloadNames, workloadSource } from '../workload/workloads.js';
 import { customKvLink, isKvLinkPreset, KV_LINKS, KvTransferModel, type KvLink } from '../engine/kv-link.js';
 import { disaggCaption, disaggTable, parseDisaggSplit, runDisaggBench, type DisaggBenchOptions, type DisaggBenchResults } from '../bench/disagg.js';
-import { DECIDER_DEFAULTS } from '../scheduler/disagg/decider.js';
+import { disaggregationSection } from '../config/schema/disaggregation.js';
 
 const DEFAULT_POLICIES = ['round-robin', 'least-load', 'kvgate'];
 
@@ -758,8 +758,11 @@ export function disaggFromFlags(v: BenchFlags, workers: number, model: string, t
   for (const [flag, bad] of [['cache', v.cache === 'on'], ['admission', v.admission === 'on'], ['replicas', (intFlag(v.replicas, 'replicas', 1) ?? 1) > 1], ['spec-mode', v['spec-mode'] !== undefined]] as const) {
     if (bad) throw new UsageError(`--disagg is not simulated with --${flag}`);
   }
-  const threshold = intFlag(v['disagg-threshold'], 'disagg-threshold', 1) ?? DISAGG_DEFAULT_THRESHOLD;
-  return { split, transfer: new KvTransferModel(link, resolveModel(model), tp), decider: { ...DECIDER_DEFAULTS, nonCachedTokens: threshold } };
+  // The gateway's own defaults (the config's `disaggregation` section), the threshold as given.
+  const defaults = disaggregationSection.parse(undefined);
+  const nonCachedTokens = intFlag(v['disagg-threshold'], 'disagg-threshold', 1) ?? defaults.nonCachedTokens;
+  const decider = { nonCachedTokens, minPromptTokens: defaults.minPromptTokens, saturatedQueueMs: defaults.saturatedQueueMs };
+  return { split, transfer: new KvTransferModel(link, resolveModel(model), tp), decider };
 }
 
 export async function run(argv: string[]): Promise<number> {
