@@ -4,6 +4,7 @@
  * - aggregated: every worker serves requests whole;
  * - P:D: P prefill workers and D decode workers, each request decided by the gateway's decider
  *   (src/scheduler/disagg/), its KV moved over the link (src/engine/kv-link.ts);
+ *   With prefill role `both` (label `P+:D`) the prefill workers also serve local requests whole;
  * - auto: every split P:(N−P) of the N workers, 1 ≤ P < N; the best (highest capacity at SLO,
  *   else highest attainment) is reported beside the aggregated fleet.
  * With --capacity each fleet's capacity at SLO is searched as for any policy (capacity.ts), so
@@ -18,6 +19,8 @@ export interface DisaggBenchOptions {
   split: { prefill: number; decode: number } | 'auto';
   transfer: KvTransferModel;
   decider: DeciderOptions;
+  /** The prefill workers' role (SimDisaggOptions.prefillRole; default prefill). */
+  prefillRole?: 'prefill' | 'both';
   /** Called before each fleet's runs, with its label. */
   onFleet?: (label: string) => void;
 }
@@ -57,6 +60,7 @@ export interface DisaggBenchResults {
   link: { name: string; gb_per_s: number; latency_us: number };
   kv_bytes_per_token: number;
   decider: DeciderOptions;
+  prefill_role: 'prefill' | 'both';
   slo: { ttft_ms: number | null; ttft_per_1k_ms: number | null; tpot_ms: number | null };
   /** The aggregated fleet first, then each split run. */
   fleets: DisaggFleetRow[];
@@ -125,9 +129,9 @@ export async function runDisaggBench(o: BenchOptions, d: DisaggBenchOptions): Pr
   runs['aggregated'] = agg.results.policies[0]!;
   fleets.push(rowOf('aggregated', runs['aggregated'], 0, o.workers, tp, hourCost));
   for (const p of splits) {
-    const label = `${p}P:${o.workers - p}D`;
+    const label = `${p}P${d.prefillRole === 'both' ? '+' : ''}:${o.workers - p}D`;
     d.onFleet?.(label);
-    const out = await runBench({ ...base, disagg: { prefill: p, transfer: d.transfer, decider: d.decider } });
+    const out = await runBench({ ...base, disagg: { prefill: p, transfer: d.transfer, decider: d.decider, prefillRole: d.prefillRole ?? 'prefill' } });
     runs[label] = out.results.policies[0]!;
     fleets.push(rowOf(label, runs[label], p, o.workers, tp, hourCost));
   }
@@ -147,6 +151,7 @@ export async function runDisaggBench(o: BenchOptions, d: DisaggBenchOptions): Pr
     link: { name: link.name, gb_per_s: link.bytesPerSecond / 1e9, latency_us: r3(link.latencyMs * 1000) },
     kv_bytes_per_token: d.transfer.bytesPerToken,
     decider: d.decider,
+    prefill_role: d.prefillRole ?? 'prefill',
     slo: { ttft_ms: o.sloTtftMs ?? null, ttft_per_1k_ms: o.sloTtftPer1kMs ?? null, tpot_ms: o.sloTpotMs ?? null },
     fleets,
     best: { fleet: best.fleet, vs_aggregated: best.vs_aggregated },

@@ -241,6 +241,11 @@ Prefill/decode disaggregation (docs/disaggregation.md):
                           effective) (default ib-400)
   --kv-link-gbps N        a link of N Gb/s instead of a preset (with --kv-link-latency-us)
   --kv-link-latency-us N  its fixed cost per transfer, µs (default 10)
+  --disagg-prefill-role prefill|both
+                          prefill (default): the P workers only prefill for the decode workers;
+                          both: they also serve the requests the decider keeps local, as the
+                          decode workers do (a fleet of P + D workers that all serve whole
+                          requests, P of them taking the long prefills)
   --disagg-threshold N    uncached prompt tokens from which a request is disaggregated (the
                           decider's nonCachedTokens; default 512)
 
@@ -323,6 +328,7 @@ const OPTIONS = {
   'kv-link-gbps': { type: 'string' },
   'kv-link-latency-us': { type: 'string' },
   'disagg-threshold': { type: 'string' },
+  'disagg-prefill-role': { type: 'string' },
   json: { type: 'string' },
   report: { type: 'string' },
   'omit-wall-time': { type: 'boolean' },
@@ -731,7 +737,7 @@ export function benchFromFlags(v: BenchFlags): { opts: BenchOptions; source: Ben
 
 /** --disagg and its link and decider flags (undefined without --disagg). Throws UsageError naming the flag. */
 export function disaggFromFlags(v: BenchFlags, workers: number, model: string, tp: number, policies: readonly string[]): DisaggBenchOptions | undefined {
-  const linkFlags = ['kv-link', 'kv-link-gbps', 'kv-link-latency-us', 'disagg-threshold'] as const;
+  const linkFlags = ['kv-link', 'kv-link-gbps', 'kv-link-latency-us', 'disagg-threshold', 'disagg-prefill-role'] as const;
   if (v.disagg === undefined) {
     const given = linkFlags.find((f) => v[f] !== undefined);
     if (given) throw new UsageError(`--${given} applies to --disagg only`);
@@ -762,7 +768,9 @@ export function disaggFromFlags(v: BenchFlags, workers: number, model: string, t
   const defaults = disaggregationSection.parse(undefined);
   const nonCachedTokens = intFlag(v['disagg-threshold'], 'disagg-threshold', 1) ?? defaults.nonCachedTokens;
   const decider = { nonCachedTokens, minPromptTokens: defaults.minPromptTokens, saturatedQueueMs: defaults.saturatedQueueMs };
-  return { split, transfer: new KvTransferModel(link, resolveModel(model), tp), decider };
+  const role = v['disagg-prefill-role'] ?? 'prefill';
+  if (role !== 'prefill' && role !== 'both') throw new UsageError(`--disagg-prefill-role must be prefill or both, got '${role}'`);
+  return { split, transfer: new KvTransferModel(link, resolveModel(model), tp), decider, prefillRole: role };
 }
 
 export async function run(argv: string[]): Promise<number> {

@@ -29,6 +29,11 @@ import { SimRouteRequest, type SimRequest } from './sim-request.js';
 export interface SimDisaggOptions {
   /** Workers [0, prefill) form the prefill pool; the others the decode pool. */
   prefill: number;
+  /**
+   * The prefill workers' role: `prefill` (default: they only prefill for decode workers) or
+   * `both` (they also serve local requests whole, and may decode, as the decode pool's workers do).
+   */
+  prefillRole?: 'prefill' | 'both';
   /** The model's KV over the link between the pools. */
   transfer: KvTransferModel;
   decider: DeciderOptions;
@@ -116,7 +121,8 @@ export class SimDisagg {
 
   /** Each worker's role, by index. */
   roles(): WorkerRole[] {
-    return Array.from({ length: this.workers }, (_, i) => (i < this.o.prefill ? 'prefill' : 'decode'));
+    const p = this.o.prefillRole ?? 'prefill';
+    return Array.from({ length: this.workers }, (_, i) => (i < this.o.prefill ? p : 'decode'));
   }
 
   get pending(): number {
