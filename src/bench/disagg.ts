@@ -35,7 +35,7 @@ export interface DisaggFleetRow {
   capacity_rps: number | null;
   /** This fleet's capacity ÷ the aggregated fleet's (null without both). */
   vs_aggregated: number | null;
-  /** Figures of the run at the bench's rate scale. */
+  /** Figures of the run at the common load: the aggregated fleet's capacity (with --capacity), else the bench's rate scale. */
   attainment: number | null;
   ttft_ms: { p50: number | null; p99: number | null };
   tpot_ms: { p50: number | null; p99: number | null };
@@ -62,6 +62,8 @@ export interface DisaggBenchResults {
   decider: DeciderOptions;
   prefill_role: 'prefill' | 'both';
   slo: { ttft_ms: number | null; ttft_per_1k_ms: number | null; tpot_ms: number | null };
+  /** Rate scale at which every fleet's latencies were measured (the aggregated fleet's capacity, or --rate-scale). */
+  load_rate_scale: number;
   /** The aggregated fleet first, then each split run. */
   fleets: DisaggFleetRow[];
   /** The split with the highest capacity (else attainment), and its capacity ÷ the aggregated fleet's. */
@@ -84,15 +86,16 @@ export function parseDisaggSplit(s: string, workers: number | undefined): { pref
   return { prefill, decode };
 }
 
-function rowOf(label: string, r: PolicyResult, prefill: number, workers: number, tp: number, hourCost: number): DisaggFleetRow {
+/** A fleet's row: capacity from `r`'s search, latencies and the rest from `at` (the run at the common load). */
+function rowOf(label: string, r: PolicyResult, at: PolicyResult, prefill: number, workers: number, tp: number, hourCost: number): DisaggFleetRow {
   const cap = r.capacity;
-  const outPerReq = r.throughput_rps > 0 ? r.output_tokens_per_s / r.throughput_rps : 0;
+  const outPerReq = at.throughput_rps > 0 ? at.output_tokens_per_s / at.throughput_rps : 0;
   const capRps = cap?.requests_per_s ?? null;
   const costAtCap = capRps !== null && capRps > 0 && outPerReq > 0 ? r3(((workers * tp * hourCost) / 3600 / (capRps * outPerReq)) * 1e6) : null;
   const util = (from: number, to: number): number => {
     let busy = 0;
-    for (let i = from; i < to; i++) busy += r.workers[i]!.busy_gpu_s;
-    return r.duration_s > 0 ? r3(busy / (r.duration_s * (to - from) * tp)) : 0;
+    for (let i = from; i < to; i++) busy += at.workers[i]!.busy_gpu_s;
+    return at.duration_s > 0 ? r3(busy / (at.duration_s * (to - from) * tp)) : 0;
   };
   return {
     fleet: label,
@@ -101,15 +104,15 @@ function rowOf(label: string, r: PolicyResult, prefill: number, workers: number,
     capacity_rate_scale: cap?.rate_scale ?? null,
     capacity_rps: capRps,
     vs_aggregated: null,
-    attainment: r.attainment,
-    ttft_ms: { p50: r.ttft_ms.p50, p99: r.ttft_ms.p99 },
-    tpot_ms: { p50: r.tpot_ms.p50, p99: r.tpot_ms.p99 },
+    attainment: at.attainment,
+    ttft_ms: { p50: at.ttft_ms.p50, p99: at.ttft_ms.p99 },
+    tpot_ms: { p50: at.tpot_ms.p50, p99: at.tpot_ms.p99 },
     cost_per_million_at_capacity: costAtCap,
     prefill_util: prefill > 0 ? util(0, prefill) : null,
     decode_util: util(prefill, workers),
-    disaggregated_fraction: r.disagg && r.completed > 0 ? r3(r.disagg.disaggregated / r.completed) : 0,
-    transfer_gb: r.disagg?.transfer_gb ?? 0,
-    transfer_ms_p99: r.disagg?.transfer_ms.p99 ?? null,
+    disaggregated_fraction: at.disagg && at.completed > 0 ? r3(at.disagg.disaggregated / at.completed) : 0,
+    transfer_gb: at.disagg?.transfer_gb ?? 0,
+    transfer_ms_p99: at.disagg?.transfer_ms.p99 ?? null,
   };
 }
 
@@ -124,16 +127,20 @@ export async function runDisaggBench(o: BenchOptions, d: DisaggBenchOptions): Pr
   const fleets: DisaggFleetRow[] = [];
   const base = { ...o, runWide: false };
   d.onFleet?.(`aggregated ${o.workers}`);
-  const agg = await runBench({ ...base, disagg: undefined });
-  const hourCost = agg.results.gpu_hour_cost;
-  runs['aggregated'] = agg.results.policies[0]!;
-  fleets.push(rowOf('aggregated', runs['aggregated'], 0, o.workers, tp, hourCost));
+  const agg = (await runBench({ ...base, disagg: undefined })).results;
+  const hourCost = agg.gpu_hour_cost;
+  runs['aggregated'] = agg.policies[0]!;
+  // Latencies are compared at one load: the aggregated fleet's capacity when it was searched (each
+  // split's plain run, and the start of its own search, are at that rate), else the bench's rate.
+  const load = runs['aggregated'].capacity?.rate_scale ?? null;
+  const aggAt = load !== null && load !== (o.rateScale ?? 1) ? (await runBench({ ...base, rateScale: load, capacity: undefined, disagg: undefined })).results.policies[0]! : runs['aggregated'];
+  fleets.push(rowOf('aggregated', runs['aggregated'], aggAt, 0, o.workers, tp, hourCost));
   for (const p of splits) {
     const label = `${p}P${d.prefillRole === 'both' ? '+' : ''}:${o.workers - p}D`;
     d.onFleet?.(label);
-    const out = await runBench({ ...base, disagg: { prefill: p, transfer: d.transfer, decider: d.decider, prefillRole: d.prefillRole ?? 'prefill' } });
+    const out = await runBench({ ...base, ...(load !== null ? { rateScale: load } : {}), disagg: { prefill: p, transfer: d.transfer, decider: d.decider, prefillRole: d.prefillRole ?? 'prefill' } });
     runs[label] = out.results.policies[0]!;
-    fleets.push(rowOf(label, runs[label], p, o.workers, tp, hourCost));
+    fleets.push(rowOf(label, runs[label], runs[label], p, o.workers, tp, hourCost));
   }
   const aggCap = fleets[0]!.capacity_rate_scale;
   for (const f of fleets) f.vs_aggregated = aggCap !== null && aggCap > 0 && f.capacity_rate_scale !== null ? r3(f.capacity_rate_scale / aggCap) : null;
@@ -153,6 +160,7 @@ export async function runDisaggBench(o: BenchOptions, d: DisaggBenchOptions): Pr
     decider: d.decider,
     prefill_role: d.prefillRole ?? 'prefill',
     slo: { ttft_ms: o.sloTtftMs ?? null, ttft_per_1k_ms: o.sloTtftPer1kMs ?? null, tpot_ms: o.sloTpotMs ?? null },
+    load_rate_scale: load ?? o.rateScale ?? 1,
     fleets,
     best: { fleet: best.fleet, vs_aggregated: best.vs_aggregated },
     runs,
@@ -186,7 +194,8 @@ export function disaggCaption(r: DisaggBenchResults): string {
   return (
     `${r.trace}: ${r.workers}× ${r.gpu}${r.tp > 1 ? ` tp${r.tp}` : ''} ${r.model}, policy ${r.policy}; KV link ${r.link.name} ` +
     `(${r.link.gb_per_s} GB/s, ${r.link.latency_us} µs; ${(r.kv_bytes_per_token / 1024).toFixed(0)} KiB of KV per token); decider threshold ` +
-    `${r.decider.nonCachedTokens} uncached tokens; SLO ${slo.join(', ') || 'none'}; best split ${r.best.fleet}` +
+    `${r.decider.nonCachedTokens} uncached tokens; SLO ${slo.join(', ') || 'none'}; latencies and busy time at rate ×${+r.load_rate_scale.toFixed(4)}` +
+    `${r.fleets[0]!.capacity_rate_scale !== null ? " (the aggregated fleet's capacity)" : ''}; best split ${r.best.fleet}` +
     (r.best.vs_aggregated !== null ? ` at ${r.best.vs_aggregated.toFixed(2)}× the aggregated fleet's capacity` : '')
   );
 }
