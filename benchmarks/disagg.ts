@@ -17,11 +17,13 @@ const MOONCAKE = '/work/shared/traces/mooncake_synthetic_trace.jsonl';
 
 const help = `Usage: npm run bench -- disagg [options]
 
-Runs kvgate bench --disagg auto --capacity on 4× h100 llama-3.1-8b workers (kvgate policy, ib-400
-link, TPOT ≤ 30 ms, TTFT ≤ 1000 ms + 100 ms per 1k prompt tokens) for:
-  rag            the rag workload (long prompts over shared documents)
-  mooncake       the public Mooncake trace (${MOONCAKE}), first rows
-  short          the shared-prefix workload (short uncached suffixes: the decider keeps them local)
+Runs kvgate bench --disagg auto --capacity on 4 h100 workers (kvgate policy, ib-400 link,
+TPOT ≤ 30 ms, TTFT ≤ 1000 ms + 100 ms per 1k prompt tokens) for:
+  rag-70b        the rag workload (long prompts over shared documents), llama-3.1-70b tp4
+  mooncake-70b   the public Mooncake trace (${MOONCAKE}), first rows, llama-3.1-70b tp4
+  rag            the rag workload, llama-3.1-8b
+  short          the shared-prefix workload (short uncached suffixes: the decider keeps most
+                 local), llama-3.1-8b
 and prints one table per source: the aggregated fleet and every split, with capacity at SLO and
 its ratio to the aggregated fleet's.
 
@@ -42,9 +44,12 @@ interface Scenario {
 
 const COMMON = ['--workers', '4', '--disagg', 'auto', '--capacity', '--slo-tpot', '30', '--capacity-seconds', '15', '--max-probes', '6', '--capacity-precision', '0.05'];
 
+const LLAMA_70B_TP4 = ['--model', 'llama-3.1-70b', '--tp', '4'];
+
 const SCENARIOS: Scenario[] = [
+  { name: 'rag-70b', args: ({ seed }) => ['--workload', 'rag', '--size', '400', ...LLAMA_70B_TP4, '--rate-scale', '0.1', '--seed', seed] },
+  { name: 'mooncake-70b', args: ({ seed, trace }) => ['--trace', trace, '--limit', '300', ...LLAMA_70B_TP4, '--rate-scale', '0.5', '--seed', seed] },
   { name: 'rag', args: ({ seed }) => ['--workload', 'rag', '--size', '400', '--rate-scale', '0.5', '--seed', seed] },
-  { name: 'mooncake', args: ({ seed, trace }) => ['--trace', trace, '--limit', '400', '--rate-scale', '2', '--seed', seed] },
   { name: 'short', args: ({ seed }) => ['--workload', 'shared-prefix', '--size', '1200', '--rate-scale', '0.3', '--seed', seed] },
 ];
 
@@ -75,7 +80,7 @@ async function main(): Promise<number> {
   const tables: Record<string, string> = {};
   for (const sc of SCENARIOS) {
     if (only && !only.includes(sc.name)) continue;
-    if (sc.name === 'mooncake' && !existsSync(trace)) {
+    if (sc.name === 'mooncake-70b' && !existsSync(trace)) {
       process.stderr.write(`bench disagg: ${trace} not found; skipping mooncake (--trace FILE)\n`);
       continue;
     }

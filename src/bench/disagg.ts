@@ -6,7 +6,8 @@
  *   (src/scheduler/disagg/), its KV moved over the link (src/engine/kv-link.ts);
  *   With prefill role `both` (label `P+:D`) the prefill workers also serve local requests whole;
  * - auto: every split P:(N−P) of the N workers, 1 ≤ P < N; the best (highest capacity at SLO,
- *   else highest attainment) is reported beside the aggregated fleet.
+ *   else highest attainment) is reported beside the aggregated fleet, which is the answer when no
+ *   split carries more.
  * With --capacity each fleet's capacity at SLO is searched as for any policy (capacity.ts), so
  * "× aggregated" is a ratio of capacities measured on the same requests in the same run.
  */
@@ -66,7 +67,7 @@ export interface DisaggBenchResults {
   load_rate_scale: number;
   /** The aggregated fleet first, then each split run. */
   fleets: DisaggFleetRow[];
-  /** The split with the highest capacity (else attainment), and its capacity ÷ the aggregated fleet's. */
+  /** The fleet with the highest capacity (else attainment), the aggregated one included, and its capacity ÷ the aggregated fleet's. */
   best: { fleet: string; vs_aggregated: number | null };
   /** Every run's full summary (run.ts), by fleet label. */
   runs: Record<string, PolicyResult>;
@@ -144,9 +145,9 @@ export async function runDisaggBench(o: BenchOptions, d: DisaggBenchOptions): Pr
   }
   const aggCap = fleets[0]!.capacity_rate_scale;
   for (const f of fleets) f.vs_aggregated = aggCap !== null && aggCap > 0 && f.capacity_rate_scale !== null ? r3(f.capacity_rate_scale / aggCap) : null;
-  const splitRows = fleets.slice(1);
+  // The best fleet, the aggregated one included: a split that carries less is no reason to split.
   const key = (f: DisaggFleetRow): number => f.capacity_rate_scale ?? f.attainment ?? -1;
-  const best = splitRows.reduce((a, b) => (key(b) > key(a) ? b : a));
+  const best = fleets.reduce((a, b) => (key(b) > key(a) ? b : a));
   const link = d.transfer.link;
   return {
     trace: o.source.name,
@@ -195,7 +196,9 @@ export function disaggCaption(r: DisaggBenchResults): string {
     `${r.trace}: ${r.workers}× ${r.gpu}${r.tp > 1 ? ` tp${r.tp}` : ''} ${r.model}, policy ${r.policy}; KV link ${r.link.name} ` +
     `(${r.link.gb_per_s} GB/s, ${r.link.latency_us} µs; ${(r.kv_bytes_per_token / 1024).toFixed(0)} KiB of KV per token); decider threshold ` +
     `${r.decider.nonCachedTokens} uncached tokens; SLO ${slo.join(', ') || 'none'}; latencies and busy time at rate ×${+r.load_rate_scale.toFixed(4)}` +
-    `${r.fleets[0]!.capacity_rate_scale !== null ? " (the aggregated fleet's capacity)" : ''}; best split ${r.best.fleet}` +
-    (r.best.vs_aggregated !== null ? ` at ${r.best.vs_aggregated.toFixed(2)}× the aggregated fleet's capacity` : '')
+    `${r.fleets[0]!.capacity_rate_scale !== null ? " (the aggregated fleet's capacity)" : ''}; ` +
+    (r.best.fleet === 'aggregated'
+      ? 'best: aggregated (no split carries more)'
+      : `best: ${r.best.fleet}` + (r.best.vs_aggregated !== null ? ` at ${r.best.vs_aggregated.toFixed(2)}× the aggregated fleet's capacity` : ''))
   );
 }
