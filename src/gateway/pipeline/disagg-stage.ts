@@ -14,7 +14,6 @@
  * during the prefill aborts it; during the decode the relay aborts that; each worker's
  * reservation is released when its part ends.
  */
-import { customKvLink, transferMs } from '../../engine/kv-link.js';
 import type { WorkerState } from '../../fleet/worker-state.js';
 import { generates, type RequestContext } from '../../request/context.js';
 import type { GatewayStage, StageResult } from '../../request/stage.js';
@@ -37,9 +36,12 @@ export interface DisaggStageEnv extends PrefillEnv {
   options(): DisaggOptions;
 }
 
-/** The KV transfer the decider assumes: the prompt's KV bytes over the configured link (src/engine/kv-link.ts), ms. */
+/**
+ * The KV transfer the decider assumes: latency plus the prompt's KV bytes over the link, ms — the
+ * simulation's link model (src/engine/kv-link.ts), which the live path does not import.
+ */
 function linkTransferMs(o: Pick<DisaggOptions, 'kvBytesPerToken' | 'linkGbps' | 'linkLatencyMs'>, tokens: number): number {
-  return transferMs(customKvLink(o.linkGbps, o.linkLatencyMs * 1000), tokens * o.kvBytesPerToken);
+  return o.linkLatencyMs + (tokens * o.kvBytesPerToken * 8) / (o.linkGbps * 1e6);
 }
 
 export function disaggregationStage(env: DisaggStageEnv): GatewayStage {
