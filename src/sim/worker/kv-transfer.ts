@@ -11,7 +11,7 @@
  * read done, or after `holdTimeoutMs` of simulated time: one fixed timeout, as NixlConnector's
  * VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s). Newer vLLM holds them on a lease instead
  * (`kv_connector_extra_config.kv_lease_duration`, 30 s, renewed by the decode worker's heartbeats
- * while the request waits there: vllm `docs/design/nixl_kv_cache_lease.md`); the simulated worker
+ * while the request waits there: vLLM's design note nixl_kv_cache_lease.md, vllm#41383); the simulated worker
  * sends no heartbeats, so a lease is modelled by a timeout as long as the longest wait.
  *
  * Decode side (`do_remote_prefill: true` with those fields): the engine admits the request with
