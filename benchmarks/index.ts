@@ -34,6 +34,7 @@ const BENCHES: Readonly<Record<string, Bench>> = {
   'long-prompts': { file: 'long-prompts', about: 'long hf: tokenized prompts beside short requests, with and without tokenizer threads (--hf PATH)' },
   cache: { file: 'cache', about: "the response cache's hit path against its miss path, per store (memory, Redis)" },
   lora: { file: 'lora', about: 'many LoRA adapters on workers that batch few: kvgate and llm-d with and without LoRA affinity' },
+  disagg: { file: 'disagg', about: 'prefill/decode disaggregation against aggregated serving: every split of 4 workers, capacity at a TPOT-tight SLO' },
   faults: { file: 'faults', about: 'the fault matrix: every request answered, OK or with a documented error' },
   soak: { file: 'soak', about: "minutes of mixed traffic through kvgate serve: flat memory, in-flight back to 0" },
   calibration: { file: 'calibration', about: "the time model's calibration against published measurements (markdown)" },

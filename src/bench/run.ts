@@ -25,6 +25,8 @@ import { draftEngineConfig, simSpeculation, summarizeSpec, type BenchSpecOptions
 import type { BenchRequest, BenchSource } from '../workload/types.js';
 import { classOfDraw, DEFAULT_VLLM_PRIORITY, type PriorityClass } from '../admission/classes.js';
 import type { AdmissionSettings } from '../admission/controller.js';
+import type { SimDisaggOptions } from '../sim/disagg-sim.js';
+import { summarizeDisagg, type DisaggRunSummary } from './disagg-summary.js';
 
 /** $/GPU-hour defaults: the GPU profiles' prices (src/engine/profiles.ts, with their sources). */
 export const GPU_HOUR_COST: Record<string, number> = Object.fromEntries(listGpus().map((g) => [g.name, g.hourlyUsd]));
@@ -127,6 +129,8 @@ export interface BenchOptions {
    * the target pool, and the gateway's cascade and controller in virtual time. Absent: no cascade.
    */
   speculative?: BenchSpecOptions;
+  /** A disaggregated fleet (src/sim/disagg-sim.ts; `kvgate bench --disagg`, src/bench/disagg.ts). Absent: aggregated. */
+  disagg?: SimDisaggOptions;
   /** Called before each fleet run: a policy's run, or one of its capacity probes (rateScale differs). */
   onPolicyStart?: (name: string, rateScale: number) => void;
   onProgress?: (name: string, arrivals: number, virtualMs: number) => void;
@@ -191,6 +195,8 @@ export type PolicyResult = PolicySummary & {
   isolation: IsolationSummary | null;
   /** The speculative cascade's figures (with --spec-mode), else null. */
   speculative: SpecSummary | null;
+  /** What disaggregation did (a disaggregated fleet only). */
+  disagg?: DisaggRunSummary;
 };
 
 export interface IsolationSummary {
@@ -504,6 +510,7 @@ async function runFleet(ctx: RunContext, name: string, run: FleetRun): Promise<S
       ? simSpeculation(o.speculative, { seed: o.seed, model: o.model, tp: o.tp ?? 1, targetGpu: o.gpu, targetEngine: ctx.engineConfig, draftEngine: ctx.draftEngine! })
       : undefined,
     onProgress: o.onProgress ? (n, t) => o.onProgress!(name, n, t) : undefined,
+    ...(o.disagg ? { disagg: o.disagg } : {}),
   });
 }
 
@@ -710,7 +717,8 @@ async function runPolicy(run: PolicyRunContext, name: string): Promise<{ result:
   const cache = o.cache && sim.cache ? await cacheRunOf(run, name, sim, summary, ttft) : null;
   const isolation = o.isolation ? await isolationOf(run, name) : null;
   const speculative = o.speculative ? summarizeSpec(sim, o.speculative, { tp, targetGpu: o.gpu, targetHourUsd: run.gpuHourCost }) : null;
-  return { result: { ...summary, workers: workerSummaries(sim, run.gpus, tp), capacity, cache, isolation, speculative }, curves, offered: offeredRate(sim) };
+  const disagg = sim.disagg ? { disagg: summarizeDisagg(sim.disagg) } : {};
+  return { result: { ...summary, workers: workerSummaries(sim, run.gpus, tp), capacity, cache, isolation, speculative, ...disagg }, curves, offered: offeredRate(sim) };
 }
 
 /**

@@ -24,6 +24,9 @@ import { ADMISSION_DEFAULTS, type AdmissionSettings } from '../admission/control
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
 import type { BenchSource } from '../workload/types.js';
 import { describeWorkloads, LORA_WORKLOAD_ADAPTERS, workloadNames, workloadSource } from '../workload/workloads.js';
+import { customKvLink, isKvLinkPreset, KV_LINKS, KvTransferModel, type KvLink } from '../engine/kv-link.js';
+import { disaggCaption, disaggTable, parseDisaggSplit, runDisaggBench, type DisaggBenchOptions, type DisaggBenchResults } from '../bench/disagg.js';
+import { disaggregationSection } from '../config/schema/disaggregation.js';
 
 const DEFAULT_POLICIES = ['round-robin', 'least-load', 'kvgate'];
 
@@ -223,6 +226,29 @@ Capacity at SLO:
                           one burst and meets the SLO at rates the fleet cannot sustain. A trace
                           has the rows it has: each probe's span_s in the JSON says how long it ran
 
+Prefill/decode disaggregation (docs/disaggregation.md):
+  --disagg P:D            compare a disaggregated fleet of P prefill and D decode workers (P + D =
+                          --workers; --workers defaults to P + D) with aggregated serving on the
+                          same workers: each request is decided by the gateway's decider (prefill on
+                          a prefill worker when its uncached prompt tokens on the chosen decode
+                          worker reach --disagg-threshold and the prefill pool is not saturated),
+                          its KV pulled over the link, decoded on a decode worker; TTFT includes the
+                          transfer. With --capacity, each fleet's capacity at SLO and its ratio to
+                          the aggregated fleet's. One policy (default kvgate)
+  --disagg auto           the same for every split P:(N−P), 1 ≤ P < N, and the best of them
+  --kv-link NAME          the link KV crosses: nvlink (NVLink 4, 450 GB/s per direction), ib-400
+                          (400 Gb/s InfiniBand, 50 GB/s), tcp-100 (100 Gb/s Ethernet, 10 GB/s
+                          effective) (default ib-400)
+  --kv-link-gbps N        a link of N Gb/s instead of a preset (with --kv-link-latency-us)
+  --kv-link-latency-us N  its fixed cost per transfer, µs (default 10)
+  --disagg-prefill-role prefill|both
+                          prefill (default): the P workers only prefill for the decode workers;
+                          both: they also serve the requests the decider keeps local, as the
+                          decode workers do (a fleet of P + D workers that all serve whole
+                          requests, P of them taking the long prefills)
+  --disagg-threshold N    uncached prompt tokens from which a request is disaggregated (the
+                          decider's nonCachedTokens; default 512)
+
 Output:
   --json FILE             write the results as JSON
   --report FILE.html      write a self-contained HTML report (charts as inline SVG)
@@ -297,6 +323,12 @@ const OPTIONS = {
   'draft-gpu': { type: 'string' },
   'draft-workers': { type: 'string' },
   'spec-verify-cache': { type: 'string' },
+  disagg: { type: 'string' },
+  'kv-link': { type: 'string' },
+  'kv-link-gbps': { type: 'string' },
+  'kv-link-latency-us': { type: 'string' },
+  'disagg-threshold': { type: 'string' },
+  'disagg-prefill-role': { type: 'string' },
   json: { type: 'string' },
   report: { type: 'string' },
   'omit-wall-time': { type: 'boolean' },
@@ -611,7 +643,7 @@ export function benchFromFlags(v: BenchFlags): { opts: BenchOptions; source: Ben
   const limit = intFlag(v.limit, 'limit', 1);
   ({ source, total } = sourceFromFlags(v, seed));
   if (limit !== undefined) total = total === undefined ? limit : Math.min(total, limit);
-  const policies = (v.policy ?? DEFAULT_POLICIES.filter((p) => policyNames().includes(p)).join(','))
+  const policies = (v.policy ?? (v.disagg !== undefined ? 'kvgate' : DEFAULT_POLICIES.filter((p) => policyNames().includes(p)).join(',')))
     .split(',')
     .map((s) => s.trim())
     .filter((s) => s !== '');
@@ -622,7 +654,8 @@ export function benchFromFlags(v: BenchFlags): { opts: BenchOptions; source: Ben
   } catch (e) {
     throw new UsageError((e as Error).message);
   }
-  const workersFlag = intFlag(v.workers, 'workers', 1);
+  const disaggSplit = v.disagg !== undefined && v.disagg !== 'auto' ? /^(\d+):(\d+)$/.exec(v.disagg) : null;
+  const workersFlag = intFlag(v.workers, 'workers', 1) ?? (disaggSplit ? Number(disaggSplit[1]) + Number(disaggSplit[2]) : undefined);
   let gpuMix: GpuShare[];
   try {
     gpuMix = parseGpuMix(v.gpu ?? 'h100', workersFlag ?? (v.gpu?.includes(':') ? undefined : 8));
@@ -702,6 +735,44 @@ export function benchFromFlags(v: BenchFlags): { opts: BenchOptions; source: Ben
   return { opts, source, total };
 }
 
+/** --disagg and its link and decider flags (undefined without --disagg). Throws UsageError naming the flag. */
+export function disaggFromFlags(v: BenchFlags, workers: number, model: string, tp: number, policies: readonly string[]): DisaggBenchOptions | undefined {
+  const linkFlags = ['kv-link', 'kv-link-gbps', 'kv-link-latency-us', 'disagg-threshold', 'disagg-prefill-role'] as const;
+  if (v.disagg === undefined) {
+    const given = linkFlags.find((f) => v[f] !== undefined);
+    if (given) throw new UsageError(`--${given} applies to --disagg only`);
+    return undefined;
+  }
+  let split: DisaggBenchOptions['split'];
+  try {
+    split = parseDisaggSplit(v.disagg, workers);
+  } catch (e) {
+    throw new UsageError(`--disagg ${(e as Error).message}`);
+  }
+  if (split === 'auto' && workers < 2) throw new UsageError('--disagg auto needs --workers 2 or more');
+  if (policies.length !== 1) throw new UsageError(`--disagg compares fleets under one policy, got --policy ${policies.join(',')}`);
+  if (v['kv-link'] !== undefined && v['kv-link-gbps'] !== undefined) throw new UsageError('give --kv-link NAME or --kv-link-gbps N, not both');
+  if (v['kv-link-latency-us'] !== undefined && v['kv-link-gbps'] === undefined) throw new UsageError('--kv-link-latency-us applies to --kv-link-gbps only');
+  let link: KvLink;
+  if (v['kv-link-gbps'] !== undefined) {
+    link = customKvLink(numFlag(v['kv-link-gbps'], 'kv-link-gbps', { positive: true })!, numFlag(v['kv-link-latency-us'], 'kv-link-latency-us') ?? 10);
+  } else {
+    const name = v['kv-link'] ?? 'ib-400';
+    if (!isKvLinkPreset(name)) throw new UsageError(`--kv-link must be one of ${Object.keys(KV_LINKS).join(', ')}, got '${name}'`);
+    link = KV_LINKS[name];
+  }
+  for (const [flag, bad] of [['cache', v.cache === 'on'], ['admission', v.admission === 'on'], ['replicas', (intFlag(v.replicas, 'replicas', 1) ?? 1) > 1], ['spec-mode', v['spec-mode'] !== undefined]] as const) {
+    if (bad) throw new UsageError(`--disagg is not simulated with --${flag}`);
+  }
+  // The gateway's own defaults (the config's `disaggregation` section), the threshold as given.
+  const defaults = disaggregationSection.parse(undefined);
+  const nonCachedTokens = intFlag(v['disagg-threshold'], 'disagg-threshold', 1) ?? defaults.nonCachedTokens;
+  const decider = { nonCachedTokens, minPromptTokens: defaults.minPromptTokens, saturatedQueueMs: defaults.saturatedQueueMs };
+  const role = v['disagg-prefill-role'] ?? 'prefill';
+  if (role !== 'prefill' && role !== 'both') throw new UsageError(`--disagg-prefill-role must be prefill or both, got '${role}'`);
+  return { split, transfer: new KvTransferModel(link, resolveModel(model), tp), decider, prefillRole: role };
+}
+
 export async function run(argv: string[]): Promise<number> {
   let v: BenchFlags;
   try {
@@ -723,8 +794,10 @@ export async function run(argv: string[]): Promise<number> {
   let total: number | undefined;
   let opts: BenchOptions;
   let jobs: number;
+  let disagg: DisaggBenchOptions | undefined;
   try {
     ({ source, total, opts } = benchFromFlags(v));
+    disagg = disaggFromFlags(v, opts.workers, opts.model, opts.tp ?? 1, opts.policies);
     jobs = intFlag(v.jobs, 'jobs', 1) ?? availableParallelism();
   } catch (e) {
     if (!(e instanceof UsageError)) throw e;
@@ -732,6 +805,7 @@ export async function run(argv: string[]): Promise<number> {
     return 2;
   }
 
+  if (disagg) return runDisagg(v, opts, disagg, quiet);
   const showProgress = !quiet && (v.progress === true || process.stderr.isTTY === true);
   let bar: ProgressBar | null = null;
   if (showProgress) {
@@ -771,6 +845,30 @@ export async function run(argv: string[]): Promise<number> {
   if (v.json) writeFileSync(v.json, JSON.stringify(out.results, null, 2) + '\n');
   if (v.report) writeFileSync(v.report, renderReport(out.results, out.curves));
   if (!quiet) printResults(out, v, opts, wallS);
+  return 0;
+}
+
+/** `--disagg`: the aggregated fleet and the split(s), one after the other, and their table. */
+async function runDisagg(v: BenchFlags, opts: BenchOptions, d: DisaggBenchOptions, quiet: boolean): Promise<number> {
+  if (!quiet) {
+    d.onFleet = (label) => process.stderr.write(`${label}…\n`);
+    if (opts.capacity) opts.onProbe = (name, p) => process.stderr.write(`  ${name}: rate ×${+p.rate_scale.toFixed(4)} (${p.requests_per_s.toFixed(1)} req/s): attainment ${(p.attainment * 100).toFixed(1)}%\n`);
+  }
+  const wallStart = performance.now();
+  let r: DisaggBenchResults;
+  try {
+    r = await runDisaggBench(opts, d);
+  } catch (e) {
+    const msg = e instanceof TraceError ? `${e.message}${v['skip-bad'] ? '' : ' (use --skip-bad to skip malformed rows)'}` : (e as Error).message;
+    process.stderr.write(`kvgate bench: ${msg}\n`);
+    return e instanceof TraceError ? 2 : 1;
+  }
+  if (v.json) writeFileSync(v.json, JSON.stringify(r, null, 2) + '\n');
+  if (!quiet) {
+    process.stdout.write(`\n${disaggTable(r)}\n${disaggCaption(r)}\n`);
+    process.stdout.write(`\n${r.fleets.length} fleet(s) in ${((performance.now() - wallStart) / 1000).toFixed(1)} s wall time\n`);
+    if (v.json) process.stdout.write(`results: ${v.json}\n`);
+  }
   return 0;
 }
 

@@ -35,7 +35,7 @@ interface ConfiguredWorker {
   id: string;
   path: Array<string | number>;
   /** The pool's fields a worker inherits, and the pool's own path (flat workers: undefined). */
-  pool: { name: string; model: string; adapters: string[]; discoverAdapters: boolean; resolveAdapters?: string; apiKey?: SecretSource; headers?: Record<string, string> };
+  pool: { name: string; model: string; role: 'prefill' | 'decode' | 'both'; adapters: string[]; discoverAdapters: boolean; resolveAdapters?: string; apiKey?: SecretSource; headers?: Record<string, string> };
   poolPath: Array<string | number> | undefined;
 }
 
@@ -89,6 +89,7 @@ export function resolveWorkers(
       numGpuBlocks: w.numGpuBlocks,
       blockSize: w.blockSize,
       ...(w.hardware !== undefined ? { hardware: w.hardware } : {}),
+      ...(p.role !== 'both' ? { role: p.role } : {}),
       upstreamHeaders: upstreamHeaders(w, poolPath ? p : undefined, path, poolPath, env, problems),
     });
   }

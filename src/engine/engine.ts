@@ -19,6 +19,14 @@
  * request admitted later in the same step already hits blocks an earlier one is computing.
  *
  * Cost per step is O(scheduled requests + blocks touched); no per-step copies of prompts.
+ *
+ * Disaggregated serving (vLLM's KV connectors; see EngineRequest.remoteDecode / remotePrefill):
+ * a remote-decode request finishes as usual but keeps its blocks until releaseKv(); a
+ * remote-prefill request is admitted in queue order with blocks for its whole prompt (local
+ * prefix hits reused), reported in StepResult.kvPulls, and parked (vLLM's
+ * WAITING_FOR_REMOTE_KVS) until kvArrived(); it then re-enters the waiting queue with every
+ * prompt token but the last computed, as vLLM's scheduler does in _update_waiting_for_remote_kv
+ * (vllm/v1/core/sched/scheduler.py), and its pulled blocks enter the prefix cache.
  */
 
 import { BlockManager } from './block-manager.js';
@@ -34,6 +42,7 @@ import type {
   EngineStats,
   FinishReason,
   FinishedOutput,
+  KvPull,
   SpecDecodeStats,
   StepResult,
   StepShape,
@@ -45,6 +54,8 @@ import type {
 const enum Status {
   Waiting,
   Running,
+  /** Blocks allocated, prompt KV on its way from a prefill worker. */
+  Pulling,
   Done,
 }
 
@@ -62,6 +73,12 @@ interface Seq {
   readonly lora: string | undefined;
   /** Never look the prompt up in the prefix cache (its blocks are still cached for others). */
   readonly skipPrefixCache: boolean;
+  /** Hold the blocks after a length finish, for a decode worker to pull. */
+  readonly remoteDecode: boolean;
+  /** The prompt's KV is to be pulled, not computed (cleared once it has arrived). */
+  remotePrefill: boolean;
+  /** The pulled KV has arrived and the request waits to be scheduled with its blocks. */
+  pulled: boolean;
   /** Admission order; ties on priority go to the earlier arrival. */
   readonly arrival: number;
   readonly output: number[];
@@ -155,6 +172,8 @@ interface StepBatch {
   preempted: string[];
   started: Array<{ id: string; cachedPromptTokens: number }>;
   finished: FinishedOutput[];
+  /** Remote-prefill requests admitted (blocks allocated, KV to be pulled). */
+  pulls: KvPull[];
 }
 /** Shared by every step when emitTokens is false; frozen so a stray push fails loudly. */
 const NO_TOKENS = Object.freeze([]) as unknown as TokenOutput[];
@@ -170,6 +189,10 @@ export class Engine implements EngineModel {
   private runningSeqs: Seq[] = [];
   private readonly waitingQueue = new WaitingQueue();
   private numWaiting = 0;
+  /** Remote-prefill requests holding blocks while their KV is transferred. */
+  private numPulling = 0;
+  /** Blocks of finished remote-decode requests, held until the decode worker has pulled them. */
+  private readonly held = new Map<string, number[]>();
   private arrivals = 0;
   /** Prompt (or recompute) tokens queued or mid-prefill, maintained incrementally. */
   private pendingPrefill = 0;
@@ -252,6 +275,9 @@ export class Engine implements EngineModel {
       priority: req.priority ?? 0,
       lora: req.lora === '' ? undefined : req.lora,
       skipPrefixCache: req.skipPrefixCache === true,
+      remoteDecode: req.remoteDecode === true,
+      remotePrefill: req.remotePrefill === true,
+      pulled: false,
       arrival: this.arrivals++,
       output,
       ctx: { prompt: req.prompt, output },
@@ -268,13 +294,15 @@ export class Engine implements EngineModel {
     this.live.set(s.id, s);
     this.waitingQueue.push(s);
     this.numWaiting++;
-    this.pendingPrefill += promptLen;
+    this.pendingPrefill += this.pendingOf(s);
   }
 
   abort(id: string): boolean {
     const s = this.live.get(id);
-    if (!s) return false;
-    if (s.status === Status.Running) {
+    if (!s) return this.releaseKv(id);
+    if (s.status === Status.Pulling) {
+      this.numPulling--;
+    } else if (s.status === Status.Running) {
       const i = this.runningSeqs.indexOf(s);
       if (i >= 0) this.runningSeqs.splice(i, 1);
     } else if (s.status === Status.Waiting) {
@@ -288,9 +316,34 @@ export class Engine implements EngineModel {
     return this.runningSeqs.length > 0 || this.numWaiting > 0;
   }
 
+  kvArrived(id: string): boolean {
+    const s = this.live.get(id);
+    if (!s || s.status !== Status.Pulling) return false;
+    this.numPulling--;
+    // Every prompt token but the last is now computed; the last is recomputed for the first
+    // token's logits (vLLM: num_computed_tokens − 1 when the pulled KV covers the whole prompt).
+    s.remotePrefill = false;
+    s.pulled = true;
+    s.numComputed = s.promptLen - 1;
+    if (this.caching) this.cacheFullBlocks(s, s.numComputed);
+    s.status = Status.Waiting;
+    this.pendingPrefill += this.pendingOf(s);
+    this.waitingQueue.push(s);
+    this.numWaiting++;
+    return true;
+  }
+
+  releaseKv(id: string): boolean {
+    const blocks = this.held.get(id);
+    if (!blocks) return false;
+    this.held.delete(id);
+    this.bm.freeAll(blocks);
+    return true;
+  }
+
   step(): StepResult | null {
     if (!this.hasWork()) return null;
-    const b: StepBatch = { budget: this.config.maxNumBatchedTokens, sched: [], schedNew: [], preempted: [], started: [], finished: [] };
+    const b: StepBatch = { budget: this.config.maxNumBatchedTokens, sched: [], schedNew: [], preempted: [], started: [], finished: [], pulls: [] };
     // 1. Running requests, in order.
     this.scheduleRunning(b);
     // Register the blocks this step fills, now rather than after the step, as vLLM does at
@@ -305,6 +358,9 @@ export class Engine implements EngineModel {
 
     // 2. Waiting requests, unless this step had to preempt (vLLM admits nothing then).
     if (b.preempted.length === 0) this.scheduleWaiting(b);
+    // Nothing could be scheduled: the waiting requests wait for blocks that are held (KV being
+    // pulled, or held for a decode worker); the driver steps again when they are freed.
+    if (b.sched.length === 0 && b.pulls.length === 0 && b.finished.length === 0 && b.preempted.length === 0) return null;
     // 3. Execute: advance computed tokens, sample where a sequence is fully computed.
     const { shape, draftShape, prefillTokens, decodeTokens, tokens, firstTokens } = this.execute(b);
     const running = this.runningSeqs;
@@ -317,7 +373,8 @@ export class Engine implements EngineModel {
     running.length = w;
 
     // Blocks loaded back from host memory this step cross PCIe before the forward pass uses them.
-    let durationMs = this.config.timeModel.stepMs(shape) + this.hostLoadBlocks * (this.config.cpuOffload?.loadMsPerBlock ?? 0);
+    // A step that only admitted pulls ran no forward pass.
+    let durationMs = b.sched.length === 0 && b.pulls.length > 0 ? 0 : this.config.timeModel.stepMs(shape) + this.hostLoadBlocks * (this.config.cpuOffload?.loadMsPerBlock ?? 0);
     this.hostLoadBlocks = 0;
     if (draftShape && draftShape.decodeSeqs > 0) durationMs += this.spec!.k * this.spec!.draftTimeModel.stepMs(draftShape);
     return {
@@ -330,6 +387,7 @@ export class Engine implements EngineModel {
       prefillTokens,
       decodeTokens,
       kvEvents: this.bm.takeEvents(),
+      kvPulls: b.pulls,
     };
   }
 
@@ -396,6 +454,11 @@ export class Engine implements EngineModel {
         (passedOver ??= []).push(s);
         continue;
       }
+      if (s.pulled) {
+        if (!this.admitPulled(s, b)) break;
+        numRunning++;
+        continue;
+      }
       const numTokens = s.promptLen + s.output.length;
       if (Math.ceil(numTokens / bs) > bm.numBlocks) {
         // Only reachable by a preempted sequence that has outgrown the cache.
@@ -421,6 +484,10 @@ export class Engine implements EngineModel {
         if (bm.numHostBlocks > 0) while (i + hostHits < maxBlocks && bm.inHost(this.hashAt(s, i + hostHits))) hostHits++;
       }
       const hitTokens = (hits.length + hostHits) * bs;
+      if (s.remotePrefill) {
+        if (!this.admitRemote(s, hitTokens, hostHits, hitFree, b)) break;
+        continue;
+      }
       const n = Math.min(numTokens - hitTokens, b.budget);
       const need = Math.ceil((hitTokens + n) / bs) - hits.length;
       if (need > bm.numFree - hitFree) break;
@@ -461,6 +528,59 @@ export class Engine implements EngineModel {
       b.budget -= n;
     }
     if (passedOver !== null) for (const s of passedOver) this.waitingQueue.push(s);
+  }
+
+  /**
+   * Admit a remote-prefill request (the head of the queue, its prefix hits in hitScratch): blocks
+   * for the whole prompt now, none of the step's token budget, and a pull of the tokens not hit.
+   * False if the blocks are not free (admission stops, as for any request that does not fit).
+   */
+  private admitRemote(s: Seq, hitTokens: number, hostHits: number, hitFree: number, b: StepBatch): boolean {
+    const bm = this.bm;
+    const hits = this.hitScratch;
+    const need = Math.ceil(s.promptLen / this.bs) - hits.length;
+    if (need > bm.numFree - hitFree) return false;
+    this.waitingQueue.pop();
+    this.numWaiting--;
+    for (let k = 0; k < hits.length; k++) {
+      bm.touch(hits[k]!);
+      s.blocks.push(hits[k]!);
+    }
+    // Host-tier hits are not loaded: the pull brings those tokens too.
+    for (let k = 0; k < need; k++) s.blocks.push(bm.allocate());
+    const localTokens = hitTokens - hostHits * this.bs;
+    s.numComputed = localTokens;
+    s.numProcessed = hits.length;
+    s.status = Status.Pulling;
+    this.numPulling++;
+    s.started = true;
+    s.cachedPromptTokens = localTokens;
+    this.counters.promptTokens += s.promptLen;
+    if (this.caching && !s.skipPrefixCache) {
+      this.counters.prefixQueries += s.promptLen;
+      this.counters.prefixHits += localTokens;
+    }
+    b.started.push({ id: s.id, cachedPromptTokens: localTokens });
+    b.pulls.push({ id: s.id, tokens: s.promptLen - localTokens });
+    return true;
+  }
+
+  /** Schedule a request whose pulled KV has arrived: it holds its blocks; only the last prompt token is left. */
+  private admitPulled(s: Seq, b: StepBatch): boolean {
+    const n = Math.min(s.promptLen + s.output.length - s.numComputed, b.budget);
+    const need = Math.max(0, Math.ceil((s.numComputed + n) / this.bs) - s.blocks.length);
+    if (need > this.bm.numFree) return false;
+    this.waitingQueue.pop();
+    this.numWaiting--;
+    for (let k = 0; k < need; k++) s.blocks.push(this.bm.allocate());
+    s.pulled = false;
+    s.status = Status.Running;
+    this.runningSeqs.push(s);
+    s.slot = b.sched.length;
+    b.sched.push(s);
+    b.schedNew.push(n);
+    b.budget -= n;
+    return true;
   }
 
   /** Run the scheduled batch: advance computed tokens, sample where a sequence is fully computed. */
@@ -550,7 +670,7 @@ export class Engine implements EngineModel {
     return {
       ...(sp ? { specDecode: { ...sp, acceptedPerPos: [...sp.acceptedPerPos] } } : {}),
       running: this.runningSeqs.length,
-      waiting: this.numWaiting,
+      waiting: this.numWaiting + this.numPulling,
       kvUsage: bm.numUsed / bm.numBlocks,
       numGpuBlocks: bm.numBlocks,
       blockSize: this.bs,
@@ -619,9 +739,19 @@ export class Engine implements EngineModel {
     return this.bm.cachedHashes();
   }
 
-  /** Blocks held by a live request (for tests), or undefined. */
+  /** Blocks held by a live request or for a decode worker's pull (for tests and kv_transfer_params), or undefined. */
   blocksOf(id: string): readonly number[] | undefined {
-    return this.live.get(id)?.blocks;
+    return this.live.get(id)?.blocks ?? this.held.get(id);
+  }
+
+  /** Remote-prefill requests waiting for their KV. */
+  pullingRequests(): number {
+    return this.numPulling;
+  }
+
+  /** Finished remote-decode requests whose blocks are held for a pull. */
+  heldRequests(): number {
+    return this.held.size;
   }
 
   // ---- internals ----
@@ -682,7 +812,11 @@ export class Engine implements EngineModel {
 
   private retire(s: Seq, reason: FinishReason, finished?: FinishedOutput[]): void {
     this.pendingPrefill -= this.pendingOf(s);
-    this.bm.freeAll(s.blocks);
+    // A remote-decode request capped by max_tokens keeps its KV for the decode worker (vLLM's
+    // NixlConnector holds blocks only for FINISHED_LENGTH_CAPPED; any other end frees them).
+    const hold = s.remoteDecode && reason === 'length';
+    if (hold) this.held.set(s.id, s.blocks);
+    else this.bm.freeAll(s.blocks);
     s.blocks = [];
     s.status = Status.Done;
     this.live.delete(s.id);
@@ -693,12 +827,13 @@ export class Engine implements EngineModel {
       promptTokens: s.promptLen,
       outputTokens: s.output.length,
       cachedPromptTokens: s.cachedPromptTokens,
+      ...(hold ? { kvHeld: true } : {}),
     });
   }
 
   /** Tokens this request still has to prefill (0 when it is decoding or done). */
   private pendingOf(s: Seq): number {
-    if (s.status === Status.Done) return 0;
+    if (s.status === Status.Done || s.remotePrefill) return 0;
     const numTokens = s.promptLen + s.output.length;
     const left = numTokens - s.numComputed;
     return s.output.length > 0 && left === 1 ? 0 : left;

@@ -49,6 +49,30 @@ export interface EngineRequest {
    * a cached position was never computed. The prompt's blocks are still cached for later requests.
    */
   skipPrefixCache?: boolean;
+  /**
+   * A prefill worker's half of a disaggregated request (vLLM's `kv_transfer_params:
+   * {do_remote_decode: true}`, sent with max_tokens 1): when it finishes by length its blocks are
+   * not freed but held for a decode worker to pull, until `releaseKv(id)` (NixlConnector's
+   * request_finished returns delay_free_blocks for such a request and frees them when the decode
+   * side reports the read done). FinishedOutput.kvHeld says they were held.
+   */
+  remoteDecode?: boolean;
+  /**
+   * A decode worker's half (vLLM's `do_remote_prefill: true`): the prompt's KV is pulled from a
+   * prefill worker instead of computed. Admitted as any request is, but with blocks for the whole
+   * prompt at once and without using the step's token budget; the step reports the pull
+   * (StepResult.kvPulls, the prompt tokens not already in the local prefix cache) and the request
+   * waits, holding its blocks, until the driver calls `kvArrived(id)` after the transfer time.
+   * Then it recomputes only the last prompt token (to get the first token's logits) and decodes.
+   */
+  remotePrefill?: boolean;
+}
+
+/** A remote-prefill request admitted in a step, whose KV the driver now transfers. */
+export interface KvPull {
+  id: string;
+  /** Prompt tokens to pull (the prompt less its local prefix-cache hit). */
+  tokens: number;
 }
 
 /** One generated token, visible to the client when the step that produced it ends. */
@@ -66,6 +90,8 @@ export interface FinishedOutput {
   outputTokens: number;
   /** Prompt tokens whose KV came from the prefix cache when the request was first scheduled. */
   cachedPromptTokens: number;
+  /** A remote-decode request whose blocks stay held for the decode worker (see EngineRequest.remoteDecode). */
+  kvHeld?: boolean;
 }
 
 export interface StepResult {
@@ -84,12 +110,14 @@ export interface StepResult {
   decodeTokens: number;
   /** KV events produced by this step, when the engine was built with kvEvents: true. */
   kvEvents: KvEvent[];
+  /** Remote-prefill requests admitted in this step: their blocks are allocated, their KV is due. */
+  kvPulls: KvPull[];
 }
 
 /** Counters and gauges with vLLM's meanings (names in comments). */
 export interface EngineStats {
   running: number; // vllm:num_requests_running
-  waiting: number; // vllm:num_requests_waiting
+  waiting: number; // vllm:num_requests_waiting (including requests waiting for remote KV, as vLLM counts them)
   kvUsage: number; // vllm:kv_cache_usage_perc (0..1): blocks in use by running requests / total
   numGpuBlocks: number; // vllm:cache_config_info{num_gpu_blocks}
   blockSize: number; // vllm:cache_config_info{block_size}
@@ -207,11 +235,27 @@ export interface EngineModel {
   check(prompt: number, maxTokens: number): AdmissionError | null;
   /** Queue a request. Throws if check() would refuse it or the id is in use. */
   add(req: EngineRequest): void;
-  /** Remove a request wherever it is; frees its blocks. Returns false if unknown. */
+  /**
+   * Remove a request wherever it is (waiting, running, waiting for remote KV, or finished with its
+   * KV held for a decode worker); frees its blocks. Returns false if unknown.
+   */
   abort(id: string): boolean;
+  /**
+   * The KV of a remote-prefill request has arrived (its transfer time has passed): it becomes
+   * schedulable. Returns false if no request with that id is waiting for KV. Step again after it.
+   */
+  kvArrived(id: string): boolean;
+  /**
+   * A decode worker has pulled the KV a finished remote-decode request holds: free its blocks
+   * (they stay in the prefix cache). Returns false if the id holds nothing. Step again after it.
+   */
+  releaseKv(id: string): boolean;
   /** True if any request is waiting or running. */
   hasWork(): boolean;
-  /** Plan and execute one step. Returns null if there is nothing to do. */
+  /**
+   * Plan and execute one step. Returns null if there is nothing to do, or nothing can be done
+   * until blocks are freed (by a finish, abort, kvArrived or releaseKv).
+   */
   step(): StepResult | null;
   stats(): EngineStats;
   /**

@@ -63,6 +63,9 @@ export interface OracleProbe {
   pendingPrefillTokens(): number;
 }
 
+/** A worker's part in prefill/decode disaggregation (WorkerIdentity.role). */
+export type WorkerRole = 'prefill' | 'decode' | 'both';
+
 export interface WorkerIdentity {
   id: string;
   url: string;
@@ -90,6 +93,12 @@ export interface WorkerIdentity {
    * kind share what a policy learns of their speed (WorkerState.speedClass).
    */
   hardware?: string;
+  /**
+   * What the worker does in a disaggregated fleet (its pool's `role`): `prefill` (prompts only,
+   * their KV then pulled by a decode worker), `decode`, or `both` (the default: serves requests
+   * whole, and may prefill or decode for others).
+   */
+  role?: WorkerRole;
 }
 
 /** Capacity assumed for a worker that has not said (llm-d's fallback, vLLM's block size). */
@@ -130,6 +139,8 @@ export class WorkerState {
   unlistedAdapters: readonly string[] = [];
   /** The worker's declared kind of hardware, or null (the pool's workers are alike). */
   readonly hardware: string | null;
+  /** Its part in prefill/decode disaggregation (WorkerIdentity.role). */
+  readonly role: WorkerRole;
   /**
    * What the worker shares its learned speed with: its pool's workers of the same declared
    * hardware, or, unlabelled, its pool's workers of about the same KV capacity (set by
@@ -230,6 +241,7 @@ export class WorkerState {
     this.resolveAdapters = identity.resolveAdapters === undefined ? null : new RegExp(`^(?:${identity.resolveAdapters})$`);
     this.served = this.configuredAdapters;
     this.hardware = identity.hardware ?? null;
+    this.role = identity.role ?? 'both';
     this.speedClass = this.hardware === null ? this.pool : `${this.pool}\u0000${this.hardware}`;
     this.upstreamHeaders = identity.upstreamHeaders ?? {};
     this.configuredBlocks = identity.numGpuBlocks;

@@ -86,6 +86,16 @@ export interface RequestContext {
    * request whose worker already has too much prefill waiting.
    */
   checkPick?: (d: RouteDecision) => ApiError | null;
+  /**
+   * Set by a stage whose changes to the request hold for the first worker only: called before
+   * every further attempt, to undo them (the disaggregation stage drops kv_transfer_params).
+   */
+  beforeRetry?: () => void;
+  /**
+   * A decision a stage already made and charged (Router.commit): the relay's first attempt goes
+   * there instead of routing again.
+   */
+  routed?: RouteDecision;
 
   /**
    * Per-request values that stages share (an admission ticket, a cache key, a speculation plan),
@@ -206,6 +216,8 @@ export class LiveRequestContext implements RequestContext {
   routeRequest!: RouteRequest;
   candidates!: readonly WorkerState[];
   checkPick?: (d: RouteDecision) => ApiError | null = undefined;
+  beforeRetry?: () => void = undefined;
+  routed?: RouteDecision = undefined;
   readonly state = new RequestState();
   readonly headers: Record<string, string>;
   taps: Array<(chunk: Buffer) => void> = [];

@@ -39,6 +39,9 @@
  *   replica; with sharing, each replica's own prefix knowledge reaches the others' indexes after the
  *   sharing delay (a share event), and with shareLoad its in-flight accounting (dispatch, first
  *   token, end) the others' WorkerStates (load-mirror.ts).
+ * - prefill/decode disaggregation (`disagg`) — disagg-sim.ts: a prefill pool and a decode pool, each
+ *   request decided by the gateway's decider; a disaggregated one prefills on a prefill worker, its
+ *   KV crosses the link (Call events) and it decodes on a decode worker.
  * - speculative cascade (`speculative`) — cascade-sim.ts: a draft pool of its own engines beside the
  *   workers (the target pool); a routed request runs the live cascade's rounds
  *   (src/speculative/rounds.ts) as draft and verification requests on the engines, as call events
@@ -66,6 +69,7 @@ import { classOfVllmPriority, CLASS_RANK, DEFAULT_VLLM_PRIORITY, type VllmPriori
 import type { AdmissionSettings } from '../admission/controller.js';
 import { releaseTicket, SimAdmission } from './admission-sim.js';
 import { SimCascade, type SimSpecResult, type SimSpeculation } from './cascade-sim.js';
+import { modelPrefillRate, SimDisagg, type SimDisaggOptions, type SimDisaggResult } from './disagg-sim.js';
 import { EventQueue } from './des-queue.js';
 import { createReplica, type SimReplica } from './gateway-replica.js';
 import { LoadMirror } from './load-mirror.js';
@@ -163,6 +167,11 @@ export interface FleetSimOptions {
    * worker is delayed by `overheadMs` each way. Not combined with `cache`.
    */
   speculative?: SimSpeculation;
+  /**
+   * Prefill/decode disaggregation (src/sim/disagg-sim.ts): the first `prefill` workers prefill,
+   * the others decode. Not combined with replicas, admission, the cache, the cascade or n answers.
+   */
+  disagg?: SimDisaggOptions;
 }
 
 export interface WorkerResult {
@@ -220,6 +229,8 @@ export interface SimResult {
   cache?: SimCacheCounts | null;
   /** What the speculative cascade did (absent without `speculative`). */
   speculative?: SimSpecResult;
+  /** What disaggregation did (absent without `disagg`). */
+  disagg?: SimDisaggResult;
   /**
    * Inter-token gaps: each step's duration (ms), weighted by the decode tokens it produced, in a
    * fixed-size histogram (one sample per step would grow past V8's array limit in a long replay).
@@ -385,6 +396,7 @@ class FleetSim {
   /** Shared in-flight accounting between replicas (shareLoad), or null. */
   private readonly mirror: LoadMirror | null;
   private readonly cascade: SimCascade | null;
+  private readonly disagg: SimDisagg | null;
 
   constructor(private readonly opts: FleetSimOptions) {
     const n = (this.n = opts.workers);
@@ -405,7 +417,8 @@ class FleetSim {
     const cfgs = workerConfigs(opts, this.cfg);
     this.engines = cfgs.map((c) => new Engine(c));
     this.blocksOf = new Map(cfgs.map((c, i) => [`w${i}`, c.numGpuBlocks]));
-    const fleet = { model: this.model, seed: opts.seed, clock: this.clock, staleAfterMs, engines: this.engines, configs: cfgs, blockSize: this.cfg.blockSize, hardware: opts.hardware, adapters: opts.adapters, kvEvents: opts.kvEvents === true };
+    this.disagg = opts.disagg ? this.createDisagg(opts.disagg, policies.length) : null;
+    const fleet = { model: this.model, seed: opts.seed, clock: this.clock, staleAfterMs, engines: this.engines, configs: cfgs, blockSize: this.cfg.blockSize, hardware: opts.hardware, adapters: opts.adapters, kvEvents: opts.kvEvents === true, roles: this.disagg?.roles() };
     this.replicas = policies.map((policy, r) => createReplica(policy, r, fleet));
     const states = this.replicas[0]!.states;
     this.workerIndex = new Map(states.map((w, i) => [w.id, i]));
@@ -473,6 +486,32 @@ class FleetSim {
       completeFromCache: (rec, first, finish, outputTokens, fromCache) => this.completeFromCache(rec, first, finish, outputTokens, fromCache),
       followUp: (rec, now) => this.turns.followUp(rec, now),
     });
+  }
+
+  private createDisagg(o: SimDisaggOptions, replicas: number): SimDisagg {
+    const opts = this.opts;
+    if (replicas > 1 || opts.admission || opts.admit || opts.cache || opts.speculative) {
+      throw new Error('disaggregation is not simulated with replicas, admission, the response cache or the speculative cascade');
+    }
+    const policy = opts.policy as Policy & { prefillRate?: (w: WorkerState) => number };
+    const fallback = modelPrefillRate(this.cfg.timeModel);
+    const rate = typeof policy.prefillRate === 'function' ? (w: WorkerState) => policy.prefillRate!(w) : () => fallback;
+    return new SimDisagg(
+      o,
+      this.n,
+      {
+        now: () => this.clock.now(),
+        at: (t, fn) => this.q.push(t, { k: Kind.Call, fn }),
+        overheadMs: this.overhead,
+        engine: (w) => this.engines[w]!,
+        submit: (w, req) => this.submit(w, req, this.clock.now()),
+        wake: (w) => this.wake(w, this.clock.now()),
+        engineRequest: (rec) => this.engineRequest(rec.id, rec.req, rec.req.maxTokens, rec.req.outputSeed),
+        routed: (w) => this.routedTo[w]!++,
+        workerIndex: (id) => this.workerIndex.get(id)!,
+      },
+      rate,
+    );
   }
 
   private createCascade(spec: SimSpeculation): SimCascade {
@@ -561,7 +600,8 @@ class FleetSim {
       this.pendingDispatch === 0 &&
       this.turns.pending === 0 &&
       (this.admission?.queueDepth() ?? 0) === 0 &&
-      (this.cascade?.pending ?? 0) === 0
+      (this.cascade?.pending ?? 0) === 0 &&
+      (this.disagg?.pending ?? 0) === 0
     );
   }
 
@@ -644,7 +684,14 @@ class FleetSim {
     // Admission narrows the candidates to the workers the request fits on.
     const ri = this.replicaIndex(idx);
     const rep = this.replicas[ri]!;
-    const workers = rec.ticket?.workers ?? rep.states;
+    let workers = rec.ticket?.workers ?? rep.states;
+    if (this.disagg) {
+      // Disaggregated, it is on its way; local, it is routed over the decode pool.
+      const pools = this.disagg.pools(workers);
+      rep.router.policy.prepare?.(rr, workers);
+      if (this.disagg.route(rec, rep.router, rep.router.policy, pools)) return;
+      workers = pools.decode;
+    }
     // As the gateway does where it tokenizes (Policy.prepare), before the decision.
     rep.router.policy.prepare?.(rr, workers);
     const outcome = rep.router.route(rr, workers);
@@ -708,6 +755,11 @@ class FleetSim {
   /** Queue an engine request on worker w. */
   private submit(w: number, req: EngineRequest, now: number): void {
     this.engines[w]!.add(req);
+    this.wake(w, now);
+  }
+
+  /** Make an idle worker step (work arrived, or blocks it waits for were freed). */
+  private wake(w: number, now: number): void {
     // An idle worker starts its next step as an event at this instant, after every other arrival
     // of the same instant: requests that arrive together are batched together.
     if (!this.busy[w]) {
@@ -732,6 +784,7 @@ class FleetSim {
     }
     this.busyMs[w]! += res.durationMs;
     this.steps[w]!++;
+    if (res.kvPulls.length > 0) this.disagg!.pulls(w, res.kvPulls, now);
     this.q.push(now + res.durationMs, { k: Kind.StepDone, w, res });
   }
 
@@ -741,6 +794,11 @@ class FleetSim {
       if (this.cascade?.owns(seqId)) {
         this.cascade.targetFirstToken(seqId);
         continue;
+      }
+      if (this.disagg) {
+        // A prefill half's token is not the client's; a decode's first token ends its handoff.
+        if (this.disagg.owns(seqId)) continue;
+        this.disagg.firstToken(seqId, now);
       }
       // One of n answers (`idx/k`): the request's first token is the first any of them produces.
       const idx = parseInt(seqId, 10);
@@ -756,6 +814,7 @@ class FleetSim {
     }
     for (const f of res.finished) {
       if (this.cascade?.owns(f.id)) this.cascade.targetFinished(f, now);
+      else if (this.disagg?.owns(f.id)) this.disagg.prefillFinished(this.replicas[0]!.router, f, now);
       else if (NSamples.owns(f.id)) this.samples.finished(w, this.requests.get(parseInt(f.id, 10))!, f, now);
       else this.finishOne(w, this.requests.get(Number(f.id))!, f, now);
     }
@@ -872,6 +931,7 @@ class FleetSim {
     });
     out.events = events;
     if (this.cascade) out.speculative = this.cascade.result();
+    if (this.disagg) out.disagg = this.disagg.result();
     if (this.cache) out.cache = { ...this.cache.counts, evictions: this.cache.evictions() };
     out.wallMs = performance.now() - this.wallStart;
     return out;

@@ -7,7 +7,7 @@ import type { EngineConfig } from '../engine/types.js';
 import type { Engine } from '../engine/engine.js';
 import { KvEventMapper } from '../fleet/kv-events-mapper.js';
 import { SpeedClasses } from '../fleet/speed-classes.js';
-import { WorkerState } from '../fleet/worker-state.js';
+import { WorkerState, type WorkerRole } from '../fleet/worker-state.js';
 import { Router } from '../scheduler/router.js';
 import type { Policy } from '../scheduler/types.js';
 import type { Clock } from '../util/clock.js';
@@ -38,6 +38,8 @@ export interface ReplicaFleet {
   adapters?: readonly string[];
   /** Feed the policy's prefix index from KV events even if it does not declare usesKvEvents. */
   kvEvents?: boolean;
+  /** Each worker's role in a disaggregated fleet (absent: all `both`). */
+  roles?: readonly WorkerRole[];
 }
 
 /** Replica r of the run, routing with `policy`. */
@@ -57,6 +59,7 @@ export function createReplica(policy: Policy, r: number, f: ReplicaFleet): SimRe
       blockSize: f.blockSize,
       ...(f.hardware?.[i] !== undefined ? { hardware: f.hardware[i] } : {}),
       ...(f.adapters !== undefined ? { adapters: f.adapters } : {}),
+      ...(f.roles !== undefined ? { role: f.roles[i] } : {}),
     });
     // The engine implements OracleProbe; only a policy that declares usesOracle (`oracle`,
     // `oracle-greedy`) is given the live view.

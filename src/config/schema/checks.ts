@@ -27,6 +27,20 @@ export function checkConfig(c: ConfigSections, ctx: Ctx): void {
   checkPerRequest(c, baseModels, cascadeModels, ctx);
   checkAliases(c, servedModels, ctx);
   checkTenants(c, servedModels, ctx);
+  checkRoles(c, ctx);
+}
+
+/** A model with prefill workers needs workers that decode what they prefill. */
+function checkRoles(c: ConfigSections, ctx: Ctx): void {
+  const prefillOnly = new Map<string, Path>();
+  const decodes = new Set<string>();
+  for (const cw of configuredWorkers(c)) {
+    if (cw.pool.role === 'prefill') prefillOnly.set(cw.pool.model, cw.poolPath ?? cw.path);
+    else decodes.add(cw.pool.model);
+  }
+  for (const [model, path] of prefillOnly) {
+    if (!decodes.has(model)) issue(ctx, [...path, 'role'], `model '${model}' has prefill workers but no worker of role decode or both to decode what they prefill`);
+  }
 }
 
 /** A timeout shorter than its interval keeps one worker's checks from ever overlapping. */

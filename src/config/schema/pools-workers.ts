@@ -5,6 +5,7 @@
 import { z } from 'zod';
 import { adapterNameProblem } from '../../fleet/adapter-name.js';
 import { capsOverride } from './caps.js';
+import { workerRole } from './disaggregation.js';
 import { secretSource } from './fields.js';
 
 /** Where a worker publishes its KV-cache events (vLLM's --kv-events-config, ZeroMQ). */
@@ -95,6 +96,8 @@ export const flatWorker = workerInPool.extend({
   resolveAdapters,
   /** As a pool's `cacheIsolation` (below): `none` lets tenants learn of each other's prompts. */
   cacheIsolation: z.enum(['none', 'tenant']).default('none'),
+  /** As a pool's `role` (below). */
+  role: workerRole,
 });
 
 export const pool = z.strictObject({
@@ -113,6 +116,13 @@ export const pool = z.strictObject({
    */
   cacheIsolation: z.enum(['none', 'tenant']).default('none'),
   caps: capsOverride.optional(),
+  /**
+   * Prefill/decode disaggregation: `prefill` workers only prefill prompts whose KV a decode worker
+   * then pulls (vLLM with a KV connector, e.g. NixlConnector); `decode` workers decode them and
+   * serve every request not disaggregated; `both` (the default) serve whole requests and may
+   * prefill or decode for others. See the `disaggregation` section.
+   */
+  role: workerRole,
   ...upstreamAuth,
 });
 

@@ -35,6 +35,8 @@ import { createHandler, type Handler } from '../pipeline/handler.js';
 import { prepareRouting } from '../pipeline/prepare.js';
 import { PromptTokenizers } from '../pipeline/prompt-tokenizers.js';
 import { Relay } from '../pipeline/relay.js';
+import { DisaggMetrics } from '../pipeline/disagg-metrics.js';
+import { disaggregationStage } from '../pipeline/disagg-stage.js';
 import { Pipeline } from '../pipeline/stages.js';
 import { TenantSlots } from '../pipeline/tenant-slots.js';
 import { ResponseAffinity } from '../responses/response-affinity.js';
@@ -222,6 +224,21 @@ export function composeGateway(config: GatewayConfig, o: CompositionOptions): Ga
   // known is refused.
   const affinity = new ResponseAffinity(100_000, shared?.responses ?? null, undefined, () => !tenants.open);
   pipeline.place(affinity.stage());
+  // A model whose workers have roles is served disaggregated (prefill, then decode elsewhere).
+  if (config.workers.some((w) => (w.role ?? 'both') !== 'both')) {
+    pipeline.place(disaggregationStage({
+      router,
+      fleet: registry,
+      upstreams,
+      clock,
+      logger,
+      metrics: new DisaggMetrics(m.registry),
+      firstByteMs: config.timeouts.firstByteMs,
+      prefillAllowanceMs: (w, tokens) => (config.outlier.ttftFactor * 1000 * tokens) / prefillRateOf(policy, w),
+      prefillRate: (w) => prefillRateOf(policy, w),
+      options: () => config.disaggregation,
+    }));
+  }
 
   const life: LifeState = { closing: false, draining: false, started: false };
   const active = new Set<RequestContext>();

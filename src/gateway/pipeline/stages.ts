@@ -9,6 +9,7 @@ import type { GatewayStage } from '../../request/stage.js';
  *   speculation-aware-routing workers speculating in the engine vs plain    speculative.routing.enabled
  *   per-request-speculation   llama.cpp's per-request draft settings        speculative.perRequest
  *   speculative-cascade       draft/verify across two pools                 speculative.cascades
+ *   disaggregation            prefill on a prefill worker, decode elsewhere workers with a `role`
  * Admission runs before the speculative stages so that a cascade request is counted and narrowed
  * like any other; the cascade runs last because it answers the request itself.
  */
@@ -19,6 +20,7 @@ export const STAGE_ORDER = [
   'speculation-aware-routing',
   'per-request-speculation',
   'speculative-cascade',
+  'disaggregation',
 ] as const;
 
 type StageName = (typeof STAGE_ORDER)[number];
