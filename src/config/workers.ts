@@ -4,7 +4,7 @@
  * builds from it the list the gateway routes over, with the headers kvgate sends each worker.
  */
 import type { z } from 'zod';
-import type { WorkerIdentity } from '../fleet/worker-state.js';
+import type { EngineKind, WorkerIdentity } from '../fleet/worker-state.js';
 import { formatPath } from '../util/field-path.js';
 import type { flatWorker, pool, workerInPool } from './schema/pools-workers.js';
 import { readSecret, type SecretSource } from './secrets.js';
@@ -35,7 +35,7 @@ interface ConfiguredWorker {
   id: string;
   path: Array<string | number>;
   /** The pool's fields a worker inherits, and the pool's own path (flat workers: undefined). */
-  pool: { name: string; model: string; adapters: string[]; discoverAdapters: boolean; resolveAdapters?: string; apiKey?: SecretSource; headers?: Record<string, string> };
+  pool: { name: string; model: string; adapters: string[]; discoverAdapters: boolean; resolveAdapters?: string; apiKey?: SecretSource; headers?: Record<string, string>; engine?: EngineKind };
   poolPath: Array<string | number> | undefined;
 }
 
@@ -89,6 +89,7 @@ export function resolveWorkers(
       numGpuBlocks: w.numGpuBlocks,
       blockSize: w.blockSize,
       ...(w.hardware !== undefined ? { hardware: w.hardware } : {}),
+      engine: w.engine ?? p.engine ?? 'vllm',
       upstreamHeaders: upstreamHeaders(w, poolPath ? p : undefined, path, poolPath, env, problems),
     });
   }

@@ -90,7 +90,12 @@ export interface WorkerIdentity {
    * kind share what a policy learns of their speed (WorkerState.speedClass).
    */
   hardware?: string;
+  /** The inference server behind the URL (its metric names, its native routes). Default vllm. */
+  engine?: EngineKind;
 }
+
+/** The inference servers kvgate knows how to watch and call. */
+export type EngineKind = 'vllm' | 'sglang';
 
 /** Capacity assumed for a worker that has not said (llm-d's fallback, vLLM's block size). */
 const DEFAULT_NUM_GPU_BLOCKS = 31_250;
@@ -130,6 +135,8 @@ export class WorkerState {
   unlistedAdapters: readonly string[] = [];
   /** The worker's declared kind of hardware, or null (the pool's workers are alike). */
   readonly hardware: string | null;
+  /** The inference server behind the URL: which metric names its /metrics has, which native routes it serves. */
+  readonly engine: EngineKind;
   /**
    * What the worker shares its learned speed with: its pool's workers of the same declared
    * hardware, or, unlabelled, its pool's workers of about the same KV capacity (set by
@@ -230,6 +237,7 @@ export class WorkerState {
     this.resolveAdapters = identity.resolveAdapters === undefined ? null : new RegExp(`^(?:${identity.resolveAdapters})$`);
     this.served = this.configuredAdapters;
     this.hardware = identity.hardware ?? null;
+    this.engine = identity.engine ?? 'vllm';
     this.speedClass = this.hardware === null ? this.pool : `${this.pool}\u0000${this.hardware}`;
     this.upstreamHeaders = identity.upstreamHeaders ?? {};
     this.configuredBlocks = identity.numGpuBlocks;
