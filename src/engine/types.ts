@@ -49,6 +49,13 @@ export interface EngineRequest {
    * a cached position was never computed. The prompt's blocks are still cached for later requests.
    */
   skipPrefixCache?: boolean;
+  /**
+   * Read at most this many prompt tokens from the prefix cache (block-aligned down). SGLang caps a
+   * request's prefix match at its `logprob_start_len` when it returns logprobs
+   * (python/sglang/srt/managers/schedule_batch.py, Req._compute_max_prefix_len): the positions
+   * whose logprobs are asked for are computed, the prompt before them is reused.
+   */
+  maxCachedTokens?: number;
 }
 
 /** One generated token, visible to the client when the step that produced it ends. */

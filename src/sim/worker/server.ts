@@ -52,6 +52,9 @@ import {
 import { chatSpec, completionSpec, responsesSpec, sampleSeed, type GenParams, type ServedModel } from './request-spec.js';
 import { responsesRequestSchema } from '../../api/responses.js';
 import { VllmMetrics } from './vllm-metrics-exporter.js';
+import { vllmGenerate, type NativeHost } from './native-generate.js';
+import { SglangMetrics, type SimMetricsExporter } from './sglang-metrics-exporter.js';
+import { sglangRoute } from './sglang-routes.js';
 
 /** The subset of a pino logger the worker uses. */
 export interface SimLogger {
@@ -62,6 +65,11 @@ export interface SimLogger {
 export interface SimWorkerOptions {
   /** Default 127.0.0.1. */
   host?: string;
+  /**
+   * Which server to be: `vllm` (default) or `sglang` — SGLang's metric names, its native /generate
+   * and /v1/tokenize (sglang-routes.ts), over the same engine model.
+   */
+  engine?: 'vllm' | 'sglang';
   /** 0 (default) = an ephemeral port. */
   port?: number;
   /** Served model name, checked against the request's `model`. Default 'llama-3.1-8b'. */
@@ -241,6 +249,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
     gpuMemoryUtilization: opts.gpuMemoryUtilization ?? 0.9,
     defaultMaxChatTokens: opts.defaultMaxChatTokens ?? 1024,
     apiKey: opts.apiKey,
+    engineKind: opts.engine ?? 'vllm',
   });
 
   simNow = () => sim.driver.now();
@@ -285,7 +294,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
   const url = `http://${urlHost === '0.0.0.0' ? '127.0.0.1' : urlHost === '[::]' ? '[::1]' : urlHost}:${addr.port}`;
   opts.logger?.info(
     { url, model, gpu: opts.gpu ?? 'h100', numGpuBlocks: config.numGpuBlocks, blockSize: config.blockSize, speed: sim.driver.speed, kvEvents: kvEndpoints },
-    'simulated vLLM worker listening',
+    `simulated ${opts.engine === 'sglang' ? 'SGLang' : 'vLLM'} worker listening`,
   );
 
   let closing: Promise<void> | null = null;
@@ -331,10 +340,11 @@ interface ServerParts {
   gpuMemoryUtilization: number;
   defaultMaxChatTokens: number;
   apiKey?: string;
+  engineKind: 'vllm' | 'sglang';
 }
 
 /** The worker's HTTP routes and its engine side: runs exchanges' sequences and observes their metrics. */
-class SimWorkerServer implements ExchangeHost {
+class SimWorkerServer implements ExchangeHost, NativeHost {
   readonly model: string;
   /** Served adapters (configured, then loaded at run time), each with the path it was loaded from. */
   private readonly adapters = new Map<string, string>();
@@ -343,7 +353,8 @@ class SimWorkerServer implements ExchangeHost {
   private readonly servable: { has(name: string): boolean };
   readonly engine: EngineModel;
   readonly driver: EngineDriver;
-  readonly metrics: VllmMetrics;
+  readonly metrics: SimMetricsExporter;
+  private readonly engineKind: 'vllm' | 'sglang';
   kvPublisher: KvEventPublisher | null = null;
   /** The synthetic LM in force at a simulated time (a shifting draft changes it). */
   private readonly lmAt: (nowMs: number) => SyntheticLm;
@@ -353,7 +364,7 @@ class SimWorkerServer implements ExchangeHost {
   private readonly embedCancels = new Set<() => void>();
   private requests = 0;
   private clientAborts = 0;
-  private shuttingDown = false;
+  shuttingDown = false;
   private readonly apiKey: string | null;
 
   constructor(p: ServerParts) {
@@ -375,11 +386,11 @@ class SimWorkerServer implements ExchangeHost {
     this.engine = p.engine;
     this.lmAt = typeof p.lm === 'function' ? p.lm : () => p.lm as SyntheticLm;
     this.served = { model: p.model, adapters: this.servable, maxModelLen: p.engine.config.maxModelLen, defaultMaxChatTokens: p.defaultMaxChatTokens };
-    this.metrics = new VllmMetrics(p.engine, {
-      modelName: p.model,
-      legacyNames: p.legacyMetricNames,
-      gpuMemoryUtilization: p.gpuMemoryUtilization,
-    });
+    this.engineKind = p.engineKind;
+    this.metrics =
+      p.engineKind === 'sglang'
+        ? new SglangMetrics(p.engine, { modelName: p.model })
+        : new VllmMetrics(p.engine, { modelName: p.model, legacyNames: p.legacyMetricNames, gpuMemoryUtilization: p.gpuMemoryUtilization });
     this.driver = new EngineDriver(p.engine, {
       speed: p.speed,
       onStep: (step) => {
@@ -421,6 +432,10 @@ class SimWorkerServer implements ExchangeHost {
       return sendJson(res, 401, { error: 'Unauthorized' });
     }
     const post = (fn: (body: unknown) => Promise<void> | void) => this.withBody(req, res, method, fn);
+    if (this.engineKind === 'sglang') {
+      const own = sglangRoute(this, path, method, req, res, post);
+      if (own !== false) return own;
+    }
     switch (path) {
       case '/health':
         return this.get(method, res, () => {
@@ -441,6 +456,8 @@ class SimWorkerServer implements ExchangeHost {
         });
       case '/v1/completions':
         return post((b) => this.generate(req, res, 'completion', b));
+      case '/inference/v1/generate':
+        return post((b) => vllmGenerate(this, req, res, b));
       case '/v1/chat/completions':
         return post((b) => this.generate(req, res, 'chat', b));
       case '/v1/responses':
@@ -515,6 +532,19 @@ class SimWorkerServer implements ExchangeHost {
     await fn(body);
   }
 
+  /** SGLang's /flush_cache: the prefix cache emptied, as vLLM's /reset_prefix_cache does. */
+  flushCache(): void {
+    this.resetPrefixCache();
+  }
+
+  lm(): SyntheticLm {
+    return this.lmAt(this.driver.now());
+  }
+
+  countRequest(): void {
+    this.requests++;
+  }
+
   private resetPrefixCache(): void {
     this.engine.resetPrefixCache();
     // The engine hands these to the next step; when idle there may be none for a while.
@@ -530,7 +560,7 @@ class SimWorkerServer implements ExchangeHost {
       id,
       object: 'model',
       created: Math.floor(Date.now() / 1000),
-      owned_by: 'vllm',
+      owned_by: this.engineKind,
       root,
       parent,
       ...(maxModelLen !== undefined ? { max_model_len: maxModelLen } : {}),
