@@ -62,8 +62,8 @@ interface Seq {
   readonly lora: string | undefined;
   /** Never look the prompt up in the prefix cache (its blocks are still cached for others). */
   readonly skipPrefixCache: boolean;
-  /** Most prompt tokens read from the prefix cache (EngineRequest.maxCachedTokens); Infinity: no cap. */
-  readonly maxCachedTokens: number;
+  /** Read at most this many prompt tokens from the prefix cache (whole blocks). */
+  readonly prefixCacheLimit: number;
   /** Admission order; ties on priority go to the earlier arrival. */
   readonly arrival: number;
   readonly output: number[];
@@ -254,7 +254,7 @@ export class Engine implements EngineModel {
       priority: req.priority ?? 0,
       lora: req.lora === '' ? undefined : req.lora,
       skipPrefixCache: req.skipPrefixCache === true,
-      maxCachedTokens: req.maxCachedTokens ?? Infinity,
+      prefixCacheLimit: req.prefixCacheLimit ?? Infinity,
       arrival: this.arrivals++,
       output,
       ctx: { prompt: req.prompt, output },
@@ -412,7 +412,7 @@ export class Engine implements EngineModel {
       let hitFree = 0;
       let hostHits = 0;
       if (this.caching && !s.skipPrefixCache) {
-        const maxBlocks = Math.floor(Math.min(numTokens - 1, s.maxCachedTokens) / bs);
+        const maxBlocks = Math.floor(Math.min(numTokens - 1, s.prefixCacheLimit) / bs);
         let i = 0;
         for (; i < maxBlocks; i++) {
           const blk = bm.lookup(this.hashAt(s, i));

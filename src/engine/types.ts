@@ -50,12 +50,11 @@ export interface EngineRequest {
    */
   skipPrefixCache?: boolean;
   /**
-   * Read at most this many prompt tokens from the prefix cache (block-aligned down). SGLang caps a
-   * request's prefix match at its `logprob_start_len` when it returns logprobs
-   * (python/sglang/srt/managers/schedule_batch.py, Req._compute_max_prefix_len): the positions
-   * whose logprobs are asked for are computed, the prompt before them is reused.
+   * Read at most this many prompt tokens from the prefix cache. SGLang caps its prefix match at a
+   * request's logprob_start_len (python/sglang/srt/managers/schedule_batch.py,
+   * Req._compute_max_prefix_len): a scored position's logits must be computed.
    */
-  maxCachedTokens?: number;
+  prefixCacheLimit?: number;
 }
 
 /** One generated token, visible to the client when the step that produced it ends. */

@@ -60,7 +60,7 @@ interface NativeJob {
   stopTokenIds: readonly number[];
   priority: number;
   skipPrefixCache: boolean;
-  maxCachedTokens?: number;
+  prefixCacheLimit?: number;
 }
 
 interface NativeResult {
@@ -159,7 +159,7 @@ export async function sglangGenerate(host: NativeHost, req: IncomingMessage, res
     stopTokenIds: sp.stop_token_ids ?? [],
     priority: b.priority ?? 0,
     skipPrefixCache: false,
-    ...(returnLogprob && start >= 0 ? { maxCachedTokens: start } : {}),
+    ...(returnLogprob && start >= 0 ? { prefixCacheLimit: start } : {}),
   };
   if (maxTokens === 0) return sglangError(res, 400, 'max_new_tokens = 0 is not simulated');
   const out = await run(host, req, res, job, b.rid ?? randomUUID().replaceAll('-', ''));
@@ -296,7 +296,7 @@ function run(host: NativeHost, req: IncomingMessage, res: ServerResponse, job: N
         ignoreEos: job.ignoreEos,
         priority: job.priority,
         skipPrefixCache: job.skipPrefixCache,
-        ...(job.maxCachedTokens !== undefined ? { maxCachedTokens: job.maxCachedTokens } : {}),
+        ...(job.prefixCacheLimit !== undefined ? { prefixCacheLimit: job.prefixCacheLimit } : {}),
       },
       {
         onStarted: (c) => {
