@@ -70,6 +70,11 @@ export interface SimWorkerOptions {
    * and /v1/tokenize (sglang-routes.ts), over the same engine model.
    */
   engine?: 'vllm' | 'sglang';
+  /**
+   * vLLM: serve POST /inference/v1/generate (default true). False models a vLLM without that
+   * route, which answers it 404 as FastAPI does an unknown path.
+   */
+  inferenceGenerate?: boolean;
   /** 0 (default) = an ephemeral port. */
   port?: number;
   /** Served model name, checked against the request's `model`. Default 'llama-3.1-8b'. */
@@ -250,6 +255,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
     defaultMaxChatTokens: opts.defaultMaxChatTokens ?? 1024,
     apiKey: opts.apiKey,
     engineKind: opts.engine ?? 'vllm',
+    inferenceGenerate: opts.inferenceGenerate ?? true,
   });
 
   simNow = () => sim.driver.now();
@@ -341,6 +347,7 @@ interface ServerParts {
   defaultMaxChatTokens: number;
   apiKey?: string;
   engineKind: 'vllm' | 'sglang';
+  inferenceGenerate: boolean;
 }
 
 /** The worker's HTTP routes and its engine side: runs exchanges' sequences and observes their metrics. */
@@ -355,6 +362,7 @@ class SimWorkerServer implements ExchangeHost, NativeHost {
   readonly driver: EngineDriver;
   readonly metrics: SimMetricsExporter;
   private readonly engineKind: 'vllm' | 'sglang';
+  private readonly inferenceGenerate: boolean;
   kvPublisher: KvEventPublisher | null = null;
   /** The synthetic LM in force at a simulated time (a shifting draft changes it). */
   private readonly lmAt: (nowMs: number) => SyntheticLm;
@@ -387,6 +395,7 @@ class SimWorkerServer implements ExchangeHost, NativeHost {
     this.lmAt = typeof p.lm === 'function' ? p.lm : () => p.lm as SyntheticLm;
     this.served = { model: p.model, adapters: this.servable, maxModelLen: p.engine.config.maxModelLen, defaultMaxChatTokens: p.defaultMaxChatTokens };
     this.engineKind = p.engineKind;
+    this.inferenceGenerate = p.inferenceGenerate;
     this.metrics =
       p.engineKind === 'sglang'
         ? new SglangMetrics(p.engine, { modelName: p.model })
@@ -457,6 +466,7 @@ class SimWorkerServer implements ExchangeHost, NativeHost {
       case '/v1/completions':
         return post((b) => this.generate(req, res, 'completion', b));
       case '/inference/v1/generate':
+        if (!this.inferenceGenerate) return sendJson(res, 404, { detail: 'Not Found' });
         return post((b) => vllmGenerate(this, req, res, b));
       case '/v1/chat/completions':
         return post((b) => this.generate(req, res, 'chat', b));
