@@ -3,8 +3,8 @@
  * simulated worker that exports them (`kvgate sim --engine sglang`), so the two cannot drift.
  *
  * The four routing signals are the ones the Gateway API Inference Extension's model-server
- * protocol lists for SGLang (kubernetes-sigs/gateway-api-inference-extension
- * docs/proposals/003-model-server-protocol/README.md); the rest are SGLang's own exporter's
+ * protocol lists for SGLang (kubernetes-sigs/gateway-api-inference-extension, proposal
+ * 003-model-server-protocol, its README); the rest are SGLang's own exporter's
  * (sgl-project/sglang python/sglang/srt/observability/metrics_collector.py, earlier
  * python/sglang/srt/metrics/collector.py). Counters are listed without the `_total` suffix.
  */

@@ -79,7 +79,7 @@ export async function verifyDraft(t: CallTarget, w: WorkerState, routes: VerifyR
 }
 
 /** vLLM's OpenAI verification: the whole context + drafts, prompt_logprobs (the cache skipped). */
-export function completionsVerifyBody(a: VerifyArgs): Record<string, unknown> {
+function completionsVerifyBody(a: VerifyArgs): Record<string, unknown> {
   return {
     model: a.model,
     prompt: a.drafts.length > 0 ? a.context.concat(a.drafts) : a.context,
@@ -174,7 +174,7 @@ export function parseSglangVerification(json: any, drafts: readonly number[]): V
  * vLLM's /inference/v1/generate answer → the drafts' positions and the next token; null when a
  * draft row lacks its own token (it came from the cache and holds no logits).
  */
-export function parseVllmGenerateVerification(json: any, from: number, drafts: readonly number[]): Verification | null {
+function parseVllmGenerateVerification(json: any, from: number, drafts: readonly number[]): Verification | null {
   const pl = json?.prompt_logprobs;
   const c = json?.choices?.[0];
   if (!Array.isArray(pl) || pl.length < from + drafts.length) throw new WorkerCallError('/inference/v1/generate answer has no prompt_logprobs for the drafts', null);

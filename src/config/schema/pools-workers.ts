@@ -31,7 +31,7 @@ const kvEvents = z.strictObject({
  * `python -m sglang.launch_server --enable-metrics`): which metric names kvgate scrapes and which
  * native routes the speculative cascade calls (docs/vllm.md, "SGLang workers").
  */
-export const engineKind = z.enum(['vllm', 'sglang']);
+const engineKind = z.enum(['vllm', 'sglang']);
 
 const upstreamAuth = {
   apiKey: secretSource.optional(),
