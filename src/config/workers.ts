@@ -89,7 +89,8 @@ export function resolveWorkers(
       numGpuBlocks: w.numGpuBlocks,
       blockSize: w.blockSize,
       ...(w.hardware !== undefined ? { hardware: w.hardware } : {}),
-      engine: w.engine ?? p.engine ?? 'vllm',
+      // vLLM is the default (WorkerState.engine): only another engine is named.
+      ...((w.engine ?? p.engine) === 'sglang' ? { engine: 'sglang' as const } : {}),
       upstreamHeaders: upstreamHeaders(w, poolPath ? p : undefined, path, poolPath, env, problems),
     });
   }

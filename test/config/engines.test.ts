@@ -22,7 +22,7 @@ test('workers are vLLM unless their pool or they say sglang; a worker overrides 
     workers: [{ url: 'http://10.0.0.4:30000', model: 'm', pool: 'flat', engine: 'sglang' }],
   } as never, {});
   assert.deepEqual(
-    c.workers.map((w) => [w.url, w.engine]),
+    c.workers.map((w) => [w.url, w.engine ?? 'vllm']),
     [
       ['http://10.0.0.1:8000', 'vllm'],
       ['http://10.0.0.2:30000', 'sglang'],
