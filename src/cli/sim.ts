@@ -1,16 +1,21 @@
 /**
- * `kvgate sim`: one simulated vLLM worker on a real port, until SIGINT/SIGTERM.
+ * `kvgate sim`: one simulated vLLM (or, with --engine sglang, SGLang) worker on a real port, until
+ * SIGINT/SIGTERM.
  */
 import { parseArgs } from 'node:util';
 import { customKvLink, KV_LINKS, resolveKvLink, type KvLink } from '../engine/kv-link.js';
 import { listGpus, listModels } from '../engine/profiles.js';
 import { startSimWorker, type SimWorkerOptions } from '../sim/worker/server.js';
 
-export const help = `kvgate sim — run one simulated vLLM worker (OpenAI API, /metrics, KV events)
+export const help = `kvgate sim — run one simulated vLLM or SGLang worker (OpenAI API, /metrics, KV events)
 
 Usage: kvgate sim [options]
 
 Options:
+  --engine E             vllm (default) or sglang: SGLang's metric names (sglang:num_queue_reqs,
+                         sglang:token_usage, sglang:cache_config_info, ...), its native /generate
+                         (input_ids, return_logprob, logprob_start_len: the prefix match capped
+                         there) and /v1/tokenize, over the same engine model
   --host HOST            address to listen on (default 127.0.0.1)
   --port N               HTTP port; 0 picks a free one (default 8000)
   --model NAME           served model name and engine profile (default llama-3.1-8b;
@@ -188,6 +193,7 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
       allowPositionals: false,
       strict: true,
       options: {
+        engine: { type: 'string' },
         host: { type: 'string' },
         port: { type: 'string' },
         model: { type: 'string' },
@@ -232,7 +238,14 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
   const host = values.host ?? '127.0.0.1';
   const port = int('port', values.port, 0) ?? 8000;
   if (port > 65535) throw new UsageError(`--port must be at most 65535, got ${port}`);
+  const engine = values.engine ?? 'vllm';
+  if (engine !== 'vllm' && engine !== 'sglang') throw new UsageError(`--engine must be vllm or sglang, got '${engine}'`);
+  if (engine === 'sglang') {
+    const vllmOnly = (['legacy-metrics', 'runtime-lora', 'lora-resolver', 'kv-events-port'] as const).find((k) => values[k] !== undefined);
+    if (vllmOnly !== undefined) throw new UsageError(`--${vllmOnly} is vLLM's: not with --engine sglang`);
+  }
   const opts: SimWorkerOptions = {
+    engine,
     host,
     port,
     model: values.model ?? 'llama-3.1-8b',
@@ -327,7 +340,7 @@ export async function runSim(argv: string[], o: SimRunOptions = {}): Promise<num
     }
     const c = worker.engine.config;
     out.write(
-      `simulated vLLM worker: ${worker.url}  model=${worker.model} gpu=${opts.gpu} tp=${opts.tp ?? 1} ` +
+      `simulated ${opts.engine === 'sglang' ? 'SGLang' : 'vLLM'} worker: ${worker.url}  model=${worker.model} gpu=${opts.gpu} tp=${opts.tp ?? 1} ` +
         `speed=${worker.speed} blocks=${c.numGpuBlocks}x${c.blockSize} max_model_len=${c.maxModelLen}\n`,
     );
     if (opts.kvRole !== undefined) out.write(`kv connector: role=${opts.kvRole} link=${opts.kvLink?.name ?? 'ib-400'}\n`);

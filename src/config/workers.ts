@@ -4,7 +4,7 @@
  * builds from it the list the gateway routes over, with the headers kvgate sends each worker.
  */
 import type { z } from 'zod';
-import type { WorkerIdentity } from '../fleet/worker-state.js';
+import type { EngineKind, WorkerIdentity } from '../fleet/worker-state.js';
 import { formatPath } from '../util/field-path.js';
 import type { flatWorker, pool, workerInPool } from './schema/pools-workers.js';
 import { readSecret, type SecretSource } from './secrets.js';
@@ -35,7 +35,7 @@ interface ConfiguredWorker {
   id: string;
   path: Array<string | number>;
   /** The pool's fields a worker inherits, and the pool's own path (flat workers: undefined). */
-  pool: { name: string; model: string; role: 'prefill' | 'decode' | 'both'; adapters: string[]; discoverAdapters: boolean; resolveAdapters?: string; apiKey?: SecretSource; headers?: Record<string, string> };
+  pool: { name: string; model: string; role: 'prefill' | 'decode' | 'both'; adapters: string[]; discoverAdapters: boolean; resolveAdapters?: string; apiKey?: SecretSource; headers?: Record<string, string>; engine?: EngineKind };
   poolPath: Array<string | number> | undefined;
 }
 
@@ -90,6 +90,8 @@ export function resolveWorkers(
       blockSize: w.blockSize,
       ...(w.hardware !== undefined ? { hardware: w.hardware } : {}),
       ...(p.role !== 'both' ? { role: p.role } : {}),
+      // vLLM is the default (WorkerState.engine): only another engine is named.
+      ...((w.engine ?? p.engine) === 'sglang' ? { engine: 'sglang' as const } : {}),
       upstreamHeaders: upstreamHeaders(w, poolPath ? p : undefined, path, poolPath, env, problems),
     });
   }

@@ -79,6 +79,8 @@ interface Seq {
   remotePrefill: boolean;
   /** The pulled KV has arrived and the request waits to be scheduled with its blocks. */
   pulled: boolean;
+  /** Read at most this many prompt tokens from the prefix cache (whole blocks). */
+  readonly prefixCacheLimit: number;
   /** Admission order; ties on priority go to the earlier arrival. */
   readonly arrival: number;
   readonly output: number[];
@@ -278,6 +280,7 @@ export class Engine implements EngineModel {
       remoteDecode: req.remoteDecode === true,
       remotePrefill: req.remotePrefill === true,
       pulled: false,
+      prefixCacheLimit: req.prefixCacheLimit ?? Infinity,
       arrival: this.arrivals++,
       output,
       ctx: { prompt: req.prompt, output },
@@ -472,7 +475,7 @@ export class Engine implements EngineModel {
       let hitFree = 0;
       let hostHits = 0;
       if (this.caching && !s.skipPrefixCache) {
-        const maxBlocks = Math.floor((numTokens - 1) / bs);
+        const maxBlocks = Math.floor(Math.min(numTokens - 1, s.prefixCacheLimit) / bs);
         let i = 0;
         for (; i < maxBlocks; i++) {
           const blk = bm.lookup(this.hashAt(s, i));

@@ -50,6 +50,12 @@ export interface EngineRequest {
    */
   skipPrefixCache?: boolean;
   /**
+   * Read at most this many prompt tokens from the prefix cache. SGLang caps its prefix match at a
+   * request's logprob_start_len (python/sglang/srt/managers/schedule_batch.py,
+   * Req._compute_max_prefix_len): a scored position's logits must be computed.
+   */
+  prefixCacheLimit?: number;
+  /**
    * A prefill worker's half of a disaggregated request (vLLM's `kv_transfer_params:
    * {do_remote_decode: true}`, sent with max_tokens 1): when it finishes by length its blocks are
    * not freed but held for a decode worker to pull, until `releaseKv(id)` (NixlConnector's

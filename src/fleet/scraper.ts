@@ -8,6 +8,7 @@ import { checkDeadline } from './check-deadline.js';
 import { PerWorkerLoop } from './periodic.js';
 import { parsePromText } from './prom-text.js';
 import type { Upstreams } from './upstreams.js';
+import { snapshotFromSglangSamples } from './sglang-metrics-parser.js';
 import { snapshotFromSamples } from './vllm-metrics-parser.js';
 import type { WorkerState } from './worker-state.js';
 
@@ -20,7 +21,7 @@ export interface ScraperOptions {
   onResult?: (w: WorkerState, error: string | null) => void;
 }
 
-/** Metrics pages larger than this are refused (a sane vLLM page is tens of KiB). */
+/** Metrics pages larger than this are refused (a sane vLLM or SGLang page is tens of KiB). */
 const MAX_METRICS_BYTES = 8 * 1024 * 1024;
 
 export class MetricsScraper {
@@ -68,7 +69,9 @@ export class MetricsScraper {
     let error: string | null = null;
     try {
       const text = await fetchText(this.opts.upstreams, w, '/metrics', this.opts.timeoutMs, MAX_METRICS_BYTES);
-      w.applySnapshot(snapshotFromSamples(parsePromText(text), this.opts.clock.now()));
+      const samples = parsePromText(text);
+      const now = this.opts.clock.now();
+      w.applySnapshot(w.engine === 'sglang' ? snapshotFromSglangSamples(samples, now) : snapshotFromSamples(samples, now));
     } catch (e) {
       error = (e as Error).message || String(e);
       w.markScrapeFailed(this.opts.clock.now(), error);

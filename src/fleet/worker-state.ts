@@ -99,7 +99,12 @@ export interface WorkerIdentity {
    * whole, and may prefill or decode for others).
    */
   role?: WorkerRole;
+  /** The inference server behind the URL (its metric names, its native routes). Default vllm. */
+  engine?: EngineKind;
 }
+
+/** The inference servers kvgate knows how to watch and call. */
+export type EngineKind = 'vllm' | 'sglang';
 
 /** Capacity assumed for a worker that has not said (llm-d's fallback, vLLM's block size). */
 const DEFAULT_NUM_GPU_BLOCKS = 31_250;
@@ -141,6 +146,8 @@ export class WorkerState {
   readonly hardware: string | null;
   /** Its part in prefill/decode disaggregation (WorkerIdentity.role). */
   readonly role: WorkerRole;
+  /** The inference server behind the URL: which metric names its /metrics has, which native routes it serves. */
+  readonly engine: EngineKind;
   /**
    * What the worker shares its learned speed with: its pool's workers of the same declared
    * hardware, or, unlabelled, its pool's workers of about the same KV capacity (set by
@@ -242,6 +249,7 @@ export class WorkerState {
     this.served = this.configuredAdapters;
     this.hardware = identity.hardware ?? null;
     this.role = identity.role ?? 'both';
+    this.engine = identity.engine ?? 'vllm';
     this.speedClass = this.hardware === null ? this.pool : `${this.pool}\u0000${this.hardware}`;
     this.upstreamHeaders = identity.upstreamHeaders ?? {};
     this.configuredBlocks = identity.numGpuBlocks;

@@ -50,7 +50,9 @@ import type { SpecMetrics } from './metrics.js';
 import { OutputText, ResponseWriter } from './output.js';
 import { contentClass, planRequest, type Plan } from './plan.js';
 import { CascadeRounds, firstDecision, leastLoaded, type DraftProposal, type Verification } from './rounds.js';
-import { parseDraft, parseVerification, postJson, streamCompletion, WorkerCallError, type CallTarget, type WorkerPools } from './worker-calls.js';
+import { verifyDraft, type VerifyArgs } from './verify-call.js';
+import type { VerifyRoute } from './verify-routes.js';
+import { parseDraft, postJson, streamCompletion, WorkerCallError, type CallTarget, type WorkerPools } from './worker-calls.js';
 
 /** One cascade model, resolved from the config. */
 export interface CascadeModel {
@@ -128,6 +130,11 @@ async function serve(deps: CascadeDeps, cm: CascadeModel, ctx: RequestContext): 
   const draftRoute = deps.router.route(derivedRequest(ctx.routeRequest, `${ctx.id}/draft`, cm.draftModel), draftWorkers);
   if (!draftRoute.ok) return plain('no_draft_worker');
   const targets = ctx.candidates.filter((w) => w.pool === cm.targetPool);
+  // SGLang's /v1/tokenize takes no chat messages: the cascade cannot learn a chat prompt's tokens.
+  if (ctx.kind === 'chat' && targets.length > 0 && targets.every((w) => w.engine === 'sglang')) {
+    deps.router.complete(`${ctx.id}/draft`, false);
+    return plain('target_cannot_template_chat');
+  }
   // The first round's decision is taken against the least loaded target (the pick comes after).
   const first = firstDecision(deps.controller, cm.model, cls, leastLoaded(targets), deps.tpotBudgetMs);
   if (first.k <= 0) {
@@ -156,6 +163,8 @@ class CascadeRun {
   /** The round logic, shared with the fleet simulation (rounds.ts); set once the prompt is known. */
   private r: CascadeRounds | null = null;
   private firstByte = false;
+  /** How the last verification reached the target (its engine's cheapest route it takes). */
+  private verifyRoute: VerifyRoute | null = null;
 
   constructor(
     private readonly deps: CascadeDeps,
@@ -245,6 +254,7 @@ class CascadeRun {
         rounds: r?.rounds ?? 0,
         proposed: r?.proposed ?? 0,
         accepted: r?.accepted ?? 0,
+        ...(this.verifyRoute !== null ? { verifyRoute: this.verifyRoute } : {}),
       };
     }
   }
@@ -257,7 +267,9 @@ class CascadeRun {
       if (Array.isArray(p) && typeof p[0] === 'number') return (p as number[]).slice();
       if (Array.isArray(p) && Array.isArray(p[0])) return (p[0]).slice();
       const text = typeof p === 'string' ? p : (p[0] as string);
-      const r = await postJson(this.call(this.target, 'target'), '/tokenize', { model: ctx.model, prompt: text }, this.signal());
+      // SGLang's tokenizer route is /v1/tokenize (entrypoints/openai/serving_tokenize.py), vLLM's /tokenize.
+      const path = this.target.engine === 'sglang' ? '/v1/tokenize' : '/tokenize';
+      const r = await postJson(this.call(this.target, 'target'), path, { model: ctx.model, prompt: text }, this.signal());
       return checkTokens(r);
     }
     const messages = (ctx.body as ChatCompletionRequest).messages;
@@ -328,9 +340,10 @@ class CascadeRun {
       let ver: Verification;
       try {
         const t0 = performance.now();
-        const json = await postJson(this.call(this.target, 'target'), '/v1/completions', this.verifyBody(r.context, proposal.tokens), this.signal());
+        const v = await verifyDraft(this.call(this.target, 'target'), this.target, deps.pools.verifyRoutes, this.verifyArgs(r.context, proposal.tokens), this.signal(), deps.logger);
         r.timing(proposal.tokens.length > 0 ? k : 0, draftMs, performance.now() - t0);
-        ver = parseVerification(json, r.context.length, proposal.tokens.length);
+        ver = v.ver;
+        this.verifyRoute = v.route;
       } catch (e) {
         if (ctx.aborted) return this.aborted();
         return this.targetFailure(e);
@@ -363,21 +376,19 @@ class CascadeRun {
     };
   }
 
-  private verifyBody(context: number[], drafts: number[]): Record<string, unknown> {
+  private verifyArgs(context: number[], drafts: number[]): VerifyArgs {
     const { plan, cm, ctx } = this;
-    const greedy = plan.params.temperature === 0;
     return {
       model: ctx.model,
-      prompt: drafts.length > 0 ? context.concat(drafts) : context,
-      max_tokens: 1,
+      context,
+      drafts,
       temperature: plan.params.temperature,
-      top_p: plan.params.topP,
+      topP: plan.params.topP,
       seed: this.seed(),
       // Greedy needs only each position's rank-1 token.
-      prompt_logprobs: greedy ? 1 : cm.topLogprobs,
-      logprobs: 0,
-      return_tokens_as_token_ids: true,
-      ...(plan.priority !== undefined ? { priority: plan.priority } : {}),
+      top: plan.params.temperature === 0 ? 1 : cm.topLogprobs,
+      // vLLM's priority values mean nothing to SGLang (it orders them the other way round).
+      ...(plan.priority !== undefined && this.target.engine !== 'sglang' ? { priority: plan.priority } : {}),
     };
   }
 
@@ -431,10 +442,10 @@ class CascadeRun {
       top_p: plan.params.topP,
       seed: this.seed(),
       stream: true,
-      logprobs: 0,
-      return_tokens_as_token_ids: true,
+      // The tokens' ids: vLLM spells them in the logprobs, SGLang lists them (return_token_ids).
+      ...(this.target.engine === 'sglang' ? { return_token_ids: true } : { logprobs: 0, return_tokens_as_token_ids: true }),
       ...(plan.stopTokenIds.length > 0 ? { stop_token_ids: plan.stopTokenIds } : {}),
-      ...(plan.priority !== undefined ? { priority: plan.priority } : {}),
+      ...(plan.priority !== undefined && this.target.engine !== 'sglang' ? { priority: plan.priority } : {}),
     };
     try {
       for await (const g of streamCompletion(this.call(this.target, 'target'), body, signal)) {

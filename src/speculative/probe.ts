@@ -5,11 +5,14 @@
  *     logprob, rank and text) and `return_tokens_as_token_ids`;
  *   - the draft: the same tokenizer as the target, and /v1/completions returning per-token
  *     logprobs of the top candidates with `return_tokens_as_token_ids`.
+ * An SGLang target (`engine: sglang`) is asked instead for /v1/tokenize and /generate scoring
+ * token ids with return_logprob from logprob_start_len (verify-call.ts).
  * One worker per pool that answers is asked (workers that do not answer are skipped); each
  * missing capability becomes one problem line naming the pool, the worker and the capability.
  */
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { CascadeModel } from './cascade.js';
+import { parseSglangVerification } from './verify-call.js';
 import { parseDraft, parseVerification, postJson, WorkerCallError, type WorkerPools } from './worker-calls.js';
 
 const PROBE_TEXT = 'The quick brown fox jumps over the lazy dog, and then it runs into the forest.';
@@ -33,7 +36,8 @@ export async function probeCascade(p: ProbeInput): Promise<{ problems: string[];
     postJson({ pool: p.pools.for(w.id, w.url), workerId: w.id, requestId: `kvgate-probe-${w.id}` }, path, body, AbortSignal.timeout(p.timeoutMs));
 
   // The target: tokenize, then score with prompt_logprobs.
-  const target = await firstAnswering(p.targets, (w) => ask(w, '/tokenize', { model: c.model, prompt: PROBE_TEXT }));
+  const tokenizePath = (w: WorkerState) => (w.engine === 'sglang' ? '/v1/tokenize' : '/tokenize');
+  const target = await firstAnswering(p.targets, (w) => ask(w, tokenizePath(w), { model: c.model, prompt: PROBE_TEXT }));
   if (!target.ok) {
     problems.push(`${p.at}.targetPool: no worker of pool '${c.targetPool}' answered the capability probe (${target.error})`);
     return done();
@@ -41,10 +45,28 @@ export async function probeCascade(p: ProbeInput): Promise<{ problems: string[];
   const tw = target.worker;
   const ids = target.value?.tokens;
   if (!Array.isArray(ids) || ids.length < 2 || !ids.every((x: unknown) => Number.isInteger(x))) {
-    problems.push(`${p.at}.targetPool: worker ${tw.id} of pool '${c.targetPool}' does not return token ids from POST /tokenize, which the cascade uses to tokenize prompts`);
+    problems.push(`${p.at}.targetPool: worker ${tw.id} of pool '${c.targetPool}' does not return token ids from POST ${tokenizePath(tw)}, which the cascade uses to tokenize prompts`);
     return done();
   }
-  try {
+  if (tw.engine === 'sglang') {
+    try {
+      const json = await ask(tw, '/generate', {
+        input_ids: ids,
+        return_logprob: true,
+        logprob_start_len: 0,
+        top_logprobs_num: c.topLogprobs,
+        return_text_in_logprobs: true,
+        sampling_params: { max_new_tokens: 1, temperature: 0 },
+      });
+      const v = parseSglangVerification(json, ids.slice(1));
+      if (v.positions[0]!.raw.size < Math.min(2, c.topLogprobs)) throw new WorkerCallError(`input_top_logprobs lack the top ${c.topLogprobs} alternatives`, null);
+    } catch (e) {
+      problems.push(
+        `${p.at}.targetPool: worker ${tw.id} of pool '${c.targetPool}' cannot score prompts for verification: SGLang's POST /generate with input_ids, ` +
+          `return_logprob, logprob_start_len and top_logprobs_num: ${c.topLogprobs} must return meta_info.input_token_logprobs and input_top_logprobs (${(e as Error).message})`,
+      );
+    }
+  } else try {
     const json = await ask(tw, '/v1/completions', {
       model: c.model,
       prompt: ids,

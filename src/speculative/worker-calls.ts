@@ -5,7 +5,8 @@
  *   - draft:  POST /v1/completions {prompt: [token ids], max_tokens: k, logprobs: N,
  *             return_tokens_as_token_ids: true} → choices[0].logprobs.tokens ['token_id:7', …] and
  *             .top_logprobs [{'token_id:7': -0.1, …}, …] (raw logprobs of the top N + the sampled one);
- *   - verify: POST /v1/completions {prompt: context + draft tokens, max_tokens: 1, prompt_logprobs: N,
+ *   - verify (verify-call.ts chooses the engine's cheapest; this is vLLM's OpenAI one):
+ *             POST /v1/completions {prompt: context + draft tokens, max_tokens: 1, prompt_logprobs: N,
  *             logprobs: 0, return_tokens_as_token_ids: true} → choices[0].prompt_logprobs
  *             [null, {'7': {logprob, rank, decoded_token}, …}, …] (one per prompt position) and the
  *             generated token (the target's own draw after the last draft token), its text;
@@ -15,6 +16,7 @@
 import type { Pool } from 'undici';
 import { Upstreams } from '../fleet/upstreams.js';
 import type { DraftProposal, ScoredPosition, Verification } from './rounds.js';
+import { VerifyRoutes } from './verify-routes.js';
 
 export type { DraftProposal, ScoredPosition, Verification };
 
@@ -34,6 +36,9 @@ export class WorkerCallError extends Error {
  * queue behind relayed streams.
  */
 export class WorkerPools extends Upstreams {
+  /** Which verification request each target worker takes (learned: verify-call.ts). */
+  readonly verifyRoutes = new VerifyRoutes();
+
   constructor(connectTimeoutMs: number) {
     super({ connections: 0, keepAliveTimeoutMs: 4_000, connectTimeoutMs });
   }
@@ -176,7 +181,8 @@ export async function* streamCompletion(
         if (ev.error) throw new WorkerCallError(`${t.workerId} stream failed: ${ev.error.message ?? 'error event'}`, null);
         const c = ev.choices?.[0];
         if (!c) continue;
-        const ids = Array.isArray(c.logprobs?.tokens) ? c.logprobs.tokens.map(tokenIdOf) : [];
+        // SGLang lists a chunk's ids in token_ids (return_token_ids); vLLM names them in the logprobs.
+        const ids = Array.isArray(c.token_ids) ? c.token_ids.filter((t: unknown) => Number.isInteger(t)) : Array.isArray(c.logprobs?.tokens) ? c.logprobs.tokens.map(tokenIdOf) : [];
         yield { ids, text: typeof c.text === 'string' ? c.text : '', finishReason: c.finish_reason ?? null };
       }
     }

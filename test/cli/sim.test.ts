@@ -129,3 +129,24 @@ test('--role starts a KV connector: its link and hold timeout, and the flags tha
   assert.throws(() => parseSimArgs(['--kv-link', 'nvlink']), /need --role/);
   assert.throws(() => parseSimArgs(['--role', 'both', '--kv-link', 'carrier-pigeon']), /--kv-link: unknown KV link/);
 });
+
+test('--engine sglang: an SGLang worker, vLLM-only flags refused', async () => {
+  assert.equal(parseSimArgs([]).engine, 'vllm');
+  assert.equal(parseSimArgs(['--engine', 'sglang']).engine, 'sglang');
+  assert.throws(() => parseSimArgs(['--engine', 'trtllm']), /--engine must be vllm or sglang/);
+  assert.throws(() => parseSimArgs(['--engine', 'sglang', '--legacy-metrics']), /--legacy-metrics is vLLM's/);
+  assert.throws(() => parseSimArgs(['--engine', 'sglang', '--kv-events-port', '0']), /--kv-events-port is vLLM's/);
+  const out = sink();
+  const ac = new AbortController();
+  const done = runSim(['--engine', 'sglang', '--port', '0', '--speed', '100', '--num-gpu-blocks', '300'], { signal: ac.signal, out: out.stream, err: new PassThrough() });
+  let url: string | undefined;
+  for (let i = 0; i < 200 && !url; i++) {
+    url = /simulated SGLang worker: (http:\/\/127\.0\.0\.1:\d+)/.exec(out.text())?.[1];
+    if (!url) await new Promise((r) => setTimeout(r, 5));
+  }
+  assert.ok(url, out.text());
+  const m = await (await fetch(`${url}/metrics`)).text();
+  assert.match(m, /^sglang:cache_config_info\{page_size="16",num_pages="300"\} 1$/m);
+  ac.abort();
+  assert.equal(await done, 0);
+});

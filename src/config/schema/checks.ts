@@ -6,6 +6,7 @@
 import type { z } from 'zod';
 import { formatPath } from '../../util/field-path.js';
 import { configuredWorkers } from '../workers.js';
+import { checkEngines } from './engines.js';
 import { DEFAULT_SCRAPE_INTERVAL_MS } from './fleet.js';
 import type { ConfigSections } from './sections.js';
 
@@ -19,6 +20,7 @@ export function checkConfig(c: ConfigSections, ctx: Ctx): void {
   checkIntervals(c, ctx);
   checkWorkerIds(c, ctx);
   checkAdmission(c, ctx);
+  checkEngines(c, ctx);
   const poolModels = modelsByPool(c);
   const cascadeModels = checkCascades(c, poolModels, ctx);
   const baseModels = new Set([...poolModels.values()].flatMap((m) => [...m]));

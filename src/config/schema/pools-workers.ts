@@ -27,6 +27,13 @@ const kvEvents = z.strictObject({
 });
 
 /** What kvgate sends to a worker started with vLLM's --api-key (or behind a proxy that wants headers). */
+/**
+ * The inference server behind a worker's URL: `vllm` (the default) or `sglang` (SGLang's
+ * `python -m sglang.launch_server --enable-metrics`): which metric names kvgate scrapes and which
+ * native routes the speculative cascade calls (docs/vllm.md, "SGLang workers").
+ */
+const engineKind = z.enum(['vllm', 'sglang']);
+
 const upstreamAuth = {
   apiKey: secretSource.optional(),
   headers: z.record(z.string().regex(/^[A-Za-z0-9-]+$/, 'not a header name'), z.string()).optional(),
@@ -44,6 +51,8 @@ export const workerInPool = z.strictObject({
    */
   hardware: z.string().min(1).max(64).optional(),
   kvEvents: kvEvents.optional(),
+  /** Overrides the pool's `engine` for this worker. */
+  engine: engineKind.optional(),
   ...upstreamAuth,
 });
 
@@ -115,6 +124,8 @@ export const pool = z.strictObject({
    * prompts; the gateway warns at start when `none` is used with more than one tenant.
    */
   cacheIsolation: z.enum(['none', 'tenant']).default('none'),
+  /** The inference server of the pool's workers (each may override it): `vllm` or `sglang`. */
+  engine: engineKind.default('vllm'),
   caps: capsOverride.optional(),
   /**
    * Prefill/decode disaggregation: `prefill` workers only prefill prompts whose KV a decode worker

@@ -54,6 +54,9 @@ import {
 import { chatSpec, completionSpec, responsesSpec, sampleSeed, type GenParams, type ServedModel } from './request-spec.js';
 import { responsesRequestSchema } from '../../api/responses.js';
 import { VllmMetrics } from './vllm-metrics-exporter.js';
+import { vllmGenerate, type NativeHost } from './native-generate.js';
+import { SglangMetrics, type SimMetricsExporter } from './sglang-metrics-exporter.js';
+import { sglangRoute } from './sglang-routes.js';
 
 /** The subset of a pino logger the worker uses. */
 export interface SimLogger {
@@ -64,6 +67,16 @@ export interface SimLogger {
 export interface SimWorkerOptions {
   /** Default 127.0.0.1. */
   host?: string;
+  /**
+   * Which server to be: `vllm` (default) or `sglang` — SGLang's metric names, its native /generate
+   * and /v1/tokenize (sglang-routes.ts), over the same engine model.
+   */
+  engine?: 'vllm' | 'sglang';
+  /**
+   * vLLM: serve POST /inference/v1/generate (default true). False models a vLLM without that
+   * route, which answers it 404 as FastAPI does an unknown path.
+   */
+  inferenceGenerate?: boolean;
   /** 0 (default) = an ephemeral port. */
   port?: number;
   /** Served model name, checked against the request's `model`. Default 'llama-3.1-8b'. */
@@ -258,6 +271,8 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
     gpuMemoryUtilization: opts.gpuMemoryUtilization ?? 0.9,
     defaultMaxChatTokens: opts.defaultMaxChatTokens ?? 1024,
     apiKey: opts.apiKey,
+    engineKind: opts.engine ?? 'vllm',
+    inferenceGenerate: opts.inferenceGenerate ?? true,
   });
   if (opts.kvRole !== undefined) {
     sim.kv = new SimKvConnector({
@@ -318,7 +333,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
   }
   opts.logger?.info(
     { url, model, gpu: opts.gpu ?? 'h100', numGpuBlocks: config.numGpuBlocks, blockSize: config.blockSize, speed: sim.driver.speed, kvEvents: kvEndpoints },
-    'simulated vLLM worker listening',
+    `simulated ${opts.engine === 'sglang' ? 'SGLang' : 'vLLM'} worker listening`,
   );
 
   let closing: Promise<void> | null = null;
@@ -365,10 +380,12 @@ interface ServerParts {
   gpuMemoryUtilization: number;
   defaultMaxChatTokens: number;
   apiKey?: string;
+  engineKind: 'vllm' | 'sglang';
+  inferenceGenerate: boolean;
 }
 
 /** The worker's HTTP routes and its engine side: runs exchanges' sequences and observes their metrics. */
-class SimWorkerServer implements ExchangeHost {
+class SimWorkerServer implements ExchangeHost, NativeHost {
   readonly model: string;
   /** Served adapters (configured, then loaded at run time), each with the path it was loaded from. */
   private readonly adapters = new Map<string, string>();
@@ -377,7 +394,9 @@ class SimWorkerServer implements ExchangeHost {
   private readonly servable: { has(name: string): boolean };
   readonly engine: EngineModel;
   readonly driver: EngineDriver;
-  readonly metrics: VllmMetrics;
+  readonly metrics: SimMetricsExporter;
+  private readonly engineKind: 'vllm' | 'sglang';
+  private readonly inferenceGenerate: boolean;
   kvPublisher: KvEventPublisher | null = null;
   /** The KV connector of a worker started with a role (null: none). */
   kv: SimKvConnector | null = null;
@@ -394,7 +413,7 @@ class SimWorkerServer implements ExchangeHost {
   private requests = 0;
   private clientAborts = 0;
   private computedPromptTokens = 0;
-  private shuttingDown = false;
+  shuttingDown = false;
   private readonly apiKey: string | null;
 
   constructor(p: ServerParts) {
@@ -416,11 +435,12 @@ class SimWorkerServer implements ExchangeHost {
     this.engine = p.engine;
     this.lmAt = typeof p.lm === 'function' ? p.lm : () => p.lm as SyntheticLm;
     this.served = { model: p.model, adapters: this.servable, maxModelLen: p.engine.config.maxModelLen, defaultMaxChatTokens: p.defaultMaxChatTokens };
-    this.metrics = new VllmMetrics(p.engine, {
-      modelName: p.model,
-      legacyNames: p.legacyMetricNames,
-      gpuMemoryUtilization: p.gpuMemoryUtilization,
-    });
+    this.engineKind = p.engineKind;
+    this.inferenceGenerate = p.inferenceGenerate;
+    this.metrics =
+      p.engineKind === 'sglang'
+        ? new SglangMetrics(p.engine, { modelName: p.model })
+        : new VllmMetrics(p.engine, { modelName: p.model, legacyNames: p.legacyMetricNames, gpuMemoryUtilization: p.gpuMemoryUtilization });
     this.driver = new EngineDriver(p.engine, {
       speed: p.speed,
       onStep: (step) => {
@@ -466,6 +486,10 @@ class SimWorkerServer implements ExchangeHost {
       return sendJson(res, 401, { error: 'Unauthorized' });
     }
     const post = (fn: (body: unknown) => Promise<void> | void) => this.withBody(req, res, method, fn);
+    if (this.engineKind === 'sglang') {
+      const own = sglangRoute(this, path, method, req, res, post);
+      if (own !== false) return own;
+    }
     switch (path) {
       case '/health':
         return this.get(method, res, () => {
@@ -486,6 +510,9 @@ class SimWorkerServer implements ExchangeHost {
         });
       case '/v1/completions':
         return post((b) => this.generate(req, res, 'completion', b));
+      case '/inference/v1/generate':
+        if (!this.inferenceGenerate) return sendJson(res, 404, { detail: 'Not Found' });
+        return post((b) => vllmGenerate(this, req, res, b));
       case '/v1/chat/completions':
         return post((b) => this.generate(req, res, 'chat', b));
       case '/v1/responses':
@@ -564,6 +591,19 @@ class SimWorkerServer implements ExchangeHost {
     await fn(body);
   }
 
+  /** SGLang's /flush_cache: the prefix cache emptied, as vLLM's /reset_prefix_cache does. */
+  flushCache(): void {
+    this.resetPrefixCache();
+  }
+
+  lm(): SyntheticLm {
+    return this.lmAt(this.driver.now());
+  }
+
+  countRequest(): void {
+    this.requests++;
+  }
+
   private resetPrefixCache(): void {
     this.engine.resetPrefixCache();
     // The engine hands these to the next step; when idle there may be none for a while.
@@ -579,7 +619,7 @@ class SimWorkerServer implements ExchangeHost {
       id,
       object: 'model',
       created: Math.floor(Date.now() / 1000),
-      owned_by: 'vllm',
+      owned_by: this.engineKind,
       root,
       parent,
       ...(maxModelLen !== undefined ? { max_model_len: maxModelLen } : {}),
