@@ -36,7 +36,10 @@ Options:
   --workers N        target workers, llama-3.1-70b TP 4 on H100 (default 2)
   --draft-workers N  draft workers, llama-3.1-8b int4 on A10G (default 1)
   --seeds LIST       seeds (default 1,2)
-  --verify-cache on|off  verification reuses the target's prefix cache (default off, as vLLM V1)
+  --target-engine vllm|sglang  the target pool's engine (default vllm): what a verification costs
+  --verify-cache on|off  verification reads the target's prefix cache (default: on for sglang, off
+                     for vllm, whose OpenAI route skips it for prompt logprobs)
+  --tpot-budget MS   every request's TPOT budget (default none: as fast as target-only)
   --k-sweep LIST     instead of the scenarios: at one α (--alpha, default 0.7) target-only, fixed k
                      for every k in LIST (e.g. 1,2,4,6,8,10) and adaptive, and the cheapest fixed k
                      (what no choice of one k per round can beat at this load)
@@ -98,6 +101,8 @@ async function main(): Promise<void> {
       'draft-workers': { type: 'string' },
       seeds: { type: 'string' },
       'verify-cache': { type: 'string' },
+      'target-engine': { type: 'string' },
+      'tpot-budget': { type: 'string' },
       'k-sweep': { type: 'string' },
       alpha: { type: 'string' },
       markdown: { type: 'boolean' },
@@ -113,7 +118,11 @@ async function main(): Promise<void> {
   const workers = Number(v.workers ?? 2);
   const draftWorkers = Number(v['draft-workers'] ?? 1);
   const seeds = (v.seeds ?? '1,2').split(',').map(Number);
-  const verifyCache = v['verify-cache'] === 'on';
+  const targetEngine = v['target-engine'] ?? 'vllm';
+  if (targetEngine !== 'vllm' && targetEngine !== 'sglang') throw new UsageError(`--target-engine must be vllm or sglang, got ${targetEngine}`);
+  const verifyCache = v['verify-cache'] === undefined ? targetEngine === 'sglang' : v['verify-cache'] === 'on';
+  const tpotBudget = v['tpot-budget'] === undefined ? undefined : Number(v['tpot-budget']);
+  if (tpotBudget !== undefined && !(tpotBudget > 0)) throw new UsageError(`--tpot-budget must be a positive number of ms, got ${v['tpot-budget']}`);
   const md = v.markdown === true;
   const shiftAt = duration / 2;
   // The last scenario: two tenants (prompt classes) in equal shares, one whose prompts suit the
@@ -143,7 +152,7 @@ async function main(): Promise<void> {
   for (const seed of seeds) {
     process.stdout.write(
       `\nseed ${seed}: ${workers}× llama-3.1-70b TP4 H100 target + ${draftWorkers}× llama-3.1-8b int4 A10G draft; Poisson ${rate} req/s, prompts 150–300, 128 output tokens, temperature 0; ` +
-        `verification ${verifyCache ? 'reuses the prefix cache (what-if)' : 'recomputes the context (vLLM V1)'}\n`,
+        `target ${targetEngine}, verification ${verifyCache ? 'reads the prefix cache' : 'recomputes the context'}${tpotBudget === undefined ? '' : `, TPOT budget ${tpotBudget} ms`}\n`,
     );
     const head = ['scenario', 'mode', '$/M out', 'vs target-only', 'target GPU-ms/tok', 'α̂', 'from draft', 'mean k', 'cascade/plain', 'TPOT p50', 'TPOT p99', 'E2E p99', 'settled'];
     const lines: string[][] = [];
@@ -151,7 +160,7 @@ async function main(): Promise<void> {
     for (const [scenario, acceptance, dur, byTenant] of scenarios) {
       let base: Row | null = null;
       for (const [modeName, mode] of modes) {
-        const spec: BenchSpecOptions = { mode, acceptance, ...(byTenant ? { acceptanceByTenant: byTenant } : {}), draftModel: 'llama-3.1-8b', draftQuant: 'int4', draftGpu: 'a10g', draftWorkers, verifyPrefixCache: verifyCache };
+        const spec: BenchSpecOptions = { mode, acceptance, ...(byTenant ? { acceptanceByTenant: byTenant } : {}), draftModel: 'llama-3.1-8b', draftQuant: 'int4', draftGpu: 'a10g', draftWorkers, targetEngine, verifyPrefixCache: verifyCache, ...(tpotBudget === undefined ? {} : { tpotBudgetMs: tpotBudget }) };
         const out = await runBench({ source: source(rate, dur, seed, byTenant !== undefined), policies: ['least-load'], workers, gpu: 'h100', model: 'llama-3.1-70b', tp: 4, seed, speculative: spec, omitWallTime: true });
         const p = out.results.policies[0]!;
         const s = p.speculative!;

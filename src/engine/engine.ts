@@ -62,6 +62,8 @@ interface Seq {
   readonly lora: string | undefined;
   /** Never look the prompt up in the prefix cache (its blocks are still cached for others). */
   readonly skipPrefixCache: boolean;
+  /** Read at most this many prompt tokens from the prefix cache (whole blocks). */
+  readonly prefixCacheLimit: number;
   /** Admission order; ties on priority go to the earlier arrival. */
   readonly arrival: number;
   readonly output: number[];
@@ -252,6 +254,7 @@ export class Engine implements EngineModel {
       priority: req.priority ?? 0,
       lora: req.lora === '' ? undefined : req.lora,
       skipPrefixCache: req.skipPrefixCache === true,
+      prefixCacheLimit: req.prefixCacheLimit ?? Infinity,
       arrival: this.arrivals++,
       output,
       ctx: { prompt: req.prompt, output },
@@ -409,7 +412,7 @@ export class Engine implements EngineModel {
       let hitFree = 0;
       let hostHits = 0;
       if (this.caching && !s.skipPrefixCache) {
-        const maxBlocks = Math.floor((numTokens - 1) / bs);
+        const maxBlocks = Math.floor(Math.min(numTokens - 1, s.prefixCacheLimit) / bs);
         let i = 0;
         for (; i < maxBlocks; i++) {
           const blk = bm.lookup(this.hashAt(s, i));

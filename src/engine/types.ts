@@ -49,6 +49,12 @@ export interface EngineRequest {
    * a cached position was never computed. The prompt's blocks are still cached for later requests.
    */
   skipPrefixCache?: boolean;
+  /**
+   * Read at most this many prompt tokens from the prefix cache. SGLang caps its prefix match at a
+   * request's logprob_start_len (python/sglang/srt/managers/schedule_batch.py,
+   * Req._compute_max_prefix_len): a scored position's logits must be computed.
+   */
+  prefixCacheLimit?: number;
 }
 
 /** One generated token, visible to the client when the step that produced it ends. */

@@ -80,10 +80,12 @@ describe('the cascade in the fleet simulation', () => {
 
   it('the adaptive controller switches speculation off at a low acceptance rate, and back on after it recovers', async () => {
     const tracker = new AcceptanceTracker();
-    const controller = new AdaptiveK(tracker, seededRng(9), { draftPrice: 1, targetPrice: 14, targetTokenMs: 17.7 });
+    let clock = () => 0;
+    // Probes may spend 5% of the two workers' time here, to re-measure α within the run.
+    const controller = new AdaptiveK(tracker, { draftPrice: 1, targetPrice: 14, targetTokenMs: 17.7, probeShare: 0.05, targetWorkers: 2, now: () => clock() });
     const reqs = requests(400, 2, 64, 2);
     // α 0.05 for the first 60 s, 0.9 after.
-    const r = await cascade(reqs, 2, 2, spec(controller, tracker, (t) => (t < 60_000 ? 0.05 : 0.9)));
+    const r = await cascade(reqs, 2, 2, spec(controller, tracker, (t) => (t < 60_000 ? 0.05 : 0.9), { bindClock: (now) => (clock = now) }));
     const d = r.speculative!.decisions;
     const share = (from: number, to: number, pred: (k: number, reason: string) => boolean) => {
       let n = 0;
@@ -98,8 +100,9 @@ describe('the cascade in the fleet simulation', () => {
     // After the first requests measured α, every decision but a probe's is 'off'.
     assert.ok(share(20_000, 60_000, (_k, reason) => reason === 'no_gain' || reason === 'probe') === 1);
     assert.ok(share(20_000, 60_000, (k, reason) => k === 0 && reason === 'no_gain') > 0.2);
-    // The probes (5% of requests, k 2) re-measure α after it recovers and switch speculation back on
-    // (slowly: a few tested tokens per second against a 500-token half-life).
+    // The probes (single rounds of k 2, paid from 5% of the GPU time) re-measure α after it
+    // recovers and switch speculation back on (slowly: a few tested tokens per second against a
+    // 500-token half-life).
     assert.ok(share(150_000, Infinity, (k, reason) => k > 0 && reason === 'speculate') > 0.9);
     assert.equal(r.completed.arrival.length, 400);
   });
