@@ -21,10 +21,7 @@
 import { parseArgs } from 'node:util';
 import { runBench } from '../src/bench/run.js';
 import type { BenchSpecOptions, SpecAcceptance, SpecMode } from '../src/bench/spec.js';
-import { seededRng } from '../src/util/rng.js';
-import { arrivalGapMs, uniformInt } from '../src/workload/random.js';
-import { fillStream } from '../src/workload/tokens.js';
-import type { BenchRequest, BenchSource } from '../src/workload/types.js';
+import { specLoad } from './spec-load.js';
 
 const HELP = `npm run bench -- spec [options]
 
@@ -53,27 +50,6 @@ const MODES: Array<[string, SpecMode]> = [
   ['fixed k=4', { kind: 'fixed', k: 4 }],
   ['adaptive', { kind: 'adaptive' }],
 ];
-
-/** `tenants`: requests alternate between tenants t0 and t1 (the controller's prompt classes). */
-function source(rate: number, durationS: number, seed: number, tenants = false): BenchSource {
-  return {
-    name: `spec-load:${rate}/s`,
-    skipped: 0,
-    params: { rate, duration_s: durationS, prompt: '150-300', output: 128 },
-    *open(): Generator<BenchRequest> {
-      const rng = seededRng((seed ^ 0x5eed) >>> 0);
-      let t = 0;
-      for (let i = 0; ; i++) {
-        t += arrivalGapMs(rng, rate, 1);
-        if (t > durationS * 1000) return;
-        const len = uniformInt(rng, 150, 300);
-        const p = new Int32Array(len);
-        fillStream(p, 0, seed * 1_000_003 + i + 1, len);
-        yield { arrivalMs: t, promptTokens: p, maxTokens: 128, outputSeed: seed * 1_000_003 + i + 1, ...(tenants ? { tenant: `t${i % 2}` } : {}) };
-      }
-    },
-  };
-}
 
 interface Row {
   scenario: string;
@@ -161,7 +137,7 @@ async function main(): Promise<void> {
       let base: Row | null = null;
       for (const [modeName, mode] of modes) {
         const spec: BenchSpecOptions = { mode, acceptance, ...(byTenant ? { acceptanceByTenant: byTenant } : {}), draftModel: 'llama-3.1-8b', draftQuant: 'int4', draftGpu: 'a10g', draftWorkers, targetEngine, verifyPrefixCache: verifyCache, ...(tpotBudget === undefined ? {} : { tpotBudgetMs: tpotBudget }) };
-        const out = await runBench({ source: source(rate, dur, seed, byTenant !== undefined), policies: ['least-load'], workers, gpu: 'h100', model: 'llama-3.1-70b', tp: 4, seed, speculative: spec, omitWallTime: true });
+        const out = await runBench({ source: specLoad({ rate, durationS: dur, seed, tenants: byTenant !== undefined }), policies: ['least-load'], workers, gpu: 'h100', model: 'llama-3.1-70b', tp: 4, seed, speculative: spec, omitWallTime: true });
         const p = out.results.policies[0]!;
         const s = p.speculative!;
         const row: Row = {

@@ -33,8 +33,8 @@ describe('kvgate bench --spec-mode', () => {
     assert.equal(sg.targetEngine, 'sglang');
     assert.equal(sg.tpotBudgetMs, 50);
     assert.equal(verifyReadsCache(sg), true);
-    assert.equal(verifyReadsCache(o!), false);
-    assert.equal(verifyReadsCache({ ...o!, verifyPrefixCache: true }), true);
+    assert.equal(verifyReadsCache(o), false);
+    assert.equal(verifyReadsCache({ ...o, verifyPrefixCache: true }), true);
     // Defaults: bf16, the target's GPU, one draft worker.
     const d = parseSpecFlags({ 'spec-mode': 'adaptive', 'spec-acceptance-shift': '0.9:0.2@30', 'draft-model': 'llama-3.1-8b', gpu: 'a100' })!;
     assert.equal(d.draftQuant, 'bf16');
