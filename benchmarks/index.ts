@@ -24,6 +24,7 @@ const BENCHES: Readonly<Record<string, Bench>> = {
   policies: { file: 'policy-matrix', about: 'routing policies on every built-in workload and the public traces (kvgate bench runs)' },
   chart: { file: 'capacity-chart', about: 'kvgate bench --capacity, its attainment-vs-rate chart saved as a PNG (--out FILE.png)' },
   spec: { file: 'spec', about: 'the speculative cascade under load in the fleet simulation, per acceptance rate' },
+  'spec-guard': { file: 'spec-guard', about: 'adaptive speculation against target-only at every α on saturated, moderate, light and long-context loads, per target engine' },
   cascade: { file: 'cascade', about: 'the speculative cascade against target-only generation, live through a gateway' },
   overhead: { file: 'overhead', about: "the gateway's request path beside nginx and a bare Node hop (CPU and latency)" },
   ab: { file: 'ab', about: "this checkout's gateway against another build, side by side (--baseline DIR)" },

@@ -21,10 +21,7 @@
 import { parseArgs } from 'node:util';
 import { runBench } from '../src/bench/run.js';
 import type { BenchSpecOptions, SpecAcceptance, SpecMode } from '../src/bench/spec.js';
-import { seededRng } from '../src/util/rng.js';
-import { arrivalGapMs, uniformInt } from '../src/workload/random.js';
-import { fillStream } from '../src/workload/tokens.js';
-import type { BenchRequest, BenchSource } from '../src/workload/types.js';
+import { specLoad } from './spec-load.js';
 
 const HELP = `npm run bench -- spec [options]
 
@@ -36,7 +33,10 @@ Options:
   --workers N        target workers, llama-3.1-70b TP 4 on H100 (default 2)
   --draft-workers N  draft workers, llama-3.1-8b int4 on A10G (default 1)
   --seeds LIST       seeds (default 1,2)
-  --verify-cache on|off  verification reuses the target's prefix cache (default off, as vLLM V1)
+  --target-engine vllm|sglang  the target pool's engine (default vllm): what a verification costs
+  --verify-cache on|off  verification reads the target's prefix cache (default: on for sglang, off
+                     for vllm, whose OpenAI route skips it for prompt logprobs)
+  --tpot-budget MS   every request's TPOT budget (default none: as fast as target-only)
   --k-sweep LIST     instead of the scenarios: at one α (--alpha, default 0.7) target-only, fixed k
                      for every k in LIST (e.g. 1,2,4,6,8,10) and adaptive, and the cheapest fixed k
                      (what no choice of one k per round can beat at this load)
@@ -50,27 +50,6 @@ const MODES: Array<[string, SpecMode]> = [
   ['fixed k=4', { kind: 'fixed', k: 4 }],
   ['adaptive', { kind: 'adaptive' }],
 ];
-
-/** `tenants`: requests alternate between tenants t0 and t1 (the controller's prompt classes). */
-function source(rate: number, durationS: number, seed: number, tenants = false): BenchSource {
-  return {
-    name: `spec-load:${rate}/s`,
-    skipped: 0,
-    params: { rate, duration_s: durationS, prompt: '150-300', output: 128 },
-    *open(): Generator<BenchRequest> {
-      const rng = seededRng((seed ^ 0x5eed) >>> 0);
-      let t = 0;
-      for (let i = 0; ; i++) {
-        t += arrivalGapMs(rng, rate, 1);
-        if (t > durationS * 1000) return;
-        const len = uniformInt(rng, 150, 300);
-        const p = new Int32Array(len);
-        fillStream(p, 0, seed * 1_000_003 + i + 1, len);
-        yield { arrivalMs: t, promptTokens: p, maxTokens: 128, outputSeed: seed * 1_000_003 + i + 1, ...(tenants ? { tenant: `t${i % 2}` } : {}) };
-      }
-    },
-  };
-}
 
 interface Row {
   scenario: string;
@@ -98,6 +77,8 @@ async function main(): Promise<void> {
       'draft-workers': { type: 'string' },
       seeds: { type: 'string' },
       'verify-cache': { type: 'string' },
+      'target-engine': { type: 'string' },
+      'tpot-budget': { type: 'string' },
       'k-sweep': { type: 'string' },
       alpha: { type: 'string' },
       markdown: { type: 'boolean' },
@@ -113,7 +94,11 @@ async function main(): Promise<void> {
   const workers = Number(v.workers ?? 2);
   const draftWorkers = Number(v['draft-workers'] ?? 1);
   const seeds = (v.seeds ?? '1,2').split(',').map(Number);
-  const verifyCache = v['verify-cache'] === 'on';
+  const targetEngine = v['target-engine'] ?? 'vllm';
+  if (targetEngine !== 'vllm' && targetEngine !== 'sglang') throw new UsageError(`--target-engine must be vllm or sglang, got ${targetEngine}`);
+  const verifyCache = v['verify-cache'] === undefined ? targetEngine === 'sglang' : v['verify-cache'] === 'on';
+  const tpotBudget = v['tpot-budget'] === undefined ? undefined : Number(v['tpot-budget']);
+  if (tpotBudget !== undefined && !(tpotBudget > 0)) throw new UsageError(`--tpot-budget must be a positive number of ms, got ${v['tpot-budget']}`);
   const md = v.markdown === true;
   const shiftAt = duration / 2;
   // The last scenario: two tenants (prompt classes) in equal shares, one whose prompts suit the
@@ -143,7 +128,7 @@ async function main(): Promise<void> {
   for (const seed of seeds) {
     process.stdout.write(
       `\nseed ${seed}: ${workers}× llama-3.1-70b TP4 H100 target + ${draftWorkers}× llama-3.1-8b int4 A10G draft; Poisson ${rate} req/s, prompts 150–300, 128 output tokens, temperature 0; ` +
-        `verification ${verifyCache ? 'reuses the prefix cache (what-if)' : 'recomputes the context (vLLM V1)'}\n`,
+        `target ${targetEngine}, verification ${verifyCache ? 'reads the prefix cache' : 'recomputes the context'}${tpotBudget === undefined ? '' : `, TPOT budget ${tpotBudget} ms`}\n`,
     );
     const head = ['scenario', 'mode', '$/M out', 'vs target-only', 'target GPU-ms/tok', 'α̂', 'from draft', 'mean k', 'cascade/plain', 'TPOT p50', 'TPOT p99', 'E2E p99', 'settled'];
     const lines: string[][] = [];
@@ -151,8 +136,8 @@ async function main(): Promise<void> {
     for (const [scenario, acceptance, dur, byTenant] of scenarios) {
       let base: Row | null = null;
       for (const [modeName, mode] of modes) {
-        const spec: BenchSpecOptions = { mode, acceptance, ...(byTenant ? { acceptanceByTenant: byTenant } : {}), draftModel: 'llama-3.1-8b', draftQuant: 'int4', draftGpu: 'a10g', draftWorkers, verifyPrefixCache: verifyCache };
-        const out = await runBench({ source: source(rate, dur, seed, byTenant !== undefined), policies: ['least-load'], workers, gpu: 'h100', model: 'llama-3.1-70b', tp: 4, seed, speculative: spec, omitWallTime: true });
+        const spec: BenchSpecOptions = { mode, acceptance, ...(byTenant ? { acceptanceByTenant: byTenant } : {}), draftModel: 'llama-3.1-8b', draftQuant: 'int4', draftGpu: 'a10g', draftWorkers, targetEngine, verifyPrefixCache: verifyCache, ...(tpotBudget === undefined ? {} : { tpotBudgetMs: tpotBudget }) };
+        const out = await runBench({ source: specLoad({ rate, durationS: dur, seed, tenants: byTenant !== undefined }), policies: ['least-load'], workers, gpu: 'h100', model: 'llama-3.1-70b', tp: 4, seed, speculative: spec, omitWallTime: true });
         const p = out.results.policies[0]!;
         const s = p.speculative!;
         const row: Row = {

@@ -507,7 +507,7 @@ async function runFleet(ctx: RunContext, name: string, run: FleetRun): Promise<S
     kvSampleMs: o.kvSampleMs,
     admit: o.admission?.(),
     speculative: o.speculative
-      ? simSpeculation(o.speculative, { seed: o.seed, model: o.model, tp: o.tp ?? 1, targetGpu: o.gpu, targetEngine: ctx.engineConfig, draftEngine: ctx.draftEngine! })
+      ? simSpeculation(o.speculative, { seed: o.seed, model: o.model, tp: o.tp ?? 1, targetGpu: o.gpu, targetEngine: ctx.engineConfig, draftEngine: ctx.draftEngine!, targetWorkers: o.workers })
       : undefined,
     onProgress: o.onProgress ? (n, t) => o.onProgress!(name, n, t) : undefined,
     ...(o.disagg ? { disagg: o.disagg } : {}),

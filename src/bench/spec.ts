@@ -31,7 +31,6 @@ import type { SimResult } from '../sim/fleet-sim.js';
 import type { SimSpeculation } from '../sim/cascade-sim.js';
 import { AcceptanceTracker } from '../speculative/acceptance.js';
 import { AdaptiveK, FixedK, type KChooser } from '../speculative/controller.js';
-import { seededRng } from '../util/rng.js';
 
 export type SpecMode = { kind: 'target-only' } | { kind: 'fixed'; k: number } | { kind: 'adaptive' };
 
@@ -50,8 +49,27 @@ export interface BenchSpecOptions {
   draftQuant: WeightDtype;
   draftGpu: string;
   draftWorkers: number;
-  /** Verification reuses the target's prefix cache (a what-if: vLLM V1 recomputes the context). */
+  /**
+   * The target pool's engine (default vllm): how a verification reaches it and what it can reuse.
+   * sglang: /generate with logprob_start_len, which reads the prefix cache up to the scored
+   * positions; vllm: the OpenAI route, whose prompt logprobs skip the prefix cache, unless
+   * `verifyPrefixCache` (its /inference/v1/generate route with skip_reading_prefix_cache false).
+   */
+  targetEngine?: TargetEngine;
+  /** Verification reads the target's prefix cache (default: true on sglang, false on vllm). */
   verifyPrefixCache?: boolean;
+  /**
+   * Every request's TPOT budget, ms (the gateway's speculative.controller.tpotBudgetMs). Without
+   * one the adaptive controller keeps each request as fast as target-only generation would be.
+   */
+  tpotBudgetMs?: number;
+}
+
+export type TargetEngine = 'vllm' | 'sglang';
+
+/** Whether a run's verifications read the target's prefix cache. */
+export function verifyReadsCache(o: Pick<BenchSpecOptions, 'targetEngine' | 'verifyPrefixCache'>): boolean {
+  return o.verifyPrefixCache ?? o.targetEngine === 'sglang';
 }
 
 export interface SpecSettle {
@@ -68,9 +86,14 @@ export interface SpecSummary {
   mode: string;
   draft: { model: string; quant: WeightDtype; gpu: string; workers: number };
   acceptance: number | { before: number; after: number; at_s: number };
+  target_engine: TargetEngine;
   verify_prefix_cache: boolean;
+  /** Target GPU-seconds the controller's probes spent (its own estimate; adaptive only). */
+  probe_target_gpu_seconds: number | null;
   gpu_hour_cost: { target: number; draft: number };
   cascade_requests: number;
+  /** Of the cascade requests, probes of a switched-off class (one round each, then the target alone unless it paid). */
+  probe_requests: number;
   plain_requests: number;
   /** Requests too long for the draft model's context, sent to the target alone. */
   draft_refused: number;
@@ -95,6 +118,7 @@ export interface SpecClassSummary {
   /** Mean k over the controller's decisions for the tenant (0 for a decision to stay off). */
   mean_k: number;
   cascade_requests: number;
+  probe_requests: number;
   plain_requests: number;
 }
 
@@ -159,19 +183,29 @@ export function draftEngineConfig(o: BenchSpecOptions, hashSeed: number): Engine
 
 /**
  * A fresh cascade setup for one fleet run. The adaptive controller prices draft and target
- * GPU time at their GPUs' hourly prices (× the target's tensor-parallel GPUs) and takes the cost
- * of a target-only token as the target's modelled decode step for one sequence at a 1,000-token
- * context — the baseline the live bench (benchmarks/cascade.ts) measures in its target-only run.
+ * GPU time at their GPUs' hourly prices (× the target's tensor-parallel GPUs) and is given the
+ * target engine's roofline step-time model, the engine's prefix-cache block and what a
+ * verification reuses: it prices a round and a target-only token as GPU time a step shares at
+ * the target worker's load (src/speculative/controller.ts).
  */
-export function simSpeculation(o: BenchSpecOptions, run: { seed: number; model: string; tp: number; targetGpu: string; targetEngine: EngineConfig; draftEngine: EngineConfig }): SimSpeculation {
+export function simSpeculation(
+  o: BenchSpecOptions,
+  run: { seed: number; model: string; tp: number; targetGpu: string; targetEngine: EngineConfig; draftEngine: EngineConfig; targetWorkers: number },
+): SimSpeculation {
   const tracker = new AcceptanceTracker();
   let controller: KChooser | null = null;
+  let clock: () => number = () => 0;
   if (o.mode.kind === 'fixed') controller = new FixedK(new Map([[run.model, o.mode.k]]));
   else if (o.mode.kind === 'adaptive') {
-    controller = new AdaptiveK(tracker, seededRng((run.seed ^ 0x5bec) >>> 0), {
+    controller = new AdaptiveK(tracker, {
       draftPrice: resolveGpu(o.draftGpu).hourlyUsd,
       targetPrice: resolveGpu(run.targetGpu).hourlyUsd * run.tp,
-      targetTokenMs: run.targetEngine.timeModel.stepMs({ prefill: [], decodeSeqs: 1, decodeContextTokens: 1000 }),
+      targetStep: run.targetEngine.timeModel,
+      verifyReuse: verifyReadsCache(o) ? 'prefix' : 'none',
+      verifyReuseBlock: run.targetEngine.blockSize,
+      targetWorkers: run.targetWorkers,
+      now: () => clock(),
+      ...initialDraftCosts(run.draftEngine),
     });
   }
   return {
@@ -180,8 +214,24 @@ export function simSpeculation(o: BenchSpecOptions, run: { seed: number; model: 
     controller,
     tracker,
     acceptance: acceptanceAt(o.acceptance, o.acceptanceByTenant),
-    verifyUsesPrefixCache: o.verifyPrefixCache === true,
+    verifyUsesPrefixCache: verifyReadsCache(o),
+    tpotBudgetMs: o.tpotBudgetMs ?? null,
+    bindClock: (now) => {
+      clock = now;
+    },
   };
+}
+
+/**
+ * A draft call's time before any is measured, from the draft engine's time model: one step that
+ * prefills the few tokens verified since the last call (and yields the first draft token), then a
+ * decode step per further token, at a 500-token context.
+ */
+function initialDraftCosts(draft: EngineConfig): { initialDraftFixedMs: number; initialDraftTokenMs: number } {
+  const tm = draft.timeModel;
+  const tokenMs = tm.stepMs({ prefill: [], decodeSeqs: 1, decodeContextTokens: 500 });
+  const prefillMs = tm.stepMs({ prefill: [{ newTokens: 4, contextLen: 500 }], decodeSeqs: 0, decodeContextTokens: 0 });
+  return { initialDraftFixedMs: Math.max(0, prefillMs - tokenMs), initialDraftTokenMs: tokenMs };
 }
 
 const round = (x: number, d = 3): number => Math.round(x * 10 ** d) / 10 ** d;
@@ -205,9 +255,12 @@ export function summarizeSpec(sim: SimResult, o: BenchSpecOptions, run: { tp: nu
     mode: specModeName(o.mode),
     draft: { model: o.draftModel, quant: o.draftQuant, gpu: o.draftGpu, workers: o.draftWorkers },
     acceptance: typeof a === 'number' ? a : { before: a.before, after: a.after, at_s: a.atMs / 1000 },
-    verify_prefix_cache: o.verifyPrefixCache === true,
+    target_engine: o.targetEngine ?? 'vllm',
+    verify_prefix_cache: verifyReadsCache(o),
+    probe_target_gpu_seconds: s.probeTargetMs === null ? null : round((run.tp * s.probeTargetMs) / 1000),
     gpu_hour_cost: { target: targetPrice, draft: draftPrice },
     cascade_requests: s.cascadeRequests,
+    probe_requests: s.probeRequests,
     plain_requests: s.plainRequests,
     draft_refused: s.draftRefused,
     rounds: s.rounds,
@@ -242,6 +295,7 @@ function byTenant(s: NonNullable<SimResult['speculative']>, o: BenchSpecOptions)
       spec_acceptance_rate: c.tested > 0 ? round(c.accepted / c.tested, 4) : null,
       mean_k: kk && kk.n > 0 ? round(kk.sum / kk.n, 3) : 0,
       cascade_requests: c.cascadeRequests,
+      probe_requests: c.probeRequests,
       plain_requests: c.plainRequests,
     };
   }

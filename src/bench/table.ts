@@ -183,7 +183,9 @@ export function specLines(rows: readonly Row[]): string {
       `${r.name}: speculation ${s.mode}: ${s.cascade_requests} requests through the cascade, ${s.plain_requests} sent to the target alone${s.draft_refused > 0 ? ` (and ${s.draft_refused} too long for the draft's context)` : ''}, ${s.rounds} rounds; ` +
       `α̂ ${a}, ${(s.tokens_from_draft_fraction * 100).toFixed(1)}% of output tokens from the draft, mean k ${s.mean_k.toFixed(2)}; ` +
       `busy GPU-s target ${s.target_gpu_seconds.toFixed(1)} ($${s.gpu_hour_cost.target}/h) + draft ${s.draft_gpu_seconds.toFixed(1)} ($${s.gpu_hour_cost.draft}/h) → ${cost} per million output tokens; ` +
-      `target GPU-ms per output token ${perTok}; TPOT p50/p99 ${ms(r.tpot_ms, 'p50')}/${ms(r.tpot_ms, 'p99')} ms, E2E p99 ${ms(r.e2e_ms, 'p99')} ms`;
+      `target GPU-ms per output token ${perTok}; TPOT p50/p99 ${ms(r.tpot_ms, 'p50')}/${ms(r.tpot_ms, 'p99')} ms, E2E p99 ${ms(r.e2e_ms, 'p99')} ms; ` +
+      `target ${s.target_engine}, verification ${s.verify_prefix_cache ? 'reads the prefix cache' : 'recomputes the context'}` +
+      (s.probe_target_gpu_seconds === null ? '' : `, probes ${s.probe_target_gpu_seconds.toFixed(1)} target GPU-s`);
     const st = s.settle;
     if (st) {
       line +=

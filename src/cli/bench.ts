@@ -194,10 +194,20 @@ Speculative cascade (docs/speculative.md):
   --draft-quant Q         the draft's weight dtype: bf16, fp8, int4 (default bf16)
   --draft-gpu NAME        the draft workers' GPU (default: --gpu); one GPU per draft worker
   --draft-workers N       draft workers (default 1)
+  --target-engine vllm|sglang
+                          the target pool's engine, which sets what a verification costs (default
+                          vllm): sglang verifies through /generate with logprob_start_len, which
+                          reads the prefix cache up to the last context token, so only the draft
+                          tokens and the uncached tail are computed; vllm through the OpenAI route,
+                          whose prompt_logprobs skip the prefix cache: the whole context is computed
+                          every round (unless --spec-verify-cache on)
+  --spec-tpot-budget MS   every request's TPOT budget, as the gateway's speculative.controller.tpotBudgetMs
+                          (default none: the adaptive controller keeps a request as fast as the
+                          target alone; with a budget it trades speed within it for cost)
   --spec-verify-cache on|off
-                          off (default): a verification pass recomputes the whole context, as vLLM
-                          V1 does for a prompt_logprobs request; on: it reuses the target's prefix
-                          cache, as an engine whose scoring path does (a what-if)
+                          whether a verification reads the target's prefix cache (default: on with
+                          sglang, off with vllm); on with vllm: its /inference/v1/generate route with
+                          skip_reading_prefix_cache false; off with sglang: its radix cache disabled
 
 Capacity at SLO:
   --capacity              find each policy's capacity: the highest --rate-scale at which at least
@@ -329,6 +339,8 @@ const OPTIONS = {
   'kv-link-latency-us': { type: 'string' },
   'disagg-threshold': { type: 'string' },
   'disagg-prefill-role': { type: 'string' },
+  'target-engine': { type: 'string' },
+  'spec-tpot-budget': { type: 'string' },
   json: { type: 'string' },
   report: { type: 'string' },
   'omit-wall-time': { type: 'boolean' },
@@ -341,7 +353,7 @@ const OPTIONS = {
 
 export class UsageError extends Error {}
 
-const SPEC_FLAGS = ['spec-acceptance', 'spec-acceptance-shift', 'spec-acceptance-by-tenant', 'draft-model', 'draft-quant', 'draft-gpu', 'draft-workers', 'spec-verify-cache'] as const;
+const SPEC_FLAGS = ['spec-acceptance', 'spec-acceptance-shift', 'spec-acceptance-by-tenant', 'draft-model', 'draft-quant', 'draft-gpu', 'draft-workers', 'spec-verify-cache', 'target-engine', 'spec-tpot-budget'] as const;
 
 /**
  * The speculative cascade's flags → the bench's options (undefined without --spec-mode). Throws
@@ -383,7 +395,23 @@ export function parseSpecFlags(v: Partial<Record<'spec-mode' | (typeof SPEC_FLAG
   const draftWorkers = intFlag(v['draft-workers'], 'draft-workers', 1) ?? 1;
   const vc = v['spec-verify-cache'];
   if (vc !== undefined && vc !== 'on' && vc !== 'off') throw new UsageError(`--spec-verify-cache must be on or off, got '${vc}'`);
-  return { mode, acceptance: acceptance ?? 0, ...(acceptanceByTenant ? { acceptanceByTenant } : {}), draftModel, draftQuant, draftGpu, draftWorkers, verifyPrefixCache: vc === 'on' };
+  const tbs = v['spec-tpot-budget'];
+  const tb = tbs === undefined ? undefined : Number(tbs);
+  if (tb !== undefined && (tbs!.trim() === '' || !Number.isFinite(tb) || tb <= 0)) throw new UsageError(`--spec-tpot-budget must be a positive number of milliseconds, got '${tbs}'`);
+  const te = v['target-engine'] ?? 'vllm';
+  if (te !== 'vllm' && te !== 'sglang') throw new UsageError(`--target-engine must be vllm or sglang, got '${te}'`);
+  return {
+    mode,
+    acceptance: acceptance ?? 0,
+    ...(acceptanceByTenant ? { acceptanceByTenant } : {}),
+    draftModel,
+    draftQuant,
+    draftGpu,
+    draftWorkers,
+    targetEngine: te,
+    ...(tb === undefined ? {} : { tpotBudgetMs: tb }),
+    ...(vc === undefined ? {} : { verifyPrefixCache: vc === 'on' }),
+  };
 }
 
 /**

@@ -11,8 +11,9 @@
  *     once per request: the draft worker with the fewest cascades; its prefix cache holds the
  *     context from round to round);
  *   - verify: prompt = context + the draft's tokens, max_tokens = 1, on the request's target
- *     engine, with the prefix cache skipped as vLLM V1 skips it for a prompt_logprobs request
- *     (`verifyUsesPrefixCache` models an engine that does not);
+ *     engine, with the prefix cache skipped as vLLM's OpenAI route skips it for a prompt_logprobs
+ *     request, or read up to the last context token (`verifyUsesPrefixCache`: SGLang's /generate
+ *     with logprob_start_len, vLLM's /inference/v1/generate with skip_reading_prefix_cache false);
  * each submitted after the call delay, queued and batched with everything else on that engine
  * and answered after the step that completes it, plus the call delay. The controller is fed the
  * calls' virtual durations as the live one is fed their wall-clock ones. When the controller
@@ -47,8 +48,17 @@ export interface SimSpeculation {
   tracker: AcceptanceTracker;
   /** Per-token acceptance α of the draft at virtual time `nowMs` for a request of class `cls` (its tenant). */
   acceptance: (nowMs: number, cls: string) => number;
-  /** Verification reuses the target's prefix cache (default false: vLLM V1 recomputes the context). */
+  /**
+   * Verification reads the target's prefix cache up to the last context token (SGLang's /generate
+   * with logprob_start_len; vLLM's /inference/v1/generate with skip_reading_prefix_cache false).
+   * Default false: vLLM's OpenAI route, where prompt logprobs make every verification recompute
+   * the whole context.
+   */
   verifyUsesPrefixCache?: boolean;
+  /** Every request's TPOT budget, ms (the gateway's controller.tpotBudgetMs); null: none. */
+  tpotBudgetMs?: number | null;
+  /** Called once with the simulation's virtual clock (ms), for a controller that keeps time. */
+  bindClock?: (now: () => number) => void;
   /** Keep each cascade request's output tokens in the result (tests). */
   recordOutputs?: boolean;
 }
@@ -76,6 +86,8 @@ export interface CascadeHost {
 /** What the cascade did for one prompt class (tenant). */
 export interface ClassCounts {
   cascadeRequests: number;
+  /** Of those, probes of a switched-off class (one round, then the target alone unless it paid). */
+  probeRequests: number;
   plainRequests: number;
   tested: number;
   accepted: number;
@@ -88,6 +100,8 @@ export interface SimSpecResult {
   /** Requests that ran the cascade / went down the plain path at their first decision. */
   cascadeRequests: number;
   plainRequests: number;
+  /** Of the cascade requests, probes of a switched-off class. */
+  probeRequests: number;
   /** Requests the draft model could not hold (context too long): sent to the target alone, no decision. */
   draftRefused: number;
   rounds: number;
@@ -104,6 +118,8 @@ export interface SimSpecResult {
   byClass: Map<string, ClassCounts>;
   /** Output tokens of each cascade request by request index (with recordOutputs). */
   outputs: Map<number, number[]> | null;
+  /** Target GPU time the controller's probes cost, ms of a worker (null: the controller does not probe). */
+  probeTargetMs: number | null;
 }
 
 interface Run {
@@ -178,6 +194,7 @@ export class SimCascade {
       draftBusyMs: new Array<number>(n).fill(0),
       cascadeRequests: 0,
       plainRequests: 0,
+      probeRequests: 0,
       draftRefused: 0,
       rounds: 0,
       proposed: 0,
@@ -188,8 +205,10 @@ export class SimCascade {
       decisions: { t: [], k: [], reason: [], cls: [] },
       byClass: new Map(),
       outputs: spec.recordOutputs ? new Map() : null,
+      probeTargetMs: null,
     };
     this.controller = spec.controller ? new RecordingChooser(spec.controller, () => host.now(), this.res.decisions) : null;
+    spec.bindClock?.(() => host.now());
   }
 
   /** Events scheduled and not yet run: the simulation is not over while there are any. */
@@ -203,12 +222,13 @@ export class SimCascade {
   }
 
   result(): SimSpecResult {
+    this.res.probeTargetMs = this.spec.controller?.probeSpentMs ?? null;
     return this.res;
   }
 
   private classStats(cls: string): ClassCounts {
     let c = this.res.byClass.get(cls);
-    if (!c) this.res.byClass.set(cls, (c = { cascadeRequests: 0, plainRequests: 0, tested: 0, accepted: 0 }));
+    if (!c) this.res.byClass.set(cls, (c = { cascadeRequests: 0, probeRequests: 0, plainRequests: 0, tested: 0, accepted: 0 }));
     return c;
   }
 
@@ -234,7 +254,8 @@ export class SimCascade {
     }
     const host = this.host;
     const cls = req.tenant ?? 'default';
-    const first = firstDecision(this.controller, host.model, cls, host.targetState(idx, w), null);
+    const tpotBudgetMs = this.spec.tpotBudgetMs ?? null;
+    const first = firstDecision(this.controller, host.model, cls, host.targetState(idx, w), tpotBudgetMs, req.promptTokens.length);
     const byClass = this.classStats(cls);
     if (first.k <= 0) {
       this.res.plainRequests++;
@@ -243,6 +264,10 @@ export class SimCascade {
     }
     this.res.cascadeRequests++;
     byClass.cascadeRequests++;
+    if (first.reason === 'probe') {
+      this.res.probeRequests++;
+      byClass.probeRequests++;
+    }
     let draft = 0;
     for (let d = 1; d < this.draftActive.length; d++) if (this.draftActive[d]! < this.draftActive[draft]!) draft = d;
     this.draftActive[draft]!++;
@@ -273,7 +298,7 @@ export class SimCascade {
         out,
         context,
         first,
-        tpotBudgetMs: null,
+        tpotBudgetMs,
       }),
     };
     this.next(run);
@@ -352,6 +377,10 @@ export class SimCascade {
       ignoreEos: true,
       priority: run.priority, ...run.salt,
       skipPrefixCache: this.spec.verifyUsesPrefixCache !== true,
+      // A verifier that reads the cache reads it up to the last context token at most: that
+      // token's logits score the first draft token (SGLang's logprob_start_len; vLLM's generate
+      // route returns no rows for cached positions).
+      prefixCacheLimit: run.r.context.length - 1,
     });
   }
 

@@ -6,24 +6,43 @@
  * AdaptiveK: per model and prompt class, the k that maximises expected tokens per unit cost,
  *
  *     value(k) = E(α, k) / cost(k),   E(α, k) = (1 − α^(k+1)) / (1 − α),
- *     cost(k)  = draftPrice · (draftFixedMs + k · draftTokenMs) + targetPrice · verifyMs,
  *
- * against target-only generation, which costs targetPrice · targetTokenMs per token. The costs are
- * measured on the live calls (exponentially weighted: a draft call's time is fitted as fixed +
- * per-token, which includes the round trip; a verification call's time), the prices are the
- * relative prices of a draft and a target GPU-second (both 1: the controller minimises latency).
- * The cascade runs only when its best value beats target-only by `minGain`; otherwise the class
- * is switched off and its requests go straight to the target pool. It is also off when
- *   - the target worker is busy (at least `busyRunning` running sequences, or `busyWaiting`
- *     waiting): the GPU is already filled by batching and verification passes only add work;
- *   - the request has a TPOT budget that the cascade's expected time per token would break.
- * A switched-off class still runs a share `probeRate` of its requests through the cascade with a
- * short k, so that α keeps being measured and a recovered class is switched back on.
+ * against target-only generation, among the k whose expected time per token keeps the request's
+ * TPOT budget. The cascade runs only when its best value beats target-only by `minGain`;
+ * otherwise the class is switched off and its requests go straight to the target pool.
  *
- * Everything is plain code over an injected random source, unit-tested in
- * test/speculative/controller.test.ts.
+ * What a round and a target-only token cost, two ways:
+ *   - With the target's step-time model (`targetStep`, the roofline of src/engine/time-model.ts;
+ *     `kvgate bench` gives it) the costs are target GPU time as a step shares it. The target
+ *     worker runs B sequences (its load, this request included); a decode step of B sequences at
+ *     context C takes S_d, so a target-only token costs S_d / B. A verification replaces this
+ *     request's decode in that step by a prefill of the tokens the engine cannot read from its
+ *     prefix cache — n = C + k − reused(C): vLLM's OpenAI route reuses nothing (prompt logprobs
+ *     skip the cache), SGLang's /generate and vLLM's /inference/v1/generate with
+ *     skip_reading_prefix_cache false reuse the cached context up to the last context token
+ *     (`verifyReuse`, `verifyReuseBlock`) — and the step becomes S_v. The round costs this
+ *     request's share of the step, S_d / B, plus what it adds, S_v − S_d; plus the draft:
+ *         cost(k) = targetPrice · (S_d / B + S_v − S_d) + draftPrice · (draftFixedMs + k · draftTokenMs).
+ *     A loaded target (B large) makes S_d / B small and every verification prefill dear: the
+ *     cascade switches itself off. Without a budget from the request, the TPOT budget is the
+ *     target-only step S_d (× 1 + `tpotSlack`): the cascade may not make a request slower.
+ *   - Without it (the live gateway by default) the costs are the measured call times: a draft
+ *     call fitted as fixed + per-token, a verification call's time, and a target-only token
+ *     `targetTokenMs` (default: one verification call):
+ *         cost(k) = draftPrice · (draftFixedMs + k · draftTokenMs) + targetPrice · verifyMs.
+ * The prices weigh a draft and a target GPU-second (both 1: the controller minimises latency).
+ * Either way the cascade is off while the target worker is busy (at least `busyRunning` running
+ * sequences, or `busyWaiting` waiting: a queue, where any extra prefill delays everyone).
+ *
+ * A switched-off class still probes: a request may run one round with a short k (`probeK`), so
+ * that α keeps being measured and a recovered class is switched back on. It does only while a
+ * draft that is always right could switch the class on, and only while a budget of target GPU
+ * time holds the round's cost: the budget grows by `probeShare` of the elapsed time per target
+ * worker (`targetWorkers`), so probes take at most that share of the pool's GPU time, however
+ * many requests arrive.
+ *
+ * Everything is plain code over an injected clock, unit-tested in test/speculative/controller.test.ts.
  */
-import type { Rng } from '../util/rng.js';
 import { expectedTokensPerRound, type AcceptanceTracker } from './acceptance.js';
 
 /** What a controller may look at when choosing k for one round. */
@@ -38,6 +57,8 @@ export interface RoundContext {
   firstRound: boolean;
   /** The request's first round was a probe of a switched-off class. */
   probing: boolean;
+  /** Tokens of the request's context so far (prompt and output); null if unknown. */
+  contextTokens?: number | null;
 }
 
 /** Measured times of one round, fed back to the controller. */
@@ -59,6 +80,8 @@ export interface Decision {
 export interface KChooser {
   chooseK(round: RoundContext): Decision;
   observe?(t: RoundTiming): void;
+  /** Target GPU time the controller's probe rounds have cost so far, ms of a worker (by its cost model). */
+  readonly probeSpentMs?: number;
 }
 
 export class FixedK implements KChooser {
@@ -69,6 +92,21 @@ export class FixedK implements KChooser {
   }
 }
 
+/** One engine step's shape, as the roofline time model takes it (src/engine/types.ts StepShape). */
+export interface TargetStepShape {
+  prefill: Array<{ newTokens: number; contextLen: number }>;
+  decodeSeqs: number;
+  decodeContextTokens: number;
+}
+
+/** A target worker's step time, ms (src/engine/time-model.ts). */
+export interface TargetStepModel {
+  stepMs(shape: TargetStepShape): number;
+}
+
+/** How much of the context a verification reads from the target's prefix cache. */
+export type VerifyReuse = 'none' | 'prefix';
+
 export interface AdaptiveOptions {
   /** Largest k considered. */
   kMax: number;
@@ -78,8 +116,12 @@ export interface AdaptiveOptions {
   minEvidence: number;
   /** Speculate only when the cascade's value is at least this multiple of target-only's. */
   minGain: number;
-  /** Share of a switched-off class's requests that still run the cascade, to re-measure α. */
-  probeRate: number;
+  /** Probe rounds spend at most this share of the target pool's GPU time. */
+  probeShare: number;
+  /** Target workers whose GPU time the probe budget is a share of (1: a share of one worker's). */
+  targetWorkers: number;
+  /** The clock of the probe budget, ms. */
+  now: () => number;
   /** k of such a probe. */
   probeK: number;
   /** A target worker with this many running sequences is busy: no speculation. */
@@ -91,6 +133,14 @@ export interface AdaptiveOptions {
   targetPrice: number;
   /** Cost of one target-only token (ms); null: taken as one verification call. */
   targetTokenMs: number | null;
+  /** The target's step-time model: costs as GPU time a step shares (see the header); null: measured call times. */
+  targetStep: TargetStepModel | null;
+  /** What a verification reuses of the context: 'prefix' (SGLang, vLLM's generate route) or nothing (vLLM's OpenAI route). */
+  verifyReuse: VerifyReuse;
+  /** The prefix cache's granularity, tokens (vLLM: its block size; SGLang: its page size, 1). */
+  verifyReuseBlock: number;
+  /** With `targetStep` and no budget from the request: the TPOT budget is the target-only step × (1 + this). */
+  tpotSlack: number;
   /** Costs assumed before the first measurements (ms). */
   initialDraftFixedMs: number;
   initialDraftTokenMs: number;
@@ -102,13 +152,19 @@ const DEFAULT_ADAPTIVE: AdaptiveOptions = {
   priorAcceptance: 0.6,
   minEvidence: 50,
   minGain: 1.1,
-  probeRate: 0.05,
+  probeShare: 0.01,
+  targetWorkers: 1,
+  now: () => performance.now(),
   probeK: 2,
   busyRunning: 64,
   busyWaiting: 2,
   draftPrice: 1,
   targetPrice: 1,
   targetTokenMs: null,
+  targetStep: null,
+  verifyReuse: 'none',
+  verifyReuseBlock: 16,
+  tpotSlack: 0,
   initialDraftFixedMs: 5,
   initialDraftTokenMs: 5,
   initialVerifyMs: 20,
@@ -188,15 +244,41 @@ interface ModelCosts {
   verify: Ewma;
 }
 
+/** The best k of a round and what it is worth against target-only. */
+export interface BestK {
+  /** 0: no k keeps the TPOT budget. */
+  k: number;
+  /** Value per unit cost relative to target-only (1 = break-even). */
+  gain: number;
+  /** Expected time per output token at that k, ms. */
+  msPerToken: number;
+  /** The target GPU time a round at that k costs (ms of a target worker), for the probe budget. */
+  targetMs: number;
+}
+
+/** The target-side costs of one round and of a target-only token, ms of a target worker's time. */
+interface TargetCosts {
+  /** A target-only token. */
+  tokenMs: number;
+  /** A round of k draft tokens: its share of the step, and the step's latency. */
+  round(k: number): { costMs: number; latencyMs: number };
+  /** The TPOT budget when the request has none: the target-only step. */
+  budgetMs: number | null;
+}
+
 export class AdaptiveK implements KChooser {
   private readonly o: AdaptiveOptions;
   private readonly costs = new Map<string, ModelCosts>();
   /** Last decision per model and class (with the α it used), for inspection. */
   readonly last = new Map<string, Decision & { alpha: number }>();
+  /** Target GPU time probes may still spend (ms of one worker), and when it was last topped up. */
+  private probeBudgetMs = 0;
+  private probeBudgetAt: number | null = null;
+  /** Target GPU time spent on probe rounds so far (ms), for inspection. */
+  probeSpentMs = 0;
 
   constructor(
     private readonly tracker: AcceptanceTracker,
-    private readonly rng: Rng,
     opts: Partial<AdaptiveOptions> = {},
   ) {
     this.o = { ...DEFAULT_ADAPTIVE, ...opts };
@@ -224,22 +306,62 @@ export class AdaptiveK implements KChooser {
     return { draftFixedMs, draftTokenMs, verifyMs, targetTokenMs: this.o.targetTokenMs ?? verifyMs };
   }
 
-  /** The best k and its value per unit cost relative to target-only (1 = break-even). */
-  best(model: string, alpha: number): { k: number; gain: number; msPerToken: number } {
+  /** Context tokens a verification reads from the target's prefix cache (the rest it computes). */
+  reusedTokens(contextTokens: number): number {
+    if (this.o.verifyReuse === 'none' || contextTokens < 1) return 0;
+    // Up to the last context token, whose logits score the first draft token; whole blocks only.
+    const b = Math.max(1, this.o.verifyReuseBlock);
+    return Math.floor((contextTokens - 1) / b) * b;
+  }
+
+  /** The target's side of a round and of a target-only token, modelled or measured. */
+  private targetCosts(model: string, r: Pick<RoundContext, 'targetLoad' | 'contextTokens'>): TargetCosts {
     const c = this.costsOf(model);
-    const base = 1 / (this.o.targetPrice * c.targetTokenMs);
-    let bestK = 1;
+    const step = this.o.targetStep;
+    const ctx = r.contextTokens ?? null;
+    if (step === null || ctx === null) {
+      return { tokenMs: c.targetTokenMs, round: () => ({ costMs: c.verifyMs, latencyMs: c.verifyMs }), budgetMs: null };
+    }
+    // B sequences in the target's batch, this request's among them.
+    const b = Math.max(1, r.targetLoad?.running ?? 1);
+    const sd = step.stepMs({ prefill: [], decodeSeqs: b, decodeContextTokens: b * ctx });
+    const reused = this.reusedTokens(ctx);
+    return {
+      tokenMs: sd / b,
+      round: (k) => {
+        const sv = step.stepMs({ prefill: [{ newTokens: ctx + k - reused, contextLen: ctx + k }], decodeSeqs: b - 1, decodeContextTokens: (b - 1) * ctx });
+        // The call's latency is measured (queueing and round trips included) once there is one.
+        return { costMs: sd / b + sv - sd, latencyMs: this.costs.get(model)?.verify.value ?? sv };
+      },
+      budgetMs: sd * (1 + this.o.tpotSlack),
+    };
+  }
+
+  /**
+   * The best k for a round: the greatest value per unit cost among the k whose expected time per
+   * token keeps `budgetMs` (the request's, else the modelled target-only step; null: no limit).
+   */
+  best(model: string, alpha: number, r: Pick<RoundContext, 'targetLoad' | 'contextTokens'> & { tpotBudgetMs?: number | null } = { targetLoad: null }): BestK {
+    const o = this.o;
+    const c = this.costsOf(model);
+    const t = this.targetCosts(model, r);
+    const budget = r.tpotBudgetMs ?? t.budgetMs;
+    const base = 1 / (o.targetPrice * t.tokenMs);
+    let out: BestK = { k: 0, gain: 0, msPerToken: Infinity, targetMs: 0 };
     let bestValue = -Infinity;
-    for (let k = 1; k <= this.o.kMax; k++) {
-      const cost = this.o.draftPrice * (c.draftFixedMs + k * c.draftTokenMs) + this.o.targetPrice * c.verifyMs;
-      const v = expectedTokensPerRound(alpha, k) / cost;
+    for (let k = 1; k <= o.kMax; k++) {
+      const draftMs = c.draftFixedMs + k * c.draftTokenMs;
+      const tr = t.round(k);
+      const e = expectedTokensPerRound(alpha, k);
+      const msPerToken = (draftMs + tr.latencyMs) / e;
+      if (budget !== null && msPerToken > budget) continue;
+      const v = e / (o.draftPrice * draftMs + o.targetPrice * tr.costMs);
       if (v > bestValue) {
         bestValue = v;
-        bestK = k;
+        out = { k, gain: v / base, msPerToken, targetMs: tr.costMs };
       }
     }
-    const roundMs = c.draftFixedMs + bestK * c.draftTokenMs + c.verifyMs;
-    return { k: bestK, gain: bestValue / base, msPerToken: roundMs / expectedTokensPerRound(alpha, bestK) };
+    return out;
   }
 
   chooseK(r: RoundContext): Decision {
@@ -252,14 +374,34 @@ export class AdaptiveK implements KChooser {
   private decide(r: RoundContext, alpha: number): Decision {
     const o = this.o;
     if (r.targetLoad && (r.targetLoad.waiting >= o.busyWaiting || r.targetLoad.running >= o.busyRunning)) return { k: 0, reason: 'busy' };
-    const b = this.best(r.model, alpha);
-    if (r.tpotBudgetMs !== null && b.msPerToken > r.tpotBudgetMs) return { k: 0, reason: 'tpot' };
-    if (b.gain >= o.minGain) return { k: b.k, reason: 'speculate' };
-    // Switched off. A request's first round may become a probe, and a probing request keeps
-    // probing to its end (its class is measured meanwhile); the others go to the target alone.
-    if (r.probing) return { k: o.probeK, reason: 'probe' };
-    if (r.firstRound && this.rng() < o.probeRate) return { k: o.probeK, reason: 'probe' };
-    return { k: 0, reason: 'no_gain' };
+    const b = this.best(r.model, alpha, r);
+    if (b.k > 0 && b.gain >= o.minGain) return { k: b.k, reason: 'speculate' };
+    // Switched off. A request's first decision may make it a probe: one round of probeK draft
+    // tokens, after which it goes on to the target alone unless that round switched its class
+    // back on. One round keeps a probe's request about as fast as the others.
+    const off: Decision = { k: 0, reason: b.k === 0 ? 'tpot' : 'no_gain' };
+    if (!r.firstRound) return off;
+    // A class that would not pay even with a draft that is always right (α = 1) — the target is
+    // too loaded, the verification too dear, the TPOT budget too tight — has nothing to find.
+    const ideal = this.best(r.model, 1, r);
+    if (ideal.k === 0 || ideal.gain < o.minGain) return off;
+    const cost = this.targetCosts(r.model, r).round(o.probeK).costMs;
+    if (!this.spendProbe(cost)) return off;
+    return { k: o.probeK, reason: 'probe' };
+  }
+
+  /** Pay `ms` of target GPU time from the probe budget, if it holds that much. */
+  private spendProbe(ms: number): boolean {
+    const o = this.o;
+    const now = o.now();
+    const rate = o.probeShare * o.targetWorkers;
+    // The budget starts empty and holds at most a minute's accrual: no burst of probes after a lull.
+    if (this.probeBudgetAt !== null) this.probeBudgetMs = Math.min(rate * PROBE_BUDGET_WINDOW_MS, this.probeBudgetMs + rate * Math.max(0, now - this.probeBudgetAt));
+    this.probeBudgetAt = now;
+    if (this.probeBudgetMs < ms) return false;
+    this.probeBudgetMs -= ms;
+    this.probeSpentMs += ms;
+    return true;
   }
 
   observe(t: RoundTiming): void {
@@ -272,3 +414,6 @@ export class AdaptiveK implements KChooser {
     c.verify.add(t.verifyMs);
   }
 }
+
+/** The probe budget accrues over at most this much time (ms). */
+const PROBE_BUDGET_WINDOW_MS = 60_000;

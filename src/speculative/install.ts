@@ -129,7 +129,7 @@ export async function installSpeculative(gw: SpeculativeHost, opts: SpeculativeO
   const controller =
     opts.controller ??
     (cc.mode === 'adaptive'
-      ? new AdaptiveK(tracker, rng, { ...adaptive, targetTokenMs: targetTokenMs ?? null })
+      ? new AdaptiveK(tracker, { ...adaptive, targetTokenMs: targetTokenMs ?? null })
       : new FixedK(ks));
   gw.place(
     cascadeStage({

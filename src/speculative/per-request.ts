@@ -39,7 +39,9 @@ export interface PerRequestModel {
 }
 
 /** The controller settings this stage shares with the cascade's adaptive controller. */
-export type PerRequestControl = Pick<AdaptiveOptions, 'priorAcceptance' | 'minEvidence' | 'minGain' | 'probeRate' | 'probeK' | 'busyRunning' | 'busyWaiting'> & {
+export type PerRequestControl = Pick<AdaptiveOptions, 'priorAcceptance' | 'minEvidence' | 'minGain' | 'probeK' | 'busyRunning' | 'busyWaiting'> & {
+  /** Share of a switched-off class's requests still sent probeK (the server's draft costs it no gateway call). */
+  probeRate: number;
   classBy: 'tenant' | 'content';
 };
 

@@ -68,6 +68,8 @@ export interface CascadeRoundsOptions {
   /** The controller's first decision (its k > 0: the request runs the cascade). */
   first: Decision;
   tpotBudgetMs: number | null;
+  /** The first round verifies the prompt alone (k = 0): the first token is the target's (default true). */
+  targetFirstToken?: boolean;
 }
 
 /** The next step of a request's cascade. */
@@ -123,15 +125,17 @@ export class CascadeRounds {
   }
 
   /**
-   * What to do next. Every round after the first asks the controller again, with the load of the
-   * request's target worker; a k of 0 stops speculation for the rest of the request.
+   * What to do next. Every speculative round after the first asks the controller again, with the
+   * load of the request's target worker; a k of 0 stops speculation for the rest of the request.
    */
   plan(target: WorkerState | null): RoundPlan {
     const o = this.o;
     if (o.out.finished) return { kind: 'done' };
     let stopped = false;
-    if (this.rounds > 0 && this.draft) {
-      const d = o.controller.chooseK(roundContext(o.model, o.cls, target, o.tpotBudgetMs, false, this.probing));
+    // The first decision is the first speculative round's (after the target's own first token).
+    const decided = o.targetFirstToken === false ? 1 : 2;
+    if (this.rounds >= decided && this.draft) {
+      const d = o.controller.chooseK(roundContext(o.model, o.cls, target, o.tpotBudgetMs, false, this.probing, o.context.length));
       this.k = d.k;
       if (d.k <= 0) {
         this.draft = false;
@@ -139,6 +143,10 @@ export class CascadeRounds {
       }
     }
     if (!this.draft) return { kind: 'target-only', stopped };
+    // The first token is the target's own, from a verification of the prompt alone: the same
+    // prefill a target-only request starts with, so speculation does not delay the first token
+    // (a draft call first would add its prefill and k steps to the TTFT).
+    if (this.rounds === 0 && o.targetFirstToken !== false) return { kind: 'round', k: 0 };
     return { kind: 'round', k: Math.max(0, Math.min(this.k, o.out.remaining - 1)) };
   }
 
@@ -149,6 +157,8 @@ export class CascadeRounds {
 
   /** Measured times of a round's calls, for the controller's cost model (ms, in the driver's clock). */
   timing(k: number, draftMs: number | null, verifyMs: number): void {
+    // The first round's call is the prompt's prefill, not a verification: it says nothing of a round's cost.
+    if (this.rounds === 0 && this.o.targetFirstToken !== false) return;
     this.o.controller.observe?.({ model: this.o.model, k, draftMs, verifyMs });
   }
 
@@ -191,16 +201,16 @@ export class CascadeRounds {
 }
 
 /** What the controller sees of a round: the target worker's load (scraped, or in flight if more). */
-function roundContext(model: string, cls: string, target: WorkerState | null, tpotBudgetMs: number | null, firstRound: boolean, probing: boolean): RoundContext {
+function roundContext(model: string, cls: string, target: WorkerState | null, tpotBudgetMs: number | null, firstRound: boolean, probing: boolean, contextTokens: number | null): RoundContext {
   const s = target?.snapshot ?? null;
   // Between scrapes, the gateway's own in-flight count is the better lower bound on running.
   const targetLoad = target ? { running: Math.max(s?.running ?? 0, target.inflightCount), waiting: s?.waiting ?? 0 } : null;
-  return { model, cls, targetLoad, tpotBudgetMs, firstRound, probing };
+  return { model, cls, targetLoad, tpotBudgetMs, firstRound, probing, contextTokens };
 }
 
 /** The controller's decision for a request's first round (k ≤ 0: the request takes the plain path). */
-export function firstDecision(controller: KChooser, model: string, cls: string, target: WorkerState | null, tpotBudgetMs: number | null): Decision {
-  return controller.chooseK(roundContext(model, cls, target, tpotBudgetMs, true, false));
+export function firstDecision(controller: KChooser, model: string, cls: string, target: WorkerState | null, tpotBudgetMs: number | null, promptTokens: number | null = null): Decision {
+  return controller.chooseK(roundContext(model, cls, target, tpotBudgetMs, true, false, promptTokens));
 }
 
 /** The healthy worker with the fewest requests in flight (null if none). */

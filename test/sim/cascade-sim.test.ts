@@ -80,10 +80,12 @@ describe('the cascade in the fleet simulation', () => {
 
   it('the adaptive controller switches speculation off at a low acceptance rate, and back on after it recovers', async () => {
     const tracker = new AcceptanceTracker();
-    const controller = new AdaptiveK(tracker, seededRng(9), { draftPrice: 1, targetPrice: 14, targetTokenMs: 17.7 });
+    let clock = () => 0;
+    // Probes may spend 5% of the two workers' time here, to re-measure α within the run.
+    const controller = new AdaptiveK(tracker, { draftPrice: 1, targetPrice: 14, targetTokenMs: 17.7, probeShare: 0.05, targetWorkers: 2, now: () => clock() });
     const reqs = requests(400, 2, 64, 2);
     // α 0.05 for the first 60 s, 0.9 after.
-    const r = await cascade(reqs, 2, 2, spec(controller, tracker, (t) => (t < 60_000 ? 0.05 : 0.9)));
+    const r = await cascade(reqs, 2, 2, spec(controller, tracker, (t) => (t < 60_000 ? 0.05 : 0.9), { bindClock: (now) => (clock = now) }));
     const d = r.speculative!.decisions;
     const share = (from: number, to: number, pred: (k: number, reason: string) => boolean) => {
       let n = 0;
@@ -98,9 +100,53 @@ describe('the cascade in the fleet simulation', () => {
     // After the first requests measured α, every decision but a probe's is 'off'.
     assert.ok(share(20_000, 60_000, (_k, reason) => reason === 'no_gain' || reason === 'probe') === 1);
     assert.ok(share(20_000, 60_000, (k, reason) => k === 0 && reason === 'no_gain') > 0.2);
-    // The probes (5% of requests, k 2) re-measure α after it recovers and switch speculation back on
-    // (slowly: a few tested tokens per second against a 500-token half-life).
+    // The probes (single rounds of k 2, paid from 5% of the GPU time) re-measure α after it
+    // recovers and switch speculation back on (slowly: a few tested tokens per second against a
+    // 500-token half-life).
     assert.ok(share(150_000, Infinity, (k, reason) => k > 0 && reason === 'speculate') > 0.9);
     assert.equal(r.completed.arrival.length, 400);
+  });
+
+  it('gives a cascade request its first token when target-only generation would: the target’s own, from the prompt’s prefill', async () => {
+    // One at a time: each arrives 5 s after the last (~1 s of work).
+    const reqs = requests(12, 1, 40, 6).map((q, i) => ({ ...q, arrivalMs: 1000 + 5000 * i }));
+    const base = await cascade(reqs, 1, 1, spec(null, new AcceptanceTracker(), 0.9));
+    const fixed = await cascade(reqs, 1, 1, spec(new FixedK(new Map([['m', 4]])), new AcceptanceTracker(), 0.9));
+    assert.equal(fixed.speculative!.cascadeRequests, 12);
+    const ttft = (r: typeof base) =>
+      r.completed.arrival
+        .map((a, i) => [a, r.completed.firstToken[i]! - a] as const)
+        .sort((x, y) => x[0] - y[0])
+        .map((x) => x[1]);
+    // The same prefill on the same idle target, to the microsecond.
+    for (const [i, t] of ttft(fixed).entries()) assert.ok(Math.abs(t - ttft(base)[i]!) < 1e-3, `request ${i}: ${t} vs ${ttft(base)[i]}`);
+  });
+
+  it('a verifier that reads the prefix cache computes only the uncached tail: far less target time per round', async () => {
+    const reqs = requests(30, 1, 64, 7);
+    const run = (verifyUsesPrefixCache: boolean) => cascade(reqs, 1, 1, spec(new FixedK(new Map([['m', 4]])), new AcceptanceTracker(), 0.7, { verifyUsesPrefixCache }));
+    const recompute = await run(false);
+    const cached = await run(true);
+    assert.equal(recompute.speculative!.rounds, cached.speculative!.rounds);
+    assert.ok(cached.workers[0]!.busyMs < 0.8 * recompute.workers[0]!.busyMs, `${cached.workers[0]!.busyMs} vs ${recompute.workers[0]!.busyMs}`);
+  });
+
+  it('the modelled controller leaves a saturated target alone: probe rounds only, the cost of target-only', async () => {
+    // 4 req/s of 300-token prompts and 200-token answers on one 70B worker: a queue that grows.
+    const reqs = requests(240, 6, 200, 8);
+    const base = await cascade(reqs, 1, 3, spec(null, new AcceptanceTracker(), 0.9));
+    assert.ok(base.workers[0]!.busyMs > 0.95 * (base.completed.finish.at(-1)! - base.completed.arrival[0]!), 'the target is saturated');
+    let clock = () => 0;
+    const tracker = new AcceptanceTracker();
+    const controller = new AdaptiveK(tracker, { targetStep: target.timeModel, verifyReuse: 'prefix', verifyReuseBlock: target.blockSize, draftPrice: 1, targetPrice: 14, now: () => clock() });
+    const r = await cascade(reqs, 1, 3, spec(controller, tracker, 0.9, { verifyUsesPrefixCache: true, bindClock: (now) => (clock = now) }));
+    const s = r.speculative!;
+    // Once the queue has formed (after the first seconds, when the idle target did pay), every
+    // decision but a probe's is off.
+    const d = s.decisions;
+    const late = d.t.map((t, i) => i).filter((i) => d.t[i]! > 10_000 && d.reason[i] !== 'probe');
+    assert.ok(late.length > 100 && late.every((i) => d.k[i] === 0), JSON.stringify({ cascade: s.cascadeRequests, probes: s.probeRequests }));
+    assert.ok(controller.probeSpentMs <= 0.01 * (r.completed.finish.at(-1)! - r.completed.arrival[0]!));
+    assert.ok(r.workers[0]!.busyMs < 1.01 * base.workers[0]!.busyMs, `${r.workers[0]!.busyMs} vs ${base.workers[0]!.busyMs}`);
   });
 });

@@ -30,7 +30,10 @@ const specController = z
     /** Tested draft tokens after which an old acceptance observation counts half. */
     halfLifeTokens: z.number().positive().default(500),
     minGain: z.number().positive().default(1.1),
+    /** Share of a switched-off class's requests sent probeK (per-request speculation, llama.cpp). */
     probeRate: z.number().min(0).max(1).default(0.05),
+    /** Share of the target pool's GPU time a cascade's probe rounds may spend. */
+    probeShare: z.number().min(0).max(1).default(0.01),
     probeK: z.int().min(1).max(16).default(2),
     busyRunning: z.int().positive().default(64),
     busyWaiting: z.int().positive().default(2),
