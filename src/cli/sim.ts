@@ -2,6 +2,7 @@
  * `kvgate sim`: one simulated vLLM worker on a real port, until SIGINT/SIGTERM.
  */
 import { parseArgs } from 'node:util';
+import { customKvLink, KV_LINKS, resolveKvLink, type KvLink } from '../engine/kv-link.js';
 import { listGpus, listModels } from '../engine/profiles.js';
 import { startSimWorker, type SimWorkerOptions } from '../sim/worker/server.js';
 
@@ -64,6 +65,18 @@ Options:
                          with --spec-k: the draft model's profile (default llama-3.1-8b)
   --spec-acceptance A    with --spec-k: each draft token accepted with probability A (default
                          0.7); A1:A2@S switches from A1 to A2 after S simulated seconds
+  --role ROLE            prefill/decode disaggregation (vLLM --kv-transfer-config with
+                         NixlConnector): prefill answers a request carrying kv_transfer_params
+                         {"do_remote_decode": true} with the kv_transfer_params a decode worker
+                         pulls its KV with, holding the blocks until then; decode pulls a
+                         prefill's KV for {"do_remote_prefill": true, ...} and decodes without
+                         recomputing the prompt; both does either. Without it kv_transfer_params
+                         are ignored, as by a vLLM without a KV connector
+  --kv-link LINK         with --role: the link KV transfers take: ${Object.keys(KV_LINKS).join(', ')}
+                         (default ib-400), or GBPS[:LATENCY_US] (e.g. 200:20)
+  --kv-hold-timeout S    with --role: simulated seconds a prefill's blocks wait for a decode
+                         worker's read before they are freed (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT,
+                         default 480)
   -h, --help             show this help
 
 Prints the worker's URL, then serves until interrupted.
@@ -142,6 +155,30 @@ function parseDraftAcceptance(v: string): number | { before: number; after: numb
   return a;
 }
 
+/** --role, --kv-link, --kv-hold-timeout: the worker's KV connector. */
+function kvConnectorArgs(role: string | undefined, link: string | undefined, hold: string | undefined): Pick<SimWorkerOptions, 'kvRole' | 'kvLink' | 'kvHoldTimeoutMs'> {
+  if (role === undefined) {
+    if (link !== undefined || hold !== undefined) throw new UsageError('--kv-link and --kv-hold-timeout need --role');
+    return {};
+  }
+  if (role !== 'prefill' && role !== 'decode' && role !== 'both') throw new UsageError(`--role must be prefill, decode or both, got '${role}'`);
+  const o: Pick<SimWorkerOptions, 'kvRole' | 'kvLink' | 'kvHoldTimeoutMs'> = { kvRole: role };
+  if (link !== undefined) o.kvLink = parseKvLink(link);
+  const s = num('kv-hold-timeout', hold, (n) => n > 0, 'a positive number of seconds');
+  if (s !== undefined) o.kvHoldTimeoutMs = s * 1000;
+  return o;
+}
+
+/** A preset name, or GBPS[:LATENCY_US]. */
+function parseKvLink(v: string): KvLink {
+  const m = /^([0-9.]+)(?::([0-9.]+))?$/.exec(v);
+  try {
+    return m ? customKvLink(Number(m[1]), Number(m[2] ?? '0')) : resolveKvLink(v);
+  } catch (e) {
+    throw new UsageError(`--kv-link: ${(e as Error).message}`);
+  }
+}
+
 /** Turn command-line arguments into worker options; throws UsageError on bad input. */
 export function parseSimArgs(argv: string[]): SimWorkerOptions {
   let values;
@@ -184,6 +221,9 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
         'spec-k': { type: 'string' },
         'spec-draft-model': { type: 'string' },
         'spec-acceptance': { type: 'string' },
+        role: { type: 'string' },
+        'kv-link': { type: 'string' },
+        'kv-hold-timeout': { type: 'string' },
       },
     }));
   } catch (e) {
@@ -248,6 +288,7 @@ export function parseSimArgs(argv: string[]): SimWorkerOptions {
   } else if (values['kv-events-encoding'] !== undefined || values['kv-events-drop'] !== undefined) {
     throw new UsageError('--kv-events-encoding and --kv-events-drop need --kv-events-port');
   }
+  Object.assign(opts, kvConnectorArgs(values.role, values['kv-link'], values['kv-hold-timeout']));
   const offload = num('cpu-offload-gib', values['cpu-offload-gib'], (n) => n >= 0, 'a non-negative number');
   if (offload !== undefined && offload > 0) opts.cpuOffloadGib = offload;
   return opts;
@@ -289,6 +330,7 @@ export async function runSim(argv: string[], o: SimRunOptions = {}): Promise<num
       `simulated vLLM worker: ${worker.url}  model=${worker.model} gpu=${opts.gpu} tp=${opts.tp ?? 1} ` +
         `speed=${worker.speed} blocks=${c.numGpuBlocks}x${c.blockSize} max_model_len=${c.maxModelLen}\n`,
     );
+    if (opts.kvRole !== undefined) out.write(`kv connector: role=${opts.kvRole} link=${opts.kvLink?.name ?? 'ib-400'}\n`);
     if (worker.kvEventsEndpoint) {
       out.write(`kv events: ${worker.kvEventsEndpoint}${worker.kvReplayEndpoint ? `  replay: ${worker.kvReplayEndpoint}` : ''}\n`);
     }

@@ -91,6 +91,11 @@ export interface RequestContext {
    * every further attempt, to undo them (the disaggregation stage drops kv_transfer_params).
    */
   beforeRetry?: () => void;
+  /**
+   * A decision a stage already made and charged (Router.commit): the relay's first attempt goes
+   * there instead of routing again.
+   */
+  routed?: RouteDecision;
 
   /**
    * Per-request values that stages share (an admission ticket, a cache key, a speculation plan),
@@ -212,6 +217,7 @@ export class LiveRequestContext implements RequestContext {
   candidates!: readonly WorkerState[];
   checkPick?: (d: RouteDecision) => ApiError | null = undefined;
   beforeRetry?: () => void = undefined;
+  routed?: RouteDecision = undefined;
   readonly state = new RequestState();
   readonly headers: Record<string, string>;
   taps: Array<(chunk: Buffer) => void> = [];

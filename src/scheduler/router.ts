@@ -57,8 +57,19 @@ export class Router {
       return { ok: false, status: 503, code: 'no_worker_available', message: `no worker serves model '${req.model}'` };
     }
     const out = this.policy.route(req, pool, ctx);
-    if (!out.ok) return out;
-    const d = out.decision;
+    if (out.ok) this.charge(req, out.decision, ctx);
+    return out;
+  }
+
+  /**
+   * Reserve a decision the policy made without the router (a stage that weighed the policy's
+   * picks in several pools before choosing, as disaggregation does): charged as route() charges.
+   */
+  commit(req: RouteRequest, d: RouteDecision): void {
+    this.charge(req, d, this.context());
+  }
+
+  private charge(req: RouteRequest, d: RouteDecision, ctx: RoutingContext): void {
     const w = d.worker;
     // The whole request is charged: every prompt of a batch, and output for each of its sequences.
     const prompt = requestPromptTokens(req);
@@ -80,7 +91,6 @@ export class Router {
     this.open.set(req.id, { req, decision: d, charge, firstToken: false });
     this.loadObserver?.('begin', w, charge);
     this.policy.onDispatch?.(req, d, ctx);
-    return out;
   }
 
   /** The first token of `reqId` arrived. Idempotent: later calls for the same decision do nothing. */

@@ -114,3 +114,18 @@ test('speculation flags: a draft model tuned to an acceptance rate, and in-engin
     assert.throws(() => parseSimArgs(bad), /--/, bad.join(' '));
   }
 });
+
+test('--role starts a KV connector: its link and hold timeout, and the flags that need it', () => {
+  for (const flag of ['--role', '--kv-link', '--kv-hold-timeout']) assert.ok(help.includes(flag), flag);
+  const o = parseSimArgs(['--role', 'prefill', '--kv-link', 'tcp-100', '--kv-hold-timeout', '30']);
+  assert.equal(o.kvRole, 'prefill');
+  assert.equal(o.kvLink?.name, 'tcp-100');
+  assert.equal(o.kvHoldTimeoutMs, 30_000);
+  const custom = parseSimArgs(['--role', 'decode', '--kv-link', '200:20']).kvLink!;
+  assert.equal(custom.bytesPerSecond, 25e9);
+  assert.equal(custom.latencyMs, 0.02);
+  assert.equal(parseSimArgs([]).kvRole, undefined);
+  assert.throws(() => parseSimArgs(['--role', 'proxy']), /--role must be prefill, decode or both/);
+  assert.throws(() => parseSimArgs(['--kv-link', 'nvlink']), /need --role/);
+  assert.throws(() => parseSimArgs(['--role', 'both', '--kv-link', 'carrier-pigeon']), /--kv-link: unknown KV link/);
+});

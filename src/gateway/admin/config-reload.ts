@@ -272,7 +272,7 @@ export class ConfigReloader {
 
 /** What makes a worker the same worker (a change of any of it replaces the entry). */
 function identityKey(w: WorkerIdentity): string {
-  return JSON.stringify([w.url, w.pool, w.model, w.adapters ?? [], w.discoverAdapters ?? false, w.resolveAdapters ?? null, w.numGpuBlocks ?? null, w.blockSize ?? null, w.upstreamHeaders ?? null, w.hardware ?? null]);
+  return JSON.stringify([w.url, w.pool, w.model, w.adapters ?? [], w.discoverAdapters ?? false, w.resolveAdapters ?? null, w.numGpuBlocks ?? null, w.blockSize ?? null, w.upstreamHeaders ?? null, w.hardware ?? null, w.role ?? 'both']);
 }
 
 /** `next` with the restart-only settings (and a policy that could not be retuned) as in `old`. */
@@ -285,6 +285,7 @@ function keepRestartOnly(old: GatewayConfig, next: GatewayConfig, policyRetuned:
     tokenizers: old.tokenizers,
     cache: old.cache,
     speculative: old.speculative,
+    disaggregation: old.disaggregation,
     shared: old.shared,
     outlier: old.outlier,
     reload: old.reload,

@@ -19,9 +19,10 @@
  *
  * A failed prefill (no answer, an error status, an answer without kv_transfer_params) is tried on
  * another prefill worker, up to `attempts` in all; nothing has reached the client yet. Each try
- * is charged to its worker through the router (its own reservation, id `<request>/prefill`).
+ * is charged to its worker through the router (its own reservation, id `<request>/prefill`),
+ * released when the try ends: the prefill worker's blocks are then the KV connector's to free.
  */
-import type { RouteRequest } from '../../scheduler/types.js';
+import type { RouteDecision, RouteRequest } from '../../scheduler/types.js';
 import type { Router } from '../../scheduler/router.js';
 import type { WorkerRegistry } from '../../fleet/registry.js';
 import type { Upstreams } from '../../fleet/upstreams.js';
@@ -68,7 +69,7 @@ const PREFILL_PARAMS = {
 };
 
 /** The client's body as the prefill worker gets it. */
-export function prefillBody(body: Record<string, unknown>): Record<string, unknown> {
+function prefillBody(body: Record<string, unknown>): Record<string, unknown> {
   const b: Record<string, unknown> = { ...body, kv_transfer_params: PREFILL_PARAMS, stream: false, max_tokens: 1 };
   if ('max_completion_tokens' in b) b.max_completion_tokens = 1;
   delete b.stream_options;
@@ -77,16 +78,31 @@ export function prefillBody(body: Record<string, unknown>): Record<string, unkno
   return b;
 }
 
-/** Prefill the request's prompt on one of `workers` (the policy picks), trying up to `attempts` of them. */
-export async function runPrefill(env: PrefillEnv, ctx: RequestContext, workers: readonly WorkerState[], attempts: number): Promise<PrefillResult> {
+/**
+ * Prefill the request's prompt: first on `first` (the policy's pick, not yet charged), then on
+ * others of `workers` as the policy picks them, up to `attempts` in all.
+ */
+export async function runPrefill(
+  env: PrefillEnv,
+  ctx: RequestContext,
+  first: RouteDecision,
+  workers: readonly WorkerState[],
+  attempts: number,
+): Promise<PrefillResult> {
   const body = Buffer.from(JSON.stringify(prefillBody(ctx.body as unknown as Record<string, unknown>)));
   const id = `${ctx.id}/prefill`;
   const tried = new Set<string>();
   for (let i = 0; i < attempts; i++) {
     if (ctx.aborted) return { ok: false, reason: 'cancelled' };
-    const out = env.router.route(prefillRequest(ctx.routeRequest, id), workers, tried);
-    if (!out.ok) break;
-    const w = out.decision.worker;
+    const req = prefillRequest(ctx.routeRequest, id);
+    let d: RouteDecision = first;
+    if (i === 0) env.router.commit(req, first);
+    else {
+      const out = env.router.route(req, workers, tried);
+      if (!out.ok) break;
+      d = out.decision;
+    }
+    const w = d.worker;
     tried.add(w.id);
     const uncached = w.inflight.get(id)?.uncachedTokens ?? 0;
     let ok = false;

@@ -36,8 +36,11 @@ export interface DisaggStageEnv extends PrefillEnv {
   options(): DisaggOptions;
 }
 
-/** The KV transfer the decider assumes: latency plus the prompt's KV bytes over the link, ms. */
-export function linkTransferMs(o: Pick<DisaggOptions, 'kvBytesPerToken' | 'linkGbps' | 'linkLatencyMs'>, tokens: number): number {
+/**
+ * The KV transfer the decider assumes: latency plus the prompt's KV bytes over the link, ms — the
+ * simulation's link model (src/engine/kv-link.ts), which the live path does not import.
+ */
+function linkTransferMs(o: Pick<DisaggOptions, 'kvBytesPerToken' | 'linkGbps' | 'linkLatencyMs'>, tokens: number): number {
   return o.linkLatencyMs + (tokens * o.kvBytesPerToken * 8) / (o.linkGbps * 1e6);
 }
 
@@ -77,9 +80,16 @@ async function serve(env: DisaggStageEnv, ctx: RequestContext, pools: RolePools)
   const d = plan.decision;
   env.metrics.decisions.labels(ctx.model, d.mode, d.reason).inc();
   (ctx.logFields ??= {}).disagg = `${d.mode}:${d.reason}`;
-  if (d.mode === 'local') return 'continue';
-  const prefillWorkers = plan.decode ? pools.prefill.filter((w) => w !== plan.decode!.worker) : pools.prefill;
-  const r = await runPrefill(env, ctx, prefillWorkers, o.prefillAttempts);
+  // The decode worker the decider weighed is the one the relay's first attempt goes to: reserved
+  // now (the policy is asked once per pool), released by the relay, or here if it never runs.
+  if (plan.decode !== null) {
+    router.commit(ctx.routeRequest, plan.decode);
+    ctx.routed = plan.decode;
+    ctx.onFinish.push(() => router.complete(ctx.id, false));
+  }
+  if (d.mode === 'local' || plan.prefill === null) return 'continue';
+  const prefillWorkers = pools.prefill.filter((w) => w !== plan.decode?.worker);
+  const r = await runPrefill(env, ctx, plan.prefill, prefillWorkers, o.prefillAttempts);
   if (!r.ok) {
     if (r.reason === 'cancelled') return 'handled';
     env.metrics.fallbacks.labels(ctx.model, 'prefill_failed').inc();

@@ -88,7 +88,8 @@ export class Relay {
         (exclude ??= new Set()).add(lastWorker);
         ctx.beforeRetry?.();
       }
-      const out = router.route(ctx.routeRequest, ctx.candidates, exclude);
+      const routed = attempt === 0 ? ctx.routed : undefined;
+      const out = routed !== undefined ? { ok: true as const, decision: routed } : router.route(ctx.routeRequest, ctx.candidates, exclude);
       if (!out.ok) {
         if (lastError) throw lastError;
         if (out.status === 400) throw new ApiError(400, 'invalid_request_error', out.code, out.message);

@@ -29,14 +29,7 @@ export type DisaggMode = 'disaggregated' | 'local';
  */
 export type DisaggReason = 'uncached' | 'disabled' | 'short-prompt' | 'cached' | 'no-prefill-worker' | 'prefill-saturated';
 
-export const DISAGG_REASONS: readonly DisaggReason[] = [
-  'uncached',
-  'disabled',
-  'short-prompt',
-  'cached',
-  'no-prefill-worker',
-  'prefill-saturated',
-];
+export const DISAGG_REASONS: readonly DisaggReason[] = ['uncached', 'disabled', 'short-prompt', 'cached', 'no-prefill-worker', 'prefill-saturated'];
 
 export interface DeciderOptions {
   /** Uncached prompt tokens (on the decode candidate) from which a request is disaggregated; 0: never. */

@@ -123,7 +123,8 @@ export class EngineDriver {
     this.sinks.clear();
   }
 
-  private wake(): void {
+  /** Step again if idle (a submitted request, or blocks freed or KV arrived outside a step). */
+  wake(): void {
     if (this.active || this.stopped) return;
     // Leaving idle: modelled time catches up with the wall clock, and the first step starts now.
     this.simCursor = this.now();

@@ -82,6 +82,8 @@ export class Exchange {
   /** A Responses API request's answer (params.kind 'responses'), and its stream's events. */
   private readonly response: ResponseState | null;
   private events: ResponseEvents | null = null;
+  /** A prefill for a remote decode: the kv_transfer_params its answer carries (sim/worker/kv-transfer.ts). */
+  kvTransferParams: Record<string, unknown> | null = null;
 
   constructor(host: ExchangeHost, res: ServerResponse, id: string, params: GenParams, specs: SeqSpec[]) {
     this.host = host;
@@ -333,6 +335,7 @@ export class Exchange {
       })),
       usage: this.usage(),
       prompt_logprobs: null,
+      ...(this.kvTransferParams !== null ? { kv_transfer_params: this.kvTransferParams } : {}),
     };
   }
 
@@ -353,6 +356,7 @@ export class Exchange {
         ...(p.returnTokenIds ? { prompt_token_ids: s.spec.promptIds, token_ids: s.gen.tokens } : {}),
       })),
       usage: this.usage(),
+      ...(this.kvTransferParams !== null ? { kv_transfer_params: this.kvTransferParams } : {}),
     };
   }
 
@@ -381,11 +385,15 @@ export class Exchange {
   }
 
   abortForShutdown(): void {
+    this.fail(unavailable('The server is shutting down.'));
+  }
+
+  /** End the request with an error: an error event in a stream, else the error's status and body. */
+  fail(err: SimError): void {
     if (this.ended) return;
     this.ended = true;
     for (const s of this.seqs) if (!s.gen.finished) this.host.cancelEngine(s);
     this.host.done(this);
-    const err = unavailable('The server is shutting down.');
     if (this.params.stream) this.res.end(sseData(err.body()));
     else sendJsonError(this.res, err);
   }

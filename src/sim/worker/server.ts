@@ -23,7 +23,8 @@ import type { AddressInfo } from 'node:net';
 import { readBody } from '../../api/body.js';
 import { promptList } from '../../api/schemas.js';
 import { Engine } from '../../engine/engine.js';
-import { buildEngineConfig, type WeightDtype } from '../../engine/profiles.js';
+import { KV_LINKS, KvTransferModel, type KvLink } from '../../engine/kv-link.js';
+import { buildEngineConfig, resolveModel, type WeightDtype } from '../../engine/profiles.js';
 import { createSampler, createSyntheticLm, fidelityForAcceptance, type SampledLogprob, type SyntheticLm } from '../../engine/synthetic-lm.js';
 import type { EngineConfig, EngineModel, FinishReason } from '../../engine/types.js';
 import type { KvEvent } from '../../kv/events.js';
@@ -34,6 +35,7 @@ import { EMBEDDING_DIM, embeddingsSchema, inputTooLongMessage, writeEmbeddingsAn
 import { Exchange, type ExchangeHost, type SeqRun } from './exchange.js';
 import { Generation } from './generation.js';
 import { KvEventPublisher, type KvEventEncoding } from './kv-event-publisher.js';
+import { kvRequestRole, SimKvConnector, type KvConnectorStats, type KvRequestRole, type KvRole } from './kv-transfer.js';
 import { promptLogprobs, vllmPromptLogprobs, type PromptLogprobEntry } from './logprobs.js';
 import {
   SimError,
@@ -146,6 +148,17 @@ export interface SimWorkerOptions {
    * acceptance). Exports vLLM's spec-decode counters.
    */
   speculative?: { k: number; draftModel: string; acceptance: number | ((nowMs: number) => number); seed?: number };
+  /**
+   * A KV connector for prefill/decode disaggregation (vLLM's --kv-transfer-config with
+   * NixlConnector; sim/worker/kv-transfer.ts): `prefill` answers do_remote_decode requests with
+   * kv_transfer_params and holds their blocks, `decode` pulls a prefill's KV for
+   * do_remote_prefill requests, `both` does either. Absent: kv_transfer_params are ignored.
+   */
+  kvRole?: KvRole;
+  /** The link KV transfers take (src/engine/kv-link.ts). Default ib-400. */
+  kvLink?: KvLink;
+  /** Simulated ms a prefill's held blocks wait for a decode worker's read (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT: 480 s). */
+  kvHoldTimeoutMs?: number;
   logger?: SimLogger;
 }
 
@@ -158,6 +171,10 @@ export interface SimWorkerStats {
   inFlight: number;
   /** Response bytes written but not yet taken by clients' sockets (stays small: backpressure). */
   bufferedBytes: number;
+  /** Prompt tokens the engine computed (a prefix-cache hit or pulled KV is not computed). */
+  computedPromptTokens: number;
+  /** With a KV connector: held prefills, pulls under way, tokens pulled, holds expired, failed reads. */
+  kv?: KvConnectorStats;
 }
 
 export interface SimWorker {
@@ -242,6 +259,18 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
     defaultMaxChatTokens: opts.defaultMaxChatTokens ?? 1024,
     apiKey: opts.apiKey,
   });
+  if (opts.kvRole !== undefined) {
+    sim.kv = new SimKvConnector({
+      role: opts.kvRole,
+      engine,
+      transfer: new KvTransferModel(opts.kvLink ?? KV_LINKS['ib-400'], resolveModel(opts.profile ?? model), opts.tp ?? 1),
+      holdTimeoutMs: opts.kvHoldTimeoutMs ?? 480_000,
+      speed: sim.driver.speed,
+      tpSize: opts.tp ?? 1,
+      wake: () => sim.driver.wake(),
+      failRequest: (id, message) => sim.failSeq(id, message),
+    });
+  }
 
   simNow = () => sim.driver.now();
   let publisher: KvEventPublisher | null = null;
@@ -283,6 +312,10 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
   const host = opts.host ?? '127.0.0.1';
   const urlHost = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   const url = `http://${urlHost === '0.0.0.0' ? '127.0.0.1' : urlHost === '[::]' ? '[::1]' : urlHost}:${addr.port}`;
+  if (sim.kv) {
+    sim.kv.host = new URL(url).hostname.replace(/^\[|\]$/g, '');
+    sim.kv.port = addr.port;
+  }
   opts.logger?.info(
     { url, model, gpu: opts.gpu ?? 'h100', numGpuBlocks: config.numGpuBlocks, blockSize: config.blockSize, speed: sim.driver.speed, kvEvents: kvEndpoints },
     'simulated vLLM worker listening',
@@ -301,6 +334,7 @@ export async function startSimWorker(opts: SimWorkerOptions = {}): Promise<SimWo
     close() {
       closing ??= (async () => {
         sim.shutdown();
+        sim.kv?.close();
         await new Promise<void>((resolve) => {
           server.close(() => resolve());
           server.closeAllConnections();
@@ -345,6 +379,12 @@ class SimWorkerServer implements ExchangeHost {
   readonly driver: EngineDriver;
   readonly metrics: VllmMetrics;
   kvPublisher: KvEventPublisher | null = null;
+  /** The KV connector of a worker started with a role (null: none). */
+  kv: SimKvConnector | null = null;
+  /** Per exchange: what its kv_transfer_params ask of the connector. */
+  private readonly kvRoles = new WeakMap<Exchange, KvRequestRole>();
+  /** Decode requests whose KV is pulled, by engine id: the exchange a failed read ends. */
+  private readonly pullingExchanges = new Map<string, Exchange>();
   /** The synthetic LM in force at a simulated time (a shifting draft changes it). */
   private readonly lmAt: (nowMs: number) => SyntheticLm;
   private readonly served: ServedModel;
@@ -353,6 +393,7 @@ class SimWorkerServer implements ExchangeHost {
   private readonly embedCancels = new Set<() => void>();
   private requests = 0;
   private clientAborts = 0;
+  private computedPromptTokens = 0;
   private shuttingDown = false;
   private readonly apiKey: string | null;
 
@@ -384,6 +425,8 @@ class SimWorkerServer implements ExchangeHost {
       speed: p.speed,
       onStep: (step) => {
         if (step.kvEvents.length > 0) this.kvPublisher?.publish(step.kvEvents);
+        this.computedPromptTokens += step.prefillTokens;
+        for (const pull of step.kvPulls) this.kv?.onPull(pull);
       },
     });
   }
@@ -391,7 +434,9 @@ class SimWorkerServer implements ExchangeHost {
   stats(): SimWorkerStats {
     let buffered = 0;
     for (const ex of this.exchanges) buffered += ex.bufferedBytes;
-    return { requests: this.requests, clientAborts: this.clientAborts, inFlight: this.driver.inFlight, bufferedBytes: buffered };
+    const s: SimWorkerStats = { requests: this.requests, clientAborts: this.clientAborts, inFlight: this.driver.inFlight, bufferedBytes: buffered, computedPromptTokens: this.computedPromptTokens };
+    if (this.kv) s.kv = this.kv.stats();
+    return s;
   }
 
   stop(): void {
@@ -461,6 +506,10 @@ class SimWorkerServer implements ExchangeHost {
         return post((b) => this.unloadLora(res, b));
       case '/tokenize':
         return post((b) => this.tokenize(res, b));
+      case '/kv_transfer/read':
+      case '/kv_transfer/done':
+        if (this.kv === null) return sendJson(res, 404, { detail: 'Not Found' });
+        return post((b) => this.kvSideChannel(res, path, b));
       case '/detokenize':
         return post((b) => this.detokenize(res, b));
       case '/v1/audio/transcriptions':
@@ -683,7 +732,28 @@ class SimWorkerServer implements ExchangeHost {
     res.setHeader('x-request-id', baseId);
     const ex = new Exchange(this, res, id, params, seqs);
     this.exchanges.add(ex);
+    // One prompt, one sample: what a disaggregated request is (vLLM's P/D proxies send no other).
+    const kvRole = seqs.length === 1 ? kvRequestRole(this.kv?.role ?? null, raw) : null;
+    if (kvRole !== null) this.kvRoles.set(ex, kvRole);
     ex.start();
+  }
+
+  /** The KV side channel (sim/worker/kv-transfer.ts): a decode worker reads a held prefill, then says it is done. */
+  private kvSideChannel(res: ServerResponse, path: string, raw: unknown): void {
+    const b = raw as { remote_engine_id?: unknown; remote_request_id?: unknown };
+    const kv = this.kv!;
+    if (path === '/kv_transfer/read') {
+      const r = kv.read(b.remote_engine_id, b.remote_request_id);
+      return r === null ? sendJson(res, 404, { detail: 'no KV held for that request' }) : sendJson(res, 200, r);
+    }
+    return kv.done(b.remote_engine_id, b.remote_request_id) ? sendJson(res, 200, {}) : sendJson(res, 404, { detail: 'no KV held for that request' });
+  }
+
+  /** A decode request's KV could not be read: it fails (vLLM's kv_load_failure_policy "fail"). */
+  failSeq(engineId: string, message: string): void {
+    const ex = this.pullingExchanges.get(engineId);
+    this.pullingExchanges.delete(engineId);
+    ex?.fail(new SimError(500, 'InternalServerError', message));
   }
 
   // ---- ExchangeHost: called by exchanges ----
@@ -706,6 +776,11 @@ class SimWorkerServer implements ExchangeHost {
     });
     seq.arrivalMs = this.driver.now();
     this.requests++;
+    const kv = this.kvRoles.get(ex);
+    if (kv?.source !== undefined) {
+      this.kv!.expect(seq.engineId, kv.source);
+      this.pullingExchanges.set(seq.engineId, ex);
+    }
     this.driver.submit(
       {
         id: seq.engineId,
@@ -719,13 +794,21 @@ class SimWorkerServer implements ExchangeHost {
         lora: params.lora,
         // vLLM V1 computes the whole prompt of a request that wants prompt logprobs.
         skipPrefixCache: params.promptLogprobs !== null,
+        ...(kv?.remoteDecode ? { remoteDecode: true } : {}),
+        ...(kv?.remotePrefill ? { remotePrefill: true } : {}),
       },
       {
         onStarted: (cached, at) => {
           seq.cachedTokens = cached;
           seq.startedMs = at;
         },
-        onOutput: (tokens, fin, at) => ex.onOutput(seq, tokens, fin, at),
+        onOutput: (tokens, fin, at) => {
+          if (fin !== null && kv !== undefined) {
+            if (fin.kvHeld === true) ex.kvTransferParams = this.kv!.onHeld(seq.engineId);
+            this.releasePull(seq);
+          }
+          ex.onOutput(seq, tokens, fin, at);
+        },
       },
     );
   }
@@ -733,6 +816,12 @@ class SimWorkerServer implements ExchangeHost {
   /** The sequence ended on a stop string / stop token id the engine does not know about. */
   cancelEngine(seq: SeqRun): void {
     this.driver.cancel(seq.engineId);
+    this.releasePull(seq);
+  }
+
+  /** A decode request ended: a KV read not made yet frees the prefill worker's blocks. */
+  private releasePull(seq: SeqRun): void {
+    if (this.pullingExchanges.delete(seq.engineId)) this.kv?.forget(seq.engineId);
   }
 
   recordFirstToken(seq: SeqRun, at: number): void {
