@@ -72,6 +72,7 @@ describe('one prefill and one decode worker', () => {
     const r = await post(url + '/v1/completions', { model: MODEL, prompt: text, max_tokens: 6, ignore_eos: true });
     assert.equal(r.status, 200, r.text);
     assert.equal(r.headers.get('x-kvgate-worker'), 'd0');
+    assert.equal(r.headers.get('x-kvgate-prefill-worker'), 'p0');
     assert.equal(r.json.object, 'text_completion');
     assert.equal(r.json.kv_transfer_params, undefined);
     assert.equal(r.json.usage.prompt_tokens, estimateTokenizer.encode(text).length);

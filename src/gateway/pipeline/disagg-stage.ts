@@ -97,6 +97,8 @@ async function serve(env: DisaggStageEnv, ctx: RequestContext, pools: RolePools)
     return 'continue';
   }
   ctx.logFields.disaggPrefillWorker = r.worker.id;
+  // Beside x-kvgate-worker (the decode worker), for callers that may see routing.
+  if (ctx.exposeRouting) ctx.headers['x-kvgate-prefill-worker'] = r.worker.id;
   const body = ctx.body as unknown as Record<string, unknown>;
   body.kv_transfer_params = r.params;
   ctx.bodyModified = true;

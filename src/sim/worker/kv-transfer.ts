@@ -8,8 +8,11 @@
  * `remoteDecode`); the answer carries `kv_transfer_params` {do_remote_prefill: true,
  * do_remote_decode: false, remote_block_ids, remote_engine_id, remote_request_id, remote_host,
  * remote_port, tp_size} (request_finished). The blocks are freed when the decode side reports its
- * read done, or after `holdTimeoutMs` of simulated time (vLLM: VLLM_NIXL_ABORT_REQUEST_TIMEOUT,
- * 480 s).
+ * read done, or after `holdTimeoutMs` of simulated time: one fixed timeout, as NixlConnector's
+ * VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s). Newer vLLM holds them on a lease instead
+ * (`kv_connector_extra_config.kv_lease_duration`, 30 s, renewed by the decode worker's heartbeats
+ * while the request waits there: vllm `docs/design/nixl_kv_cache_lease.md`); the simulated worker
+ * sends no heartbeats, so a lease is modelled by a timeout as long as the longest wait.
  *
  * Decode side (`do_remote_prefill: true` with those fields): the engine admits the request with
  * blocks for its whole prompt and reports the pull (the engine's `remotePrefill`, StepResult.kvPulls:
