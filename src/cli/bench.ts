@@ -789,6 +789,7 @@ export function disaggFromFlags(v: BenchFlags, workers: number, model: string, t
     if (!isKvLinkPreset(name)) throw new UsageError(`--kv-link must be one of ${Object.keys(KV_LINKS).join(', ')}, got '${name}'`);
     link = KV_LINKS[name];
   }
+  if (v.report !== undefined) throw new UsageError('--report is not drawn for --disagg (use --json)');
   for (const [flag, bad] of [['cache', v.cache === 'on'], ['admission', v.admission === 'on'], ['replicas', (intFlag(v.replicas, 'replicas', 1) ?? 1) > 1], ['spec-mode', v['spec-mode'] !== undefined]] as const) {
     if (bad) throw new UsageError(`--disagg is not simulated with --${flag}`);
   }

@@ -12,7 +12,7 @@
  *    (Engine.kvArrived) and the prefill worker frees its blocks (Engine.releaseKv);
  * 4. the decode worker recomputes the last prompt token, and its first token is the client's:
  *    TTFT includes the prefill, both hops and the transfer.
- * A local request is routed over the decode pool and served whole there, as any request is.
+ * A local request is served whole by the decode worker the decider weighed, as any request is.
  */
 import type { Engine } from '../engine/engine.js';
 import type { KvTransferModel } from '../engine/kv-link.js';
@@ -20,7 +20,7 @@ import type { EngineRequest, FinishedOutput, KvPull } from '../engine/types.js';
 import type { WorkerRole, WorkerState } from '../fleet/worker-state.js';
 import { DISAGG_REASONS, type DeciderOptions, type DisaggReason } from '../scheduler/disagg/decider.js';
 import { planDisaggregation, rolePools, type DisaggPlanEnv, type RolePools } from '../scheduler/disagg/select.js';
-import type { Policy } from '../scheduler/types.js';
+import type { Policy, RouteDecision } from '../scheduler/types.js';
 import type { Router } from '../scheduler/router.js';
 import type { TimeModel } from '../engine/types.js';
 import { LatencyHistogram } from '../util/latency-histogram.js';
@@ -140,28 +140,27 @@ export class SimDisagg {
   }
 
   /**
-   * Decide `rec`: disaggregated, it is charged to both workers and its prefill half dispatched
-   * (true); local, the caller routes it over `pools.decode` as any request (false).
+   * Decide `rec` as the gateway's disaggregation stage does (src/gateway/pipeline/disagg-stage.ts):
+   * the decode worker the decider weighed is charged (Router.commit); disaggregated, the prefill
+   * worker is charged with the prompt and max_tokens 1 and the prefill half dispatched (true);
+   * local, the charged decode decision is returned for the caller to dispatch; null when no decode
+   * worker can take it now (the caller routes it over the decode pool, which answers why).
    */
-  route(rec: SimRequest, router: Router, policy: Policy, pools: RolePools): boolean {
+  route(rec: SimRequest, router: Router, policy: Policy, pools: RolePools): RouteDecision | true | null {
     const env: DisaggPlanEnv = { prefillRate: this.prefillRate, transferMs: (tokens) => this.o.transfer.ms(tokens) };
     const plan = planDisaggregation(policy, rec.route, pools, router.context(), env, this.o.decider);
     this.out.decisions[plan.decision.reason]++;
-    if (plan.decision.mode === 'local') return false;
+    if (plan.decode === null) return null;
+    router.commit(rec.route, plan.decode);
+    if (plan.decision.mode === 'local' || plan.prefill === null) return plan.decode;
     const host = this.host;
-    const dw = host.workerIndex(plan.decode!.worker.id);
-    const pw = host.workerIndex(plan.prefill!.worker.id);
+    const dw = host.workerIndex(plan.decode.worker.id);
+    const pw = host.workerIndex(plan.prefill.worker.id);
     const prompt = rec.req.promptTokens.length;
-    const err = host.engine(dw).check(prompt, rec.route.maxTokens) ?? host.engine(pw).check(prompt, 1);
-    if (err) return false; // the decode worker answers it (or its 400) on the local path
-    const d = router.route(rec.route, [plan.decode!.worker]);
-    if (!d.ok) return false;
+    // A prompt either worker refuses is the decode worker's to answer (its 400), on the local path.
+    if (host.engine(dw).check(prompt, rec.route.maxTokens) ?? host.engine(pw).check(prompt, 1)) return plan.decode;
     const pr = new SimRouteRequest(`${rec.id}p`, rec.route.model, rec.req.promptTokens, 1, rec.req.promptText);
-    const p = router.route(pr, [plan.prefill!.worker]);
-    if (!p.ok) {
-      router.complete(rec.route.id, false);
-      return false;
-    }
+    router.commit(pr, plan.prefill);
     host.routed(dw);
     host.routed(pw);
     this.out.disaggregated++;

@@ -60,7 +60,7 @@ import type { MetricsSnapshot, WorkerState } from '../fleet/worker-state.js';
 import type { ResponseCache } from '../cache/response-cache.js';
 import type { KvEvent } from '../kv/events.js';
 import type { Router } from '../scheduler/router.js';
-import type { Policy, RouteRequest } from '../scheduler/types.js';
+import type { Policy, RouteOutcome, RouteRequest } from '../scheduler/types.js';
 import { answerToken } from '../workload/tokens.js';
 import type { BenchRequest } from '../workload/types.js';
 import { VirtualClock } from '../util/clock.js';
@@ -684,17 +684,13 @@ class FleetSim {
     // Admission narrows the candidates to the workers the request fits on.
     const ri = this.replicaIndex(idx);
     const rep = this.replicas[ri]!;
-    let workers = rec.ticket?.workers ?? rep.states;
-    if (this.disagg) {
-      // Disaggregated, it is on its way; local, it is routed over the decode pool.
-      const pools = this.disagg.pools(workers);
-      rep.router.policy.prepare?.(rr, workers);
-      if (this.disagg.route(rec, rep.router, rep.router.policy, pools)) return;
-      workers = pools.decode;
-    }
+    const workers = rec.ticket?.workers ?? rep.states;
     // As the gateway does where it tokenizes (Policy.prepare), before the decision.
     rep.router.policy.prepare?.(rr, workers);
-    const outcome = rep.router.route(rr, workers);
+    // Disaggregated, it is on its way; local, it goes to the decode worker the decider weighed.
+    const planned = this.disagg?.route(rec, rep.router, rep.router.policy, this.disagg.pools(workers));
+    if (planned === true) return;
+    const outcome: RouteOutcome = planned ? { ok: true, decision: planned } : rep.router.route(rr, this.disagg ? this.disagg.pools(workers).decode : workers);
     this.trace?.({ type: 'route', t: now, req: rr, worker: outcome.ok ? outcome.decision.worker.id : null, status: outcome.ok ? undefined : outcome.status });
     if (!outcome.ok) return this.refuse(rec, outcome.status, outcome.code);
     const picked = outcome.decision.worker;

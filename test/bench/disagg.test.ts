@@ -65,6 +65,7 @@ describe('kvgate bench --disagg', () => {
       [['--disagg', '1:3', '--disagg-threshold', '0.5'], /--disagg-threshold must be an integer ≥ 1/],
       [['--disagg', '1:3', '--disagg-prefill-role', 'decode'], /--disagg-prefill-role must be prefill or both/],
       [['--disagg', '1:3', '--cache', 'on'], /not simulated with --cache/],
+      [['--disagg', '1:3', '--report', 'x.html'], /--report is not drawn for --disagg/],
       [['--kv-link', 'nvlink'], /--kv-link applies to --disagg only/],
       [['--disagg-threshold', '100'], /--disagg-threshold applies to --disagg only/],
     ];

@@ -76,6 +76,16 @@ describe('fleet simulation: prefill/decode disaggregation', () => {
     assert.equal(r.workers[0]!.routed, 0);
   });
 
+  it('prefill workers of role both also serve the requests kept local', async () => {
+    const reqs = Array.from({ length: 40 }, (_, i) => req(i * 10, 100 + (i % 4) * 50, 30, i + 1));
+    const transfer = new KvTransferModel(KV_LINKS['ib-400'], model);
+    const r = await simulateFleet(reqs, { workers: 3, engineConfig: cfg, policy: createPolicy('kvgate'), seed: 1, disagg: { prefill: 1, transfer, decider, prefillRole: 'both' } });
+    assert.equal(r.completed.arrival.length, 40);
+    assert.equal(r.disagg!.disaggregated, 0);
+    assert.ok(r.workers[0]!.routed > 0, 'the prefill worker served local requests');
+    assert.ok(r.completed.worker.some((w) => w === 0));
+  });
+
   it('refuses a split without a prefill or a decode worker', async () => {
     const transfer = new KvTransferModel(KV_LINKS.nvlink, model);
     await assert.rejects(simulateFleet([req(0, 10, 2, 1)], { workers: 2, engineConfig: cfg, policy: createPolicy('kvgate'), seed: 1, disagg: { prefill: 2, transfer, decider } }), /needs 1 to 1 prefill workers of 2, got 2/);
