@@ -88,6 +88,12 @@ export class Picker {
       const handled = typeof ran === 'boolean' ? ran : await ran;
       if (ctx.aborted) return { kind: 'gone' };
       if (handled) return await this.answered(ctx, res);
+      // Again after the stages: admission hands back the workers the request fits on, from the whole pool.
+      if (r.subset !== null) {
+        const allowed = r.subset;
+        ctx.candidates = ctx.candidates.filter((w) => allowed.has(endpointOf(w)));
+        if (ctx.candidates.length === 0) throw noEndpointInSubset(ctx.model, allowed, this.g.config.limits.retryAfterSeconds);
+      }
       return this.pick(ctx);
     } catch (e) {
       if (ctx.aborted) return { kind: 'gone' };
