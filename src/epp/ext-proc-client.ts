@@ -268,7 +268,8 @@ export interface ProxiedExchange {
  * One request as an Envoy-family proxy carries it with an EPP: the request's headers and body to
  * the picker; the body it passes on sent to the endpoint it picked (plain HTTP/1.1 from this
  * process); the worker's response headers and body chunks through the stream as they arrive, each
- * echo read back; then the stream closed. `served` reports another endpoint as the one that served.
+ * echo read back; then the stream closed. `served`: the proxy retried at that endpoint instead (the
+ * request is sent there, and the response headers report it as the one that served).
  */
 export async function proxyExchange(
   client: ExtProcClient,
@@ -283,7 +284,7 @@ export async function proxyExchange(
     s.end();
     return { answer, status: 0, echoed: Buffer.alloc(0), upstream: Buffer.alloc(0), grpc: await s.status };
   }
-  const target = answer.endpoint.split(',')[0]!;
+  const target = req.served ?? answer.endpoint.split(',')[0]!;
   const sent: Record<string, string> = {};
   for (const [k, v] of Object.entries(headers)) if (!k.startsWith(':')) sent[k] = v;
   Object.assign(sent, answer.setHeaders);

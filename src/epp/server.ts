@@ -73,7 +73,8 @@ export function createEppListeners(g: GatewayMembers, env: StreamEnv): EppListen
     Process: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
       const stream = new EppStream(env, callSink(call));
       call.on('data', (b: Buffer) => stream.onMessage(b));
-      call.on('end', () => stream.onClosed(false));
+      // A cancelled call may end its reading side before it says it was cancelled: a turn later, it has.
+      call.on('end', () => setImmediate(() => stream.onClosed(call.cancelled)));
       call.on('cancelled', () => stream.onClosed(true));
       // A transport error on the call: the stream is over for the proxy too.
       call.on('error', () => stream.onClosed(true));
