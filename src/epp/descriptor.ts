@@ -141,6 +141,19 @@ const root = new protobuf.Root();
 for (const text of [PROTO, CORE, TYPE, EXT_PROC, HEALTH]) protobuf.parse(text, root, { keepCase: true });
 root.resolveAll();
 
+/**
+ * Protocol names, from GIE pkg/lwepp/metadata/consts.go: the subset hint's namespace and key in
+ * the request's metadata_context, the header and the dynamic-metadata namespace/key of the pick,
+ * and the key under which the proxy reports the endpoint that served the request.
+ */
+export const SUBSET_NAMESPACE = 'envoy.lb.subset_hint';
+export const SUBSET_KEY = 'x-gateway-destination-endpoint-subset';
+export const DESTINATION_NAMESPACE = 'envoy.lb';
+export const DESTINATION_KEY = 'x-gateway-destination-endpoint';
+export const SERVED_KEY = 'x-gateway-destination-endpoint-served';
+/** The largest body chunk sent back in a streamed_response (llm-d-router pkg/common/envoy/chunking.go uses 62,000). */
+export const MAX_BODY_CHUNK = 62_000;
+
 /** The full names the gRPC services are registered under. */
 export const EXT_PROC_SERVICE = 'envoy.service.ext_proc.v3.ExternalProcessor';
 export const HEALTH_SERVICE = 'grpc.health.v1.Health';
@@ -148,7 +161,7 @@ export const HEALTH_SERVICE = 'grpc.health.v1.Health';
 export const BodySendMode = { NONE: 0, STREAMED: 1, BUFFERED: 2, BUFFERED_PARTIAL: 3, FULL_DUPLEX_STREAMED: 4, GRPC: 5 } as const;
 export const ServingStatus = { UNKNOWN: 0, SERVING: 1, NOT_SERVING: 2, SERVICE_UNKNOWN: 3 } as const;
 /** HeaderValueOption.HeaderAppendAction: replace what the request had. */
-export const OVERWRITE_IF_EXISTS_OR_ADD = 2;
+const OVERWRITE_IF_EXISTS_OR_ADD = 2;
 
 // ---- the messages as plain objects (snake_case, as on the wire) ----
 

@@ -9,6 +9,11 @@ import * as grpc from '@grpc/grpc-js';
 import {
   BodySendMode,
   decodeHealthCheckResponse,
+  DESTINATION_KEY,
+  DESTINATION_NAMESPACE,
+  SERVED_KEY,
+  SUBSET_KEY,
+  SUBSET_NAMESPACE,
   decodeProcessingResponse,
   encodeHealthCheckRequest,
   encodeProcessingRequest,
@@ -104,7 +109,7 @@ export class ExtProcStream {
     const m: ProcessingRequest = { request_headers: { headers: { headers: headerList(headers) }, end_of_stream: o.endOfStream === true } };
     if (o.subset !== undefined) {
       const v: StructValue = Array.isArray(o.subset) ? { list_value: { values: o.subset.map((s) => ({ string_value: s })) } } : { string_value: o.subset };
-      m.metadata_context = { filter_metadata: { 'envoy.lb.subset_hint': { fields: { 'x-gateway-destination-endpoint-subset': v } } } };
+      m.metadata_context = { filter_metadata: { [SUBSET_NAMESPACE]: { fields: { [SUBSET_KEY]: v } } } };
     }
     const mode = o.bodyMode === undefined ? { request: BodySendMode.FULL_DUPLEX_STREAMED, response: BodySendMode.FULL_DUPLEX_STREAMED } : o.bodyMode;
     if (mode !== null) m.protocol_config = { request_body_mode: mode.request, response_body_mode: mode.response };
@@ -130,7 +135,7 @@ export class ExtProcStream {
   /** Response headers; `served`: envoy.lb / x-gateway-destination-endpoint-served, as the proxy reports it. */
   responseHeaders(status: number, headers: Record<string, string> = {}, o: { served?: string; endOfStream?: boolean } = {}): void {
     const m: ProcessingRequest = { response_headers: { headers: { headers: headerList({ ':status': String(status), ...headers }) }, end_of_stream: o.endOfStream === true } };
-    if (o.served !== undefined) m.metadata_context = { filter_metadata: { 'envoy.lb': { fields: { 'x-gateway-destination-endpoint-served': { string_value: o.served } } } } };
+    if (o.served !== undefined) m.metadata_context = { filter_metadata: { [DESTINATION_NAMESPACE]: { fields: { [SERVED_KEY]: { string_value: o.served } } } } };
     this.send(m);
   }
 
@@ -183,9 +188,9 @@ export class ExtProcStream {
       if (mutation?.set_headers?.length) {
         Object.assign(a.setHeaders, mutationHeaders(mutation.set_headers));
         a.removeHeaders.push(...(mutation.remove_headers ?? []));
-        a.endpoint = a.setHeaders['x-gateway-destination-endpoint'] ?? null;
+        a.endpoint = a.setHeaders[DESTINATION_KEY] ?? null;
         a.clearRouteCache = common?.clear_route_cache === true;
-        a.metadataEndpoint = structString(m.dynamic_metadata, 'envoy.lb', 'x-gateway-destination-endpoint');
+        a.metadataEndpoint = structString(m.dynamic_metadata, DESTINATION_NAMESPACE, DESTINATION_KEY);
         if (!hasBody) return a;
       }
       const bm = common?.body_mutation;
@@ -288,7 +293,7 @@ export async function proxyExchange(
   const sent: Record<string, string> = {};
   for (const [k, v] of Object.entries(headers)) if (!k.startsWith(':')) sent[k] = v;
   Object.assign(sent, answer.setHeaders);
-  delete sent['x-gateway-destination-endpoint'];
+  delete sent[DESTINATION_KEY];
   for (const k of answer.removeHeaders) delete sent[k];
   delete sent['content-length'];
   const r = await fetch(`http://${target}${req.path}`, { method: headers[':method'], headers: sent, body: req.body === null ? undefined : answer.body });

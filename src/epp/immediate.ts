@@ -9,7 +9,7 @@
 import type { ApiError } from '../api/errors.js';
 import { setHeader, type HeaderValueOption, type ProcessingResponse } from './descriptor.js';
 
-export const DROPPED_REASON_HEADER = 'x-kvgate-request-dropped-reason';
+const DROPPED_REASON_HEADER = 'x-kvgate-request-dropped-reason';
 
 /** Why a request was refused, from the error kvgate answers it with. */
 export function droppedReason(e: ApiError): string {

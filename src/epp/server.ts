@@ -47,7 +47,7 @@ export interface EppListeners extends ListeningServer {
 }
 
 /** The status of a health service name, or SERVICE_UNKNOWN. */
-export function servingStatus(g: GatewayMembers, service: string): number {
+function servingStatus(g: GatewayMembers, service: string): number {
   const ready = g.life.started && !g.life.draining && !g.life.closing && (g.config.server.readyRequiresWorker !== true || g.registry.anyRoutable());
   switch (service) {
     case 'liveness':

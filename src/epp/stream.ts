@@ -30,6 +30,12 @@ import type { FlatFields } from '../telemetry/logger.js';
 import {
   BodySendMode,
   decodeProcessingRequest,
+  DESTINATION_KEY,
+  DESTINATION_NAMESPACE,
+  MAX_BODY_CHUNK,
+  SERVED_KEY,
+  SUBSET_KEY,
+  SUBSET_NAMESPACE,
   headerValue,
   namespacedStrings,
   setHeader,
@@ -45,21 +51,9 @@ import type { EppMetrics } from './metrics.js';
 import { endpointOf, type Decision, type Picker, type ProxiedRequest } from './picker.js';
 import { ResponseAccounting } from './response-accounting.js';
 
-/**
- * Protocol names, from GIE pkg/lwepp/metadata/consts.go: the subset hint's namespace and key in
- * the request's metadata_context, the header and the dynamic-metadata namespace/key of the pick,
- * and the key under which the proxy reports the endpoint that served the request.
- */
-export const SUBSET_NAMESPACE = 'envoy.lb.subset_hint';
-export const SUBSET_KEY = 'x-gateway-destination-endpoint-subset';
-export const DESTINATION_NAMESPACE = 'envoy.lb';
-export const DESTINATION_KEY = 'x-gateway-destination-endpoint';
-export const SERVED_KEY = 'x-gateway-destination-endpoint-served';
-/** The largest body chunk sent back in a streamed_response (llm-d-router pkg/common/envoy/chunking.go uses 62,000). */
-export const MAX_BODY_CHUNK = 62_000;
 
 /** gRPC status codes used (grpc/doc/statuscodes.md). */
-export const GrpcCode = { INVALID_ARGUMENT: 3, FAILED_PRECONDITION: 9, UNIMPLEMENTED: 12 } as const;
+const GrpcCode = { INVALID_ARGUMENT: 3, FAILED_PRECONDITION: 9, UNIMPLEMENTED: 12 } as const;
 
 /** Where a stream's answers go (the gRPC call, in server.ts). */
 export interface StreamSink {
@@ -445,7 +439,7 @@ export class EppStream {
  * ["x-gateway-destination-endpoint-subset"]`, a list of `ip:port` (a comma-separated string is
  * accepted too, as a HeaderToMetadata filter writes it). null when absent: every endpoint may be picked.
  */
-export function subsetHint(m: ProcessingRequest): ReadonlySet<string> | null {
+function subsetHint(m: ProcessingRequest): ReadonlySet<string> | null {
   const ns = m.metadata_context?.filter_metadata?.[SUBSET_NAMESPACE];
   if (ns === undefined) return null;
   const values = structStrings(ns.fields?.[SUBSET_KEY]);

@@ -5,8 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { BodySendMode } from '../../src/epp/descriptor.js';
-import { MAX_BODY_CHUNK } from '../../src/epp/stream.js';
+import { BodySendMode, MAX_BODY_CHUNK } from '../../src/epp/descriptor.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
 import { endpointOfUrl, MODEL, startEpp, startSims, waitFor } from './helpers.js';
 
