@@ -1,12 +1,11 @@
 /**
  * `kvgate epp --config FILE`: kvgate as the Endpoint Picker of an Envoy-family gateway (src/epp/).
  */
-import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { ConfigError, parseConfigText, type GatewayConfig } from '../config/index.js';
-import { ConfigWatcher, hashConfigText } from '../gateway/admin/config-watch.js';
+import { hashConfigText } from '../gateway/admin/config-watch.js';
 import { createEpp } from '../epp/epp.js';
-import { waitForSignal } from './serve.js';
+import { readConfigFile, reloadUntilSignal } from './serve.js';
 
 export const help = `Usage: kvgate epp --config FILE [options]
 
@@ -108,22 +107,9 @@ export async function run(argv: string[]): Promise<number> {
     if (values.pretty === true) c.log.pretty = true;
     return c;
   };
-  let config: GatewayConfig;
-  let text: string;
-  try {
-    try {
-      text = readFileSync(file, 'utf8');
-    } catch (e) {
-      throw new ConfigError([`cannot read ${file}: ${(e as Error).message}`]);
-    }
-    config = parse(text);
-  } catch (e) {
-    if (e instanceof ConfigError) {
-      process.stderr.write(`kvgate epp: ${file}: ${e.message}\n`);
-      return 2;
-    }
-    throw e;
-  }
+  const read = readConfigFile('epp', file, parse);
+  if (read === null) return 2;
+  const { config, text } = read;
   const initialHash = hashConfigText(text);
   let onHup = (): void => undefined;
   const hup = (): void => onHup();
@@ -151,14 +137,5 @@ export async function run(argv: string[]): Promise<number> {
     await epp.close();
     return 1;
   }
-  const watcher = new ConfigWatcher({ path: file, parse, gateway: epp, logger: epp.logger, watch: config.reload.watch, debounceMs: config.reload.debounceMs, initialHash });
-  watcher.start();
-  onHup = () => void watcher.reload('signal');
-  const sig = await waitForSignal();
-  process.off('SIGHUP', hup);
-  watcher.close();
-  epp.logger.info({ signal: sig, graceMs: config.shutdown.graceMs }, 'shutting down');
-  if (sig === 'SIGTERM') await epp.shutdown();
-  else await epp.close();
-  return 0;
+  return reloadUntilSignal(epp, { file, parse, config, initialHash, onHup: (f) => (onHup = f), hup });
 }

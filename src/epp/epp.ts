@@ -5,33 +5,24 @@
  * protocol instead of kvgate's own HTTP data path (server.ts), started and stopped by the
  * gateway's lifecycle (gateway/lifecycle.ts).
  */
-import type { CacheStore } from '../cache/store.js';
 import type { GatewayConfig } from '../config/index.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { ReloadOutcome } from '../gateway/admin/config-reload.js';
-import { composeGateway } from '../gateway/composition/compose.js';
+import { composeWithDefaults, type CompositionOptions } from '../gateway/composition/compose.js';
 import { createLifecycle } from '../gateway/lifecycle.js';
 import { RequestLogSampler } from '../gateway/pipeline/handler.js';
 import type { Router } from '../scheduler/router.js';
-import { createLogger, flatLineWriter, type Logger } from '../telemetry/logger.js';
+import { flatLineWriter, type Logger } from '../telemetry/logger.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
-import type { Tokenizer } from '../tokenizer/types.js';
-import { systemClock, type Clock } from '../util/clock.js';
-import { seededRng, type Rng } from '../util/rng.js';
 import { createEppMetrics } from './metrics.js';
 import { Picker } from './picker.js';
 import { createEppListeners } from './server.js';
 
-export interface EppOptions {
-  clock?: Clock;
-  logger?: Logger;
-  rng?: Rng;
-  tokenizerFor?: (model: string) => Tokenizer;
+/** As createGateway takes them (composition/compose.ts): clock, logger, rng, tokenizers, cache store, config source. */
+export type EppOptions = Partial<CompositionOptions> & {
   /** Start the scraper and health prober with start() (default true). */
   watchFleet?: boolean;
-  cacheStore?: CacheStore;
-  configSource?: { path: string; hash: string };
-}
+};
 
 export interface Epp {
   readonly config: GatewayConfig;
@@ -53,15 +44,8 @@ export interface Epp {
 }
 
 export function createEpp(config: GatewayConfig, opts: EppOptions = {}): Epp {
-  const logger = opts.logger ?? createLogger({ level: config.log.level, pretty: config.log.pretty });
-  const g = composeGateway(config, {
-    clock: opts.clock ?? systemClock,
-    logger,
-    rng: opts.rng ?? seededRng(config.policy.seed ?? (Math.random() * 2 ** 32) >>> 0),
-    tokenizerFor: opts.tokenizerFor,
-    cacheStore: opts.cacheStore,
-    configSource: opts.configSource,
-  });
+  const g = composeWithDefaults(config, opts);
+  const logger = g.logger;
   const listeners = createEppListeners(g, {
     g,
     // The epp section is read at start (a change needs a restart, like listen).

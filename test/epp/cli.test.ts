@@ -5,29 +5,11 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { ExtProcClient, proxyExchange } from '../../src/epp/ext-proc-client.js';
 import { MODEL, startSims } from './helpers.js';
+import { CLI, runCli } from '../support.js';
 
-const CLI = fileURLToPath(new URL('../../src/cli.js', import.meta.url));
 
-function runCli(args: string[], timeoutMs = 10_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d));
-    child.stderr.on('data', (d: Buffer) => (stderr += d));
-    const t = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`kvgate ${args.join(' ')} did not exit`));
-    }, timeoutMs);
-    child.on('exit', (code) => {
-      clearTimeout(t);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
 
 test('kvgate epp --help, bad flags, a missing --config and an invalid epp section exit as documented', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-epp-'));

@@ -17,11 +17,11 @@ import { Upstreams } from '../../fleet/upstreams.js';
 import type { Router } from '../../scheduler/router.js';
 import type { Policy } from '../../scheduler/types.js';
 import { setupSharedState, type SharedState } from '../../shared/setup.js';
-import type { Logger } from '../../telemetry/logger.js';
+import { createLogger, type Logger } from '../../telemetry/logger.js';
 import type { GatewayMetrics } from '../../telemetry/metrics.js';
 import type { Tokenizer } from '../../tokenizer/types.js';
-import type { Clock } from '../../util/clock.js';
-import type { Rng } from '../../util/rng.js';
+import { systemClock, type Clock } from '../../util/clock.js';
+import { seededRng, type Rng } from '../../util/rng.js';
 import { createAdapterAdmin } from '../admin/adapter-admin.js';
 import { ConfigReloader } from '../admin/config-reload.js';
 import { json, type LocalRoute } from '../admin/local-routes.js';
@@ -99,6 +99,19 @@ export interface GatewayMembers {
   readonly cacheSaltFor: (pool: string | undefined, tenant: string) => string | null;
   readonly reloader: ConfigReloader;
   readonly life: LifeState;
+}
+
+/**
+ * composeGateway with what was not given filled in: the system clock, a logger as the config says,
+ * an rng seeded from policy.seed (or at random). What `kvgate serve` and `kvgate epp` both build on.
+ */
+export function composeWithDefaults(config: GatewayConfig, o: Partial<CompositionOptions>): GatewayMembers {
+  return composeGateway(config, {
+    ...o,
+    clock: o.clock ?? systemClock,
+    logger: o.logger ?? createLogger({ level: config.log.level, pretty: config.log.pretty }),
+    rng: o.rng ?? seededRng(config.policy.seed ?? (Math.random() * 2 ** 32) >>> 0),
+  });
 }
 
 export function composeGateway(config: GatewayConfig, o: CompositionOptions): GatewayMembers {
