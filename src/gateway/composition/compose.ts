@@ -114,7 +114,7 @@ export function composeWithDefaults(config: GatewayConfig, o: Partial<Compositio
   });
 }
 
-export function composeGateway(config: GatewayConfig, o: CompositionOptions): GatewayMembers {
+function composeGateway(config: GatewayConfig, o: CompositionOptions): GatewayMembers {
   const { clock, logger } = o;
   const now = (): number => clock.now();
   const fleet = buildFleet(config, now, logger);
