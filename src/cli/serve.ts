@@ -4,7 +4,8 @@
 import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { ConfigError, DEFAULT_POLICY_NAME, parseConfigText, type GatewayConfig } from '../config/index.js';
-import { ConfigWatcher, hashConfigText } from '../gateway/admin/config-watch.js';
+import { ConfigWatcher, hashConfigText, type ConfigWatchOptions } from '../gateway/admin/config-watch.js';
+import type { Logger } from '../telemetry/logger.js';
 import { policyNames } from '../scheduler/registry.js';
 import { createGateway } from '../gateway/gateway.js';
 
@@ -139,22 +140,9 @@ export async function run(argv: string[]): Promise<number> {
     if (values['strict-parity'] === true) c.tokenizers.strictParity = true;
     return c;
   };
-  let config: GatewayConfig;
-  let text: string;
-  try {
-    try {
-      text = readFileSync(file, 'utf8');
-    } catch (e) {
-      throw new ConfigError([`cannot read ${file}: ${(e as Error).message}`]);
-    }
-    config = parse(text);
-  } catch (e) {
-    if (e instanceof ConfigError) {
-      process.stderr.write(`kvgate serve: ${values.config}: ${e.message}\n`);
-      return 2;
-    }
-    throw e;
-  }
+  const read = readConfigFile('serve', file, parse);
+  if (read === null) return 2;
+  const { config, text } = read;
   const initialHash = hashConfigText(text);
   if (values.check === true) return check(file, config);
 
@@ -186,25 +174,56 @@ export async function run(argv: string[]): Promise<number> {
     await gateway.close();
     return 1;
   }
+  return reloadUntilSignal(gateway, { file, parse, config, initialHash, onHup: (f) => (onHup = f), hup });
+}
+
+/** Reads and validates a config file; on failure writes `kvgate CMD: FILE: problems` to stderr and returns null (exit 2). */
+export function readConfigFile(command: string, file: string, parse: (text: string) => GatewayConfig): { config: GatewayConfig; text: string } | null {
+  try {
+    let text: string;
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch (e) {
+      throw new ConfigError([`cannot read ${file}: ${(e as Error).message}`]);
+    }
+    return { config: parse(text), text };
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`kvgate ${command}: ${file}: ${e.message}\n`);
+      return null;
+    }
+    throw e;
+  }
+}
+
+/**
+ * A started server (the gateway, or the EPP) until SIGINT or SIGTERM: the file watched and
+ * reloaded (and on SIGHUP), then shut down. SIGTERM (an orchestrator): readiness fails for the
+ * drain delay while requests are still served, so load balancers stop sending before the listener
+ * closes. SIGINT (a terminal): at once. Returns the exit code.
+ */
+export async function reloadUntilSignal(
+  target: ConfigWatchOptions['gateway'] & { logger: Logger; shutdown(): Promise<void>; close(): Promise<void> },
+  o: { file: string; parse: (text: string) => GatewayConfig; config: GatewayConfig; initialHash: string; onHup: (f: () => void) => void; hup: () => void },
+): Promise<number> {
+  const { config } = o;
   const watcher = new ConfigWatcher({
-    path: file,
-    parse,
-    gateway,
-    logger: gateway.logger,
+    path: o.file,
+    parse: o.parse,
+    gateway: target,
+    logger: target.logger,
     watch: config.reload.watch,
     debounceMs: config.reload.debounceMs,
-    initialHash,
+    initialHash: o.initialHash,
   });
   watcher.start();
-  onHup = () => void watcher.reload('signal');
+  o.onHup(() => void watcher.reload('signal'));
   const sig = await waitForSignal();
-  process.off('SIGHUP', hup);
+  process.off('SIGHUP', o.hup);
   watcher.close();
-  gateway.logger.info({ signal: sig, graceMs: config.shutdown.graceMs, drainDelayMs: sig === 'SIGTERM' ? config.shutdown.drainDelayMs : 0 }, 'shutting down');
-  // SIGTERM (an orchestrator): /ready answers 503 for the drain delay while requests are still
-  // served, so load balancers stop sending before the listener closes. SIGINT (a terminal): at once.
-  if (sig === 'SIGTERM') await gateway.shutdown();
-  else await gateway.close();
+  target.logger.info({ signal: sig, graceMs: config.shutdown.graceMs, drainDelayMs: sig === 'SIGTERM' ? config.shutdown.drainDelayMs : 0 }, 'shutting down');
+  if (sig === 'SIGTERM') await target.shutdown();
+  else await target.close();
   return 0;
 }
 

@@ -16,13 +16,13 @@ import type { MetricsScraper } from '../fleet/scraper.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import type { Router } from '../scheduler/router.js';
 import type { SpeculativeInstall, SpeculativeOptions } from '../speculative/install.js';
-import { createLogger, type Logger } from '../telemetry/logger.js';
+import type { Logger } from '../telemetry/logger.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 import type { Tokenizer } from '../tokenizer/types.js';
-import { systemClock, type Clock } from '../util/clock.js';
-import { seededRng, type Rng } from '../util/rng.js';
+import type { Clock } from '../util/clock.js';
+import type { Rng } from '../util/rng.js';
 import type { ReloadOutcome } from './admin/config-reload.js';
-import { composeGateway } from './composition/compose.js';
+import { composeWithDefaults } from './composition/compose.js';
 import type { OutlierDetector } from './fleet-watch/outliers.js';
 import { createLifecycle } from './lifecycle.js';
 import type { GatewayStage } from '../request/stage.js';
@@ -111,15 +111,8 @@ export interface Gateway {
 }
 
 export function createGateway(config: GatewayConfig, opts: GatewayOptions = {}): Gateway {
-  const logger = opts.logger ?? createLogger({ level: config.log.level, pretty: config.log.pretty });
-  const g = composeGateway(config, {
-    clock: opts.clock ?? systemClock,
-    logger,
-    rng: opts.rng ?? seededRng(config.policy.seed ?? (Math.random() * 2 ** 32) >>> 0),
-    tokenizerFor: opts.tokenizerFor,
-    cacheStore: opts.cacheStore,
-    configSource: opts.configSource,
-  });
+  const g = composeWithDefaults(config, opts);
+  const logger = g.logger;
   const http = createGatewayServer(config, g.handler, logger);
   const life = createLifecycle(g, http, { watchFleet: opts.watchFleet, speculative: opts.speculative });
   return {

@@ -5,10 +5,9 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { startSimWorker, type SimWorker } from '../../src/sim/worker/server.js';
+import { CLI, runCli } from '../support.js';
 
-const CLI = fileURLToPath(new URL('../../src/cli.js', import.meta.url));
 let dir: string;
 
 before(() => {
@@ -16,23 +15,6 @@ before(() => {
 });
 after(() => rmSync(dir, { recursive: true, force: true }));
 
-function runCli(args: string[], timeoutMs = 10_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d));
-    child.stderr.on('data', (d: Buffer) => (stderr += d));
-    const t = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`kvgate ${args.join(' ')} did not exit`));
-    }, timeoutMs);
-    child.on('exit', (code) => {
-      clearTimeout(t);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
 
 test('an invalid config exits 2 naming the field', async () => {
   const file = join(dir, 'bad.yaml');

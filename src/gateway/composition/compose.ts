@@ -17,11 +17,11 @@ import { Upstreams } from '../../fleet/upstreams.js';
 import type { Router } from '../../scheduler/router.js';
 import type { Policy } from '../../scheduler/types.js';
 import { setupSharedState, type SharedState } from '../../shared/setup.js';
-import type { Logger } from '../../telemetry/logger.js';
+import { createLogger, type Logger } from '../../telemetry/logger.js';
 import type { GatewayMetrics } from '../../telemetry/metrics.js';
 import type { Tokenizer } from '../../tokenizer/types.js';
-import type { Clock } from '../../util/clock.js';
-import type { Rng } from '../../util/rng.js';
+import { systemClock, type Clock } from '../../util/clock.js';
+import { seededRng, type Rng } from '../../util/rng.js';
 import { createAdapterAdmin } from '../admin/adapter-admin.js';
 import { ConfigReloader } from '../admin/config-reload.js';
 import { json, type LocalRoute } from '../admin/local-routes.js';
@@ -95,11 +95,28 @@ export interface GatewayMembers {
   /** Requests in progress. */
   readonly active: Set<RequestContext>;
   readonly handler: Handler;
+  /** Tokenize a request's prompt and build its routeRequest (the handler's prepareRouting). */
+  readonly prepare: (ctx: RequestContext) => Promise<void> | undefined;
+  /** The tenant's cache salt for a pool, or null (the handler's cacheSaltFor). */
+  readonly cacheSaltFor: (pool: string | undefined, tenant: string) => string | null;
   readonly reloader: ConfigReloader;
   readonly life: LifeState;
 }
 
-export function composeGateway(config: GatewayConfig, o: CompositionOptions): GatewayMembers {
+/**
+ * composeGateway with what was not given filled in: the system clock, a logger as the config says,
+ * an rng seeded from policy.seed (or at random). What `kvgate serve` and `kvgate epp` both build on.
+ */
+export function composeWithDefaults(config: GatewayConfig, o: Partial<CompositionOptions>): GatewayMembers {
+  return composeGateway(config, {
+    ...o,
+    clock: o.clock ?? systemClock,
+    logger: o.logger ?? createLogger({ level: config.log.level, pretty: config.log.pretty }),
+    rng: o.rng ?? seededRng(config.policy.seed ?? (Math.random() * 2 ** 32) >>> 0),
+  });
+}
+
+function composeGateway(config: GatewayConfig, o: CompositionOptions): GatewayMembers {
   const { clock, logger } = o;
   const now = (): number => clock.now();
   const fleet = buildFleet(config, now, logger);
@@ -244,6 +261,7 @@ export function composeGateway(config: GatewayConfig, o: CompositionOptions): Ga
   const active = new Set<RequestContext>();
   // A tenant's pending bodies may hold this share of the connection budget (server is restart-only).
   const tenantSlots = new TenantSlots(() => Math.max(1, Math.floor(config.server.tenantPendingBodyShare * config.server.maxConnections)));
+  const cacheSaltFor = createCacheSalter(config, logger);
   const handler = createHandler({
     config,
     tenantSlots,
@@ -260,7 +278,7 @@ export function composeGateway(config: GatewayConfig, o: CompositionOptions): Ga
     active,
     isClosing: () => life.closing,
     isDraining: () => life.draining || life.closing,
-    cacheSaltFor: createCacheSalter(config, logger),
+    cacheSaltFor,
     responseLookup: (path, query, req, res) =>
       lookupResponse({ affinity, fleet: registry, tenants, logger, firstByteMs: () => relay.firstByteMs }, path, query, req, res),
     onDrain: (w, on) => {
@@ -293,7 +311,7 @@ export function composeGateway(config: GatewayConfig, o: CompositionOptions): Ga
   });
   routes.set('/admin/config', reloader.route());
 
-  return { config, clock, logger, registry, metrics: m, policy, router, upstreams, scraper, health, outliers, relay, tokenizers, tenants, tenantSlots, cache, shared, admission, pipeline, services, active, handler, reloader, life };
+  return { config, clock, logger, registry, metrics: m, policy, router, upstreams, scraper, health, outliers, relay, tokenizers, tenants, tenantSlots, cache, shared, admission, pipeline, services, active, handler, prepare, cacheSaltFor, reloader, life };
 }
 
 /** Shared state through Redis (shared.url): its service, /admin/shared and the breakers it publishes. */
