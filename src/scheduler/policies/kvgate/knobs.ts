@@ -40,7 +40,7 @@ const picker = {
   ),
   minHitGain: numberKnob(0.05, 'the best-cached worker must hold this much more of the prompt to be preferred'),
   leastLoadedCandidates: numberKnob(
-    8,
+    0,
     'price only the workers holding part of the prompt (and the session\'s), plus this many of the rest with the least estimated TTFT, as many with KV room and as many best rated (prune.ts); 0: price every worker',
     { min: 0 },
   ),

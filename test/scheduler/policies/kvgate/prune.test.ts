@@ -7,7 +7,7 @@ import type { Policy, RouteOutcome, RouteRequest, RoutingContext } from '../../.
 import type { WorkerState } from '../../../../src/fleet/worker-state.js';
 import { simulateFleet } from '../../../../src/sim/fleet-sim.js';
 import { workloadSource } from '../../../../src/workload/workloads.js';
-import { kvgateEstimate } from '../../../../src/scheduler/policies/kvgate/estimate.js';
+import { KVGATE_ESTIMATE_TABLE, kvgateEstimate } from '../../../../src/scheduler/policies/kvgate/estimate.js';
 import { seededRng } from '../../../../src/util/rng.js';
 import { RequestState } from '../../../../src/util/state.js';
 import { request, router, seq, worker } from '../../helpers.js';
@@ -35,22 +35,22 @@ test('pruned: the prefix holders, the session worker and the k least loaded are 
   // k = 0: every worker is priced.
   const full = createPolicy('kvgate', { leastLoadedCandidates: 0 }) as KvgatePolicy;
   assert.equal(priced(full, request(prompt), ws).length, 10);
-  // A pool of at most k workers is priced whole.
-  const small = createPolicy('kvgate', { leastLoadedCandidates: 16 }) as KvgatePolicy;
+  // A pool of at most 4k workers is priced whole.
+  const small = createPolicy('kvgate', { leastLoadedCandidates: 3 }) as KvgatePolicy;
   assert.equal(priced(small, request(prompt), ws).length, 10);
 });
 
 test('pruned: ties in load rotate, so an idle fleet is not routed to its first k workers only', () => {
   const p = createPolicy('kvgate', { leastLoadedCandidates: 2 }) as KvgatePolicy;
-  const ws = Array.from({ length: 8 }, (_, i) => worker(`w${i}`));
+  const ws = Array.from({ length: 12 }, (_, i) => worker(`w${i}`));
   const used = new Set<string>();
-  for (let i = 0; i < 16; i++) for (const w of priced(p, request(seq(1000 * i, 40)), ws)) used.add(w.id);
-  assert.equal(used.size, 8);
+  for (let i = 0; i < 24; i++) for (const w of priced(p, request(seq(1000 * i, 40)), ws)) used.add(w.id);
+  assert.equal(used.size, 12);
 });
 
 test('pruned: the queue and load scorers rate against every candidate, not only the priced ones', () => {
-  // Five workers: two idle ones, three loaded. With k = 2 only the idle pair is priced; their
-  // queue rating must still be 1 (the fleet's least waiting), not a range of one value.
+  // Five workers: two idle ones, three loaded. With k = 1 only the idlest is priced; its queue
+  // and load ratings must still be 1 against the fleet's range, not a range of one value.
   const ws = [
     worker('a', { snapshot: { running: 1, waiting: 0 } }),
     worker('b', { snapshot: { running: 0, waiting: 0 } }),
@@ -58,12 +58,16 @@ test('pruned: the queue and load scorers rate against every candidate, not only 
     worker('d', { snapshot: { running: 30, waiting: 9 } }),
     worker('e', { snapshot: { running: 30, waiting: 9 } }),
   ];
-  const pruned = createPolicy('kvgate', { leastLoadedCandidates: 2 }) as KvgatePolicy;
+  const pruned = createPolicy('kvgate', { leastLoadedCandidates: 1 }) as KvgatePolicy;
   const full = createPolicy('kvgate', { leastLoadedCandidates: 0 }) as KvgatePolicy;
   const ctx = (): RoutingContext => ({ now: 0, rng: seededRng(3), staleAfterMs: 5000 });
-  const a = pruned.route(request(seq(0, 40)), ws, ctx());
+  const ra = request(seq(0, 40));
+  const a = pruned.route(ra, ws, ctx());
   const b = full.route(request(seq(0, 40)), ws, ctx());
   assert.ok(a.ok && b.ok);
+  const t = ra.state.get(KVGATE_ESTIMATE_TABLE)!;
+  assert.ok(t.est.length < ws.length);
+  assert.deepEqual([t.minWait, t.maxWait, t.minRun, t.maxRun], [0, 9, 0, 30]);
   assert.equal(a.decision.worker.id, b.decision.worker.id);
   assert.equal(a.decision.worker.id, 'b');
 });
@@ -121,7 +125,7 @@ const cfg = buildEngineConfig({ gpu: 'h100', model: 'llama-3-8b', hashSeed: 7, e
 
 for (const name of ['mixed', 'shared-prefix', 'multi-turn']) {
   test(`pruned and full kvgate decide alike at 64 workers, but for ties and ≤ 0.5%: ${name}`, async () => {
-    const p = createPolicy('kvgate') as KvgatePolicy;
+    const p = createPolicy('kvgate', { leastLoadedCandidates: 8 }) as KvgatePolicy;
     const { policy, stats } = shadowed(p);
     // The workloads' rates are set for 16 workers: four times as much traffic for 64.
     const spec = workloadSource(name, { size: 600, seed: 11 });
