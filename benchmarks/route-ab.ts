@@ -2,14 +2,14 @@
  * `npm run bench -- route-ab --baseline DIR`: this checkout's routing decision against another
  * build's, in one process, decisions interleaved. Both builds route the same requests (an
  * 8,000-token prompt, a 6,000-token prefix shared by its group of 64 plus 2,000 unique tokens,
- * as in bench route) over their own 16 workers with warm indexes, the prompt tokenized again
+ * as in bench route) over their own 16 workers (--workers) with warm indexes, the prompt tokenized again
  * before each side's decision so both start equally cache-cold, and which side goes first
  * alternates. The host's noise (2 shared cores) then falls on both alike, and the ratio of their
  * p50, p99 and mean is what the change did; `--baseline .` measures the method's own spread.
  *
  * DIR is a build's root (its `dist/` is read), e.g. a `git worktree` of the commit before the
  * change with `npx tsc` run in it. Options: --baseline DIR (required), --policy NAME (kvgate),
- * --decisions N (4000 per side), --warmup N (6000), --rounds N (3).
+ * --decisions N (4000 per side), --warmup N (6000), --rounds N (3), --workers N (16).
  */
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -34,12 +34,13 @@ const { values } = parseArgs({
     decisions: { type: 'string', default: '4000' },
     warmup: { type: 'string', default: '6000' },
     rounds: { type: 'string', default: '3' },
+    workers: { type: 'string', default: '16' },
     help: { type: 'boolean', short: 'h' },
   },
 });
 if (values.help || !values.baseline) {
   console.log(
-    'npm run bench -- route-ab --baseline DIR [--policy NAME] [--decisions N] [--warmup N] [--rounds N]\n\n' +
+    'npm run bench -- route-ab --baseline DIR [--policy NAME] [--decisions N] [--warmup N] [--rounds N] [--workers N]\n\n' +
       "This checkout's routing decision against the build in DIR (its dist/), in one process, decisions\n" +
       'interleaved on the same requests; prints each side\'s p50, p99 and mean and their ratios per round.',
   );
@@ -48,7 +49,7 @@ if (values.help || !values.baseline) {
 const DECISIONS = Number(values.decisions);
 const WARMUP = Number(values.warmup);
 const ROUNDS = Number(values.rounds);
-const WORKERS = 16;
+const WORKERS = Number(values.workers);
 const PROMPT = 8000;
 const SHARED = 6000;
 const GROUPS = 64;

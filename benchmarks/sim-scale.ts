@@ -16,7 +16,9 @@
  *
  * Options: --cases a,b (default all), --size-1m N, --size-100k N, --rows N (trace rows),
  * --capacity-size N (default 2000), --capacity-workload W (default mixed), --capacity-seconds S
- * (kvgate bench's, default its own), --jobs N (default the cores), --json. Smaller sizes say what they ran: the targets are for the defaults.
+ * (kvgate bench's, default its own), --jobs N (default the cores), --json, --write-docs FILE
+ * (rewrite this command's `targets` table in a markdown file, doc-tables.ts). Smaller sizes say
+ * what they ran: the targets are for the defaults.
  */
 import { spawn } from 'node:child_process';
 import { createWriteStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -24,6 +26,7 @@ import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { seededRng } from '../src/util/rng.js';
+import { writeGeneratedTables } from './doc-tables.js';
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -33,7 +36,8 @@ function arg(name: string, dflt: string): string {
 if (process.argv.includes('--help')) {
   process.stdout.write(
     'Usage: npm run bench -- sim-scale [--cases kvgate-1m,rr-100k,trace-10m,capacity] [--size-1m N] [--size-100k N]\n' +
-      '       [--rows N] [--capacity-size N] [--capacity-workload W] [--capacity-seconds S] [--jobs N] [--json]\n',
+      '       [--rows N] [--capacity-size N] [--capacity-workload W] [--capacity-seconds S] [--jobs N] [--json]\n' +
+      '       [--write-docs FILE]   rewrite this command\'s generated table (targets) in FILE\n',
   );
   process.exit(0);
 }
@@ -173,6 +177,12 @@ async function main(): Promise<void> {
   }
   const head = ['target', 'ran', 'figure', 'limit', 'met', 'load (1-min, start→end)'];
   const cells = rows.map((r) => [r.target, r.ran, r.figure, r.limit, r.met ? 'yes' : 'MISSED', r.load]);
+  const docs: string[] = [];
+  for (let i = 0; i < process.argv.length; i++) if (process.argv[i] === '--write-docs' && process.argv[i + 1] !== undefined) docs.push(process.argv[i + 1]!);
+  if (docs.length > 0) {
+    const md = [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`, ...cells.map((c) => `| ${c.map((x) => x.replace(/\|/g, '\\|')).join(' | ')} |`)].join('\n');
+    process.exitCode = writeGeneratedTables(docs, ['npm run bench -- sim-scale', ...process.argv.slice(2)].join(' '), { targets: md }, 'bench sim-scale');
+  }
   const widths = head.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)));
   const line = (c: string[]) => c.map((x, i) => x.padEnd(widths[i]!)).join('  ');
   process.stdout.write(`${line(head)}\n${line(widths.map((w) => '-'.repeat(w)))}\n${cells.map(line).join('\n')}\n`);

@@ -70,6 +70,13 @@ export interface CapacitySearchOptions {
   maxProbes?: number;
   /** Also required of every prompt-length band (the probe's worst_band_attainment), 0–1. Default: none. */
   minBandAttainment?: number;
+  /**
+   * Told, before each probe (`probing`) is awaited, the scales the search probes next if it meets
+   * the target and if it misses (null: the search would stop): a caller with idle threads may
+   * start those probes ahead. The search still asks `probe` for exactly the scales a serial search asks for,
+   * in the same order, so its result is the serial one.
+   */
+  ahead?: (probing: number, ifMet: number | null, ifMissed: number | null) => void;
 }
 
 export const CAPACITY_DEFAULTS = { target: 0.9, precision: 0.02, maxProbes: 14 } as const;
@@ -108,25 +115,19 @@ export async function searchCapacity(probe: ProbeFn, o: CapacitySearchOptions = 
   };
   let lo: number | null = null; // met the target
   let hi: number | null = null; // missed it
-  if (await run(start)) lo = start;
-  else hi = start;
-  // 1. Bracket.
-  while (probes.length < maxProbes && (lo === null || hi === null)) {
-    if (hi === null) {
-      const s = lo! * 2;
-      if (await run(s)) lo = s;
-      else hi = s;
-    } else {
-      const s = hi / 2;
-      if (await run(s)) lo = s;
-      else hi = s;
-    }
-  }
-  // 2. Bisect on a log scale.
-  while (probes.length < maxProbes && lo !== null && hi !== null && hi / lo > 1 + precision) {
-    const mid = Math.sqrt(lo * hi);
-    if (await run(mid)) lo = mid;
-    else hi = mid;
+  // 1. Bracket: double from a scale that met the target, halve from one that missed, until both
+  //    are known. 2. Bisect on a log scale until the bracket is within the precision.
+  const next = (lo: number | null, hi: number | null, probed: number): number | null => {
+    if (probed >= maxProbes) return null;
+    if (lo === null) return hi! / 2;
+    if (hi === null) return lo * 2;
+    return hi / lo > 1 + precision ? Math.sqrt(lo * hi) : null;
+  };
+  for (let s: number | null = start; s !== null; ) {
+    o.ahead?.(s, next(s, hi, probes.length + 1), next(lo, s, probes.length + 1));
+    if (await run(s)) lo = s;
+    else hi = s;
+    s = next(lo, hi, probes.length);
   }
   // 3. The highest probed scale that met the target.
   let best: CapacityProbe | null = null;

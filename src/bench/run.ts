@@ -143,6 +143,12 @@ export interface BenchOptions {
    * 0 and null, for a run of some of the policies whose figures join another's (--jobs).
    */
   runWide?: boolean;
+  /**
+   * Runs a capacity probe elsewhere (a worker thread, --jobs) if a thread is idle now: the
+   * probe's figures, or null to run it here. Asked only for probes the search may need next
+   * (capacity.ts, `ahead`); a probe's figures are the same wherever it runs.
+   */
+  remoteProbe?: (policy: string, rateScale: number, isolated: boolean | undefined) => RemoteProbe | null;
 }
 
 export interface WorkerSummary {
@@ -542,8 +548,23 @@ function lengthens(o: BenchOptions, scale: number, minMs: number): boolean {
   return lastStart < minMs;
 }
 
+/** A capacity probe running on another thread: its figures to come, and a way to stop it unneeded. */
+export interface RemoteProbe {
+  figures: Promise<ProbeFigures>;
+  cancel(): void;
+}
+
 /** A capacity probe's figures: attainment, offered rate and the worst prompt-length band. */
-function probeOf(r: SimResult, slo: Slo): { attainment: number; requests_per_s: number; requests: number; span_s: number; worst_band_attainment: number; attainment_by_prompt: BandAttainment[] } {
+export interface ProbeFigures {
+  attainment: number;
+  requests_per_s: number;
+  requests: number;
+  span_s: number;
+  worst_band_attainment: number;
+  attainment_by_prompt: BandAttainment[];
+}
+
+function probeOf(r: SimResult, slo: Slo): ProbeFigures {
   const bands = attainmentByPrompt(r, slo);
   return {
     attainment: Math.round(attainmentOf(r, slo) * 10000) / 10000,
@@ -555,7 +576,8 @@ function probeOf(r: SimResult, slo: Slo): { attainment: number; requests_per_s: 
   };
 }
 
-export async function runBench(o: BenchOptions): Promise<BenchOutput> {
+/** What every run of a bench shares: the fleet, the SLO, the capacity settings, the work bound. */
+function policyRunContext(o: BenchOptions): PolicyRunContext {
   checkPolicies(o.policies);
   const rateScale = o.rateScale ?? 1;
   if (!(rateScale > 0) || !Number.isFinite(rateScale)) throw new Error(`rate scale must be a positive number, got ${rateScale}`);
@@ -605,6 +627,25 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
   const hardware = mixed && o.gpuLabels !== false ? workerGpus(mix) : undefined;
   const ctx: RunContext = { o, engineConfig, engineConfigs, hardware, draftEngine: o.speculative ? draftEngineConfig(o.speculative, mix32(o.seed, 0x4b57)) : null };
   const run: PolicyRunContext = { ...ctx, rateScale, summaryOpts, slo, cap, tp, gpus: workerGpus(mix), gpuHourCost, boundAt };
+  return run;
+}
+
+/**
+ * One capacity probe of `policy` at `rateScale` as the bench `o` would run it (a worker thread's
+ * share of a --jobs search): its figures.
+ */
+export async function runProbe(o: BenchOptions, policy: string, rateScale: number, isolated: boolean | undefined): Promise<ProbeFigures> {
+  const run = policyRunContext(o);
+  const r = await runFleet(run, policy, { rateScale, minMs: run.cap!.minMs, ...(isolated !== undefined ? { isolated } : {}) });
+  return probeOf(r, run.slo);
+}
+
+export async function runBench(o: BenchOptions): Promise<BenchOutput> {
+  const run = policyRunContext(o);
+  const { rateScale, cap, tp, gpuHourCost, boundAt } = run;
+  const { engineConfig } = run;
+  const mix = parseGpuMix(o.gpu, o.workers);
+  const mixed = mix.length > 1;
   const policies: PolicyResult[] = [];
   const curves: RunCurves[] = [];
   let offered = 0;
@@ -699,7 +740,7 @@ async function runPolicy(run: PolicyRunContext, name: string): Promise<{ result:
   let capacity: CapacityResult | null = null;
   if (cap) {
     capacity = await searchPolicyCapacity(run, name, sim, {}, (r, probe) => {
-      if (r !== sim) o.onPolicyDone?.(summarize(r, summaryOpts));
+      if (r !== null && r !== sim) o.onPolicyDone?.(summarize(r, summaryOpts));
       o.onProbe?.(name, probe);
     });
     if (capacity.rate_scale !== null) capacity.work_bound_rps = rps(run.boundAt(capacity.rate_scale, cap.minMs));
@@ -731,19 +772,52 @@ function searchPolicyCapacity(
   name: string,
   first: SimResult,
   variant: Pick<FleetRun, 'isolated'>,
-  onProbe?: (r: SimResult, probe: CapacityProbe) => void,
+  onProbe?: (r: SimResult | null, probe: CapacityProbe) => void,
 ): Promise<CapacityResult> {
   const { o, rateScale, slo } = run;
   const cap = run.cap!;
-  return searchCapacity(
+  const isFirst = (scale: number): boolean => scale === rateScale && !lengthens(o, rateScale, cap.minMs);
+  // Probes started ahead on other threads (o.remoteProbe), by scale; those the search turned away
+  // from are stopped, so they take no thread from a probe that is needed.
+  const started = new Map<number, RemoteProbe>();
+  const ahead = (probing: number, met: number | null, missed: number | null): void => {
+    for (const [scale, rp] of started) {
+      if (scale === probing || scale === met || scale === missed) continue;
+      rp.cancel();
+      started.delete(scale);
+    }
+    for (const scale of [met, missed]) {
+      if (scale === null || isFirst(scale) || started.has(scale)) continue;
+      const rp = o.remoteProbe!(name, scale, variant.isolated);
+      if (rp) started.set(scale, rp);
+    }
+  };
+  const search = searchCapacity(
     async (scale) => {
-      const r = scale === rateScale && !lengthens(o, rateScale, cap.minMs) ? first : await runFleet(run, name, { ...variant, rateScale: scale, minMs: cap.minMs });
-      const p = probeOf(r, slo);
+      const remote = started.get(scale);
+      started.delete(scale);
+      let r: SimResult | null = null;
+      let p: ProbeFigures;
+      if (remote) p = await remote.figures;
+      else {
+        r = isFirst(scale) ? first : await runFleet(run, name, { ...variant, rateScale: scale, minMs: cap.minMs });
+        p = probeOf(r, slo);
+      }
       onProbe?.(r, { rate_scale: scale, ...p });
       return p;
     },
-    { start: rateScale, target: cap.target, precision: cap.precision, maxProbes: cap.maxProbes, minBandAttainment: cap.minBandAttainment },
+    {
+      start: rateScale,
+      target: cap.target,
+      precision: cap.precision,
+      maxProbes: cap.maxProbes,
+      minBandAttainment: cap.minBandAttainment,
+      ...(o.remoteProbe ? { ahead } : {}),
+    },
   );
+  return search.finally(() => {
+    for (const rp of started.values()) rp.cancel();
+  });
 }
 
 /** Each completed request's TTFT and E2E, ms, in completion order. */

@@ -5,13 +5,15 @@
  *
  * Each policy's runs (its plain run, its capacity probes, its runs without the cache or shared)
  * stay on one thread, in the order a serial bench makes them, on a fleet and a request stream
- * built from the same flags (bench-worker.ts): each policy's figures are the serial run's. This
+ * built from the same flags (bench-worker.ts): each policy's figures are the serial run's. Once
+ * every policy has a thread, the threads left over run the capacity searches' next probes ahead
+ * (a probe's figures are the same on any thread; the search takes the ones it would have run). This
  * thread computes the run-wide figures (ideal hit rate, work bound) meanwhile, and puts the
  * policies back in the order the flags name them.
  */
 import { Worker } from 'node:worker_threads';
 import { capacityRatios } from '../bench/capacity.js';
-import { runBench, type BenchOptions, type BenchOutput } from '../bench/run.js';
+import { runBench, type BenchOptions, type BenchOutput, type ProbeFigures } from '../bench/run.js';
 import { TraceError } from '../workload/loaders.js';
 
 /** What a bench worker thread (bench-worker.ts) tells the main thread. */
@@ -19,10 +21,12 @@ export type BenchWorkerMessage =
   | { type: 'start'; label: string }
   | { type: 'progress'; arrivals: number }
   | { type: 'probe'; line: string }
-  | { type: 'done'; out: BenchOutput }
+  /** `probesAhead`: capacity probes this policy's search ran on lent threads. */
+  | { type: 'done'; out: BenchOutput; probesAhead: number }
+  /** A capacity probe run on a lent thread (bench-worker.ts): its figures. */
+  | { type: 'figures'; figures: ProbeFigures }
   /** `trace`: a malformed trace row (TraceError), with its file and line. */
   | { type: 'error'; message: string; trace?: { file: string; line: number; reason: string } };
-
 
 /** A status line on stderr for runs in parallel, redrawn at most every 200 ms. */
 class ParallelProgress {
@@ -90,21 +94,45 @@ class ParallelProgress {
 /**
  * runBench(opts) with its policies on up to `jobs` worker threads, each rebuilding the bench from
  * `argv` (the command's flags, as parsed into `opts`). `progressTotal`: draw a status line, with
- * this many requests per run (null: none).
+ * this many requests per run (null: none). `stats` counts the capacity probes run ahead.
  */
-export async function runBenchParallel(argv: readonly string[], opts: BenchOptions, jobs: number, progressTotal: number | undefined | null): Promise<BenchOutput> {
+export async function runBenchParallel(
+  argv: readonly string[],
+  opts: BenchOptions,
+  jobs: number,
+  progressTotal: number | undefined | null,
+  stats?: { probesAhead: number },
+): Promise<BenchOutput> {
   const names = opts.policies;
   const progress = progressTotal === null ? null : new ParallelProgress(names.length, progressTotal);
   const outputs = new Map<string, BenchOutput>();
   const queue = [...names];
   const workerUrl = new URL('./bench-worker.js', import.meta.url);
   const threads = new Set<Worker>();
+  // Once every policy has a thread, the lanes left over are lent to the running capacity searches,
+  // shared evenly, to run their next probes ahead (bench-worker.ts).
+  // A policy's thread reads its share from shared memory: it runs the simulation without yielding
+  // to its event loop for long stretches, so a message could wait for minutes.
+  const lent = new Map<Worker, Int32Array>();
+  const lend = (): void => {
+    if (!opts.capacity || queue.length > 0 || threads.size === 0) return;
+    const spare = Math.max(0, jobs - threads.size);
+    let i = 0;
+    for (const w of threads) Atomics.store(lent.get(w)!, 0, Math.floor(spare / threads.size) + (i++ < spare % threads.size ? 1 : 0));
+  };
   let failed = false;
   const runOne = (policy: string): Promise<void> =>
     new Promise((resolve, reject) => {
-      const w = new Worker(workerUrl, { workerData: { argv: [...argv], policy } });
+      const lanes = new Int32Array(new SharedArrayBuffer(4));
+      const w = new Worker(workerUrl, { workerData: { argv: [...argv], policy, lanes } });
       threads.add(w);
-      w.once('exit', () => threads.delete(w));
+      lent.set(w, lanes);
+      lend();
+      w.once('exit', () => {
+        threads.delete(w);
+        lent.delete(w);
+        lend();
+      });
       let settled = false;
       w.on('message', (m: BenchWorkerMessage) => {
         switch (m.type) {
@@ -120,9 +148,12 @@ export async function runBenchParallel(argv: readonly string[], opts: BenchOptio
             break;
           case 'done':
             outputs.set(policy, m.out);
+            if (stats) stats.probesAhead += m.probesAhead;
             progress?.end(policy);
             settled = true;
             resolve();
+            break;
+          case 'figures':
             break;
           case 'error':
             settled = true;

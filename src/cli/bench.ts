@@ -82,8 +82,10 @@ Run:
   --limit N               replay at most N requests (sessions' later turns counted)
   --seed S                seed for workloads, synthetic tokens and tie-breaks (default 0)
   --jobs N                run the policies on N worker threads at once (default: the machine's
-                          cores, ${availableParallelism()} here); each policy's runs, capacity probes included,
-                          stay on one thread, so the results are those of --jobs 1; the run-wide
+                          cores, ${availableParallelism()} here); each policy's runs stay on one thread, and
+                          once every policy has one, the threads left over run the capacity
+                          searches' next probes ahead (each search takes only the probes a serial
+                          search makes), so the results are those of --jobs 1; the run-wide
                           figures (ideal hit rate, work bound) are computed beside them, even for
                           one policy. --jobs 1: everything in turn on the main thread
   --declared-max-tokens N every request sends max_tokens = max(N, its output length), capped by the

@@ -3,7 +3,8 @@
  *
  * 1. Filters narrow the candidates in order; one that removes every worker ends the decision
  *    (400 if its `neverFits` says the request can never be served here, else 503).
- * 2. Producers write what the scorers and the picker read into the request's state.
+ * 2. An optional pruner narrows the candidates to those worth pricing; producers write what the
+ *    scorers and the picker read into the request's state.
  * 3. Each scorer rates every candidate in [0,1]; a candidate's score is Σ weight · rating, and
  *    each rating is kept in `parts` under the scorer's name.
  * 4. The picker chooses and says why.
@@ -33,6 +34,11 @@ export interface WeightedScorer {
 export interface PipelineConfig {
   name: string;
   filters: Filter[];
+  /**
+   * Narrows the filtered candidates to those worth pricing, after the filters and before the
+   * producers (default: every candidate); returns them in their order.
+   */
+  prune?: (req: RouteRequest, candidates: readonly WorkerState[], ctx: RoutingContext) => readonly WorkerState[];
   /** Run after the filters, before the scorers (default none). */
   producers?: Producer[];
   scorers: WeightedScorer[];
@@ -132,6 +138,7 @@ export class PipelinePolicy implements Policy {
       candidates = f.filter(req, candidates, ctx);
       if (candidates.length === 0) return this.noWorker(req, before, f, ctx);
     }
+    if (this.cfg.prune) candidates = this.cfg.prune(req, candidates, ctx);
     const producers = this.producers;
     for (let i = 0; i < producers.length; i++) producers[i]!.produce(req, candidates, ctx);
     const scorers = this.cfg.scorers;

@@ -330,6 +330,23 @@ function workerConfigs(opts: FleetSimOptions, cfg: EngineConfig): EngineConfig[]
   return cfgs;
 }
 
+/**
+ * Push `v` onto the optional column `key` of the completed requests (the last completed one's), a
+ * column that exists only once some request's value differs from what its absence means (`dflt`:
+ * answeredTokens = outputTokens, fromCache 0, cls 1): a run without n-sampled answers, a cache or
+ * priority classes keeps seven numbers per request, not ten.
+ */
+function pushSparse(c: SimResult['completed'], key: 'answeredTokens' | 'fromCache' | 'cls', v: number, dflt: number): void {
+  const col = c[key];
+  if (col !== undefined) col.push(v);
+  else if (v !== dflt) {
+    const n = c.arrival.length - 1;
+    const made = key === 'answeredTokens' ? c.outputTokens.slice(0, n) : new Array<number>(n).fill(key === 'cls' ? 1 : 0);
+    made.push(v);
+    c[key] = made;
+  }
+}
+
 function emptyResult(policy: string, scrapeIntervalMs: number, kvSampleMs: number): SimResult {
   return {
     policy,
@@ -339,7 +356,8 @@ function emptyResult(policy: string, scrapeIntervalMs: number, kvSampleMs: numbe
     rejected: 0,
     shed: 0,
     refusals: {},
-    completed: { arrival: [], firstToken: [], finish: [], promptTokens: [], outputTokens: [], answeredTokens: [], cachedTokens: [], worker: [], fromCache: [], cls: [] },
+    // answeredTokens, fromCache and cls are made at their first value other than the default.
+    completed: { arrival: [], firstToken: [], finish: [], promptTokens: [], outputTokens: [], cachedTokens: [], worker: [] },
     byClass: { requests: [0, 0, 0], queued: [0, 0, 0], refused: { cls: [], latencyMs: [], status: [] } },
     cache: null,
     itl: new LatencyHistogram(),
@@ -841,11 +859,11 @@ class FleetSim {
     c.finish.push(now);
     c.promptTokens.push(f.promptTokens);
     c.outputTokens.push(f.outputTokens);
-    c.answeredTokens!.push(answeredTokens);
     c.cachedTokens.push(f.cachedPromptTokens);
     c.worker.push(w);
-    c.fromCache!.push(0);
-    c.cls!.push(rec.cls);
+    pushSparse(c, 'answeredTokens', answeredTokens, f.outputTokens);
+    pushSparse(c, 'fromCache', 0, 0);
+    pushSparse(c, 'cls', rec.cls, 1);
     this.forget(rec);
     // A cache hit may have been answered (overheadMs) later than this.
     if (!(now <= out.lastFinishMs)) out.lastFinishMs = now;
@@ -866,11 +884,11 @@ class FleetSim {
     c.finish.push(finish);
     c.promptTokens.push(rec.req.promptTokens.length);
     c.outputTokens.push(outputTokens);
-    c.answeredTokens!.push(outputTokens);
     c.cachedTokens.push(0);
     c.worker.push(-1);
-    c.fromCache!.push(fromCache);
-    c.cls!.push(rec.cls);
+    pushSparse(c, 'answeredTokens', outputTokens, outputTokens);
+    pushSparse(c, 'fromCache', fromCache, 0);
+    pushSparse(c, 'cls', rec.cls, 1);
     this.forget(rec);
     if (!(finish <= out.lastFinishMs)) out.lastFinishMs = finish;
   }

@@ -56,7 +56,8 @@
  * tokens and completions since (WorkerState.currentQueue), free blocks from the last snapshot less
  * what was reserved since, or both from the gateway's in-flight accounting once the snapshot is
  * stale (flagged USED_STALE_METRICS); in exact mode from the probe. The table adds the candidates'
- * ranges (min ttft, min cost, min/max waiting and running) that the relative scorers normalise with.
+ * ranges (min ttft, min cost, min/max waiting and running) that the relative scorers normalise with
+ * (waiting and running over every candidate before pruning, prune.ts).
  *
  * Estimates are kept for the request's lifetime: a retry over other workers estimates only the
  * workers not seen before.
@@ -71,6 +72,7 @@ import type { PrefixMatcher } from '../../index/prefix-match.js';
 import { clamp01 } from '../../pipeline.js';
 import { USED_STALE_METRICS } from '../../state-keys.js';
 import type { Producer, RouteRequest, RoutingContext } from '../../types.js';
+import { KVGATE_FLEET_RANGES } from './prune.js';
 import { linearStall, missesStall, type BatchView, type StallModel } from './stall.js';
 
 /** What kvgate estimated for one worker. */
@@ -222,6 +224,14 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
         if (e.waiting > t.maxWait) t.maxWait = e.waiting;
         if (e.running < t.minRun) t.minRun = e.running;
         if (e.running > t.maxRun) t.maxRun = e.running;
+      }
+      // Pruned to fewer candidates (prune.ts): the queue and load scorers rate against every candidate's range.
+      const fleet = req.state.get(KVGATE_FLEET_RANGES);
+      if (fleet !== undefined) {
+        t.minWait = Math.min(t.minWait, fleet.minWait);
+        t.maxWait = Math.max(t.maxWait, fleet.maxWait);
+        t.minRun = Math.min(t.minRun, fleet.minRun);
+        t.maxRun = Math.max(t.maxRun, fleet.maxRun);
       }
       req.state.set(KVGATE_ESTIMATE_TABLE, t);
     },

@@ -1,7 +1,7 @@
 /**
  * Policy `kvgate`: kvgate's own, and `oracle`, the same rules on exact engine state.
  *
- *   healthy → lora-affinity → kv-fit → kvgate-estimate (producer, estimate.ts) →
+ *   healthy → lora-affinity → kv-fit → prune (prune.ts) → kvgate-estimate (producer, estimate.ts) →
  *   prefix · wPrefix + ttft · wTtft + headroom · wHeadroom + queue · wQueue + load · wLoad
  *     + session · wSession (scorers.ts) → kvgate picker (picker.ts, the load guard)
  *
@@ -48,6 +48,7 @@ import { DecodeSpeedLearner } from './learners/decode-speed.js';
 import { OutputLengthLearner } from './learners/output-length.js';
 import { PrefillRateLearner } from './learners/prefill-rate.js';
 import { kvgatePicker } from './picker.js';
+import { KvgatePruner } from './prune.js';
 import {
   kvgateHeadroomScorer,
   kvgateLoadScorer,
@@ -93,6 +94,20 @@ export class KvgatePolicy implements Policy {
   /** Session key → worker id of its last pick (insertion-ordered, bounded). */
   private readonly sessions = new Map<string, string>();
   private pipeline: PipelinePolicy;
+  /** Which candidates the estimate prices (leastLoadedCandidates); exact (oracle) prices all. */
+  private readonly pruner = new KvgatePruner(() => ({
+    leastLoaded: this.exact ? 0 : this.params.leastLoadedCandidates,
+    matcher: this.matcher,
+    queueMsPerWaiting: this.params.queueMsPerWaiting,
+    decodeMsPerRunning: this.params.decodeMsPerRunning,
+    wTtft: this.params.wTtft,
+    wHeadroom: this.params.wHeadroom,
+    wQueue: this.params.wQueue,
+    wLoad: this.params.wLoad,
+    tierWeights: { host: this.params.hostHitWeight, disk: this.params.diskHitWeight },
+    prefillRate: (w) => this.prefillRate(w),
+    sessionWorker: (key) => this.sessions.get(key),
+  }));
 
   /** `options` as parsed by kvgateOptions; createPolicy('kvgate', raw) parses and checks them. */
   constructor(options: KvgateOptions, name = 'kvgate', exact = false) {
@@ -139,6 +154,7 @@ export class KvgatePolicy implements Policy {
           exact,
         }),
       ],
+      prune: (req, ws, ctx) => this.pruner.prune(req, ws, ctx),
       producers: [
         kvgateEstimateProducer({
           matcher: this.matcher,

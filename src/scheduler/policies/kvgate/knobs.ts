@@ -39,6 +39,11 @@ const picker = {
     "share of the prefill time the best-cached worker's extra cached tokens save that it may be slower by",
   ),
   minHitGain: numberKnob(0.05, 'the best-cached worker must hold this much more of the prompt to be preferred'),
+  leastLoadedCandidates: numberKnob(
+    0,
+    'price only the workers holding part of the prompt (and the session\'s), plus this many of the rest with the least estimated TTFT, as many with KV room and as many best rated (prune.ts); 0: price every worker',
+    { min: 0 },
+  ),
   loraAffinity: booleanKnob(
     true,
     "place a LoRA adapter's requests by the workers' --max-loras slots: spread while free slots outnumber the adapters running nowhere, else stay on the workers running it while they keep up, never where other adapters hold every slot while another worker will do (filters/lora-affinity.ts); off: by cost alone",
