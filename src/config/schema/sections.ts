@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { admissionSection } from './admission.js';
 import { cacheSection } from './cache.js';
 import { capsSection } from './caps.js';
+import { discoverySection } from './discovery.js';
 import { circuitBreakerSection, healthSection, outlierSection, scrapeSection } from './fleet.js';
 import { logSection, reloadSection, shutdownSection } from './operations.js';
 import { policySection } from './policy.js';
@@ -45,6 +46,7 @@ export const configSections = z.strictObject({
   admission: admissionSection, // admission.ts
   speculative: speculativeSection, // speculative.ts
   shared: sharedSection, // shared.ts
+  discovery: discoverySection, // discovery.ts
 });
 
 /** A config as validated section by section, before the cross-field checks. */
