@@ -26,6 +26,7 @@ export function resolveDiscovery(d: z.output<typeof discoverySection>, pools: Ma
       ...(k.namespace !== undefined ? { namespace: k.namespace } : {}),
       inferencePool: k.inferencePool,
       ...(k.kubeconfig !== undefined ? { kubeconfig: k.kubeconfig } : {}),
+      ...(k.kvEvents !== undefined ? { kvEvents: k.kvEvents } : {}),
       template: {
         pool: name,
         model: k.model,

@@ -28,6 +28,18 @@ export const kubernetesDiscovery = pool
     kubeconfig: z.string().min(1).optional(),
     /** The kvgate pool the endpoints form (names metric series, caps, cascades). Default: the InferencePool's name. */
     pool: z.string().min(1).optional(),
+    /**
+     * The pods publish KV-cache events (vLLM --kv-events-config with endpoint tcp://*:PORT): each
+     * endpoint's at tcp://podIP:port (and its replay socket at replayPort). With several target
+     * ports, the n-th (from 0, in the pool's order) publishes at port + n, replayPort + n.
+     */
+    kvEvents: z
+      .strictObject({
+        port: z.int().min(1).max(65535),
+        replayPort: z.int().min(1).max(65535).optional(),
+        topic: z.string().optional(),
+      })
+      .optional(),
     /** As a configured worker's: when the workers do not publish vllm:cache_config_info. */
     numGpuBlocks: z.int().positive().optional(),
     blockSize: z.int().positive().optional(),

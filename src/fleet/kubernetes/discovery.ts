@@ -36,6 +36,8 @@ export interface KubernetesDiscoveryConfig {
   namespace?: string;
   inferencePool: string;
   kubeconfig?: string;
+  /** Where each endpoint publishes KV-cache events: ports on its pod's IP (+ n for the n-th target port). */
+  kvEvents?: { port: number; replayPort?: number; topic?: string };
   /** Every discovered worker's pool, model, adapters, capacity and upstream headers. */
   template: Omit<WorkerIdentity, 'id' | 'url'>;
 }
@@ -46,14 +48,22 @@ export interface DiscoveryLogger {
   warn(fields: object, msg: string): void;
 }
 
+/** A discovered worker's KV-event sockets (config/types.ts WorkerKvEvents). */
+export interface DiscoveredKvEvents {
+  workerId: string;
+  endpoint: string;
+  replayEndpoint?: string;
+  topic?: string;
+}
+
 /** The list-watch timings (tests shorten them). */
 export type WatchTimings = Pick<ListWatchOptions<PodObject>, 'watchTimeoutSeconds' | 'idleGraceMs' | 'minBackoffMs' | 'maxBackoffMs'>;
 
 export interface KubernetesDiscoveryOptions {
   config: KubernetesDiscoveryConfig;
   kubeConfig: KubeConfig;
-  /** The pool's endpoints now, as workers (called only when they change). */
-  apply: (workers: WorkerIdentity[]) => void;
+  /** The pool's endpoints now, as workers, and their KV-event sockets if configured (called only when they change). */
+  apply: (workers: WorkerIdentity[], kvEvents: DiscoveredKvEvents[]) => void;
   logger: DiscoveryLogger;
   timings?: WatchTimings;
 }
@@ -165,25 +175,45 @@ export class KubernetesDiscovery {
     if (!this.poolListed || !this.podsListed) return;
     const pool = this.pools.current.get(this.o.config.inferencePool);
     let endpoints: PoolEndpoint[] = [];
+    let ports: number[] = [];
     let problem: string | null = null;
     if (!pool) problem = `InferencePool ${this.namespace}/${this.o.config.inferencePool} not found`;
     else {
       const sel = poolSelection(pool);
       if ('problem' in sel) problem = `InferencePool ${this.namespace}/${this.o.config.inferencePool}: ${sel.problem}`;
-      else endpoints = poolEndpoints(sel, this.pods.current.values());
+      else {
+        endpoints = poolEndpoints(sel, this.pods.current.values());
+        ports = sel.targetPorts;
+      }
     }
     if (problem !== this.lastProblem && problem !== null) this.o.logger.warn({ namespace: this.namespace }, `kubernetes discovery: ${problem}; no workers from it`);
     this.lastProblem = problem;
     const workers = endpoints.map((e) => this.identity(e));
-    const key = JSON.stringify(workers.map((w) => [w.id, w.url]));
+    const kvEvents = this.kvEvents(endpoints, workers, ports);
+    const key = JSON.stringify([workers.map((w) => [w.id, w.url]), kvEvents]);
     if (key === this.lastKey) return;
     this.lastKey = key;
     this.workers = workers;
     this.o.logger.info({ namespace: this.namespace, inferencePool: this.o.config.inferencePool, workers: workers.map((w) => w.id) }, `kubernetes discovery: ${workers.length} endpoints`);
-    this.o.apply(workers);
+    this.o.apply(workers, kvEvents);
   }
 
   private identity(e: PoolEndpoint): WorkerIdentity {
     return { ...this.o.config.template, id: discoveredWorkerId(this.namespace, e), url: `http://${hostPort(e.ip, e.port)}` };
+  }
+
+  /** Each endpoint's KV-event sockets: the configured ports on its pod's IP, + n for the pool's n-th target port. */
+  private kvEvents(endpoints: readonly PoolEndpoint[], workers: readonly WorkerIdentity[], ports: readonly number[]): DiscoveredKvEvents[] {
+    const kv = this.o.config.kvEvents;
+    if (!kv) return [];
+    return endpoints.map((e, i) => {
+      const n = Math.max(0, ports.indexOf(e.port));
+      return {
+        workerId: workers[i]!.id,
+        endpoint: `tcp://${hostPort(e.ip, kv.port + n)}`,
+        ...(kv.replayPort !== undefined ? { replayEndpoint: `tcp://${hostPort(e.ip, kv.replayPort + n)}` } : {}),
+        ...(kv.topic !== undefined ? { topic: kv.topic } : {}),
+      };
+    });
   }
 }

@@ -86,7 +86,7 @@ export class ConfigReloader {
   /** Retired workers whose requests are still running. */
   private readonly draining = new Set<WorkerState>();
   /** Per discovery source, the workers it gave last. */
-  private readonly discovered = new Map<string, readonly WorkerIdentity[]>();
+  private readonly discovered = new Map<string, { workers: readonly WorkerIdentity[]; kvEvents: readonly WorkerKvEvents[] }>();
   private closed = false;
 
   constructor(private readonly t: ReloadTargets) {
@@ -205,16 +205,18 @@ export class ConfigReloader {
    * configured workers (retired ones drain, changed ones are replaced, new ones are routable at
    * once). An id that a configured worker has is left out. Returns what changed.
    */
-  applyDiscovered(source: string, workers: readonly WorkerIdentity[]): string[] {
+  applyDiscovered(source: string, workers: readonly WorkerIdentity[], kvEvents: readonly WorkerKvEvents[] = []): string[] {
     const configured = new Set(this.t.config.workers.map((w) => w.id));
     const kept = workers.filter((w) => {
       if (!configured.has(w.id)) return true;
       this.t.logger.warn({ worker: w.id, source }, 'a discovered worker has the id of a configured one: left out');
       return false;
     });
-    const before = this.discovered.get(source) ?? [];
-    this.discovered.set(source, kept);
-    const changes = this.applyWorkers(before, kept, [], [], this.t.config);
+    const keptIds = new Set(kept.map((w) => w.id));
+    const keptKv = kvEvents.filter((e) => keptIds.has(e.workerId));
+    const before = this.discovered.get(source) ?? { workers: [], kvEvents: [] };
+    this.discovered.set(source, { workers: kept, kvEvents: keptKv });
+    const changes = this.applyWorkers(before.workers, kept, before.kvEvents, keptKv, this.t.config);
     if (changes.length > 0) this.t.logger.info({ source, changes }, `workers from ${source}: ${changes.join(', ')}`);
     return changes;
   }

@@ -18,5 +18,5 @@ export function kubernetesDiscovery(config: GatewayConfig, reloader: ConfigReloa
   } catch (e) {
     throw new ConfigError([`discovery.kubernetes${k.kubeconfig !== undefined ? '.kubeconfig' : ''}: ${(e as Error).message}`]);
   }
-  return new KubernetesDiscovery({ config: k, kubeConfig, logger, apply: (workers) => reloader.applyDiscovered('kubernetes', workers) });
+  return new KubernetesDiscovery({ config: k, kubeConfig, logger, apply: (workers, kvEvents) => reloader.applyDiscovered('kubernetes', workers, kvEvents) });
 }

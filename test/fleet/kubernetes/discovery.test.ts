@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
-import { KubernetesDiscovery, loadKubeConfig } from '../../../src/fleet/kubernetes/discovery.js';
+import { KubernetesDiscovery, loadKubeConfig, type DiscoveredKvEvents, type KubernetesDiscoveryConfig } from '../../../src/fleet/kubernetes/discovery.js';
 import type { WorkerIdentity } from '../../../src/fleet/worker-state.js';
 import { createLogger } from '../../../src/telemetry/logger.js';
 import { waitFor } from '../../support.js';
@@ -29,6 +29,8 @@ interface Running {
   disc: KubernetesDiscovery;
   /** Every worker set applied, in order. */
   applied: WorkerIdentity[][];
+  /** The KV-event sockets given with each. */
+  kv: DiscoveredKvEvents[][];
   lines: any[];
   ids(): string[];
 }
@@ -36,7 +38,7 @@ interface Running {
 let running: Running | null = null;
 let n = 0;
 
-async function start(setup: (api: ApiStandIn) => void, opts: { namespace?: string } = {}): Promise<Running> {
+async function start(setup: (api: ApiStandIn) => void, opts: { namespace?: string; kvEvents?: KubernetesDiscoveryConfig['kvEvents'] } = {}): Promise<Running> {
   const api = new ApiStandIn();
   await api.start();
   setup(api);
@@ -50,11 +52,15 @@ async function start(setup: (api: ApiStandIn) => void, opts: { namespace?: strin
     },
   });
   const applied: WorkerIdentity[][] = [];
+  const kv: DiscoveredKvEvents[][] = [];
   const disc = new KubernetesDiscovery({
-    config: { ...(opts.namespace ? { namespace: opts.namespace } : {}), inferencePool: 'llama', kubeconfig: file, template: TEMPLATE },
+    config: { ...(opts.namespace ? { namespace: opts.namespace } : {}), ...(opts.kvEvents ? { kvEvents: opts.kvEvents } : {}), inferencePool: 'llama', kubeconfig: file, template: TEMPLATE },
     kubeConfig: loadKubeConfig(file),
     logger: createLogger({ level: 'info', destination: sink }),
-    apply: (ws) => applied.push(ws),
+    apply: (ws, k) => {
+      applied.push(ws);
+      kv.push(k);
+    },
     timings: { minBackoffMs: 50, maxBackoffMs: 200, watchTimeoutSeconds: 60 },
   });
   disc.start();
@@ -62,6 +68,7 @@ async function start(setup: (api: ApiStandIn) => void, opts: { namespace?: strin
     api,
     disc,
     applied,
+    kv,
     lines,
     ids: () => (applied.at(-1) ?? []).map((w) => `${w.id} ${w.url}`).sort(),
   };
@@ -206,6 +213,25 @@ describe('kubernetes discovery', () => {
     await waitFor(() => r.lines.some((l) => l.level === 40 && /InferencePool llm\/llama not found; no workers from it/.test(l.msg)));
     r.api.put('inferencepools', inferencePool('llama', { ports: [8000] }));
     await waitFor(same(r, ['vllm-0.llm:8000 http://10.0.0.1:8000']));
+  });
+
+  it('gives each endpoint its KV-event sockets on its pod, offset by its target port\'s place', async () => {
+    const r = await start(
+      (api) => {
+        api.put('inferencepools', inferencePool('llama', { ports: [8000, 8001] }));
+        api.put('pods', pod('vllm-0', { ip: '10.0.0.1' }));
+      },
+      { kvEvents: { port: 5557, replayPort: 5558 } },
+    );
+    await waitFor(() => r.applied.length === 1);
+    assert.deepEqual(r.kv[0], [
+      { workerId: 'vllm-0.llm:8000', endpoint: 'tcp://10.0.0.1:5557', replayEndpoint: 'tcp://10.0.0.1:5558' },
+      { workerId: 'vllm-0.llm:8001', endpoint: 'tcp://10.0.0.1:5558', replayEndpoint: 'tcp://10.0.0.1:5559' },
+    ]);
+    // A new IP for the pod (restarted): new sockets too.
+    r.api.put('pods', pod('vllm-0', { ip: '10.0.0.9' }));
+    await waitFor(() => r.applied.length === 2);
+    assert.equal(r.kv[1]![0]!.endpoint, 'tcp://10.0.0.9:5557');
   });
 
   it('watches the namespace the config names over the context one', async () => {

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { ConfigError, parseConfig } from '../../../src/config/index.js';
 import { createGateway } from '../../../src/gateway/gateway.js';
-import type { SimWorker } from '../../../src/sim/worker/server.js';
+import { startSimWorker, type SimWorker } from '../../../src/sim/worker/server.js';
 import { createLogger } from '../../../src/telemetry/logger.js';
 import { MODEL, configFor, post, startGateway, startSims, waitFor } from '../../gateway/helpers.js';
 import { ApiStandIn, inferencePool, pod } from './api-stand-in.js';
@@ -87,6 +87,31 @@ describe('a gateway with kubernetes discovery', () => {
     api.put('pods', pod('vllm-1', { ip: '127.0.0.1' }));
     await new Promise((r) => setTimeout(r, 100));
     assert.equal(api.requests.watches.pods, watchesBefore + 1, 'no watch after close');
+  });
+
+  it('subscribes to the KV events of the pods it finds, and the prefix index learns from them', async () => {
+    const sim = await startSimWorker({ port: 0, model: MODEL, speed: 100, kvEvents: { endpoint: 'tcp://127.0.0.1:0' } });
+    const kvPort = Number(sim.kvEventsEndpoint!.split(':').at(-1));
+    api.put('inferencepools', inferencePool('llama', { ports: [portOf(sim)] }));
+    api.put('pods', pod('vllm-0', { ip: '127.0.0.1' }));
+    api.delete('pods', 'llm', 'vllm-1');
+    const { gw, url } = await startGateway([], { policy: { name: 'kvgate' }, discovery: { kubernetes: { inferencePool: 'llama', kubeconfig, model: MODEL, kvEvents: { port: kvPort } } } });
+    try {
+      const id = `vllm-0.llm:${portOf(sim)}`;
+      await waitFor(() => gw.registry.workers.length === 1);
+      const describe = async () => ((await (await fetch(`${url}/admin/workers`)).json()) as any[]).find((w) => w.id === id);
+      // A ZeroMQ subscriber misses what is published before it has joined: ask again until it hears.
+      let i = 0;
+      await waitFor(async () => {
+        const r = await post(`${url}/v1/completions`, { model: MODEL, prompt: `A long shared prefix for the cache ${i++}. `.repeat(40), max_tokens: 2 });
+        assert.equal(r.status, 200, r.text);
+        const d = await describe();
+        return d?.kvEvents?.source === 'events' && d.kvEvents.batches > 0 && d.prefixIndex?.blocks > 0;
+      });
+    } finally {
+      await gw.close();
+      await sim.close();
+    }
   });
 
   it('refuses a kubeconfig it cannot read, and a discovered pool named like a configured one', () => {
