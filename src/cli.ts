@@ -13,6 +13,7 @@ interface Command {
 const COMMANDS: Record<string, Command> = {
   demo: { summary: 'gateway plus an embedded simulated fleet on loopback', load: () => import('./cli/demo.js') },
   serve: { summary: 'run the gateway in front of the workers named in a config file', load: () => import('./cli/serve.js') },
+  epp: { summary: "be the Endpoint Picker of an Envoy-family gateway (ext_proc gRPC): kvgate's routing, the proxy's data path", load: () => import('./cli/epp.js') },
   sim: { summary: 'run one simulated vLLM worker', load: () => import('./cli/sim.js') },
   doctor: { summary: 'check workers as kvgate needs them (metrics, KV events, token parity), with a fix per failure', load: () => import('./cli/doctor.js') },
   bench: { summary: 'replay a trace or workload against a simulated fleet, compare policies', load: () => import('./cli/bench.js') },

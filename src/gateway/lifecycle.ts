@@ -28,7 +28,10 @@ export interface LifecycleOptions {
   speculative?: SpeculativeOptions;
 }
 
-export function createLifecycle(g: GatewayMembers, http: GatewayServer, opts: LifecycleOptions): Lifecycle {
+/** What the lifecycle starts and stops of a server (the gateway's HTTP server, or the EPP's gRPC and HTTP servers). */
+export type ListeningServer = Pick<GatewayServer, 'listen' | 'close' | 'closeIdle' | 'closeAll'>;
+
+export function createLifecycle(g: GatewayMembers, http: ListeningServer, opts: LifecycleOptions): Lifecycle {
   const { config, logger, life, services } = g;
   let started: { url: string; port: number } | null = null;
   let closed: Promise<void> | null = null;

@@ -8,6 +8,7 @@ import { admissionSection } from './admission.js';
 import { cacheSection } from './cache.js';
 import { capsSection } from './caps.js';
 import { discoverySection } from './discovery.js';
+import { eppSection } from './epp.js';
 import { circuitBreakerSection, healthSection, outlierSection, scrapeSection } from './fleet.js';
 import { logSection, reloadSection, shutdownSection } from './operations.js';
 import { policySection } from './policy.js';
@@ -47,6 +48,7 @@ export const configSections = z.strictObject({
   speculative: speculativeSection, // speculative.ts
   shared: sharedSection, // shared.ts
   discovery: discoverySection, // discovery.ts
+  epp: eppSection, // epp.ts
 });
 
 /** A config as validated section by section, before the cross-field checks. */

@@ -94,6 +94,10 @@ export interface GatewayMembers {
   /** Requests in progress. */
   readonly active: Set<RequestContext>;
   readonly handler: Handler;
+  /** Tokenize a request's prompt and build its routeRequest (the handler's prepareRouting). */
+  readonly prepare: (ctx: RequestContext) => Promise<void> | undefined;
+  /** The tenant's cache salt for a pool, or null (the handler's cacheSaltFor). */
+  readonly cacheSaltFor: (pool: string | undefined, tenant: string) => string | null;
   readonly reloader: ConfigReloader;
   readonly life: LifeState;
 }
@@ -228,6 +232,7 @@ export function composeGateway(config: GatewayConfig, o: CompositionOptions): Ga
   const active = new Set<RequestContext>();
   // A tenant's pending bodies may hold this share of the connection budget (server is restart-only).
   const tenantSlots = new TenantSlots(() => Math.max(1, Math.floor(config.server.tenantPendingBodyShare * config.server.maxConnections)));
+  const cacheSaltFor = createCacheSalter(config, logger);
   const handler = createHandler({
     config,
     tenantSlots,
@@ -244,7 +249,7 @@ export function composeGateway(config: GatewayConfig, o: CompositionOptions): Ga
     active,
     isClosing: () => life.closing,
     isDraining: () => life.draining || life.closing,
-    cacheSaltFor: createCacheSalter(config, logger),
+    cacheSaltFor,
     responseLookup: (path, query, req, res) =>
       lookupResponse({ affinity, fleet: registry, tenants, logger, firstByteMs: () => relay.firstByteMs }, path, query, req, res),
     onDrain: (w, on) => {
@@ -282,7 +287,7 @@ export function composeGateway(config: GatewayConfig, o: CompositionOptions): Ga
     routes.set('/admin/discovery', { methods: ['GET', 'HEAD'], handle: (_req, res) => json(res, 200, JSON.stringify(discovery.status())) });
   }
 
-  return { config, clock, logger, registry, metrics: m, policy, router, upstreams, scraper, health, outliers, relay, tokenizers, tenants, tenantSlots, cache, shared, admission, pipeline, services, active, handler, reloader, life };
+  return { config, clock, logger, registry, metrics: m, policy, router, upstreams, scraper, health, outliers, relay, tokenizers, tenants, tenantSlots, cache, shared, admission, pipeline, services, active, handler, prepare, cacheSaltFor, reloader, life };
 }
 
 /** Shared state through Redis (shared.url): its service, /admin/shared and the breakers it publishes. */

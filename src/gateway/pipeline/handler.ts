@@ -89,6 +89,11 @@ interface InferenceRoute {
 
 const route = (kind: InferenceKind, label: string = kind, form = false): InferenceRoute => ({ kind, label, form });
 
+/** The inference route at `path` (null for any other path). */
+export function inferenceRoute(path: string): { kind: InferenceKind; form: boolean } | null {
+  return INFERENCE.get(path) ?? null;
+}
+
 const INFERENCE: ReadonlyMap<string, InferenceRoute> = new Map([
   ['/v1/chat/completions', route('chat')],
   ['/v1/completions', route('completions')],
@@ -123,7 +128,7 @@ const SCHEMAS = {
 export type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 
 export function createHandler(deps: HandlerDeps): Handler {
-  const { config, fleet, metrics } = deps;
+  const { config, metrics } = deps;
   const local = createLocalRoutes({ ...deps, metricsAccess: () => config.admin, readyRequiresWorker: config.server.readyRequiresWorker, aliases: () => config.aliases });
   const cors = { origins: new Set(config.server.corsOrigins) };
   const requestLog = new RequestLogSampler();
@@ -202,73 +207,9 @@ export function createHandler(deps: HandlerDeps): Handler {
           `request body exceeds the limit of ${maxBytes} bytes`, null, { connection: 'close' });
       }
       ctx.rawBody = read.body;
-      let parsed: unknown;
-      if (form) {
-        // Relayed as it came: the worker gets the client's boundary, so the body is never rebuilt.
-        ctx.uploadContentType = contentType;
-        parsed = checkAudioForm(formFields(read.body, contentType));
-      } else {
-        // Before parsing: what the gateway does with a value (validation, re-serialising, the cache
-        // key) recurses, and must never meet a body that would overflow the stack.
-        if (jsonNestsDeeperThan(read.body)) throw errors.nestedTooDeep(MAX_JSON_DEPTH);
-        try {
-          parsed = JSON.parse(read.body.toString('utf8'));
-        } catch (e) {
-          throw errors.invalidJson((e as Error).message);
-        }
-      }
-      const v = validate<InferenceBody>(SCHEMAS[kind], parsed);
-      if (!v.ok) throw errors.invalidField(v.param, v.message);
-      const body = v.value;
-      ctx.body = body;
-      const asked = body.model;
-      // An alias is served as the model it names, under that name at the worker (not in an upload,
-      // relayed byte for byte).
-      const served = form ? undefined : aliasTarget(config.aliases, asked);
-      if (served !== undefined) {
-        body.model = served;
-        ctx.bodyModified = true;
-      }
-      ctx.model = body.model;
-      // Only generated text is streamed (any other `stream` field passes through to the worker).
-      ctx.stream = generates(kind) && (body as { stream?: unknown }).stream === true;
-      const workers = mayUse(ctx.tenant, body.model) ? fleet.forModel(body.model) : undefined;
-      if (!workers) throw errors.modelNotFound(asked);
-      ctx.candidates = workers;
-      const budget = outputBudget(kind, body, config.timeouts.assumedMaxTokens);
-      ctx.maxTokens = budget.maxTokens;
-      ctx.maxTokensExplicit = budget.explicit;
-      const salt = form ? null : d.cacheSaltFor(workers[0]?.pool, ctx.tenant.id);
-      if (salt !== null) {
-        // Always the gateway's, never the client's: a client must not pick another tenant's salt.
-        (body as Record<string, unknown>).cache_salt = salt;
-        ctx.bodyModified = true;
-        ctx.cacheSalt = salt;
-      }
-      const caps = capsFor(config, workers[0]?.pool, ctx.tenant.caps);
-      if (generates(kind)) checkCaps(kind, body as ChatCompletionRequest | CompletionRequest | ResponsesRequest, budget, caps);
-      else if (kind === 'embeddings') checkEmbeddingInputs(body as EmbeddingsRequest, caps);
-      ctx.deadlineAt = startedAt + Math.min(requestBudgetMs(budget.maxTokens, config.timeouts), caps.maxRequestMs);
-
-      // Early stages (the response cache) answer without the prompt's tokens: a hit never waits
-      // for tokenization.
-      // Nothing is awaited that did not return a promise: a stage or a tokenizer that has to wait
-      // says so by returning one (each await costs a promise and a turn of the microtask queue).
-      let handled = false;
-      if (d.earlyStages.length > 0) {
-        const r = runStages(d.earlyStages, ctx);
-        handled = (typeof r === 'string' ? r : await r) === 'handled';
-      }
-      if (!handled) {
-        const prepared = d.prepareRouting(ctx);
-        if (prepared !== undefined) await prepared;
-        // Counted as routing counts them, before admission or routing charge anything.
-        if (kind === 'embeddings' && ctx.routeRequest !== undefined) checkEmbeddingTokens(ctx.routeRequest, caps);
-        if (d.stages.length > 0) {
-          const r = runStages(d.stages, ctx);
-          handled = (typeof r === 'string' ? r : await r) === 'handled';
-        }
-      }
+      const caps = acceptBody(d, ctx, kind, form, contentType);
+      const ran = runRequestStages(d, ctx, caps);
+      const handled = typeof ran === 'boolean' ? ran : await ran;
       if (handled) {
         // Shutdown while a stage held the request (e.g. queued for admission): answer it.
         if (ctx.abortReason === 'shutdown' && !res.headersSent) throw errors.shuttingDown();
@@ -290,6 +231,101 @@ export function createHandler(deps: HandlerDeps): Handler {
       finishRequest(d, ctx, requestLog, requestLine);
     }
   }
+}
+
+/** What validating a request's body and running the stages use of the handler's deps (the EPP uses them too). */
+export type AcceptDeps = Pick<HandlerDeps, 'config' | 'fleet' | 'clock' | 'stages' | 'earlyStages' | 'prepareRouting' | 'cacheSaltFor'>;
+
+/**
+ * Parses and validates `ctx.rawBody` as a request of `kind`, and fills in what the stages and the
+ * router read: body, model (aliases resolved), candidates, output budget, cache salt, deadline.
+ * Throws an ApiError for a body kvgate refuses. Returns the caps that apply.
+ */
+export function acceptBody(d: AcceptDeps, ctx: RequestContext, kind: InferenceKind, form: boolean, contentType: string): RequestCaps {
+  const { config, fleet } = d;
+  const startedAt = ctx.startedAt;
+  let parsed: unknown;
+  if (form) {
+    // Relayed as it came: the worker gets the client's boundary, so the body is never rebuilt.
+    ctx.uploadContentType = contentType;
+    parsed = checkAudioForm(formFields(ctx.rawBody, contentType));
+  } else {
+    // Before parsing: what the gateway does with a value (validation, re-serialising, the cache
+    // key) recurses, and must never meet a body that would overflow the stack.
+    if (jsonNestsDeeperThan(ctx.rawBody)) throw errors.nestedTooDeep(MAX_JSON_DEPTH);
+    try {
+      parsed = JSON.parse(ctx.rawBody.toString('utf8'));
+    } catch (e) {
+      throw errors.invalidJson((e as Error).message);
+    }
+  }
+  const v = validate<InferenceBody>(SCHEMAS[kind], parsed);
+  if (!v.ok) throw errors.invalidField(v.param, v.message);
+  const body = v.value;
+  ctx.body = body;
+  const asked = body.model;
+  // An alias is served as the model it names, under that name at the worker (not in an upload,
+  // relayed byte for byte).
+  const served = form ? undefined : aliasTarget(config.aliases, asked);
+  if (served !== undefined) {
+    body.model = served;
+    ctx.bodyModified = true;
+  }
+  ctx.model = body.model;
+  // Only generated text is streamed (any other `stream` field passes through to the worker).
+  ctx.stream = generates(kind) && (body as { stream?: unknown }).stream === true;
+  const workers = mayUse(ctx.tenant, body.model) ? fleet.forModel(body.model) : undefined;
+  if (!workers) throw errors.modelNotFound(asked);
+  ctx.candidates = workers;
+  const budget = outputBudget(kind, body, config.timeouts.assumedMaxTokens);
+  ctx.maxTokens = budget.maxTokens;
+  ctx.maxTokensExplicit = budget.explicit;
+  const salt = form ? null : d.cacheSaltFor(workers[0]?.pool, ctx.tenant.id);
+  if (salt !== null) {
+    // Always the gateway's, never the client's: a client must not pick another tenant's salt.
+    (body as Record<string, unknown>).cache_salt = salt;
+    ctx.bodyModified = true;
+    ctx.cacheSalt = salt;
+  }
+  const caps = capsFor(config, workers[0]?.pool, ctx.tenant.caps);
+  if (generates(kind)) checkCaps(kind, body as ChatCompletionRequest | CompletionRequest | ResponsesRequest, budget, caps);
+  else if (kind === 'embeddings') checkEmbeddingInputs(body as EmbeddingsRequest, caps);
+  ctx.deadlineAt = startedAt + Math.min(requestBudgetMs(budget.maxTokens, config.timeouts), caps.maxRequestMs);
+  return caps;
+}
+
+/**
+ * Runs the early stages, tokenizes the prompt, runs the other stages: true if a stage answered
+ * the request itself. Early stages (the response cache) answer without the prompt's tokens: a hit
+ * never waits for tokenization. Nothing is awaited that did not return a promise: a stage or a
+ * tokenizer that has to wait says so by returning one (each await costs a promise and a turn of
+ * the microtask queue), so the result is a promise only when something had to wait.
+ */
+export function runRequestStages(d: AcceptDeps, ctx: RequestContext, caps: RequestCaps): boolean | Promise<boolean> {
+  const kind = ctx.kind;
+  if (d.earlyStages.length > 0) {
+    const r = runStages(d.earlyStages, ctx);
+    if (typeof r === 'string') {
+      if (r === 'handled') return true;
+    } else {
+      return r.then((v) => (v === 'handled' ? true : afterEarlyStages(d, ctx, caps, kind)));
+    }
+  }
+  return afterEarlyStages(d, ctx, caps, kind);
+}
+
+function afterEarlyStages(d: AcceptDeps, ctx: RequestContext, caps: RequestCaps, kind: InferenceKind): boolean | Promise<boolean> {
+  const prepared = d.prepareRouting(ctx);
+  if (prepared !== undefined) return prepared.then(() => lateStages(d, ctx, caps, kind));
+  return lateStages(d, ctx, caps, kind);
+}
+
+function lateStages(d: AcceptDeps, ctx: RequestContext, caps: RequestCaps, kind: InferenceKind): boolean | Promise<boolean> {
+  // Counted as routing counts them, before admission or routing charge anything.
+  if (kind === 'embeddings' && ctx.routeRequest !== undefined) checkEmbeddingTokens(ctx.routeRequest, caps);
+  if (d.stages.length === 0) return false;
+  const r = runStages(d.stages, ctx);
+  return typeof r === 'string' ? r === 'handled' : r.then((v) => v === 'handled');
 }
 
 /** A stored response retrieved or cancelled: relayed, then counted and logged as requests are. */
@@ -342,7 +378,7 @@ const EMPTY = Buffer.alloc(0);
  * post one cross-site, so on a gateway reachable from browsers set API keys (a form cannot send
  * an Authorization header). Returns the content type.
  */
-function checkMediaType(req: IncomingMessage, form: boolean): string {
+export function checkMediaType(req: IncomingMessage, form: boolean): string {
   const ct = req.headers['content-type'];
   if (ct === undefined || !(form ? isFormType(ct) : JSON_TYPE.test(ct))) {
     const want = form ? 'multipart/form-data with a boundary' : 'application/json';
@@ -451,7 +487,7 @@ function corsHeaders(cors: { origins: ReadonlySet<string> }, req: IncomingMessag
  * is exact over any window and no random draw is made. Read per request: a config reload applies
  * at once.
  */
-class RequestLogSampler {
+export class RequestLogSampler {
   private credit = 0;
 
   /** True if this request's line is written; `rate` is the configured share (1: every request). */
@@ -464,7 +500,8 @@ class RequestLogSampler {
   }
 }
 
-function finishRequest(d: HandlerDeps, ctx: RequestContext, sampler: RequestLogSampler, line: (fields: FlatFields, msg: string) => void): void {
+/** Counts and logs a request once it is over (metrics, its onFinish hooks, one log line). */
+export function finishRequest(d: Pick<HandlerDeps, 'active' | 'metrics' | 'fleet' | 'logger' | 'config' | 'clock'>, ctx: RequestContext, sampler: RequestLogSampler, line: (fields: FlatFields, msg: string) => void): void {
   d.active.delete(ctx);
   const m = d.metrics;
   m.inflight--;
