@@ -178,20 +178,25 @@ async function main(): Promise<void> {
   const sizes = values.sizes.split(',').map(Number);
   const tools = setUpTools(true);
   const plan = new CorePlan(!values['no-pin']);
-  const standIn = await startStandIn(tools.cUpstream);
-  const epp = await startEpp(plan, standIn.url, Number(values.workers));
-  const proxies: Target[] = [];
-  if (!values['no-proxies'] && tools.useWrk) {
-    if (tools.nginxOk) proxies.push(await startNginx('nginx', (dir, port) => proxyConf(dir, port, Number(new URL(standIn.url).port)), '/metrics'));
-    const gatewayOpts = { name: 'kvgate serve', config: { pools: [{ name: 'default', model: MODEL, workers: Array.from({ length: Number(values.workers) }, (_, i) => ({ id: `w${i}`, url: standIn.url })) }] } };
-    // A busy machine can take longer than startKvgate's 15 s to start a gateway: one more try.
-    proxies.push(await startKvgate(standIn.url, gatewayOpts).catch(() => startKvgate(standIn.url, gatewayOpts)));
-  }
+  // Everything started is stopped, whatever fails on the way (a child left running keeps this process alive).
+  const started: Array<{ stop(): Promise<void> }> = [];
   const report: Record<string, unknown> = { notes: tools.notes, cores: plan.cores, pinned: plan.enabled, loadBefore: loadavg()[0] };
-  // Latencies are wall-clock: on a machine running other work they measure the queue for a core
-  // as much as the EPP (CPU per request much less so). The load is printed so a reader can tell.
-  process.stdout.write(`machine: ${plan.cores} cores, load average ${loadavg()[0]!.toFixed(1)} at the start${plan.enabled ? ', the EPP pinned to a core of its own' : ''}\n`);
   try {
+    const standIn = await startStandIn(tools.cUpstream);
+    started.push(standIn);
+    const epp = await startEpp(plan, standIn.url, Number(values.workers));
+    started.push(epp);
+    const proxies: Target[] = [];
+    if (!values['no-proxies'] && tools.useWrk) {
+      if (tools.nginxOk) proxies.push(await startNginx('nginx', (dir, port) => proxyConf(dir, port, Number(new URL(standIn.url).port)), '/metrics'));
+      const gatewayOpts = { name: 'kvgate serve', config: { pools: [{ name: 'default', model: MODEL, workers: Array.from({ length: Number(values.workers) }, (_, i) => ({ id: `w${i}`, url: standIn.url })) }] } };
+      // A busy machine can take longer than startKvgate's 15 s to start a gateway: one more try.
+      proxies.push(await startKvgate(standIn.url, gatewayOpts).catch(() => startKvgate(standIn.url, gatewayOpts)));
+      started.push(...proxies);
+    }
+    // Latencies are wall-clock: on a machine running other work they measure the queue for a core
+    // as much as the EPP (CPU per request much less so). The load is printed so a reader can tell.
+    process.stdout.write(`machine: ${plan.cores} cores, load average ${loadavg()[0]!.toFixed(1)} at the start${plan.enabled ? ', the EPP pinned to a core of its own' : ''}\n`);
     for (const size of sizes) {
       const b = bodies(size);
       const spec = (o: Partial<LoadSpec>): LoadSpec => ({ address: epp.address, bodies: b, seconds, connections: 2, ...o });
@@ -210,9 +215,7 @@ async function main(): Promise<void> {
     report.loadAfter = loadavg()[0];
     process.stdout.write(`machine: load average ${loadavg()[0]!.toFixed(1)} at the end (${plan.cores} cores)\n`);
   } finally {
-    for (const p of proxies) await p.stop();
-    await epp.stop();
-    await standIn.stop();
+    for (const t of started.reverse()) await t.stop();
   }
   for (const n of tools.notes) process.stdout.write(`note: ${n}\n`);
   if (values.json) writeFileSync(values.json, JSON.stringify(report, null, 2));
