@@ -64,7 +64,12 @@ async function exchange(client: ExtProcClient, body: Buffer): Promise<number> {
   s.responseBody(RESPONSE, true);
   await s.next();
   s.end();
-  await s.status;
+  // The EPP ends the stream once the proxy has: a stream it leaves open is a failed request.
+  const closed = await Promise.race([s.status.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 10_000).unref())]);
+  if (!closed) {
+    s.cancel();
+    throw new Error('the EPP did not end the stream within 10 s of the proxy');
+  }
   return latency;
 }
 
