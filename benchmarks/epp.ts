@@ -83,12 +83,16 @@ function bodies(tokens: number, count = 16): string[] {
 }
 
 function generate(spec: LoadSpec): Promise<LoadResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [join(here, 'epp', 'load.js'), JSON.stringify(spec)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  // Through a file: 8k-token bodies are more than one command-line argument may hold.
+  const dir = mkdtempSync(join(tmpdir(), 'kvgate-epp-load-'));
+  const file = join(dir, 'spec.json');
+  writeFileSync(file, JSON.stringify(spec));
+  return new Promise<LoadResult>((resolve, reject) => {
+    const child = spawn(process.execPath, [join(here, 'epp', 'load.js'), file], { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out) as LoadResult) : reject(new Error(`load generator exited with ${code}`))));
-  });
+  }).finally(() => rmSync(dir, { recursive: true, force: true }));
 }
 
 /** One measurement: `specs` run side by side, the EPP's CPU read around them. */

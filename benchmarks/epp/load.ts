@@ -7,9 +7,11 @@
  * (measured beside it by benchmarks/epp.ts).
  *
  * The decision latency of a request: from the moment its last body chunk is handed to the
- * stream to the arrival of the request-headers response (the pick). Argument: a JSON LoadSpec.
+ * stream to the arrival of the request-headers response (the pick).
  * Writes one JSON LoadResult line on stdout.
+ * Argument: a file holding the JSON LoadSpec.
  */
+import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { ExtProcClient, type ExtProcStream } from '../../src/epp/ext-proc-client.js';
 import { completion } from '../overhead/responses.js';
@@ -114,7 +116,7 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
   return { requests: latencyUs.length, errors, firstError, latencyUs, cpuUs: c.user + c.system, wallMs };
 }
 
-const spec = JSON.parse(process.argv[2] ?? '{}') as LoadSpec;
+const spec = JSON.parse(readFileSync(process.argv[2]!, 'utf8')) as LoadSpec;
 run(spec).then(
   (r) => process.stdout.write(JSON.stringify(r) + '\n'),
   (e: Error) => {
