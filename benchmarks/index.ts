@@ -27,6 +27,7 @@ const BENCHES: Readonly<Record<string, Bench>> = {
   'spec-guard': { file: 'spec-guard', about: 'adaptive speculation against target-only at every α on saturated, moderate, light and long-context loads, per target engine' },
   cascade: { file: 'cascade', about: 'the speculative cascade against target-only generation, live through a gateway' },
   overhead: { file: 'overhead', about: "the gateway's request path beside nginx and a bare Node hop (CPU and latency)" },
+  epp: { file: 'epp', about: 'kvgate as an Endpoint Picker: decision latency, CPU per request, decisions/s per core, beside nginx and kvgate serve' },
   ab: { file: 'ab', about: "this checkout's gateway against another build, side by side (--baseline DIR)" },
   profile: { file: 'profile', about: "where kvgate's CPU time per request goes, by stage, with GC pauses" },
   route: { file: 'route-decision', about: 'time to route one 8,000-token prompt over 16 warm workers, per policy' },

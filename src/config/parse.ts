@@ -9,6 +9,7 @@ import type { z } from 'zod';
 import type { WorkerIdentity } from '../fleet/worker-state.js';
 import { formatPath } from '../util/field-path.js';
 import { nearestName } from '../util/nearest-name.js';
+import { resolveDiscovery, type DiscoveryConfig } from './discovery.js';
 import { resolveKeys, type AdminKeys } from './keys.js';
 import { DEFAULT_SCRAPE_INTERVAL_MS } from './schema/fleet.js';
 import { configSchema, type ParsedConfig } from './schema/index.js';
@@ -18,7 +19,7 @@ import { resolveWorkers } from './workers.js';
 
 export type CacheConfig = ParsedConfig['cache'] & { redis: ParsedConfig['cache']['redis'] & { url?: string } };
 
-export interface GatewayConfig extends Omit<ParsedConfig, 'pools' | 'workers' | 'scrape' | 'health' | 'tenants' | 'admin' | 'cache' | 'cacheSalt'> {
+export interface GatewayConfig extends Omit<ParsedConfig, 'pools' | 'workers' | 'scrape' | 'health' | 'tenants' | 'admin' | 'cache' | 'cacheSalt' | 'discovery'> {
   tenants: TenantConfig[];
   admin: AdminKeys;
   /** `cache.redis.url` falls back to REDIS_URL. */
@@ -31,6 +32,8 @@ export interface GatewayConfig extends Omit<ParsedConfig, 'pools' | 'workers' | 
   cacheSaltSecret: string | null;
   /** Workers that publish KV-cache events, and where. */
   kvEvents: WorkerKvEvents[];
+  /** Where more workers are found (an InferencePool); they join `workers` in routing, not in this list. */
+  discovery: DiscoveryConfig;
   scrape: ParsedConfig['scrape'] & {
     intervalMs: number;
     timeoutMs: number;
@@ -53,6 +56,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
   const c = r.data;
   const problems: string[] = [];
   const { workers, kvEvents, pools } = resolveWorkers(c, env, problems);
+  const discovery = resolveDiscovery(c.discovery, pools, env, problems);
   let cacheSaltSecret: string | null = null;
   if (c.cacheSalt.secret !== undefined) {
     const r = readSecret(c.cacheSalt.secret, env);
@@ -68,7 +72,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
   const sharedUrl = c.shared.redis.url ?? (env.REDIS_URL !== undefined && env.REDIS_URL !== '' ? env.REDIS_URL : undefined);
   if (sharedUrl !== undefined && !/^rediss?:\/\/\S*$/.test(sharedUrl)) problems.push('shared.redis.url: REDIS_URL is not a redis:// or rediss:// URL');
   if (problems.length > 0) throw new ConfigError(problems);
-  const { pools: _p, workers: _w, tenants: _t, admin: _a, cacheSalt: _s, ...rest } = c;
+  const { pools: _p, workers: _w, tenants: _t, admin: _a, cacheSalt: _s, discovery: _d, ...rest } = c;
   return {
     ...rest,
     tenants,
@@ -80,6 +84,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
     pools,
     cacheSaltSecret,
     kvEvents,
+    discovery,
     // A timeout shorter than the interval keeps one worker's checks from ever overlapping.
     scrape: {
       ...c.scrape,

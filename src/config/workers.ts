@@ -101,7 +101,7 @@ export function resolveWorkers(
 type UpstreamAuth = { apiKey?: SecretSource; headers?: Record<string, string> };
 
 /** The headers kvgate sends a worker: its pool's, then its own, and the API key (its own, else its pool's) as a bearer token. */
-function upstreamHeaders(
+export function upstreamHeaders(
   own: UpstreamAuth,
   pool: UpstreamAuth | undefined,
   path: Array<string | number>,

@@ -7,6 +7,7 @@ import type { z } from 'zod';
 import { formatPath } from '../../util/field-path.js';
 import { configuredWorkers } from '../workers.js';
 import { checkEngines } from './engines.js';
+import { discoveredPoolName } from './discovery.js';
 import { DEFAULT_SCRAPE_INTERVAL_MS } from './fleet.js';
 import type { ConfigSections } from './sections.js';
 
@@ -16,7 +17,8 @@ type Path = Array<string | number>;
 const issue = (ctx: Ctx, path: PropertyKey[], message: string): void => ctx.addIssue({ code: 'custom', path, message });
 
 export function checkConfig(c: ConfigSections, ctx: Ctx): void {
-  if (c.pools.length === 0 && c.workers.length === 0) issue(ctx, ['pools'], 'at least one worker is required (in pools or workers)');
+  if (c.pools.length === 0 && c.workers.length === 0 && !c.discovery.kubernetes) issue(ctx, ['pools'], 'at least one worker is required (in pools or workers, or discovery)');
+  checkDiscovery(c, ctx);
   checkIntervals(c, ctx);
   checkWorkerIds(c, ctx);
   checkAdmission(c, ctx);
@@ -82,7 +84,22 @@ function modelsByPool(c: ConfigSections): Map<string, Set<string>> {
   const add = (pool: string, model: string) => (poolModels.get(pool) ?? poolModels.set(pool, new Set()).get(pool)!).add(model);
   for (const p of c.pools) add(p.name, p.model);
   for (const w of c.workers) add(w.pool, w.model);
+  if (c.discovery.kubernetes) add(discoveredPoolName(c.discovery.kubernetes), c.discovery.kubernetes.model);
   return poolModels;
+}
+
+/** Discovered workers form a pool of their own (its settings are discovery's). */
+function checkDiscovery(c: ConfigSections, ctx: Ctx): void {
+  const k = c.discovery.kubernetes;
+  if (!k) return;
+  const name = discoveredPoolName(k);
+  if (c.pools.some((p) => p.name === name) || c.workers.some((w) => w.pool === name)) {
+    issue(ctx, ['discovery', 'kubernetes', k.pool !== undefined ? 'pool' : 'inferencePool'], `pool '${name}' is also configured: discovered workers form a pool of their own (set discovery.kubernetes.pool)`);
+  }
+  c.speculative.cascades.forEach((sc, i) => {
+    // A cascade keeps the workers it starts with; discovered ones come and go.
+    if (sc.targetPool === name || sc.draftPool === name) issue(ctx, ['speculative', 'cascades', i, sc.targetPool === name ? 'targetPool' : 'draftPool'], `pool '${name}' is discovered: a speculative cascade needs configured workers`);
+  });
 }
 
 /** A cascade's pools exist, serve different models, and its target pool serves its model. Returns the cascades' models. */
@@ -121,6 +138,7 @@ function checkAdapters(c: ConfigSections, baseModels: ReadonlySet<string>, ctx: 
     });
   c.pools.forEach((p, i) => checkList(p.adapters, p.model, ['pools', i, 'adapters']));
   c.workers.forEach((w, i) => checkList(w.adapters, w.model, ['workers', i, 'adapters']));
+  if (c.discovery.kubernetes) checkList(c.discovery.kubernetes.adapters, c.discovery.kubernetes.model, ['discovery', 'kubernetes', 'adapters']);
   for (const sc of c.speculative.cascades) {
     for (const [i, p] of c.pools.entries()) {
       if ((p.name === sc.targetPool || p.name === sc.draftPool) && p.resolveAdapters !== undefined) {

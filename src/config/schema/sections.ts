@@ -8,6 +8,7 @@ import { admissionSection } from './admission.js';
 import { cacheSection } from './cache.js';
 import { capsSection } from './caps.js';
 import { disaggregationSection } from './disaggregation.js';
+import { discoverySection } from './discovery.js';
 import { eppSection } from './epp.js';
 import { circuitBreakerSection, healthSection, outlierSection, scrapeSection } from './fleet.js';
 import { logSection, reloadSection, shutdownSection } from './operations.js';
@@ -48,6 +49,7 @@ export const configSections = z.strictObject({
   speculative: speculativeSection, // speculative.ts
   shared: sharedSection, // shared.ts
   disaggregation: disaggregationSection, // disaggregation.ts
+  discovery: discoverySection, // discovery.ts
   epp: eppSection, // epp.ts
 });
 

@@ -85,6 +85,8 @@ export class ConfigReloader {
   private readonly reloads: Counter<'result'>;
   /** Retired workers whose requests are still running. */
   private readonly draining = new Set<WorkerState>();
+  /** Per discovery source, the workers it gave last. */
+  private readonly discovered = new Map<string, { workers: readonly WorkerIdentity[]; kvEvents: readonly WorkerKvEvents[] }>();
   private closed = false;
 
   constructor(private readonly t: ReloadTargets) {
@@ -143,7 +145,7 @@ export class ConfigReloader {
       return { result: 'unchanged', version: this.version, needsRestart };
     }
     // Worker changes are named one by one rather than as a changed `workers` list.
-    const fleetChanges = this.applyWorkers(old, applied);
+    const fleetChanges = this.applyWorkers(old.workers, applied.workers, old.kvEvents, applied.kvEvents, applied);
     changes.splice(0, changes.length, ...changes.filter((c) => c !== 'workers' && c !== 'kvEvents'), ...fleetChanges);
     const cb = applied.circuitBreaker;
     this.t.registry.retuneBreakers({ ...cb, failureRate: cb.failureRate });
@@ -198,13 +200,41 @@ export class ConfigReloader {
     return this.t.policy.retune?.(next.policy.options) ?? false;
   }
 
+  /**
+   * The workers a discovery source (src/fleet/kubernetes/) finds now: applied as a reload applies
+   * configured workers (retired ones drain, changed ones are replaced, new ones are routable at
+   * once). An id that a configured worker has is left out. Returns what changed.
+   */
+  applyDiscovered(source: string, workers: readonly WorkerIdentity[], kvEvents: readonly WorkerKvEvents[] = []): string[] {
+    const configured = new Set(this.t.config.workers.map((w) => w.id));
+    const kept = workers.filter((w) => {
+      if (!configured.has(w.id)) return true;
+      this.t.logger.warn({ worker: w.id, source }, 'a discovered worker has the id of a configured one: left out');
+      return false;
+    });
+    const keptIds = new Set(kept.map((w) => w.id));
+    const keptKv = kvEvents.filter((e) => keptIds.has(e.workerId));
+    const before = this.discovered.get(source) ?? { workers: [], kvEvents: [] };
+    this.discovered.set(source, { workers: kept, kvEvents: keptKv });
+    const changes = this.applyWorkers(before.workers, kept, before.kvEvents, keptKv, this.t.config);
+    if (changes.length > 0) this.t.logger.info({ source, changes }, `workers from ${source}: ${changes.join(', ')}`);
+    return changes;
+  }
+
   /** Retire, replace and add workers; returns what changed, one entry per worker. */
-  private applyWorkers(old: GatewayConfig, next: GatewayConfig): string[] {
+  private applyWorkers(
+    oldWorkers: readonly WorkerIdentity[],
+    nextWorkers: readonly WorkerIdentity[],
+    oldKv: readonly WorkerKvEvents[],
+    nextKv: readonly WorkerKvEvents[],
+    next: GatewayConfig,
+  ): string[] {
     const { registry, scraper, health, logger } = this.t;
-    const before = new Map(old.workers.map((w) => [w.id, w]));
-    const after = new Map(next.workers.map((w) => [w.id, w]));
-    const kvBefore = new Map(old.kvEvents.map((e) => [e.workerId, e]));
-    const kvAfter = new Map(next.kvEvents.map((e) => [e.workerId, e]));
+    const old = this.t.config;
+    const before = new Map(oldWorkers.map((w) => [w.id, w]));
+    const after = new Map(nextWorkers.map((w) => [w.id, w]));
+    const kvBefore = new Map(oldKv.map((e) => [e.workerId, e]));
+    const kvAfter = new Map(nextKv.map((e) => [e.workerId, e]));
     const cascadePools = new Set(old.speculative.cascades.flatMap((c) => [c.targetPool, c.draftPool]));
     const retire: string[] = [];
     const add: WorkerIdentity[] = [];
@@ -234,6 +264,10 @@ export class ConfigReloader {
       void this.drain(w, closePool, next);
     }
     for (const ident of add) {
+      if (registry.get(ident.id)) {
+        logger.warn({ worker: ident.id }, 'a worker of this id is already in the fleet (discovered): not added');
+        continue;
+      }
       const w = registry.add(ident);
       // A worker replaced under the same id may be another server: what the index predicted for the old one no longer holds.
       if (before.has(ident.id) && this.t.index?.hasWorker(ident.id)) this.t.index.clearWorker(ident.id);
@@ -290,6 +324,7 @@ function keepRestartOnly(old: GatewayConfig, next: GatewayConfig, policyRetuned:
     outlier: old.outlier,
     reload: old.reload,
     cacheSaltSecret: old.cacheSaltSecret,
+    discovery: old.discovery,
     log: { ...next.log, pretty: old.log.pretty },
     scrape: { ...next.scrape, staleAfterMs: old.scrape.staleAfterMs },
     admission: { ...next.admission, enabled: old.admission.enabled, vllmPriority: old.admission.vllmPriority },
@@ -307,6 +342,7 @@ const REDACTED = '[redacted]';
  */
 function configView(c: GatewayConfig, redact: boolean): Record<string, unknown> {
   const secret = (v: string): string => (redact ? REDACTED : `sha256:${createHash('sha256').update(v).digest('hex')}`);
+  const headerView = (h: Record<string, string> | undefined): Record<string, string> | undefined => (h ? Object.fromEntries(Object.entries(h).map(([k, v]) => [k, secret(v)])) : undefined);
   const keys = (digests: readonly Buffer[]): unknown => (redact ? digests.length : digests.map((d) => d.toString('hex')));
   const url = (u: string | undefined): string | null => {
     if (u === undefined) return null;
@@ -320,14 +356,12 @@ function configView(c: GatewayConfig, redact: boolean): Record<string, unknown> 
   };
   return {
     ...c,
-    workers: c.workers.map((w) => ({
-      ...w,
-      upstreamHeaders: w.upstreamHeaders ? Object.fromEntries(Object.entries(w.upstreamHeaders).map(([k, v]) => [k, secret(v)])) : undefined,
-    })),
+    workers: c.workers.map((w) => ({ ...w, upstreamHeaders: headerView(w.upstreamHeaders) })),
     pools: Object.fromEntries(c.pools),
     tenants: c.tenants.map((t) => ({ ...t, digests: undefined, keys: keys(t.digests) })),
     admin: { keys: keys(c.admin.digests), metricsKeys: keys(c.admin.metricsDigests), openMetrics: c.admin.openMetrics },
     cacheSaltSecret: c.cacheSaltSecret === null ? null : secret(c.cacheSaltSecret),
+    discovery: { kubernetes: c.discovery.kubernetes && { ...c.discovery.kubernetes, template: { ...c.discovery.kubernetes.template, upstreamHeaders: headerView(c.discovery.kubernetes.template.upstreamHeaders) } } },
     cache: { ...c.cache, redis: { ...c.cache.redis, url: url(c.cache.redis.url) } },
     shared: { ...c.shared, redis: { ...c.shared.redis, url: url(c.shared.redis.url) } },
   };

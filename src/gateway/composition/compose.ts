@@ -44,6 +44,7 @@ import { lookupResponse } from '../responses/response-lookup.js';
 import type { GatewayService } from '../types.js';
 import { createCacheSalter } from './cache-salt.js';
 import { setupCache } from './cache-setup.js';
+import { kubernetesDiscovery } from './discovery.js';
 import { buildFleet, buildRouting, prefillRateOf, type Fleet } from './fleet.js';
 
 /** How long a worker may take to load or unload a LoRA adapter for /admin/adapters (it may fetch it first). */
@@ -310,6 +311,11 @@ function composeGateway(config: GatewayConfig, o: CompositionOptions): GatewayMe
     cacheActive: cache !== null,
   });
   routes.set('/admin/config', reloader.route());
+  const discovery = kubernetesDiscovery(config, reloader, logger);
+  if (discovery) {
+    services.push(discovery);
+    routes.set('/admin/discovery', { methods: ['GET', 'HEAD'], handle: (_req, res) => json(res, 200, JSON.stringify(discovery.status())) });
+  }
 
   return { config, clock, logger, registry, metrics: m, policy, router, upstreams, scraper, health, outliers, relay, tokenizers, tenants, tenantSlots, cache, shared, admission, pipeline, services, active, handler, prepare, cacheSaltFor, reloader, life };
 }
