@@ -20,7 +20,7 @@ import { Deployment } from 'kubernetes-models/apps/v1';
 import { Role, RoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/v1';
 import { parseConfig } from '../../src/config/index.js';
 import { eppSection } from '../../src/config/schema/epp.js';
-import { DESTINATION_KEY } from '../../src/epp/stream.js';
+import { DESTINATION_KEY } from '../../src/epp/descriptor.js';
 import { readCrd, validate, type Crd } from './openapi-schema.js';
 import { validateStrict, type Validatable } from './strict-model.js';
 
