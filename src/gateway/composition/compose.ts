@@ -16,6 +16,7 @@ import { SpeedClasses } from '../../fleet/speed-classes.js';
 import { Upstreams } from '../../fleet/upstreams.js';
 import type { Router } from '../../scheduler/router.js';
 import type { Policy } from '../../scheduler/types.js';
+import type { GatewayStage } from '../../request/stage.js';
 import { setupSharedState, type SharedState } from '../../shared/setup.js';
 import { createLogger, type Logger } from '../../telemetry/logger.js';
 import type { GatewayMetrics } from '../../telemetry/metrics.js';
@@ -242,21 +243,8 @@ function composeGateway(config: GatewayConfig, o: CompositionOptions): GatewayMe
   // known is refused.
   const affinity = new ResponseAffinity(100_000, shared?.responses ?? null, undefined, () => !tenants.open);
   pipeline.place(affinity.stage());
-  // A model whose workers have roles is served disaggregated (prefill, then decode elsewhere).
-  if (config.workers.some((w) => (w.role ?? 'both') !== 'both')) {
-    pipeline.place(disaggregationStage({
-      router,
-      fleet: registry,
-      upstreams,
-      clock,
-      logger,
-      metrics: new DisaggMetrics(m.registry),
-      firstByteMs: config.timeouts.firstByteMs,
-      prefillAllowanceMs: (w, tokens) => (config.outlier.ttftFactor * 1000 * tokens) / prefillRateOf(policy, w),
-      prefillRate: (w) => prefillRateOf(policy, w),
-      options: () => config.disaggregation,
-    }));
-  }
+  const disaggregation = disaggregationFor(config, { router, registry, upstreams, clock, logger, metrics: m, policy });
+  if (disaggregation) pipeline.place(disaggregation);
 
   const life: LifeState = { closing: false, draining: false, started: false };
   const active = new Set<RequestContext>();
@@ -318,6 +306,27 @@ function composeGateway(config: GatewayConfig, o: CompositionOptions): GatewayMe
   }
 
   return { config, clock, logger, registry, metrics: m, policy, router, upstreams, scraper, health, outliers, relay, tokenizers, tenants, tenantSlots, cache, shared, admission, pipeline, services, active, handler, prepare, cacheSaltFor, reloader, life };
+}
+
+/** A model whose workers have roles is served disaggregated (prefill, then decode elsewhere); null: no roles. */
+function disaggregationFor(
+  config: GatewayConfig,
+  d: { router: Router; registry: WorkerRegistry; upstreams: Upstreams; clock: Clock; logger: Logger; metrics: GatewayMetrics; policy: Policy },
+): GatewayStage | null {
+  if (!config.workers.some((w) => (w.role ?? 'both') !== 'both')) return null;
+  const { policy } = d;
+  return disaggregationStage({
+    router: d.router,
+    fleet: d.registry,
+    upstreams: d.upstreams,
+    clock: d.clock,
+    logger: d.logger,
+    metrics: new DisaggMetrics(d.metrics.registry),
+    firstByteMs: config.timeouts.firstByteMs,
+    prefillAllowanceMs: (w, tokens) => (config.outlier.ttftFactor * 1000 * tokens) / prefillRateOf(policy, w),
+    prefillRate: (w) => prefillRateOf(policy, w),
+    options: () => config.disaggregation,
+  });
 }
 
 /** Shared state through Redis (shared.url): its service, /admin/shared and the breakers it publishes. */
