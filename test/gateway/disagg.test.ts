@@ -141,25 +141,6 @@ describe('one prefill and one decode worker', () => {
     }
   });
 
-  test('a client that leaves during the prefill: the prefill is aborted, nothing reaches the decode worker, every reservation released', async () => {
-    const [pAborts, dRequests] = [p.stats().clientAborts, d.stats().requests];
-    const ac = new AbortController();
-    const pending = fetch(url + '/v1/completions', {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, prompt: prompt(30_000, 'leave-prefill'), max_tokens: 4 }),
-      signal: ac.signal,
-    }).catch(() => null);
-    await waitFor(() => p.engine.stats().running + p.engine.stats().waiting > 0);
-    ac.abort();
-    await pending;
-    await waitFor(() => p.stats().clientAborts === pAborts + 1);
-    await waitFor(() => gw.router.openCount === 0);
-    assert.equal(p.engine.stats().running + p.engine.stats().waiting, 0);
-    assert.equal(d.stats().requests, dRequests);
-    assert.equal(p.stats().kv?.held, 0);
-  });
-
   test('a client that leaves during the decode: the decode is aborted, the prefill worker has freed its blocks, every reservation released', async () => {
     const dAborts = d.stats().clientAborts;
     const ac = new AbortController();
@@ -176,6 +157,47 @@ describe('one prefill and one decode worker', () => {
     await waitFor(() => gw.router.openCount === 0);
     assert.equal(d.engine.stats().running + d.engine.stats().waiting, 0);
     await waitFor(() => p.stats().kv?.held === 0);
+  });
+});
+
+// A slow prefill worker, so that the client leaves while the prompt is still being prefilled
+// however late a busy machine delivers the abort.
+describe('a client that leaves during a slow prefill', () => {
+  let p: SimWorker;
+  let d: SimWorker;
+  let gw: Awaited<ReturnType<typeof startGateway>>['gw'];
+  let url: string;
+
+  before(async () => {
+    [p, d] = await Promise.all([
+      startSimWorker({ model: MODEL, speed: 2, kvRole: 'prefill' }),
+      startSimWorker({ model: MODEL, speed: 50, kvRole: 'decode' }),
+    ]);
+    ({ gw, url } = await startGateway([], disaggConfig([p.url], [d.url])));
+  });
+
+  after(async () => {
+    await gw.close();
+    await Promise.all([p.close(), d.close()]);
+  });
+
+  test('the prefill is aborted, nothing reaches the decode worker, every reservation released', async () => {
+    const [pAborts, dRequests] = [p.stats().clientAborts, d.stats().requests];
+    const ac = new AbortController();
+    const pending = fetch(url + '/v1/completions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, prompt: prompt(30_000, 'leave-prefill'), max_tokens: 4 }),
+      signal: ac.signal,
+    }).catch(() => null);
+    await waitFor(() => p.engine.stats().running + p.engine.stats().waiting > 0);
+    ac.abort();
+    await pending;
+    await waitFor(() => p.stats().clientAborts === pAborts + 1);
+    await waitFor(() => gw.router.openCount === 0);
+    assert.equal(p.engine.stats().running + p.engine.stats().waiting, 0);
+    assert.equal(d.stats().requests, dRequests);
+    assert.equal(p.stats().kv?.held, 0);
   });
 });
 
