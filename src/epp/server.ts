@@ -15,7 +15,7 @@ import { errors, sendError } from '../api/errors.js';
 import type { GatewayMembers } from '../gateway/composition/compose.js';
 import { inferenceRoute } from '../gateway/pipeline/handler.js';
 import type { ListeningServer } from '../gateway/lifecycle.js';
-import { decodeHealthCheckRequest, encodeHealthCheckResponse, encodeProcessingResponse, EXT_PROC_SERVICE, HEALTH_SERVICE, ServingStatus } from './descriptor.js';
+import { decodeHealthCheckRequest, encodeHealthCheckResponse, EXT_PROC_SERVICE, HEALTH_SERVICE, ServingStatus } from './descriptor.js';
 import { EppStream, type StreamEnv, type StreamSink } from './stream.js';
 
 const raw = (b: Buffer): Buffer => b;
@@ -174,8 +174,8 @@ export function createEppListeners(g: GatewayMembers, env: StreamEnv): EppListen
 function callSink(call: grpc.ServerDuplexStream<Buffer, Buffer>): StreamSink {
   let ended = false;
   return {
-    write(m) {
-      if (!ended && !call.cancelled) call.write(encodeProcessingResponse(m));
+    write(bytes) {
+      if (!ended && !call.cancelled) call.write(bytes);
     },
     end() {
       if (ended) return;
