@@ -39,7 +39,7 @@ export interface BidiHandlers {
   onMessage(message: Buffer): void;
   /** The client half-closed: it sends no more messages. */
   onHalfClose(): void;
-  /** The client cancelled, or the connection failed. Called at most once, never after onHalfClose's call ended it cleanly. */
+  /** The client cancelled, or the connection failed (at most once; not after the call was ended). */
   onCancel(): void;
 }
 
@@ -70,9 +70,14 @@ class Call implements BidiCall {
     this.handlers = h;
     const s = this.stream;
     s.on('data', (chunk: Buffer) => this.onData(chunk));
-    s.on('end', () => {
-      if (!this.cancelled && !this.closed) this.handlers!.onHalfClose();
-    });
+    // A RST_STREAM ends the reading side before 'aborted' says why: the half-close is told a turn
+    // later, so that a reset arriving with it is taken as the cancellation it is. (grpc-js's client
+    // cancels with END_STREAM first and RST_STREAM later: that reads as a half-close.)
+    s.on('end', () =>
+      setImmediate(() => {
+        if (!this.cancelled && !this.closed) this.handlers!.onHalfClose();
+      }),
+    );
     s.on('aborted', () => this.onCancelled());
     s.on('error', () => this.onCancelled());
     s.on('close', () => {

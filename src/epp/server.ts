@@ -58,8 +58,7 @@ export function createEppListeners(g: GatewayMembers, env: StreamEnv): EppListen
     const stream = new EppStream(env, callSink(call));
     return {
       onMessage: (b) => stream.onMessage(b),
-      // A cancellation may follow the end of the client's messages at once: a turn later, it has arrived.
-      onHalfClose: () => setImmediate(() => stream.onClosed(call.cancelled)),
+      onHalfClose: () => stream.onClosed(false),
       onCancel: () => stream.onClosed(true),
     };
   });
