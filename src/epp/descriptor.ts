@@ -252,11 +252,79 @@ export function decodeProcessingRequest(bytes: Uint8Array): { message: Processin
 }
 
 export function encodeProcessingRequest(m: ProcessingRequest): Buffer {
-  return Buffer.from(ProcessingRequestType.encode(m as Record<string, unknown>).finish());
+  return asNodeBuffer(ProcessingRequestType.encode(m as Record<string, unknown>).finish());
 }
 
 export function encodeProcessingResponse(m: ProcessingResponse): Buffer {
-  return Buffer.from(ProcessingResponseType.encode(m as Record<string, unknown>).finish());
+  return asNodeBuffer(ProcessingResponseType.encode(m as Record<string, unknown>).finish());
+}
+
+/**
+ * A body chunk passed back in FULL_DUPLEX_STREAMED — the message sent most often, once per
+ * chunk each way — encoded by hand: ProcessingResponse.request_body (3) or .response_body (4) →
+ * BodyResponse.response (1) → CommonResponse.body_mutation (3) → BodyMutation.streamed_response (3)
+ * → StreamedBodyResponse { body = 1, end_of_stream = 2 }. The same bytes protobufjs writes for
+ * `{ [direction]: { response: { body_mutation: { streamed_response: { body, end_of_stream } } } } }`,
+ * made without the nested objects; the chunk is copied once, into the message.
+ */
+export function encodeStreamedBody(direction: 'request_body' | 'response_body', body: Uint8Array, endOfStream: boolean): Buffer {
+  // From the innermost message out: each length-delimited field is its tag, its length, its bytes.
+  const streamed = (body.length > 0 ? 1 + varintSize(body.length) + body.length : 0) + (endOfStream ? 2 : 0);
+  const mutation = 1 + varintSize(streamed) + streamed;
+  const common = 1 + varintSize(mutation) + mutation;
+  const bodyResponse = 1 + varintSize(common) + common;
+  const out = Buffer.allocUnsafe(1 + varintSize(bodyResponse) + bodyResponse);
+  let at = 0;
+  const field = (tag: number, length: number): void => {
+    out[at++] = tag;
+    at = writeVarint(out, at, length);
+  };
+  field(direction === 'request_body' ? 0x1a : 0x22, bodyResponse); // field 3 or 4, wire type 2
+  field(0x0a, common); // BodyResponse.response = 1
+  field(0x1a, mutation); // CommonResponse.body_mutation = 3
+  field(0x1a, streamed); // BodyMutation.streamed_response = 3
+  if (body.length > 0) {
+    field(0x0a, body.length); // StreamedBodyResponse.body = 1
+    out.set(body, at);
+    at += body.length;
+  }
+  if (endOfStream) {
+    out[at++] = 0x10; // StreamedBodyResponse.end_of_stream = 2, varint
+    out[at++] = 1;
+  }
+  return out;
+}
+
+/** Answers that never change (a headers response with nothing to mutate, a trailers response), encoded once. */
+export const CONSTANT_RESPONSES = {
+  requestHeadersContinue: encodeProcessingResponse({ request_headers: { response: {} } }),
+  responseHeadersContinue: encodeProcessingResponse({ response_headers: { response: {} } }),
+  responseBodyContinue: encodeProcessingResponse({ response_body: { response: {} } }),
+  requestTrailers: encodeProcessingResponse({ request_trailers: {} }),
+  responseTrailers: encodeProcessingResponse({ response_trailers: {} }),
+} as const;
+
+function varintSize(n: number): number {
+  let size = 1;
+  while (n >= 0x80) {
+    n = Math.floor(n / 0x80);
+    size++;
+  }
+  return size;
+}
+
+function writeVarint(out: Buffer, at: number, n: number): number {
+  while (n >= 0x80) {
+    out[at++] = (n % 0x80) | 0x80;
+    n = Math.floor(n / 0x80);
+  }
+  out[at++] = n;
+  return at;
+}
+
+/** protobufjs's writer gives a Buffer in Node; taken as is (a plain Uint8Array is wrapped, not copied). */
+function asNodeBuffer(b: Uint8Array): Buffer {
+  return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length);
 }
 
 export function decodeProcessingResponse(bytes: Uint8Array): ProcessingResponse {
@@ -268,11 +336,11 @@ export function decodeHealthCheckRequest(bytes: Uint8Array): { service: string }
 }
 
 export function encodeHealthCheckRequest(service: string): Buffer {
-  return Buffer.from(HealthCheckRequestType.encode({ service }).finish());
+  return asNodeBuffer(HealthCheckRequestType.encode({ service }).finish());
 }
 
 export function encodeHealthCheckResponse(status: number): Buffer {
-  return Buffer.from(HealthCheckResponseType.encode({ status }).finish());
+  return asNodeBuffer(HealthCheckResponseType.encode({ status }).finish());
 }
 
 export function decodeHealthCheckResponse(bytes: Uint8Array): { status: number } {

@@ -1,13 +1,14 @@
 /**
  * The EPP's listeners, started and stopped together by the gateway's lifecycle (gateway/lifecycle.ts):
- *   epp.listen      gRPC `envoy.service.ext_proc.v3.ExternalProcessor/Process`, one stream per request (stream.ts)
+ *   epp.listen      gRPC `envoy.service.ext_proc.v3.ExternalProcessor/Process`, one stream per request (stream.ts),
+ *                   served by grpc-bidi-server.ts on node:http2
  *   epp.healthPort  gRPC `grpc.health.v1.Health` (Check, Watch) for the services `liveness`,
  *                   `readiness` and `envoy.service.ext_proc.v3.ExternalProcessor` (and "" for the server),
  *                   as GIE's and llm-d's EPPs register them
  *   epp.metricsPort HTTP: /metrics, /health, /ready, /admin/*, /dashboard as the gateway answers
  *                   them (same keys); the inference routes are not served there (404)
- * Messages are (de)serialized by descriptor.ts, not by grpc-js: a body that is not a
- * ProcessingRequest reaches the stream, which answers it with INVALID_ARGUMENT.
+ * Messages are (de)serialized by descriptor.ts: a body that is not a ProcessingRequest reaches the
+ * stream, which answers it with INVALID_ARGUMENT.
  */
 import { createServer, type Server as HttpServer } from 'node:http';
 import * as grpc from '@grpc/grpc-js';
@@ -15,23 +16,11 @@ import { errors, sendError } from '../api/errors.js';
 import type { GatewayMembers } from '../gateway/composition/compose.js';
 import { inferenceRoute } from '../gateway/pipeline/handler.js';
 import type { ListeningServer } from '../gateway/lifecycle.js';
-import { decodeHealthCheckRequest, encodeHealthCheckResponse, encodeProcessingResponse, EXT_PROC_SERVICE, HEALTH_SERVICE, ServingStatus } from './descriptor.js';
+import { GrpcBidiServer, type BidiCall } from './grpc-bidi-server.js';
+import { decodeHealthCheckRequest, encodeHealthCheckResponse, EXT_PROC_SERVICE, HEALTH_SERVICE, ServingStatus } from './descriptor.js';
 import { EppStream, type StreamEnv, type StreamSink } from './stream.js';
 
 const raw = (b: Buffer): Buffer => b;
-
-const PROCESS: grpc.ServiceDefinition = {
-  Process: {
-    path: `/${EXT_PROC_SERVICE}/Process`,
-    requestStream: true,
-    responseStream: true,
-    requestSerialize: raw,
-    requestDeserialize: raw,
-    responseSerialize: raw,
-    responseDeserialize: raw,
-    originalName: 'process',
-  },
-};
 
 const HEALTH: grpc.ServiceDefinition = {
   Check: { path: `/${HEALTH_SERVICE}/Check`, requestStream: false, responseStream: false, requestSerialize: raw, requestDeserialize: raw, responseSerialize: raw, responseDeserialize: raw },
@@ -65,21 +54,16 @@ export function createEppListeners(g: GatewayMembers, env: StreamEnv): EppListen
   const { config, logger } = g;
   const host = config.epp.listen.host;
   const ports = { extProc: 0, health: 0, metrics: 0 };
-  const extProc = new grpc.Server();
+  const extProc = new GrpcBidiServer(`/${EXT_PROC_SERVICE}/Process`, (call) => {
+    const stream = new EppStream(env, callSink(call));
+    return {
+      onMessage: (b) => stream.onMessage(b),
+      onHalfClose: () => stream.onClosed(false),
+      onCancel: () => stream.onClosed(true),
+    };
+  });
   const health = new grpc.Server();
   const watchers = new Set<NodeJS.Timeout>();
-
-  extProc.addService(PROCESS, {
-    Process: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
-      const stream = new EppStream(env, callSink(call));
-      call.on('data', (b: Buffer) => stream.onMessage(b));
-      // A cancelled call may end its reading side before it says it was cancelled: a turn later, it has.
-      call.on('end', () => setImmediate(() => stream.onClosed(call.cancelled)));
-      call.on('cancelled', () => stream.onClosed(true));
-      // A transport error on the call: the stream is over for the proxy too.
-      call.on('error', () => stream.onClosed(true));
-    },
-  });
 
   health.addService(HEALTH, {
     Check: (call: grpc.ServerUnaryCall<Buffer, Buffer>, callback: grpc.sendUnaryData<Buffer>) => {
@@ -138,7 +122,7 @@ export function createEppListeners(g: GatewayMembers, env: StreamEnv): EppListen
   return {
     ports,
     async listen() {
-      ports.extProc = await bind(extProc, config.epp.listen.port);
+      ports.extProc = await extProc.listen(host, config.epp.listen.port);
       ports.health = await bind(health, config.epp.healthPort);
       ports.metrics = await new Promise<number>((resolve, reject) => {
         http.once('error', reject);
@@ -157,35 +141,24 @@ export function createEppListeners(g: GatewayMembers, env: StreamEnv): EppListen
       watchers.clear();
       const grpcClosed = (s: grpc.Server): Promise<void> => new Promise((resolve) => s.tryShutdown(() => resolve()));
       // Health answers NOT_SERVING while streams finish; it closes with them.
-      return Promise.all([grpcClosed(extProc), grpcClosed(health), new Promise<void>((resolve) => http.close(() => resolve()))]).then(() => undefined);
+      return Promise.all([extProc.close(), grpcClosed(health), new Promise<void>((resolve) => http.close(() => resolve()))]).then(() => undefined);
     },
     closeIdle() {
       http.closeIdleConnections();
     },
     closeAll() {
-      extProc.forceShutdown();
+      extProc.destroy();
       health.forceShutdown();
       http.closeAllConnections();
     },
   };
 }
 
-/** A gRPC call as a stream's sink: answers encoded, the call ended once, errors as gRPC statuses. */
-function callSink(call: grpc.ServerDuplexStream<Buffer, Buffer>): StreamSink {
-  let ended = false;
+/** A gRPC call as a stream's sink (the call itself ignores anything after its end or a cancellation). */
+function callSink(call: BidiCall): StreamSink {
   return {
-    write(m) {
-      if (!ended && !call.cancelled) call.write(encodeProcessingResponse(m));
-    },
-    end() {
-      if (ended) return;
-      ended = true;
-      if (!call.cancelled) call.end();
-    },
-    fail(code, details) {
-      if (ended) return;
-      ended = true;
-      if (!call.cancelled) call.emit('error', { code, details });
-    },
+    write: (bytes) => call.write(bytes),
+    end: () => call.end(),
+    fail: (code, details) => call.fail(code, details),
   };
 }

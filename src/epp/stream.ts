@@ -29,9 +29,12 @@ import { LiveRequestContext } from '../request/context.js';
 import type { FlatFields } from '../telemetry/logger.js';
 import {
   BodySendMode,
+  CONSTANT_RESPONSES,
   decodeProcessingRequest,
   DESTINATION_KEY,
   DESTINATION_NAMESPACE,
+  encodeProcessingResponse,
+  encodeStreamedBody,
   MAX_BODY_CHUNK,
   SERVED_KEY,
   SUBSET_KEY,
@@ -57,7 +60,8 @@ const GrpcCode = { INVALID_ARGUMENT: 3, FAILED_PRECONDITION: 9, UNIMPLEMENTED: 1
 
 /** Where a stream's answers go (the gRPC call, in server.ts). */
 export interface StreamSink {
-  write(m: ProcessingResponse): void;
+  /** One encoded ProcessingResponse. */
+  write(bytes: Buffer): void;
   /** Close the stream cleanly (gRPC OK). */
   end(): void;
   /** Close the stream with a gRPC error status. */
@@ -196,7 +200,7 @@ export class EppStream {
     }
     this.phase = 'body';
     // BUFFERED: the proxy waits for this answer before it sends the body.
-    if (this.requestMode === BodySendMode.BUFFERED) this.write({ request_headers: { response: {} } });
+    if (this.requestMode === BodySendMode.BUFFERED) this.writeBytes(CONSTANT_RESPONSES.requestHeadersContinue);
   }
 
   private onRequestBody(chunk: Buffer, end: boolean): void {
@@ -289,11 +293,11 @@ export class EppStream {
     } else if (this.requestMode === BodySendMode.BUFFERED) {
       const response = d.body !== null ? { ...common, body_mutation: { body: d.body } } : common;
       this.write({ request_body: { response }, dynamic_metadata: metadata });
-      if (this.hadTrailers) this.write({ request_trailers: {} });
+      if (this.hadTrailers) this.writeBytes(CONSTANT_RESPONSES.requestTrailers);
     } else {
       this.write({ request_headers: { response: common }, dynamic_metadata: metadata });
       this.echoBody(out ?? EMPTY, !this.hadTrailers);
-      if (this.hadTrailers) this.write({ request_trailers: {} });
+      if (this.hadTrailers) this.writeBytes(CONSTANT_RESPONSES.requestTrailers);
     }
     this.phase = 'picked';
   }
@@ -301,13 +305,13 @@ export class EppStream {
   /** The body back as streamed_response chunks of at most MAX_BODY_CHUNK bytes (request or response direction). */
   private echoBody(body: Buffer, endOfStream: boolean, direction: 'request_body' | 'response_body' = 'request_body'): void {
     if (body.length === 0) {
-      this.write({ [direction]: { response: { body_mutation: { streamed_response: { body: EMPTY, end_of_stream: endOfStream } } } } });
+      this.writeBytes(encodeStreamedBody(direction, EMPTY, endOfStream));
       return;
     }
     for (let at = 0; at < body.length; at += MAX_BODY_CHUNK) {
       const part = body.subarray(at, Math.min(body.length, at + MAX_BODY_CHUNK));
       const last = at + MAX_BODY_CHUNK >= body.length;
-      this.write({ [direction]: { response: { body_mutation: { streamed_response: { body: part, end_of_stream: last && endOfStream } } } } });
+      this.writeBytes(encodeStreamedBody(direction, part, last && endOfStream));
     }
   }
 
@@ -322,7 +326,7 @@ export class EppStream {
     }
     this.servedFeedback(m);
     this.accounting?.onHeaders(status);
-    this.write({ response_headers: { response: {} } });
+    this.writeBytes(CONSTANT_RESPONSES.responseHeadersContinue);
     if (m.response_headers!.end_of_stream === true) this.responseEnded();
   }
 
@@ -334,14 +338,14 @@ export class EppStream {
     this.accounting?.onChunk(chunk);
     // In FULL_DUPLEX_STREAMED the proxy forwards what kvgate sends back; otherwise it keeps the chunk.
     if (this.streamsResponse()) this.echoBody(chunk, end, 'response_body');
-    else this.write({ response_body: { response: {} } });
+    else this.writeBytes(CONSTANT_RESPONSES.responseBodyContinue);
     if (end) this.responseEnded();
   }
 
   private onResponseTrailers(m: ProcessingRequest): void {
     if (this.phase !== 'response') throw outOfOrder('response_trailers', this.phase);
     this.servedFeedback(m);
-    this.write({ response_trailers: {} });
+    this.writeBytes(CONSTANT_RESPONSES.responseTrailers);
     this.responseEnded();
   }
 
@@ -413,7 +417,11 @@ export class EppStream {
   }
 
   private write(m: ProcessingResponse): void {
-    if (!this.silent) this.sink.write(m);
+    if (!this.silent) this.sink.write(encodeProcessingResponse(m));
+  }
+
+  private writeBytes(encoded: Buffer): void {
+    if (!this.silent) this.sink.write(encoded);
   }
 
   private readHeaders(list: HeaderValue[]): void {
