@@ -60,7 +60,9 @@ describe('prefill worker', () => {
   });
 
   test('held blocks are freed after the hold timeout', async () => {
-    const w = await startSimWorker({ model: MODEL, speed: 1000, kvRole: 'prefill', kvHoldTimeoutMs: 2000 });
+    // 4 s of simulated time at speed 20: 200 ms of wall time, long enough for the answer to be read
+    // before the blocks go, however busy the machine, and short enough to wait for.
+    const w = await startSimWorker({ model: MODEL, speed: 20, kvRole: 'prefill', kvHoldTimeoutMs: 4000 });
     try {
       await prefill(w, longPrompt(300, 'p3'));
       assert.equal(w.stats().kv?.held, 1);
