@@ -211,7 +211,9 @@ describe('a shift in acceptance', () => {
       const last = after.slice(-20);
       assert.ok(last.filter((p) => p === 'plain').length >= 14, after.join(','));
       const alphaAfter = metricValue(await (await fetch(`${g.url}/metrics`)).text(), 'kvgate_spec_acceptance_rate', { model: TARGET, class: 'default' })!;
-      assert.ok(alphaAfter < 0.4, String(alphaAfter));
+      // Once the class is off only probe rounds (a share of the target's GPU time) feed the
+      // estimate, so it has left 0.9 far behind but need not have reached 0.13 yet.
+      assert.ok(alphaAfter < 0.5, String(alphaAfter));
     } finally {
       await g.gw.close();
       await draft.close();
