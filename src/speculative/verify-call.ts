@@ -27,7 +27,7 @@ import type { WorkerState } from '../fleet/worker-state.js';
 import type { Logger } from '../telemetry/logger.js';
 import type { ScoredPosition, Verification } from './rounds.js';
 import type { VerifyRoute, VerifyRoutes } from './verify-routes.js';
-import { parseVerification, postJson, WorkerCallError, type CallTarget } from './worker-calls.js';
+import { parseVerification, postJson, scoredPosition, WorkerCallError, type CallTarget } from './worker-calls.js';
 
 /** Statuses by which a worker says it has no such route or takes no such body. */
 const ROUTE_REFUSED = new Set([400, 404, 405, 422]);
@@ -182,23 +182,9 @@ function parseVllmGenerateVerification(json: any, from: number, drafts: readonly
   for (let i = 0; i < drafts.length; i++) {
     const entry = pl[from + i];
     if (!entry || typeof entry !== 'object' || !(String(drafts[i]) in entry)) return null;
-    const raw = new Map<number, number>();
-    const text = new Map<number, string>();
-    let argmax = -1;
-    let bestRank = Infinity;
-    for (const [k, v] of Object.entries(entry as Record<string, { logprob: number; rank?: number; decoded_token?: string }>)) {
-      const id = Number(k);
-      if (!Number.isInteger(id) || !v || typeof v.logprob !== 'number') return null;
-      raw.set(id, v.logprob);
-      text.set(id, typeof v.decoded_token === 'string' ? v.decoded_token : '');
-      const rank = typeof v.rank === 'number' ? v.rank : Infinity;
-      if (rank < bestRank) {
-        bestRank = rank;
-        argmax = id;
-      }
-    }
-    if (argmax < 0) return null;
-    positions.push({ raw, text, argmax });
+    const scored = scoredPosition(entry);
+    if (scored === null || scored === 'malformed') return null;
+    positions.push(scored);
   }
   const ids = c?.token_ids;
   if (!Array.isArray(ids) || !Number.isInteger(ids[0])) throw new WorkerCallError('/inference/v1/generate answer has no choices[0].token_ids', null);

@@ -112,6 +112,30 @@ export function parseDraft(json: any): DraftProposal {
 }
 
 /** choices[0] of a verification answer; `from` is the index of the first draft token in the prompt. */
+/**
+ * One position of vLLM's `prompt_logprobs` (`{token id: {logprob, rank, decoded_token}}`): the
+ * log-probabilities and texts it lists and its best-ranked token; 'malformed' for an entry that is
+ * not of that shape, null when no token is ranked.
+ */
+export function scoredPosition(entry: object): ScoredPosition | 'malformed' | null {
+  const raw = new Map<number, number>();
+  const text = new Map<number, string>();
+  let argmax = -1;
+  let best = Infinity;
+  for (const [k, v] of Object.entries(entry as Record<string, { logprob: number; rank?: number; decoded_token?: string }>)) {
+    const id = Number(k);
+    if (!Number.isInteger(id) || !v || typeof v.logprob !== 'number') return 'malformed';
+    raw.set(id, v.logprob);
+    text.set(id, typeof v.decoded_token === 'string' ? v.decoded_token : '');
+    const rank = typeof v.rank === 'number' ? v.rank : Infinity;
+    if (rank < best) {
+      best = rank;
+      argmax = id;
+    }
+  }
+  return argmax < 0 ? null : { raw, text, argmax };
+}
+
 export function parseVerification(json: any, from: number, count: number): Verification {
   const c = json?.choices?.[0];
   const pl = c?.prompt_logprobs;
@@ -121,23 +145,10 @@ export function parseVerification(json: any, from: number, count: number): Verif
   for (let i = from; i < from + count; i++) {
     const entry = pl[i];
     if (!entry || typeof entry !== 'object') throw new WorkerCallError(`prompt_logprobs[${i}] is empty`, null);
-    const raw = new Map<number, number>();
-    const text = new Map<number, string>();
-    let argmax = -1;
-    let best = Infinity;
-    for (const [k, v] of Object.entries(entry as Record<string, { logprob: number; rank?: number; decoded_token?: string }>)) {
-      const id = Number(k);
-      if (!Number.isInteger(id) || !v || typeof v.logprob !== 'number') throw new WorkerCallError(`prompt_logprobs[${i}] has a malformed entry '${k}'`, null);
-      raw.set(id, v.logprob);
-      text.set(id, typeof v.decoded_token === 'string' ? v.decoded_token : '');
-      const rank = typeof v.rank === 'number' ? v.rank : Infinity;
-      if (rank < best) {
-        best = rank;
-        argmax = id;
-      }
-    }
-    if (argmax < 0) throw new WorkerCallError(`prompt_logprobs[${i}] has no ranked token`, null);
-    positions.push({ raw, text, argmax });
+    const scored = scoredPosition(entry);
+    if (scored === 'malformed') throw new WorkerCallError(`prompt_logprobs[${i}] has a malformed entry`, null);
+    if (scored === null) throw new WorkerCallError(`prompt_logprobs[${i}] has no ranked token`, null);
+    positions.push(scored);
   }
   const lp = c.logprobs;
   if (!lp || !Array.isArray(lp.tokens) || lp.tokens.length < 1) throw new WorkerCallError('verification answer has no logprobs.tokens', null);
