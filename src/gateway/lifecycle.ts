@@ -54,6 +54,11 @@ export function createLifecycle(g: GatewayMembers, http: ListeningServer, opts: 
       { clock: g.clock, ...opts.speculative },
     );
     await g.tokenizers.load();
+    // One scrape of every worker before the first request is taken: until a worker has answered,
+    // admission and routing know neither its KV capacity nor its queue (each scrape is bounded by
+    // scrape.timeoutMs; a worker that does not answer is judged as before, by what the gateway
+    // sends it).
+    if (opts.watchFleet !== false) await g.scraper.scrapeAll();
     const at = await http.listen();
     if (opts.watchFleet !== false) {
       g.scraper.start();

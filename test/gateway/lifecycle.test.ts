@@ -130,3 +130,39 @@ test('a request held by a stage at shutdown gets a clean 503', async () => {
   assert.equal(r.headers.get('retry-after'), '1');
   await sims[0]!.close();
 });
+
+test('the workers are scraped before the gateway takes its first request', async () => {
+  // A worker far smaller than the capacity assumed for a worker that has not said: admission must
+  // judge the first burst against its real 800 blocks, not 31,250.
+  const sims = await startSims(1, { numGpuBlocks: 800 });
+  const { gw, url } = await startGateway([sims[0]!.url], quietFleet);
+  try {
+    const w = gw.registry.workers[0]!;
+    assert.equal(w.numGpuBlocks, 800, 'capacity known as soon as start() resolves');
+    const r = await post(url + '/v1/completions', { model: MODEL, prompt: 'hello', max_tokens: 2 });
+    assert.equal(r.status, 200);
+  } finally {
+    await gw.close();
+    await sims[0]!.close();
+  }
+});
+
+test('a worker that does not answer at start does not keep the gateway from listening', async () => {
+  // Never answers a scrape; fails anything else at once (so the request below goes to the sim).
+  const stub = await startStub((req, res) => {
+    req.resume();
+    if (req.url !== '/metrics') res.writeHead(500).end();
+  });
+  const sims = await startSims(1);
+  const started = Date.now();
+  const { gw, url } = await startGateway([stub.url, sims[0]!.url], { ...quietFleet, scrape: { intervalMs: 60_000, timeoutMs: 300 } });
+  try {
+    assert.ok(Date.now() - started < 5_000, 'start waits at most about one scrape timeout');
+    const r = await post(url + '/v1/completions', { model: MODEL, prompt: 'hello', max_tokens: 2 });
+    assert.equal(r.status, 200);
+  } finally {
+    await gw.close();
+    await stub.close();
+    await sims[0]!.close();
+  }
+});
