@@ -29,6 +29,7 @@ import { createGateway } from '../src/gateway/gateway.js';
 import { startSimWorker, type SimWorker } from '../src/sim/worker/server.js';
 import { createLogger } from '../src/telemetry/logger.js';
 import { estimateTokenizer } from '../src/tokenizer/index.js';
+import { writeGeneratedTables } from './doc-tables.js';
 
 const HELP = `npm run bench -- cascade [options]
 
@@ -45,6 +46,7 @@ Options:
                    target time at $1.0 and 4 × $3.5 per GPU-hour) (default fixed,adaptive)
   --speed X        the workers' time compression (default 4: the controller measures wall-clock
                    call times, which must be mostly modelled time, not HTTP overhead)
+  --write-docs FILE  rewrite this command's generated table (live) in FILE (repeatable)
   -h, --help       this text
 `;
 
@@ -82,6 +84,7 @@ async function main(): Promise<void> {
       'draft-quant': { type: 'string' },
       modes: { type: 'string' },
       speed: { type: 'string' },
+      'write-docs': { type: 'string', multiple: true },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -104,7 +107,14 @@ async function main(): Promise<void> {
   const target = await startSimWorker({ model: TARGET, tp: TP, gpu: 'h100', speed });
   const tm = meter(target);
   process.stdout.write(`cascade k=${k} (draft ${DRAFT} ${draftQuant} on a10g) vs target-only: ${n} requests × ${maxTokens} tokens at temperature ${temperature}, batch 1, modelled GPU time\n`);
-  process.stdout.write('| mode | α (set) | α̂ | tokens/round | from draft | target GPU-ms/token | draft GPU-ms/token | $/M tokens | modelled ms/token |\n|---|---|---|---|---|---|---|---|---|\n');
+  // The table, printed row by row as it is measured and kept for --write-docs.
+  const table: string[] = [];
+  const row = (line: string): void => {
+    table.push(line);
+    process.stdout.write(`${line}\n`);
+  };
+  row('| mode | α (set) | α̂ | tokens/round | from draft | target GPU-ms/token | draft GPU-ms/token | $/M tokens | modelled ms/token |');
+  row('|---|---|---|---|---|---|---|---|---|');
 
   // Target-only, once.
   tm.reset();
@@ -122,7 +132,7 @@ async function main(): Promise<void> {
   const baseCost = ((tm.ms() / 1000) * TP * PRICE.h100) / 3600 / tokens * 1e6;
   // What a target-only token costs in wall-clock time here: the adaptive controller's baseline.
   const targetTokenMs = (performance.now() - wall0) / tokens;
-  process.stdout.write(`| target-only | – | – | 1 | 0% | ${baseGpu.toFixed(1)} | 0 | ${baseCost.toFixed(2)} | ${(tm.ms() / tokens).toFixed(1)} |\n`);
+  row(`| target-only | – | – | 1 | 0% | ${baseGpu.toFixed(1)} | 0 | ${baseCost.toFixed(2)} | ${(tm.ms() / tokens).toFixed(1)} |`);
 
   for (const mode of modes)
   for (const alpha of alphas) {
@@ -164,16 +174,21 @@ async function main(): Promise<void> {
     const tGpu = (tm.ms() * TP) / out;
     const dGpu = dm.ms() / out;
     const cost = (((tm.ms() / 1000) * TP * PRICE.h100 + (dm.ms() / 1000) * PRICE.a10g) / 3600 / out) * 1e6;
-    const perRound = rounds > 0 ? ((fromDraft + fromTarget) / rounds).toFixed(2) : '–';
+    // Each round yields its accepted draft tokens and one more from the target (correction or bonus);
+    // plain requests' tokens (counted under source="target") are no round's.
+    const accepted = m.split('\n').filter((l) => l.startsWith('kvgate_spec_accepted_tokens_total{')).reduce((acc, l) => acc + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+    const perRound = rounds > 0 ? ((accepted + rounds) / rounds).toFixed(2) : '–';
     const share = fromDraft + fromTarget > 0 ? ((100 * fromDraft) / out).toFixed(0) : '0';
-    process.stdout.write(
+    row(
       `| ${mode === 'fixed' ? `fixed k=${k}` : `adaptive (${plainReqs}/${n} plain)`} | ${alpha} | ${a.toFixed(2)} | ${perRound} | ${share}% | ` +
-        `${tGpu.toFixed(1)} | ${dGpu.toFixed(1)} | ${cost.toFixed(2)} | ${((tm.ms() + dm.ms()) / out).toFixed(1)} |\n`,
+        `${tGpu.toFixed(1)} | ${dGpu.toFixed(1)} | ${cost.toFixed(2)} | ${((tm.ms() + dm.ms()) / out).toFixed(1)} |`,
     );
     await gw.close();
     await draft.close();
   }
   await target.close();
+  const docs = values['write-docs'] ?? [];
+  if (docs.length > 0) writeGeneratedTables(docs, ['npm run bench -- cascade', ...process.argv.slice(2)].join(' '), { live: table.join('\n') }, 'bench cascade');
 }
 
 main().catch((e) => {
