@@ -1,200 +1,217 @@
 /**
- * Policy `llm-d`: a baseline modelled on the llm-d router (llm-d/llm-d-router, formerly
- * llm-d-inference-scheduler; earlier the Gateway API Inference Extension EPP) with its default
- * scheduling profile, built from the same pipeline as kvgate's policies so a side-by-side
- * benchmark compares policies, not plumbing. Scorers as in its
- * `pkg/epp/framework/plugins/scheduling/scorer/{queuedepth,kvcacheutilization,prefix}/`:
+ * Policy `llm-d-affinity`: the llm-d router's "sticky until saturated" configuration, the one its
+ * optimized-baseline guide ships (llm-d/llm-d.github.io
+ * `blog/2026-08-17_sticky-until-saturated-token-aware-routing.mdx`, "token-aware routing"): keep a
+ * request on the endpoints that already hold its prefix unless their load exceeds a calibrated
+ * limit, then route by load alone. Built from the same pipeline as kvgate's policies.
  *
- *   healthy → queue-scorer · queueWeight + kv-cache-utilization-scorer · kvCacheWeight
- *             + prefix-cache-scorer · prefixWeight → max-score picker (random tie-break)
+ *   healthy → prefix-cache-affinity filter → token-load scorer (or active-request scorer)
+ *           → max-score picker (random tie-break)
  *
- *   queue  = (max waiting − waiting) / (max − min) over the candidates; 1 if all equal
- *   kv     = 1 − KV usage
- *   prefix = matched blocks / prompt blocks
+ * Per worker, router-side (llm-d's `inflight-load-producer`, addEstimatedOutputTokens false):
+ *   in-flight tokens   = Σ uncached prompt tokens of the requests sent there and not yet past
+ *                        their first token (uncached = prompt tokens − matched blocks · block size)
+ *   in-flight requests = the requests sent there and not yet ended
  *
- * With loraWeight > 0 (0 in the default profile) a lora-affinity-scorer joins them, as in the
- * profiles llm-d and the Gateway API Inference Extension configure for LoRA fleets (their
- * integration tests' EndpointPickerConfig lists it beside the three, weight 1 when unspecified):
- * per worker, from vllm:lora_requests_info, 1 if the request's model is a running adapter there,
- * 0.8 if fewer adapters run and wait than --max-loras, 0.6 if it is a waiting one, else 0
- * (gateway-api-inference-extension `pkg/epp/scheduling/framework/plugins/loraaffinityscorer/
- * lora_affinity.go`).
+ *   affinity filter: sticky = workers whose matched / prompt blocks ≥ affinityThreshold; none
+ *     sticky → all. Estimated TTFT = in-flight tokens / peakPrefillThroughput; if the best sticky
+ *     worker's exceeds the best other's by more than maxTTFTPenaltyMs → all (the saturation
+ *     release: τ = peakPrefillThroughput × maxTTFTPenaltyMs = 286,704 tokens of lead at the
+ *     defaults); else the sticky workers. With probability explorationProbability the gate is
+ *     skipped.
+ *   token-load score = 1 − min(in-flight tokens + this request's uncached tokens there,
+ *     queueThresholdTokens) / queueThresholdTokens   (prefill-bound pools, the default)
+ *   active-request score = 1 if in-flight requests ≤ idleThreshold, else (max − n) / max · maxBusyScore
+ *     over the candidates   (decode-bound pools: loadScorer active-request)
  *
- * The prefix scorer's index is approximate and learned only from its own picks: a per-pod LRU of
- * chained block hashes (seeded by model name) holding num_gpu_blocks entries per pod, over blocks
- * of blockSizeTokens tokens estimated at bytesPerToken characters each (so a block is
- * blockSizeTokens · bytesPerToken characters of prompt text). The metrics it reads are the last
- * scrape as is (no dispatches since), polled every scrapeIntervalMs.
+ * Prompt tokens are estimated from the text, bytesPerToken characters each (llm-d's
+ * tokenizer-free `estimate` backend, used when no token-producer is configured, as in the guide),
+ * and the prefix index is llm-d's approximate one (llm-d.ts, llmdApproxPrefix).
  *
- * Defaults as published in llm-d/llm-d-inference-scheduler (now llm-d-router):
- * `pkg/epp/config/loader/defaults.go` (the default profile: queue-scorer 2,
- * kv-cache-utilization-scorer 2, prefix-cache-scorer 3), `pkg/epp/server/options.go`
- * (RefreshMetricsInterval 50 ms), `pkg/epp/framework/plugins/scheduling/picker/maxscore/picker.go`
- * (shuffled before the max: random tie-break). `llm-d-precise` (llm-d-precise.ts) is the
- * KV-event-fed profile; `llm-d-affinity` (llm-d-affinity.ts) the sticky-until-saturated
- * configuration llm-d's guides ship since August 2026, which calls this blend its legacy profile.
+ * Defaults as published in llm-d/llm-d-router @ ebab6879 (pkg/epp/framework/plugins/):
+ * - `scheduling/filter/prefixcacheaffinity/plugin.go` (DefaultConfig, Filter): affinityThreshold
+ *   0.80, explorationProbability 0, maxTTFTPenaltyMs 18000, ttftSource prefillThroughput,
+ *   peakPrefillThroughput 15928 tokens/s (Qwen3-32B on 2×H100, TP 2, vLLM 0.19);
+ * - `scheduling/scorer/tokenload/token_load.go`: queueThresholdTokens 4,194,304;
+ * - `scheduling/scorer/activerequest/active_request.go`: idleThreshold 0, maxBusyScore 1;
+ * - `requestcontrol/dataproducer/inflightload/producer.go` (uncachedInputTokens, ResponseBody):
+ *   tokens released at the first streamed chunk, requests at the end;
+ * - `requestcontrol/dataproducer/tokenizer/estimate.go`: 4 bytes per token;
+ * - `requestcontrol/dataproducer/approximateprefix/README.md`: 64-token blocks (smaller are
+ *   clamped up), 31,250 blocks per pod.
+ * The plugin list (approx-prefix-cache-producer, inflight-load-producer,
+ * prefix-cache-affinity-filter, token-load-scorer) is the guide's (llm-d/llm-d
+ * `guides/optimized-baseline`), which the blog reports as the llm-d default since August 2026; the
+ * router's built-in profile with no configuration (pkg/epp/config/loader/defaults.go) is still the
+ * weighted blend modelled as `llm-d`. Not modelled: the latency-predictor TTFT source.
  */
 import { z } from 'zod';
-import { PROMPT_ADAPTER } from '../../kv/prompt-blocks.js';
-import { seedFromString } from '../../util/rng.js';
 import { stateKey } from '../../util/state.js';
+import type { WorkerState } from '../../fleet/worker-state.js';
 import { healthyFilter } from '../filters/healthy.js';
-import { PrefixIndex } from '../index/prefix-index.js';
-import { PrefixMatcher, type PrefixMatch } from '../index/prefix-match.js';
 import { maxScorePicker } from '../pickers/max-score.js';
 import { PipelinePolicy } from '../pipeline.js';
 import { prefixFractionScorer } from '../scorers/prefix-fraction.js';
-import type { PolicyDefinition, RouteRequest, RoutingContext, Scorer } from '../types.js';
-import type { WorkerState } from '../../fleet/worker-state.js';
-import { indexKnobs, numberKnob, retuneInPlace } from './knobs.js';
+import type { Filter, PolicyDefinition, RouteRequest, RoutingContext, Scorer } from '../types.js';
+import type { PrefixMatch } from '../index/prefix-match.js';
+import { choiceKnob, indexKnobs, numberKnob, retuneInPlace } from './knobs.js';
+import { llmdApproxPrefix } from './llm-d.js';
 
-/** The prompt text's UTF-16 code units, llm-d's stand-in for tokens. */
-const LLMD_CHARS = stateKey<Uint16Array>('llm-d.chars');
-/** The request seen through its character codes as tokens. */
-const LLMD_CHAR_REQUEST = stateKey<RouteRequest>('llm-d.char-request');
-
-/** Text → "tokens" the way llm-d's approximate prefix scorer does without a tokenizer. */
-function charCodes(req: RouteRequest): Uint16Array {
-  let c = req.state.get(LLMD_CHARS);
-  if (!c) {
-    const s = req.promptText;
-    c = new Uint16Array(s.length);
-    for (let i = 0; i < s.length; i++) c[i] = s.charCodeAt(i);
-    req.state.set(LLMD_CHARS, c);
-  }
-  return c;
-}
-
-/**
- * llm-d's `queue-scorer`: (max waiting − waiting) / (max − min) over the candidates, 1 when all are
- * equal; the last scrape as is.
- */
-export const llmdQueueScorer: Scorer = {
-  name: 'queue',
-  score(_req, ws) {
-    const q = ws.map((w) => w.snapshot?.waiting ?? 0);
-    const min = Math.min(...q);
-    const max = Math.max(...q);
-    return q.map((v) => (max > min ? (max - v) / (max - min) : 1));
-  },
-};
-
-/**
- * The `lora-affinity-scorer`: the request's model (its adapter, or the base model) running there
- * 1, room for one more adapter 0.8, waiting there 0.6, else 0; the last scrape as is.
- */
-export const llmdLoraAffinityScorer: Scorer = {
-  name: 'lora-affinity',
-  score(req, ws) {
-    const target = req.state.get(PROMPT_ADAPTER) ?? req.model;
-    return ws.map((w) => {
-      const l = w.snapshot?.lora;
-      if (l === undefined) return 0;
-      if (l.running.includes(target)) return 1;
-      if (l.running.length + l.waiting.length < l.maxLoras) return 0.8;
-      return l.waiting.includes(target) ? 0.6 : 0;
-    });
-  },
-};
-
-/** llm-d's `kv-cache-utilization-scorer`: 1 − KV usage, from the last scrape as is. */
-export const llmdKvCacheScorer: Scorer = {
-  name: 'kv-cache-utilization',
-  score: (_req, ws) => ws.map((w) => 1 - (w.snapshot?.kvUsage ?? 0)),
-};
-
-export const llmdOptions = z.strictObject({
+/** llm-d's names in parentheses. */
+export const llmdAffinityOptions = z.strictObject({
+  affinityThreshold: numberKnob(0.8, 'a worker holding this share of the prompt’s blocks is sticky (affinityThreshold)', { max: 1 }),
+  maxTTFTPenaltyMs: numberKnob(
+    18_000,
+    "release stickiness when the best sticky worker's estimated TTFT exceeds the best other's by more than this, ms (maxTTFTPenaltyMs; 0: always stick)",
+  ),
+  peakPrefillThroughput: numberKnob(15_928, 'prefill tokens/s the TTFT estimate assumes per worker (peakPrefillThroughput)', { min: 1 }),
+  explorationProbability: numberKnob(0, 'probability of skipping the affinity gate (explorationProbability)', { max: 1 }),
+  loadScorer: choiceKnob(
+    ['token-load', 'active-request'],
+    'token-load',
+    'the load signal after the filter: uncached prefill tokens in flight (prefill-bound pools) or active requests (decode-bound)',
+  ),
+  queueThresholdTokens: numberKnob(4_194_304, 'token-load scorer: in-flight tokens at which the score reaches 0 (queueThresholdTokens)', {
+    min: 1,
+  }),
+  idleThreshold: numberKnob(0, 'active-request scorer: requests at or below which a worker scores 1 (idleThreshold)'),
+  maxBusyScore: numberKnob(1, 'active-request scorer: the best score of a busy worker (maxBusyScore)', { max: 1 }),
   blockSizeTokens: numberKnob(64, 'prefix block size, tokens (values below 64 count as 64)', { min: 1 }),
   bytesPerToken: numberKnob(4, 'characters of prompt text assumed per token', { min: 1 }),
   indexMaxBytes: indexKnobs.indexMaxBytes,
   maxWorkers: indexKnobs.maxWorkers,
-  queueWeight: numberKnob(2, 'weight of queue-scorer (fewest waiting)'),
-  kvCacheWeight: numberKnob(2, 'weight of kv-cache-utilization-scorer (1 − KV usage)'),
-  prefixWeight: numberKnob(3, 'weight of prefix-cache-scorer (matched / prompt blocks)'),
-  loraWeight: numberKnob(0, 'weight of lora-affinity-scorer (adapter running there 1, a free slot 0.8, waiting 0.6); 0: not in the profile, as by default'),
-  scrapeIntervalMs: numberKnob(50, 'metrics refresh interval the policy asks for, ms', { min: 1 }),
 });
 
-export type LlmdOptions = z.output<typeof llmdOptions>;
+export type LlmdAffinityOptions = z.output<typeof llmdAffinityOptions>;
 
-/** What shapes llm-d's approximate prefix index. */
-export type LlmdApproxOptions = Pick<LlmdOptions, 'blockSizeTokens' | 'bytesPerToken' | 'indexMaxBytes' | 'maxWorkers'>;
-
-/** llm-d's approximate prefix index over a request's characters, learned from its own picks. */
-export interface LlmdApproxPrefix {
-  readonly index: PrefixIndex;
-  /** Each worker's leading matched blocks of the request's text. */
-  matches(req: RouteRequest, ws: readonly WorkerState[], ctx: RoutingContext): Map<WorkerState, PrefixMatch>;
-  /** The request was sent to w: its blocks are w's now. */
-  record(req: RouteRequest, w: WorkerState, now: number): void;
+/** One worker's in-flight load as the inflight-load-producer counts it. */
+interface InFlight {
+  tokens: number;
+  requests: number;
 }
+
+/** What a dispatched request added, to be taken back. */
+interface Charged {
+  worker: string;
+  tokens: number;
+  prefillDone: boolean;
+}
+
+const LLMD_AFFINITY_CHARGED = stateKey<Charged>('llm-d-affinity.charged');
+
+/** The prompt's length in tokens as llm-d's estimate backend counts them. */
+const estimatedTokens = (req: RouteRequest, bytesPerToken: number): number => Math.ceil(req.promptText.length / bytesPerToken);
 
 /**
- * llm-d's `approx-prefix-cache-producer` (also the index behind its `prefix-cache-scorer`):
- * chained block hashes seeded by the model name over blocks of max(64, blockSizeTokens) tokens,
- * estimated at bytesPerToken characters each, one LRU per pod, entered at dispatch.
+ * Prompt tokens w would compute: the estimate less its matched blocks of `blockTokens` tokens
+ * (producer.go, uncachedInputTokens).
  */
-export function llmdApproxPrefix(o: LlmdApproxOptions): LlmdApproxPrefix {
-  const blockChars = Math.round(Math.max(64, o.blockSizeTokens) * o.bytesPerToken);
-  const index = new PrefixIndex({
-    maxBytes: o.indexMaxBytes,
-    maxWorkers: o.maxWorkers,
-    predictedTtlMs: 0,
-  });
-  const matchers = new Map<string, PrefixMatcher>();
-  const matcherFor = (model: string) => {
-    let m = matchers.get(model);
-    if (!m) matchers.set(model, (m = new PrefixMatcher(index, { seed: seedFromString(model), blockSize: blockChars })));
-    return m;
-  };
-  const asChars = (req: RouteRequest): RouteRequest => {
-    let r = req.state.get(LLMD_CHAR_REQUEST);
-    if (!r) {
-      // The same request seen through character codes; shares the state so hashes are computed once.
-      r = { ...req, promptTokens: charCodes(req) };
-      req.state.set(LLMD_CHAR_REQUEST, r);
-    }
-    return r;
-  };
+const uncachedTokens = (input: number, x: PrefixMatch, blockTokens: number): number => Math.max(0, input - x.blocks * blockTokens);
+
+/** The `prefix-cache-affinity-filter` with the prefillThroughput TTFT source (plugin.go, Filter). */
+function affinityFilter(
+  o: LlmdAffinityOptions,
+  matches: (req: RouteRequest, ws: readonly WorkerState[], ctx: RoutingContext) => Map<WorkerState, PrefixMatch>,
+  inFlightTokens: (w: WorkerState) => number,
+): Filter {
+  const ttftMs = (w: WorkerState) => (inFlightTokens(w) / o.peakPrefillThroughput) * 1000;
+  const best = (ws: readonly WorkerState[]) => Math.min(...ws.map(ttftMs));
   return {
-    index,
-    matches: (req, ws, ctx) => matcherFor(req.model).matches(asChars(req), ws, ctx),
-    record: (req, w, now) => matcherFor(req.model).record(asChars(req), w, now),
+    name: 'prefix-cache-affinity',
+    filter(req, ws, ctx) {
+      if (ws.length <= 1 || o.affinityThreshold <= 0) return ws as WorkerState[];
+      if (o.explorationProbability > 0 && ctx.rng() < o.explorationProbability) return ws as WorkerState[];
+      const m = matches(req, ws, ctx);
+      const sticky: WorkerState[] = [];
+      const other: WorkerState[] = [];
+      for (const w of ws) {
+        const x = m.get(w)!;
+        (x.promptBlocks > 0 && x.blocks / x.promptBlocks >= o.affinityThreshold ? sticky : other).push(w);
+      }
+      if (sticky.length === 0) return ws as WorkerState[];
+      if (o.maxTTFTPenaltyMs > 0 && other.length > 0 && best(sticky) - best(other) > o.maxTTFTPenaltyMs) return ws as WorkerState[];
+      return sticky;
+    },
   };
 }
 
-function createLlmdPolicy(o: LlmdOptions): PipelinePolicy {
+function createLlmdAffinityPolicy(o: LlmdAffinityOptions): PipelinePolicy {
   const approx = llmdApproxPrefix(o);
-  const index = approx.index;
-  const prefixScorer = prefixFractionScorer(approx.matches);
-  const scorers = [
-    { scorer: llmdQueueScorer, weight: o.queueWeight },
-    { scorer: llmdKvCacheScorer, weight: o.kvCacheWeight },
-    { scorer: prefixScorer, weight: o.prefixWeight },
-    { scorer: llmdLoraAffinityScorer, weight: o.loraWeight },
-  ];
-  return new PipelinePolicy({
-    name: 'llm-d',
-    filters: [healthyFilter],
-    scorers,
-    // The weights change in place; the block and index shape and the polling interval do not.
-    retune(next) {
-      if (!retuneInPlace(o, next, ['blockSizeTokens', 'bytesPerToken', 'indexMaxBytes', 'maxWorkers', 'scrapeIntervalMs'])) return false;
-      [scorers[0]!.weight, scorers[1]!.weight, scorers[2]!.weight, scorers[3]!.weight] = [o.queueWeight, o.kvCacheWeight, o.prefixWeight, o.loraWeight];
-      return true;
+  const blockTokens = Math.max(64, o.blockSizeTokens);
+  const loads = new Map<string, InFlight>();
+  const loadOf = (id: string): InFlight => {
+    let l = loads.get(id);
+    if (!l) loads.set(id, (l = { tokens: 0, requests: 0 }));
+    return l;
+  };
+  const tokenLoad: Scorer = {
+    name: 'token-load',
+    score(req, ws, ctx) {
+      const m = approx.matches(req, ws, ctx);
+      const input = estimatedTokens(req, o.bytesPerToken);
+      return ws.map((w) => {
+        const tokens = (loads.get(w.id)?.tokens ?? 0) + uncachedTokens(input, m.get(w)!, blockTokens);
+        return tokens <= 0 ? 1 : 1 - Math.min(tokens, o.queueThresholdTokens) / o.queueThresholdTokens;
+      });
     },
+  };
+  const activeRequests: Scorer = {
+    name: 'active-request',
+    score(_req, ws) {
+      const n = ws.map((w) => loads.get(w.id)?.requests ?? 0);
+      const max = Math.max(0, ...n);
+      return n.map((c) => (c <= o.idleThreshold ? 1 : ((max - c) / max) * o.maxBusyScore));
+    },
+  };
+  const scorers = [
+    { scorer: o.loadScorer === 'token-load' ? tokenLoad : activeRequests, weight: 1 },
+    // Weight 0: only so the decision reports the picked worker's matched share of the prompt.
+    { scorer: prefixFractionScorer(approx.matches), weight: 0 },
+  ];
+  const release = (c: Charged, prefillOnly: boolean) => {
+    const l = loadOf(c.worker);
+    if (!c.prefillDone) {
+      l.tokens -= c.tokens;
+      c.prefillDone = true;
+    }
+    if (!prefillOnly) l.requests--;
+  };
+  return new PipelinePolicy({
+    name: 'llm-d-affinity',
+    filters: [healthyFilter, affinityFilter(o, approx.matches, (w) => loads.get(w.id)?.tokens ?? 0)],
+    scorers,
     picker: maxScorePicker,
-    scrapeIntervalMs: o.scrapeIntervalMs,
-    prefixIndex: index,
+    prefixIndex: approx.index,
+    // The gate and scorer knobs change in place; the index shape and the load signal do not.
+    retune: (next) =>
+      retuneInPlace(o, next, ['loadScorer', 'blockSizeTokens', 'bytesPerToken', 'indexMaxBytes', 'maxWorkers']),
     onDispatch(req, d, ctx) {
-      approx.record(req, d.worker, ctx.now);
+      const w = d.worker;
+      const x = approx.matches(req, [w], ctx).get(w)!;
+      const c: Charged = { worker: w.id, tokens: uncachedTokens(estimatedTokens(req, o.bytesPerToken), x, blockTokens), prefillDone: false };
+      const l = loadOf(w.id);
+      l.tokens += c.tokens;
+      l.requests++;
+      req.state.set(LLMD_AFFINITY_CHARGED, c);
+      approx.record(req, w, ctx.now);
+    },
+    onFirstToken(req) {
+      const c = req.state.get(LLMD_AFFINITY_CHARGED);
+      if (c) release(c, true);
+    },
+    onComplete(req) {
+      const c = req.state.get(LLMD_AFFINITY_CHARGED);
+      if (!c) return;
+      req.state.delete(LLMD_AFFINITY_CHARGED);
+      release(c, false);
     },
   });
 }
 
-export const llmdPolicy: PolicyDefinition<typeof llmdOptions> = {
-  name: 'llm-d',
-  description: 'llm-d router built-in profile (the weighted blend): queue, kv-cache-utilization and approximate prefix-cache scorers (token blocks estimated from text), max-score picker, fast metrics polling.',
-  options: llmdOptions,
-  create: createLlmdPolicy,
+export const llmdAffinityPolicy: PolicyDefinition<typeof llmdAffinityOptions> = {
+  name: 'llm-d-affinity',
+  description:
+    "llm-d router's sticky-until-saturated configuration (optimized-baseline guide): prefix-cache-affinity filter released past a TTFT penalty, then the token-load (or active-request) scorer.",
+  options: llmdAffinityOptions,
+  create: createLlmdAffinityPolicy,
 };
