@@ -335,14 +335,14 @@ describe('kvgate bench CLI', () => {
   it('--set changes one policy’s knob and leaves the others at their defaults', () => {
     const run = (...extra: string[]) => {
       const json = join(dir, `set-${extra.length}.json`);
-      const r = bench(...SMALL, '--policy', 'llm-d,dynamo', '--omit-wall-time', '--quiet', '--json', json, ...extra);
+      const r = bench(...SMALL, '--policy', 'llm-d-legacy,dynamo', '--omit-wall-time', '--quiet', '--json', json, ...extra);
       assert.equal(r.code, 0, r.stderr);
       const policies = JSON.parse(readFileSync(json, 'utf8')).policies as Array<{ workers: Array<{ routed: number }> }>;
       return policies.map((p) => p.workers.map((w) => w.routed));
     };
     const base = run();
-    // All prefix weight, no load terms: llm-d piles the shared prefixes onto fewer workers.
-    const set = run('--set', 'llm-d.queueWeight=0', '--set', 'llm-d.kvCacheWeight=0');
+    // All prefix weight, no load terms: llm-d-legacy piles the shared prefixes onto fewer workers.
+    const set = run('--set', 'llm-d-legacy.queueWeight=0', '--set', 'llm-d-legacy.kvCacheWeight=0');
     assert.notDeepEqual(set[0], base[0]);
     assert.deepEqual(set[1], base[1]);
   });
