@@ -78,7 +78,7 @@ export const LLMD_FLOW_CONTROL_DEFAULTS: Readonly<LlmdFlowControlSettings> = Obj
 });
 
 /** llm-d priorities of kvgate's classes (InferenceObjective priority; < 0 is sheddable). */
-export const LLMD_PRIORITY: Readonly<Record<PriorityClass, number>> = Object.freeze({ critical: 1, standard: 0, sheddable: -1 });
+const LLMD_PRIORITY: Readonly<Record<PriorityClass, number>> = Object.freeze({ critical: 1, standard: 0, sheddable: -1 });
 
 /**
  * The roofline saturation of a pool: the mean over workers of max(waiting / queueThreshold,

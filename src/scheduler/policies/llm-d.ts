@@ -162,7 +162,7 @@ function affinityFilter(o: StickyOptions, src: StickyPrefixSource, inFlightToken
  * while prompts carry at least as many tokens as outputs. Counted over the finished requests, or
  * over the dispatched ones (their max_tokens) until one finishes.
  */
-export class BottleneckChoice {
+class BottleneckChoice {
   private dispatchedPrompt = 0;
   private dispatchedOutput = 0;
   private finishedPrompt = 0;
