@@ -93,7 +93,8 @@ Run:
                           context left after its prompt, and its answer ends at its EOS: as clients
                           send a fixed cap, so routers and admission cannot read each answer's
                           length from it (default: max_tokens is exactly the output length)
-  --scrape-interval MS    metrics scrape interval for every policy (default: the policy's own, else 1000)
+  --scrape-interval MS    metrics scrape interval for every policy (default: the policy's own, else 1000;
+                          50 with --admission llm-d)
   --overhead-ms MS        constant gateway + network delay per request (default 0)
   --slo-ttft MS           TTFT SLO for goodput and attainment (default: none; 1000 with --capacity)
   --slo-ttft-per-1k MS    extra TTFT allowed per 1,000 prompt tokens (default: none; 100 with
