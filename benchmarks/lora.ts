@@ -1,7 +1,7 @@
 /**
  * `npm run bench -- lora`: requests for many LoRA adapters on workers that batch only a few at once
- * (vLLM --max-loras), placed by kvgate with and without its LoRA affinity, by llm-d with and
- * without its lora-affinity-scorer, and by load alone.
+ * (vLLM --max-loras), placed by kvgate with and without its LoRA affinity, by llm-d's default
+ * profile and its legacy blend with a lora-affinity-scorer, and by load alone.
  *
  * Simulated workers in real time (the modelled GPU's step times) serve a base model and N
  * adapters, --max-loras M each. Streamed chat requests arrive as a Poisson process; each names an
@@ -36,7 +36,7 @@ Options:
   --seed N         seed of the schedule (default 1)
   --policies LIST  comma-separated (default kvgate,kvgate-no-affinity,llm-d,llm-d-lora,least-load,
                    round-robin; kvgate-no-affinity is kvgate with loraAffinity false, llm-d-lora
-                   llm-d with its lora-affinity-scorer at weight 1, loraWeight 1)
+                   llm-d-legacy with its lora-affinity-scorer at weight 1, loraWeight 1)
   -h, --help       this text
 `;
 
@@ -45,7 +45,7 @@ const MODEL = 'llama-3.1-8b';
 /** Named variants: a policy with options. */
 const VARIANTS: Record<string, { name: string; options: Record<string, unknown> }> = {
   'kvgate-no-affinity': { name: 'kvgate', options: { loraAffinity: false } },
-  'llm-d-lora': { name: 'llm-d', options: { loraWeight: 1 } },
+  'llm-d-lora': { name: 'llm-d-legacy', options: { loraWeight: 1 } },
 };
 
 interface Planned {

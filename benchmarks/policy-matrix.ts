@@ -6,7 +6,7 @@
  * and kvgate's ratios against the targets:
  *
  *   TTFT p99 ≤ 0.5 × round-robin's and ≤ 0.85 × the best peer's (sglang-cache-aware, llm-d,
- *   llm-d-precise, llm-d-affinity, dynamo, aibrix);
+ *   llm-d-precise, llm-d-legacy, dynamo, aibrix);
  *   goodput ≥ the best peer's; prefix hit rate ≥ 0.9 × oracle's; no preemptions on `bursty` where
  *   round-robin preempts.
  *
@@ -30,7 +30,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const cli = join(here, '..', 'src', 'cli.js');
 const TRACES = process.env.KVGATE_TRACES ?? join(here, '..', '..', '..', 'shared', 'traces');
 
-const PEERS = ['sglang-cache-aware', 'llm-d', 'llm-d-precise', 'llm-d-affinity', 'dynamo', 'aibrix'];
+const PEERS = ['sglang-cache-aware', 'llm-d', 'llm-d-precise', 'llm-d-legacy', 'dynamo', 'aibrix'];
 const POLICIES = ['round-robin', ...PEERS, 'kvgate', 'oracle'];
 /** Flags every `kvgate bench` run of the matrix gets (--declared-max-tokens). */
 let shaping: string[] = [];

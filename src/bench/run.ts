@@ -25,6 +25,7 @@ import { draftEngineConfig, simSpeculation, summarizeSpec, type BenchSpecOptions
 import type { BenchRequest, BenchSource } from '../workload/types.js';
 import { classOfDraw, DEFAULT_VLLM_PRIORITY, type PriorityClass } from '../admission/classes.js';
 import type { AdmissionSettings } from '../admission/controller.js';
+import { peerAdmission, type PeerAdmissionName } from '../sim/peer-admission.js';
 import type { SimDisaggOptions } from '../sim/disagg-sim.js';
 import { summarizeDisagg, type DisaggRunSummary } from './disagg-summary.js';
 
@@ -106,6 +107,8 @@ export interface BenchOptions {
    * on the run's virtual clock. Absent: every request is routed (`--admission off`).
    */
   kvAdmission?: AdmissionSettings;
+  /** A peer's admission instead (`--admission llm-d`: llm-d's flow control, src/sim/peer-admission.ts). */
+  peerAdmission?: PeerAdmissionName;
   /**
    * Give each request a priority class drawn from this mix (`--priority-mix`), replacing the
    * source's own priorities; a session's turns share the class of its first turn.
@@ -249,6 +252,8 @@ export interface BenchResults {
   cache: { ttl_ms: number; max_bytes: number } | null;
   /** KV-pressure admission settings (with --admission on), else null. */
   admission: AdmissionSettings | null;
+  /** The peer admission run instead (with --admission llm-d), else null. */
+  peer_admission: PeerAdmissionName | null;
   /** The --priority-mix, normalised, else null. */
   priority_mix: Record<PriorityClass, number> | null;
   /** --declared-max-tokens: every request declared max_tokens = max(this, its output); null: its output. */
@@ -496,6 +501,7 @@ async function runFleet(ctx: RunContext, name: string, run: FleetRun): Promise<S
   });
   return simulateFleet(requests, {
     admission: o.kvAdmission ? { settings: o.kvAdmission } : undefined,
+    peerAdmission: o.peerAdmission ? peerAdmission(o.peerAdmission, o.seed) : undefined,
     cacheIsolation: isolated,
     ...(o.adapters !== undefined ? { adapters: o.adapters } : {}),
     ...(o.kvEvents ? { kvEvents: true } : {}),
@@ -593,7 +599,7 @@ function policyRunContext(o: BenchOptions): PolicyRunContext {
     sloTtftPer1kMs: o.sloTtftPer1kMs,
     sloTpotMs: o.sloTpotMs,
     omitWallTime: o.omitWallTime,
-    byPriority: o.byPriority === true || o.kvAdmission !== undefined || o.priorityMix !== undefined,
+    byPriority: o.byPriority === true || o.kvAdmission !== undefined || o.peerAdmission !== undefined || o.priorityMix !== undefined,
   };
   const slo = sloOf(summaryOpts);
   const cap = o.capacity
@@ -680,6 +686,7 @@ export async function runBench(o: BenchOptions): Promise<BenchOutput> {
       policy_options: o.policyOptions ?? {},
       cache: o.cache ? { ttl_ms: o.cache.ttlMs ?? BENCH_CACHE_DEFAULTS.ttlMs, max_bytes: o.cache.maxBytes ?? BENCH_CACHE_DEFAULTS.maxBytes } : null,
       admission: o.kvAdmission ?? null,
+      peer_admission: o.peerAdmission ?? null,
       priority_mix: o.priorityMix ?? null,
       declared_max_tokens: o.declaredMaxTokens ?? null,
       replicas: o.replicas ? { count: o.replicas.count, sharing: o.replicas.sharing, sharing_delay_ms: o.replicas.sharingDelayMs, share_load: o.replicas.shareLoad === true } : null,

@@ -21,6 +21,7 @@ import { bandLines, cacheLines, gpuLines, isolationLines, priorityLines, specLin
 import { boundsAtCapacity, describeBoundsAtCapacity } from '../bench/work-bound.js';
 import { parsePriorityMix } from '../admission/classes.js';
 import { ADMISSION_DEFAULTS, type AdmissionSettings } from '../admission/controller.js';
+import { PEER_ADMISSIONS, type PeerAdmissionName } from '../sim/peer-admission.js';
 import { RESERVE_OUTPUT_TOKENS_CAP } from '../scheduler/router.js';
 import type { BenchSource } from '../workload/types.js';
 import { describeWorkloads, LORA_WORKLOAD_ADAPTERS, workloadNames, workloadSource } from '../workload/workloads.js';
@@ -92,7 +93,8 @@ Run:
                           context left after its prompt, and its answer ends at its EOS: as clients
                           send a fixed cap, so routers and admission cannot read each answer's
                           length from it (default: max_tokens is exactly the output length)
-  --scrape-interval MS    metrics scrape interval for every policy (default: the policy's own, else 1000)
+  --scrape-interval MS    metrics scrape interval for every policy (default: the policy's own, else 1000;
+                          50 with --admission llm-d)
   --overhead-ms MS        constant gateway + network delay per request (default 0)
   --slo-ttft MS           TTFT SLO for goodput and attainment (default: none; 1000 with --capacity)
   --slo-ttft-per-1k MS    extra TTFT allowed per 1,000 prompt tokens (default: none; 100 with
@@ -131,11 +133,19 @@ Response cache:
   --cache-max-bytes N     the in-memory store's bound (default 268435456)
 
 Admission control:
-  --admission on|off      run the gateway's KV-pressure admission (src/admission/) in the
+  --admission on|off|llm-d
+                          on: run the gateway's KV-pressure admission (src/admission/) in the
                           simulation, on its virtual clock: per request admit, queue or shed from
                           the fleet's estimated KV usage and the request's class (default off:
-                          every request is routed). Either value adds by_priority to the JSON and a
-                          line per policy and class to the table
+                          every request is routed). llm-d: llm-d's flow control instead, as a peer
+                          (src/sim/peer-admission.ts): requests wait in priority bands (critical 1,
+                          standard 0, sheddable −1) and dispatch while the pool's saturation
+                          (mean of max(waiting/5, KV usage/0.8) per worker, stale scrapes 1) is
+                          below 1, shed after 60 s; a dispatched sheddable request is then
+                          refused with probability min(S^5·300, 1); scrapes every 50 ms unless
+                          --scrape-interval says otherwise, as llm-d's EPP refreshes metrics.
+                          Any value adds by_priority to the JSON and a line per policy and class
+                          to the table
   --priority-mix MIX      give each request a class drawn from MIX, e.g.
                           critical=0.2,standard=0.3,sheddable=0.5 (weights normalised; replaces the
                           trace's own priorities; default: the trace's "priority", else standard).
@@ -587,8 +597,11 @@ function sourceFromFlags(v: BenchFlags, seed: number): { source: BenchSource; to
 }
 
 /** --admission and its thresholds as the bench's KV-pressure admission settings. */
-function admissionFromFlags(v: BenchFlags): { admissionOn: boolean; kvAdmission: AdmissionSettings | undefined } {
-  if (v.admission !== undefined && v.admission !== 'on' && v.admission !== 'off') throw new UsageError(`--admission must be on or off, got '${v.admission}'`);
+function admissionFromFlags(v: BenchFlags): { admissionOn: boolean; kvAdmission: AdmissionSettings | undefined; peer: PeerAdmissionName | undefined } {
+  const peer = PEER_ADMISSIONS.find((p) => p === v.admission);
+  if (v.admission !== undefined && v.admission !== 'on' && v.admission !== 'off' && !peer) {
+    throw new UsageError(`--admission must be on, off or ${PEER_ADMISSIONS.join(', ')}, got '${v.admission}'`);
+  }
   const admissionOn = v.admission === 'on';
   for (const f of ['shed-above', 'shed-prefill-backlog', 'queue-above', 'queue-max', 'queue-max-wait'] as const) {
     if (!admissionOn && v[f] !== undefined) throw new UsageError(`--${f} applies to --admission on only`);
@@ -613,7 +626,7 @@ function admissionFromFlags(v: BenchFlags): { admissionOn: boolean; kvAdmission:
         reserveOutputCap: RESERVE_OUTPUT_TOKENS_CAP,
       }
     : undefined;
-  return { admissionOn, kvAdmission };
+  return { admissionOn, kvAdmission, peer };
 }
 
 /** --capacity and its search flags, and the SLO (with --capacity, its defaults filled in). */
@@ -660,7 +673,7 @@ function replicasFromFlags(v: BenchFlags, admissionOn: boolean): BenchOptions['r
   const sl = v['share-load'];
   if (sl !== undefined && sl !== 'on' && sl !== 'off') throw new UsageError(`--share-load must be on or off, got '${sl}'`);
   if (sl !== undefined && rs !== 'on') throw new UsageError('--share-load applies to --replica-sharing on only');
-  if (replicaCount !== undefined && replicaCount > 1 && admissionOn) throw new UsageError('--replicas above 1 is not simulated with --admission on');
+  if (replicaCount !== undefined && replicaCount > 1 && admissionOn) throw new UsageError(`--replicas above 1 is not simulated with --admission ${v.admission}`);
   return replicaCount !== undefined ? { count: replicaCount, sharing: rs === 'on', sharingDelayMs: sharingDelayMs ?? 0, shareLoad: sl === 'on' } : undefined;
 }
 
@@ -714,7 +727,7 @@ export function benchFromFlags(v: BenchFlags): { opts: BenchOptions; source: Ben
     throw new UsageError('--tenants applies to --cache-isolation tenant and --spec-acceptance-by-tenant only');
   }
   const cacheTtlMs = numFlag(v['cache-ttl-ms'], 'cache-ttl-ms', { positive: true });
-  const { admissionOn, kvAdmission } = admissionFromFlags(v);
+  const { admissionOn, kvAdmission, peer } = admissionFromFlags(v);
   let priorityMix: ReturnType<typeof parsePriorityMix> | undefined;
   if (v['priority-mix'] !== undefined) {
     try {
@@ -724,7 +737,7 @@ export function benchFromFlags(v: BenchFlags): { opts: BenchOptions; source: Ben
     }
   }
   const cacheMaxBytes = intFlag(v['cache-max-bytes'], 'cache-max-bytes', 1);
-  const replicas = replicasFromFlags(v, admissionOn);
+  const replicas = replicasFromFlags(v, admissionOn || peer !== undefined);
   const speculative = parseSpecFlags(v);
   if (speculative && gpuMix.length > 1) throw new UsageError('--spec-mode is not simulated on a mixed fleet (--gpu NAME:COUNT,…)');
   if (speculative && cacheOn) throw new UsageError('--spec-mode is not simulated with --cache on');
@@ -746,7 +759,8 @@ export function benchFromFlags(v: BenchFlags): { opts: BenchOptions; source: Ben
     seed,
     rateScale: numFlag(v['rate-scale'], 'rate-scale', { positive: true }) ?? 1,
     limit,
-    scrapeIntervalMs: numFlag(v['scrape-interval'], 'scrape-interval', { positive: true }),
+    // llm-d's saturation detector counts a scrape older than 200 ms as saturated: its EPP refreshes every 50 ms.
+    scrapeIntervalMs: numFlag(v['scrape-interval'], 'scrape-interval', { positive: true }) ?? (peer === 'llm-d' ? 50 : undefined),
     overheadMs: numFlag(v['overhead-ms'], 'overhead-ms'),
     sloTtftMs,
     sloTtftPer1kMs,
@@ -756,6 +770,7 @@ export function benchFromFlags(v: BenchFlags): { opts: BenchOptions; source: Ben
     omitWallTime: v['omit-wall-time'] === true,
     policyOptions,
     kvAdmission,
+    ...(peer ? { peerAdmission: peer } : {}),
     priorityMix,
     declaredMaxTokens: intFlag(v['declared-max-tokens'], 'declared-max-tokens', 1),
     byPriority: v.admission !== undefined || priorityMix !== undefined,
@@ -792,7 +807,7 @@ export function disaggFromFlags(v: BenchFlags, workers: number, model: string, t
     link = KV_LINKS[name];
   }
   if (v.report !== undefined) throw new UsageError('--report is not drawn for --disagg (use --json)');
-  for (const [flag, bad] of [['cache', v.cache === 'on'], ['admission', v.admission === 'on'], ['replicas', (intFlag(v.replicas, 'replicas', 1) ?? 1) > 1], ['spec-mode', v['spec-mode'] !== undefined]] as const) {
+  for (const [flag, bad] of [['cache', v.cache === 'on'], ['admission', v.admission !== undefined && v.admission !== 'off'], ['replicas', (intFlag(v.replicas, 'replicas', 1) ?? 1) > 1], ['spec-mode', v['spec-mode'] !== undefined]] as const) {
     if (bad) throw new UsageError(`--disagg is not simulated with --${flag}`);
   }
   // The gateway's own defaults (the config's `disaggregation` section), the threshold as given.

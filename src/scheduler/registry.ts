@@ -9,7 +9,7 @@ import { dynamoPolicy } from './policies/dynamo.js';
 import { kvgatePolicy, oraclePolicy } from './policies/kvgate/index.js';
 import { leastLoadPolicy } from './policies/least-load.js';
 import { knobsOf, type KnobInfo } from './policies/knobs.js';
-import { llmdAffinityPolicy } from './policies/llm-d-affinity.js';
+import { llmdLegacyPolicy } from './policies/llm-d-legacy.js';
 import { llmdPrecisePolicy } from './policies/llm-d-precise.js';
 import { llmdPolicy } from './policies/llm-d.js';
 import { oracleGreedyPolicy } from './policies/oracle-greedy.js';
@@ -25,7 +25,7 @@ export const BUILTIN_POLICIES: readonly PolicyDefinition[] = [
   sglangCacheAwarePolicy,
   llmdPolicy,
   llmdPrecisePolicy,
-  llmdAffinityPolicy,
+  llmdLegacyPolicy,
   dynamoPolicy,
   dynamoApproxPolicy,
   aibrixPolicy,

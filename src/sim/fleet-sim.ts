@@ -63,11 +63,12 @@ import type { Router } from '../scheduler/router.js';
 import type { Policy, RouteOutcome, RouteRequest } from '../scheduler/types.js';
 import { answerToken } from '../workload/tokens.js';
 import type { BenchRequest } from '../workload/types.js';
-import { VirtualClock } from '../util/clock.js';
+import { VirtualClock, type Clock } from '../util/clock.js';
 import { LatencyHistogram } from '../util/latency-histogram.js';
 import { classOfVllmPriority, CLASS_RANK, DEFAULT_VLLM_PRIORITY, type VllmPriorityMap } from '../admission/classes.js';
 import type { AdmissionSettings } from '../admission/controller.js';
 import { releaseTicket, SimAdmission } from './admission-sim.js';
+import type { PeerAdmissionHost, SimAdmitter } from './peer-admission.js';
 import { SimCascade, type SimSpecResult, type SimSpeculation } from './cascade-sim.js';
 import { modelPrefillRate, SimDisagg, type SimDisaggOptions, type SimDisaggResult } from './disagg-sim.js';
 import { EventQueue } from './des-queue.js';
@@ -132,6 +133,8 @@ export interface FleetSimOptions {
   admit?: (req: RouteRequest, now: number) => AdmitResult;
   /** KV-pressure admission with the gateway's AdmissionController (after `admit`, before the cache). */
   admission?: { settings: AdmissionSettings; vllmPriority?: VllmPriorityMap };
+  /** A peer's admission instead (peer-admission.ts), built on the run's clock, workers and host. */
+  peerAdmission?: (host: PeerAdmissionHost, clock: Clock, workers: WorkerState[]) => SimAdmitter;
   /**
    * The response cache, built on a MemoryStore whose clock is this run's virtual clock
    * (`VirtualClock` passed in `clock`): fresh per run.
@@ -409,7 +412,7 @@ class FleetSim {
   private readonly out: SimResult;
   private readonly turns: SessionTurns;
   private readonly samples: NSamples;
-  private readonly admission: SimAdmission | null;
+  private readonly admission: SimAdmitter | null;
   private readonly cache: SimResponseCache | null;
   /** Shared in-flight accounting between replicas (shareLoad), or null. */
   private readonly mirror: LoadMirror | null;
@@ -428,7 +431,7 @@ class FleetSim {
     this.clock = opts.cache?.clock ?? new VirtualClock(0);
     const policies = opts.replicas?.policies ?? [opts.policy];
     if (policies.length < 1 || policies[0] !== opts.policy) throw new Error('replicas.policies[0] must be the run\'s policy');
-    if (policies.length > 1 && opts.admission) throw new Error('admission control is not simulated with several replicas');
+    if (policies.length > 1 && (opts.admission || opts.peerAdmission)) throw new Error('admission control is not simulated with several replicas');
     const staleAfterMs = opts.staleAfterMs ?? Math.max(5000, 5 * scrapeMs);
     const usesEvents = (opts.policy.usesKvEvents === true || opts.kvEvents === true) && opts.policy.prefixIndex !== undefined;
     this.cfg = { ...opts.engineConfig, emitTokens: false, kvEvents: usesEvents };
@@ -454,14 +457,15 @@ class FleetSim {
       submit: (w, req, now) => this.submit(w, req, now),
       finish: (w, rec, f, now, answered) => this.finishOne(w, rec, f, now, answered),
     });
-    this.admission = opts.admission ? this.createAdmission(opts.admission.settings, states) : null;
+    this.admission = opts.admission || opts.peerAdmission ? this.createAdmission(opts.admission?.settings, states) : null;
     this.mirror = this.connectReplicas(policies);
     this.cache = opts.cache ? this.createCache(opts.cache.cache) : null;
     this.cascade = opts.speculative ? this.createCascade(opts.speculative) : null;
   }
 
-  private createAdmission(settings: AdmissionSettings, states: WorkerState[]): SimAdmission {
-    return new SimAdmission(settings, this.clock, this.replicas[0]!.router.staleAfterMs, states, {
+  private createAdmission(settings: AdmissionSettings | undefined, states: WorkerState[]): SimAdmitter {
+    const host: PeerAdmissionHost = {
+      wake: (t) => this.q.push(t, { k: Kind.AdmissionTimer }),
       model: this.model,
       declaredMax: (req) => this.declaredMax(req),
       proceed: (rec, now) => this.proceed(rec, now),
@@ -470,7 +474,9 @@ class FleetSim {
         this.out.byClass!.queued[rec.cls]!++;
         this.q.push(deadline, { k: Kind.AdmissionTimer });
       },
-    });
+    };
+    if (!settings) return this.opts.peerAdmission!(host, this.clock, states);
+    return new SimAdmission(settings, this.clock, this.replicas[0]!.router.staleAfterMs, states, host);
   }
 
   /** Sharing between replicas (replicas.sharing), and the load mirror if they share load. */
@@ -508,7 +514,7 @@ class FleetSim {
 
   private createDisagg(o: SimDisaggOptions, replicas: number): SimDisagg {
     const opts = this.opts;
-    if (replicas > 1 || opts.admission || opts.admit || opts.cache || opts.speculative) {
+    if (replicas > 1 || opts.admission || opts.peerAdmission || opts.admit || opts.cache || opts.speculative) {
       throw new Error('disaggregation is not simulated with replicas, admission, the response cache or the speculative cascade');
     }
     const policy = opts.policy as Policy & { prefillRate?: (w: WorkerState) => number };

@@ -62,7 +62,7 @@ describe('kvgate bench CLI', () => {
       [[], /exactly one of --workload NAME or --trace FILE/],
       [['--workload', 'nope'], /unknown workload 'nope' \(known: shared-prefix/],
       [['--workload', 'rag', '--workers', '0'], /--workers must be an integer ≥ 1/],
-      [['--workload', 'rag', '--admission', 'maybe'], /--admission must be on or off/],
+      [['--workload', 'rag', '--admission', 'maybe'], /--admission must be on, off or llm-d/],
       [['--workload', 'rag', '--priority-mix', 'vip=1'], /--priority-mix: unknown priority class 'vip'/],
       [['--workload', 'rag', '--shed-above', '0.5'], /--shed-above applies to --admission on only/],
       [['--workload', 'rag', '--admission', 'on', '--queue-above', '1.5'], /--queue-above must be a fraction/],
@@ -332,17 +332,40 @@ describe('kvgate bench CLI', () => {
     assert.equal(JSON.parse(readFileSync(a, 'utf8')).policies[0].requests, 150);
   });
 
+  it('--admission llm-d: llm-d’s flow control queues by band and its admitter sheds sheddable requests only', () => {
+    const run = (admission: string) => {
+      const json = join(dir, `peer-${admission}.json`);
+      const r = bench('--workload', 'rag', '--size', '300', '--rate', '200', '--workers', '2', '--policy', 'kvgate', '--priority-mix', 'critical=0.2,standard=0.3,sheddable=0.5', '--admission', admission, '--quiet', '--omit-wall-time', '--json', json);
+      assert.equal(r.code, 0, r.stderr);
+      return JSON.parse(readFileSync(json, 'utf8'));
+    };
+    const llmd = run('llm-d');
+    assert.equal(llmd.peer_admission, 'llm-d');
+    assert.equal(llmd.admission, null);
+    const p = llmd.policies[0];
+    // Scraped every 50 ms, as llm-d's EPP refreshes (its detector counts a 200 ms old scrape as saturated).
+    assert.equal(p.scrape_interval_ms, 50);
+    const bp = p.by_priority;
+    assert.equal(bp.critical.shed + bp.standard.shed, 0);
+    assert.ok(bp.sheddable.shed > 0 && p.refusals.llm_d_admitter_shed === bp.sheddable.shed, JSON.stringify(p.refusals));
+    // Saturated by the burst, the critical band waited in the router's queue.
+    assert.ok(bp.critical.queued > 0);
+    const off = run('off');
+    assert.equal(off.peer_admission, null);
+    assert.equal(off.policies[0].shed, 0);
+  });
+
   it('--set changes one policy’s knob and leaves the others at their defaults', () => {
     const run = (...extra: string[]) => {
       const json = join(dir, `set-${extra.length}.json`);
-      const r = bench(...SMALL, '--policy', 'llm-d,dynamo', '--omit-wall-time', '--quiet', '--json', json, ...extra);
+      const r = bench(...SMALL, '--policy', 'llm-d-legacy,dynamo', '--omit-wall-time', '--quiet', '--json', json, ...extra);
       assert.equal(r.code, 0, r.stderr);
       const policies = JSON.parse(readFileSync(json, 'utf8')).policies as Array<{ workers: Array<{ routed: number }> }>;
       return policies.map((p) => p.workers.map((w) => w.routed));
     };
     const base = run();
-    // All prefix weight, no load terms: llm-d piles the shared prefixes onto fewer workers.
-    const set = run('--set', 'llm-d.queueWeight=0', '--set', 'llm-d.kvCacheWeight=0');
+    // All prefix weight, no load terms: llm-d-legacy piles the shared prefixes onto fewer workers.
+    const set = run('--set', 'llm-d-legacy.queueWeight=0', '--set', 'llm-d-legacy.kvCacheWeight=0');
     assert.notDeepEqual(set[0], base[0]);
     assert.deepEqual(set[1], base[1]);
   });

@@ -123,8 +123,8 @@ test('a policy’s own metrics interval applies unless the config sets one; unkn
     await gw.close();
     return v;
   };
-  assert.equal(await interval({ policy: { name: 'llm-d' } }), 50);
-  assert.equal(await interval({ policy: { name: 'llm-d' }, scrape: { intervalMs: 1000 } }), 1000);
+  assert.equal(await interval({ policy: { name: 'llm-d-legacy' } }), 50);
+  assert.equal(await interval({ policy: { name: 'llm-d-legacy' }, scrape: { intervalMs: 1000 } }), 1000);
   assert.equal(await interval({ policy: { name: 'least-load' } }), 1000);
   assert.throws(() => createGateway(parseConfig({ ...base, policy: { name: 'nope' } }), { logger }), (e: unknown) => e instanceof ConfigError && /^policy\.name: unknown policy 'nope'/.test(e.problems[0]!));
 });

@@ -9,7 +9,7 @@ test('the built-in policies are listed once each, by name, and each creates a po
   const names = BUILTIN_POLICIES.map((d) => d.name);
   assert.deepEqual(policyNames(), names);
   assert.equal(new Set(names).size, names.length);
-  for (const n of ['round-robin', 'random', 'least-load', 'kvgate', 'oracle', 'sglang-cache-aware', 'llm-d', 'llm-d-precise', 'dynamo', 'dynamo-approx', 'oracle-greedy']) {
+  for (const n of ['round-robin', 'random', 'least-load', 'kvgate', 'oracle', 'sglang-cache-aware', 'llm-d', 'llm-d-precise', 'llm-d-legacy', 'dynamo', 'dynamo-approx', 'oracle-greedy']) {
     assert.ok(names.includes(n), n);
     assert.equal(createPolicy(n).name, n);
   }
@@ -28,7 +28,7 @@ test('options left out take the defaults their schema declares; given ones are u
     { wPrefix: 2, predictedTtlMs: 5000, learnPrefillRate: false, approxTtlMs: Infinity, wTtft: 1 },
   );
   assert.equal((createPolicy('kvgate', { predictedTtlMs: 1000 }) as KvgatePolicy).prefixIndex.predictedTtlMs, 1000);
-  assert.equal(createPolicy('llm-d', { scrapeIntervalMs: 200 }).scrapeIntervalMs, 200);
+  assert.equal(createPolicy('llm-d-legacy', { scrapeIntervalMs: 200 }).scrapeIntervalMs, 200);
 });
 
 test('an unknown or bad option is an error naming the policy and the option', () => {

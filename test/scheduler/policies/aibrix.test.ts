@@ -124,3 +124,70 @@ test('block table: the LRU order survives many re-stamps (the stamp queue compac
   assert.deepEqual(Object.fromEntries(t.match([1, 2, 3], ['a'])), {});
   assert.deepEqual(Object.fromEntries(t.match([2, 3], ['a'])), { a: 100 });
 });
+
+/** The table's rules written the plain way: a Map in stamp order, a Set of workers per block. */
+class ReferenceTable {
+  readonly blocks = new Map<number, { workers: Set<string>; at: number }>();
+  constructor(
+    private readonly capacity: number,
+    private readonly ttlMs: number,
+  ) {}
+  add(hashes: number[], worker: string, now: number): void {
+    for (const h of hashes) {
+      const e = this.blocks.get(h) ?? { workers: new Set<string>(), at: now };
+      this.blocks.delete(h);
+      e.workers.add(worker);
+      e.at = now;
+      this.blocks.set(h, e);
+      while (this.blocks.size > this.capacity) this.blocks.delete(this.blocks.keys().next().value!);
+    }
+  }
+  match(hashes: number[], workers: string[]): Record<string, number> {
+    const out: Record<string, number> = {};
+    let live = workers;
+    for (let i = 0; i < hashes.length && live.length > 0; i++) {
+      const e = this.blocks.get(hashes[i]!);
+      if (!e) break;
+      live = live.filter((w) => e.workers.has(w));
+      for (const w of live) out[w] = Math.floor(((i + 1) * 100) / hashes.length);
+    }
+    return out;
+  }
+  expire(now: number): void {
+    for (const [h, e] of this.blocks) {
+      if (now - e.at <= this.ttlMs) break;
+      this.blocks.delete(h);
+    }
+  }
+}
+
+test('block table: the same answers as the plain rules over random adds, matches and expiries (40 workers, collisions in the index)', () => {
+  let s = 7;
+  const rnd = (n: number) => {
+    s = (Math.imul(s, 1103515245) + 12345) >>> 0;
+    return s % n;
+  };
+  const t = new BlockLruTable(300, 50);
+  const ref = new ReferenceTable(300, 50);
+  const workers = Array.from({ length: 40 }, (_, i) => `w${i}`);
+  // Hashes from a small space, many sharing their low bits (the index's home slot), as chains do.
+  const prompt = () => {
+    const base = rnd(8);
+    return Array.from({ length: 1 + rnd(60) }, (_, i) => (i < 20 ? base * 1000 + i : rnd(2000)) * 4294967296 + (i % 5));
+  };
+  for (let now = 0; now < 2000; now++) {
+    const p = prompt();
+    const w = workers[rnd(workers.length)]!;
+    if (rnd(3) > 0) {
+      t.add(p, w, now);
+      ref.add(p, w, now);
+    }
+    const asked = workers.filter(() => rnd(2) === 0);
+    assert.deepEqual(Object.fromEntries(t.match(p, asked)), ref.match(p, asked));
+    if (rnd(10) === 0) {
+      t.expire(now);
+      ref.expire(now);
+    }
+    assert.equal(t.size, ref.blocks.size);
+  }
+});

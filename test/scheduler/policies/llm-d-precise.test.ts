@@ -8,25 +8,26 @@ const prompt = seq(100, 64 * 16); // 64 full blocks
 const picked = (o: RouteOutcome) => (o.ok ? o.decision.worker.id : `refused ${o.status}`);
 
 /**
- * a's engine reported the first `held` blocks of the prompt and a has 4 requests waiting; b holds
- * nothing and has none. Both at 10% KV usage. Who gets the prompt?
- *   a = 2 · held/64 + 1 · 0.9 + 1 · 0;   b = 2 · 0 + 1 · 0.9 + 1 · 1
+ * a's engine reported the first `held` of the prompt's 64 blocks (16 tokens each) and a is
+ * prefilling another 1,024-token prompt; b holds nothing and is idle. Who gets the prompt?
+ *   sticky when held / 64 ≥ 0.8 (a's TTFT lead, 1,024 / 15,928 s = 64 ms, is far under 18 s);
+ *   else token load: a 1,024 + (64 − held) · 16 against b 1,024.
  */
 function withHeld(held: number): string {
   const policy = createPolicy('llm-d-precise');
   const { router: r } = router(policy);
-  const a = worker('a', { snapshot: { waiting: 4, kvUsage: 0.1 } });
-  const b = worker('b', { snapshot: { waiting: 0, kvUsage: 0.1 } });
+  const a = worker('a');
+  const b = worker('b');
+  assert.ok(r.route(request(seq(50_000, 64 * 16)), [a]).ok);
   feedKvEvents(policy, a, prompt.slice(0, held * 16));
   return picked(r.route(request(prompt), [a, b]));
 }
 
-test('llm-d-precise: prefix ×2 on KV-event-fed blocks against queue ×1 and KV utilisation ×1', () => {
+test('llm-d-precise: the affinity gate on KV-event-fed blocks, then token load in the model’s tokens', () => {
   const policy = createPolicy('llm-d-precise');
   assert.equal(policy.usesKvEvents, true);
-  assert.equal(policy.scrapeIntervalMs, 50);
-  assert.equal(withHeld(40), 'a'); // 1.25 + 0.9 = 2.15 > 1.9
-  assert.equal(withHeld(24), 'b'); // 0.75 + 0.9 = 1.65 < 1.9
+  assert.equal(withHeld(52), 'a'); // 52/64 = 0.81 ≥ 0.8: sticky, whatever a's load
+  assert.equal(withHeld(51), 'b'); // 0.797: no one sticky; a 1,024 + 208 = 1,232 > b 1,024
   assert.equal(withHeld(64), 'a');
 });
 

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { WorkerState } from '../../../src/fleet/worker-state.js';
 import { PROMPT_ADAPTER } from '../../../src/kv/prompt-blocks.js';
-import { llmdLoraAffinityScorer } from '../../../src/scheduler/policies/llm-d.js';
+import { llmdLoraAffinityScorer } from '../../../src/scheduler/policies/llm-d-plugins.js';
 import { createPolicy } from '../../../src/scheduler/registry.js';
 import { request, router, seq, worker } from '../helpers.js';
 
@@ -119,8 +119,8 @@ test('sglang-cache-aware: KV-usage triggers (off at 1.0): overload above the cei
   assert.ok(o.ok && o.decision.reason === 'prefix');
 });
 
-test('llm-d: weights queue 2, kv 2, prefix 3 over stale-as-is metrics; prefix learned from its own picks', () => {
-  const policy = createPolicy('llm-d');
+test('llm-d-legacy without no-hit-lru (the router built-in): queue 2, kv 2, prefix 3 over stale-as-is metrics; prefix learned from its own picks', () => {
+  const policy = createPolicy('llm-d-legacy', { noHitLruWeight: 0 });
   assert.equal(policy.scrapeIntervalMs, 50);
   const { router: r } = router(policy, 3);
   const text = 'lorem ipsum dolor sit amet '.repeat(60); // 1,620 chars → 6 blocks of 256
@@ -150,7 +150,7 @@ test('llm-d: weights queue 2, kv 2, prefix 3 over stale-as-is metrics; prefix le
   }
 });
 
-test("llm-d with loraWeight: GIE's lora-affinity-scorer, 1 running, 0.8 a free slot, 0.6 waiting, 0 taken", () => {
+test("llm-d-legacy with loraWeight: GIE's lora-affinity-scorer, 1 running, 0.8 a free slot, 0.6 waiting, 0 taken", () => {
   const rate = (target: string, lora: { maxLoras: number; running: string[]; waiting: string[] } | undefined): number => {
     const req = request([1], { model: 'm' });
     req.state.set(PROMPT_ADAPTER, target);
@@ -162,7 +162,7 @@ test("llm-d with loraWeight: GIE's lora-affinity-scorer, 1 running, 0.8 a free s
   assert.equal(rate('a', { maxLoras: 1, running: ['b'], waiting: [] }), 0);
   assert.equal(rate('a', undefined), 0, 'no LoRA state reported');
   // In the profile with a weight, it draws an adapter to where it runs over an emptier queue.
-  const { router: r } = router(createPolicy('llm-d', { loraWeight: 3 }), 3);
+  const { router: r } = router(createPolicy('llm-d-legacy', { loraWeight: 3, noHitLruWeight: 0 }), 3);
   const runs = worker('runs', { snapshot: { waiting: 2, lora: { maxLoras: 1, running: ['a'], waiting: [] } } });
   const other = worker('other', { snapshot: { waiting: 0, lora: { maxLoras: 1, running: ['b'], waiting: [] } } });
   const req = request([1], { promptText: 'hello' });
@@ -170,7 +170,7 @@ test("llm-d with loraWeight: GIE's lora-affinity-scorer, 1 running, 0.8 a free s
   const d = r.route(req, [other, runs]);
   assert.ok(d.ok && d.decision.worker === runs);
   // By default (weight 0) the queue decides.
-  const plain = router(createPolicy('llm-d'), 3).router;
+  const plain = router(createPolicy('llm-d-legacy', { noHitLruWeight: 0 }), 3).router;
   const req2 = request([1], { promptText: 'hello' });
   req2.state.set(PROMPT_ADAPTER, 'a');
   const d2 = plain.route(req2, [other, runs]);
@@ -211,4 +211,28 @@ test('oracle: kvgate’s rules on the engines’ exact state, not on the index o
   b.oracle.pendingPrefillTokens = () => 40_000;
   const o2 = r.route(request(prompt), [a, b]);
   assert.ok(o2.ok && o2.decision.worker === a && o2.decision.reason === 'spill');
+});
+
+test('llm-d-legacy: no-hit-lru at weight 2 sends cold requests to the worker least recently sent one; warm ones score 0.5', () => {
+  // No scrapes: queue 1 and kv 1 everywhere, so only prefix and no-hit-lru tell workers apart.
+  const { router: r } = router(createPolicy('llm-d-legacy'), 5);
+  const [a, b, c] = [worker('a'), worker('b'), worker('c')];
+  const cold = (i: number) => {
+    const o = r.route(request([1], { promptText: `cold prompt ${i} `.repeat(40) }), [a, b, c]);
+    assert.ok(o.ok);
+    return o.decision.worker.id;
+  };
+  // Never used, in candidate order: a 1 − 0/2 = 1, b 1 − 1/2 = 0.5, c 0 → a.
+  assert.equal(cold(1), 'a');
+  // LRU [a]: never used b 1, c 0.5; a at rank 2 never-used + position 0 → 1 − 2/2 = 0 → b.
+  assert.equal(cold(2), 'b');
+  // LRU [a, b]: c 1, a 1 − (1 + 0)/2 = 0.5, b 1 − (1 + 1)/2 = 0 → c; then the oldest, a.
+  assert.equal(cold(3), 'c');
+  assert.equal(cold(4), 'a');
+  // A warm request (b holds its prompt) scores 0.5 everywhere on no-hit-lru: prefix 3 decides → b.
+  const text = 'cold prompt 2 '.repeat(40);
+  const warm = r.route(request([1], { promptText: text }), [a, b, c]);
+  assert.ok(warm.ok && warm.decision.worker === b && warm.decision.expectedPrefixHit === 1);
+  // ... and does not move b in the LRU: the next cold request still goes to the oldest, b.
+  assert.equal(cold(5), 'b');
 });

@@ -7,7 +7,7 @@ import { request, router, seq, worker } from '../helpers.js';
 const parsed = (name: string, raw: Record<string, unknown> = {}): Record<string, unknown> => policyDefinition(name).options.parse(raw);
 
 test('every policy with options either retunes its defaults in place or says it cannot', () => {
-  const inPlace = new Set(['kvgate', 'oracle', 'sglang-cache-aware', 'llm-d', 'llm-d-precise', 'llm-d-affinity', 'dynamo', 'dynamo-approx', 'aibrix']);
+  const inPlace = new Set(['kvgate', 'oracle', 'sglang-cache-aware', 'llm-d', 'llm-d-precise', 'llm-d-legacy', 'dynamo', 'dynamo-approx', 'aibrix']);
   for (const d of BUILTIN_POLICIES) {
     const p = createPolicy(d.name);
     const index = p.prefixIndex;
@@ -17,7 +17,7 @@ test('every policy with options either retunes its defaults in place or says it 
 });
 
 test('an index knob cannot change in place: refused, the old options stay', () => {
-  for (const name of ['kvgate', 'llm-d', 'llm-d-precise', 'llm-d-affinity', 'dynamo', 'dynamo-approx']) {
+  for (const name of ['kvgate', 'llm-d', 'llm-d-precise', 'llm-d-legacy', 'dynamo', 'dynamo-approx']) {
     const p = createPolicy(name);
     assert.equal(p.retune!(parsed(name, { indexMaxBytes: 123_456 })), false, name);
     // The weights of a refused retune are not taken either.
@@ -25,8 +25,9 @@ test('an index knob cannot change in place: refused, the old options stay', () =
   }
 });
 
-test('llm-d: a retuned weight changes the next decision', () => {
-  const p = createPolicy('llm-d');
+test('llm-d-legacy: a retuned weight changes the next decision', () => {
+  // Without no-hit-lru (the router's built-in profile): these requests are cold.
+  const p = createPolicy('llm-d-legacy', { noHitLruWeight: 0 });
   // a: nobody waiting but its KV nearly full; b: ten waiting, KV empty.
   const a = worker('a', { snapshot: { waiting: 0, kvUsage: 0.9 } });
   const b = worker('b', { snapshot: { waiting: 10, kvUsage: 0 } });
@@ -41,9 +42,9 @@ test('llm-d: a retuned weight changes the next decision', () => {
   // queue 2 · 1 + kv 2 · 0.1 = 2.2 for a against kv 2 · 1 = 2 for b.
   assert.equal(pick(), 'a');
   // Refused with an index knob: none of it is taken, the weight included.
-  assert.equal(p.retune!(parsed('llm-d', { queueWeight: 0, indexMaxBytes: 123_456 })), false);
+  assert.equal(p.retune!(parsed('llm-d-legacy', { noHitLruWeight: 0, queueWeight: 0, indexMaxBytes: 123_456 })), false);
   assert.equal(pick(), 'a');
-  assert.equal(p.retune!(parsed('llm-d', { queueWeight: 0 })), true);
+  assert.equal(p.retune!(parsed('llm-d-legacy', { noHitLruWeight: 0, queueWeight: 0 })), true);
   assert.equal(pick(), 'b');
 });
 

@@ -34,20 +34,22 @@ function feed(policy: Policy, w: WorkerState, tokens: readonly number[], where: 
   }
 }
 
-test('llm-d-precise: a host-memory block scores cpuWeight (0.8), as llm-d-kv-cache weighs the cpu tier', () => {
+test('llm-d-precise: a host-memory block counts cpuWeight (0.8) of a GPU one in the affinity share, as llm-d-kv-cache weighs the cpu tier', () => {
   const prompt = seq(100, 64 * 16);
-  // a holds 36 of the 64 blocks and has 4 waiting; b holds none and has none; both at 10% KV.
-  //   a = 2 · credit/64 + 0.9;   b = 0.9 + 1
+  // a holds 52 of the 64 blocks and is prefilling another 1,024-token prompt; b holds none, idle.
+  //   on the GPU: share 52/64 = 0.81 ≥ 0.8 → sticky a;
+  //   in host memory: 0.8 · 52/64 = 0.65 → no one sticky → token load a 1,024 + 12 · 16 > b 1,024 → b.
   const pick = (where: 'gpu' | 'host', options: PolicyOptions = {}) => {
     const policy = createPolicy('llm-d-precise', options);
     const { router: r } = router(policy);
-    const a = worker('a', { snapshot: { waiting: 4, kvUsage: 0.1 } });
-    const b = worker('b', { snapshot: { waiting: 0, kvUsage: 0.1 } });
-    feed(policy, a, prompt.slice(0, 36 * 16), where);
+    const a = worker('a');
+    const b = worker('b');
+    assert.ok(r.route(request(seq(50_000, 64 * 16)), [a]).ok);
+    feed(policy, a, prompt.slice(0, 52 * 16), where);
     return picked(r.route(request(prompt), [a, b]));
   };
-  assert.equal(pick('gpu'), 'a'); // 2 · 36/64 + 0.9 = 2.025 > 1.9
-  assert.equal(pick('host'), 'b'); // 2 · 0.8 · 36/64 + 0.9 = 1.8 < 1.9
+  assert.equal(pick('gpu'), 'a');
+  assert.equal(pick('host'), 'b');
   assert.equal(pick('host', { cpuWeight: 1 }), 'a');
 });
 
