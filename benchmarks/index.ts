@@ -22,6 +22,7 @@ interface Bench {
 /** Every benchmark, by the name given to `npm run bench --`. */
 const BENCHES: Readonly<Record<string, Bench>> = {
   policies: { file: 'policy-matrix', about: 'routing policies on every built-in workload and the public traces (kvgate bench runs)' },
+  'light-load': { file: 'light-load', about: "kvgate ÷ the best peer on TTFT p50/p99, TPOT p99 and E2E p99 at a quarter and half of kvgate's capacity, every built-in workload" },
   chart: { file: 'capacity-chart', about: 'kvgate bench --capacity, its attainment-vs-rate chart saved as a PNG (--out FILE.png)' },
   spec: { file: 'spec', about: 'the speculative cascade under load in the fleet simulation, per acceptance rate' },
   'spec-guard': { file: 'spec-guard', about: 'adaptive speculation against target-only at every α on saturated, moderate, light and long-context loads, per target engine' },

@@ -25,12 +25,12 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { writeGeneratedTables } from './doc-tables.js';
+import { PEERS } from './peers.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const cli = join(here, '..', 'src', 'cli.js');
 const TRACES = process.env.KVGATE_TRACES ?? join(here, '..', '..', '..', 'shared', 'traces');
 
-const PEERS = ['sglang-cache-aware', 'llm-d', 'llm-d-precise', 'llm-d-legacy', 'dynamo', 'aibrix'];
 const POLICIES = ['round-robin', ...PEERS, 'kvgate', 'oracle'];
 /** Flags every `kvgate bench` run of the matrix gets (--declared-max-tokens). */
 let shaping: string[] = [];

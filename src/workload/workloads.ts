@@ -24,6 +24,8 @@
  *   prefixes (5–7k tokens), alongside 20% long unique documents; see fewshotBursts() below.
  * - rollouts: RL rollouts in waves of 32 problems asking n = 4–16 sampled answers each
  *   (BenchRequest.sampleTokens), beside single-answer chat; see rollouts() below.
+ * - chat-app: a chat product's sessions over 8 assistants' system prompts, mostly short, a few
+ *   long; see chat-app.ts.
  *
  * For a closed-loop workload `rate` is the request rate once sessions overlap in steady state
  * (session starts × mean turns); a finite run ramps up and down around it, so the measured mean
@@ -58,6 +60,7 @@
  * request). The requests that are not replaced are those of the same workload without repeats.
  */
 import { seededRng, type Rng } from '../util/rng.js';
+import { chatApp } from './chat-app.js';
 import { arrivalGapMs, exponential, uniformInt, Zipf } from './random.js';
 import { sessionStart, takeRequests, type TurnSpec } from './sessions.js';
 import { concatTokens, fillStream, mix32 } from './tokens.js';
@@ -403,6 +406,13 @@ const SPECS: Record<string, WorkloadSpec> = {
     defaultRate: 48,
     defaultBurstiness: 1,
     generate: (_rng, seed, rate, b) => fewshotBursts(seed, rate, b ?? SPECS['fewshot-bursts']!.defaultBurstiness),
+  },
+  'chat-app': {
+    description: 'a chat product: 8 assistants with 1–6k-token system prompts (Zipf), 70% of sessions 1–3 turns and 30% 6–24, pasted documents, short and long answers; closed loop, ~12 s think time',
+    defaultSize: 5000,
+    defaultRate: 40,
+    defaultBurstiness: 1,
+    generate: (rng, seed, rate, b) => chatApp(rng, seed, rate, b ?? SPECS['chat-app']!.defaultBurstiness),
   },
   lora: {
     description: '16 LoRA adapters of one model (Zipf popularity), each with its own 500–1,500-token system prompt; 50–200 token questions, 50–300 token answers (with --max-loras, default 1)',

@@ -25,7 +25,7 @@ describe('npm run bench (benchmarks/index.ts)', () => {
     const names = listed();
     assert.ok(names.includes('policies') && names.includes('soak'), names.join(' '));
     // Every top-level benchmarks/*.ts is a benchmark except the dispatcher and the shared helpers.
-    const helpers = new Set(['index', 'harness', 'route-prompts', 'doc-tables', 'spec-load']);
+    const helpers = new Set(['index', 'harness', 'route-prompts', 'doc-tables', 'spec-load', 'peers']);
     const scripts = readdirSync(join(ROOT, 'benchmarks')).filter((f) => f.endsWith('.ts')).map((f) => f.slice(0, -3)).filter((f) => !helpers.has(f));
     const source = readFileSync(join(ROOT, 'benchmarks/index.ts'), 'utf8');
     for (const s of scripts) assert.ok(source.includes(`file: '${s}'`), `benchmarks/${s}.ts is not listed`);

@@ -56,6 +56,7 @@ test('the repository’s generated tables are well-formed and name a command tha
     'sim-scale': ['targets'],
     cascade: ['live'],
     'admission-peers': ['comparison'],
+    'light-load': ['light-load'],
   };
   let blocks = 0;
   for (const file of markdownFiles()) {

@@ -108,7 +108,7 @@ describe('workloads', () => {
   });
 
   it('rejects unknown names and bad knobs with clear errors', () => {
-    assert.throws(() => workloadSource('nope'), /unknown workload 'nope' \(known: shared-prefix, multi-turn, rag, bursty, mixed, agentic, rollouts, fewshot-bursts, lora\)/);
+    assert.throws(() => workloadSource('nope'), /unknown workload 'nope' \(known: shared-prefix, multi-turn, rag, bursty, mixed, agentic, rollouts, fewshot-bursts, chat-app, lora\)/);
     assert.throws(() => workloadSource('rag', { rate: 0 }), /rate must be a positive number/);
     assert.throws(() => workloadSource('rag', { size: 1.5 }), /size must be a non-negative integer/);
     assert.equal(describeWorkloads().length, workloadNames().length);
@@ -258,5 +258,50 @@ describe('rollouts workload', () => {
     const measured = (rs.length - 1) / ((rs.at(-1)!.arrivalMs - rs[0]!.arrivalMs) / 1000);
     const nominal = describeWorkloads().find((w) => w.name === 'rollouts')!.rate;
     assert.ok(Math.abs(measured / nominal - 1) < 0.2, `measured ${measured.toFixed(1)} req/s, nominal ${nominal}`);
+  });
+});
+
+describe('chat-app workload', () => {
+  it("sessions over 8 assistants' system prompts, most short and some long, turns growing by the answer and the next message", () => {
+    const rs = all('chat-app', { size: 3000, seed: 7 });
+    const sessions = new Map<string, BenchRequest[]>();
+    for (const r of rs) {
+      const s = sessions.get(r.session!) ?? [];
+      s.push(r);
+      sessions.set(r.session!, s);
+    }
+    // Whole sessions only (the last ones may be cut by the size).
+    const whole = [...sessions.values()].filter((s) => s[0]!.turns === s.length);
+    const short = whole.filter((s) => s.length <= 3).length;
+    const long = whole.filter((s) => s.length >= 6).length;
+    assert.equal(short + long, whole.length, 'sessions are 1–3 or 6–24 turns');
+    assert.ok(Math.abs(short / whole.length - 0.7) < 0.08, `${short} short of ${whole.length}`);
+    assert.ok(whole.every((s) => s.length <= 24));
+    // One system prompt per assistant, 1,000–6,000 tokens, shared by its sessions' first turns.
+    const byTenant = new Map<string, Set<string>>();
+    for (const s of whole) {
+      const head = Array.from(s[0]!.promptTokens).slice(0, 64).join(',');
+      const set = byTenant.get(s[0]!.tenant!) ?? new Set<string>();
+      set.add(head);
+      byTenant.set(s[0]!.tenant!, set);
+    }
+    assert.ok(byTenant.size <= 8 && byTenant.size >= 6, `${byTenant.size} assistants`);
+    for (const heads of byTenant.values()) assert.equal(heads.size, 1);
+    // Each turn's prompt begins with the previous one's, followed by that turn's answer.
+    for (const s of whole.filter((x) => x.length >= 2).slice(0, 20)) {
+      for (let k = 1; k < s.length; k++) {
+        const prev = s[k - 1]!;
+        const cur = s[k]!;
+        assert.deepEqual(Array.from(cur.promptTokens).slice(0, prev.promptTokens.length), Array.from(prev.promptTokens));
+        assert.deepEqual(
+          Array.from(cur.promptTokens).slice(prev.promptTokens.length, prev.promptTokens.length + prev.maxTokens),
+          Array.from(answerTokens(prev.outputSeed, prev.maxTokens)),
+        );
+      }
+    }
+    // Answers: most short (20–200), some long (300–1,000).
+    const longAnswers = rs.filter((r) => r.maxTokens >= 300).length;
+    assert.ok(rs.every((r) => (r.maxTokens >= 20 && r.maxTokens <= 200) || (r.maxTokens >= 300 && r.maxTokens <= 1000)));
+    assert.ok(Math.abs(longAnswers / rs.length - 0.3) < 0.05, `${longAnswers} long answers of ${rs.length}`);
   });
 });

@@ -30,10 +30,13 @@
  *   decodeMs = W · k · C / headroom       each of this request's decode steps reads the batch's KV
  *              (0 for a one-token answer)
  *   headroom = max(0.05, 1 − (decodeStepMs + k · C) / tpotTargetMs)
- *   stallMs  = what its prefill (and its KV read) costs the batch: stall.ts (stallModel)
+ *   stallMs  = what its prefill (and its KV read) costs the batch: stall.ts (stallModel); of it,
+ *              readSlackMs the batch had to spare below its TPOT target
  *   overlap  = min(out, n̄ / 2)           the steps shared with a neighbour: at most its remaining
  *                                         decode, on average half its expected output; n̄ = W · N / S
- *   batchHeadroom = max(0.05, 1 − (decodeStepMs + k · (C + P + out/2)) / tpotTargetMs)
+ *   load     = min(1, (decodeStepMs + k · (C + P + out/2)) / tpotTargetMs)   the batch's TPOT
+ *                                         with this request, as a share of the target
+ *   batchHeadroom = max(0.05, 1 − load)
  *
  * and what it risks if w runs out of KV before its requests finish (vLLM then preempts the latest
  * arrival, frees its blocks and recomputes it from scratch):
@@ -97,6 +100,11 @@ export interface KvgateEstimate {
   decodeMs: number;
   /** What this request costs w's batch: its prefill stall weighted by stallShare, its KV read. */
   stallMs: number;
+  /**
+   * stallWeight · the part of stallMs the batch had to spare below its TPOT target (stall.ts,
+   * readSlackMs): in costMs, but no reason to give up a cache hit (picker.ts).
+   */
+  readSlackMs: number;
   /** What a preemption for lack of KV at w would cost, times its likelihood, in ms of TTFT. */
   preemptMs: number;
   /** ttftMs + decodeMs + stallWeight · stallMs + preemptionWeight · preemptMs, in ms of TTFT. */
@@ -282,7 +290,8 @@ function estimateWorker(req: RouteRequest, w: WorkerState, ctx: RoutingContext, 
   const headroom = Math.max(MIN_TPOT_HEADROOM, 1 - (stepMs + kvMs) / o.tpotTargetMs);
   const decodeMs = i.stall.ownDecodeMs(out > 1 ? (o.tpotWorthMs * kvMs) / headroom : 0);
   const ownCtx = prompt + out / 2;
-  const batchHeadroom = Math.max(MIN_TPOT_HEADROOM, 1 - (stepMs + kvMs + kPerToken * ownCtx) / o.tpotTargetMs);
+  const tpotLoad = Math.min(1, (stepMs + kvMs + kPerToken * ownCtx) / o.tpotTargetMs);
+  const batchHeadroom = Math.max(MIN_TPOT_HEADROOM, 1 - tpotLoad);
   const view: BatchView = {
     batch,
     mine,
@@ -294,6 +303,7 @@ function estimateWorker(req: RouteRequest, w: WorkerState, ctx: RoutingContext, 
     overlap: batchStall > 0 ? Math.min(out, (o.tpotWorthMs * batch) / (2 * batchStall)) : 0,
     kPerToken,
     ownCtx,
+    tpotLoad,
     slackMs: o.tpotTargetMs * batchHeadroom,
   };
   const stallMs = i.stall.prefillStallMs(view, msPerToken, uncached);
@@ -323,6 +333,7 @@ function estimateWorker(req: RouteRequest, w: WorkerState, ctx: RoutingContext, 
     batchContextTokens: batchCtx,
     decodeMs,
     stallMs,
+    readSlackMs: o.stallWeight * i.stall.readSlackMs(view),
     preemptMs,
     costMs: ttftMs + decodeMs + o.stallWeight * stallMs + o.preemptionWeight * preemptMs,
   };

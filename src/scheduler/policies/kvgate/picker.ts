@@ -18,6 +18,8 @@
  *  4. if B holds more than minHitGain more of the prompt than A, and its cost is within
  *       cost(A) · (1 + spillRelative) + spillAbsoluteMs
  *       + spillSavedFraction · (prefill time of the tokens B has cached beyond A, at A's rate),
+ *     both costs less their readSlackMs (the time their KV read takes from neighbours who had it
+ *     to spare below the TPOT target: the prefill a spill gives up is real, that time is not),
  *     take B ('prefix'): a long prefix keeps its home through more load than a short one that is
  *     cheap to recompute anywhere. Otherwise take A: 'spill' when B was the better cache match but
  *     too costly (the prefix then gets cached on A as well, Preble's explore step), else 'prefix'
@@ -112,7 +114,8 @@ export function kvgatePicker(p: KvgatePickerOptions): Picker {
       let reason: string;
       if (eb.hit > ea.hit + p.minHitGain) {
         const savedMs = p.spillSavedFraction * ea.msPerToken * (eb.cachedTokens - ea.cachedTokens);
-        if (eb.costMs <= ea.costMs * (1 + p.spillRelative) + p.spillAbsoluteMs + savedMs) {
+        // The prefill a spill gives up is real; the neighbours' slack below their TPOT target is not a loss.
+        if (eb.costMs - eb.readSlackMs <= (ea.costMs - ea.readSlackMs) * (1 + p.spillRelative) + p.spillAbsoluteMs + savedMs) {
           picked = b;
           hit = eb.hit;
           reason = 'prefix';

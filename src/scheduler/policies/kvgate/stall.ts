@@ -4,9 +4,17 @@
  *
  * `linear` (default): every millisecond a prefill adds to a neighbour's TPOT costs tpotWorthMs /
  * (n − 1) for a neighbour with n tokens to generate (stallShare), weighed by the TPOT headroom the
- * batch has left; the request's KV is read in every step it shares with them.
+ * batch has left; the request's KV is read in every step it shares with them, lengthening each by
+ * k · (P + out/2) ms, counted as their time (which spreads long contexts over the fleet).
+ *
+ * Of that time, the share the neighbours had to spare is `readSlackMs`: below the TPOT target a
+ * step can lengthen without an answer missing anything, so only the share of the target the
+ * batch's step takes (load = the batch's expected TPOT with this request / tpotTargetMs, at most
+ * 1) is time they lose. A batch stepping at 10 ms of a 50 ms target keeps four fifths of it as
+ * slack, a batch at the target none. The picker does not give up a cache hit for the slack.
  *
  *   prefill stall   = S · msPerToken · uncached / batchHeadroom + N · overlap · k · (P + out/2)
+ *   read slack      = (1 − load) · N · overlap · k · (P + out/2)
  *   recompute stall = R · S / batchHeadroom
  *   own decode      = as the estimate computes it
  *
@@ -42,6 +50,8 @@ export interface BatchView {
   kPerToken: number;
   /** This request's context, P + out / 2. */
   ownCtx: number;
+  /** The batch's expected TPOT with this request in it over the target, at most 1 ('linear'). */
+  tpotLoad: number;
   /** The TPOT a neighbour has left below the target, ms. */
   slackMs: number;
 }
@@ -51,6 +61,8 @@ export interface StallModel {
   ownDecodeMs(linearMs: number): number;
   /** What its prefill of `uncached` tokens at `msPerToken` costs the batch. */
   prefillStallMs(b: BatchView, msPerToken: number, uncached: number): number;
+  /** The part of prefillStallMs the batch had to spare below its TPOT target (0 where none is counted). */
+  readSlackMs(b: BatchView): number;
   /** What a recompute of `recomputeMs` (after a preemption) costs the batch. */
   recomputeStallMs(b: BatchView, recomputeMs: number): number;
 }
@@ -59,6 +71,7 @@ export const linearStall: StallModel = {
   ownDecodeMs: (linearMs) => linearMs,
   prefillStallMs: (b, msPerToken, uncached) =>
     (b.stallShare * msPerToken * uncached) / b.batchHeadroom + b.batch * b.overlap * b.kPerToken * b.ownCtx,
+  readSlackMs: (b) => (1 - b.tpotLoad) * b.batch * b.overlap * b.kPerToken * b.ownCtx,
   recomputeStallMs: (b, recomputeMs) => (recomputeMs * b.stallShare) / b.batchHeadroom,
 };
 
@@ -67,6 +80,7 @@ export function missesStall(tpotWorthMs: number, tpotTargetMs: number): StallMod
   return {
     ownDecodeMs: (linearMs) => Math.min(missMs, linearMs),
     prefillStallMs: (b, msPerToken, uncached) => missMs * missesOf(b, msPerToken * uncached),
+    readSlackMs: () => 0,
     recomputeStallMs: (b, recomputeMs) => missMs * missesOf(b, recomputeMs),
   };
 }

@@ -93,6 +93,7 @@ test('per worker: cached share, TTFT from the prefill ahead and uncached at its 
     // 80 ms of prefill stall for 8 requests like that one, 8 · 10 · 80 ms, weighed by the headroom
     // their TPOT has left: a bare 7.5 ms step of the 50 ms target (no KV read here) leaves 0.85.
     stallMs: 6400 / (1 - 7.5 / 50),
+    readSlackMs: 0,
     // 490 blocks free, 10 reserved by what is in flight, 51 needed: room to spare.
     preemptMs: 0,
     costMs: 130 + 6400 / (1 - 7.5 / 50),
@@ -130,6 +131,38 @@ test("a placement's KV read is counted for the steps it shares with the neighbou
   stall(1000, 49.5);
   // A 16-token answer shares its own 16.
   stall(16, 16);
+});
+
+test("of the neighbours' time a KV read takes, the share below their TPOT target is slack", () => {
+  // Worked by hand. 10 neighbours reported at a, our one among them with 2,000 tokens of context
+  // (so 20,000 in the batch) and 100 tokens to generate (stallShare 20 / 99 each, S = 2.0202). The
+  // request: 1,600 tokens, all cached but the last block (16 tokens, 1.6 ms of prefill), 40 to
+  // generate: ownCtx 1,620, overlap min(40, 99 / 2) = 40 steps, each 0.06 · 1.62 = 0.0972 ms
+  // longer: 38.88 ms of the neighbours' time. Their step, with it: 7.5 + 1.2 + 0.0972 = 8.7972 ms
+  // of 50, load 0.175944: 6.8407 ms is time they lose, 32.0393 ms slack. The prefill gap:
+  // S · 1.6 / (1 − load) = 3.9225.
+  const { matcher, p } = producer({}, {}, { msPer1k: 0.06, batch: { a: { contextTokens: 2000, stallShare: 20 / 99 } } });
+  const a = worker('a', { snapshot: null });
+  a.begin({ id: 'y', promptTokens: 2000, uncachedTokens: 0, maxTokens: 100, blocks: 10, dispatchedAt: 0 });
+  a.applySnapshot({ at: 0, kvUsage: 0, running: 10, waiting: 0 });
+  const tokens = seq(0, 1600);
+  hold(matcher, a, tokens, 100);
+  const req = request(tokens, { maxTokens: 40 });
+  p.produce(req, [a], ctx(1));
+  const e = kvgateEstimate(req, a)!;
+  assert.equal(e.uncachedTokens, 16);
+  assert.ok(Math.abs(e.stallMs - (38.88 + 3.9225)) < 1e-3, `stall ${e.stallMs}`);
+  assert.ok(Math.abs(e.readSlackMs - 32.0393) < 1e-3, `slack ${e.readSlackMs}`);
+  // Near the target all of it counts: the same batch with 20 times the context (24 ms more a step).
+  const { matcher: m2, p: p2 } = producer({}, {}, { msPer1k: 0.06, batch: { a: { contextTokens: 40_000, stallShare: 20 / 99 } } });
+  const b = worker('a', { snapshot: null });
+  b.begin({ id: 'y', promptTokens: 2000, uncachedTokens: 0, maxTokens: 100, blocks: 10, dispatchedAt: 0 });
+  b.applySnapshot({ at: 0, kvUsage: 0, running: 10, waiting: 0 });
+  hold(m2, b, tokens, 100);
+  const req2 = request(tokens, { maxTokens: 40 });
+  p2.produce(req2, [b], ctx(1));
+  // 7.5 + 24 + 0.0972 = 31.5972 ms of 50: 0.368056 of 38.88 ms is slack.
+  assert.ok(Math.abs(kvgateEstimate(req2, b)!.readSlackMs - 14.31) < 1e-3, `slack ${kvgateEstimate(req2, b)!.readSlackMs}`);
 });
 
 test('the six scorers rate the candidates from the table', () => {

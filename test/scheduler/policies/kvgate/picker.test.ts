@@ -53,6 +53,7 @@ function setup(cs: Candidate[]): { req: RouteRequest; candidates: ScoredWorker[]
       batchContextTokens: 0,
       decodeMs: 0,
       stallMs: 0,
+      readSlackMs: 0,
       preemptMs: 0,
       costMs: c.ttftMs,
     });

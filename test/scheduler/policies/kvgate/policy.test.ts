@@ -377,6 +377,18 @@ test('decode-aware: a short new prompt on a hot prefix stays home when the hot w
   assert.equal(d.reason, 'prefix');
 });
 
+test('with TPOT headroom a new turn stays with the worker holding its history: its KV read there is mostly slack', () => {
+  // hot holds the 4,000-token history and decodes 8 requests over 4,000-token contexts (200 tokens
+  // to generate): its steps take ~9.5 ms of the 50 ms target. The turn adds 400 tokens and asks
+  // 180: 13 ms of prefill at hot, 147 ms at the idle cold worker. Its KV (4,490 tokens) read in the
+  // ~100 steps it shares with each of hot's 8 decodes is 0.27 ms a step, 216 ms of their time in
+  // all, but those steps stay at a fifth of the target: what the neighbours wait is that share
+  // (43 ms), less than the 134 ms of prefill the cold worker would add to this turn's TTFT.
+  const d = decodeScene(8, 4000, { prefillTokensPerSec: 30_000 }).route(400, 180);
+  assert.equal(d.worker.id, 'hot');
+  assert.equal(d.reason, 'prefix');
+});
+
 test('decode-aware: a long answer avoids a batch of long-context decodes that would stretch its TPOT', () => {
   // 200 new tokens, 1,000 to generate. hot runs 80 decodes over 8,000-token contexts: each of this
   // request's steps reads their ~650k tokens of KV (+39 ms a token, 39 s in all), and it adds
