@@ -40,29 +40,31 @@ const MEDIUM_CPU = 'CPU';
  * for V8's fast integer Map keys; a typed-array table probed by the hash's (already well mixed)
  * low 32 bits is several times faster than a Map on the admission path. It never holds more
  * entries than there are blocks, so it is sized once at twice the block count (load ≤ 0.5).
+ * A slot is two doubles, the key and its block id side by side, so a probe reads one cache line
+ * (the table of a worker's blocks is past the CPU's caches: a probe is a memory access).
  */
 export class HashIndex {
-  private readonly keys: Float64Array;
-  private readonly vals: Int32Array;
+  /** Slot i: key at 2i (NO_HASH when empty), block id at 2i + 1. */
+  private readonly slots: Float64Array;
   private readonly mask: number;
   size = 0;
 
   constructor(maxEntries: number) {
     let cap = 16;
     while (cap < maxEntries * 2) cap *= 2;
-    this.keys = new Float64Array(cap).fill(NO_HASH);
-    this.vals = new Int32Array(cap);
+    this.slots = new Float64Array(cap * 2).fill(NO_HASH);
     this.mask = cap - 1;
   }
 
   get(key: number): number {
-    const keys = this.keys;
-    let i = (key >>> 0) & this.mask;
+    const slots = this.slots;
+    const mask = this.mask;
+    let i = (key >>> 0) & mask;
     for (;;) {
-      const k = keys[i]!;
-      if (k === key) return this.vals[i]!;
+      const k = slots[2 * i]!;
+      if (k === key) return slots[2 * i + 1]!;
       if (k === NO_HASH) return NIL;
-      i = (i + 1) & this.mask;
+      i = (i + 1) & mask;
     }
   }
 
@@ -71,30 +73,31 @@ export class HashIndex {
   }
 
   set(key: number, val: number): void {
-    const keys = this.keys;
-    let i = (key >>> 0) & this.mask;
+    const slots = this.slots;
+    const mask = this.mask;
+    let i = (key >>> 0) & mask;
     for (;;) {
-      const k = keys[i]!;
+      const k = slots[2 * i]!;
       if (k === key) {
-        this.vals[i] = val;
+        slots[2 * i + 1] = val;
         return;
       }
       if (k === NO_HASH) {
-        keys[i] = key;
-        this.vals[i] = val;
+        slots[2 * i] = key;
+        slots[2 * i + 1] = val;
         this.size++;
         return;
       }
-      i = (i + 1) & this.mask;
+      i = (i + 1) & mask;
     }
   }
 
   delete(key: number): boolean {
-    const keys = this.keys;
+    const slots = this.slots;
     const mask = this.mask;
     let i = (key >>> 0) & mask;
     for (;;) {
-      const k = keys[i]!;
+      const k = slots[2 * i]!;
       if (k === NO_HASH) return false;
       if (k === key) break;
       i = (i + 1) & mask;
@@ -104,23 +107,24 @@ export class HashIndex {
     let j = i;
     for (;;) {
       j = (j + 1) & mask;
-      const k = keys[j]!;
+      const k = slots[2 * j]!;
       if (k === NO_HASH) break;
       const home = (k >>> 0) & mask;
       // Move k into the hole unless its home lies cyclically in (hole, j].
       if (hole <= j ? home <= hole || home > j : home <= hole && home > j) {
-        keys[hole] = k;
-        this.vals[hole] = this.vals[j]!;
+        slots[2 * hole] = k;
+        slots[2 * hole + 1] = slots[2 * j + 1]!;
         hole = j;
       }
     }
-    keys[hole] = NO_HASH;
+    slots[2 * hole] = NO_HASH;
     this.size--;
     return true;
   }
 
   *keysIter(): IterableIterator<number> {
-    for (const k of this.keys) if (k !== NO_HASH) yield k;
+    const slots = this.slots;
+    for (let i = 0; i < slots.length; i += 2) if (slots[i] !== NO_HASH) yield slots[i]!;
   }
 }
 
