@@ -68,10 +68,6 @@ export class HashIndex {
     }
   }
 
-  has(key: number): boolean {
-    return this.get(key) !== NIL;
-  }
-
   set(key: number, val: number): void {
     const slots = this.slots;
     const mask = this.mask;
@@ -87,6 +83,24 @@ export class HashIndex {
         slots[2 * i + 1] = val;
         this.size++;
         return;
+      }
+      i = (i + 1) & mask;
+    }
+  }
+
+  /** Map `key` to `val` unless it is mapped already (then false, and nothing changes): one probe. */
+  add(key: number, val: number): boolean {
+    const slots = this.slots;
+    const mask = this.mask;
+    let i = (key >>> 0) & mask;
+    for (;;) {
+      const k = slots[2 * i]!;
+      if (k === key) return false;
+      if (k === NO_HASH) {
+        slots[2 * i] = key;
+        slots[2 * i + 1] = val;
+        this.size++;
+        return true;
       }
       i = (i + 1) & mask;
     }
@@ -131,12 +145,12 @@ export class HashIndex {
 export class BlockManager {
   readonly numBlocks: number;
   readonly blockSize: number;
-  /** References held by requests; 0 = in the free queue. */
-  private readonly refCount: Int32Array;
-  /** Cached hash of each block, NO_HASH when the block is not a cache entry. */
-  private readonly hashOf: Float64Array;
-  private readonly prev: Int32Array;
-  private readonly next: Int32Array;
+  /**
+   * Per-block state, four numbers side by side so that touching a block reads one cache line:
+   * at 4b its cached hash (NO_HASH when it is not a cache entry), at 4b + 1 the references held
+   * by requests (0 = in the free queue), at 4b + 2 and 4b + 3 its free-queue neighbours.
+   */
+  private readonly blk: Float64Array;
   private head = NIL;
   private tail = NIL;
   private freeCount = 0;
@@ -153,10 +167,8 @@ export class BlockManager {
     if (!Number.isInteger(blockSize) || blockSize < 1) throw new Error(`blockSize must be a positive integer, got ${blockSize}`);
     this.numBlocks = numBlocks;
     this.blockSize = blockSize;
-    this.refCount = new Int32Array(numBlocks);
-    this.hashOf = new Float64Array(numBlocks).fill(NO_HASH);
-    this.prev = new Int32Array(numBlocks);
-    this.next = new Int32Array(numBlocks);
+    this.blk = new Float64Array(numBlocks * 4);
+    for (let b = 0; b < numBlocks; b++) this.blk[4 * b] = NO_HASH;
     this.byHash = new HashIndex(numBlocks);
     for (let b = 0; b < numBlocks; b++) this.pushTail(b);
     this.events = recordEvents ? [] : null;
@@ -225,25 +237,25 @@ export class BlockManager {
 
   /** True if block `b` is in the free queue (so a hit on it consumes a free block). */
   isFree(b: number): boolean {
-    return this.refCount[b] === 0;
+    return this.blk[4 * b + 1] === 0;
   }
 
   refs(b: number): number {
-    return this.refCount[b]!;
+    return this.blk[4 * b + 1]!;
   }
 
   hashOfBlock(b: number): number | null {
-    const h = this.hashOf[b]!;
+    const h = this.blk[4 * b]!;
     return h === NO_HASH ? null : h;
   }
 
   /** Take a reference on a cached block found by lookup(); removes it from the free queue if needed. */
   touch(b: number): void {
-    if (this.refCount[b] === 0) {
+    if (this.blk[4 * b + 1] === 0) {
       this.unlink(b);
-      if (this.hashOf[b] !== NO_HASH) this.cachedFree--;
+      if (this.blk[4 * b] !== NO_HASH) this.cachedFree--;
     }
-    this.refCount[b]!++;
+    this.blk[4 * b + 1]!++;
   }
 
   /**
@@ -254,15 +266,15 @@ export class BlockManager {
     const b = this.head;
     if (b === NIL) return NIL;
     this.unlink(b);
-    const h = this.hashOf[b]!;
+    const h = this.blk[4 * b]!;
     if (h !== NO_HASH) {
       this.cachedFree--;
       this.byHash.delete(h);
-      this.hashOf[b] = NO_HASH;
+      this.blk[4 * b] = NO_HASH;
       if (this.host !== null) this.offload(h);
       this.emitRemoved(h);
     }
-    this.refCount[b] = 1;
+    this.blk[4 * b + 1] = 1;
     return b;
   }
 
@@ -275,11 +287,11 @@ export class BlockManager {
   }
 
   release(b: number): void {
-    const rc = --this.refCount[b]!;
+    const rc = --this.blk[4 * b + 1]!;
     if (rc < 0) throw new Error(`block ${b} freed twice`);
     if (rc === 0) {
       this.pushTail(b);
-      if (this.hashOf[b] !== NO_HASH) this.cachedFree++;
+      if (this.blk[4 * b] !== NO_HASH) this.cachedFree++;
     }
   }
 
@@ -288,10 +300,9 @@ export class BlockManager {
    * already cached in another block (the block stays unhashed) or the block already has a hash.
    */
   cache(b: number, hash: number): boolean {
-    if (this.hashOf[b] !== NO_HASH) return false;
-    if (this.byHash.has(hash)) return false;
-    this.hashOf[b] = hash;
-    this.byHash.set(hash, b);
+    if (this.blk[4 * b] !== NO_HASH) return false;
+    if (!this.byHash.add(hash, b)) return false;
+    this.blk[4 * b] = hash;
     return true;
   }
 
@@ -301,11 +312,11 @@ export class BlockManager {
    */
   resetFreeCache(): number {
     const dropped: number[] = [];
-    for (let b = this.head; b !== NIL; b = this.next[b]!) {
-      const h = this.hashOf[b]!;
+    for (let b = this.head; b !== NIL; b = this.blk[4 * b + 3]!) {
+      const h = this.blk[4 * b]!;
       if (h !== NO_HASH) {
         this.byHash.delete(h);
-        this.hashOf[b] = NO_HASH;
+        this.blk[4 * b] = NO_HASH;
         dropped.push(h);
       }
     }
@@ -355,23 +366,23 @@ export class BlockManager {
   }
 
   private pushTail(b: number): void {
-    this.prev[b] = this.tail;
-    this.next[b] = NIL;
+    this.blk[4 * b + 2] = this.tail;
+    this.blk[4 * b + 3] = NIL;
     if (this.tail === NIL) this.head = b;
-    else this.next[this.tail] = b;
+    else this.blk[4 * this.tail + 3] = b;
     this.tail = b;
     this.freeCount++;
   }
 
   private unlink(b: number): void {
-    const p = this.prev[b]!;
-    const n = this.next[b]!;
+    const p = this.blk[4 * b + 2]!;
+    const n = this.blk[4 * b + 3]!;
     if (p === NIL) this.head = n;
-    else this.next[p] = n;
+    else this.blk[4 * p + 3] = n;
     if (n === NIL) this.tail = p;
-    else this.prev[n] = p;
-    this.prev[b] = NIL;
-    this.next[b] = NIL;
+    else this.blk[4 * n + 2] = p;
+    this.blk[4 * b + 2] = NIL;
+    this.blk[4 * b + 3] = NIL;
     this.freeCount--;
   }
 }

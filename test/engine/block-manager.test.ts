@@ -90,8 +90,14 @@ test('the hash index agrees with a Map under random inserts and deletes (collisi
   for (let i = 0; i < 20_000; i++) {
     const k = keyOf();
     if (rng() < 0.5 && ref.size < 64) {
-      idx.set(k, i);
-      ref.set(k, i);
+      if (rng() < 0.5) {
+        idx.set(k, i);
+        ref.set(k, i);
+      } else {
+        // add keeps an existing mapping.
+        assert.equal(idx.add(k, i), !ref.has(k));
+        if (!ref.has(k)) ref.set(k, i);
+      }
     } else {
       assert.equal(idx.delete(k), ref.delete(k));
     }
