@@ -43,7 +43,7 @@ const MEDIUM_CPU = 'CPU';
  * A slot is two doubles, the key and its block id side by side, so a probe reads one cache line
  * (the table of a worker's blocks is past the CPU's caches: a probe is a memory access).
  */
-export class HashIndex {
+export class HashIndex implements BlockHashIndex {
   /** Slot i: key at 2i (NO_HASH when empty), block id at 2i + 1. */
   private readonly slots: Float64Array;
   private readonly mask: number;
@@ -142,6 +142,127 @@ export class HashIndex {
   }
 }
 
+/** What BlockManager asks of its map from block hash to block id. */
+interface BlockHashIndex {
+  readonly size: number;
+  /** The block holding `key`, or NIL. */
+  get(key: number): number;
+  /** Map `key` to block `val` unless it is mapped already (then false, and nothing changes). */
+  add(key: number, val: number): boolean;
+  delete(key: number): boolean;
+  keysIter(): IterableIterator<number>;
+}
+
+/**
+ * The same map in a quarter of HashIndex's memory, for a pool of up to 2^15 − 1 blocks (an 8B
+ * model on one 80 GB GPU has ~28k): a slot is one 32-bit integer, the block id in its low k bits
+ * and the top 32 − k bits of the hash's low word above them, which hold the slot's home (the top
+ * bits of that word) and a fingerprint. A probe compares fingerprints and reads the block's own
+ * hash (`blockHash`, BlockManager's per-block state, which the caller touches next anyway) only on
+ * a match. The point is the size: every engine of a fleet has one of these tables, each probe of
+ * a table past the CPU's caches is a memory access, and a 256 KiB table stays in them where a
+ * 1 MiB one does not.
+ */
+export class PackedHashIndex implements BlockHashIndex {
+  private readonly slots: Int32Array;
+  private readonly mask: number;
+  /** Bits of the block id (low bits of a slot). */
+  private readonly idBits: number;
+  private readonly idMask: number;
+  /** A slot's home is its value's top `homeBits` bits (unsigned). */
+  private readonly homeShift: number;
+  size = 0;
+
+  /** Whether a pool of `numBlocks` blocks fits: block id and home within 32 bits. */
+  static fits(numBlocks: number): boolean {
+    const k = PackedHashIndex.idBitsFor(numBlocks);
+    return k + Math.log2(PackedHashIndex.capFor(numBlocks)) <= 32;
+  }
+
+  /** Block ids 0 … n − 1 and an all-ones id left free, so that −1 marks an empty slot. */
+  private static idBitsFor(numBlocks: number): number {
+    return Math.ceil(Math.log2(numBlocks + 1));
+  }
+
+  private static capFor(numBlocks: number): number {
+    let cap = 16;
+    while (cap < numBlocks * 2) cap *= 2;
+    return cap;
+  }
+
+  /** `blockHash(b)`: the hash block b holds (BlockManager's own record of it). */
+  constructor(
+    numBlocks: number,
+    private readonly blockHash: Float64Array,
+    private readonly stride: number,
+  ) {
+    const cap = PackedHashIndex.capFor(numBlocks);
+    this.slots = new Int32Array(cap).fill(-1);
+    this.mask = cap - 1;
+    this.idBits = PackedHashIndex.idBitsFor(numBlocks);
+    this.idMask = (1 << this.idBits) - 1;
+    this.homeShift = 32 - Math.log2(cap);
+  }
+
+  /** Index of `key`'s slot, or of the empty slot ending its probe chain. */
+  private find(key: number): number {
+    const slots = this.slots;
+    const mask = this.mask;
+    const idMask = this.idMask;
+    const lo = key >>> 0;
+    const fp = lo & ~idMask;
+    let i = lo >>> this.homeShift;
+    for (;;) {
+      const v = slots[i]!;
+      if (v === -1) return i;
+      if ((v & ~idMask) === fp && this.blockHash[(v & idMask) * this.stride] === key) return i;
+      i = (i + 1) & mask;
+    }
+  }
+
+  get(key: number): number {
+    const v = this.slots[this.find(key)]!;
+    return v === -1 ? NIL : v & this.idMask;
+  }
+
+  add(key: number, val: number): boolean {
+    const i = this.find(key);
+    if (this.slots[i] !== -1) return false;
+    this.slots[i] = ((key >>> 0) & ~this.idMask) | val;
+    this.size++;
+    return true;
+  }
+
+  delete(key: number): boolean {
+    const slots = this.slots;
+    const mask = this.mask;
+    const shift = this.homeShift;
+    const i = this.find(key);
+    if (slots[i] === -1) return false;
+    // Backward-shift deletion keeps probe chains intact without tombstones.
+    let hole = i;
+    let j = i;
+    for (;;) {
+      j = (j + 1) & mask;
+      const v = slots[j]!;
+      if (v === -1) break;
+      const home = v >>> shift;
+      // Move v into the hole unless its home lies cyclically in (hole, j].
+      if (hole <= j ? home <= hole || home > j : home <= hole && home > j) {
+        slots[hole] = v;
+        hole = j;
+      }
+    }
+    slots[hole] = -1;
+    this.size--;
+    return true;
+  }
+
+  *keysIter(): IterableIterator<number> {
+    for (const v of this.slots) if (v !== -1) yield this.blockHash[(v & this.idMask) * this.stride]!;
+  }
+}
+
 export class BlockManager {
   readonly numBlocks: number;
   readonly blockSize: number;
@@ -155,7 +276,7 @@ export class BlockManager {
   private tail = NIL;
   private freeCount = 0;
   private cachedFree = 0;
-  private readonly byHash: HashIndex;
+  private readonly byHash: BlockHashIndex;
   /** KV events in the order the operations happened; null when events are off. */
   private readonly events: KvEvent[] | null;
   /** Hashes held in host memory, least recently used first (Map insertion order); null: no tier. */
@@ -169,7 +290,7 @@ export class BlockManager {
     this.blockSize = blockSize;
     this.blk = new Float64Array(numBlocks * 4);
     for (let b = 0; b < numBlocks; b++) this.blk[4 * b] = NO_HASH;
-    this.byHash = new HashIndex(numBlocks);
+    this.byHash = PackedHashIndex.fits(numBlocks) ? new PackedHashIndex(numBlocks, this.blk, 4) : new HashIndex(numBlocks);
     for (let b = 0; b < numBlocks; b++) this.pushTail(b);
     this.events = recordEvents ? [] : null;
     if (!Number.isInteger(numHostBlocks) || numHostBlocks < 0) throw new Error(`numHostBlocks must be a non-negative integer, got ${numHostBlocks}`);
