@@ -12,7 +12,7 @@
  * request's output blocks too, exactly as on the engine.
  *
  * Token-weighted like prefix_hit_rate: Σ hit tokens / Σ prompt tokens. Cost: one pass of hashing
- * over the prompt tokens and a set of the distinct block hashes (util/hash-set53.ts, 16–32 bytes
+ * over the prompt tokens and a set of the distinct block hashes (util/hash-set53.ts, 11–21 bytes
  * per hash), the one structure of a run that grows with its tokens. It is bounded: past
  * IDEAL_MAX_BLOCKS distinct blocks the set keeps two generations of that many (the blocks seen or
  * hit most recently), so the figure becomes that of a cache of at least IDEAL_MAX_BLOCKS blocks —
