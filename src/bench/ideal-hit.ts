@@ -12,14 +12,14 @@
  * request's output blocks too, exactly as on the engine.
  *
  * Token-weighted like prefix_hit_rate: Σ hit tokens / Σ prompt tokens. Cost: one pass of hashing
- * over the prompt tokens and a set of the distinct block hashes (util/hash-set53.ts, 16–32 bytes
+ * over the prompt tokens and a set of the distinct block hashes (util/hash-set53.ts, 11–21 bytes
  * per hash), the one structure of a run that grows with its tokens. It is bounded: past
  * IDEAL_MAX_BLOCKS distinct blocks the set keeps two generations of that many (the blocks seen or
  * hit most recently), so the figure becomes that of a cache of at least IDEAL_MAX_BLOCKS blocks —
  * 2^24 blocks of 16 tokens, 268M tokens, over a hundred times the KV of 64 H100 workers — and the
  * memory at most two tables of 256 MiB. Every built-in workload at its default sizes stays far below.
  */
-import { blockHashes, chainRoot, hashBlock } from '../kv/block-hash.js';
+import { chainRoot, hashBlock } from '../kv/block-hash.js';
 import { answerToken } from '../workload/tokens.js';
 import { HashSet53 } from '../util/hash-set53.js';
 import type { BenchRequest } from '../workload/types.js';
@@ -32,6 +32,11 @@ class RecentBlocks {
   private current = new HashSet53();
   private previous: HashSet53 | null = null;
   constructor(private readonly max: number) {}
+
+  /** True until the first generation is full: then has(h) ⇒ add(h) changes nothing. */
+  get exact(): boolean {
+    return this.previous === null;
+  }
 
   /** Whether `h` is held; a hit in the older generation moves to the current one. */
   has(h: number): boolean {
@@ -69,33 +74,65 @@ export function idealHitRate(
 ): IdealHit {
   const bs = blockSize;
   const seen = new RecentBlocks(maxBlocks);
+  const root = chainRoot(seed);
   let promptTokens = 0;
   let hitTokens = 0;
-  const tail: number[] = [];
+  // Reused across requests: the prompt's block hashes, and the tokens of its output blocks.
+  let hashes = new Float64Array(1024);
+  let tail = new Int32Array(1024);
   for (const r of requests) {
     const p = r.promptTokens;
     const n = p.length;
     promptTokens += n;
-    const hashes = blockHashes(p, bs, seed);
+    const full = Math.floor(n / bs);
+    if (hashes.length < full) hashes = new Float64Array(Math.max(full, hashes.length * 2));
+    let parent = root;
+    for (let b = 0; b < full; b++) hashes[b] = parent = hashBlock(parent, p, b * bs, bs);
     const maxHit = Math.floor((n - 1) / bs);
-    let hit = 0;
-    while (hit < maxHit && seen.has(hashes[hit]!)) hit++;
+    const hit = seen.exact ? leadingHeld(seen, hashes, maxHit) : leadingHeldInOrder(seen, hashes, maxHit);
     hitTokens += hit * bs;
     each?.(r, hit * bs);
-    for (const h of hashes) seen.add(h);
+    // A block just found is in the set already (while it is exact: a hit moves no generation).
+    for (let b = seen.exact ? hit : 0; b < full; b++) seen.add(hashes[b]!);
     // Output blocks: the prompt's partial last block continues with the generated tokens.
     const computed = n + Math.max(0, r.maxTokens - 1);
-    const full = Math.floor(computed / bs);
-    if (full > hashes.length) {
-      tail.length = 0;
-      for (let i = hashes.length * bs; i < n; i++) tail.push(p[i]!);
-      for (let i = 0; tail.length < (full - hashes.length) * bs; i++) tail.push(answerToken(r.outputSeed, i));
-      let parent = hashes.length > 0 ? hashes[hashes.length - 1]! : chainRoot(seed);
-      for (let b = 0; b < full - hashes.length; b++) {
+    const blocks = Math.floor(computed / bs);
+    if (blocks > full) {
+      const len = (blocks - full) * bs;
+      if (tail.length < len) tail = new Int32Array(Math.max(len, tail.length * 2));
+      let at = 0;
+      for (let i = full * bs; i < n; i++) tail[at++] = p[i]!;
+      for (let i = 0; at < len; i++) tail[at++] = answerToken(r.outputSeed, i);
+      parent = full > 0 ? hashes[full - 1]! : root;
+      for (let b = 0; b < blocks - full; b++) {
         parent = hashBlock(parent, tail, b * bs, bs);
         seen.add(parent);
       }
     }
   }
   return { promptTokens, hitTokens, rate: promptTokens > 0 ? hitTokens / promptTokens : 0 };
+}
+
+/**
+ * The number of leading blocks of `hashes` held, by bisection: while the set is exact, a held
+ * block's predecessor is held too (every block enters with every block before it in its chain),
+ * so the held blocks are a prefix. A 53-bit hash collision could break this — as it would make
+ * the in-order scan count a block that was never seen.
+ */
+function leadingHeld(seen: RecentBlocks, hashes: Float64Array, max: number): number {
+  let lo = 0;
+  let hi = max;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >>> 1;
+    if (seen.has(hashes[mid - 1]!)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/** The number of leading blocks of `hashes` held, in order (a hit moves a block to the newer generation). */
+function leadingHeldInOrder(seen: RecentBlocks, hashes: Float64Array, max: number): number {
+  let hit = 0;
+  while (hit < max && seen.has(hashes[hit]!)) hit++;
+  return hit;
 }

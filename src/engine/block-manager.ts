@@ -40,61 +40,78 @@ const MEDIUM_CPU = 'CPU';
  * for V8's fast integer Map keys; a typed-array table probed by the hash's (already well mixed)
  * low 32 bits is several times faster than a Map on the admission path. It never holds more
  * entries than there are blocks, so it is sized once at twice the block count (load ≤ 0.5).
+ * A slot is two doubles, the key and its block id side by side, so a probe reads one cache line
+ * (the table of a worker's blocks is past the CPU's caches: a probe is a memory access).
  */
-export class HashIndex {
-  private readonly keys: Float64Array;
-  private readonly vals: Int32Array;
+export class HashIndex implements BlockHashIndex {
+  /** Slot i: key at 2i (NO_HASH when empty), block id at 2i + 1. */
+  private readonly slots: Float64Array;
   private readonly mask: number;
   size = 0;
 
   constructor(maxEntries: number) {
     let cap = 16;
     while (cap < maxEntries * 2) cap *= 2;
-    this.keys = new Float64Array(cap).fill(NO_HASH);
-    this.vals = new Int32Array(cap);
+    this.slots = new Float64Array(cap * 2).fill(NO_HASH);
     this.mask = cap - 1;
   }
 
   get(key: number): number {
-    const keys = this.keys;
-    let i = (key >>> 0) & this.mask;
+    const slots = this.slots;
+    const mask = this.mask;
+    let i = (key >>> 0) & mask;
     for (;;) {
-      const k = keys[i]!;
-      if (k === key) return this.vals[i]!;
+      const k = slots[2 * i]!;
+      if (k === key) return slots[2 * i + 1]!;
       if (k === NO_HASH) return NIL;
-      i = (i + 1) & this.mask;
+      i = (i + 1) & mask;
     }
   }
 
-  has(key: number): boolean {
-    return this.get(key) !== NIL;
-  }
-
   set(key: number, val: number): void {
-    const keys = this.keys;
-    let i = (key >>> 0) & this.mask;
+    const slots = this.slots;
+    const mask = this.mask;
+    let i = (key >>> 0) & mask;
     for (;;) {
-      const k = keys[i]!;
+      const k = slots[2 * i]!;
       if (k === key) {
-        this.vals[i] = val;
+        slots[2 * i + 1] = val;
         return;
       }
       if (k === NO_HASH) {
-        keys[i] = key;
-        this.vals[i] = val;
+        slots[2 * i] = key;
+        slots[2 * i + 1] = val;
         this.size++;
         return;
       }
-      i = (i + 1) & this.mask;
+      i = (i + 1) & mask;
+    }
+  }
+
+  /** Map `key` to `val` unless it is mapped already (then false, and nothing changes): one probe. */
+  add(key: number, val: number): boolean {
+    const slots = this.slots;
+    const mask = this.mask;
+    let i = (key >>> 0) & mask;
+    for (;;) {
+      const k = slots[2 * i]!;
+      if (k === key) return false;
+      if (k === NO_HASH) {
+        slots[2 * i] = key;
+        slots[2 * i + 1] = val;
+        this.size++;
+        return true;
+      }
+      i = (i + 1) & mask;
     }
   }
 
   delete(key: number): boolean {
-    const keys = this.keys;
+    const slots = this.slots;
     const mask = this.mask;
     let i = (key >>> 0) & mask;
     for (;;) {
-      const k = keys[i]!;
+      const k = slots[2 * i]!;
       if (k === NO_HASH) return false;
       if (k === key) break;
       i = (i + 1) & mask;
@@ -104,40 +121,162 @@ export class HashIndex {
     let j = i;
     for (;;) {
       j = (j + 1) & mask;
-      const k = keys[j]!;
+      const k = slots[2 * j]!;
       if (k === NO_HASH) break;
       const home = (k >>> 0) & mask;
       // Move k into the hole unless its home lies cyclically in (hole, j].
       if (hole <= j ? home <= hole || home > j : home <= hole && home > j) {
-        keys[hole] = k;
-        this.vals[hole] = this.vals[j]!;
+        slots[2 * hole] = k;
+        slots[2 * hole + 1] = slots[2 * j + 1]!;
         hole = j;
       }
     }
-    keys[hole] = NO_HASH;
+    slots[2 * hole] = NO_HASH;
     this.size--;
     return true;
   }
 
   *keysIter(): IterableIterator<number> {
-    for (const k of this.keys) if (k !== NO_HASH) yield k;
+    const slots = this.slots;
+    for (let i = 0; i < slots.length; i += 2) if (slots[i] !== NO_HASH) yield slots[i]!;
+  }
+}
+
+/** What BlockManager asks of its map from block hash to block id. */
+interface BlockHashIndex {
+  readonly size: number;
+  /** The block holding `key`, or NIL. */
+  get(key: number): number;
+  /** Map `key` to block `val` unless it is mapped already (then false, and nothing changes). */
+  add(key: number, val: number): boolean;
+  delete(key: number): boolean;
+  keysIter(): IterableIterator<number>;
+}
+
+/**
+ * The same map in a quarter of HashIndex's memory, for a pool of up to 2^15 − 1 blocks (an 8B
+ * model on one 80 GB GPU has ~28k): a slot is one 32-bit integer, the block id in its low k bits
+ * and the top 32 − k bits of the hash's low word above them, which hold the slot's home (the top
+ * bits of that word) and a fingerprint. A probe compares fingerprints and reads the block's own
+ * hash (`blockHash`, BlockManager's per-block state, which the caller touches next anyway) only on
+ * a match. The point is the size: every engine of a fleet has one of these tables, each probe of
+ * a table past the CPU's caches is a memory access, and a 256 KiB table stays in them where a
+ * 1 MiB one does not.
+ */
+export class PackedHashIndex implements BlockHashIndex {
+  private readonly slots: Int32Array;
+  private readonly mask: number;
+  /** Bits of the block id (low bits of a slot). */
+  private readonly idBits: number;
+  private readonly idMask: number;
+  /** A slot's home is its value's top `homeBits` bits (unsigned). */
+  private readonly homeShift: number;
+  size = 0;
+
+  /** Whether a pool of `numBlocks` blocks fits: block id and home within 32 bits. */
+  static fits(numBlocks: number): boolean {
+    const k = PackedHashIndex.idBitsFor(numBlocks);
+    return k + Math.log2(PackedHashIndex.capFor(numBlocks)) <= 32;
+  }
+
+  /** Block ids 0 … n − 1 and an all-ones id left free, so that −1 marks an empty slot. */
+  private static idBitsFor(numBlocks: number): number {
+    return Math.ceil(Math.log2(numBlocks + 1));
+  }
+
+  private static capFor(numBlocks: number): number {
+    let cap = 16;
+    while (cap < numBlocks * 2) cap *= 2;
+    return cap;
+  }
+
+  /** `blockHash(b)`: the hash block b holds (BlockManager's own record of it). */
+  constructor(
+    numBlocks: number,
+    private readonly blockHash: Float64Array,
+    private readonly stride: number,
+  ) {
+    const cap = PackedHashIndex.capFor(numBlocks);
+    this.slots = new Int32Array(cap).fill(-1);
+    this.mask = cap - 1;
+    this.idBits = PackedHashIndex.idBitsFor(numBlocks);
+    this.idMask = (1 << this.idBits) - 1;
+    this.homeShift = 32 - Math.log2(cap);
+  }
+
+  /** Index of `key`'s slot, or of the empty slot ending its probe chain. */
+  private find(key: number): number {
+    const slots = this.slots;
+    const mask = this.mask;
+    const idMask = this.idMask;
+    const lo = key >>> 0;
+    const fp = lo & ~idMask;
+    let i = lo >>> this.homeShift;
+    for (;;) {
+      const v = slots[i]!;
+      if (v === -1) return i;
+      if ((v & ~idMask) === fp && this.blockHash[(v & idMask) * this.stride] === key) return i;
+      i = (i + 1) & mask;
+    }
+  }
+
+  get(key: number): number {
+    const v = this.slots[this.find(key)]!;
+    return v === -1 ? NIL : v & this.idMask;
+  }
+
+  add(key: number, val: number): boolean {
+    const i = this.find(key);
+    if (this.slots[i] !== -1) return false;
+    this.slots[i] = ((key >>> 0) & ~this.idMask) | val;
+    this.size++;
+    return true;
+  }
+
+  delete(key: number): boolean {
+    const slots = this.slots;
+    const mask = this.mask;
+    const shift = this.homeShift;
+    const i = this.find(key);
+    if (slots[i] === -1) return false;
+    // Backward-shift deletion keeps probe chains intact without tombstones.
+    let hole = i;
+    let j = i;
+    for (;;) {
+      j = (j + 1) & mask;
+      const v = slots[j]!;
+      if (v === -1) break;
+      const home = v >>> shift;
+      // Move v into the hole unless its home lies cyclically in (hole, j].
+      if (hole <= j ? home <= hole || home > j : home <= hole && home > j) {
+        slots[hole] = v;
+        hole = j;
+      }
+    }
+    slots[hole] = -1;
+    this.size--;
+    return true;
+  }
+
+  *keysIter(): IterableIterator<number> {
+    for (const v of this.slots) if (v !== -1) yield this.blockHash[(v & this.idMask) * this.stride]!;
   }
 }
 
 export class BlockManager {
   readonly numBlocks: number;
   readonly blockSize: number;
-  /** References held by requests; 0 = in the free queue. */
-  private readonly refCount: Int32Array;
-  /** Cached hash of each block, NO_HASH when the block is not a cache entry. */
-  private readonly hashOf: Float64Array;
-  private readonly prev: Int32Array;
-  private readonly next: Int32Array;
+  /**
+   * Per-block state, four numbers side by side so that touching a block reads one cache line:
+   * at 4b its cached hash (NO_HASH when it is not a cache entry), at 4b + 1 the references held
+   * by requests (0 = in the free queue), at 4b + 2 and 4b + 3 its free-queue neighbours.
+   */
+  private readonly blk: Float64Array;
   private head = NIL;
   private tail = NIL;
   private freeCount = 0;
   private cachedFree = 0;
-  private readonly byHash: HashIndex;
+  private readonly byHash: BlockHashIndex;
   /** KV events in the order the operations happened; null when events are off. */
   private readonly events: KvEvent[] | null;
   /** Hashes held in host memory, least recently used first (Map insertion order); null: no tier. */
@@ -149,11 +288,9 @@ export class BlockManager {
     if (!Number.isInteger(blockSize) || blockSize < 1) throw new Error(`blockSize must be a positive integer, got ${blockSize}`);
     this.numBlocks = numBlocks;
     this.blockSize = blockSize;
-    this.refCount = new Int32Array(numBlocks);
-    this.hashOf = new Float64Array(numBlocks).fill(NO_HASH);
-    this.prev = new Int32Array(numBlocks);
-    this.next = new Int32Array(numBlocks);
-    this.byHash = new HashIndex(numBlocks);
+    this.blk = new Float64Array(numBlocks * 4);
+    for (let b = 0; b < numBlocks; b++) this.blk[4 * b] = NO_HASH;
+    this.byHash = PackedHashIndex.fits(numBlocks) ? new PackedHashIndex(numBlocks, this.blk, 4) : new HashIndex(numBlocks);
     for (let b = 0; b < numBlocks; b++) this.pushTail(b);
     this.events = recordEvents ? [] : null;
     if (!Number.isInteger(numHostBlocks) || numHostBlocks < 0) throw new Error(`numHostBlocks must be a non-negative integer, got ${numHostBlocks}`);
@@ -221,25 +358,25 @@ export class BlockManager {
 
   /** True if block `b` is in the free queue (so a hit on it consumes a free block). */
   isFree(b: number): boolean {
-    return this.refCount[b] === 0;
+    return this.blk[4 * b + 1] === 0;
   }
 
   refs(b: number): number {
-    return this.refCount[b]!;
+    return this.blk[4 * b + 1]!;
   }
 
   hashOfBlock(b: number): number | null {
-    const h = this.hashOf[b]!;
+    const h = this.blk[4 * b]!;
     return h === NO_HASH ? null : h;
   }
 
   /** Take a reference on a cached block found by lookup(); removes it from the free queue if needed. */
   touch(b: number): void {
-    if (this.refCount[b] === 0) {
+    if (this.blk[4 * b + 1] === 0) {
       this.unlink(b);
-      if (this.hashOf[b] !== NO_HASH) this.cachedFree--;
+      if (this.blk[4 * b] !== NO_HASH) this.cachedFree--;
     }
-    this.refCount[b]!++;
+    this.blk[4 * b + 1]!++;
   }
 
   /**
@@ -250,15 +387,15 @@ export class BlockManager {
     const b = this.head;
     if (b === NIL) return NIL;
     this.unlink(b);
-    const h = this.hashOf[b]!;
+    const h = this.blk[4 * b]!;
     if (h !== NO_HASH) {
       this.cachedFree--;
       this.byHash.delete(h);
-      this.hashOf[b] = NO_HASH;
+      this.blk[4 * b] = NO_HASH;
       if (this.host !== null) this.offload(h);
       this.emitRemoved(h);
     }
-    this.refCount[b] = 1;
+    this.blk[4 * b + 1] = 1;
     return b;
   }
 
@@ -271,11 +408,11 @@ export class BlockManager {
   }
 
   release(b: number): void {
-    const rc = --this.refCount[b]!;
+    const rc = --this.blk[4 * b + 1]!;
     if (rc < 0) throw new Error(`block ${b} freed twice`);
     if (rc === 0) {
       this.pushTail(b);
-      if (this.hashOf[b] !== NO_HASH) this.cachedFree++;
+      if (this.blk[4 * b] !== NO_HASH) this.cachedFree++;
     }
   }
 
@@ -284,10 +421,9 @@ export class BlockManager {
    * already cached in another block (the block stays unhashed) or the block already has a hash.
    */
   cache(b: number, hash: number): boolean {
-    if (this.hashOf[b] !== NO_HASH) return false;
-    if (this.byHash.has(hash)) return false;
-    this.hashOf[b] = hash;
-    this.byHash.set(hash, b);
+    if (this.blk[4 * b] !== NO_HASH) return false;
+    if (!this.byHash.add(hash, b)) return false;
+    this.blk[4 * b] = hash;
     return true;
   }
 
@@ -297,11 +433,11 @@ export class BlockManager {
    */
   resetFreeCache(): number {
     const dropped: number[] = [];
-    for (let b = this.head; b !== NIL; b = this.next[b]!) {
-      const h = this.hashOf[b]!;
+    for (let b = this.head; b !== NIL; b = this.blk[4 * b + 3]!) {
+      const h = this.blk[4 * b]!;
       if (h !== NO_HASH) {
         this.byHash.delete(h);
-        this.hashOf[b] = NO_HASH;
+        this.blk[4 * b] = NO_HASH;
         dropped.push(h);
       }
     }
@@ -351,23 +487,23 @@ export class BlockManager {
   }
 
   private pushTail(b: number): void {
-    this.prev[b] = this.tail;
-    this.next[b] = NIL;
+    this.blk[4 * b + 2] = this.tail;
+    this.blk[4 * b + 3] = NIL;
     if (this.tail === NIL) this.head = b;
-    else this.next[this.tail] = b;
+    else this.blk[4 * this.tail + 3] = b;
     this.tail = b;
     this.freeCount++;
   }
 
   private unlink(b: number): void {
-    const p = this.prev[b]!;
-    const n = this.next[b]!;
+    const p = this.blk[4 * b + 2]!;
+    const n = this.blk[4 * b + 3]!;
     if (p === NIL) this.head = n;
-    else this.next[p] = n;
+    else this.blk[4 * p + 3] = n;
     if (n === NIL) this.tail = p;
-    else this.prev[n] = p;
-    this.prev[b] = NIL;
-    this.next[b] = NIL;
+    else this.blk[4 * n + 2] = p;
+    this.blk[4 * b + 2] = NIL;
+    this.blk[4 * b + 3] = NIL;
     this.freeCount--;
   }
 }

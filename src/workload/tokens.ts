@@ -21,7 +21,12 @@ const MOONCAKE_BLOCK_TOKENS = 512;
 
 /** 32-bit integer mix (Murmur3 finaliser): a cheap, well-spread hash of (seed, index). */
 export function mix32(a: number, b: number): number {
-  let h = Math.imul(a ^ 0x9e3779b9, 0x85ebca6b) ^ Math.imul(b + 0x7f4a7c15, 0xc2b2ae35);
+  return mixSeeded(Math.imul(a ^ 0x9e3779b9, 0x85ebca6b), b);
+}
+
+/** mix32(a, b) given a's part, Math.imul(a ^ 0x9e3779b9, 0x85ebca6b): a stream computes it once. */
+function mixSeeded(seedPart: number, b: number): number {
+  let h = seedPart ^ Math.imul(b + 0x7f4a7c15, 0xc2b2ae35);
   h ^= h >>> 16;
   h = Math.imul(h, 0x85ebca6b);
   h ^= h >>> 13;
@@ -42,7 +47,7 @@ export function answerToken(seed: number, i: number): number {
 /** The first `n` output tokens of the request whose outputSeed is `seed`. */
 export function answerTokens(seed: number, n: number): Int32Array {
   const out = new Int32Array(n);
-  for (let i = 0; i < n; i++) out[i] = answerToken(seed, i);
+  fillStream(out, 0, seed ^ 0x5bd1e995, n);
   return out;
 }
 
@@ -62,7 +67,8 @@ export function concatTokens(parts: ArrayLike<number>[]): Int32Array {
 
 /** Copy `n` tokens of stream `seed`, starting at its index `from`, into `out` at `at`. */
 export function fillStream(out: Int32Array | number[], at: number, seed: number, n: number, from = 0): void {
-  for (let i = 0; i < n; i++) out[at + i] = streamToken(seed, from + i);
+  const seedPart = Math.imul(seed ^ 0x9e3779b9, 0x85ebca6b);
+  for (let i = 0; i < n; i++) out[at + i] = mixSeeded(seedPart, from + i) % WORD_IDS;
 }
 
 /** Bounded cache of Mooncake blocks: generated once per id while hot. */

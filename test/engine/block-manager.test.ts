@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { BlockManager, HashIndex } from '../../src/engine/block-manager.js';
+import { BlockManager, HashIndex, PackedHashIndex } from '../../src/engine/block-manager.js';
 import { seededRng } from '../../src/util/rng.js';
 import type { KvEvent } from '../../src/kv/events.js';
 
@@ -90,10 +90,56 @@ test('the hash index agrees with a Map under random inserts and deletes (collisi
   for (let i = 0; i < 20_000; i++) {
     const k = keyOf();
     if (rng() < 0.5 && ref.size < 64) {
-      idx.set(k, i);
-      ref.set(k, i);
+      if (rng() < 0.5) {
+        idx.set(k, i);
+        ref.set(k, i);
+      } else {
+        // add keeps an existing mapping.
+        assert.equal(idx.add(k, i), !ref.has(k));
+        if (!ref.has(k)) ref.set(k, i);
+      }
     } else {
       assert.equal(idx.delete(k), ref.delete(k));
+    }
+    assert.equal(idx.size, ref.size);
+    const probe = keyOf();
+    assert.equal(idx.get(probe), ref.get(probe) ?? -1);
+  }
+  for (const [k, v] of ref) assert.equal(idx.get(k), v);
+  assert.deepEqual(new Set(idx.keysIter()), new Set(ref.keys()));
+});
+
+test('the packed hash index agrees with a Map, blocks keyed by the hash they hold (fingerprint and home collisions included)', () => {
+  const numBlocks = 64;
+  assert.ok(PackedHashIndex.fits(numBlocks));
+  assert.ok(!PackedHashIndex.fits(1 << 16), 'a pool whose ids and homes need more than 32 bits takes the wide table');
+  const held = new Float64Array(numBlocks).fill(-1);
+  const idx = new PackedHashIndex(numBlocks, held, 1); // 128 slots, 7 id bits
+  const ref = new Map<number, number>();
+  const free = Array.from({ length: numBlocks }, (_, b) => b);
+  const rng = seededRng(9);
+  // Few distinct top bits of the low word (home and fingerprint) and of the high word: keys that
+  // share a home, keys that share a fingerprint and differ only in their high word.
+  const keyOf = () => Math.floor(rng() * 4) * 4294967296 + ((Math.floor(rng() * 6) << 27) >>> 0) + Math.floor(rng() * 3);
+  for (let i = 0; i < 20_000; i++) {
+    const k = keyOf();
+    if (rng() < 0.5 && free.length > 0) {
+      const b = free[free.length - 1]!;
+      const added = idx.add(k, b);
+      assert.equal(added, !ref.has(k));
+      if (added) {
+        free.pop();
+        held[b] = k;
+        ref.set(k, b);
+      }
+    } else {
+      const had = ref.get(k);
+      assert.equal(idx.delete(k), had !== undefined);
+      if (had !== undefined) {
+        ref.delete(k);
+        held[had] = -1;
+        free.push(had);
+      }
     }
     assert.equal(idx.size, ref.size);
     const probe = keyOf();
