@@ -104,9 +104,9 @@ class Call implements BidiCall {
       this.headersSent = true;
       s.respond(RESPONSE_HEADERS, { waitForTrailers: true });
     }
-    const parts = Buffer.isBuffer(message) ? null : (message as readonly Buffer[]);
+    const parts = Buffer.isBuffer(message) ? null : message;
     let length = 0;
-    if (parts === null) length = (message as Buffer).length;
+    if (parts === null) length = message.length;
     else for (const p of parts) length += p.length;
     const prefix = Buffer.allocUnsafe(5);
     prefix[0] = 0;
