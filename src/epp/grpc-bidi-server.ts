@@ -66,6 +66,7 @@ const RESPONSE_HEADERS = { ':status': 200, 'content-type': 'application/grpc+pro
 
 class Call implements BidiCall {
   private headersSent = false;
+  private corked = false;
   private closed = false;
   cancelled = false;
   private handlers: BidiHandlers | null = null;
@@ -111,12 +112,20 @@ class Call implements BidiCall {
     const prefix = Buffer.allocUnsafe(5);
     prefix[0] = 0;
     prefix.writeUInt32BE(length, 1);
-    // Corked: the prefix and the message go out together, without copying the message into one buffer.
-    s.cork();
+    // Corked until the end of this turn: the prefix and the message go out together, without
+    // copying the message into one buffer, and so do the messages written in the same turn (a
+    // pick, the body echoed after it): one writev instead of one per message. end() uncorks.
+    if (!this.corked) {
+      this.corked = true;
+      s.cork();
+      process.nextTick(() => {
+        this.corked = false;
+        s.uncork();
+      });
+    }
     s.write(prefix);
     if (parts === null) s.write(message);
     else for (const p of parts) s.write(p);
-    s.uncork();
   }
 
   end(): void {
