@@ -168,7 +168,7 @@ export class WireClient {
 }
 
 /** A stream's answers, read message by message. */
-export class WireStream {
+class WireStream {
   private pending: Buffer = Buffer.alloc(0);
   private readonly queue: Buffer[] = [];
   private waiter: ((m: Buffer | null) => void) | null = null;
