@@ -78,9 +78,8 @@ export function plainChatRequest(input: unknown): ChatCompletionRequest | null {
 
 function plainMessages(v: unknown): Record<string, unknown>[] | null {
   if (!Array.isArray(v) || v.length === 0) return null;
-  const out: Record<string, unknown>[] = new Array(v.length);
-  for (let i = 0; i < v.length; i++) {
-    const m: unknown = v[i];
+  const out: Record<string, unknown>[] = [];
+  for (const m of v as unknown[]) {
     if (!isPlainObject(m)) return null;
     if (typeof m.role !== 'string' || !ROLES.has(m.role)) return null;
     if ('content' in m && m.content !== null && typeof m.content !== 'string') return null;
@@ -88,7 +87,7 @@ function plainMessages(v: unknown): Record<string, unknown>[] | null {
     const copy: Record<string, unknown> = {};
     for (const k of MESSAGE_FIELDS) if (k in m) copy[k] = m[k];
     if (!copyUnknown(m, MESSAGE_KNOWN, copy)) return null;
-    out[i] = copy;
+    out.push(copy);
   }
   return out;
 }
