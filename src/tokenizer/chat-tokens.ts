@@ -89,7 +89,7 @@ export class ChatTokenCache {
     const rendered = content === null ? renderMessage(m) : null;
     const length = rendered !== null ? rendered.length : m.role.length + content!.length + 6;
     if (length < this.o.minChars) return this.tokenizer.encode(rendered ?? renderMessage(m));
-    const groupKey = `${scope ?? ''}\u0000${content !== null ? `r${m.role}` : 't'}`;
+    const groupKey = `${scope === undefined ? '-' : `+${scope}`}\u0000${content !== null ? `r${m.role}` : 't'}`;
     const key = content ?? rendered!;
     let group = this.groups.get(groupKey);
     const hit = group?.get(key);
