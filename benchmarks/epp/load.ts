@@ -1,6 +1,7 @@
 /**
  * The proxy's side of `npm run bench -- epp`, in a process of its own: ext_proc streams to the
- * EPP as Envoy's filter opens them (src/epp/ext-proc-client.ts), one per request: the request
+ * EPP as Envoy's filter opens them (wire.ts: each message encoded once per body, gRPC framed by
+ * hand, so that the generator's own CPU stays well under the EPP's), one per request: the request
  * headers, the body in 16 KiB chunks (FULL_DUPLEX_STREAMED), then the answer read; then a
  * worker's answer passed through (response headers, one JSON body with usage) and the stream
  * closed. No worker is called: the EPP's cost is what is measured, and the proxy's hop is nginx's
@@ -13,8 +14,8 @@
  */
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
-import { ExtProcClient, type ExtProcStream } from '../../src/epp/ext-proc-client.js';
 import { completion } from '../overhead/responses.js';
+import { framedRequest, readAnswer, WireClient, type FramedRequest } from './wire.js';
 
 export interface LoadSpec {
   address: string;
@@ -44,40 +45,43 @@ const CHUNK = 16_384;
 const RESPONSE = Buffer.from(completion);
 
 /** One request through the stream; resolves with its decision latency in µs. */
-async function exchange(client: ExtProcClient, body: Buffer): Promise<number> {
-  const s: ExtProcStream = client.open();
-  s.requestHeaders({ ':method': 'POST', ':path': '/v1/chat/completions', ':authority': 'epp.bench', 'content-type': 'application/json', 'content-length': String(body.length) });
-  s.requestBody(body, CHUNK);
+async function exchange(client: WireClient, r: FramedRequest): Promise<number> {
+  const s = client.open();
+  s.write(r.headers);
+  for (const chunk of r.body) s.write(chunk);
   const t0 = performance.now();
   let m = await s.next();
   const latency = (performance.now() - t0) * 1000;
-  if (!m || m.immediate_response) {
+  const first = m === null ? null : readAnswer(m);
+  if (first === null || first.kind !== 'pick') {
     s.end();
-    throw new Error(m ? `ImmediateResponse ${m.immediate_response?.status?.code}` : 'stream ended before the pick');
+    throw new Error(first === null ? `stream ended before the pick (grpc-status ${s.grpcStatus || 'none'})` : first.kind === 'immediate' ? `ImmediateResponse ${first.status}` : 'the first answer is not the pick');
   }
   // The body echoed back, up to its end.
   for (;;) {
     m = await s.next();
-    if (!m) throw new Error('stream ended in the body echo');
-    if (m.request_body?.response?.body_mutation?.streamed_response?.end_of_stream === true) break;
+    if (m === null) throw new Error('stream ended in the body echo');
+    const a = readAnswer(m);
+    if (a.kind === 'chunk' && a.end) break;
   }
-  s.responseHeaders(200, { 'content-type': 'application/json' });
+  s.write(r.responseHeaders);
   await s.next();
-  s.responseBody(RESPONSE, true);
+  s.write(r.responseBody);
   await s.next();
   s.end();
   // The EPP ends the stream once the proxy has: a stream it leaves open is a failed request.
-  const closed = await Promise.race([s.status.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 10_000).unref())]);
+  const closed = await Promise.race([s.closed.then(() => true), new Promise<boolean>((res) => setTimeout(() => res(false), 10_000).unref())]);
   if (!closed) {
     s.cancel();
     throw new Error('the EPP did not end the stream within 10 s of the proxy');
   }
+  if (s.grpcStatus !== '0') throw new Error(`the stream ended with grpc-status ${s.grpcStatus || 'none'}`);
   return latency;
 }
 
 async function run(spec: LoadSpec): Promise<LoadResult> {
-  const clients = Array.from({ length: spec.connections }, () => new ExtProcClient(spec.address));
-  const bodies = spec.bodies.map((b) => Buffer.from(b));
+  const clients = Array.from({ length: spec.connections }, () => new WireClient(spec.address));
+  const bodies = spec.bodies.map((b) => framedRequest('/v1/chat/completions', Buffer.from(b), CHUNK, RESPONSE));
   const latencyUs: number[] = [];
   let errors = 0;
   let firstError: string | null = null;

@@ -265,35 +265,36 @@ export function encodeProcessingResponse(m: ProcessingResponse): Buffer {
  * BodyResponse.response (1) → CommonResponse.body_mutation (3) → BodyMutation.streamed_response (3)
  * → StreamedBodyResponse { body = 1, end_of_stream = 2 }. The same bytes protobufjs writes for
  * `{ [direction]: { response: { body_mutation: { streamed_response: { body, end_of_stream } } } } }`,
- * made without the nested objects; the chunk is copied once, into the message.
+ * made without the nested objects, as the message's parts in order: the bytes before the chunk,
+ * the chunk itself (not copied), and end_of_stream after it when set. Written one after the other
+ * they are the message.
  */
-export function encodeStreamedBody(direction: 'request_body' | 'response_body', body: Uint8Array, endOfStream: boolean): Buffer {
+export function streamedBodyParts(direction: 'request_body' | 'response_body', body: Buffer, endOfStream: boolean): Buffer[] {
   // From the innermost message out: each length-delimited field is its tag, its length, its bytes.
   const streamed = (body.length > 0 ? 1 + varintSize(body.length) + body.length : 0) + (endOfStream ? 2 : 0);
   const mutation = 1 + varintSize(streamed) + streamed;
   const common = 1 + varintSize(mutation) + mutation;
   const bodyResponse = 1 + varintSize(common) + common;
-  const out = Buffer.allocUnsafe(1 + varintSize(bodyResponse) + bodyResponse);
+  const head = Buffer.allocUnsafe(1 + varintSize(bodyResponse) + bodyResponse - streamed + (body.length > 0 ? 1 + varintSize(body.length) : 0));
   let at = 0;
   const field = (tag: number, length: number): void => {
-    out[at++] = tag;
-    at = writeVarint(out, at, length);
+    head[at++] = tag;
+    at = writeVarint(head, at, length);
   };
   field(direction === 'request_body' ? 0x1a : 0x22, bodyResponse); // field 3 or 4, wire type 2
   field(0x0a, common); // BodyResponse.response = 1
   field(0x1a, mutation); // CommonResponse.body_mutation = 3
   field(0x1a, streamed); // BodyMutation.streamed_response = 3
+  const parts: Buffer[] = [head];
   if (body.length > 0) {
     field(0x0a, body.length); // StreamedBodyResponse.body = 1
-    out.set(body, at);
-    at += body.length;
+    parts.push(body);
   }
-  if (endOfStream) {
-    out[at++] = 0x10; // StreamedBodyResponse.end_of_stream = 2, varint
-    out[at++] = 1;
-  }
-  return out;
+  if (endOfStream) parts.push(END_OF_STREAM); // StreamedBodyResponse.end_of_stream = 2, varint 1
+  return parts;
 }
+
+const END_OF_STREAM = Buffer.from([0x10, 1]);
 
 /** Answers that never change (a headers response with nothing to mutate, a trailers response), encoded once. */
 export const CONSTANT_RESPONSES = {

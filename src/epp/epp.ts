@@ -15,6 +15,7 @@ import type { Router } from '../scheduler/router.js';
 import { flatLineWriter, type Logger } from '../telemetry/logger.js';
 import type { GatewayMetrics } from '../telemetry/metrics.js';
 import { createEppMetrics } from './metrics.js';
+import { PickResponses } from './pick-response.js';
 import { Picker } from './picker.js';
 import { createEppListeners } from './server.js';
 
@@ -54,6 +55,7 @@ export function createEpp(config: GatewayConfig, opts: EppOptions = {}): Epp {
     finishDeps: { active: g.active, metrics: g.metrics, fleet: g.registry, logger, config: g.config, clock: g.clock },
     sampler: new RequestLogSampler(),
     line: flatLineWriter(logger),
+    picks: new PickResponses(),
   });
   const life = createLifecycle(g, listeners, { watchFleet: opts.watchFleet });
   return {

@@ -24,8 +24,8 @@ const INTERNAL = 13;
 
 /** One call, as the handler writes to it. */
 export interface BidiCall {
-  /** One message (its serialized bytes). */
-  write(message: Buffer): void;
+  /** One message: its serialized bytes, or its parts in order (written without being joined). */
+  write(message: Buffer | readonly Buffer[]): void;
   /** Close with status OK. */
   end(): void;
   /** Close with an error status. */
@@ -50,10 +50,23 @@ function percentEncode(s: string): string {
   return out;
 }
 
+/**
+ * Receive windows, bytes. HTTP/2's default of 64 KiB per stream and per connection (which
+ * node:http2 keeps) makes a proxy that multiplexes every request's stream over one connection, as
+ * Envoy does, stop mid-body for a WINDOW_UPDATE whenever a few bodies are in flight together: a
+ * round trip through both event loops on the decision's path. Bodies are read as they arrive
+ * (limits.maxBodyBytes bounds what a request may send), so wider windows hold nothing back that
+ * would not be read anyway; grpc-go's servers grow theirs to 16 MiB on the same reasoning (BDP
+ * estimation).
+ */
+const STREAM_WINDOW = 4 * 1024 * 1024;
+const CONNECTION_WINDOW = 16 * 1024 * 1024;
+
 const RESPONSE_HEADERS = { ':status': 200, 'content-type': 'application/grpc+proto' };
 
 class Call implements BidiCall {
   private headersSent = false;
+  private corked = false;
   private closed = false;
   cancelled = false;
   private handlers: BidiHandlers | null = null;
@@ -85,21 +98,34 @@ class Call implements BidiCall {
     });
   }
 
-  write(message: Buffer): void {
+  write(message: Buffer | readonly Buffer[]): void {
     if (this.closed || this.cancelled) return;
     const s = this.stream;
     if (!this.headersSent) {
       this.headersSent = true;
       s.respond(RESPONSE_HEADERS, { waitForTrailers: true });
     }
+    const parts = Buffer.isBuffer(message) ? null : message;
+    let length = 0;
+    if (parts === null) length = message.length;
+    else for (const p of parts) length += p.length;
     const prefix = Buffer.allocUnsafe(5);
     prefix[0] = 0;
-    prefix.writeUInt32BE(message.length, 1);
-    // Corked: the prefix and the message go out together, without copying the message into one buffer.
-    s.cork();
+    prefix.writeUInt32BE(length, 1);
+    // Corked until the end of this turn: the prefix and the message go out together, without
+    // copying the message into one buffer, and so do the messages written in the same turn (a
+    // pick, the body echoed after it): one writev instead of one per message. end() uncorks.
+    if (!this.corked) {
+      this.corked = true;
+      s.cork();
+      process.nextTick(() => {
+        this.corked = false;
+        s.uncork();
+      });
+    }
     s.write(prefix);
-    s.write(message);
-    s.uncork();
+    if (parts === null) s.write(message);
+    else for (const p of parts) s.write(p);
   }
 
   end(): void {
@@ -197,9 +223,10 @@ export class GrpcBidiServer {
     open: (call: BidiCall) => BidiHandlers,
     maxMessageBytes = 4 * 1024 * 1024,
   ) {
-    this.server = http2.createServer({ maxSendHeaderBlockLength: Number.MAX_SAFE_INTEGER });
+    this.server = http2.createServer({ maxSendHeaderBlockLength: Number.MAX_SAFE_INTEGER, settings: { initialWindowSize: STREAM_WINDOW } });
     this.server.on('session', (s) => {
       this.sessions.add(s);
+      s.setLocalWindowSize(CONNECTION_WINDOW);
       s.on('close', () => this.sessions.delete(s));
       // A session's failure is its streams' (each sees its own close); the process carries on.
       s.on('error', () => undefined);

@@ -31,20 +31,16 @@ import {
   BodySendMode,
   CONSTANT_RESPONSES,
   decodeProcessingRequest,
-  DESTINATION_KEY,
   DESTINATION_NAMESPACE,
   encodeProcessingResponse,
-  encodeStreamedBody,
   MAX_BODY_CHUNK,
   SERVED_KEY,
+  streamedBodyParts,
   SUBSET_KEY,
   SUBSET_NAMESPACE,
   headerValue,
-  namespacedStrings,
-  setHeader,
   structStrings,
   type HeaderValue,
-  type HeaderValueOption,
   type ProcessingRequest,
   type ProcessingResponse,
 } from './descriptor.js';
@@ -52,6 +48,7 @@ import { CollectedResponse, requestHead } from './http-stand-ins.js';
 import { immediateError } from './immediate.js';
 import type { EppMetrics } from './metrics.js';
 import { endpointOf, type Decision, type Picker, type ProxiedRequest } from './picker.js';
+import type { PickResponses } from './pick-response.js';
 import { ResponseAccounting } from './response-accounting.js';
 
 
@@ -60,8 +57,8 @@ const GrpcCode = { INVALID_ARGUMENT: 3, FAILED_PRECONDITION: 9, UNIMPLEMENTED: 1
 
 /** Where a stream's answers go (the gRPC call, in server.ts). */
 export interface StreamSink {
-  /** One encoded ProcessingResponse. */
-  write(bytes: Buffer): void;
+  /** One encoded ProcessingResponse, or its parts in order. */
+  write(bytes: Buffer | readonly Buffer[]): void;
   /** Close the stream cleanly (gRPC OK). */
   end(): void;
   /** Close the stream with a gRPC error status. */
@@ -76,6 +73,8 @@ export interface StreamEnv {
   finishDeps: Parameters<typeof finishRequest>[0];
   sampler: RequestLogSampler;
   line: (fields: FlatFields, msg: string) => void;
+  /** The picks' encoded answers (pick-response.ts). */
+  picks: PickResponses;
 }
 
 type Phase = 'headers' | 'body' | 'deciding' | 'picked' | 'response' | 'done';
@@ -277,26 +276,25 @@ export class EppStream {
       this.counted = false;
     }
     const value = d.endpoints.join(',');
-    const set: HeaderValueOption[] = [setHeader(DESTINATION_KEY, value)];
-    const out = d.body ?? body;
-    if (d.body !== null) set.push(setHeader('content-length', String(d.body.length)));
     // The worker's own credentials (a pool's apiKey) replace the client's key, as the gateway's
     // relay sends them; with tenant keys configured, a client's key never reaches a worker.
-    const remove: string[] = [];
-    for (const [k, v] of Object.entries(d.worker.upstreamHeaders)) set.push(setHeader(k.toLowerCase(), v));
-    if (!g.tenants.open && d.worker.upstreamHeaders.authorization === undefined && d.worker.upstreamHeaders.Authorization === undefined) remove.push('authorization');
-    const common = { clear_route_cache: true, header_mutation: remove.length > 0 ? { set_headers: set, remove_headers: remove } : { set_headers: set } };
-    const metadata = namespacedStrings(DESTINATION_NAMESPACE, { [DESTINATION_KEY]: value });
-    if (body === null) {
-      // No body: the pick answers the headers.
-      this.write({ request_headers: { response: common }, dynamic_metadata: metadata });
-    } else if (this.requestMode === BodySendMode.BUFFERED) {
-      const response = d.body !== null ? { ...common, body_mutation: { body: d.body } } : common;
-      this.write({ request_body: { response }, dynamic_metadata: metadata });
+    const own = d.worker.upstreamHeaders;
+    const removeAuthorization = !g.tenants.open && own.authorization === undefined && own.Authorization === undefined;
+    const picks = this.env.picks;
+    if (body !== null && this.requestMode === BodySendMode.BUFFERED) {
+      const a = picks.answer(value, own, removeAuthorization, d.body === null ? null : d.body.length);
+      const response = d.body !== null ? { ...a.common, body_mutation: { body: d.body } } : a.common;
+      this.write({ request_body: { response }, dynamic_metadata: a.metadata });
       if (this.hadTrailers) this.writeBytes(CONSTANT_RESPONSES.requestTrailers);
+    } else if (d.body !== null) {
+      const a = picks.answer(value, own, removeAuthorization, d.body.length);
+      this.write({ request_headers: { response: a.common }, dynamic_metadata: a.metadata });
     } else {
-      this.write({ request_headers: { response: common }, dynamic_metadata: metadata });
-      this.echoBody(out ?? EMPTY, !this.hadTrailers);
+      // No body (the pick answers the headers), or the body unchanged: the same few answers per worker.
+      this.writeBytes(picks.headersResponse(value, own, removeAuthorization));
+    }
+    if (body !== null && this.requestMode !== BodySendMode.BUFFERED) {
+      this.echoBody(d.body ?? body, !this.hadTrailers);
       if (this.hadTrailers) this.writeBytes(CONSTANT_RESPONSES.requestTrailers);
     }
     this.phase = 'picked';
@@ -305,13 +303,13 @@ export class EppStream {
   /** The body back as streamed_response chunks of at most MAX_BODY_CHUNK bytes (request or response direction). */
   private echoBody(body: Buffer, endOfStream: boolean, direction: 'request_body' | 'response_body' = 'request_body'): void {
     if (body.length === 0) {
-      this.writeBytes(encodeStreamedBody(direction, EMPTY, endOfStream));
+      this.writeBytes(streamedBodyParts(direction, EMPTY, endOfStream));
       return;
     }
     for (let at = 0; at < body.length; at += MAX_BODY_CHUNK) {
       const part = body.subarray(at, Math.min(body.length, at + MAX_BODY_CHUNK));
       const last = at + MAX_BODY_CHUNK >= body.length;
-      this.writeBytes(encodeStreamedBody(direction, part, last && endOfStream));
+      this.writeBytes(streamedBodyParts(direction, part, last && endOfStream));
     }
   }
 
@@ -420,7 +418,7 @@ export class EppStream {
     if (!this.silent) this.sink.write(encodeProcessingResponse(m));
   }
 
-  private writeBytes(encoded: Buffer): void {
+  private writeBytes(encoded: Buffer | readonly Buffer[]): void {
     if (!this.silent) this.sink.write(encoded);
   }
 

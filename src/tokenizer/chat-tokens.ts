@@ -30,9 +30,25 @@ export interface ChatTokenCacheOptions {
   minChars: number;
 }
 
+/** A message's kept ids, in the group of messages with its scope and role. */
+interface Kept {
+  ids: number[];
+  group: Map<string, Kept>;
+  groupKey: string;
+  /** Its key in the group: the message's content, or its rendered text when the content is not a string. */
+  key: string;
+}
+
 export class ChatTokenCache {
-  /** Rendered message → its ids; Map order is the LRU order (oldest first). */
-  private readonly entries = new Map<string, number[]>();
+  /**
+   * Kept messages by scope and role, then by content. A message whose content is a string is
+   * found by that string as the request's JSON parser made it (its hash already computed), not by
+   * its rendered text: rendering a long message anew and hashing the result took longer than the
+   * rest of a kept message's lookup. Other messages are found by their rendered text.
+   */
+  private readonly groups = new Map<string, Map<string, Kept>>();
+  /** Every kept message, least recently used first (a Set keeps insertion order). */
+  private readonly lru = new Set<Kept>();
   private kept = 0;
   private generation: number[] | null = null;
   hits = 0;
@@ -51,7 +67,7 @@ export class ChatTokenCache {
    */
   encode(messages: readonly ChatMessageLike[], addGenerationPrompt = true, scope?: string): number[] {
     const parts: number[][] = [];
-    for (const m of messages) parts.push(this.message(renderMessage(m), scope));
+    for (const m of messages) parts.push(this.message(m, scope));
     if (addGenerationPrompt) parts.push((this.generation ??= this.tokenizer.encode(GENERATION_PROMPT)));
     return ([] as number[]).concat(...parts);
   }
@@ -67,20 +83,29 @@ export class ChatTokenCache {
     this.evict();
   }
 
-  private message(text: string, scope: string | undefined): number[] {
-    if (text.length < this.o.minChars) return this.tokenizer.encode(text);
-    const key = scope === undefined ? text : `${scope}\u0000${text}`;
-    const hit = this.entries.get(key);
+  private message(m: ChatMessageLike, scope: string | undefined): number[] {
+    const content = typeof m.content === 'string' && typeof m.role === 'string' ? m.content : null;
+    // renderMessage's length for a string content: `<|role|>\n` + content + `\n`.
+    const rendered = content === null ? renderMessage(m) : null;
+    const length = rendered !== null ? rendered.length : m.role.length + content!.length + 6;
+    if (length < this.o.minChars) return this.tokenizer.encode(rendered ?? renderMessage(m));
+    const groupKey = `${scope === undefined ? '-' : `+${scope}`}\u0000${content !== null ? `r${m.role}` : 't'}`;
+    const key = content ?? rendered!;
+    let group = this.groups.get(groupKey);
+    const hit = group?.get(key);
     if (hit !== undefined) {
       this.hits++;
-      this.entries.delete(key);
-      this.entries.set(key, hit);
-      return hit;
+      this.lru.delete(hit);
+      this.lru.add(hit);
+      return hit.ids;
     }
     this.misses++;
-    const ids = this.tokenizer.encode(text);
+    const ids = this.tokenizer.encode(rendered ?? renderMessage(m));
     if (ids.length <= this.o.maxTokens) {
-      this.entries.set(key, ids);
+      if (group === undefined) this.groups.set(groupKey, (group = new Map()));
+      const kept: Kept = { ids, group, groupKey, key };
+      group.set(key, kept);
+      this.lru.add(kept);
       this.kept += ids.length;
       this.evict();
     }
@@ -89,10 +114,12 @@ export class ChatTokenCache {
 
   /** Drop the least recently used messages until at most maxTokens ids are kept. */
   private evict(): void {
-    for (const [k, v] of this.entries) {
+    for (const k of this.lru) {
       if (this.kept <= this.o.maxTokens) break;
-      this.entries.delete(k);
-      this.kept -= v.length;
+      this.lru.delete(k);
+      k.group.delete(k.key);
+      if (k.group.size === 0) this.groups.delete(k.groupKey);
+      this.kept -= k.ids.length;
     }
   }
 }

@@ -57,6 +57,7 @@ test('the repository’s generated tables are well-formed and name a command tha
     cascade: ['live'],
     'admission-peers': ['comparison'],
     'light-load': ['light-load'],
+    epp: ['decisions', 'overhead'],
   };
   let blocks = 0;
   for (const file of markdownFiles()) {

@@ -10,6 +10,7 @@ import { DEFAULT_TENANT_ID, mayUse, type TenantDirectory } from '../../admission
 import { readBody } from '../../api/body.js';
 import { jsonNestsDeeperThan, MAX_JSON_DEPTH } from '../../api/json-depth.js';
 import { checkAudioForm, formFields, isFormType } from '../../api/form.js';
+import { plainChatRequest } from '../../api/plain-chat.js';
 import { responsesRequestSchema, type ResponsesRequest } from '../../api/responses.js';
 import { ApiError, echo, errors, sendError } from '../../api/errors.js';
 import {
@@ -259,7 +260,10 @@ export function acceptBody(d: AcceptDeps, ctx: RequestContext, kind: InferenceKi
       throw errors.invalidJson((e as Error).message);
     }
   }
-  const v = validate<InferenceBody>(SCHEMAS[kind], parsed);
+  // A plain chat request (nearly every one) is copied as the schema would output it, without
+  // zod's generic parser; anything else, and every refusal, is the schema's (api/plain-chat.ts).
+  const plain = kind === 'chat' ? plainChatRequest(parsed) : null;
+  const v = plain !== null ? { ok: true as const, value: plain as InferenceBody } : validate<InferenceBody>(SCHEMAS[kind], parsed);
   if (!v.ok) throw errors.invalidField(v.param, v.message);
   const body = v.value;
   ctx.body = body;
