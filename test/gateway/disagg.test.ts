@@ -47,26 +47,36 @@ async function metrics(url: string): Promise<string> {
 
 const decisions = (m: string, mode: string, reason: string) => metricValue(m, 'kvgate_disagg_decisions_total', { model: MODEL, mode, reason }) ?? 0;
 
-describe('one prefill and one decode worker', () => {
-  let p: SimWorker;
-  let d: SimWorker;
-  let gw: Awaited<ReturnType<typeof startGateway>>['gw'];
-  let url: string;
+/** A gateway in front of one prefill and one decode worker, started before and closed after a describe's tests. */
+interface DisaggFleet {
+  p: SimWorker;
+  d: SimWorker;
+  gw: Awaited<ReturnType<typeof startGateway>>['gw'];
+  url: string;
+}
 
+/** Registers the before/after hooks of a fleet whose prefill worker runs at `prefillSpeed` (the sim's speed factor). */
+function disaggFleet(prefillSpeed: number): DisaggFleet {
+  const fleet = {} as DisaggFleet;
   before(async () => {
-    [p, d] = await Promise.all([
-      startSimWorker({ model: MODEL, speed: 50, kvRole: 'prefill' }),
+    [fleet.p, fleet.d] = await Promise.all([
+      startSimWorker({ model: MODEL, speed: prefillSpeed, kvRole: 'prefill' }),
       startSimWorker({ model: MODEL, speed: 50, kvRole: 'decode' }),
     ]);
-    ({ gw, url } = await startGateway([], disaggConfig([p.url], [d.url])));
+    ({ gw: fleet.gw, url: fleet.url } = await startGateway([], disaggConfig([fleet.p.url], [fleet.d.url])));
   });
-
   after(async () => {
-    await gw.close();
-    await Promise.all([p.close(), d.close()]);
+    await fleet.gw.close();
+    await Promise.all([fleet.p.close(), fleet.d.close()]);
   });
+  return fleet;
+}
+
+describe('one prefill and one decode worker', () => {
+  const fleet = disaggFleet(50);
 
   test('a long uncached prompt is prefilled on the prefill worker and decoded on the decode worker: one JSON answer, usage of the whole prompt', async () => {
+    const { p, d, gw, url } = fleet;
     const text = prompt(2000, 'json');
     const [pBefore, dComputed] = [p.stats().requests, d.stats().computedPromptTokens];
     const r = await post(url + '/v1/completions', { model: MODEL, prompt: text, max_tokens: 6, ignore_eos: true });
@@ -92,6 +102,7 @@ describe('one prefill and one decode worker', () => {
   });
 
   test('streamed: the decode worker streams the answer, usage right, the time from the prefill to the first token measured', async () => {
+    const { gw, url } = fleet;
     const text = prompt(1500, 'stream');
     const r = await post(url + '/v1/chat/completions', {
       model: MODEL, stream: true, stream_options: { include_usage: true }, max_tokens: 5, ignore_eos: true, messages: [{ role: 'user', content: text }],
@@ -110,6 +121,7 @@ describe('one prefill and one decode worker', () => {
   });
 
   test('a short prompt, and a long one the decode worker has cached, are served by the decode worker alone', async () => {
+    const { p, url } = fleet;
     const before = p.stats().requests;
     const short = await post(url + '/v1/completions', { model: MODEL, prompt: 'a short question', max_tokens: 4 });
     assert.equal(short.status, 200);
@@ -126,6 +138,7 @@ describe('one prefill and one decode worker', () => {
   });
 
   test('a saturated prefill pool gets no prompt the decode worker would prefill sooner', async () => {
+    const { p, gw, url } = fleet;
     const pw = gw.registry.workers.find((w) => w.id === 'p0')!;
     // 100 s of prefill queued at the prefill worker (at the default 10,000 tokens/s).
     pw.begin({ id: 'queued', promptTokens: 1_000_000, uncachedTokens: 1_000_000, maxTokens: 1, blocks: 1, dispatchedAt: 0 });
@@ -142,6 +155,7 @@ describe('one prefill and one decode worker', () => {
   });
 
   test('a client that leaves during the decode: the decode is aborted, the prefill worker has freed its blocks, every reservation released', async () => {
+    const { p, d, gw, url } = fleet;
     const dAborts = d.stats().clientAborts;
     const ac = new AbortController();
     const r = await fetch(url + '/v1/completions', {
@@ -163,25 +177,10 @@ describe('one prefill and one decode worker', () => {
 // A slow prefill worker, so that the client leaves while the prompt is still being prefilled
 // however late a busy machine delivers the abort.
 describe('a client that leaves during a slow prefill', () => {
-  let p: SimWorker;
-  let d: SimWorker;
-  let gw: Awaited<ReturnType<typeof startGateway>>['gw'];
-  let url: string;
-
-  before(async () => {
-    [p, d] = await Promise.all([
-      startSimWorker({ model: MODEL, speed: 2, kvRole: 'prefill' }),
-      startSimWorker({ model: MODEL, speed: 50, kvRole: 'decode' }),
-    ]);
-    ({ gw, url } = await startGateway([], disaggConfig([p.url], [d.url])));
-  });
-
-  after(async () => {
-    await gw.close();
-    await Promise.all([p.close(), d.close()]);
-  });
+  const fleet = disaggFleet(2);
 
   test('the prefill is aborted, nothing reaches the decode worker, every reservation released', async () => {
+    const { p, d, gw, url } = fleet;
     const [pAborts, dRequests] = [p.stats().clientAborts, d.stats().requests];
     const ac = new AbortController();
     const pending = fetch(url + '/v1/completions', {
