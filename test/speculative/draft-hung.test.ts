@@ -27,19 +27,23 @@ async function metrics(url: string): Promise<string> {
   return (await fetch(`${url}/metrics`)).text();
 }
 
-describe('a hung draft worker', () => {
-  let target: SimWorker;
-  let draft: SimWorker;
-  let proxy: FreezableProxy;
-  let gw: Gateway;
-  let url: string;
+/** A cascade gateway whose one draft worker sits behind a proxy a test can freeze; started before and closed after a describe's tests. */
+interface HungDraftFleet {
+  target: SimWorker;
+  draft: SimWorker;
+  proxy: FreezableProxy;
+  gw: Gateway;
+  url: string;
+}
 
+function cascadeBehindFreezableDraft(): HungDraftFleet {
+  const fleet = {} as HungDraftFleet;
   before(async () => {
-    target = await startTarget();
-    draft = await startDraft({ fidelity: 0.9 });
-    proxy = await freezableProxy(draft.url);
+    fleet.target = await startTarget();
+    fleet.draft = await startDraft({ fidelity: 0.9 });
+    fleet.proxy = await freezableProxy(fleet.draft.url);
     // The default 10 s call timeout stays: a draft call must not wait that long.
-    const g = await startCascade([target.url], [proxy.url], {
+    const g = await startCascade([fleet.target.url], [fleet.proxy.url], {
       k: K,
       extra: {
         speculative: {
@@ -48,19 +52,24 @@ describe('a hung draft worker', () => {
         },
       },
     });
-    gw = g.gw;
-    url = g.url;
+    fleet.gw = g.gw;
+    fleet.url = g.url;
   });
-
   after(async () => {
-    proxy.thaw();
-    await gw.close();
-    await proxy.close();
-    await draft.close();
-    await target.close();
+    fleet.proxy.thaw();
+    await fleet.gw.close();
+    await fleet.proxy.close();
+    await fleet.draft.close();
+    await fleet.target.close();
   });
+  return fleet;
+}
+
+describe('a hung draft worker', () => {
+  const fleet = cascadeBehindFreezableDraft();
 
   it('costs a request one draft deadline, not the call timeout; the output is the target’s; later requests skip it until it answers', async () => {
+    const { target, proxy, gw, url } = fleet;
     const d0 = gw.registry.get('d0')!;
     // Healthy: requests run the cascade and the draft pool's speed gets measured.
     for (let i = 0; i < 3; i++) {
@@ -125,6 +134,7 @@ describe('a hung draft worker', () => {
   });
 
   it('mid-stream: the rest comes from the target at once, with nothing lost or repeated', async () => {
+    const { target, proxy, gw, url } = fleet;
     const d0 = gw.registry.get('d0')!;
     await waitFor(() => !d0.suspected && d0.routable, 10_000);
     const timeouts = async () => metricValue(await metrics(url), 'kvgate_spec_fallbacks_total', { model: TARGET, reason: 'draft_timeout' }) ?? 0;
@@ -149,30 +159,10 @@ describe('a hung draft worker', () => {
 });
 
 describe('a draft worker that hangs at any moment of a stream', () => {
-  let target: SimWorker;
-  let draft: SimWorker;
-  let proxy: FreezableProxy;
-  let gw: Gateway;
-  let url: string;
-
-  before(async () => {
-    target = await startTarget();
-    draft = await startDraft({ fidelity: 0.9 });
-    proxy = await freezableProxy(draft.url);
-    const g = await startCascade([target.url], [proxy.url], { k: K, extra: { speculative: { cascades: [{ model: TARGET, targetPool: 'target', draftPool: 'draft', k: K }], controller: { tpotBudgetMs: TPOT_BUDGET_MS } } } });
-    gw = g.gw;
-    url = g.url;
-  });
-
-  after(async () => {
-    proxy.thaw();
-    await gw.close();
-    await proxy.close();
-    await draft.close();
-    await target.close();
-  });
+  const fleet = cascadeBehindFreezableDraft();
 
   it('loses nothing: the target-only rest, in whatever chunks it streams, completes the target’s output', async () => {
+    const { target, proxy, gw, url } = fleet;
     const d0 = gw.registry.get('d0')!;
     for (let n = 0; n < 6; n++) {
       await waitFor(() => !d0.suspected && d0.routable, 10_000);
