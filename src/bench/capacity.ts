@@ -81,6 +81,35 @@ export interface CapacitySearchOptions {
 
 export const CAPACITY_DEFAULTS = { target: 0.9, precision: 0.02, maxProbes: 14 } as const;
 
+/** Whether a probe met the search's target (and the band floor, if one is set). */
+export function meetsTarget(p: Pick<CapacityProbe, 'attainment' | 'worst_band_attainment'>, target: number, floor: number | undefined): boolean {
+  return p.attainment >= target && (floor === undefined || (p.worst_band_attainment !== undefined && p.worst_band_attainment >= floor));
+}
+
+/** Bisections that close a bracket [lo, hi] to hi / lo ≤ 1 + precision (each halves its log width). */
+function bisectionsToClose(lo: number, hi: number, precision: number): number {
+  const width = Math.log(hi / lo) / Math.log(1 + precision);
+  return width <= 1 ? 0 : Math.ceil(Math.log2(width));
+}
+
+/**
+ * How many more probes searchCapacity makes after these outcomes (in the order probed), for a
+ * progress estimate. Exact once the bracket has both ends: the bisections left. Before that, one
+ * more doubling or halving and the bisections of the factor-2 bracket it would close (a capacity
+ * several doublings away takes more). Never more than the budget left.
+ */
+export function probesLeft(outcomes: ReadonlyArray<{ scale: number; met: boolean }>, precision: number = CAPACITY_DEFAULTS.precision, maxProbes: number = CAPACITY_DEFAULTS.maxProbes): number {
+  let lo: number | null = null;
+  let hi: number | null = null;
+  for (const o of outcomes) {
+    if (o.met) lo = o.scale;
+    else hi = o.scale;
+  }
+  const budget = Math.max(0, maxProbes - outcomes.length);
+  const left = lo !== null && hi !== null ? bisectionsToClose(lo, hi, precision) : (outcomes.length === 0 ? 2 : 1) + bisectionsToClose(1, 2, precision);
+  return Math.min(budget, left);
+}
+
 /** Runs one probe at `rateScale`: a fresh fleet, the same request stream. */
 export type ProbeFn = (
   rateScale: number,
@@ -99,8 +128,7 @@ export async function searchCapacity(probe: ProbeFn, o: CapacitySearchOptions = 
   if (!Number.isInteger(maxProbes) || maxProbes < 1) throw new Error(`capacity search: probe budget must be a positive integer, got ${maxProbes}`);
   const floor = o.minBandAttainment;
   if (floor !== undefined && !(floor > 0 && floor <= 1)) throw new Error(`capacity search: band attainment floor must be in (0, 1], got ${floor}`);
-  const meets = (p: CapacityProbe): boolean =>
-    p.attainment >= target && (floor === undefined || (p.worst_band_attainment !== undefined && p.worst_band_attainment >= floor));
+  const meets = (p: CapacityProbe): boolean => meetsTarget(p, target, floor);
 
   const probes: CapacityProbe[] = [];
   const run = async (scale: number): Promise<boolean> => {

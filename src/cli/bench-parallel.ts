@@ -12,84 +12,23 @@
  * policies back in the order the flags name them.
  */
 import { Worker } from 'node:worker_threads';
-import { capacityRatios } from '../bench/capacity.js';
+import { CAPACITY_DEFAULTS, capacityRatios, type CapacityProbe } from '../bench/capacity.js';
 import { runBench, type BenchOptions, type BenchOutput, type ProbeFigures } from '../bench/run.js';
 import { TraceError } from '../workload/loaders.js';
+import { ParallelProgress } from './parallel-progress.js';
 
 /** What a bench worker thread (bench-worker.ts) tells the main thread. */
 export type BenchWorkerMessage =
   | { type: 'start'; label: string }
   | { type: 'progress'; arrivals: number }
-  | { type: 'probe'; line: string }
+  /** A capacity probe the policy's search judged: its figures, and the line that reports them. */
+  | { type: 'probe'; line: string; probe: CapacityProbe }
   /** `probesAhead`: capacity probes this policy's search ran on lent threads. */
   | { type: 'done'; out: BenchOutput; probesAhead: number }
   /** A capacity probe run on a lent thread (bench-worker.ts): its figures. */
   | { type: 'figures'; figures: ProbeFigures }
   /** `trace`: a malformed trace row (TraceError), with its file and line. */
   | { type: 'error'; message: string; trace?: { file: string; line: number; reason: string } };
-
-/** A status line on stderr for runs in parallel, redrawn at most every 200 ms. */
-class ParallelProgress {
-  private readonly running = new Map<string, { done: number; label: string }>();
-  private finished = 0;
-  private lastDraw = 0;
-  private readonly started = performance.now();
-  /** Requests done over the finished runs of the plain kind (for the ETA). */
-  private doneRequests = 0;
-
-  /** `total` requests per plain run (unknown for a trace without --limit). */
-  constructor(
-    private readonly runs: number,
-    private readonly total: number | undefined,
-    private readonly stream: NodeJS.WriteStream = process.stderr,
-  ) {}
-
-  start(policy: string, label: string): void {
-    this.running.set(policy, { done: 0, label });
-    this.draw(true);
-  }
-
-  update(policy: string, done: number): void {
-    const r = this.running.get(policy);
-    if (r) r.done = done;
-    this.draw(false);
-  }
-
-  /** One policy's every run is done. */
-  end(policy: string): void {
-    this.running.delete(policy);
-    this.finished++;
-    if (this.total !== undefined) this.doneRequests += this.total;
-    this.draw(true);
-  }
-
-  /** A line of its own above the status line (a capacity probe's result). */
-  note(line: string): void {
-    this.stream.write(`\r\x1b[K${line}\n`);
-    this.draw(true);
-  }
-
-  clear(): void {
-    this.stream.write('\r\x1b[K');
-  }
-
-  private draw(force: boolean): void {
-    const now = performance.now();
-    if (!force && now - this.lastDraw < 200) return;
-    this.lastDraw = now;
-    const secs = (now - this.started) / 1000;
-    const parts = [...this.running.values()].map((r) => (this.total ? `${r.label} ${Math.floor((100 * Math.min(r.done, this.total)) / this.total)}%` : `${r.label} ${r.done}`));
-    let eta = '';
-    if (this.total) {
-      // Requests of the policies' plain runs done so far, against all of them (probes not counted).
-      let done = this.doneRequests;
-      for (const r of this.running.values()) done += Math.min(r.done, this.total);
-      const all = this.total * this.runs;
-      if (done > 0 && done < all) eta = `, ETA ${Math.round((secs * (all - done)) / done)} s`;
-    }
-    this.stream.write(`\r${this.finished}/${this.runs} policies done; ${parts.join(', ')} (${secs.toFixed(1)} s${eta})\x1b[K`);
-  }
-}
 
 /**
  * runBench(opts) with its policies on up to `jobs` worker threads, each rebuilding the bench from
@@ -104,7 +43,11 @@ export async function runBenchParallel(
   stats?: { probesAhead: number },
 ): Promise<BenchOutput> {
   const names = opts.policies;
-  const progress = progressTotal === null ? null : new ParallelProgress(names.length, progressTotal);
+  const c = opts.capacity;
+  const progressCapacity = c
+    ? { target: c.target ?? CAPACITY_DEFAULTS.target, precision: c.precision ?? CAPACITY_DEFAULTS.precision, maxProbes: c.maxProbes ?? CAPACITY_DEFAULTS.maxProbes, minBandAttainment: c.minBandAttainment }
+    : null;
+  const progress = progressTotal === null ? null : new ParallelProgress(names.length, progressTotal, jobs, progressCapacity);
   const outputs = new Map<string, BenchOutput>();
   const queue = [...names];
   const workerUrl = new URL('./bench-worker.js', import.meta.url);
@@ -143,6 +86,7 @@ export async function runBenchParallel(
             progress?.update(policy, m.arrivals);
             break;
           case 'probe':
+            progress?.probe(policy, m.probe);
             if (progress) progress.note(m.line);
             else if (opts.onProbe) process.stderr.write(`${m.line}\n`);
             break;

@@ -88,7 +88,7 @@ async function main(): Promise<void> {
     onProbe: opts.capacity
       ? (name, p) => {
           const worst = p.worst_band_attainment !== undefined ? `, worst prompt band ${(p.worst_band_attainment * 100).toFixed(1)}%` : '';
-          post({ type: 'probe', line: `${name}: rate ×${+p.rate_scale.toFixed(4)} (${p.requests_per_s.toFixed(1)} req/s offered): attainment ${(p.attainment * 100).toFixed(1)}%${worst}` });
+          post({ type: 'probe', probe: p, line: `${name}: rate ×${+p.rate_scale.toFixed(4)} (${p.requests_per_s.toFixed(1)} req/s offered): attainment ${(p.attainment * 100).toFixed(1)}%${worst}` });
         }
       : undefined,
     ...(opts.capacity ? { remoteProbe: (_policy: string, scale: number, isolated: boolean | undefined) => lent.start(scale, isolated) } : {}),

@@ -88,7 +88,10 @@ Run:
                           searches' next probes ahead (each search takes only the probes a serial
                           search makes), so the results are those of --jobs 1; the run-wide
                           figures (ideal hit rate, work bound) are computed beside them, even for
-                          one policy. --jobs 1: everything in turn on the main thread
+                          one policy. --jobs 1: everything in turn on the main thread. The
+                          status line's ETA counts each policy's runs left (with --capacity, the
+                          probes its search has left: exact once it has bracketed its capacity)
+                          at the mean run time so far, shared by the threads
   --declared-max-tokens N every request sends max_tokens = max(N, its output length), capped by the
                           context left after its prompt, and its answer ends at its EOS: as clients
                           send a fixed cap, so routers and admission cannot read each answer's

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { capacityRatios, searchCapacity, type ProbeFn } from '../../src/bench/capacity.js';
+import { capacityRatios, probesLeft, searchCapacity, type ProbeFn } from '../../src/bench/capacity.js';
 import { benchRequests, runBench } from '../../src/bench/run.js';
 import { workloadSource } from '../../src/workload/workloads.js';
 
@@ -109,6 +109,36 @@ describe('capacity search (fake fleet)', () => {
     assert.equal(noRr.vs_round_robin.kvgate, null);
     assert.equal(noRr.vs_best_peer.kvgate, null);
   });
+});
+
+describe('probes left in a search (for the progress ETA)', () => {
+  it('hand-worked: a fresh search 8 (first, one doubling, 6 bisections of [x, 2x] at 2%); bracketed, the bisections left', () => {
+    // ln 2 / ln 1.02 = 35.0 widths of 2%: 6 halvings close it.
+    assert.equal(probesLeft([]), 8);
+    assert.equal(probesLeft([{ scale: 1, met: true }]), 7);
+    assert.equal(probesLeft([{ scale: 1, met: true }, { scale: 2, met: false }]), 6);
+    // [1.5, 1.6]: ln(1.0667) / ln(1.02) = 3.26 widths, 2 halvings.
+    assert.equal(probesLeft([{ scale: 1.6, met: false }, { scale: 1.5, met: true }]), 2);
+    assert.equal(probesLeft([{ scale: 1, met: true }, { scale: 1.01, met: false }]), 0);
+    // Never past the budget.
+    assert.equal(probesLeft([{ scale: 1, met: true }, { scale: 2, met: false }], 0.02, 4), 2);
+  });
+
+  for (const capacity of [0.3, 1.37, 3.7, 9.1]) {
+    it(`once bracketed, exactly the probes the search still makes (capacity ${capacity})`, async () => {
+      const calls: number[] = [];
+      const met = (s: number): boolean => s <= capacity;
+      await searchCapacity(fake((s) => (met(s) ? 0.95 : 0.5), calls), { start: 1 });
+      for (let k = 1; k < calls.length; k++) {
+        const outcomes = calls.slice(0, k).map((scale) => ({ scale, met: met(scale) }));
+        const bracketed = outcomes.some((o) => o.met) && outcomes.some((o) => !o.met);
+        const left = probesLeft(outcomes);
+        if (bracketed) assert.equal(left, calls.length - k, `after ${k} probes`);
+        else assert.ok(left >= 1 && left <= calls.length - k, `after ${k} probes: ${left} of ${calls.length - k}`);
+      }
+      assert.equal(probesLeft(calls.map((scale) => ({ scale, met: met(scale) }))), 0);
+    });
+  }
 });
 
 describe('capacity search (real fleet)', () => {
