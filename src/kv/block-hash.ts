@@ -84,3 +84,87 @@ export function saltedRoot(root: number, salt: string | number): number {
   const b = fmix((Math.floor(root / 4294967296) >>> 0) ^ fmix(h ^ 0x2545f491)) & 0x1fffff;
   return b * 4294967296 + a;
 }
+
+/**
+ * Block hashes already computed for a token array, or for an array it begins with, so that a
+ * prompt built on another (a session's next turn on the previous prompt, a tenant's request on
+ * its system prompt) is hashed only past the part it shares: the chained hashes of a shared
+ * prefix are the same for every array that has it. The workload's builders say which array
+ * begins with which (markPrefix); whoever hashes a whole prompt keeps its hashes (keepHashes) and
+ * asks for them first (knownHashes). Keyed by the arrays themselves (a WeakMap: an entry lives as
+ * long as its array), per chain root and block size. An array must not change once marked.
+ */
+class KnownChain {
+  roots: number[] = [];
+  sizes: number[] = [];
+  hashes: Float64Array[] = [];
+
+  /** `prefix`: what is known of the array this one begins with, for its first `prefixLen` tokens. */
+  constructor(
+    public prefix: KnownChain | null,
+    readonly prefixLen: number,
+  ) {}
+
+  find(root: number, blockSize: number): Float64Array | undefined {
+    for (let i = 0; i < this.roots.length; i++) if (this.roots[i] === root && this.sizes[i] === blockSize) return this.hashes[i];
+    return undefined;
+  }
+}
+
+const known = new WeakMap<object, KnownChain>();
+
+function chainOf(tokens: object): KnownChain {
+  let c = known.get(tokens);
+  if (c === undefined) known.set(tokens, (c = new KnownChain(null, 0)));
+  return c;
+}
+
+/** Record that `tokens` begins with every token of `prefix` (it was built by copying them). */
+export function markPrefix(tokens: object, prefix: ArrayLike<number>): void {
+  if (typeof prefix !== 'object' || prefix.length === 0) return;
+  known.set(tokens, new KnownChain(chainOf(prefix), prefix.length));
+}
+
+/**
+ * Copy the leading block hashes of `tokens` known under (root, blockSize) into `out` from index
+ * 0, and return how many: its own if kept, else its prefix's full blocks (0 when nothing is known).
+ */
+export function knownHashes(tokens: object, root: number, blockSize: number, out: { [i: number]: number }): number {
+  const c = known.get(tokens);
+  if (c === undefined) return 0;
+  let h = c.find(root, blockSize);
+  let n = h?.length ?? 0;
+  if (h === undefined && c.prefix !== null) {
+    h = c.prefix.find(root, blockSize);
+    n = Math.min(h?.length ?? 0, Math.floor(c.prefixLen / blockSize));
+  }
+  for (let i = 0; i < n; i++) out[i] = h![i]!;
+  return n;
+}
+
+/**
+ * Keep the first `n` block hashes of `tokens` (every full block of it) under (root, blockSize), and
+ * give the array it begins with its share of them if it has none yet (a system prompt is never
+ * hashed alone: the first prompt built on it hashes it).
+ */
+export function keepHashes(tokens: object, root: number, blockSize: number, hashes: ArrayLike<number>, n: number): void {
+  const c = known.get(tokens);
+  if (c === undefined || c.find(root, blockSize) !== undefined) return;
+  c.roots.push(root);
+  c.sizes.push(blockSize);
+  c.hashes.push(copyOf(hashes, n));
+  const p = c.prefix;
+  if (p !== null && p.find(root, blockSize) === undefined) {
+    p.roots.push(root);
+    p.sizes.push(blockSize);
+    p.hashes.push(copyOf(hashes, Math.min(n, Math.floor(c.prefixLen / blockSize))));
+  }
+  // This array's own hashes cover its prefix's: the link would only keep the prefix's alive.
+  c.prefix = null;
+}
+
+function copyOf(hashes: ArrayLike<number>, n: number): Float64Array {
+  const out = new Float64Array(n);
+  for (let i = 0; i < n; i++) out[i] = hashes[i]!;
+  return out;
+}

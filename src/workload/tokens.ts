@@ -12,6 +12,7 @@
  * Token ids are drawn from the synthetic vocabulary (below its punctuation and EOS), so they
  * decode to words.
  */
+import { markPrefix } from '../kv/block-hash.js';
 import { estimateTokenizer, VOCAB_SIZE } from '../tokenizer/index.js';
 
 /** Ids 0 .. WORD_IDS-1 are plain words of the vocabulary. */
@@ -51,7 +52,10 @@ export function answerTokens(seed: number, n: number): Int32Array {
   return out;
 }
 
-/** Concatenate token arrays into one Int32Array. */
+/**
+ * Concatenate token arrays into one Int32Array, which is marked as beginning with the first
+ * (markPrefix: its block hashes are not computed again for the result).
+ */
 export function concatTokens(parts: ArrayLike<number>[]): Int32Array {
   let n = 0;
   for (const p of parts) n += p.length;
@@ -62,6 +66,7 @@ export function concatTokens(parts: ArrayLike<number>[]): Int32Array {
     else for (let i = 0; i < p.length; i++) out[at + i] = p[i]!;
     at += p.length;
   }
+  if (parts.length > 1) markPrefix(out, parts[0]!);
   return out;
 }
 
