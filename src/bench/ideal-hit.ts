@@ -19,7 +19,7 @@
  * 2^24 blocks of 16 tokens, 268M tokens, over a hundred times the KV of 64 H100 workers — and the
  * memory at most two tables of 256 MiB. Every built-in workload at its default sizes stays far below.
  */
-import { chainRoot, hashBlock, keepHashes, knownHashes } from '../kv/block-hash.js';
+import { chainRoot, hashBlock } from '../kv/block-hash.js';
 import { answerToken } from '../workload/tokens.js';
 import { HashSet53 } from '../util/hash-set53.js';
 import type { BenchRequest } from '../workload/types.js';
@@ -86,11 +86,8 @@ export function idealHitRate(
     promptTokens += n;
     const full = Math.floor(n / bs);
     if (hashes.length < full) hashes = new Float64Array(Math.max(full, hashes.length * 2));
-    // The blocks of a prompt this one was built on are hashed already (kv/block-hash.ts).
-    const known = knownHashes(p, root, bs, hashes);
-    let parent = known > 0 ? hashes[known - 1]! : root;
-    for (let b = known; b < full; b++) hashes[b] = parent = hashBlock(parent, p, b * bs, bs);
-    if (full > 0) keepHashes(p, root, bs, hashes, full);
+    let parent = root;
+    for (let b = 0; b < full; b++) hashes[b] = parent = hashBlock(parent, p, b * bs, bs);
     const maxHit = Math.floor((n - 1) / bs);
     const hit = seen.exact ? leadingHeld(seen, hashes, maxHit) : leadingHeldInOrder(seen, hashes, maxHit);
     hitTokens += hit * bs;

@@ -30,7 +30,7 @@
  */
 
 import { BlockManager } from './block-manager.js';
-import { chainRoot, hashBlock, keepHashes, knownHashes, saltedRoot } from '../kv/block-hash.js';
+import { chainRoot, hashBlock, saltedRoot } from '../kv/block-hash.js';
 import { adapterRoot, type BlockKeys } from '../kv/prompt-blocks.js';
 import type { KvEvent } from '../kv/events.js';
 import type {
@@ -267,7 +267,6 @@ export class Engine implements EngineModel {
     const err = this.check(promptLen, req.maxTokens);
     if (err) throw new Error(err.message);
     const output: number[] = [];
-    const root = this.requestRoot(req);
     const s: Seq = {
       id: req.id,
       prompt: req.prompt,
@@ -288,8 +287,8 @@ export class Engine implements EngineModel {
       status: Status.Waiting,
       blocks: [],
       numComputed: 0,
-      hashes: this.caching ? this.knownPromptHashes(req.prompt, root) : [],
-      root,
+      hashes: [],
+      root: this.requestRoot(req),
       numProcessed: 0,
       started: false,
       cachedPromptTokens: 0,
@@ -843,17 +842,6 @@ export class Engine implements EngineModel {
     return s.output.length > 0 && left === 1 ? 0 : left;
   }
 
-  /**
-   * The prompt's leading block hashes already computed (kv/block-hash.ts knownHashes: for this
-   * prompt or the one it extends), as the start of a sequence's hash list.
-   */
-  private knownPromptHashes(prompt: ArrayLike<number>, root: number): number[] {
-    const hs: number[] = [];
-    const n = knownHashes(prompt, root, this.bs, hs);
-    if (n > 0 && n === Math.floor(prompt.length / this.bs)) keepHashes(prompt, root, this.bs, hs, n);
-    return hs;
-  }
-
   /** Content hash of block b of the request's tokens, hashing forward from the last known one. */
   private hashAt(s: Seq, b: number): number {
     const hs = s.hashes;
@@ -865,12 +853,6 @@ export class Engine implements EngineModel {
       let h: number;
       if (end <= s.promptLen) {
         h = hashBlock(parent, s.prompt, start, this.bs);
-        // The prompt's last full block: keep its hashes for the prompts built on it.
-        if (end + this.bs > s.promptLen) {
-          hs.push(h);
-          keepHashes(s.prompt, s.root, this.bs, hs, hs.length);
-          continue;
-        }
       } else {
         const buf = this.scratch;
         for (let t = start; t < end; t++) buf[t - start] = this.tokenAt(s, t);

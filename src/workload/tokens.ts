@@ -12,7 +12,6 @@
  * Token ids are drawn from the synthetic vocabulary (below its punctuation and EOS), so they
  * decode to words.
  */
-import { markPrefix } from '../kv/block-hash.js';
 import { estimateTokenizer, VOCAB_SIZE } from '../tokenizer/index.js';
 
 /** Ids 0 .. WORD_IDS-1 are plain words of the vocabulary. */
@@ -52,10 +51,7 @@ export function answerTokens(seed: number, n: number): Int32Array {
   return out;
 }
 
-/**
- * Concatenate token arrays into one Int32Array, which is marked as beginning with the first
- * (markPrefix: its block hashes are not computed again for the result).
- */
+/** Concatenate token arrays into one Int32Array. */
 export function concatTokens(parts: ArrayLike<number>[]): Int32Array {
   let n = 0;
   for (const p of parts) n += p.length;
@@ -66,7 +62,6 @@ export function concatTokens(parts: ArrayLike<number>[]): Int32Array {
     else for (let i = 0; i < p.length; i++) out[at + i] = p[i]!;
     at += p.length;
   }
-  if (parts.length > 1) markPrefix(out, parts[0]!);
   return out;
 }
 
