@@ -18,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 
 const CLI = resolve(dirname(fileURLToPath(import.meta.url)), '../src/cli.js');
 
-const POLICIES = 'round-robin,least-load,kvgate,llm-d,llm-d-precise,llm-d-affinity,dynamo,dynamo-approx,sglang-cache-aware,oracle,oracle-greedy,random';
+const POLICIES = 'round-robin,least-load,kvgate,llm-d,llm-d-precise,llm-d-legacy,dynamo,dynamo-approx,sglang-cache-aware,oracle,oracle-greedy,random';
 
 /** Each case: its file name and the bench arguments beyond --workers 8 --seed 7. */
 const CASES: Array<[string, string[]]> = [

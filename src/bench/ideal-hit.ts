@@ -12,12 +12,18 @@
  * request's output blocks too, exactly as on the engine.
  *
  * Token-weighted like prefix_hit_rate: Σ hit tokens / Σ prompt tokens. Cost: one pass of hashing
- * over the prompt tokens and a set of the distinct block hashes (util/hash-set53.ts, 11–21 bytes
- * per hash), the one structure of a run that grows with its tokens. It is bounded: past
- * IDEAL_MAX_BLOCKS distinct blocks the set keeps two generations of that many (the blocks seen or
- * hit most recently), so the figure becomes that of a cache of at least IDEAL_MAX_BLOCKS blocks —
- * 2^24 blocks of 16 tokens, 268M tokens, over a hundred times the KV of 64 H100 workers — and the
- * memory at most two tables of 256 MiB. Every built-in workload at its default sizes stays far below.
+ * over the prompt tokens, and the distinct block hashes, the one structure of a run that grows
+ * with its tokens. While every block ever seen is held, the held blocks are closed under taking a
+ * prefix (a block enters with every block before it in its chain), so they form a tree, kept as
+ * runs (HeldChains): each request's new blocks are one run, stored side by side (8 bytes a block,
+ * written in order) and found by the hash of its first block, and a request's hit is a walk along
+ * the runs it shares — a lookup per run, not per block, where a hash set makes every new block a
+ * random write into a table of hundreds of MiB. It is bounded: before IDEAL_MAX_BLOCKS distinct
+ * blocks, the same blocks move into a set (util/hash-set53.ts, 11–21 bytes per hash) that, past
+ * that many, keeps two generations of them (the blocks seen or hit most recently), so the figure
+ * becomes that of a cache of at least IDEAL_MAX_BLOCKS blocks — 2^24 blocks of 16 tokens, 268M
+ * tokens, over a hundred times the KV of 64 H100 workers — and the memory at most two tables of
+ * 256 MiB. Every built-in workload at its default sizes stays far below.
  */
 import { chainRoot, hashBlock } from '../kv/block-hash.js';
 import { answerToken } from '../workload/tokens.js';
@@ -54,6 +60,43 @@ class RecentBlocks {
   }
 }
 
+/**
+ * Every block seen, as long as none is dropped: a tree of chains stored as runs of consecutive
+ * blocks, each found by its first block's hash. A hash is held at most once (a run holds only
+ * blocks not held before, and no block after a new one can be held: its chain passes through the
+ * new one), so the run a shared block lies in is the only one to follow.
+ */
+class HeldChains {
+  private readonly runs = new Map<number, Float64Array>();
+  /** Blocks held. */
+  size = 0;
+
+  /** How many leading blocks of `seq[0 … n)` are held. */
+  leading(seq: Float64Array, n: number): number {
+    let d = 0;
+    while (d < n) {
+      // A run starts here, or no block here is held.
+      const run = this.runs.get(seq[d]!);
+      if (run === undefined) return d;
+      d++;
+      for (let k = 1; k < run.length && d < n && run[k] === seq[d]; k++) d++;
+    }
+    return d;
+  }
+
+  /** Hold `seq[from … n)`, none of which is held, as one run. */
+  add(seq: Float64Array, from: number, n: number): void {
+    if (from >= n) return;
+    this.runs.set(seq[from]!, seq.slice(from, n));
+    this.size += n - from;
+  }
+
+  /** Every block held, into a set. */
+  into(set: RecentBlocks): void {
+    for (const run of this.runs.values()) for (let i = 0; i < run.length; i++) set.add(run[i]!);
+  }
+}
+
 export interface IdealHit {
   promptTokens: number;
   hitTokens: number;
@@ -73,11 +116,14 @@ export function idealHitRate(
   maxBlocks = IDEAL_MAX_BLOCKS,
 ): IdealHit {
   const bs = blockSize;
+  // The tree while it can hold every block; the set from the request that could take it to maxBlocks.
+  let tree: HeldChains | null = new HeldChains();
   const seen = new RecentBlocks(maxBlocks);
   const root = chainRoot(seed);
   let promptTokens = 0;
   let hitTokens = 0;
-  // Reused across requests: the prompt's block hashes, and the tokens of its output blocks.
+  // Reused across requests: the prompt's block hashes, then its output blocks' (every block the
+  // request computes, in chain order), and the tokens of its output blocks.
   let hashes = new Float64Array(1024);
   let tail = new Int32Array(1024);
   for (const r of requests) {
@@ -85,30 +131,38 @@ export function idealHitRate(
     const n = p.length;
     promptTokens += n;
     const full = Math.floor(n / bs);
-    if (hashes.length < full) hashes = new Float64Array(Math.max(full, hashes.length * 2));
-    let parent = root;
-    for (let b = 0; b < full; b++) hashes[b] = parent = hashBlock(parent, p, b * bs, bs);
-    const maxHit = Math.floor((n - 1) / bs);
-    const hit = seen.exact ? leadingHeld(seen, hashes, maxHit) : leadingHeldInOrder(seen, hashes, maxHit);
-    hitTokens += hit * bs;
-    each?.(r, hit * bs);
-    // A block just found is in the set already (while it is exact: a hit moves no generation).
-    for (let b = seen.exact ? hit : 0; b < full; b++) seen.add(hashes[b]!);
     // Output blocks: the prompt's partial last block continues with the generated tokens.
     const computed = n + Math.max(0, r.maxTokens - 1);
-    const blocks = Math.floor(computed / bs);
+    const blocks = Math.max(full, Math.floor(computed / bs));
+    if (hashes.length < blocks) hashes = new Float64Array(Math.max(blocks, hashes.length * 2));
+    let parent = root;
+    for (let b = 0; b < full; b++) hashes[b] = parent = hashBlock(parent, p, b * bs, bs);
     if (blocks > full) {
       const len = (blocks - full) * bs;
       if (tail.length < len) tail = new Int32Array(Math.max(len, tail.length * 2));
       let at = 0;
       for (let i = full * bs; i < n; i++) tail[at++] = p[i]!;
       for (let i = 0; at < len; i++) tail[at++] = answerToken(r.outputSeed, i);
-      parent = full > 0 ? hashes[full - 1]! : root;
-      for (let b = 0; b < blocks - full; b++) {
-        parent = hashBlock(parent, tail, b * bs, bs);
-        seen.add(parent);
-      }
+      for (let b = 0; b < blocks - full; b++) hashes[full + b] = parent = hashBlock(parent, tail, b * bs, bs);
     }
+    const maxHit = Math.floor((n - 1) / bs);
+    if (tree !== null && tree.size + blocks >= maxBlocks) {
+      tree.into(seen);
+      tree = null;
+    }
+    let hit: number;
+    if (tree !== null) {
+      // Every block of the request after the held ones is new: one run.
+      const held = tree.leading(hashes, blocks);
+      hit = Math.max(0, Math.min(held, maxHit));
+      tree.add(hashes, held, blocks);
+    } else {
+      hit = seen.exact ? leadingHeld(seen, hashes, maxHit) : leadingHeldInOrder(seen, hashes, maxHit);
+      // A block just found is in the set already (while it is exact: a hit moves no generation).
+      for (let b = seen.exact ? hit : 0; b < blocks; b++) seen.add(hashes[b]!);
+    }
+    hitTokens += hit * bs;
+    each?.(r, hit * bs);
   }
   return { promptTokens, hitTokens, rate: promptTokens > 0 ? hitTokens / promptTokens : 0 };
 }

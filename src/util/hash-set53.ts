@@ -11,6 +11,8 @@
 export class HashSet53 {
   private slots: Float64Array;
   private mask: number;
+  /** A hash's home slot is the top bits of slotOf(h): 32 − log2(slots) is the shift. */
+  private shift: number;
   private hasZero = false;
   size = 0;
 
@@ -19,6 +21,7 @@ export class HashSet53 {
     while (n < capacity * 2) n *= 2;
     this.slots = new Float64Array(n);
     this.mask = n - 1;
+    this.shift = 32 - Math.log2(n);
   }
 
   /** Bytes the table holds. */
@@ -29,7 +32,7 @@ export class HashSet53 {
   has(h: number): boolean {
     if (h === 0) return this.hasZero;
     const s = this.slots;
-    for (let i = slotOf(h) & this.mask; ; i = (i + 1) & this.mask) {
+    for (let i = slotOf(h) >>> this.shift; ; i = (i + 1) & this.mask) {
       const v = s[i]!;
       if (v === h) return true;
       if (v === 0) return false;
@@ -44,7 +47,7 @@ export class HashSet53 {
       this.size++;
       return true;
     }
-    if (this.insert(this.slots, this.mask, h)) {
+    if (this.insert(this.slots, this.mask, this.shift, h)) {
       this.size++;
       if (this.size * 4 > this.slots.length * 3) this.grow();
       return true;
@@ -52,8 +55,8 @@ export class HashSet53 {
     return false;
   }
 
-  private insert(s: Float64Array, mask: number, h: number): boolean {
-    for (let i = slotOf(h) & mask; ; i = (i + 1) & mask) {
+  private insert(s: Float64Array, mask: number, shift: number, h: number): boolean {
+    for (let i = slotOf(h) >>> shift; ; i = (i + 1) & mask) {
       const v = s[i]!;
       if (v === h) return false;
       if (v === 0) {
@@ -63,17 +66,24 @@ export class HashSet53 {
     }
   }
 
+  /**
+   * Double the table. A home is the top bits of slotOf(h), so home i becomes 2i or 2i + 1 and
+   * the old table, read in order, fills the new one nearly in order: the rehash streams through
+   * memory instead of writing a random slot per hash.
+   */
   private grow(): void {
     const old = this.slots;
     const next = new Float64Array(old.length * 2);
     const mask = next.length - 1;
-    for (let i = 0; i < old.length; i++) if (old[i] !== 0) this.insert(next, mask, old[i]!);
+    const shift = this.shift - 1;
+    for (let i = 0; i < old.length; i++) if (old[i] !== 0) this.insert(next, mask, shift, old[i]!);
     this.slots = next;
     this.mask = mask;
+    this.shift = shift;
   }
 }
 
-/** A slot from the hash's low 32 bits (already well mixed: fmix in block-hash.ts), scrambled once more. */
+/** 32 well-spread bits of the hash (already mixed: fmix in block-hash.ts), scrambled once more; a slot is their top bits. */
 function slotOf(h: number): number {
   return Math.imul((h % 4294967296) ^ Math.floor(h / 4294967296), 0x9e3779b1) >>> 0;
 }

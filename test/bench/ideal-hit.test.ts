@@ -7,6 +7,7 @@ import { buildEngineConfig } from '../../src/engine/profiles.js';
 import { createPolicy } from '../../src/scheduler/registry.js';
 import { simulateFleet } from '../../src/sim/fleet-sim.js';
 import { expandSessions } from '../../src/workload/sessions.js';
+import { blockHashes } from '../../src/kv/block-hash.js';
 import { answerTokens } from '../../src/workload/tokens.js';
 import type { BenchRequest } from '../../src/workload/types.js';
 import { workloadSource } from '../../src/workload/workloads.js';
@@ -14,7 +15,61 @@ import { workloadSource } from '../../src/workload/workloads.js';
 const range = (a: number, n: number) => Array.from({ length: n }, (_, i) => a + i);
 const req = (promptTokens: number[], maxTokens = 1, outputSeed = 0): BenchRequest => ({ arrivalMs: 0, promptTokens, maxTokens, outputSeed });
 
+/**
+ * Each request's ideal hit in tokens, as the rule says it, block by block over a Set: the leading
+ * prompt blocks seen (at most ⌊(prompt − 1)/bs⌋), then every block the request computes joins the
+ * set — past `max` blocks, two generations of them, a hit moving a block to the newer one.
+ */
+function referenceHits(reqs: readonly BenchRequest[], bs: number, max = Infinity): number[] {
+  let current = new Set<number>();
+  let previous: Set<number> | null = null;
+  const add = (h: number): void => {
+    if (current.has(h)) return;
+    current.add(h);
+    if (current.size >= max) {
+      previous = current;
+      current = new Set();
+    }
+  };
+  const has = (h: number): boolean => {
+    if (current.has(h)) return true;
+    if (previous === null || !previous.has(h)) return false;
+    add(h);
+    return true;
+  };
+  return reqs.map((r) => {
+    const tokens = [...Array.from(r.promptTokens), ...answerTokens(r.outputSeed, Math.max(0, r.maxTokens - 1))];
+    const hs = blockHashes(tokens, bs, 0);
+    let hit = 0;
+    while (hit < Math.floor((r.promptTokens.length - 1) / bs) && has(hs[hit]!)) hit++;
+    for (const h of hs) add(h);
+    return hit * bs;
+  });
+}
+
 describe('ideal_hit_rate', () => {
+  it('gives every request the hit of the rule block by block, sessions, shared prompts and the bound included', () => {
+    const reqs: BenchRequest[] = [];
+    for (const name of ['multi-turn', 'rag', 'agentic', 'mixed', 'fewshot-bursts']) {
+      for (const r of expandSessions(workloadSource(name, { size: 150, seed: 4 }).open())) reqs.push(r);
+    }
+    // Repeats of whole requests, and prompts that end inside a held run or past it.
+    for (let i = 0; i < 40; i++) {
+      const r = reqs[(i * 37) % reqs.length]!;
+      const cut = Math.max(1, Math.floor((r.promptTokens.length * (i % 5)) / 4));
+      reqs.push(i % 2 ? r : { ...r, promptTokens: Array.from(r.promptTokens).slice(0, cut), outputSeed: r.outputSeed + i });
+    }
+    const total = referenceHits(reqs, 16).length;
+    assert.equal(total, reqs.length);
+    for (const max of [Infinity, 5_000, 20_000, 60_000]) {
+      const want = referenceHits(reqs, 16, max);
+      const got: number[] = [];
+      idealHitRate(reqs, 16, 0, (_r, hit) => got.push(hit), max === Infinity ? undefined : max);
+      assert.deepEqual(got, want, `bound ${max}`);
+      if (max === Infinity) assert.ok(want.filter((h) => h > 0).length > reqs.length / 3, 'many requests hit');
+    }
+  });
+
   it('past its block bound keeps the blocks seen or hit most recently, in at most two generations', () => {
     // Block size 4, one full block per 5-token prompt: prompt k is block k.
     const p = (k: number) => req([k, k, k, k, 0]);
