@@ -79,7 +79,24 @@ export interface CapacitySearchOptions {
   ahead?: (probing: number, ifMet: number | null, ifMissed: number | null) => void;
 }
 
-export const CAPACITY_DEFAULTS = { target: 0.9, precision: 0.02, maxProbes: 14 } as const;
+const CAPACITY_DEFAULTS = { target: 0.9, precision: 0.02, maxProbes: 14 } as const;
+
+/** A search's settings with the defaults applied: what it judges a probe by, and how far it goes. */
+export interface CapacitySettings {
+  target: number;
+  precision: number;
+  maxProbes: number;
+  minBandAttainment: number | undefined;
+}
+
+export function capacitySettings(o: Pick<CapacitySearchOptions, 'target' | 'precision' | 'maxProbes' | 'minBandAttainment'>): CapacitySettings {
+  return {
+    target: o.target ?? CAPACITY_DEFAULTS.target,
+    precision: o.precision ?? CAPACITY_DEFAULTS.precision,
+    maxProbes: o.maxProbes ?? CAPACITY_DEFAULTS.maxProbes,
+    minBandAttainment: o.minBandAttainment,
+  };
+}
 
 /** Whether a probe met the search's target (and the band floor, if one is set). */
 export function meetsTarget(p: Pick<CapacityProbe, 'attainment' | 'worst_band_attainment'>, target: number, floor: number | undefined): boolean {

@@ -13,7 +13,7 @@ import { simulateFleet, type AdmitResult, type SimResult } from '../sim/fleet-si
 import type { RouteRequest } from '../scheduler/types.js';
 import { expandSessions, scaleArrivals, takeLasting, takeRequests } from '../workload/sessions.js';
 import { mix32 } from '../workload/tokens.js';
-import { CAPACITY_DEFAULTS, capacityRatios, searchCapacity, type CapacityProbe, type CapacityRatios, type CapacityResult } from './capacity.js';
+import { capacityRatios, capacitySettings, searchCapacity, type CapacityProbe, type CapacityRatios, type CapacityResult } from './capacity.js';
 import { idealHitRate } from './ideal-hit.js';
 import { workBound, type WorkBound } from './work-bound.js';
 import { gpuMixLabel, meanHourCost, parseGpuMix, workerGpus } from './gpu-mix.js';
@@ -603,13 +603,7 @@ function policyRunContext(o: BenchOptions): PolicyRunContext {
   };
   const slo = sloOf(summaryOpts);
   const cap = o.capacity
-    ? {
-        target: o.capacity.target ?? CAPACITY_DEFAULTS.target,
-        precision: o.capacity.precision ?? CAPACITY_DEFAULTS.precision,
-        maxProbes: o.capacity.maxProbes ?? CAPACITY_DEFAULTS.maxProbes,
-        minBandAttainment: o.capacity.minBandAttainment,
-        minMs: (o.capacity.minSeconds ?? CAPACITY_MIN_SECONDS) * 1000,
-      }
+    ? { ...capacitySettings(o.capacity), minMs: (o.capacity.minSeconds ?? CAPACITY_MIN_SECONDS) * 1000 }
     : null;
   if (cap && !hasSlo(slo)) throw new Error('the capacity search needs an SLO (TTFT and/or TPOT)');
   const engineOf = (gpu: string): EngineConfig =>

@@ -12,7 +12,7 @@
  * policies back in the order the flags name them.
  */
 import { Worker } from 'node:worker_threads';
-import { CAPACITY_DEFAULTS, capacityRatios, type CapacityProbe } from '../bench/capacity.js';
+import { capacityRatios, capacitySettings, type CapacityProbe } from '../bench/capacity.js';
 import { runBench, type BenchOptions, type BenchOutput, type ProbeFigures } from '../bench/run.js';
 import { TraceError } from '../workload/loaders.js';
 import { ParallelProgress } from './parallel-progress.js';
@@ -43,11 +43,7 @@ export async function runBenchParallel(
   stats?: { probesAhead: number },
 ): Promise<BenchOutput> {
   const names = opts.policies;
-  const c = opts.capacity;
-  const progressCapacity = c
-    ? { target: c.target ?? CAPACITY_DEFAULTS.target, precision: c.precision ?? CAPACITY_DEFAULTS.precision, maxProbes: c.maxProbes ?? CAPACITY_DEFAULTS.maxProbes, minBandAttainment: c.minBandAttainment }
-    : null;
-  const progress = progressTotal === null ? null : new ParallelProgress(names.length, progressTotal, jobs, progressCapacity);
+  const progress = progressTotal === null ? null : new ParallelProgress(names.length, progressTotal, jobs, opts.capacity ? capacitySettings(opts.capacity) : null);
   const outputs = new Map<string, BenchOutput>();
   const queue = [...names];
   const workerUrl = new URL('./bench-worker.js', import.meta.url);

@@ -9,15 +9,7 @@
  * own remaining runs can finish sooner than one after another. Left out: the runs beside a
  * policy's (--cache, isolation), and probes run ahead on lent threads, which only make it sooner.
  */
-import { meetsTarget, probesLeft } from '../bench/capacity.js';
-
-/** What the ETA needs of a capacity search: its settings, to judge and count its probes. */
-export interface ProgressCapacity {
-  target: number;
-  precision: number;
-  maxProbes: number;
-  minBandAttainment: number | undefined;
-}
+import { meetsTarget, probesLeft, type CapacitySettings } from '../bench/capacity.js';
 
 interface PolicyProgress {
   label: string;
@@ -45,7 +37,7 @@ export class ParallelProgress {
     private readonly runs: number,
     private readonly total: number | undefined,
     private readonly jobs: number,
-    private readonly capacity: ProgressCapacity | null,
+    private readonly capacity: CapacitySettings | null,
     private readonly stream: Pick<NodeJS.WriteStream, 'write'> = process.stderr,
     private readonly now: () => number = () => performance.now(),
   ) {

@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { ParallelProgress, type ProgressCapacity } from '../../src/cli/parallel-progress.js';
+import type { CapacitySettings } from '../../src/bench/capacity.js';
+import { ParallelProgress } from '../../src/cli/parallel-progress.js';
 
-const CAPACITY: ProgressCapacity = { target: 0.9, precision: 0.02, maxProbes: 14, minBandAttainment: undefined };
+const CAPACITY: CapacitySettings = { target: 0.9, precision: 0.02, maxProbes: 14, minBandAttainment: undefined };
 
 /** A progress line on a clock the test moves, writing to an array. */
-function progress(runs: number, jobs: number, capacity: ProgressCapacity | null) {
+function progress(runs: number, jobs: number, capacity: CapacitySettings | null) {
   let t = 0;
   const lines: string[] = [];
   const p = new ParallelProgress(runs, 1000, jobs, capacity, { write: (s: string) => (lines.push(s), true) }, () => t);
