@@ -28,8 +28,9 @@ export function hashBlock(
   start: number,
   blockSize: number,
 ): number {
-  // Two independent 32-bit lanes, seeded from the parent's high and low parts.
-  let a = (parent % 4294967296) >>> 0;
+  // Two independent 32-bit lanes, seeded from the parent's high and low parts. `>>> 0` of an
+  // integer is already its value mod 2^32 (a `%` of a double would be a call to fmod).
+  let a = parent >>> 0;
   let b = Math.floor(parent / 4294967296) >>> 0;
   a ^= 0x9e3779b9;
   b ^= 0x7f4a7c15;
@@ -80,7 +81,7 @@ export function blockHashes(
 export function saltedRoot(root: number, salt: string | number): number {
   let h = typeof salt === 'number' ? salt >>> 0 : 0x811c9dc5;
   if (typeof salt === 'string') for (let i = 0; i < salt.length; i++) h = Math.imul(h ^ salt.charCodeAt(i), 0x01000193);
-  const a = fmix(((root % 4294967296) >>> 0) ^ fmix(h));
+  const a = fmix((root >>> 0) ^ fmix(h));
   const b = fmix((Math.floor(root / 4294967296) >>> 0) ^ fmix(h ^ 0x2545f491)) & 0x1fffff;
   return b * 4294967296 + a;
 }

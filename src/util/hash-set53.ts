@@ -85,5 +85,6 @@ export class HashSet53 {
 
 /** 32 well-spread bits of the hash (already mixed: fmix in block-hash.ts), scrambled once more; a slot is their top bits. */
 function slotOf(h: number): number {
-  return Math.imul((h % 4294967296) ^ Math.floor(h / 4294967296), 0x9e3779b1) >>> 0;
+  // `^` takes h's low 32 bits itself (a `%` of a double would be a call to fmod).
+  return Math.imul(h ^ Math.floor(h / 4294967296), 0x9e3779b1) >>> 0;
 }
