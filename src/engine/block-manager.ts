@@ -136,6 +136,10 @@ export class HashIndex implements BlockHashIndex {
     return true;
   }
 
+  peekHome(key: number): number {
+    return this.slots[2 * ((key >>> 0) & this.mask)]!;
+  }
+
   *keysIter(): IterableIterator<number> {
     const slots = this.slots;
     for (let i = 0; i < slots.length; i += 2) if (slots[i] !== NO_HASH) yield slots[i]!;
@@ -150,6 +154,8 @@ interface BlockHashIndex {
   /** Map `key` to block `val` unless it is mapped already (then false, and nothing changes). */
   add(key: number, val: number): boolean;
   delete(key: number): boolean;
+  /** Read the slot where `key`'s probe starts (its value is of no use: the read brings the slot into the cache). */
+  peekHome(key: number): number;
   keysIter(): IterableIterator<number>;
 }
 
@@ -258,6 +264,10 @@ export class PackedHashIndex implements BlockHashIndex {
     return true;
   }
 
+  peekHome(key: number): number {
+    return this.slots[(key >>> 0) >>> this.homeShift]!;
+  }
+
   *keysIter(): IterableIterator<number> {
     for (const v of this.slots) if (v !== -1) yield this.blockHash[(v & this.idMask) * this.stride]!;
   }
@@ -282,6 +292,8 @@ export class BlockManager {
   /** Hashes held in host memory, least recently used first (Map insertion order); null: no tier. */
   private readonly host: Map<number, true> | null;
   readonly numHostBlocks: number;
+  /** Where warming loads leave their sum, so that the compiler keeps them. */
+  private sink = 0;
 
   constructor(numBlocks: number, blockSize: number, recordEvents: boolean, numHostBlocks = 0) {
     if (!Number.isInteger(numBlocks) || numBlocks < 1) throw new Error(`numGpuBlocks must be a positive integer, got ${numBlocks}`);
@@ -409,10 +421,39 @@ export class BlockManager {
   }
 
   /**
+   * Allocate `n` fresh blocks onto the end of `out` (as many calls of allocate(); callers check
+   * numFree first). The blocks to be taken are the free queue's first `n`: one walk along the
+   * queue reads them and the index slots of the hashes they give up before any is taken, so the
+   * slots' cache misses overlap instead of each waiting for the one before.
+   */
+  allocateInto(out: number[], n: number): void {
+    if (n > 1) this.warmForAllocate(n);
+    for (let k = 0; k < n; k++) out.push(this.allocate());
+  }
+
+  private warmForAllocate(n: number): void {
+    const blk = this.blk;
+    const byHash = this.byHash;
+    let acc = 0;
+    let b = this.head;
+    for (let k = 0; k < n && b !== NIL; k++) {
+      const h = blk[4 * b]!;
+      if (h !== NO_HASH) acc += byHash.peekHome(h);
+      b = blk[4 * b + 3]!;
+    }
+    this.sink += acc;
+  }
+
+  /**
    * Release one reference on each of `blocks`, last block first, so that among blocks freed
    * together the tail ones reach the head of the free queue (evicted) before the head ones.
    */
   freeAll(blocks: readonly number[]): void {
+    // The blocks' lines first, in independent loads whose misses overlap (as in warmForCache).
+    const blk = this.blk;
+    let acc = 0;
+    for (let i = 0; i < blocks.length; i++) acc += blk[4 * blocks[i]! + 1]!;
+    this.sink += acc;
     for (let i = blocks.length - 1; i >= 0; i--) this.release(blocks[i]!);
   }
 
@@ -434,6 +475,20 @@ export class BlockManager {
     if (!this.byHash.add(hash, b)) return false;
     this.blk[4 * b] = hash;
     return true;
+  }
+
+  /**
+   * Read, in one pass, the memory that caching `blocks[k]` under `hashes[k]` for k in [from, to)
+   * touches: each block's own line and its hash's home slot. The loads are independent, so the
+   * CPU overlaps their cache misses, where the caching loop that follows would wait on each in
+   * turn (every engine of a fleet has its own tables, too large to stay in the CPU's caches).
+   */
+  warmForCache(blocks: readonly number[], hashes: readonly number[], from: number, to: number): void {
+    const blk = this.blk;
+    const byHash = this.byHash;
+    let acc = 0;
+    for (let k = from; k < to; k++) acc += byHash.peekHome(hashes[k]!) + blk[4 * blocks[k]!]!;
+    this.sink += acc;
   }
 
   /**

@@ -430,7 +430,7 @@ export class Engine implements EngineModel {
         this.preempt(victim, b.preempted);
       }
       if (!ok) break;
-      for (let k = 0; k < need; k++) s.blocks.push(bm.allocate());
+      bm.allocateInto(s.blocks, need);
       s.slot = b.sched.length;
       b.sched.push(s);
       b.schedNew.push(n);
@@ -504,7 +504,7 @@ export class Engine implements EngineModel {
       }
       // The host blocks being loaded are the most recently used: the allocations below evict others.
       for (let k = 0; k < hostHits; k++) bm.touchHost(this.hashAt(s, hits.length + k));
-      for (let k = 0; k < need; k++) s.blocks.push(bm.allocate());
+      bm.allocateInto(s.blocks, need);
       this.hostLoadBlocks += hostHits;
       s.numComputed = hitTokens;
       s.numProcessed = hits.length;
@@ -550,7 +550,7 @@ export class Engine implements EngineModel {
       s.blocks.push(hits[k]!);
     }
     // Host-tier hits are not loaded: the pull brings those tokens too.
-    for (let k = 0; k < need; k++) s.blocks.push(bm.allocate());
+    bm.allocateInto(s.blocks, need);
     const localTokens = hitTokens - hostHits * this.bs;
     s.numComputed = localTokens;
     s.numProcessed = hits.length;
@@ -575,7 +575,7 @@ export class Engine implements EngineModel {
     if (need > this.bm.numFree) return false;
     this.waitingQueue.pop();
     this.numWaiting--;
-    for (let k = 0; k < need; k++) s.blocks.push(this.bm.allocate());
+    this.bm.allocateInto(s.blocks, need);
     s.pulled = false;
     s.status = Status.Running;
     this.runningSeqs.push(s);
@@ -891,6 +891,8 @@ export class Engine implements EngineModel {
     if (full <= s.numProcessed) return;
     const bm = this.bm;
     const events = bm.recordsEvents;
+    this.hashAt(s, full - 1);
+    bm.warmForCache(s.blocks, s.hashes, s.numProcessed, full);
     let runHashes: number[] | null = null;
     let runTokens: number[] | null = null;
     let runParent: number | null = null;
