@@ -16,8 +16,8 @@
  * is used by its request but never becomes a cache entry, so the set of cached hashes — and the
  * KV events describing it — has no duplicates.
  *
- * Everything is O(1) per block touched: typed arrays for the per-block state, an intrusive
- * doubly linked list for the free queue, one open-addressing table from hash to block.
+ * Everything is O(1) per block touched (amortised): typed arrays for the per-block state, a ring
+ * of block ids for the free queue, one open-addressing table from hash to block.
  *
  * Optional host-memory offload tier (vLLM's CPU offloading connector, `--kv-offloading-size`;
  * LMCache's local CPU backend): a cached block evicted from the GPU is kept in host memory, an LRU
@@ -277,13 +277,22 @@ export class BlockManager {
   readonly numBlocks: number;
   readonly blockSize: number;
   /**
-   * Per-block state, four numbers side by side so that touching a block reads one cache line:
-   * at 4b its cached hash (NO_HASH when it is not a cache entry), at 4b + 1 the references held
-   * by requests (0 = in the free queue), at 4b + 2 and 4b + 3 its free-queue neighbours.
+   * Per-block state side by side so that touching a block reads one cache line: at 4b its cached
+   * hash (NO_HASH when it is not a cache entry), at 4b + 1 the references held by requests (0 =
+   * in the free queue), at 4b + 2 the position of its entry in the free queue (NIL when it is not
+   * queued); 4b + 3 is unused (four numbers keep a block within one line).
    */
   private readonly blk: Float64Array;
-  private head = NIL;
-  private tail = NIL;
+  /**
+   * The free queue, least recently freed first: block ids at positions qHead … qTail − 1 (taken
+   * modulo its length), NIL where a block left the queue from its middle (a prefix-cache hit on
+   * a free block). Taking the first n blocks reads the ring in order and their lines in
+   * independent loads, where a linked list would chase one block's line to find the next.
+   */
+  private readonly ring: Int32Array;
+  private readonly ringMask: number;
+  private qHead = 0;
+  private qTail = 0;
   private freeCount = 0;
   private cachedFree = 0;
   private readonly byHash: BlockHashIndex;
@@ -303,14 +312,17 @@ export class BlockManager {
     // Every block free, unhashed and unreferenced, queued in id order (what pushTail(0 … n − 1)
     // leaves), written in one pass: a fleet of 64 engines builds millions of these.
     const blk = (this.blk = new Float64Array(numBlocks * 4));
+    // Room for holes: the ring is compacted when full, after at least 3 × numBlocks frees.
+    let cap = 16;
+    while (cap < numBlocks * 4) cap *= 2;
+    const ring = (this.ring = new Int32Array(cap));
+    this.ringMask = cap - 1;
     for (let b = 0; b < numBlocks; b++) {
       blk[4 * b] = NO_HASH;
-      blk[4 * b + 2] = b - 1; // NIL (-1) before the first
-      blk[4 * b + 3] = b + 1;
+      blk[4 * b + 2] = b;
+      ring[b] = b;
     }
-    blk[4 * (numBlocks - 1) + 3] = NIL;
-    this.head = 0;
-    this.tail = numBlocks - 1;
+    this.qTail = numBlocks;
     this.freeCount = numBlocks;
     this.byHash = PackedHashIndex.fits(numBlocks) ? new PackedHashIndex(numBlocks, this.blk, 4) : new HashIndex(numBlocks);
     this.events = recordEvents ? [] : null;
@@ -405,9 +417,8 @@ export class BlockManager {
    * Returns -1 when the free queue is empty; callers check numFree first.
    */
   allocate(): number {
-    const b = this.head;
-    if (b === NIL) return NIL;
-    this.unlink(b);
+    if (this.freeCount === 0) return NIL;
+    const b = this.popHead();
     const h = this.blk[4 * b]!;
     if (h !== NO_HASH) {
       this.cachedFree--;
@@ -434,12 +445,15 @@ export class BlockManager {
   private warmForAllocate(n: number): void {
     const blk = this.blk;
     const byHash = this.byHash;
+    const ring = this.ring;
+    const mask = this.ringMask;
     let acc = 0;
-    let b = this.head;
-    for (let k = 0; k < n && b !== NIL; k++) {
+    for (let pos = this.qHead, taken = 0; taken < n && pos < this.qTail; pos++) {
+      const b = ring[pos & mask]!;
+      if (b === NIL) continue;
+      taken++;
       const h = blk[4 * b]!;
       if (h !== NO_HASH) acc += byHash.peekHome(h);
-      b = blk[4 * b + 3]!;
     }
     this.sink += acc;
   }
@@ -497,7 +511,9 @@ export class BlockManager {
    */
   resetFreeCache(): number {
     const dropped: number[] = [];
-    for (let b = this.head; b !== NIL; b = this.blk[4 * b + 3]!) {
+    for (let pos = this.qHead; pos < this.qTail; pos++) {
+      const b = this.ring[pos & this.ringMask]!;
+      if (b === NIL) continue;
       const h = this.blk[4 * b]!;
       if (h !== NO_HASH) {
         this.byHash.delete(h);
@@ -551,23 +567,46 @@ export class BlockManager {
   }
 
   private pushTail(b: number): void {
-    this.blk[4 * b + 2] = this.tail;
-    this.blk[4 * b + 3] = NIL;
-    if (this.tail === NIL) this.head = b;
-    else this.blk[4 * this.tail + 3] = b;
-    this.tail = b;
+    if (this.qTail - this.qHead === this.ring.length) this.compactQueue();
+    const pos = this.qTail++;
+    // A position is a plain number (exact to 2^53); `& mask` takes it modulo the ring's length.
+    this.ring[pos & this.ringMask] = b;
+    this.blk[4 * b + 2] = pos;
     this.freeCount++;
   }
 
-  private unlink(b: number): void {
-    const p = this.blk[4 * b + 2]!;
-    const n = this.blk[4 * b + 3]!;
-    if (p === NIL) this.head = n;
-    else this.blk[4 * p + 3] = n;
-    if (n === NIL) this.tail = p;
-    else this.blk[4 * n + 2] = p;
+  /** Take the least recently freed block out of the queue (freeCount > 0). */
+  private popHead(): number {
+    const ring = this.ring;
+    const mask = this.ringMask;
+    let pos = this.qHead;
+    let b = ring[pos & mask]!;
+    while (b === NIL) b = ring[++pos & mask]!;
+    this.qHead = pos + 1;
     this.blk[4 * b + 2] = NIL;
-    this.blk[4 * b + 3] = NIL;
     this.freeCount--;
+    return b;
+  }
+
+  /** Take block `b` out of the queue wherever it is: its entry becomes a hole, skipped when reached. */
+  private unlink(b: number): void {
+    this.ring[this.blk[4 * b + 2]! & this.ringMask] = NIL;
+    this.blk[4 * b + 2] = NIL;
+    this.freeCount--;
+  }
+
+  /** Close the holes of a full ring, keeping the queue's order. */
+  private compactQueue(): void {
+    const ring = this.ring;
+    const mask = this.ringMask;
+    let w = this.qHead;
+    for (let pos = this.qHead; pos < this.qTail; pos++) {
+      const b = ring[pos & mask]!;
+      if (b === NIL) continue;
+      ring[w & mask] = b;
+      this.blk[4 * b + 2] = w;
+      w++;
+    }
+    this.qTail = w;
   }
 }

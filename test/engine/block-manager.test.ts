@@ -148,3 +148,48 @@ test('the packed hash index agrees with a Map, blocks keyed by the hash they hol
   for (const [k, v] of ref) assert.equal(idx.get(k), v);
   assert.deepEqual(new Set(idx.keysIter()), new Set(ref.keys()));
 });
+
+test('the free queue keeps least-recently-freed order through hits on free blocks and the ring filling up', () => {
+  const numBlocks = 8; // a ring of 32 entries; few allocations and many hits on free blocks leave holes, so it fills up again and again
+  const bm = new BlockManager(numBlocks, 16, true);
+  // The queue as a list: free blocks, least recently freed first.
+  const queue = Array.from({ length: numBlocks }, (_, b) => b);
+  const held: number[] = []; // one entry per reference
+  const rng = seededRng(11);
+  let nextHash = 1;
+  const pick = <T>(xs: T[]): T => xs[Math.floor(rng() * xs.length)]!;
+  for (let i = 0; i < 30_000; i++) {
+    const r = rng();
+    if (r < 0.05 && queue.length > 0) {
+      const b = bm.allocate();
+      assert.equal(b, queue.shift());
+      held.push(b);
+      if (rng() < 0.8) bm.cache(b, nextHash++);
+    } else if (r < 0.35) {
+      const cached = Array.from({ length: numBlocks }, (_, b) => b).filter((b) => bm.hashOfBlock(b) !== null);
+      if (cached.length === 0) continue;
+      const b = pick(cached);
+      if (bm.isFree(b)) queue.splice(queue.indexOf(b), 1);
+      bm.touch(b);
+      held.push(b);
+    } else if (held.length > 0) {
+      const k = Math.floor(rng() * held.length);
+      const b = held[k]!;
+      held[k] = held[held.length - 1]!;
+      held.pop();
+      bm.release(b);
+      if (bm.refs(b) === 0) queue.push(b);
+    }
+    assert.equal(bm.numFree, queue.length);
+    if (i % 997 === 0) {
+      // resetFreeCache drops the free blocks' hashes walking the queue from its head.
+      const expected = queue.map((b) => bm.hashOfBlock(b)).filter((h) => h !== null);
+      bm.takeEvents();
+      bm.resetFreeCache();
+      const ev = bm.takeEvents();
+      const dropped = ev.flatMap((e) => (e.type === 'BlockRemoved' ? e.blockHashes : []));
+      if (ev.some((e) => e.type === 'AllBlocksCleared')) assert.equal(bm.numCached, 0);
+      else assert.deepEqual(dropped, expected);
+    }
+  }
+});
