@@ -277,12 +277,14 @@ export class BlockManager {
   readonly numBlocks: number;
   readonly blockSize: number;
   /**
-   * Per-block state side by side so that touching a block reads one cache line: at 4b its cached
-   * hash (NO_HASH when it is not a cache entry), at 4b + 1 the references held by requests (0 =
-   * in the free queue), at 4b + 2 the position of its entry in the free queue (NIL when it is not
-   * queued); 4b + 3 is unused (four numbers keep a block within one line).
+   * Per-block state, 16 bytes side by side so that touching a block reads one cache line, in one
+   * buffer seen two ways: `blkHash[2b]` is its cached hash (NO_HASH when it is not a cache
+   * entry); `blkInt[4b + 2]` the references held by requests (0 = in the free queue) and
+   * `blkInt[4b + 3]` the ring index of its free-queue entry (NIL when it is not queued). Four
+   * blocks to a line: every engine of a fleet has one of these, read at random.
    */
-  private readonly blk: Float64Array;
+  private readonly blkHash: Float64Array;
+  private readonly blkInt: Int32Array;
   /**
    * The free queue, least recently freed first: block ids at positions qHead … qTail − 1 (taken
    * modulo its length), NIL where a block left the queue from its middle (a prefix-cache hit on
@@ -311,20 +313,21 @@ export class BlockManager {
     this.blockSize = blockSize;
     // Every block free, unhashed and unreferenced, queued in id order (what pushTail(0 … n − 1)
     // leaves), written in one pass: a fleet of 64 engines builds millions of these.
-    const blk = (this.blk = new Float64Array(numBlocks * 4));
+    const blkHash = (this.blkHash = new Float64Array(numBlocks * 2));
+    const blkInt = (this.blkInt = new Int32Array(blkHash.buffer));
     // Room for holes: the ring is compacted when full, after at least 3 × numBlocks frees.
     let cap = 16;
     while (cap < numBlocks * 4) cap *= 2;
     const ring = (this.ring = new Int32Array(cap));
     this.ringMask = cap - 1;
     for (let b = 0; b < numBlocks; b++) {
-      blk[4 * b] = NO_HASH;
-      blk[4 * b + 2] = b;
+      blkHash[2 * b] = NO_HASH;
+      blkInt[4 * b + 3] = b;
       ring[b] = b;
     }
     this.qTail = numBlocks;
     this.freeCount = numBlocks;
-    this.byHash = PackedHashIndex.fits(numBlocks) ? new PackedHashIndex(numBlocks, this.blk, 4) : new HashIndex(numBlocks);
+    this.byHash = PackedHashIndex.fits(numBlocks) ? new PackedHashIndex(numBlocks, this.blkHash, 2) : new HashIndex(numBlocks);
     this.events = recordEvents ? [] : null;
     if (!Number.isInteger(numHostBlocks) || numHostBlocks < 0) throw new Error(`numHostBlocks must be a non-negative integer, got ${numHostBlocks}`);
     this.numHostBlocks = numHostBlocks;
@@ -391,25 +394,25 @@ export class BlockManager {
 
   /** True if block `b` is in the free queue (so a hit on it consumes a free block). */
   isFree(b: number): boolean {
-    return this.blk[4 * b + 1] === 0;
+    return this.blkInt[4 * b + 2] === 0;
   }
 
   refs(b: number): number {
-    return this.blk[4 * b + 1]!;
+    return this.blkInt[4 * b + 2]!;
   }
 
   hashOfBlock(b: number): number | null {
-    const h = this.blk[4 * b]!;
+    const h = this.blkHash[2 * b]!;
     return h === NO_HASH ? null : h;
   }
 
   /** Take a reference on a cached block found by lookup(); removes it from the free queue if needed. */
   touch(b: number): void {
-    if (this.blk[4 * b + 1] === 0) {
+    if (this.blkInt[4 * b + 2] === 0) {
       this.unlink(b);
-      if (this.blk[4 * b] !== NO_HASH) this.cachedFree--;
+      if (this.blkHash[2 * b] !== NO_HASH) this.cachedFree--;
     }
-    this.blk[4 * b + 1]!++;
+    this.blkInt[4 * b + 2]!++;
   }
 
   /**
@@ -419,15 +422,15 @@ export class BlockManager {
   allocate(): number {
     if (this.freeCount === 0) return NIL;
     const b = this.popHead();
-    const h = this.blk[4 * b]!;
+    const h = this.blkHash[2 * b]!;
     if (h !== NO_HASH) {
       this.cachedFree--;
       this.byHash.delete(h);
-      this.blk[4 * b] = NO_HASH;
+      this.blkHash[2 * b] = NO_HASH;
       if (this.host !== null) this.offload(h);
       this.emitRemoved(h);
     }
-    this.blk[4 * b + 1] = 1;
+    this.blkInt[4 * b + 2] = 1;
     return b;
   }
 
@@ -443,7 +446,7 @@ export class BlockManager {
   }
 
   private warmForAllocate(n: number): void {
-    const blk = this.blk;
+    const blkHash = this.blkHash;
     const byHash = this.byHash;
     const ring = this.ring;
     const mask = this.ringMask;
@@ -452,7 +455,7 @@ export class BlockManager {
       const b = ring[pos & mask]!;
       if (b === NIL) continue;
       taken++;
-      const h = blk[4 * b]!;
+      const h = blkHash[2 * b]!;
       if (h !== NO_HASH) acc += byHash.peekHome(h);
     }
     this.sink += acc;
@@ -464,19 +467,19 @@ export class BlockManager {
    */
   freeAll(blocks: readonly number[]): void {
     // The blocks' lines first, in independent loads whose misses overlap (as in warmForCache).
-    const blk = this.blk;
+    const blkInt = this.blkInt;
     let acc = 0;
-    for (let i = 0; i < blocks.length; i++) acc += blk[4 * blocks[i]! + 1]!;
+    for (let i = 0; i < blocks.length; i++) acc += blkInt[4 * blocks[i]! + 2]!;
     this.sink += acc;
     for (let i = blocks.length - 1; i >= 0; i--) this.release(blocks[i]!);
   }
 
   release(b: number): void {
-    const rc = --this.blk[4 * b + 1]!;
+    const rc = --this.blkInt[4 * b + 2]!;
     if (rc < 0) throw new Error(`block ${b} freed twice`);
     if (rc === 0) {
       this.pushTail(b);
-      if (this.blk[4 * b] !== NO_HASH) this.cachedFree++;
+      if (this.blkHash[2 * b] !== NO_HASH) this.cachedFree++;
     }
   }
 
@@ -485,9 +488,9 @@ export class BlockManager {
    * already cached in another block (the block stays unhashed) or the block already has a hash.
    */
   cache(b: number, hash: number): boolean {
-    if (this.blk[4 * b] !== NO_HASH) return false;
+    if (this.blkHash[2 * b] !== NO_HASH) return false;
     if (!this.byHash.add(hash, b)) return false;
-    this.blk[4 * b] = hash;
+    this.blkHash[2 * b] = hash;
     return true;
   }
 
@@ -498,10 +501,10 @@ export class BlockManager {
    * turn (every engine of a fleet has its own tables, too large to stay in the CPU's caches).
    */
   warmForCache(blocks: readonly number[], hashes: readonly number[], from: number, to: number): void {
-    const blk = this.blk;
+    const blkHash = this.blkHash;
     const byHash = this.byHash;
     let acc = 0;
-    for (let k = from; k < to; k++) acc += byHash.peekHome(hashes[k]!) + blk[4 * blocks[k]!]!;
+    for (let k = from; k < to; k++) acc += byHash.peekHome(hashes[k]!) + blkHash[2 * blocks[k]!]!;
     this.sink += acc;
   }
 
@@ -514,10 +517,10 @@ export class BlockManager {
     for (let pos = this.qHead; pos < this.qTail; pos++) {
       const b = this.ring[pos & this.ringMask]!;
       if (b === NIL) continue;
-      const h = this.blk[4 * b]!;
+      const h = this.blkHash[2 * b]!;
       if (h !== NO_HASH) {
         this.byHash.delete(h);
-        this.blk[4 * b] = NO_HASH;
+        this.blkHash[2 * b] = NO_HASH;
         dropped.push(h);
       }
     }
@@ -568,10 +571,10 @@ export class BlockManager {
 
   private pushTail(b: number): void {
     if (this.qTail - this.qHead === this.ring.length) this.compactQueue();
-    const pos = this.qTail++;
     // A position is a plain number (exact to 2^53); `& mask` takes it modulo the ring's length.
-    this.ring[pos & this.ringMask] = b;
-    this.blk[4 * b + 2] = pos;
+    const at = this.qTail++ & this.ringMask;
+    this.ring[at] = b;
+    this.blkInt[4 * b + 3] = at;
     this.freeCount++;
   }
 
@@ -583,15 +586,15 @@ export class BlockManager {
     let b = ring[pos & mask]!;
     while (b === NIL) b = ring[++pos & mask]!;
     this.qHead = pos + 1;
-    this.blk[4 * b + 2] = NIL;
+    this.blkInt[4 * b + 3] = NIL;
     this.freeCount--;
     return b;
   }
 
   /** Take block `b` out of the queue wherever it is: its entry becomes a hole, skipped when reached. */
   private unlink(b: number): void {
-    this.ring[this.blk[4 * b + 2]! & this.ringMask] = NIL;
-    this.blk[4 * b + 2] = NIL;
+    this.ring[this.blkInt[4 * b + 3]!] = NIL;
+    this.blkInt[4 * b + 3] = NIL;
     this.freeCount--;
   }
 
@@ -604,7 +607,7 @@ export class BlockManager {
       const b = ring[pos & mask]!;
       if (b === NIL) continue;
       ring[w & mask] = b;
-      this.blk[4 * b + 2] = w;
+      this.blkInt[4 * b + 3] = w & mask;
       w++;
     }
     this.qTail = w;
