@@ -167,10 +167,15 @@ class WaitingQueue {
 interface StepBatch {
   /** Tokens the step may still schedule (max_num_batched_tokens less what is scheduled). */
   budget: number;
-  /** Scheduled sequences, by slot (null: preempted after being scheduled). */
+  /**
+   * Scheduled sequences, by slot, in sched[0 … count) (null: preempted after being scheduled).
+   * The two arrays are the engine's, reused by every step: a step of a few sequences would
+   * otherwise allocate them afresh, and a fleet takes millions of steps.
+   */
   sched: Array<Seq | null>;
   /** New tokens scheduled for each slot. */
   schedNew: number[];
+  count: number;
   preempted: string[];
   started: Array<{ id: string; cachedPromptTokens: number }>;
   finished: FinishedOutput[];
@@ -200,6 +205,8 @@ export class Engine implements EngineModel {
   private pendingPrefill = 0;
   private readonly scratch: Int32Array;
   private readonly hitScratch: number[] = [];
+  private readonly schedSlots: Array<Seq | null> = [];
+  private readonly schedNewSlots: number[] = [];
   /** Blocks admitted this step from the host-memory tier (their load is priced into the step). */
   private hostLoadBlocks = 0;
   private readonly counters = {
@@ -346,14 +353,14 @@ export class Engine implements EngineModel {
 
   step(): StepResult | null {
     if (!this.hasWork()) return null;
-    const b: StepBatch = { budget: this.config.maxNumBatchedTokens, sched: [], schedNew: [], preempted: [], started: [], finished: [], pulls: [] };
+    const b: StepBatch = { budget: this.config.maxNumBatchedTokens, sched: this.schedSlots, schedNew: this.schedNewSlots, count: 0, preempted: [], started: [], finished: [], pulls: [] };
     // 1. Running requests, in order.
     this.scheduleRunning(b);
     // Register the blocks this step fills, now rather than after the step, as vLLM does at
     // allocation time: a waiting request admitted below can already hit them.
     const bs = this.bs;
     if (this.caching) {
-      for (let k = 0; k < b.sched.length; k++) {
+      for (let k = 0; k < b.count; k++) {
         const s = b.sched[k];
         if (s && s.numComputed + b.schedNew[k]! >= (s.numProcessed + 1) * bs) this.cacheFullBlocks(s, s.numComputed + b.schedNew[k]!);
       }
@@ -363,7 +370,7 @@ export class Engine implements EngineModel {
     if (b.preempted.length === 0) this.scheduleWaiting(b);
     // Nothing could be scheduled: the waiting requests wait for blocks that are held (KV being
     // pulled, or held for a decode worker); the driver steps again when they are freed.
-    if (b.sched.length === 0 && b.pulls.length === 0 && b.finished.length === 0 && b.preempted.length === 0) return null;
+    if (b.count === 0 && b.pulls.length === 0 && b.finished.length === 0 && b.preempted.length === 0) return null;
     // 3. Execute: advance computed tokens, sample where a sequence is fully computed.
     const { shape, draftShape, prefillTokens, decodeTokens, tokens, firstTokens } = this.execute(b);
     const running = this.runningSeqs;
@@ -377,7 +384,7 @@ export class Engine implements EngineModel {
 
     // Blocks loaded back from host memory this step cross PCIe before the forward pass uses them.
     // A step that only admitted pulls ran no forward pass.
-    let durationMs = b.sched.length === 0 && b.pulls.length > 0 ? 0 : this.config.timeModel.stepMs(shape) + this.hostLoadBlocks * (this.config.cpuOffload?.loadMsPerBlock ?? 0);
+    let durationMs = b.count === 0 && b.pulls.length > 0 ? 0 : this.config.timeModel.stepMs(shape) + this.hostLoadBlocks * (this.config.cpuOffload?.loadMsPerBlock ?? 0);
     this.hostLoadBlocks = 0;
     if (draftShape && draftShape.decodeSeqs > 0) durationMs += this.spec!.k * this.spec!.draftTimeModel.stepMs(draftShape);
     return {
@@ -431,10 +438,7 @@ export class Engine implements EngineModel {
       }
       if (!ok) break;
       bm.allocateInto(s.blocks, need);
-      s.slot = b.sched.length;
-      b.sched.push(s);
-      b.schedNew.push(n);
-      b.budget -= n;
+      this.schedule(b, s, n);
     }
   }
 
@@ -447,7 +451,7 @@ export class Engine implements EngineModel {
     // vLLM's max_loras: the adapters of this step's batch; a waiting request that would bring
     // one too many is passed over (vllm/v1/core/sched/scheduler.py) and waits for the next step.
     const maxLoras = this.config.maxLoras;
-    const loras = maxLoras === undefined ? null : this.batchAdapters(b.sched);
+    const loras = maxLoras === undefined ? null : this.batchAdapters(b);
     let passedOver: Seq[] | null = null;
     while (b.budget > 0 && numRunning < maxSeqs) {
       const s = this.waitingQueue.peek();
@@ -525,10 +529,7 @@ export class Engine implements EngineModel {
       }
       if (this.caching) this.cacheFullBlocks(s, hitTokens + n);
       if (loras !== null && s.lora !== undefined) loras.add(s.lora);
-      s.slot = b.sched.length;
-      b.sched.push(s);
-      b.schedNew.push(n);
-      b.budget -= n;
+      this.schedule(b, s, n);
     }
     if (passedOver !== null) for (const s of passedOver) this.waitingQueue.push(s);
   }
@@ -579,10 +580,7 @@ export class Engine implements EngineModel {
     s.pulled = false;
     s.status = Status.Running;
     this.runningSeqs.push(s);
-    s.slot = b.sched.length;
-    b.sched.push(s);
-    b.schedNew.push(n);
-    b.budget -= n;
+    this.schedule(b, s, n);
     return true;
   }
 
@@ -595,9 +593,10 @@ export class Engine implements EngineModel {
     let decodeTokens = 0;
     const tokens = this.emitTokens ? ([] as TokenOutput[]) : NO_TOKENS;
     const firstTokens: string[] = [];
-    for (let k = 0; k < b.sched.length; k++) {
+    for (let k = 0; k < b.count; k++) {
       const s = b.sched[k];
       if (!s) continue;
+      b.sched[k] = null; // nothing of a step holds a sequence past it
       s.slot = -1;
       const n = b.schedNew[k]!;
       const numTokens = s.promptLen + s.output.length;
@@ -760,10 +759,22 @@ export class Engine implements EngineModel {
   // ---- internals ----
 
   /** The LoRA adapters of this step's scheduled sequences. */
-  private batchAdapters(sched: ReadonlyArray<Seq | null>): Set<string> {
+  private batchAdapters(b: StepBatch): Set<string> {
     const loras = new Set<string>();
-    for (const s of sched) if (s !== null && s.lora !== undefined) loras.add(s.lora);
+    for (let k = 0; k < b.count; k++) {
+      const s = b.sched[k];
+      if (s && s.lora !== undefined) loras.add(s.lora);
+    }
     return loras;
+  }
+
+  /** Give `s` the batch's next slot, with `n` new tokens. */
+  private schedule(b: StepBatch, s: Seq, n: number): void {
+    s.slot = b.count;
+    b.sched[b.count] = s;
+    b.schedNew[b.count] = n;
+    b.count++;
+    b.budget -= n;
   }
 
   /** Adapters of the running sequences and of the waiting ones (vllm:lora_requests_info). */
