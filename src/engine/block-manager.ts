@@ -162,21 +162,33 @@ interface BlockHashIndex {
 /**
  * The same map in a quarter of HashIndex's memory, for a pool of up to 2^15 − 1 blocks (an 8B
  * model on one 80 GB GPU has ~28k): a slot is one 32-bit integer, the block id in its low k bits
- * and the top 32 − k bits of the hash's low word above them, which hold the slot's home (the top
- * bits of that word) and a fingerprint. A probe compares fingerprints and reads the block's own
- * hash (`blockHash`, BlockManager's per-block state, which the caller touches next anyway) only on
- * a match. The point is the size: every engine of a fleet has one of these tables, each probe of
- * a table past the CPU's caches is a memory access, and a 256 KiB table stays in them where a
- * 1 MiB one does not.
+ * and above them a fingerprint of the hash: the bits of its low word below those that pick the
+ * slot's home. A probe compares fingerprints and reads the block's own hash (`blockHash`,
+ * BlockManager's per-block state) only on a match, which a key that is not there almost never
+ * makes (a fingerprint that repeated the home's bits would match every key of the same home). The
+ * point is the size: every engine of a fleet has one of these tables, each probe of a table past
+ * the CPU's caches is a memory access, and a 256 KiB table stays in them where a 1 MiB one does
+ * not.
+ *
+ * A slot holds no home, so a deletion cannot move later keys back: it leaves a tombstone, which
+ * probes pass over and insertions reuse. When keys and tombstones together fill three quarters of
+ * the table, it is rebuilt from the blocks' own hashes (one pass over `blockHash`), which drops
+ * every tombstone.
  */
 export class PackedHashIndex implements BlockHashIndex {
   private readonly slots: Int32Array;
   private readonly mask: number;
   /** Bits of the block id (low bits of a slot). */
-  private readonly idBits: number;
   private readonly idMask: number;
-  /** A slot's home is its value's top `homeBits` bits (unsigned). */
+  /** A key's home is the top bits of its low word: that word shifted right by `homeShift`. */
   private readonly homeShift: number;
+  /** The fingerprint is the key's low word shifted left by `fpShift`, its id bits cleared. */
+  private readonly fpShift: number;
+  /** A deleted key's slot: an all-ones block id (no block has it) under a zero fingerprint. */
+  private readonly tomb: number;
+  private tombs = 0;
+  /** Keys and tombstones past which the table is rebuilt. */
+  private readonly maxUsed: number;
   size = 0;
 
   /** Whether a pool of `numBlocks` blocks fits: block id and home within 32 bits. */
@@ -196,18 +208,24 @@ export class PackedHashIndex implements BlockHashIndex {
     return cap;
   }
 
-  /** `blockHash(b)`: the hash block b holds (BlockManager's own record of it). */
+  /** `blockHash(b)`: the hash block b holds (BlockManager's own record of it), NO_HASH for none. */
   constructor(
-    numBlocks: number,
+    private readonly numBlocks: number,
     private readonly blockHash: Float64Array,
     private readonly stride: number,
   ) {
     const cap = PackedHashIndex.capFor(numBlocks);
     this.slots = new Int32Array(cap).fill(-1);
     this.mask = cap - 1;
-    this.idBits = PackedHashIndex.idBitsFor(numBlocks);
-    this.idMask = (1 << this.idBits) - 1;
+    this.idMask = (1 << PackedHashIndex.idBitsFor(numBlocks)) - 1;
     this.homeShift = 32 - Math.log2(cap);
+    this.fpShift = Math.log2(cap);
+    this.tomb = this.idMask;
+    this.maxUsed = (cap >>> 2) * 3;
+  }
+
+  private fingerprint(key: number): number {
+    return (key << this.fpShift) & ~this.idMask;
   }
 
   /** Index of `key`'s slot, or of the empty slot ending its probe chain. */
@@ -215,13 +233,12 @@ export class PackedHashIndex implements BlockHashIndex {
     const slots = this.slots;
     const mask = this.mask;
     const idMask = this.idMask;
-    const lo = key >>> 0;
-    const fp = lo & ~idMask;
-    let i = lo >>> this.homeShift;
+    const fp = this.fingerprint(key);
+    let i = (key >>> 0) >>> this.homeShift;
     for (;;) {
       const v = slots[i]!;
       if (v === -1) return i;
-      if ((v & ~idMask) === fp && this.blockHash[(v & idMask) * this.stride] === key) return i;
+      if ((v & ~idMask) === fp && v !== this.tomb && this.blockHash[(v & idMask) * this.stride] === key) return i;
       i = (i + 1) & mask;
     }
   }
@@ -232,36 +249,54 @@ export class PackedHashIndex implements BlockHashIndex {
   }
 
   add(key: number, val: number): boolean {
-    const i = this.find(key);
-    if (this.slots[i] !== -1) return false;
-    this.slots[i] = ((key >>> 0) & ~this.idMask) | val;
+    if (this.size + this.tombs >= this.maxUsed) this.rebuild();
+    const slots = this.slots;
+    const mask = this.mask;
+    const idMask = this.idMask;
+    const fp = this.fingerprint(key);
+    let reuse = -1;
+    let i = (key >>> 0) >>> this.homeShift;
+    for (;;) {
+      const v = slots[i]!;
+      if (v === -1) break;
+      if (v === this.tomb) {
+        if (reuse < 0) reuse = i;
+      } else if ((v & ~idMask) === fp && this.blockHash[(v & idMask) * this.stride] === key) {
+        return false;
+      }
+      i = (i + 1) & mask;
+    }
+    if (reuse >= 0) {
+      i = reuse;
+      this.tombs--;
+    }
+    slots[i] = fp | val;
     this.size++;
     return true;
   }
 
   delete(key: number): boolean {
+    const i = this.find(key);
+    if (this.slots[i] === -1) return false;
+    this.slots[i] = this.tomb;
+    this.size--;
+    this.tombs++;
+    return true;
+  }
+
+  /** Every key again from the blocks' hashes, into a table without tombstones. */
+  private rebuild(): void {
     const slots = this.slots;
     const mask = this.mask;
-    const shift = this.homeShift;
-    const i = this.find(key);
-    if (slots[i] === -1) return false;
-    // Backward-shift deletion keeps probe chains intact without tombstones.
-    let hole = i;
-    let j = i;
-    for (;;) {
-      j = (j + 1) & mask;
-      const v = slots[j]!;
-      if (v === -1) break;
-      const home = v >>> shift;
-      // Move v into the hole unless its home lies cyclically in (hole, j].
-      if (hole <= j ? home <= hole || home > j : home <= hole && home > j) {
-        slots[hole] = v;
-        hole = j;
-      }
+    slots.fill(-1);
+    this.tombs = 0;
+    for (let b = 0; b < this.numBlocks; b++) {
+      const key = this.blockHash[b * this.stride]!;
+      if (key === NO_HASH) continue;
+      let i = (key >>> 0) >>> this.homeShift;
+      while (slots[i] !== -1) i = (i + 1) & mask;
+      slots[i] = this.fingerprint(key) | b;
     }
-    slots[hole] = -1;
-    this.size--;
-    return true;
   }
 
   peekHome(key: number): number {
@@ -269,7 +304,7 @@ export class PackedHashIndex implements BlockHashIndex {
   }
 
   *keysIter(): IterableIterator<number> {
-    for (const v of this.slots) if (v !== -1) yield this.blockHash[(v & this.idMask) * this.stride]!;
+    for (const v of this.slots) if (v !== -1 && v !== this.tomb) yield this.blockHash[(v & this.idMask) * this.stride]!;
   }
 }
 
