@@ -543,6 +543,14 @@ export class BlockManager {
     this.sink += acc;
   }
 
+  /** Read the index slots where looking up `hashes[from … to)` starts (as warmForCache). */
+  warmLookups(hashes: readonly number[], from: number, to: number): void {
+    const byHash = this.byHash;
+    let acc = 0;
+    for (let k = from; k < to; k++) acc += byHash.peekHome(hashes[k]!);
+    this.sink += acc;
+  }
+
   /**
    * Drop the hashes of every free cached block. Returns the number dropped. Used blocks keep
    * theirs. Emits AllBlocksCleared when nothing at all is cached afterwards, BlockRemoved otherwise.

@@ -482,6 +482,8 @@ export class Engine implements EngineModel {
         const maxBlocks = Math.floor(Math.min(numTokens - 1, s.prefixCacheLimit) / bs);
         let i = 0;
         for (; i < maxBlocks; i++) {
+          // Sixteen blocks' index slots at a time in independent loads (the lookups wait on none).
+          if ((i & 15) === 0) this.warmLookups(s, i, Math.min(i + 16, maxBlocks));
           const blk = bm.lookup(this.hashAt(s, i));
           if (blk < 0) break;
           hits.push(blk);
@@ -872,6 +874,12 @@ export class Engine implements EngineModel {
       hs.push(h);
     }
     return hs[b]!;
+  }
+
+  /** Hash blocks [from, to) of the request and bring their index slots into the cache. */
+  private warmLookups(s: Seq, from: number, to: number): void {
+    this.hashAt(s, to - 1);
+    this.bm.warmLookups(s.hashes, from, to);
   }
 
   /**
