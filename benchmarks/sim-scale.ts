@@ -119,7 +119,8 @@ interface Row {
   ran: string;
   figure: string;
   limit: string;
-  met: boolean;
+  /** null: the case ran smaller than the target names, so the figure says nothing of the target. */
+  met: boolean | null;
   load: string;
 }
 
@@ -131,12 +132,13 @@ async function main(): Promise<void> {
   if (CASES.includes('kvgate-1m')) {
     const r = await bench(['--workload', 'mixed', '--workers', '64', '--size', String(SIZE_1M), '--policy', 'kvgate', '--seed', '1']);
     const ran = `${SIZE_1M.toLocaleString('en-US')} × 64 kvgate`;
-    rows.push({ target: '1M × 64 kvgate: time', ran, figure: `${r.wallS.toFixed(1)} s${failed(r)}`, limit: '< 60 s', met: r.code === 0 && r.wallS < 60, load: fmtLoad(r) });
-    rows.push({ target: '1M × 64 kvgate: peak RSS', ran, figure: `${(r.rssBytes / GB).toFixed(2)} GB`, limit: '< 2 GB', met: r.code === 0 && r.rssBytes < 2 * GB, load: fmtLoad(r) });
+    const full = SIZE_1M >= 1_000_000;
+    rows.push({ target: '1M × 64 kvgate: time', ran, figure: `${r.wallS.toFixed(1)} s${failed(r)}`, limit: '< 60 s', met: full ? r.code === 0 && r.wallS < 60 : null, load: fmtLoad(r) });
+    rows.push({ target: '1M × 64 kvgate: peak RSS', ran, figure: `${(r.rssBytes / GB).toFixed(2)} GB`, limit: '< 2 GB', met: full ? r.code === 0 && r.rssBytes < 2 * GB : null, load: fmtLoad(r) });
   }
   if (CASES.includes('rr-100k')) {
     const r = await bench(['--workload', 'mixed', '--workers', '16', '--size', String(SIZE_100K), '--policy', 'round-robin', '--seed', '1']);
-    rows.push({ target: '100k × 16 round-robin: time', ran: `${SIZE_100K.toLocaleString('en-US')} × 16`, figure: `${r.wallS.toFixed(1)} s, ${(r.rssBytes / GB).toFixed(2)} GB${failed(r)}`, limit: '< 8 s', met: r.code === 0 && r.wallS < 8, load: fmtLoad(r) });
+    rows.push({ target: '100k × 16 round-robin: time', ran: `${SIZE_100K.toLocaleString('en-US')} × 16`, figure: `${r.wallS.toFixed(1)} s, ${(r.rssBytes / GB).toFixed(2)} GB${failed(r)}`, limit: '< 8 s', met: SIZE_100K >= 100_000 ? r.code === 0 && r.wallS < 8 : null, load: fmtLoad(r) });
   }
   if (CASES.includes('trace-10m')) {
     const path = join(dir, 'burstgpt-shaped.csv');
@@ -150,7 +152,7 @@ async function main(): Promise<void> {
       ran: `${ROWS.toLocaleString('en-US')} rows (written in ${writeS.toFixed(0)} s)`,
       figure: `${(r.rssBytes / GB).toFixed(2)} GB in ${r.wallS.toFixed(0)} s${failed(r)}`,
       limit: '< 2 GB, completes',
-      met: r.code === 0 && r.rssBytes < 2 * GB,
+      met: ROWS >= 10_000_000 ? r.code === 0 && r.rssBytes < 2 * GB : null,
       load: fmtLoad(r),
     });
   }
@@ -176,7 +178,7 @@ async function main(): Promise<void> {
     return;
   }
   const head = ['target', 'ran', 'figure', 'limit', 'met', 'load (1-min, start→end)'];
-  const cells = rows.map((r) => [r.target, r.ran, r.figure, r.limit, r.met ? 'yes' : 'MISSED', r.load]);
+  const cells = rows.map((r) => [r.target, r.ran, r.figure, r.limit, r.met === null ? 'not judged (smaller run)' : r.met ? 'yes' : 'MISSED', r.load]);
   const docs: string[] = [];
   for (let i = 0; i < process.argv.length; i++) if (process.argv[i] === '--write-docs' && process.argv[i + 1] !== undefined) docs.push(process.argv[i + 1]!);
   if (docs.length > 0) {
