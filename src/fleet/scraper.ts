@@ -21,12 +21,18 @@ export interface ScraperOptions {
   onResult?: (w: WorkerState, error: string | null) => void;
 }
 
+/** The longest a gateway's start waits for its first scrape of the fleet. */
+export const FIRST_SCRAPE_WAIT_MS = 2_000;
+
 /** Metrics pages larger than this are refused (a sane vLLM or SGLang page is tens of KiB). */
 const MAX_METRICS_BYTES = 8 * 1024 * 1024;
 
 export class MetricsScraper {
   private readonly loop: PerWorkerLoop<WorkerState>;
   intervalMs: number;
+  private first: Promise<void> | null = null;
+  /** performance.now() past which no caller waits for the first scrape. */
+  private firstDeadline = 0;
 
   constructor(
     workers: readonly WorkerState[],
@@ -61,8 +67,19 @@ export class MetricsScraper {
     this.loop.setInterval(intervalMs);
   }
 
-  scrapeAll(): Promise<void> {
-    return this.loop.runOnce();
+  /**
+   * The fleet's first scrape: one round however many ask for it (the gateway's start, then the
+   * KV-event service's, which needs each worker's block size), waited for at most
+   * FIRST_SCRAPE_WAIT_MS from the first ask, by every caller together. Each scrape is also bounded by scrape.timeoutMs, but that is 0.8 of a
+   * possibly long interval; a worker that has not answered in time is judged by what the gateway
+   * sends it, and its scrape, still running, lands when it does.
+   */
+  firstScrape(): Promise<void> {
+    if (this.first === null) {
+      this.first = this.loop.runOnce();
+      this.firstDeadline = performance.now() + FIRST_SCRAPE_WAIT_MS;
+    }
+    return settledWithin(this.first, Math.max(0, this.firstDeadline - performance.now()));
   }
 
   async scrape(w: WorkerState): Promise<void> {
@@ -115,4 +132,14 @@ export async function fetchText(
   } finally {
     deadline.clear();
   }
+}
+
+/** Resolves when `p` settles or after `ms`, whichever is first (`p` runs on; it must not reject). */
+function settledWithin(p: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const waited = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, ms);
+    timer.unref();
+  });
+  return Promise.race([p, waited]).finally(() => clearTimeout(timer));
 }

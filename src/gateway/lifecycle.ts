@@ -31,19 +31,6 @@ export interface LifecycleOptions {
 /** What the lifecycle starts and stops of a server (the gateway's HTTP server, or the EPP's gRPC and HTTP servers). */
 export type ListeningServer = Pick<GatewayServer, 'listen' | 'close' | 'closeIdle' | 'closeAll'>;
 
-/** The longest a start waits for its first scrape of the fleet. */
-export const STARTUP_SCRAPE_WAIT_MS = 2_000;
-
-/** Resolves when `p` settles or after `ms`, whichever is first (`p` runs on; it must not reject). */
-function settledWithin(p: Promise<void>, ms: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  const waited = new Promise<void>((resolve) => {
-    timer = setTimeout(resolve, ms);
-    timer.unref();
-  });
-  return Promise.race([p, waited]).finally(() => clearTimeout(timer));
-}
-
 export function createLifecycle(g: GatewayMembers, http: ListeningServer, opts: LifecycleOptions): Lifecycle {
   const { config, logger, life, services } = g;
   let started: { url: string; port: number } | null = null;
@@ -68,11 +55,9 @@ export function createLifecycle(g: GatewayMembers, http: ListeningServer, opts: 
     );
     await g.tokenizers.load();
     // One scrape of every worker before the first request is taken: until a worker has answered,
-    // admission and routing know neither its KV capacity nor its queue. The start waits for it at
-    // most STARTUP_SCRAPE_WAIT_MS (each scrape is also bounded by scrape.timeoutMs, 0.8 of a
-    // possibly long interval): a worker that does not answer in time is judged as before, by what
-    // the gateway sends it, and its scrape, still running, lands when it does.
-    if (opts.watchFleet !== false) await settledWithin(g.scraper.scrapeAll(), STARTUP_SCRAPE_WAIT_MS);
+    // admission and routing know neither its KV capacity nor its queue (the wait is bounded:
+    // MetricsScraper.firstScrape).
+    if (opts.watchFleet !== false) await g.scraper.firstScrape();
     const at = await http.listen();
     if (opts.watchFleet !== false) {
       g.scraper.start();

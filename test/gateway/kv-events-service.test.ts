@@ -1,8 +1,9 @@
 /** KV-cache events from real simulated workers feed the kvgate policy's prefix index through the gateway. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { FIRST_SCRAPE_WAIT_MS } from '../../src/fleet/scraper.js';
 import { startSimWorker } from '../../src/sim/worker/server.js';
-import { MODEL, metricValue, post, startGateway, waitFor } from './helpers.js';
+import { MODEL, metricValue, post, startGateway, startStub, waitFor } from './helpers.js';
 
 test('subscribers start with the gateway, the index learns from events, /admin/workers shows both', async () => {
   const sims = await Promise.all(
@@ -72,3 +73,29 @@ for (const policy of ['dynamo', 'llm-d-precise']) {
     }
   });
 }
+
+test('with KV events the start still scrapes each worker once and waits for it at most FIRST_SCRAPE_WAIT_MS', async () => {
+  // A worker that never answers its scrape (scrape.timeoutMs: 48 s at this interval), subscribed
+  // to an event endpoint nobody publishes on: the KV-event service waits for the start's own
+  // first scrape, bounded, rather than a second round of its own.
+  let scrapes = 0;
+  const stub = await startStub((req, res) => {
+    req.resume();
+    if (req.url === '/metrics') scrapes++;
+    else res.writeHead(500).end();
+  });
+  const started = Date.now();
+  const { gw } = await startGateway([], {
+    pools: [{ name: 'main', model: MODEL, workers: [{ url: stub.url, id: 'w0', kvEvents: { endpoint: 'tcp://127.0.0.1:9' } }] }],
+    health: { intervalMs: 60_000 },
+    scrape: { intervalMs: 60_000 },
+  });
+  try {
+    const waited = Date.now() - started;
+    assert.ok(waited >= FIRST_SCRAPE_WAIT_MS - 50 && waited < 2 * FIRST_SCRAPE_WAIT_MS, `start waited ${waited} ms`);
+    assert.equal(scrapes, 1);
+  } finally {
+    await gw.close();
+    await stub.close();
+  }
+});

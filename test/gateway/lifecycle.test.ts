@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { createGateway } from '../../src/gateway/gateway.js';
-import { STARTUP_SCRAPE_WAIT_MS } from '../../src/gateway/lifecycle.js';
+import { FIRST_SCRAPE_WAIT_MS } from '../../src/fleet/scraper.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { configFor, MODEL, metricValue, parseSse, post, startGateway, startSims, startStub, waitFor } from './helpers.js';
 
@@ -168,7 +168,7 @@ test('a worker that does not answer at start does not keep the gateway from list
   }
 });
 
-test('the start waits at most STARTUP_SCRAPE_WAIT_MS for a slow scrape, which still lands', async () => {
+test('the start waits at most FIRST_SCRAPE_WAIT_MS for a slow scrape, which still lands', async () => {
   // scrape.timeoutMs defaults to 0.8 of the interval: 48 s here. The worker answers its scrape
   // after 4 s; the gateway listens after about 2 s and learns the worker's capacity when it answers.
   const stub = await startStub((req, res) => {
@@ -180,7 +180,7 @@ test('the start waits at most STARTUP_SCRAPE_WAIT_MS for a slow scrape, which st
   const { gw } = await startGateway([stub.url], quietFleet);
   try {
     const waited = Date.now() - started;
-    assert.ok(waited >= STARTUP_SCRAPE_WAIT_MS - 50 && waited < 3_500, `start waited ${waited} ms`);
+    assert.ok(waited >= FIRST_SCRAPE_WAIT_MS - 50 && waited < 3_500, `start waited ${waited} ms`);
     const w = gw.registry.workers[0]!;
     assert.notEqual(w.numGpuBlocks, 700, 'not scraped yet when the gateway listens');
     await waitFor(() => w.numGpuBlocks === 700, 5_000);

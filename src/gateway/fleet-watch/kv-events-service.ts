@@ -210,8 +210,10 @@ export function kvEventsService(o: KvEventsServiceOptions): KvEventsService {
     parity,
     probe,
     async start() {
-      // Learn each worker's block size and capacity first: events are hashed at that block size.
-      await o.scraper.scrapeAll();
+      // Learn each worker's block size and capacity first: events are hashed at that block size
+      // (the start's own first scrape, not a second round; a worker that has not answered within
+      // its bounded wait gets its size when it does).
+      await o.scraper.firstScrape();
       for (const e of o.endpoints) subscribe(e);
       if (o.tokenizers) {
         const probes = Promise.all(o.endpoints.map((e) => probeOnce(e.workerId)));
