@@ -48,6 +48,7 @@ const BENCHES: Readonly<Record<string, Bench>> = {
   'kv-tight-trace': { file: 'kv-tight-trace', about: 'write a KV-tight document trace (Mooncake format, --out FILE)' },
   'elephants-trace': { file: 'elephants-trace', about: 'write a trace of short prompts and long documents (Mooncake format, --out FILE)' },
   'coding-trace': { file: 'coding-trace', about: 'write a coding-assistant session trace (kvgate JSONL, --out FILE)' },
+  'product-mix-trace': { file: 'product-mix-trace', about: 'write a product-mix trace: chat, cached documents, long generations (Mooncake format, --out FILE)' },
 };
 
 function usage(): string {

@@ -1,8 +1,9 @@
 /**
  * This gateway's requests in flight at each worker, as the kvgate estimate reads a worker's batch:
  * their context tokens (prompt plus half the expected output, per sequence), Σ stallShare of their
- * expected outputs, how many sequences, and (for stallModel 'misses') the expected outputs
- * themselves, ascending. Charged at dispatch, released at completion.
+ * expected outputs, how many sequences and their expected output tokens, and (for stallModel
+ * 'misses', or with e2eTail) the expected outputs themselves, ascending. Charged at dispatch,
+ * released at completion.
  */
 import type { WorkerState } from '../../../fleet/worker-state.js';
 import { insertSorted, removeSorted } from '../../../util/sorted.js';
@@ -14,6 +15,8 @@ interface Batch {
   contextTokens: number;
   stallShare: number;
   n: number;
+  /** Expected output tokens of its sequences. */
+  outputTokens: number;
   outputs: number[];
 }
 
@@ -31,6 +34,9 @@ const NO_BATCH: InflightBatch = { contextTokens: 0, stallShare: 0, outputs: [] }
 
 export class InflightBatches {
   private readonly batches = new Map<string, Batch>();
+  /** Over every worker: the sequences in flight and their expected output tokens. */
+  private sequences = 0;
+  private outputTokens = 0;
 
   of(w: WorkerState): InflightBatch {
     return this.batches.get(w.id) ?? NO_BATCH;
@@ -39,7 +45,7 @@ export class InflightBatches {
   /**
    * Charge `req` (expected output `out` per sequence) to `w`. Each sequence (a batch's prompts, n
    * answers each) decodes in the worker's batch on its own; a batch's prompts are taken to be as
-   * long as the first. `keepOutputs`: also keep the expected outputs ('misses' reads them).
+   * long as the first. `keepOutputs`: also keep the expected outputs ('misses' and e2eTail read them).
    */
   charge(req: RouteRequest, w: WorkerState, out: number, tpotWorthMs: number, keepOutputs: boolean): void {
     const seqs = requestSequences(req);
@@ -53,12 +59,15 @@ export class InflightBatches {
     req.state.set(CHARGED, charge);
     let b = this.batches.get(w.id);
     if (!b) {
-      b = { contextTokens: 0, stallShare: 0, n: 0, outputs: [] };
+      b = { contextTokens: 0, stallShare: 0, n: 0, outputTokens: 0, outputs: [] };
       this.batches.set(w.id, b);
     }
     b.contextTokens += charge.contextTokens;
     b.stallShare += charge.stallShare;
     b.n += seqs;
+    b.outputTokens += seqs * out;
+    this.sequences += seqs;
+    this.outputTokens += seqs * out;
     if (keepOutputs) for (let i = 0; i < seqs; i++) insertSorted(b.outputs, out);
   }
 
@@ -68,10 +77,15 @@ export class InflightBatches {
     if (charged === undefined) return;
     req.state.delete(CHARGED);
     const b = this.batches.get(charged.worker);
+    if (b) {
+      b.outputTokens -= charged.sequences * charged.output;
+      this.sequences -= charged.sequences;
+      this.outputTokens -= charged.sequences * charged.output;
+    }
     if (b && (b.n -= charged.sequences) > 0) {
       b.contextTokens -= charged.contextTokens;
       b.stallShare -= charged.stallShare;
-      // Absent if it was charged without keepOutputs (the stall model changed since): nothing to remove.
+      // Absent if it was charged without keepOutputs (the options changed since): nothing to remove.
       for (let i = 0; i < charged.sequences; i++) removeSorted(b.outputs, charged.output);
     } else this.batches.delete(charged.worker);
   }
@@ -88,7 +102,17 @@ export class InflightBatches {
     return ours.contextTokens * (batch / mine);
   }
 
+  /** The mean expected output of this gateway's sequences in flight (undefined when none is). */
+  meanOutput(): number | undefined {
+    return this.sequences > 0 ? this.outputTokens / this.sequences : undefined;
+  }
+
   forgetWorker(w: WorkerState): void {
+    const b = this.batches.get(w.id);
+    if (b === undefined) return;
     this.batches.delete(w.id);
+    // Its requests are no longer charged anywhere (release finds no batch for them).
+    this.sequences -= b.n;
+    this.outputTokens -= b.outputTokens;
   }
 }

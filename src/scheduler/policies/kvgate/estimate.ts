@@ -29,6 +29,11 @@
  *
  *   decodeMs = W · k · C / headroom       each of this request's decode steps reads the batch's KV
  *              (0 for a one-token answer)
+ *              + tailMs                  with e2eTail: what its own E2E loses beyond that
+ *   tailMs   = max(0, (out − 1 − m̄) · k · C − W · k · C / headroom)
+ *              an answer longer than the mean m̄ expected of the gateway's requests in flight
+ *              (over the fleet) finishes last, its E2E is the tail's: each ms of TPOT costs it its
+ *              tokens beyond m̄. A short answer's E2E is no tail; its TPOT price stands
  *   headroom = max(0.05, 1 − (decodeStepMs + k · C) / tpotTargetMs)
  *   stallMs  = what its prefill (and its KV read) costs the batch: stall.ts (stallModel); of it,
  *              readSlackMs the batch had to spare below its TPOT target
@@ -96,8 +101,13 @@ export interface KvgateEstimate {
   outputTokens: number;
   /** Context tokens of the requests in w's batch (this request's decode steps read their KV). */
   batchContextTokens: number;
-  /** What the batch's KV reads cost this request's TPOT at w, in ms of TTFT. */
+  /** What the batch's KV reads cost this request's TPOT at w (and, with e2eTail, its E2E), in ms of TTFT. */
   decodeMs: number;
+  /**
+   * The part of decodeMs that prices this request's own E2E beyond what its TPOT is worth
+   * (e2eTail): a reason to place it, no reason to give up a cache hit (picker.ts).
+   */
+  tailMs: number;
   /** What this request costs w's batch: its prefill stall weighted by stallShare, its KV read. */
   stallMs: number;
   /**
@@ -178,6 +188,12 @@ export interface KvgateEstimateOptions {
   stallWeight: number;
   /** How the stall is priced (stall.ts; default linear). */
   stallModel?: 'linear' | 'misses';
+  /**
+   * The mean expected output of this gateway's sequences in flight, over the fleet (undefined:
+   * none is). With it the E2E of longer answers is priced (tailMs here, the tail share in
+   * stall.ts); without it, not (e2eTail off).
+   */
+  meanOutputInFlight?(): number | undefined;
   /** What the expected cost of a preemption for lack of KV counts for (0: ignored). */
   preemptionWeight: number;
   /** Credit of a cached block in host memory and on disk, a GPU block being 1 (default Dynamo's). */
@@ -215,12 +231,14 @@ export function kvgateEstimateProducer(o: KvgateEstimateOptions): Producer {
         const matches = o.matcher.matches(req, ws, ctx);
         const sessionWorker = req.sessionKey !== undefined ? o.sessionWorker(req.sessionKey) : undefined;
         const out = o.expectedOutput(req);
+        // With nothing in flight this request is the mean: no answer is the tail's yet.
+        const meanOutput = o.meanOutputInFlight ? (o.meanOutputInFlight() ?? out) : Infinity;
         for (const w of ws) {
           if (m.has(w)) continue;
           const x = matches.get(w);
           // Tokens cached at the worker, each block weighed by its tier (all GPU without offload).
           const indexTokens = x && x.blocks > 0 ? Math.round((x.tokens * tierCredit(x.tiers, o.tierWeights ?? DEFAULT_TIER_WEIGHTS)) / x.blocks) : 0;
-          m.set(w, estimateWorker(req, w, ctx, { o, stall, out, indexTokens, session: sessionWorker === w.id }));
+          m.set(w, estimateWorker(req, w, ctx, { o, stall, out, meanOutput, indexTokens, session: sessionWorker === w.id }));
         }
       }
       const est = ws.map((w) => m.get(w)!);
@@ -251,6 +269,8 @@ interface WorkerInputs {
   stall: StallModel;
   /** This request's expected output tokens. */
   out: number;
+  /** The mean expected output of the requests in flight (Infinity: e2eTail off). */
+  meanOutput: number;
   /** Leading prompt tokens the prefix index says w holds (unless exact reads the engine's). */
   indexTokens: number;
   /** w is the session's last worker. */
@@ -288,7 +308,9 @@ function estimateWorker(req: RouteRequest, w: WorkerState, ctx: RoutingContext, 
   const batchStall = mine > 0 ? ours.stallShare * scale : batch * stallShare(out, o.tpotWorthMs);
   const kvMs = kPerToken * batchCtx;
   const headroom = Math.max(MIN_TPOT_HEADROOM, 1 - (stepMs + kvMs) / o.tpotTargetMs);
-  const decodeMs = i.stall.ownDecodeMs(out > 1 ? (o.tpotWorthMs * kvMs) / headroom : 0);
+  const tpotDecodeMs = i.stall.ownDecodeMs(out > 1 ? (o.tpotWorthMs * kvMs) / headroom : 0);
+  const tailMs = out - 1 > i.meanOutput ? Math.max(0, (out - 1 - i.meanOutput) * kvMs - tpotDecodeMs) : 0;
+  const decodeMs = tpotDecodeMs + tailMs;
   const ownCtx = prompt + out / 2;
   const tpotLoad = Math.min(1, (stepMs + kvMs + kPerToken * ownCtx) / o.tpotTargetMs);
   const batchHeadroom = Math.max(MIN_TPOT_HEADROOM, 1 - tpotLoad);
@@ -305,6 +327,7 @@ function estimateWorker(req: RouteRequest, w: WorkerState, ctx: RoutingContext, 
     ownCtx,
     tpotLoad,
     slackMs: o.tpotTargetMs * batchHeadroom,
+    meanOutput: i.meanOutput,
   };
   const stallMs = i.stall.prefillStallMs(view, msPerToken, uncached);
   const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
@@ -332,6 +355,7 @@ function estimateWorker(req: RouteRequest, w: WorkerState, ctx: RoutingContext, 
     outputTokens: out,
     batchContextTokens: batchCtx,
     decodeMs,
+    tailMs,
     stallMs,
     readSlackMs: o.stallWeight * i.stall.readSlackMs(view),
     preemptMs,

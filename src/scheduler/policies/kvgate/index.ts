@@ -107,6 +107,7 @@ export class KvgatePolicy implements Policy {
     tierWeights: { host: this.params.hostHitWeight, disk: this.params.diskHitWeight },
     prefillRate: (w) => this.prefillRate(w),
     sessionWorker: (key) => this.sessions.get(key),
+    ...(this.params.e2eTail ? { contextAt: (w: WorkerState, ctx: RoutingContext) => this.batches.contextAt(w, ctx) } : {}),
   }));
 
   /** `options` as parsed by kvgateOptions; createPolicy('kvgate', raw) parses and checks them. */
@@ -167,6 +168,7 @@ export class KvgatePolicy implements Policy {
           tpotTargetMs: p.tpotTargetMs,
           stallWeight: p.stallWeight,
           stallModel: p.stallModel,
+          ...(p.e2eTail ? { meanOutputInFlight: () => this.batches.meanOutput() } : {}),
           preemptionWeight: p.preemptionWeight,
           tierWeights: { host: p.hostHitWeight, disk: p.diskHitWeight },
           prefillRate: (w) => this.prefillRate(w),
@@ -281,7 +283,7 @@ export class KvgatePolicy implements Policy {
     }
     this.prefillRates.onDispatch(req, ctx);
     this.decodeSpeed.onDispatch(w);
-    this.batches.charge(req, w, this.expectedOutput(req), this.params.tpotWorthMs, this.params.stallModel === 'misses');
+    this.batches.charge(req, w, this.expectedOutput(req), this.params.tpotWorthMs, this.params.stallModel === 'misses' || this.params.e2eTail);
   }
 
   /** Confirm the prediction; the learners read the first token of a request that times one prefill. */

@@ -98,6 +98,10 @@ const stall = {
         "stallModel 'learned' was removed: it won no built-in case over 'misses', which prices the same misses without the worker's TPOT history; use 'misses' or 'linear'",
     },
   ),
+  e2eTail: booleanKnob(
+    false,
+    "price the end-to-end time of answers longer than the mean in flight: this request's own decode at (tokens − 1 − mean) ms per ms of TPOT where that is more than its TPOT is worth, and a prefill's stall on such neighbours by the share of their E2E it delays (linear). Lower E2E p99 where long answers crowd together (bursty), higher TPOT p99 where long prompts then stall short answers (product-mix)",
+  ),
   /**
    * The likelihood of a preemption counts every request on the worker at its full length at once,
    * which they seldom reach together: an upper bound, weighed accordingly.

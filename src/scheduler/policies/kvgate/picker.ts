@@ -19,7 +19,9 @@
  *       cost(A) · (1 + spillRelative) + spillAbsoluteMs
  *       + spillSavedFraction · (prefill time of the tokens B has cached beyond A, at A's rate),
  *     both costs less their readSlackMs (the time their KV read takes from neighbours who had it
- *     to spare below the TPOT target: the prefill a spill gives up is real, that time is not),
+ *     to spare below the TPOT target: the prefill a spill gives up is real, that time is not) and
+ *     their tailMs (with e2eTail, what a long answer's own E2E loses in a crowded batch: a reason
+ *     to place it, not to give up its cached prefix),
  *     take B ('prefix'): a long prefix keeps its home through more load than a short one that is
  *     cheap to recompute anywhere. Otherwise take A: 'spill' when B was the better cache match but
  *     too costly (the prefix then gets cached on A as well, Preble's explore step), else 'prefix'
@@ -114,8 +116,9 @@ export function kvgatePicker(p: KvgatePickerOptions): Picker {
       let reason: string;
       if (eb.hit > ea.hit + p.minHitGain) {
         const savedMs = p.spillSavedFraction * ea.msPerToken * (eb.cachedTokens - ea.cachedTokens);
-        // The prefill a spill gives up is real; the neighbours' slack below their TPOT target is not a loss.
-        if (eb.costMs - eb.readSlackMs <= (ea.costMs - ea.readSlackMs) * (1 + p.spillRelative) + p.spillAbsoluteMs + savedMs) {
+        // The prefill a spill gives up is real; the neighbours' slack below their TPOT target is not a
+        // loss, and a long answer's E2E is no reason to leave its cached prefix (tailMs).
+        if (eb.costMs - eb.readSlackMs - eb.tailMs <= (ea.costMs - ea.readSlackMs - ea.tailMs) * (1 + p.spillRelative) + p.spillAbsoluteMs + savedMs) {
           picked = b;
           hit = eb.hit;
           reason = 'prefix';

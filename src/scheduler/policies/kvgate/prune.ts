@@ -3,7 +3,8 @@
  * prefix index says hold part of the prompt, the session's last worker, and among the rest the k
  * with the least estimated TTFT, the k least with KV room now (the kv-fit filter's KV_ROOM) and the
  * k best rated by the scorers that rate a worker holding none of the prompt (ttft, headroom, queue,
- * load). With k = 0, or a pool of at most 4k workers, every candidate is priced.
+ * load), and with e2eTail the k whose batches hold the least context (where a long answer loses
+ * least of its E2E). With k = 0, or a pool of at most 4k workers, every candidate is priced.
  *
  * Why this loses little: a worker holding none of the prompt differs from another only by its
  * load. Its ttft estimate (the prefill queued there and the whole prompt at its prefill rate, plus
@@ -64,6 +65,8 @@ interface KvgatePruneOptions {
   tierWeights: TierWeights;
   prefillRate(w: WorkerState): number;
   sessionWorker(sessionKey: string): string | undefined;
+  /** The context tokens of w's batch as the estimate counts them (given with e2eTail: k least are kept too). */
+  contextAt?(w: WorkerState, ctx: RoutingContext): number;
 }
 
 /**
@@ -154,6 +157,7 @@ export class KvgatePruner {
     const least = new Smallest(k);
     const leastWithRoom = room !== undefined ? new Smallest(k) : null;
     const best = new Smallest(k);
+    const leastContext = o.contextAt !== undefined ? new Smallest(k) : null;
     const start = this.cursor++ % n;
     if (this.cursor >= n) this.cursor = 0;
     for (let j = 0; j < n; j++) {
@@ -171,10 +175,12 @@ export class KvgatePruner {
         o.wQueue * lowIsGood(waiting[i]!, r.minWait, r.maxWait) +
         o.wLoad * lowIsGood(running[i]!, r.minRun, r.maxRun);
       best.offer(-score, i);
+      if (leastContext !== null) leastContext.offer(o.contextAt!(w, ctx), i);
     }
     for (const i of least.at) keep[i] = 1;
     for (const i of best.at) keep[i] = 1;
     if (leastWithRoom !== null) for (const i of leastWithRoom.at) keep[i] = 1;
+    if (leastContext !== null) for (const i of leastContext.at) keep[i] = 1;
     const out: WorkerState[] = [];
     for (let i = 0; i < n; i++) if (keep[i] === 1) out.push(ws[i]!);
     if (out.length === n) return ws;

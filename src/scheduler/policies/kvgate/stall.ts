@@ -13,10 +13,16 @@
  * 1) is time they lose. A batch stepping at 10 ms of a 50 ms target keeps four fifths of it as
  * slack, a batch at the target none. The picker does not give up a cache hit for the slack.
  *
- *   prefill stall   = S · msPerToken · uncached / batchHeadroom + N · overlap · k · (P + out/2)
+ *   prefill stall   = (S / batchHeadroom + T) · msPerToken · uncached + N · overlap · k · (P + out/2)
  *   read slack      = (1 − load) · N · overlap · k · (P + out/2)
  *   recompute stall = R · S / batchHeadroom
  *   own decode      = as the estimate computes it
+ *
+ * With e2eTail, T (the tail share) = Σ over the neighbours whose answers are longer than the mean m̄
+ * expected in flight of 1 − m̄ / (n − 1): the share of a stall their E2E, the E2E tail, loses
+ * beyond what an answer of m̄ tokens would (counted in this gateway's in-flight requests, scaled
+ * up to N). Without, T = 0. A prefill of a long prompt then no longer goes where the other long
+ * answers decode because fewer short ones are there to stall.
  *
  * `misses`: a stall costs a TPOT target's worth (tpotWorthMs · tpotTargetMs, the TTFT target) for
  * each neighbour it pushes past the target: answers of n ≥ 2 tokens with
@@ -54,6 +60,8 @@ export interface BatchView {
   tpotLoad: number;
   /** The TPOT a neighbour has left below the target, ms. */
   slackMs: number;
+  /** The mean expected output of the requests in flight (Infinity: e2eTail off). */
+  meanOutput: number;
 }
 
 export interface StallModel {
@@ -70,10 +78,25 @@ export interface StallModel {
 export const linearStall: StallModel = {
   ownDecodeMs: (linearMs) => linearMs,
   prefillStallMs: (b, msPerToken, uncached) =>
-    (b.stallShare * msPerToken * uncached) / b.batchHeadroom + b.batch * b.overlap * b.kPerToken * b.ownCtx,
+    (b.stallShare / b.batchHeadroom + tailShare(b)) * msPerToken * uncached + b.batch * b.overlap * b.kPerToken * b.ownCtx,
   readSlackMs: (b) => (1 - b.tpotLoad) * b.batch * b.overlap * b.kPerToken * b.ownCtx,
   recomputeStallMs: (b, recomputeMs) => (recomputeMs * b.stallShare) / b.batchHeadroom,
 };
+
+/**
+ * Σ over this gateway's requests at the worker expecting more than the mean m̄ of 1 − m̄ / (n − 1),
+ * scaled up to the batch (0 without requests of ours there, or with e2eTail off).
+ */
+function tailShare(b: BatchView): number {
+  if (b.mine === 0) return 0;
+  let share = 0;
+  for (let i = b.outputs.length - 1; i >= 0; i--) {
+    const decodes = b.outputs[i]! - 1;
+    if (decodes <= b.meanOutput) break;
+    share += 1 - b.meanOutput / decodes;
+  }
+  return share * b.scale;
+}
 
 export function missesStall(tpotWorthMs: number, tpotTargetMs: number): StallModel {
   const missMs = tpotWorthMs * tpotTargetMs;

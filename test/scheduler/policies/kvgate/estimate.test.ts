@@ -29,6 +29,7 @@ function producer(
   sessions: Record<string, string> = {},
   decode: { msPer1k: number; batch: Record<string, { contextTokens: number; stallShare: number; outputs?: number[] }> } = { msPer1k: 0, batch: {} },
   stallModel: 'linear' | 'misses' = 'linear',
+  more: Partial<KvgateEstimateOptions> = {},
 ) {
   const matcher = new PrefixMatcher(new PrefixIndex());
   const opts: KvgateEstimateOptions = {
@@ -50,6 +51,7 @@ function producer(
       return b ? { ...b, outputs: b.outputs ?? [] } : { contextTokens: 0, stallShare: 0, outputs: [] };
     },
     sessionWorker: (k) => sessions[k],
+    ...more,
   };
   return { matcher, p: kvgateEstimateProducer(opts) };
 }
@@ -90,6 +92,7 @@ test('per worker: cached share, TTFT from the prefill ahead and uncached at its 
     // batch is taken to be 8 like that one.
     batchContextTokens: 8000,
     decodeMs: 0,
+    tailMs: 0,
     // 80 ms of prefill stall for 8 requests like that one, 8 · 10 · 80 ms, weighed by the headroom
     // their TPOT has left: a bare 7.5 ms step of the 50 ms target (no KV read here) leaves 0.85.
     stallMs: 6400 / (1 - 7.5 / 50),
@@ -304,4 +307,50 @@ test("stallModel 'misses': the request's own TPOT is worth at most one miss, as 
   light.produce(req3, [a], ctx(1));
   const h = 1 - (7.5 + 1.8) / 50;
   assert.ok(Math.abs(kvgateEstimate(req3, a)!.decodeMs - (20 * 1.8) / h) < 1e-6);
+});
+
+test('e2eTail: an answer longer than the mean in flight pays for its own E2E at a crowded worker, a short one its TPOT only', () => {
+  // a decodes four answers of ours, 100, 100, 100 and 1,000 tokens (mean 325), over 100,000 tokens
+  // of context: at 0.06 ms per 1k tokens its steps read 6 ms of KV, headroom 1 − 13.5 / 50 = 0.73.
+  const batch = { a: { contextTokens: 100_000, stallShare: 0, outputs: [100, 100, 100, 1000] } };
+  const [a, b] = decodingWorkers(4);
+  const { p } = producer({}, {}, { msPer1k: 0.06, batch }, 'linear', { meanOutputInFlight: () => 325 });
+  const tpotMs = (20 * 6) / 0.73;
+  // A 1,000-token answer: its 999 − 325 decodes beyond the mean lose 6 ms each, 4,044 ms, of
+  // which its TPOT price is already counted.
+  const long = request(seq(0, 100), { maxTokens: 1000 });
+  p.produce(long, [a, b], ctx(1));
+  const el = kvgateEstimate(long, a)!;
+  assert.ok(Math.abs(el.decodeMs - 674 * 6) < 1e-6, `decode ${el.decodeMs}`);
+  assert.ok(Math.abs(el.tailMs - (674 * 6 - tpotMs)) < 1e-6, `tail ${el.tailMs}`);
+  // b's batch is empty: nothing to read, nothing to lose.
+  assert.equal(kvgateEstimate(long, b)!.tailMs, 0);
+  // A 100-token answer finishes before the mean: its TPOT price only.
+  const short = request(seq(0, 100), { maxTokens: 100 });
+  p.produce(short, [a, b], ctx(1));
+  assert.equal(kvgateEstimate(short, a)!.tailMs, 0);
+  assert.ok(Math.abs(kvgateEstimate(short, a)!.decodeMs - tpotMs) < 1e-6);
+  // Off (the default of the bare producer): the long answer is priced by its TPOT alone.
+  const off = producer({}, {}, { msPer1k: 0.06, batch }).p;
+  const long2 = request(seq(0, 100), { maxTokens: 1000 });
+  off.produce(long2, [a, b], ctx(1));
+  assert.equal(kvgateEstimate(long2, a)!.tailMs, 0);
+  assert.ok(Math.abs(kvgateEstimate(long2, a)!.decodeMs - tpotMs) < 1e-6);
+});
+
+test("e2eTail: a prefill's stall also costs the share of it the longer-than-mean answers' E2E loses", () => {
+  // a decodes answers of 100, 100, 100 and 1,000 tokens (mean 325); no TPOT price (stallShare 0)
+  // and no KV read (k = 0), so what is left is the tail share: 1 − 325 / 999 for the long answer.
+  const batch = { a: { contextTokens: 0, stallShare: 0, outputs: [100, 100, 100, 1000] } };
+  const [a] = decodingWorkers(4);
+  const { p } = producer({}, {}, { msPer1k: 0, batch }, 'linear', { meanOutputInFlight: () => 325 });
+  // 2,000 uncached tokens at 0.1 ms: a 200 ms stall.
+  const req = request(seq(0, 2000));
+  p.produce(req, [a], ctx(1));
+  const share = 1 - 325 / 999;
+  assert.ok(Math.abs(kvgateEstimate(req, a)!.stallMs - share * 200) < 1e-6, `stall ${kvgateEstimate(req, a)!.stallMs}`);
+  const off = producer({}, {}, { msPer1k: 0, batch }).p;
+  const req2 = request(seq(0, 2000));
+  off.produce(req2, [a], ctx(1));
+  assert.equal(kvgateEstimate(req2, a)!.stallMs, 0);
 });

@@ -30,6 +30,8 @@ interface Candidate {
   cached: number;
   ttftMs: number;
   session?: boolean;
+  /** The part of the cost that prices the request's own E2E (estimate.ts tailMs). */
+  tailMs?: number;
 }
 
 /** The candidates as the pipeline would hand them over, with the producer's estimates in state. */
@@ -51,11 +53,12 @@ function setup(cs: Candidate[]): { req: RouteRequest; candidates: ScoredWorker[]
       session: c.session ?? false,
       outputTokens: 16,
       batchContextTokens: 0,
-      decodeMs: 0,
+      decodeMs: c.tailMs ?? 0,
+      tailMs: c.tailMs ?? 0,
       stallMs: 0,
       readSlackMs: 0,
       preemptMs: 0,
-      costMs: c.ttftMs,
+      costMs: c.ttftMs + (c.tailMs ?? 0),
     });
     return { worker: w, score: c.score, parts: {} };
   });
@@ -79,6 +82,14 @@ test('prefix, spill, session or load: which worker and why', () => {
       pick: 'a',
       reason: 'spill',
       hit: 0,
+    },
+    {
+      what: "a long answer's own E2E at the busier best-cached worker is no reason to spill its prefix",
+      // b costs 300 + 400 ms of tailMs: 700 > 350, but less its tailMs 300 ≤ 350
+      cs: [{ id: 'a', score: 1, cached: 0, ttftMs: 100 }, { id: 'b', score: 3, cached: 3000, ttftMs: 300, tailMs: 400 }],
+      pick: 'b',
+      reason: 'prefix',
+      hit: 0.75,
     },
     {
       what: 'a short shared prefix saves little: the same load gap spills it',
