@@ -78,7 +78,7 @@ export interface StallModel {
 export const linearStall: StallModel = {
   ownDecodeMs: (linearMs) => linearMs,
   prefillStallMs: (b, msPerToken, uncached) =>
-    (b.stallShare / b.batchHeadroom + tailShare(b)) * msPerToken * uncached + b.batch * b.overlap * b.kPerToken * b.ownCtx,
+    (b.stallShare * msPerToken * uncached) / b.batchHeadroom + tailShare(b) * msPerToken * uncached + b.batch * b.overlap * b.kPerToken * b.ownCtx,
   readSlackMs: (b) => (1 - b.tpotLoad) * b.batch * b.overlap * b.kPerToken * b.ownCtx,
   recomputeStallMs: (b, recomputeMs) => (recomputeMs * b.stallShare) / b.batchHeadroom,
 };
