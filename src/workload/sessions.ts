@@ -24,7 +24,7 @@
  * missing its SLO).
  */
 import { LeadingPart } from '../kv/leading-part.js';
-import { answerTokens, concatTokens } from './tokens.js';
+import { concatTokens, withAnswer } from './tokens.js';
 import type { BenchRequest } from './types.js';
 
 /** One planned turn of a session. */
@@ -69,7 +69,7 @@ export function sessionStart(s: SessionSpec): BenchRequest {
     if (s.tenant !== undefined) r.tenant = s.tenant;
     if (k + 1 < s.turns.length) {
       const nt = s.turns[k + 1]!;
-      r.next = (doneMs) => turn(k + 1, doneMs + nt.thinkMs, concatTokens([prompt, answerTokens(t.outputSeed, t.maxTokens), nt.user()]), new LeadingPart(prompt, part));
+      r.next = (doneMs) => turn(k + 1, doneMs + nt.thinkMs, withAnswer(prompt, t.outputSeed, t.maxTokens, nt.user()), new LeadingPart(prompt, part));
     }
     return r;
   };

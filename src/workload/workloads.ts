@@ -64,7 +64,7 @@ import { seededRng, type Rng } from '../util/rng.js';
 import { chatApp } from './chat-app.js';
 import { arrivalGapMs, exponential, uniformInt, Zipf } from './random.js';
 import { sessionStart, takeRequests, type TurnSpec } from './sessions.js';
-import { concatTokens, fillStream, mix32 } from './tokens.js';
+import { concatStream, fillStream, mix32 } from './tokens.js';
 import type { BenchRequest, BenchSource } from './types.js';
 
 export interface WorkloadOptions {
@@ -87,8 +87,6 @@ interface WorkloadSpec {
   /** An endless, time-ordered request stream; `burstiness` undefined means the workload's default. */
   generate(rng: Rng, seed: number, rate: number, burstiness: number | undefined): Iterator<BenchRequest>;
 }
-
-const concat = concatTokens;
 
 function stream(seed: number, n: number): Int32Array {
   const out = new Int32Array(n);
@@ -118,11 +116,11 @@ function* sharedPrefix(rng: Rng, seed: number, rate: number, burstiness: number,
     t += arrivalGapMs(rng, rate, burstiness);
     const tenant = pick.sample(rng);
     const outputSeed = mix32(seed ^ 0x7a3c11e9, n);
-    const user = stream(outputSeed ^ 0x1, uniformInt(rng, 100, 200));
     const part = sys.get(tenant);
+    const prompt = concatStream([part.tokens], outputSeed ^ 0x1, uniformInt(rng, 100, 200));
     yield {
       arrivalMs: t,
-      promptTokens: concat([part.tokens, user]),
+      promptTokens: prompt,
       promptPart: part,
       maxTokens: uniformInt(rng, 100, 300),
       outputSeed,
@@ -208,7 +206,7 @@ function* fewshotBursts(seed: number, rate: number, burstiness: number, prefixes
         const outputSeed = mix32(mix32(seed ^ 0x19c3f7e5, i), n++);
         yield {
           arrivalMs: t,
-          promptTokens: concat([shots.get(i).tokens, stream(outputSeed ^ 0x7, uniformInt(rng, 20, 100))]),
+          promptTokens: concatStream([shots.get(i).tokens], outputSeed ^ 0x7, uniformInt(rng, 20, 100)),
           promptPart: shots.get(i),
           maxTokens: uniformInt(rng, 1, 8),
           outputSeed,
@@ -256,7 +254,7 @@ function* rollouts(seed: number, rate: number, burstiness: number, templates = 4
         const samples = Array.from({ length: n }, () => Math.min(4000, 100 + Math.round(exponential(rng, 900))));
         yield {
           arrivalMs: t,
-          promptTokens: concat([instructions.get(tpl).tokens, stream(outputSeed ^ 0x9, uniformInt(rng, 100, 800))]),
+          promptTokens: concatStream([instructions.get(tpl).tokens], outputSeed ^ 0x9, uniformInt(rng, 100, 800)),
           promptPart: instructions.get(tpl),
           maxTokens: Math.max(...samples),
           sampleTokens: samples,
@@ -293,10 +291,10 @@ function* rag(rng: Rng, seed: number, rate: number, burstiness: number, docs = 5
       if (!chosen.includes(d)) chosen.push(d);
     }
     const outputSeed = mix32(seed ^ 0x1f83d9ab, n);
-    const question = stream(outputSeed ^ 0x4, uniformInt(rng, 30, 80));
+    const prompt = concatStream([instruction.tokens, ...chosen.map((d) => pool.get(d))], outputSeed ^ 0x4, uniformInt(rng, 30, 80));
     yield {
       arrivalMs: t,
-      promptTokens: concat([instruction.tokens, ...chosen.map((d) => pool.get(d)), question]),
+      promptTokens: prompt,
       promptPart: instruction,
       maxTokens: uniformInt(rng, 50, 200),
       outputSeed,
@@ -332,8 +330,8 @@ function* lora(rng: Rng, seed: number, rate: number, burstiness: number, adapter
     t += arrivalGapMs(rng, rate, burstiness);
     const a = pick.sample(rng);
     const outputSeed = mix32(seed ^ 0x7e0a11d5, n);
-    const question = stream(outputSeed ^ 0x6, uniformInt(rng, 50, 200));
-    yield { arrivalMs: t, promptTokens: concat([system.get(a).tokens, question]), promptPart: system.get(a), maxTokens: uniformInt(rng, 50, 300), outputSeed, adapter: LORA_WORKLOAD_ADAPTERS[a]! };
+    const prompt = concatStream([system.get(a).tokens], outputSeed ^ 0x6, uniformInt(rng, 50, 200));
+    yield { arrivalMs: t, promptTokens: prompt, promptPart: system.get(a), maxTokens: uniformInt(rng, 50, 300), outputSeed, adapter: LORA_WORKLOAD_ADAPTERS[a]! };
   }
 }
 
