@@ -135,8 +135,12 @@ export function idealHitRate(
     const computed = n + Math.max(0, r.maxTokens - 1);
     const blocks = Math.max(full, Math.floor(computed / bs));
     if (hashes.length < blocks) hashes = new Float64Array(Math.max(blocks, hashes.length * 2));
-    let parent = root;
-    for (let b = 0; b < full; b++) hashes[b] = parent = hashBlock(parent, p, b * bs, bs);
+    // The blocks of the part the prompt begins with are hashed once for every prompt built on it.
+    const known = r.promptPart?.hashes(root, bs);
+    const fromPart = known === undefined ? 0 : Math.min(known.length, full);
+    if (fromPart > 0) hashes.set(fromPart === known!.length ? known! : known!.subarray(0, fromPart));
+    let parent = fromPart > 0 ? hashes[fromPart - 1]! : root;
+    for (let b = fromPart; b < full; b++) hashes[b] = parent = hashBlock(parent, p, b * bs, bs);
     if (blocks > full) {
       const len = (blocks - full) * bs;
       if (tail.length < len) tail = new Int32Array(Math.max(len, tail.length * 2));

@@ -274,6 +274,7 @@ export class Engine implements EngineModel {
     const err = this.check(promptLen, req.maxTokens);
     if (err) throw new Error(err.message);
     const output: number[] = [];
+    const root = this.requestRoot(req);
     const s: Seq = {
       id: req.id,
       prompt: req.prompt,
@@ -294,8 +295,8 @@ export class Engine implements EngineModel {
       status: Status.Waiting,
       blocks: [],
       numComputed: 0,
-      hashes: [],
-      root: this.requestRoot(req),
+      hashes: this.knownHashes(req, root),
+      root,
       numProcessed: 0,
       started: false,
       cachedPromptTokens: 0,
@@ -853,6 +854,18 @@ export class Engine implements EngineModel {
     const numTokens = s.promptLen + s.output.length;
     const left = numTokens - s.numComputed;
     return s.output.length > 0 && left === 1 ? 0 : left;
+  }
+
+  /**
+   * The prompt's first block hashes as far as they are known without hashing it: those of the
+   * part it begins with, computed once for every prompt built on that part.
+   */
+  private knownHashes(req: EngineRequest, root: number): number[] {
+    const hashes: number[] = [];
+    if (!this.caching || req.promptPart === undefined) return hashes;
+    const known = req.promptPart.hashes(root, this.bs);
+    for (let b = 0; b < known.length; b++) hashes.push(known[b]!);
+    return hashes;
   }
 
   /** Content hash of block b of the request's tokens, hashing forward from the last known one. */

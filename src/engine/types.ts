@@ -5,6 +5,7 @@
  */
 
 import type { KvEvent } from '../kv/events.js';
+import type { LeadingPart } from '../kv/leading-part.js';
 import type { BlockKeys } from '../kv/prompt-blocks.js';
 
 /** Why a sequence stopped. 'abort' is reported for requests removed with `abort()`. */
@@ -24,6 +25,8 @@ export interface EngineRequest {
   id: string;
   /** Prompt token ids (the tokenizer's output; already chat-templated for chat requests). */
   prompt: ArrayLike<number>;
+  /** Tokens the prompt begins with, whose block hashes are shared with other prompts built on them. */
+  promptPart?: LeadingPart;
   /** Output tokens to generate at most. */
   maxTokens: number;
   sampler: TokenSampler;

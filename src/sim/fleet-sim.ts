@@ -763,6 +763,7 @@ class FleetSim {
     return {
       id,
       prompt: req.promptTokens,
+      ...(req.promptPart !== undefined ? { promptPart: req.promptPart } : {}),
       maxTokens,
       sampler: (ctx: TokenContext) => answerToken(seed, ctx.output.length),
       ignoreEos: true,

@@ -19,6 +19,7 @@
  * differ by 50× on the same worker. `rate` is the request rate once sessions overlap (session
  * starts × mean turns), as for the other closed-loop workloads.
  */
+import { LeadingPart } from '../kv/leading-part.js';
 import type { Rng } from '../util/rng.js';
 import { arrivalGapMs, exponential, uniformInt, Zipf } from './random.js';
 import { sessionStart, type TurnSpec } from './sessions.js';
@@ -38,11 +39,11 @@ function tokens(seed: number, n: number): Int32Array {
 }
 
 export function* chatApp(rng: Rng, seed: number, rate: number, burstiness: number): Generator<BenchRequest> {
-  const systems = new Map<number, Int32Array>();
-  const system = (a: number): Int32Array => {
+  const systems = new Map<number, LeadingPart>();
+  const system = (a: number): LeadingPart => {
     let s = systems.get(a);
     if (!s) {
-      s = tokens(mix32(seed ^ 0x5c4a11b3, a), 1000 + (mix32(seed ^ 0x3e, a) % 5001));
+      s = new LeadingPart(tokens(mix32(seed ^ 0x5c4a11b3, a), 1000 + (mix32(seed ^ 0x3e, a) % 5001)));
       systems.set(a, s);
     }
     return s;

@@ -23,7 +23,8 @@
  * requests, which capacity comparisons and ideal_hit_rate rely on (a refused turn still counts as
  * missing its SLO).
  */
-import { answerTokens, concatTokens } from './tokens.js';
+import { LeadingPart } from '../kv/leading-part.js';
+import { concatTokens, withAnswer } from './tokens.js';
 import type { BenchRequest } from './types.js';
 
 /** One planned turn of a session. */
@@ -41,8 +42,11 @@ export interface SessionSpec {
   id: string;
   /** Arrival time of the first turn, ms. */
   startMs: number;
-  /** Tokens before the first user message (system prompt, tool specifications). */
-  prefix: ArrayLike<number>;
+  /**
+   * Tokens before the first user message (system prompt, tool specifications); as a LeadingPart
+   * when other sessions share them, so their block hashes are computed once.
+   */
+  prefix: ArrayLike<number> | LeadingPart;
   turns: readonly TurnSpec[];
   tenant?: string;
 }
@@ -50,11 +54,13 @@ export interface SessionSpec {
 /** The first turn of a planned session; each turn produces the next through `next`. */
 export function sessionStart(s: SessionSpec): BenchRequest {
   if (s.turns.length === 0) throw new Error(`session ${s.id} has no turns`);
-  const turn = (k: number, at: number, prompt: Int32Array): BenchRequest => {
+  // Each turn's prompt begins with the last one: `part` (the last prompt, or the session's prefix).
+  const turn = (k: number, at: number, prompt: Int32Array, part: LeadingPart | null): BenchRequest => {
     const t = s.turns[k]!;
     const r: BenchRequest = {
       arrivalMs: at,
       promptTokens: prompt,
+      ...(part !== null ? { promptPart: part } : {}),
       maxTokens: t.maxTokens,
       outputSeed: t.outputSeed,
       session: s.id,
@@ -63,11 +69,12 @@ export function sessionStart(s: SessionSpec): BenchRequest {
     if (s.tenant !== undefined) r.tenant = s.tenant;
     if (k + 1 < s.turns.length) {
       const nt = s.turns[k + 1]!;
-      r.next = (doneMs) => turn(k + 1, doneMs + nt.thinkMs, concatTokens([prompt, answerTokens(t.outputSeed, t.maxTokens), nt.user()]));
+      r.next = (doneMs) => turn(k + 1, doneMs + nt.thinkMs, withAnswer(prompt, t.outputSeed, t.maxTokens, nt.user()), new LeadingPart(prompt, part));
     }
     return r;
   };
-  return turn(0, s.startMs, concatTokens([s.prefix, s.turns[0]!.user()]));
+  const prefix = s.prefix instanceof LeadingPart ? s.prefix : null;
+  return turn(0, s.startMs, concatTokens([prefix !== null ? prefix.tokens : (s.prefix as ArrayLike<number>), s.turns[0]!.user()]), prefix);
 }
 
 /** The same request with at most `turns` requests left in its session (itself included). */

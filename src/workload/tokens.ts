@@ -40,14 +40,17 @@ function streamToken(seed: number, i: number): number {
   return mix32(seed, i) % WORD_IDS;
 }
 
+/** An answer's tokens are the stream named by its outputSeed under this salt. */
+const ANSWER_SALT = 0x5bd1e995;
+
 export function answerToken(seed: number, i: number): number {
-  return streamToken(seed ^ 0x5bd1e995, i);
+  return streamToken(seed ^ ANSWER_SALT, i);
 }
 
 /** The first `n` output tokens of the request whose outputSeed is `seed`. */
 export function answerTokens(seed: number, n: number): Int32Array {
   const out = new Int32Array(n);
-  fillStream(out, 0, seed ^ 0x5bd1e995, n);
+  fillStream(out, 0, seed ^ ANSWER_SALT, n);
   return out;
 }
 
@@ -62,6 +65,33 @@ export function concatTokens(parts: ArrayLike<number>[]): Int32Array {
     else for (let i = 0; i < p.length; i++) out[at + i] = p[i]!;
     at += p.length;
   }
+  return out;
+}
+
+/**
+ * `parts`, then `n` tokens of stream `seed` (a question, a user's message), in one Int32Array: the
+ * stream is written in place rather than built on its own and copied.
+ */
+export function concatStream(parts: readonly Int32Array[], seed: number, n: number): Int32Array {
+  let len = n;
+  for (const p of parts) len += p.length;
+  const out = new Int32Array(len);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  fillStream(out, at, seed, n);
+  return out;
+}
+
+/** A session's next prompt: `prompt`, the first `n` tokens of the answer whose outputSeed is `seed`, then `user`. */
+export function withAnswer(prompt: Int32Array, seed: number, n: number, user: ArrayLike<number>): Int32Array {
+  const out = new Int32Array(prompt.length + n + user.length);
+  out.set(prompt);
+  fillStream(out, prompt.length, seed ^ ANSWER_SALT, n);
+  if (user instanceof Int32Array) out.set(user, prompt.length + n);
+  else for (let i = 0; i < user.length; i++) out[prompt.length + n + i] = user[i]!;
   return out;
 }
 

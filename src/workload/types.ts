@@ -8,12 +8,18 @@
  * content of every turn is fixed by the source (never by the simulation), so every policy sees
  * the same requests; only when they arrive depends on how fast the fleet answers.
  */
+import type { LeadingPart } from '../kv/leading-part.js';
 
 export interface BenchRequest {
   /** Arrival time in ms from the start of the trace (non-decreasing along a source). */
   arrivalMs: number;
   /** Prompt token ids, as the engine will see them (already chat-templated). */
   promptTokens: ArrayLike<number>;
+  /**
+   * Tokens the prompt begins with (a system prompt, a session's previous prompt), shared with
+   * other prompts: their block hashes are computed once for all of them (kv/leading-part.ts).
+   */
+  promptPart?: LeadingPart;
   /** The prompt's text when the source had one; otherwise synthesised from the tokens on demand. */
   promptText?: string;
   /** Output tokens the request generates (the sampler never stops early: ignore_eos). */

@@ -59,11 +59,12 @@
  * have produced at that arrival (a session's first turn is replaced whole: a repeat is a single
  * request). The requests that are not replaced are those of the same workload without repeats.
  */
+import { LeadingPart } from '../kv/leading-part.js';
 import { seededRng, type Rng } from '../util/rng.js';
 import { chatApp } from './chat-app.js';
 import { arrivalGapMs, exponential, uniformInt, Zipf } from './random.js';
 import { sessionStart, takeRequests, type TurnSpec } from './sessions.js';
-import { concatTokens, fillStream, mix32 } from './tokens.js';
+import { concatStream, fillStream, mix32 } from './tokens.js';
 import type { BenchRequest, BenchSource } from './types.js';
 
 export interface WorkloadOptions {
@@ -87,8 +88,6 @@ interface WorkloadSpec {
   generate(rng: Rng, seed: number, rate: number, burstiness: number | undefined): Iterator<BenchRequest>;
 }
 
-const concat = concatTokens;
-
 function stream(seed: number, n: number): Int32Array {
   const out = new Int32Array(n);
   fillStream(out, 0, seed, n);
@@ -96,10 +95,10 @@ function stream(seed: number, n: number): Int32Array {
 }
 
 /** Lazily built, memoised token blocks (system prompts, documents) keyed by index. */
-class Pool {
-  private readonly items = new Map<number, Int32Array>();
-  constructor(private readonly make: (i: number) => Int32Array) {}
-  get(i: number): Int32Array {
+class Pool<T = Int32Array> {
+  private readonly items = new Map<number, T>();
+  constructor(private readonly make: (i: number) => T) {}
+  get(i: number): T {
     let v = this.items.get(i);
     if (!v) {
       v = this.make(i);
@@ -110,17 +109,19 @@ class Pool {
 }
 
 function* sharedPrefix(rng: Rng, seed: number, rate: number, burstiness: number, tenants = 512): Generator<BenchRequest> {
-  const sys = new Pool((t) => stream(mix32(seed ^ 0x51ed270b, t), 1500 + (mix32(seed, t) % 1001)));
+  const sys = new Pool((t) => new LeadingPart(stream(mix32(seed ^ 0x51ed270b, t), 1500 + (mix32(seed, t) % 1001))));
   const pick = new Zipf(tenants, 0.6);
   let t = 0;
   for (let n = 0; ; n++) {
     t += arrivalGapMs(rng, rate, burstiness);
     const tenant = pick.sample(rng);
     const outputSeed = mix32(seed ^ 0x7a3c11e9, n);
-    const user = stream(outputSeed ^ 0x1, uniformInt(rng, 100, 200));
+    const part = sys.get(tenant);
+    const prompt = concatStream([part.tokens], outputSeed ^ 0x1, uniformInt(rng, 100, 200));
     yield {
       arrivalMs: t,
-      promptTokens: concat([sys.get(tenant), user]),
+      promptTokens: prompt,
+      promptPart: part,
       maxTokens: uniformInt(rng, 100, 300),
       outputSeed,
       tenant: `tenant-${tenant}`,
@@ -130,7 +131,7 @@ function* sharedPrefix(rng: Rng, seed: number, rate: number, burstiness: number,
 
 function* multiTurn(rng: Rng, seed: number, rate: number, burstiness: number): Generator<BenchRequest> {
   const meanTurns = 5; // turns are uniform on 2..8
-  const system = stream(mix32(seed ^ 0x2f1b5c3d, 0), 300);
+  const system = new LeadingPart(stream(mix32(seed ^ 0x2f1b5c3d, 0), 300));
   let t = 0;
   for (let c = 0; ; c++) {
     t += arrivalGapMs(rng, rate / meanTurns, burstiness);
@@ -158,7 +159,7 @@ function* multiTurn(rng: Rng, seed: number, rate: number, burstiness: number): G
  * mean 2.5 s) — closed loop, so a slow answer delays the rest of the session.
  */
 function* agentic(rng: Rng, seed: number, rate: number, burstiness: number, tools = 6): Generator<BenchRequest> {
-  const specs = new Pool((i) => stream(mix32(seed ^ 0x3a9e1c55, i), 2000 + (mix32(seed ^ 0x7d2b, i) % 2001)));
+  const specs = new Pool((i) => new LeadingPart(stream(mix32(seed ^ 0x3a9e1c55, i), 2000 + (mix32(seed ^ 0x7d2b, i) % 2001))));
   const meanTurns = 10; // uniform on 4..16
   let t = 0;
   for (let c = 0; ; c++) {
@@ -191,7 +192,7 @@ function* fewshotBursts(seed: number, rate: number, burstiness: number, prefixes
   const docShare = 0.2;
   const onMs = 3000;
   const offMs = 15000;
-  const shots = new Pool((i) => stream(mix32(seed ^ 0x0f5e7a21, i), 5000 + (mix32(seed ^ 0x2d, i) % 2001)));
+  const shots = new Pool((i) => new LeadingPart(stream(mix32(seed ^ 0x0f5e7a21, i), 5000 + (mix32(seed ^ 0x2d, i) % 2001))));
   // Mean rate of one prefix's queries while its burst is on.
   const onRate = (((1 - docShare) * rate) / prefixes) * ((onMs + offMs) / onMs);
   function* queries(i: number): Generator<BenchRequest> {
@@ -205,7 +206,8 @@ function* fewshotBursts(seed: number, rate: number, burstiness: number, prefixes
         const outputSeed = mix32(mix32(seed ^ 0x19c3f7e5, i), n++);
         yield {
           arrivalMs: t,
-          promptTokens: concat([shots.get(i), stream(outputSeed ^ 0x7, uniformInt(rng, 20, 100))]),
+          promptTokens: concatStream([shots.get(i).tokens], outputSeed ^ 0x7, uniformInt(rng, 20, 100)),
+          promptPart: shots.get(i),
           maxTokens: uniformInt(rng, 1, 8),
           outputSeed,
           tenant: `fewshot-${i}`,
@@ -238,7 +240,7 @@ function* fewshotBursts(seed: number, rate: number, burstiness: number, prefixes
  * 16 answers as one sequence piles a wave's large requests onto few workers.
  */
 function* rollouts(seed: number, rate: number, burstiness: number, templates = 4, wave = 32): Generator<BenchRequest> {
-  const instructions = new Pool((i) => stream(mix32(seed ^ 0x2b7e1516, i), 400 + (mix32(seed ^ 0x28ae, i) % 401)));
+  const instructions = new Pool((i) => new LeadingPart(stream(mix32(seed ^ 0x2b7e1516, i), 400 + (mix32(seed ^ 0x28ae, i) % 401))));
   const NS = [4, 8, 16];
   function* trainer(): Generator<BenchRequest> {
     const rng = seededRng(mix32(seed ^ 0x7e3779b9, 1));
@@ -252,7 +254,8 @@ function* rollouts(seed: number, rate: number, burstiness: number, templates = 4
         const samples = Array.from({ length: n }, () => Math.min(4000, 100 + Math.round(exponential(rng, 900))));
         yield {
           arrivalMs: t,
-          promptTokens: concat([instructions.get(tpl), stream(outputSeed ^ 0x9, uniformInt(rng, 100, 800))]),
+          promptTokens: concatStream([instructions.get(tpl).tokens], outputSeed ^ 0x9, uniformInt(rng, 100, 800)),
+          promptPart: instructions.get(tpl),
           maxTokens: Math.max(...samples),
           sampleTokens: samples,
           declaredMaxTokens: 4096,
@@ -275,7 +278,7 @@ function* rollouts(seed: number, rate: number, burstiness: number, templates = 4
 }
 
 function* rag(rng: Rng, seed: number, rate: number, burstiness: number, docs = 500): Generator<BenchRequest> {
-  const instruction = stream(mix32(seed ^ 0x0d3a7f21, 0), 150);
+  const instruction = new LeadingPart(stream(mix32(seed ^ 0x0d3a7f21, 0), 150));
   const pool = new Pool((d) => stream(mix32(seed ^ 0x4c1b9e07, d), 1000 + (mix32(seed ^ 0x99, d) % 2001)));
   const pick = new Zipf(docs, 1.0);
   let t = 0;
@@ -288,10 +291,11 @@ function* rag(rng: Rng, seed: number, rate: number, burstiness: number, docs = 5
       if (!chosen.includes(d)) chosen.push(d);
     }
     const outputSeed = mix32(seed ^ 0x1f83d9ab, n);
-    const question = stream(outputSeed ^ 0x4, uniformInt(rng, 30, 80));
+    const prompt = concatStream([instruction.tokens, ...chosen.map((d) => pool.get(d))], outputSeed ^ 0x4, uniformInt(rng, 30, 80));
     yield {
       arrivalMs: t,
-      promptTokens: concat([instruction, ...chosen.map((d) => pool.get(d)), question]),
+      promptTokens: prompt,
+      promptPart: instruction,
       maxTokens: uniformInt(rng, 50, 200),
       outputSeed,
     };
@@ -319,15 +323,15 @@ function* bursty(rng: Rng, seed: number, rate: number, burstiness: number): Gene
 export const LORA_WORKLOAD_ADAPTERS: readonly string[] = Array.from({ length: 16 }, (_, a) => `lora-${a}`);
 
 function* lora(rng: Rng, seed: number, rate: number, burstiness: number, adapters = LORA_WORKLOAD_ADAPTERS.length): Generator<BenchRequest> {
-  const system = new Pool((a) => stream(mix32(seed ^ 0x10a4d1c3, a), 500 + (mix32(seed ^ 0x2f, a) % 1001)));
+  const system = new Pool((a) => new LeadingPart(stream(mix32(seed ^ 0x10a4d1c3, a), 500 + (mix32(seed ^ 0x2f, a) % 1001))));
   const pick = new Zipf(adapters, 1.0);
   let t = 0;
   for (let n = 0; ; n++) {
     t += arrivalGapMs(rng, rate, burstiness);
     const a = pick.sample(rng);
     const outputSeed = mix32(seed ^ 0x7e0a11d5, n);
-    const question = stream(outputSeed ^ 0x6, uniformInt(rng, 50, 200));
-    yield { arrivalMs: t, promptTokens: concat([system.get(a), question]), maxTokens: uniformInt(rng, 50, 300), outputSeed, adapter: LORA_WORKLOAD_ADAPTERS[a]! };
+    const prompt = concatStream([system.get(a).tokens], outputSeed ^ 0x6, uniformInt(rng, 50, 200));
+    yield { arrivalMs: t, promptTokens: prompt, promptPart: system.get(a), maxTokens: uniformInt(rng, 50, 300), outputSeed, adapter: LORA_WORKLOAD_ADAPTERS[a]! };
   }
 }
 
@@ -438,6 +442,7 @@ function* withRepeats(src: Iterator<BenchRequest>, fraction: number, seed: numbe
     if (recent.length > 0 && rng() < fraction) {
       const e = recent[Math.floor(rng() * recent.length)]!;
       const rep: BenchRequest = { arrivalMs: r.arrivalMs, promptTokens: e.promptTokens, maxTokens: e.maxTokens, outputSeed: e.outputSeed };
+      if (e.promptPart !== undefined) rep.promptPart = e.promptPart;
       if (e.promptText !== undefined) rep.promptText = e.promptText;
       if (e.tenant !== undefined) rep.tenant = e.tenant;
       if (e.priority !== undefined) rep.priority = e.priority;

@@ -1,0 +1,58 @@
+/**
+ * Tokens that prompts begin with, and their block hashes computed once for all those prompts.
+ *
+ * A prompt built by concatenating parts (a system prompt and a question, a session's previous
+ * prompt, its answer and the next message) begins with its first part, and a chained block hash
+ * depends only on the tokens up to its block's end: the prompt's first ⌊part / block⌋ block
+ * hashes are the part's own. A workload hands the part with the prompt (BenchRequest.promptPart)
+ * and whoever hashes the prompt (the engine model, the ideal-hit pass) takes those from it.
+ */
+import { hashBlock } from './block-hash.js';
+
+/** A part's block hashes on one chain. */
+interface PartHashes {
+  root: number;
+  blockSize: number;
+  hashes: Float64Array;
+}
+
+export class LeadingPart {
+  /** One entry per chain the hashes were asked for (a handful at most: engines' roots, adapters). */
+  private kept: PartHashes[] | null = null;
+
+  /**
+   * `tokens` must not change afterwards. `base`: the part these tokens themselves begin with (a
+   * session's prompt grows from the last one), whose hashes are reused in turn.
+   */
+  constructor(
+    readonly tokens: Int32Array,
+    private base: LeadingPart | null = null,
+  ) {}
+
+  /**
+   * The hash of every full block of the tokens, chained from `root`: computed on the first ask
+   * for a chain and kept. The array is shared by every prompt built on this part: read it only.
+   */
+  hashes(root: number, blockSize: number): Float64Array {
+    if (this.kept !== null) for (const e of this.kept) if (e.root === root && e.blockSize === blockSize) return e.hashes;
+    const tokens = this.tokens;
+    const n = Math.floor(tokens.length / blockSize);
+    const hashes = new Float64Array(n);
+    let b = 0;
+    let parent = root;
+    if (this.base !== null) {
+      const known = this.base.hashes(root, blockSize);
+      b = Math.min(known.length, n);
+      if (b > 0) {
+        hashes.set(b === known.length ? known : known.subarray(0, b));
+        parent = hashes[b - 1]!;
+      }
+    }
+    for (; b < n; b++) hashes[b] = parent = hashBlock(parent, tokens, b * blockSize, blockSize);
+    // These hashes now stand in for the base's: dropping it keeps a session's prompts from
+    // holding every earlier prompt alive (another chain, if one is ever asked for, hashes it whole).
+    this.base = null;
+    (this.kept ??= []).push({ root, blockSize, hashes });
+    return hashes;
+  }
+}
