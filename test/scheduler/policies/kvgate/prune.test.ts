@@ -40,6 +40,27 @@ test('pruned: the prefix holders, the session worker and the k least loaded are 
   assert.equal(priced(small, request(prompt), ws).length, 10);
 });
 
+test('pruned, with e2eTail: the workers whose batches hold the least context are priced too', () => {
+  // w0..w9, each busier by its last report than the last, w9 by far and nearly full; each of
+  // w0..w8 decodes a 4,000-token prompt of ours, w9 nothing of ours: the least context.
+  const setup = (e2eTail: boolean): { p: KvgatePolicy; ws: WorkerState[] } => {
+    const p = createPolicy('kvgate', { leastLoadedCandidates: 2, e2eTail }) as KvgatePolicy;
+    const load = (i: number) => (i === 9 ? { running: 60, waiting: 40, kvUsage: 0.9 } : { running: 2 * i, waiting: i });
+    const ws = Array.from({ length: 10 }, (_, i) => worker(`w${i}`, { snapshot: load(i) }));
+    const { router: r } = router(p);
+    for (let i = 0; i < 9; i++) {
+      const rq = request(seq(10_000 * (i + 1), 4000), { maxTokens: 500 });
+      assert.ok(r.route(rq, [ws[i]!]).ok);
+      r.firstToken(rq.id);
+    }
+    return { p, ws };
+  };
+  const on = setup(true);
+  assert.ok(priced(on.p, request(seq(0, 64), { maxTokens: 1000 }), on.ws).some((w) => w.id === 'w9'));
+  const off = setup(false);
+  assert.ok(!priced(off.p, request(seq(0, 64), { maxTokens: 1000 }), off.ws).some((w) => w.id === 'w9'));
+});
+
 test('pruned: ties in load rotate, so an idle fleet is not routed to its first k workers only', () => {
   const p = createPolicy('kvgate', { leastLoadedCandidates: 2 }) as KvgatePolicy;
   const ws = Array.from({ length: 12 }, (_, i) => worker(`w${i}`));
