@@ -90,8 +90,7 @@ export function withAnswer(prompt: Int32Array, seed: number, n: number, user: Ar
   const out = new Int32Array(prompt.length + n + user.length);
   out.set(prompt);
   fillStream(out, prompt.length, seed ^ ANSWER_SALT, n);
-  if (user instanceof Int32Array) out.set(user, prompt.length + n);
-  else for (let i = 0; i < user.length; i++) out[prompt.length + n + i] = user[i]!;
+  out.set(user, prompt.length + n);
   return out;
 }
 
