@@ -10,11 +10,15 @@
  * workload that table does not have is measured first (`kvgate bench --capacity --policy kvgate`,
  * at this run's seed). The rate given is `--rate`: for the closed-loop workloads that is the rate
  * once sessions overlap, and a finite run offers less (the table gives the offered rate too).
+ *
+ * A trace (`--trace FILE`, any format `kvgate bench --trace` reads) is a row of its own: kvgate's
+ * capacity on it is measured first (the highest `--rate-scale` meeting the SLO), and each load is
+ * that scale times the fraction.
  */
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { describeWorkloads } from '../src/workload/workloads.js';
@@ -41,9 +45,17 @@ kvgate's capacity comes from the capacity headline table of --capacity-doc (its 
 the 8-worker run); a workload not in it is measured first with kvgate bench --capacity --policy
 kvgate at this seed (--capacity-size requests, 30 s probes).
 
+A trace given with --trace is a row of its own, named by its file: kvgate's capacity on it (the
+highest --rate-scale meeting the SLO) is measured first at this seed, and each load replays the
+whole trace at that scale times the fraction. With --trace and no --only, only the traces run.
+
 Options:
   --seed N            seed of the workloads (default 1)
   --only LIST         workloads to run (default: all)
+  --trace FILE        also a trace (repeatable; e.g. one written by npm run bench --
+                      product-mix-trace)
+  --set K=V           a kvgate knob for kvgate's runs (repeatable; e.g. kvgate.e2eTail=true); the
+                      loads stay fractions of the default kvgate's capacity
   --fractions LIST    loads as fractions of kvgate's capacity (default 0.25,0.5)
   --size N            requests per run (default 6000: a p99 is then the 60th worst figure, and
                       the closed-loop workloads' sessions overlap long enough to reach the rate)
@@ -80,6 +92,14 @@ const METRICS: ReadonlyArray<[string, (p: Latencies) => number]> = [
 
 const f = (x: number, d = 0): string => (Number.isFinite(x) ? x.toFixed(d) : '—');
 
+/** What a row replays: a built-in workload, or a trace file. */
+type Source = { kind: 'workload'; name: string } | { kind: 'trace'; name: string; file: string };
+
+/** `kvgate bench` arguments that select a source's requests at a load. */
+function sourceArgs(src: Source, size: string): string[] {
+  return src.kind === 'workload' ? ['--workload', src.name, '--size', size] : ['--trace', src.file];
+}
+
 /** kvgate's capacity in req/s per scenario, from the 8-worker capacity headline table of `file`. */
 function capacitiesFromDoc(markdown: string): Map<string, number> {
   const lines = markdown.split('\n');
@@ -107,15 +127,16 @@ function bench(args: string[], dir: string, tag: string): RunJson {
   return JSON.parse(readFileSync(out, 'utf8')) as RunJson;
 }
 
-/** kvgate's capacity at SLO on `workload`, req/s, measured (kvgate only). */
-function measureCapacity(workload: string, seed: string, size: string, dir: string): number {
-  process.stderr.write(`${workload}: kvgate's capacity (not in the capacity table)...\n`);
-  const res = bench(['--workload', workload, '--size', size, '--seed', seed, '--policy', 'kvgate', '--capacity', '--capacity-seconds', '30'], dir, `${workload}-capacity`) as unknown as {
-    policies: Array<{ capacity: { requests_per_s: number | null } }>;
+/** kvgate's capacity at SLO on a source: req/s, and the rate scale it was found at. */
+function measureCapacity(src: Source, seed: string, size: string, dir: string): { rps: number; scale: number } {
+  process.stderr.write(`${src.name}: kvgate's capacity${src.kind === 'workload' ? ' (not in the capacity table)' : ''}...\n`);
+  const args = [...sourceArgs(src, size), '--seed', seed, '--policy', 'kvgate', '--capacity', '--capacity-seconds', '30'];
+  const res = bench(args, dir, `${src.name}-capacity`) as unknown as {
+    policies: Array<{ capacity: { requests_per_s: number | null; rate_scale: number | null } }>;
   };
-  const rps = res.policies[0]?.capacity.requests_per_s;
-  if (rps == null) throw new Error(`${workload}: kvgate's capacity search found no rate meeting the SLO`);
-  return rps;
+  const cap = res.policies[0]?.capacity;
+  if (cap?.requests_per_s == null || cap.rate_scale == null) throw new Error(`${src.name}: kvgate's capacity search found no rate meeting the SLO`);
+  return { rps: cap.requests_per_s, scale: cap.rate_scale };
 }
 
 interface Row {
@@ -163,6 +184,8 @@ function main(): number {
     options: {
       seed: { type: 'string', default: '1' },
       only: { type: 'string' },
+      trace: { type: 'string', multiple: true },
+      set: { type: 'string', multiple: true },
       fractions: { type: 'string', default: '0.25,0.5' },
       size: { type: 'string', default: '6000' },
       skip: { type: 'string' },
@@ -187,40 +210,55 @@ function main(): number {
   const fractions = values.fractions.split(',').map(Number);
   if (fractions.some((x) => !(x > 0 && x <= 1))) return fail(`--fractions must be fractions in (0, 1], got ${JSON.stringify(values.fractions)}`);
   const known = describeWorkloads().map((w) => w.name);
-  const workloads = values.only ? values.only.split(',') : known;
+  const traces = values.trace ?? [];
+  const workloads = values.only ? values.only.split(',') : traces.length > 0 ? [] : known;
   const unknown = workloads.filter((w) => !known.includes(w));
   if (unknown.length > 0) return fail(`unknown workload(s) ${unknown.join(', ')} (known: ${known.join(', ')})`);
+  const missing = traces.filter((t) => !existsSync(t));
+  if (missing.length > 0) return fail(`--trace: no such file ${missing.join(', ')}`);
+  const badSet = (values.set ?? []).filter((kv) => !/^kvgate\.[A-Za-z]+=\S+$/.test(kv));
+  if (badSet.length > 0) return fail(`--set takes kvgate.KNOB=VALUE, got ${badSet.join(', ')}`);
+  const set = (values.set ?? []).flatMap((kv) => ['--set', kv]);
+  const sources: Source[] = [
+    ...workloads.map((name): Source => ({ kind: 'workload', name })),
+    ...traces.map((file): Source => ({ kind: 'trace', name: basename(file).replace(/\.[^.]*$/, ''), file })),
+  ];
   const skip = new Set(values.skip ? values.skip.split(',') : []);
   const strange = [...skip].filter((p) => !PEERS.includes(p));
   if (strange.length > 0) return fail(`--skip names no peer: ${strange.join(', ')} (peers: ${PEERS.join(', ')})`);
   const peers = PEERS.filter((p) => !skip.has(p));
   if (peers.length === 0) return fail('--skip leaves no peer to compare with');
-  const capacities = capacitiesFromDoc(readFileSync(values['capacity-doc'], 'utf8'));
+  if (workloads.length > 0 && !existsSync(values['capacity-doc'])) return fail(`--capacity-doc: no such file ${values['capacity-doc']}`);
+  const capacities = workloads.length > 0 ? capacitiesFromDoc(readFileSync(values['capacity-doc'], 'utf8')) : new Map<string, number>();
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-light-load-'));
   const rows: Row[] = [];
-  const sources: string[] = [];
+  const capacitySources: string[] = [];
   try {
-    for (const w of workloads) {
-      const doc = capacities.get(w);
-      const capacity = doc ?? measureCapacity(w, values.seed, values['capacity-size'], dir);
-      sources.push(`${w} ${f(capacity, 1)}${doc === undefined ? ' (measured)' : ''}`);
+    for (const src of sources) {
+      const doc = src.kind === 'workload' ? capacities.get(src.name) : undefined;
+      // A built-in workload's rate is --rate (its default rate scaled); a trace's is --rate-scale.
+      const cap = doc !== undefined ? { rps: doc, scale: NaN } : measureCapacity(src, values.seed, values['capacity-size'], dir);
+      capacitySources.push(`${src.name} ${f(cap.rps, 1)}${doc === undefined ? ' (measured)' : ''}`);
       for (const fraction of fractions) {
-        const rate = Math.round(capacity * fraction * 100) / 100;
-        process.stderr.write(`${w}, ${fraction} × ${f(capacity, 1)} req/s...\n`);
-        const res = bench(['--workload', w, '--size', values.size, '--seed', values.seed, '--rate', String(rate), '--policy', ['kvgate', ...peers].join(',')], dir, `${w}-${fraction}`);
-        rows.push(compare(w, fraction, rate, res, peers));
+        const rate = Math.round(cap.rps * fraction * 100) / 100;
+        const load = src.kind === 'workload' ? ['--rate', String(rate)] : ['--rate-scale', String(Math.round(cap.scale * fraction * 1e4) / 1e4)];
+        process.stderr.write(`${src.name}, ${fraction} × ${f(cap.rps, 1)} req/s...\n`);
+        const res = bench([...sourceArgs(src, values.size), ...load, '--seed', values.seed, '--policy', ['kvgate', ...peers].join(','), ...set], dir, `${src.name}-${fraction}`);
+        rows.push(compare(src.name, fraction, rate, res, peers));
       }
     }
+  } catch (e) {
+    return fail((e as Error).message);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
   const table = tableOf(rows);
   const missed = rows.flatMap((r) => r.ratios.filter((x) => x.ratio > TOLERANCE).map((x) => `${r.workload} ${r.fraction} ${x.metric}`));
   process.stdout.write(
-    `\nkvgate ÷ the best peer (${peers.join(', ')}) at light load, ${WORKERS} H100 workers, seed ${values.seed}, ${values.size} requests;` +
-      ` kvgate's capacity req/s: ${sources.join(', ')}\n\n${table}\n\n${missed.length === 0 ? 'All MET' : `MISSED (${missed.length}): ${missed.join('; ')}`}\n`,
+    `\nkvgate ÷ the best peer (${peers.join(', ')}) at light load, ${WORKERS} H100 workers, seed ${values.seed}, ${[workloads.length > 0 ? `${values.size} requests a workload` : '', traces.length > 0 ? 'every trace whole' : ''].filter(Boolean).join(', ')};` +
+      ` kvgate's capacity req/s: ${capacitySources.join(', ')}\n\n${table}\n\n${missed.length === 0 ? 'All MET' : `MISSED (${missed.length}): ${missed.join('; ')}`}\n`,
   );
-  if (values.json) writeFileSync(values.json, JSON.stringify({ seed: Number(values.seed), size: Number(values.size), peers, capacities: sources, rows }, null, 2));
+  if (values.json) writeFileSync(values.json, JSON.stringify({ seed: Number(values.seed), size: Number(values.size), peers, capacities: capacitySources, rows }, null, 2));
   return writeGeneratedTables(values['write-docs'] ?? [], ['npm run bench -- light-load', ...process.argv.slice(2)].join(' '), { 'light-load': table }, 'bench light-load');
 }
 
