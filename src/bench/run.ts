@@ -28,6 +28,7 @@ import type { AdmissionSettings } from '../admission/controller.js';
 import { peerAdmission, type PeerAdmissionName } from '../sim/peer-admission.js';
 import type { SimDisaggOptions } from '../sim/disagg-sim.js';
 import { summarizeDisagg, type DisaggRunSummary } from './disagg-summary.js';
+import { recordsPath, writeRecords } from './records.js';
 
 /** $/GPU-hour defaults: the GPU profiles' prices (src/engine/profiles.ts, with their sources). */
 export const GPU_HOUR_COST: Record<string, number> = Object.fromEntries(listGpus().map((g) => [g.name, g.hourlyUsd]));
@@ -81,6 +82,8 @@ export interface BenchOptions {
   overheadMs?: number;
   kvSampleMs?: number;
   omitWallTime?: boolean;
+  /** Write each policy's completed requests as CSV (records.ts); perPolicy: one file each, named by policy. */
+  records?: { file: string; perPolicy: boolean };
   /** Options per policy name (as in the config's `policy.options`); policies not named take their defaults. */
   policyOptions?: Readonly<Record<string, PolicyOptions>>;
   /**
@@ -736,6 +739,7 @@ interface PolicyRunContext extends RunContext {
 async function runPolicy(run: PolicyRunContext, name: string): Promise<{ result: PolicyResult; curves: RunCurves; offered: number }> {
   const { o, rateScale, summaryOpts, cap, tp } = run;
   const sim = await runFleet(run, name, { rateScale });
+  if (o.records) writeRecords(recordsPath(o.records.file, name, o.records.perPolicy), sim);
   const summary = summarize(sim, summaryOpts);
   o.onPolicyDone?.(summary);
   let capacity: CapacityResult | null = null;

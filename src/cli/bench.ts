@@ -2,7 +2,8 @@
  * `kvgate bench`: replay a trace or a built-in workload against a simulated fleet, once per
  * policy, and compare them.
  */
-import { openSync, readSync, closeSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { availableParallelism } from 'node:os';
 import { parseArgs } from 'node:util';
 import { listGpus, listModels, resolveGpu, resolveModel } from '../engine/profiles.js';
@@ -277,6 +278,10 @@ Prefill/decode disaggregation (docs/disaggregation.md):
 Output:
   --json FILE             write the results as JSON
   --report FILE.html      write a self-contained HTML report (charts as inline SVG)
+  --records FILE          write every completed request of each policy's run as a CSV row
+                          (arrival_ms, prompt_tokens, cached_tokens, output_tokens, ttft_ms,
+                          tpot_ms, e2e_ms, worker, source); with several policies, one file each,
+                          the policy's name before the extension (records-kvgate.csv)
   --omit-wall-time        leave sim_wall_ms out of the JSON (same seed → byte-identical file)
   --progress              draw a progress bar on stderr even when it is not a terminal
   --quiet                 print nothing but errors
@@ -357,6 +362,7 @@ const OPTIONS = {
   'target-engine': { type: 'string' },
   'spec-tpot-budget': { type: 'string' },
   json: { type: 'string' },
+  records: { type: 'string' },
   report: { type: 'string' },
   'omit-wall-time': { type: 'boolean' },
   progress: { type: 'boolean' },
@@ -367,6 +373,13 @@ const OPTIONS = {
 } as const;
 
 export class UsageError extends Error {}
+
+/** --records FILE, refused before the run when its folder is not there (the run may take minutes). */
+function recordsFile(file: string): string {
+  const dir = dirname(resolve(file));
+  if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new UsageError(`--records ${file}: no folder ${dir} to write it in`);
+  return file;
+}
 
 const SPEC_FLAGS = ['spec-acceptance', 'spec-acceptance-shift', 'spec-acceptance-by-tenant', 'draft-model', 'draft-quant', 'draft-gpu', 'draft-workers', 'spec-verify-cache', 'target-engine', 'spec-tpot-budget'] as const;
 
@@ -771,6 +784,7 @@ export function benchFromFlags(v: BenchFlags): { opts: BenchOptions; source: Ben
     capacity,
     gpuHourCost: numFlag(v['gpu-hour-cost'], 'gpu-hour-cost'),
     omitWallTime: v['omit-wall-time'] === true,
+    ...(v.records !== undefined ? { records: { file: recordsFile(v.records), perPolicy: policies.length > 1 } } : {}),
     policyOptions,
     kvAdmission,
     ...(peer ? { peerAdmission: peer } : {}),
