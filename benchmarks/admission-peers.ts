@@ -3,8 +3,9 @@
  * same burst. Each run is `kvgate bench` on 8 h100 workers (kvgate routing) over the rag workload
  * retimed into a burst — a base rate, then a burst several times the fleet's capacity, then the
  * base rate again — with a priority mix, once per admission: off (every request routed), on
- * (kvgate's KV-pressure admission) and llm-d (its flow control and probabilistic admitter,
- * src/sim/peer-admission.ts). Every run scrapes every 50 ms (llm-d's EPP refresh interval), so both
+ * (kvgate's KV-pressure admission), llm-d (its flow control and probabilistic admitter,
+ * src/sim/peer-admission.ts) and llm-d-admitter (llm-d's sample configuration of the admitter,
+ * the detector neutered). Every run scrapes every 50 ms (llm-d's EPP refresh interval), so both
  * admissions read the same metrics. Prints per seed and admission: critical TTFT p99 and goodput,
  * sheddable goodput, and the requests shed per class.
  *
@@ -18,7 +19,7 @@ import type { BenchRequest, BenchSource } from '../src/workload/types.js';
 import { workloadSource } from '../src/workload/workloads.js';
 import { writeGeneratedTables } from './doc-tables.js';
 
-const ADMISSIONS = ['off', 'on', 'llm-d'] as const;
+const ADMISSIONS = ['off', 'on', 'llm-d', 'llm-d-admitter'] as const;
 const MIX = 'critical=0.2,standard=0.3,sheddable=0.5';
 const SLO = ['--slo-ttft', '1000', '--slo-ttft-per-1k', '100', '--slo-tpot', '50'];
 
@@ -33,6 +34,8 @@ retimed into a burst: --base-rate req/s for --before-s seconds, --burst-rate for
   llm-d   llm-d's flow control: priority bands dispatched while its utilization detector reads
           the pool below saturation, 60 s queue TTL, and its probabilistic admitter shedding
           sheddable requests (src/sim/peer-admission.ts)
+  llm-d-admitter  llm-d's sample admitter configuration: the detector's thresholds out of
+          reach, so the probabilistic admitter alone sheds
 and prints critical TTFT p99 and goodput (share of the class's offered requests meeting the SLO),
 standard and sheddable goodput, and the requests shed per class.
 

@@ -137,7 +137,7 @@ Response cache:
   --cache-max-bytes N     the in-memory store's bound (default 268435456)
 
 Admission control:
-  --admission on|off|llm-d
+  --admission on|off|llm-d|llm-d-admitter
                           on: run the gateway's KV-pressure admission (src/admission/) in the
                           simulation, on its virtual clock: per request admit, queue or shed from
                           the fleet's estimated KV usage and the request's class (default off:
@@ -148,6 +148,10 @@ Admission control:
                           below 1, shed after 60 s; a dispatched sheddable request is then
                           refused with probability min(S^5·300, 1); scrapes every 50 ms unless
                           --scrape-interval says otherwise, as llm-d's EPP refreshes metrics.
+                          llm-d-admitter: llm-d's sample admitter configuration, the same with
+                          the detector's thresholds out of reach (waiting 999999999, KV 1.0): the
+                          probabilistic admitter alone sheds, flow control holds requests only
+                          while every worker's KV is full.
                           Any value adds by_priority to the JSON and a line per policy and class
                           to the table
   --priority-mix MIX      give each request a class drawn from MIX, e.g.
@@ -776,7 +780,7 @@ export function benchFromFlags(v: BenchFlags): { opts: BenchOptions; source: Ben
     rateScale: numFlag(v['rate-scale'], 'rate-scale', { positive: true }) ?? 1,
     limit,
     // llm-d's saturation detector counts a scrape older than 200 ms as saturated: its EPP refreshes every 50 ms.
-    scrapeIntervalMs: numFlag(v['scrape-interval'], 'scrape-interval', { positive: true }) ?? (peer === 'llm-d' ? 50 : undefined),
+    scrapeIntervalMs: numFlag(v['scrape-interval'], 'scrape-interval', { positive: true }) ?? (peer !== undefined ? 50 : undefined),
     overheadMs: numFlag(v['overhead-ms'], 'overhead-ms'),
     sloTtftMs,
     sloTtftPer1kMs,

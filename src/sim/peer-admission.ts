@@ -246,8 +246,21 @@ export class SimLlmdFlowControl implements SimAdmitter {
   }
 }
 
+/**
+ * llm-d-router's sample configuration for the probabilistic admitter
+ * (deploy/config/probabilistic-admitter-epp-config.yaml, docs/plugins/probabilistic-admitter.md):
+ * the utilization detector kept, as the EPP requires one, but with thresholds it cannot reach
+ * (queueDepthThreshold 999999999, kvCacheUtilThreshold 1.0), so that the admitter alone sheds.
+ * Flow control then holds requests only while every worker's KV is full (or its scrape stale).
+ */
+export const LLMD_ADMITTER_ONLY: Readonly<LlmdFlowControlSettings> = Object.freeze({
+  ...LLMD_FLOW_CONTROL_DEFAULTS,
+  queueDepthThreshold: 999_999_999,
+  kvCacheUtilThreshold: 1,
+});
+
 /** The peer admission policies `kvgate bench --admission` knows beside on and off. */
-export const PEER_ADMISSIONS = ['llm-d'] as const;
+export const PEER_ADMISSIONS = ['llm-d', 'llm-d-admitter'] as const;
 export type PeerAdmissionName = (typeof PEER_ADMISSIONS)[number];
 
 /** A fresh peer admission per run, for FleetSimOptions.peerAdmission. */
@@ -255,5 +268,7 @@ export function peerAdmission(name: PeerAdmissionName, seed: number): (host: Pee
   switch (name) {
     case 'llm-d':
       return (host, clock, workers) => new SimLlmdFlowControl(LLMD_FLOW_CONTROL_DEFAULTS, clock, workers, host, seed);
+    case 'llm-d-admitter':
+      return (host, clock, workers) => new SimLlmdFlowControl(LLMD_ADMITTER_ONLY, clock, workers, host, seed);
   }
 }

@@ -370,6 +370,13 @@ describe('kvgate bench CLI', () => {
     assert.ok(bp.sheddable.shed > 0 && p.refusals.llm_d_admitter_shed === bp.sheddable.shed, JSON.stringify(p.refusals));
     // Saturated by the burst, the critical band waited in the router's queue.
     assert.ok(bp.critical.queued > 0);
+    // The sample admitter configuration: the burst is not held in bands, sheddable requests are still shed.
+    const sample = run('llm-d-admitter');
+    assert.equal(sample.peer_admission, 'llm-d-admitter');
+    const sp = sample.policies[0];
+    assert.equal(sp.scrape_interval_ms, 50);
+    assert.ok(sp.by_priority.critical.queued < bp.critical.queued, `${sp.by_priority.critical.queued} < ${bp.critical.queued}`);
+    assert.ok(sp.by_priority.sheddable.shed > 0 && sp.by_priority.critical.shed === 0);
     const off = run('off');
     assert.equal(off.peer_admission, null);
     assert.equal(off.policies[0].shed, 0);

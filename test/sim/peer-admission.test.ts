@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import type { PriorityClass } from '../../src/admission/classes.js';
 import type { WorkerState } from '../../src/fleet/worker-state.js';
 import {
+  LLMD_ADMITTER_ONLY,
   LLMD_FLOW_CONTROL_DEFAULTS,
   rooflineSaturation,
   sheddingProbability,
@@ -87,6 +88,24 @@ test('flow control: nothing dispatches at saturation ≥ 1; then the highest ban
   // An arrival below saturation with nothing waiting goes at once.
   admit('c2', 'critical');
   assert.deepEqual(log.slice(6), ['go c2']);
+});
+
+test("llm-d's sample admitter configuration: a queue the default detector stops at goes through; only full KV everywhere holds", () => {
+  const w = worker('w', { snapshot: { at: 0, waiting: 50, kvUsage: 0.95 } }); // default S = max(10, 1.19): saturated
+  const held = harness([w], { admitter: false });
+  held.admit('c1', 'critical');
+  assert.deepEqual(held.log, ['wait c1']);
+  const { log, clock, fc, admit } = harness([w], { ...LLMD_ADMITTER_ONLY, admitter: false });
+  admit('c1', 'critical');
+  assert.deepEqual(log, ['go c1'], 'S = max(50 / 999999999, 0.95 / 1) < 1');
+  clock.set(50);
+  w.applySnapshot({ at: 50, waiting: 50, kvUsage: 1, running: 0 });
+  admit('c2', 'critical');
+  assert.deepEqual(log, ['go c1', 'wait c2'], 'KV full: S = 1');
+  assert.equal(fc.queueDepth(), 1);
+  // The admitter keeps its own thresholds (5 and 0.8): it still sheds sheddable requests.
+  assert.equal(LLMD_ADMITTER_ONLY.admitter, true);
+  assert.equal(LLMD_ADMITTER_ONLY.admitterQueueDepthThreshold, 5);
 });
 
 test('flow control: a stale scrape counts as saturated; a request waiting 60 s is shed; a full band rejects', () => {
