@@ -248,7 +248,7 @@ export class SimLlmdFlowControl implements SimAdmitter {
 
 /**
  * llm-d-router's sample configuration for the probabilistic admitter
- * (deploy/config/probabilistic-admitter-epp-config.yaml, docs/plugins/probabilistic-admitter.md):
+ * (llm-d/llm-d-router deploy/config/probabilistic-admitter-epp-config.yaml, and the plugin's page there):
  * the utilization detector kept, as the EPP requires one, but with thresholds it cannot reach
  * (queueDepthThreshold 999999999, kvCacheUtilThreshold 1.0), so that the admitter alone sheds.
  * Flow control then holds requests only while every worker's KV is full (or its scrape stale).
