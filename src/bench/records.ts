@@ -9,9 +9,10 @@
  */
 import { writeFileSync } from 'node:fs';
 import { basename, dirname, extname, join } from 'node:path';
+import { PRIORITY_CLASSES } from '../admission/classes.js';
 import type { SimResult } from '../sim/fleet-sim.js';
 
-const RECORD_COLUMNS = ['arrival_ms', 'prompt_tokens', 'cached_tokens', 'output_tokens', 'ttft_ms', 'tpot_ms', 'e2e_ms', 'worker', 'source'] as const;
+const RECORD_COLUMNS = ['arrival_ms', 'prompt_tokens', 'cached_tokens', 'output_tokens', 'ttft_ms', 'tpot_ms', 'e2e_ms', 'worker', 'source', 'class'] as const;
 
 /** Where `policy`'s records go: FILE itself, or with several policies run, FILE named by policy. */
 export function recordsPath(file: string, policy: string, perPolicy: boolean): string {
@@ -34,9 +35,11 @@ function recordsCsv(r: SimResult): string {
     const out = c.outputTokens[i]!;
     const w = c.worker[i]!;
     const source = SOURCES[c.fromCache?.[i] ?? 0] ?? 'worker';
+    // A run without priority classes leaves every request standard.
+    const cls = PRIORITY_CLASSES[c.cls?.[i] ?? 1] ?? 'standard';
     // TPOT as the summary counts it: decode time over the tokens after the first (none for one token or a cache hit).
     const tpot = out > 1 && source !== 'cache' ? ms((e2e - ttft) / (out - 1)) : '';
-    lines.push(`${ms(arrival)},${c.promptTokens[i]},${c.cachedTokens[i]},${out},${ms(ttft)},${tpot},${ms(e2e)},${w >= 0 ? (r.workers[w]?.id ?? w) : ''},${source}`);
+    lines.push(`${ms(arrival)},${c.promptTokens[i]},${c.cachedTokens[i]},${out},${ms(ttft)},${tpot},${ms(e2e)},${w >= 0 ? (r.workers[w]?.id ?? w) : ''},${source},${cls}`);
   }
   return lines.join('\n') + '\n';
 }

@@ -284,7 +284,7 @@ Output:
   --report FILE.html      write a self-contained HTML report (charts as inline SVG)
   --records FILE          write every completed request of each policy's run as a CSV row
                           (arrival_ms, prompt_tokens, cached_tokens, output_tokens, ttft_ms,
-                          tpot_ms, e2e_ms, worker, source); with several policies, one file each,
+                          tpot_ms, e2e_ms, worker, source, class); with several policies, one file each,
                           the policy's name before the extension (records-kvgate.csv)
   --omit-wall-time        leave sim_wall_ms out of the JSON (same seed → byte-identical file)
   --progress              draw a progress bar on stderr even when it is not a terminal

@@ -55,6 +55,7 @@ describe('kvgate bench --records', () => {
       for (const x of rows) {
         assert.ok(workers.has(x.worker), `worker ${x.worker}`);
         assert.equal(x.source, 'worker');
+        assert.equal(x.class, 'standard');
         assert.ok(Number(x.cached_tokens) <= Number(x.prompt_tokens) && Number(x.ttft_ms) <= Number(x.e2e_ms), JSON.stringify(x));
       }
     }
@@ -76,6 +77,16 @@ describe('kvgate bench --records', () => {
     assert.ok(p.cache.hits > 0);
     for (const x of bySource('cache')) assert.equal(x.tpot_ms, '');
     assert.equal(rows.length, p.completed);
+  });
+
+  it('names each request\'s priority class', () => {
+    const file = join(dir, 'classes.csv');
+    const json = join(dir, 'classes.json');
+    const r = bench(...RUN.slice(0, -3), '--policy', 'kvgate', '--priority-mix', 'critical=0.3,sheddable=0.7', '--records', file, '--json', json, '--quiet');
+    assert.equal(r.code, 0, r.stderr);
+    const bp = JSON.parse(readFileSync(json, 'utf8')).policies[0].by_priority;
+    const rows = readCsv(file);
+    for (const cls of ['critical', 'standard', 'sheddable']) assert.equal(rows.filter((x) => x.class === cls).length, bp[cls].completed, cls);
   });
 
   it('refuses a FILE whose folder is not there before running anything', () => {
