@@ -14,7 +14,6 @@
  * during the prefill aborts it; during the decode the relay aborts that; each worker's
  * reservation is released when its part ends.
  */
-import { customKvLink, transferMs } from '../../engine/kv-link.js';
 import type { WorkerState } from '../../fleet/worker-state.js';
 import { generates, type RequestContext } from '../../request/context.js';
 import type { GatewayStage, StageResult } from '../../request/stage.js';
@@ -35,6 +34,14 @@ export interface DisaggStageEnv extends PrefillEnv {
   /** The policy's prefill rate for a worker, tokens/s. */
   prefillRate(w: WorkerState): number;
   options(): DisaggOptions;
+}
+
+/**
+ * The KV transfer the decider assumes: latency plus the prompt's KV bytes over the link, ms — the
+ * simulation's link model (src/engine/kv-link.ts), which the live path does not import.
+ */
+function linkTransferMs(o: Pick<DisaggOptions, 'kvBytesPerToken' | 'linkGbps' | 'linkLatencyMs'>, tokens: number): number {
+  return o.linkLatencyMs + (tokens * o.kvBytesPerToken * 8) / (o.linkGbps * 1e6);
 }
 
 export function disaggregationStage(env: DisaggStageEnv): GatewayStage {
@@ -66,11 +73,9 @@ function twoStep(ctx: RequestContext): boolean {
 async function serve(env: DisaggStageEnv, ctx: RequestContext, pools: RolePools): Promise<StageResult> {
   const o = env.options();
   const router = env.router;
-  // The KV transfer the decider assumes: the simulation's link model over the configured link.
-  const link = customKvLink(o.linkGbps, o.linkLatencyMs * 1000);
   const plan = planDisaggregation(router.policy, ctx.routeRequest, pools, router.context(), {
     prefillRate: env.prefillRate,
-    transferMs: (tokens) => transferMs(link, tokens * o.kvBytesPerToken),
+    transferMs: (tokens) => linkTransferMs(o, tokens),
   }, o);
   const d = plan.decision;
   env.metrics.decisions.labels(ctx.model, d.mode, d.reason).inc();
