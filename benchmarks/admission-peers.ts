@@ -21,7 +21,15 @@ import type { BenchRequest, BenchSource } from '../src/workload/types.js';
 import { workloadSource } from '../src/workload/workloads.js';
 import { writeGeneratedTables } from './doc-tables.js';
 
-const ADMISSIONS = ['off', 'on', 'llm-d', 'llm-d-admitter'] as const;
+/** The runs of each seed: the name in the table (and in --records' file names), kvgate bench's flags. */
+const ADMISSIONS: ReadonlyArray<{ name: string; flags: readonly string[] }> = [
+  { name: 'off', flags: ['--admission', 'off'] },
+  { name: 'on-no-tpot', flags: ['--admission', 'on', '--shed-tpot', '0'] },
+  { name: 'on', flags: ['--admission', 'on'] },
+  { name: 'on-tpot-30', flags: ['--admission', 'on', '--shed-tpot', '30'] },
+  { name: 'llm-d', flags: ['--admission', 'llm-d'] },
+  { name: 'llm-d-admitter', flags: ['--admission', 'llm-d-admitter'] },
+];
 const MIX = 'critical=0.2,standard=0.3,sheddable=0.5';
 const SLO = ['--slo-ttft', '1000', '--slo-ttft-per-1k', '100', '--slo-tpot', '50'];
 
@@ -32,7 +40,10 @@ ${MIX}, SLO TTFT ≤ 1000 ms + 100 ms per 1k prompt tokens and TPOT ≤ 50 ms) o
 retimed into a burst: --base-rate req/s for --before-s seconds, --burst-rate for --burst-s, then
 --base-rate for --after-s (Poisson arrivals throughout). Once per seed and admission:
   off     every request routed
-  on      kvgate's KV-pressure admission (src/admission/)
+  on      kvgate's admission (src/admission/): KV pressure, and sheddable requests shed at
+          the picked worker's prefill backlog or recent TPOT
+  on-no-tpot  the same without the recent-TPOT check (--shed-tpot 0)
+  on-tpot-30  the same with the check at 30 ms per token (--shed-tpot 30) instead of 50
   llm-d   llm-d's flow control: priority bands dispatched while its utilization detector reads
           the pool below saturation, 60 s queue TTL, and its probabilistic admitter shedding
           sheddable requests (src/sim/peer-admission.ts)
@@ -100,18 +111,18 @@ interface Row {
   offered: Record<PriorityClass, number>;
 }
 
-async function runOne(seed: number, admission: string, burst: Burst, recordsDir: string | undefined): Promise<Row> {
+async function runOne(seed: number, admission: (typeof ADMISSIONS)[number], burst: Burst, recordsDir: string | undefined): Promise<Row> {
   const argv = ['--workload', 'rag', '--workers', '8', '--policy', 'kvgate', '--seed', String(seed), '--jobs', '1', '--omit-wall-time'];
-  argv.push('--priority-mix', MIX, '--admission', admission, '--scrape-interval', '50', ...SLO);
+  argv.push('--priority-mix', MIX, ...admission.flags, '--scrape-interval', '50', ...SLO);
   const { opts } = benchFromFlags(parseFlags(argv));
   opts.source = burstSource(burst, seed);
-  if (recordsDir !== undefined) opts.records = { file: join(recordsDir, `seed${seed}-${admission}.csv`), perPolicy: false };
+  if (recordsDir !== undefined) opts.records = { file: join(recordsDir, `seed${seed}-${admission.name}.csv`), perPolicy: false };
   const out = await runBench(opts);
   const bp = out.results.policies[0]!.by_priority!;
   const per = <T>(f: (c: PriorityClass) => T) => ({ critical: f('critical'), standard: f('standard'), sheddable: f('sheddable') });
   return {
     seed,
-    admission,
+    admission: admission.name,
     criticalTtftP99: bp.critical.ttft_ms.p99,
     goodput: per((c) => bp[c].goodput_fraction),
     shed: per((c) => bp[c].shed),
@@ -179,7 +190,7 @@ async function main(): Promise<number> {
     for (const admission of ADMISSIONS) {
       const started = performance.now();
       rows.push(await runOne(seed, admission, burst, values.records));
-      process.stderr.write(`seed ${seed}, admission ${admission}: ${((performance.now() - started) / 1000).toFixed(0)} s\n`);
+      process.stderr.write(`seed ${seed}, admission ${admission.name}: ${((performance.now() - started) / 1000).toFixed(0)} s\n`);
     }
   }
   const t = table(rows, burst);

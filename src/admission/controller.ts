@@ -8,7 +8,8 @@
  *   standard   it fits and fleet usage ≤ thresholds.standard (0.92)         queued
  *   sheddable  it fits and fleet usage ≤ thresholds.sheddable (0.85)        refused: 503 + Retry-After
  *              and, once routed (checkPick), the picked worker's prefill
- *              backlog is ≤ thresholds.prefillBacklogTokens (8192)
+ *              backlog is ≤ thresholds.prefillBacklogTokens (8192) and its
+ *              recent TPOT ≤ thresholds.sheddableTpotMs (50)
  *
  * A worker's prefill backlog is the uncached prompt tokens of the requests the gateway has sent
  * there that have not produced a first token yet (fleet/worker-state.ts keeps it exactly, without
@@ -22,6 +23,16 @@
  * compute half of the Gateway API Inference Extension's saturation detector
  * (pkg/epp/saturationdetector/config.go: a pod is saturated from 5 waiting requests), counted in
  * tokens of prefill work rather than in requests.
+ *
+ * Neither sees a worker whose decode batch has grown so large, with the prefills that keep joining
+ * it, that the requests decoding there miss their TPOT: every request admitted there adds to it.
+ * So a sheddable request is also shed when the answers streaming from the picked worker show a
+ * recent TPOT above thresholds.sheddableTpotMs (fleet/decode-pace.ts, measured, no scrape). The
+ * default is the TPOT target the kvgate policy routes for (50 ms): a request started where answers
+ * already decode slower than that would likely miss it too, so shedding it there gives up little
+ * goodput of its own and spares the requests decoding beside it. A lower figure protects the other
+ * classes more, at the cost of sheddable requests that would have met the target (docs/admission.md).
+ * No recent answers, no figure, no shedding.
  *
  * "Fits" is per worker, with the conservative per-worker estimate of kv-pressure.ts (which counts
  * the output that requests in flight will still write): an admitted request's ticket lists the
@@ -62,9 +73,10 @@ export interface AdmissionSettings {
   /**
    * Fleet KV usage (0..1) above which each class stops being admitted at once; and the prefill
    * backlog (uncached prompt tokens awaiting their first token, per worker) above which a worker
-   * takes no sheddable request (0: no backlog limit).
+   * takes no sheddable request (0: no backlog limit); and the recent TPOT, ms per output token,
+   * above which it takes none either (0: no TPOT limit).
    */
-  thresholds: { sheddable: number; standard: number; prefillBacklogTokens: number };
+  thresholds: { sheddable: number; standard: number; prefillBacklogTokens: number; sheddableTpotMs: number };
   queue: {
     /** Waiting requests per model; a request arriving at a full queue gets 429. */
     maxSize: number;
@@ -78,7 +90,7 @@ export interface AdmissionSettings {
 }
 
 export const ADMISSION_DEFAULTS: AdmissionSettings = {
-  thresholds: { sheddable: 0.85, standard: 0.92, prefillBacklogTokens: 8192 },
+  thresholds: { sheddable: 0.85, standard: 0.92, prefillBacklogTokens: 8192, sheddableTpotMs: 50 },
   queue: { maxSize: 256, maxWaitMs: 10_000 },
   retryAfterSeconds: 1,
   reserveOutputCap: 1024,
@@ -102,13 +114,14 @@ export interface AdmissionRequest {
 
 /** What admission counts (metric `decision` label values). */
 /**
- * What happened to a request at admission. `shed_backlog` follows an `admitted` (or `dequeued`):
- * the request passed the KV check, and checkPick then shed it for the picked worker's prefill
- * backlog; so requests admitted and served = admitted + dequeued − shed_backlog − cancelled ones.
+ * What happened to a request at admission. `shed_backlog` and `shed_tpot` follow an `admitted` (or
+ * `dequeued`): the request passed the KV check, and checkPick then shed it for the picked worker's
+ * prefill backlog or its recent TPOT; so requests admitted and served = admitted + dequeued −
+ * shed_backlog − shed_tpot − cancelled ones.
  * `evicted`: a queued request pushed out of a full queue by a more important one (answered 429
  * queue_full); a queued request ends as exactly one of dequeued, queue_timeout, cancelled, evicted.
  */
-export type AdmissionDecision = 'admitted' | 'queued' | 'dequeued' | 'shed' | 'shed_backlog' | 'queue_full' | 'queue_timeout' | 'cancelled' | 'evicted';
+export type AdmissionDecision = 'admitted' | 'queued' | 'dequeued' | 'shed' | 'shed_backlog' | 'shed_tpot' | 'queue_full' | 'queue_timeout' | 'cancelled' | 'evicted';
 
 export interface Refusal {
   status: 429 | 503;
@@ -252,20 +265,31 @@ export class AdmissionController<W extends KvWorkerView = KvWorkerView> {
   /**
    * The router picked `worker` for an admitted request (and charged it there, `uncachedTokens` of
    * prefill included). A sheddable request is refused if the prefill already waiting at that
-   * worker, before its own, is above `thresholds.prefillBacklogTokens`: it is shed where it would
-   * have run rather than moved to a worker that would recompute its cached prefix. The caller
-   * undoes the router's charge. Other classes, and a limit of 0, always pass.
+   * worker, before its own, is above `thresholds.prefillBacklogTokens`, or if the answers
+   * streaming from it lately took more than `thresholds.sheddableTpotMs` per token: it is shed
+   * where it would have run rather than moved to a worker that would recompute its cached prefix.
+   * The caller undoes the router's charge. Other classes, and limits of 0, always pass.
    */
   checkPick(t: AdmissionTicket<W>, worker: W, uncachedTokens: number): Refusal | null {
-    const limit = this.s.thresholds.prefillBacklogTokens;
-    if (t.cls !== 'sheddable' || limit <= 0) return null;
+    if (t.cls !== 'sheddable') return null;
+    const { prefillBacklogTokens: limit, sheddableTpotMs } = this.s.thresholds;
     const before = worker.inflightPrefillTokens - uncachedTokens;
-    if (before <= limit) return null;
-    this.o.observer?.decision(t.model, t.cls, 'shed_backlog');
+    if (limit > 0 && before > limit) {
+      return this.shed(t, 'shed_backlog', `the worker for this request has ${Math.round(before)} prompt tokens waiting for prefill, more than ${limit}`);
+    }
+    const tpot = sheddableTpotMs > 0 ? worker.recentTpotMs(this.o.clock.now()) : undefined;
+    if (tpot !== undefined && tpot > sheddableTpotMs) {
+      return this.shed(t, 'shed_tpot', `the answers of the worker for this request take ${tpot.toFixed(1)} ms per token, more than ${sheddableTpotMs}`);
+    }
+    return null;
+  }
+
+  private shed(t: AdmissionTicket<W>, decision: 'shed_backlog' | 'shed_tpot', why: string): Refusal {
+    this.o.observer?.decision(t.model, t.cls, decision);
     return {
       status: 503,
       code: 'overloaded',
-      message: `model '${t.model}' is overloaded (the worker for this request has ${Math.round(before)} prompt tokens waiting for prefill, more than ${limit}): ${t.cls} requests are shed; retry later`,
+      message: `model '${t.model}' is overloaded (${why}): ${t.cls} requests are shed; retry later`,
       retryAfterSeconds: this.s.retryAfterSeconds,
     };
   }

@@ -36,6 +36,8 @@ export interface KvWorkerView {
   freeBlocksNow(now: number, staleAfterMs: number): number;
   /** Requests the gateway has in flight there, by id. */
   readonly inflight: { has(id: string): boolean };
+  /** Recent milliseconds per output token of the answers decoding there, if known (fleet/decode-pace.ts). */
+  recentTpotMs(now: number): number | undefined;
 }
 
 export interface FleetKv {

@@ -3,9 +3,10 @@
  *   kvgate_queue_depth{model,priority}            requests waiting in the admission queue
  *   kvgate_fleet_kv_usage{model}                  estimated fleet KV usage, 0..1 (kv-pressure.ts)
  *   kvgate_admission_total{model,priority,decision}
- *       admitted | queued | dequeued | shed | shed_backlog | queue_full | queue_timeout | cancelled |
- *       evicted | rate_limited   (shed_backlog: admitted, then shed for the picked worker's prefill
- *       backlog; evicted: queued, then pushed out of a full queue by a more important request)
+ *       admitted | queued | dequeued | shed | shed_backlog | shed_tpot | queue_full | queue_timeout |
+ *       cancelled | evicted | rate_limited   (shed_backlog, shed_tpot: admitted, then shed for the
+ *       picked worker's prefill backlog or recent TPOT; evicted: queued, then pushed out of a full
+ *       queue by a more important request)
  *   kvgate_admission_queue_seconds{model,priority}  time spent queued (dequeued, expired, cancelled or evicted)
  *   kvgate_rate_limited_total{tenant,limit}       requests refused by a tenant's rate limit, by the
  *       limit that refused them: rpm | tpm | rpd | tpd | concurrent
@@ -37,7 +38,7 @@ export class AdmissionMetrics implements AdmissionObserver {
   ) {
     this.total = new RequestCounter(registry, {
       name: 'kvgate_admission_total',
-      help: 'Admission decisions, by model, priority class and decision (admitted, queued, dequeued, shed, shed_backlog, queue_full, queue_timeout, cancelled, evicted, rate_limited; shed_backlog follows an admitted or dequeued)',
+      help: 'Admission decisions, by model, priority class and decision (admitted, queued, dequeued, shed, shed_backlog, shed_tpot, queue_full, queue_timeout, cancelled, evicted, rate_limited; shed_backlog and shed_tpot follow an admitted or dequeued)',
       labelNames: ['model', 'priority', 'decision'],
     });
     this.limited = new RequestCounter(registry, {

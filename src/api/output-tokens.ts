@@ -48,6 +48,11 @@ export class OutputTokenCounter {
     }
   }
 
+  /** Stream events counted so far (about one per generated token). */
+  get eventCount(): number {
+    return this.events;
+  }
+
   /**
    * Output tokens of the whole answer (all choices), or undefined when nothing says. `choices`:
    * the answers a chat stream carries (its `n`), each opened by a role event.

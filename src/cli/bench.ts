@@ -164,6 +164,8 @@ Admission control:
                           shed a sheddable request when the worker picked for it has more than
                           N uncached prompt tokens awaiting their first token (default 8192;
                           0: off)
+  --shed-tpot MS          shed a sheddable request when the answers of the worker picked for it
+                          lately took more than MS per output token (default 50; 0: off)
   --queue-above X         fleet KV usage above which standard requests wait (default 0.92)
   --queue-max N           admission queue bound per model (default 256)
   --queue-max-wait MS     longest wait in the queue, virtual ms (default 10000)
@@ -313,6 +315,7 @@ const OPTIONS = {
   'priority-mix': { type: 'string' },
   'shed-above': { type: 'string' },
   'shed-prefill-backlog': { type: 'string' },
+  'shed-tpot': { type: 'string' },
   'queue-above': { type: 'string' },
   'queue-max': { type: 'string' },
   'queue-max-wait': { type: 'string' },
@@ -623,7 +626,7 @@ function admissionFromFlags(v: BenchFlags): { admissionOn: boolean; kvAdmission:
     throw new UsageError(`--admission must be on, off or ${PEER_ADMISSIONS.join(', ')}, got '${v.admission}'`);
   }
   const admissionOn = v.admission === 'on';
-  for (const f of ['shed-above', 'shed-prefill-backlog', 'queue-above', 'queue-max', 'queue-max-wait'] as const) {
+  for (const f of ['shed-above', 'shed-prefill-backlog', 'shed-tpot', 'queue-above', 'queue-max', 'queue-max-wait'] as const) {
     if (!admissionOn && v[f] !== undefined) throw new UsageError(`--${f} applies to --admission on only`);
   }
   const fraction = (f: 'shed-above' | 'queue-above', d: number): number => {
@@ -637,6 +640,7 @@ function admissionFromFlags(v: BenchFlags): { admissionOn: boolean; kvAdmission:
           sheddable: fraction('shed-above', ADMISSION_DEFAULTS.thresholds.sheddable),
           standard: fraction('queue-above', ADMISSION_DEFAULTS.thresholds.standard),
           prefillBacklogTokens: intFlag(v['shed-prefill-backlog'], 'shed-prefill-backlog', 0) ?? ADMISSION_DEFAULTS.thresholds.prefillBacklogTokens,
+          sheddableTpotMs: numFlag(v['shed-tpot'], 'shed-tpot') ?? ADMISSION_DEFAULTS.thresholds.sheddableTpotMs,
         },
         queue: {
           maxSize: intFlag(v['queue-max'], 'queue-max', 0) ?? ADMISSION_DEFAULTS.queue.maxSize,

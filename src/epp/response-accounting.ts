@@ -9,6 +9,7 @@
  */
 import { OutputTokenCounter } from '../api/output-tokens.js';
 import { TAIL_AT_BOUNDARY, updateTail } from '../api/sse.js';
+import { AnswerPace } from '../fleet/decode-pace.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import { generates, type RequestContext } from '../request/context.js';
@@ -34,6 +35,8 @@ export class ResponseAccounting {
   private firstTokenSeen = false;
   private tail = TAIL_AT_BOUNDARY;
   private readonly outputTokens = new OutputTokenCounter();
+  /** This answer's inter-token times, for the worker's recent TPOT (admission reads it). */
+  private readonly pace = new AnswerPace();
   private settled = false;
 
   constructor(
@@ -56,7 +59,7 @@ export class ResponseAccounting {
   onChunk(chunk: Buffer): void {
     if (this.settled || chunk.length === 0) return;
     const ctx = this.ctx;
-    this.worker.lastByteAt = this.env.clock.now();
+    const now = (this.worker.lastByteAt = this.env.clock.now());
     if (this.status >= 400) return;
     if (!this.firstByte) {
       this.firstByte = true;
@@ -65,7 +68,10 @@ export class ResponseAccounting {
     }
     if (!this.firstTokenSeen && chunk.indexOf(RESPONSES_OUTPUT_EVENT) !== -1) this.onFirstToken();
     this.outputTokens.chunk(chunk, ctx.stream, this.tail);
-    if (ctx.stream) this.tail = updateTail(this.tail, chunk);
+    if (ctx.stream) {
+      this.tail = updateTail(this.tail, chunk);
+      if (this.firstTokenSeen && ctx.kind !== 'responses') this.pace.chunk(this.worker.decodePace, this.outputTokens.eventCount, now);
+    }
     for (let i = 0; i < ctx.taps.length; i++) {
       try {
         ctx.taps[i]!(chunk);

@@ -4,6 +4,7 @@
  * snapshot from HTTP scrapes of /metrics; the fleet simulation fills it from the engine model at
  * the same interval. Policies read only this — never an engine's live state (except `oracle`).
  */
+import { DecodePace } from './decode-pace.js';
 import { peakHeldTokens, type GrowingRequests } from './peak-usage.js';
 import type { BlockKeys } from '../kv/prompt-blocks.js';
 
@@ -179,6 +180,8 @@ export class WorkerState {
   }
   /** Clock time (ms) of the last byte received from the worker on any connection. */
   lastByteAt = -Infinity;
+  /** The recent TPOT of the answers streaming from here (fleet/decode-pace.ts). */
+  readonly decodePace = new DecodePace();
   /**
    * Removed from the configuration by a reload (fleet/registry.ts retire()): it gets no new
    * requests (it is also marked unhealthy, which every filter already skips), while the requests
@@ -284,6 +287,11 @@ export class WorkerState {
 
   get blockSize(): number {
     return this.snapshot?.blockSize ?? this.configuredBlockSize ?? DEFAULT_BLOCK_SIZE;
+  }
+
+  /** Recent milliseconds per output token of the answers streaming from here, if enough were seen. */
+  recentTpotMs(now: number): number | undefined {
+    return this.decodePace.msPerToken(now);
   }
 
   get inflightCount(): number {

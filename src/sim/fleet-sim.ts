@@ -832,6 +832,9 @@ class FleetSim {
     }
     if (res.decodeTokens > 0) {
       this.out.itl.add(res.durationMs, res.decodeTokens);
+      // What the gateway reads off the answers streaming from w: each decoding sequence's token
+      // came one step after its last (admission's recent TPOT, fleet/decode-pace.ts).
+      if (this.admission) this.replicas[0]!.states[w]!.decodePace.observe(res.durationMs * res.decodeTokens, res.decodeTokens, now);
     }
     for (const f of res.finished) {
       if (this.cascade?.owns(f.id)) this.cascade.targetFinished(f, now);

@@ -267,6 +267,39 @@ test('prefillBacklogTokens 0 turns the backlog check off', () => {
   assert.equal(r.kind === 'admitted' && c.checkPick(r.ticket, workers[0]!, 0), null);
 });
 
+test('a sheddable request is shed where the answers streaming from the picked worker lately took more than thresholds.sheddableTpotMs per token', () => {
+  const { c, clock, workers, decisions } = fleet([0.2, 0.2]);
+  const ticket = (cls: PriorityClass) => {
+    const r = c.submit(req(cls, 4), recorder().l);
+    assert.equal(r.kind, 'admitted');
+    return r.kind === 'admitted' ? r.ticket : null!;
+  };
+  // w0's answers: one token every 60 ms for a second; w1's every 20 ms.
+  for (let t = 60; t <= 1020; t += 60) workers[0]!.decodePace.observe(60, 1, t);
+  for (let t = 20; t <= 1000; t += 20) workers[1]!.decodePace.observe(20, 1, t);
+  clock.set(1020);
+  const t = ticket('sheddable');
+  const refused = c.checkPick(t, workers[0]!, 0);
+  assert.equal(refused?.status, 503);
+  assert.equal(refused?.code, 'overloaded');
+  assert.match(refused?.message ?? '', /take 60\.0 ms per token, more than 50/);
+  assert.equal(c.checkPick(t, workers[1]!, 0), null);
+  // Critical and standard requests are never held back by it.
+  assert.equal(c.checkPick(ticket('critical'), workers[0]!, 0), null);
+  assert.equal(c.checkPick(ticket('standard'), workers[0]!, 0), null);
+  // Once w0's answers have been quiet for a while there is no figure, and no shedding.
+  clock.set(1820);
+  assert.equal(workers[0]!.recentTpotMs(1820), undefined);
+  assert.equal(c.checkPick(t, workers[0]!, 0), null);
+  // 0 turns the check off.
+  for (let t = 1880; t <= 2060; t += 60) workers[0]!.decodePace.observe(60, 1, t);
+  clock.set(2060);
+  assert.equal(c.checkPick(t, workers[0]!, 0)?.status, 503);
+  c.retune({ ...ADMISSION_DEFAULTS, thresholds: { ...ADMISSION_DEFAULTS.thresholds, sheddableTpotMs: 0 } });
+  assert.equal(c.checkPick(t, workers[0]!, 0), null);
+  assert.deepEqual(decisions.filter((d) => d.endsWith('shed_tpot')), ['sheddable:shed_tpot', 'sheddable:shed_tpot']);
+});
+
 test('a full queue makes room for a more important request: the newest of the least important class leaves, told 429', () => {
   const { c, decisions } = fleet([0.95, 0.95], 1000);
   const waiting = [recorder(), recorder(), recorder()];

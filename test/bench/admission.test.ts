@@ -30,7 +30,7 @@ describe('kvgate bench --admission', () => {
     const off = (await bench(false)).results;
     const on = (await bench(true)).results;
     assert.equal(off.admission, null);
-    assert.deepEqual(on.admission?.thresholds, { sheddable: 0.85, standard: 0.92, prefillBacklogTokens: 8192 });
+    assert.deepEqual(on.admission?.thresholds, { sheddable: 0.85, standard: 0.92, prefillBacklogTokens: 8192, sheddableTpotMs: 50 });
     assert.deepEqual(on.priority_mix, MIX);
     const rrOff = off.policies.find((p) => p.name === 'round-robin')!;
     assert.ok(rrOff.preemptions > 0, 'the load preempts without admission');
@@ -64,7 +64,7 @@ describe('kvgate bench --admission', () => {
         seed: 3,
         rateScale: 1.2,
         priorityMix: { critical: 0.2, standard: 0.3, sheddable: 0.5 },
-        kvAdmission: { ...ADMISSION_DEFAULTS, thresholds: { sheddable: 0.5, standard: 0.6, prefillBacklogTokens: 0 }, reserveOutputCap: RESERVE_OUTPUT_TOKENS_CAP },
+        kvAdmission: { ...ADMISSION_DEFAULTS, thresholds: { sheddable: 0.5, standard: 0.6, prefillBacklogTokens: 0, sheddableTpotMs: 0 }, reserveOutputCap: RESERVE_OUTPUT_TOKENS_CAP },
         omitWallTime: true,
       });
     const a = (await run()).results;

@@ -60,6 +60,24 @@ test('a streamed answer is echoed event by event; its first token gives a TTFT a
   assert.ok(released());
 });
 
+test('a streamed answer gives its worker a recent TPOT, as one the gateway relays does (admission reads it)', async () => {
+  // Workers at a third of real time, so that the answer's tokens come one chunk at a time.
+  const slow = await startSims(2, { speed: 0.3 });
+  const p = await startEpp(slow.map((s) => s.url));
+  try {
+    await waitFor(() => p.epp.registry.workers.every((w) => w.snapshot !== null));
+    const x = await proxyExchange(p.client, { path: '/v1/chat/completions', body: chat({ stream: true, max_tokens: 40, ignore_eos: true }) });
+    assert.equal(x.status, 200);
+    const now = performance.now();
+    const paced = p.epp.registry.workers.map((w) => w.recentTpotMs(now)).filter((t) => t !== undefined);
+    assert.equal(paced.length, 1, 'the worker that served it, only');
+    assert.ok(paced[0]! > 1 && paced[0]! < 1000, `${paced[0]} ms per token`);
+  } finally {
+    await p.close();
+    await Promise.all(slow.map((s) => s.close()));
+  }
+});
+
 test('the proxy cancelling the stream mid-response releases the reservation at once', async () => {
   const before = await metrics();
   const s = e.client.open();

@@ -290,6 +290,46 @@ describe('KV-pressure admission', () => {
     assert.equal(metricValue(text, 'kvgate_admission_total', { priority: 'sheddable', decision: 'shed' }), undefined);
   });
 
+  it('sheds a sheddable request where the answers streaming from the picked worker run slower than thresholds.sheddableTpotMs per token', async () => {
+    // One worker at a tenth of real time: its decode steps take some 70 ms, past the default 50.
+    const s = await sims(1, { speed: 0.1 });
+    const { gw, url } = await gateway([s[0]!.url], {
+      tenants: [
+        { id: 'front', keys: [{ value: 'sk-front-0003' }], priority: 'critical' },
+        { id: 'batch', keys: [{ value: 'sk-batch-0003' }], priority: 'sheddable' },
+      ],
+    });
+    const u = `${url}/v1/chat/completions`;
+    const front = { authorization: 'Bearer sk-front-0003' };
+    const batch = { authorization: 'Bearer sk-batch-0003' };
+    const worker = gw.registry.workers[0]!;
+    // Before any answer has streamed from it there is no figure: sheddable work is served.
+    const first = await post(u, chat('a first question', 2), batch);
+    assert.equal(first.status, 200, first.text);
+    // A critical answer streams from the worker, a token every ~70 ms.
+    const streaming = open(u, chat('tell a long story', 200, { stream: true }), front);
+    await waitFor(() => (worker.recentTpotMs(performance.now()) ?? 0) > 50, 30_000);
+    const shed = await post(u, chat('a short question', 2), batch);
+    assert.equal(shed.status, 503, shed.text);
+    assert.equal(shed.json.error.code, 'overloaded');
+    assert.match(shed.json.error.message, /ms per token, more than 50\)/);
+    assert.equal(shed.headers.get('retry-after'), '1');
+    // The veto undid the router's reservation: only the stream is charged.
+    assert.equal(worker.inflightCount, 1);
+    // A critical request is served beside it.
+    const crit = await post(u, chat('an urgent question', 2), front);
+    assert.equal(crit.status, 200, crit.text);
+    streaming.abort();
+    await streaming.response.catch(() => undefined);
+    // Once the worker's answers have gone quiet the figure fades and sheddable work is served again.
+    await waitFor(() => worker.inflightCount === 0 && worker.recentTpotMs(performance.now()) === undefined, 30_000);
+    const later = await post(u, chat('a later question', 2), batch);
+    assert.equal(later.status, 200, later.text);
+    const text = await metrics(url);
+    assert.equal(metricValue(text, 'kvgate_admission_total', { priority: 'sheddable', decision: 'shed_tpot' }), 1);
+    assert.equal(metricValue(text, 'kvgate_admission_total', { priority: 'sheddable', decision: 'shed_backlog' }), undefined);
+  });
+
   it('queues standard requests under pressure, serves them when capacity frees, and drops a queued request whose client left at once', async () => {
     // A slow worker (a decode step lasts some 70 ms): the big request, streamed, holds its blocks
     // for half a minute, until its client leaves.

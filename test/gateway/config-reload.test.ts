@@ -345,7 +345,7 @@ describe('config hot reload', () => {
       assert.equal(policy.prefixIndex, index, 'its prefix index is kept');
       assert.equal(policy.params.wPrefix, 5);
       assert.equal(policy.params.nearRelative, 0.5);
-      assert.deepEqual(c.config.admission.thresholds, { sheddable: 0.6, standard: 0.7, prefillBacklogTokens: 4096 });
+      assert.deepEqual(c.config.admission.thresholds, { sheddable: 0.6, standard: 0.7, prefillBacklogTokens: 4096, sheddableTpotMs: 50 });
       assert.equal(c.config.circuitBreaker.failuresToOpen, 2);
       assert.equal(r.gw.registry.breaker('a') !== undefined, true);
       assert.equal(c.config.timeouts.firstByteMs, 7_000);

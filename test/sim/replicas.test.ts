@@ -88,7 +88,7 @@ describe('gateway replicas in the fleet simulation', () => {
         engineConfig: cfg,
         policy: p,
         replicas: { policies: [p, createPolicy('round-robin')] },
-        admission: { settings: { thresholds: { sheddable: 0.8, standard: 0.9, prefillBacklogTokens: 0 }, queue: { maxSize: 1, maxWaitMs: 1 }, retryAfterSeconds: 1, reserveOutputCap: 1024 } },
+        admission: { settings: { thresholds: { sheddable: 0.8, standard: 0.9, prefillBacklogTokens: 0, sheddableTpotMs: 0 }, queue: { maxSize: 1, maxWaitMs: 1 }, retryAfterSeconds: 1, reserveOutputCap: 1024 } },
         seed: 0,
       }),
       /several replicas/,

@@ -12,6 +12,8 @@ export const admissionSection = z
         sheddable: unitInterval.default(ADMISSION_DEFAULTS.thresholds.sheddable),
         standard: unitInterval.default(ADMISSION_DEFAULTS.thresholds.standard),
         prefillBacklogTokens: z.int().min(0).default(ADMISSION_DEFAULTS.thresholds.prefillBacklogTokens),
+        /** Recent TPOT at the picked worker, ms per token, above which sheddable requests are shed (0: off). */
+        sheddableTpotMs: z.number().min(0).default(ADMISSION_DEFAULTS.thresholds.sheddableTpotMs),
       })
       .prefault({}),
     queue: z

@@ -21,6 +21,7 @@ import { OutputTokenCounter } from '../../api/output-tokens.js';
 import { atEventBoundary, sseErrorEvent, TAIL_AT_BOUNDARY, updateTail } from '../../api/sse.js';
 import { endSoon, holdWrites } from '../../http/write-batch.js';
 import type { CircuitBreaker } from '../../fleet/circuit-breaker.js';
+import { AnswerPace } from '../../fleet/decode-pace.js';
 import type { WorkerRegistry } from '../../fleet/registry.js';
 import type { Upstreams } from '../../fleet/upstreams.js';
 import type { WorkerState } from '../../fleet/worker-state.js';
@@ -131,6 +132,8 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
   private tail = TAIL_AT_BOUNDARY;
   /** The answer's length, counted as it passes (the routing policy learns answer lengths). */
   private readonly outputTokens = new OutputTokenCounter();
+  /** This answer's inter-token times, for the worker's recent TPOT (admission reads it). */
+  private readonly pace = new AnswerPace();
   /**
    * `ctx.abortUpstream` while the attempt runs (client gone, shutdown). Created with the instance
    * on purpose: the same arrow created in run() made V8 promote most finished requests' objects to
@@ -221,7 +224,7 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     if (this.settled) return;
     // Outlier detection reads these; only a suspected worker needs more than two stores per chunk.
     const w = this.worker;
-    this.lastByteAt = w.lastByteAt = this.env.clock.now();
+    const now = (this.lastByteAt = w.lastByteAt = this.env.clock.now());
     if (w.suspected) this.env.watch?.onBytes(w);
     if (this.status >= 400) {
       if (this.errorText.length < MAX_ERROR_TEXT) this.errorText += chunk.toString('utf8', 0, MAX_ERROR_TEXT);
@@ -234,6 +237,7 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     if (ctx.stream) {
       this.tail = updateTail(this.tail, chunk);
       this.trackEnd(chunk);
+      if (this.firstTokenSeen && ctx.kind !== 'responses') this.pace.chunk(w.decodePace, this.outputTokens.eventCount, now);
     }
     if (ctx.taps.length > 0) runTaps(ctx, chunk);
     const res = ctx.res;
