@@ -143,6 +143,14 @@ export class GatewayMetrics {
     perWorker('kvgate_worker_running_requests', 'Running requests from the last scrape', (w) => w.snapshot?.running ?? null);
     perWorker('kvgate_worker_waiting_requests', 'Waiting requests from the last scrape', (w) => w.snapshot?.waiting ?? null);
     perWorker('kvgate_worker_inflight_requests', 'Requests the gateway has in flight at the worker', (w) => w.inflightCount);
+    perWorker(
+      'kvgate_worker_recent_tpot_seconds',
+      'Time per output token of the answers streaming from the worker over the last half second or so (what admission sheds sheddable requests by); no series while none stream',
+      (w) => {
+        const ms = w.recentTpotMs(now());
+        return ms === undefined ? null : ms / 1000;
+      },
+    );
     // Workers that speculate inside the engine (vLLM --speculative-config) export spec-decode
     // counters; vLLM's definitions: acceptance = accepted/draft tokens, mean acceptance length =
     // 1 + accepted/drafts (the bonus token included). Cumulative since the worker started.

@@ -316,6 +316,9 @@ describe('KV-pressure admission', () => {
     assert.equal(shed.headers.get('retry-after'), '1');
     // The veto undid the router's reservation: only the stream is charged.
     assert.equal(worker.inflightCount, 1);
+    // Operators see the pace admission sheds by.
+    const during = await metrics(url);
+    assert.ok((metricValue(during, 'kvgate_worker_recent_tpot_seconds', { worker: worker.id }) ?? 0) > 0.05, 'recent TPOT exported');
     // A critical request is served beside it.
     const crit = await post(u, chat('an urgent question', 2), front);
     assert.equal(crit.status, 200, crit.text);
@@ -326,6 +329,7 @@ describe('KV-pressure admission', () => {
     const later = await post(u, chat('a later question', 2), batch);
     assert.equal(later.status, 200, later.text);
     const text = await metrics(url);
+    assert.equal(metricValue(text, 'kvgate_worker_recent_tpot_seconds', { worker: worker.id }), undefined, 'no series once quiet');
     assert.equal(metricValue(text, 'kvgate_admission_total', { priority: 'sheddable', decision: 'shed_tpot' }), 1);
     assert.equal(metricValue(text, 'kvgate_admission_total', { priority: 'sheddable', decision: 'shed_backlog' }), undefined);
   });
