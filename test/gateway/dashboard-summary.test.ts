@@ -52,6 +52,8 @@ test('rates, quantiles, hit ratios and admission counts cover the window between
   f.tokens.labels('m', 'acme').inc(300);
   f.tokens.labels('m', 'globex').inc(100);
   f.admission.labels('m', 'sheddable', 'shed').inc(3);
+  f.admission.labels('m', 'sheddable', 'shed_backlog').inc(2);
+  f.admission.labels('m', 'sheddable', 'shed_tpot').inc(1);
   f.admission.labels('m', 'standard', 'admitted').inc(20);
   f.depth.labels('m', 'standard').set(4);
   f.cache.labels('hit').inc(1);
@@ -80,7 +82,10 @@ test('rates, quantiles, hit ratios and admission counts cover the window between
   const std = s.admission.find((r) => r.priority === 'standard')!;
   assert.equal(std.queued, 4);
   assert.equal(std.decisions.admitted, 20);
-  assert.equal(s.admission.find((r) => r.priority === 'sheddable')!.decisions.shed, 3);
+  const shd = s.admission.find((r) => r.priority === 'sheddable')!;
+  assert.equal(shd.decisions.shed, 3);
+  assert.equal(shd.shed, 6, 'shed for KV pressure, the prefill backlog and the decode pace');
+  assert.equal(std.shed, 0);
   assert.deepEqual(s.speculative, []);
 });
 

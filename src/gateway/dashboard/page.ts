@@ -104,7 +104,7 @@ function render(s) {
     tr.appendChild(td(r.model)); tr.appendChild(td(r.priority));
     tr.appendChild(td(num(r.queued), 'num queued-now'));
     tr.appendChild(td(num(d.admitted || 0), 'num')); tr.appendChild(td(num(d.queued || 0), 'num'));
-    tr.appendChild(td(num(d.shed || 0), 'num shed'));
+    tr.appendChild(td(num(r.shed), 'num shed'));
     tr.appendChild(td(num((d.queue_full || 0) + (d.queue_timeout || 0)), 'num'));
     tr.appendChild(td(num(d.rate_limited || 0), 'num'));
     return tr;

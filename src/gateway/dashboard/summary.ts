@@ -51,6 +51,8 @@ export interface DashboardPriorityRow {
   queued: number;
   /** Decisions in the window, by decision (admitted, queued, shed, queue_full, rate_limited, …). */
   decisions: Record<string, number>;
+  /** Requests shed in the window for any reason: KV pressure (shed), the picked worker's prefill backlog or its decode pace. */
+  shed: number;
 }
 
 export interface DashboardSpecSeries {
@@ -224,6 +226,9 @@ function ratio(num: number, den: number): number | null {
   return den > 0 ? num / den : null;
 }
 
+/** The admission decisions that refuse a request as shed (admission/controller.ts). */
+const SHED_DECISIONS = new Set(['shed', 'shed_backlog', 'shed_tpot']);
+
 export function summarize(cur: Sample, base: Sample | null): DashboardState {
   const dt = base ? (cur.at - base.at) / 1000 : 0;
   const delta = (name: string, where?: (l: Record<string, unknown>) => boolean, metricName?: string): number =>
@@ -285,7 +290,7 @@ export function summarize(cur: Sample, base: Sample | null): DashboardState {
   const row = (model: string, priority: string): DashboardPriorityRow => {
     const k = `${model}\u0000${priority}`;
     let r = rows.get(k);
-    if (!r) rows.set(k, (r = { model, priority, queued: 0, decisions: {} }));
+    if (!r) rows.set(k, (r = { model, priority, queued: 0, decisions: {}, shed: 0 }));
     return r;
   };
   for (const v of values(cur, 'kvgate_queue_depth')) row(String(v.labels.model), String(v.labels.priority)).queued = v.value;
@@ -297,6 +302,7 @@ export function summarize(cur: Sample, base: Sample | null): DashboardState {
     const d = v.value - (prevDecision.get(k) ?? 0);
     const r = row(String(v.labels.model), String(v.labels.priority));
     r.decisions[String(v.labels.decision)] = (r.decisions[String(v.labels.decision)] ?? 0) + d;
+    if (SHED_DECISIONS.has(String(v.labels.decision))) r.shed += d;
   }
 
   const speculative = speculativeSeries(cur, base);
