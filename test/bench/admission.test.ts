@@ -76,6 +76,32 @@ describe('kvgate bench --admission', () => {
     assert.equal(a.policies[0]!.preemptions, 0);
   });
 
+  it('sheds sheddable requests where the worker decodes slower than sheddableTpotMs, so that more of the other classes meet the SLO', async () => {
+    // rag at 1.5× its rate: compute-bound, long prompts, answers that decode for a while.
+    const run = (sheddableTpotMs: number) =>
+      runBench({
+        source: workloadSource('rag', { size: 1500, seed: 5 }),
+        policies: ['kvgate'],
+        workers: 4,
+        gpu: 'h100',
+        model: 'llama-3.1-8b',
+        seed: 5,
+        rateScale: 1.5,
+        priorityMix: { critical: 0.2, standard: 0.3, sheddable: 0.5 },
+        kvAdmission: { ...ADMISSION_DEFAULTS, thresholds: { ...ADMISSION_DEFAULTS.thresholds, sheddableTpotMs }, reserveOutputCap: RESERVE_OUTPUT_TOKENS_CAP },
+        sloTtftMs: 1000,
+        sloTtftPer1kMs: 100,
+        sloTpotMs: 50,
+        omitWallTime: true,
+      });
+    const off = (await run(0)).results.policies[0]!.by_priority!;
+    const on = (await run(30)).results.policies[0]!.by_priority!;
+    assert.ok(on.sheddable.shed > off.sheddable.shed, `sheddable shed ${off.sheddable.shed} → ${on.sheddable.shed}`);
+    assert.equal(on.critical.shed, 0);
+    assert.equal(on.standard.shed, 0);
+    assert.ok(on.critical.goodput_fraction > off.critical.goodput_fraction, `critical goodput ${off.critical.goodput_fraction} → ${on.critical.goodput_fraction}`);
+  });
+
   it('a priority mix tags a session’s later turns with its first turn’s class', () => {
     const turn2 = { arrivalMs: 5, promptTokens: [1], maxTokens: 1, outputSeed: 2 };
     const src = [{ arrivalMs: 0, promptTokens: [1], maxTokens: 1, outputSeed: 1, next: () => turn2 }];
