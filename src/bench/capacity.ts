@@ -24,6 +24,11 @@ import type { BandAttainment } from './metrics.js';
 
 export interface CapacityProbe {
   rate_scale: number;
+  /**
+   * The probe stopped as soon as its misses decided it: `attainment` is then the most it could
+   * have reached, and its band figures are not measured.
+   */
+  stopped_early?: true;
   /** Offered arrival rate of this probe, requests/s. */
   requests_per_s: number;
   attainment: number;
@@ -130,7 +135,7 @@ export function probesLeft(outcomes: ReadonlyArray<{ scale: number; met: boolean
 /** Runs one probe at `rateScale`: a fresh fleet, the same request stream. */
 export type ProbeFn = (
   rateScale: number,
-) => Promise<{ attainment: number; requests_per_s: number; requests?: number; span_s?: number; worst_band_attainment?: number; attainment_by_prompt?: BandAttainment[] }>;
+) => Promise<{ attainment: number; requests_per_s: number; requests?: number; span_s?: number; worst_band_attainment?: number; attainment_by_prompt?: BandAttainment[]; stopped_early?: true }>;
 
 const r6 = (x: number): number => Math.round(x * 1e6) / 1e6;
 
@@ -155,6 +160,7 @@ export async function searchCapacity(probe: ProbeFn, o: CapacitySearchOptions = 
     if (p.span_s !== undefined) q.span_s = p.span_s;
     if (p.worst_band_attainment !== undefined) q.worst_band_attainment = p.worst_band_attainment;
     if (p.attainment_by_prompt !== undefined) q.attainment_by_prompt = p.attainment_by_prompt;
+    if (p.stopped_early === true) q.stopped_early = true;
     probes.push(q);
     return meets(q);
   };

@@ -28,6 +28,7 @@
  *   gpu_seconds / 3600 × $/GPU-hour / (output tokens / 10⁶).
  */
 import type { SimResult } from '../sim/fleet-sim.js';
+import type { SimRequest } from '../sim/sim-request.js';
 import { PRIORITY_CLASSES, type PriorityClass } from '../admission/classes.js';
 import { hasSlo, meetsSlo, ttftBoundMs, type Slo } from './slo.js';
 import type { LatencyHistogram } from '../util/latency-histogram.js';
@@ -234,6 +235,45 @@ function metSlo(c: SimResult['completed'], i: number, slo: Slo): boolean {
   const out = c.outputTokens[i]!;
   const tp = out > 1 && c.fromCache?.[i] !== 1 ? (e - t) / (out - 1) : undefined;
   return meetsSlo(slo, t, tp, c.promptTokens[i]!);
+}
+
+/**
+ * Follows a run as it goes (FleetSimOptions.stopWhen) and tells when its attainment can no longer
+ * reach `target`: of at most `maxRequests` requests in all, the misses so far leave too few to
+ * meet it. Misses so far: refusals, completed requests that missed the SLO, and requests in
+ * flight whose TTFT is already past their bound (their first token came, or will come, too late).
+ * A run it stops is one whose reported attainment (ProbeFigures.attainment, 4 decimals) would have
+ * been below the target.
+ */
+export class AttainmentWatch {
+  private seen = 0;
+  private missed = 0;
+  /** The bound at the last `decided` (the one a stopped run reports). */
+  lastBound = 1;
+
+  constructor(
+    private readonly slo: Slo,
+    private readonly target: number,
+    private readonly maxRequests: number,
+  ) {}
+
+  decided(r: SimResult, now = -Infinity, inflight: Iterable<SimRequest> = []): boolean {
+    this.lastBound = this.bound(r, now, inflight);
+    return this.lastBound < this.target - 0.00005;
+  }
+
+  /** The highest attainment the run can still end with, at virtual time `now`. */
+  bound(r: SimResult, now = -Infinity, inflight: Iterable<SimRequest> = []): number {
+    const c = r.completed;
+    for (; this.seen < c.arrival.length; this.seen++) if (!metSlo(c, this.seen, this.slo)) this.missed++;
+    let late = 0;
+    for (const rec of inflight) {
+      const ttft = (rec.firstToken ?? now) - rec.arrivedAt;
+      if (ttft > ttftBoundMs(this.slo, rec.req.promptTokens.length)) late++;
+    }
+    const misses = this.missed + r.rejected + r.shed + late;
+    return this.maxRequests > 0 ? Math.max(0, this.maxRequests - misses) / this.maxRequests : 0;
+  }
 }
 
 /** Requests of a run that met the SLO (completed ones only: refusals never meet it). */

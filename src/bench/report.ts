@@ -124,7 +124,8 @@ export function renderReport(r: BenchResults, curves: readonly RunCurves[]): str
     parts.push(
       `<h2>Capacity at SLO</h2><div class="meta">Capacity: the highest arrival rate at which ≥ ${(target * 100).toFixed(0)}% of requests meet ${esc(slo)} ` +
         `(rejected and shed requests miss it). Every probe is a fresh fleet on the same request stream` +
-        `${cap.min_seconds > 0 ? `, at least ${cap.min_seconds} s of arrivals for a built-in workload` : ''}; each dot is one probe. ` +
+        `${cap.min_seconds > 0 ? `, at least ${cap.min_seconds} s of arrivals for a built-in workload` : ''}; each dot is one probe run to its end ` +
+        `(a probe stopped once its misses decided it has no measured attainment and is left out: --capacity-full-probes draws every one). ` +
         `${boundLine ? `${esc(boundLine[0]!.toUpperCase() + boundLine.slice(1))} (the work bound: the requests' least GPU time). ` : ''}` +
         `Best peer: ${esc(cap.best_peer ?? 'none')}.</div><div class="row">`,
     );
@@ -132,7 +133,10 @@ export function renderReport(r: BenchResults, curves: readonly RunCurves[]): str
       name: p.name,
       color: color(p.name),
       markers: true,
-      points: [...(p.capacity?.probes ?? [])].sort((a, b) => a.requests_per_s - b.requests_per_s).map((q) => [q.requests_per_s, q.attainment] as [number, number]),
+      points: (p.capacity?.probes ?? [])
+        .filter((q) => q.stopped_early !== true)
+        .sort((a, b) => a.requests_per_s - b.requests_per_s)
+        .map((q) => [q.requests_per_s, q.attainment] as [number, number]),
     }));
     const xs = series.flatMap((s) => s.points.map(([x]) => x));
     if (xs.length > 0) {

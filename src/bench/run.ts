@@ -18,7 +18,7 @@ import { idealHitRate } from './ideal-hit.js';
 import { workBound, type WorkBound } from './work-bound.js';
 import { gpuMixLabel, meanHourCost, parseGpuMix, workerGpus } from './gpu-mix.js';
 import { RooflineTimeModel } from '../engine/time-model.js';
-import { attainmentByPrompt, attainmentOf, distribution, sloOf, summarize, worstBandAttainment, type BandAttainment, type Dist, type PolicySummary, type SummaryOptions } from './metrics.js';
+import { AttainmentWatch, attainmentByPrompt, attainmentOf, distribution, sloOf, summarize, worstBandAttainment, type BandAttainment, type Dist, type PolicySummary, type SummaryOptions } from './metrics.js';
 import { VirtualClock } from '../util/clock.js';
 import { hasSlo, type Slo } from './slo.js';
 import { draftEngineConfig, simSpeculation, summarizeSpec, type BenchSpecOptions, type SpecSummary } from './spec.js';
@@ -69,6 +69,11 @@ export interface BenchOptions {
      * CAPACITY_MIN_SECONDS; 0: every probe replays exactly the run's requests.
      */
     minSeconds?: number;
+    /**
+     * Run every probe to its end (default false: a probe stops once its misses decide it, its
+     * attainment then an upper bound; the capacity found is the same either way).
+     */
+    fullProbes?: boolean;
   };
   gpuHourCost?: number;
   /** vLLM's --max-loras on every worker (requests naming an adapter; BenchRequest.adapter). */
@@ -476,7 +481,15 @@ interface FleetRun {
   isolated?: boolean;
   /** A capacity probe's least span of arrivals, ms (benchRequests; default 0: the source as is). */
   minMs?: number;
+  /**
+   * A capacity probe: the run stops as soon as its attainment can no longer reach `target`
+   * (AttainmentWatch), since the search needs no more of a probe than that it missed.
+   */
+  stopBelow?: { target: number; slo: Slo };
 }
+
+/** Runs stopped by their AttainmentWatch: the most attainment each could have ended with, and its requests in all. */
+const stoppedRuns = new WeakMap<SimResult, { bound: number; requests: number }>();
 
 async function runFleet(ctx: RunContext, name: string, run: FleetRun): Promise<SimResult> {
   const { rateScale, withCache = ctx.o.cache !== undefined, isolated = ctx.o.isolation !== undefined, minMs = 0 } = run;
@@ -494,6 +507,13 @@ async function runFleet(ctx: RunContext, name: string, run: FleetRun): Promise<S
           shareLoad: o.replicas.shareLoad === true,
         }
       : undefined;
+  let watch: AttainmentWatch | null = null;
+  let total = 0;
+  if (run.stopBelow) {
+    // Every turn of every session: no run of these requests has more.
+    for (const _ of expandSessions(benchRequests(o.source, { limit: o.limit, rateScale, minMs }))) total++;
+    watch = new AttainmentWatch(run.stopBelow.slo, run.stopBelow.target, total);
+  }
   const requests = benchRequests(o.source, {
     limit: o.limit,
     rateScale,
@@ -502,7 +522,8 @@ async function runFleet(ctx: RunContext, name: string, run: FleetRun): Promise<S
     tenants: o.isolation?.tenants ?? o.tenants,
     declaredMaxTokens: o.declaredMaxTokens,
   });
-  return simulateFleet(requests, {
+  const sim = await simulateFleet(requests, {
+    ...(watch ? { stopWhen: (sofar: SimResult) => watch.decided(sofar) } : {}),
     admission: o.kvAdmission ? { settings: o.kvAdmission } : undefined,
     peerAdmission: o.peerAdmission ? peerAdmission(o.peerAdmission, o.seed) : undefined,
     cacheIsolation: isolated,
@@ -527,6 +548,8 @@ async function runFleet(ctx: RunContext, name: string, run: FleetRun): Promise<S
     onProgress: o.onProgress ? (n, t) => o.onProgress!(name, n, t) : undefined,
     ...(o.disagg ? { disagg: o.disagg } : {}),
   });
+  if (watch && sim.stoppedEarly) stoppedRuns.set(sim, { bound: watch.lastBound, requests: total });
+  return sim;
 }
 
 /**
@@ -565,15 +588,31 @@ export interface RemoteProbe {
 
 /** A capacity probe's figures: attainment, offered rate and the worst prompt-length band. */
 export interface ProbeFigures {
+  /** With stopped_early, the most the probe could have reached. */
   attainment: number;
+  /** The probe stopped once its misses decided it (its attainment is an upper bound). */
+  stopped_early?: true;
   requests_per_s: number;
   requests: number;
   span_s: number;
-  worst_band_attainment: number;
-  attainment_by_prompt: BandAttainment[];
+  /** Not measured for a probe stopped early. */
+  worst_band_attainment?: number;
+  attainment_by_prompt?: BandAttainment[];
 }
 
 function probeOf(r: SimResult, slo: Slo): ProbeFigures {
+  const stopped = stoppedRuns.get(r);
+  if (stopped) {
+    // Its misses decided it: the attainment is the most it could have reached, its other figures
+    // those of the requests that had arrived when it stopped.
+    return {
+      attainment: Math.round(stopped.bound * 10000) / 10000,
+      requests_per_s: offeredRate(r),
+      requests: stopped.requests,
+      span_s: Math.round(r.lastArrivalMs - r.firstArrivalMs) / 1000,
+      stopped_early: true,
+    };
+  }
   const bands = attainmentByPrompt(r, slo);
   return {
     attainment: Math.round(attainmentOf(r, slo) * 10000) / 10000,
@@ -606,7 +645,7 @@ function policyRunContext(o: BenchOptions): PolicyRunContext {
   };
   const slo = sloOf(summaryOpts);
   const cap = o.capacity
-    ? { ...capacitySettings(o.capacity), minMs: (o.capacity.minSeconds ?? CAPACITY_MIN_SECONDS) * 1000 }
+    ? { ...capacitySettings(o.capacity), minMs: (o.capacity.minSeconds ?? CAPACITY_MIN_SECONDS) * 1000, fullProbes: o.capacity.fullProbes === true }
     : null;
   if (cap && !hasSlo(slo)) throw new Error('the capacity search needs an SLO (TTFT and/or TPOT)');
   const engineOf = (gpu: string): EngineConfig =>
@@ -639,7 +678,7 @@ function policyRunContext(o: BenchOptions): PolicyRunContext {
  */
 export async function runProbe(o: BenchOptions, policy: string, rateScale: number, isolated: boolean | undefined): Promise<ProbeFigures> {
   const run = policyRunContext(o);
-  const r = await runFleet(run, policy, { rateScale, minMs: run.cap!.minMs, ...(isolated !== undefined ? { isolated } : {}) });
+  const r = await runFleet(run, policy, { rateScale, minMs: run.cap!.minMs, ...(run.cap!.fullProbes ? {} : { stopBelow: { target: run.cap!.target, slo: run.slo } }), ...(isolated !== undefined ? { isolated } : {}) });
   return probeOf(r, run.slo);
 }
 
@@ -719,6 +758,8 @@ interface CapacitySearch {
   minBandAttainment: number | undefined;
   /** Least span of a probe's arrivals, ms. */
   minMs: number;
+  /** Every probe runs to its end (no AttainmentWatch). */
+  fullProbes: boolean;
 }
 
 /** What running one policy needs beyond the fleet: the bench-wide settings runBench derives. */
@@ -805,7 +846,7 @@ function searchPolicyCapacity(
       let p: ProbeFigures;
       if (remote) p = await remote.figures;
       else {
-        r = isFirst(scale) ? first : await runFleet(run, name, { ...variant, rateScale: scale, minMs: cap.minMs });
+        r = isFirst(scale) ? first : await runFleet(run, name, { ...variant, rateScale: scale, minMs: cap.minMs, ...(cap.fullProbes ? {} : { stopBelow: { target: cap.target, slo } }) });
         p = probeOf(r, slo);
       }
       onProbe?.(r, { rate_scale: scale, ...p });

@@ -257,6 +257,11 @@ Capacity at SLO:
                           rate (default 60; 0: exactly --size requests): a short run is absorbed as
                           one burst and meets the SLO at rates the fleet cannot sustain. A trace
                           has the rows it has: each probe's span_s in the JSON says how long it ran
+  --capacity-full-probes  run every probe to its end. By default a probe stops as soon as its
+                          misses (refusals, and completed requests past the SLO) leave too few
+                          requests to reach --attainment: the search needs no more of it, the
+                          capacity found is the same, and the probe is marked stopped_early in
+                          the JSON with its attainment an upper bound
 
 Prefill/decode disaggregation (docs/disaggregation.md):
   --disagg P:D            compare a disaggregated fleet of P prefill and D decode workers (P + D =
@@ -349,6 +354,7 @@ const OPTIONS = {
   'min-band-attainment': { type: 'string' },
   'max-probes': { type: 'string' },
   'capacity-seconds': { type: 'string' },
+  'capacity-full-probes': { type: 'boolean' },
   'capacity-precision': { type: 'string' },
   'gpu-hour-cost': { type: 'string' },
   'spec-mode': { type: 'string' },
@@ -656,7 +662,7 @@ function admissionFromFlags(v: BenchFlags): { admissionOn: boolean; kvAdmission:
 /** --capacity and its search flags, and the SLO (with --capacity, its defaults filled in). */
 function capacityFromFlags(v: BenchFlags): { capacity: BenchOptions['capacity']; sloTtftMs?: number; sloTtftPer1kMs?: number; sloTpotMs?: number } {
   const capacity = v.capacity === true;
-  for (const f of ['attainment', 'min-band-attainment', 'max-probes', 'capacity-seconds', 'capacity-precision'] as const) {
+  for (const f of ['attainment', 'min-band-attainment', 'max-probes', 'capacity-seconds', 'capacity-precision', 'capacity-full-probes'] as const) {
     if (!capacity && v[f] !== undefined) throw new UsageError(`--${f} applies to --capacity only`);
   }
   const attainment = numFlag(v.attainment, 'attainment', { positive: true });
@@ -679,7 +685,7 @@ function capacityFromFlags(v: BenchFlags): { capacity: BenchOptions['capacity'];
     throw new UsageError('--slo-ttft-per-1k needs --slo-ttft (or --capacity)');
   }
   return {
-    capacity: capacity ? { target: attainment, precision, maxProbes, minBandAttainment, minSeconds } : undefined,
+    capacity: capacity ? { target: attainment, precision, maxProbes, minBandAttainment, minSeconds, fullProbes: v['capacity-full-probes'] === true } : undefined,
     sloTtftMs,
     sloTtftPer1kMs,
     sloTpotMs,

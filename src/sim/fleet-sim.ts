@@ -143,6 +143,12 @@ export interface FleetSimOptions {
   /** Called every `progressEvery` arrivals with the number of arrivals so far. */
   onProgress?: (arrivals: number, nowMs: number) => void;
   /**
+   * Asked now and then (every STOP_CHECK_EVENTS events) with the result so far, the virtual time
+   * and the requests in flight: true ends the run there (`stoppedEarly` set; requests in flight are
+   * not counted). A capacity probe whose misses have already decided it stops so (bench/run.ts).
+   */
+  stopWhen?: (sofar: SimResult, now: number, inflight: Iterable<SimRequest>) => boolean;
+  /**
    * Tenant isolation of cached prompts (a pool with `cacheIsolation: tenant`): each request's
    * tenant is its engine cache_salt and salts the router's block hashes (and, for policies that
    * match characters, prefixes its text), as the live gateway does.
@@ -195,6 +201,8 @@ export interface WorkerResult {
 /** Raw outcome of one run; src/bench/metrics.ts turns it into the summary. */
 export interface SimResult {
   policy: string;
+  /** The run ended when `stopWhen` said so, before its requests were all done. */
+  stoppedEarly?: true;
   scrapeIntervalMs: number;
   kvSampleMs: number;
   requests: number;
@@ -312,6 +320,9 @@ function snapshotOf(s: EngineStats, at: number, engine: Engine): MetricsSnapshot
 }
 
 /** Replay `source` (time-ordered) against a fresh fleet. */
+/** Events between two calls of FleetSimOptions.stopWhen. */
+const STOP_CHECK_EVENTS = 1024;
+
 export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetSimOptions): Promise<SimResult> {
   return new FleetSim(opts).run(source);
 }
@@ -612,6 +623,10 @@ class FleetSim {
       }
       // Yield to the event loop now and then so a progress bar and signals stay responsive.
       if (++events % 200_000 === 0) await new Promise<void>((r) => setImmediate(r));
+      if (opts.stopWhen !== undefined && events % STOP_CHECK_EVENTS === 0 && opts.stopWhen(this.out, clock.now(), this.requests.values())) {
+        this.out.stoppedEarly = true;
+        break;
+      }
     }
     if (opts.onProgress) opts.onProgress(this.arrivals, clock.now());
     return this.result(events);

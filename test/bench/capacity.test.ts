@@ -181,6 +181,32 @@ describe('capacity search (real fleet)', () => {
     assert.ok(results.capacity.best_peer === 'round-robin' || results.capacity.best_peer === 'least-load');
   });
 
+  it('stops a probe once its misses decide it, and finds the same capacity as with every probe run to its end', async () => {
+    const source = workloadSource('shared-prefix', { size: 250, rate: 8, seed: 6 });
+    const base = { source, policies: ['round-robin', 'kvgate'], workers: 1, gpu: 'h100', model: 'llama-3.1-8b', seed: 6, sloTtftMs: 1000, sloTtftPer1kMs: 100, sloTpotMs: 50, omitWallTime: true };
+    const early = (await runBench({ ...base, capacity: { maxProbes: 8, minSeconds: 20 } })).results;
+    const full = (await runBench({ ...base, capacity: { maxProbes: 8, minSeconds: 20, fullProbes: true } })).results;
+    let stopped = 0;
+    for (const p of early.policies) {
+      const c = p.capacity!;
+      const f = full.policies.find((q) => q.name === p.name)!.capacity!;
+      assert.deepEqual([c.rate_scale, c.requests_per_s, c.attainment, c.bracket, c.converged], [f.rate_scale, f.requests_per_s, f.attainment, f.bracket, f.converged], p.name);
+      assert.deepEqual(c.probes.map((q) => q.rate_scale), f.probes.map((q) => q.rate_scale), `${p.name}: the same probes`);
+      for (let i = 0; i < c.probes.length; i++) {
+        const q = c.probes[i]!;
+        const g = f.probes[i]!;
+        assert.equal(g.stopped_early, undefined);
+        if (q.stopped_early) {
+          stopped++;
+          assert.ok(q.attainment < 0.9 && g.attainment < 0.9, `${p.name} ×${q.rate_scale}: a stopped probe missed`);
+          assert.ok(q.attainment >= g.attainment, `${p.name} ×${q.rate_scale}: at most ${q.attainment}, measured ${g.attainment}`);
+          assert.equal(q.requests, g.requests, 'the requests it would have replayed');
+        } else assert.deepEqual(q, g);
+      }
+    }
+    assert.ok(stopped > 0, 'some probe stopped early');
+  });
+
   it('probes of a built-in workload last the minimum time, with the run’s requests first; a trace replays its rows', async () => {
     const source = workloadSource('rag', { size: 12, rate: 1, seed: 4 });
     const base = { policies: ['round-robin'], workers: 1, gpu: 'h100', model: 'llama-3.1-8b', seed: 1, sloTtftMs: 1000, sloTtftPer1kMs: 100, sloTpotMs: 50, omitWallTime: true };

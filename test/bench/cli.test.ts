@@ -312,14 +312,18 @@ describe('kvgate bench CLI', () => {
       for (const k of ['rate_scale', 'requests_per_s', 'attainment', 'worst_band_attainment', 'attainment_by_prompt']) assert.ok(k in p.capacity, k);
       assert.deepEqual(p.attainment_by_prompt.map((b: { band: string }) => b.band), ['<2k', '2k-8k', '>=8k']);
       assert.ok(p.capacity.probes.length >= 1 && p.capacity.probes.length <= 6);
-      for (const q of p.capacity.probes) assert.ok(q.span_s > 25 && q.span_s < 30 && q.requests >= 200, `probe ${JSON.stringify(q)}`);
+      for (const q of p.capacity.probes) {
+        // A probe stopped once its misses decided it had arrivals up to then; the others all 30 s.
+        assert.ok(q.requests >= 200 && q.span_s < 30 && (q.stopped_early === true || q.span_s > 25), `probe ${JSON.stringify(q)}`);
+        if (q.stopped_early) assert.ok(q.attainment < 0.9, 'a stopped probe missed');
+      }
       assert.equal(typeof p.attainment, 'number');
     }
     const page = readFileSync(html, 'utf8');
     assert.ok(page.includes('SLO attainment vs offered rate'));
     assert.ok(page.includes('Capacity at SLO'));
     const dots = (page.match(/<circle /g) ?? []).length;
-    assert.equal(dots, j.policies.reduce((a: number, p: { capacity: { probes: unknown[] } }) => a + p.capacity.probes.length, 0));
+    assert.equal(dots, j.policies.reduce((a: number, p: { capacity: { probes: Array<{ stopped_early?: true }> } }) => a + p.capacity.probes.filter((q) => !q.stopped_early).length, 0));
     assert.doesNotMatch(page, /NaN|undefined|Infinity/);
     // Same seed, same capacity JSON, byte for byte.
     const again = join(dir, 'cap2.json');

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { attainmentByPrompt, attainmentOf, distribution, MIN_BAND_REQUESTS, percentile, sloOf, summarize, weightedDistribution, weightedTail, worstBandAttainment } from '../../src/bench/metrics.js';
+import { AttainmentWatch, attainmentByPrompt, attainmentOf, distribution, MIN_BAND_REQUESTS, percentile, sloOf, summarize, weightedDistribution, weightedTail, worstBandAttainment } from '../../src/bench/metrics.js';
 import { describeSlo, hasSlo, meetsSlo, ttftBoundMs } from '../../src/bench/slo.js';
 import type { SimResult } from '../../src/sim/fleet-sim.js';
 import { LatencyHistogram } from '../../src/util/latency-histogram.js';
@@ -36,6 +36,40 @@ function result(rows: Array<{ arrival: number; first: number; finish: number; pr
     ...extra,
   };
 }
+
+describe('AttainmentWatch', () => {
+  const slo = { ttftMs: 1000, tpotMs: 50 };
+  const ok = { arrival: 0, first: 100, finish: 1100, prompt: 10, out: 21, cached: 0 };
+  const slow = { arrival: 0, first: 2000, finish: 3000, prompt: 10, out: 21, cached: 0 };
+  it('counts misses as requests complete and are refused, and says when the target is out of reach', () => {
+    // 10 requests in all, target 0.8: the run is decided once 3 have missed.
+    const w = new AttainmentWatch(slo, 0.8, 10);
+    const r = result([ok, slow, ok]);
+    assert.equal(w.bound(r), 0.9);
+    assert.equal(w.decided(r), false);
+    r.completed.arrival.push(0);
+    r.completed.firstToken.push(100);
+    r.completed.finish.push(100 + 60 * 20); // TPOT 60 ms: a miss
+    r.completed.promptTokens.push(10);
+    r.completed.outputTokens.push(21);
+    r.completed.cachedTokens.push(0);
+    r.completed.worker.push(0);
+    assert.equal(w.bound(r), 0.8);
+    assert.equal(w.decided(r), false, 'exactly the target can still be met');
+    r.shed = 1;
+    assert.equal(w.bound(r), 0.7);
+    assert.equal(w.decided(r), true);
+    // The bound is never below what the run ends with: the full run's attainment.
+    const all = result([ok, slow, ok, slow, ok, ok, ok, ok, ok], { shed: 1, requests: 10 });
+    assert.ok(new AttainmentWatch(slo, 0.8, 10).bound(all) >= attainmentOf(all, slo));
+  });
+
+  it('does not call a run decided that rounds to the target', () => {
+    // 19,999 of 20,000 would meet 0.99995 → rounded 1.0; one miss of 20,000 leaves 0.99995.
+    const w = new AttainmentWatch(slo, 0.99995, 20000);
+    assert.equal(w.decided(result([slow])), false);
+  });
+});
 
 describe('summary statistics', () => {
   it('percentiles interpolate linearly like numpy', () => {
