@@ -40,8 +40,10 @@ export function parsePromText(text: string): Sample[] {
 
 function parseSample(line: string, lineNo: number): Sample {
   let p = 0;
+  // The line is quoted as JSON: a worker's bytes reach logs, /admin/workers and the dashboard, and
+  // control characters in them must arrive escaped.
   const fail = (msg: string): never => {
-    throw new PromParseError(lineNo, `${msg}: ${line.length > 80 ? line.slice(0, 80) + '…' : line}`);
+    throw new PromParseError(lineNo, `${msg}: ${JSON.stringify(line.length > 80 ? line.slice(0, 80) + '…' : line)}`);
   };
   if (!NAME_START.test(line[0]!)) fail('bad metric name');
   while (p < line.length && NAME_CHAR.test(line[p]!)) p++;

@@ -43,6 +43,13 @@ test('rejects garbage with the line number', () => {
   }
 });
 
+test("a rejected line is quoted with its control characters escaped (it reaches logs and the admin API)", () => {
+  assert.throws(
+    () => parsePromText('\u0000\u0001garbage {{{ x\n'),
+    (e: unknown) => e instanceof PromParseError && e.message === 'line 1: bad metric name: "\\u0000\\u0001garbage {{{ x"' && !/[\u0000-\u001f]/.test(e.message),
+  );
+});
+
 test('empty text has no samples', () => {
   assert.deepEqual(parsePromText(''), []);
   assert.deepEqual(parsePromText('# just a comment\n'), []);
