@@ -10,6 +10,7 @@
  * tenant's 10 streaming clients are served throughout.
  */
 import { connect, type Socket } from 'node:net';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { RawConfig } from '../../../src/config/index.js';
 import { closedLoop, sleep, spawnSims, startGateway, streamChat, Tally, type FaultScenario, type ScenarioResult, type SimProcess } from '../harness.js';
 
@@ -26,6 +27,10 @@ export const stalledClients: FaultScenario = {
     const sockets: Socket[] = [];
     let closed = 0;
     let lastClosedAt = 0;
+    // The gateway runs in this process: its 1 s check is a timer on this event loop, late by as
+    // much as the loop is busy (3,000 sockets and 10 streams on it), so the bound allows the
+    // loop's worst delay measured meanwhile.
+    const lag = monitorEventLoopDelay({ resolution: 10 });
     try {
       const load = closedLoop({ base: url, clients: 10, durationMs: 6_000, next: streamChat });
       const health = new Tally();
@@ -66,11 +71,14 @@ export const stalledClients: FaultScenario = {
         await sleep(20);
       }
       const openedBy = performance.now();
+      lag.enable();
       const peak = gw.connections.open;
       const { tally } = await load;
       await checker;
       const deadline = openedBy + HEADERS_TIMEOUT_MS + 1_500;
       while (closed < STALLED && performance.now() < deadline) await sleep(50);
+      lag.disable();
+      const lagMs = lag.max / 1e6;
       tally.merge(health);
       for (const s of sockets) s.destroy();
       const bodies = await stalledBodies(sims);
@@ -82,6 +90,7 @@ export const stalledClients: FaultScenario = {
           'gateway connections at the peak': peak,
           'closed by the gateway': closed,
           'last closed, ms after the last was opened': Math.round(lastClosedAt - openedBy),
+          "this event loop's worst delay meanwhile, ms": Math.round(lagMs),
           'evicted to make room / refused': `${gw.connections.evicted} / ${gw.connections.refused}`,
           'health checks answered': `${health.ok}/${health.sent}`,
           ...bodies.figures,
@@ -89,7 +98,7 @@ export const stalledClients: FaultScenario = {
         checks: {
           ...bodies.checks,
           'every stalled socket closed': closed === STALLED,
-          [`within the header timeout plus Node's 1 s check (${HEADERS_TIMEOUT_MS + 1_000} ms)`]: lastClosedAt - openedBy <= HEADERS_TIMEOUT_MS + 1_000,
+          [`within the header timeout plus Node's 1 s check (${HEADERS_TIMEOUT_MS + 1_000} ms) plus the loop's worst delay`]: lastClosedAt - openedBy <= HEADERS_TIMEOUT_MS + 1_000 + lagMs,
           'every health check answered 200': health.ok === health.sent,
         },
       };
