@@ -20,6 +20,9 @@
  *     near a core busy at saturation, the output says so);
  *   - beside it, the HTTP proxies at 200 req/s with wrk (or nothing, without wrk): nginx as a
  *     reverse proxy and `kvgate serve`, their latency added over the stand-in alone.
+ *   - a host control (benchmarks/epp/host-control.ts): fixed work of about a decision's size (the
+ *     body parsed, its question tokenized), none of kvgate's code, timed on the EPP's core back to back and once per gap of the moderate
+ *     rate, asleep in between: how much longer the host makes any work after an idle gap;
  * And an estimate, its method printed with it: kvgate as EPP behind a native proxy = nginx's
  * added latency + the EPP's decision latency (p50 + p50, p99 + p99).
  *
@@ -34,6 +37,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { writeGeneratedTables } from './doc-tables.js';
 import { CorePlan, freePort, processCpuMs, quantile, stopChild, waitReady } from './harness.js';
+import type { HostControlResult, HostControlSpec } from './epp/host-control.js';
 import type { LoadResult, LoadSpec } from './epp/load.js';
 import { proxyConf } from './overhead/nginx.js';
 import { MODEL } from './overhead/responses.js';
@@ -45,6 +49,9 @@ The decision latency kvgate adds as an Endpoint Picker (kvgate epp, Envoy's ext_
 from the last request-body chunk to the pick, p50 and p99, at 200 req/s and at saturation, for
 1k- and 8k-token chat prompts; the EPP's CPU per request and decisions per second per core; the
 load generators' own CPU; beside nginx and kvgate serve in front of the same stand-in worker.
+A host control times fixed work of a decision's size (the body parsed, its question tokenized,
+none of kvgate's code) on the EPP's core, back to back and once per gap of the moderate rate: how much
+longer the machine alone makes work after an idle gap.
 
 Options:
   --seconds S        length of each measurement (default 5; a 2 s warm-up before each size)
@@ -105,6 +112,20 @@ function generate(spec: LoadSpec): Promise<LoadResult> {
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out) as LoadResult) : reject(new Error(`load generator exited with ${code}`))));
+  }).finally(() => rmSync(dir, { recursive: true, force: true }));
+}
+
+/** The host control on the EPP's core (its process idle meanwhile). */
+function hostControl(plan: CorePlan, bodies: string[], gapMs: number): Promise<HostControlResult> {
+  const dir = mkdtempSync(join(tmpdir(), 'kvgate-epp-control-'));
+  const file = join(dir, 'spec.json');
+  const spec: HostControlSpec = { bodies, gapMs, count: 400 };
+  writeFileSync(file, JSON.stringify(spec));
+  return new Promise<HostControlResult>((resolve, reject) => {
+    const child = plan.spawn('under-test', process.execPath, [join(here, 'epp', 'host-control.js'), file], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out) as HostControlResult) : reject(new Error(`host control exited with ${code}`))));
   }).finally(() => rmSync(dir, { recursive: true, force: true }));
 }
 
@@ -262,10 +283,11 @@ async function main(): Promise<void> {
       const atRate = await measure(epp, [spec({ rate })]);
       const perGen = Math.max(1, Math.round(streams / generators));
       const saturated = await measure(epp, Array.from({ length: generators }, () => spec({ concurrency: perGen })));
+      const control = await hostControl(plan, b, 1000 / rate);
       const added = proxies.length > 0 ? await proxiesAdded(proxies, standIn, b[0]!, seconds) : new Map<string, { p50: number; p99: number }>();
-      report[String(size)] = { bodyBytes: b[0]!.length, atRate, saturated, proxiesAdded: Object.fromEntries(added) };
-      sizesDone.push({ size, bytes: b[0]!.length, atRate, saturated, added });
-      printSize(size, b[0]!.length, rate, atRate, saturated, added, streams, generators);
+      report[String(size)] = { bodyBytes: b[0]!.length, atRate, saturated, hostControl: control, proxiesAdded: Object.fromEntries(added) };
+      sizesDone.push({ size, bytes: b[0]!.length, atRate, saturated, control, added });
+      printSize(size, b[0]!.length, rate, atRate, saturated, control, added, streams, generators);
     }
     printTargets(report, sizes, rate);
     report.loadAfter = loadavg()[0];
@@ -290,6 +312,7 @@ interface SizeResult {
   bytes: number;
   atRate: Measured;
   saturated: Measured;
+  control: HostControlResult;
   added: Map<string, { p50: number; p99: number }>;
 }
 
@@ -306,6 +329,7 @@ function decisionsTable(results: SizeResult[], rate: number, streams: number, ge
       lines.push(`| ${tokens(r.size)} tokens (${Math.round(r.bytes / 1024)} KiB) | ${load} | ${Math.round(m.rps).toLocaleString('en-US')} | ${us(m.p50Us)} | ${us(m.p99Us)} | ${us(m.insideP50Us)} / ${us(m.insideP99Us)} | ${us(m.eppCpuUsPerReq)} | ${Math.round(1e6 / m.eppCpuUsPerReq).toLocaleString('en-US')} | ${us(m.genCpuUsPerReq)} |`);
     }
   }
+  lines.push('', ...results.map((r) => `- ${tokens(r.size)} tokens: ${hostControlLine(r.control, rate)}`));
   const big = results.find((r) => r.size === 8000);
   const small = results.find((r) => r.size === 1000);
   const targets: string[] = [];
@@ -337,9 +361,17 @@ function overheadTable(results: SizeResult[], rate: number, machine: string): st
   return lines.join('\n');
 }
 
+/** The host control, with what it says of the moderate rate's latency. */
+function hostControlLine(c: HostControlResult, rate: number): string {
+  return (
+    `host control on the EPP's core (this body parsed, its question tokenized, no kvgate code): p50 ${us(c.backToBack.p50Us)} back to back, ` +
+    `${us(c.paced.p50Us)} once every ${+(1000 / rate).toFixed(2)} ms (asleep in between, as at ${rate} req/s): ×${(c.paced.p50Us / c.backToBack.p50Us).toFixed(1)} from the host alone`
+  );
+}
+
 const ms = (x: number): string => (Number.isFinite(x) ? (Math.max(0, x) / 1000).toFixed(2) : 'n/a');
 
-function printSize(size: number, bytes: number, rate: number, atRate: Measured, sat: Measured, added: Map<string, { p50: number; p99: number }>, streams: number, gens: number): void {
+function printSize(size: number, bytes: number, rate: number, atRate: Measured, sat: Measured, control: HostControlResult, added: Map<string, { p50: number; p99: number }>, streams: number, gens: number): void {
   const w = (s: string) => process.stdout.write(s + '\n');
   w(`\n## ${size.toLocaleString('en-US')}-token prompt (${bytes.toLocaleString('en-US')} bytes of JSON)`);
   w('| load | req/s | decision p50 | decision p99 | inside the EPP p50 / p99 | EPP CPU / req | decisions/s per core | EPP cores busy | generator CPU / req | errors |');
@@ -348,6 +380,7 @@ function printSize(size: number, bytes: number, rate: number, atRate: Measured, 
     w(`| ${name} | ${Math.round(m.rps)} | ${us(m.p50Us)} | ${us(m.p99Us)} | ${us(m.insideP50Us)} / ${us(m.insideP99Us)} | ${us(m.eppCpuUsPerReq)} | ${Math.round(1e6 / m.eppCpuUsPerReq).toLocaleString('en-US')} | ${m.eppCores.toFixed(2)} | ${us(m.genCpuUsPerReq)} | ${m.errors}${m.firstError ? ` (${m.firstError})` : ''} |`);
   row(`${rate} req/s (open loop)`, atRate);
   row(`saturation (${streams} streams, ${gens} generators)`, sat);
+  w(hostControlLine(control, rate));
   if (sat.eppCores < 0.85) w(`note: at saturation the EPP kept ${sat.eppCores.toFixed(2)} of a core busy: the generators or the machine limited it; decisions/s per core is from its CPU time per request.`);
   if (added.size > 0) {
     w('\n| HTTP proxy at ~200 req/s (wrk), added over the stand-in | p50 | p99 |');
