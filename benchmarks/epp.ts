@@ -19,10 +19,11 @@
  *   - the generators' own CPU per request (they must not be the slower side: if the EPP is not
  *     near a core busy at saturation, the output says so);
  *   - beside it, the HTTP proxies at 200 req/s with wrk (or nothing, without wrk): nginx as a
- *     reverse proxy and `kvgate serve`, their latency added over the stand-in alone.
+ *     reverse proxy and `kvgate serve`, their latency added over the stand-in alone;
  *   - a host control (benchmarks/epp/host-control.ts): fixed work of about a decision's size (the
- *     body parsed, its question tokenized), none of kvgate's code, timed on the EPP's core back to back and once per gap of the moderate
- *     rate, asleep in between: how much longer the host makes any work after an idle gap;
+ *     body parsed, its question tokenized), none of kvgate's code, timed on the EPP's core back
+ *     to back and once per gap of the moderate rate, asleep in between: how much longer the host
+ *     makes any work after an idle gap.
  * And an estimate, its method printed with it: kvgate as EPP behind a native proxy = nginx's
  * added latency + the EPP's decision latency (p50 + p50, p99 + p99).
  *
@@ -50,8 +51,8 @@ from the last request-body chunk to the pick, p50 and p99, at 200 req/s and at s
 1k- and 8k-token chat prompts; the EPP's CPU per request and decisions per second per core; the
 load generators' own CPU; beside nginx and kvgate serve in front of the same stand-in worker.
 A host control times fixed work of a decision's size (the body parsed, its question tokenized,
-none of kvgate's code) on the EPP's core, back to back and once per gap of the moderate rate: how much
-longer the machine alone makes work after an idle gap.
+none of kvgate's code) on the EPP's core, back to back and once per gap of the moderate rate:
+how much longer the machine alone makes work after an idle gap.
 
 Options:
   --seconds S        length of each measurement (default 5; a 2 s warm-up before each size)
