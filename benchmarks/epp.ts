@@ -365,8 +365,8 @@ function overheadTable(results: SizeResult[], rate: number, machine: string): st
 /** The host control, with what it says of the moderate rate's latency. */
 function hostControlLine(c: HostControlResult, rate: number): string {
   return (
-    `host control on the EPP's core (this body parsed, its question tokenized, no kvgate code): p50 ${us(c.backToBack.p50Us)} back to back, ` +
-    `${us(c.paced.p50Us)} once every ${+(1000 / rate).toFixed(2)} ms (asleep in between, as at ${rate} req/s): ×${(c.paced.p50Us / c.backToBack.p50Us).toFixed(1)} from the host alone`
+    `host control on the EPP's core (this body parsed, its question tokenized, no kvgate code): p50 / p99 ${us(c.backToBack.p50Us)} / ${us(c.backToBack.p99Us)} back to back, ` +
+    `${us(c.paced.p50Us)} / ${us(c.paced.p99Us)} once every ${+(1000 / rate).toFixed(2)} ms (asleep in between, as at ${rate} req/s): p50 ×${(c.paced.p50Us / c.backToBack.p50Us).toFixed(1)} from the host alone`
   );
 }
 
