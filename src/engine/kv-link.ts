@@ -9,6 +9,7 @@
  * the time is set by the bytes of one rank: total / tp.
  */
 
+import { linkTransferMs } from '../kv/link-transfer.js';
 import { kvBytesPerToken, type KvCacheDtype, type ModelProfile } from './profiles.js';
 
 /** One GPU's path to a peer GPU for KV transfers. */
@@ -60,8 +61,7 @@ export function customKvLink(gbps: number, latencyUs: number): KvLink {
 /** Time to move `bytes` (per rank) over `link`, ms. Zero bytes move nothing and cost nothing. */
 export function transferMs(link: KvLink, bytes: number): number {
   if (!(bytes >= 0)) throw new Error(`transfer size must be ≥ 0 bytes, got ${bytes}`);
-  if (bytes === 0) return 0;
-  return link.latencyMs + (bytes / link.bytesPerSecond) * 1000;
+  return linkTransferMs(bytes, link.bytesPerSecond, link.latencyMs);
 }
 
 /**

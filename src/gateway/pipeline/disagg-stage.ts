@@ -15,6 +15,7 @@
  * reservation is released when its part ends.
  */
 import type { WorkerState } from '../../fleet/worker-state.js';
+import { linkTransferMs } from '../../kv/link-transfer.js';
 import { generates, type RequestContext } from '../../request/context.js';
 import type { GatewayStage, StageResult } from '../../request/stage.js';
 import type { DeciderOptions } from '../../scheduler/disagg/decider.js';
@@ -34,14 +35,6 @@ export interface DisaggStageEnv extends PrefillEnv {
   /** The policy's prefill rate for a worker, tokens/s. */
   prefillRate(w: WorkerState): number;
   options(): DisaggOptions;
-}
-
-/**
- * The KV transfer the decider assumes: latency plus the prompt's KV bytes over the link, ms — the
- * simulation's link model (src/engine/kv-link.ts), which the live path does not import.
- */
-function linkTransferMs(o: Pick<DisaggOptions, 'kvBytesPerToken' | 'linkGbps' | 'linkLatencyMs'>, tokens: number): number {
-  return o.linkLatencyMs + (tokens * o.kvBytesPerToken * 8) / (o.linkGbps * 1e6);
 }
 
 export function disaggregationStage(env: DisaggStageEnv): GatewayStage {
@@ -75,7 +68,8 @@ async function serve(env: DisaggStageEnv, ctx: RequestContext, pools: RolePools)
   const router = env.router;
   const plan = planDisaggregation(router.policy, ctx.routeRequest, pools, router.context(), {
     prefillRate: env.prefillRate,
-    transferMs: (tokens) => linkTransferMs(o, tokens),
+    // The KV transfer the decider assumes: the simulation's link model over the configured link.
+    transferMs: (tokens) => linkTransferMs(tokens * o.kvBytesPerToken, (o.linkGbps * 1e9) / 8, o.linkLatencyMs),
   }, o);
   const d = plan.decision;
   env.metrics.decisions.labels(ctx.model, d.mode, d.reason).inc();
