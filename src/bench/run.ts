@@ -10,6 +10,7 @@ import { buildEngineConfig, listGpus } from '../engine/profiles.js';
 import type { EngineConfig } from '../engine/types.js';
 import { createPolicy, policyNames, type PolicyOptions } from '../scheduler/registry.js';
 import { simulateFleet, type AdmitResult, type SimResult } from '../sim/fleet-sim.js';
+import type { SimRequest } from '../sim/sim-request.js';
 import type { RouteRequest } from '../scheduler/types.js';
 import { expandSessions, scaleArrivals, takeLasting, takeRequests } from '../workload/sessions.js';
 import { mix32 } from '../workload/tokens.js';
@@ -523,7 +524,7 @@ async function runFleet(ctx: RunContext, name: string, run: FleetRun): Promise<S
     declaredMaxTokens: o.declaredMaxTokens,
   });
   const sim = await simulateFleet(requests, {
-    ...(watch ? { stopWhen: (sofar: SimResult) => watch.decided(sofar) } : {}),
+    ...(watch ? { stopWhen: (sofar: SimResult, now: number, inflight: Iterable<SimRequest>) => watch.decided(sofar, now, inflight) } : {}),
     admission: o.kvAdmission ? { settings: o.kvAdmission } : undefined,
     peerAdmission: o.peerAdmission ? peerAdmission(o.peerAdmission, o.seed) : undefined,
     cacheIsolation: isolated,

@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import { AttainmentWatch, attainmentByPrompt, attainmentOf, distribution, MIN_BAND_REQUESTS, percentile, sloOf, summarize, weightedDistribution, weightedTail, worstBandAttainment } from '../../src/bench/metrics.js';
 import { describeSlo, hasSlo, meetsSlo, ttftBoundMs } from '../../src/bench/slo.js';
 import type { SimResult } from '../../src/sim/fleet-sim.js';
+import type { SimRequest } from '../../src/sim/sim-request.js';
 import { LatencyHistogram } from '../../src/util/latency-histogram.js';
 
 function result(rows: Array<{ arrival: number; first: number; finish: number; prompt: number; out: number; cached: number }>, extra: Partial<SimResult> = {}): SimResult {
@@ -62,6 +63,21 @@ describe('AttainmentWatch', () => {
     // The bound is never below what the run ends with: the full run's attainment.
     const all = result([ok, slow, ok, slow, ok, ok, ok, ok, ok], { shed: 1, requests: 10 });
     assert.ok(new AttainmentWatch(slo, 0.8, 10).bound(all) >= attainmentOf(all, slo));
+  });
+
+  it('counts requests in flight whose first token came, or can only come, after their TTFT bound', () => {
+    // 10 requests in all, target 0.8; one completed miss so far.
+    const w = new AttainmentWatch(slo, 0.8, 10);
+    const r = result([ok, slow]);
+    const inflight = (arrivedAt: number, firstToken?: number) => ({ arrivedAt, firstToken, req: { promptTokens: new Array(10).fill(1) } }) as unknown as SimRequest;
+    // At 1,500 ms: one waits since 0 with no token (late), one since 1,000 (not yet), one got its token at 900 (in time).
+    const now = 1500;
+    assert.equal(w.bound(r, now, [inflight(0), inflight(1000), inflight(0, 900)]), 0.8);
+    assert.equal(w.decided(r, now, [inflight(0), inflight(1000), inflight(0, 900)]), false);
+    // One more whose first token came at 1,200 ms after arriving at 100: late too.
+    assert.equal(w.decided(r, now, [inflight(0), inflight(100, 1200), inflight(1000)]), true);
+    // Without the requests in flight, only the completed miss counts.
+    assert.equal(w.bound(r), 0.9);
   });
 
   it('does not call a run decided that rounds to the target', () => {
