@@ -492,6 +492,28 @@ interface FleetRun {
 /** Runs stopped by their AttainmentWatch: the most attainment each could have ended with, and its requests in all. */
 const stoppedRuns = new WeakMap<SimResult, { bound: number; requests: number }>();
 
+/** requestCount's answers, by source and then by limit, rate scale and least span. */
+const requestCounts = new WeakMap<BenchSource, Map<string, number>>();
+
+/**
+ * How many requests a run of `source` replays (every turn of every session: no run of these
+ * requests has more). Counting generates them all, so each count is kept for the later probes at
+ * the same scale in this thread (with --jobs 1, the searches of every policy: they begin with the
+ * same probes).
+ */
+function requestCount(source: BenchSource, limit: number | undefined, rateScale: number, minMs: number): number {
+  let counts = requestCounts.get(source);
+  if (counts === undefined) requestCounts.set(source, (counts = new Map()));
+  const key = `${limit}|${rateScale}|${minMs}`;
+  let total = counts.get(key);
+  if (total === undefined) {
+    total = 0;
+    for (const _ of expandSessions(benchRequests(source, { limit, rateScale, minMs }))) total++;
+    counts.set(key, total);
+  }
+  return total;
+}
+
 async function runFleet(ctx: RunContext, name: string, run: FleetRun): Promise<SimResult> {
   const { rateScale, withCache = ctx.o.cache !== undefined, isolated = ctx.o.isolation !== undefined, minMs = 0 } = run;
   const o = ctx.o;
@@ -511,8 +533,7 @@ async function runFleet(ctx: RunContext, name: string, run: FleetRun): Promise<S
   let watch: AttainmentWatch | null = null;
   let total = 0;
   if (run.stopBelow) {
-    // Every turn of every session: no run of these requests has more.
-    for (const _ of expandSessions(benchRequests(o.source, { limit: o.limit, rateScale, minMs }))) total++;
+    total = requestCount(o.source, o.limit, rateScale, minMs);
     watch = new AttainmentWatch(run.stopBelow.slo, run.stopBelow.target, total);
   }
   const requests = benchRequests(o.source, {
