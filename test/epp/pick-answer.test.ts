@@ -57,6 +57,18 @@ test("an alias resolved: the body passed on names the served model, with its Con
   }
 });
 
+test('a UTF-8 byte order mark before the JSON: the body passed on is the JSON without it, with its Content-Length', async () => {
+  const json = chat(MODEL, 'from PowerShell');
+  const s = e.client.open();
+  s.requestHeaders(POST);
+  s.requestBody(Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), json]));
+  const a = await s.readAnswer();
+  assert.equal(a.body[0], 0x7b, 'the body begins with its JSON');
+  assert.deepEqual(JSON.parse(a.body.toString()), JSON.parse(json.toString()));
+  assert.equal(a.setHeaders['content-length'], String(a.body.length));
+  await finish(s);
+});
+
 test('the body unchanged: no Content-Length, and the next request picked to the same worker gets the same answer', async () => {
   const seen = new Map<string, string>();
   for (let i = 0; i < 8; i++) {

@@ -36,6 +36,18 @@ test('400 on malformed JSON', async () => {
   assertOpenAiError(r.json, 'invalid_json', 'invalid_request_error');
 });
 
+test('a UTF-8 byte order mark before the JSON is ignored, and the worker is sent the JSON without it', async () => {
+  const json = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+  // The simulated worker parses its body with JSON.parse, which refuses a mark: its 200 says none reached it.
+  const r = await post(url + '/v1/chat/completions', '\ufeff' + json);
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.equal(r.json.object, 'chat.completion');
+  // A mark anywhere else is not JSON.
+  const r2 = await post(url + '/v1/chat/completions', ' \ufeff' + json);
+  assert.equal(r2.status, 400);
+  assertOpenAiError(r2.json, 'invalid_json', 'invalid_request_error');
+});
+
 test('400 on a schema violation names the field', async () => {
   const r = await post(url + '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: -3 });
   assert.equal(r.status, 400);

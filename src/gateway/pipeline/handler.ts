@@ -254,11 +254,17 @@ export function acceptBody(d: AcceptDeps, ctx: RequestContext, kind: InferenceKi
     // Before parsing: what the gateway does with a value (validation, re-serialising, the cache
     // key) recurses, and must never meet a body that would overflow the stack.
     if (jsonNestsDeeperThan(ctx.rawBody)) throw errors.nestedTooDeep(MAX_JSON_DEPTH);
+    // A UTF-8 byte order mark before the JSON (Windows PowerShell 5.1 sends one) may be ignored
+    // by a parser (RFC 8259 §8.1), and Python's json, under vLLM's server, does: it is dropped,
+    // and the body goes on re-serialised, without it.
+    const text = ctx.rawBody.toString('utf8');
+    const bom = text.charCodeAt(0) === 0xfeff;
     try {
-      parsed = JSON.parse(ctx.rawBody.toString('utf8'));
+      parsed = JSON.parse(bom ? text.slice(1) : text);
     } catch (e) {
       throw errors.invalidJson((e as Error).message);
     }
+    if (bom) ctx.bodyModified = true;
   }
   // A plain chat request (nearly every one) is copied as the schema would output it, without
   // zod's generic parser; anything else, and every refusal, is the schema's (api/plain-chat.ts).
