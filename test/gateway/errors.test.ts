@@ -38,14 +38,34 @@ test('400 on malformed JSON', async () => {
 
 test('a UTF-8 byte order mark before the JSON is ignored, and the worker is sent the JSON without it', async () => {
   const json = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
-  // The simulated worker parses its body with JSON.parse, which refuses a mark: its 200 says none reached it.
-  const r = await post(url + '/v1/chat/completions', '\ufeff' + json);
-  assert.equal(r.status, 200, JSON.stringify(r.json));
-  assert.equal(r.json.object, 'chat.completion');
-  // A mark anywhere else is not JSON.
-  const r2 = await post(url + '/v1/chat/completions', ' \ufeff' + json);
-  assert.equal(r2.status, 400);
-  assertOpenAiError(r2.json, 'invalid_json', 'invalid_request_error');
+  // A worker that records what reaches it and answers as a worker would.
+  const received: string[] = [];
+  const worker = await startStub((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      if (req.url === '/v1/chat/completions') received.push(Buffer.concat(chunks).toString('utf8'));
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ id: 'x', object: 'chat.completion', created: 0, model: MODEL, choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }));
+    });
+  });
+  const g = await startGateway([worker.url], { health: { intervalMs: 60_000 }, scrape: { intervalMs: 60_000 } });
+  try {
+    const r = await post(g.url + '/v1/chat/completions', '\ufeff' + json);
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.equal(r.json.object, 'chat.completion');
+    assert.equal(received.length, 1);
+    assert.notEqual(received[0]!.charCodeAt(0), 0xfeff, 'the mark is not passed on');
+    assert.deepEqual(JSON.parse(received[0]!), JSON.parse(json));
+    // A mark anywhere else is not JSON.
+    const r2 = await post(g.url + '/v1/chat/completions', ' \ufeff' + json);
+    assert.equal(r2.status, 400);
+    assertOpenAiError(r2.json, 'invalid_json', 'invalid_request_error');
+    assert.equal(received.length, 1);
+  } finally {
+    await g.gw.close();
+    await worker.close();
+  }
 });
 
 test('400 on a schema violation names the field', async () => {

@@ -583,7 +583,10 @@ class SimWorkerServer implements ExchangeHost, NativeHost {
     }
     let body: unknown;
     try {
-      body = JSON.parse(r.body.toString('utf8'));
+      // vLLM's server parses the body's bytes with Python's json.loads, which takes a UTF-8 byte
+      // order mark before the JSON (json.detect_encoding → 'utf-8-sig'); JSON.parse does not.
+      const text = r.body.toString('utf8');
+      body = JSON.parse(text.charCodeAt(0) === 0xfeff ? text.slice(1) : text);
     } catch (err) {
       throw badRequest(`JSON decode error: ${err instanceof Error ? err.message : String(err)}`);
     }

@@ -299,6 +299,16 @@ describe('errors in vLLM shape', () => {
     assert.deepEqual(Object.keys(json.error).sort(), ['code', 'message', 'param', 'type']);
   });
 
+  test('a UTF-8 byte order mark before the JSON is taken, as Python\'s json.loads under vLLM takes it', async () => {
+    const body = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(JSON.stringify({ model: MODEL, prompt: PROMPT, max_tokens: 2 }))]);
+    const r = await fetch(w.url + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    assert.equal(r.status, 200);
+    assert.equal(((await r.json()) as any).object, 'text_completion');
+    // Anywhere else it is not JSON.
+    const r2 = await fetch(w.url + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: Buffer.concat([Buffer.from(' '), body]) });
+    assert.equal(r2.status, 400);
+  });
+
   test('invalid fields → 400 naming the field', async () => {
     const a = await postJson(w, '/v1/completions', { prompt: PROMPT, temperature: -1 });
     assert.equal(a.status, 400);
