@@ -430,19 +430,6 @@ function quantiles(values: Float64Array, points = 201): number[] {
   return out;
 }
 
-/** Average consecutive samples so a series has at most `max` points. */
-export function downsample(series: readonly number[], max: number): { factor: number; points: number[] } {
-  const factor = Math.max(1, Math.ceil(series.length / max));
-  const points: number[] = [];
-  for (let i = 0; i < series.length; i += factor) {
-    let s = 0;
-    let k = 0;
-    for (let j = i; j < Math.min(series.length, i + factor); j++, k++) s += series[j]!;
-    points.push(Math.round((s / k) * 10000) / 10000);
-  }
-  return { factor, points };
-}
-
 interface RunContext {
   o: BenchOptions;
   engineConfig: EngineConfig;
@@ -814,7 +801,7 @@ async function runPolicy(run: PolicyRunContext, name: string): Promise<{ result:
     if (capacity.rate_scale !== null) capacity.work_bound_rps = rps(run.boundAt(capacity.rate_scale, cap.minMs));
   }
   const { ttft, e2e } = latencies(sim);
-  const kv = sim.workers.map((w) => downsample(w.kvUsage, 300));
+  const kv = sim.workers.map((w) => w.kvUsage.points(300));
   const curves: RunCurves = {
     name,
     // quantiles() sorts in place; cacheRunOf reads ttft in completion order.
@@ -903,12 +890,6 @@ function latencies(sim: SimResult): { ttft: Float64Array; e2e: Float64Array } {
 
 function workerSummaries(sim: SimResult, gpus: readonly string[], tp: number): WorkerSummary[] {
   return sim.workers.map((w, i) => {
-    let sum = 0;
-    let max = 0;
-    for (const u of w.kvUsage) {
-      sum += u;
-      if (u > max) max = u;
-    }
     return {
       id: w.id,
       gpu: gpus[i]!,
@@ -916,8 +897,8 @@ function workerSummaries(sim: SimResult, gpus: readonly string[], tp: number): W
       preemptions: w.preemptions,
       preemptions_in_prefill: w.prefillPreemptions,
       busy_gpu_s: Math.round((w.busyMs * tp) / 10) / 100,
-      kv_usage_mean: w.kvUsage.length > 0 ? Math.round((sum / w.kvUsage.length) * 10000) / 10000 : 0,
-      kv_usage_max: Math.round(max * 10000) / 10000,
+      kv_usage_mean: Math.round(w.kvUsage.mean * 10000) / 10000,
+      kv_usage_max: Math.round(w.kvUsage.max * 10000) / 10000,
     };
   });
 }

@@ -668,6 +668,11 @@ export class Engine implements EngineModel {
     this.specStats!.numDraftTokens += k;
   }
 
+  /** Fraction of the GPU's KV blocks in use (EngineStats.kvUsage, without building the stats). */
+  get kvUsage(): number {
+    return this.bm.numUsed / this.bm.numBlocks;
+  }
+
   stats(): EngineStats {
     const bm = this.bm;
     const c = this.counters;
@@ -676,7 +681,7 @@ export class Engine implements EngineModel {
       ...(sp ? { specDecode: { ...sp, acceptedPerPos: [...sp.acceptedPerPos] } } : {}),
       running: this.runningSeqs.length,
       waiting: this.numWaiting + this.numPulling,
-      kvUsage: bm.numUsed / bm.numBlocks,
+      kvUsage: this.kvUsage,
       numGpuBlocks: bm.numBlocks,
       blockSize: this.bs,
       freeBlocks: bm.numFree,

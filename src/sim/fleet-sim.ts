@@ -78,6 +78,7 @@ import { NSamples } from './n-samples.js';
 import { connectReplicas, deliver, replicaOf, type ReplicaOptions, type SharedKnowledge } from './replicas.js';
 import { SimResponseCache, type SimCacheCounts } from './response-cache-sim.js';
 import { SessionTurns } from './session-turns.js';
+import { SampledSeries } from './sampled-series.js';
 import { sampled, SimRouteRequest, type SimRequest } from './sim-request.js';
 
 /**
@@ -193,8 +194,8 @@ export interface WorkerResult {
   /** Sum of step durations: modelled GPU busy time, ms. */
   busyMs: number;
   steps: number;
-  /** KV usage (0..1) sampled every kvSampleMs from time 0. */
-  kvUsage: number[];
+  /** KV usage (0..1) sampled every kvSampleMs from time 0, in bounded memory. */
+  kvUsage: SampledSeries;
   final: EngineStats;
 }
 
@@ -408,7 +409,7 @@ class FleetSim {
   private readonly busy: boolean[];
   private readonly busyMs: number[];
   private readonly steps: number[];
-  private readonly kvUsage: number[][];
+  private readonly kvUsage: SampledSeries[];
   /** Workers with a step planned or running. */
   private busyCount = 0;
   /** Requests routed and not yet at their worker (overheadMs). */
@@ -458,7 +459,7 @@ class FleetSim {
     this.busy = new Array<boolean>(n).fill(false);
     this.busyMs = new Array<number>(n).fill(0);
     this.steps = new Array<number>(n).fill(0);
-    this.kvUsage = states.map(() => []);
+    this.kvUsage = states.map(() => new SampledSeries());
     this.out = emptyResult(opts.policy.name, scrapeMs, this.kvSampleMs);
     this.prioMap = opts.admission?.vllmPriority ?? DEFAULT_VLLM_PRIORITY;
     this.trace = opts.routerTrace;
@@ -675,7 +676,7 @@ class FleetSim {
         this.admission?.pump();
         break;
       case Kind.KvSample:
-        for (let i = 0; i < this.n; i++) this.kvUsage[i]!.push(this.engines[i]!.stats().kvUsage);
+        for (let i = 0; i < this.n; i++) this.kvUsage[i]!.push(this.engines[i]!.kvUsage);
         this.q.push(t + this.kvSampleMs, { k: Kind.KvSample });
         break;
     }

@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import { AttainmentWatch, attainmentByPrompt, attainmentOf, distribution, MIN_BAND_REQUESTS, percentile, sloOf, summarize, weightedDistribution, weightedTail, worstBandAttainment } from '../../src/bench/metrics.js';
 import { describeSlo, hasSlo, meetsSlo, ttftBoundMs } from '../../src/bench/slo.js';
 import type { SimResult } from '../../src/sim/fleet-sim.js';
+import { SampledSeries } from '../../src/sim/sampled-series.js';
 import type { SimRequest } from '../../src/sim/sim-request.js';
 import { LatencyHistogram } from '../../src/util/latency-histogram.js';
 
@@ -17,7 +18,7 @@ function result(rows: Array<{ arrival: number; first: number; finish: number; pr
     c.cachedTokens.push(r.cached);
     c.worker.push(0);
   }
-  const worker = (id: string, busyMs: number, preemptions: number) => ({ id, routed: 0, preemptions, prefillPreemptions: preemptions - 1, busyMs, steps: 0, kvUsage: [], final: {} as never });
+  const worker = (id: string, busyMs: number, preemptions: number) => ({ id, routed: 0, preemptions, prefillPreemptions: preemptions - 1, busyMs, steps: 0, kvUsage: new SampledSeries(), final: {} as never });
   return {
     policy: 'p',
     scrapeIntervalMs: 1000,
