@@ -8,7 +8,7 @@
  */
 
 /** Samples kept as taken, by default: 18 hours of a run sampled every second, 512 KiB. */
-export const SAMPLES_KEPT = 1 << 16;
+const SAMPLES_KEPT = 1 << 16;
 
 export class SampledSeries {
   /** Samples as taken while `width` is 1; then each entry the sum of `width` samples. */
