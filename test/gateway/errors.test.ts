@@ -88,6 +88,21 @@ test('400 on a schema violation names the field', async () => {
   assertOpenAiError(r4.json, 'invalid_value');
 });
 
+test("a field only the worker checks: its 400 is relayed as it is, never cached, never held against the worker", async () => {
+  // The gateway passes response_format through; the simulated worker refuses an unknown type as
+  // vLLM's request schema does (AnyResponseFormat in vllm/entrypoints/openai/protocol.py).
+  const body = { model: MODEL, temperature: 0, max_tokens: 3, messages: [{ role: 'user', content: 'hi' }], response_format: { type: 'xml' } };
+  for (let i = 0; i < 2; i++) {
+    const r = await post(url + '/v1/chat/completions', body);
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.error.param, 'response_format.type');
+    assert.notEqual(r.headers.get('x-kvgate-cache'), 'hit');
+  }
+  const ok = await post(url + '/v1/chat/completions', { ...body, response_format: { type: 'json_object' } });
+  assert.equal(ok.status, 200, ok.text);
+  assert.equal(gw.router.openCount, 0);
+});
+
 test('404 model_not_found for a model no pool serves', async () => {
   const r = await post(url + '/v1/chat/completions', { model: 'gpt-17', messages: [{ role: 'user', content: 'hi' }] });
   assert.equal(r.status, 404);

@@ -21,6 +21,20 @@ const streamOptions = z
   .nullable()
   .optional();
 
+/**
+ * vLLM's `AnyResponseFormat`: `ResponseFormat` (type text, json_object or json_schema) or a
+ * structural tag (vllm/entrypoints/openai/protocol.py). The simulation generates no structured
+ * output; it checks the type, so an unknown one is refused as vLLM refuses it.
+ */
+const responseFormat = z
+  .looseObject({
+    type: z.enum(['text', 'json_object', 'json_schema', 'structural_tag'], {
+      error: "response_format.type must be one of 'text', 'json_object', 'json_schema', 'structural_tag'",
+    }),
+  })
+  .nullable()
+  .optional();
+
 /** Sampling parameters both endpoints share. */
 const sampling = {
   model: z.string().nullable().optional(),
@@ -43,6 +57,7 @@ const sampling = {
   user: z.string().nullable().optional(),
   priority: z.int().optional(),
   request_id: z.string().optional(),
+  response_format: responseFormat,
   /** vLLM's prefix-cache salt (vLLM ≥ 0.9): requests share cached blocks only with the same salt. */
   cache_salt: z.string().min(1, 'cache_salt must be a non-empty string').nullable().optional(),
 };

@@ -323,6 +323,11 @@ describe('errors in vLLM shape', () => {
     assert.equal(d.status, 400);
     const e = await postJson(w, '/v1/completions', { prompt: '' });
     assert.equal(e.status, 400);
+    const f = await postJson(w, '/v1/chat/completions', { messages: [{ role: 'user', content: PROMPT }], response_format: { type: 'xml' } });
+    assert.equal(f.status, 400);
+    assert.equal(f.json.error.param, 'response_format.type');
+    const g = await postJson(w, '/v1/completions', { prompt: PROMPT, max_tokens: 2, response_format: { type: 'json_object' } });
+    assert.equal(g.status, 200);
   });
 
   test('unknown route → 404, wrong method → 405', async () => {
