@@ -20,6 +20,9 @@
  *     near a core busy at saturation, the output says so);
  *   - beside it, the HTTP proxies at 200 req/s with wrk (or nothing, without wrk): nginx as a
  *     reverse proxy and `kvgate serve`, their latency added over the stand-in alone;
+ *   - a transport control (benchmarks/epp/transport-control.ts): the EPP's gRPC server and message
+ *     encoding answering every stream with a fixed pick, at the same saturation: how much of the
+ *     EPP's CPU per request is the transport's and how much kvgate's own work;
  *   - a host control (benchmarks/epp/host-control.ts): fixed work of about a decision's size (the
  *     body parsed, its question tokenized), none of kvgate's code, timed on the EPP's core back
  *     to back and once per gap of the moderate rate, asleep in between: how much longer the host
@@ -50,6 +53,8 @@ The decision latency kvgate adds as an Endpoint Picker (kvgate epp, Envoy's ext_
 from the last request-body chunk to the pick, p50 and p99, at 200 req/s and at saturation, for
 1k- and 8k-token chat prompts; the EPP's CPU per request and decisions per second per core; the
 load generators' own CPU; beside nginx and kvgate serve in front of the same stand-in worker.
+A transport control serves the same saturation on the EPP's gRPC server and message encoding
+alone, answering a fixed pick: the part of the EPP's CPU per request that is not kvgate's work.
 A host control times fixed work of a decision's size (the body parsed, its question tokenized,
 none of kvgate's code) on the EPP's core, back to back and once per gap of the moderate rate:
 how much longer the machine alone makes work after an idle gap.
@@ -161,15 +166,16 @@ function bucketQuantile(before: Map<number, number>, after: Map<number, number>,
 }
 
 /** One measurement: `specs` run side by side, the EPP's CPU and its own decision times read around them. */
-async function measure(epp: { pid: number; metricsUrl: string }, specs: LoadSpec[]): Promise<Measured> {
+async function measure(epp: { pid: number; metricsUrl?: string }, specs: LoadSpec[]): Promise<Measured> {
   const eppPid = epp.pid;
-  const buckets0 = await decisionBuckets(epp.metricsUrl);
+  const noBuckets = new Map<number, number>();
+  const buckets0 = epp.metricsUrl === undefined ? noBuckets : await decisionBuckets(epp.metricsUrl);
   const cpu0 = processCpuMs(eppPid);
   const t0 = Date.now();
   const results = await Promise.all(specs.map(generate));
   const wallMs = Date.now() - t0;
   const cpuMs = (processCpuMs(eppPid) ?? NaN) - (cpu0 ?? NaN);
-  const buckets1 = await decisionBuckets(epp.metricsUrl);
+  const buckets1 = epp.metricsUrl === undefined ? noBuckets : await decisionBuckets(epp.metricsUrl);
   const lat = results.flatMap((r) => r.latencyUs);
   const requests = lat.length;
   const errors = results.reduce((s, r) => s + r.errors, 0);
@@ -210,6 +216,25 @@ async function startEpp(plan: CorePlan, standIn: string, workers: number): Promi
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** The transport control (benchmarks/epp/transport-control.ts) on the EPP's core. */
+async function startTransportControl(plan: CorePlan): Promise<{ address: string; pid: number; stop(): Promise<void> }> {
+  const child = plan.spawn('under-test', process.execPath, [join(here, 'epp', 'transport-control.js'), '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const port = await new Promise<number>((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error('the transport control did not listen within 15 s')), 15_000);
+    child.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const m = /listening (\d+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(Number(m[1]));
+      }
+    });
+    child.once('exit', (code) => reject(new Error(`the transport control exited with ${code}`)));
+  });
+  return { address: `127.0.0.1:${port}`, pid: child.pid!, stop: () => stopChild(child) };
 }
 
 /** Latency added over the stand-in at ~200 req/s (wrk: 4 connections, 20 ms between requests), p50 and p99, µs. */
@@ -263,6 +288,8 @@ async function main(): Promise<void> {
     started.push(standIn);
     const epp = await startEpp(plan, standIn.url, Number(values.workers));
     started.push(epp);
+    const transport = await startTransportControl(plan);
+    started.push(transport);
     const proxies: Target[] = [];
     if (!values['no-proxies'] && tools.useWrk) {
       if (tools.nginxOk) proxies.push(await startNginx('nginx', (dir, port) => proxyConf(dir, port, Number(new URL(standIn.url).port)), '/metrics'));
@@ -284,11 +311,16 @@ async function main(): Promise<void> {
       const atRate = await measure(epp, [spec({ rate })]);
       const perGen = Math.max(1, Math.round(streams / generators));
       const saturated = await measure(epp, Array.from({ length: generators }, () => spec({ concurrency: perGen })));
+      // The same saturation on the transport alone (after a warm-up of its JIT).
+      const transportSpec = (o: Partial<LoadSpec>): LoadSpec => ({ ...spec(o), address: transport.address });
+      await measure(transport, [transportSpec({ seconds: 2, concurrency: 8 })]);
+      plan.isolateEventLoop(transport.pid);
+      const transportSat = await measure(transport, Array.from({ length: generators }, () => transportSpec({ concurrency: perGen })));
       const control = await hostControl(plan, b, 1000 / rate);
       const added = proxies.length > 0 ? await proxiesAdded(proxies, standIn, b[0]!, seconds) : new Map<string, { p50: number; p99: number }>();
-      report[String(size)] = { bodyBytes: b[0]!.length, atRate, saturated, hostControl: control, proxiesAdded: Object.fromEntries(added) };
-      sizesDone.push({ size, bytes: b[0]!.length, atRate, saturated, control, added });
-      printSize(size, b[0]!.length, rate, atRate, saturated, control, added, streams, generators);
+      report[String(size)] = { bodyBytes: b[0]!.length, atRate, saturated, transportSaturated: transportSat, hostControl: control, proxiesAdded: Object.fromEntries(added) };
+      sizesDone.push({ size, bytes: b[0]!.length, atRate, saturated, transport: transportSat, control, added });
+      printSize(size, b[0]!.length, rate, atRate, saturated, transportSat, control, added, streams, generators);
     }
     printTargets(report, sizes, rate);
     report.loadAfter = loadavg()[0];
@@ -313,6 +345,8 @@ interface SizeResult {
   bytes: number;
   atRate: Measured;
   saturated: Measured;
+  /** The transport control at the same saturation. */
+  transport: Measured;
   control: HostControlResult;
   added: Map<string, { p50: number; p99: number }>;
 }
@@ -330,7 +364,7 @@ function decisionsTable(results: SizeResult[], rate: number, streams: number, ge
       lines.push(`| ${tokens(r.size)} tokens (${Math.round(r.bytes / 1024)} KiB) | ${load} | ${Math.round(m.rps).toLocaleString('en-US')} | ${us(m.p50Us)} | ${us(m.p99Us)} | ${us(m.insideP50Us)} / ${us(m.insideP99Us)} | ${us(m.eppCpuUsPerReq)} | ${Math.round(1e6 / m.eppCpuUsPerReq).toLocaleString('en-US')} | ${us(m.genCpuUsPerReq)} |`);
     }
   }
-  lines.push('', ...results.map((r) => `- ${tokens(r.size)} tokens: ${hostControlLine(r.control, rate)}`));
+  lines.push('', ...results.flatMap((r) => [`- ${tokens(r.size)} tokens: ${transportLine(r.saturated, r.transport)}`, `- ${tokens(r.size)} tokens: ${hostControlLine(r.control, rate)}`]));
   const big = results.find((r) => r.size === 8000);
   const small = results.find((r) => r.size === 1000);
   const targets: string[] = [];
@@ -362,6 +396,15 @@ function overheadTable(results: SizeResult[], rate: number, machine: string): st
   return lines.join('\n');
 }
 
+/** The transport control beside the EPP at saturation: what of the EPP's CPU per request is the transport's. */
+function transportLine(sat: Measured, t: Measured): string {
+  return (
+    `transport control at the same saturation (the EPP's gRPC server and message encoding answering a fixed pick, no decision: benchmarks/epp/transport-control.ts): ` +
+    `${us(t.eppCpuUsPerReq)} CPU / req (${Math.round(1e6 / t.eppCpuUsPerReq).toLocaleString('en-US')}/s per core, ${t.eppCores.toFixed(2)} of a core busy${t.errors > 0 ? `, ${t.errors} errors` : ''}); ` +
+    `kvgate's own work: ${us(sat.eppCpuUsPerReq - t.eppCpuUsPerReq)} / req`
+  );
+}
+
 /** The host control, with what it says of the moderate rate's latency. */
 function hostControlLine(c: HostControlResult, rate: number): string {
   return (
@@ -372,7 +415,7 @@ function hostControlLine(c: HostControlResult, rate: number): string {
 
 const ms = (x: number): string => (Number.isFinite(x) ? (Math.max(0, x) / 1000).toFixed(2) : 'n/a');
 
-function printSize(size: number, bytes: number, rate: number, atRate: Measured, sat: Measured, control: HostControlResult, added: Map<string, { p50: number; p99: number }>, streams: number, gens: number): void {
+function printSize(size: number, bytes: number, rate: number, atRate: Measured, sat: Measured, transport: Measured, control: HostControlResult, added: Map<string, { p50: number; p99: number }>, streams: number, gens: number): void {
   const w = (s: string) => process.stdout.write(s + '\n');
   w(`\n## ${size.toLocaleString('en-US')}-token prompt (${bytes.toLocaleString('en-US')} bytes of JSON)`);
   w('| load | req/s | decision p50 | decision p99 | inside the EPP p50 / p99 | EPP CPU / req | decisions/s per core | EPP cores busy | generator CPU / req | errors |');
@@ -381,6 +424,7 @@ function printSize(size: number, bytes: number, rate: number, atRate: Measured, 
     w(`| ${name} | ${Math.round(m.rps)} | ${us(m.p50Us)} | ${us(m.p99Us)} | ${us(m.insideP50Us)} / ${us(m.insideP99Us)} | ${us(m.eppCpuUsPerReq)} | ${Math.round(1e6 / m.eppCpuUsPerReq).toLocaleString('en-US')} | ${m.eppCores.toFixed(2)} | ${us(m.genCpuUsPerReq)} | ${m.errors}${m.firstError ? ` (${m.firstError})` : ''} |`);
   row(`${rate} req/s (open loop)`, atRate);
   row(`saturation (${streams} streams, ${gens} generators)`, sat);
+  w(transportLine(sat, transport));
   w(hostControlLine(control, rate));
   if (sat.eppCores < 0.85) w(`note: at saturation the EPP kept ${sat.eppCores.toFixed(2)} of a core busy: the generators or the machine limited it; decisions/s per core is from its CPU time per request.`);
   if (added.size > 0) {
