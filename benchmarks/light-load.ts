@@ -216,7 +216,7 @@ function main(): number {
   if (unknown.length > 0) return fail(`unknown workload(s) ${unknown.join(', ')} (known: ${known.join(', ')})`);
   const missing = traces.filter((t) => !existsSync(t));
   if (missing.length > 0) return fail(`--trace: no such file ${missing.join(', ')}`);
-  const badSet = (values.set ?? []).filter((kv) => !/^kvgate\.[A-Za-z]+=\S+$/.test(kv));
+  const badSet = (values.set ?? []).filter((kv) => !/^kvgate\.[A-Za-z][A-Za-z0-9]*=\S+$/.test(kv));
   if (badSet.length > 0) return fail(`--set takes kvgate.KNOB=VALUE, got ${badSet.join(', ')}`);
   const set = (values.set ?? []).flatMap((kv) => ['--set', kv]);
   const sources: Source[] = [
