@@ -76,7 +76,8 @@ export class PerWorkerLoop<W extends { id: string }> {
       this.workers.map((w) => {
         const started = performance.now();
         const done = this.task(w).catch(() => undefined);
-        this.ranOnce.set(w.id, { started, done });
+        // Kept for start() only: a running loop's schedule already goes on beside such runs.
+        if (!this.running) this.ranOnce.set(w.id, { started, done });
         return done;
       }),
     );
