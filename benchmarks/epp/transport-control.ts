@@ -10,34 +10,17 @@
  *
  * Argument: the port to listen on (0: any). Writes `listening PORT` on stdout once bound.
  */
-import { GrpcBidiServer, type BidiCall } from '../../src/epp/grpc-bidi-server.js';
-import { CONSTANT_RESPONSES, decodeProcessingRequest, EXT_PROC_SERVICE, MAX_BODY_CHUNK, streamedBodyParts } from '../../src/epp/descriptor.js';
+import { GrpcBidiServer } from '../../src/epp/grpc-bidi-server.js';
+import { bytesField, CONSTANT_RESPONSES, decodeProcessingRequest, EXT_PROC_SERVICE, writeStreamedBody } from '../../src/epp/descriptor.js';
 import { PickResponses } from '../../src/epp/pick-response.js';
 
 const ENDPOINT = '127.0.0.1:8000';
-const EMPTY = Buffer.alloc(0);
 const picks = new PickResponses();
-
-function asBuffer(b: Uint8Array | undefined): Buffer {
-  if (b === undefined || b.length === 0) return EMPTY;
-  return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length);
-}
-
-/** The body back in chunks of at most MAX_BODY_CHUNK bytes, as the EPP echoes it. */
-function echo(call: BidiCall, direction: 'request_body' | 'response_body', body: Buffer, end: boolean): void {
-  if (body.length === 0) {
-    call.write(streamedBodyParts(direction, EMPTY, end));
-    return;
-  }
-  for (let at = 0; at < body.length; at += MAX_BODY_CHUNK) {
-    const last = at + MAX_BODY_CHUNK >= body.length;
-    call.write(streamedBodyParts(direction, body.subarray(at, Math.min(body.length, at + MAX_BODY_CHUNK)), last && end));
-  }
-}
 
 const server = new GrpcBidiServer(`/${EXT_PROC_SERVICE}/Process`, (call) => {
   const chunks: Buffer[] = [];
   let size = 0;
+  const write = (parts: Buffer[]): void => call.write(parts);
   return {
     onMessage(bytes) {
       const { message: m, kind } = decodeProcessingRequest(bytes);
@@ -45,19 +28,19 @@ const server = new GrpcBidiServer(`/${EXT_PROC_SERVICE}/Process`, (call) => {
         case 'request_headers':
           return;
         case 'request_body': {
-          const chunk = asBuffer(m.request_body!.body);
+          const chunk = bytesField(m.request_body!.body);
           chunks.push(chunk);
           size += chunk.length;
           if (m.request_body!.end_of_stream !== true) return;
           call.write(picks.headersResponse(ENDPOINT, {}, false));
-          echo(call, 'request_body', chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size), true);
+          writeStreamedBody('request_body', chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size), true, write);
           return;
         }
         case 'response_headers':
           call.write(CONSTANT_RESPONSES.responseHeadersContinue);
           return;
         case 'response_body':
-          echo(call, 'response_body', asBuffer(m.response_body!.body), m.response_body!.end_of_stream === true);
+          writeStreamedBody('response_body', bytesField(m.response_body!.body), m.response_body!.end_of_stream === true, write);
           return;
         case 'response_trailers':
           call.write(CONSTANT_RESPONSES.responseTrailers);

@@ -296,6 +296,34 @@ export function streamedBodyParts(direction: 'request_body' | 'response_body', b
 
 const END_OF_STREAM = Buffer.from([0x10, 1]);
 
+/**
+ * A body as the streamed body responses that carry it, each given to `write` as
+ * streamedBodyParts' parts: chunks of at most MAX_BODY_CHUNK bytes (one empty response for an
+ * empty body), end_of_stream on the last when `endOfStream`.
+ */
+export function writeStreamedBody(direction: 'request_body' | 'response_body', body: Buffer, endOfStream: boolean, write: (parts: Buffer[]) => void): void {
+  if (body.length === 0) {
+    write(streamedBodyParts(direction, NO_BYTES, endOfStream));
+    return;
+  }
+  for (let at = 0; at < body.length; at += MAX_BODY_CHUNK) {
+    const last = at + MAX_BODY_CHUNK >= body.length;
+    write(streamedBodyParts(direction, body.subarray(at, Math.min(body.length, at + MAX_BODY_CHUNK)), last && endOfStream));
+  }
+}
+
+const NO_BYTES = Buffer.alloc(0);
+
+/**
+ * A bytes field as a Buffer: protobufjs gives one as a Buffer in Node and an unset one as its
+ * default (an empty array); a Uint8Array view is wrapped without copying.
+ */
+export function bytesField(b: Uint8Array | undefined): Buffer {
+  if (b === undefined || b.length === 0) return NO_BYTES;
+  if (Buffer.isBuffer(b)) return b;
+  return b instanceof Uint8Array ? Buffer.from(b.buffer, b.byteOffset, b.length) : Buffer.from(b);
+}
+
 /** Answers that never change (a headers response with nothing to mutate, a trailers response), encoded once. */
 export const CONSTANT_RESPONSES = {
   requestHeadersContinue: encodeProcessingResponse({ request_headers: { response: {} } }),

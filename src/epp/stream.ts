@@ -33,9 +33,9 @@ import {
   decodeProcessingRequest,
   DESTINATION_NAMESPACE,
   encodeProcessingResponse,
-  MAX_BODY_CHUNK,
   SERVED_KEY,
-  streamedBodyParts,
+  writeStreamedBody,
+  bytesField,
   SUBSET_KEY,
   SUBSET_NAMESPACE,
   headerValue,
@@ -132,7 +132,7 @@ export class EppStream {
         case 'request_headers':
           return this.onRequestHeaders(m);
         case 'request_body':
-          return this.onRequestBody(asBuffer(m.request_body!.body), m.request_body!.end_of_stream === true);
+          return this.onRequestBody(bytesField(m.request_body!.body), m.request_body!.end_of_stream === true);
         case 'request_trailers':
           return this.onRequestTrailers();
         case 'response_headers':
@@ -302,15 +302,7 @@ export class EppStream {
 
   /** The body back as streamed_response chunks of at most MAX_BODY_CHUNK bytes (request or response direction). */
   private echoBody(body: Buffer, endOfStream: boolean, direction: 'request_body' | 'response_body' = 'request_body'): void {
-    if (body.length === 0) {
-      this.writeBytes(streamedBodyParts(direction, EMPTY, endOfStream));
-      return;
-    }
-    for (let at = 0; at < body.length; at += MAX_BODY_CHUNK) {
-      const part = body.subarray(at, Math.min(body.length, at + MAX_BODY_CHUNK));
-      const last = at + MAX_BODY_CHUNK >= body.length;
-      this.writeBytes(streamedBodyParts(direction, part, last && endOfStream));
-    }
+    writeStreamedBody(direction, body, endOfStream, (parts) => this.writeBytes(parts));
   }
 
   // ---- the response ----
@@ -330,7 +322,7 @@ export class EppStream {
 
   private onResponseBody(m: ProcessingRequest): void {
     if (this.phase !== 'response') throw outOfOrder('response_body', this.phase);
-    const chunk = asBuffer(m.response_body!.body);
+    const chunk = bytesField(m.response_body!.body);
     const end = m.response_body!.end_of_stream === true;
     this.servedFeedback(m);
     this.accounting?.onChunk(chunk);
@@ -451,16 +443,6 @@ function subsetHint(m: ProcessingRequest): ReadonlySet<string> | null {
   const values = structStrings(ns.fields?.[SUBSET_KEY]);
   if (values === null) return null;
   return new Set(values.flatMap((v) => v.split(',')).map((s) => s.trim()).filter((s) => s !== ''));
-}
-
-/**
- * protobufjs gives a bytes field as a Buffer in Node, and an unset one as its default (an empty
- * array); a Uint8Array view is wrapped without copying.
- */
-function asBuffer(b: Uint8Array | undefined): Buffer {
-  if (b === undefined || b.length === 0) return EMPTY;
-  if (Buffer.isBuffer(b)) return b;
-  return b instanceof Uint8Array ? Buffer.from(b.buffer, b.byteOffset, b.length) : Buffer.from(b);
 }
 
 function outOfOrder(got: string, phase: Phase): ProtocolError {

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { CONSTANT_RESPONSES, decodeProcessingResponse, encodeProcessingResponse, MAX_BODY_CHUNK, streamedBodyParts } from '../../src/epp/descriptor.js';
+import { bytesField, CONSTANT_RESPONSES, decodeProcessingResponse, encodeProcessingResponse, MAX_BODY_CHUNK, streamedBodyParts, writeStreamedBody } from '../../src/epp/descriptor.js';
 
 const SIZES = [0, 1, 127, 128, 16_383, 16_384, MAX_BODY_CHUNK];
 
@@ -30,6 +30,34 @@ test('a streamed body chunk decodes as the message protobufjs encodes, in both d
       }
     }
   }
+});
+
+test('a body is written as chunks of at most MAX_BODY_CHUNK bytes, end_of_stream on the last only', () => {
+  for (const size of [0, 1, MAX_BODY_CHUNK, MAX_BODY_CHUNK + 1, 3 * MAX_BODY_CHUNK - 7]) {
+    for (const end of [false, true]) {
+      const body = Buffer.alloc(size);
+      for (let i = 0; i < size; i++) body[i] = i % 253;
+      const chunks: Array<{ body: Buffer; end: boolean }> = [];
+      writeStreamedBody('response_body', body, end, (parts) => {
+        const s = decodeProcessingResponse(Buffer.concat(parts)).response_body!.response!.body_mutation!.streamed_response!;
+        chunks.push({ body: Buffer.from(s.body ?? []), end: s.end_of_stream === true });
+      });
+      assert.equal(chunks.length, Math.max(1, Math.ceil(size / MAX_BODY_CHUNK)), `${size}: chunks`);
+      assert.ok(chunks.every((c) => c.body.length <= MAX_BODY_CHUNK));
+      assert.deepEqual(Buffer.concat(chunks.map((c) => c.body)), body, `${size}: the body, in order`);
+      assert.deepEqual(chunks.map((c) => c.end), chunks.map((_, i) => end && i === chunks.length - 1), `${size} ${end}: end_of_stream`);
+    }
+  }
+});
+
+test('a bytes field becomes a Buffer without a copy; unset, an empty one', () => {
+  assert.equal(bytesField(undefined).length, 0);
+  assert.equal(bytesField(new Uint8Array(0)).length, 0);
+  const backing = new Uint8Array([9, 1, 2, 3, 9]);
+  const view = bytesField(backing.subarray(1, 4));
+  assert.deepEqual([...view], [1, 2, 3]);
+  backing[2] = 7;
+  assert.equal(view[1], 7, 'the same memory');
 });
 
 test('the constant answers decode as the messages they stand for', () => {
