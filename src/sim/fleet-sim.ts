@@ -144,7 +144,7 @@ export interface FleetSimOptions {
   /** Called every `progressEvery` arrivals with the number of arrivals so far. */
   onProgress?: (arrivals: number, nowMs: number) => void;
   /**
-   * Asked now and then (every STOP_CHECK_EVENTS events) with the result so far, the virtual time
+   * Asked every STOP_CHECK_MS of virtual time (as an event) with the result so far, the virtual time
    * and the requests in flight: true ends the run there (`stoppedEarly` set; requests in flight are
    * not counted). A capacity probe whose misses have already decided it stops so (bench/run.ts).
    */
@@ -268,6 +268,7 @@ const enum Kind {
   AdmissionTimer,
   Share,
   Call,
+  StopCheck,
 }
 
 type SimEvent =
@@ -279,7 +280,8 @@ type SimEvent =
   | { k: Kind.KvSample }
   | { k: Kind.AdmissionTimer }
   | { k: Kind.Share; share: SharedKnowledge }
-  | { k: Kind.Call; fn: () => void };
+  | { k: Kind.Call; fn: () => void }
+  | { k: Kind.StopCheck };
 
 /**
  * The max_tokens the request sends: its declared cap (at least its output; no more than the
@@ -321,8 +323,12 @@ function snapshotOf(s: EngineStats, at: number, engine: Engine): MetricsSnapshot
 }
 
 /** Replay `source` (time-ordered) against a fresh fleet. */
-/** Events between two calls of FleetSimOptions.stopWhen. */
-const STOP_CHECK_EVENTS = 1024;
+/**
+ * Virtual time between two calls of FleetSimOptions.stopWhen. The calls are events of their own,
+ * at fixed times, so where a run stops depends on its requests, not on how many events the
+ * simulation took to get there.
+ */
+const STOP_CHECK_MS = 500;
 
 export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetSimOptions): Promise<SimResult> {
   return new FleetSim(opts).run(source);
@@ -604,6 +610,7 @@ class FleetSim {
     this.scrape(0);
     q.push(this.scrapeMs, { k: Kind.Scrape });
     q.push(0, { k: Kind.KvSample });
+    if (opts.stopWhen !== undefined) q.push(STOP_CHECK_MS, { k: Kind.StopCheck });
     let events = 0;
     for (;;) {
       const tq = q.peekTime();
@@ -624,10 +631,7 @@ class FleetSim {
       }
       // Yield to the event loop now and then so a progress bar and signals stay responsive.
       if (++events % 200_000 === 0) await new Promise<void>((r) => setImmediate(r));
-      if (opts.stopWhen !== undefined && events % STOP_CHECK_EVENTS === 0 && opts.stopWhen(this.out, clock.now(), this.requests.values())) {
-        this.out.stoppedEarly = true;
-        break;
-      }
+      if (this.out.stoppedEarly) break;
     }
     if (opts.onProgress) opts.onProgress(this.arrivals, clock.now());
     return this.result(events);
@@ -674,6 +678,10 @@ class FleetSim {
       case Kind.AdmissionTimer:
         // A queue deadline: expire what is due (and admit what now fits).
         this.admission?.pump();
+        break;
+      case Kind.StopCheck:
+        if (this.opts.stopWhen!(this.out, t, this.requests.values())) this.out.stoppedEarly = true;
+        else this.q.push(t + STOP_CHECK_MS, { k: Kind.StopCheck });
         break;
       case Kind.KvSample:
         for (let i = 0; i < this.n; i++) this.kvUsage[i]!.push(this.engines[i]!.kvUsage);
