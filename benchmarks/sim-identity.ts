@@ -9,7 +9,9 @@
  * every policy but aibrix (run at a fifth of the size, it is slow), then the engine's other paths:
  * KV events for every index with a host-memory tier, tenant salts, LoRA adapters, n sampled
  * answers, disaggregation, the speculative cascade, preemptions (bursty at 3×) and the response
- * cache. Options: --only NAME,NAME (cases by file name), --jobs N (kvgate bench's, default 2).
+ * cache, a capacity search (probes stopped early), gateway replicas with a dispatch delay,
+ * admission with priority classes, and long decodes under load. Options: --only NAME,NAME (cases
+ * by file name), --jobs N (kvgate bench's, default 2).
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
@@ -40,6 +42,10 @@ const CASES: Array<[string, string[]]> = [
   ['x-spec', ['--workload', 'mixed', '--size', '150', '--policy', 'kvgate', '--spec-mode', 'fixed:4', '--spec-acceptance', '0.7', '--model', 'llama-3.1-70b', '--tp', '2', '--draft-model', 'llama-3.1-8b']],
   ['x-bursty', ['--workload', 'bursty', '--size', '400', '--policy', 'least-load', '--rate-scale', '3']],
   ['x-agentic-cache', ['--workload', 'agentic', '--size', '600', '--policy', 'kvgate,round-robin', '--cache', 'on']],
+  ['x-capacity', ['--workload', 'mixed', '--size', '150', '--policy', 'kvgate,round-robin,dynamo', '--capacity', '--capacity-seconds', '10', '--max-probes', '6']],
+  ['x-replicas', ['--workload', 'multi-turn', '--size', '400', '--policy', 'kvgate,llm-d', '--replicas', '3', '--overhead-ms', '2']],
+  ['x-admission', ['--workload', 'bursty', '--size', '300', '--policy', 'kvgate', '--rate-scale', '3', '--admission', 'on', '--priority-mix', 'critical=0.2,standard=0.5,sheddable=0.3']],
+  ['x-long-decode', ['--workload', 'rollouts', '--size', '100', '--policy', 'round-robin,kvgate', '--rate-scale', '4', '--declared-max-tokens', '4096']],
 ];
 
 function arg(name: string): string | undefined {

@@ -165,6 +165,11 @@ export interface FleetSimOptions {
   kvEvents?: boolean;
   /** Receives every call made to the router and every snapshot applied, in order. */
   routerTrace?: (e: RouterTraceEvent) => void;
+  /**
+   * Take a worker's pure decode steps as one run (Engine.decodeRun), default true: the same
+   * figures, without an event per step. Off, every step is an event (the tests compare the two).
+   */
+  decodeRuns?: boolean;
   progressEvery?: number;
   /**
    * Several gateway replicas (src/sim/replicas.ts): `replicas.policies[0]` must be `policy`.
@@ -269,6 +274,7 @@ const enum Kind {
   Share,
   Call,
   StopCheck,
+  RunDone,
 }
 
 type SimEvent =
@@ -281,7 +287,35 @@ type SimEvent =
   | { k: Kind.AdmissionTimer }
   | { k: Kind.Share; share: SharedKnowledge }
   | { k: Kind.Call; fn: () => void }
-  | { k: Kind.StopCheck };
+  | { k: Kind.StopCheck }
+  | { k: Kind.RunDone; w: number; gen: number };
+
+/** Longest decode run, in steps (a run is also cut short by its first finish or a new request). */
+const MAX_RUN_STEPS = 512;
+
+/**
+ * A worker's run of pure decode steps (Engine.decodeRun): one RunDone event at its end instead of
+ * one event per step. The engine takes each step (decodeStep) when something reads or changes it
+ * at a later time than the step's start, or at the run's end, so everything outside sees the
+ * engine as it would be had each step been planned at its start. A request added to the worker
+ * cuts the run after the step in progress, whose end is then the run's.
+ */
+interface DecodeRun {
+  active: boolean;
+  /** Bumped whenever the run's end moves: a RunDone of an older one is ignored. */
+  gen: number;
+  start: number;
+  /** Steps in the run, and how many the engine has taken. */
+  steps: number;
+  taken: number;
+  /** Sequences decoding in each step (its ITL weight). */
+  seqs: number;
+  readonly durations: Float64Array;
+  /** End time of each step: the previous one's end plus its duration, as an event per step would have it. */
+  readonly ends: Float64Array;
+  /** What the last step taken finished. */
+  finished: readonly FinishedOutput[];
+}
 
 /**
  * The max_tokens the request sends: its declared cap (at least its output; no more than the
@@ -436,6 +470,8 @@ class FleetSim {
   private readonly mirror: LoadMirror | null;
   private readonly cascade: SimCascade | null;
   private readonly disagg: SimDisagg | null;
+  /** Each worker's decode run, or null where runs are off (see `decodeRuns`). */
+  private readonly runs: DecodeRun[] | null;
 
   constructor(private readonly opts: FleetSimOptions) {
     const n = (this.n = opts.workers);
@@ -479,6 +515,19 @@ class FleetSim {
     this.mirror = this.connectReplicas(policies);
     this.cache = opts.cache ? this.createCache(opts.cache.cache) : null;
     this.cascade = opts.speculative ? this.createCascade(opts.speculative) : null;
+    // Runs need every read of an engine to go through this class at a known time: not with the
+    // oracle (the policy reads the engines), KV events (delivered per step), admission (it reads
+    // each step's decode pace), the cascade or disaggregation (they drive engines themselves).
+    const runs =
+      opts.decodeRuns !== false &&
+      !usesEvents &&
+      !this.admission &&
+      !this.cascade &&
+      !this.disagg &&
+      !policies.some((p) => p.usesOracle === true);
+    this.runs = runs
+      ? this.engines.map(() => ({ active: false, gen: 0, start: 0, steps: 0, taken: 0, seqs: 0, durations: new Float64Array(MAX_RUN_STEPS), ends: new Float64Array(MAX_RUN_STEPS), finished: [] }))
+      : null;
   }
 
   private createAdmission(settings: AdmissionSettings | undefined, states: WorkerState[]): SimAdmitter {
@@ -633,6 +682,7 @@ class FleetSim {
       if (++events % 200_000 === 0) await new Promise<void>((r) => setImmediate(r));
       if (this.out.stoppedEarly) break;
     }
+    if (this.out.stoppedEarly) this.stopRuns(clock.now());
     if (opts.onProgress) opts.onProgress(this.arrivals, clock.now());
     return this.result(events);
   }
@@ -661,6 +711,9 @@ class FleetSim {
       case Kind.StepDone:
         this.stepDone(ev.w, ev.res, t);
         break;
+      case Kind.RunDone:
+        this.runDone(ev.w, ev.gen, t);
+        break;
       case Kind.Dispatch:
         this.pendingDispatch--;
         this.dispatch(ev.w, ev.rec, t);
@@ -684,7 +737,10 @@ class FleetSim {
         else this.q.push(t + STOP_CHECK_MS, { k: Kind.StopCheck });
         break;
       case Kind.KvSample:
-        for (let i = 0; i < this.n; i++) this.kvUsage[i]!.push(this.engines[i]!.kvUsage);
+        for (let i = 0; i < this.n; i++) {
+          this.catchUp(i, t);
+          this.kvUsage[i]!.push(this.engines[i]!.kvUsage);
+        }
         this.q.push(t + this.kvSampleMs, { k: Kind.KvSample });
         break;
     }
@@ -799,6 +855,7 @@ class FleetSim {
 
   /** Queue an engine request on worker w. */
   private submit(w: number, req: EngineRequest, now: number): void {
+    this.cutRun(w, now);
     this.engines[w]!.add(req);
     this.wake(w, now);
   }
@@ -815,6 +872,7 @@ class FleetSim {
   }
 
   private startStep(w: number, now: number): void {
+    if (this.runs !== null && this.startRun(w, now)) return;
     const res = this.engines[w]!.step();
     if (!res) {
       if (this.busy[w]) {
@@ -860,15 +918,97 @@ class FleetSim {
       // came one step after its last (admission's recent TPOT, fleet/decode-pace.ts).
       if (this.admission) this.replicas[0]!.states[w]!.decodePace.observe(res.durationMs * res.decodeTokens, res.decodeTokens, now);
     }
-    for (const f of res.finished) {
+    this.finished(w, res.finished, now);
+    this.startStep(w, now);
+    // Requests ended: queued ones may start now.
+    if (this.admission && res.finished.length > 0) this.admission.pump();
+  }
+
+  /** What worker w's step finished, at its end. */
+  private finished(w: number, finished: readonly FinishedOutput[], now: number): void {
+    for (const f of finished) {
       if (this.cascade?.owns(f.id)) this.cascade.targetFinished(f, now);
       else if (this.disagg?.owns(f.id)) this.disagg.prefillFinished(this.replicas[0]!.router, f, now);
       else if (NSamples.owns(f.id)) this.samples.finished(w, this.requests.get(parseInt(f.id, 10))!, f, now);
       else this.finishOne(w, this.requests.get(Number(f.id))!, f, now);
     }
+  }
+
+  /** Start a decode run on worker w if its next steps make one of two steps or more. */
+  private startRun(w: number, now: number): boolean {
+    const run = this.runs![w]!;
+    const steps = this.engines[w]!.decodeRun(run.durations);
+    if (steps < 2) return false;
+    run.active = true;
+    run.gen++;
+    run.start = now;
+    run.steps = steps;
+    run.taken = 0;
+    run.seqs = this.engines[w]!.running();
+    run.finished = [];
+    let t = now;
+    for (let j = 0; j < steps; j++) {
+      t += run.durations[j]!;
+      run.ends[j] = t;
+    }
+    if (!this.busy[w]) {
+      this.busy[w] = true;
+      this.busyCount++;
+    }
+    this.takeRunStep(w, run); // the first step starts now
+    this.q.push(run.ends[steps - 1]!, { k: Kind.RunDone, w, gen: run.gen });
+    return true;
+  }
+
+  private takeRunStep(w: number, run: DecodeRun): void {
+    this.busyMs[w]! += run.durations[run.taken]!;
+    this.steps[w]!++;
+    run.taken++;
+    const f = this.engines[w]!.decodeStep();
+    if (f.length > 0) run.finished = f;
+  }
+
+  /** Take the steps of worker w's run that have started before `t`. */
+  private catchUp(w: number, t: number): void {
+    const run = this.runs?.[w];
+    if (run === undefined || !run.active) return;
+    while (run.taken < run.steps && run.ends[run.taken - 1]! < t) this.takeRunStep(w, run);
+  }
+
+  /** A request is added to worker w at `now`: its run ends with the step in progress. */
+  private cutRun(w: number, now: number): void {
+    const run = this.runs?.[w];
+    if (run === undefined || !run.active) return;
+    this.catchUp(w, now);
+    if (run.taken === run.steps) return;
+    run.steps = run.taken;
+    run.gen++;
+    this.q.push(run.ends[run.steps - 1]!, { k: Kind.RunDone, w, gen: run.gen });
+  }
+
+  /**
+   * The run stops at `now` with runs in progress: their steps begun by then are taken (the engines
+   * are read as they are now), and those ended by then count in the ITL, as their events would.
+   */
+  private stopRuns(now: number): void {
+    for (let w = 0; w < this.n; w++) {
+      const run = this.runs?.[w];
+      if (run === undefined || !run.active) continue;
+      this.catchUp(w, now);
+      for (let j = 0; j < run.taken && run.ends[j]! < now; j++) this.out.itl.add(run.durations[j]!, run.seqs);
+      run.active = false;
+    }
+  }
+
+  /** Worker w's run ends: its steps' results, as each step's end would have given them, then its next step. */
+  private runDone(w: number, gen: number, now: number): void {
+    const run = this.runs![w]!;
+    if (!run.active || gen !== run.gen) return;
+    this.catchUp(w, now);
+    run.active = false;
+    for (let j = 0; j < run.steps; j++) this.out.itl.add(run.durations[j]!, run.seqs);
+    this.finished(w, run.finished, now);
     this.startStep(w, now);
-    // Requests ended: queued ones may start now.
-    if (this.admission && res.finished.length > 0) this.admission.pump();
   }
 
   /** Worker w's KV events: every replica subscribes to every worker's events. */
@@ -952,6 +1092,7 @@ class FleetSim {
 
   private scrape(now: number): void {
     for (let i = 0; i < this.n; i++) {
+      this.catchUp(i, now);
       const snap = snapshotOf(this.engines[i]!.stats(), now, this.engines[i]!);
       this.trace?.({ type: 'snapshot', t: now, worker: i, snapshot: snap });
       for (const r of this.replicas) {
