@@ -1,6 +1,8 @@
 /**
  * Cost of the engine model itself: steps/s and generated tokens/s of a busy engine, with token
- * reporting on (the live worker) and off (the fleet simulation).
+ * reporting on (the live worker) and off (the fleet simulation), and off with the decode steps
+ * taken as runs (Engine.decodeRun and decodeStep, as the fleet simulation takes them), in the same
+ * process: the ratio of the last to the first is what runs save per step.
  * Usage: npm run bench -- engine-step [running=256] [steps=20000]
  */
 
@@ -11,7 +13,7 @@ import { hashSampler } from '../src/engine/synthetic-lm.js';
 const running = Number(process.argv[2] ?? 256);
 const steps = Number(process.argv[3] ?? 20000);
 
-function run(emitTokens: boolean, kvEvents: boolean): void {
+function run(emitTokens: boolean, kvEvents: boolean, runs = false, print = true): void {
   const config = buildEngineConfig({ gpu: 'h100', model: 'llama-3.1-8b', emitTokens, kvEvents, maxNumSeqs: running, hashSeed: 1 });
   const engine = new Engine(config);
   // Prompts share a 512-token system prefix and differ after it, like a chat workload.
@@ -25,8 +27,23 @@ function run(emitTokens: boolean, kvEvents: boolean): void {
   for (let i = 0; i < running; i++) addOne();
   let tokens = 0;
   let simMs = 0;
+  const durations = new Float64Array(512);
+  let runSteps = 0;
   const t0 = process.hrtime.bigint();
   for (let i = 0; i < steps; i++) {
+    const k = runs ? engine.decodeRun(durations.subarray(0, Math.min(512, steps - i))) : 0;
+    if (k > 0) {
+      // k steps of the batch as it is; the last may finish requests.
+      for (let j = 0; j < k; j++) {
+        const finished = engine.decodeStep();
+        tokens += engine.running() + finished.length;
+        simMs += durations[j]!;
+        for (let f = 0; f < finished.length; f++) addOne();
+      }
+      i += k - 1;
+      runSteps += k;
+      continue;
+    }
     const r = engine.step()!;
     tokens += r.decodeTokens + r.firstTokens.length;
     simMs += r.durationMs;
@@ -35,13 +52,17 @@ function run(emitTokens: boolean, kvEvents: boolean): void {
   }
   const wallS = Number(process.hrtime.bigint() - t0) / 1e9;
   const st = engine.stats();
-  console.log(
-    `emitTokens=${emitTokens} kvEvents=${kvEvents}: ${running} running, ${steps} steps in ${wallS.toFixed(2)} s → ` +
+  if (print) console.log(
+    `emitTokens=${emitTokens} kvEvents=${kvEvents}${runs ? ` decode runs (${((runSteps / steps) * 100).toFixed(0)}% of steps)` : ''}: ${running} running, ${steps} steps in ${wallS.toFixed(2)} s → ` +
       `${Math.round(steps / wallS).toLocaleString('en-US')} steps/s, ${Math.round(tokens / wallS).toLocaleString('en-US')} tokens/s ` +
       `(simulated ${(simMs / 1000).toFixed(1)} s of GPU time, ${st.finished.length + st.finished.stop} finished, hit rate ${((st.prefixHits / st.prefixQueries) * 100).toFixed(0)}%)`,
   );
 }
 
-run(false, false);
-run(true, false);
-run(true, true);
+// A first pass of each, unprinted, so that none is timed while the code is still being compiled.
+for (const print of [false, true]) {
+  run(false, false, false, print);
+  run(true, false, false, print);
+  run(true, true, false, print);
+  run(false, false, true, print);
+}
