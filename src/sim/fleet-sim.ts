@@ -304,7 +304,6 @@ interface DecodeRun {
   active: boolean;
   /** Bumped whenever the run's end moves: a RunDone of an older one is ignored. */
   gen: number;
-  start: number;
   /** Steps in the run, and how many the engine has taken. */
   steps: number;
   taken: number;
@@ -526,7 +525,7 @@ class FleetSim {
       !this.disagg &&
       !policies.some((p) => p.usesOracle === true);
     this.runs = runs
-      ? this.engines.map(() => ({ active: false, gen: 0, start: 0, steps: 0, taken: 0, seqs: 0, durations: new Float64Array(MAX_RUN_STEPS), ends: new Float64Array(MAX_RUN_STEPS), finished: [] }))
+      ? this.engines.map(() => ({ active: false, gen: 0, steps: 0, taken: 0, seqs: 0, durations: new Float64Array(MAX_RUN_STEPS), ends: new Float64Array(MAX_RUN_STEPS), finished: [] }))
       : null;
   }
 
@@ -941,7 +940,6 @@ class FleetSim {
     if (steps < 2) return false;
     run.active = true;
     run.gen++;
-    run.start = now;
     run.steps = steps;
     run.taken = 0;
     run.seqs = this.engines[w]!.running();
