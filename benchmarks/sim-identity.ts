@@ -10,8 +10,8 @@
  * KV events for every index with a host-memory tier, tenant salts, LoRA adapters, n sampled
  * answers, disaggregation, the speculative cascade, preemptions (bursty at 3×) and the response
  * cache, a capacity search (probes stopped early), gateway replicas with a dispatch delay,
- * admission with priority classes, and long decodes under load. Options: --only NAME,NAME (cases
- * by file name), --jobs N (kvgate bench's, default 2).
+ * admission with priority classes and with a queue, and long decodes under load. Options:
+ * --only NAME,NAME (cases by file name), --jobs N (kvgate bench's, default 2).
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
@@ -45,6 +45,7 @@ const CASES: Array<[string, string[]]> = [
   ['x-capacity', ['--workload', 'mixed', '--size', '150', '--policy', 'kvgate,round-robin,dynamo', '--capacity', '--capacity-seconds', '10', '--max-probes', '6']],
   ['x-replicas', ['--workload', 'multi-turn', '--size', '400', '--policy', 'kvgate,llm-d', '--replicas', '3', '--overhead-ms', '2']],
   ['x-admission', ['--workload', 'bursty', '--size', '300', '--policy', 'kvgate', '--rate-scale', '3', '--admission', 'on', '--priority-mix', 'critical=0.2,standard=0.5,sheddable=0.3']],
+  ['x-admission-queue', ['--workload', 'bursty', '--size', '2000', '--policy', 'kvgate,least-load', '--rate-scale', '2', '--admission', 'on']],
   ['x-long-decode', ['--workload', 'rollouts', '--size', '100', '--policy', 'round-robin,kvgate', '--rate-scale', '4', '--declared-max-tokens', '4096']],
 ];
 

@@ -355,7 +355,6 @@ function snapshotOf(s: EngineStats, at: number, engine: Engine): MetricsSnapshot
   return snap;
 }
 
-/** Replay `source` (time-ordered) against a fresh fleet. */
 /**
  * Virtual time between two calls of FleetSimOptions.stopWhen. The calls are events of their own,
  * at fixed times, so where a run stops depends on its requests, not on how many events the
@@ -363,6 +362,7 @@ function snapshotOf(s: EngineStats, at: number, engine: Engine): MetricsSnapshot
  */
 const STOP_CHECK_MS = 500;
 
+/** Replay `source` (time-ordered) against a fresh fleet. */
 export async function simulateFleet(source: Iterable<BenchRequest>, opts: FleetSimOptions): Promise<SimResult> {
   return new FleetSim(opts).run(source);
 }
