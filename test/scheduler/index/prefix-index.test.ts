@@ -4,7 +4,7 @@ import { blockHashes } from '../../../src/kv/block-hash.js';
 import { Engine } from '../../../src/engine/engine.js';
 import type { EngineConfig } from '../../../src/engine/types.js';
 import { KvEventMapper } from '../../../src/fleet/kv-events-mapper.js';
-import { KVGATE_HASH_SEED } from '../../../src/kv/prompt-blocks.js';
+import { KVGATE_HASH_SEED, PromptBlocks, type BlockSeq } from '../../../src/kv/prompt-blocks.js';
 import { PrefixIndex } from '../../../src/scheduler/index/prefix-index.js';
 import { seededRng } from '../../../src/util/rng.js';
 
@@ -215,6 +215,40 @@ test('idle-time upkeep applies a long deferred insert in slices, with the same r
     for (const h of prompts) assert.equal(later.matchWorker(h, id, 9), now.matchWorker(h, id, 9));
   }
   assert.equal(later.stats().evictedForCapacity, now.stats().evictedForCapacity);
+});
+
+test('a prompt’s blocks as an array, a PromptBlocks or another BlockSeq index alike, now or deferred', () => {
+  const rng = seededRng(11);
+  const tokens = Array.from({ length: 12 }, (_, k) => Array.from({ length: (40 + 7 * k) * BS }, (_, i) => (k % 3 === 0 && i < 20 * BS ? i : Math.floor(rng() * 1e6))));
+  const asArray = (t: number[]): BlockSeq => hashes(t);
+  const asPromptBlocks = (t: number[]): BlockSeq => new PromptBlocks(t, BS, KVGATE_HASH_SEED);
+  const asOther = (t: number[]): BlockSeq => {
+    const h = hashes(t);
+    return { length: h.length, at: (i: number) => h[i] };
+  };
+  const build = (as: (t: number[]) => BlockSeq, deferred: boolean): PrefixIndex => {
+    const idx = new PrefixIndex();
+    idx.addWorker('a', 300); // less than the prompts together: capacity evicts, entries are deleted
+    idx.addWorker('b', 2000);
+    tokens.forEach((t, k) => {
+      const id = k % 2 ? 'b' : 'a';
+      if (deferred) idx.insertLater(id, as(t), k % 4 === 0 ? 'predicted' : 'routed', k);
+      else idx.insert(id, as(t), 'event', k);
+    });
+    return idx;
+  };
+  for (const deferred of [false, true]) {
+    const ref = build(asArray, deferred);
+    for (const as of [asPromptBlocks, asOther]) {
+      const idx = build(as, deferred);
+      for (const id of ['a', 'b']) {
+        assert.equal(idx.blockCount(id), ref.blockCount(id));
+        for (const t of tokens) assert.equal(idx.matchWorker(hashes(t), id, 20), ref.matchWorker(hashes(t), id, 20));
+      }
+      assert.equal(idx.stats().evictedForCapacity, ref.stats().evictedForCapacity);
+    }
+    assert.ok(ref.stats().evictedForCapacity > 0, 'the test should evict');
+  }
 });
 
 test('a read of the index while a deferred insert is part-applied sees all of it', () => {
