@@ -84,6 +84,11 @@ export class PrefixMatcher {
     }
   }
 
+  /** Drop the request's matches (the decision is made). */
+  forget(req: RouteRequest): void {
+    req.state.delete(this.matchesKey);
+  }
+
   /** Each worker's match, computed for all of `workers` in one pass per block size. */
   matches(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): Map<WorkerState, PrefixMatch> {
     let known = req.state.get(this.matchesKey);

@@ -67,8 +67,9 @@
  * ranges (min ttft, min cost, min/max waiting and running) that the relative scorers normalise with
  * (waiting and running over every candidate before pruning, prune.ts).
  *
- * Estimates are kept for the request's lifetime: a retry over other workers estimates only the
- * workers not seen before.
+ * Estimates are kept until the request is dispatched: a second decision before then estimates only
+ * the workers not seen before. At dispatch only the chosen worker's is kept (keepChosenEstimate),
+ * so a retry after a worker failed estimates the others afresh.
  */
 import { usedBlocks } from '../../../admission/kv-pressure.js';
 import type { WorkerState } from '../../../fleet/worker-state.js';
@@ -382,4 +383,19 @@ export function kvgateEstimateTable(req: RouteRequest, ws: readonly WorkerState[
 /** The estimate for `w` the producer wrote for this request. */
 export function kvgateEstimate(req: RouteRequest, w: WorkerState): KvgateEstimate | undefined {
   return req.state.get(KVGATE_ESTIMATES)?.get(w);
+}
+
+/**
+ * The request went to `w`: keep its estimate there (the first-token hook reads it) and drop the
+ * others and the table. A request holds its state until it ends, and a decision's estimates of
+ * every candidate kept that long outlive the young generation: over 64 workers they were most of
+ * the collector's work.
+ */
+export function keepChosenEstimate(req: RouteRequest, w: WorkerState): void {
+  req.state.delete(KVGATE_ESTIMATE_TABLE);
+  const m = req.state.get(KVGATE_ESTIMATES);
+  if (m === undefined || m.size <= 1) return;
+  const e = m.get(w);
+  if (e === undefined) req.state.delete(KVGATE_ESTIMATES);
+  else req.state.set(KVGATE_ESTIMATES, new Map([[w, e]]));
 }

@@ -41,7 +41,7 @@ import {
   type RoutingContext,
 } from '../../types.js';
 import { InflightBatches } from './batch.js';
-import { kvgateEstimateProducer } from './estimate.js';
+import { keepChosenEstimate, kvgateEstimateProducer } from './estimate.js';
 import { KVGATE_KNOB_GROUPS, kvgateOptions, type KvgateOptions } from './knobs.js';
 import { DecodeFloorLearner } from './learners/decode-floor.js';
 import { DecodeSpeedLearner } from './learners/decode-speed.js';
@@ -273,6 +273,8 @@ export class KvgatePolicy implements Policy {
   /** Predict the prompt's blocks at the worker, remember the session's worker, charge the batch. */
   onDispatch(req: RouteRequest, d: RouteDecision, ctx: RoutingContext): void {
     const w = d.worker;
+    keepChosenEstimate(req, w);
+    this.matcher.forget(req);
     this.matcher.predict(req, w, ctx.now);
     if (req.sessionKey !== undefined) {
       this.sessions.delete(req.sessionKey);

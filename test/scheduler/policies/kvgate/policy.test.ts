@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createPolicy, policyNames } from '../../../../src/scheduler/registry.js';
 import { kvgateOptions, type KvgatePolicy } from '../../../../src/scheduler/policies/kvgate/index.js';
+import { kvgateEstimate } from '../../../../src/scheduler/policies/kvgate/estimate.js';
 import { WorkerState } from '../../../../src/fleet/worker-state.js';
 import { request, router, seq, worker } from '../../helpers.js';
 import { runBench } from '../../../../src/bench/run.js';
@@ -205,6 +206,9 @@ test('the first token confirms predictions and teaches the pool’s prefill rate
   const out = r.route(req, ws);
   assert.ok(out.ok);
   const w = out.ok ? out.decision.worker : ws[0]!;
+  // Dispatched: of the decision's estimates only the chosen worker's is kept, for its first token.
+  assert.ok(kvgateEstimate(req, w));
+  for (const o of ws) if (o !== w) assert.equal(kvgateEstimate(req, o), undefined);
   clock.advance(100); // 2,000 tokens in 100 ms = 20,000 tokens/s
   r.firstToken(req.id);
   r.complete(req.id, true);
