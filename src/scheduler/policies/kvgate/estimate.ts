@@ -388,8 +388,8 @@ export function kvgateEstimate(req: RouteRequest, w: WorkerState): KvgateEstimat
 /**
  * The request went to `w`: keep its estimate there (the first-token hook reads it) and drop the
  * others and the table. A request holds its state until it ends, and a decision's estimates of
- * every candidate kept that long outlive the young generation: over 64 workers they were most of
- * the collector's work.
+ * every candidate kept that long would outlive the young generation: over 64 workers, most of the
+ * collector's work.
  */
 export function keepChosenEstimate(req: RouteRequest, w: WorkerState): void {
   req.state.delete(KVGATE_ESTIMATE_TABLE);
