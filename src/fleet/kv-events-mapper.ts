@@ -32,6 +32,7 @@ import type { KvEvent } from '../kv/events.js';
 import { adapterRoot, KVGATE_HASH_SEED } from '../kv/prompt-blocks.js';
 import { tierOfMedium, type KvTier } from '../kv/tiers.js';
 import type { KvBlockSink } from './kv-block-sink.js';
+import { OrderedMap53 } from '../util/ordered-map53.js';
 
 export interface KvEventMapperStats {
   stored: number;
@@ -81,9 +82,11 @@ export class KvEventMapper {
   blockSize: number;
   private readonly root: number;
   private readonly maxMapped: number;
-  private readonly map = new Map<number, number>();
-  /** Media holding each mapped engine block (TIER_BIT bits); absent for a GPU-only block. */
-  private readonly media = new Map<number, number>();
+  /**
+   * Engine block hash → kvgate block hash, oldest first (the bound drops the oldest), each tagged
+   * with the media holding the block (TIER_BIT bits).
+   */
+  private readonly map = new OrderedMap53();
   /** The KV-cache group that feeds the index, once known. */
   private fedGroup: number | null = null;
   private readonly counters = {
@@ -132,11 +135,9 @@ export class KvEventMapper {
           for (const h of e.blockHashes) {
             const k = this.map.get(h);
             if (k === undefined) continue;
-            const left = (this.media.get(h) ?? TIER_BIT.gpu) & ~bit;
-            if (left === 0) {
-              this.map.delete(h);
-              this.media.delete(h);
-            } else this.media.set(h, left);
+            const left = this.map.tag(h) & ~bit;
+            if (left === 0) this.map.delete(h);
+            else this.map.setTag(h, left);
             this.index.remove(this.workerId, k, tier);
             this.counters.removed++;
           }
@@ -144,7 +145,6 @@ export class KvEventMapper {
         }
         case 'AllBlocksCleared':
           this.map.clear();
-          this.media.clear();
           this.index.clearWorker(this.workerId);
           this.counters.cleared++;
           break;
@@ -156,7 +156,6 @@ export class KvEventMapper {
   /** Forget everything learned from events (resynchronisation, publisher restart). */
   reset(): void {
     this.map.clear();
-    this.media.clear();
     this.fedGroup = null;
     this.index.clearWorker(this.workerId, ['event']);
   }
@@ -252,19 +251,11 @@ export class KvEventMapper {
   }
 
   private remember(engineHash: number, kvHash: number, tier: KvTier): void {
-    const before = this.map.has(engineHash) ? (this.media.get(engineHash) ?? TIER_BIT.gpu) : 0;
-    const media = before | TIER_BIT[tier];
-    this.map.delete(engineHash); // re-insert at the end: insertion order is the age order for the bound
-    this.map.set(engineHash, kvHash);
-    if (media === TIER_BIT.gpu) this.media.delete(engineHash);
-    else this.media.set(engineHash, media);
+    // Set again at the end: insertion order is the age order for the bound.
+    this.map.setLast(engineHash, kvHash, this.map.tag(engineHash) | TIER_BIT[tier]);
   }
 
   private bound(): void {
-    while (this.map.size > this.maxMapped) {
-      const h = this.map.keys().next().value!;
-      this.map.delete(h);
-      this.media.delete(h);
-    }
+    while (this.map.size > this.maxMapped) this.map.delete(this.map.oldestKey()!);
   }
 }
