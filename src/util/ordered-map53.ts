@@ -3,7 +3,8 @@
  * in insertion order (setLast puts a key at the end, moving it there if present), in typed arrays.
  *
  * The KV-event mapper keeps one per worker, from the engine's block hashes to kvgate's, and looks
- * every stored and removed block up in it. A JS Map keyed by such hashes boxes each one (they are
+ * every stored and removed block up in it; the dynamo peer counts each worker's active blocks in
+ * one. A JS Map keyed by such hashes boxes each one (they are
  * past the small-integer range) and hashes the box on every lookup; here a lookup is a probe of an
  * Int32Array table (linear probing, at most half full) and a read of the entry's key.
  *
@@ -78,6 +79,13 @@ export class OrderedMap53 {
     if (e === NONE) return false;
     this.tags[e] = tag;
     return true;
+  }
+
+  /** Map `key` to `val`, as a Map's set does: a present key keeps its place and its tag. */
+  set(key: number, val: number): void {
+    const e = this.find(key);
+    if (e === NONE) this.setLast(key, val, 0);
+    else this.vals[e] = val;
   }
 
   /** Map `key` to `val` with `tag`, as the newest entry (moved to the end if it was present). */

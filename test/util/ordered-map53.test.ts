@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { OrderedMap53 } from '../../src/util/ordered-map53.js';
 import { seededRng } from '../../src/util/rng.js';
 
-test('OrderedMap53 agrees with a Map under random sets, moves, tag changes, deletes and clears', () => {
+test('OrderedMap53 agrees with a Map under random sets, moves to the end, tag changes, deletes and clears', () => {
   const rng = seededRng(5);
   const m = new OrderedMap53(16); // small: grows many times
   const ref = new Map<number, { val: number; tag: number }>();
@@ -19,6 +19,13 @@ test('OrderedMap53 agrees with a Map under random sets, moves, tag changes, dele
       m.setLast(k, val, tag);
       ref.delete(k);
       ref.set(k, { val, tag });
+    } else if (r < 0.55) {
+      // A Map's set: a present key keeps its place and its tag, a new one comes last with tag 0.
+      const val = Math.floor(rng() * 2 ** 53);
+      m.set(k, val);
+      const x = ref.get(k);
+      if (x) x.val = val;
+      else ref.set(k, { val, tag: 0 });
     } else if (r < 0.6) {
       const tag = 1 + Math.floor(rng() * 7);
       assert.equal(m.setTag(k, tag), ref.has(k));

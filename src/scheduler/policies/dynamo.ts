@@ -73,6 +73,7 @@ import { argminRandom } from '../pickers/argmin-random.js';
 import { PipelinePolicy } from '../pipeline.js';
 import type { Picker, PolicyDefinition, RouteRequest } from '../types.js';
 import { booleanKnob, indexKnobs, numberKnob, retuneInPlace } from './knobs.js';
+import { OrderedMap53 } from '../../util/ordered-map53.js';
 
 /** The cost's knobs, shared with dynamo-approx; Dynamo's names in parentheses. */
 export const dynamoCostKnobs = {
@@ -103,7 +104,7 @@ export type DynamoCostOptions = Pick<DynamoOptions, keyof typeof dynamoCostKnobs
 /** One worker's active sequences as Dynamo's router counts them. */
 interface ActiveLoad {
   /** Reference count of each active full prompt block (kvgate hash), when blocks are shared. */
-  readonly blocks: Map<number, number>;
+  readonly blocks: OrderedMap53;
   /** Active blocks counted per request (assumeKvReuse false). */
   unshared: number;
   /** Prompt tokens still to prefill of the requests not yet past their first token. */
@@ -154,7 +155,7 @@ export function dynamoPipeline(
   const loads = new Map<string, ActiveLoad>();
   const loadOf = (id: string): ActiveLoad => {
     let l = loads.get(id);
-    if (!l) loads.set(id, (l = { blocks: new Map(), unshared: 0, prefillTokens: 0, requests: 0 }));
+    if (!l) loads.set(id, (l = { blocks: new OrderedMap53(), unshared: 0, prefillTokens: 0, requests: 0 }));
     return l;
   };
   /**
