@@ -44,6 +44,7 @@ const BENCHES: Readonly<Record<string, Bench>> = {
   calibration: { file: 'calibration', about: "the time model's calibration against published measurements (markdown)" },
   'sim-scale': { file: 'sim-scale', about: 'kvgate bench at fleet scale: 1M × 64 kvgate, 100k × 16, a 10M-row trace, --capacity in parallel (targets, misses)' },
   'sim-identity': { file: 'sim-identity', about: 'same seed, same figures: kvgate bench JSON of every policy and engine path, written (--write DIR) or compared (--check DIR)' },
+  'kv-events': { file: 'kv-events', about: "KV-cache event blocks one core decodes and maps into the prefix index, against what a simulated fleet publishes" },
   'engine-step': { file: 'engine-step', about: 'steps/s and tokens/s of the engine model itself ([running] [steps])' },
   'kv-tight-trace': { file: 'kv-tight-trace', about: 'write a KV-tight document trace (Mooncake format, --out FILE)' },
   'elephants-trace': { file: 'elephants-trace', about: 'write a trace of short prompts and long documents (Mooncake format, --out FILE)' },

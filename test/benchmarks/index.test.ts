@@ -38,6 +38,14 @@ describe('npm run bench (benchmarks/index.ts)', () => {
     assert.match(r.stdout, /steps/);
   });
 
+  it('kv-events maps every event a small simulated fleet publishes', () => {
+    const r = bench('kv-events', '--workers', '2', '--size', '40', '--rounds', '1');
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /decode, map, index: .* blocks\/s/);
+    assert.match(r.stdout, /; 0 events unmapped\)/);
+    assert.equal(bench('kv-events', '--workers', '0').code, 1);
+  });
+
   it('an unknown name exits 2 with the list', () => {
     const r = bench('no-such-bench');
     assert.equal(r.code, 2);
