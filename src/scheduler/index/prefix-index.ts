@@ -656,9 +656,18 @@ export class PrefixIndex {
     const w = this.slots.get(id);
     if (!w) return;
     const flag = FLAG[source];
-    const hs = hashArray(hashes);
-    for (let i = to - 1; i >= from; i--) this.upsert(w.slot, hs, i, flag, now);
+    this.upsertRange(w.slot, hashArray(hashes), from, to, flag, now, flag === F_EVENT ? M_GPU : 0);
     this.trimWorker(w.slot);
+  }
+
+  /** Upsert hashes[from..to) for worker `slot`, tail first, a run of UPSERT_RUN at a time, each warmed. */
+  private upsertRange(slot: number, hs: readonly number[], from: number, to: number, flag: number, now: number, medium: number): void {
+    while (to > from) {
+      const start = Math.max(from, to - UPSERT_RUN);
+      this.warmSlots(hs, start, to);
+      for (let i = to - 1; i >= start; i--) this.upsert(slot, hs, i, flag, now, medium);
+      to = start;
+    }
   }
 
   /**
@@ -748,7 +757,7 @@ export class PrefixIndex {
     if (!w) return;
     const m = MEDIUM_BIT[tier];
     const hs = hashArray(hashes);
-    for (let i = hs.length - 1; i >= 0; i--) this.upsert(w.slot, hs, i, F_EVENT, now, m);
+    this.upsertRange(w.slot, hs, 0, hs.length, F_EVENT, now, m);
     this.trimWorker(w.slot);
   }
 
