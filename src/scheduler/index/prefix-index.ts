@@ -58,6 +58,11 @@ const M_DISK = 32;
 const M_ALL = M_GPU | M_HOST | M_DISK;
 const MEDIUM_BIT: Record<KvTier, number> = { gpu: M_GPU, host: M_HOST, disk: M_DISK };
 
+/** The media bits an upsert of `flag` records when no tier is given: an event-fed block is on the GPU. */
+function mediumOf(flag: number): number {
+  return flag === F_EVENT ? M_GPU : 0;
+}
+
 /** True for a node whose block the worker holds only off the GPU (host memory or disk). */
 function offGpu(flags: number): boolean {
   return (flags & (F_PREDICTED | F_ROUTED | M_GPU)) === 0 && (flags & (M_HOST | M_DISK)) !== 0;
@@ -623,8 +628,7 @@ export class PrefixIndex {
         let to = this.pendingTo >= 0 ? this.pendingTo : hs.length;
         while (to > 0) {
           const from = Math.max(0, to - UPSERT_RUN);
-          this.warmSlots(hs, from, to);
-          for (let i = to - 1; i >= from; i--) this.upsert(w.slot, hs, i, flag, x.now);
+          this.upsertRange(w.slot, hs, from, to, flag, x.now, mediumOf(flag));
           to = from;
           if (to > 0 && until !== Infinity && performance.now() >= until) {
             this.pendingTo = to;
@@ -656,7 +660,7 @@ export class PrefixIndex {
     const w = this.slots.get(id);
     if (!w) return;
     const flag = FLAG[source];
-    this.upsertRange(w.slot, hashArray(hashes), from, to, flag, now, flag === F_EVENT ? M_GPU : 0);
+    this.upsertRange(w.slot, hashArray(hashes), from, to, flag, now, mediumOf(flag));
     this.trimWorker(w.slot);
   }
 
@@ -868,7 +872,7 @@ export class PrefixIndex {
    * Worker `slot` holds block hashes[i]. The hash is read here rather than passed: a 53-bit hash
    * is a double, and a double passed to a call is boxed, one allocation per block.
    */
-  private upsert(slot: number, hashes: readonly number[], i: number, flag: number, now: number, medium = flag === F_EVENT ? M_GPU : 0): void {
+  private upsert(slot: number, hashes: readonly number[], i: number, flag: number, now: number, medium: number): void {
     const hash = hashes[i]!;
     let e = this.find(hash);
     let node = NIL;
