@@ -28,7 +28,9 @@
  * galloping then bisecting over its blocks: O(log(prompt blocks) × distinct match lengths ×
  * mask words) table lookups, hashing lazily only as far as the gallop reaches, nothing allocated
  * per block. An 8,000-token prompt over 16 workers takes a few dozen lookups, not 500. Pick-time inserts
- * can be deferred to idle time (insertLater) and are applied before any later use. The whole
+ * can be deferred to idle time (insertLater) and are applied before any later use; a prediction
+ * (`predict`) leaves a trail of the nodes its blocks went to, which its confirmation follows
+ * instead of looking the blocks up again (`confirmRange`). The whole
  * structure is bounded by `maxBytes` (about 83 bytes per block with up to 32 workers).
  */
 import type { IndexSource } from '../../fleet/kv-block-sink.js';
@@ -46,6 +48,17 @@ export type BlockSource = 'predicted' | 'routed' | 'event';
  * gateway replicas can learn it (`learn`). Called on the request path: it must only queue.
  */
 export type RoutingKnowledgeObserver = (id: string, hashes: BlockSeq, source: 'predicted' | 'routed', now: number) => void;
+
+/**
+ * Where a prediction's blocks went: for each block, its node and the node's allocation stamp, as
+ * the deferred insert left them (filled when it is applied). The prediction's confirmation walks
+ * these nodes instead of looking every block up again; a node since freed or given to another
+ * block (its stamp moved on) is looked up as usual.
+ */
+export interface PredictionTrail {
+  /** [node, stamp & STAMP_MASK] per block, in block order; empty until the prediction is applied. */
+  nodes: number[];
+}
 
 const F_PREDICTED = 1;
 const F_ROUTED = 2;
@@ -133,6 +146,12 @@ export interface PrefixIndexStats {
   evictedForMemory: number;
   evictedForCapacity: number;
   expired: number;
+  /**
+   * Blocks of confirmations that had their prediction's trail: found where the trail left them,
+   * and looked up because their node had gone (freed, or given to another block) meanwhile.
+   */
+  confirmedAlongTrail: number;
+  confirmedLookedUp: number;
 }
 
 interface WorkerSlot {
@@ -156,6 +175,8 @@ function tableSizeFor(nodes: number): number {
 const IDLE_SLICE_MS = 0.2;
 /** Blocks upserted between two looks at the clock in a sliced upkeep. */
 const UPSERT_RUN = 32;
+/** A trail keeps 30 bits of a node's stamp, so that its array holds small integers only. */
+const STAMP_MASK = 0x3fffffff;
 
 export class PrefixIndex {
   readonly maxBytes: number;
@@ -223,7 +244,7 @@ export class PrefixIndex {
 
   /** Latest clock time seen in a lookup or insert (idle-time expiry never runs ahead of it). */
   private lastNow = -Infinity;
-  private pending: Array<{ id: string; hashes: BlockSeq; source: BlockSource; now: number }> = [];
+  private pending: Array<{ id: string; hashes: BlockSeq; source: BlockSource; now: number; trail?: PredictionTrail }> = [];
   private flushTimer: NodeJS.Immediate | null = null;
   /** Where the tail-first walk of a part-applied pending insert (pending[0]) stopped; -1: none. */
   private pendingTo = -1;
@@ -235,6 +256,10 @@ export class PrefixIndex {
   observer: RoutingKnowledgeObserver | null = null;
   /** Block runs learned from other replicas (`learn`). */
   learnedRuns = 0;
+
+  /** Blocks confirmed along a trail, and looked up instead (their node had gone). */
+  private trailHits = 0;
+  private trailMisses = 0;
 
   /** Where warmSlots leaves its sum, so that the compiler keeps its loads. */
   private sink = 0;
@@ -572,8 +597,22 @@ export class PrefixIndex {
    * it had been inserted now, while the request that caused it does not wait for it.
    */
   insertLater(id: string, hashes: BlockSeq, source: BlockSource, now: number): void {
+    this.defer(id, hashes, source, now, undefined);
+  }
+
+  /**
+   * A pick-time prediction, inserted like insertLater(…, 'predicted', …); the trail it returns
+   * lets `confirm` find the prediction's nodes without looking its blocks up again.
+   */
+  predict(id: string, hashes: BlockSeq, now: number): PredictionTrail {
+    const trail: PredictionTrail = { nodes: [] };
+    this.defer(id, hashes, 'predicted', now, trail);
+    return trail;
+  }
+
+  private defer(id: string, hashes: BlockSeq, source: BlockSource, now: number, trail: PredictionTrail | undefined): void {
     if (source !== 'event') this.observer?.(id, hashes, source, now);
-    this.pending.push({ id, hashes, source, now });
+    this.pending.push(trail === undefined ? { id, hashes, source, now } : { id, hashes, source, now, trail });
     if (now > this.lastNow) this.lastNow = now;
     this.scheduleUpkeep();
   }
@@ -626,9 +665,15 @@ export class PrefixIndex {
         const flag = FLAG[x.source];
         const hs = hashArray(x.hashes);
         let to = this.pendingTo >= 0 ? this.pendingTo : hs.length;
+        const trail = x.trail;
+        // A prediction's trail gets a place for every block; a confirmation's is followed only if
+        // it covers every block of this prompt.
+        if (flag === F_PREDICTED && trail !== undefined && trail.nodes.length !== 2 * hs.length) trail.nodes = new Array<number>(2 * hs.length).fill(NIL);
+        const follow = flag === F_ROUTED && trail !== undefined && trail.nodes.length === 2 * hs.length ? trail.nodes : null;
         while (to > 0) {
           const from = Math.max(0, to - UPSERT_RUN);
-          this.upsertRange(w.slot, hs, from, to, flag, x.now, mediumOf(flag));
+          if (follow !== null) this.confirmRange(w.slot, hs, follow, from, to, x.now);
+          else this.upsertRange(w.slot, hs, from, to, flag, x.now, mediumOf(flag), flag === F_PREDICTED ? (trail?.nodes ?? null) : null);
           to = from;
           if (to > 0 && until !== Infinity && performance.now() >= until) {
             this.pendingTo = to;
@@ -665,12 +710,46 @@ export class PrefixIndex {
   }
 
   /** Upsert hashes[from..to) for worker `slot`, tail first, a run of UPSERT_RUN at a time, each warmed. */
-  private upsertRange(slot: number, hs: readonly number[], from: number, to: number, flag: number, now: number, medium: number): void {
+  private upsertRange(slot: number, hs: readonly number[], from: number, to: number, flag: number, now: number, medium: number, trail: number[] | null = null): void {
     while (to > from) {
       const start = Math.max(from, to - UPSERT_RUN);
       this.warmSlots(hs, start, to);
-      for (let i = to - 1; i >= start; i--) this.upsert(slot, hs, i, flag, now, medium);
+      for (let i = to - 1; i >= start; i--) {
+        const node = this.upsert(slot, hs, i, flag, now, medium);
+        if (trail !== null) {
+          trail[2 * i] = node;
+          trail[2 * i + 1] = this.nStamp[node]! & STAMP_MASK;
+        }
+      }
       to = start;
+    }
+  }
+
+  /**
+   * Confirm hashes[from..to) for worker `slot` along a prediction's trail, tail first: a node the
+   * trail still names (same stamp, still in use, this worker's) is touched where it is, as upsert
+   * would touch it once found; any other block is upserted. Same result as upsertRange with
+   * F_ROUTED, without the table lookup and the walk of the entry's nodes per block.
+   */
+  private confirmRange(slot: number, hs: readonly number[], trail: readonly number[], from: number, to: number, now: number): void {
+    const nStamp = this.nStamp;
+    // The run's nodes first, in independent loads (as warmSlots does for the table).
+    let acc = 0;
+    for (let i = from; i < to; i++) {
+      const node = trail[2 * i]!;
+      if (node !== NIL) acc += nStamp[node]!;
+    }
+    this.sink += acc;
+    for (let i = to - 1; i >= from; i--) {
+      const node = trail[2 * i]!;
+      if (node !== NIL && (nStamp[node]! & STAMP_MASK) === trail[2 * i + 1] && this.nFlags[node] !== 0 && this.nWorker[node] === slot) {
+        this.moveToHead(slot, node);
+        this.mark(slot, node, F_ROUTED, now, 0);
+        this.trailHits++;
+      } else {
+        this.upsert(slot, hs, i, F_ROUTED, now, 0);
+        this.trailMisses++;
+      }
     }
   }
 
@@ -679,12 +758,12 @@ export class PrefixIndex {
    * A worker whose view comes from events needs no routed copy — its BlockStored events carry
    * the truth — so its predictions are simply left to expire or be backed by events.
    */
-  confirm(id: string, hashes: BlockSeq, now: number): void {
+  confirm(id: string, hashes: BlockSeq, now: number, trail?: PredictionTrail): void {
     const w = this.slots.get(id);
     if (!w || w.source === 'events') return;
     // Like a pick-time prediction, applied at the next idle moment or read: the first token of a
     // long prompt does not hold the event loop for its hundreds of blocks.
-    this.insertLater(id, hashes, 'routed', now);
+    this.defer(id, hashes, 'routed', now, trail);
   }
 
   /**
@@ -863,6 +942,8 @@ export class PrefixIndex {
       evictedForMemory: this.evictedForMemory,
       evictedForCapacity: this.evictedForCapacity,
       expired: this.expiredCount,
+      confirmedAlongTrail: this.trailHits,
+      confirmedLookedUp: this.trailMisses,
     };
   }
 
@@ -872,7 +953,7 @@ export class PrefixIndex {
    * Worker `slot` holds block hashes[i]. The hash is read here rather than passed: a 53-bit hash
    * is a double, and a double passed to a call is boxed, one allocation per block.
    */
-  private upsert(slot: number, hashes: readonly number[], i: number, flag: number, now: number, medium: number): void {
+  private upsert(slot: number, hashes: readonly number[], i: number, flag: number, now: number, medium: number): number {
     const hash = hashes[i]!;
     let e = this.find(hash);
     let node = NIL;
@@ -894,6 +975,12 @@ export class PrefixIndex {
     } else {
       this.moveToHead(slot, node);
     }
+    this.mark(slot, node, flag, now, medium);
+    return node;
+  }
+
+  /** Node `node` of worker `slot` is known from `flag` (and on `medium`) as of `now`. */
+  private mark(slot: number, node: number, flag: number, now: number, medium: number): void {
     let flags = this.nFlags[node]!;
     if (flag === F_ROUTED) flags &= ~F_PREDICTED;
     flags |= flag | medium;

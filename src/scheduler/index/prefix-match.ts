@@ -7,7 +7,7 @@ import type { WorkerState } from '../../fleet/worker-state.js';
 import type { PromptBlocks} from '../../kv/prompt-blocks.js';
 import { KVGATE_HASH_SEED, promptBlocks } from '../../kv/prompt-blocks.js';
 import { stateKey, type StateKey } from '../../util/state.js';
-import type { PrefixIndex } from './prefix-index.js';
+import type { PredictionTrail, PrefixIndex } from './prefix-index.js';
 import type { RouteRequest, RoutingContext } from '../types.js';
 
 export interface PrefixMatch {
@@ -36,6 +36,8 @@ export class PrefixMatcher {
   readonly seed: number;
   /** This matcher's per-request answers (matchers differ in index, seed and block size). */
   private readonly matchesKey: StateKey<Map<WorkerState, PrefixMatch>>;
+  /** The request's prediction: the worker and where its blocks went (for the confirmation). */
+  private readonly trailKey: StateKey<{ w: WorkerState; trail: PredictionTrail }>;
   /** Fixed block size for every worker (llm-d's 64-token blocks), else each worker's own. */
   private readonly fixedBlockSize: number | undefined;
   /** Capacity per worker when fixed (llm-d's LRU size), else the worker's numGpuBlocks. */
@@ -49,7 +51,8 @@ export class PrefixMatcher {
     this.seed = opts.seed ?? KVGATE_HASH_SEED;
     this.fixedBlockSize = opts.blockSize;
     this.fixedCapacity = opts.capacityBlocks;
-    this.matchesKey = stateKey(`prefix-match:${nextMatcherId++}`);
+    this.matchesKey = stateKey(`prefix-match:${nextMatcherId}`);
+    this.trailKey = stateKey(`prefix-match-trail:${nextMatcherId++}`);
   }
 
   blockSizeOf(w: WorkerState): number {
@@ -125,11 +128,14 @@ export class PrefixMatcher {
   /**
    * Record the request's full prompt blocks at `w` as predicted (pick time). Applied when the
    * event loop is next idle or before the index is next used, whichever is first: the next
-   * decision sees it, this one does not wait for it.
+   * decision sees it, this one does not wait for it. `confirmed: false` for a policy that never
+   * confirms its predictions (they only expire): nothing is kept for a confirmation.
    */
-  predict(req: RouteRequest, w: WorkerState, now: number): void {
+  predict(req: RouteRequest, w: WorkerState, now: number, { confirmed = true }: { confirmed?: boolean } = {}): void {
     this.track(w);
-    this.index.insertLater(w.id, this.hashesFor(req, w), 'predicted', now);
+    // The trail (where the blocks went) spares the confirmation a lookup of every block.
+    if (confirmed) req.state.set(this.trailKey, { w, trail: this.index.predict(w.id, this.hashesFor(req, w), now) });
+    else this.index.insertLater(w.id, this.hashesFor(req, w), 'predicted', now);
   }
 
   /** Record the request's prompt blocks at `w` as routed (prefill done, or the policy assumes so). */
@@ -140,11 +146,14 @@ export class PrefixMatcher {
 
   /** Withdraw a prediction (the request failed before its first token). */
   retract(req: RouteRequest, w: WorkerState): void {
+    req.state.delete(this.trailKey);
     this.index.retract(w.id, this.hashesFor(req, w));
   }
 
   /** Confirm a prediction (first token came back). */
   confirm(req: RouteRequest, w: WorkerState, now: number): void {
-    this.index.confirm(w.id, this.hashesFor(req, w), now);
+    const p = req.state.get(this.trailKey);
+    req.state.delete(this.trailKey);
+    this.index.confirm(w.id, this.hashesFor(req, w), now, p !== undefined && p.w === w ? p.trail : undefined);
   }
 }

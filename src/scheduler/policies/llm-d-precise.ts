@@ -69,7 +69,7 @@ function createLlmdPrecisePolicy(o: LlmdPreciseOptions): PipelinePolicy {
       share: (x) => (x.promptBlocks > 0 ? tierCredit(x.tiers, { host: o.cpuWeight, disk: o.storageWeight }) / x.promptBlocks : 0),
       prepare: (req, ws) => matcher.prehash(req, ws),
       usesKvEvents: true,
-      ...(o.speculativeIndexing ? { record: (req, w, now) => matcher.predict(req, w, now) } : {}),
+      ...(o.speculativeIndexing ? { record: (req, w, now) => matcher.predict(req, w, now, { confirmed: false }) } : {}),
     },
     ['speculativeIndexing', 'speculativeTtlMs', 'indexMaxBytes', 'maxWorkers'],
   );

@@ -352,3 +352,63 @@ test('track registers a worker, keeps its capacity in step and gives its slot; â
   assert.equal(idx.track('c', 8), -1);
   assert.equal(idx.hasWorker('c'), false);
 });
+
+/**
+ * A confirmation that follows its prediction's trail (where the prediction's blocks went) must
+ * leave the index exactly as one that looks every block up: the same blocks, flags, expiries and
+ * LRU order. Two indexes take the same random traffic, one confirming along trails, the other
+ * not; between a prediction and its confirmation other prompts evict, events remove and
+ * predictions expire, so some trails lead to nodes since freed or reused. Compared through every
+ * prompt's match, each worker's block count, later capacity evictions (which read the LRU order)
+ * and expiry.
+ */
+test('a confirmation along its predictionâ€™s trail leaves the index as one that looks its blocks up', () => {
+  const rng = seededRng(20261204);
+  const W = 6;
+  const ids = Array.from({ length: W }, (_, i) => `w${i}`);
+  const trailed = new PrefixIndex({ predictedTtlMs: 300 });
+  const plain = new PrefixIndex({ predictedTtlMs: 300 });
+  for (const idx of [trailed, plain]) for (const id of ids) idx.addWorker(id, 400 + 80 * ids.indexOf(id));
+  const heads = Array.from({ length: 5 }, (_, g) => seq(2_000_000 * (g + 1), (10 + 8 * g) * BS));
+  const prompts: number[][] = [];
+  let serial = 0;
+  const inflight: Array<{ id: string; h: number[]; trail: ReturnType<PrefixIndex['predict']> }> = [];
+  let now = 0;
+  for (let step = 0; step < 4000; step++) {
+    now += rng() * 3;
+    const head = heads[Math.floor(rng() * heads.length)]!;
+    const h = hashes([...head.slice(0, Math.floor(rng() * (head.length / BS + 1)) * BS), ...seq(90_000_000 + 1000 * serial++, Math.floor(rng() * 40) * BS)]);
+    prompts.push(h);
+    const id = ids[Math.floor(rng() * W)]!;
+    const r = rng();
+    if (r < 0.4) {
+      inflight.push({ id, h, trail: trailed.predict(id, h, now) });
+      plain.insertLater(id, h, 'predicted', now);
+    } else if (r < 0.75 && inflight.length > 0) {
+      const k = inflight.splice(Math.floor(rng() * inflight.length), 1)[0]!;
+      trailed.confirm(k.id, k.h, now, k.trail);
+      plain.confirm(k.id, k.h, now);
+    } else if (r < 0.9) {
+      for (const idx of [trailed, plain]) idx.insertLater(id, h, 'event', now);
+    } else if (prompts.length > 1) {
+      const p = prompts[Math.floor(rng() * prompts.length)]!;
+      for (let b = p.length - 1; b >= p.length - 4 && b >= 0; b--) for (const idx of [trailed, plain]) idx.remove(id, p[b]!);
+    }
+    if (step % 50 === 0) {
+      for (const wid of ids) {
+        assert.equal(trailed.blockCount(wid), plain.blockCount(wid), `step ${step}, ${wid}`);
+        for (const p of prompts.slice(-40)) assert.equal(trailed.matchWorker(p, wid, now), plain.matchWorker(p, wid, now), `step ${step}, ${wid}`);
+      }
+    }
+  }
+  const a = trailed.stats();
+  const b = plain.stats();
+  assert.equal(a.evictedForCapacity, b.evictedForCapacity);
+  assert.equal(a.expired, b.expired);
+  assert.equal(a.nodes, b.nodes);
+  assert.ok(a.evictedForCapacity > 1000, `capacity evicted ${a.evictedForCapacity} nodes`);
+  // Both ways of confirming a block were taken, the trail most of the time.
+  assert.ok(a.confirmedAlongTrail > 2 * a.confirmedLookedUp, `${a.confirmedAlongTrail} along trails, ${a.confirmedLookedUp} looked up`);
+  assert.ok(a.confirmedLookedUp > 100, `${a.confirmedLookedUp} looked up`);
+  assert.equal(b.confirmedAlongTrail + b.confirmedLookedUp, 0);
+});

@@ -110,3 +110,26 @@ test('a prediction is seen by the next request, withdrawn by retract, kept past 
   matcher.confirm(request(tokens), a, 2500);
   assert.equal(blocksAt(60_000), 10);
 });
+
+test('a request’s confirmation follows its own prediction’s trail, at the worker it predicted', () => {
+  const matcher = new PrefixMatcher(new PrefixIndex({ predictedTtlMs: 1000 }));
+  const [a, b] = [worker('a'), worker('b')];
+  const stats = () => matcher.index.stats();
+  const r1 = request(seq(0, 160));
+  matcher.predict(r1, a, 0);
+  matcher.confirm(r1, a, 10);
+  assert.deepEqual([stats().confirmedAlongTrail, stats().confirmedLookedUp], [10, 0]);
+  assert.equal(matcher.matches(request(seq(0, 160)), [a], ctx(60_000)).get(a)!.blocks, 10, 'confirmed: past the prediction’s lifetime');
+  // Confirmed at another worker than predicted (a retry): looked up there, no trail followed.
+  const r2 = request(seq(5000, 160));
+  matcher.track(b);
+  matcher.predict(r2, a, 0);
+  matcher.confirm(r2, b, 10);
+  assert.deepEqual([stats().confirmedAlongTrail, stats().confirmedLookedUp], [10, 0]);
+  assert.equal(matcher.matches(request(seq(5000, 160)), [b], ctx(60_000)).get(b)!.blocks, 10);
+  // A prediction made not to be confirmed keeps no trail.
+  const r3 = request(seq(9000, 160));
+  matcher.predict(r3, a, 0, { confirmed: false });
+  matcher.confirm(r3, a, 10);
+  assert.deepEqual([stats().confirmedAlongTrail, stats().confirmedLookedUp], [10, 0]);
+});
