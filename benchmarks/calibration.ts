@@ -6,6 +6,16 @@
 import { calibrationTable } from '../src/engine/calibration.js';
 import { buildEngineConfig, sizeEngine } from '../src/engine/profiles.js';
 
+if (process.argv.length > 2) {
+  const help = process.argv.includes('--help') || process.argv.includes('-h');
+  (help ? process.stdout : process.stderr).write(
+    'npm run bench -- calibration\n\n' +
+      "The engine model's step times beside published vLLM measurements (target: within 20%), and the\n" +
+      'KV blocks each built-in engine profile holds, as markdown tables. It takes no options.\n',
+  );
+  process.exit(help ? 0 : 2);
+}
+
 console.log(calibrationTable());
 console.log();
 console.log('| engine | KV blocks (16 tokens) | KV tokens |');

@@ -10,8 +10,22 @@ import { Engine } from '../src/engine/engine.js';
 import { buildEngineConfig } from '../src/engine/profiles.js';
 import { hashSampler } from '../src/engine/synthetic-lm.js';
 
+const USAGE =
+  'npm run bench -- engine-step [RUNNING] [STEPS]\n\n' +
+  "The engine model's own cost: steps/s and generated tokens/s of one busy engine (Llama-3.1-8B on an\n" +
+  'H100 profile) with RUNNING sequences in its batch (default 256) for STEPS steps (default 20000),\n' +
+  'with token reporting on (the live worker) and off (the fleet simulation), and off with pure decode\n' +
+  'steps taken as runs (as the simulation takes them).\n';
+if (process.argv.includes('--help') || process.argv.includes('-h')) {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
 const running = Number(process.argv[2] ?? 256);
 const steps = Number(process.argv[3] ?? 20000);
+if (!Number.isInteger(running) || running < 1 || !Number.isInteger(steps) || steps < 1) {
+  process.stderr.write(`engine-step: RUNNING and STEPS must be positive integers (got ${process.argv.slice(2).join(' ')})\n\n${USAGE}`);
+  process.exit(2);
+}
 
 function run(emitTokens: boolean, kvEvents: boolean, runs = false, print = true): void {
   const config = buildEngineConfig({ gpu: 'h100', model: 'llama-3.1-8b', emitTokens, kvEvents, maxNumSeqs: running, hashSeed: 1 });
