@@ -13,7 +13,8 @@
  *
  * Options: --iterations N (default 5000), --workers N (16), --prompt-tokens N (8000),
  * --policies a,b (kvgate,llm-d,llm-d-precise,dynamo,sglang-cache-aware,least-load), --batch N (1),
- * --blocks N (30000), --warmup N (6000), --json.
+ * --blocks N (30000), --warmup N (6000), --json, --write-docs FILE (rewrite this command's
+ * generated table, `decisions`, in FILE; repeatable), --help.
  */
 import { WorkerState } from '../src/fleet/worker-state.js';
 import { createPolicy } from '../src/scheduler/registry.js';
@@ -25,10 +26,33 @@ import { estimateTokenizer } from '../src/tokenizer/estimate.js';
 import { VirtualClock } from '../src/util/clock.js';
 import { seededRng } from '../src/util/rng.js';
 import { RequestState } from '../src/util/state.js';
+import { availableParallelism, loadavg } from 'node:os';
 import { setFlagsFromString } from 'node:v8';
 import { PerformanceObserver, performance } from 'node:perf_hooks';
 import { runInNewContext } from 'node:vm';
+import { writeGeneratedTables } from './doc-tables.js';
 import { routePrompts } from './route-prompts.js';
+
+if (process.argv.includes('--help') || process.argv.includes('-h')) {
+  process.stdout.write(
+    'npm run bench -- route [options]\n\n' +
+      'Time for each policy to route one prompt (a prefix shared by one of 64 groups plus unique tokens)\n' +
+      'over warm workers: the decision, the prefix index upkeep it defers to idle time (the pick-time\n' +
+      'prediction and the first token\'s confirmation) and the CPU per request; tokenizing and hashing\n' +
+      'the prompt on their own; the prefix index\'s memory and insert and match costs per block.\n\n' +
+      'Options:\n' +
+      '  --workers N          workers (default 16)\n' +
+      '  --iterations N       timed decisions per policy (default 5000)\n' +
+      '  --prompt-tokens N    prompt length (default 8000; three quarters shared)\n' +
+      '  --policies A,B       policies (default kvgate,llm-d,llm-d-precise,dynamo,sglang-cache-aware,least-load)\n' +
+      '  --blocks N           KV blocks per worker (default 30000)\n' +
+      '  --warmup N           requests routed before timing (default 6000)\n' +
+      '  --json               the figures as JSON\n' +
+      '  --write-docs FILE    rewrite this command\'s generated table (decisions) in FILE (repeatable)\n' +
+      '  -h, --help           this text\n',
+  );
+  process.exit(0);
+}
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
@@ -269,6 +293,36 @@ const tok = Float64Array.from(tokenizeSamples).sort();
 const floorTarget = rows.find((r) => r.policy === 'kvgate (prehashed)')?.p50us ?? rows[0]!.p50us;
 const floor = noiseFloor(floorTarget);
 const mem = indexMemory();
+
+const docs: string[] = [];
+for (let i = 0; i < process.argv.length; i++) if (process.argv[i] === '--write-docs' && process.argv[i + 1] !== undefined) docs.push(process.argv[i + 1]!);
+if (docs.length > 0) {
+  const n1 = (x: number) => x.toFixed(1);
+  const label = (r: Row): string =>
+    r.policy === 'kvgate (prehashed)' ? '**kvgate, prehashed (as it routes live)**' : r.policy === 'kvgate' ? 'kvgate, hashing inside the decision' : r.policy.replace(' (prehashed)', ', prehashed');
+  // The prehashed rows first: that is how the gateway and the simulation route.
+  const ordered = [...rows.filter((r) => r.policy.endsWith('(prehashed)')), ...rows.filter((r) => !r.policy.endsWith('(prehashed)'))];
+  const cells = (r: Row): string[] => {
+    const c = [label(r), n1(r.p50us), n1(r.p99us), n1(r.deferredP99us), n1(r.cpuPerRequestUs), `${(r.prefixHitMean * 100).toFixed(1)}%`];
+    return r.policy === 'kvgate (prehashed)' ? [c[0]!, ...c.slice(1).map((x) => `**${x}**`)] : c;
+  };
+  const hs = Float64Array.from(hashSamples).sort();
+  const md = [
+    '| policy | p50 µs | p99 µs | index upkeep p99 µs (idle time) | CPU per request µs | expected hit |',
+    '|---|---:|---:|---:|---:|---:|',
+    ...ordered.map((r) => `| ${cells(r).join(' | ')} |`),
+    `| host noise floor (arithmetic, same length) | ${n1(floor.p50us)} | ${n1(floor.p99us)} | | | |`,
+    '',
+    `${PROMPT.toLocaleString('en-US')}-token prompts over ${WORKERS} workers, ${ITER.toLocaleString('en-US')} timed decisions per policy; ` +
+      (rows.every((r) => r.gcShare === 0)
+        ? 'no garbage collection pause fell into a timed decision. '
+        : `a garbage collection pause fell into at most ${(100 * Math.max(...rows.map((r) => r.gcShare))).toFixed(2)}% of a row's timed decisions. `) +
+      `Tokenizing a prompt (estimate tokenizer): ${n1(quantile(tok, 0.5))} / ${n1(quantile(tok, 0.99))} µs (p50 / p99); hashing its ${Math.floor(PROMPT / 16)} blocks: ${n1(quantile(hs, 0.5))} / ${n1(quantile(hs, 0.99))} µs. ` +
+      `Prefix index: ${(mem.bytesPerMillion / 2 ** 20).toFixed(1)} MiB per million blocks, insert ${mem.insertNsPerBlock.toFixed(0)} ns per block, match ${mem.lookupNsPerBlock.toFixed(0)} ns per prompt block. ` +
+      `Load average ${loadavg()[0]!.toFixed(1)} at the end (${availableParallelism()} cores).`,
+  ].join('\n');
+  process.exitCode = writeGeneratedTables(docs, ['npm run bench -- route', ...process.argv.slice(2)].join(' '), { decisions: md }, 'bench route');
+}
 
 if (JSON_OUT) {
   console.log(JSON.stringify({ iterations: ITER, workers: WORKERS, promptTokens: PROMPT, rows, noiseFloor: floor, tokenize: { p50us: quantile(tok, 0.5), p99us: quantile(tok, 0.99) }, hashAllBlocks: (() => { const hs = Float64Array.from(hashSamples).sort(); return { p50us: quantile(hs, 0.5), p99us: quantile(hs, 0.99) }; })(), index: mem }, null, 2));
