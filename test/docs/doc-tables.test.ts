@@ -58,6 +58,7 @@ test('the repository’s generated tables are well-formed and name a command tha
     'admission-peers': ['comparison'],
     'light-load': ['light-load'],
     epp: ['decisions', 'overhead'],
+    route: ['decisions'],
   };
   let blocks = 0;
   for (const file of markdownFiles()) {
