@@ -30,7 +30,7 @@ import { availableParallelism, loadavg } from 'node:os';
 import { setFlagsFromString } from 'node:v8';
 import { PerformanceObserver, performance } from 'node:perf_hooks';
 import { runInNewContext } from 'node:vm';
-import { writeGeneratedTables } from './doc-tables.js';
+import { writeDocsFiles, writeGeneratedTables } from './doc-tables.js';
 import { routePrompts } from './route-prompts.js';
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
@@ -294,8 +294,7 @@ const floorTarget = rows.find((r) => r.policy === 'kvgate (prehashed)')?.p50us ?
 const floor = noiseFloor(floorTarget);
 const mem = indexMemory();
 
-const docs: string[] = [];
-for (let i = 0; i < process.argv.length; i++) if (process.argv[i] === '--write-docs' && process.argv[i + 1] !== undefined) docs.push(process.argv[i + 1]!);
+const docs = writeDocsFiles(process.argv);
 if (docs.length > 0) {
   const n1 = (x: number) => x.toFixed(1);
   const label = (r: Row): string =>

@@ -26,7 +26,7 @@ import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { seededRng } from '../src/util/rng.js';
-import { writeGeneratedTables } from './doc-tables.js';
+import { writeDocsFiles, writeGeneratedTables } from './doc-tables.js';
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -179,8 +179,7 @@ async function main(): Promise<void> {
   }
   const head = ['target', 'ran', 'figure', 'limit', 'met', 'load (1-min, start→end)'];
   const cells = rows.map((r) => [r.target, r.ran, r.figure, r.limit, r.met === null ? 'not judged (smaller run)' : r.met ? 'yes' : 'MISSED', r.load]);
-  const docs: string[] = [];
-  for (let i = 0; i < process.argv.length; i++) if (process.argv[i] === '--write-docs' && process.argv[i + 1] !== undefined) docs.push(process.argv[i + 1]!);
+  const docs = writeDocsFiles(process.argv);
   if (docs.length > 0) {
     const md = [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`, ...cells.map((c) => `| ${c.map((x) => x.replace(/\|/g, '\\|')).join(' | ')} |`)].join('\n');
     process.exitCode = writeGeneratedTables(docs, ['npm run bench -- sim-scale', ...process.argv.slice(2)].join(' '), { targets: md }, 'bench sim-scale');
