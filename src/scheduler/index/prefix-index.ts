@@ -244,7 +244,8 @@ export class PrefixIndex {
 
   /** Latest clock time seen in a lookup or insert (idle-time expiry never runs ahead of it). */
   private lastNow = -Infinity;
-  private pending: Array<{ id: string; hashes: BlockSeq; source: BlockSource; now: number; trail?: PredictionTrail }> = [];
+  /** Deferred inserts, in order; `hs` is the hashes as an array once a (sliced) apply has made it. */
+  private pending: Array<{ id: string; hashes: BlockSeq; source: BlockSource; now: number; trail?: PredictionTrail; hs?: readonly number[] }> = [];
   private flushTimer: NodeJS.Immediate | null = null;
   /** Where the tail-first walk of a part-applied pending insert (pending[0]) stopped; -1: none. */
   private pendingTo = -1;
@@ -663,7 +664,7 @@ export class PrefixIndex {
       const w = this.slots.get(x.id);
       if (w) {
         const flag = FLAG[x.source];
-        const hs = hashArray(x.hashes);
+        const hs = (x.hs ??= hashArray(x.hashes));
         let to = this.pendingTo >= 0 ? this.pendingTo : hs.length;
         const trail = x.trail;
         // A prediction's trail gets a place for every block; a confirmation's is followed only if
