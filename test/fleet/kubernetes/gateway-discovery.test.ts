@@ -114,9 +114,12 @@ describe('a gateway with kubernetes discovery', () => {
     }
   });
 
-  it('refuses a kubeconfig it cannot read, and a discovered pool named like a configured one', () => {
+  it('refuses a kubeconfig it cannot read, and a discovered pool named like a configured one', async () => {
     const config = configFor([], { discovery: { kubernetes: { inferencePool: 'llama', kubeconfig: join(dir, 'nope'), model: MODEL } } });
-    assert.throws(() => createGateway(config, { logger: createLogger({ level: 'silent' }) }), (e: unknown) => e instanceof ConfigError && /discovery\.kubernetes\.kubeconfig: .*ENOENT/.test(e.message));
+    // The client is loaded when the gateway starts, so that is when the kubeconfig is read.
+    const gw = createGateway(config, { logger: createLogger({ level: 'silent' }) });
+    await assert.rejects(gw.start(), (e: unknown) => e instanceof ConfigError && /discovery\.kubernetes\.kubeconfig: .*ENOENT/.test(e.message));
+    await gw.close();
     assert.throws(
       () => configFor([sims[0]!.url], { discovery: { kubernetes: { inferencePool: 'main', model: MODEL } } }),
       /discovery\.kubernetes\.inferencePool: pool 'main' is also configured/,
