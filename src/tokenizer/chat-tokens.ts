@@ -65,11 +65,29 @@ export class ChatTokenCache {
    * a hit is faster than a miss, and one tenant must not learn from the timing which long
    * messages another has sent.
    */
-  encode(messages: readonly ChatMessageLike[], addGenerationPrompt = true, scope?: string): number[] {
+  encode(messages: readonly ChatMessageLike[], addGenerationPrompt = true, scope?: string): Int32Array {
     const parts: number[][] = [];
-    for (const m of messages) parts.push(this.message(m, scope));
-    if (addGenerationPrompt) parts.push((this.generation ??= this.tokenizer.encode(GENERATION_PROMPT)));
-    return ([] as number[]).concat(...parts);
+    let n = 0;
+    for (const m of messages) {
+      const ids = this.message(m, scope);
+      parts.push(ids);
+      n += ids.length;
+    }
+    if (addGenerationPrompt) {
+      const ids = (this.generation ??= this.tokenizer.encode(GENERATION_PROMPT));
+      parts.push(ids);
+      n += ids.length;
+    }
+    // A typed array: its ids live outside the JS heap, so a request that is still in flight when
+    // the young generation is collected does not have them copied (a number[] of 1,000 ids is
+    // 8 KB the collector moves, and then promotes, for every such request).
+    const out = new Int32Array(n);
+    let at = 0;
+    for (const ids of parts) {
+      out.set(ids, at);
+      at += ids.length;
+    }
+    return out;
   }
 
   /** Ids kept now. */

@@ -33,8 +33,8 @@ test('the ids are those of the rendered prompt, on a miss and on a hit, with and
     const msgs = randomConversation(rand);
     const gen = rand() < 0.8;
     const want = estimateTokenizer.encode(renderChat(msgs, gen));
-    assert.deepEqual(cache.encode(msgs, gen), want, JSON.stringify(msgs).slice(0, 200));
-    assert.deepEqual(cache.encode(msgs, gen), want);
+    assert.deepEqual(Array.from(cache.encode(msgs, gen)), want, JSON.stringify(msgs).slice(0, 200));
+    assert.deepEqual(Array.from(cache.encode(msgs, gen)), want);
   }
   assert.ok(cache.hits > 100 && cache.misses > 100, `hits ${cache.hits}, misses ${cache.misses}`);
 });
@@ -46,14 +46,14 @@ test('a conversation that grows turn by turn tokenizes only its new messages', (
   for (let turn = 0; turn < 10; turn++) {
     msgs.push({ role: turn % 2 ? 'assistant' : 'user', content: randomContent(rand, 600) });
     const before = cache.misses;
-    assert.deepEqual(cache.encode(msgs), estimateTokenizer.encode(renderChat(msgs)));
+    assert.deepEqual(Array.from(cache.encode(msgs)), estimateTokenizer.encode(renderChat(msgs)));
     // The first turn also tokenizes the system message.
     assert.equal(cache.misses - before, turn === 0 ? 2 : 1, `turn ${turn}: only the new messages`);
   }
   // The caller may change what it got: the cache's own ids are not handed out.
   const ids = cache.encode(msgs);
   ids.fill(0);
-  assert.deepEqual(cache.encode(msgs), estimateTokenizer.encode(renderChat(msgs)));
+  assert.deepEqual(Array.from(cache.encode(msgs)), estimateTokenizer.encode(renderChat(msgs)));
 });
 
 test('at most maxTokens ids are kept, the least recently used dropped first', () => {
@@ -92,7 +92,7 @@ test('resize: a smaller bound drops the least recently used at once; 0 keeps not
   assert.equal(cache.misses, misses, 'the most recent was kept');
   cache.resize(0);
   assert.equal(cache.size, 0);
-  assert.deepEqual(cache.encode([docs[1]!, docs[0]!]), estimateTokenizer.encode(renderChat([docs[1]!, docs[0]!])));
+  assert.deepEqual(Array.from(cache.encode([docs[1]!, docs[0]!])), estimateTokenizer.encode(renderChat([docs[1]!, docs[0]!])));
   assert.equal(cache.size, 0, 'nothing kept');
 });
 
@@ -101,12 +101,12 @@ test('with a scope (a tenant where the pool isolates tenants) messages are kept 
   const cache = new ChatTokenCache(estimateTokenizer, { maxTokens: 1 << 20, minChars: 256 });
   const msgs: ChatMessageLike[] = [{ role: 'system', content: randomContent(rand, 1200) }];
   const want = estimateTokenizer.encode(renderChat(msgs));
-  assert.deepEqual(cache.encode(msgs, true, 'tenant-a'), want);
+  assert.deepEqual(Array.from(cache.encode(msgs, true, 'tenant-a')), want);
   assert.equal(cache.misses, 1);
-  assert.deepEqual(cache.encode(msgs, true, 'tenant-b'), want);
+  assert.deepEqual(Array.from(cache.encode(msgs, true, 'tenant-b')), want);
   assert.equal(cache.misses, 2, "tenant-b does not hit tenant-a's entry");
-  assert.deepEqual(cache.encode(msgs, true, 'tenant-a'), want);
+  assert.deepEqual(Array.from(cache.encode(msgs, true, 'tenant-a')), want);
   assert.equal(cache.hits, 1);
-  assert.deepEqual(cache.encode(msgs), want);
+  assert.deepEqual(Array.from(cache.encode(msgs)), want);
   assert.equal(cache.misses, 3, 'nor does the unscoped caller');
 });
