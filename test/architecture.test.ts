@@ -172,6 +172,60 @@ describe('module graph', () => {
   });
 });
 
+/**
+ * File → what it imports at load time: relative files (as .ts) and packages, leaving out
+ * `import type` (erased) and `import()` (loaded when the code runs).
+ */
+export function loadTimeImports(file: string, text: string): string[] {
+  const src = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, false);
+  const out: string[] = [];
+  for (const st of src.statements) {
+    let spec: ts.Expression | undefined;
+    if (ts.isImportDeclaration(st) && st.importClause?.isTypeOnly !== true) spec = st.moduleSpecifier;
+    else if (ts.isExportDeclaration(st) && !st.isTypeOnly) spec = st.moduleSpecifier;
+    if (spec === undefined || !ts.isStringLiteral(spec)) continue;
+    const name = spec.text;
+    out.push(name.startsWith('.') ? resolve(dirname(file), name).replace(/\.js$/, '.ts') : name);
+  }
+  return out;
+}
+
+/** The chain of load-time imports from `entry` to `target` (a package), or null when it is not loaded. */
+function loadChain(entry: string, target: string): string[] | null {
+  const from = new Map<string, string>([[entry, '']]);
+  const queue = [entry];
+  while (queue.length > 0) {
+    const f = queue.shift()!;
+    for (const d of loadTimeImports(f, readFileSync(f, 'utf8'))) {
+      if (from.has(d)) continue;
+      from.set(d, f);
+      if (d === target || d.startsWith(`${target}/`)) {
+        const chain = [d];
+        for (let x = f; x !== ''; x = from.get(x)!) chain.unshift(rel(x));
+        return chain;
+      }
+      if (d.endsWith('.ts')) queue.push(d);
+    }
+  }
+  return null;
+}
+
+describe('load-time imports', () => {
+  it('loads the Kubernetes client only when discovery starts, not with the gateway, the EPP or the CLI', () => {
+    for (const entry of ['cli.ts', 'gateway/gateway.ts', 'epp/epp.ts']) {
+      assert.equal(loadChain(join(SRC, entry), '@kubernetes/client-node')?.join(' → ') ?? null, null, entry);
+    }
+    // The check can fail: the discovery module itself loads the client.
+    assert.ok(loadChain(join(SRC, 'fleet/kubernetes/discovery.ts'), '@kubernetes/client-node'));
+  });
+
+  it('leaves type-only and dynamic imports out', () => {
+    const f = join(SRC, 'x.ts');
+    const text = "import type { A } from './a.js';\nimport { b } from './b.js';\nexport { c } from 'c';\nexport type { D } from './d.js';\nconst e = await import('./e.js');\n";
+    assert.deepEqual(loadTimeImports(f, text), [join(SRC, 'b.ts'), 'c']);
+  });
+});
+
 /** The longest a function in src/ may be, in lines from its first to its last (nested functions included). */
 const MAX_FUNCTION_LINES = 200;
 
