@@ -19,7 +19,7 @@ export function kubernetesDiscovery(config: GatewayConfig, reloader: ConfigReloa
   return k ? new KubernetesDiscoveryService(k, reloader, logger) : null;
 }
 
-export class KubernetesDiscoveryService implements GatewayService {
+class KubernetesDiscoveryService implements GatewayService {
   readonly name = 'kubernetes-discovery';
   private discovery: KubernetesDiscovery | null = null;
   private closed = false;
