@@ -24,10 +24,18 @@ export class LeadingPart {
    * `tokens` must not change afterwards. `base`: the part these tokens themselves begin with (a
    * session's prompt grows from the last one), whose hashes are reused in turn.
    */
+  /**
+   * Built on a base (a session's last prompt): its hashes on the first chain asked reuse the base's,
+   * and any other chain hashes it whole.
+   */
+  readonly derived: boolean;
+
   constructor(
     readonly tokens: Int32Array,
     private base: LeadingPart | null = null,
-  ) {}
+  ) {
+    this.derived = base !== null;
+  }
 
   /**
    * The hash of every full block of the tokens, chained from `root`: computed on the first ask
@@ -55,4 +63,20 @@ export class LeadingPart {
     (this.kept ??= []).push({ root, blockSize, hashes });
     return hashes;
   }
+}
+
+/** Prompts recorded as beginning with a part, by identity (the prompt's own array). */
+const PROMPT_PARTS = new WeakMap<ArrayLike<number>, LeadingPart>();
+
+/**
+ * Record that `prompt` begins with `part`'s tokens, so that whoever hashes the prompt (PromptBlocks)
+ * takes the part's block hashes instead of computing them again. Neither may change afterwards.
+ */
+export function recordLeadingPart(prompt: ArrayLike<number>, part: LeadingPart): void {
+  PROMPT_PARTS.set(prompt, part);
+}
+
+/** The part `prompt` was recorded to begin with (recordLeadingPart), if any. */
+export function leadingPartOf(prompt: ArrayLike<number>): LeadingPart | undefined {
+  return PROMPT_PARTS.get(prompt);
 }

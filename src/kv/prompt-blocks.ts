@@ -7,6 +7,7 @@
  */
 import { stateKey, type RequestState, type StateKey } from '../util/state.js';
 import { chainRoot, hashBlock, saltedRoot } from './block-hash.js';
+import { leadingPartOf } from './leading-part.js';
 
 /** Seed of kvgate's own block-hash chain (deliberately different from any engine's). */
 export const KVGATE_HASH_SEED = 0x6b766761; // 'kvga'
@@ -54,10 +55,18 @@ export interface BlockSeq {
  */
 const HASH_RUN = 64;
 
+const NONE_KNOWN: ArrayLike<number> = new Float64Array(0);
+
 export class PromptBlocks implements BlockSeq {
   readonly length: number;
   private readonly hashes: number[] = [];
   private parent: number;
+  /**
+   * The hashes of the part the prompt was recorded to begin with (leading-part.ts: a system prompt
+   * or document kept by the chat-token cache, a workload's shared part), on this chain: computed
+   * once for every prompt that begins with it. Empty when there is none.
+   */
+  private readonly known: ArrayLike<number>;
 
   constructor(
     private readonly tokens: ArrayLike<number>,
@@ -69,6 +78,8 @@ export class PromptBlocks implements BlockSeq {
     this.length = Math.floor(tokens.length / blockSize);
     const root = adapter === undefined ? chainRoot(seed) : adapterRoot(chainRoot(seed), adapter);
     this.parent = salt === undefined ? root : saltedRoot(root, salt);
+    const part = leadingPartOf(tokens);
+    this.known = part !== undefined && part.tokens.length <= tokens.length ? part.hashes(this.parent, blockSize) : NONE_KNOWN;
   }
 
   at(i: number): number | undefined {
@@ -79,8 +90,10 @@ export class PromptBlocks implements BlockSeq {
       // interleaved with the index's cache-missing lookups, at the price of a few blocks hashed
       // past where a lookup stops.
       const end = Math.min(this.length, Math.max(i + 1, h.length + HASH_RUN));
+      const known = this.known;
       while (h.length < end) {
-        this.parent = hashBlock(this.parent, this.tokens, h.length * this.blockSize, this.blockSize);
+        const b = h.length;
+        this.parent = b < known.length ? known[b]! : hashBlock(this.parent, this.tokens, b * this.blockSize, this.blockSize);
         h.push(this.parent);
       }
     }

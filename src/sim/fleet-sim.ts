@@ -59,6 +59,7 @@ import type { EngineConfig, EngineRequest, EngineStats, FinishedOutput, StepResu
 import type { MetricsSnapshot, WorkerState } from '../fleet/worker-state.js';
 import type { ResponseCache } from '../cache/response-cache.js';
 import type { KvEvent } from '../kv/events.js';
+import { recordLeadingPart } from '../kv/leading-part.js';
 import type { Router } from '../scheduler/router.js';
 import type { Policy, RouteOutcome, RouteRequest } from '../scheduler/types.js';
 import { answerToken } from '../workload/tokens.js';
@@ -758,6 +759,10 @@ class FleetSim {
     out.requests++;
     if (idx === 0) out.firstArrivalMs = now;
     out.lastArrivalMs = now;
+    // The router hashes the prompt in its own hash space: a part shared by many prompts (a system
+    // prompt, a document) once for all. Not a session's last prompt: asked here first, on the
+    // router's chain, it would leave the engine's chain to hash it whole (leading-part.ts).
+    if (req.promptPart !== undefined && !req.promptPart.derived) recordLeadingPart(req.promptTokens, req.promptPart);
     const rr = new SimRouteRequest(String(idx), this.model, req.promptTokens, this.declaredMax(req), req.promptText);
     if (req.adapter !== undefined) rr.adapter(req.adapter);
     if (this.isolate) rr.salt(saltOf(req));

@@ -17,14 +17,15 @@
  * tokenizer (hf:) merges across such boundaries by its own rules and is not given this cache.
  * Where a pool isolates tenants, messages are kept per tenant (`scope`).
  */
+import { LeadingPart, recordLeadingPart } from '../kv/leading-part.js';
 import { GENERATION_PROMPT, renderMessage, type ChatMessageLike } from './chat-template.js';
 import type { Tokenizer } from './types.js';
 
-/** Ids kept by default (`tokenizers.keptIds`): 8 MB (Node's heap has no pointer compression), plus the messages' text. */
+/** Ids kept by default (`tokenizers.keptIds`): 4 MB of Int32Array, plus the messages' text and the block hashes of those that begin prompts. */
 export const DEFAULT_KEPT_IDS = 1 << 20;
 
 export interface ChatTokenCacheOptions {
-  /** Ids kept in all, at most (each a small integer: 8 bytes in Node's heap). */
+  /** Ids kept in all, at most (4 bytes each, in an Int32Array outside the JS heap). */
   maxTokens: number;
   /** Messages shorter than this (rendered) are tokenized every time: not worth a lookup. */
   minChars: number;
@@ -32,7 +33,9 @@ export interface ChatTokenCacheOptions {
 
 /** A message's kept ids, in the group of messages with its scope and role. */
 interface Kept {
-  ids: number[];
+  ids: Int32Array;
+  /** The ids as a prompt's leading part, made when a prompt first begins with this message. */
+  part: LeadingPart | null;
   group: Map<string, Kept>;
   groupKey: string;
   /** Its key in the group: the message's content, or its rendered text when the content is not a string. */
@@ -66,10 +69,12 @@ export class ChatTokenCache {
    * messages another has sent.
    */
   encode(messages: readonly ChatMessageLike[], addGenerationPrompt = true, scope?: string): Int32Array {
-    const parts: number[][] = [];
+    const parts: ArrayLike<number>[] = [];
     let n = 0;
+    let first: Kept | null = null;
     for (const m of messages) {
       const ids = this.message(m, scope);
+      if (parts.length === 0) first = this.lastKept;
       parts.push(ids);
       n += ids.length;
     }
@@ -87,6 +92,9 @@ export class ChatTokenCache {
       out.set(ids, at);
       at += ids.length;
     }
+    // A prompt that begins with a kept message (a system prompt, a document) has that message's
+    // block hashes computed once for all the prompts that begin with it (kv/prompt-blocks.ts).
+    if (first !== null) recordLeadingPart(out, (first.part ??= new LeadingPart(first.ids)));
     return out;
   }
 
@@ -101,7 +109,11 @@ export class ChatTokenCache {
     this.evict();
   }
 
-  private message(m: ChatMessageLike, scope: string | undefined): number[] {
+  /** The kept entry the last message() call answered from or added, null when none. */
+  private lastKept: Kept | null = null;
+
+  private message(m: ChatMessageLike, scope: string | undefined): ArrayLike<number> {
+    this.lastKept = null;
     const content = typeof m.content === 'string' && typeof m.role === 'string' ? m.content : null;
     // renderMessage's length for a string content: `<|role|>\n` + content + `\n`.
     const rendered = content === null ? renderMessage(m) : null;
@@ -115,17 +127,19 @@ export class ChatTokenCache {
       this.hits++;
       this.lru.delete(hit);
       this.lru.add(hit);
+      this.lastKept = hit;
       return hit.ids;
     }
     this.misses++;
     const ids = this.tokenizer.encode(rendered ?? renderMessage(m));
     if (ids.length <= this.o.maxTokens) {
       if (group === undefined) this.groups.set(groupKey, (group = new Map()));
-      const kept: Kept = { ids, group, groupKey, key };
+      const kept: Kept = { ids: Int32Array.from(ids), part: null, group, groupKey, key };
       group.set(key, kept);
       this.lru.add(kept);
       this.kept += ids.length;
       this.evict();
+      this.lastKept = kept;
     }
     return ids;
   }

@@ -3,7 +3,9 @@ import assert from 'node:assert/strict';
 import { Engine } from '../../src/engine/engine.js';
 import { buildEngineConfig } from '../../src/engine/profiles.js';
 import { blockHashes, chainRoot } from '../../src/kv/block-hash.js';
-import { LeadingPart } from '../../src/kv/leading-part.js';
+import { LeadingPart, leadingPartOf, recordLeadingPart } from '../../src/kv/leading-part.js';
+import { KVGATE_HASH_SEED, PromptBlocks } from '../../src/kv/prompt-blocks.js';
+import { seededRng } from '../../src/util/rng.js';
 import { idealHitRate } from '../../src/bench/ideal-hit.js';
 import { concatTokens } from '../../src/workload/tokens.js';
 import type { BenchRequest } from '../../src/workload/types.js';
@@ -53,4 +55,35 @@ test('the ideal hit rate is the same with and without the prompt parts', () => {
   assert.deepEqual(a, b);
   assert.deepEqual(hits[0], hits[1]);
   assert.ok(a.hitTokens > 0);
+});
+
+test("a prompt recorded as beginning with a part is hashed by PromptBlocks as one that is not, on every chain", () => {
+  const rand = seededRng(17);
+  const tokens = (n: number): Int32Array => Int32Array.from({ length: n }, () => Math.floor(rand() * 50_000));
+  for (let trial = 0; trial < 40; trial++) {
+    const part = new LeadingPart(tokens(1 + Math.floor(rand() * 900)));
+    // Two prompts on the part: their hashes past it differ, theirs over it are the part's.
+    for (let k = 0; k < 2; k++) {
+      const prompt = concatTokens([part.tokens, tokens(Math.floor(rand() * 300))]);
+      const plain = Int32Array.from(prompt);
+      recordLeadingPart(prompt, part);
+      assert.equal(leadingPartOf(prompt), part);
+      assert.equal(leadingPartOf(plain), undefined);
+      const blockSize = [16, 32, 7][trial % 3]!;
+      const salt = trial % 4 === 1 ? `tenant-${trial}` : undefined;
+      const adapter = trial % 5 === 2 ? `lora-${trial}` : undefined;
+      const seed = trial % 2 === 0 ? KVGATE_HASH_SEED : 12345;
+      const want = new PromptBlocks(plain, blockSize, seed, salt, adapter);
+      const got = new PromptBlocks(prompt, blockSize, seed, salt, adapter);
+      // Read part of the way first (the lazy path), then to the end.
+      const mid = Math.floor(got.length / 3);
+      assert.equal(got.at(mid), want.at(mid), `trial ${trial}: block ${mid}`);
+      assert.deepEqual(got.all(), want.all(), `trial ${trial}`);
+    }
+  }
+  // A part longer than the prompt it is recorded for is not used (the prompt cannot begin with it).
+  const part = new LeadingPart(tokens(200));
+  const short = tokens(100);
+  recordLeadingPart(short, part);
+  assert.deepEqual(new PromptBlocks(short, 16, KVGATE_HASH_SEED).all(), new PromptBlocks(Int32Array.from(short), 16, KVGATE_HASH_SEED).all());
 });

@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { renderChat, type ChatMessageLike } from '../../src/tokenizer/chat-template.js';
+import { leadingPartOf } from '../../src/kv/leading-part.js';
 import { ChatTokenCache } from '../../src/tokenizer/chat-tokens.js';
 import { estimateTokenizer } from '../../src/tokenizer/estimate.js';
 import { VOCAB } from '../../src/tokenizer/vocabulary.js';
@@ -109,4 +110,24 @@ test('with a scope (a tenant where the pool isolates tenants) messages are kept 
   assert.equal(cache.hits, 1);
   assert.deepEqual(Array.from(cache.encode(msgs)), want);
   assert.equal(cache.misses, 3, 'nor does the unscoped caller');
+});
+
+test('a prompt that begins with a kept message is recorded as beginning with it; one that begins with a short message is not', () => {
+  const rand = seededRng(21);
+  const cache = new ChatTokenCache(estimateTokenizer, { maxTokens: 1 << 20, minChars: 256 });
+  const system: ChatMessageLike = { role: 'system', content: randomContent(rand, 2000) };
+  const systemIds = estimateTokenizer.encode(renderChat([system], false));
+  for (const miss of [true, false]) {
+    const msgs = [system, { role: 'user', content: randomContent(rand, 100) }];
+    const before = cache.misses;
+    const ids = cache.encode(msgs);
+    assert.equal(cache.misses - before, miss ? 1 : 0, miss ? 'the system message is tokenized' : 'the system message is kept');
+    const part = leadingPartOf(ids);
+    assert.ok(part !== undefined, `recorded on a ${miss ? 'miss' : 'hit'}`);
+    assert.deepEqual(Array.from(part.tokens), systemIds);
+    assert.deepEqual(Array.from(ids.subarray(0, systemIds.length)), systemIds);
+  }
+  // Both prompts share one part: its block hashes are computed once.
+  assert.equal(leadingPartOf(cache.encode([system])), leadingPartOf(cache.encode([system, { role: 'user', content: 'hi' }])));
+  assert.equal(leadingPartOf(cache.encode([{ role: 'user', content: 'hi' }, system])), undefined);
 });
