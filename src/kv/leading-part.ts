@@ -21,15 +21,15 @@ export class LeadingPart {
   private kept: PartHashes[] | null = null;
 
   /**
-   * `tokens` must not change afterwards. `base`: the part these tokens themselves begin with (a
-   * session's prompt grows from the last one), whose hashes are reused in turn.
-   */
-  /**
    * Built on a base (a session's last prompt): its hashes on the first chain asked reuse the base's,
    * and any other chain hashes it whole.
    */
   readonly derived: boolean;
 
+  /**
+   * `tokens` must not change afterwards. `base`: the part these tokens themselves begin with (a
+   * session's prompt grows from the last one), whose hashes are reused in turn.
+   */
   constructor(
     readonly tokens: Int32Array,
     private base: LeadingPart | null = null,
