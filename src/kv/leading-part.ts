@@ -5,7 +5,9 @@
  * prompt, its answer and the next message) begins with its first part, and a chained block hash
  * depends only on the tokens up to its block's end: the prompt's first ⌊part / block⌋ block
  * hashes are the part's own. A workload hands the part with the prompt (BenchRequest.promptPart)
- * and whoever hashes the prompt (the engine model, the ideal-hit pass) takes those from it.
+ * and whoever hashes the prompt (the engine model, the ideal-hit pass) takes those from it. The
+ * router's hashing (PromptBlocks) finds a prompt's part through recordLeadingPart: the chat-token
+ * cache records a prompt that begins with a kept message, the simulator a workload's shared part.
  */
 import { hashBlock } from './block-hash.js';
 
@@ -17,7 +19,7 @@ interface PartHashes {
 }
 
 export class LeadingPart {
-  /** One entry per chain the hashes were asked for (a handful at most: engines' roots, adapters). */
+  /** One entry per chain the hashes were asked for (a handful at most: the engines' and the router's roots, adapters, salts). */
   private kept: PartHashes[] | null = null;
 
   /**
