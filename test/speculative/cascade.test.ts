@@ -186,6 +186,12 @@ describe('a shift in acceptance', () => {
     // Target time weighted 4× draft time: break-even near α 0.4, so 0.9 pays and 0.13 clearly does not.
     // The test is about acceptance: the target never counts as busy (a scrape that catches a few
     // queued verification rounds on a loaded machine would switch requests to plain for a second).
+    // Both workers warmed first: the controller prices the calls' measured times, and a cold
+    // process's first calls (compiling as they go) would price drafting far above what it costs.
+    for (let i = 0; i < 3; i++) {
+      assert.equal((await post(`${target.url}/v1/completions`, { model: TARGET, prompt: `warm-up ${i}`, max_tokens: 24 })).status, 200);
+      assert.equal((await post(`${draft.url}/v1/completions`, { model: 'llama-3.1-8b', prompt: `warm-up ${i}`, max_tokens: 24 })).status, 200);
+    }
     const g = await startCascade([target.url], [draft.url], { extra, spec: { rng: seededRng(5) } });
     try {
       const ask = async (i: number) => {
