@@ -175,6 +175,8 @@ function tableSizeFor(nodes: number): number {
 const IDLE_SLICE_MS = 0.2;
 /** Blocks upserted between two looks at the clock in a sliced upkeep. */
 const UPSERT_RUN = 32;
+/** Least recently used nodes evicted together (trimWorker), their entries read first. */
+const TRIM_RUN = 32;
 /** A trail keeps 30 bits of a node's stamp, so that its array holds small integers only. */
 const STAMP_MASK = 0x3fffffff;
 
@@ -264,6 +266,8 @@ export class PrefixIndex {
 
   /** Where warmSlots leaves its sum, so that the compiler keeps its loads. */
   private sink = 0;
+  /** The nodes trimWorker is about to evict. */
+  private readonly trimRun = new Int32Array(TRIM_RUN);
   private evictedForMemory = 0;
   private evictedForCapacity = 0;
   private expiredCount = 0;
@@ -1032,11 +1036,32 @@ export class PrefixIndex {
     this.nFlags[node] = flags;
   }
 
+  /**
+   * Evict worker `slot`'s least recently used nodes down to its capacity, TRIM_RUN at a time: the
+   * run's nodes are taken from the tail first (freeing the tail takes them in this order), then
+   * their entries and table slots are read in independent loads, as warmSlots does for upserts, so
+   * that the frees, each of which needs them in turn, do not wait for memory one after another.
+   */
   private trimWorker(slot: number): void {
     const cap = this.wCap[slot]! + this.wOff[slot]!;
-    while (this.wCount[slot]! > cap) {
-      this.freeNode(this.wTail[slot]!);
-      this.evictedForCapacity++;
+    const run = this.trimRun;
+    let excess = this.wCount[slot]! - cap;
+    while (excess > 0) {
+      const k = Math.min(excess, TRIM_RUN);
+      let node = this.wTail[slot]!;
+      for (let i = 0; i < k; i++) {
+        run[i] = node;
+        node = this.nPrev[node]!;
+      }
+      let acc = 0;
+      for (let i = 0; i < k; i++) {
+        const e = this.nEntry[run[i]!]!;
+        acc += this.eFirst[e]! + this.tabI[4 * this.eSlot[e]! + 2]!;
+      }
+      this.sink += acc;
+      for (let i = 0; i < k; i++) this.freeNode(run[i]!);
+      this.evictedForCapacity += k;
+      excess -= k;
     }
   }
 
