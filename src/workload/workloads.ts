@@ -64,7 +64,7 @@ import { seededRng, type Rng } from '../util/rng.js';
 import { chatApp } from './chat-app.js';
 import { arrivalGapMs, exponential, uniformInt, Zipf } from './random.js';
 import { sessionStart, takeRequests, type TurnSpec } from './sessions.js';
-import { concatStream, fillStream, mix32 } from './tokens.js';
+import { concatStream, concatTokens, fillStream, mix32 } from './tokens.js';
 import type { BenchRequest, BenchSource } from './types.js';
 
 export interface WorkloadOptions {
@@ -278,8 +278,11 @@ function* rollouts(seed: number, rate: number, burstiness: number, templates = 4
 }
 
 function* rag(rng: Rng, seed: number, rate: number, burstiness: number, docs = 500): Generator<BenchRequest> {
-  const instruction = new LeadingPart(stream(mix32(seed ^ 0x0d3a7f21, 0), 150));
+  const instruction = stream(mix32(seed ^ 0x0d3a7f21, 0), 150);
   const pool = new Pool((d) => stream(mix32(seed ^ 0x4c1b9e07, d), 1000 + (mix32(seed ^ 0x99, d) % 2001)));
+  // A prompt begins with the instruction and its first document: the block hashes of that pair
+  // are computed once for every prompt that begins with it (kv/leading-part.ts).
+  const leading = new Pool((d) => new LeadingPart(concatTokens([instruction, pool.get(d)])));
   const pick = new Zipf(docs, 1.0);
   let t = 0;
   for (let n = 0; ; n++) {
@@ -291,11 +294,12 @@ function* rag(rng: Rng, seed: number, rate: number, burstiness: number, docs = 5
       if (!chosen.includes(d)) chosen.push(d);
     }
     const outputSeed = mix32(seed ^ 0x1f83d9ab, n);
-    const prompt = concatStream([instruction.tokens, ...chosen.map((d) => pool.get(d))], outputSeed ^ 0x4, uniformInt(rng, 30, 80));
+    const first = leading.get(chosen[0]!);
+    const prompt = concatStream([first.tokens, ...chosen.slice(1).map((d) => pool.get(d))], outputSeed ^ 0x4, uniformInt(rng, 30, 80));
     yield {
       arrivalMs: t,
       promptTokens: prompt,
-      promptPart: instruction,
+      promptPart: first,
       maxTokens: uniformInt(rng, 50, 200),
       outputSeed,
     };

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { blockHashes, chainRoot } from '../../src/kv/block-hash.js';
 import { expandSessions } from '../../src/workload/sessions.js';
 import { answerToken, answerTokens } from '../../src/workload/tokens.js';
 import type { BenchRequest } from '../../src/workload/types.js';
@@ -26,6 +27,31 @@ describe('workloads', () => {
       }
     });
   }
+
+  for (const name of workloadNames()) {
+    it(`${name}: a prompt begins with the part it names, whose block hashes are the prompt's own`, () => {
+      const rs = all(name, { size: 300, seed: 7 });
+      const root = chainRoot(11);
+      let parts = 0;
+      for (const r of rs) {
+        const part = r.promptPart;
+        if (part === undefined) continue;
+        parts++;
+        assert.ok(part.tokens.length <= r.promptTokens.length, `${name}: a part longer than its prompt`);
+        for (let i = 0; i < part.tokens.length; i++) assert.equal(part.tokens[i], r.promptTokens[i], `${name}: token ${i} of the part differs from the prompt's`);
+        const own = blockHashes(r.promptTokens, 16, 11, Math.floor(part.tokens.length / 16));
+        assert.deepEqual(Array.from(part.hashes(root, 16)), own);
+      }
+      if (['shared-prefix', 'rag', 'multi-turn', 'agentic', 'fewshot-bursts', 'chat-app'].includes(name)) assert.ok(parts > 0, `${name}: no request names a part`);
+    });
+  }
+
+  it('rag: prompts that begin with the same document share one part', () => {
+    const rs = all('rag', { size: 2000, seed: 5 });
+    const parts = new Set(rs.map((r) => r.promptPart));
+    assert.ok(parts.size > 1 && parts.size < rs.length / 4, `${parts.size} parts for ${rs.length} prompts`);
+    for (const r of rs) assert.ok(r.promptPart!.tokens.length >= 150 + 1000, 'the part is the instruction and a whole document');
+  });
 
   it('the rate knob sets the mean arrival rate', () => {
     for (const rate of [10, 100]) {
