@@ -12,7 +12,8 @@
  *     larger than `maxMessageBytes` (RESOURCE_EXHAUSTED, as grpc-js's default 4 MiB limit does);
  *   - the response is headers (lazily, with the first message), messages, then trailers with
  *     grpc-status and grpc-message (percent-encoded); an error before any message is Trailers-Only;
- *   - the client's end of stream is a half-close; RST_STREAM (or the connection lost) a cancellation.
+ *   - the client's end of stream is a half-close (INTERNAL if it ends inside a message); RST_STREAM
+ *     (or the connection lost) a cancellation.
  * The health service stays on @grpc/grpc-js (server.ts): it is not on the request path.
  */
 import http2 from 'node:http2';
@@ -88,7 +89,11 @@ class Call implements BidiCall {
     // cancels with END_STREAM first and RST_STREAM later: that reads as a half-close.)
     s.on('end', () =>
       setImmediate(() => {
-        if (!this.cancelled && !this.closed) this.handlers!.onHalfClose();
+        if (this.cancelled || this.closed) return;
+        // Ended inside a message: what came of it can never be read (grpc-go answers INTERNAL,
+        // unexpected EOF).
+        if (this.pendingBytes > 0) this.refuse(INTERNAL, `the stream ended inside a message (${this.pendingBytes} bytes of it received)`);
+        else this.handlers!.onHalfClose();
       }),
     );
     s.on('aborted', () => this.onCancelled());

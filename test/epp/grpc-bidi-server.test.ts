@@ -132,6 +132,20 @@ test('a compressed or oversized message ends the call with an error and tells th
   assert.equal(cancels, before + 2);
 });
 
+test('a stream that ends inside a message is INTERNAL after the messages before it, and the handler is told', async () => {
+  const before = cancels;
+  const whole = frame(Buffer.from('whole'));
+  const cut = frame(Buffer.from('cut short')).subarray(0, 8);
+  const r = await rawCall([whole, cut]);
+  assert.equal(r.status, '13');
+  assert.match(decodeURIComponent(r.message ?? ''), /ended inside a message \(8 bytes of it received\)/);
+  assert.deepEqual(r.messages.map(String), ['whole']);
+  assert.equal(cancels, before + 1);
+  // Cut inside the 5-byte prefix too.
+  const inPrefix = await rawCall([whole, Buffer.from([0, 0])]);
+  assert.equal(inPrefix.status, '13');
+});
+
 test('a client that resets its stream (RST_STREAM CANCEL, as Envoy cancels) is told to the handler', async () => {
   const before = cancels;
   const session = http2.connect(`http://127.0.0.1:${port}`);
