@@ -1075,7 +1075,7 @@ export class PrefixIndex {
 
   private allocNode(forSlot: number): number {
     if (this.nFree === NIL && this.nTop === this.nodeCap) {
-      if (this.nodeCap < this.maxNodes) this.grow();
+      if (this.nodeCap < this.maxNodes) this.grow(this.capacityNodes());
       else this.evictForMemory(forSlot);
     }
     let node: number;
@@ -1259,8 +1259,22 @@ export class PrefixIndex {
     this.pHead = 0;
   }
 
-  private grow(): void {
-    const n = Math.min(this.nodeCap * 2, this.maxNodes);
+  /** Nodes the workers' capacities add up to: what the index holds once every worker is full. */
+  private capacityNodes(): number {
+    let n = 0;
+    for (const w of this.slots.values()) n += this.wCap[w.slot]!;
+    return n;
+  }
+
+  /**
+   * Grow to twice the nodes, or at once to the next power of two that holds `wanted`: an index
+   * fills up to its workers' capacities, and each doubling on the way copies every array and
+   * rehashes the table (untouched pages of the larger arrays cost no memory until used).
+   */
+  private grow(wanted = 0): void {
+    let n = this.nodeCap * 2;
+    while (n < wanted) n *= 2;
+    n = Math.min(n, this.maxNodes);
     const g = <T extends Float64Array | Int32Array | Uint32Array | Uint16Array | Uint8Array>(a: T, len: number): T => {
       const b = new (a.constructor as new (n: number) => T)(len);
       b.set(a);

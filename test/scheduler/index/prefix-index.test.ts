@@ -77,6 +77,21 @@ test('the byte bound holds: the index evicts instead of growing past maxBytes', 
   assert.equal(idx.matchWorker(hashes(seq(39 * 100_000, 64 * BS)), 'a', 40), 64);
 });
 
+test('past its first nodes the index grows at once to what its workers can hold, and no further', () => {
+  const idx = new PrefixIndex({});
+  for (const id of ['a', 'b', 'c', 'd']) idx.addWorker(id, 10_000);
+  const small = idx.stats().bytes;
+  // Past the first 1,024 nodes: one step to 65,536 nodes (the next power of two above 40,000),
+  // not a doubling to 2,048.
+  idx.insert('a', hashes(seq(0, 1100 * BS)), 'routed', 0);
+  const grown = idx.stats().bytes;
+  assert.ok(grown > 16 * small, `grew from ${small} to ${grown} bytes`);
+  // Filling every worker to its capacity needs no further growth.
+  for (const id of ['a', 'b', 'c', 'd']) idx.insert(id, hashes(seq(id.charCodeAt(0) * 1_000_000, 10_000 * BS)), 'routed', 1);
+  assert.equal(idx.stats().nodes, 40_000);
+  assert.equal(idx.stats().bytes, grown);
+});
+
 test('many inserts and removals keep the hash table consistent with a reference model', () => {
   const rng = seededRng(7);
   const idx = new PrefixIndex({ maxWorkers: 40 });
