@@ -36,20 +36,46 @@ interface Kept {
   ids: Int32Array;
   /** The ids as a prompt's leading part, made when a prompt first begins with this message. */
   part: LeadingPart | null;
-  group: Map<string, Kept>;
+  group: Map<number, Kept>;
   groupKey: string;
-  /** Its key in the group: the message's content, or its rendered text when the content is not a string. */
+  /** The message's content, or its rendered text when the content is not a string. */
   key: string;
+  /** sampleKey(key): where the group files it. */
+  sample: number;
+  /** The next kept message of the group with the same sample, kept earlier. */
+  next: Kept | null;
+}
+
+/** Characters sampleKey reads, spread over the text, besides its last ones. */
+const SAMPLED_CHARS = 64;
+/** Kept messages of one group that share a sample, at most: a text crafted to collide with others is looked up among this many. */
+const MAX_SAME_SAMPLE = 4;
+
+/**
+ * A message's text reduced to a number: its length, SAMPLED_CHARS characters spread over it and
+ * its last 16. V8 hashes a string of up to 16,383 characters whole the first time it is a Map
+ * key, and a request's message is a new string each time: for the 4 KB system prompt of a
+ * 1,000-token request that took about 5 µs a lookup. Messages with the same sample are told apart
+ * by comparing their text.
+ */
+function sampleKey(s: string): number {
+  const n = s.length;
+  let h = Math.imul(n ^ 0x9e3779b9, 0x85ebca6b);
+  const step = Math.max(1, Math.floor(n / SAMPLED_CHARS));
+  for (let i = 0; i < n; i += step) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
+  for (let i = Math.max(0, n - 16); i < n; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
+  return h >>> 0;
 }
 
 export class ChatTokenCache {
   /**
-   * Kept messages by scope and role, then by content. A message whose content is a string is
-   * found by that string as the request's JSON parser made it (its hash already computed), not by
-   * its rendered text: rendering a long message anew and hashing the result took longer than the
-   * rest of a kept message's lookup. Other messages are found by their rendered text.
+   * Kept messages by scope and role, then by the sample of their text (sampleKey), those with the
+   * same sample chained. A message whose content is a string is found by that string as the
+   * request's JSON parser made it, not by its rendered text: rendering a long message anew took
+   * longer than the rest of a kept message's lookup. Other messages are found by their rendered
+   * text.
    */
-  private readonly groups = new Map<string, Map<string, Kept>>();
+  private readonly groups = new Map<string, Map<number, Kept>>();
   /** Every kept message, least recently used first (a Set keeps insertion order). */
   private readonly lru = new Set<Kept>();
   private kept = 0;
@@ -121,8 +147,10 @@ export class ChatTokenCache {
     if (length < this.o.minChars) return this.tokenizer.encode(rendered ?? renderMessage(m));
     const groupKey = `${scope === undefined ? '-' : `+${scope}`}\u0000${content !== null ? `r${m.role}` : 't'}`;
     const key = content ?? rendered!;
+    const sample = sampleKey(key);
     let group = this.groups.get(groupKey);
-    const hit = group?.get(key);
+    let hit = group?.get(sample);
+    while (hit !== undefined && hit.key !== key) hit = hit.next ?? undefined;
     if (hit !== undefined) {
       this.hits++;
       this.lru.delete(hit);
@@ -134,10 +162,19 @@ export class ChatTokenCache {
     const ids = this.tokenizer.encode(rendered ?? renderMessage(m));
     if (ids.length <= this.o.maxTokens) {
       if (group === undefined) this.groups.set(groupKey, (group = new Map()));
-      const kept: Kept = { ids: Int32Array.from(ids), part: null, group, groupKey, key };
-      group.set(key, kept);
+      const kept: Kept = { ids: Int32Array.from(ids), part: null, group, groupKey, key, sample, next: group.get(sample) ?? null };
+      group.set(sample, kept);
       this.lru.add(kept);
       this.kept += ids.length;
+      // Past MAX_SAME_SAMPLE messages with this sample, the one kept earliest goes.
+      let last = kept;
+      for (let n = 1; last.next !== null; n++) {
+        if (n === MAX_SAME_SAMPLE) {
+          this.drop(last.next);
+          break;
+        }
+        last = last.next;
+      }
       this.evict();
       this.lastKept = kept;
     }
@@ -148,10 +185,24 @@ export class ChatTokenCache {
   private evict(): void {
     for (const k of this.lru) {
       if (this.kept <= this.o.maxTokens) break;
-      this.lru.delete(k);
-      k.group.delete(k.key);
-      if (k.group.size === 0) this.groups.delete(k.groupKey);
-      this.kept -= k.ids.length;
+      this.drop(k);
     }
+  }
+
+  /** Forget kept message `k`. */
+  private drop(k: Kept): void {
+    this.lru.delete(k);
+    const head = k.group.get(k.sample)!;
+    if (head === k) {
+      if (k.next !== null) k.group.set(k.sample, k.next);
+      else k.group.delete(k.sample);
+    } else {
+      let p = head;
+      while (p.next !== k) p = p.next!;
+      p.next = k.next;
+    }
+    k.next = null;
+    if (k.group.size === 0) this.groups.delete(k.groupKey);
+    this.kept -= k.ids.length;
   }
 }

@@ -57,6 +57,51 @@ test('a conversation that grows turn by turn tokenizes only its new messages', (
   assert.deepEqual(Array.from(cache.encode(msgs)), estimateTokenizer.encode(renderChat(msgs)));
 });
 
+/** `n` messages of 1,000 characters alike but at index 1, which the cache's sample of a text of that length skips. */
+function sameSample(n: number): ChatMessageLike[] {
+  const base = randomContent(seededRng(9), 1000).slice(0, 1000);
+  return Array.from({ length: n }, (_, i) => ({ role: 'user', content: `${base[0]}${String.fromCharCode(0x41 + i)}${base.slice(2)}` }));
+}
+
+test('messages that differ only where the cache does not sample are told apart, at most four of them kept', () => {
+  const cache = new ChatTokenCache(estimateTokenizer, { maxTokens: 1 << 20, minChars: 256 });
+  const msgs = sameSample(6);
+  const want = msgs.map((m) => estimateTokenizer.encode(renderChat([m], false)));
+  for (let round = 0; round < 3; round++) {
+    for (let i = 0; i < msgs.length; i++) assert.deepEqual(Array.from(cache.encode([msgs[i]!], false)), want[i], `round ${round}, message ${i}`);
+  }
+  // Six share a sample: the four kept last stay, so each round ends with the last four kept.
+  assert.equal(cache.size, want.slice(2).reduce((n, w) => n + w.length, 0));
+  const misses = cache.misses;
+  for (let i = 2; i < 6; i++) cache.encode([msgs[i]!], false);
+  assert.equal(cache.misses, misses, 'the four kept last are hits');
+  cache.encode([msgs[0]!], false);
+  assert.equal(cache.misses, misses + 1, 'an earlier one was dropped');
+});
+
+test('dropping the least recently used message out of a chain of messages with one sample keeps the others', () => {
+  const msgs = sameSample(3);
+  const sizes = msgs.map((m) => estimateTokenizer.encode(renderChat([m], false)).length);
+  const cache = new ChatTokenCache(estimateTokenizer, { maxTokens: sizes[0]! + sizes[1]! + sizes[2]! - 1, minChars: 256 });
+  cache.encode([msgs[0]!], false);
+  cache.encode([msgs[1]!], false);
+  cache.encode([msgs[2]!], false);
+  cache.encode([msgs[1]!], false);
+  // Three do not fit: msgs[0], least recently used and last in its chain, went.
+  const misses = cache.misses;
+  cache.encode([msgs[2]!], false);
+  cache.encode([msgs[1]!], false);
+  assert.equal(cache.misses, misses);
+  // Now msgs[0] comes back and msgs[2], in the middle of the chain, is the one to go.
+  assert.deepEqual(Array.from(cache.encode([msgs[0]!], false)), estimateTokenizer.encode(renderChat([msgs[0]!], false)));
+  assert.equal(cache.misses, misses + 1);
+  for (const i of [1, 0]) cache.encode([msgs[i]!], false);
+  assert.equal(cache.misses, misses + 1, 'msgs[1] and msgs[0] are kept');
+  assert.deepEqual(Array.from(cache.encode([msgs[2]!], false)), estimateTokenizer.encode(renderChat([msgs[2]!], false)));
+  assert.equal(cache.misses, misses + 2, 'msgs[2] was dropped');
+  assert.ok(cache.size <= sizes[0]! + sizes[1]! + sizes[2]! - 1);
+});
+
 test('at most maxTokens ids are kept, the least recently used dropped first', () => {
   const rand = seededRng(3);
   const cache = new ChatTokenCache(estimateTokenizer, { maxTokens: 800, minChars: 256 });
