@@ -43,7 +43,7 @@ test('an unknown or bad option is an error naming the policy and the option', ()
     { name: 'kvgate', options: { wprefix: 2 }, error: /policy 'kvgate' options: Unrecognized key: "wprefix"$/ },
     { name: 'oracle', options: { queueWeight: 2 }, error: /policy 'oracle' options: Unrecognized key: "queueWeight"$/ },
     { name: 'round-robin', options: { seed: 1 }, error: /policy 'round-robin' options: Unrecognized key: "seed"$/ },
-    { name: 'dynamo-approx', options: { cacheWindowMs: null }, error: /cacheWindowMs: expected a number ≥ 0 \(or Infinity\), got null/ },
+    { name: 'dynamo-approx', options: { cacheWindowMs: null }, error: /cacheWindowMs: expected a number ≥ 0 \(or Infinity: \.inf in YAML, "Infinity" in JSON\), got null/ },
     { name: 'dynamo', options: { cacheWindowMs: 1000 }, error: /policy 'dynamo' options: Unrecognized key: "cacheWindowMs"$/ },
     { name: 'dynamo', options: { overlapScoreCredit: 1.5 }, error: /overlapScoreCredit: expected a number ≥ 0 and ≤ 1, got 1.5/ },
     { name: 'dynamo', options: { assumeKvReuse: 'yes' }, error: /assumeKvReuse: expected true or false, got "yes"/ },

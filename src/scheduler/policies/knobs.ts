@@ -30,7 +30,8 @@ export function numberKnob(
   const min = opts.min ?? 0;
   const max = opts.max ?? Infinity;
   const infinite = opts.infinite === true;
-  const expected = `a number ≥ ${min}${max < Infinity ? ` and ≤ ${max}` : ''}${infinite ? ' (or Infinity)' : ''}`;
+  // JSON has no Infinity: a JSON config writes it as the string "Infinity" (YAML: .inf).
+  const expected = `a number ≥ ${min}${max < Infinity ? ` and ≤ ${max}` : ''}${infinite ? ' (or Infinity: .inf in YAML, "Infinity" in JSON)' : ''}`;
   return z
     .preprocess(
       numeric,
