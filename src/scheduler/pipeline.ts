@@ -197,13 +197,16 @@ function unavailableCause(workers: readonly WorkerState[], filter: string): stri
   if (filter !== 'healthy') return filter === 'kv-fit' ? 'every worker is full (no KV-cache room)' : `every worker was filtered out (${filter})`;
   let down = 0;
   let open = 0;
+  let draining = 0;
   for (const w of workers) {
     if (!w.healthy) down++;
     else if (w.circuitOpen) open++;
+    else if (w.draining) draining++;
   }
   const parts: string[] = [];
   if (down > 0) parts.push(`${down} failing health checks`);
   if (open > 0) parts.push(`${open} with an open circuit breaker`);
+  if (draining > 0) parts.push(`${draining} draining`);
   const n = workers.length;
   return `no healthy worker (${n} worker${n === 1 ? '' : 's'}: ${parts.join(', ') || 'unavailable'})`;
 }

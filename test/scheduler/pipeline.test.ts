@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { WorkerState } from '../../src/fleet/worker-state.js';
+import { healthyFilter } from '../../src/scheduler/filters/healthy.js';
 import { PipelinePolicy, type PipelineConfig } from '../../src/scheduler/pipeline.js';
 import { USED_STALE_METRICS } from '../../src/scheduler/state-keys.js';
 import type { Filter, Pick, Picker, Producer, RoutingContext, Scorer } from '../../src/scheduler/types.js';
@@ -188,4 +189,15 @@ test('policy properties and hooks come from the config', () => {
   assert.ok(out.ok);
   if (out.ok) p.onDispatch?.(request([1]), out.decision, ctx);
   assert.deepEqual(calls, ['dispatch']);
+});
+
+test('no routable worker is 503 naming why each is out: failing health checks, an open breaker, draining', () => {
+  const p = new PipelinePolicy({ name: 't', filters: [healthyFilter], scorers: [], picker: firstPicker([]) });
+  const [down, open, drained] = [worker('a'), worker('b'), worker('c')];
+  down.healthy = false;
+  open.circuitOpen = true;
+  drained.draining = true;
+  const out = p.route(request([1]), [down, open, drained], ctx);
+  assert.ok(!out.ok && out.status === 503 && out.code === 'no_worker_available');
+  assert.equal(out.message, "no worker for model 'm' can take the request now: no healthy worker (3 workers: 1 failing health checks, 1 with an open circuit breaker, 1 draining)");
 });
