@@ -178,9 +178,9 @@ describe('the adaptive controller in the gateway', () => {
 describe('a shift in acceptance', () => {
   it('the adaptive controller switches the class off after the draft’s acceptance drops', async () => {
     const target = await startTarget(100);
-    // Acceptance 0.9 for the first 600 simulated seconds (6 s of wall time at speed 100: room for
-    // the first ten requests on a busy machine), then 0.13.
-    const SHIFT_MS = 600_000;
+    // Acceptance 0.9 for the first 900 simulated seconds (9 s of wall time at speed 100: room for
+    // the first phase, run twice if need be, on a busy machine), then 0.13.
+    const SHIFT_MS = 900_000;
     const draft = await startSimWorker({ model: 'llama-3.1-8b', gpu: 'a10g', speed: 100, draftOf: TARGET, draftAcceptance: { before: 0.9, after: 0.13, atMs: SHIFT_MS } });
     const extra = { speculative: { cascades: [{ model: TARGET, targetPool: 'target', draftPool: 'draft', k: 4 }], controller: { mode: 'adaptive' as const, probeRate: 0.1, minEvidence: 20, halfLifeTokens: 100, draftPrice: 1, targetPrice: 4, busyWaiting: 1000, busyRunning: 1000 } } };
     // Target time weighted 4× draft time: break-even near α 0.4, so 0.9 pays and 0.13 clearly does not.
@@ -192,28 +192,35 @@ describe('a shift in acceptance', () => {
       assert.equal((await post(`${target.url}/v1/completions`, { model: TARGET, prompt: `warm-up ${i}`, max_tokens: 24 })).status, 200);
       assert.equal((await post(`${draft.url}/v1/completions`, { model: 'llama-3.1-8b', prompt: `warm-up ${i}`, max_tokens: 24 })).status, 200);
     }
-    const g = await startCascade([target.url], [draft.url], { extra, spec: { rng: seededRng(5) } });
+    const ask = async (url: string, i: number) => {
+      const r = await post(`${url}/v1/completions`, { model: TARGET, prompt: `${PROMPTS[i % PROMPTS.length]} [${i}]`, max_tokens: 24, temperature: 1, seed: i });
+      assert.equal(r.status, 200, r.text);
+      return r.headers.get('x-kvgate-speculative') ?? 'plain';
+    };
+    // Before the shift most requests go through the cascade. The controller prices draft and
+    // target time as measured on this machine, and a call slowed by other work on a loaded one
+    // (the suite runs two files at once on two cores) can make drafting look unprofitable; the
+    // class then stays off but for probes, which take a small share of the target's time. So one
+    // such start is given a fresh gateway; two in a row fail the test.
+    let g = await startCascade([target.url], [draft.url], { extra, spec: { rng: seededRng(5) } });
     try {
-      const ask = async (i: number) => {
-        const r = await post(`${g.url}/v1/completions`, { model: TARGET, prompt: `${PROMPTS[i % PROMPTS.length]} [${i}]`, max_tokens: 24, temperature: 1, seed: i });
-        assert.equal(r.status, 200, r.text);
-        return r.headers.get('x-kvgate-speculative') ?? 'plain';
-      };
-      const before: string[] = [];
-      for (let i = 0; i < 10; i++) before.push(await ask(i));
-      assert.ok(draft.now() < SHIFT_MS, 'the first ten requests ran before the shift');
-      // The controller prices draft and target time as measured on this machine: on a loaded one
-      // a slow draft round can make an early request look unprofitable, so most, not all.
-      if (before.slice(3).filter((p) => p === 'cascade').length < 5) {
+      let before: string[] = [];
+      for (let attempt = 0; ; attempt++) {
+        before = [];
+        for (let i = 0; i < 10; i++) before.push(await ask(g.url, i));
+        if (before.slice(3).filter((p) => p === 'cascade').length >= 5) break;
         const why = (await (await fetch(`${g.url}/metrics`)).text()).split('\n').filter((l) => l.startsWith('kvgate_spec_requests_total'));
-        assert.fail(`${before.join(',')}\n${why.join('\n')}`);
+        if (attempt === 1) assert.fail(`${before.join(',')}\n${why.join('\n')}`);
+        await g.gw.close();
+        g = await startCascade([target.url], [draft.url], { extra, spec: { rng: seededRng(6) } });
       }
+      assert.ok(draft.now() < SHIFT_MS, 'the first phase ran before the shift');
       const alphaBefore = metricValue(await (await fetch(`${g.url}/metrics`)).text(), 'kvgate_spec_acceptance_rate', { model: TARGET, class: 'default' })!;
       assert.ok(alphaBefore > 0.75, String(alphaBefore));
       // Wait for the shift in the draft's simulated time (100× wall time while all is well).
       await waitFor(() => draft.now() > SHIFT_MS, 30_000);
       const after: string[] = [];
-      for (let i = 10; i < 70; i++) after.push(await ask(i));
+      for (let i = 10; i < 70; i++) after.push(await ask(g.url, i));
       const last = after.slice(-20);
       assert.ok(last.filter((p) => p === 'plain').length >= 14, after.join(','));
       const alphaAfter = metricValue(await (await fetch(`${g.url}/metrics`)).text(), 'kvgate_spec_acceptance_rate', { model: TARGET, class: 'default' })!;
