@@ -71,8 +71,8 @@ export class ChatTokenCache {
   /**
    * Kept messages by scope and role, then by the sample of their text (sampleKey), those with the
    * same sample chained. A message whose content is a string is found by that string as the
-   * request's JSON parser made it, not by its rendered text: rendering a long message anew took
-   * longer than the rest of a kept message's lookup. Other messages are found by their rendered
+   * request's JSON parser made it, not by its rendered text: rendering a long message anew costs
+   * more than the rest of a kept message's lookup. Other messages are found by their rendered
    * text.
    */
   private readonly groups = new Map<string, Map<number, Kept>>();
