@@ -171,10 +171,31 @@ const DEFAULT_ADAPTIVE: AdaptiveOptions = {
 };
 
 /**
+ * Call times are skewed one way: now and then a call is many times slower than its peers (a cold
+ * connection, a collection pause, a queue in front of the worker), never many times faster. So a
+ * cost estimate that holds at least OUTLIER_MIN_WEIGHT calls counts a call slower than
+ * OUTLIER_FACTOR × its prediction as OUTLIER_FACTOR × the prediction: one slow call cannot switch
+ * speculation off (and a switched-off class learns again only from probes), while a lasting
+ * slowdown still moves the estimate, by up to (OUTLIER_FACTOR − 1) × the prediction ÷ the
+ * estimate's weight per call. An estimate holding fewer calls, whose prediction a call beats
+ * OUTLIER_FACTOR times over, starts again from that call: its first calls were the slow ones.
+ */
+const OUTLIER_FACTOR = 4;
+const OUTLIER_MIN_WEIGHT = 4;
+
+/** The observation an estimate predicting `predicted` takes for `y`, or null: start again from y. */
+function boundedObservation(y: number, predicted: number, weight: number): number | null {
+  if (!(predicted > 0)) return y;
+  if (weight >= OUTLIER_MIN_WEIGHT) return Math.min(y, OUTLIER_FACTOR * predicted);
+  return y * OUTLIER_FACTOR < predicted ? null : y;
+}
+
+/**
  * Exponentially weighted least squares of y = a + b·x (x = k, y = draft call ms). Most rounds ask
  * for the same k, so x barely varies and a plain fit's slope is noise; the slope is therefore
  * shrunk toward the share of the mean call time that the initial costs attribute to tokens, with
- * the weight of `priorWeight` observations spread over 1..kMax.
+ * the weight of `priorWeight` observations spread over 1..kMax. Observations are bounded as
+ * boundedObservation says.
  */
 class LinearFit {
   private sw = 0;
@@ -190,7 +211,14 @@ class LinearFit {
     private readonly priorWeight = 4,
   ) {}
 
-  add(x: number, y: number): void {
+  add(x: number, yObserved: number): void {
+    let y: number | null = yObserved;
+    const line = this.fit();
+    if (line !== null) y = boundedObservation(yObserved, line.a + line.b * x, this.sw);
+    if (y === null) {
+      this.sw = this.sx = this.sy = this.sxx = this.sxy = 0;
+      y = yObserved;
+    }
     const f = this.keep;
     this.sw = this.sw * f + 1;
     this.sx = this.sx * f + x;
@@ -231,11 +259,21 @@ class LinearFit {
   }
 }
 
+/** Exponentially weighted mean of call times, observations bounded as boundedObservation says. */
 class Ewma {
   value: number | null = null;
+  /** The weight of the calls it holds, as a count (tends to 1 / weight). */
+  private held = 0;
   constructor(private readonly weight: number) {}
-  add(x: number): void {
-    this.value = this.value === null ? x : this.value + this.weight * (x - this.value);
+  add(observed: number): void {
+    const x = this.value === null ? observed : boundedObservation(observed, this.value, this.held);
+    if (x === null || this.value === null) {
+      this.value = observed;
+      this.held = 1;
+      return;
+    }
+    this.value += this.weight * (x - this.value);
+    this.held = this.held * (1 - this.weight) + 1;
   }
 }
 

@@ -158,6 +158,40 @@ describe('the adaptive controller', () => {
     assert.ok(costs.draftTokenMs > 1.5 && costs.draftTokenMs < 2.5, JSON.stringify(costs));
   });
 
+  it('one slow call does not switch speculation off; a lasting slowdown does', () => {
+    const t = new AcceptanceTracker(1e9);
+    feed(t, 0.9, 2000);
+    const c = controller(t, { targetTokenMs: 20 });
+    const call = (draftMs: number, verifyMs = 20) => c.observe({ model: 'm', k: 4, draftMs, verifyMs });
+    for (let i = 0; i < 50; i++) call(9);
+    assert.equal(c.chooseK(round({ firstRound: false })).reason, 'speculate');
+    // A two-second stall of the draft call, then of the verification.
+    call(2000);
+    call(9, 2000);
+    const after = c.costsOf('m');
+    assert.ok(after.draftFixedMs + 4 * after.draftTokenMs < 12, JSON.stringify(after));
+    assert.ok(after.verifyMs < 25, JSON.stringify(after));
+    assert.equal(c.chooseK(round({ firstRound: false })).reason, 'speculate');
+    // A draft pool that has become ten times slower is followed.
+    for (let i = 0; i < 60; i++) call(90);
+    const slow = c.costsOf('m');
+    assert.ok(slow.draftFixedMs + 4 * slow.draftTokenMs > 70, JSON.stringify(slow));
+    assert.notEqual(c.chooseK(round({ firstRound: false })).reason, 'speculate');
+  });
+
+  it('a slow first call is forgotten when the next ones are quick', () => {
+    const t = new AcceptanceTracker(1e9);
+    feed(t, 0.9, 2000);
+    const c = controller(t, { targetTokenMs: 20 });
+    // A cold connection: the first draft call and the first verification take half a second.
+    c.observe({ model: 'm', k: 2, draftMs: 500, verifyMs: 500 });
+    assert.notEqual(c.chooseK(round({ firstRound: false })).reason, 'speculate');
+    c.observe({ model: 'm', k: 2, draftMs: 5, verifyMs: 20 });
+    const costs = c.costsOf('m');
+    assert.ok(costs.draftFixedMs + 2 * costs.draftTokenMs < 6 && costs.verifyMs < 21, JSON.stringify(costs));
+    assert.equal(c.chooseK(round({ firstRound: false })).reason, 'speculate');
+  });
+
   it('uses the prior until a class has evidence', () => {
     const t = new AcceptanceTracker(1e9);
     const c = controller(t, { priorAcceptance: 0.6 });
