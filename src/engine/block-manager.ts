@@ -535,7 +535,7 @@ export class BlockManager {
    * CPU overlaps their cache misses, where the caching loop that follows would wait on each in
    * turn (every engine of a fleet has its own tables, too large to stay in the CPU's caches).
    */
-  warmForCache(blocks: readonly number[], hashes: readonly number[], from: number, to: number): void {
+  warmForCache(blocks: readonly number[], hashes: ArrayLike<number>, from: number, to: number): void {
     const blkHash = this.blkHash;
     const byHash = this.byHash;
     let acc = 0;
@@ -544,7 +544,7 @@ export class BlockManager {
   }
 
   /** Read the index slots where looking up `hashes[from … to)` starts (as warmForCache). */
-  warmLookups(hashes: readonly number[], from: number, to: number): void {
+  warmLookups(hashes: ArrayLike<number>, from: number, to: number): void {
     const byHash = this.byHash;
     let acc = 0;
     for (let k = from; k < to; k++) acc += byHash.peekHome(hashes[k]!);

@@ -59,6 +59,42 @@ const enum Status {
   Done,
 }
 
+const EMPTY_HASHES = new Float64Array(0);
+
+/**
+ * Float64Arrays for requests' block hashes, by power-of-two length, given back as requests end.
+ * A request's hashes live from its arrival to its end: arrays allocated per request would outlive
+ * young-generation collections and be copied and promoted; these are allocated once and reused.
+ */
+class HashArrays {
+  /** free[k]: arrays of length 2^k. */
+  private readonly free: Float64Array[][] = [];
+  /** Arrays kept per length at most: what a burst of ended requests gives back beyond it is dropped. */
+  private static readonly KEEP = 256;
+
+  /** An array of at least `n` entries (its contents are not cleared). */
+  take(n: number): Float64Array {
+    const k = Math.max(4, 32 - Math.clz32(Math.max(1, n) - 1));
+    const a = this.free[k]?.pop();
+    return a ?? new Float64Array(2 ** k);
+  }
+
+  /** An array of at least `n` entries holding `a`'s first `used`; `a` is given back. */
+  grow(a: Float64Array, used: number, n: number): Float64Array {
+    const b = this.take(Math.max(n, 2 * a.length));
+    b.set(a.subarray(0, used));
+    this.give(a);
+    return b;
+  }
+
+  give(a: Float64Array): void {
+    if (a.length === 0) return;
+    const k = 31 - Math.clz32(a.length);
+    const list = (this.free[k] ??= []);
+    if (list.length < HashArrays.KEEP) list.push(a);
+  }
+}
+
 /** One request inside the engine. */
 interface Seq {
   readonly id: string;
@@ -91,8 +127,12 @@ interface Seq {
   blocks: number[];
   /** Tokens whose KV is computed (vLLM's num_computed_tokens). */
   numComputed: number;
-  /** Content hashes of full blocks known so far (valid across preemptions: tokens never change). */
-  readonly hashes: number[];
+  /**
+   * Content hashes of full blocks, [0, numHashes) known so far (valid across preemptions: tokens
+   * never change). Taken from the engine's HashArrays and given back when the request ends.
+   */
+  hashes: Float64Array;
+  numHashes: number;
   /** Root of this request's hash chain: the engine's, or one derived from its cache_salt. */
   readonly root: number;
   /** Blocks [0, numProcessed) have been offered to the prefix cache. */
@@ -195,6 +235,8 @@ export class Engine implements EngineModel {
   private readonly caching: boolean;
   private readonly emitTokens: boolean;
   private readonly live = new Map<string, Seq>();
+  /** The requests' hash arrays, reused. */
+  private readonly hashArrays = new HashArrays();
   private runningSeqs: Seq[] = [];
   private readonly waitingQueue = new WaitingQueue();
   private numWaiting = 0;
@@ -299,13 +341,15 @@ export class Engine implements EngineModel {
       status: Status.Waiting,
       blocks: [],
       numComputed: 0,
-      hashes: this.knownHashes(req, root),
+      hashes: EMPTY_HASHES,
+      numHashes: 0,
       root,
       numProcessed: 0,
       started: false,
       cachedPromptTokens: 0,
       slot: -1,
     };
+    this.takeKnownHashes(s, req);
     this.live.set(s.id, s);
     this.waitingQueue.push(s);
     this.numWaiting++;
@@ -954,6 +998,9 @@ export class Engine implements EngineModel {
     else this.bm.freeAll(s.blocks);
     s.blocks = [];
     s.status = Status.Done;
+    this.hashArrays.give(s.hashes);
+    s.hashes = EMPTY_HASHES;
+    s.numHashes = 0;
     this.live.delete(s.id);
     this.counters.finished[reason]++;
     finished?.push({
@@ -975,35 +1022,38 @@ export class Engine implements EngineModel {
   }
 
   /**
-   * The prompt's first block hashes as far as they are known without hashing it: those of the
-   * part it begins with, computed once for every prompt built on that part.
+   * A hash array for the request, holding the prompt's first block hashes as far as they are
+   * known without hashing it: those of the part it begins with, computed once for every prompt
+   * built on that part.
    */
-  private knownHashes(req: EngineRequest, root: number): number[] {
-    const hashes: number[] = [];
-    if (!this.caching || req.promptPart === undefined) return hashes;
-    const known = req.promptPart.hashes(root, this.bs);
-    for (let b = 0; b < known.length; b++) hashes.push(known[b]!);
-    return hashes;
+  private takeKnownHashes(s: Seq, req: EngineRequest): void {
+    if (!this.caching) return;
+    const known = req.promptPart === undefined ? null : req.promptPart.hashes(s.root, this.bs);
+    s.hashes = this.hashArrays.take(Math.ceil(s.promptLen / this.bs) + 1);
+    if (known !== null) {
+      s.hashes.set(known);
+      s.numHashes = known.length;
+    }
   }
 
   /** Content hash of block b of the request's tokens, hashing forward from the last known one. */
   private hashAt(s: Seq, b: number): number {
+    if (b < s.numHashes) return s.hashes[b]!;
+    if (b >= s.hashes.length) s.hashes = this.hashArrays.grow(s.hashes, s.numHashes, b + 1);
     const hs = s.hashes;
-    while (hs.length <= b) {
-      const i = hs.length;
+    for (let i = s.numHashes; i <= b; i++) {
       const parent = i === 0 ? s.root : hs[i - 1]!;
       const start = i * this.bs;
       const end = start + this.bs;
-      let h: number;
       if (end <= s.promptLen) {
-        h = hashBlock(parent, s.prompt, start, this.bs);
+        hs[i] = hashBlock(parent, s.prompt, start, this.bs);
       } else {
         const buf = this.scratch;
         for (let t = start; t < end; t++) buf[t - start] = this.tokenAt(s, t);
-        h = hashBlock(parent, buf, 0, this.bs);
+        hs[i] = hashBlock(parent, buf, 0, this.bs);
       }
-      hs.push(h);
     }
+    s.numHashes = b + 1;
     return hs[b]!;
   }
 
