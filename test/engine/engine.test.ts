@@ -278,6 +278,25 @@ test('check() refuses what can never run, with vLLM-shaped messages', () => {
   assert.throws(() => e.add({ id: 'y', prompt: [], maxTokens: 10, sampler: hashSampler('y') }), /empty/);
 });
 
+test('answers many times their prompt are cached whole, and a later request reusing their hash arrays gets its own', () => {
+  const e = new Engine(config({ numGpuBlocks: 256 }));
+  const turn = (id: string, prompt: number[], maxTokens: number) => {
+    const out: number[] = [];
+    e.add({ id, prompt, maxTokens, sampler: hashSampler(id), ignoreEos: true });
+    drain(e, (r) => out.push(...r.tokens.filter((t) => t.id === id).map((t) => t.token)));
+    return out;
+  };
+  const a = tokens(8, 1);
+  const outA = turn('a', a, 100);
+  // 8 + 100 tokens, the first 107 computed: 26 full blocks.
+  assert.equal(e.cachedPrefixTokens([...a, ...outA, ...tokens(6, 2)]), 104);
+  const b = tokens(12, 3);
+  const outB = turn('b', b, 30);
+  assert.equal(e.cachedPrefixTokens([...b, ...outB, ...tokens(6, 4)]), 40);
+  // b's blocks under a's chain, and a's under b's, are not cached.
+  assert.equal(e.cachedPrefixTokens([...a, ...outB]), 8);
+});
+
 test('KV events replayed reproduce the engine cache exactly, and stored hashes match their tokens', () => {
   const cfg = config({ numGpuBlocks: 40, maxNumSeqs: 6, maxNumBatchedTokens: 48 });
   const e = new Engine(cfg);
