@@ -67,6 +67,18 @@ function sampleKey(s: string): number {
   return h >>> 0;
 }
 
+/** The group of kept messages of a scope and role (`role` null: messages found by their rendered text). */
+function groupKeyOf(scope: string | undefined, role: string | null): string {
+  return `${scope === undefined ? '-' : `+${scope}`}\u0000${role !== null ? `r${role}` : 't'}`;
+}
+
+/** The kept message of `group` whose key is `key` (its sampleKey `sample`), if any. */
+function keptIn(group: Map<number, Kept> | undefined, key: string, sample: number): Kept | undefined {
+  let hit = group?.get(sample);
+  while (hit !== undefined && hit.key !== key) hit = hit.next ?? undefined;
+  return hit;
+}
+
 export class ChatTokenCache {
   /**
    * Kept messages by scope and role, then by the sample of their text (sampleKey), those with the
@@ -138,6 +150,26 @@ export class ChatTokenCache {
   /** The kept entry the last message() call answered from or added, null when none. */
   private lastKept: Kept | null = null;
 
+  /**
+   * Give each message whose content is a kept string that string as its content: the same text,
+   * held once for every request that sends it. A request's own copy (its JSON parser's) is then
+   * garbage at once, where the request and its rendered prompt would otherwise hold it until the
+   * request ends: at saturation that outlives young-generation collections, and every request's
+   * long messages were copied and promoted. Read-only for the cache (no hit is counted, nothing
+   * moves in the LRU order): encode() does that. Returns how many messages it gave a kept string.
+   */
+  shareKept(messages: readonly ChatMessageLike[], scope?: string): number {
+    let shared = 0;
+    for (const m of messages) {
+      if (typeof m.content !== 'string' || typeof m.role !== 'string' || m.role.length + m.content.length + 6 < this.o.minChars) continue;
+      const kept = keptIn(this.groups.get(groupKeyOf(scope, m.role)), m.content, sampleKey(m.content));
+      if (kept === undefined) continue;
+      (m as { content: string }).content = kept.key;
+      shared++;
+    }
+    return shared;
+  }
+
   private message(m: ChatMessageLike, scope: string | undefined): ArrayLike<number> {
     this.lastKept = null;
     const content = typeof m.content === 'string' && typeof m.role === 'string' ? m.content : null;
@@ -145,12 +177,11 @@ export class ChatTokenCache {
     const rendered = content === null ? renderMessage(m) : null;
     const length = rendered !== null ? rendered.length : m.role.length + content!.length + 6;
     if (length < this.o.minChars) return this.tokenizer.encode(rendered ?? renderMessage(m));
-    const groupKey = `${scope === undefined ? '-' : `+${scope}`}\u0000${content !== null ? `r${m.role}` : 't'}`;
+    const groupKey = groupKeyOf(scope, content !== null ? m.role : null);
     const key = content ?? rendered!;
     const sample = sampleKey(key);
     let group = this.groups.get(groupKey);
-    let hit = group?.get(sample);
-    while (hit !== undefined && hit.key !== key) hit = hit.next ?? undefined;
+    const hit = keptIn(group, key, sample);
     if (hit !== undefined) {
       this.hits++;
       this.lru.delete(hit);

@@ -1,7 +1,7 @@
 /** ChatTokenCache: message by message, cached or not, the ids are those of the whole rendered prompt. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { renderChat, type ChatMessageLike } from '../../src/tokenizer/chat-template.js';
+import { renderChat, renderMessage, type ChatMessageLike } from '../../src/tokenizer/chat-template.js';
 import { leadingPartOf } from '../../src/kv/leading-part.js';
 import { ChatTokenCache } from '../../src/tokenizer/chat-tokens.js';
 import { estimateTokenizer } from '../../src/tokenizer/estimate.js';
@@ -155,6 +155,37 @@ test('with a scope (a tenant where the pool isolates tenants) messages are kept 
   assert.equal(cache.hits, 1);
   assert.deepEqual(Array.from(cache.encode(msgs)), want);
   assert.equal(cache.misses, 3, 'nor does the unscoped caller');
+});
+
+test('shareKept gives a kept message its kept text, by scope and role, without counting a hit or refreshing it', () => {
+  const rand = seededRng(13);
+  const [system, doc, third] = [0, 1, 2].map(() => randomContent(rand, 1200)) as [string, string, string];
+  const idsOf = (role: string, content: string) => estimateTokenizer.encode(renderMessage({ role, content })).length;
+  // Room for the three messages but one id: keeping the third drops the least recently used.
+  const cache = new ChatTokenCache(estimateTokenizer, { maxTokens: idsOf('system', system) + idsOf('user', doc) + idsOf('user', third) - 1, minChars: 256 });
+  cache.encode([{ role: 'system', content: system }], true, 'tenant-a');
+  cache.encode([{ role: 'user', content: doc }], true, 'tenant-a');
+  // The request's own copies of the same texts (a JSON parser's), and messages the cache does not keep.
+  const copy = (t: string) => t.split('').join('');
+  const msgs: ChatMessageLike[] = [
+    { role: 'system', content: copy(system) },
+    { role: 'user', content: copy(doc) },
+    { role: 'assistant', content: copy(doc) },
+    { role: 'user', content: 'short' },
+    { role: 'user', content: [{ type: 'text', text: copy(doc) }] },
+  ];
+  const before = JSON.stringify(msgs);
+  const counts = () => [cache.hits, cache.misses];
+  const was = counts();
+  assert.equal(cache.shareKept(msgs, 'tenant-b'), 0, 'another scope');
+  assert.equal(cache.shareKept(msgs), 0, 'no scope');
+  assert.equal(cache.shareKept(msgs, 'tenant-a'), 2, 'the system message and the user document, not the same text under another role');
+  assert.equal(JSON.stringify(msgs), before);
+  assert.deepEqual(counts(), was);
+  // Not refreshed: the system message, kept first, is still the first dropped.
+  cache.encode([{ role: 'user', content: third }], true, 'tenant-a');
+  assert.equal(cache.shareKept([{ role: 'system', content: copy(system) }, { role: 'user', content: copy(doc) }], 'tenant-a'), 1);
+  assert.equal(cache.shareKept([{ role: 'system', content: copy(system) }], 'tenant-a'), 0);
 });
 
 test('a prompt that begins with a kept message is recorded as beginning with it; one that begins with a short message is not', () => {

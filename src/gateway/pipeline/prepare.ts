@@ -126,6 +126,8 @@ export function preparePrompt(
       };
     }
     // kvgate's template, as the simulated worker renders it: only add_generation_prompt applies.
+    // Long messages the tokenizer keeps are rendered from its copy (ChatTokenCache.shareKept).
+    if (tokenizer === estimateTokenizer) estimateChatTokens.shareKept(b.messages, isolationScope);
     const promptText = renderChat(b.messages, render.addGenerationPrompt);
     return {
       promptText,
