@@ -15,6 +15,7 @@
  */
 import type { CacheEntry } from './entry.js';
 import type { CacheStore, StoreStats } from './store.js';
+import { InsertionFront } from '../util/insertion-front.js';
 
 /** Bookkeeping bytes charged per entry (Map slots, node object, strings' headers). */
 const ENTRY_OVERHEAD_BYTES = 128;
@@ -27,6 +28,13 @@ interface Node<V> {
   expiresAt: number;
 }
 
+/** A tenant's entries, least recently used first, and their bytes. */
+interface TenantEntries<V> {
+  nodes: Map<string, Node<V>>;
+  oldest: InsertionFront<string, Node<V>>;
+  bytes: number;
+}
+
 export interface MemoryStoreOptions {
   maxBytes: number;
   /** Clock for TTLs, ms (the gateway's monotonic clock, or the simulation's virtual one). */
@@ -35,7 +43,8 @@ export interface MemoryStoreOptions {
 
 export class MemoryLru<V> {
   private readonly all = new Map<string, Node<V>>();
-  private readonly byTenant = new Map<string, { nodes: Map<string, Node<V>>; bytes: number }>();
+  private readonly oldest = new InsertionFront(this.all);
+  private readonly byTenant = new Map<string, TenantEntries<V>>();
   private sweepIt: Iterator<Node<V>> | null = null;
   bytes = 0;
   evictions = 0;
@@ -73,14 +82,17 @@ export class MemoryLru<V> {
     const n: Node<V> = { key, tenant, value, size, expiresAt: this.o.now() + ttlMs };
     this.all.set(key, n);
     let t = this.byTenant.get(tenant);
-    if (!t) this.byTenant.set(tenant, (t = { nodes: new Map(), bytes: 0 }));
+    if (!t) {
+      const nodes = new Map<string, Node<V>>();
+      this.byTenant.set(tenant, (t = { nodes, oldest: new InsertionFront(nodes), bytes: 0 }));
+    }
     t.nodes.set(key, n);
     t.bytes += size;
     this.bytes += size;
     if (tenantMaxBytes !== undefined) {
-      while (t.bytes > tenantMaxBytes) this.evict(t.nodes.values().next().value!);
+      while (t.bytes > tenantMaxBytes) this.evict(t.oldest.shift()![1]);
     }
-    while (this.bytes > this.o.maxBytes) this.evict(this.all.values().next().value!);
+    while (this.bytes > this.o.maxBytes) this.evict(this.oldest.shift()![1]);
     return true;
   }
 

@@ -29,6 +29,7 @@
  */
 
 import type { KvEvent } from '../kv/events.js';
+import { InsertionFront } from '../util/insertion-front.js';
 
 const NO_HASH = -1;
 const NIL = -1;
@@ -337,6 +338,7 @@ export class BlockManager {
   private readonly events: KvEvent[] | null;
   /** Hashes held in host memory, least recently used first (Map insertion order); null: no tier. */
   private readonly host: Map<number, true> | null;
+  private readonly oldestHost: InsertionFront<number, true> | null;
   readonly numHostBlocks: number;
   /** Where warming loads leave their sum, so that the compiler keeps them. */
   private sink = 0;
@@ -367,6 +369,7 @@ export class BlockManager {
     if (!Number.isInteger(numHostBlocks) || numHostBlocks < 0) throw new Error(`numHostBlocks must be a non-negative integer, got ${numHostBlocks}`);
     this.numHostBlocks = numHostBlocks;
     this.host = numHostBlocks > 0 ? new Map() : null;
+    this.oldestHost = this.host === null ? null : new InsertionFront(this.host);
   }
 
   /** True if `hash` can be loaded from host memory. */
@@ -394,8 +397,7 @@ export class BlockManager {
       return;
     }
     if (host.size >= this.numHostBlocks) {
-      const old = host.keys().next().value!;
-      host.delete(old);
+      const old = this.oldestHost!.shift()![0];
       this.emitRemoved(old, MEDIUM_CPU);
     }
     host.set(hash, true);

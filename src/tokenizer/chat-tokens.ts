@@ -20,6 +20,7 @@
 import { LeadingPart, recordLeadingPart } from '../kv/leading-part.js';
 import { GENERATION_PROMPT, renderMessage, type ChatMessageLike } from './chat-template.js';
 import type { Tokenizer } from './types.js';
+import { InsertionFront } from '../util/insertion-front.js';
 
 /** Ids kept by default (`tokenizers.keptIds`): 4 MB of Int32Array, plus the messages' text and the block hashes of those that begin prompts. */
 export const DEFAULT_KEPT_IDS = 1 << 20;
@@ -90,6 +91,7 @@ export class ChatTokenCache {
   private readonly groups = new Map<string, Map<number, Kept>>();
   /** Every kept message, least recently used first (a Set keeps insertion order). */
   private readonly lru = new Set<Kept>();
+  private readonly leastRecent = new InsertionFront(this.lru);
   private kept = 0;
   private generation: number[] | null = null;
   hits = 0;
@@ -214,9 +216,10 @@ export class ChatTokenCache {
 
   /** Drop the least recently used messages until at most maxTokens ids are kept. */
   private evict(): void {
-    for (const k of this.lru) {
-      if (this.kept <= this.o.maxTokens) break;
-      this.drop(k);
+    while (this.kept > this.o.maxTokens) {
+      const oldest = this.leastRecent.shift();
+      if (oldest === undefined) break;
+      this.drop(oldest[0]);
     }
   }
 

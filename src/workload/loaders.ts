@@ -11,6 +11,7 @@ import { estimateTokenizer, renderChat, type ChatMessageLike } from '../tokenize
 import { readLineAt, readLines } from './line-reader.js';
 import { answerTokens, BlockTokenCache, concatTokens, fillStream, mix32, tokensFromBlocks } from './tokens.js';
 import type { BenchRequest, BenchSource } from './types.js';
+import { InsertionFront } from '../util/insertion-front.js';
 
 export type TraceFormat = 'mooncake' | 'azure' | 'burstgpt' | 'jsonl';
 export const TRACE_FORMATS: readonly TraceFormat[] = ['mooncake', 'azure', 'burstgpt', 'jsonl'];
@@ -216,6 +217,7 @@ export function burstgptSource(path: string, opts: AzureOptions = {}): BenchSour
   let t0 = NaN;
   /** Session id → its last prompt, least recently active first. */
   let sessions = new Map<string, Int32Array>();
+  let oldestSession = new InsertionFront(sessions);
   const src: LineSource = new LineSource(
     `burstgpt:${basename(path)}`,
     path,
@@ -255,7 +257,7 @@ export function burstgptSource(path: string, opts: AzureOptions = {}): BenchSour
       if (id !== '') {
         sessions.delete(id);
         sessions.set(id, prompt);
-        if (sessions.size > MAX_SESSIONS) sessions.delete(sessions.keys().next().value!);
+        if (sessions.size > MAX_SESSIONS) oldestSession.shift();
       }
       return { arrivalMs: ts - t0, promptTokens: prompt, maxTokens: output, outputSeed: rowSeed };
     },
@@ -263,6 +265,7 @@ export function burstgptSource(path: string, opts: AzureOptions = {}): BenchSour
       cols = null;
       t0 = NaN;
       sessions = new Map();
+      oldestSession = new InsertionFront(sessions);
     },
   );
   return src;

@@ -13,6 +13,7 @@
  * decode to words.
  */
 import { estimateTokenizer, VOCAB_SIZE } from '../tokenizer/index.js';
+import { InsertionFront } from '../util/insertion-front.js';
 
 /** Ids 0 .. WORD_IDS-1 are plain words of the vocabulary. */
 const WORD_IDS = VOCAB_SIZE - 3;
@@ -103,6 +104,7 @@ export function fillStream(out: Int32Array | number[], at: number, seed: number,
 /** Bounded cache of Mooncake blocks: generated once per id while hot. */
 export class BlockTokenCache {
   private readonly map = new Map<number, Int32Array>();
+  private readonly oldest = new InsertionFront(this.map);
   constructor(
     private readonly salt: number,
     private readonly limit = 8192,
@@ -118,7 +120,7 @@ export class BlockTokenCache {
     }
     b = new Int32Array(MOONCAKE_BLOCK_TOKENS);
     fillStream(b, 0, mix32(this.salt, id), MOONCAKE_BLOCK_TOKENS);
-    if (m.size >= this.limit) m.delete(m.keys().next().value!);
+    if (m.size >= this.limit) this.oldest.shift();
     m.set(id, b);
     return b;
   }

@@ -33,6 +33,7 @@ import type { ResponsesRequest } from '../../api/responses.js';
 import { ResponseDirectoryUnreachable, type ResponseDirectory, type ResponseHolder } from '../../shared/response-directory.js';
 import type { RequestContext } from '../../request/context.js';
 import type { GatewayStage, StageResult } from '../../request/stage.js';
+import { InsertionFront } from '../../util/insertion-front.js';
 
 /** The first `"id":"…"` of an answer (looked for in its first bytes only). */
 const ID = /"id"\s*:\s*"([^"\\]{1,256})"/;
@@ -45,6 +46,7 @@ const DIRECTORY_RETRY_MS = 50;
 
 export class ResponseAffinity {
   private readonly holders = new Map<string, ResponseHolder>();
+  private readonly oldestHolder = new InsertionFront(this.holders);
 
   constructor(
     private readonly capacity = 100_000,
@@ -58,7 +60,7 @@ export class ResponseAffinity {
   remember(responseId: string, holder: ResponseHolder): void {
     this.holders.delete(responseId);
     this.holders.set(responseId, holder);
-    if (this.holders.size > this.capacity) this.holders.delete(this.holders.keys().next().value!);
+    if (this.holders.size > this.capacity) this.oldestHolder.shift();
   }
 
   /** Who holds `responseId`, if this gateway saw it. */

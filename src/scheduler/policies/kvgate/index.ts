@@ -49,6 +49,7 @@ import { OutputLengthLearner } from './learners/output-length.js';
 import { PrefillRateLearner } from './learners/prefill-rate.js';
 import { kvgatePicker } from './picker.js';
 import { KvgatePruner } from './prune.js';
+import { InsertionFront } from '../../../util/insertion-front.js';
 import {
   kvgateHeadroomScorer,
   kvgateLoadScorer,
@@ -93,6 +94,7 @@ export class KvgatePolicy implements Policy {
   private readonly hardwarePriors = new Map<string, number>();
   /** Session key → worker id of its last pick (insertion-ordered, bounded). */
   private readonly sessions = new Map<string, string>();
+  private readonly oldestSession = new InsertionFront(this.sessions);
   private pipeline: PipelinePolicy;
   /** Which candidates the estimate prices (leastLoadedCandidates); exact (oracle) prices all. */
   private readonly pruner = new KvgatePruner(() => ({
@@ -280,7 +282,7 @@ export class KvgatePolicy implements Policy {
       this.sessions.delete(req.sessionKey);
       this.sessions.set(req.sessionKey, w.id);
       if (this.sessions.size > this.params.sessionCapacity) {
-        this.sessions.delete(this.sessions.keys().next().value!);
+        this.oldestSession.shift();
       }
     }
     this.prefillRates.onDispatch(req, ctx);
