@@ -21,6 +21,7 @@
  */
 import { promptBlocks } from '../../../../kv/prompt-blocks.js';
 import type { RouteRequest } from '../../../types.js';
+import { OrderedMap53 } from '../../../../util/ordered-map53.js';
 
 /** Leading blocks that name a prompt's class (64 tokens at vLLM's default block size of 16). */
 const CLASS_BLOCKS = 4;
@@ -32,24 +33,37 @@ interface Learned {
   answers: number;
 }
 
+/**
+ * A class's answers are counted up to this (the count is its entry's 8-bit tag): past 1/alpha
+ * answers the count no longer changes a new answer's weight, so the cap is exact for alpha ≥ 1/255.
+ */
+const MAX_COUNTED = 255;
+
 export interface OutputLengthOptions {
-  /** Weight of a new answer in a class's ratio (after the first few, which average evenly). */
+  /** Weight of a new answer in a class's ratio (after the first few, which average evenly); at least 1/255. */
   alpha: number;
   /** Classes remembered (least recently used forgotten first). */
   maxClasses: number;
 }
 
 export class OutputLengthLearner {
-  private readonly classes = new Map<number, Learned>();
+  /**
+   * Each class's ratio by its hash, tagged with its answers so far (at most MAX_COUNTED), least
+   * recently used first. A Map keyed by the hashes (past the small-integer range) would box each
+   * one and compare the boxes on every lookup: a cache miss apiece in a fleet simulation.
+   */
+  private readonly classes = new OrderedMap53();
   private readonly unseen: Learned = { ratio: 1, answers: 0 };
 
-  constructor(private readonly o: OutputLengthOptions) {}
+  constructor(private readonly o: OutputLengthOptions) {
+    if (!(o.alpha >= 1 / MAX_COUNTED && o.alpha <= 1)) throw new Error(`output-length alpha must be in [1/${MAX_COUNTED}, 1], got ${o.alpha}`);
+  }
 
   /** Output tokens expected of `req`: at least 1, at most its max_tokens. */
   expected(req: RouteRequest): number {
     const key = classOf(req);
-    const c = key === undefined ? undefined : this.classes.get(key);
-    const ratio = c !== undefined ? c.ratio : this.unseen.answers > 0 ? this.unseen.ratio : 1;
+    const learned = key === undefined ? undefined : this.classes.get(key);
+    const ratio = learned !== undefined ? learned : this.unseen.answers > 0 ? this.unseen.ratio : 1;
     return Math.max(1, Math.min(req.maxTokens, Math.round(ratio * req.maxTokens)));
   }
 
@@ -58,16 +72,18 @@ export class OutputLengthLearner {
     if (!(outputTokens >= 0) || !(req.maxTokens > 0)) return;
     const ratio = Math.min(1, outputTokens / req.maxTokens);
     const key = classOf(req);
-    let c = key === undefined ? undefined : this.classes.get(key);
-    if (c === undefined) {
+    const answers = key === undefined ? 0 : this.classes.tag(key);
+    if (answers === 0) {
       // A prompt not seen before: it teaches what first-seen prompts answer, and starts its class.
       update(this.unseen, ratio, this.o.alpha);
       if (key === undefined) return;
-      c = { ratio, answers: 0 };
-      if (this.classes.size >= this.o.maxClasses) this.classes.delete(this.classes.keys().next().value!);
-    } else this.classes.delete(key!);
+      if (this.classes.size >= this.o.maxClasses) this.classes.delete(this.classes.oldestKey()!);
+      this.classes.setLast(key, ratio, 1);
+      return;
+    }
+    const c: Learned = { ratio: this.classes.get(key!)!, answers };
     update(c, ratio, this.o.alpha);
-    this.classes.set(key!, c);
+    this.classes.setLast(key!, c.ratio, Math.min(c.answers, MAX_COUNTED));
   }
 
   /** Classes with a learned ratio, and the first-seen prompts' ratio (for /admin and tests). */

@@ -52,6 +52,19 @@ describe('OutputLengthLearner', () => {
     assert.deepEqual(m.describe(), { classes: 0, unseenRatio: 0 });
   });
 
+  it('a class answered hundreds of times weighs a new answer by alpha, as a plain running average would', () => {
+    const m = model();
+    const r = () => request(prompt(4, 0), { maxTokens: 1000 });
+    let want = 0;
+    for (let i = 1; i <= 400; i++) {
+      const out = (i * 37) % 1000;
+      m.onComplete(r(), out);
+      want += Math.max(0.1, 1 / i) * (out / 1000 - want);
+    }
+    assert.equal(m.expected(request(prompt(4, 1), { maxTokens: 1_000_000 })), Math.round(want * 1_000_000));
+    assert.throws(() => new OutputLengthLearner({ alpha: 0.001, maxClasses: 10 }), /alpha must be in/);
+  });
+
   it('forgets the least recently answered class beyond its bound', () => {
     const m = model(2);
     m.onComplete(request(prompt(1, 0), { maxTokens: 100 }), 10);
