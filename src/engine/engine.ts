@@ -1029,7 +1029,7 @@ export class Engine implements EngineModel {
   private takeKnownHashes(s: Seq, req: EngineRequest): void {
     if (!this.caching) return;
     const known = req.promptPart === undefined ? null : req.promptPart.hashes(s.root, this.bs);
-    s.hashes = this.hashArrays.take(Math.ceil(s.promptLen / this.bs) + 1);
+    s.hashes = this.hashArrays.take(Math.max(Math.ceil(s.promptLen / this.bs) + 1, known?.length ?? 0));
     if (known !== null) {
       s.hashes.set(known);
       s.numHashes = known.length;

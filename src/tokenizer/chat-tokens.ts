@@ -156,8 +156,8 @@ export class ChatTokenCache {
    * Give each message whose content is a kept string that string as its content: the same text,
    * held once for every request that sends it. A request's own copy (its JSON parser's) is then
    * garbage at once, where the request and its rendered prompt would otherwise hold it until the
-   * request ends: at saturation that outlives young-generation collections, and every request's
-   * long messages were copied and promoted. Read-only for the cache (no hit is counted, nothing
+   * request ends: at saturation that outlives young-generation collections, which would copy and
+   * promote every request's long messages. Read-only for the cache (no hit is counted, nothing
    * moves in the LRU order): encode() does that. Returns how many messages it gave a kept string.
    */
   shareKept(messages: readonly ChatMessageLike[], scope?: string): number {
