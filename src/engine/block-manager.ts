@@ -29,7 +29,7 @@
  */
 
 import type { KvEvent } from '../kv/events.js';
-import { InsertionFront } from '../util/insertion-front.js';
+import { OrderedMap53 } from '../util/ordered-map53.js';
 
 const NO_HASH = -1;
 const NIL = -1;
@@ -336,9 +336,11 @@ export class BlockManager {
   private readonly byHash: BlockHashIndex;
   /** KV events in the order the operations happened; null when events are off. */
   private readonly events: KvEvent[] | null;
-  /** Hashes held in host memory, least recently used first (Map insertion order); null: no tier. */
-  private readonly host: Map<number, true> | null;
-  private readonly oldestHost: InsertionFront<number, true> | null;
+  /**
+   * Hashes held in host memory, least recently used first; null: no tier. An OrderedMap53: a Map
+   * keyed by the 53-bit hashes would box each one, and every GPU eviction offloads a block.
+   */
+  private readonly host: OrderedMap53 | null;
   readonly numHostBlocks: number;
   /** Where warming loads leave their sum, so that the compiler keeps them. */
   private sink = 0;
@@ -368,8 +370,7 @@ export class BlockManager {
     this.events = recordEvents ? [] : null;
     if (!Number.isInteger(numHostBlocks) || numHostBlocks < 0) throw new Error(`numHostBlocks must be a non-negative integer, got ${numHostBlocks}`);
     this.numHostBlocks = numHostBlocks;
-    this.host = numHostBlocks > 0 ? new Map() : null;
-    this.oldestHost = this.host === null ? null : new InsertionFront(this.host);
+    this.host = numHostBlocks > 0 ? new OrderedMap53(Math.min(numHostBlocks, 1 << 16)) : null;
   }
 
   /** True if `hash` can be loaded from host memory. */
@@ -385,22 +386,23 @@ export class BlockManager {
   /** Mark a host block as just used (it is being loaded back), so evictions take others first. */
   touchHost(hash: number): void {
     const host = this.host;
-    if (host === null || !host.delete(hash)) return;
-    host.set(hash, true);
+    if (host === null || !host.has(hash)) return;
+    host.setLast(hash, 0, 0);
   }
 
   /** Keep an evicted GPU block in host memory, making room by evicting the LRU host block. */
   private offload(hash: number): void {
     const host = this.host!;
-    if (host.delete(hash)) {
-      host.set(hash, true); // already there (loaded back earlier): now the most recent
+    if (host.has(hash)) {
+      host.setLast(hash, 0, 0); // already there (loaded back earlier): now the most recent
       return;
     }
     if (host.size >= this.numHostBlocks) {
-      const old = this.oldestHost!.shift()![0];
+      const old = host.oldestKey()!;
+      host.delete(old);
       this.emitRemoved(old, MEDIUM_CPU);
     }
-    host.set(hash, true);
+    host.setLast(hash, 0, 0);
     this.events?.push({ type: 'BlockStored', blockHashes: [hash], parentBlockHash: null, tokenIds: [], blockSize: this.blockSize, medium: MEDIUM_CPU });
   }
 
@@ -571,7 +573,7 @@ export class BlockManager {
     }
     this.cachedFree = 0;
     // The host tier is dropped too (vLLM resets its offloading connector with the prefix cache).
-    const hostDropped = this.host ? [...this.host.keys()] : [];
+    const hostDropped = this.host ? [...this.host.keysInOrder()] : [];
     this.host?.clear();
     if (this.events) {
       if (this.byHash.size === 0) this.events.push({ type: 'AllBlocksCleared' });

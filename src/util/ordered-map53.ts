@@ -139,6 +139,11 @@ export class OrderedMap53 {
     return this.head === NONE ? undefined : this.keys[this.head];
   }
 
+  /** Every key, oldest first (the map must not change while they are read). */
+  *keysInOrder(): IterableIterator<number> {
+    for (let e = this.head; e !== NONE; e = this.next[e]!) yield this.keys[e]!;
+  }
+
   clear(): void {
     this.table.fill(0);
     this.head = this.tail = this.free = NONE;

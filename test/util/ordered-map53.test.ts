@@ -44,6 +44,7 @@ test('OrderedMap53 agrees with a Map under random sets, moves to the end, tag ch
     assert.equal(m.oldestKey(), ref.size > 0 ? ref.keys().next().value : undefined);
   }
   for (const k of pool) assert.equal(m.get(k), ref.get(k)?.val);
+  assert.deepEqual([...m.keysInOrder()], [...ref.keys()]);
   // Draining by age gives the keys in the reference's insertion order.
   const order: number[] = [];
   while (m.size > 0) {
