@@ -59,6 +59,7 @@ test('the repository’s generated tables are well-formed and name a command tha
     'light-load': ['light-load'],
     epp: ['decisions', 'overhead'],
     route: ['decisions'],
+    'insertion-front': ['lru'],
   };
   let blocks = 0;
   for (const file of markdownFiles()) {
