@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { Writable } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Gateway, GatewayOptions } from '../../src/gateway/gateway.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
@@ -310,6 +311,10 @@ describe('KV-pressure admission', () => {
     assert.equal(first.status, 200, first.text);
     // A critical answer streams from the worker, a token every ~70 ms.
     const streaming = open(u, chat('tell a long story', 200, { stream: true }), front);
+    // The figure shows once the answer's chunks cover a quarter of the pace's time constant, and
+    // can fade again for a moment between its first chunks; half a second more of them covers it.
+    await waitFor(() => (worker.recentTpotMs(performance.now()) ?? 0) > 45, 30_000);
+    await sleep(500);
     await waitFor(() => (worker.recentTpotMs(performance.now()) ?? 0) > 45, 30_000);
     const shed = await post(u, chat('a short question', 2), batch);
     assert.equal(shed.status, 503, shed.text);
