@@ -7,6 +7,7 @@
 import { parseArgs } from 'node:util';
 import { InsertionFront } from '../src/util/insertion-front.js';
 import { writeDocsFiles, writeGeneratedTables } from './doc-tables.js';
+import { median } from './harness.js';
 
 const HELP = `npm run bench -- insertion-front [options]
 
@@ -54,11 +55,6 @@ const kept = (m: Map<number, number>): Trim => {
   const front = new InsertionFront(m);
   return () => void front.shift();
 };
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)]!;
-}
 
 function main(): void {
   const { values } = parseArgs({ options: { size: { type: 'string' }, ops: { type: 'string' }, refresh: { type: 'string' }, rounds: { type: 'string' }, 'write-docs': { type: 'string', multiple: true }, help: { type: 'boolean', short: 'h' } } });

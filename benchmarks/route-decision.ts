@@ -11,10 +11,7 @@
  * BlockStored events would report them (untimed: the subscriber's work, not the decision's).
  * Each prompt is a 6,000-token prefix shared by its group (64 groups) plus 2,000 unique tokens.
  *
- * Options: --iterations N (default 5000), --workers N (16), --prompt-tokens N (8000),
- * --policies a,b (kvgate,llm-d,llm-d-precise,dynamo,sglang-cache-aware,least-load), --batch N (1),
- * --blocks N (30000), --warmup N (6000), --json, --write-docs FILE (rewrite this command's
- * generated table, `decisions`, in FILE; repeatable), --help.
+ * Options: `npm run bench -- route --help`.
  */
 import { WorkerState } from '../src/fleet/worker-state.js';
 import { createPolicy } from '../src/scheduler/registry.js';
@@ -47,6 +44,8 @@ if (process.argv.includes('--help') || process.argv.includes('-h')) {
       '  --policies A,B       policies (default kvgate,llm-d,llm-d-precise,dynamo,sglang-cache-aware,least-load)\n' +
       '  --blocks N           KV blocks per worker (default 30000)\n' +
       '  --warmup N           requests routed before timing (default 6000)\n' +
+      '  --batch N            tokenize N prompts, then route them (default 1: each just before its\n' +
+      '                       decision, as the gateway does; more leaves fewer caches cold)\n' +
       '  --json               the figures as JSON\n' +
       '  --write-docs FILE    rewrite this command\'s generated table (decisions) in FILE (repeatable)\n' +
       '  -h, --help           this text\n',
@@ -62,14 +61,24 @@ function arg(name: string, dflt: string): string {
   return i >= 0 && process.argv[i + 1] !== undefined ? process.argv[i + 1]! : dflt;
 }
 
-const ITER = Number(arg('iterations', '5000'));
-const WORKERS = Number(arg('workers', '16'));
-const PROMPT = Number(arg('prompt-tokens', '8000'));
+/** A whole-number option of at least `min`; anything else ends the run with the reason. */
+function count(name: string, dflt: string, min = 1): number {
+  const v = Number(arg(name, dflt));
+  if (!Number.isInteger(v) || v < min) {
+    process.stderr.write(`bench route: --${name} must be a whole number of at least ${min}, got '${arg(name, dflt)}' (--help lists the options)\n`);
+    process.exit(2);
+  }
+  return v;
+}
+
+const ITER = count('iterations', '5000');
+const WORKERS = count('workers', '16');
+const PROMPT = count('prompt-tokens', '8000');
 const POLICIES = arg('policies', 'kvgate,llm-d,llm-d-precise,dynamo,sglang-cache-aware,least-load').split(',');
 const GROUPS = 64;
 /** KV blocks per worker: Llama-3.1-8B on one H100 holds roughly 30,000 blocks of 16 tokens. */
-const BLOCKS = Number(arg('blocks', '30000'));
-const WARMUP = Number(arg('warmup', '6000'));
+const BLOCKS = count('blocks', '30000');
+const WARMUP = count('warmup', '6000', 0);
 const SHARED = Math.floor(PROMPT * 0.75);
 const JSON_OUT = process.argv.includes('--json');
 
@@ -153,7 +162,7 @@ async function benchPolicy(name: string, tokenizeSamples: number[], prehash = fa
   const windows = new Float64Array(2 * ITER);
   const deferred = new Float64Array(ITER);
   let hit = 0;
-  const BATCH = Number(arg("batch", "1"));
+  const BATCH = count('batch', '1');
   for (let start = 0; start < ITER; start += BATCH) {
     const reqs: RouteRequest[] = [];
     for (let i = start; i < Math.min(ITER, start + BATCH); i++) {
