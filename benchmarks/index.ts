@@ -33,6 +33,7 @@ const BENCHES: Readonly<Record<string, Bench>> = {
   profile: { file: 'profile', about: "where kvgate's CPU time per request goes, by stage, with GC pauses" },
   route: { file: 'route-decision', about: 'time to route one 8,000-token prompt over 16 warm workers, per policy' },
   'route-ab': { file: 'route-ab', about: "this checkout's routing decision against another build's (--baseline DIR)" },
+  'block-hash': { file: 'block-hash', about: 'chained block hashing: a hashBlock call a block against one hashBlocksInto call a run' },
   'insertion-front': { file: 'insertion-front', about: 'the oldest entry off an LRU Map: keys().next() from the table start against a kept iterator (InsertionFront)' },
   tokenize: { file: 'tokenize', about: 'the cost of tokenizing chat prompts, with and without the chat token cache' },
   'long-prompts': { file: 'long-prompts', about: 'long hf: tokenized prompts beside short requests, with and without tokenizer threads (--hf PATH)' },

@@ -25,7 +25,7 @@
  * tokens, over a hundred times the KV of 64 H100 workers — and the memory at most two tables of
  * 256 MiB. Every built-in workload at its default sizes stays far below.
  */
-import { chainRoot, hashBlock } from '../kv/block-hash.js';
+import { chainRoot, hashBlocksInto } from '../kv/block-hash.js';
 import { answerToken } from '../workload/tokens.js';
 import { HashSet53 } from '../util/hash-set53.js';
 import type { BenchRequest } from '../workload/types.js';
@@ -139,15 +139,14 @@ export function idealHitRate(
     const known = r.promptPart?.hashes(root, bs);
     const fromPart = known === undefined ? 0 : Math.min(known.length, full);
     if (fromPart > 0) hashes.set(fromPart === known!.length ? known! : known!.subarray(0, fromPart));
-    let parent = fromPart > 0 ? hashes[fromPart - 1]! : root;
-    for (let b = fromPart; b < full; b++) hashes[b] = parent = hashBlock(parent, p, b * bs, bs);
+    hashBlocksInto(hashes, fromPart, full, fromPart > 0 ? hashes[fromPart - 1]! : root, p, fromPart * bs, bs);
     if (blocks > full) {
       const len = (blocks - full) * bs;
       if (tail.length < len) tail = new Int32Array(Math.max(len, tail.length * 2));
       let at = 0;
       for (let i = full * bs; i < n; i++) tail[at++] = p[i]!;
       for (let i = 0; at < len; i++) tail[at++] = answerToken(r.outputSeed, i);
-      for (let b = 0; b < blocks - full; b++) hashes[full + b] = parent = hashBlock(parent, tail, b * bs, bs);
+      hashBlocksInto(hashes, full, blocks, full > 0 ? hashes[full - 1]! : root, tail, 0, bs);
     }
     const maxHit = Math.floor((n - 1) / bs);
     if (tree !== null && tree.size + blocks >= maxBlocks) {

@@ -30,7 +30,7 @@
  */
 
 import { BlockManager } from './block-manager.js';
-import { chainRoot, hashBlock, saltedRoot } from '../kv/block-hash.js';
+import { chainRoot, hashBlock, hashBlocksInto, saltedRoot } from '../kv/block-hash.js';
 import { adapterRoot, type BlockKeys } from '../kv/prompt-blocks.js';
 import type { KvEvent } from '../kv/events.js';
 import { EMPTY_HASHES, HashArrays } from './hash-arrays.js';
@@ -1006,18 +1006,24 @@ export class Engine implements EngineModel {
     if (b < s.numHashes) return s.hashes[b]!;
     if (b >= s.hashes.length) s.hashes = this.hashArrays.grow(s.hashes, s.numHashes, b + 1);
     const hs = s.hashes;
-    for (let i = s.numHashes; i <= b; i++) {
-      const parent = i === 0 ? s.root : hs[i - 1]!;
-      const start = i * this.bs;
-      const end = start + this.bs;
-      if (end <= s.promptLen) {
-        hs[i] = hashBlock(parent, s.prompt, start, this.bs);
-      } else {
-        const buf = this.scratch;
-        for (let t = start; t < end; t++) buf[t - start] = this.tokenAt(s, t);
-        hs[i] = hashBlock(parent, buf, 0, this.bs);
-      }
+    const bs = this.bs;
+    let i = s.numHashes;
+    // The prompt's full blocks in one run; blocks that reach into the output one at a time.
+    const inPrompt = Math.min(b + 1, Math.floor(s.promptLen / bs));
+    if (i < inPrompt) {
+      hashBlocksInto(hs, i, inPrompt, i === 0 ? s.root : hs[i - 1]!, s.prompt, i * bs, bs);
+      i = inPrompt;
     }
+    // The block the prompt ends in, its tokens gathered from both.
+    if (i <= b && i * bs < s.promptLen) {
+      const start = i * bs;
+      const buf = this.scratch;
+      for (let t = start; t < start + bs; t++) buf[t - start] = this.tokenAt(s, t);
+      hashBlocksInto(hs, i, i + 1, i === 0 ? s.root : hs[i - 1]!, buf, 0, bs);
+      i++;
+    }
+    // Blocks wholly in the output.
+    if (i <= b) hashBlocksInto(hs, i, b + 1, i === 0 ? s.root : hs[i - 1]!, s.output, i * bs - s.promptLen, bs);
     s.numHashes = b + 1;
     return hs[b]!;
   }
@@ -1057,19 +1063,21 @@ export class Engine implements EngineModel {
     const bm = this.bm;
     const events = bm.recordsEvents;
     this.hashAt(s, full - 1);
-    bm.warmForCache(s.blocks, s.hashes, s.numProcessed, full);
+    // Read from the array, not through hashAt: a hash returned from a call is a heap number.
+    const hs = s.hashes;
+    bm.warmForCache(s.blocks, hs, s.numProcessed, full);
     let runHashes: number[] | null = null;
     let runTokens: number[] | null = null;
     let runParent: number | null = null;
     for (let b = s.numProcessed; b < full; b++) {
-      const h = this.hashAt(s, b);
+      const h = hs[b]!;
       const stored = bm.cache(s.blocks[b]!, h);
       if (!events) continue;
       if (stored) {
         if (!runHashes) {
           runHashes = [];
           runTokens = [];
-          runParent = b === 0 ? null : this.hashAt(s, b - 1);
+          runParent = b === 0 ? null : hs[b - 1]!;
         }
         runHashes.push(h);
         const start = b * this.bs;

@@ -21,31 +21,56 @@ function fmix(h: number): number {
   return h >>> 0;
 }
 
+/** hashBlock's answer, written by hashBlocksInto. */
+const ONE = new Float64Array(1);
+
 /** Hash one block of `blockSize` tokens starting at `start`, chained to `parent`. */
-export function hashBlock(
+export function hashBlock(parent: number, tokens: ArrayLike<number>, start: number, blockSize: number): number {
+  hashBlocksInto(ONE, 0, 1, parent, tokens, start, blockSize);
+  return ONE[0]!;
+}
+
+/**
+ * Hash a run of blocks into `out[from … to)`: block `from` starts at token `start` and is chained
+ * to `parent`, each next block follows the one before. Where hashes are stored in a Float64Array,
+ * this is hashBlock without its cost per block: a 53-bit hash passed to or returned from a call
+ * that is not inlined is a heap-allocated number, two per block, where this passes none.
+ */
+export function hashBlocksInto(
+  out: Float64Array,
+  from: number,
+  to: number,
   parent: number,
   tokens: ArrayLike<number>,
   start: number,
   blockSize: number,
-): number {
-  // Two independent 32-bit lanes, seeded from the parent's high and low parts. `>>> 0` of an
-  // integer is already its value mod 2^32 (a `%` of a double would be a call to fmod).
-  let a = parent >>> 0;
-  let b = Math.floor(parent / 4294967296) >>> 0;
-  a ^= 0x9e3779b9;
-  b ^= 0x7f4a7c15;
-  const end = start + blockSize;
-  for (let i = start; i < end; i++) {
-    const t = tokens[i]! >>> 0;
-    a = Math.imul(a ^ t, 0x01000193);
-    a = (a << 13) | (a >>> 19);
-    b = Math.imul(b + t, 0x5bd1e995);
-    b ^= b >>> 15;
+): void {
+  // The parent's low 32 bits and high part, each block seeded from its parent's. A block's hash
+  // is made of the two lanes (below), so its parts are carried to the next block as they are:
+  // splitting a 53-bit double again (`>>> 0` of a number past 2^32 and a division) takes several
+  // times longer than hashing the block's tokens.
+  let lo = parent >>> 0;
+  let hi = Math.floor(parent / 4294967296) >>> 0;
+  let at = start;
+  for (let blk = from; blk < to; blk++) {
+    // Two independent 32-bit lanes. `>>> 0` of an integer is already its value mod 2^32 (a `%`
+    // of a double would be a call to fmod).
+    let a = lo ^ 0x9e3779b9;
+    let b = hi ^ 0x7f4a7c15;
+    const end = at + blockSize;
+    for (let i = at; i < end; i++) {
+      const t = tokens[i]! >>> 0;
+      a = Math.imul(a ^ t, 0x01000193);
+      a = (a << 13) | (a >>> 19);
+      b = Math.imul(b + t, 0x5bd1e995);
+      b ^= b >>> 15;
+    }
+    lo = fmix(a ^ blockSize);
+    hi = fmix(b ^ Math.imul(lo, 0x27d4eb2f)) & 0x1fffff;
+    // 21 high bits from lane b, 32 low bits from lane a: a 53-bit integer.
+    out[blk] = hi * 4294967296 + lo;
+    at = end;
   }
-  a = fmix(a ^ blockSize);
-  b = fmix(b ^ Math.imul(a, 0x27d4eb2f));
-  // 21 high bits from lane b, 32 low bits from lane a: a 53-bit integer.
-  return (b & 0x1fffff) * 4294967296 + a;
 }
 
 /** The root of a hash chain for a given seed (vLLM's NONE_HASH). */

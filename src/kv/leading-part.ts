@@ -9,7 +9,7 @@
  * router's hashing (PromptBlocks) finds a prompt's part through recordLeadingPart: the chat-token
  * cache records a prompt that begins with a kept message, the simulator a workload's shared part.
  */
-import { hashBlock } from './block-hash.js';
+import { hashBlocksInto } from './block-hash.js';
 
 /** A part's block hashes on one chain. */
 interface PartHashes {
@@ -58,7 +58,7 @@ export class LeadingPart {
         parent = hashes[b - 1]!;
       }
     }
-    for (; b < n; b++) hashes[b] = parent = hashBlock(parent, tokens, b * blockSize, blockSize);
+    hashBlocksInto(hashes, b, n, parent, tokens, b * blockSize, blockSize);
     // These hashes now stand in for the base's: dropping it keeps a session's prompts from
     // holding every earlier prompt alive (another chain, if one is ever asked for, hashes it whole).
     this.base = null;

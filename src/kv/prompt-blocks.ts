@@ -6,7 +6,7 @@
  * that hashes a prompt on the request path.
  */
 import { stateKey, type RequestState, type StateKey } from '../util/state.js';
-import { chainRoot, hashBlock, saltedRoot } from './block-hash.js';
+import { chainRoot, hashBlocksInto, saltedRoot } from './block-hash.js';
 import { leadingPartOf } from './leading-part.js';
 
 /** Seed of kvgate's own block-hash chain (deliberately different from any engine's). */
@@ -57,10 +57,14 @@ const HASH_RUN = 64;
 
 const NONE_KNOWN: ArrayLike<number> = new Float64Array(0);
 
+/** Where at() hashes a run before it is appended (calls never overlap: nothing in between yields). */
+let runScratch = new Float64Array(HASH_RUN);
+
 export class PromptBlocks implements BlockSeq {
   readonly length: number;
   private readonly hashes: number[] = [];
-  private parent: number;
+  /** The chain's root: the seed's, salted and keyed by the adapter as the request is. */
+  private readonly root: number;
   /**
    * The hashes of the part the prompt was recorded to begin with (leading-part.ts: a system prompt
    * or document kept by the chat-token cache, a workload's shared part), on this chain: computed
@@ -77,9 +81,9 @@ export class PromptBlocks implements BlockSeq {
   ) {
     this.length = Math.floor(tokens.length / blockSize);
     const root = adapter === undefined ? chainRoot(seed) : adapterRoot(chainRoot(seed), adapter);
-    this.parent = salt === undefined ? root : saltedRoot(root, salt);
+    this.root = salt === undefined ? root : saltedRoot(root, salt);
     const part = leadingPartOf(tokens);
-    this.known = part !== undefined && part.tokens.length <= tokens.length ? part.hashes(this.parent, blockSize) : NONE_KNOWN;
+    this.known = part !== undefined && part.tokens.length <= tokens.length ? part.hashes(this.root, blockSize) : NONE_KNOWN;
   }
 
   at(i: number): number | undefined {
@@ -91,10 +95,13 @@ export class PromptBlocks implements BlockSeq {
       // past where a lookup stops.
       const end = Math.min(this.length, Math.max(i + 1, h.length + HASH_RUN));
       const known = this.known;
-      while (h.length < end) {
-        const b = h.length;
-        this.parent = b < known.length ? known[b]! : hashBlock(this.parent, this.tokens, b * this.blockSize, this.blockSize);
-        h.push(this.parent);
+      for (let b = h.length; b < Math.min(end, known.length); b++) h.push(known[b]!);
+      const from = h.length;
+      if (from < end) {
+        if (runScratch.length < end - from) runScratch = new Float64Array(Math.max(end - from, 2 * runScratch.length));
+        const parent = from === 0 ? this.root : h[from - 1]!;
+        hashBlocksInto(runScratch, 0, end - from, parent, this.tokens, from * this.blockSize, this.blockSize);
+        for (let k = 0; k < end - from; k++) h.push(runScratch[k]!);
       }
     }
     return h[i];
