@@ -29,6 +29,7 @@
  */
 
 import type { KvEvent } from '../kv/events.js';
+import type { IdList } from './array-pool.js';
 import { OrderedMap53 } from '../util/ordered-map53.js';
 
 const NO_HASH = -1;
@@ -479,9 +480,12 @@ export class BlockManager {
    * queue reads them and the index slots of the hashes they give up before any is taken, so the
    * slots' cache misses overlap instead of each waiting for the one before.
    */
-  allocateInto(out: number[], n: number): void {
+  allocateInto(out: IdList, n: number): void {
+    if (n <= 0) return;
     if (n > 1) this.warmForAllocate(n);
-    for (let k = 0; k < n; k++) out.push(this.allocate());
+    out.reserve(n);
+    const ids = out.ids;
+    for (let k = 0; k < n; k++) ids[out.length++] = this.allocate();
   }
 
   private warmForAllocate(n: number): void {
@@ -504,13 +508,13 @@ export class BlockManager {
    * Release one reference on each of `blocks`, last block first, so that among blocks freed
    * together the tail ones reach the head of the free queue (evicted) before the head ones.
    */
-  freeAll(blocks: readonly number[]): void {
+  freeAll(blocks: ArrayLike<number>, n = blocks.length): void {
     // The blocks' lines first, in independent loads whose misses overlap (as in warmForCache).
     const blkInt = this.blkInt;
     let acc = 0;
-    for (let i = 0; i < blocks.length; i++) acc += blkInt[4 * blocks[i]! + 2]!;
+    for (let i = 0; i < n; i++) acc += blkInt[4 * blocks[i]! + 2]!;
     this.sink += acc;
-    for (let i = blocks.length - 1; i >= 0; i--) this.release(blocks[i]!);
+    for (let i = n - 1; i >= 0; i--) this.release(blocks[i]!);
   }
 
   release(b: number): void {
@@ -539,7 +543,7 @@ export class BlockManager {
    * CPU overlaps their cache misses, where the caching loop that follows would wait on each in
    * turn (every engine of a fleet has its own tables, too large to stay in the CPU's caches).
    */
-  warmForCache(blocks: readonly number[], hashes: ArrayLike<number>, from: number, to: number): void {
+  warmForCache(blocks: ArrayLike<number>, hashes: ArrayLike<number>, from: number, to: number): void {
     const blkHash = this.blkHash;
     const byHash = this.byHash;
     let acc = 0;

@@ -33,7 +33,7 @@ import { BlockManager } from './block-manager.js';
 import { chainRoot, hashBlock, hashBlocksInto, saltedRoot } from '../kv/block-hash.js';
 import { adapterRoot, type BlockKeys } from '../kv/prompt-blocks.js';
 import type { KvEvent } from '../kv/events.js';
-import { EMPTY_HASHES, HashArrays } from './hash-arrays.js';
+import { ArrayPool, IdList, EMPTY_HASHES } from './array-pool.js';
 import type {
   AdmissionError,
   EngineConfig,
@@ -84,17 +84,18 @@ interface Seq {
   readonly prefixCacheLimit: number;
   /** Admission order; ties on priority go to the earlier arrival. */
   readonly arrival: number;
-  readonly output: number[];
-  /** Reused for every sampler call (the output array grows in place). */
+  /** Tokens generated, kept until the request ends (a preempted one recomputes them). */
+  readonly output: IdList;
+  /** Reused for every sampler call (the output list grows in place). */
   readonly ctx: TokenContext;
   status: Status;
   /** KV blocks held, in token order. */
-  blocks: number[];
+  readonly blocks: IdList;
   /** Tokens whose KV is computed (vLLM's num_computed_tokens). */
   numComputed: number;
   /**
    * Content hashes of full blocks, [0, numHashes) known so far (valid across preemptions: tokens
-   * never change). Taken from the engine's HashArrays and given back when the request ends.
+   * never change). Taken from the engine's pool and given back when the request ends.
    */
   hashes: Float64Array;
   numHashes: number;
@@ -201,7 +202,9 @@ export class Engine implements EngineModel {
   private readonly emitTokens: boolean;
   private readonly live = new Map<string, Seq>();
   /** The requests' hash arrays, reused. */
-  private readonly hashArrays = new HashArrays();
+  private readonly hashArrays = new ArrayPool<Float64Array>((n) => new Float64Array(n));
+  private readonly blockArrays = new ArrayPool<Int32Array>((n) => new Int32Array(n));
+  private readonly tokenArrays = new ArrayPool<Int32Array>((n) => new Int32Array(n));
   private runningSeqs: Seq[] = [];
   private readonly waitingQueue = new WaitingQueue();
   private numWaiting = 0;
@@ -284,7 +287,7 @@ export class Engine implements EngineModel {
     }
     const err = this.check(promptLen, req.maxTokens);
     if (err) throw new Error(err.message);
-    const output: number[] = [];
+    const output = new IdList(this.tokenArrays);
     const root = this.requestRoot(req);
     const s: Seq = {
       id: req.id,
@@ -304,7 +307,7 @@ export class Engine implements EngineModel {
       output,
       ctx: { prompt: req.prompt, output },
       status: Status.Waiting,
-      blocks: [],
+      blocks: new IdList(this.blockArrays),
       numComputed: 0,
       hashes: EMPTY_HASHES,
       numHashes: 0,
@@ -873,7 +876,7 @@ export class Engine implements EngineModel {
 
   /** Blocks held by a live request or for a decode worker's pull (for tests and kv_transfer_params), or undefined. */
   blocksOf(id: string): readonly number[] | undefined {
-    return this.live.get(id)?.blocks ?? this.held.get(id);
+    return this.live.get(id)?.blocks.toArray() ?? this.held.get(id);
   }
 
   /** Remote-prefill requests waiting for their KV. */
@@ -936,8 +939,8 @@ export class Engine implements EngineModel {
     // Still prefilling its prompt: admitted by its first chunk to a cache that could not hold the rest.
     if (s.numComputed < s.promptLen) this.counters.prefillPreemptions++;
     const before = this.pendingOf(s);
-    this.bm.freeAll(s.blocks);
-    s.blocks = [];
+    this.bm.freeAll(s.blocks.ids, s.blocks.length);
+    s.blocks.release();
     s.numComputed = 0;
     s.numProcessed = 0;
     s.status = Status.Waiting;
@@ -959,9 +962,9 @@ export class Engine implements EngineModel {
     // A remote-decode request capped by max_tokens keeps its KV for the decode worker (vLLM's
     // NixlConnector holds blocks only for FINISHED_LENGTH_CAPPED; any other end frees them).
     const hold = s.remoteDecode && reason === 'length';
-    if (hold) this.held.set(s.id, s.blocks);
-    else this.bm.freeAll(s.blocks);
-    s.blocks = [];
+    if (hold) this.held.set(s.id, s.blocks.toArray());
+    else this.bm.freeAll(s.blocks.ids, s.blocks.length);
+    s.blocks.release();
     s.status = Status.Done;
     this.hashArrays.give(s.hashes);
     s.hashes = EMPTY_HASHES;
@@ -976,6 +979,8 @@ export class Engine implements EngineModel {
       cachedPromptTokens: s.cachedPromptTokens,
       ...(hold ? { kvHeld: true } : {}),
     });
+    // Its length stays: the caller may still read how many tokens it generated.
+    s.output.release(true);
   }
 
   /** Tokens this request still has to prefill (0 when it is decoding or done). */
@@ -1023,7 +1028,7 @@ export class Engine implements EngineModel {
       i++;
     }
     // Blocks wholly in the output.
-    if (i <= b) hashBlocksInto(hs, i, b + 1, i === 0 ? s.root : hs[i - 1]!, s.output, i * bs - s.promptLen, bs);
+    if (i <= b) hashBlocksInto(hs, i, b + 1, i === 0 ? s.root : hs[i - 1]!, s.output.ids, i * bs - s.promptLen, bs);
     s.numHashes = b + 1;
     return hs[b]!;
   }
@@ -1050,7 +1055,7 @@ export class Engine implements EngineModel {
   }
 
   private tokenAt(s: Seq, i: number): number {
-    return i < s.promptLen ? s.prompt[i]! : s.output[i - s.promptLen]!;
+    return i < s.promptLen ? s.prompt[i]! : s.output.ids[i - s.promptLen]!;
   }
 
   /**
@@ -1065,13 +1070,13 @@ export class Engine implements EngineModel {
     this.hashAt(s, full - 1);
     // Read from the array, not through hashAt: a hash returned from a call is a heap number.
     const hs = s.hashes;
-    bm.warmForCache(s.blocks, hs, s.numProcessed, full);
+    bm.warmForCache(s.blocks.ids, hs, s.numProcessed, full);
     let runHashes: number[] | null = null;
     let runTokens: number[] | null = null;
     let runParent: number | null = null;
     for (let b = s.numProcessed; b < full; b++) {
       const h = hs[b]!;
-      const stored = bm.cache(s.blocks[b]!, h);
+      const stored = bm.cache(s.blocks.ids[b]!, h);
       if (!events) continue;
       if (stored) {
         if (!runHashes) {

@@ -290,8 +290,8 @@ export interface RecordingSampler {
 
 /** Last two tokens of prompt + output without concatenating them. */
 function contextTail(ctx: TokenContext): [number, number] {
-  const out = ctx.output;
-  const o = out.length;
+  const out = ctx.output.ids;
+  const o = ctx.output.length;
   if (o >= 2) return [out[o - 2]!, out[o - 1]!];
   const p = ctx.prompt;
   const pl = p.length;

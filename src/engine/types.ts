@@ -11,11 +11,17 @@ import type { BlockKeys } from '../kv/prompt-blocks.js';
 /** Why a sequence stopped. 'abort' is reported for requests removed with `abort()`. */
 export type FinishReason = 'stop' | 'length' | 'abort';
 
+/** A sequence's tokens generated so far: `ids[0 … length)` (the array may be longer). */
+export interface OutputTokens {
+  readonly ids: ArrayLike<number>;
+  readonly length: number;
+}
+
 /** What the sampler sees when asked for the next token of a sequence. */
 export interface TokenContext {
   readonly prompt: ArrayLike<number>;
   /** Tokens generated so far (not including the one being sampled). */
-  readonly output: readonly number[];
+  readonly output: OutputTokens;
 }
 
 /** Produces the next output token. Called exactly once per generated token, in order. */

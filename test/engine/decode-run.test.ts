@@ -136,7 +136,7 @@ test('with a host-memory tier, remote-decode holds and LoRA adapters, runs still
 
 test('no run where the next step is not a pure decode step of the batch', () => {
   const durations = new Float64Array(16);
-  const sampler = (seed: number) => (ctx: { output: ArrayLike<number> }) => answerToken(seed, ctx.output.length);
+  const sampler = (seed: number) => (ctx: { output: { length: number } }) => answerToken(seed, ctx.output.length);
   const e = new Engine(config());
   assert.equal(e.decodeRun(durations), 0, 'idle');
   e.add({ id: 'a', prompt: [1, 2, 3, 4, 5, 6, 7, 8, 9], maxTokens: 10, sampler: sampler(1), ignoreEos: true });

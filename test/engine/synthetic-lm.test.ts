@@ -4,6 +4,11 @@ import { createSampler, createSyntheticLm, fixedSampler, hashSampler, TOP_K } fr
 import { COMMA_ID, EOS_TOKEN_ID, NEWLINE_ID, PERIOD_ID, VOCAB_SIZE } from '../../src/tokenizer/vocabulary.js';
 import { seededRng } from '../../src/util/rng.js';
 
+/** What the engine passes a sampler: the prompt and the tokens generated so far. */
+function ctx(prompt: ArrayLike<number>, output: readonly number[]): { prompt: ArrayLike<number>; output: { ids: readonly number[]; length: number } } {
+  return { prompt, output: { ids: output, length: output.length } };
+}
+
 const lm = createSyntheticLm('llama-3.1-8b');
 
 function logSumExp(xs: ArrayLike<number>): number {
@@ -54,7 +59,7 @@ test('natural completions run tens to a few hundred tokens', () => {
     const prompt = [r % 100, (r * 7) % 100];
     const output: number[] = [];
     while (output.length < 5000) {
-      const t = sampler({ prompt, output });
+      const t = sampler(ctx(prompt, output));
       output.push(t);
       if (t === EOS_TOKEN_ID) break;
     }
@@ -70,7 +75,7 @@ test('sampling: reproducible with a seed, greedy at temperature 0, logprobs reco
     const s = createSampler(lm, opts);
     const prompt = [11, 22, 33];
     const output: number[] = [];
-    for (let i = 0; i < n; i++) output.push(s.sampler({ prompt, output }));
+    for (let i = 0; i < n; i++) output.push(s.sampler(ctx(prompt, output)));
     return { output, logprobs: s.logprobs };
   };
   assert.deepEqual(gen({ seed: 1 }).output, gen({ seed: 1 }).output);
@@ -115,12 +120,12 @@ test('a draft model agrees with its target about `fidelity` of the time', () => 
 test('bench samplers are cheap, deterministic and never emit EOS', () => {
   const h = hashSampler('x');
   const output: number[] = [];
-  for (let i = 0; i < 1000; i++) output.push(h({ prompt: [1], output }));
+  for (let i = 0; i < 1000; i++) output.push(h(ctx([1], output)));
   assert.ok(!output.includes(EOS_TOKEN_ID));
   assert.ok(output.every((t) => t >= 0 && t < PERIOD_ID && t !== NEWLINE_ID));
-  assert.equal(h({ prompt: [], output: output.slice(0, 5) }), output[5]);
+  assert.equal(h(ctx([], output.slice(0, 5))), output[5]);
   const f = fixedSampler([4, 5]);
-  assert.deepEqual([0, 1, 2].map((n) => f({ prompt: [], output: new Array(n).fill(0) })), [4, 5, 4]);
+  assert.deepEqual([0, 1, 2].map((n) => f(ctx([], new Array<number>(n).fill(0)))), [4, 5, 4]);
 });
 
 test('greedy decoding usually ends with EOS', () => {
@@ -131,7 +136,7 @@ test('greedy decoding usually ends with EOS', () => {
     const prompt = [(r * 37) % 4000, (r * 101) % 4000];
     const output: number[] = [];
     while (output.length < 2000) {
-      const t = sampler({ prompt, output });
+      const t = sampler(ctx(prompt, output));
       output.push(t);
       if (t === EOS_TOKEN_ID) {
         ended++;
