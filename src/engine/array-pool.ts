@@ -26,7 +26,8 @@ export class ArrayPool<A extends Pooled> {
   /** An array of at least `n` entries holding `a`'s first `used`; `a` is given back. */
   grow(a: A, used: number, n: number): A {
     const b = this.take(Math.max(n, 2 * a.length));
-    b.set(a.subarray(0, used));
+    if (used === a.length) b.set(a);
+    else b.set(a.subarray(0, used));
     this.give(a);
     return b;
   }

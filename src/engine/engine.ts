@@ -630,6 +630,8 @@ export class Engine implements EngineModel {
       this.waitingQueue.pop();
       this.numWaiting--;
       const pendingBefore = this.pendingOf(s);
+      // Room for every block the request can come to hold, so that decoding never grows the list.
+      s.blocks.reserve(Math.ceil((s.promptLen + s.maxTokens + (this.spec?.k ?? 0)) / bs) - s.blocks.length);
       for (let k = 0; k < hits.length; k++) {
         bm.touch(hits[k]!);
         s.blocks.push(hits[k]!);
