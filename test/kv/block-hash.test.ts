@@ -4,8 +4,7 @@ import { blockHashes, chainRoot, hashBlock, hashBlocksInto } from '../../src/kv/
 
 /**
  * Blocks 0, 1 and 39 of a 40-block chain over tokens(40 × bs, bs), per block size and root: the
- * hashes a `hashBlock` call a block gave before runs were hashed in one call (they must never
- * change: the simulator's figures and every stored index depend on them).
+ * hashes a `hashBlock` call a block gives (a change to them changes every simulated figure).
  */
 const PINNED: ReadonlyArray<[number, number, [number, number, number]]> = [
   [16, 4254569866227, [1463269526037109, 1515521766214942, 7217741457996305]],
