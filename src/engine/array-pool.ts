@@ -1,9 +1,8 @@
 /**
  * Typed arrays for the engine's requests, by power-of-two length, given back as requests end: a
  * request's block hashes, KV block ids and output tokens live from its arrival (or admission) to
- * its end.
- * Arrays allocated per request, or plain arrays grown by push, would outlive young-generation
- * collections and be copied and promoted; these are allocated once and reused.
+ * its end. Arrays allocated per request, or plain arrays grown by push, would outlive
+ * young-generation collections and be copied and promoted; these are allocated once and reused.
  */
 
 type Pooled = Float64Array | Int32Array;
