@@ -192,6 +192,10 @@ test('extra_keys: a cache_salt roots the chain as kvgate salts its prompts; othe
   apply(stored([1, 2], null, prompt, { extraKeys: [['tenant-a'], null] }));
   assert.equal(index.matchWorker(saltedBlocks, 'w', 0), 2, 'the salted prompt matches');
   assert.equal(index.matchWorker(plain, 'w', 0), 0, 'the unsalted one does not');
+  // No key on any block (vLLM sends a null for each): the plain prompt's chain.
+  const none = rig();
+  none.apply(stored([1, 2], null, prompt, { extraKeys: [null, null] }));
+  assert.equal(none.index.matchWorker(plain, 'w', 0), 2);
   // An image's hash on the second block: the first block is the plain prompt's, the second is not.
   const mm = rig();
   mm.apply(stored([1, 2], null, prompt, { extraKeys: [null, [['img-digest', 0]]] }));
