@@ -233,7 +233,9 @@ function indexMemory(): { bytesPerMillion: number; heapBytesPerMillion: number; 
   gc();
   const before = process.memoryUsage();
   const idx = new PrefixIndex({ maxBytes: 1024 * 1024 * 1024 });
-  for (let w = 0; w < WORKERS; w++) idx.addWorker(`w${w}`, 1e9);
+  // Capacities adding up to the blocks inserted: the index sizes itself for what its workers can
+  // hold (up to maxBytes), so larger ones would measure room never used.
+  for (let w = 0; w < WORKERS; w++) idx.addWorker(`w${w}`, Math.ceil(N / WORKERS));
   // One million (block, worker) entries: 8,000-token prompts (500 blocks) spread over workers.
   const chains: number[][] = [];
   const t0 = process.hrtime.bigint();
