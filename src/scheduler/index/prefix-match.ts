@@ -10,6 +10,7 @@ import { stateKey, type StateKey } from '../../util/state.js';
 import type { PredictionTrail, PrefixIndex } from './prefix-index.js';
 import type { RouteRequest, RoutingContext } from '../types.js';
 
+/** A worker's match; shared between the workers with the same answer, so never changed. */
 export interface PrefixMatch {
   /** Leading prompt blocks the worker is believed to hold. */
   blocks: number;
@@ -116,8 +117,14 @@ export class PrefixMatcher {
       const out = new Int32Array(ws.length);
       this.index.matchSlots(hashes, slots, out, ctx.now);
       const usable = Math.max(0, Math.floor((req.promptTokens.length - 1) / bs));
+      // The workers that hold none of the prompt (most of a large pool) share one answer.
+      let none: PrefixMatch | null = null;
       for (let i = 0; i < ws.length; i++) {
         const blocks = out[i]!;
+        if (blocks <= 0) {
+          known.set(ws[i]!, (none ??= { blocks: 0, tokens: 0, promptBlocks: hashes.length, blockSize: bs, tiers: [0, 0, 0] }));
+          continue;
+        }
         const tiers = slots[i]! < 0 ? ([0, 0, 0] as [number, number, number]) : this.index.tierCounts(hashes, ws[i]!.id, blocks);
         known.set(ws[i]!, { blocks, tokens: Math.min(blocks, usable) * bs, promptBlocks: hashes.length, blockSize: bs, tiers });
       }

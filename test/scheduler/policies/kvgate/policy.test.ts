@@ -198,6 +198,31 @@ test('session key is a hint: it breaks near-ties but does not override load', ()
   assert.ok(busy.ok && busy.decision.worker !== home);
 });
 
+test("a dispatched request's kept estimate is its own: later decisions, which reuse the others' estimates, leave it as it was", () => {
+  const { router: r } = router(createPolicy('kvgate', { learnPrefillRate: false }));
+  const ws = [worker('a'), worker('b'), worker('c'), worker('d')];
+  const first = request(seq(0, 3000));
+  const out = r.route(first, ws);
+  assert.ok(out.ok);
+  const w = out.ok ? out.decision.worker : ws[0]!;
+  const kept = kvgateEstimate(first, w)!;
+  const before = { ...kept };
+  assert.equal(before.uncachedTokens, 3000);
+  // Other prompts, other loads: every estimate these decisions make differs from the first's.
+  ws[1]!.begin({ id: 'x', promptTokens: 9000, uncachedTokens: 9000, maxTokens: 50, blocks: 600, dispatchedAt: 0 });
+  for (let i = 1; i <= 20; i++) {
+    const req = request(seq(100_000 * i, 500 + 40 * i));
+    const o = r.route(req, ws);
+    assert.ok(o.ok);
+    if (o.ok) {
+      const e = kvgateEstimate(req, o.decision.worker)!;
+      assert.notEqual(e, kept);
+      assert.equal(e.uncachedTokens, 500 + 40 * i);
+    }
+  }
+  assert.deepEqual({ ...kvgateEstimate(first, w)! }, before);
+});
+
 test('the first token confirms predictions and teaches the pool’s prefill rate', () => {
   const policy = createPolicy('kvgate', { predictedTtlMs: 1000 }) as KvgatePolicy;
   const { router: r, clock } = router(policy);
