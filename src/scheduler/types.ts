@@ -67,7 +67,7 @@ export interface RoutingContext {
 export interface Filter {
   readonly name: string;
   /** Workers that can take the request. May return the input array unchanged. */
-  filter(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): WorkerState[];
+  filter(req: RouteRequest, workers: readonly WorkerState[], ctx: RoutingContext): readonly WorkerState[];
   /**
    * Asked when this filter removed every worker: a message if the request can never be served by
    * `workers` (the filter's input), which the pipeline answers with 400 context_length_exceeded;

@@ -10,6 +10,15 @@ import type { Filter } from '../types.js';
 export const healthyFilter: Filter = {
   name: 'healthy',
   filter: (_req, workers) => {
+    // Nearly always every worker is up and trusted: the same candidates, no new array.
+    let keepAll = true;
+    for (const w of workers) {
+      if (!w.routable || w.suspected) {
+        keepAll = false;
+        break;
+      }
+    }
+    if (keepAll) return workers;
     const up = workers.filter((w) => w.routable);
     if (!up.some((w) => w.suspected)) return up;
     const trusted = up.filter((w) => !w.suspected);

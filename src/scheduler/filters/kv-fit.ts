@@ -90,9 +90,9 @@ export function kvFitFilter(matcher: PrefixMatcher | null, opts: KvFitOptions): 
       if (opts.rule === 'ever') {
         if (fits.length === 0 && possible.length > 0) req.state.set(KV_OVERFULL, true);
         else if (fits.length < possible.length) req.state.set(KV_ROOM, new Set(fits));
-        return possible.length === workers.length ? (workers as WorkerState[]) : possible;
+        return possible.length === workers.length ? workers : possible;
       }
-      if (fits.length > 0) return fits.length === workers.length ? (workers as WorkerState[]) : fits;
+      if (fits.length > 0) return fits.length === workers.length ? workers : fits;
       if (possible.length === 0) return [];
       req.state.set(KV_OVERFULL, true);
       if (opts.whenNoneFits === 'all') return possible;

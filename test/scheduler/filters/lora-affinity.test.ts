@@ -18,7 +18,7 @@ function req(adapter?: string): RouteRequest {
   return { id: 'r', state } as unknown as RouteRequest;
 }
 const ctx = {} as RoutingContext;
-const ids = (ws: WorkerState[]) => ws.map((w) => w.id);
+const ids = (ws: readonly WorkerState[]) => ws.map((w) => w.id);
 
 test('an adapter stays on its workers while they keep up, spreads to free slots when they do not, never to taken ones', () => {
   const busy = worker('busy', { maxLoras: 1, running: ['b'], waiting: [] });
