@@ -110,19 +110,14 @@ export class ChatTokenCache {
    */
   encode(messages: readonly ChatMessageLike[], addGenerationPrompt = true, scope?: string): Int32Array {
     const parts: ArrayLike<number>[] = [];
-    let n = 0;
     let first: Kept | null = null;
     for (const m of messages) {
-      const ids = this.message(m, scope);
-      if (parts.length === 0) first = this.lastKept;
-      parts.push(ids);
-      n += ids.length;
+      const kept = this.message(m, scope, parts);
+      if (parts.length === 1) first = kept;
     }
-    if (addGenerationPrompt) {
-      const ids = (this.generation ??= this.tokenizer.encode(GENERATION_PROMPT));
-      parts.push(ids);
-      n += ids.length;
-    }
+    if (addGenerationPrompt) parts.push((this.generation ??= this.tokenizer.encode(GENERATION_PROMPT)));
+    let n = 0;
+    for (const ids of parts) n += ids.length;
     // A typed array: its ids live outside the JS heap, so a request that is still in flight when
     // the young generation is collected does not have them copied (a number[] of 1,000 ids is
     // 8 KB the collector moves, and then promotes, for every such request).
@@ -149,9 +144,6 @@ export class ChatTokenCache {
     this.evict();
   }
 
-  /** The kept entry the last message() call answered from or added, null when none. */
-  private lastKept: Kept | null = null;
-
   /**
    * Give each message whose content is a kept string that string as its content: the same text,
    * held once for every request that sends it. A request's own copy (its JSON parser's) is then
@@ -172,13 +164,19 @@ export class ChatTokenCache {
     return shared;
   }
 
-  private message(m: ChatMessageLike, scope: string | undefined): ArrayLike<number> {
-    this.lastKept = null;
+  /**
+   * Append message `m`'s ids to `parts`. Returns the kept entry they came from or went into, null
+   * when the message is too short to keep or too long to fit.
+   */
+  private message(m: ChatMessageLike, scope: string | undefined, parts: ArrayLike<number>[]): Kept | null {
     const content = typeof m.content === 'string' && typeof m.role === 'string' ? m.content : null;
     // renderMessage's length for a string content: `<|role|>\n` + content + `\n`.
     const rendered = content === null ? renderMessage(m) : null;
     const length = rendered !== null ? rendered.length : m.role.length + content!.length + 6;
-    if (length < this.o.minChars) return this.tokenizer.encode(rendered ?? renderMessage(m));
+    if (length < this.o.minChars) {
+      parts.push(this.tokenizer.encode(rendered ?? renderMessage(m)));
+      return null;
+    }
     const groupKey = groupKeyOf(scope, content !== null ? m.role : null);
     const key = content ?? rendered!;
     const sample = sampleKey(key);
@@ -188,30 +186,29 @@ export class ChatTokenCache {
       this.hits++;
       this.lru.delete(hit);
       this.lru.add(hit);
-      this.lastKept = hit;
-      return hit.ids;
+      parts.push(hit.ids);
+      return hit;
     }
     this.misses++;
     const ids = this.tokenizer.encode(rendered ?? renderMessage(m));
-    if (ids.length <= this.o.maxTokens) {
-      if (group === undefined) this.groups.set(groupKey, (group = new Map()));
-      const kept: Kept = { ids: Int32Array.from(ids), part: null, group, groupKey, key, sample, next: group.get(sample) ?? null };
-      group.set(sample, kept);
-      this.lru.add(kept);
-      this.kept += ids.length;
-      // Past MAX_SAME_SAMPLE messages with this sample, the one kept earliest goes.
-      let last = kept;
-      for (let n = 1; last.next !== null; n++) {
-        if (n === MAX_SAME_SAMPLE) {
-          this.drop(last.next);
-          break;
-        }
-        last = last.next;
+    parts.push(ids);
+    if (ids.length > this.o.maxTokens) return null;
+    if (group === undefined) this.groups.set(groupKey, (group = new Map()));
+    const kept: Kept = { ids: Int32Array.from(ids), part: null, group, groupKey, key, sample, next: group.get(sample) ?? null };
+    group.set(sample, kept);
+    this.lru.add(kept);
+    this.kept += ids.length;
+    // Past MAX_SAME_SAMPLE messages with this sample, the one kept earliest goes.
+    let last = kept;
+    for (let n = 1; last.next !== null; n++) {
+      if (n === MAX_SAME_SAMPLE) {
+        this.drop(last.next);
+        break;
       }
-      this.evict();
-      this.lastKept = kept;
+      last = last.next;
     }
-    return ids;
+    this.evict();
+    return kept;
   }
 
   /** Drop the least recently used messages until at most maxTokens ids are kept. */
