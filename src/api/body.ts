@@ -22,9 +22,13 @@ export function readBody(req: IncomingMessage, limit: number, timeoutMs = 0): Pr
     // The listeners stay on the request once it is settled (they do nothing then): removing four
     // listeners from a stream per request cost more than the request's own handler did in a
     // profile under load, and the request object is dropped with them when the response ends.
+    // What they share must not hold the chunks that long: a long prompt's bytes would be kept
+    // twice (its chunks and the body made of them) for as long as its answer streams.
     const done = (r: BodyResult): void => {
       if (settled) return;
       settled = true;
+      first = null;
+      chunks = null;
       if (timer) clearTimeout(timer);
       resolve(r);
     };
@@ -41,6 +45,7 @@ export function readBody(req: IncomingMessage, limit: number, timeoutMs = 0): Pr
       else (chunks ??= [first]).push(c);
     };
     const onEnd = (): void => {
+      if (settled) return;
       done({ ok: true, body: chunks ? Buffer.concat(chunks, size) : (first ?? Buffer.alloc(0)) });
     };
     const onAbort = (): void => done({ ok: false, reason: 'aborted' });
