@@ -35,8 +35,10 @@ export interface ChatTokenCacheOptions {
 /** A message's kept ids, in the group of messages with its scope and role. */
 interface Kept {
   ids: Int32Array;
-  /** The ids as a prompt's leading part, made when a prompt first begins with this message. */
+  /** The ids as a prompt's leading part, made when a prompt first begins with this message sent again. */
   part: LeadingPart | null;
+  /** Requests that sent this message since the one it was kept from. */
+  seen: number;
   group: Map<number, Kept>;
   groupKey: string;
   /** The message's content, or its rendered text when the content is not a string. */
@@ -127,9 +129,12 @@ export class ChatTokenCache {
       out.set(ids, at);
       at += ids.length;
     }
-    // A prompt that begins with a kept message (a system prompt, a document) has that message's
-    // block hashes computed once for all the prompts that begin with it (kv/prompt-blocks.ts).
-    if (first !== null) recordLeadingPart(out, (first.part ??= new LeadingPart(first.ids)));
+    // A prompt that begins with a message sent before (a system prompt, a document) has that
+    // message's block hashes computed once for all the prompts that begin with it
+    // (kv/prompt-blocks.ts). Not on the message's first request: many long messages are sent only
+    // once (a pasted document, a long question), and the part, recorded for the prompt, would keep
+    // the kept copy of its ids alive as long as the request, after the cache has dropped them.
+    if (first !== null && first.seen > 0) recordLeadingPart(out, (first.part ??= new LeadingPart(first.ids)));
     return out;
   }
 
@@ -184,6 +189,7 @@ export class ChatTokenCache {
     const hit = keptIn(group, key, sample);
     if (hit !== undefined) {
       this.hits++;
+      hit.seen++;
       this.lru.delete(hit);
       this.lru.add(hit);
       parts.push(hit.ids);
@@ -194,7 +200,7 @@ export class ChatTokenCache {
     parts.push(ids);
     if (ids.length > this.o.maxTokens) return null;
     if (group === undefined) this.groups.set(groupKey, (group = new Map()));
-    const kept: Kept = { ids: Int32Array.from(ids), part: null, group, groupKey, key, sample, next: group.get(sample) ?? null };
+    const kept: Kept = { ids: Int32Array.from(ids), part: null, seen: 0, group, groupKey, key, sample, next: group.get(sample) ?? null };
     group.set(sample, kept);
     this.lru.add(kept);
     this.kept += ids.length;
