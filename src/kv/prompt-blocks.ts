@@ -56,6 +56,8 @@ export interface BlockSeq {
 const HASH_RUN = 64;
 
 const NONE_KNOWN: ArrayLike<number> = new Float64Array(0);
+/** What a PromptBlocks holds of its prompt once every block is hashed. */
+const NO_TOKENS: ArrayLike<number> = new Int32Array(0);
 
 /** Where at() hashes a run before it is appended (calls never overlap: nothing in between yields). */
 let runScratch = new Float64Array(HASH_RUN);
@@ -70,10 +72,10 @@ export class PromptBlocks implements BlockSeq {
    * or document kept by the chat-token cache, a workload's shared part), on this chain: computed
    * once for every prompt that begins with it. Empty when there is none.
    */
-  private readonly known: ArrayLike<number>;
+  private known: ArrayLike<number>;
 
   constructor(
-    private readonly tokens: ArrayLike<number>,
+    private tokens: ArrayLike<number>,
     private readonly blockSize: number,
     seed: number,
     salt?: string,
@@ -102,6 +104,12 @@ export class PromptBlocks implements BlockSeq {
         const parent = from === 0 ? this.root : h[from - 1]!;
         hashBlocksInto(runScratch, 0, end - from, parent, this.tokens, from * this.blockSize, this.blockSize);
         for (let k = 0; k < end - from; k++) h.push(runScratch[k]!);
+      }
+      // Every block hashed: the tokens are not read again. Whoever keeps these hashes (the prefix
+      // index's deferred inserts, past the request's end) does not keep the prompt with them.
+      if (h.length === this.length) {
+        this.tokens = NO_TOKENS;
+        this.known = NONE_KNOWN;
       }
     }
     return h[i];
