@@ -42,6 +42,7 @@ const BENCHES: Readonly<Record<string, Bench>> = {
   disagg: { file: 'disagg', about: 'prefill/decode disaggregation against aggregated serving: every split of 4 workers, capacity at a TPOT-tight SLO' },
   'admission-peers': { file: 'admission-peers', about: "kvgate's admission against llm-d's flow control under one burst with a priority mix: critical TTFT p99 and goodput, sheddable goodput, shed" },
   faults: { file: 'faults', about: 'the fault matrix: every request answered, OK or with a documented error' },
+  'stream-memory': { file: 'stream-memory', about: 'what kvgate serve holds for each long-prompt request while its answer streams (buffers, typed arrays, JS heap)' },
   soak: { file: 'soak', about: "minutes of mixed traffic through kvgate serve: flat memory, in-flight back to 0" },
   calibration: { file: 'calibration', about: "the time model's calibration against published measurements (markdown)" },
   'sim-scale': { file: 'sim-scale', about: 'kvgate bench at fleet scale: 1M × 64 kvgate, 100k × 16, a 10M-row trace, --capacity in parallel (targets, misses)' },

@@ -343,8 +343,9 @@ export interface GatewayProcess {
 /**
  * `kvgate serve` in a child process (a replica that can be killed), with `config` written to a
  * temporary file (workers given by URL, as in startGateway); resolves once /health answers.
+ * `node`: flags for node itself; `cli`: another build's cli.js (default this checkout's).
  */
-export async function spawnGateway(urls: string[], extra: Partial<RawConfig> = {}): Promise<GatewayProcess> {
+export async function spawnGateway(urls: string[], extra: Partial<RawConfig> = {}, node: { flags?: string[]; cli?: string } = {}): Promise<GatewayProcess> {
   extra = withMetricsKey(extra);
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-faults-'));
@@ -360,7 +361,7 @@ export async function spawnGateway(urls: string[], extra: Partial<RawConfig> = {
   };
   // JSON is YAML.
   writeFileSync(file, JSON.stringify(config));
-  const proc = spawn(process.execPath, [CLI, 'serve', '--config', file], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, [...(node.flags ?? []), node.cli ?? CLI, 'serve', '--config', file], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   proc.stdout.on('data', (d: Buffer) => (out += d.toString()));
   proc.stderr.on('data', (d: Buffer) => (out += d.toString()));

@@ -60,6 +60,7 @@ test('the repository’s generated tables are well-formed and name a command tha
     epp: ['decisions', 'overhead'],
     route: ['decisions'],
     'insertion-front': ['lru'],
+    'stream-memory': ['streams'],
   };
   let blocks = 0;
   for (const file of markdownFiles()) {
