@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { buildRouteRequest, chargedTokens, describeSequences, preparePrompt } from '../../src/gateway/pipeline/prepare.js';
 import { KvgatePolicy } from '../../src/scheduler/policies/kvgate/index.js';
 import { promptLength } from '../../src/scheduler/types.js';
@@ -7,6 +9,10 @@ import type { SimWorker } from '../../src/sim/worker/server.js';
 import { estimateTokenizer } from '../../src/tokenizer/estimate.js';
 import type { Tokenizer } from '../../src/tokenizer/types.js';
 import { MODEL, post, startGateway, startSims } from './helpers.js';
+
+// gc() for the test of what a streaming request holds: its token ids collectable or not.
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as () => void;
 
 /** The estimate tokenizer, counting its encode() calls. */
 function countingTokenizer(): Tokenizer & { calls: number } {
@@ -108,6 +114,60 @@ describe('what the policy learns from the gateway’s answers', () => {
       assert.equal(s.status, 200);
       assert.match(s.text, /\[DONE\]/);
       assert.equal(await learned(), true);
+    } finally {
+      await gw.close();
+    }
+  });
+});
+
+describe('what a request holds while its answer streams', () => {
+  let sims: SimWorker[];
+  before(async () => {
+    sims = await startSims(1);
+  });
+  after(async () => {
+    await Promise.all(sims.map((s) => s.close()));
+  });
+
+  it("the prompt's token ids are let go at the answer's first token; their count stays, and the answer's length is still learned", async () => {
+    const { gw, url } = await startGateway(sims.map((s) => s.url), { policy: { name: 'kvgate' } } as never);
+    try {
+      let ids: WeakRef<object> | null = null;
+      let count = 0;
+      let late: { tokens: () => unknown; count: () => number | undefined } | null = null;
+      gw.use({
+        name: 'peek',
+        handle(ctx) {
+          const rr = ctx.routeRequest;
+          const t = rr.promptTokens;
+          ids = new WeakRef(t as object);
+          count = t.length;
+          late = { tokens: () => rr.promptTokens, count: () => rr.promptTokenCount };
+          return 'continue';
+        },
+      });
+      const long = 'Tell me about KV caches. '.repeat(400);
+      const res = await fetch(url + '/v1/chat/completions', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, stream: true, max_tokens: 200, messages: [{ role: 'user', content: long }] }),
+      });
+      assert.equal(res.status, 200);
+      const reader = res.body!.getReader();
+      let text = new TextDecoder().decode((await reader.read()).value);
+      // The answer streams on; the gateway no longer holds the ids.
+      await new Promise((r) => setImmediate(r));
+      gc();
+      assert.ok(count > 1000);
+      assert.equal(ids!.deref(), undefined, 'the token ids are still reachable while the answer streams');
+      assert.equal(late!.count(), count);
+      assert.throws(() => late!.tokens(), /read after its answer's first token.*promptTokenCount/);
+      for (let c = await reader.read(); !c.done; c = await reader.read()) text += new TextDecoder().decode(c.value);
+      assert.match(text, /\[DONE\]/);
+      // onComplete learned the answer's length in the prompt's class, kept from the decision.
+      const learned = (gw.router.policy as KvgatePolicy).outputLength.describe();
+      assert.equal(learned.classes, 1);
+      assert.equal(gw.router.openCount, 0);
     } finally {
       await gw.close();
     }

@@ -50,7 +50,7 @@ before(async () => {
       }
       let bytes = 0;
       ctx.taps.push((c) => (bytes += c.length));
-      ctx.onFinish.push((c) => finished.push({ id: c.id, status: c.status, bytes, promptTokens: c.routeRequest.promptTokens.length }));
+      ctx.onFinish.push((c) => finished.push({ id: c.id, status: c.status, bytes, promptTokens: c.routeRequest.promptTokenCount! }));
       return 'continue';
     },
   });

@@ -371,7 +371,7 @@ class LiveRouteRequest implements RouteRequest {
     readonly id: string,
     readonly model: string,
     public promptText: string,
-    private readonly lazy: PromptTokens,
+    private lazy: PromptTokens,
     public maxTokens: number,
   ) {
     this.ids = typeof lazy === 'function' ? undefined : lazy;
@@ -393,6 +393,32 @@ class LiveRouteRequest implements RouteRequest {
   get knownTokenCount(): number | undefined {
     return this.ids !== undefined ? this.ids.length : this.count;
   }
+
+  /**
+   * Let go of the token ids, keeping their count (releasePromptTokens). Reading them afterwards is
+   * an error: what reads them after the decision keeps what it needs of them in the request's state.
+   */
+  releaseTokens(): void {
+    if (this.ids === undefined) return;
+    this.count = this.ids.length;
+    this.ids = undefined;
+    const count = this.count;
+    this.lazy = Object.assign(
+      (): ArrayLike<number> => {
+        throw new Error(`request ${this.id}: its prompt's token ids were read after its answer's first token, when the gateway lets go of them (promptTokenCount has their number)`);
+      },
+      { count: () => count },
+    );
+  }
+}
+
+/**
+ * The request's answer has begun (its first token relayed): nothing will route it again, so its
+ * prompt's token ids are dropped while the answer streams, which for a long prompt is most of what
+ * the request holds (4 bytes a token). Their count stays. No-op for a RouteRequest made elsewhere.
+ */
+export function releasePromptTokens(rr: RouteRequest | undefined): void {
+  if (rr instanceof LiveRouteRequest) rr.releaseTokens();
 }
 
 /**

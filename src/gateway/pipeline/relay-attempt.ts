@@ -31,6 +31,7 @@ import type { GatewayMetrics } from '../../telemetry/metrics.js';
 import type { Logger } from '../../telemetry/logger.js';
 import type { Clock } from '../../util/clock.js';
 import { generates, type RequestContext } from '../../request/context.js';
+import { releasePromptTokens } from './prepare.js';
 
 /** What an attempt uses of the gateway (the relay passes its own options). */
 export interface AttemptEnv {
@@ -382,11 +383,15 @@ export class RelayAttempt implements Dispatcher.DispatchHandler {
     this.sentBytes = true;
   }
 
-  /** The answer's first token: its TTFT, and the router learns the prefill is done. */
+  /**
+   * The answer's first token: its TTFT, and the router learns the prefill is done. The request is
+   * past retrying, so its prompt's token ids go (releasePromptTokens).
+   */
   private onFirstToken(): void {
     this.firstTokenSeen = true;
     this.ctx.ttftMs = this.env.clock.now() - this.ctx.startedAt;
     this.env.router.firstToken(this.ctx.id);
+    releasePromptTokens(this.ctx.routeRequest);
   }
 
   /** Cancel the upstream request and settle the attempt now (undici's error callback is then ignored). */

@@ -22,6 +22,7 @@
 import { promptBlocks } from '../../../../kv/prompt-blocks.js';
 import type { RouteRequest } from '../../../types.js';
 import { OrderedMap53 } from '../../../../util/ordered-map53.js';
+import { stateKey } from '../../../../util/state.js';
 
 /** Leading blocks that name a prompt's class (64 tokens at vLLM's default block size of 16). */
 const CLASS_BLOCKS = 4;
@@ -99,11 +100,22 @@ function update(l: Learned, ratio: number, alpha: number): void {
   l.ratio += w * (ratio - l.ratio);
 }
 
-/** The hash of the prompt's first CLASS_BLOCKS blocks (fewer for a shorter prompt); none under one block. */
+/** A request's class, kept from its decision for its completion (null: no class). */
+const CLASS = stateKey<number | null>('kvgate.output-class');
+
+/**
+ * The hash of the prompt's first CLASS_BLOCKS blocks (fewer for a shorter prompt); none under one
+ * block. Kept in the request's state: the completion reads it there, the gateway having let go of
+ * the prompt's token ids by then (at the answer's first token).
+ */
 function classOf(req: RouteRequest): number | undefined {
-  const b = promptBlocks(req.state, req.promptTokens, CLASS_BLOCK_SIZE);
-  if (b.length === 0) return undefined;
-  return b.at(Math.min(CLASS_BLOCKS, b.length) - 1);
+  let key = req.state.get(CLASS);
+  if (key === undefined) {
+    const b = promptBlocks(req.state, req.promptTokens, CLASS_BLOCK_SIZE);
+    key = b.length === 0 ? null : b.at(Math.min(CLASS_BLOCKS, b.length) - 1)!;
+    req.state.set(CLASS, key);
+  }
+  return key ?? undefined;
 }
 
 const round3 = (x: number): number => Math.round(x * 1000) / 1000;
