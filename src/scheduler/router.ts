@@ -15,6 +15,12 @@ export interface RouterOptions {
   rng: Rng;
   /** Metrics older than this are treated as stale (default 5 s: five missed 1 s scrapes). */
   staleAfterMs?: number;
+  /**
+   * Told when the policy's onFirstToken or onComplete throws, after the router's own accounting
+   * is done: the request goes on, its worker's charge released as usual. Absent: the error is
+   * thrown on (the simulation stops on it).
+   */
+  onHookError?: (hook: 'onFirstToken' | 'onComplete', reqId: string, err: unknown) => void;
 }
 
 /** What happened to a request this router charged to a worker. */
@@ -30,6 +36,7 @@ export class Router {
   private readonly clock: Clock;
   private readonly rng: Rng;
   readonly staleAfterMs: number;
+  private readonly onHookError: RouterOptions['onHookError'];
   /** Decisions awaiting completion, by request id. */
   private readonly open = new Map<string, { req: RouteRequest; decision: RouteDecision; charge: InflightRequest; firstToken: boolean }>();
   /** Told of this router's charges (other gateway replicas mirror them: src/shared/load-channel.ts). */
@@ -40,6 +47,7 @@ export class Router {
     this.clock = opts.clock;
     this.rng = opts.rng;
     this.staleAfterMs = opts.staleAfterMs ?? 5000;
+    this.onHookError = opts.onHookError;
   }
 
   context(): RoutingContext {
@@ -101,7 +109,11 @@ export class Router {
     const ctx = this.context();
     o.decision.worker.firstToken(reqId, ctx.now);
     this.loadObserver?.('first', o.decision.worker, o.charge);
-    this.policy.onFirstToken?.(o.req, o.decision.worker, ctx);
+    try {
+      this.policy.onFirstToken?.(o.req, o.decision.worker, ctx);
+    } catch (e) {
+      this.hookFailed('onFirstToken', reqId, e);
+    }
   }
 
   /**
@@ -124,7 +136,17 @@ export class Router {
     if (ok && o.req.stream !== false && firstAt !== undefined && perSequence !== undefined && perSequence >= 2) {
       o.decision.worker.learnDecode((ctx.now - firstAt) / (perSequence - 1));
     }
-    this.policy.onComplete?.(o.req, o.decision.worker, ok, ctx, perSequence);
+    try {
+      this.policy.onComplete?.(o.req, o.decision.worker, ok, ctx, perSequence);
+    } catch (e) {
+      this.hookFailed('onComplete', reqId, e);
+    }
+  }
+
+  /** A policy hook threw: a request must not hang on a policy's fault (the caller's own steps still run). */
+  private hookFailed(hook: 'onFirstToken' | 'onComplete', reqId: string, err: unknown): void {
+    if (this.onHookError === undefined) throw err;
+    this.onHookError(hook, reqId, err);
   }
 
   get openCount(): number {

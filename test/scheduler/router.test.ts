@@ -2,6 +2,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { WorkerState } from '../../src/fleet/worker-state.js';
 import { createPolicy } from '../../src/scheduler/registry.js';
+import { Router } from '../../src/scheduler/router.js';
+import { VirtualClock } from '../../src/util/clock.js';
+import { seededRng } from '../../src/util/rng.js';
 import type { Policy, RouteOutcome } from '../../src/scheduler/types.js';
 import { request, router, seq, worker } from './helpers.js';
 
@@ -73,6 +76,37 @@ test('a policy learns output lengths per sequence: a request of n answers report
   r.complete(many.id, true, 200);
   r.complete(one.id, true, 70);
   assert.deepEqual(told, [50, 70]);
+});
+
+test('a policy hook that throws is reported and leaves the request accounted for: its worker released, nothing open', () => {
+  const policy: Policy = {
+    ...scripted(0, []),
+    onFirstToken: () => {
+      throw new Error('first went wrong');
+    },
+    onComplete: () => {
+      throw new Error('complete went wrong');
+    },
+  };
+  const reported: string[] = [];
+  const r = new Router({ policy, clock: new VirtualClock(0), rng: seededRng(1), onHookError: (hook, id, e) => reported.push(`${hook} ${id} ${(e as Error).message}`) });
+  const w = worker('a');
+  const req = request(seq(0, 100), { maxTokens: 10 });
+  assert.ok(r.route(req, [w]).ok);
+  r.firstToken(req.id);
+  assert.equal(w.inflightPrefillTokens, 0, 'the first token was still counted');
+  r.complete(req.id, true, 10);
+  assert.deepEqual(reported, [`onFirstToken ${req.id} first went wrong`, `onComplete ${req.id} complete went wrong`]);
+  assert.deepEqual(charged(w), { inflight: 0, prefill: 0, blocks: 0, sinceSnapshot: 1 });
+  assert.equal(r.openCount, 0);
+  // Without a reporter (the simulation) the error goes on to the caller, the accounting done first.
+  const { router: strict } = router(policy);
+  const w2 = worker('b');
+  const req2 = request(seq(0, 100), { maxTokens: 10 });
+  assert.ok(strict.route(req2, [w2]).ok);
+  assert.throws(() => strict.complete(req2.id, true, 10), /complete went wrong/);
+  assert.equal(w2.inflightCount, 0);
+  assert.equal(strict.openCount, 0);
 });
 
 test('the next decision sees the previous pick before any metrics arrive', () => {

@@ -123,7 +123,7 @@ function composeGateway(config: GatewayConfig, o: CompositionOptions): GatewayMe
   const now = (): number => clock.now();
   const fleet = buildFleet(config, now, logger);
   const { registry, metrics: m } = fleet;
-  const { policy, router } = buildRouting(config, registry, clock, o.rng);
+  const { policy, router } = buildRouting(config, registry, clock, o.rng, logger);
   const upstreams = new Upstreams({
     connections: config.upstream.connections,
     keepAliveTimeoutMs: config.upstream.keepAliveTimeoutMs,

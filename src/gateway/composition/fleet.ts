@@ -59,7 +59,7 @@ export function buildFleet(config: GatewayConfig, now: () => number, logger: Log
 }
 
 /** The configured policy behind a router; its prefix index and worker fields shown by /admin/workers. */
-export function buildRouting(config: GatewayConfig, registry: WorkerRegistry, clock: Clock, rng: Rng): { policy: Policy; router: Router } {
+export function buildRouting(config: GatewayConfig, registry: WorkerRegistry, clock: Clock, rng: Rng, logger: Logger): { policy: Policy; router: Router } {
   let policy: Policy;
   try {
     policy = createPolicy(config.policy.name, config.policy.options);
@@ -67,7 +67,13 @@ export function buildRouting(config: GatewayConfig, registry: WorkerRegistry, cl
     // An unknown name or bad options is a configuration mistake, reported like one.
     throw new ConfigError([`policy: ${(e as Error).message}`]);
   }
-  const router = new Router({ policy, clock, rng, staleAfterMs: config.scrape.staleAfterMs });
+  const router = new Router({
+    policy,
+    clock,
+    rng,
+    staleAfterMs: config.scrape.staleAfterMs,
+    onHookError: (hook, id, err) => logger.error({ id, hook, policy: policy.name, err: err instanceof Error ? err.message : String(err) }, 'policy hook failed'),
+  });
   const index = policy.prefixIndex;
   if (index) {
     registry.addDescriber((w) => {
