@@ -92,7 +92,7 @@ describe('prompt tokenization on the request path', () => {
   });
 });
 
-describe('what the policy learns from the gateway’s answers', () => {
+describe('what the policy learns from the gateway’s answers, and what a request holds while its answer streams', () => {
   let sims: SimWorker[];
   before(async () => {
     sims = await startSims(1);
@@ -117,16 +117,6 @@ describe('what the policy learns from the gateway’s answers', () => {
     } finally {
       await gw.close();
     }
-  });
-});
-
-describe('what a request holds while its answer streams', () => {
-  let sims: SimWorker[];
-  before(async () => {
-    sims = await startSims(1);
-  });
-  after(async () => {
-    await Promise.all(sims.map((s) => s.close()));
   });
 
   it("the prompt's token ids are let go at the answer's first token; their count stays, and the answer's length is still learned", async () => {
