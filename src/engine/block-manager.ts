@@ -138,6 +138,12 @@ export class HashIndex implements BlockHashIndex {
     return true;
   }
 
+  readonly evictReadsTable = true;
+
+  evict(key: number): void {
+    this.delete(key);
+  }
+
   peekHome(key: number): number {
     return this.slots[2 * ((key >>> 0) & this.mask)]!;
   }
@@ -156,6 +162,13 @@ interface BlockHashIndex {
   /** Map `key` to block `val` unless it is mapped already (then false, and nothing changes). */
   add(key: number, val: number): boolean;
   delete(key: number): boolean;
+  /**
+   * `key` has left its block (the block's hash is being cleared). Whether the table needs
+   * warming first: false when the entry is left in place, invalid from the moment the block's
+   * own hash changes, and nothing in the table is read or written.
+   */
+  evict(key: number): void;
+  readonly evictReadsTable: boolean;
   /** Read the slot where `key`'s probe starts (its value is of no use: the read brings the slot into the cache). */
   peekHome(key: number): number;
   keysIter(): IterableIterator<number>;
@@ -173,9 +186,13 @@ interface BlockHashIndex {
  * not.
  *
  * A slot holds no home, so a deletion cannot move later keys back: it leaves a tombstone, which
- * probes pass over and insertions reuse. When keys and tombstones together fill three quarters of
- * the table, it is rebuilt from the blocks' own hashes (one pass over `blockHash`), which drops
- * every tombstone.
+ * probes pass over and insertions reuse. An eviction (a free block taken for new tokens, the
+ * commonest removal) does not touch the table at all: the block's own hash changes, and a slot
+ * naming a block whose hash is not the key probed for matches nothing, so the slot is left
+ * stale. Taking a batch of blocks then reads no table slot, where a deletion would read one at
+ * random per block. When keys, tombstones and stale slots together fill three quarters of the
+ * table, it is rebuilt from the blocks' own hashes (one pass over `blockHash`), which drops the
+ * last two.
  */
 export class PackedHashIndex implements BlockHashIndex {
   private readonly slots: Int32Array;
@@ -189,7 +206,9 @@ export class PackedHashIndex implements BlockHashIndex {
   /** A deleted key's slot: an all-ones block id (no block has it) under a zero fingerprint. */
   private readonly tomb: number;
   private tombs = 0;
-  /** Keys and tombstones past which the table is rebuilt. */
+  /** Slots left by evictions: they name a block that no longer holds their key. */
+  private stale = 0;
+  /** Keys, tombstones and stale slots past which the table is rebuilt. */
   private readonly maxUsed: number;
   size = 0;
 
@@ -251,7 +270,7 @@ export class PackedHashIndex implements BlockHashIndex {
   }
 
   add(key: number, val: number): boolean {
-    if (this.size + this.tombs >= this.maxUsed) this.rebuild();
+    if (this.size + this.tombs + this.stale >= this.maxUsed) this.rebuild();
     const slots = this.slots;
     const mask = this.mask;
     const idMask = this.idMask;
@@ -292,6 +311,7 @@ export class PackedHashIndex implements BlockHashIndex {
     const mask = this.mask;
     slots.fill(-1);
     this.tombs = 0;
+    this.stale = 0;
     for (let b = 0; b < this.numBlocks; b++) {
       const key = this.blockHash[b * this.stride]!;
       if (key === NO_HASH) continue;
@@ -301,12 +321,41 @@ export class PackedHashIndex implements BlockHashIndex {
     }
   }
 
+  readonly evictReadsTable = false;
+
+  /**
+   * The slot stays, stale: its block's hash is cleared by the caller, so no probe matches it.
+   * (Were the block to be cached under the same key again, the slot would match anew beside the
+   * one that insertion writes; every occupied slot is still counted once, as a key, a tombstone
+   * or stale, and a rebuild makes the table exact again.)
+   */
+  evict(_key: number): void {
+    this.size--;
+    this.stale++;
+  }
+
   peekHome(key: number): number {
     return this.slots[(key >>> 0) >>> this.homeShift]!;
   }
 
+  /** Slots the rebuild threshold counts as taken (keys, tombstones, stale slots); a scan of the table finds exactly these. */
+  get occupied(): number {
+    return this.size + this.tombs + this.stale;
+  }
+
+  /** Occupied slots counted in the table itself (a check on `occupied`: a slot it missed would let the table fill and a probe never end). */
+  countOccupiedSlots(): number {
+    let n = 0;
+    for (const v of this.slots) if (v !== -1) n++;
+    return n;
+  }
+
+  /** From the blocks: a stale slot names a block whose hash may now be another key's. */
   *keysIter(): IterableIterator<number> {
-    for (const v of this.slots) if (v !== -1 && v !== this.tomb) yield this.blockHash[(v & this.idMask) * this.stride]!;
+    for (let b = 0; b < this.numBlocks; b++) {
+      const key = this.blockHash[b * this.stride]!;
+      if (key !== NO_HASH) yield key;
+    }
   }
 }
 
@@ -465,7 +514,7 @@ export class BlockManager {
     const h = this.blkHash[2 * b]!;
     if (h !== NO_HASH) {
       this.cachedFree--;
-      this.byHash.delete(h);
+      this.byHash.evict(h);
       this.blkHash[2 * b] = NO_HASH;
       if (this.host !== null) this.offload(h);
       this.emitRemoved(h);
@@ -477,8 +526,9 @@ export class BlockManager {
   /**
    * Allocate `n` fresh blocks onto the end of `out` (as many calls of allocate(); callers check
    * numFree first). The blocks to be taken are the free queue's first `n`: one walk along the
-   * queue reads them and the index slots of the hashes they give up before any is taken, so the
-   * slots' cache misses overlap instead of each waiting for the one before.
+   * queue reads their lines (and, for an index whose eviction reads the table, the slots of the
+   * hashes they give up) before any is taken, so the cache misses overlap instead of each
+   * waiting for the one before.
    */
   allocateInto(out: IdList, n: number): void {
     if (n <= 0) return;
@@ -493,13 +543,14 @@ export class BlockManager {
     const byHash = this.byHash;
     const ring = this.ring;
     const mask = this.ringMask;
+    const readsTable = byHash.evictReadsTable;
     let acc = 0;
     for (let pos = this.qHead, taken = 0; taken < n && pos < this.qTail; pos++) {
       const b = ring[pos & mask]!;
       if (b === NIL) continue;
       taken++;
       const h = blkHash[2 * b]!;
-      if (h !== NO_HASH) acc += byHash.peekHome(h);
+      if (h !== NO_HASH) acc += readsTable ? byHash.peekHome(h) : h;
     }
     this.sink += acc;
   }
