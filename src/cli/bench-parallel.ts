@@ -10,6 +10,10 @@
  * (a probe's figures are the same on any thread; the search takes the ones it would have run). This
  * thread computes the run-wide figures (ideal hit rate, work bound) meanwhile, and puts the
  * policies back in the order the flags name them.
+ *
+ * One policy without --capacity swaps the two: the policy runs on this thread, which has loaded
+ * the simulator already, and the run-wide figures on a worker thread, whose start-up (loading the
+ * modules again, a quarter of a second) then overlaps the run instead of preceding it.
  */
 import { Worker } from 'node:worker_threads';
 import { capacityRatios, capacitySettings, type CapacityProbe } from '../bench/capacity.js';
@@ -43,6 +47,7 @@ export async function runBenchParallel(
   stats?: { probesAhead: number },
 ): Promise<BenchOutput> {
   const names = opts.policies;
+  if (names.length === 1 && !opts.capacity) return runPolicyHere(argv, opts);
   const progress = progressTotal === null ? null : new ParallelProgress(names.length, progressTotal, jobs, opts.capacity ? capacitySettings(opts.capacity) : null);
   const outputs = new Map<string, BenchOutput>();
   const queue = [...names];
@@ -127,12 +132,42 @@ export async function runBenchParallel(
   } finally {
     progress?.clear();
   }
-  const out = await wide;
-  const parts = names.map((n) => outputs.get(n)!);
+  return merged(await wide, names.map((n) => outputs.get(n)!));
+}
+
+/** The run-wide output with the policies' parts in it, in the order given. */
+function merged(out: BenchOutput, parts: BenchOutput[]): BenchOutput {
   const r = out.results;
   r.policies = parts.flatMap((p) => p.results.policies);
   r.offered_rps = parts[0]!.results.offered_rps;
   if (r.capacity) Object.assign(r.capacity, capacityRatios(r.policies.map((p) => ({ name: p.name, rate_scale: p.capacity?.rate_scale ?? null }))));
   out.curves = parts.flatMap((p) => p.curves);
   return out;
+}
+
+/**
+ * The one policy of `opts` on this thread (its progress drawn by `opts`' own callbacks, as in a
+ * serial bench) and the run-wide figures on a worker thread meanwhile.
+ */
+async function runPolicyHere(argv: readonly string[], opts: BenchOptions): Promise<BenchOutput> {
+  const w = new Worker(new URL('./bench-worker.js', import.meta.url), { workerData: { argv: [...argv], policy: opts.policies[0], wide: true } });
+  const wide = new Promise<BenchOutput>((resolve, reject) => {
+    w.on('message', (m: BenchWorkerMessage) => {
+      if (m.type === 'done') resolve(m.out);
+      else if (m.type === 'error') reject(m.trace ? new TraceError(m.trace.file, m.trace.line, m.trace.reason) : new Error(m.message));
+    });
+    w.on('error', reject);
+    // After 'done' this rejects a settled promise: nothing happens.
+    w.on('exit', (code) => reject(new Error(`the thread computing the run-wide figures exited with code ${code}`)));
+  });
+  // Its failure (a bad trace row) is read after the policy's (the same row fails it).
+  wide.catch(() => undefined);
+  let part: BenchOutput;
+  try {
+    part = await runBench({ ...opts, runWide: false });
+  } catch (e) {
+    void w.terminate();
+    throw e;
+  }
+  return merged(await wide, [part]);
 }

@@ -21,6 +21,8 @@ interface Task {
   lanes?: Int32Array;
   /** Run only this capacity probe (a thread lent to a search). */
   probe?: { rateScale: number; isolated: boolean | undefined };
+  /** Compute only the run-wide figures (the policy runs on the main thread: bench-parallel.ts). */
+  wide?: boolean;
 }
 
 /** Probes of this policy's search running ahead on lent threads, against the lanes lent. */
@@ -70,6 +72,10 @@ async function main(): Promise<void> {
   const { opts } = benchFromFlags(parseFlags(task.argv));
   if (task.probe) {
     post({ type: 'figures', figures: await runProbe(opts, task.policy, task.probe.rateScale, task.probe.isolated) });
+    return;
+  }
+  if (task.wide) {
+    post({ type: 'done', out: await runBench({ ...opts, policies: [] }), probesAhead: 0 });
     return;
   }
   const lent = new LentLanes(task);

@@ -89,7 +89,8 @@ Run:
                           searches' next probes ahead (each search takes only the probes a serial
                           search makes), so the results are those of --jobs 1; the run-wide
                           figures (ideal hit rate, work bound) are computed beside them, even for
-                          one policy. --jobs 1: everything in turn on the main thread. The
+                          one policy (which then runs on the main thread, the run-wide pass on a
+                          worker thread). --jobs 1: everything in turn on the main thread. The
                           status line's ETA counts each policy's runs left (with --capacity, the
                           probes its search has left: exact once it has bracketed its capacity)
                           at the mean run time so far, shared by the threads
