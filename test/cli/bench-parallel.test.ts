@@ -25,7 +25,7 @@ test('--jobs with one policy: it runs on this thread, the run-wide figures on a 
   const parallel = await runBenchParallel(argv, opts, 2, null);
   // The policy's own callbacks ran here: a policy on a worker thread reports through messages.
   assert.deepEqual(started, ['least-load']);
-  assert.ok(serial.results.ideal_hit_rate! > 0, 'the run-wide pass ran');
+  assert.ok(serial.results.ideal_hit_rate > 0, 'the run-wide pass ran');
   assert.equal(JSON.stringify(parallel.results), JSON.stringify(serial.results));
   assert.equal(JSON.stringify(parallel.curves), JSON.stringify(serial.curves));
 });
