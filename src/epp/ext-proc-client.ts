@@ -134,13 +134,12 @@ export class ExtProcStream {
 
   /** Response headers; `served`: envoy.lb / x-gateway-destination-endpoint-served, as the proxy reports it. */
   responseHeaders(status: number, headers: Record<string, string> = {}, o: { served?: string; endOfStream?: boolean } = {}): void {
-    const m: ProcessingRequest = { response_headers: { headers: { headers: headerList({ ':status': String(status), ...headers }) }, end_of_stream: o.endOfStream === true } };
-    if (o.served !== undefined) m.metadata_context = { filter_metadata: { [DESTINATION_NAMESPACE]: { fields: { [SERVED_KEY]: { string_value: o.served } } } } };
-    this.send(m);
+    this.send(withServed({ response_headers: { headers: { headers: headerList({ ':status': String(status), ...headers }) }, end_of_stream: o.endOfStream === true } }, o.served));
   }
 
-  responseBody(chunk: Buffer, endOfStream: boolean): void {
-    this.send({ response_body: { body: chunk, end_of_stream: endOfStream } });
+  /** A response body chunk; `served` as for responseHeaders (a proxy may report it with any message of the response). */
+  responseBody(chunk: Buffer, endOfStream: boolean, served?: string): void {
+    this.send(withServed({ response_body: { body: chunk, end_of_stream: endOfStream } }, served));
   }
 
   /** The next answer; null once the server closed the stream cleanly. Rejects with the gRPC error, or after `timeoutMs`. */
@@ -315,4 +314,10 @@ export async function proxyExchange(
   await s.next();
   s.end();
   return { answer, status: r.status, echoed: Buffer.concat(echoed), upstream: Buffer.concat(upstream), grpc: await s.status };
+}
+
+/** `m` with the endpoint that served the request in its metadata (envoy.lb / x-gateway-destination-endpoint-served). */
+function withServed(m: ProcessingRequest, served: string | undefined): ProcessingRequest {
+  if (served !== undefined) m.metadata_context = { filter_metadata: { [DESTINATION_NAMESPACE]: { fields: { [SERVED_KEY]: { string_value: served } } } } };
+  return m;
 }

@@ -10,6 +10,7 @@
 import { OutputTokenCounter } from '../api/output-tokens.js';
 import { TAIL_AT_BOUNDARY, updateTail } from '../api/sse.js';
 import { AnswerPace } from '../fleet/decode-pace.js';
+import { releasePromptTokens } from '../gateway/pipeline/prepare.js';
 import type { WorkerRegistry } from '../fleet/registry.js';
 import type { WorkerState } from '../fleet/worker-state.js';
 import { generates, type RequestContext } from '../request/context.js';
@@ -24,6 +25,8 @@ export interface AccountingEnv {
   clock: Clock;
   /** Told when the proxy says another endpoint served a request than the one picked. */
   onServedElsewhere?: () => void;
+  /** Told when charging the endpoint that served it threw (the policy read what is let go). */
+  onChargeFailed?: (e: unknown) => void;
 }
 
 /** In a Responses stream, the first event after the response's announcement comes with the first token. */
@@ -91,10 +94,19 @@ export class ResponseAccounting {
     if (this.settled || w === this.worker) return true;
     const { router } = this.env;
     router.complete(this.ctx.id, false);
-    const out = router.route(this.ctx.routeRequest, [w]);
     this.env.onServedElsewhere?.();
     this.worker = w;
     this.ctx.workerId = w.id;
+    let out: ReturnType<Router['route']>;
+    try {
+      // After the first token the prompt's ids are let go: the policy has their length and the
+      // block hashes it kept at the decision. One that needs an id again cannot charge the
+      // endpoint, and the request goes on uncharged rather than failing.
+      out = router.route(this.ctx.routeRequest, [w]);
+    } catch (e) {
+      this.env.onChargeFailed?.(e);
+      return false;
+    }
     if (!out.ok) return false;
     this.ctx.decision = out.decision;
     return true;
@@ -147,6 +159,9 @@ export class ResponseAccounting {
     this.firstTokenSeen = true;
     this.ctx.ttftMs = this.env.clock.now() - this.ctx.startedAt;
     this.env.router.firstToken(this.ctx.id);
+    // As the gateway's relay does: the ids are most of what a long prompt's request holds while
+    // its answer streams, and only a re-route (servedBy) could read them again.
+    releasePromptTokens(this.ctx.routeRequest);
   }
 
   private settle(ok: boolean, outcome: string, outputTokens?: number): void {

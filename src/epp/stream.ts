@@ -262,7 +262,14 @@ export class EppStream {
     const { g } = this.env;
     if (d.reserved) {
       this.accounting = new ResponseAccounting(
-        { router: g.router, fleet: g.registry, metrics: g.metrics, clock: g.clock, onServedElsewhere: () => this.env.metrics.servedElsewhere.inc() },
+        {
+          router: g.router,
+          fleet: g.registry,
+          metrics: g.metrics,
+          clock: g.clock,
+          onServedElsewhere: () => this.env.metrics.servedElsewhere.inc(),
+          onChargeFailed: (e) => g.logger.warn({ id: ctx.id, err: (e as Error).message }, 'the endpoint that served the request could not be charged with it'),
+        },
         ctx,
         d.worker,
       );

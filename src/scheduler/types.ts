@@ -21,8 +21,9 @@ export interface RouteRequest {
    * Token ids from the gateway's tokenizer for this model. The live gateway computes them when
    * first read, so a policy that never reads them (round-robin, least-load) costs no tokenization,
    * and lets go of them at the answer's first token, when the request can no longer be retried:
-   * reading them after that (a policy's onComplete, a stage's onFinish) throws. Such a reader
-   * takes the length from promptTokenCount, and keeps in `state` at the decision what else it needs.
+   * after that (a policy's onComplete, a stage's onFinish) `length` still answers and reading an
+   * id throws. Such a reader takes the length from promptTokenCount, and keeps in `state` at the
+   * decision what else it needs.
    */
   promptTokens: ArrayLike<number>;
   /**

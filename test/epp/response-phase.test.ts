@@ -5,10 +5,16 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { proxyExchange } from '../../src/epp/ext-proc-client.js';
 import type { SimWorker } from '../../src/sim/worker/server.js';
 import { parseSse } from '../support.js';
 import { endpointOfUrl, metricValue, MODEL, startEpp, startSims, waitFor } from './helpers.js';
+
+// gc() for the test of what a streaming request holds.
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as () => void;
 
 let sims: SimWorker[];
 let e: Awaited<ReturnType<typeof startEpp>>;
@@ -141,5 +147,94 @@ test('when the proxy reports another endpoint served the request, the reservatio
   for (let i = 0; i < 3; i++) {
     const x = await proxyExchange(e.client, { path: '/v1/chat/completions', body: body(`And accession ${i}?`) });
     assert.equal(x.answer.endpoint, otherEndpoint);
+  }
+});
+
+test("a streamed answer lets go of the prompt's token ids at its first token; a served endpoint reported after it still takes the reservation", async () => {
+  // The live policy's route, wrapped to see the request it routes (as a plugin would).
+  const policy = e.epp.router.policy;
+  const route = policy.route.bind(policy);
+  let ids: WeakRef<object> | null = null;
+  let routed: { promptTokens: ArrayLike<number> } | null = null;
+  policy.route = (req, workers, ctx) => {
+    if (ids === null) {
+      ids = new WeakRef(req.promptTokens as object);
+      routed = req;
+    }
+    return route(req, workers, ctx);
+  };
+  try {
+    const long = 'Catalogue every accession of the seed bank with its storage temperature. '.repeat(300);
+    const s = e.client.open();
+    s.requestHeaders({ ':method': 'POST', ':path': '/v1/chat/completions', 'content-type': 'application/json' });
+    s.requestBody(chat({ stream: true }, long));
+    const a = await s.readAnswer();
+    const picked = e.epp.registry.workers.find((x) => endpointOfUrl(x.url) === a.endpoint)!;
+    const other = e.epp.registry.workers.find((x) => x !== picked)!;
+    const count = routed!.promptTokens.length;
+    assert.ok(count > 2000);
+    const r = await fetch(`${picked.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: a.body });
+    const text = Buffer.from(await r.arrayBuffer());
+    const first = text.indexOf('\n\n') + 2;
+    s.responseHeaders(r.status, { 'content-type': 'text/event-stream' });
+    await s.next();
+    s.responseBody(text.subarray(0, first), false);
+    await s.next();
+    // The answer has begun: its prompt's ids are no longer held, their count is.
+    await new Promise((r) => setImmediate(r));
+    gc();
+    assert.equal(ids!.deref(), undefined, 'the token ids are still reachable while the answer streams');
+    assert.equal(routed!.promptTokens.length, count);
+    // The proxy reports, with a later chunk, that the other endpoint served it: the reservation
+    // moves there, routed from the length and the block hashes kept at the decision.
+    const elsewhere = metricValue(await metrics(), 'kvgate_epp_served_elsewhere_total', {}) ?? 0;
+    const second = text.indexOf('\n\n', first) + 2;
+    s.responseBody(text.subarray(first, second), false, endpointOfUrl(other.url));
+    await s.next();
+    assert.equal(picked.inflightCount, 0, 'the pick no longer holds the request');
+    assert.equal(other.inflightCount, 1, 'the endpoint that served it does');
+    assert.equal(metricValue(await metrics(), 'kvgate_epp_served_elsewhere_total', {}), elsewhere + 1);
+    s.responseBody(text.subarray(second), true);
+    await s.next();
+    s.end();
+    await s.status;
+    assert.ok(released(), 'nothing left reserved');
+  } finally {
+    policy.route = route;
+  }
+});
+
+test('a policy that reads a token id when the served endpoint is reported after the first token leaves the request uncharged, not failed', async () => {
+  const policy = e.epp.router.policy;
+  const route = policy.route.bind(policy);
+  let calls = 0;
+  policy.route = (req, workers, ctx) => {
+    // The re-route reads an id, which is let go by then.
+    if (++calls === 2) void req.promptTokens[0];
+    return route(req, workers, ctx);
+  };
+  try {
+    const s = e.client.open();
+    s.requestHeaders({ ':method': 'POST', ':path': '/v1/chat/completions', 'content-type': 'application/json' });
+    s.requestBody(chat({ stream: true }));
+    const a = await s.readAnswer();
+    const picked = e.epp.registry.workers.find((x) => endpointOfUrl(x.url) === a.endpoint)!;
+    const other = e.epp.registry.workers.find((x) => x !== picked)!;
+    const r = await fetch(`${picked.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: a.body });
+    const text = Buffer.from(await r.arrayBuffer());
+    const first = text.indexOf('\n\n') + 2;
+    s.responseHeaders(r.status, { 'content-type': 'text/event-stream' });
+    await s.next();
+    s.responseBody(text.subarray(0, first), false);
+    await s.next();
+    s.responseBody(text.subarray(first), true, endpointOfUrl(other.url));
+    const echo = await s.next();
+    assert.deepEqual(Buffer.from(echo!.response_body!.response!.body_mutation!.streamed_response!.body!), text.subarray(first));
+    s.end();
+    await s.status;
+    assert.equal(calls, 2, 'the served endpoint was routed to');
+    assert.ok(released(), 'nothing left reserved');
+  } finally {
+    policy.route = route;
   }
 });

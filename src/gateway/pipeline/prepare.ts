@@ -366,6 +366,8 @@ class LiveRouteRequest implements RouteRequest {
   batchPromptTokens: number | undefined = undefined;
   private ids: ArrayLike<number> | undefined;
   private count: number | undefined = undefined;
+  /** The ids are let go (releaseTokens): `ids` is their stand-in, of their length. */
+  private released = false;
 
   constructor(
     readonly id: string,
@@ -395,21 +397,36 @@ class LiveRouteRequest implements RouteRequest {
   }
 
   /**
-   * Let go of the token ids, keeping their count (releasePromptTokens). Reading them afterwards is
-   * an error: what reads them after the decision keeps what it needs of them in the request's state.
+   * Let go of the token ids, keeping their count (releasePromptTokens). Reading an id afterwards
+   * is an error (the length still answers): what reads them after the decision keeps what it
+   * needs of them in the request's state.
    */
   releaseTokens(): void {
-    if (this.ids === undefined) return;
-    this.count = this.ids.length;
-    this.ids = undefined;
-    const count = this.count;
-    this.lazy = Object.assign(
-      (): ArrayLike<number> => {
-        throw new Error(`request ${this.id}: its prompt's token ids were read after its answer's first token, when the gateway lets go of them (promptTokenCount has their number)`);
-      },
-      { count: () => count },
-    );
+    if (this.ids === undefined || this.released) return;
+    const count = (this.count = this.ids.length);
+    const stand = (this.ids = releasedIds(this.id, count));
+    // The tokenizing closure may hold the ids too.
+    this.lazy = Object.assign(() => stand, { count: () => count });
+    this.released = true;
   }
+}
+
+/**
+ * What a request's promptTokens is once its ids are let go: the same length, and an error naming
+ * promptTokenCount for any id read. A policy that re-routes the request then (`kvgate epp`: the
+ * proxy says another endpoint served it) reads the length and the block hashes kept in its
+ * state, never an id; one that needs an id again fails loudly rather than reading a wrong one.
+ */
+function releasedIds(id: string, count: number): ArrayLike<number> {
+  const fail = (): never => {
+    throw new Error(`request ${id}: its prompt's token ids were read after its answer's first token, when the gateway lets go of them (promptTokenCount has their number)`);
+  };
+  return new Proxy(
+    { length: count },
+    {
+      get: (target, key) => (typeof key === 'string' && key !== 'length' && /^\d+$/.test(key) ? fail() : Reflect.get(target, key)),
+    },
+  ) as ArrayLike<number>;
 }
 
 /**
