@@ -86,9 +86,29 @@ const chatMessageSchema = z.looseObject({
   name: z.string().optional(),
 });
 
+/**
+ * vLLM's ChatCompletionToolsParam and ChatCompletionNamedToolChoiceParam
+ * (vllm/entrypoints/openai/chat_completion/protocol.py): a tool is a function with a name; a named
+ * tool choice names one.
+ */
+const toolSchema = z.looseObject({
+  type: z.literal('function').optional(),
+  function: z.looseObject({
+    name: z.string(),
+    description: z.string().nullable().optional(),
+    parameters: z.record(z.string(), z.unknown()).nullable().optional(),
+  }),
+});
+
+const toolChoiceSchema = z.union([z.literal('none'), z.literal('auto'), z.literal('required'), z.looseObject({ type: z.literal('function').optional(), function: z.unknown() })], {
+  error: 'Only named tools, "none", "auto" or "required" are supported.',
+});
+
 export const chatSchema = z.looseObject({
   ...sampling,
   messages: z.array(chatMessageSchema).min(1),
+  tools: z.array(toolSchema).nullable().optional(),
+  tool_choice: toolChoiceSchema.nullable().optional(),
   max_completion_tokens: z.int().nullable().optional(),
   logprobs: z.boolean().nullable().optional(),
   top_logprobs: z.int().min(0).nullable().optional(),

@@ -131,6 +131,7 @@ export function chatSpec(body: ChatBody, served: ServedModel): RequestSpec {
   if (top !== null && top > 0 && body.logprobs !== true) {
     throw badRequest('when using `top_logprobs`, `logprobs` must be set to true.', 'top_logprobs');
   }
+  checkToolUsage(body);
   const text = renderChat(body.messages, body.add_generation_prompt ?? true);
   const promptIds = estimateTokenizer.encode(text);
   const requested = body.max_completion_tokens ?? body.max_tokens ?? null;
@@ -191,4 +192,31 @@ function commonParams(body: CompletionBody | ChatBody, kind: 'completion' | 'cha
 /** The n samples of one prompt: one engine request each (vLLM's parallel sampling). */
 function samples(n: number | null | undefined, promptIds: number[], promptText: string, maxTokens: number): SeqSpec[] {
   return Array.from({ length: n ?? 1 }, (_, sample) => ({ sample, promptIds, promptText, maxTokens }));
+}
+
+/**
+ * vLLM's ChatCompletionRequest.check_tool_usage (vllm/entrypoints/openai/chat_completion/protocol.py),
+ * its messages as they are: no empty `tools`; a `tool_choice` other than "none" needs `tools`; a
+ * named one must name a function among them. The simulation calls no tools: it answers in text.
+ */
+function checkToolUsage(body: ChatBody): void {
+  const tools = body.tools;
+  if (tools !== undefined && tools !== null && tools.length === 0) {
+    throw badRequest('`tools` must not be an empty array. Either provide at least one tool or omit the field entirely.', 'tools');
+  }
+  const choice = body.tool_choice;
+  if (choice === undefined || choice === null || choice === 'none') return;
+  if (tools === undefined || tools === null) throw badRequest('When using `tool_choice`, `tools` must be set.', 'tool_choice');
+  if (typeof choice === 'string') return;
+  const usage = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`';
+  const fn = choice.function;
+  if (typeof fn !== 'object' || fn === null || Array.isArray(fn)) {
+    throw badRequest(`Invalid value for \`function\`: \`${JSON.stringify(fn ?? null)}\` in \`tool_choice\`! ${usage}`, 'tool_choice.function');
+  }
+  if (!('name' in fn)) throw badRequest(`Expected field \`name\` in \`function\` in \`tool_choice\`! ${usage}`, 'tool_choice.function.name');
+  const name = (fn as { name: unknown }).name;
+  if (typeof name !== 'string' || name.length === 0) {
+    throw badRequest(`Invalid \`name\` in \`function\`: \`${JSON.stringify(name)}\` in \`tool_choice\`! ${usage}`, 'tool_choice.function.name');
+  }
+  if (!tools.some((t) => t.function.name === name)) throw badRequest('The tool specified in `tool_choice` does not match any of the specified `tools`', 'tool_choice');
 }

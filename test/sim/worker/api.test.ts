@@ -245,6 +245,33 @@ describe('POST /v1/chat/completions', () => {
     assert.equal(json.error.type, 'BadRequestError');
   });
 
+  test('tools and tool_choice are checked as vLLM checks them; a valid tool request is answered in text', async () => {
+    const weather = { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: {} } } };
+    const refused: Array<[Record<string, unknown>, string | null, RegExp]> = [
+      [{ tools: 'x' }, 'tools', /./],
+      [{ tools: [{ type: 'function' }] }, 'tools[0].function', /./],
+      [{ tools: [] }, 'tools', /must not be an empty array/],
+      [{ tool_choice: 'auto' }, 'tool_choice', /When using `tool_choice`, `tools` must be set/],
+      [{ tools: [weather], tool_choice: 'sometimes' }, 'tool_choice', /Only named tools/],
+      [{ tools: [weather], tool_choice: { type: 'function', function: 'get_weather' } }, 'tool_choice.function', /Correct usage/],
+      [{ tools: [weather], tool_choice: { type: 'function', function: {} } }, 'tool_choice.function.name', /Expected field `name`/],
+      [{ tools: [weather], tool_choice: { type: 'function', function: { name: 'get_time' } } }, 'tool_choice', /does not match any of the specified `tools`/],
+    ];
+    for (const [extra, param, message] of refused) {
+      const { status, json } = await postJson(w, '/v1/chat/completions', { messages, max_tokens: 3, ...extra });
+      assert.equal(status, 400, JSON.stringify(extra));
+      assert.equal(json.error.param, param, JSON.stringify(extra));
+      assert.match(json.error.message, message, JSON.stringify(extra));
+    }
+    for (const tool_choice of [undefined, 'none', 'auto', 'required', { type: 'function', function: { name: 'get_weather' } }]) {
+      const { status, json } = await postJson(w, '/v1/chat/completions', { messages, max_tokens: 3, tools: [weather], tool_choice });
+      assert.equal(status, 200, JSON.stringify(tool_choice));
+      assert.equal(typeof json.choices[0].message.content, 'string');
+    }
+    // "none" ignores whatever tools say.
+    assert.equal((await postJson(w, '/v1/chat/completions', { messages, max_tokens: 3, tool_choice: 'none' })).status, 200);
+  });
+
   test('streaming: role first, content deltas, finish, usage chunk, [DONE]', async () => {
     const body = { messages, max_tokens: 12, seed: 4, stream_options: { include_usage: true } };
     const plain = await postJson(w, '/v1/chat/completions', { messages, max_tokens: 12, seed: 4 });
