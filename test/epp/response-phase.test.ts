@@ -150,6 +150,27 @@ test('when the proxy reports another endpoint served the request, the reservatio
   }
 });
 
+/**
+ * A streamed chat request through the stream up to its answer's first event: the pick, the
+ * worker's whole answer fetched from the picked worker, its headers and first event passed back.
+ */
+async function streamToFirstToken(body: Buffer) {
+  const s = e.client.open();
+  s.requestHeaders({ ':method': 'POST', ':path': '/v1/chat/completions', 'content-type': 'application/json' });
+  s.requestBody(body);
+  const a = await s.readAnswer();
+  const picked = e.epp.registry.workers.find((x) => endpointOfUrl(x.url) === a.endpoint)!;
+  const other = e.epp.registry.workers.find((x) => x !== picked)!;
+  const r = await fetch(`${picked.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: a.body });
+  const text = Buffer.from(await r.arrayBuffer());
+  const first = text.indexOf('\n\n') + 2;
+  s.responseHeaders(r.status, { 'content-type': 'text/event-stream' });
+  await s.next();
+  s.responseBody(text.subarray(0, first), false);
+  await s.next();
+  return { s, picked, other, text, first };
+}
+
 test("a streamed answer lets go of the prompt's token ids at its first token; a served endpoint reported after it still takes the reservation", async () => {
   // The live policy's route, wrapped to see the request it routes (as a plugin would).
   const policy = e.epp.router.policy;
@@ -165,21 +186,9 @@ test("a streamed answer lets go of the prompt's token ids at its first token; a 
   };
   try {
     const long = 'Catalogue every accession of the seed bank with its storage temperature. '.repeat(300);
-    const s = e.client.open();
-    s.requestHeaders({ ':method': 'POST', ':path': '/v1/chat/completions', 'content-type': 'application/json' });
-    s.requestBody(chat({ stream: true }, long));
-    const a = await s.readAnswer();
-    const picked = e.epp.registry.workers.find((x) => endpointOfUrl(x.url) === a.endpoint)!;
-    const other = e.epp.registry.workers.find((x) => x !== picked)!;
+    const { s, picked, other, text, first } = await streamToFirstToken(chat({ stream: true }, long));
     const count = routed!.promptTokens.length;
     assert.ok(count > 2000);
-    const r = await fetch(`${picked.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: a.body });
-    const text = Buffer.from(await r.arrayBuffer());
-    const first = text.indexOf('\n\n') + 2;
-    s.responseHeaders(r.status, { 'content-type': 'text/event-stream' });
-    await s.next();
-    s.responseBody(text.subarray(0, first), false);
-    await s.next();
     // The answer has begun: its prompt's ids are no longer held, their count is.
     await new Promise((r) => setImmediate(r));
     gc();
@@ -214,19 +223,7 @@ test('a policy that reads a token id when the served endpoint is reported after 
     return route(req, workers, ctx);
   };
   try {
-    const s = e.client.open();
-    s.requestHeaders({ ':method': 'POST', ':path': '/v1/chat/completions', 'content-type': 'application/json' });
-    s.requestBody(chat({ stream: true }));
-    const a = await s.readAnswer();
-    const picked = e.epp.registry.workers.find((x) => endpointOfUrl(x.url) === a.endpoint)!;
-    const other = e.epp.registry.workers.find((x) => x !== picked)!;
-    const r = await fetch(`${picked.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: a.body });
-    const text = Buffer.from(await r.arrayBuffer());
-    const first = text.indexOf('\n\n') + 2;
-    s.responseHeaders(r.status, { 'content-type': 'text/event-stream' });
-    await s.next();
-    s.responseBody(text.subarray(0, first), false);
-    await s.next();
+    const { s, other, text, first } = await streamToFirstToken(chat({ stream: true }));
     s.responseBody(text.subarray(first), true, endpointOfUrl(other.url));
     const echo = await s.next();
     assert.deepEqual(Buffer.from(echo!.response_body!.response!.body_mutation!.streamed_response!.body!), text.subarray(first));
