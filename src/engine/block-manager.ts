@@ -162,12 +162,12 @@ interface BlockHashIndex {
   /** Map `key` to block `val` unless it is mapped already (then false, and nothing changes). */
   add(key: number, val: number): boolean;
   delete(key: number): boolean;
-  /**
-   * `key` has left its block (the block's hash is being cleared). Whether the table needs
-   * warming first: false when the entry is left in place, invalid from the moment the block's
-   * own hash changes, and nothing in the table is read or written.
-   */
+  /** `key` has left its block (the block's hash is being cleared). */
   evict(key: number): void;
+  /**
+   * Whether evict() reads the table (so that a batch of evictions should warm its slots first):
+   * false where the entry is left in place, matching nothing once the block's own hash changes.
+   */
   readonly evictReadsTable: boolean;
   /** Read the slot where `key`'s probe starts (its value is of no use: the read brings the slot into the cache). */
   peekHome(key: number): number;
