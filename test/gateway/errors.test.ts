@@ -36,6 +36,19 @@ test('400 on malformed JSON', async () => {
   assertOpenAiError(r.json, 'invalid_json', 'invalid_request_error');
 });
 
+test('400 on a body that is not UTF-8, as the worker’s JSON parser would refuse it; the same text in UTF-8 is answered', async () => {
+  const json = (s: string) => `{"model":"${MODEL}","max_tokens":2,"messages":[{"role":"user","content":"${s}"}]}`;
+  const latin1 = Buffer.from(json('caf\u00e9'), 'latin1'); // é as the single byte 0xe9
+  const r = await fetch(url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: latin1 });
+  assert.equal(r.status, 400);
+  const body = (await r.json()) as { error: { message: string } };
+  assertOpenAiError(body, 'invalid_json', 'invalid_request_error');
+  assert.match(body.error.message, /not valid UTF-8/);
+  const ok = await fetch(url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: Buffer.from(json('caf\u00e9'), 'utf8') });
+  assert.equal(ok.status, 200);
+  await ok.arrayBuffer();
+});
+
 test('a UTF-8 byte order mark before the JSON is ignored, and the worker is sent the JSON without it', async () => {
   const json = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
   // A worker that records what reaches it and answers as a worker would.

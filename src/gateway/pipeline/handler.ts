@@ -4,6 +4,7 @@
  * error body. Each accepted request is accounted exactly once (metrics, one log line). The routes
  * the gateway answers itself (health, readiness, models, metrics, admin) are in local-routes.ts.
  */
+import { isUtf8 } from 'node:buffer';
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { DEFAULT_TENANT_ID, mayUse, type TenantDirectory } from '../../admission/tenants.js';
@@ -254,6 +255,9 @@ export function acceptBody(d: AcceptDeps, ctx: RequestContext, kind: InferenceKi
     // Before parsing: what the gateway does with a value (validation, re-serialising, the cache
     // key) recurses, and must never meet a body that would overflow the stack.
     if (jsonNestsDeeperThan(ctx.rawBody)) throw errors.nestedTooDeep(MAX_JSON_DEPTH);
+    // JSON is exchanged in UTF-8 (RFC 8259 §8.1): bytes that are not would be read with
+    // replacement characters here, where the worker's JSON parser refuses them.
+    if (!isUtf8(ctx.rawBody)) throw errors.invalidJson('it is not valid UTF-8');
     // A UTF-8 byte order mark before the JSON (Windows PowerShell 5.1 sends one) may be ignored
     // by a parser (RFC 8259 §8.1), and Python's json, under vLLM's server, does: it is dropped,
     // and the body goes on re-serialised, without it.
