@@ -256,7 +256,7 @@ export function acceptBody(d: AcceptDeps, ctx: RequestContext, kind: InferenceKi
     // key) recurses, and must never meet a body that would overflow the stack.
     if (jsonNestsDeeperThan(ctx.rawBody)) throw errors.nestedTooDeep(MAX_JSON_DEPTH);
     // JSON is exchanged in UTF-8 (RFC 8259 §8.1): bytes that are not would be read with
-    // replacement characters here, where the worker's JSON parser refuses them.
+    // replacement characters here and sent on as they came.
     if (!isUtf8(ctx.rawBody)) throw errors.invalidJson('it is not valid UTF-8');
     // A UTF-8 byte order mark before the JSON (Windows PowerShell 5.1 sends one) may be ignored
     // by a parser (RFC 8259 §8.1), and Python's json, under vLLM's server, does: it is dropped,
