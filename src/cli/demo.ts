@@ -121,7 +121,7 @@ export async function run(argv: string[], o: DemoRunOptions = {}): Promise<numbe
     import('../cache/redis-store.js'),
     import('../sim/worker/server.js'),
     import('../telemetry/logger.js'),
-    import('./serve.js'),
+    import('./server-run.js'),
   ]);
   const logger = createLogger({ level: 'info', pretty: v['json-logs'] !== true });
   const sims: SimWorker[] = [];

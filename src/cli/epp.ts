@@ -2,10 +2,9 @@
  * `kvgate epp --config FILE`: kvgate as the Endpoint Picker of an Envoy-family gateway (src/epp/).
  */
 import { parseArgs } from 'node:util';
-import { ConfigError, parseConfigText, type GatewayConfig } from '../config/index.js';
-import { hashConfigText } from '../gateway/admin/config-watch.js';
+import { parseConfigText, type GatewayConfig } from '../config/index.js';
 import { createEpp } from '../epp/epp.js';
-import { readConfigFile, reloadUntilSignal } from './serve.js';
+import { logLevelFlag, portFlag, readConfigFile, startAndServe } from './server-run.js';
 
 export const help = `Usage: kvgate epp --config FILE [options]
 
@@ -53,8 +52,6 @@ shutdown.graceMs). The epp section needs a restart.
 Exit codes: 0 after a clean shutdown, 2 for bad flags or an invalid config, 1 if a port is taken.
 `;
 
-const LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
-
 export async function run(argv: string[]): Promise<number> {
   let values: Record<string, string | boolean | undefined>;
   try {
@@ -80,28 +77,17 @@ export async function run(argv: string[]): Promise<number> {
     process.stderr.write(`kvgate epp: --config FILE is required\n\n${help}`);
     return 2;
   }
-  const ports: Record<string, number | undefined> = {};
-  for (const flag of ['port', 'health-port', 'metrics-port']) {
-    const v = values[flag];
-    if (v === undefined) continue;
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < 0 || n > 65535) {
-      process.stderr.write(`kvgate epp: --${flag} must be an integer 0..65535, got '${String(v)}'\n`);
-      return 2;
-    }
-    ports[flag] = n;
-  }
-  const level = values['log-level'] as (typeof LEVELS)[number] | undefined;
-  if (level !== undefined && !LEVELS.includes(level)) {
-    process.stderr.write(`kvgate epp: --log-level must be one of ${LEVELS.join(', ')}\n`);
-    return 2;
-  }
+  const port = portFlag('epp', 'port', values.port);
+  const healthPort = portFlag('epp', 'health-port', values['health-port']);
+  const metricsPort = portFlag('epp', 'metrics-port', values['metrics-port']);
+  const level = logLevelFlag('epp', values['log-level']);
+  if (port === null || healthPort === null || metricsPort === null || level === null) return 2;
   const file = values.config;
   const parse = (text: string): GatewayConfig => {
     const c = parseConfigText(text, file);
-    if (ports.port !== undefined) c.epp.listen.port = ports.port;
-    if (ports['health-port'] !== undefined) c.epp.healthPort = ports['health-port'];
-    if (ports['metrics-port'] !== undefined) c.epp.metricsPort = ports['metrics-port'];
+    if (port !== undefined) c.epp.listen.port = port;
+    if (healthPort !== undefined) c.epp.healthPort = healthPort;
+    if (metricsPort !== undefined) c.epp.metricsPort = metricsPort;
     if (typeof values.host === 'string') c.epp.listen.host = values.host;
     if (level !== undefined) c.log.level = level;
     if (values.pretty === true) c.log.pretty = true;
@@ -110,32 +96,14 @@ export async function run(argv: string[]): Promise<number> {
   const read = readConfigFile('epp', file, parse);
   if (read === null) return 2;
   const { config, text } = read;
-  const initialHash = hashConfigText(text);
-  let onHup = (): void => undefined;
-  const hup = (): void => onHup();
-  process.on('SIGHUP', hup);
-  let epp;
-  try {
-    epp = createEpp(config, { configSource: { path: file, hash: initialHash } });
-  } catch (e) {
-    if (e instanceof ConfigError) {
-      process.stderr.write(`kvgate epp: ${file}: ${e.message}\n`);
-      return 2;
-    }
-    throw e;
-  }
-  try {
-    await epp.start();
-  } catch (e) {
-    if (e instanceof ConfigError) {
-      process.stderr.write(`kvgate epp: ${file}: ${e.message}\n`);
-      await epp.close();
-      return 2;
-    }
-    const { listen, healthPort, metricsPort } = config.epp;
-    process.stderr.write(`kvgate epp: cannot listen on ${listen.host} (ports ${listen.port}, ${healthPort}, ${metricsPort}): ${(e as Error).message}\n`);
-    await epp.close();
-    return 1;
-  }
-  return reloadUntilSignal(epp, { file, parse, config, initialHash, onHup: (f) => (onHup = f), hup });
+  const { listen } = config.epp;
+  return startAndServe({
+    command: 'epp',
+    file,
+    parse,
+    config,
+    text,
+    create: (c, configSource) => createEpp(c, { configSource }),
+    where: `${listen.host} (ports ${listen.port}, ${config.epp.healthPort}, ${config.epp.metricsPort})`,
+  });
 }

@@ -2,10 +2,8 @@
  * `kvgate serve --config FILE`: the gateway in front of the workers named in a config file.
  */
 import { parseArgs } from 'node:util';
-import { readFileSync } from 'node:fs';
 import { ConfigError, DEFAULT_POLICY_NAME, parseConfigText, type GatewayConfig } from '../config/index.js';
-import { ConfigWatcher, hashConfigText, type ConfigWatchOptions } from '../gateway/admin/config-watch.js';
-import type { Logger } from '../telemetry/logger.js';
+import { logLevelFlag, portFlag, readConfigFile, startAndServe } from './server-run.js';
 import { policyNames } from '../scheduler/registry.js';
 import { createGateway } from '../gateway/gateway.js';
 
@@ -116,20 +114,9 @@ export async function run(argv: string[]): Promise<number> {
     if (redisUrl !== undefined) cache.redis = { ...(cache.redis ?? {}), url: redisUrl };
     return { ...r, cache };
   };
-  let port: number | undefined;
-  if (values.port !== undefined) {
-    port = Number(values.port);
-    if (!Number.isInteger(port) || port < 0 || port > 65535) {
-      process.stderr.write(`kvgate serve: --port must be an integer 0..65535, got '${values.port}'\n`);
-      return 2;
-    }
-  }
-  const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
-  const level = values['log-level'] as (typeof levels)[number] | undefined;
-  if (level !== undefined && !levels.includes(level)) {
-    process.stderr.write(`kvgate serve: --log-level must be one of ${levels.join(', ')}\n`);
-    return 2;
-  }
+  const port = portFlag('serve', 'port', values.port);
+  const level = logLevelFlag('serve', values['log-level']);
+  if (port === null || level === null) return 2;
   // The file's text as validated at start and at every reload, with the flags applied after.
   const parse = (text: string): GatewayConfig => {
     const c = parseConfigText(text, file, adjust);
@@ -143,103 +130,16 @@ export async function run(argv: string[]): Promise<number> {
   const read = readConfigFile('serve', file, parse);
   if (read === null) return 2;
   const { config, text } = read;
-  const initialHash = hashConfigText(text);
   if (values.check === true) return check(file, config);
-
-  // SIGHUP's default action ends the process: from here on it means "reload" (ignored until the
-  // gateway listens).
-  let onHup = (): void => undefined;
-  const hup = (): void => onHup();
-  process.on('SIGHUP', hup);
-  let gateway;
-  try {
-    gateway = createGateway(config, { configSource: { path: file, hash: initialHash } });
-  } catch (e) {
-    if (e instanceof ConfigError) {
-      process.stderr.write(`kvgate serve: ${values.config}: ${e.message}\n`);
-      return 2;
-    }
-    throw e;
-  }
-  try {
-    // Speculative cascades (speculative.cascades) are checked against their workers first.
-    await gateway.start();
-  } catch (e) {
-    if (e instanceof ConfigError) {
-      process.stderr.write(`kvgate serve: ${values.config}: ${e.message}\n`);
-      await gateway.close();
-      return 2;
-    }
-    process.stderr.write(`kvgate serve: cannot listen on ${config.listen.host}:${config.listen.port}: ${(e as Error).message}\n`);
-    await gateway.close();
-    return 1;
-  }
-  return reloadUntilSignal(gateway, { file, parse, config, initialHash, onHup: (f) => (onHup = f), hup });
-}
-
-/** Reads and validates a config file; on failure writes `kvgate CMD: FILE: problems` to stderr and returns null (exit 2). */
-export function readConfigFile(command: string, file: string, parse: (text: string) => GatewayConfig): { config: GatewayConfig; text: string } | null {
-  try {
-    let text: string;
-    try {
-      text = readFileSync(file, 'utf8');
-    } catch (e) {
-      throw new ConfigError([`cannot read ${file}: ${(e as Error).message}`]);
-    }
-    return { config: parse(text), text };
-  } catch (e) {
-    if (e instanceof ConfigError) {
-      process.stderr.write(`kvgate ${command}: ${file}: ${e.message}\n`);
-      return null;
-    }
-    throw e;
-  }
-}
-
-/**
- * A started server (the gateway, or the EPP) until SIGINT or SIGTERM: the file watched and
- * reloaded (and on SIGHUP), then shut down. SIGTERM (an orchestrator): readiness fails for the
- * drain delay while requests are still served, so load balancers stop sending before the listener
- * closes. SIGINT (a terminal): at once. Returns the exit code.
- */
-export async function reloadUntilSignal(
-  target: ConfigWatchOptions['gateway'] & { logger: Logger; shutdown(): Promise<void>; close(): Promise<void> },
-  o: { file: string; parse: (text: string) => GatewayConfig; config: GatewayConfig; initialHash: string; onHup: (f: () => void) => void; hup: () => void },
-): Promise<number> {
-  const { config } = o;
-  const watcher = new ConfigWatcher({
-    path: o.file,
-    parse: o.parse,
-    gateway: target,
-    logger: target.logger,
-    watch: config.reload.watch,
-    debounceMs: config.reload.debounceMs,
-    initialHash: o.initialHash,
-  });
-  watcher.start();
-  o.onHup(() => void watcher.reload('signal'));
-  const sig = await waitForSignal();
-  process.off('SIGHUP', o.hup);
-  watcher.close();
-  target.logger.info({ signal: sig, graceMs: config.shutdown.graceMs, drainDelayMs: sig === 'SIGTERM' ? config.shutdown.drainDelayMs : 0 }, 'shutting down');
-  if (sig === 'SIGTERM') await target.shutdown();
-  else await target.close();
-  return 0;
-}
-
-/** Resolves on the first SIGINT or SIGTERM; a second one exits at once. */
-export function waitForSignal(): Promise<NodeJS.Signals> {
-  return new Promise((resolve) => {
-    const on = (sig: NodeJS.Signals): void => {
-      process.off('SIGINT', on);
-      process.off('SIGTERM', on);
-      const force = (): never => process.exit(130);
-      process.once('SIGINT', force);
-      process.once('SIGTERM', force);
-      resolve(sig);
-    };
-    process.on('SIGINT', on);
-    process.on('SIGTERM', on);
+  // Speculative cascades (speculative.cascades) are checked against their workers in start().
+  return startAndServe({
+    command: 'serve',
+    file,
+    parse,
+    config,
+    text,
+    create: (c, configSource) => createGateway(c, { configSource }),
+    where: `${config.listen.host}:${config.listen.port}`,
   });
 }
 

@@ -1,6 +1,7 @@
 /** `kvgate serve` as a user runs it: the built CLI in a child process. */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { createServer, type AddressInfo } from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -34,7 +35,27 @@ test('bad flags, a missing --config and an unreadable file exit 2', async () => 
   assert.match(r2.stderr, /cannot read/);
   const ok = join(dir, 'ok.json');
   writeFileSync(ok, JSON.stringify({ workers: [{ url: 'http://127.0.0.1:9', model: 'm' }] }));
-  assert.equal((await runCli(['serve', '--config', ok, '--port', 'x'])).code, 2);
+  const badPort = await runCli(['serve', '--config', ok, '--port', 'x']);
+  assert.equal(badPort.code, 2);
+  assert.match(badPort.stderr, /kvgate serve: --port must be an integer 0\.\.65535, got 'x'/);
+  const badLevel = await runCli(['serve', '--config', ok, '--log-level', 'loud']);
+  assert.equal(badLevel.code, 2);
+  assert.match(badLevel.stderr, /kvgate serve: --log-level must be one of fatal, error/);
+});
+
+test('a port already taken exits 1 naming the address', async () => {
+  const taken = createServer();
+  await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+  try {
+    const port = (taken.address() as AddressInfo).port;
+    const ok = join(dir, 'taken.json');
+    writeFileSync(ok, JSON.stringify({ workers: [{ url: 'http://127.0.0.1:9', model: 'm' }] }));
+    const r = await runCli(['serve', '--config', ok, '--port', String(port)]);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, new RegExp(`kvgate serve: cannot listen on 127\\.0\\.0\\.1:${port}: .*EADDRINUSE`));
+  } finally {
+    taken.close();
+  }
 });
 
 test('--check validates the file and the gateway it describes, and exits without listening', async () => {

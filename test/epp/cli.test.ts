@@ -1,6 +1,7 @@
 /** `kvgate epp` as a user runs it: the built CLI in a child process, a real worker, a real gRPC client. */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { createServer, type AddressInfo } from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -30,7 +31,23 @@ test('kvgate epp --help, bad flags, a missing --config and an invalid epp sectio
     assert.match(r.stderr, /epp.*fallback/);
     const ok = join(dir, 'ok.yaml');
     writeFileSync(ok, 'workers:\n  - { url: "http://127.0.0.1:9", model: m }\n');
-    assert.equal((await runCli(['epp', '--config', ok, '--health-port', 'x'])).code, 2);
+    const badPort = await runCli(['epp', '--config', ok, '--health-port', 'x']);
+    assert.equal(badPort.code, 2);
+    assert.match(badPort.stderr, /kvgate epp: --health-port must be an integer 0\.\.65535, got 'x'/);
+    const badLevel = await runCli(['epp', '--config', ok, '--log-level', 'loud']);
+    assert.equal(badLevel.code, 2);
+    assert.match(badLevel.stderr, /kvgate epp: --log-level must be one of fatal, error/);
+    // A port already taken: exit 1, naming the addresses.
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    try {
+      const port = (taken.address() as AddressInfo).port;
+      const r1 = await runCli(['epp', '--config', ok, '--port', String(port), '--health-port', '0', '--metrics-port', '0']);
+      assert.equal(r1.code, 1);
+      assert.match(r1.stderr, new RegExp(`kvgate epp: cannot listen on 127\\.0\\.0\\.1 \\(ports ${port}, 0, 0\\)`));
+    } finally {
+      taken.close();
+    }
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
