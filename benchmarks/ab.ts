@@ -12,7 +12,7 @@
  */
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { median, quantile, treeCpuMs } from './harness.js';
 import type { RateResult } from './overhead/client.js';
 import { nodeClient, promptBody, setUpTools, startKvgate, startStandIn, wrk, BODY, type Target } from './overhead/targets.js';
@@ -52,7 +52,7 @@ function cpuMs(t: Target): number {
 }
 
 async function main(): Promise<number> {
-  const { values } = parseArgs({
+  const { values } = benchArgs('ab', {
     options: {
       baseline: { type: 'string' },
       rounds: { type: 'string', default: '4' },

@@ -13,7 +13,7 @@
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { benchFromFlags, parseFlags } from '../src/cli/bench.js';
 import { runBench } from '../src/bench/run.js';
 import type { PriorityClass } from '../src/admission/classes.js';
@@ -150,7 +150,7 @@ function table(rows: readonly Row[], burst: Burst): string {
 }
 
 async function main(): Promise<number> {
-  const { values } = parseArgs({
+  const { values } = benchArgs('admission-peers', {
     options: {
       seeds: { type: 'string' },
       'base-rate': { type: 'string' },

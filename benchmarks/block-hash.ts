@@ -4,7 +4,7 @@
  * to the hash the last one returned, against one `hashBlocksInto` call for the run, on the same
  * tokens, alternated so the machine's noise falls on both.
  */
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { chainRoot, hashBlock, hashBlocksInto } from '../src/kv/block-hash.js';
 import { median } from './harness.js';
 
@@ -38,7 +38,7 @@ function runOnce(way: 'per-block' | 'run', tokens: Int32Array, out: Float64Array
 }
 
 function main(): void {
-  const { values } = parseArgs({ options: { blocks: { type: 'string' }, 'block-size': { type: 'string' }, passes: { type: 'string' }, rounds: { type: 'string' }, help: { type: 'boolean', short: 'h' } } });
+  const { values } = benchArgs('block-hash', { options: { blocks: { type: 'string' }, 'block-size': { type: 'string' }, passes: { type: 'string' }, rounds: { type: 'string' }, help: { type: 'boolean', short: 'h' } } });
   if (values.help) {
     process.stdout.write(HELP);
     return;

@@ -29,7 +29,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import type { CacheResult, CacheSpec } from './cache/client.js';
 import { CorePlan, freePort, median, processCpuMs, quantile, stopChild, waitReady } from './harness.js';
 
@@ -153,7 +153,7 @@ interface Figures {
 }
 
 async function main(): Promise<number> {
-  const { values } = parseArgs({
+  const { values } = benchArgs('cache', {
     options: {
       rounds: { type: 'string', default: '3' },
       seconds: { type: 'string', default: '3' },

@@ -23,7 +23,7 @@
  * modelled GPU time). "adaptive (p/n plain)" counts the requests the controller sent straight to
  * the target.
  */
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { parseConfig } from '../src/config/index.js';
 import { createGateway } from '../src/gateway/gateway.js';
 import { startSimWorker, type SimWorker } from '../src/sim/worker/server.js';
@@ -74,7 +74,7 @@ function metric(text: string, name: string, labels: string): number {
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({
+  const { values } = benchArgs('cascade', {
     options: {
       requests: { type: 'string' },
       'max-tokens': { type: 'string' },

@@ -12,7 +12,7 @@
  * --max-repo-tokens N (16000).
  */
 import { createWriteStream } from 'node:fs';
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { seededRng, type Rng } from '../src/util/rng.js';
 import { exponential, uniformInt, Zipf } from '../src/workload/random.js';
 
@@ -21,7 +21,7 @@ const REPOSITORIES = 10;
 const ID_LO = 100;
 const ID_HI = 31_000;
 
-const { values } = parseArgs({
+const { values } = benchArgs('coding-trace', {
   options: {
     out: { type: 'string' },
     seed: { type: 'string', default: '1' },

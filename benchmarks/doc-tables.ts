@@ -97,10 +97,3 @@ export function writeGeneratedTables(files: readonly string[], command: string, 
   }
   return 0;
 }
-
-/** The files named by each `--write-docs FILE` in `argv` (a benchmark that reads its arguments by hand). */
-export function writeDocsFiles(argv: readonly string[]): string[] {
-  const files: string[] = [];
-  for (let i = 0; i < argv.length; i++) if (argv[i] === '--write-docs' && argv[i + 1] !== undefined) files.push(argv[i + 1]!);
-  return files;
-}

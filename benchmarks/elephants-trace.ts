@@ -9,14 +9,14 @@
  * Options: --out FILE (required), --seed N (default 1), --seconds S (300).
  */
 import { createWriteStream } from 'node:fs';
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { seededRng } from '../src/util/rng.js';
 import { exponential, uniformInt } from '../src/workload/random.js';
 
 /** Mooncake's hash_ids name 512-token blocks. */
 const BLOCK_TOKENS = 512;
 
-const { values } = parseArgs({
+const { values } = benchArgs('elephants-trace', {
   options: {
     out: { type: 'string' },
     seed: { type: 'string', default: '1' },

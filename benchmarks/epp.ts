@@ -38,7 +38,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { writeGeneratedTables } from './doc-tables.js';
 import { CorePlan, freePort, processCpuMs, quantile, stopChild, waitReady } from './harness.js';
 import type { HostControlResult, HostControlSpec } from './epp/host-control.js';
@@ -258,7 +258,7 @@ const us = (x: number): string => (Number.isFinite(x) ? `${Math.round(x).toLocal
 const verdict = (ok: boolean): string => (ok ? 'met' : 'MISSED');
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({
+  const { values } = benchArgs('epp', {
     options: {
       seconds: { type: 'string', default: '5' },
       rate: { type: 'string', default: '200' },

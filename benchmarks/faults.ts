@@ -7,7 +7,7 @@
  *
  *     faults: sent=N ok=N errors=N unanswered=N
  */
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { writeGeneratedTables } from './doc-tables.js';
 import { Tally, type ScenarioResult } from './faults/harness.js';
 import { SCENARIOS } from './faults/index.js';
@@ -32,7 +32,7 @@ ${SCENARIOS.map((s) => `  ${s.name.padEnd(22)} ${s.description}`).join('\n')}
 `;
 
 async function main(): Promise<number> {
-  const { values } = parseArgs({
+  const { values } = benchArgs('faults', {
     options: { only: { type: 'string' }, list: { type: 'boolean' }, 'write-docs': { type: 'string', multiple: true }, help: { type: 'boolean', short: 'h' } },
   });
   if (values.help) {

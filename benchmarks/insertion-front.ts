@@ -4,9 +4,9 @@
  * (src/util/insertion-front.ts), on the same operations, alternated so the machine's noise
  * falls on both.
  */
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { InsertionFront } from '../src/util/insertion-front.js';
-import { writeDocsFiles, writeGeneratedTables } from './doc-tables.js';
+import { writeGeneratedTables } from './doc-tables.js';
 import { median } from './harness.js';
 
 const HELP = `npm run bench -- insertion-front [options]
@@ -57,7 +57,7 @@ const kept = (m: Map<number, number>): Trim => {
 };
 
 function main(): void {
-  const { values } = parseArgs({ options: { size: { type: 'string' }, ops: { type: 'string' }, refresh: { type: 'string' }, rounds: { type: 'string' }, 'write-docs': { type: 'string', multiple: true }, help: { type: 'boolean', short: 'h' } } });
+  const { values } = benchArgs('insertion-front', { options: { size: { type: 'string' }, ops: { type: 'string' }, refresh: { type: 'string' }, rounds: { type: 'string' }, 'write-docs': { type: 'string', multiple: true }, help: { type: 'boolean', short: 'h' } } });
   if (values.help) {
     process.stdout.write(HELP);
     return;
@@ -93,7 +93,7 @@ function main(): void {
     console.log(row);
     rows.push(row);
   }
-  const docs = writeDocsFiles(process.argv);
+  const docs = values['write-docs'] ?? [];
   if (docs.length > 0) process.exitCode = writeGeneratedTables(docs, ['npm run bench -- insertion-front', ...process.argv.slice(2)].join(' '), { lru: rows.join('\n') }, 'bench insertion-front');
 }
 

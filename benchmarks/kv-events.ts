@@ -15,7 +15,7 @@
  * fleet's own rate (blocks stored and removed per simulated second): their ratio is how many such
  * fleets one core of the gateway keeps up with.
  */
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { buildEngineConfig } from '../src/engine/profiles.js';
 import { KvEventMapper } from '../src/fleet/kv-events-mapper.js';
 import { decodeEventBatch } from '../src/fleet/kv-events-wire.js';
@@ -97,7 +97,7 @@ function decodeAndMap(batches: readonly Recorded[], workers: number, blockSize: 
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({
+  const { values } = benchArgs('kv-events', {
     options: {
       workload: { type: 'string', default: 'mixed' },
       workers: { type: 'string', default: '16' },

@@ -11,7 +11,7 @@
  * --max-doc-tokens N (28672).
  */
 import { createWriteStream } from 'node:fs';
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { seededRng, type Rng } from '../src/util/rng.js';
 import { exponential, uniformInt, Zipf } from '../src/workload/random.js';
 
@@ -19,7 +19,7 @@ import { exponential, uniformInt, Zipf } from '../src/workload/random.js';
 const BLOCK_TOKENS = 512;
 const DOCUMENTS = 20;
 
-const { values } = parseArgs({
+const { values } = benchArgs('kv-tight-trace', {
   options: {
     out: { type: 'string' },
     seed: { type: 'string', default: '1' },

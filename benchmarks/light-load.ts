@@ -20,7 +20,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { describeWorkloads } from '../src/workload/workloads.js';
 import { generatedBlocks, writeGeneratedTables } from './doc-tables.js';
 import { PEERS } from './peers.js';
@@ -180,7 +180,7 @@ function tableOf(rows: readonly Row[]): string {
 }
 
 function main(): number {
-  const { values } = parseArgs({
+  const { values } = benchArgs('light-load', {
     options: {
       seed: { type: 'string', default: '1' },
       only: { type: 'string' },

@@ -9,7 +9,7 @@
  * short requests' latency and count, and the long prompts' latency, per configuration.
  */
 import { existsSync } from 'node:fs';
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { median } from './harness.js';
 import { promptBody, setUpTools, startKvgate, startStandIn, wrk, BODY, type WrkResult } from './overhead/targets.js';
 
@@ -35,7 +35,7 @@ interface Side {
 }
 
 async function main(): Promise<number> {
-  const { values } = parseArgs({
+  const { values } = benchArgs('long-prompts', {
     options: {
       hf: { type: 'string' },
       threads: { type: 'string', default: '1' },

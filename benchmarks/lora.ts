@@ -14,7 +14,7 @@
  * Printed per policy: time to first token p50 / p90 / p99, end to end p50 / p99 (ms, wall clock:
  * the workers run at the modelled speed), the requests that failed, and TTFT p99 ÷ kvgate's.
  */
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { parseConfig } from '../src/config/index.js';
 import { createGateway } from '../src/gateway/gateway.js';
 import { startSimWorker, type SimWorker } from '../src/sim/worker/server.js';
@@ -135,7 +135,7 @@ async function runPolicy(policy: string, o: { workers: number; adapters: string[
 }
 
 async function main(): Promise<number> {
-  const { values } = parseArgs({
+  const { values } = benchArgs('lora', {
     options: {
       workers: { type: 'string', default: '4' },
       adapters: { type: 'string', default: '8' },

@@ -28,7 +28,7 @@
  * "added" is the target's figure minus direct's in the same round.
  */
 import { writeFileSync } from 'node:fs';
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { median, quantile, treeCpuMs } from './harness.js';
 import type { MaxResult, RateResult } from './overhead/client.js';
 import { proxyConf } from './overhead/nginx.js';
@@ -119,7 +119,7 @@ async function measureTarget(t: Target, useWrk: boolean, seconds: number): Promi
 }
 
 async function main(): Promise<number> {
-  const { values } = parseArgs({
+  const { values } = benchArgs('overhead', {
     options: {
       rounds: { type: 'string', default: '3' },
       seconds: { type: 'string', default: '5' },

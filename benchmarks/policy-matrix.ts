@@ -23,7 +23,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { writeGeneratedTables } from './doc-tables.js';
 import { PEERS } from './peers.js';
 
@@ -156,7 +156,7 @@ interface PolicyRow {
 const f = (x: number, d = 0): string => (Number.isFinite(x) ? x.toFixed(d) : '—');
 
 function main(): number {
-  const { values } = parseArgs({
+  const { values } = benchArgs('policies', {
     options: {
       workers: { type: 'string', default: '8,16' },
       only: { type: 'string' },

@@ -19,14 +19,14 @@
  * requests/s; default 10), --doc-zipf S (1.1).
  */
 import { createWriteStream } from 'node:fs';
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { seededRng, type Rng } from '../src/util/rng.js';
 import { arrivalGapMs, uniformInt, Zipf } from '../src/workload/random.js';
 
 /** Mooncake's hash_ids name 512-token blocks. */
 const BLOCK_TOKENS = 512;
 
-const { values } = parseArgs({
+const { values } = benchArgs('product-mix-trace', {
   options: {
     out: { type: 'string' },
     seed: { type: 'string', default: '7' },

@@ -18,7 +18,7 @@
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { median, treeCpuMs } from './harness.js';
 import { setUpTools, startKvgate, startStandIn, wrk, type Target } from './overhead/targets.js';
 
@@ -108,7 +108,7 @@ async function latencyP99(target: Target, seconds: number): Promise<{ p50: numbe
 }
 
 async function main(): Promise<number> {
-  const { values } = parseArgs({
+  const { values } = benchArgs('profile', {
     options: {
       seconds: { type: 'string', default: '10' },
       policy: { type: 'string' },

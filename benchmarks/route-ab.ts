@@ -13,7 +13,7 @@
  */
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { estimateTokenizer } from '../src/tokenizer/estimate.js';
 import { seededRng } from '../src/util/rng.js';
 import { routePrompts } from './route-prompts.js';
@@ -27,7 +27,7 @@ interface Build {
   RequestState: typeof import('../src/util/state.js').RequestState;
 }
 
-const { values } = parseArgs({
+const { values } = benchArgs('route-ab', {
   options: {
     baseline: { type: 'string' },
     policy: { type: 'string', default: 'kvgate' },

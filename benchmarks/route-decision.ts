@@ -27,10 +27,26 @@ import { availableParallelism, loadavg } from 'node:os';
 import { setFlagsFromString } from 'node:v8';
 import { PerformanceObserver, performance } from 'node:perf_hooks';
 import { runInNewContext } from 'node:vm';
-import { writeDocsFiles, writeGeneratedTables } from './doc-tables.js';
+import { benchArgs } from './args.js';
+import { writeGeneratedTables } from './doc-tables.js';
 import { routePrompts } from './route-prompts.js';
 
-if (process.argv.includes('--help') || process.argv.includes('-h')) {
+const { values } = benchArgs('route', {
+  options: {
+    workers: { type: 'string', default: '16' },
+    iterations: { type: 'string', default: '5000' },
+    'prompt-tokens': { type: 'string', default: '8000' },
+    policies: { type: 'string', default: 'kvgate,llm-d,llm-d-precise,dynamo,sglang-cache-aware,least-load' },
+    blocks: { type: 'string', default: '30000' },
+    warmup: { type: 'string', default: '6000' },
+    batch: { type: 'string', default: '1' },
+    json: { type: 'boolean', default: false },
+    'write-docs': { type: 'string', multiple: true },
+    help: { type: 'boolean', short: 'h', default: false },
+  },
+});
+
+if (values.help) {
   process.stdout.write(
     'npm run bench -- route [options]\n\n' +
       'Time for each policy to route one prompt (a prefix shared by one of 64 groups plus unique tokens)\n' +
@@ -56,31 +72,26 @@ if (process.argv.includes('--help') || process.argv.includes('-h')) {
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
 
-function arg(name: string, dflt: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 && process.argv[i + 1] !== undefined ? process.argv[i + 1]! : dflt;
-}
-
 /** A whole-number option of at least `min`; anything else ends the run with the reason. */
-function count(name: string, dflt: string, min = 1): number {
-  const v = Number(arg(name, dflt));
+function count(name: 'workers' | 'iterations' | 'prompt-tokens' | 'blocks' | 'warmup' | 'batch', min = 1): number {
+  const v = Number(values[name]);
   if (!Number.isInteger(v) || v < min) {
-    process.stderr.write(`bench route: --${name} must be a whole number of at least ${min}, got '${arg(name, dflt)}' (--help lists the options)\n`);
+    process.stderr.write(`bench route: --${name} must be a whole number of at least ${min}, got '${values[name]}' (--help lists the options)\n`);
     process.exit(2);
   }
   return v;
 }
 
-const ITER = count('iterations', '5000');
-const WORKERS = count('workers', '16');
-const PROMPT = count('prompt-tokens', '8000');
-const POLICIES = arg('policies', 'kvgate,llm-d,llm-d-precise,dynamo,sglang-cache-aware,least-load').split(',');
+const ITER = count('iterations');
+const WORKERS = count('workers');
+const PROMPT = count('prompt-tokens');
+const POLICIES = values.policies.split(',');
 const GROUPS = 64;
 /** KV blocks per worker: Llama-3.1-8B on one H100 holds roughly 30,000 blocks of 16 tokens. */
-const BLOCKS = count('blocks', '30000');
-const WARMUP = count('warmup', '6000', 0);
+const BLOCKS = count('blocks');
+const WARMUP = count('warmup', 0);
 const SHARED = Math.floor(PROMPT * 0.75);
-const JSON_OUT = process.argv.includes('--json');
+const JSON_OUT = values.json;
 
 /** Every GC pause of the run, [start, end] in performance.now() ms. */
 const gcPauses: Array<[number, number]> = [];
@@ -162,7 +173,7 @@ async function benchPolicy(name: string, tokenizeSamples: number[], prehash = fa
   const windows = new Float64Array(2 * ITER);
   const deferred = new Float64Array(ITER);
   let hit = 0;
-  const BATCH = count('batch', '1');
+  const BATCH = count('batch');
   for (let start = 0; start < ITER; start += BATCH) {
     const reqs: RouteRequest[] = [];
     for (let i = start; i < Math.min(ITER, start + BATCH); i++) {
@@ -307,7 +318,7 @@ const mem = indexMemory();
 /** Times to hash a whole prompt's blocks, sorted. */
 const hashTimes = Float64Array.from(hashSamples).sort();
 
-const docs = writeDocsFiles(process.argv);
+const docs = values['write-docs'] ?? [];
 if (docs.length > 0) {
   const n1 = (x: number) => x.toFixed(1);
   const label = (r: Row): string =>

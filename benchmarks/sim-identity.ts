@@ -17,6 +17,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { benchArgs } from './args.js';
 
 const CLI = resolve(dirname(fileURLToPath(import.meta.url)), '../src/cli.js');
 
@@ -49,12 +50,17 @@ const CASES: Array<[string, string[]]> = [
   ['x-long-decode', ['--workload', 'rollouts', '--size', '100', '--policy', 'round-robin,kvgate', '--rate-scale', '4', '--declared-max-tokens', '4096']],
 ];
 
-function arg(name: string): string | undefined {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-}
+const { values } = benchArgs('sim-identity', {
+  options: {
+    write: { type: 'string' },
+    check: { type: 'string' },
+    only: { type: 'string' },
+    jobs: { type: 'string', default: '2' },
+    help: { type: 'boolean', short: 'h', default: false },
+  },
+});
 
-if (process.argv.includes('--help')) {
+if (values.help) {
   process.stdout.write(
     'Usage: npm run bench -- sim-identity (--write DIR | --check DIR) [--only NAME,NAME] [--jobs N]\n' +
       '  --write DIR   run every case and write its JSON to DIR/NAME.json (the build to compare against)\n' +
@@ -64,14 +70,13 @@ if (process.argv.includes('--help')) {
   process.exit(0);
 }
 
-const write = arg('write');
-const check = arg('check');
+const { write, check } = values;
 if ((write === undefined) === (check === undefined)) {
   process.stderr.write('sim-identity: give exactly one of --write DIR and --check DIR (--help)\n');
   process.exit(2);
 }
-const only = arg('only')?.split(',');
-const jobs = arg('jobs') ?? '2';
+const only = values.only?.split(',');
+const jobs = values.jobs;
 const dir = (write ?? check)!;
 if (write !== undefined) mkdirSync(dir, { recursive: true });
 const outDir = write ?? join(dir, '.check');

@@ -26,14 +26,26 @@ import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { seededRng } from '../src/util/rng.js';
-import { writeDocsFiles, writeGeneratedTables } from './doc-tables.js';
+import { benchArgs } from './args.js';
+import { writeGeneratedTables } from './doc-tables.js';
 
-function arg(name: string, dflt: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 && process.argv[i + 1] !== undefined ? process.argv[i + 1]! : dflt;
-}
+const { values } = benchArgs('sim-scale', {
+  options: {
+    cases: { type: 'string', default: 'kvgate-1m,rr-100k,trace-10m,capacity' },
+    'size-1m': { type: 'string', default: '1000000' },
+    'size-100k': { type: 'string', default: '100000' },
+    rows: { type: 'string', default: '10000000' },
+    'capacity-size': { type: 'string', default: '2000' },
+    'capacity-workload': { type: 'string', default: 'mixed' },
+    'capacity-seconds': { type: 'string' },
+    jobs: { type: 'string' },
+    json: { type: 'boolean', default: false },
+    'write-docs': { type: 'string', multiple: true },
+    help: { type: 'boolean', short: 'h', default: false },
+  },
+});
 
-if (process.argv.includes('--help')) {
+if (values.help) {
   process.stdout.write(
     'Usage: npm run bench -- sim-scale [--cases kvgate-1m,rr-100k,trace-10m,capacity] [--size-1m N] [--size-100k N]\n' +
       '       [--rows N] [--capacity-size N] [--capacity-workload W] [--capacity-seconds S] [--jobs N] [--json]\n' +
@@ -42,15 +54,15 @@ if (process.argv.includes('--help')) {
   process.exit(0);
 }
 
-const CASES = arg('cases', 'kvgate-1m,rr-100k,trace-10m,capacity').split(',');
-const SIZE_1M = Number(arg('size-1m', '1000000'));
-const SIZE_100K = Number(arg('size-100k', '100000'));
-const ROWS = Number(arg('rows', '10000000'));
-const CAP_SIZE = Number(arg('capacity-size', '2000'));
-const CAP_WORKLOAD = arg('capacity-workload', 'mixed');
-const CAP_SECONDS = process.argv.includes('--capacity-seconds') ? ['--capacity-seconds', arg('capacity-seconds', '60')] : [];
+const CASES = values.cases.split(',');
+const SIZE_1M = Number(values['size-1m']);
+const SIZE_100K = Number(values['size-100k']);
+const ROWS = Number(values.rows);
+const CAP_SIZE = Number(values['capacity-size']);
+const CAP_WORKLOAD = values['capacity-workload'];
+const CAP_SECONDS = values['capacity-seconds'] !== undefined ? ['--capacity-seconds', values['capacity-seconds']] : [];
 const CORES = availableParallelism();
-const JOBS = Number(arg('jobs', String(CORES)));
+const JOBS = Number(values.jobs ?? CORES);
 const CAP_POLICIES = ['round-robin', 'least-load', 'llm-d', 'dynamo', 'sglang-cache-aware', 'kvgate'];
 const CLI = resolve(dirname(fileURLToPath(import.meta.url)), '../src/cli.js');
 const GB = 1024 ** 3;
@@ -173,13 +185,13 @@ async function main(): Promise<void> {
       load: `${load0.toFixed(1)}→${all.load[1].toFixed(1)}`,
     });
   }
-  if (process.argv.includes('--json')) {
+  if (values.json) {
     process.stdout.write(JSON.stringify({ cores: CORES, rows }, null, 2) + '\n');
     return;
   }
   const head = ['target', 'ran', 'figure', 'limit', 'met', 'load (1-min, start→end)'];
   const cells = rows.map((r) => [r.target, r.ran, r.figure, r.limit, r.met === null ? 'not judged (smaller run)' : r.met ? 'yes' : 'MISSED', r.load]);
-  const docs = writeDocsFiles(process.argv);
+  const docs = values['write-docs'] ?? [];
   if (docs.length > 0) {
     const md = [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`, ...cells.map((c) => `| ${c.map((x) => x.replace(/\|/g, '\\|')).join(' | ')} |`)].join('\n');
     process.exitCode = writeGeneratedTables(docs, ['npm run bench -- sim-scale', ...process.argv.slice(2)].join(' '), { targets: md }, 'bench sim-scale');

@@ -11,7 +11,7 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { ask, CLI, metric, MODEL, sleep, spawnSims, Tally } from './faults/harness.js';
 
 const HELP = `npm run soak -- [options]
@@ -36,7 +36,7 @@ function median(xs: number[]): number {
 }
 
 async function main(): Promise<number> {
-  const { values } = parseArgs({ options: { seconds: { type: 'string' }, clients: { type: 'string' }, help: { type: 'boolean', short: 'h' } } });
+  const { values } = benchArgs('soak', { options: { seconds: { type: 'string' }, clients: { type: 'string' }, help: { type: 'boolean', short: 'h' } } });
   if (values.help) {
     process.stdout.write(HELP);
     return 0;

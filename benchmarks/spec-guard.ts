@@ -17,7 +17,7 @@
  * budget, which lets the controller trade speed for cost): the moderate and the light load, both
  * engines, vllm verified through /inference/v1/generate with skip_reading_prefix_cache false.
  */
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { runBench } from '../src/bench/run.js';
 import type { BenchSpecOptions, SpecAcceptance, TargetEngine } from '../src/bench/spec.js';
 import { workloadSource } from '../src/workload/workloads.js';
@@ -105,7 +105,7 @@ function table(head: string[], rows: string[][], md: boolean): string {
 }
 
 async function main(): Promise<number> {
-  const { values: v } = parseArgs({
+  const { values: v } = benchArgs('spec-guard', {
     options: {
       configs: { type: 'string' },
       engines: { type: 'string' },

@@ -18,7 +18,7 @@
  *     defines "settled": 1 s windows of its decisions, probes left out, each window's mean k within
  *     0.5 of the post-shift steady mean k from then on).
  */
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { runBench } from '../src/bench/run.js';
 import type { BenchSpecOptions, SpecAcceptance, SpecMode } from '../src/bench/spec.js';
 import { specLoad } from './spec-load.js';
@@ -69,7 +69,7 @@ interface Row {
 }
 
 async function main(): Promise<void> {
-  const { values: v } = parseArgs({
+  const { values: v } = benchArgs('spec', {
     options: {
       rate: { type: 'string' },
       duration: { type: 'string' },

@@ -11,9 +11,9 @@
  */
 import { join, dirname, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { existsSync } from 'node:fs';
-import { writeDocsFiles, writeGeneratedTables } from './doc-tables.js';
+import { writeGeneratedTables } from './doc-tables.js';
 import { fetchMetrics, metric, MODEL, sleep, spawnGateway, spawnSims, type GatewayProcess } from './faults/harness.js';
 import { median } from './harness.js';
 
@@ -123,7 +123,7 @@ async function measure(gw: GatewayProcess, shape: Shape, text: string, streams: 
 const mb = (x: number): string => (x / 1e6).toFixed(1);
 
 async function main(): Promise<number> {
-  const { values } = parseArgs({
+  const { values } = benchArgs('stream-memory', {
     options: {
       streams: { type: 'string', default: '50' },
       'prompt-kb': { type: 'string', default: '200' },
@@ -201,7 +201,7 @@ async function main(): Promise<number> {
     }
   }
   for (const line of rows) process.stdout.write(`${line}\n`);
-  const docs = writeDocsFiles(process.argv);
+  const docs = values['write-docs'] ?? [];
   if (docs.length > 0) return writeGeneratedTables(docs, ['npm run bench -- stream-memory', ...process.argv.slice(2)].join(' '), { streams: rows.join('\n') }, 'bench stream-memory');
   return 0;
 }

@@ -6,7 +6,7 @@
  * The two ways are timed alternately on the same prompts, so the machine's noise falls on both.
  */
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { renderChat, type ChatMessageLike } from '../src/tokenizer/chat-template.js';
 import { ChatTokenCache } from '../src/tokenizer/chat-tokens.js';
 import { estimateTokenizer } from '../src/tokenizer/estimate.js';
@@ -48,7 +48,7 @@ function timeUs(f: () => unknown): number {
 }
 
 async function main(): Promise<number> {
-  const { values } = parseArgs({
+  const { values } = benchArgs('tokenize', {
     options: {
       hf: { type: 'string' },
       turns: { type: 'string', default: '20' },

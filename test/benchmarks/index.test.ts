@@ -26,7 +26,7 @@ describe('npm run bench (benchmarks/index.ts)', () => {
     const names = listed();
     assert.ok(names.includes('policies') && names.includes('soak'), names.join(' '));
     // Every top-level benchmarks/*.ts is a benchmark except the dispatcher and the shared helpers.
-    const helpers = new Set(['index', 'harness', 'route-prompts', 'doc-tables', 'spec-load', 'peers']);
+    const helpers = new Set(['index', 'harness', 'route-prompts', 'doc-tables', 'spec-load', 'peers', 'args']);
     const scripts = readdirSync(join(ROOT, 'benchmarks')).filter((f) => f.endsWith('.ts')).map((f) => f.slice(0, -3)).filter((f) => !helpers.has(f));
     const source = readFileSync(join(ROOT, 'benchmarks/index.ts'), 'utf8');
     for (const s of scripts) assert.ok(source.includes(`file: '${s}'`), `benchmarks/${s}.ts is not listed`);
@@ -54,6 +54,20 @@ describe('npm run bench (benchmarks/index.ts)', () => {
       assert.match(r.stdout, new RegExp(`npm run (bench -- )?${name}\\b`), `${name} --help:\n${r.stdout.slice(0, 300)}`);
     }
     assert.equal(bench('engine-step', 'many').code, 2);
+  });
+
+  it('every benchmark refuses a flag it does not know with exit 2, without running', () => {
+    for (const name of listed()) {
+      const r = bench(name, '--bogus');
+      assert.equal(r.code, 2, `${name}: ${r.stdout.slice(0, 300)}${r.stderr.slice(0, 300)}`);
+      // One line naming the flag, not a stack trace (chart first asks for its --out).
+      if (name !== 'chart' && name !== 'calibration') assert.match(r.stderr, /--bogus/, `${name}: ${r.stderr.slice(0, 300)}`);
+      assert.doesNotMatch(r.stderr, /\n\s+at /, `${name}: ${r.stderr.slice(0, 300)}`);
+    }
+    // A known flag given a value it cannot take is refused the same way.
+    const wrong = bench('sim-identity', '--write');
+    assert.equal(wrong.code, 2);
+    assert.match(wrong.stderr, /^bench sim-identity: Option '--write <value>' argument missing \(options: npm run bench -- sim-identity --help\)\n$/);
   });
 
   it('route --help prints its options without routing; --write-docs rewrites its table', () => {

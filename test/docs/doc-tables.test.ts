@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { relative } from 'node:path';
 import { test } from 'node:test';
-import { commandIdentity, generatedBlocks, replaceGenerated, writeDocsFiles } from '../../benchmarks/doc-tables.js';
+import { commandIdentity, generatedBlocks, replaceGenerated } from '../../benchmarks/doc-tables.js';
 import { markdownFiles, ROOT } from './markdown-links.js';
 
 const DOC = [
@@ -74,9 +74,4 @@ test('the repository’s generated tables are well-formed and name a command tha
     }
   }
   assert.ok(blocks >= 3, `only ${blocks} generated tables found (README's headline, docs/benchmarks.md's two)`);
-});
-
-test('writeDocsFiles takes the file after each --write-docs, and ignores one left without a file', () => {
-  assert.deepEqual(writeDocsFiles(['node', 'b.js', '--write-docs', 'a.md', '--seed', '3', '--write-docs', 'b.md', '--write-docs']), ['a.md', 'b.md']);
-  assert.deepEqual(writeDocsFiles(['node', 'b.js']), []);
 });
