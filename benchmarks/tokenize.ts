@@ -22,6 +22,10 @@ message by message with the ids of long messages kept ('kept', as the gateway do
   conversation a system message of 2,000 tokens, then turns of 300 tokens; every turn's request
                carries the whole history (as chat clients send it): µs per request, by turn
   unique       8,000-token prompts never seen before (every message missed): what keeping costs
+  flood        a system message in two requests in a row once every 150 requests, among
+               8,000-token messages each sent once (more ids between its visits than are kept):
+               the kept ids in segments (the default) against one LRU list, µs per visit's first
+               request and how often its system message was still kept
 
 With --hf PATH it also times that Hugging Face tokenizer.json (Tokenizers.js, in JavaScript) on the
 prose prompt, and what it does to the event loop while long prompts arrive (one every 25 ms,
@@ -112,6 +116,44 @@ async function main(): Promise<number> {
     }
   }
 
+  // flood: a 2,000-token system message sent in two requests in a row (two questions) once every
+  // FLOOD_EVERY requests, among 8,000-token messages each sent once: more ids between two of its
+  // visits than the cache keeps. The first request of each visit is timed. The same requests go
+  // to a cache with the segments (the default) and one plain LRU list (protectedShare 0),
+  // alternating which goes first.
+  const FLOOD_EVERY = 150;
+  const floodCycles = Math.max(2, Math.ceil(rounds / 3));
+  const segmented = fresh();
+  const plain = new ChatTokenCache(estimateTokenizer, { maxTokens: 1 << 20, minChars: 256, protectedShare: 0 });
+  const system = proseText(2000, 7_000);
+  const flood = { segmented: [] as number[], plain: [] as number[], onceSegmented: [] as number[], oncePlain: [] as number[] };
+  const hitsBefore = { segmented: 0, plain: 0 };
+  for (let c = 0; c < floodCycles; c++) {
+    const ask: ChatMessageLike[] = [{ role: 'system', content: system }, { role: 'user', content: proseText(300, 8_000 + c) }];
+    const [h0, h1] = [segmented.hits, plain.hits];
+    const [ts, tp] = c % 2 === 0 ? [timeUs(() => segmented.encode(ask)), timeUs(() => plain.encode(ask))] : [timeUs(() => plain.encode(ask)), timeUs(() => segmented.encode(ask))].reverse();
+    // The first request of all only fills the caches.
+    if (c > 0) {
+      flood.segmented.push(ts!);
+      flood.plain.push(tp!);
+      hitsBefore.segmented += segmented.hits - h0;
+      hitsBefore.plain += plain.hits - h1;
+    }
+    const again: ChatMessageLike[] = [{ role: 'system', content: system }, { role: 'user', content: proseText(300, 9_000 + c) }];
+    segmented.encode(again);
+    plain.encode(again);
+    for (let i = 2; i < FLOOD_EVERY; i++) {
+      const once: ChatMessageLike[] = [{ role: 'user', content: proseText(8000, 60_000 + c * FLOOD_EVERY + i) }];
+      if (i % 2 === 0) {
+        flood.onceSegmented.push(timeUs(() => segmented.encode(once)));
+        flood.oncePlain.push(timeUs(() => plain.encode(once)));
+      } else {
+        flood.oncePlain.push(timeUs(() => plain.encode(once)));
+        flood.onceSegmented.push(timeUs(() => segmented.encode(once)));
+      }
+    }
+  }
+
   let hfLine = '';
   if (values.hf !== undefined) {
     let hf;
@@ -156,7 +198,12 @@ async function main(): Promise<number> {
         .map((t) => `  ${String(t + 1).padStart(4)} ${f(median(byTurn.whole[t]!))} ${f(median(byTurn.kept[t]!))}`)
         .join('\n') +
       `\n  all turns ${f(sumWhole)} ${f(sumKept)}   kept / whole ${(sumKept / sumWhole).toFixed(3)}\n\n` +
-      `unique 8,000-token prompts, µs per prompt: whole ${median(uniqueWhole).toFixed(0)}, kept ${median(uniqueKept).toFixed(0)}   kept / whole ${(median(uniqueKept) / median(uniqueWhole)).toFixed(3)}\n`,
+      `unique 8,000-token prompts, µs per prompt: whole ${median(uniqueWhole).toFixed(0)}, kept ${median(uniqueKept).toFixed(0)}   kept / whole ${(median(uniqueKept) / median(uniqueWhole)).toFixed(3)}\n\n` +
+      `flood, a 2,000-token system message in two requests in a row once every ${FLOOD_EVERY} requests, among 8,000-token messages each sent once (the first of ${floodCycles - 1} visits timed):\n` +
+      `  kept ids                 system request µs   its message kept   a message sent once µs\n` +
+      `  segmented (default) ${f(median(flood.segmented)).padStart(22)}   ${`${hitsBefore.segmented} of ${floodCycles - 1}`.padStart(16)}   ${f(median(flood.onceSegmented)).padStart(22)}\n` +
+      `  one LRU list        ${f(median(flood.plain)).padStart(22)}   ${`${hitsBefore.plain} of ${floodCycles - 1}`.padStart(16)}   ${f(median(flood.oncePlain)).padStart(22)}\n` +
+      `  segmented / one list ${(median(flood.segmented) / median(flood.plain)).toFixed(3).padStart(21)}\n`,
   );
   return 0;
 }

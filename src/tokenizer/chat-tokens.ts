@@ -6,8 +6,15 @@
  * long system message and documents across requests, so the gateway tokenized the same text over
  * and over: for an 8,000-token prompt that was the largest share of its CPU time per request
  * (docs/performance.md, "Tokenizing long prompts"). Here each message is tokenized on its own and
- * a message of `minChars` or more is remembered (least recently used first out, at most
- * `maxTokens` ids in all), so a turn costs the tokenizing of what is new in it.
+ * a message of `minChars` or more is remembered (at most `maxTokens` ids in all), so a turn costs
+ * the tokenizing of what is new in it.
+ *
+ * What is kept is a segmented LRU, as Caffeine's main space is: a message is kept first on
+ * probation; sent again, it moves to the protected segment, which holds up to `protectedShare` of
+ * the ids (80% by default, Caffeine's split), its least recent going back to probation when it is
+ * full. Room is made from probation first. A stream of long messages each sent once (pasted
+ * documents, long questions) then turns over only the probation segment, and the messages that
+ * come back (system prompts, documents asked about again, a conversation's history) stay.
  *
  * Exact only for the `estimate` tokenizer and the shared template (chat-template.ts): every
  * rendered message ends with a newline and the next begins with '<', and no estimate piece spans
@@ -30,7 +37,15 @@ export interface ChatTokenCacheOptions {
   maxTokens: number;
   /** Messages shorter than this (rendered) are tokenized every time: not worth a lookup. */
   minChars: number;
+  /**
+   * Share of `maxTokens` for messages sent more than once (the protected segment); default 0.8.
+   * 0 keeps one plain LRU list.
+   */
+  protectedShare?: number;
 }
+
+/** The protected segment's default share of the kept ids (Caffeine's segmented LRU: 80%). */
+const DEFAULT_PROTECTED_SHARE = 0.8;
 
 /** A message's kept ids, in the group of messages with its scope and role. */
 interface Kept {
@@ -39,6 +54,8 @@ interface Kept {
   part: LeadingPart | null;
   /** Requests that sent this message since the one it was kept from. */
   seen: number;
+  /** In the protected segment (sent again since it was kept), else on probation. */
+  protected: boolean;
   group: Map<number, Kept>;
   groupKey: string;
   /** The message's content, or its rendered text when the content is not a string. */
@@ -91,10 +108,15 @@ export class ChatTokenCache {
    * text.
    */
   private readonly groups = new Map<string, Map<number, Kept>>();
-  /** Every kept message, least recently used first (a Set keeps insertion order). */
-  private readonly lru = new Set<Kept>();
-  private readonly leastRecent = new InsertionFront(this.lru);
+  /** Kept messages on probation, least recently used first (a Set keeps insertion order). */
+  private readonly probation = new Set<Kept>();
+  private readonly probationFront = new InsertionFront(this.probation);
+  /** Kept messages sent again since they were kept, least recently used first. */
+  private readonly protectedSet = new Set<Kept>();
+  private readonly protectedFront = new InsertionFront(this.protectedSet);
   private kept = 0;
+  /** Ids in the protected segment. */
+  private protectedIds = 0;
   private generation: number[] | null = null;
   hits = 0;
   misses = 0;
@@ -146,6 +168,7 @@ export class ChatTokenCache {
   /** Keep at most `maxTokens` ids from now on (0: none), dropping the least recently used now. */
   resize(maxTokens: number): void {
     this.o.maxTokens = maxTokens;
+    this.demoteOverBudget();
     this.evict();
   }
 
@@ -190,8 +213,7 @@ export class ChatTokenCache {
     if (hit !== undefined) {
       this.hits++;
       hit.seen++;
-      this.lru.delete(hit);
-      this.lru.add(hit);
+      this.touch(hit);
       parts.push(hit.ids);
       return hit;
     }
@@ -200,9 +222,9 @@ export class ChatTokenCache {
     parts.push(ids);
     if (ids.length > this.o.maxTokens) return null;
     if (group === undefined) this.groups.set(groupKey, (group = new Map()));
-    const kept: Kept = { ids: Int32Array.from(ids), part: null, seen: 0, group, groupKey, key, sample, next: group.get(sample) ?? null };
+    const kept: Kept = { ids: Int32Array.from(ids), part: null, seen: 0, protected: false, group, groupKey, key, sample, next: group.get(sample) ?? null };
     group.set(sample, kept);
-    this.lru.add(kept);
+    this.probation.add(kept);
     this.kept += ids.length;
     // Past MAX_SAME_SAMPLE messages with this sample, the one kept earliest goes.
     let last = kept;
@@ -217,10 +239,45 @@ export class ChatTokenCache {
     return kept;
   }
 
-  /** Drop the least recently used messages until at most maxTokens ids are kept. */
+  /** Ids the protected segment may hold. */
+  private get protectedBudget(): number {
+    return this.o.maxTokens * (this.o.protectedShare ?? DEFAULT_PROTECTED_SHARE);
+  }
+
+  /** A kept message sent again: to the protected segment's most recent end (probation's, if it cannot fit there). */
+  private touch(k: Kept): void {
+    if (k.protected) {
+      this.protectedSet.delete(k);
+      this.protectedSet.add(k);
+      return;
+    }
+    this.probation.delete(k);
+    if (k.ids.length > this.protectedBudget) {
+      this.probation.add(k);
+      return;
+    }
+    k.protected = true;
+    this.protectedSet.add(k);
+    this.protectedIds += k.ids.length;
+    this.demoteOverBudget();
+  }
+
+  /** Move the protected segment's least recent messages back to probation until it fits its share. */
+  private demoteOverBudget(): void {
+    while (this.protectedIds > this.protectedBudget) {
+      const oldest = this.protectedFront.shift();
+      if (oldest === undefined) break;
+      const k = oldest[0];
+      k.protected = false;
+      this.protectedIds -= k.ids.length;
+      this.probation.add(k);
+    }
+  }
+
+  /** Drop messages until at most maxTokens ids are kept: probation's least recent first, then the protected segment's. */
   private evict(): void {
     while (this.kept > this.o.maxTokens) {
-      const oldest = this.leastRecent.shift();
+      const oldest = this.probationFront.shift() ?? this.protectedFront.shift();
       if (oldest === undefined) break;
       this.drop(oldest[0]);
     }
@@ -228,7 +285,11 @@ export class ChatTokenCache {
 
   /** Forget kept message `k`. */
   private drop(k: Kept): void {
-    this.lru.delete(k);
+    if (k.protected) {
+      this.protectedSet.delete(k);
+      this.protectedIds -= k.ids.length;
+      k.protected = false;
+    } else this.probation.delete(k);
     const head = k.group.get(k.sample)!;
     if (head === k) {
       if (k.next !== null) k.group.set(k.sample, k.next);

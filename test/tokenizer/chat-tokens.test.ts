@@ -82,7 +82,8 @@ test('messages that differ only where the cache does not sample are told apart, 
 test('dropping the least recently used message out of a chain of messages with one sample keeps the others', () => {
   const msgs = sameSample(3);
   const sizes = msgs.map((m) => estimateTokenizer.encode(renderChat([m], false)).length);
-  const cache = new ChatTokenCache(estimateTokenizer, { maxTokens: sizes[0]! + sizes[1]! + sizes[2]! - 1, minChars: 256 });
+  // One plain LRU list (protectedShare 0): the order of the chain's drops is the LRU's.
+  const cache = new ChatTokenCache(estimateTokenizer, { maxTokens: sizes[0]! + sizes[1]! + sizes[2]! - 1, minChars: 256, protectedShare: 0 });
   cache.encode([msgs[0]!], false);
   cache.encode([msgs[1]!], false);
   cache.encode([msgs[2]!], false);
@@ -121,6 +122,43 @@ test('at most maxTokens ids are kept, the least recently used dropped first', ()
   assert.equal(cache.misses, misses + 1, 'the least recently used one was dropped');
   for (const d of docs) cache.encode([d], false);
   assert.ok(cache.size <= 800 && cache.size > 0, `kept ${cache.size}`);
+});
+
+test('messages sent once do not push out a message sent again: they turn over probation only', () => {
+  const rand = seededRng(9);
+  const system = { role: 'system', content: randomContent(rand, 1500) };
+  const once = Array.from({ length: 20 }, () => ({ role: 'user', content: randomContent(rand, 1500) }));
+  const size = estimateTokenizer.encode(renderChat([system], false)).length;
+  for (const share of [0.8, 0]) {
+    // Room for about five messages; the twenty sent once are four times that.
+    const cache = new ChatTokenCache(estimateTokenizer, { maxTokens: 5 * size, minChars: 256, protectedShare: share });
+    cache.encode([system], false);
+    cache.encode([system], false); // sent again: protected
+    for (const m of once) cache.encode([m], false);
+    assert.ok(cache.size <= 5 * size, `kept ${cache.size}`);
+    const misses = cache.misses;
+    assert.deepEqual(Array.from(cache.encode([system], false)), estimateTokenizer.encode(renderChat([system], false)));
+    if (share > 0) assert.equal(cache.misses, misses, 'the system message stayed');
+    else assert.equal(cache.misses, misses + 1, 'one plain LRU list lets the flood push it out');
+  }
+});
+
+test('the protected segment holds at most its share; its least recent goes back to probation, not out', () => {
+  const rand = seededRng(10);
+  const docs = Array.from({ length: 3 }, () => ({ role: 'user', content: randomContent(rand, 1500) }));
+  const sizes = docs.map((d) => estimateTokenizer.encode(renderChat([d], false)).length);
+  // All three fit; the protected half holds one of them.
+  const cache = new ChatTokenCache(estimateTokenizer, { maxTokens: sizes[0]! + sizes[1]! + sizes[2]!, minChars: 256, protectedShare: 0.5 });
+  for (const d of [docs[0]!, docs[0]!, docs[1]!, docs[1]!]) cache.encode([d], false); // docs[0] protected, then demoted by docs[1]
+  cache.encode([docs[2]!], false); // fits beside them: nothing dropped
+  const misses = cache.misses;
+  for (const d of docs) cache.encode([d], false);
+  assert.equal(cache.misses, misses, 'the demoted message was kept on probation');
+  // Now over the bound by one message: probation's least recent goes first, not the protected one.
+  cache.resize(sizes[0]! + sizes[1]! + sizes[2]! - 1);
+  cache.encode([docs[2]!], false); // the protected one (sent again last) stays
+  assert.equal(cache.misses, misses);
+  assert.ok(cache.size < sizes[0]! + sizes[1]! + sizes[2]!);
 });
 
 test('resize: a smaller bound drops the least recently used at once; 0 keeps nothing, with the same ids', () => {
