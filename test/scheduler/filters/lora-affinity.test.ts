@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { WorkerRegistry } from '../../../src/fleet/registry.js';
 import { WorkerState, type MetricsSnapshot } from '../../../src/fleet/worker-state.js';
 import { PROMPT_ADAPTER } from '../../../src/kv/prompt-blocks.js';
-import { loraAffinityFilter } from '../../../src/scheduler/filters/lora-affinity.js';
+import { loraAffinityFilter as makeFilter, SlotDemand } from '../../../src/scheduler/filters/lora-affinity.js';
 import type { RouteRequest, RoutingContext } from '../../../src/scheduler/types.js';
 import { RequestState } from '../../../src/util/state.js';
 
@@ -19,6 +19,8 @@ function req(adapter?: string): RouteRequest {
 }
 const ctx = {} as RoutingContext;
 const ids = (ws: readonly WorkerState[]) => ws.map((w) => w.id);
+/** Step 2 never spreads: the rules before the fresh-slot demand is weighed. */
+const loraAffinityFilter = makeFilter({ spreadRisk: 0 });
 
 test('an adapter stays on its workers while they keep up, spreads to free slots when they do not, never to taken ones', () => {
   const busy = worker('busy', { maxLoras: 1, running: ['b'], waiting: [] });
@@ -78,4 +80,44 @@ test("this gateway's own requests in flight count before the next scrape shows t
   w.end('r2');
   assert.equal(w.adapterSlot('a'), 'free');
   assert.equal(w.inflightAdapters.size, 0);
+});
+
+test('the fresh-slot demand: Little\'s law over the share of requests whose adapter ran nowhere, Poisson arrivals', () => {
+  const d = new SlotDemand();
+  for (let i = 0; i < 63; i++) d.note(i % 10 === 0);
+  assert.equal(d.covers(5, 4, 0.5), false, 'not before 64 requests are seen');
+  d.note(false);
+  // A share of 7 in 64 and 4 requests in flight: 0.4375 fresh-slot arrivals per stay.
+  // For Poisson(0.4375), P(N > 2) = 0.0101, P(N > 1) = 0.072, P(N > 0) = 0.35.
+  assert.equal(d.covers(2, 4, 0.02), true);
+  assert.equal(d.covers(2, 4, 0.01), false);
+  assert.equal(d.covers(1, 4, 0.02), false);
+  assert.equal(d.covers(1, 4, 0.1), true);
+  assert.equal(d.covers(0, 4, 0.1), false);
+  assert.equal(d.covers(-1, 0, 1), false, 'no slot left after taking one: never');
+  // Every request a fresh one: the share climbs and the same slots no longer cover it.
+  for (let i = 0; i < 64; i++) d.note(true);
+  assert.equal(d.covers(2, 4, 0.02), false);
+});
+
+test('with slots scarce, an adapter that keeps up spreads to free slots only when the slots left cover the demand', () => {
+  // Four adapters besides a, all active nowhere, and two free slots: step 2 applies.
+  const mk = (id: string, running: string[]) => {
+    const w = new WorkerState({ id, url: `http://${id}`, pool: 'p', model: 'm', adapters: ['a', 'b', 'c', 'd', 'e'] });
+    w.snapshot = { at: 0, kvUsage: 0, running: 0, waiting: 0, lora: { maxLoras: 1, running, waiting: [] } };
+    return w;
+  };
+  const fleet = [mk('home', ['a']), mk('f1', []), mk('f2', [])];
+  const quietFleet = makeFilter({ spreadRisk: 0.1 });
+  // a's requests only, always on its worker: no fresh slot wanted, so the free slots may be used.
+  for (let i = 0; i < 63; i++) quietFleet.filter(req('a'), fleet, ctx);
+  assert.deepEqual(ids(quietFleet.filter(req('a'), fleet, ctx)), ['home', 'f1', 'f2']);
+  // Half the requests name adapters running nowhere, with 6 of a's in flight: Poisson(3) > 1 is
+  // likely, so a stays home.
+  const busyFleet = makeFilter({ spreadRisk: 0.1 });
+  for (let i = 0; i < 6; i++) fleet[0]!.begin({ id: `a${i}`, promptTokens: 10, uncachedTokens: 10, maxTokens: 5, blocks: 1, dispatchedAt: 0, adapter: 'a' });
+  for (let i = 0; i < 64; i++) busyFleet.filter(req(i % 2 === 0 ? 'a' : 'b'), fleet, ctx);
+  assert.deepEqual(ids(busyFleet.filter(req('a'), fleet, ctx)), ['home']);
+  // spreadRisk 0 never spreads in step 2.
+  assert.deepEqual(ids(loraAffinityFilter.filter(req('a'), fleet, ctx)), ['home']);
 });

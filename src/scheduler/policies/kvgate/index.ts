@@ -149,7 +149,7 @@ export class KvgatePolicy implements Policy {
       name,
       filters: [
         healthyFilter,
-        ...(p.loraAffinity ? [loraAffinityFilter] : []),
+        ...(p.loraAffinity ? [loraAffinityFilter({ spreadRisk: p.loraSpreadRisk })] : []),
         kvFitFilter(this.matcher, {
           rule: p.kvFit === 'now' ? 'now' : 'ever',
           whenNoneFits: p.whenNoneFits,

@@ -48,6 +48,11 @@ const picker = {
     true,
     "place a LoRA adapter's requests by the workers' --max-loras slots: spread while free slots outnumber the adapters running nowhere, else stay on the workers running it while they keep up, never where other adapters hold every slot while another worker will do (filters/lora-affinity.ts); off: by cost alone",
   ),
+  loraSpreadRisk: numberKnob(
+    0.1,
+    "with loraAffinity, when slots are scarce, an adapter's requests may also go to workers with a free slot if the chance that the slots left then fall short of the requests needing a fresh slot while it runs is at most this (filters/lora-affinity.ts); 0: stay on the workers running it",
+    { min: 0, max: 1 },
+  ),
 };
 
 /**
