@@ -79,11 +79,15 @@ export interface LoraAffinityOptions {
    * takes a free one fall short of the fresh-slot demand while it runs. 0: never spread in step 2.
    */
   spreadRisk: number;
+  /**
+   * The fresh-slot demand seen so far, kept by the policy so that a filter rebuilt when the
+   * policy's options change goes on from it (default: a count of this filter's own).
+   */
+  demand?: SlotDemand;
 }
 
-/** A lora-affinity filter with its own count of the fresh-slot demand (one per policy). */
 export function loraAffinityFilter(options: LoraAffinityOptions): Filter {
-  const demand = new SlotDemand();
+  const demand = options.demand ?? new SlotDemand();
   return {
     name: 'lora-affinity',
     filter: (req, workers) => {

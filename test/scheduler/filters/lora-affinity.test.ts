@@ -118,6 +118,13 @@ test('with slots scarce, an adapter that keeps up spreads to free slots only whe
   for (let i = 0; i < 6; i++) fleet[0]!.begin({ id: `a${i}`, promptTokens: 10, uncachedTokens: 10, maxTokens: 5, blocks: 1, dispatchedAt: 0, adapter: 'a' });
   for (let i = 0; i < 64; i++) busyFleet.filter(req(i % 2 === 0 ? 'a' : 'b'), fleet, ctx);
   assert.deepEqual(ids(busyFleet.filter(req('a'), fleet, ctx)), ['home']);
+  // A filter rebuilt on the same demand (the policy's options changed) goes on from its count.
+  const rebuilt = makeFilter({ spreadRisk: 0.1, demand: new SlotDemand() });
+  assert.deepEqual(ids(rebuilt.filter(req('a'), fleet, ctx)), ['home'], 'a fresh count spreads nothing');
+  const shared = new SlotDemand();
+  const before = makeFilter({ spreadRisk: 0.1, demand: shared });
+  for (let i = 0; i < 64; i++) before.filter(req(i % 32 === 0 ? 'b' : 'a'), fleet, ctx);
+  assert.deepEqual(ids(makeFilter({ spreadRisk: 0.1, demand: shared }).filter(req('a'), fleet, ctx)), ['home', 'f1', 'f2']);
   // spreadRisk 0 never spreads in step 2.
   assert.deepEqual(ids(loraAffinityFilter.filter(req('a'), fleet, ctx)), ['home']);
 });

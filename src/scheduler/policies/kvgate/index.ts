@@ -26,7 +26,7 @@ import { knownGpu } from '../../../hardware/gpus.js';
 import { stateKey } from '../../../util/state.js';
 import { healthyFilter } from '../../filters/healthy.js';
 import { kvFitFilter } from '../../filters/kv-fit.js';
-import { loraAffinityFilter } from '../../filters/lora-affinity.js';
+import { loraAffinityFilter, SlotDemand } from '../../filters/lora-affinity.js';
 import { PrefixIndex } from '../../index/prefix-index.js';
 import { PrefixMatcher } from '../../index/prefix-match.js';
 import { PipelinePolicy } from '../../pipeline.js';
@@ -92,6 +92,8 @@ export class KvgatePolicy implements Policy {
   readonly outputLength = new OutputLengthLearner({ alpha: 0.1, maxClasses: 10_000 });
   /** hardwarePrior per declared hardware label (cleared when decodeFiguresGpu is retuned). */
   private readonly hardwarePriors = new Map<string, number>();
+  /** LoRA requests' fresh-slot demand (lora-affinity), kept across retunes. */
+  private readonly slotDemand = new SlotDemand();
   /** Session key → worker id of its last pick (insertion-ordered, bounded). */
   private readonly sessions = new Map<string, string>();
   private readonly oldestSession = new InsertionFront(this.sessions);
@@ -149,7 +151,7 @@ export class KvgatePolicy implements Policy {
       name,
       filters: [
         healthyFilter,
-        ...(p.loraAffinity ? [loraAffinityFilter({ spreadRisk: p.loraSpreadRisk })] : []),
+        ...(p.loraAffinity ? [loraAffinityFilter({ spreadRisk: p.loraSpreadRisk, demand: this.slotDemand })] : []),
         kvFitFilter(this.matcher, {
           rule: p.kvFit === 'now' ? 'now' : 'ever',
           whenNoneFits: p.whenNoneFits,
