@@ -39,6 +39,7 @@ const BENCHES: Readonly<Record<string, Bench>> = {
   'long-prompts': { file: 'long-prompts', about: 'long hf: tokenized prompts beside short requests, with and without tokenizer threads (--hf PATH)' },
   cache: { file: 'cache', about: "the response cache's hit path against its miss path, per store (memory, Redis)" },
   lora: { file: 'lora', about: 'many LoRA adapters on workers that batch few: kvgate with and without LoRA affinity, llm-d, llm-d-legacy with it' },
+  'lora-capacity': { file: 'lora-capacity', about: "LoRA placement's capacity at SLO in the fleet simulation, per --max-loras: kvgate with and without its LoRA affinity, llm-d's profiles, load alone" },
   disagg: { file: 'disagg', about: 'prefill/decode disaggregation against aggregated serving: every split of 4 workers, capacity at a TPOT-tight SLO' },
   'admission-peers': { file: 'admission-peers', about: "kvgate's admission against llm-d's flow control under one burst with a priority mix: critical TTFT p99 and goodput, sheddable goodput, shed" },
   faults: { file: 'faults', about: 'the fault matrix: every request answered, OK or with a documented error' },
