@@ -7,8 +7,8 @@
  *
  * The opening marker names the command that writes the block and, in brackets, which of its
  * tables it is. A run rewrites the blocks whose command is its own — compared without the
- * `--write-docs FILE` options, so one run may update several files — and leaves every other
- * block and every other line as it was.
+ * options that only say where output goes (`--write-docs FILE`, so one run may update several
+ * files, and `--json FILE`) — and leaves every other block and every other line as it was.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 
@@ -22,16 +22,19 @@ export interface GeneratedBlock {
   line: number;
 }
 
-/** The command as a block is matched by: whitespace collapsed, `--write-docs FILE` options dropped. */
+/** Options naming where a run's output goes, not what it measures. */
+const OUTPUT_OPTIONS = ['--write-docs', '--json'];
+
+/** The command as a block is matched by: whitespace collapsed, output options (OUTPUT_OPTIONS) dropped. */
 export function commandIdentity(command: string): string {
   const words = command.trim().split(/\s+/);
   const out: string[] = [];
   for (let i = 0; i < words.length; i++) {
-    if (words[i] === '--write-docs') {
+    if (OUTPUT_OPTIONS.includes(words[i]!)) {
       i++;
       continue;
     }
-    if (words[i]!.startsWith('--write-docs=')) continue;
+    if (OUTPUT_OPTIONS.some((o) => words[i]!.startsWith(`${o}=`))) continue;
     out.push(words[i]!);
   }
   return out.join(' ');

@@ -36,8 +36,9 @@ test('another command, or another table, replaces nothing', () => {
   assert.deepEqual(replaceGenerated(DOC, 'npm run bench -- policies --capacity --seed 5', { capacity: 'x' }).replaced, []);
 });
 
-test('--write-docs options do not take part in a command’s identity', () => {
+test('output options (--write-docs, --json) do not take part in a command’s identity', () => {
   assert.equal(commandIdentity('npm run bench -- policies  --seed 5 --write-docs a.md --write-docs=b.md'), 'npm run bench -- policies --seed 5');
+  assert.equal(commandIdentity('npm run bench -- light-load --json out.json --seed 21 --json=x.json'), 'npm run bench -- light-load --seed 21');
 });
 
 test('a marker left open, a stray end or a malformed marker is an error, not a silent rewrite', () => {
@@ -57,6 +58,7 @@ test('the repository’s generated tables are well-formed and name a command tha
     cascade: ['live'],
     'admission-peers': ['comparison'],
     'light-load': ['light-load'],
+    'lora-capacity': ['lora-capacity'],
     epp: ['decisions', 'overhead'],
     route: ['decisions'],
     'insertion-front': ['lru'],
