@@ -30,7 +30,7 @@ interface Charge {
 }
 const CHARGED = stateKey<Charge>('kvgate.batch-charged');
 
-const NO_BATCH: InflightBatch = { contextTokens: 0, stallShare: 0, outputs: [] };
+const NO_BATCH: InflightBatch = { contextTokens: 0, stallShare: 0, n: 0, outputTokens: 0, outputs: [] };
 
 export class InflightBatches {
   private readonly batches = new Map<string, Batch>();

@@ -37,8 +37,10 @@
  *   headroom = max(0.05, 1 − (decodeStepMs + k · C) / tpotTargetMs)
  *   stallMs  = what its prefill (and its KV read) costs the batch: stall.ts (stallModel); of it,
  *              readSlackMs the batch had to spare below its TPOT target
- *   overlap  = min(out, n̄ / 2)           the steps shared with a neighbour: at most its remaining
- *                                         decode, on average half its expected output; n̄ = W · N / S
+ *   overlap  = min(out, m̄w / 2)          the steps shared with a neighbour: at most its remaining
+ *                                         decode, on average half its expected output; m̄w = the
+ *                                         mean expected output of the gateway's requests at w (this
+ *                                         request's own when none is there)
  *   load     = min(1, (decodeStepMs + k · (C + P + out/2)) / tpotTargetMs)   the batch's TPOT
  *                                         with this request, as a share of the target
  *   batchHeadroom = max(0.05, 1 − load)
@@ -162,6 +164,9 @@ export const KVGATE_ESTIMATE_TABLE = stateKey<KvgateEstimateTable>('kvgate.estim
 export interface InflightBatch {
   contextTokens: number;
   stallShare: number;
+  /** Sequences, and their expected output tokens together. */
+  n: number;
+  outputTokens: number;
   /** Expected output tokens of each, ascending. */
   outputs: readonly number[];
 }
@@ -375,7 +380,9 @@ function estimateWorker(req: RouteRequest, w: WorkerState, ctx: RoutingContext, 
   view.outputs = ours.outputs;
   view.out = out;
   view.batchHeadroom = batchHeadroom;
-  view.overlap = batchStall > 0 ? Math.min(out, (o.tpotWorthMs * batch) / (2 * batchStall)) : 0;
+  // Steps shared with an average neighbour: half its expected output, the mean over the batch. A
+  // mean weighted by 1 / (n − 1) (stallShare's) would count the steps of the short answers only.
+  view.overlap = batch > 0 ? Math.min(out, (mine > 0 && ours.n > 0 ? ours.outputTokens / ours.n : out) / 2) : 0;
   view.kPerToken = kPerToken;
   view.ownCtx = ownCtx;
   view.tpotLoad = tpotLoad;

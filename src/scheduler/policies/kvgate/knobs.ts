@@ -13,7 +13,7 @@ import { booleanKnob, choiceKnob, indexKnobs, numberKnob, removedKnob } from '..
 const weights = {
   wPrefix: numberKnob(3, 'weight of the prefix scorer (expected prefix hit) in the near band'),
   wTtft: numberKnob(1, 'weight of the ttft scorer (min TTFT / TTFT)'),
-  wHeadroom: numberKnob(0.5, 'weight of the headroom scorer (free KV blocks left after the request)'),
+  wHeadroom: numberKnob(2, 'weight of the headroom scorer (free KV blocks left after the request)'),
   wQueue: numberKnob(0.25, 'weight of the queue scorer (fewest waiting)'),
   wLoad: numberKnob(0.25, 'weight of the load scorer (fewest running)'),
   wSession: numberKnob(0.5, "weight of the session scorer (the session's last worker)"),

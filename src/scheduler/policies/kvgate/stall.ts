@@ -5,7 +5,9 @@
  * `linear` (default): every millisecond a prefill adds to a neighbour's TPOT costs tpotWorthMs /
  * (n − 1) for a neighbour with n tokens to generate (stallShare), weighed by the TPOT headroom the
  * batch has left; the request's KV is read in every step it shares with them, lengthening each by
- * k · (P + out/2) ms, counted as their time (which spreads long contexts over the fleet).
+ * k · (P + out/2) ms, counted as their time (which spreads long contexts over the fleet) and
+ * weighed by the same headroom: a step lengthened where the batch already steps near the target
+ * costs more than one where it steps fast.
  *
  * Of that time, the share the neighbours had to spare is `readSlackMs`: below the TPOT target a
  * step can lengthen without an answer missing anything, so only the share of the target the
@@ -13,8 +15,9 @@
  * 1) is time they lose. A batch stepping at 10 ms of a 50 ms target keeps four fifths of it as
  * slack, a batch at the target none. The picker does not give up a cache hit for the slack.
  *
- *   prefill stall   = (S / batchHeadroom + T) · msPerToken · uncached + N · overlap · k · (P + out/2)
- *   read slack      = (1 − load) · N · overlap · k · (P + out/2)
+ *   read            = N · overlap · k · (P + out/2) / batchHeadroom
+ *   prefill stall   = (S / batchHeadroom + T) · msPerToken · uncached + read
+ *   read slack      = (1 − load) · read
  *   recompute stall = R · S / batchHeadroom
  *   own decode      = as the estimate computes it
  *
@@ -75,11 +78,16 @@ export interface StallModel {
   recomputeStallMs(b: BatchView, recomputeMs: number): number;
 }
 
+/** The neighbours' time this request's KV read takes over the steps it shares with them, weighed by the batch's TPOT headroom. */
+function readMs(b: BatchView): number {
+  return (b.batch * b.overlap * b.kPerToken * b.ownCtx) / b.batchHeadroom;
+}
+
 export const linearStall: StallModel = {
   ownDecodeMs: (linearMs) => linearMs,
   prefillStallMs: (b, msPerToken, uncached) =>
-    (b.stallShare * msPerToken * uncached) / b.batchHeadroom + tailShare(b) * msPerToken * uncached + b.batch * b.overlap * b.kPerToken * b.ownCtx,
-  readSlackMs: (b) => (1 - b.tpotLoad) * b.batch * b.overlap * b.kPerToken * b.ownCtx,
+    (b.stallShare * msPerToken * uncached) / b.batchHeadroom + tailShare(b) * msPerToken * uncached + readMs(b),
+  readSlackMs: (b) => (1 - b.tpotLoad) * readMs(b),
   recomputeStallMs: (b, recomputeMs) => (recomputeMs * b.stallShare) / b.batchHeadroom,
 };
 

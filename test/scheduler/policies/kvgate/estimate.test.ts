@@ -27,7 +27,7 @@ const ctx = (now = 0): RoutingContext => ({ now, rng: seededRng(1), staleAfterMs
 function producer(
   rates: Record<string, number> = {},
   sessions: Record<string, string> = {},
-  decode: { msPer1k: number; batch: Record<string, { contextTokens: number; stallShare: number; outputs?: number[] }> } = { msPer1k: 0, batch: {} },
+  decode: { msPer1k: number; batch: Record<string, { contextTokens: number; stallShare: number; outputs?: number[]; n?: number; outputTokens?: number }> } = { msPer1k: 0, batch: {} },
   stallModel: 'linear' | 'misses' = 'linear',
   more: Partial<KvgateEstimateOptions> = {},
 ) {
@@ -48,7 +48,10 @@ function producer(
     expectedOutput: (req) => Math.min(req.maxTokens, 1024),
     inflightBatch: (w) => {
       const b = decode.batch[w.id];
-      return b ? { ...b, outputs: b.outputs ?? [] } : { contextTokens: 0, stallShare: 0, outputs: [] };
+      if (!b) return { contextTokens: 0, stallShare: 0, n: 0, outputTokens: 0, outputs: [] };
+      // Without n the batch's outputs are unknown: the estimate takes this request's as theirs.
+      const outputs = b.outputs ?? [];
+      return { ...b, outputs, n: b.n ?? outputs.length, outputTokens: b.outputTokens ?? outputs.reduce((x, y) => x + y, 0) };
     },
     sessionWorker: (k) => sessions[k],
     ...more,
@@ -112,9 +115,9 @@ test('per worker: cached share, TTFT from the prefill ahead and uncached at its 
 });
 
 test("a placement's KV read is counted for the steps it shares with the neighbours, no more", () => {
-  // One request of ours at a, reported in a batch of 10: 10 requests like it, each with 100 tokens
-  // to generate (stallShare 20 / 99), so about 50 left on average.
-  const batch = { a: { contextTokens: 2000, stallShare: 20 / 99 } };
+  // One request of ours at a (100 tokens to generate), reported in a batch of 10: 10 requests like
+  // it (stallShare 20 / 99 each), so about 50 steps left on average.
+  const batch = { a: { contextTokens: 2000, stallShare: 20 / 99, n: 1, outputTokens: 100 } };
   const { p } = producer({}, {}, { msPer1k: 0.06, batch });
   const a = worker('a', { snapshot: null });
   a.begin({ id: 'y', promptTokens: 2000, uncachedTokens: 0, maxTokens: 100, blocks: 10, dispatchedAt: 0 });
@@ -127,24 +130,44 @@ test("a placement's KV read is counted for the steps it shares with the neighbou
     const S = 10 * (20 / 99);
     const ownCtx = 1600 + maxTokens / 2;
     const headroom = 1 - (7.5 + k * 20_000 + k * ownCtx) / 50;
-    const expected = (S * 0.1 * 1600) / headroom + 10 * overlap * k * ownCtx;
+    const expected = (S * 0.1 * 1600) / headroom + (10 * overlap * k * ownCtx) / headroom;
     assert.ok(Math.abs(e.stallMs - expected) < 1e-6, `${maxTokens} tokens: ${e.stallMs} ≠ ${expected}`);
   };
   // A 1,000-token answer shares only the neighbours' remaining ~50 steps with them.
-  stall(1000, 49.5);
+  stall(1000, 50);
   // A 16-token answer shares its own 16.
   stall(16, 16);
+});
+
+test('the steps a KV read shares are half the mean expected output at the worker, not a mean weighted to the short answers', () => {
+  // Ten requests of ours at a: nine 10-token answers and one of 910 (mean 100; W · N / S, the mean
+  // stallShare weighs by, about 10).
+  const outputs = [...Array<number>(9).fill(10), 910];
+  const S = outputs.reduce((x, n) => x + 20 / (n - 1), 0);
+  const { p } = producer({}, {}, { msPer1k: 0.06, batch: { a: { contextTokens: 20_000, stallShare: S, outputs } } });
+  const a = worker('a', { snapshot: null });
+  for (let i = 0; i < 10; i++) a.begin({ id: `y${i}`, promptTokens: 2000, uncachedTokens: 0, maxTokens: 100, blocks: 10, dispatchedAt: 0 });
+  const req = request(seq(0, 1600), { maxTokens: 1000 });
+  p.produce(req, [a], ctx(1));
+  const e = kvgateEstimate(req, a)!;
+  const k = 0.06 / 1000;
+  const ownCtx = 1600 + 500;
+  const headroom = 1 - (7.5 + k * 20_000 + k * ownCtx) / 50;
+  // 50 steps with each of the 10, where W · N / S would say about 5.
+  const read = (10 * 50 * k * ownCtx) / headroom;
+  assert.ok(Math.abs(e.stallMs - ((S * 0.1 * 1600) / headroom + read)) < 1e-6, `${e.stallMs}`);
 });
 
 test("of the neighbours' time a KV read takes, the share below their TPOT target is slack", () => {
   // Worked by hand. 10 neighbours reported at a, our one among them with 2,000 tokens of context
   // (so 20,000 in the batch) and 100 tokens to generate (stallShare 20 / 99 each, S = 2.0202). The
   // request: 1,600 tokens, all cached but the last block (16 tokens, 1.6 ms of prefill), 40 to
-  // generate: ownCtx 1,620, overlap min(40, 99 / 2) = 40 steps, each 0.06 · 1.62 = 0.0972 ms
+  // generate: ownCtx 1,620, overlap min(40, 100 / 2) = 40 steps, each 0.06 · 1.62 = 0.0972 ms
   // longer: 38.88 ms of the neighbours' time. Their step, with it: 7.5 + 1.2 + 0.0972 = 8.7972 ms
-  // of 50, load 0.175944: 6.8407 ms is time they lose, 32.0393 ms slack. The prefill gap:
-  // S · 1.6 / (1 − load) = 3.9225.
-  const { matcher, p } = producer({}, {}, { msPer1k: 0.06, batch: { a: { contextTokens: 2000, stallShare: 20 / 99 } } });
+  // of 50, load 0.175944, headroom 0.824056: the read is worth 38.88 / 0.824056 = 47.1813 ms, of
+  // which the share below the target, 0.824056 of it (38.88 ms), is slack and 8.3013 ms is lost.
+  // The prefill gap: S · 1.6 / 0.824056 = 3.9225.
+  const { matcher, p } = producer({}, {}, { msPer1k: 0.06, batch: { a: { contextTokens: 2000, stallShare: 20 / 99, n: 1, outputTokens: 100 } } });
   const a = worker('a', { snapshot: null });
   a.begin({ id: 'y', promptTokens: 2000, uncachedTokens: 0, maxTokens: 100, blocks: 10, dispatchedAt: 0 });
   a.applySnapshot({ at: 0, kvUsage: 0, running: 10, waiting: 0 });
@@ -154,18 +177,21 @@ test("of the neighbours' time a KV read takes, the share below their TPOT target
   p.produce(req, [a], ctx(1));
   const e = kvgateEstimate(req, a)!;
   assert.equal(e.uncachedTokens, 16);
-  assert.ok(Math.abs(e.stallMs - (38.88 + 3.9225)) < 1e-3, `stall ${e.stallMs}`);
-  assert.ok(Math.abs(e.readSlackMs - 32.0393) < 1e-3, `slack ${e.readSlackMs}`);
-  // Near the target all of it counts: the same batch with 20 times the context (24 ms more a step).
-  const { matcher: m2, p: p2 } = producer({}, {}, { msPer1k: 0.06, batch: { a: { contextTokens: 40_000, stallShare: 20 / 99 } } });
+  assert.ok(Math.abs(e.stallMs - (47.1813 + 3.9225)) < 1e-3, `stall ${e.stallMs}`);
+  assert.ok(Math.abs(e.readSlackMs - 38.88) < 1e-3, `slack ${e.readSlackMs}`);
+  // Nearer the target the slack is the same time, the loss grows: the same batch with 20 times the
+  // context (24 ms more a step): 7.5 + 24 + 0.0972 = 31.5972 ms of 50, headroom 0.368056, the read
+  // worth 105.6361 ms of which 38.88 is slack and 66.7561 lost.
+  const { matcher: m2, p: p2 } = producer({}, {}, { msPer1k: 0.06, batch: { a: { contextTokens: 40_000, stallShare: 20 / 99, n: 1, outputTokens: 100 } } });
   const b = worker('a', { snapshot: null });
   b.begin({ id: 'y', promptTokens: 2000, uncachedTokens: 0, maxTokens: 100, blocks: 10, dispatchedAt: 0 });
   b.applySnapshot({ at: 0, kvUsage: 0, running: 10, waiting: 0 });
   hold(m2, b, tokens, 100);
   const req2 = request(tokens, { maxTokens: 40 });
   p2.produce(req2, [b], ctx(1));
-  // 7.5 + 24 + 0.0972 = 31.5972 ms of 50: 0.368056 of 38.88 ms is slack.
-  assert.ok(Math.abs(kvgateEstimate(req2, b)!.readSlackMs - 14.31) < 1e-3, `slack ${kvgateEstimate(req2, b)!.readSlackMs}`);
+  const e2 = kvgateEstimate(req2, b)!;
+  assert.ok(Math.abs(e2.readSlackMs - 38.88) < 1e-3, `slack ${e2.readSlackMs}`);
+  assert.ok(Math.abs(e2.stallMs - (105.6361 + (20 / 99) * 10 * 1.6 / 0.368056)) < 1e-3, `stall ${e2.stallMs}`);
 });
 
 test('the six scorers rate the candidates from the table', () => {
