@@ -123,15 +123,19 @@ function main(): number {
     }
     return xs;
   };
+  /** An option of one value: passed on to kvgate bench as given once it is a positive integer. */
+  const one = (name: string, v: string | undefined): string[] | null => {
+    if (v === undefined) return [];
+    const xs = list(name, v);
+    if (xs && xs.length !== 1) process.stderr.write(`bench lora-capacity: --${name} takes one number\n`);
+    return xs && xs.length === 1 ? [`--${name}`, String(xs[0])] : null;
+  };
   const maxLoras = list('max-loras', values['max-loras']);
   const seeds = list('seeds', values.seeds, 0);
-  const workers = list('workers', values.workers);
-  const size = values.size === undefined ? [] : list('size', values.size);
-  const probeSeconds = values['capacity-seconds'] === undefined ? [] : list('capacity-seconds', values['capacity-seconds']);
-  if (!maxLoras || !seeds || !workers || workers.length !== 1 || !size || !probeSeconds) {
-    if (workers && workers.length !== 1) process.stderr.write('bench lora-capacity: --workers takes one number\n');
-    return 2;
-  }
+  const workers = one('workers', values.workers);
+  const size = one('size', values.size);
+  const probeSeconds = one('capacity-seconds', values['capacity-seconds']);
+  if (!maxLoras || !seeds || !workers || !size || !probeSeconds) return 2;
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-lora-capacity-'));
   const rows: string[] = [
     `| \`--max-loras\` | ${COLUMNS.map((c) => c.label).join(' | ')} | kvgate ÷ best other |`,
@@ -143,7 +147,7 @@ function main(): number {
       const cells = new Map<string, Array<number | null>>(COLUMNS.map((c) => [c.label, []]));
       const ratios: string[] = [];
       for (const seed of seeds) {
-        const args = ['--workload', 'lora', '--max-loras', String(m), '--seed', String(seed), '--workers', String(workers[0]), ...(size.length ? ['--size', String(size[0])] : []), ...(probeSeconds.length ? ['--capacity-seconds', String(probeSeconds[0])] : [])];
+        const args = ['--workload', 'lora', '--max-loras', String(m), '--seed', String(seed), ...workers, ...size, ...probeSeconds];
         const got = new Map<string, number | null>();
         for (const [i, run] of runsOf(COLUMNS).entries()) {
           process.stderr.write(`--max-loras ${m}, seed ${seed}: ${run.columns.map((c) => c.label).join(', ')}...\n`);
@@ -165,8 +169,8 @@ function main(): number {
     rmSync(dir, { recursive: true, force: true });
   }
   const table = rows.join('\n');
-  process.stdout.write(`\nCapacity at SLO, multiples of the lora workload's default rate (seeds ${seeds.join(' / ')}), ${workers[0]} workers:\n\n${table}\n`);
-  if (values.json) writeFileSync(values.json, JSON.stringify({ seeds, workers: workers[0], runs: all }, null, 2));
+  process.stdout.write(`\nCapacity at SLO, multiples of the lora workload's default rate (seeds ${seeds.join(' / ')}), ${values.workers} workers:\n\n${table}\n`);
+  if (values.json) writeFileSync(values.json, JSON.stringify({ seeds, workers: Number(values.workers), runs: all }, null, 2));
   return writeGeneratedTables(values['write-docs'] ?? [], ['npm run bench -- lora-capacity', ...process.argv.slice(2)].join(' '), { 'lora-capacity': table }, 'bench lora-capacity');
 }
 
