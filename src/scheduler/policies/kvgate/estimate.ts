@@ -37,6 +37,9 @@
  *   headroom = max(0.05, 1 − (decodeStepMs + k · C) / tpotTargetMs)
  *   stallMs  = what its prefill (and its KV read) costs the batch: stall.ts (stallModel); of it,
  *              readSlackMs the batch had to spare below its TPOT target
+ *              + msPerToken · joinedPrefillTokens(uncached, B) where a prefill is ahead (ahead > 0):
+ *              the first-token delay of the prompt ahead, whose last chunk shares its step with
+ *              this prompt's first (stall.ts; B = prefillChunkTokens, the engine's step budget)
  *   overlap  = min(out, m̄w / 2)          the steps shared with a neighbour: at most its remaining
  *                                         decode, on average half its expected output; m̄w = the
  *                                         mean expected output of the gateway's requests at w (this
@@ -87,7 +90,7 @@ import { clamp01 } from '../../pipeline.js';
 import { USED_STALE_METRICS } from '../../state-keys.js';
 import type { Producer, RouteRequest, RoutingContext } from '../../types.js';
 import { KVGATE_FLEET_RANGES } from './prune.js';
-import { linearStall, missesStall, type BatchView, type StallModel } from './stall.js';
+import { joinedPrefillTokens, linearStall, missesStall, type BatchView, type StallModel } from './stall.js';
 
 /** What kvgate estimated for one worker. */
 export interface KvgateEstimate {
@@ -195,6 +198,12 @@ export interface KvgateEstimateOptions {
   tpotTargetMs: number;
   /** What the delay of the other requests counts for against this request's own. */
   stallWeight: number;
+  /**
+   * The engine's prefill token budget per step (vLLM's max_num_batched_tokens): a prompt sent
+   * where a prefill is under way takes the rest of the step in which that one finishes (0: not
+   * counted).
+   */
+  prefillChunkTokens: number;
   /** How the stall is priced (stall.ts; default linear). */
   stallModel?: 'linear' | 'misses';
   /**
@@ -388,7 +397,10 @@ function estimateWorker(req: RouteRequest, w: WorkerState, ctx: RoutingContext, 
   view.tpotLoad = tpotLoad;
   view.slackMs = o.tpotTargetMs * batchHeadroom;
   view.meanOutput = i.meanOutput;
-  const stallMs = i.stall.prefillStallMs(view, msPerToken, uncached);
+  // A prompt ahead still in prefill shares its last step with this one's first chunk: its first
+  // token waits for those tokens, a delay to a TTFT, counted as this request's own would be.
+  const joinMs = ahead > 0 ? msPerToken * joinedPrefillTokens(uncached, o.prefillChunkTokens) : 0;
+  const stallMs = i.stall.prefillStallMs(view, msPerToken, uncached) + joinMs;
   const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
   const need = Math.ceil(uncached / w.blockSize);
   // Room for the request to the end of its answer, with every request there at its end.

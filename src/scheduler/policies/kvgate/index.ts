@@ -171,6 +171,7 @@ export class KvgatePolicy implements Policy {
           decodeStepMs: p.decodeStepMs,
           tpotTargetMs: p.tpotTargetMs,
           stallWeight: p.stallWeight,
+          prefillChunkTokens: p.prefillChunkTokens,
           stallModel: p.stallModel,
           ...(p.e2eTail ? { meanOutputInFlight: () => this.batches.meanOutput() } : {}),
           preemptionWeight: p.preemptionWeight,

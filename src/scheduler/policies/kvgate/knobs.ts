@@ -94,6 +94,11 @@ const stall = {
     1,
     "what the delay the request causes the worker's other requests counts for against its own (1: all alike; 0: own TTFT and decode only)",
   ),
+  prefillChunkTokens: numberKnob(
+    8192,
+    "the workers' prefill token budget per step (vLLM's --max-num-batched-tokens; 8192 is its default for the OpenAI server on GPUs of 70 GiB or more other than the A100, 2048 below): a prompt sent where another is still in prefill takes the rest of the step in which that one finishes, delaying its first token, and pays for that delay (0: not counted)",
+    { min: 0 },
+  ),
   stallModel: choiceKnob(
     ['linear', 'misses'],
     'linear',

@@ -126,3 +126,18 @@ function missesOf(b: BatchView, gapMs: number): number {
   if (b.mine > 0) return countInRange(b.outputs, 2, below) * b.scale;
   return b.out >= 2 && b.out < below ? b.batch : 0;
 }
+
+/**
+ * The prefill tokens a prompt of `uncached` tokens puts into the step in which the prompt ahead of
+ * it at a worker finishes its prefill, delaying that prompt's first token. vLLM V1's scheduler
+ * (vllm/v1/core/sched/scheduler.py, `schedule`) gives each step's token budget to the running
+ * requests first, a prefill in progress taking its next chunk, and only then to the waiting ones:
+ * a prompt that arrives behind a prefill waits for it and takes what its last chunk leaves of
+ * the budget B (`max_num_batched_tokens`). That rest is not known to the gateway (the chunks
+ * already done are not reported); taken as uniform on [0, B], the expected tokens joined are
+ * E[min(u, L)] = u − u² / (2B) for u ≤ B, B / 2 beyond. B = 0: not counted.
+ */
+export function joinedPrefillTokens(uncached: number, budget: number): number {
+  if (budget <= 0 || uncached <= 0) return 0;
+  return uncached <= budget ? uncached - (uncached * uncached) / (2 * budget) : budget / 2;
+}

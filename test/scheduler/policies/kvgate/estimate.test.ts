@@ -43,6 +43,8 @@ function producer(
     tpotTargetMs: 50,
     stallWeight: 1,
     stallModel,
+    // Off here, so the hand-worked stalls below need not count the prompt ahead; its own test sets it.
+    prefillChunkTokens: 0,
     preemptionWeight: 0.5,
     prefillRate: (w) => rates[w.id] ?? 10_000,
     expectedOutput: (req) => Math.min(req.maxTokens, 1024),
@@ -137,6 +139,33 @@ test("a placement's KV read is counted for the steps it shares with the neighbou
   stall(1000, 50);
   // A 16-token answer shares its own 16.
   stall(16, 16);
+});
+
+test("a prompt sent where another is still in prefill pays for the first-token delay it puts on that one", () => {
+  // a has a 6,000-token prompt of ours ahead in prefill, b nothing; no decodes to stall anywhere
+  // (no batch of ours reported, no KV read), so the stall is that delay alone.
+  const estimate = (chunk: number, prompt: number, w: 'a' | 'b') => {
+    const { p } = producer({}, {}, { msPer1k: 0, batch: {} }, 'linear', { prefillChunkTokens: chunk });
+    const a = worker('a', { blocks: 100_000, snapshot: null });
+    const b = worker('b', { blocks: 100_000, snapshot: null });
+    a.begin({ id: 'x', promptTokens: 6000, uncachedTokens: 6000, maxTokens: 1, blocks: 10, dispatchedAt: 0 });
+    const req = request(seq(0, prompt), { maxTokens: 1 });
+    p.produce(req, [a, b], ctx(1));
+    return kvgateEstimate(req, w === 'a' ? a : b)!;
+  };
+  // What the prompt ahead leaves of the 8,192-token step it finishes in, L, is taken as uniform on
+  // [0, 8192]: a 4,096-token prompt puts E[min(4096, L)] = 4096 − 4096² / 16384 = 3,072 tokens into
+  // it, 307.2 ms at 10,000 tokens/s, in the stall and so in the cost.
+  const e = estimate(8192, 4096, 'a');
+  assert.ok(Math.abs(e.stallMs - 307.2) < 1e-9, `${e.stallMs}`);
+  assert.ok(Math.abs(e.costMs - e.ttftMs - 307.2) < 1e-9);
+  assert.equal(estimate(8192, 4096, 'b').stallMs, 0, 'nothing in prefill at b: nothing joined');
+  // A prompt of the budget or longer takes half of it on average, whatever its length.
+  assert.ok(Math.abs(estimate(8192, 12_000, 'a').stallMs - 409.6) < 1e-9);
+  assert.ok(Math.abs(estimate(8192, 20_000, 'a').stallMs - 409.6) < 1e-9);
+  // A smaller budget (vLLM's 2,048 on smaller GPUs) leaves less to join.
+  assert.ok(Math.abs(estimate(2048, 4096, 'a').stallMs - 102.4) < 1e-9);
+  assert.equal(estimate(0, 4096, 'a').stallMs, 0, 'prefillChunkTokens 0: not counted');
 });
 
 test('the steps a KV read shares are half the mean expected output at the worker, not a mean weighted to the short answers', () => {
