@@ -4,6 +4,7 @@
  * snapshot from HTTP scrapes of /metrics; the fleet simulation fills it from the engine model at
  * the same interval. Policies read only this — never an engine's live state (except `oracle`).
  */
+import { ArrivalRate } from './arrival-rate.js';
 import { DecodePace } from './decode-pace.js';
 import { peakHeldTokens, type GrowingRequests } from './peak-usage.js';
 import type { BlockKeys } from '../kv/prompt-blocks.js';
@@ -182,6 +183,8 @@ export class WorkerState {
   lastByteAt = -Infinity;
   /** The recent TPOT of the answers streaming from here (fleet/decode-pace.ts). */
   readonly decodePace = new DecodePace();
+  /** How often this gateway has sent it requests lately (every replica's, when mirrored). */
+  readonly arrivals = new ArrivalRate();
   /**
    * Removed from the configuration by a reload (fleet/registry.ts retire()): it gets no new
    * requests (it is also marked unhealthy, which every filter already skips), while the requests
@@ -460,6 +463,7 @@ export class WorkerState {
     this.dispatchedSinceSnapshot += seqs;
     this.blocksReservedSinceSnapshot += r.blocks;
     if (!mirrored) this.routed++;
+    this.arrivals.add(r.dispatchedAt);
   }
 
   /**

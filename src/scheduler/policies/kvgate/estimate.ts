@@ -40,6 +40,9 @@
  *              + msPerToken · joinedPrefillTokens(uncached, B) where a prefill is ahead (ahead > 0):
  *              the first-token delay of the prompt ahead, whose last chunk shares its step with
  *              this prompt's first (stall.ts; B = prefillChunkTokens, the engine's step budget)
+ *              + λ · U · (A + U / 2): the first-token delay of the requests expected to arrive
+ *              behind it (λ = the worker's recent arrivals per ms, fleet/arrival-rate.ts; U = its
+ *              own prefill time, msPerToken · uncached; A = the wait ahead, msPerToken · ahead)
  *   overlap  = min(out, m̄w / 2)          the steps shared with a neighbour: at most its remaining
  *                                         decode, on average half its expected output; m̄w = the
  *                                         mean expected output of the gateway's requests at w (this
@@ -90,7 +93,7 @@ import { clamp01 } from '../../pipeline.js';
 import { USED_STALE_METRICS } from '../../state-keys.js';
 import type { Producer, RouteRequest, RoutingContext } from '../../types.js';
 import { KVGATE_FLEET_RANGES } from './prune.js';
-import { joinedPrefillTokens, linearStall, missesStall, type BatchView, type StallModel } from './stall.js';
+import { behindDelayMs, joinedPrefillTokens, linearStall, missesStall, type BatchView, type StallModel } from './stall.js';
 
 /** What kvgate estimated for one worker. */
 export interface KvgateEstimate {
@@ -204,6 +207,11 @@ export interface KvgateEstimateOptions {
    * counted).
    */
   prefillChunkTokens: number;
+  /**
+   * Count the first-token delay a prefill puts on the requests expected to arrive behind it
+   * (default true; hand-worked tests of the other terms turn it off).
+   */
+  arrivalsBehind?: boolean;
   /** How the stall is priced (stall.ts; default linear). */
   stallModel?: 'linear' | 'misses';
   /**
@@ -400,7 +408,9 @@ function estimateWorker(req: RouteRequest, w: WorkerState, ctx: RoutingContext, 
   // A prompt ahead still in prefill shares its last step with this one's first chunk: its first
   // token waits for those tokens, a delay to a TTFT, counted as this request's own would be.
   const joinMs = ahead > 0 ? msPerToken * joinedPrefillTokens(uncached, o.prefillChunkTokens) : 0;
-  const stallMs = i.stall.prefillStallMs(view, msPerToken, uncached) + joinMs;
+  // The requests that will arrive behind it wait for its prefill too.
+  const behindMs = o.arrivalsBehind === false ? 0 : behindDelayMs(w.arrivals.perMs(ctx.now), msPerToken * ahead, msPerToken * uncached);
+  const stallMs = i.stall.prefillStallMs(view, msPerToken, uncached) + joinMs + behindMs;
   const free = probe ? probe.freeBlocks() : w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
   const need = Math.ceil(uncached / w.blockSize);
   // Room for the request to the end of its answer, with every request there at its end.

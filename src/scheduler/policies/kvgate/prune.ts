@@ -1,7 +1,8 @@
 /**
  * Which candidates the kvgate estimate prices (knob `leastLoadedCandidates`, k): the workers the
  * prefix index says hold part of the prompt, the session's last worker, and among the rest the k
- * with the least estimated TTFT, the k least with KV room now (the kv-fit filter's KV_ROOM) and the
+ * with the least estimated TTFT (with the delay its prefill puts on the requests arriving behind it),
+ * the k least with KV room now (the kv-fit filter's KV_ROOM) and the
  * k best rated by the scorers that rate a worker holding none of the prompt (ttft, headroom, queue,
  * load), and with e2eTail the k whose batches hold the least context (where a long answer loses
  * least of its E2E). With k = 0, or a pool of at most 4k workers, every candidate is priced.
@@ -15,18 +16,18 @@
  * match (its B) is the full decision's. The queue and load scorers rate a candidate against every
  * candidate's range, not the priced ones' (KVGATE_FLEET_RANGES), so a priced worker's score is what
  * full scoring gives it. The decision differs from the full one where the cheapest worker by whole
- * cost is none of these (its batch's decode and stall terms outweigh its queue), and in ties, drawn
- * from a smaller set (test/scheduler/policies/kvgate/prune.test.ts measures both at 64 workers).
+ * cost is none of these (its batch's decode and stall terms outweigh its queue; or, the requests
+ * arriving behind its prefill priced, the near band's best rated is not among the k best rated
+ * overall), and in ties, drawn from a smaller set (test/scheduler/policies/kvgate/prune.test.ts measures both at 64 workers).
  *
  * Peers prune the same way, more coarsely: SGLang's router (sgl-router
  * src/policies/cache_aware.rs) looks at two workers, the longest prefix match and, when load is
  * imbalanced, the shortest queue; the Gateway API Inference Extension's scheduler that llm-d
  * builds on (pkg/epp/scheduling filter.go, leastQueuingFilterFunc) keeps the pods whose queue lies
- * in the lowest (max − min) / pods of the range before its prefix scorer runs. The basis of k = 8
- * where it is used: on mixed, shared-prefix and multi-turn at 64 workers (600 decisions each, each
- * made both ways on the same state), the decisions that differ from full scoring beyond a draw
- * among equal workers were 9 of 1,800 at k = 2, 3 at k = 4 and 3 at k = 8; 8 leaves a margin
- * over 4 at a cost of a few more estimates. The default is 0 (price every worker): at 64 workers
+ * in the lowest (max − min) / pods of the range before its prefix scorer runs. At k = 8, on mixed,
+ * shared-prefix and multi-turn at 64 workers (600 decisions each, each made both ways on the same
+ * state), the decisions that differ from full scoring beyond a draw among equal workers are 14 of
+ * 600 on mixed and at most 3 on the others (prune.test.ts). The default is 0 (price every worker): at 64 workers
  * pruning saved no decision time and one capacity search (mixed, one seed) found 4% less
  * capacity with it (docs/simulation.md).
  *
@@ -38,6 +39,7 @@ import type { WorkerState } from '../../../fleet/worker-state.js';
 import { tierCredit, type TierWeights } from '../../../kv/tiers.js';
 import { stateKey } from '../../../util/state.js';
 import { clamp01 } from '../../pipeline.js';
+import { behindDelayMs } from './stall.js';
 import type { PrefixMatcher } from '../../index/prefix-match.js';
 import { KV_ROOM } from '../../state-keys.js';
 import type { RouteRequest, RoutingContext } from '../../types.js';
@@ -107,6 +109,7 @@ export class KvgatePruner {
   private ttft = new Float64Array(64);
   private waiting = new Float64Array(64);
   private running = new Float64Array(64);
+  private bound = new Float64Array(64);
 
   constructor(private readonly o: () => KvgatePruneOptions) {}
 
@@ -121,8 +124,9 @@ export class KvgatePruner {
       this.ttft = new Float64Array(2 * n);
       this.waiting = new Float64Array(2 * n);
       this.running = new Float64Array(2 * n);
+      this.bound = new Float64Array(2 * n);
     }
-    const { ttft, waiting, running } = this;
+    const { ttft, waiting, running, bound } = this;
     const matches = o.matcher.matches(req, ws, ctx);
     const room = req.state.get(KV_ROOM);
     const session = req.sessionKey !== undefined ? o.sessionWorker(req.sessionKey) : undefined;
@@ -149,10 +153,12 @@ export class KvgatePruner {
       const msPerToken = 1000 / o.prefillRate(w);
       const t = msPerToken * (Math.max(0, w.inflightPrefillTokens) + prompt - cached) + o.queueMsPerWaiting * q.waiting + o.decodeMsPerRunning * q.running;
       ttft[i] = t;
+      // The cost's lower bound adds what the prefill puts before the requests arriving behind it.
+      bound[i] = t + behindDelayMs(w.arrivals.perMs(ctx.now), msPerToken * Math.max(0, w.inflightPrefillTokens), msPerToken * (prompt - cached));
       if (t < minTtft) minTtft = t;
     }
-    // Pass 2, over the others from a moving start: the k least ttft (the cheapest, the near band's
-    // anchor), the k least with KV room, and the k best by the ratings the scorers give a worker
+    // Pass 2, over the others from a moving start: the k least ttft with the wait the prefill puts
+    // before the arrivals behind it (the cheapest, the near band's anchor), the k least with KV room, and the k best by the ratings the scorers give a worker
     // holding none of the prompt (the near band's likely pick).
     const least = new Smallest(k);
     const leastWithRoom = room !== undefined ? new Smallest(k) : null;
@@ -165,8 +171,8 @@ export class KvgatePruner {
       if (keep[i] === 1) continue;
       const w = ws[i]!;
       const t = ttft[i]!;
-      least.offer(t, i);
-      if (leastWithRoom !== null && room!.has(w)) leastWithRoom.offer(t, i);
+      least.offer(bound[i]!, i);
+      if (leastWithRoom !== null && room!.has(w)) leastWithRoom.offer(bound[i]!, i);
       const free = w.estimatedFreeBlocks(ctx.now, ctx.staleAfterMs);
       const headroom = clamp01((free - Math.ceil(prompt / w.blockSize)) / Math.max(1, w.numGpuBlocks));
       const score =

@@ -141,3 +141,13 @@ export function joinedPrefillTokens(uncached: number, budget: number): number {
   if (budget <= 0 || uncached <= 0) return 0;
   return uncached <= budget ? uncached - (uncached * uncached) / (2 * budget) : budget / 2;
 }
+
+/**
+ * The first-token delay a prefill of `prefillMs` puts on the requests expected to reach the worker
+ * behind it, at `arrivalsPerMs` (the worker's recent rate): those arriving while it waits its
+ * `aheadMs` turn wait all of it, those arriving during it half of it on average. A long prompt sent
+ * where many requests follow, such as a worker holding a prefix many share, costs the most.
+ */
+export function behindDelayMs(arrivalsPerMs: number, aheadMs: number, prefillMs: number): number {
+  return arrivalsPerMs * prefillMs * (aheadMs + prefillMs / 2);
+}

@@ -45,6 +45,7 @@ function producer(
     stallModel,
     // Off here, so the hand-worked stalls below need not count the prompt ahead; its own test sets it.
     prefillChunkTokens: 0,
+    arrivalsBehind: false,
     preemptionWeight: 0.5,
     prefillRate: (w) => rates[w.id] ?? 10_000,
     expectedOutput: (req) => Math.min(req.maxTokens, 1024),
@@ -166,6 +167,29 @@ test("a prompt sent where another is still in prefill pays for the first-token d
   // A smaller budget (vLLM's 2,048 on smaller GPUs) leaves less to join.
   assert.ok(Math.abs(estimate(2048, 4096, 'a').stallMs - 102.4) < 1e-9);
   assert.equal(estimate(0, 4096, 'a').stallMs, 0, 'prefillChunkTokens 0: not counted');
+});
+
+test('a prefill costs the requests expected to arrive behind it the wait it puts before them', () => {
+  // a: a 2,000-token prompt ahead (200 ms at 10,000 tokens/s); b: nothing. Requests reached a at
+  // one per 100 ms for the last minute, b at one per second.
+  const { p } = producer({}, {}, { msPer1k: 0, batch: {} }, 'linear', { arrivalsBehind: true });
+  const a = worker('a', { blocks: 100_000, snapshot: null });
+  const b = worker('b', { blocks: 100_000, snapshot: null });
+  for (let t = 0; t <= 60_000; t += 100) a.arrivals.add(t);
+  for (let t = 0; t <= 60_000; t += 1000) b.arrivals.add(t);
+  a.begin({ id: 'x', promptTokens: 2000, uncachedTokens: 2000, maxTokens: 1, blocks: 10, dispatchedAt: 60_000 });
+  const req = request(seq(0, 4000), { maxTokens: 1 });
+  p.produce(req, [a, b], ctx(60_000));
+  const la = a.arrivals.perMs(60_000);
+  const lb = b.arrivals.perMs(60_000);
+  // The decayed rates are the streams' own, to within what the last 10 s constant leaves out.
+  assert.ok(Math.abs(la - 0.01) < 0.01 * 0.01 + 1e-4, `${la}`);
+  assert.ok(Math.abs(lb - 0.001) < 0.001 * 0.01 + 1e-4, `${lb}`);
+  // 400 ms of prefill: at a, those arriving during the 200 ms ahead wait all of it, those during
+  // it half: λ · 400 · (200 + 200); at b, λ · 400 · 200.
+  assert.ok(Math.abs(kvgateEstimate(req, a)!.stallMs - la * 400 * 400) < 1e-9);
+  assert.ok(Math.abs(kvgateEstimate(req, b)!.stallMs - lb * 400 * 200) < 1e-9);
+  assert.ok(kvgateEstimate(req, a)!.stallMs > 10 * kvgateEstimate(req, b)!.stallMs);
 });
 
 test('the steps a KV read shares are half the mean expected output at the worker, not a mean weighted to the short answers', () => {
