@@ -1,10 +1,9 @@
 /**
  * Which candidates the kvgate estimate prices (knob `leastLoadedCandidates`, k): the workers the
  * prefix index says hold part of the prompt, the session's last worker, and among the rest the k
- * with the least estimated TTFT (with the delay its prefill puts on the requests arriving behind it),
- * the k least with KV room now (the kv-fit filter's KV_ROOM) and the
- * k best rated by the scorers that rate a worker holding none of the prompt (ttft, headroom, queue,
- * load), and with e2eTail the k whose batches hold the least context (where a long answer loses
+ * with the least estimated TTFT (with the delay its prefill puts on the requests arriving behind
+ * it), the k least with KV room now (the kv-fit filter's KV_ROOM) and the k best rated by the
+ * scorers that rate a worker holding none of the prompt (ttft, headroom, queue, load), and with e2eTail the k whose batches hold the least context (where a long answer loses
  * least of its E2E). With k = 0, or a pool of at most 4k workers, every candidate is priced.
  *
  * Why this loses little: a worker holding none of the prompt differs from another only by its
@@ -18,7 +17,8 @@
  * full scoring gives it. The decision differs from the full one where the cheapest worker by whole
  * cost is none of these (its batch's decode and stall terms outweigh its queue; or, the requests
  * arriving behind its prefill priced, the near band's best rated is not among the k best rated
- * overall), and in ties, drawn from a smaller set (test/scheduler/policies/kvgate/prune.test.ts measures both at 64 workers).
+ * overall), and in ties, drawn from a smaller set (test/scheduler/policies/kvgate/prune.test.ts
+ * measures both at 64 workers).
  *
  * Peers prune the same way, more coarsely: SGLang's router (sgl-router
  * src/policies/cache_aware.rs) looks at two workers, the longest prefix match and, when load is
@@ -27,8 +27,8 @@
  * in the lowest (max − min) / pods of the range before its prefix scorer runs. At k = 8, on mixed,
  * shared-prefix and multi-turn at 64 workers (600 decisions each, each made both ways on the same
  * state), the decisions that differ from full scoring beyond a draw among equal workers are 14 of
- * 600 on mixed and at most 3 on the others (prune.test.ts). The default is 0 (price every worker): at 64 workers
- * pruning saved no decision time and one capacity search (mixed, one seed) found 4% less
+ * 600 on mixed and at most 3 on the others (prune.test.ts). The default is 0 (price every
+ * worker): at 64 workers pruning saved no decision time and one capacity search (mixed, one seed) found 4% less
  * capacity with it (docs/simulation.md).
  *
  * What remains per candidate is a pass over counters (queue, in-flight prefill, free blocks, the
