@@ -27,7 +27,10 @@ const weights = {
  * prefix is worth keeping home, a short one is cheap to recompute anywhere.
  */
 const picker = {
-  nearRelative: numberKnob(0.25, 'near band: workers with cost ≤ min cost · (1 + nearRelative) + nearAbsoluteMs'),
+  nearRelative: numberKnob(
+    0.25,
+    "near band: workers with cost ≤ min cost · (1 + nearRelative) + nearAbsoluteMs whose TTFT exceeds the cheapest's by at most nearRelative · its TTFT and decode cost + nearAbsoluteMs (the best-cached worker too)",
+  ),
   nearAbsoluteMs: numberKnob(0, 'absolute slack of the near band, ms'),
   spillRelative: numberKnob(
     0.25,

@@ -10,7 +10,11 @@
  *     the candidates are those (a worker out of room admits chunk by chunk and preempts to finish);
  *     otherwise all of them (the roomy ones are much dearer, e.g. they serve short answers a long
  *     prefill would stall);
- *  1. near = candidates whose cost ≤ min cost · (1 + nearRelative) + nearAbsoluteMs;
+ *  1. near = candidates whose cost ≤ min cost · (1 + nearRelative) + nearAbsoluteMs and whose TTFT
+ *     ≤ the cheapest's TTFT + nearRelative · (its TTFT + decodeMs) + nearAbsoluteMs: the cost is
+ *     mostly the neighbours' stall, and a slack relative to it alone lets the scores choose a
+ *     first token hundreds of ms later than the cheapest worker's; this keeps the delay to a share
+ *     of what the cheapest costs the request itself;
  *  2. A = the near candidate with the best weighted score (prefix weighs most): among the near-
  *     cheapest the best cache match still wins, affinity is never discarded (falling back to
  *     pure least-load, as SGLang's router does, collapses the hit rate);
@@ -21,7 +25,7 @@
  *     both costs less their readSlackMs (the time their KV read takes from neighbours who had it
  *     to spare below the TPOT target: the prefill a spill gives up is real, that time is not) and
  *     their tailMs (with e2eTail, what a long answer's own E2E loses in a crowded batch: a reason
- *     to place it, not to give up its cached prefix),
+ *     to place it, not to give up its cached prefix), and its TTFT is within the near band's bound,
  *     take B ('prefix'): a long prefix keeps its home through more load than a short one that is
  *     cheap to recompute anywhere. Otherwise take A: 'spill' when B was the better cache match but
  *     too costly (the prefix then gets cached on A as well, Preble's explore step), else 'prefix'
@@ -85,11 +89,16 @@ export function kvgatePicker(p: KvgatePickerOptions): Picker {
           band = nearBand(tminRoom);
         }
       }
+      // The latest first token the band may choose: the cheapest's, delayed by at most nearRelative
+      // of what that one costs this request itself (its TTFT and decode, not its neighbours' stall).
+      let cheapest = es[0]!;
+      for (let i = 1; i < es.length; i++) if (es[i]!.costMs < cheapest.costMs) cheapest = es[i]!;
+      const ttftCap = cheapest.ttftMs + p.nearRelative * (cheapest.ttftMs + cheapest.decodeMs) + p.nearAbsoluteMs;
       // A: best weighted score among the near-least-loaded (reservoir-sampled ties).
       let ai = -1;
       let ties = 0;
       for (let i = 0; i < cs.length; i++) {
-        if (es[i]!.costMs > band) continue;
+        if (es[i]!.costMs > band || es[i]!.ttftMs > ttftCap) continue;
         const score = cs[i]!.score;
         if (ai < 0 || score > cs[ai]!.score + 1e-9) {
           ai = i;
@@ -117,8 +126,10 @@ export function kvgatePicker(p: KvgatePickerOptions): Picker {
       if (eb.hit > ea.hit + p.minHitGain) {
         const savedMs = p.spillSavedFraction * ea.msPerToken * (eb.cachedTokens - ea.cachedTokens);
         // The prefill a spill gives up is real; the neighbours' slack below their TPOT target is not a
-        // loss, and a long answer's E2E is no reason to leave its cached prefix (tailMs).
-        if (eb.costMs - eb.readSlackMs - eb.tailMs <= (ea.costMs - ea.readSlackMs - ea.tailMs) * (1 + p.spillRelative) + p.spillAbsoluteMs + savedMs) {
+        // loss, and a long answer's E2E is no reason to leave its cached prefix (tailMs). Nor is
+        // the cache worth a first token later than the band's.
+        const affordable = eb.costMs - eb.readSlackMs - eb.tailMs <= (ea.costMs - ea.readSlackMs - ea.tailMs) * (1 + p.spillRelative) + p.spillAbsoluteMs + savedMs;
+        if (affordable && eb.ttftMs <= ttftCap) {
           picked = b;
           hit = eb.hit;
           reason = 'prefix';

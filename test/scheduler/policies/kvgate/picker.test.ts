@@ -32,6 +32,10 @@ interface Candidate {
   session?: boolean;
   /** The part of the cost that prices the request's own E2E (estimate.ts tailMs). */
   tailMs?: number;
+  /** What it costs its own TPOT besides tailMs (estimate.ts decodeMs less tailMs). */
+  decodeMs?: number;
+  /** What it costs the worker's batch (estimate.ts stallMs, at stallWeight 1). */
+  stallMs?: number;
 }
 
 /** The candidates as the pipeline would hand them over, with the producer's estimates in state. */
@@ -53,12 +57,12 @@ function setup(cs: Candidate[]): { req: RouteRequest; candidates: ScoredWorker[]
       session: c.session ?? false,
       outputTokens: 16,
       batchContextTokens: 0,
-      decodeMs: c.tailMs ?? 0,
+      decodeMs: (c.decodeMs ?? 0) + (c.tailMs ?? 0),
       tailMs: c.tailMs ?? 0,
-      stallMs: 0,
+      stallMs: c.stallMs ?? 0,
       readSlackMs: 0,
       preemptMs: 0,
-      costMs: c.ttftMs + (c.tailMs ?? 0),
+      costMs: c.ttftMs + (c.decodeMs ?? 0) + (c.tailMs ?? 0) + (c.stallMs ?? 0),
     });
     return { worker: w, score: c.score, parts: {} };
   });
@@ -70,30 +74,66 @@ test('prefix, spill, session or load: which worker and why', () => {
   const cases: Array<{ what: string; cs: Candidate[]; opts?: Partial<KvgatePickerOptions>; pick: string; reason: string; hit: number }> = [
     {
       what: 'the best-cached worker is busier but within the slack: it keeps the prefix',
-      // near band ≤ 100 · 1.25 = 125 ms; b: 300 ≤ 100 · 1.25 + 0.75 · 0.1 · 3000 = 350
-      cs: [{ id: 'a', score: 1, cached: 0, ttftMs: 100 }, { id: 'b', score: 3, cached: 3000, ttftMs: 300 }],
+      // a costs 100 + 100 = 200, b 120 + 300 = 420 ≤ 200 · 1.25 + 0.75 · 0.1 · 3000 = 475; b's
+      // first token (120 ms) is within 100 + 0.25 · 100 = 125 ms
+      cs: [
+        { id: 'a', score: 1, cached: 0, ttftMs: 100, stallMs: 100 },
+        { id: 'b', score: 3, cached: 3000, ttftMs: 120, stallMs: 300 },
+      ],
       pick: 'b',
       reason: 'prefix',
       hit: 0.75,
     },
     {
       what: 'the best-cached worker is too busy: the prefix spills to the near pick',
-      cs: [{ id: 'a', score: 1, cached: 0, ttftMs: 100 }, { id: 'b', score: 3, cached: 3000, ttftMs: 351 }],
+      cs: [
+        { id: 'a', score: 1, cached: 0, ttftMs: 100, stallMs: 100 },
+        { id: 'b', score: 3, cached: 3000, ttftMs: 120, stallMs: 356 },
+      ],
       pick: 'a',
       reason: 'spill',
       hit: 0,
     },
     {
+      what: 'the best-cached worker costs little more, but its first token would come later than the band allows: it spills',
+      // b costs 330 ≤ 475, but 130 ms > 125
+      cs: [
+        { id: 'a', score: 1, cached: 0, ttftMs: 100, stallMs: 100 },
+        { id: 'b', score: 3, cached: 3000, ttftMs: 130, stallMs: 200 },
+      ],
+      pick: 'a',
+      reason: 'spill',
+      hit: 0,
+    },
+    {
+      what: "the allowance is a share of the cheapest's own cost, its decode included",
+      // 130 ms ≤ 100 + 0.25 · (100 + 40)
+      cs: [
+        { id: 'a', score: 1, cached: 0, ttftMs: 100, decodeMs: 40, stallMs: 60 },
+        { id: 'b', score: 3, cached: 3000, ttftMs: 130, stallMs: 200 },
+      ],
+      pick: 'b',
+      reason: 'prefix',
+      hit: 0.75,
+    },
+    {
       what: "a long answer's own E2E at the busier best-cached worker is no reason to spill its prefix",
-      // b costs 300 + 400 ms of tailMs: 700 > 350, but less its tailMs 300 ≤ 350
-      cs: [{ id: 'a', score: 1, cached: 0, ttftMs: 100 }, { id: 'b', score: 3, cached: 3000, ttftMs: 300, tailMs: 400 }],
+      // b costs 120 + 400 ms of tailMs + 300 = 820 > 475, but less its tailMs 420 ≤ 475
+      cs: [
+        { id: 'a', score: 1, cached: 0, ttftMs: 100, stallMs: 100 },
+        { id: 'b', score: 3, cached: 3000, ttftMs: 120, tailMs: 400, stallMs: 300 },
+      ],
       pick: 'b',
       reason: 'prefix',
       hit: 0.75,
     },
     {
       what: 'a short shared prefix saves little: the same load gap spills it',
-      cs: [{ id: 'a', score: 1, cached: 0, ttftMs: 100 }, { id: 'b', score: 3, cached: 400, ttftMs: 300 }],
+      // 420 > 250 + 0.75 · 0.1 · 400 = 280
+      cs: [
+        { id: 'a', score: 1, cached: 0, ttftMs: 100, stallMs: 100 },
+        { id: 'b', score: 3, cached: 400, ttftMs: 120, stallMs: 300 },
+      ],
       pick: 'a',
       reason: 'spill',
       hit: 0,
@@ -124,6 +164,17 @@ test('prefix, spill, session or load: which worker and why', () => {
       cs: [{ id: 'a', score: 1, cached: 0, ttftMs: 100 }, { id: 'b', score: 1.5, cached: 0, ttftMs: 110, session: true }],
       opts: { wSession: 0 },
       pick: 'b',
+      reason: 'load',
+      hit: 0,
+    },
+    {
+      what: 'in the near band, a better-rated worker whose first token comes later than the allowance is passed over',
+      // band: cost ≤ 200 · 1.25 = 250, b's 220 is in it; first token ≤ 125 ms, b's 130 is not
+      cs: [
+        { id: 'a', score: 1, cached: 0, ttftMs: 100, stallMs: 100 },
+        { id: 'b', score: 5, cached: 0, ttftMs: 130, stallMs: 90 },
+      ],
+      pick: 'a',
       reason: 'load',
       hit: 0,
     },
