@@ -68,15 +68,16 @@ export function kvgatePicker(p: KvgatePickerOptions): Picker {
       let es: KvgateEstimate[] = new Array<KvgateEstimate>(cs.length);
       for (let i = 0; i < cs.length; i++) es[i] = est.get(cs[i]!.worker)!;
       const nearBand = (minCost: number): number => minCost * (1 + p.nearRelative) + p.nearAbsoluteMs;
-      let tmin = Infinity;
-      for (let i = 0; i < es.length; i++) tmin = Math.min(tmin, es[i]!.costMs);
-      let band = nearBand(tmin);
       // Workers with KV room now (the kv-fit filter's mark): keep to them while they cost little more.
       const room = p.preferRoom ? req.state.get(KV_ROOM) : undefined;
       if (room !== undefined) {
+        let tmin = Infinity;
         let tminRoom = Infinity;
-        for (let i = 0; i < cs.length; i++) if (room.has(cs[i]!.worker)) tminRoom = Math.min(tminRoom, es[i]!.costMs);
-        if (tminRoom <= band) {
+        for (let i = 0; i < cs.length; i++) {
+          tmin = Math.min(tmin, es[i]!.costMs);
+          if (room.has(cs[i]!.worker)) tminRoom = Math.min(tminRoom, es[i]!.costMs);
+        }
+        if (tminRoom <= nearBand(tmin)) {
           const keep: ScoredWorker[] = [];
           const keepEs: KvgateEstimate[] = [];
           for (let i = 0; i < cs.length; i++) {
@@ -86,13 +87,14 @@ export function kvgatePicker(p: KvgatePickerOptions): Picker {
           }
           cs = keep;
           es = keepEs;
-          band = nearBand(tminRoom);
         }
       }
-      // The latest first token the band may choose: the cheapest's, delayed by at most nearRelative
-      // of what that one costs this request itself (its TTFT and decode, not its neighbours' stall).
+      // The band is anchored on the cheapest candidate left: its cost, and its first token delayed by
+      // at most nearRelative of what it costs this request itself (its TTFT and decode, not its
+      // neighbours' stall).
       let cheapest = es[0]!;
       for (let i = 1; i < es.length; i++) if (es[i]!.costMs < cheapest.costMs) cheapest = es[i]!;
+      const band = nearBand(cheapest.costMs);
       const ttftCap = cheapest.ttftMs + p.nearRelative * (cheapest.ttftMs + cheapest.decodeMs) + p.nearAbsoluteMs;
       // A: best weighted score among the near-least-loaded (reservoir-sampled ties).
       let ai = -1;

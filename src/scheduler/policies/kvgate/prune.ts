@@ -151,10 +151,11 @@ export class KvgatePruner {
         cached = Math.min(prompt, Math.round((x.tokens * tierCredit(x.tiers, o.tierWeights)) / x.blocks));
       } else if (session !== undefined && w.id === session) keep[i] = 1;
       const msPerToken = 1000 / o.prefillRate(w);
-      const t = msPerToken * (Math.max(0, w.inflightPrefillTokens) + prompt - cached) + o.queueMsPerWaiting * q.waiting + o.decodeMsPerRunning * q.running;
+      const ahead = Math.max(0, w.inflightPrefillTokens);
+      const t = msPerToken * (ahead + prompt - cached) + o.queueMsPerWaiting * q.waiting + o.decodeMsPerRunning * q.running;
       ttft[i] = t;
       // The cost's lower bound adds what the prefill puts before the requests arriving behind it.
-      bound[i] = t + behindDelayMs(w.arrivals.perMs(ctx.now), msPerToken * Math.max(0, w.inflightPrefillTokens), msPerToken * (prompt - cached));
+      bound[i] = t + behindDelayMs(w.arrivals.perMs(ctx.now), msPerToken * ahead, msPerToken * (prompt - cached));
       if (t < minTtft) minTtft = t;
     }
     // Pass 2, over the others from a moving start: the k least ttft with the wait the prefill puts

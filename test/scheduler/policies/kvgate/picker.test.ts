@@ -70,6 +70,9 @@ function setup(cs: Candidate[]): { req: RouteRequest; candidates: ScoredWorker[]
   return { req, candidates };
 }
 
+/** The cheapest candidate of most cases below: cost 200 ms, half of it its stall on the batch. */
+const CHEAPEST: Candidate = { id: 'a', score: 1, cached: 0, ttftMs: 100, stallMs: 100 };
+
 test('prefix, spill, session or load: which worker and why', () => {
   const cases: Array<{ what: string; cs: Candidate[]; opts?: Partial<KvgatePickerOptions>; pick: string; reason: string; hit: number }> = [
     {
@@ -77,7 +80,7 @@ test('prefix, spill, session or load: which worker and why', () => {
       // a costs 100 + 100 = 200, b 120 + 300 = 420 ≤ 200 · 1.25 + 0.75 · 0.1 · 3000 = 475; b's
       // first token (120 ms) is within 100 + 0.25 · 100 = 125 ms
       cs: [
-        { id: 'a', score: 1, cached: 0, ttftMs: 100, stallMs: 100 },
+        CHEAPEST,
         { id: 'b', score: 3, cached: 3000, ttftMs: 120, stallMs: 300 },
       ],
       pick: 'b',
@@ -87,7 +90,7 @@ test('prefix, spill, session or load: which worker and why', () => {
     {
       what: 'the best-cached worker is too busy: the prefix spills to the near pick',
       cs: [
-        { id: 'a', score: 1, cached: 0, ttftMs: 100, stallMs: 100 },
+        CHEAPEST,
         { id: 'b', score: 3, cached: 3000, ttftMs: 120, stallMs: 356 },
       ],
       pick: 'a',
@@ -98,7 +101,7 @@ test('prefix, spill, session or load: which worker and why', () => {
       what: 'the best-cached worker costs little more, but its first token would come later than the band allows: it spills',
       // b costs 330 ≤ 475, but 130 ms > 125
       cs: [
-        { id: 'a', score: 1, cached: 0, ttftMs: 100, stallMs: 100 },
+        CHEAPEST,
         { id: 'b', score: 3, cached: 3000, ttftMs: 130, stallMs: 200 },
       ],
       pick: 'a',
@@ -120,7 +123,7 @@ test('prefix, spill, session or load: which worker and why', () => {
       what: "a long answer's own E2E at the busier best-cached worker is no reason to spill its prefix",
       // b costs 120 + 400 ms of tailMs + 300 = 820 > 475, but less its tailMs 420 ≤ 475
       cs: [
-        { id: 'a', score: 1, cached: 0, ttftMs: 100, stallMs: 100 },
+        CHEAPEST,
         { id: 'b', score: 3, cached: 3000, ttftMs: 120, tailMs: 400, stallMs: 300 },
       ],
       pick: 'b',
@@ -131,7 +134,7 @@ test('prefix, spill, session or load: which worker and why', () => {
       what: 'a short shared prefix saves little: the same load gap spills it',
       // 420 > 250 + 0.75 · 0.1 · 400 = 280
       cs: [
-        { id: 'a', score: 1, cached: 0, ttftMs: 100, stallMs: 100 },
+        CHEAPEST,
         { id: 'b', score: 3, cached: 400, ttftMs: 120, stallMs: 300 },
       ],
       pick: 'a',
@@ -171,7 +174,7 @@ test('prefix, spill, session or load: which worker and why', () => {
       what: 'in the near band, a better-rated worker whose first token comes later than the allowance is passed over',
       // band: cost ≤ 200 · 1.25 = 250, b's 220 is in it; first token ≤ 125 ms, b's 130 is not
       cs: [
-        { id: 'a', score: 1, cached: 0, ttftMs: 100, stallMs: 100 },
+        CHEAPEST,
         { id: 'b', score: 5, cached: 0, ttftMs: 130, stallMs: 90 },
       ],
       pick: 'a',
